@@ -1,0 +1,153 @@
+// Package clock is the single source of time for Sluice.
+//
+// Every timer in the broker (visibility, delay, retention, long-poll waits,
+// backoff) reads time through a Clock, so tests can drive time forward with a
+// Fake instead of sleeping. Production code uses Real.
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and makes timers.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer returns a timer that fires once after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer that Sluice uses.
+type Timer interface {
+	// C is the channel the timer fires on.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it was active.
+	Stop() bool
+	// Reset makes the timer fire after d; it reports whether it was active.
+	Reset(d time.Duration) bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+// Now returns time.Now().
+func (Real) Now() time.Time { return time.Now() }
+
+// NewTimer wraps time.NewTimer.
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time        { return r.t.C }
+func (r realTimer) Stop() bool                 { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// Fake is a manually advanced clock for tests. Its timers fire, in deadline
+// order, when Advance moves the time past their deadline. The zero value is
+// not usable; call NewFake.
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+// NewFake returns a Fake clock reading start.
+func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// NewTimer returns a timer that fires when the fake time reaches now+d.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+// Advance moves the fake time forward by d and fires every timer whose
+// deadline is reached.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	now := f.now
+	var due []*fakeTimer
+	kept := f.timers[:0]
+	for _, t := range f.timers {
+		if !t.when.After(now) {
+			due = append(due, t)
+			t.active = false
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	f.timers = kept
+	f.mu.Unlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].when.Before(due[j].when) })
+	for _, t := range due {
+		select {
+		case t.c <- now:
+		default:
+		}
+	}
+}
+
+// Timers returns how many timers are waiting; tests use it to know that a
+// goroutine has parked on the clock before they advance it.
+func (f *Fake) Timers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+type fakeTimer struct {
+	f      *Fake
+	c      chan time.Time
+	when   time.Time
+	active bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Stop() bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	return t.stopLocked()
+}
+
+func (t *fakeTimer) stopLocked() bool {
+	if !t.active {
+		return false
+	}
+	t.active = false
+	for i, o := range t.f.timers {
+		if o == t {
+			t.f.timers = append(t.f.timers[:i], t.f.timers[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.f.mu.Lock()
+	was := t.stopLocked()
+	t.when = t.f.now.Add(d)
+	if d <= 0 {
+		t.f.mu.Unlock()
+		select {
+		case t.c <- t.when:
+		default:
+		}
+		return was
+	}
+	t.active = true
+	t.f.timers = append(t.f.timers, t)
+	t.f.mu.Unlock()
+	return was
+}

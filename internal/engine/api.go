@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"context"
+)
+
+// The Engine's public methods. Every method is safe for concurrent use.
+//
+// Durability: a method that changes state returns only after the change is
+// durable in the store (group-committed fsync), except Receive, whose
+// receive-count and lease updates are written without waiting for a sync and
+// become durable with the next synced write (see docs/guarantees.md).
+
+// CreateQueue creates the queue, or, when a queue of that name exists,
+// returns it with created=false and changes nothing: the caller decides
+// whether the existing settings are equivalent (SQS compares only the
+// attributes the request names). Fails with ErrQueueDeletedRecently within
+// NameReuseDelay of a delete of the same name, and with a *ConfigError for
+// out-of-range settings.
+func (e *Engine) CreateQueue(name string, cfg QueueConfig, tags map[string]string) (info QueueInfo, created bool, err error) {
+	return e.createQueue(name, cfg, tags)
+}
+
+// GetQueue returns a snapshot of the queue's settings and counters.
+func (e *Engine) GetQueue(name string) (QueueInfo, error) {
+	return e.getQueue(name)
+}
+
+// UpdateQueue changes the queue's settings atomically: fn receives a copy of
+// the current settings and edits it; if fn returns an error nothing changes.
+// Changing FIFO is refused with a *ConfigError.
+func (e *Engine) UpdateQueue(name string, fn func(cfg *QueueConfig) error) error {
+	return e.updateQueue(name, fn)
+}
+
+// DeleteQueue removes the queue and all its messages. The name cannot be
+// reused for NameReuseDelay.
+func (e *Engine) DeleteQueue(name string) error {
+	return e.deleteQueue(name)
+}
+
+// ListQueues returns the names of all queues starting with prefix, sorted.
+func (e *Engine) ListQueues(prefix string) []string {
+	return e.listQueues(prefix)
+}
+
+// TagQueue adds or replaces tags; more than MaxTags in all fails with
+// ErrTooManyTags.
+func (e *Engine) TagQueue(name string, tags map[string]string) error {
+	return e.tagQueue(name, tags, nil)
+}
+
+// UntagQueue removes tags; missing keys are ignored.
+func (e *Engine) UntagQueue(name string, keys []string) error {
+	return e.tagQueue(name, nil, keys)
+}
+
+// PurgeQueue deletes every message (visible, in flight and delayed) and
+// clears the FIFO deduplication cache. At most once per PurgeInterval:
+// otherwise ErrPurgeInProgress.
+func (e *Engine) PurgeQueue(name string) error {
+	return e.purgeQueue(name)
+}
+
+// DeadLetterSources returns, sorted, the queues whose DeadLetterPolicy names
+// dlq.
+func (e *Engine) DeadLetterSources(dlq string) ([]string, error) {
+	return e.deadLetterSources(dlq)
+}
+
+// Send stores messages in the queue. Each message gets its own SendResult;
+// a message that fails validation (size, FIFO ids, delay) fails alone. The
+// returned error is for the whole call (queue missing, storage failed).
+//
+// When Send returns, every successful message is durable: it survives a
+// crash and will be delivered at least once (unless deleted, purged or
+// expired). A FIFO message whose deduplication id was seen within
+// DedupWindow is accepted (with the original MessageID) but not stored again.
+func (e *Engine) Send(queue string, msgs []Message) ([]SendResult, error) {
+	return e.send(queue, msgs)
+}
+
+// Receive leases up to req.Max messages. It waits up to the long-poll time
+// for the first message and returns as soon as at least one is available.
+// Every receive issues a new receipt handle and increments the message's
+// receive count. A message whose receive count has already reached its
+// queue's DeadLetterPolicy.MaxReceiveCount is moved to the dead-letter queue
+// instead of being returned. An empty result is not an error.
+func (e *Engine) Receive(ctx context.Context, queue string, req ReceiveRequest) ([]Delivery, error) {
+	return e.receive(ctx, queue, req)
+}
+
+// Delete removes the messages leased with the given receipt handles. The
+// result has one entry per handle (nil on success). Deleting an already
+// deleted message succeeds. A stale handle (the message was leased again
+// since) succeeds without deleting on a standard queue; on a FIFO queue a
+// handle whose lease has expired fails with ErrReceiptHandleExpired. When
+// Delete returns, successful deletes are durable.
+func (e *Engine) Delete(queue string, handles []string) ([]error, error) {
+	return e.deleteMessages(queue, handles)
+}
+
+// ChangeVisibility sets, counting from now, the remaining lease of each
+// message to its Timeout; 0 makes it visible at once. Only the current
+// receipt is affected: an older handle fails with ErrMessageNotAvailable.
+func (e *Engine) ChangeVisibility(queue string, changes []VisibilityChange) ([]error, error) {
+	return e.changeVisibility(queue, changes)
+}

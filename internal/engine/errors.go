@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Front-ends map them to protocol errors (SQS codes, AMQP
+// reply codes) at the edge; match them with errors.Is.
+var (
+	// ErrQueueNotFound: the named queue does not exist.
+	ErrQueueNotFound = errors.New("engine: queue does not exist")
+	// ErrQueueDeletedRecently: a queue of this name was deleted less than
+	// NameReuseDelay ago.
+	ErrQueueDeletedRecently = errors.New("engine: queue deleted recently")
+	// ErrPurgeInProgress: the queue was purged less than PurgeInterval ago.
+	ErrPurgeInProgress = errors.New("engine: purge in progress")
+	// ErrReceiptHandleInvalid: the receipt handle is malformed or belongs to
+	// another queue.
+	ErrReceiptHandleInvalid = errors.New("engine: receipt handle is invalid")
+	// ErrReceiptHandleExpired: on a FIFO queue, the handle's lease ended and
+	// the message may be redelivered, so the delete is refused.
+	ErrReceiptHandleExpired = errors.New("engine: receipt handle has expired")
+	// ErrMessageNotAvailable: ChangeVisibility on a message that was deleted
+	// or whose lease belongs to another receive.
+	ErrMessageNotAvailable = errors.New("engine: message does not exist or is not available for visibility timeout change")
+	// ErrMessageNotInflight: ChangeVisibility on a message that is not in
+	// flight.
+	ErrMessageNotInflight = errors.New("engine: message is not in flight")
+	// ErrOverLimit: too many messages in flight on the queue.
+	ErrOverLimit = errors.New("engine: too many messages in flight")
+	// ErrMissingGroupID: a FIFO send without a message group id.
+	ErrMissingGroupID = errors.New("engine: message group id is required")
+	// ErrMissingDedupID: a FIFO send without a deduplication id on a queue
+	// without content-based deduplication.
+	ErrMissingDedupID = errors.New("engine: deduplication id is required")
+	// ErrDelayNotAllowed: a per-message delay on a FIFO queue.
+	ErrDelayNotAllowed = errors.New("engine: per-message delay is not allowed on FIFO queues")
+	// ErrInvalidConfig: a queue configuration value is out of range or
+	// inconsistent. The wrapped message names the setting.
+	ErrInvalidConfig = errors.New("engine: invalid queue configuration")
+	// ErrTooManyTags: more than MaxTags tags on a queue.
+	ErrTooManyTags = errors.New("engine: too many tags")
+	// ErrClosed: the engine is closed.
+	ErrClosed = errors.New("engine: closed")
+	// ErrStorage: the store failed; the engine accepts no more changes.
+	ErrStorage = errors.New("engine: storage failed")
+)
+
+// MessageTooLargeError is returned for a message whose Size exceeds the
+// queue's MaxMessageSize.
+type MessageTooLargeError struct {
+	Size, Limit int
+}
+
+func (e *MessageTooLargeError) Error() string {
+	return fmt.Sprintf("engine: message of %d bytes exceeds the queue's limit of %d bytes", e.Size, e.Limit)
+}
+
+// ConfigError describes an invalid queue setting; it wraps ErrInvalidConfig.
+type ConfigError struct {
+	Setting string // e.g. "VisibilityTimeout", "RedrivePolicy"
+	Reason  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("engine: invalid %s: %s", e.Setting, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }

@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"time"
+)
+
+// DedupScope says where FIFO deduplication ids must be unique.
+type DedupScope uint8
+
+// Deduplication scopes.
+const (
+	DedupScopeQueue        DedupScope = 0 // ids are unique across the queue (SQS default)
+	DedupScopeMessageGroup DedupScope = 1 // ids are unique within a message group
+)
+
+// DeadLetterPolicy moves a message to Target once it has been received
+// MaxReceiveCount times (SQS RedrivePolicy). The move happens when a receive
+// reaches a message whose receive count is already >= MaxReceiveCount: the
+// message is moved instead of returned (SQS reference §8.2). Visibility
+// expiry alone never moves a message.
+type DeadLetterPolicy struct {
+	Target          string // name of the dead-letter queue
+	MaxReceiveCount int    // 1–1000
+}
+
+// RedriveAllowPolicy limits which source queues may name this queue as their
+// dead-letter queue.
+type RedriveAllowPolicy struct {
+	Permission   string   // "allowAll", "denyAll" or "byQueue"
+	SourceQueues []string // queue names, for byQueue
+}
+
+// QueueConfig is a queue's settings. Durations are whole seconds on the SQS
+// wire; the engine keeps time.Duration.
+type QueueConfig struct {
+	FIFO                bool
+	ContentBasedDedup   bool       // FIFO: SHA-256 of the body is the dedup id
+	DedupScope          DedupScope // FIFO
+	FifoThroughputLimit string     // FIFO: "perQueue" or "perMessageGroupId"; recorded, no effect
+
+	Delay          time.Duration // delay of every new message (0–15 min)
+	MaxMessageSize int           // bytes of body plus attributes
+	Retention      time.Duration // messages older than this (from their send time) are removed
+	ReceiveWait    time.Duration // default long-poll wait
+	Visibility     time.Duration // default visibility timeout
+
+	DeadLetter   *DeadLetterPolicy   // nil: no dead-letter queue
+	RedriveAllow *RedriveAllowPolicy // nil: allowAll
+
+	// Extra holds protocol-specific queue attributes that the engine stores
+	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
+	// KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled). Keys and values
+	// are the front-end's business.
+	Extra map[string]string
+}
+
+// DefaultQueueConfig returns the SQS defaults for a new standard queue.
+func DefaultQueueConfig() QueueConfig {
+	return QueueConfig{
+		MaxMessageSize: 1 << 20,
+		Retention:      4 * 24 * time.Hour,
+		Visibility:     30 * time.Second,
+	}
+}
+
+// QueueInfo is a snapshot of a queue's settings and counters.
+type QueueInfo struct {
+	Name       string
+	Config     QueueConfig
+	Tags       map[string]string
+	CreatedAt  time.Time
+	ModifiedAt time.Time
+
+	Visible  int // ready to be received now (ApproximateNumberOfMessages)
+	InFlight int // received and not yet deleted or expired (…NotVisible)
+	Delayed  int // not yet visible because of a delay (…Delayed)
+
+	// OldestSentAt is the send time of the oldest message in the queue in
+	// any state; zero when the queue is empty.
+	OldestSentAt time.Time
+
+	// Counters since the broker started (not persisted).
+	Sent, Received, Deleted, DeadLettered, Expired uint64
+}
+
+// Attribute is one user message attribute (SQS MessageAttributes; AMQP
+// headers map onto these). DataType is "String", "Number" or "Binary",
+// optionally with a ".suffix". String and Number use StringValue, Binary
+// uses BinaryValue.
+type Attribute struct {
+	Name        string
+	DataType    string
+	StringValue string
+	BinaryValue []byte
+}
+
+// Message is what a producer sends.
+type Message struct {
+	Body       []byte
+	Attributes []Attribute // user attributes, at most 10 on SQS; kept in the order given
+
+	// TraceHeader is the AWSTraceHeader system attribute ("" when absent).
+	TraceHeader string
+	// SenderID identifies the sending principal (SQS SenderId).
+	SenderID string
+
+	GroupID string // FIFO: required; standard: optional (fair queues)
+	DedupID string // FIFO: required unless the queue has content-based dedup
+
+	// Delay overrides the queue's delay when DelaySet is true. FIFO queues
+	// reject a per-message delay other than 0.
+	Delay    time.Duration
+	DelaySet bool
+}
+
+// Size is the message's size as SQS counts it against MaximumMessageSize:
+// the body plus each attribute's name, data type and value.
+func (m *Message) Size() int {
+	n := len(m.Body)
+	for _, a := range m.Attributes {
+		n += len(a.Name) + len(a.DataType) + len(a.StringValue) + len(a.BinaryValue)
+	}
+	return n
+}
+
+// SendResult is the outcome of one message of a Send.
+type SendResult struct {
+	MessageID string
+	// SequenceNumber is set on FIFO queues: a decimal string that grows with
+	// every message sent to the queue.
+	SequenceNumber string
+	// Err is the entry's failure (one of the Err* values, possibly wrapped)
+	// or nil. A failed entry is not stored; other entries are unaffected.
+	Err error
+}
+
+// ReceiveRequest asks for messages.
+type ReceiveRequest struct {
+	Max int // 1–10
+
+	// Visibility overrides the queue's visibility timeout when VisibilitySet.
+	Visibility    time.Duration
+	VisibilitySet bool
+
+	// Wait is the long-poll time when WaitSet; otherwise the queue's
+	// ReceiveWait. A receive returns as soon as at least one message is
+	// available, or when the wait ends, or when ctx is done.
+	Wait    time.Duration
+	WaitSet bool
+
+	// AttemptID (FIFO ReceiveRequestAttemptId): a retry with the same id
+	// within 5 minutes returns the same messages and receipt handles, as
+	// long as none of them was deleted or had its visibility changed.
+	AttemptID string
+}
+
+// Delivery is one received message.
+type Delivery struct {
+	MessageID     string
+	ReceiptHandle string
+	Body          []byte
+	Attributes    []Attribute
+
+	TraceHeader    string
+	SenderID       string
+	SentAt         time.Time
+	FirstReceiveAt time.Time
+	ReceiveCount   int // includes this receive; carries over into a DLQ
+
+	GroupID        string
+	DedupID        string
+	SequenceNumber string // FIFO only
+
+	// DeadLetterSource is the name of the queue the message was
+	// dead-lettered from ("" for messages that were sent here).
+	DeadLetterSource string
+}
+
+// VisibilityChange is one entry of ChangeVisibility.
+type VisibilityChange struct {
+	ReceiptHandle string
+	Timeout       time.Duration
+}
+
+// Limits the engine enforces.
+const (
+	MaxBatch          = 10
+	MaxVisibility     = 12 * time.Hour
+	MaxDelay          = 15 * time.Minute
+	MaxWait           = 20 * time.Second
+	MinRetention      = time.Minute
+	MaxRetention      = 14 * 24 * time.Hour
+	MinMaxMessageSize = 1024
+	MaxMaxMessageSize = 1 << 20
+	DedupWindow       = 5 * time.Minute
+	AttemptIDWindow   = 5 * time.Minute
+	NameReuseDelay    = 60 * time.Second
+	PurgeInterval     = 60 * time.Second
+	MaxInFlight       = 120000
+	MaxTags           = 50
+)

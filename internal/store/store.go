@@ -1,0 +1,126 @@
+// Package store is Sluice's durable state: an ordered key/value store with
+// atomic batches and group-committed durability.
+//
+// The store knows nothing of queues or protocols. The engine encodes its
+// state into keys and values, writes one Batch per state change, and reads
+// everything back with Scan when it opens. At run time the engine never reads
+// from the store: its indexes live in memory, so the store is write-mostly and
+// tombstones left by deletes are never on the hot path.
+//
+// # Durability contract
+//
+// Write applies a batch atomically and in call order: if batch B was passed
+// to Write after batch A returned from Write, then after any crash the store
+// holds either nothing of B, or all of A and all of B. When Write is called
+// with durable=true, the returned Pending's Wait returns nil only once the
+// batch (and so every batch written before it) is on stable storage (fsync
+// or fdatasync has returned). Concurrent durable writers share syncs (group
+// commit), so many producers cost few fsyncs.
+//
+// Writes with durable=false become durable with the next durable write or
+// sync; a crash may lose them, but never out of order.
+//
+// After Write or Wait returns an error other than ErrClosed the store is
+// failed: every later Write returns an error wrapping ErrFailed. Sluice never
+// retries a failed write and acknowledges it; see docs/guarantees.md.
+package store
+
+import (
+	"errors"
+)
+
+// ErrClosed is returned by operations on a closed store.
+var ErrClosed = errors.New("store: closed")
+
+// ErrFailed wraps the first I/O error after which the store accepts no more
+// writes. Once an fsync has failed, the kernel may have dropped the dirty
+// pages, so nothing written since the last good sync can be trusted to reach
+// disk; the only safe answer is to stop.
+var ErrFailed = errors.New("store: failed")
+
+// Store is the interface both implementations (pebble on disk, memory for
+// fast tests) satisfy, and which the conformance suite in storetest checks.
+type Store interface {
+	// Write applies b atomically, ordered after every earlier Write. It does
+	// not wait for durability; call Wait on the result. Write does not retain
+	// b after it returns: the caller may reuse it.
+	Write(b *Batch, durable bool) (Pending, error)
+	// Scan calls fn for every key with the given prefix, in ascending key
+	// order, with the latest value written. key and value are valid only
+	// during the call. A non-nil error from fn stops the scan and is
+	// returned.
+	Scan(prefix []byte, fn func(key, value []byte) error) error
+	// Sync makes every write so far durable.
+	Sync() error
+	// Close releases the store. Writes not yet durable may be lost.
+	Close() error
+}
+
+// Pending is the durability of one Write.
+type Pending interface {
+	// Wait blocks until the batch is durable (for a durable write) and
+	// returns the write's error, if any. It may be called more than once.
+	Wait() error
+}
+
+// OpKind is the kind of one batch operation.
+type OpKind uint8
+
+// Batch operations.
+const (
+	OpSet         OpKind = 1 // set Key to Value
+	OpDelete      OpKind = 2 // delete Key
+	OpDeleteRange OpKind = 3 // delete every key in [Key, Value)
+)
+
+// Op is one operation of a batch.
+type Op struct {
+	Kind  OpKind
+	Key   []byte
+	Value []byte // for OpDeleteRange: the exclusive end key
+}
+
+// Batch is an ordered list of operations applied atomically. The zero value
+// is an empty batch.
+type Batch struct {
+	Ops  []Op
+	size int
+}
+
+// Set appends a set of key to value. The batch keeps the slices; callers
+// must not modify them until the batch has been written.
+func (b *Batch) Set(key, value []byte) {
+	b.Ops = append(b.Ops, Op{Kind: OpSet, Key: key, Value: value})
+	b.size += len(key) + len(value)
+}
+
+// Delete appends a delete of key.
+func (b *Batch) Delete(key []byte) {
+	b.Ops = append(b.Ops, Op{Kind: OpDelete, Key: key})
+	b.size += len(key)
+}
+
+// DeleteRange appends a delete of every key k with start <= k < end.
+func (b *Batch) DeleteRange(start, end []byte) {
+	b.Ops = append(b.Ops, Op{Kind: OpDeleteRange, Key: start, Value: end})
+	b.size += len(start) + len(end)
+}
+
+// Len returns the number of operations.
+func (b *Batch) Len() int { return len(b.Ops) }
+
+// Size returns the bytes of keys and values in the batch.
+func (b *Batch) Size() int { return b.size }
+
+// Reset empties the batch for reuse.
+func (b *Batch) Reset() {
+	clear(b.Ops)
+	b.Ops = b.Ops[:0]
+	b.size = 0
+}
+
+// Done is a Pending that is already complete with the given error.
+type Done struct{ Err error }
+
+// Wait returns d.Err.
+func (d Done) Wait() error { return d.Err }
