@@ -27,6 +27,9 @@ var (
 	// ErrMessageNotInflight: ChangeVisibility on a message that is not in
 	// flight.
 	ErrMessageNotInflight = errors.New("engine: message is not in flight")
+	// ErrVisibilityLimit: a visibility change that would keep the message
+	// in flight longer than MaxVisibility from the start of its lease.
+	ErrVisibilityLimit = errors.New("engine: visibility timeout would exceed the 12 hour limit")
 	// ErrOverLimit: too many messages in flight on the queue.
 	ErrOverLimit = errors.New("engine: too many messages in flight")
 	// ErrMissingGroupID: a FIFO send without a message group id.

@@ -1,0 +1,390 @@
+package engine
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Key layout in the store (all integers big-endian so keys sort numerically):
+//
+//	"Q" name                   queue record (settings, tags, id, timestamps)
+//	"I"                        next queue id (uint32)
+//	"M" qid:4 seq:8 0x00       message record: immutable content
+//	"M" qid:4 seq:8 0x01       message state: receive count, lease, visibility
+//	"D" qid:4 dedup-id         FIFO deduplication entry (survives delete)
+//	"N" qid:4                  highest sequence number ever assigned
+//
+// A queue's data all share the prefix qid, so dropping a queue is one
+// DeleteRange per prefix. Queue ids are never reused, so a late write for a
+// deleted queue can never surface in a new queue of the same name; recovery
+// deletes such orphans.
+//
+// Records start with a format byte (recordV1). Fields are appended with
+// uvarint lengths; a reader rejects a record whose format it does not know,
+// which is how a downgrade across an incompatible format fails loudly.
+const (
+	prefixQueue   = 'Q'
+	prefixNextID  = 'I'
+	prefixMessage = 'M'
+	prefixDedup   = 'D'
+	prefixSeq     = 'N'
+
+	kindContent = 0x00
+	kindState   = 0x01
+
+	recordV1 = 1
+)
+
+var errCorrupt = errors.New("engine: corrupt record")
+
+func queueKey(name string) []byte { return append([]byte{prefixQueue}, name...) }
+
+func qidPrefix(p byte, qid uint32) []byte {
+	k := make([]byte, 5, 18)
+	k[0] = p
+	binary.BigEndian.PutUint32(k[1:], qid)
+	return k
+}
+
+func messageKey(qid uint32, seq uint64, kind byte) []byte {
+	k := qidPrefix(prefixMessage, qid)
+	k = binary.BigEndian.AppendUint64(k, seq)
+	return append(k, kind)
+}
+
+func dedupKey(qid uint32, group, id string) []byte {
+	k := qidPrefix(prefixDedup, qid)
+	k = append(k, group...)
+	k = append(k, 0)
+	return append(k, id...)
+}
+
+// encoder appends fields to a record.
+type encoder struct{ b []byte }
+
+func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *encoder) bytes(p []byte)   { e.uvarint(uint64(len(p))); e.b = append(e.b, p...) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) boolean(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+
+// decoder reads fields; the first error sticks and later reads return zero
+// values, so callers check err once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = errCorrupt
+	}
+	d.b = nil
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) str() string { return string(d.bytes()) }
+
+func (d *decoder) boolean() bool {
+	if len(d.b) < 1 {
+		d.fail()
+		return false
+	}
+	v := d.b[0] != 0
+	d.b = d.b[1:]
+	return v
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// queueRecord is the persisted form of a queue.
+type queueRecord struct {
+	ID         uint32
+	Name       string
+	Config     QueueConfig
+	Tags       map[string]string
+	CreatedAt  int64
+	ModifiedAt int64
+}
+
+func encodeQueue(r *queueRecord) []byte {
+	e := encoder{b: []byte{recordV1}}
+	c := &r.Config
+	e.uvarint(uint64(r.ID))
+	e.str(r.Name)
+	e.varint(r.CreatedAt)
+	e.varint(r.ModifiedAt)
+	e.boolean(c.FIFO)
+	e.boolean(c.ContentBasedDedup)
+	e.uvarint(uint64(c.DedupScope))
+	e.str(c.FifoThroughputLimit)
+	e.varint(int64(c.Delay))
+	e.uvarint(uint64(c.MaxMessageSize))
+	e.varint(int64(c.Retention))
+	e.varint(int64(c.ReceiveWait))
+	e.varint(int64(c.Visibility))
+	e.boolean(c.DeadLetter != nil)
+	if c.DeadLetter != nil {
+		e.str(c.DeadLetter.Target)
+		e.uvarint(uint64(c.DeadLetter.MaxReceiveCount))
+	}
+	e.boolean(c.RedriveAllow != nil)
+	if c.RedriveAllow != nil {
+		e.str(c.RedriveAllow.Permission)
+		e.uvarint(uint64(len(c.RedriveAllow.SourceQueues)))
+		for _, s := range c.RedriveAllow.SourceQueues {
+			e.str(s)
+		}
+	}
+	encodeMap(&e, c.Extra)
+	encodeMap(&e, r.Tags)
+	return e.b
+}
+
+func encodeMap(e *encoder, m map[string]string) {
+	e.uvarint(uint64(len(m)))
+	for _, k := range sortedKeys(m) {
+		e.str(k)
+		e.str(m[k])
+	}
+}
+
+func decodeMap(d *decoder) map[string]string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		k := d.str()
+		m[k] = d.str()
+	}
+	return m
+}
+
+func decodeQueue(b []byte) (*queueRecord, error) {
+	if len(b) == 0 || b[0] != recordV1 {
+		return nil, fmt.Errorf("%w: unknown queue record format", errCorrupt)
+	}
+	d := decoder{b: b[1:]}
+	r := &queueRecord{}
+	c := &r.Config
+	r.ID = uint32(d.uvarint())
+	r.Name = d.str()
+	r.CreatedAt = d.varint()
+	r.ModifiedAt = d.varint()
+	c.FIFO = d.boolean()
+	c.ContentBasedDedup = d.boolean()
+	c.DedupScope = DedupScope(d.uvarint())
+	c.FifoThroughputLimit = d.str()
+	c.Delay = time.Duration(d.varint())
+	c.MaxMessageSize = int(d.uvarint())
+	c.Retention = time.Duration(d.varint())
+	c.ReceiveWait = time.Duration(d.varint())
+	c.Visibility = time.Duration(d.varint())
+	if d.boolean() {
+		c.DeadLetter = &DeadLetterPolicy{Target: d.str(), MaxReceiveCount: int(d.uvarint())}
+	}
+	if d.boolean() {
+		ra := &RedriveAllowPolicy{Permission: d.str()}
+		n := d.uvarint()
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			ra.SourceQueues = append(ra.SourceQueues, d.str())
+		}
+		c.RedriveAllow = ra
+	}
+	c.Extra = decodeMap(&d)
+	r.Tags = decodeMap(&d)
+	return r, d.err
+}
+
+// encodeContent is the immutable part of a message: written once on send
+// (or on a dead-letter move) and deleted with the message.
+func encodeContent(m *message) []byte {
+	e := encoder{b: make([]byte, 0, 64+len(m.body))}
+	e.b = append(e.b, recordV1)
+	e.b = append(e.b, m.id[:]...)
+	e.varint(m.sentAt)
+	e.varint(m.enqueuedAt)
+	e.varint(m.visibleAt)
+	e.str(m.groupID())
+	e.str(m.dedupID)
+	e.str(m.sender)
+	e.str(m.trace)
+	e.str(m.dlqSource)
+	e.uvarint(uint64(m.recvCount))
+	e.varint(m.firstRecvAt)
+	e.uvarint(uint64(len(m.attrs)))
+	for _, a := range m.attrs {
+		e.str(a.Name)
+		e.str(a.DataType)
+		e.str(a.StringValue)
+		e.bytes(a.BinaryValue)
+	}
+	e.bytes(m.body)
+	return e.b
+}
+
+// decodeContent fills m from a content record. Byte slices are copied, since
+// store values are valid only during a scan.
+func decodeContent(m *message, b []byte) (group string, err error) {
+	if len(b) < 17 || b[0] != recordV1 {
+		return "", fmt.Errorf("%w: unknown message record format", errCorrupt)
+	}
+	copy(m.id[:], b[1:17])
+	d := decoder{b: b[17:]}
+	m.sentAt = d.varint()
+	m.enqueuedAt = d.varint()
+	m.visibleAt = d.varint()
+	group = d.str()
+	m.dedupID = d.str()
+	m.sender = d.str()
+	m.trace = d.str()
+	m.dlqSource = d.str()
+	m.recvCount = int32(d.uvarint())
+	m.firstRecvAt = d.varint()
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+	}
+	if n > 0 && d.err == nil {
+		m.attrs = make([]Attribute, n)
+		for i := range m.attrs {
+			a := &m.attrs[i]
+			a.Name = d.str()
+			a.DataType = d.str()
+			a.StringValue = d.str()
+			if bv := d.bytes(); len(bv) > 0 {
+				a.BinaryValue = append([]byte(nil), bv...)
+			}
+		}
+	}
+	m.body = append([]byte(nil), d.bytes()...)
+	return group, d.err
+}
+
+// encodeState is the mutable part of a message, rewritten on every receive
+// and visibility change. It is small so receives do not rewrite bodies.
+func encodeState(m *message) []byte {
+	e := encoder{b: make([]byte, 0, 40)}
+	e.b = append(e.b, recordV1)
+	e.uvarint(uint64(m.recvCount))
+	e.varint(m.firstRecvAt)
+	e.varint(m.visibleAt)
+	e.varint(m.leaseAt)
+	e.uvarint(m.receipt)
+	return e.b
+}
+
+func decodeState(m *message, b []byte) error {
+	if len(b) < 1 || b[0] != recordV1 {
+		return fmt.Errorf("%w: unknown message state format", errCorrupt)
+	}
+	d := decoder{b: b[1:]}
+	m.recvCount = int32(d.uvarint())
+	m.firstRecvAt = d.varint()
+	m.visibleAt = d.varint()
+	m.leaseAt = d.varint()
+	m.receipt = d.uvarint()
+	return d.err
+}
+
+func encodeDedup(ent *dedupEntry) []byte {
+	e := encoder{b: []byte{recordV1}}
+	e.b = append(e.b, ent.msgID[:]...)
+	e.uvarint(ent.seq)
+	e.varint(ent.expiresAt)
+	return e.b
+}
+
+func decodeDedup(ent *dedupEntry, b []byte) error {
+	if len(b) < 17 || b[0] != recordV1 {
+		return fmt.Errorf("%w: unknown dedup record format", errCorrupt)
+	}
+	copy(ent.msgID[:], b[1:17])
+	d := decoder{b: b[17:]}
+	ent.seq = d.uvarint()
+	ent.expiresAt = d.varint()
+	return d.err
+}
+
+// Receipt handles are base64url of: version(1) qid(4) seq(8) receipt(8).
+// The receipt number is random per receive, so each receive issues a new
+// handle and an old handle can be told from the current one.
+const receiptV1 = 1
+
+func encodeReceipt(qid uint32, seq, receipt uint64) string {
+	var b [21]byte
+	b[0] = receiptV1
+	binary.BigEndian.PutUint32(b[1:], qid)
+	binary.BigEndian.PutUint64(b[5:], seq)
+	binary.BigEndian.PutUint64(b[13:], receipt)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func decodeReceipt(s string) (qid uint32, seq, receipt uint64, ok bool) {
+	if len(s) != 28 {
+		return 0, 0, 0, false
+	}
+	var b [21]byte
+	n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
+	if err != nil || n != 21 || b[0] != receiptV1 {
+		return 0, 0, 0, false
+	}
+	return binary.BigEndian.Uint32(b[1:]), binary.BigEndian.Uint64(b[5:]), binary.BigEndian.Uint64(b[13:]), true
+}

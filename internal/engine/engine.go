@@ -1,0 +1,693 @@
+// Package engine is Sluice's protocol-neutral queue engine: standard and
+// FIFO queues, delays, leases (visibility timeouts), long polling, receive
+// counts, dead-letter moves, retention, deduplication and purge.
+//
+// The engine knows nothing of HTTP, SQS or AMQP. Front-ends translate their
+// protocol to the methods in api.go and map the sentinel errors in errors.go
+// back to protocol errors.
+//
+// # State and durability
+//
+// All indexes live in memory; the store (package store) holds a durable copy
+// that is read only by Open. Every change is applied to memory and written to
+// the store under the queue's lock, so the store's log order is the order in
+// which changes were applied. Methods that acknowledge a change to a client
+// (Send, Delete, ChangeVisibility, queue administration) wait for the store's
+// group-committed sync after releasing the lock.
+//
+// # Determinism
+//
+// Each change is computed from the state and its inputs alone: the current
+// time is read once per operation and passed down as data, and random values
+// (message ids, receipt numbers) are drawn before they are applied. Timers
+// come from the injectable clock and a deadline index (a heap per queue and
+// one scheduler goroutine), never from scans of all messages.
+//
+// # Locks
+//
+// Lock order: adminMu → queue.mu → Engine.mu → sched.mu. Engine.mu guards
+// only the name → queue map and is never held while a queue lock is taken.
+// No goroutine holds two queue locks: a dead-letter move writes the target's
+// record in the source's store batch, then inserts it into the target's
+// memory after the source's lock is released.
+package engine
+
+import (
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Store  store.Store  // required
+	Clock  clock.Clock  // nil: clock.Real
+	Logger *slog.Logger // nil: discard
+}
+
+// Engine is the queue engine. Create it with Open.
+type Engine struct {
+	st    store.Store
+	clock clock.Clock
+	log   *slog.Logger
+
+	adminMu sync.Mutex // serializes queue creation and deletion
+
+	mu      sync.RWMutex
+	queues  map[string]*queue
+	deleted map[string]int64 // name → time of delete, for NameReuseDelay
+	nextQID uint32
+
+	sched scheduler
+
+	failed atomic.Pointer[error] // first storage error; engine is read-only after it
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// scheduler wakes queues when their earliest timer is due.
+type scheduler struct {
+	mu   sync.Mutex
+	h    schedHeap
+	poke chan struct{}
+}
+
+type schedEntry struct {
+	at int64
+	q  *queue
+}
+
+type schedHeap []schedEntry
+
+func (h schedHeap) Len() int           { return len(h) }
+func (h schedHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h schedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *schedHeap) Push(x any)        { *h = append(*h, x.(schedEntry)) }
+func (h *schedHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// Open recovers the engine's state from the store and starts its
+// scheduler. The store must not be used by anything else.
+func Open(opts Options) (*Engine, error) {
+	if opts.Store == nil {
+		return nil, errors.New("engine: Options.Store is required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{
+		st:      opts.Store,
+		clock:   opts.Clock,
+		log:     opts.Logger,
+		queues:  make(map[string]*queue),
+		deleted: make(map[string]int64),
+		nextQID: 1,
+		done:    make(chan struct{}),
+	}
+	e.sched.poke = make(chan struct{}, 1)
+	start := time.Now()
+	n, err := e.recover()
+	if err != nil {
+		return nil, err
+	}
+	e.log.Info("engine recovered", "queues", len(e.queues), "messages", n, "elapsed", time.Since(start))
+	e.wg.Add(1)
+	go e.runScheduler()
+	return e, nil
+}
+
+// Close stops the scheduler and wakes every long poll, which then return
+// ErrClosed. It does not close the store.
+func (e *Engine) Close() error {
+	select {
+	case <-e.done:
+		return nil
+	default:
+	}
+	close(e.done)
+	e.wg.Wait()
+	return nil
+}
+
+func (e *Engine) now() int64 { return e.clock.Now().UnixNano() }
+
+// write hands a batch to the store. A store error fails the engine: from
+// then on every change is refused with ErrStorage, because a store that has
+// failed an fsync cannot promise anything written after it.
+func (e *Engine) write(b *store.Batch, durable bool) (store.Pending, error) {
+	if err := e.failed.Load(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStorage, *err)
+	}
+	if b.Len() == 0 {
+		return store.Done{}, nil
+	}
+	p, err := e.st.Write(b, durable)
+	if err != nil {
+		return nil, e.fail(err)
+	}
+	return p, nil
+}
+
+// wait waits for a pending write, failing the engine on error.
+func (e *Engine) wait(p store.Pending) error {
+	if err := p.Wait(); err != nil {
+		return e.fail(err)
+	}
+	return nil
+}
+
+func (e *Engine) fail(err error) error {
+	if e.failed.CompareAndSwap(nil, &err) {
+		e.log.Error("storage failed: refusing further changes", "err", err)
+	}
+	return fmt.Errorf("%w: %w", ErrStorage, err)
+}
+
+// Failed returns the storage error that stopped the engine, or nil.
+func (e *Engine) Failed() error {
+	if p := e.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// lookup returns the live queue of that name.
+func (e *Engine) lookup(name string) (*queue, error) {
+	e.mu.RLock()
+	q := e.queues[name]
+	e.mu.RUnlock()
+	if q == nil {
+		return nil, ErrQueueNotFound
+	}
+	return q, nil
+}
+
+// lockQueue returns the named queue locked, or ErrQueueNotFound.
+func (e *Engine) lockQueue(name string) (*queue, error) {
+	q, err := e.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	if q.deleted {
+		q.mu.Unlock()
+		return nil, ErrQueueNotFound
+	}
+	return q, nil
+}
+
+// scheduleLocked asks the scheduler to tick q at its next deadline.
+func (e *Engine) scheduleLocked(q *queue) {
+	t := q.nextWakeLocked()
+	if t == 0 || (q.schedAt != 0 && q.schedAt <= t) {
+		return
+	}
+	q.schedAt = t
+	e.sched.mu.Lock()
+	heap.Push(&e.sched.h, schedEntry{at: t, q: q})
+	first := e.sched.h[0].at == t
+	e.sched.mu.Unlock()
+	if first {
+		select {
+		case e.sched.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runScheduler is the one goroutine that fires queue timers: delays and
+// leases ending (waking long polls), retention expiry, dedup window expiry.
+func (e *Engine) runScheduler() {
+	defer e.wg.Done()
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		now := e.now()
+		var due []*queue
+		e.sched.mu.Lock()
+		for len(e.sched.h) > 0 && e.sched.h[0].at <= now {
+			due = append(due, heap.Pop(&e.sched.h).(schedEntry).q)
+		}
+		wait := time.Duration(-1)
+		if len(e.sched.h) > 0 {
+			wait = time.Duration(e.sched.h[0].at - now)
+		}
+		e.sched.mu.Unlock()
+		for _, q := range due {
+			e.tick(q, now)
+		}
+		if len(due) > 0 {
+			continue
+		}
+		var fire <-chan time.Time
+		if wait >= 0 {
+			if timer == nil {
+				timer = e.clock.NewTimer(wait)
+			} else {
+				timer.Stop()
+				timer.Reset(wait)
+			}
+			fire = timer.C()
+		}
+		select {
+		case <-e.done:
+			return
+		case <-e.sched.poke:
+		case <-fire:
+		}
+	}
+}
+
+// tick runs q's due timers.
+func (e *Engine) tick(q *queue, now int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.schedAt != 0 && q.schedAt <= now {
+		q.schedAt = 0
+	}
+	if q.deleted {
+		return
+	}
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	if b.Len() > 0 {
+		// Expiry deletes need not be synced: if lost in a crash, the
+		// messages expire again on recovery.
+		if _, err := e.write(&b, false); err != nil {
+			return
+		}
+	}
+	e.scheduleLocked(q)
+}
+
+// advanceLocked brings q to time now: delays and leases that have ended make
+// messages visible, messages past retention are removed (and counted), and
+// dedup entries past their window are forgotten.
+func (q *queue) advanceLocked(now int64, b *store.Batch) {
+	for len(q.timers) > 0 && q.timers[0].visibleAt <= now {
+		q.setStateLocked(q.timers[0], stateVisible)
+	}
+	ret := int64(q.cfg.Retention)
+	for len(q.expiry) > 0 && q.expiry[0].enqueuedAt+ret <= now {
+		m := q.expiry[0]
+		q.removeLocked(m)
+		b.Delete(messageKey(q.id, m.seq, kindContent))
+		b.Delete(messageKey(q.id, m.seq, kindState))
+		q.stats.expired.Add(1)
+	}
+	for len(q.dedupOrder) > 0 && q.dedupOrder[0].expiresAt <= now {
+		ent := q.dedupOrder[0]
+		q.dedupOrder[0] = nil
+		q.dedupOrder = q.dedupOrder[1:]
+		q.forgetDedupLocked(ent)
+		b.Delete(dedupKey(q.id, ent.group, ent.id))
+	}
+	if len(q.attempts) > 0 {
+		for id, a := range q.attempts {
+			if a.expiresAt <= now {
+				delete(q.attempts, id)
+			}
+		}
+	}
+}
+
+func (q *queue) forgetDedupLocked(ent *dedupEntry) {
+	head := q.dedup[ent.id]
+	if head == ent {
+		if ent.next == nil {
+			delete(q.dedup, ent.id)
+		} else {
+			q.dedup[ent.id] = ent.next
+		}
+		return
+	}
+	for p := head; p != nil; p = p.next {
+		if p.next == ent {
+			p.next = ent.next
+			return
+		}
+	}
+}
+
+// validateConfig checks ranges that hold whatever the protocol.
+func validateConfig(c *QueueConfig) error {
+	check := func(name string, v, lo, hi time.Duration) error {
+		if v < lo || v > hi {
+			return &ConfigError{Setting: name, Reason: fmt.Sprintf("must be between %v and %v", lo, hi)}
+		}
+		return nil
+	}
+	if err := check("DelaySeconds", c.Delay, 0, MaxDelay); err != nil {
+		return err
+	}
+	if err := check("MessageRetentionPeriod", c.Retention, MinRetention, MaxRetention); err != nil {
+		return err
+	}
+	if err := check("ReceiveMessageWaitTimeSeconds", c.ReceiveWait, 0, MaxWait); err != nil {
+		return err
+	}
+	if err := check("VisibilityTimeout", c.Visibility, 0, MaxVisibility); err != nil {
+		return err
+	}
+	if c.MaxMessageSize < MinMaxMessageSize || c.MaxMessageSize > MaxMaxMessageSize {
+		return &ConfigError{Setting: "MaximumMessageSize", Reason: fmt.Sprintf("must be between %d and %d", MinMaxMessageSize, MaxMaxMessageSize)}
+	}
+	if d := c.DeadLetter; d != nil {
+		if d.Target == "" {
+			return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target is required"}
+		}
+		if d.MaxReceiveCount < 1 || d.MaxReceiveCount > 1000 {
+			return &ConfigError{Setting: "RedrivePolicy", Reason: "maxReceiveCount must be between 1 and 1000"}
+		}
+	}
+	if r := c.RedriveAllow; r != nil {
+		switch r.Permission {
+		case "allowAll", "denyAll":
+		case "byQueue":
+			if len(r.SourceQueues) == 0 || len(r.SourceQueues) > 10 {
+				return &ConfigError{Setting: "RedriveAllowPolicy", Reason: "byQueue needs 1 to 10 source queues"}
+			}
+		default:
+			return &ConfigError{Setting: "RedriveAllowPolicy", Reason: "unknown redrivePermission " + r.Permission}
+		}
+	}
+	if !c.FIFO && (c.ContentBasedDedup || c.DedupScope != DedupScopeQueue) {
+		return &ConfigError{Setting: "FifoQueue", Reason: "deduplication settings need a FIFO queue"}
+	}
+	return nil
+}
+
+// checkDeadLetterLocked verifies that q's dead-letter target exists, has
+// the same type, and accepts q as a source.
+func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) error {
+	if d == nil {
+		return nil
+	}
+	t, err := e.lookup(d.Target)
+	if err != nil {
+		return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue does not exist"}
+	}
+	if t.isFIFO != fifo {
+		return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter queue must be the same type as the source queue"}
+	}
+	return nil
+}
+
+func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]string) (QueueInfo, bool, error) {
+	if name == "" || len(name) > 255 {
+		return QueueInfo{}, false, &ConfigError{Setting: "QueueName", Reason: "must be 1 to 255 bytes"}
+	}
+	if err := validateConfig(&cfg); err != nil {
+		return QueueInfo{}, false, err
+	}
+	if len(tags) > MaxTags {
+		return QueueInfo{}, false, ErrTooManyTags
+	}
+	e.adminMu.Lock()
+	if q, _ := e.lookup(name); q != nil {
+		e.adminMu.Unlock()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.infoLocked(), false, nil
+	}
+	defer e.adminMu.Unlock()
+	if err := e.Failed(); err != nil {
+		return QueueInfo{}, false, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	now := e.now()
+	e.mu.RLock()
+	at, recently := e.deleted[name]
+	e.mu.RUnlock()
+	if recently && now-at < int64(NameReuseDelay) {
+		return QueueInfo{}, false, ErrQueueDeletedRecently
+	}
+	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
+		return QueueInfo{}, false, err
+	}
+	cfg = cloneConfig(cfg)
+	rec := &queueRecord{ID: e.nextQID, Name: name, Config: cfg, Tags: cloneMap(tags), CreatedAt: now, ModifiedAt: now}
+	var b store.Batch
+	b.Set(queueKey(name), encodeQueue(rec))
+	b.Set([]byte{prefixNextID}, binary.BigEndian.AppendUint32(nil, rec.ID+1))
+	p, err := e.write(&b, true)
+	if err == nil {
+		err = e.wait(p)
+	}
+	if err != nil {
+		return QueueInfo{}, false, err
+	}
+	q := newQueue(rec.ID, name, cfg)
+	q.isFIFO = cfg.FIFO
+	q.tags = rec.Tags
+	q.createdAt, q.modifiedAt = now, now
+	q.nextSeq.Store(1)
+	e.mu.Lock()
+	e.nextQID++
+	e.queues[name] = q
+	delete(e.deleted, name)
+	e.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.infoLocked(), true, nil
+}
+
+func (e *Engine) getQueue(name string) (QueueInfo, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	defer q.mu.Unlock()
+	var b store.Batch
+	q.advanceLocked(e.now(), &b)
+	if b.Len() > 0 {
+		if _, err := e.write(&b, false); err != nil {
+			return QueueInfo{}, err
+		}
+	}
+	return q.infoLocked(), nil
+}
+
+// persistQueueLocked writes q's record durably and waits.
+func (e *Engine) persistQueueLocked(q *queue) error {
+	rec := &queueRecord{ID: q.id, Name: q.name, Config: q.cfg, Tags: q.tags, CreatedAt: q.createdAt, ModifiedAt: q.modifiedAt}
+	var b store.Batch
+	b.Set(queueKey(q.name), encodeQueue(rec))
+	p, err := e.write(&b, true)
+	if err != nil {
+		return err
+	}
+	return e.wait(p)
+}
+
+func (e *Engine) updateQueue(name string, fn func(*QueueConfig) error) error {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	cfg := cloneConfig(q.cfg)
+	if err := fn(&cfg); err != nil {
+		return err
+	}
+	if cfg.FIFO != q.isFIFO {
+		return &ConfigError{Setting: "FifoQueue", Reason: "Modifying queue type is not supported."}
+	}
+	if err := validateConfig(&cfg); err != nil {
+		return err
+	}
+	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
+		return err
+	}
+	old := q.cfg
+	q.cfg = cfg
+	q.modifiedAt = e.now()
+	if err := e.persistQueueLocked(q); err != nil {
+		q.cfg = old
+		return err
+	}
+	// Retention or delay changes move deadlines.
+	var b store.Batch
+	q.advanceLocked(e.now(), &b)
+	if b.Len() > 0 {
+		if _, err := e.write(&b, false); err != nil {
+			return err
+		}
+	}
+	e.scheduleLocked(q)
+	return nil
+}
+
+func (e *Engine) tagQueue(name string, add map[string]string, remove []string) error {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	tags := cloneMap(q.tags)
+	if tags == nil {
+		tags = make(map[string]string)
+	}
+	for k, v := range add {
+		tags[k] = v
+	}
+	for _, k := range remove {
+		delete(tags, k)
+	}
+	if len(tags) > MaxTags {
+		return ErrTooManyTags
+	}
+	old := q.tags
+	q.tags = tags
+	if err := e.persistQueueLocked(q); err != nil {
+		q.tags = old
+		return err
+	}
+	return nil
+}
+
+func (e *Engine) deleteQueue(name string) error {
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	q, err := e.lookup(name)
+	if err != nil {
+		return err
+	}
+	var b store.Batch
+	b.Delete(queueKey(name))
+	for _, p := range []byte{prefixMessage, prefixDedup, prefixSeq} {
+		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
+	}
+	p, err := e.write(&b, true)
+	if err == nil {
+		err = e.wait(p)
+	}
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	delete(e.queues, name)
+	e.deleted[name] = e.now()
+	e.mu.Unlock()
+	q.mu.Lock()
+	q.deleted = true
+	q.wakeLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+func (e *Engine) listQueues(prefix string) []string {
+	e.mu.RLock()
+	names := make([]string, 0, len(e.queues))
+	for n := range e.queues {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	e.mu.RUnlock()
+	sort.Strings(names)
+	return names
+}
+
+func (e *Engine) allQueues() []*queue {
+	e.mu.RLock()
+	qs := make([]*queue, 0, len(e.queues))
+	for _, q := range e.queues {
+		qs = append(qs, q)
+	}
+	e.mu.RUnlock()
+	sort.Slice(qs, func(i, j int) bool { return qs[i].name < qs[j].name })
+	return qs
+}
+
+func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
+	if _, err := e.lookup(dlq); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, q := range e.allQueues() {
+		q.mu.Lock()
+		if d := q.cfg.DeadLetter; d != nil && d.Target == dlq && !q.deleted {
+			out = append(out, q.name)
+		}
+		q.mu.Unlock()
+	}
+	return out, nil
+}
+
+func (e *Engine) purgeQueue(name string) error {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	if q.lastPurge != 0 && now-q.lastPurge < int64(PurgeInterval) {
+		q.mu.Unlock()
+		return ErrPurgeInProgress
+	}
+	var b store.Batch
+	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
+	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	q.lastPurge = now
+	q.clearMessagesLocked()
+	q.mu.Unlock()
+	return e.wait(p)
+}
+
+// clearMessagesLocked forgets every message and dedup entry.
+func (q *queue) clearMessagesLocked() {
+	q.msgs = make(map[uint64]*message)
+	q.ready = list{}
+	q.groups = make(map[string]*group)
+	q.available = groupList{}
+	q.timers = nil
+	q.expiry = nil
+	q.nState = [3]int{}
+	q.dedup = make(map[string]*dedupEntry)
+	q.dedupOrder = nil
+	q.attempts = nil
+}
+
+// sortedKeys returns m's keys in order (for deterministic encodings).
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// ctxDone is a nil-safe ctx.Done.
+func ctxDone(ctx context.Context) <-chan struct{} {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.Done()
+}

@@ -1,0 +1,552 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// seqBase makes FIFO sequence numbers look like SQS's: 20-digit decimals
+// that only grow.
+const seqBase = 10_000_000_000_000_000_000
+
+func formatSeq(seq uint64) string { return strconv.FormatUint(seqBase+seq, 10) }
+
+// newID draws a random (version 4) UUID.
+func newID() [16]byte {
+	var id [16]byte
+	binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	return id
+}
+
+// FormatID renders a message id as a UUID string.
+func FormatID(id [16]byte) string {
+	var b [36]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], id[10:])
+	return string(b[:])
+}
+
+// newReceipt draws a non-zero receipt number.
+func newReceipt() uint64 {
+	for {
+		if r := rand.Uint64(); r != 0 {
+			return r
+		}
+	}
+}
+
+// send implements Send. The bodies and attributes of msgs are retained:
+// callers must not modify them afterwards.
+func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	// Random inputs are drawn before the change is applied.
+	ids := make([][16]byte, len(msgs))
+	for i := range ids {
+		ids[i] = newID()
+	}
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	results := make([]SendResult, len(msgs))
+	added := 0
+	for i := range msgs {
+		var stored bool
+		results[i], stored = q.sendOneLocked(&msgs[i], ids[i], now, &b)
+		if stored {
+			added++
+		}
+	}
+	if added > 0 {
+		b.Set(qidPrefix(prefixSeq, q.id), binary.BigEndian.AppendUint64(nil, q.nextSeq.Load()-1))
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	q.stats.sent.Add(uint64(added))
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	if err := e.wait(p); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// sendOneLocked validates and stores one message. stored is false for a
+// failed or deduplicated message.
+func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batch) (res SendResult, stored bool) {
+	if size := in.Size(); size > q.cfg.MaxMessageSize {
+		return SendResult{Err: &MessageTooLargeError{Size: size, Limit: q.cfg.MaxMessageSize}}, false
+	}
+	delay := q.cfg.Delay
+	if in.DelaySet {
+		if q.fifo() && in.Delay != 0 {
+			return SendResult{Err: ErrDelayNotAllowed}, false
+		}
+		if !q.fifo() {
+			delay = in.Delay
+		}
+	}
+	if delay < 0 || delay > MaxDelay {
+		return SendResult{Err: &ConfigError{Setting: "DelaySeconds", Reason: "must be between 0 and 900 seconds"}}, false
+	}
+	dedupID := in.DedupID
+	if q.fifo() {
+		if in.GroupID == "" {
+			return SendResult{Err: ErrMissingGroupID}, false
+		}
+		if dedupID == "" {
+			if !q.cfg.ContentBasedDedup {
+				return SendResult{Err: ErrMissingDedupID}, false
+			}
+			sum := sha256.Sum256(in.Body)
+			dedupID = hex.EncodeToString(sum[:])
+		}
+		if ent := q.findDedupLocked(dedupID, in.GroupID); ent != nil {
+			return SendResult{MessageID: FormatID(ent.msgID), SequenceNumber: formatSeq(ent.seq)}, false
+		}
+	}
+	seq := q.nextSeq.Add(1) - 1
+	m := &message{
+		seq:        seq,
+		id:         id,
+		body:       in.Body,
+		attrs:      in.Attributes,
+		dedupID:    dedupID,
+		sender:     in.SenderID,
+		trace:      in.TraceHeader,
+		sentAt:     now,
+		enqueuedAt: now,
+		visibleAt:  now + int64(delay),
+		state:      stateVisible,
+	}
+	if delay > 0 {
+		m.state = stateDelayed
+	}
+	if in.GroupID != "" {
+		if q.fifo() {
+			m.group = q.groupLocked(in.GroupID)
+		} else {
+			// Fair queues: the group is carried, not enforced.
+			m.group = &group{id: in.GroupID}
+		}
+	}
+	q.addLocked(m)
+	b.Set(messageKey(q.id, seq, kindContent), encodeContent(m))
+	res = SendResult{MessageID: FormatID(id)}
+	if q.fifo() {
+		res.SequenceNumber = formatSeq(seq)
+		ent := &dedupEntry{id: dedupID, group: in.GroupID, msgID: id, seq: seq, expiresAt: now + int64(DedupWindow)}
+		q.rememberDedupLocked(ent)
+		b.Set(dedupKey(q.id, ent.group, ent.id), encodeDedup(ent))
+	}
+	return res, true
+}
+
+// findDedupLocked finds a live dedup entry for id. With queue scope any
+// group matches; with messageGroup scope only the same group does. Entries
+// are kept with their group whatever the scope at the time, so changing the
+// scope later never lets a duplicate in.
+func (q *queue) findDedupLocked(id, group string) *dedupEntry {
+	for ent := q.dedup[id]; ent != nil; ent = ent.next {
+		if q.cfg.DedupScope == DedupScopeQueue || ent.group == group {
+			return ent
+		}
+	}
+	return nil
+}
+
+func (q *queue) rememberDedupLocked(ent *dedupEntry) {
+	ent.next = q.dedup[ent.id]
+	q.dedup[ent.id] = ent
+	q.dedupOrder = append(q.dedupOrder, ent)
+}
+
+// move is a dead-letter move decided under the source's lock; the target's
+// memory is updated after that lock is released.
+type move struct {
+	target *queue
+	m      *message
+	group  string
+}
+
+func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) ([]Delivery, error) {
+	if req.Max < 1 {
+		req.Max = 1
+	}
+	if req.Max > MaxBatch {
+		req.Max = MaxBatch
+	}
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	wait := q.cfg.ReceiveWait
+	if req.WaitSet {
+		wait = req.Wait
+	}
+	var timer <-chan time.Time
+	expired := wait <= 0
+	for {
+		now := e.now()
+		var b store.Batch
+		q.advanceLocked(now, &b)
+		var out []Delivery
+		var moves []move
+		var overLimit bool
+		if a := q.attemptLocked(req.AttemptID, now); a != nil {
+			out = a
+		} else {
+			out, moves, overLimit = e.takeLocked(q, now, &req, &b)
+		}
+		if b.Len() > 0 {
+			// Leases are not synced: they become durable with the next
+			// synced write. Losing one in a crash makes the message
+			// visible early and its receive count one lower, which
+			// at-least-once delivery allows.
+			if _, err := e.write(&b, false); err != nil {
+				q.mu.Unlock()
+				return nil, err
+			}
+		}
+		e.scheduleLocked(q)
+		var ch <-chan struct{}
+		if len(out) == 0 && !expired {
+			ch = q.waitChanLocked()
+		}
+		q.mu.Unlock()
+		e.finishMoves(q, moves)
+		if len(out) > 0 {
+			return out, nil
+		}
+		if overLimit {
+			return nil, ErrOverLimit
+		}
+		if expired {
+			return nil, nil
+		}
+		if timer == nil {
+			t := e.clock.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C()
+		}
+		select {
+		case <-ch:
+		case <-timer:
+			expired = true
+		case <-ctxDone(ctx):
+			return nil, ctx.Err()
+		case <-e.done:
+			return nil, ErrClosed
+		}
+		q.mu.Lock()
+		if q.deleted {
+			q.mu.Unlock()
+			return nil, ErrQueueNotFound
+		}
+	}
+}
+
+// attemptLocked returns the deliveries of an earlier FIFO receive with the
+// same attempt id, if it is still valid: within AttemptIDWindow and with
+// every message still under the same, unchanged lease.
+func (q *queue) attemptLocked(id string, now int64) []Delivery {
+	if id == "" || !q.fifo() {
+		return nil
+	}
+	a := q.attempts[id]
+	if a == nil || a.expiresAt <= now {
+		return nil
+	}
+	for _, l := range a.leases {
+		m := q.msgs[l.seq]
+		if m == nil || m.receipt != l.receipt || m.state != stateInFlight || m.visibleAt != l.visibleAt {
+			delete(q.attempts, id)
+			return nil
+		}
+	}
+	return a.deliveries
+}
+
+// takeLocked leases up to req.Max messages, dead-lettering on the way those
+// whose receive count has reached the limit.
+func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.Batch) ([]Delivery, []move, bool) {
+	vis := q.cfg.Visibility
+	if req.VisibilitySet {
+		vis = req.Visibility
+	}
+	var out []Delivery
+	var moves []move
+	var leases []lease
+	dl := q.cfg.DeadLetter
+	var target *queue
+	if dl != nil {
+		target = e.deadLetterTarget(q, dl.Target)
+	}
+	take := func(m *message) {
+		if target != nil && int(m.recvCount) >= dl.MaxReceiveCount {
+			moves = append(moves, e.moveOutLocked(q, m, target, now, b))
+			return
+		}
+		m.recvCount++
+		if m.firstRecvAt == 0 {
+			m.firstRecvAt = now
+		}
+		m.receipt = newReceipt()
+		m.leaseAt = now
+		m.visibleAt = now + int64(vis)
+		q.setStateLocked(m, stateInFlight)
+		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		out = append(out, q.deliveryLocked(m))
+		leases = append(leases, lease{seq: m.seq, receipt: m.receipt, visibleAt: m.visibleAt})
+	}
+	if q.fifo() {
+		for len(out) < req.Max {
+			g := q.available.head
+			if g == nil {
+				break
+			}
+			for m := g.msgs.head; m != nil && m.state == stateVisible && len(out) < req.Max; {
+				next := m.next
+				take(m)
+				m = next
+			}
+		}
+	} else {
+		if q.nState[stateInFlight] >= MaxInFlight {
+			return nil, nil, true
+		}
+		for len(out) < req.Max && q.ready.head != nil {
+			take(q.ready.head)
+		}
+	}
+	if len(out) > 0 {
+		q.stats.received.Add(uint64(len(out)))
+		if req.AttemptID != "" && q.fifo() {
+			if q.attempts == nil {
+				q.attempts = make(map[string]*attemptEntry)
+			}
+			q.attempts[req.AttemptID] = &attemptEntry{expiresAt: now + int64(AttemptIDWindow), deliveries: out, leases: leases}
+		}
+	}
+	return out, moves, false
+}
+
+// deadLetterTarget resolves a dead-letter queue, or nil when it is missing
+// or refuses q as a source (then the message stays and is delivered: never
+// dropped).
+func (e *Engine) deadLetterTarget(q *queue, name string) *queue {
+	t, err := e.lookup(name)
+	if err != nil || t == q || t.isFIFO != q.isFIFO {
+		return nil
+	}
+	return t
+}
+
+// moveOutLocked removes m from q and writes it into target in the same
+// store batch, so a crash leaves the message in exactly one of the two.
+func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, now int64, b *store.Batch) move {
+	q.removeLocked(m)
+	b.Delete(messageKey(q.id, m.seq, kindContent))
+	b.Delete(messageKey(q.id, m.seq, kindState))
+	q.stats.deadLettered.Add(1)
+	groupID := m.groupID()
+	n := &message{
+		seq:         target.nextSeq.Add(1) - 1,
+		id:          m.id,
+		body:        m.body,
+		attrs:       m.attrs,
+		dedupID:     m.dedupID,
+		sender:      m.sender,
+		trace:       m.trace,
+		dlqSource:   q.name,
+		sentAt:      m.sentAt,
+		enqueuedAt:  m.enqueuedAt,
+		visibleAt:   now,
+		firstRecvAt: m.firstRecvAt,
+		recvCount:   m.recvCount,
+		state:       stateVisible,
+	}
+	if target.isFIFO {
+		// SQS: on FIFO the enqueue time resets and the dedup id becomes
+		// the message id.
+		n.enqueuedAt = now
+		n.dedupID = FormatID(m.id)
+	}
+	if groupID != "" {
+		n.group = &group{id: groupID} // replaced by the target's group on insert
+	}
+	b.Set(messageKey(target.id, n.seq, kindContent), encodeContent(n))
+	b.Set(qidPrefix(prefixSeq, target.id), binary.BigEndian.AppendUint64(nil, n.seq))
+	e.log.Debug("dead-lettered", "queue", q.name, "target", target.name, "message", FormatID(m.id), "receives", m.recvCount)
+	return move{target: target, m: n, group: groupID}
+}
+
+// finishMoves inserts dead-lettered messages into their targets' memory.
+// Called without any queue lock held.
+func (e *Engine) finishMoves(src *queue, moves []move) {
+	for _, mv := range moves {
+		t := mv.target
+		t.mu.Lock()
+		if !t.deleted {
+			if mv.group != "" && t.fifo() {
+				mv.m.group = t.groupLocked(mv.group)
+			}
+			t.addLocked(mv.m)
+			t.stats.sent.Add(1)
+			e.scheduleLocked(t)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// deliveryLocked renders m for a client. Body and Attributes share memory
+// with the queue: front-ends must treat them as read-only.
+func (q *queue) deliveryLocked(m *message) Delivery {
+	d := Delivery{
+		MessageID:        FormatID(m.id),
+		ReceiptHandle:    encodeReceipt(q.id, m.seq, m.receipt),
+		Body:             m.body,
+		Attributes:       m.attrs,
+		TraceHeader:      m.trace,
+		SenderID:         m.sender,
+		SentAt:           fromNanos(m.sentAt),
+		FirstReceiveAt:   fromNanos(m.firstRecvAt),
+		ReceiveCount:     int(m.recvCount),
+		GroupID:          m.groupID(),
+		DeadLetterSource: m.dlqSource,
+	}
+	if q.fifo() {
+		d.DedupID = m.dedupID
+		d.SequenceNumber = formatSeq(m.seq)
+	}
+	return d
+}
+
+// lookupLeaseLocked resolves a receipt handle to its message. m is nil when
+// the message no longer exists; current reports whether the handle is the
+// message's latest lease.
+func (q *queue) lookupLeaseLocked(handle string) (m *message, current bool, err error) {
+	qid, seq, receipt, ok := decodeReceipt(handle)
+	if !ok || qid != q.id {
+		return nil, false, ErrReceiptHandleInvalid
+	}
+	m = q.msgs[seq]
+	if m == nil {
+		return nil, false, nil
+	}
+	return m, m.receipt == receipt, nil
+}
+
+func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	errs := make([]error, len(handles))
+	deleted := 0
+	for i, h := range handles {
+		m, current, err := q.lookupLeaseLocked(h)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case m == nil:
+			// Already deleted (or expired, purged, dead-lettered):
+			// deleting again succeeds.
+		case q.fifo() && (!current || m.state != stateInFlight):
+			// The lease ended; the group may already be in other hands.
+			errs[i] = ErrReceiptHandleExpired
+		case !current:
+			// Standard queue, stale handle: the message was leased
+			// again since. Succeed without deleting another
+			// consumer's lease.
+		default:
+			q.removeLocked(m)
+			b.Delete(messageKey(q.id, m.seq, kindContent))
+			b.Delete(messageKey(q.id, m.seq, kindState))
+			deleted++
+		}
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	q.stats.deleted.Add(uint64(deleted))
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	if err := e.wait(p); err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]error, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	errs := make([]error, len(changes))
+	for i, c := range changes {
+		m, current, err := q.lookupLeaseLocked(c.ReceiptHandle)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case m == nil || !current:
+			errs[i] = ErrMessageNotAvailable
+		case m.state != stateInFlight:
+			errs[i] = ErrMessageNotInflight
+		case c.Timeout < 0 || now+int64(c.Timeout)-m.leaseAt > int64(MaxVisibility):
+			errs[i] = ErrVisibilityLimit
+		default:
+			m.visibleAt = now + int64(c.Timeout)
+			if c.Timeout == 0 {
+				q.setStateLocked(m, stateVisible)
+			} else {
+				q.setStateLocked(m, stateInFlight)
+			}
+			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		}
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	if err := e.wait(p); err != nil {
+		return nil, err
+	}
+	return errs, nil
+}

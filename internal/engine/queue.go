@@ -1,0 +1,514 @@
+package engine
+
+import (
+	"container/heap"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Message states. A message is in exactly one; the queue keeps a counter per
+// state so the approximate counts are O(1).
+const (
+	stateDelayed  uint8 = iota // not yet visible: DelaySeconds running, never received
+	stateVisible               // ready to be received
+	stateInFlight              // leased by a receive until visibleAt
+)
+
+// message is one message in memory. Times are Unix nanoseconds (0 = unset),
+// which keeps the struct small: the memory budget is under 300 bytes per
+// queued message beyond the body.
+type message struct {
+	seq         uint64
+	id          [16]byte
+	body        []byte
+	attrs       []Attribute
+	group       *group // FIFO and fair queues; nil otherwise
+	dedupID     string
+	sender      string
+	trace       string
+	dlqSource   string
+	sentAt      int64 // when the producer sent it (SentTimestamp)
+	enqueuedAt  int64 // when it entered this queue; retention counts from here
+	visibleAt   int64 // end of the delay or of the current lease
+	firstRecvAt int64
+	leaseAt     int64  // start of the current lease (for the 12 h visibility cap)
+	receipt     uint64 // random number of the current lease; 0 = never received
+	recvCount   int32
+	state       uint8
+
+	timerIdx  int32 // index in queue.timers, -1 when absent
+	expiryIdx int32 // index in queue.expiry
+	prev      *message
+	next      *message // ready list (standard) or group list (FIFO)
+}
+
+func (m *message) groupID() string {
+	if m.group == nil {
+		return ""
+	}
+	return m.group.id
+}
+
+// list is an intrusive doubly linked list of messages.
+type list struct {
+	head, tail *message
+	n          int
+}
+
+func (l *list) pushBack(m *message) {
+	m.prev, m.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = m
+	} else {
+		l.head = m
+	}
+	l.tail = m
+	l.n++
+}
+
+// insertSorted places m by seq, scanning from the tail (new messages almost
+// always belong at the end).
+func (l *list) insertSorted(m *message) {
+	at := l.tail
+	for at != nil && at.seq > m.seq {
+		at = at.prev
+	}
+	if at == nil { // front
+		m.prev, m.next = nil, l.head
+		if l.head != nil {
+			l.head.prev = m
+		} else {
+			l.tail = m
+		}
+		l.head = m
+		l.n++
+		return
+	}
+	m.prev, m.next = at, at.next
+	if at.next != nil {
+		at.next.prev = m
+	} else {
+		l.tail = m
+	}
+	at.next = m
+	l.n++
+}
+
+func (l *list) remove(m *message) {
+	if m.prev != nil {
+		m.prev.next = m.next
+	} else {
+		l.head = m.next
+	}
+	if m.next != nil {
+		m.next.prev = m.prev
+	} else {
+		l.tail = m.prev
+	}
+	m.prev, m.next = nil, nil
+	l.n--
+}
+
+// group is a FIFO message group (or a fair-queue group on a standard queue,
+// where it only carries the id). Its list holds every message of the group in
+// sequence order, whatever its state. A FIFO group is locked while any of its
+// messages is in flight.
+type group struct {
+	id       string
+	msgs     list
+	inflight int
+	// available: in queue.groups (unlocked with a visible head).
+	available  bool
+	prev, next *group
+}
+
+// groupList is the FIFO queue of available groups.
+type groupList struct{ head, tail *group }
+
+func (l *groupList) pushBack(g *group) {
+	g.prev, g.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = g
+	} else {
+		l.head = g
+	}
+	l.tail = g
+}
+
+func (l *groupList) remove(g *group) {
+	if g.prev != nil {
+		g.prev.next = g.next
+	} else {
+		l.head = g.next
+	}
+	if g.next != nil {
+		g.next.prev = g.prev
+	} else {
+		l.tail = g.prev
+	}
+	g.prev, g.next = nil, nil
+}
+
+// timerHeap orders delayed and in-flight messages by visibleAt.
+type timerHeap []*message
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].visibleAt < h[j].visibleAt }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timerIdx = int32(i)
+	h[j].timerIdx = int32(j)
+}
+func (h *timerHeap) Push(x any) {
+	m := x.(*message)
+	m.timerIdx = int32(len(*h))
+	*h = append(*h, m)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	m.timerIdx = -1
+	return m
+}
+
+// expiryHeap orders all messages by enqueuedAt, for retention.
+type expiryHeap []*message
+
+func (h expiryHeap) Len() int { return len(h) }
+func (h expiryHeap) Less(i, j int) bool {
+	if h[i].enqueuedAt != h[j].enqueuedAt {
+		return h[i].enqueuedAt < h[j].enqueuedAt
+	}
+	return h[i].seq < h[j].seq
+}
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].expiryIdx = int32(i)
+	h[j].expiryIdx = int32(j)
+}
+func (h *expiryHeap) Push(x any) {
+	m := x.(*message)
+	m.expiryIdx = int32(len(*h))
+	*h = append(*h, m)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	m.expiryIdx = -1
+	return m
+}
+
+// dedupEntry remembers a FIFO deduplication id for DedupWindow. Entries of
+// the same id in different groups chain through next.
+type dedupEntry struct {
+	id        string
+	group     string
+	msgID     [16]byte
+	seq       uint64
+	expiresAt int64
+	next      *dedupEntry
+}
+
+// attemptEntry remembers a FIFO ReceiveRequestAttemptId.
+type attemptEntry struct {
+	expiresAt  int64
+	deliveries []Delivery
+	leases     []lease
+}
+
+type lease struct {
+	seq       uint64
+	receipt   uint64
+	visibleAt int64
+}
+
+// counters are the queue's activity counters; atomics so metrics can read
+// them without the queue lock.
+type counters struct {
+	sent, received, deleted, deadLettered, expired atomic.Uint64
+}
+
+// queue is one queue's state. Fields after mu are guarded by it; functions
+// ending in Locked expect it held.
+type queue struct {
+	id     uint32
+	name   string
+	isFIFO bool // immutable: a queue's type never changes
+
+	// nextSeq is the next sequence number. It is atomic so a dead-letter
+	// move can reserve a number in its target without the target's lock.
+	nextSeq atomic.Uint64
+
+	mu         sync.Mutex
+	cfg        QueueConfig
+	tags       map[string]string
+	createdAt  int64
+	modifiedAt int64
+	deleted    bool
+	lastPurge  int64
+
+	msgs      map[uint64]*message
+	ready     list              // standard queues: visible messages, oldest first
+	groups    map[string]*group // FIFO and fair queues
+	available groupList         // FIFO: groups with a visible head and nothing in flight
+	timers    timerHeap
+	expiry    expiryHeap
+	nState    [3]int
+
+	dedup      map[string]*dedupEntry
+	dedupOrder []*dedupEntry // in expiry order (the window is constant)
+	attempts   map[string]*attemptEntry
+
+	// waitCh is closed (and replaced) when a message may have become
+	// receivable; long polls park on it. nil while nobody waits.
+	waitCh chan struct{}
+
+	// schedAt is the earliest wake-up already requested from the engine's
+	// scheduler (0: none).
+	schedAt int64
+
+	stats counters
+}
+
+func newQueue(id uint32, name string, cfg QueueConfig) *queue {
+	return &queue{
+		id:     id,
+		name:   name,
+		isFIFO: cfg.FIFO,
+		cfg:    cfg,
+		msgs:   make(map[uint64]*message),
+		groups: make(map[string]*group),
+		dedup:  make(map[string]*dedupEntry),
+	}
+}
+
+func (q *queue) fifo() bool { return q.isFIFO }
+
+// wakeLocked tells long polls that something may be receivable.
+func (q *queue) wakeLocked() {
+	if q.waitCh != nil {
+		close(q.waitCh)
+		q.waitCh = nil
+	}
+}
+
+func (q *queue) waitChanLocked() <-chan struct{} {
+	if q.waitCh == nil {
+		q.waitCh = make(chan struct{})
+	}
+	return q.waitCh
+}
+
+func (q *queue) groupLocked(id string) *group {
+	g := q.groups[id]
+	if g == nil {
+		g = &group{id: id}
+		q.groups[id] = g
+	}
+	return g
+}
+
+// addLocked inserts a message that is new to memory (sent, recovered or
+// dead-lettered in). m.state must be set: delayed/in-flight messages go to
+// the timer heap.
+func (q *queue) addLocked(m *message) {
+	q.msgs[m.seq] = m
+	m.timerIdx, m.expiryIdx = -1, -1
+	heap.Push(&q.expiry, m)
+	q.nState[m.state]++
+	if m.state != stateVisible {
+		heap.Push(&q.timers, m)
+	}
+	if q.fifo() {
+		g := m.group
+		g.msgs.insertSorted(m)
+		if m.state == stateInFlight {
+			g.inflight++
+		}
+		q.updateGroupLocked(g)
+	} else if m.state == stateVisible {
+		q.ready.pushBack(m)
+	}
+	if m.state == stateVisible {
+		q.wakeLocked()
+	}
+}
+
+// removeLocked takes a message out of memory entirely.
+func (q *queue) removeLocked(m *message) {
+	delete(q.msgs, m.seq)
+	if m.expiryIdx >= 0 {
+		heap.Remove(&q.expiry, int(m.expiryIdx))
+	}
+	if m.timerIdx >= 0 {
+		heap.Remove(&q.timers, int(m.timerIdx))
+	}
+	q.nState[m.state]--
+	if q.fifo() {
+		g := m.group
+		wasHead := g.msgs.head == m
+		g.msgs.remove(m)
+		if m.state == stateInFlight {
+			g.inflight--
+		}
+		if g.msgs.n == 0 {
+			if g.available {
+				q.available.remove(g)
+				g.available = false
+			}
+			delete(q.groups, g.id)
+		} else {
+			q.updateGroupLocked(g)
+			if wasHead {
+				q.wakeLocked()
+			}
+		}
+	} else if m.state == stateVisible {
+		q.ready.remove(m)
+	}
+}
+
+// setStateLocked moves a message between states, keeping lists, heaps and
+// counters in step. For delayed and in-flight the caller sets visibleAt
+// first.
+func (q *queue) setStateLocked(m *message, s uint8) {
+	old := m.state
+	if old == s {
+		if s != stateVisible && m.timerIdx >= 0 {
+			heap.Fix(&q.timers, int(m.timerIdx))
+		}
+		return
+	}
+	q.nState[old]--
+	q.nState[s]++
+	m.state = s
+	switch {
+	case s == stateVisible && m.timerIdx >= 0:
+		heap.Remove(&q.timers, int(m.timerIdx))
+	case s != stateVisible && m.timerIdx < 0:
+		heap.Push(&q.timers, m)
+	case s != stateVisible:
+		heap.Fix(&q.timers, int(m.timerIdx))
+	}
+	if q.fifo() {
+		g := m.group
+		if old == stateInFlight {
+			g.inflight--
+		}
+		if s == stateInFlight {
+			g.inflight++
+		}
+		q.updateGroupLocked(g)
+	} else {
+		if old == stateVisible {
+			q.ready.remove(m)
+		}
+		if s == stateVisible {
+			q.ready.pushBack(m)
+		}
+	}
+	if s == stateVisible {
+		q.wakeLocked()
+	}
+}
+
+// updateGroupLocked puts a FIFO group in or out of the available list.
+func (q *queue) updateGroupLocked(g *group) {
+	avail := g.inflight == 0 && g.msgs.head != nil && g.msgs.head.state == stateVisible
+	if avail == g.available {
+		return
+	}
+	g.available = avail
+	if avail {
+		q.available.pushBack(g)
+		q.wakeLocked()
+	} else {
+		q.available.remove(g)
+	}
+}
+
+// nextWakeLocked is the earliest time at which a timer of this queue is due
+// (0: none).
+func (q *queue) nextWakeLocked() int64 {
+	var t int64
+	if len(q.timers) > 0 {
+		t = q.timers[0].visibleAt
+	}
+	if len(q.expiry) > 0 {
+		e := q.expiry[0].enqueuedAt + int64(q.cfg.Retention)
+		if t == 0 || e < t {
+			t = e
+		}
+	}
+	if len(q.dedupOrder) > 0 {
+		if e := q.dedupOrder[0].expiresAt; t == 0 || e < t {
+			t = e
+		}
+	}
+	return t
+}
+
+// receivableLocked reports whether a receive would find a message now.
+func (q *queue) receivableLocked() bool {
+	if q.fifo() {
+		return q.available.head != nil
+	}
+	return q.ready.head != nil
+}
+
+// info snapshots the queue.
+func (q *queue) infoLocked() QueueInfo {
+	info := QueueInfo{
+		Name:         q.name,
+		Config:       cloneConfig(q.cfg),
+		Tags:         cloneMap(q.tags),
+		CreatedAt:    fromNanos(q.createdAt),
+		ModifiedAt:   fromNanos(q.modifiedAt),
+		Visible:      q.nState[stateVisible],
+		InFlight:     q.nState[stateInFlight],
+		Delayed:      q.nState[stateDelayed],
+		Sent:         q.stats.sent.Load(),
+		Received:     q.stats.received.Load(),
+		Deleted:      q.stats.deleted.Load(),
+		DeadLettered: q.stats.deadLettered.Load(),
+		Expired:      q.stats.expired.Load(),
+	}
+	if len(q.expiry) > 0 {
+		// The expiry heap's top is the oldest by enqueue time; for the
+		// oldest-message meter that is what an operator needs.
+		info.OldestSentAt = fromNanos(q.expiry[0].enqueuedAt)
+	}
+	return info
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func cloneConfig(c QueueConfig) QueueConfig {
+	if c.DeadLetter != nil {
+		d := *c.DeadLetter
+		c.DeadLetter = &d
+	}
+	if c.RedriveAllow != nil {
+		r := *c.RedriveAllow
+		r.SourceQueues = append([]string(nil), r.SourceQueues...)
+		c.RedriveAllow = &r
+	}
+	c.Extra = cloneMap(c.Extra)
+	return c
+}
+
+func durationNanos(d time.Duration) int64 { return int64(d) }

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// recover rebuilds memory from the store. A record that fails to decode
+// stops the start with an error naming its key: Sluice never skips data it
+// cannot read. It returns the number of messages loaded.
+func (e *Engine) recover() (int, error) {
+	now := e.now()
+	err := e.st.Scan([]byte{prefixNextID}, func(k, v []byte) error {
+		if len(v) != 4 {
+			return fmt.Errorf("%w: next queue id", errCorrupt)
+		}
+		e.nextQID = binary.BigEndian.Uint32(v)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
+	byID := make(map[uint32]*queue)
+	err = e.st.Scan([]byte{prefixQueue}, func(k, v []byte) error {
+		r, err := decodeQueue(v)
+		if err != nil {
+			return fmt.Errorf("queue %q: %w", k[1:], err)
+		}
+		q := newQueue(r.ID, r.Name, r.Config)
+		q.tags = r.Tags
+		q.createdAt, q.modifiedAt = r.CreatedAt, r.ModifiedAt
+		q.nextSeq.Store(1)
+		e.queues[r.Name] = q
+		byID[r.ID] = q
+		if r.ID >= e.nextQID {
+			e.nextQID = r.ID + 1
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
+	err = e.st.Scan([]byte{prefixSeq}, func(k, v []byte) error {
+		if len(k) != 5 || len(v) != 8 {
+			return fmt.Errorf("%w: sequence record", errCorrupt)
+		}
+		if q := byID[binary.BigEndian.Uint32(k[1:])]; q != nil {
+			if s := binary.BigEndian.Uint64(v) + 1; s > q.nextSeq.Load() {
+				q.nextSeq.Store(s)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
+
+	// Messages: content and state records of one message are adjacent
+	// (kind 0 then 1), so one pass rebuilds each message.
+	var orphans store.Batch
+	var cur *message
+	var curQ *queue
+	var curGroup string
+	loaded := 0
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		curQ.restoreLocked(cur, curGroup, now)
+		loaded++
+		cur = nil
+	}
+	err = e.st.Scan([]byte{prefixMessage}, func(k, v []byte) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		qid := binary.BigEndian.Uint32(k[1:])
+		seq := binary.BigEndian.Uint64(k[5:])
+		q := byID[qid]
+		if q == nil {
+			// Left behind by a write that raced a queue delete.
+			orphans.Delete(append([]byte(nil), k...))
+			return nil
+		}
+		switch k[13] {
+		case kindContent:
+			flush()
+			cur, curQ = &message{seq: seq}, q
+			g, err := decodeContent(cur, v)
+			if err != nil {
+				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
+			}
+			curGroup = g
+		case kindState:
+			if cur == nil || cur.seq != seq || curQ != q {
+				// A state record without content: the message was
+				// deleted; the state delete raced. Drop it.
+				orphans.Delete(append([]byte(nil), k...))
+				return nil
+			}
+			if err := decodeState(cur, v); err != nil {
+				return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
+			}
+		default:
+			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
+		}
+		if seq >= q.nextSeq.Load() {
+			q.nextSeq.Store(seq + 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
+	flush()
+
+	err = e.st.Scan([]byte{prefixDedup}, func(k, v []byte) error {
+		if len(k) < 6 {
+			return fmt.Errorf("%w: dedup key", errCorrupt)
+		}
+		q := byID[binary.BigEndian.Uint32(k[1:])]
+		if q == nil {
+			orphans.Delete(append([]byte(nil), k...))
+			return nil
+		}
+		rest := k[5:]
+		sep := -1
+		for i, c := range rest {
+			if c == 0 {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 {
+			return fmt.Errorf("%w: dedup key", errCorrupt)
+		}
+		ent := &dedupEntry{group: string(rest[:sep]), id: string(rest[sep+1:])}
+		if err := decodeDedup(ent, v); err != nil {
+			return err
+		}
+		if ent.expiresAt <= now {
+			orphans.Delete(append([]byte(nil), k...))
+			return nil
+		}
+		q.rememberDedupLocked(ent)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
+	for _, q := range byID {
+		// Dedup entries were scanned in key order; the window needs
+		// them in expiry order.
+		sortDedup(q.dedupOrder)
+		e.scheduleLocked(q)
+	}
+	if orphans.Len() > 0 {
+		p, err := e.write(&orphans, true)
+		if err == nil {
+			err = e.wait(p)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("engine: recover: removing orphans: %w", err)
+		}
+	}
+	return loaded, nil
+}
+
+// restoreLocked inserts a recovered message in the state its times imply.
+// A lease that ended while the broker was down ends now; one still running
+// keeps running. (Recovery runs before any other goroutine sees q.)
+func (q *queue) restoreLocked(m *message, groupID string, now int64) {
+	switch {
+	case m.visibleAt <= now:
+		m.state = stateVisible
+	case m.receipt != 0 && m.leaseAt != 0:
+		m.state = stateInFlight
+	default:
+		m.state = stateDelayed
+	}
+	if groupID != "" {
+		if q.fifo() {
+			m.group = q.groupLocked(groupID)
+		} else {
+			m.group = &group{id: groupID}
+		}
+	}
+	q.addLocked(m)
+}
+
+func sortDedup(s []*dedupEntry) {
+	sort.Slice(s, func(i, j int) bool { return s[i].expiresAt < s[j].expiresAt })
+}
