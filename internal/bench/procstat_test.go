@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestParseProcStat(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"plain", "4242 (sluice) S 1 4242 4242 0 -1 4194560 1933 0 0 0 250 37 0 0 20 0 9 0 123 0 0\n", 2870 * time.Millisecond, true},
+		{"comm with spaces and parens", "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5\n", 30 * time.Millisecond, true},
+		{"no comm", "7 sluice R 1", 0, false},
+		{"short", "7 (x) R 1 2 3", 0, false},
+		{"not a number", "7 (x) R 1 7 7 0 -1 0 0 0 0 0 a 2 0", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseProcStat([]byte(tt.in))
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Fatalf("parseProcStat = %v, %v; want %v, ok=%t", got, err, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestProcCPUSelf(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	before, err := ProcCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn CPU until the tick-granular counter moves: polling, with a bound.
+	deadline := time.Now().Add(10 * time.Second)
+	x := 0
+	for {
+		for i := range 1_000_000 {
+			x += i
+		}
+		after, err := ProcCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time stayed at %v for 10 s of busy loop (x=%d)", before, x)
+		}
+	}
+	if _, err := ProcCPU(-1); err == nil {
+		t.Fatal("ProcCPU(-1) succeeded")
+	}
+}

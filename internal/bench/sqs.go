@@ -1,0 +1,558 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SQSResult is what one RunSQS measured. Durations are in nanoseconds in
+// JSON.
+type SQSResult struct {
+	Queue     string  `json:"queue"`
+	QueueURL  string  `json:"queue_url"`
+	FIFO      bool    `json:"fifo"`
+	Producers int     `json:"producers"`
+	Consumers int     `json:"consumers"`
+	Batch     int     `json:"batch"`
+	Size      int     `json:"size_bytes"`
+	Rate      float64 `json:"target_rate"` // 0 = as fast as possible
+
+	Sent     uint64 `json:"sent"`     // acknowledged by SendMessageBatch
+	Received uint64 `json:"received"` // deliveries of this run's messages, redeliveries included
+	Deleted  uint64 `json:"deleted"`  // acknowledged by DeleteMessageBatch
+	Stale    uint64 `json:"stale"`    // messages of earlier runs found (and deleted)
+
+	SendElapsed time.Duration `json:"send_elapsed_ns"` // start → last send answered
+	Elapsed     time.Duration `json:"elapsed_ns"`      // start → last delete answered
+	SendRate    float64       `json:"send_rate"`       // Sent / SendElapsed, msg/s
+	Throughput  float64       `json:"throughput"`      // Deleted / Elapsed, msg/s end to end
+
+	// Latency is send → receive of this run's messages, from the timestamp
+	// in each body (see body.go), over every delivery.
+	Latency LatencySummary `json:"latency"`
+
+	// Errors counts failed requests and failed batch entries by SQS error
+	// code; "transport" is a connection-level failure.
+	Errors map[string]uint64 `json:"errors"`
+
+	// ServerCPU is the broker's utime+stime during the run (with -pid);
+	// ServerCPUPer100k is that in seconds per 100,000 deleted messages.
+	ServerCPU        time.Duration `json:"server_cpu_ns,omitempty"`
+	ServerCPUPer100k float64       `json:"server_cpu_s_per_100k,omitempty"`
+	// ClientCPU is the load generator's own CPU time, to judge how much of
+	// the machine the measurement took.
+	ClientCPU        time.Duration `json:"client_cpu_ns,omitempty"`
+	ClientCPUPer100k float64       `json:"client_cpu_s_per_100k,omitempty"`
+}
+
+// LatencySummary is a digest of a Histogram.
+type LatencySummary struct {
+	Count uint64        `json:"count"`
+	Mean  time.Duration `json:"mean_ns"`
+	P50   time.Duration `json:"p50_ns"`
+	P90   time.Duration `json:"p90_ns"`
+	P99   time.Duration `json:"p99_ns"`
+	P999  time.Duration `json:"p999_ns"`
+	Max   time.Duration `json:"max_ns"`
+}
+
+func summarize(h *Histogram) LatencySummary {
+	return LatencySummary{
+		Count: h.Count(), Mean: h.Mean(), Max: h.Max(),
+		P50: h.Quantile(0.50), P90: h.Quantile(0.90), P99: h.Quantile(0.99), P999: h.Quantile(0.999),
+	}
+}
+
+// RunSQS runs producers and consumers against an SQS endpoint and writes a
+// table (or, with o.JSON, one JSON object) to out.
+//
+// Producers send SendMessageBatch requests of o.Batch messages of o.Size
+// bytes, for o.Duration or until o.Messages are sent. Consumers long-poll
+// ReceiveMessage and delete every batch at once with DeleteMessageBatch. The
+// run ends when consumers have received as many of this run's messages as
+// were sent (or after o.DrainTimeout). Canceling ctx stops the run early; the
+// result then covers what happened until then and the error is ctx.Err().
+func RunSQS(ctx context.Context, o SQSOptions, out io.Writer) (SQSResult, error) {
+	if err := o.Validate(); err != nil {
+		return SQSResult{}, err
+	}
+	c := newClient(o.Endpoint, o.Producers+o.Consumers)
+	defer c.close()
+	qurl, err := c.createQueue(ctx, o.queueName(), o.FIFO)
+	if err != nil {
+		return SQSResult{}, err
+	}
+	r := &run{o: o, c: c, queueURL: qurl, id: rand.Uint32()}
+	res, err := r.do(ctx)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return res, err
+	}
+	if o.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if werr := enc.Encode(res); werr != nil {
+			return res, werr
+		}
+	} else {
+		res.WriteTable(out)
+	}
+	return res, err
+}
+
+// run is the shared state of one RunSQS. Counters are atomics updated once
+// per request; histograms and error maps belong to one worker each and are
+// merged after the workers stopped.
+type run struct {
+	o        SQSOptions
+	c        *client
+	queueURL string
+	id       uint32    // run id written into every body
+	t0       time.Time // stamps are time.Since(t0)
+
+	reserved atomic.Int64 // messages claimed by producers (-messages mode)
+	sent     atomic.Uint64
+	received atomic.Uint64
+	deleted  atomic.Uint64
+	stale    atomic.Uint64
+
+	producersDone atomic.Bool
+	lastSend      atomic.Int64 // ns since t0 of the last answered send
+	lastDelete    atomic.Int64 // ns since t0 of the last answered delete
+	stopConsumers context.CancelFunc
+}
+
+type worker struct {
+	hist   Histogram
+	errors map[string]uint64
+	resp   bytes.Buffer
+}
+
+func (w *worker) countErr(code string, n uint64) {
+	if w.errors == nil {
+		w.errors = make(map[string]uint64)
+	}
+	w.errors[code] += n
+}
+
+func (r *run) do(ctx context.Context) (SQSResult, error) {
+	o := r.o
+	var cpu0, self0 time.Duration
+	var err error
+	if o.PID > 0 {
+		if cpu0, err = ProcCPU(o.PID); err != nil {
+			return SQSResult{}, err
+		}
+	}
+	self0, selfErr := ProcCPU(os.Getpid())
+
+	consumeCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	r.stopConsumers = stop
+	r.t0 = time.Now()
+	var deadline time.Time
+	if o.Messages == 0 {
+		deadline = r.t0.Add(o.Duration)
+	}
+
+	producers := make([]*worker, o.Producers)
+	consumers := make([]*worker, o.Consumers)
+	var pwg, cwg sync.WaitGroup
+	for i := range consumers {
+		consumers[i] = &worker{}
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			r.consume(consumeCtx, consumers[i])
+		}()
+	}
+	for i := range producers {
+		producers[i] = &worker{}
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			r.produce(ctx, i, deadline, producers[i])
+		}()
+	}
+	pwg.Wait()
+	r.producersDone.Store(true)
+	if r.received.Load() >= r.sent.Load() {
+		stop()
+	}
+	drain := time.AfterFunc(o.DrainTimeout, stop)
+	cwg.Wait()
+	drain.Stop()
+
+	res := SQSResult{
+		Queue: o.queueName(), QueueURL: r.queueURL, FIFO: o.FIFO,
+		Producers: o.Producers, Consumers: o.Consumers, Batch: o.Batch, Size: o.Size, Rate: o.Rate,
+		Sent: r.sent.Load(), Received: r.received.Load(), Deleted: r.deleted.Load(), Stale: r.stale.Load(),
+		SendElapsed: time.Duration(r.lastSend.Load()),
+		Elapsed:     time.Duration(r.lastDelete.Load()),
+		Errors:      map[string]uint64{},
+	}
+	if res.SendElapsed > 0 {
+		res.SendRate = float64(res.Sent) / res.SendElapsed.Seconds()
+	}
+	if res.Elapsed > 0 {
+		res.Throughput = float64(res.Deleted) / res.Elapsed.Seconds()
+	}
+	var h Histogram
+	for _, w := range append(producers, consumers...) {
+		h.Merge(&w.hist)
+		for code, n := range w.errors {
+			res.Errors[code] += n
+		}
+	}
+	res.Latency = summarize(&h)
+	per100k := func(d time.Duration) float64 {
+		if res.Deleted == 0 {
+			return 0
+		}
+		return d.Seconds() / float64(res.Deleted) * 1e5
+	}
+	if o.PID > 0 {
+		cpu1, err := ProcCPU(o.PID)
+		if err != nil {
+			return res, err
+		}
+		res.ServerCPU = cpu1 - cpu0
+		res.ServerCPUPer100k = per100k(res.ServerCPU)
+	}
+	if self1, err := ProcCPU(os.Getpid()); err == nil && selfErr == nil {
+		res.ClientCPU = self1 - self0
+		res.ClientCPUPer100k = per100k(res.ClientCPU)
+	}
+	return res, ctx.Err()
+}
+
+// sendBatch is a pre-encoded SendMessageBatch request: the JSON is built once
+// and only the stamp (and, for FIFO, deduplication id) digits are rewritten
+// before each send.
+type sendBatch struct {
+	json   []byte
+	stamps []int // offsets of the 16 stamp digits of each entry's body
+	seqs   []int // FIFO: offsets of the 16 sequence digits of each dedup id
+}
+
+func (r *run) encodeSendBatch(producer, n int) *sendBatch {
+	b := &sendBatch{}
+	body := newBody(r.id, r.o.Size)
+	j := make([]byte, 0, n*(r.o.Size+160)+len(r.queueURL)+40)
+	j = append(j, `{"QueueUrl":`...)
+	j = appendJSONString(j, r.queueURL)
+	j = append(j, `,"Entries":[`...)
+	for i := range n {
+		if i > 0 {
+			j = append(j, ',')
+		}
+		j = append(j, `{"Id":"`...)
+		j = strconv.AppendInt(j, int64(i), 10)
+		j = append(j, `","MessageBody":"`...)
+		b.stamps = append(b.stamps, len(j)+stampOff)
+		j = append(j, body...) // only [0-9a-fx.S] characters: no escaping needed
+		j = append(j, '"')
+		if r.o.FIFO {
+			j = append(j, `,"MessageGroupId":"g`...)
+			j = strconv.AppendInt(j, int64(producer), 10)
+			j = append(j, '-')
+			j = strconv.AppendInt(j, int64(i), 10)
+			j = append(j, `","MessageDeduplicationId":"`...)
+			j = append(j, body[runOff:runOff+8]...)
+			j = append(j, '-')
+			j = strconv.AppendInt(j, int64(producer), 10)
+			j = append(j, '-')
+			b.seqs = append(b.seqs, len(j))
+			j = append(j, "0000000000000000"...)
+			j = append(j, '"')
+		}
+		j = append(j, '}')
+	}
+	b.json = append(j, "]}"...)
+	return b
+}
+
+// produce sends batches until the deadline (duration mode) or until the
+// -messages budget is used up.
+func (r *run) produce(ctx context.Context, id int, deadline time.Time, w *worker) {
+	o := r.o
+	full := r.encodeSendBatch(id, o.Batch)
+	var interval time.Duration
+	var next time.Time
+	if o.Rate > 0 {
+		interval = time.Duration(float64(o.Batch*o.Producers) / o.Rate * float64(time.Second))
+		next = r.t0.Add(interval * time.Duration(id) / time.Duration(o.Producers)) // spread the producers' phases
+	}
+	var resp struct {
+		Successful []struct{}
+		Failed     []struct{ Code string }
+	}
+	var seq uint64
+	var backoff time.Duration
+	timer := time.NewTimer(0)
+	<-timer.C
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		n := o.Batch
+		if o.Messages > 0 {
+			left := int64(o.Messages) - r.reserved.Add(int64(n))
+			if left < 0 {
+				n += int(left)
+				if n <= 0 {
+					return
+				}
+			}
+		}
+		if interval > 0 {
+			if !deadline.IsZero() && next.After(deadline) {
+				return
+			}
+			if d := time.Until(next); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-ctx.Done():
+					return
+				case <-timer.C:
+				}
+			}
+			next = next.Add(interval)
+		} else if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return
+		}
+
+		batch := full
+		if n < o.Batch {
+			batch = r.encodeSendBatch(id, n) // the one short batch at the end of -messages
+		}
+		stamp := uint64(time.Since(r.t0))
+		for i, off := range batch.stamps {
+			putHex(batch.json[off:off+16], stamp)
+			if o.FIFO {
+				seq++
+				putHex(batch.json[batch.seqs[i]:batch.seqs[i]+16], seq)
+			}
+		}
+		err := r.c.call(ctx, "AmazonSQS.SendMessageBatch", batch.json, &w.resp)
+		if err == nil {
+			resp.Successful, resp.Failed = resp.Successful[:0], resp.Failed[:0] // absent members keep old values
+			err = json.Unmarshal(w.resp.Bytes(), &resp)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.countErr(errCode(err), 1)
+			if o.Messages > 0 {
+				r.reserved.Add(-int64(n)) // try these again
+			}
+			backoff = r.pause(ctx, backoff)
+			continue
+		}
+		backoff = 0
+		r.sent.Add(uint64(len(resp.Successful)))
+		for _, f := range resp.Failed {
+			w.countErr(f.Code, 1)
+		}
+		if o.Messages > 0 && len(resp.Failed) > 0 {
+			r.reserved.Add(-int64(len(resp.Failed)))
+		}
+		storeMax(&r.lastSend, int64(time.Since(r.t0)))
+	}
+}
+
+// recvMsg decodes only what a consumer needs: the handle and the body's
+// prefix (bodyStamp does not allocate the body).
+type recvMsg struct {
+	ReceiptHandle string
+	Body          bodyStamp
+}
+
+func (r *run) consume(ctx context.Context, w *worker) {
+	o := r.o
+	recvReq, _ := json.Marshal(struct {
+		QueueUrl            string
+		MaxNumberOfMessages int
+		WaitTimeSeconds     int
+		VisibilityTimeout   int
+	}{r.queueURL, o.Batch, o.Wait, o.Visibility})
+	var recv struct{ Messages []recvMsg }
+	var del struct {
+		Successful []struct{ Id string }
+		Failed     []struct{ Code string }
+	}
+	delReq := make([]byte, 0, 4096)
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		if r.producersDone.Load() && r.received.Load() >= r.sent.Load() {
+			r.stopConsumers()
+			return
+		}
+		err := r.c.call(ctx, "AmazonSQS.ReceiveMessage", recvReq, &w.resp)
+		if err == nil {
+			clear(recv.Messages[:cap(recv.Messages)]) // Unmarshal decodes into reused elements
+			recv.Messages = recv.Messages[:0]
+			err = json.Unmarshal(w.resp.Bytes(), &recv)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.countErr(errCode(err), 1)
+			backoff = r.pause(ctx, backoff)
+			continue
+		}
+		backoff = 0
+		if len(recv.Messages) == 0 {
+			continue
+		}
+		now := time.Since(r.t0)
+		var mine uint64
+		for _, m := range recv.Messages {
+			if m.Body.ok && m.Body.run == r.id {
+				w.hist.Record(now - time.Duration(m.Body.stamp))
+				mine++
+			} else {
+				r.stale.Add(1)
+			}
+		}
+		r.received.Add(mine)
+
+		delReq = append(delReq[:0], `{"QueueUrl":`...)
+		delReq = appendJSONString(delReq, r.queueURL)
+		delReq = append(delReq, `,"Entries":[`...)
+		for i, m := range recv.Messages {
+			if i > 0 {
+				delReq = append(delReq, ',')
+			}
+			delReq = append(delReq, `{"Id":"`...)
+			delReq = strconv.AppendInt(delReq, int64(i), 10)
+			delReq = append(delReq, `","ReceiptHandle":`...)
+			delReq = appendJSONString(delReq, m.ReceiptHandle)
+			delReq = append(delReq, '}')
+		}
+		delReq = append(delReq, "]}"...)
+		// The delete uses the parent context's lifetime, not ctx: a batch
+		// received must be deleted even when the run is ending.
+		err = r.c.call(context.WithoutCancel(ctx), "AmazonSQS.DeleteMessageBatch", delReq, &w.resp)
+		if err == nil {
+			del.Successful, del.Failed = del.Successful[:0], del.Failed[:0]
+			err = json.Unmarshal(w.resp.Bytes(), &del)
+		}
+		if err != nil {
+			w.countErr(errCode(err), 1)
+			continue
+		}
+		for _, s := range del.Successful {
+			if i, err := strconv.Atoi(s.Id); err == nil && i >= 0 && i < len(recv.Messages) &&
+				recv.Messages[i].Body.ok && recv.Messages[i].Body.run == r.id {
+				r.deleted.Add(1)
+			}
+		}
+		for _, f := range del.Failed {
+			w.countErr(f.Code, 1)
+		}
+		storeMax(&r.lastDelete, int64(time.Since(r.t0)))
+	}
+}
+
+// pause waits before a retry after an error: 10 ms, doubling to 500 ms, so a
+// broker that is down is not spun on.
+func (r *run) pause(ctx context.Context, last time.Duration) time.Duration {
+	d := min(max(2*last, 10*time.Millisecond), 500*time.Millisecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return d
+}
+
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// errCode names an error for the error table.
+func errCode(err error) string {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae.Code
+	case errors.As(err, new(*json.SyntaxError)), errors.As(err, new(*json.UnmarshalTypeError)):
+		return "bad-response"
+	default:
+		return "transport"
+	}
+}
+
+// WriteTable prints the result as a compact human-readable table.
+func (res *SQSResult) WriteTable(w io.Writer) {
+	rate := "max"
+	if res.Rate > 0 {
+		rate = strconv.FormatFloat(res.Rate, 'f', -1, 64) + " msg/s"
+	}
+	fmt.Fprintf(w, "sluice bench sqs: queue=%s fifo=%t producers=%d consumers=%d batch=%d size=%dB rate=%s\n",
+		res.Queue, res.FIFO, res.Producers, res.Consumers, res.Batch, res.Size, rate)
+	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s over %s\n", "sent", res.Sent, res.SendRate, res.SendElapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "  %-12s %10d\n", "received", res.Received)
+	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s end to end over %s\n", "deleted", res.Deleted, res.Throughput, res.Elapsed.Round(time.Millisecond))
+	if res.Stale > 0 {
+		fmt.Fprintf(w, "  %-12s %10d  (messages of earlier runs, deleted)\n", "stale", res.Stale)
+	}
+	l := res.Latency
+	fmt.Fprintf(w, "  %-12s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n", "latency",
+		fmtDur(l.P50), fmtDur(l.P90), fmtDur(l.P99), fmtDur(l.P999), fmtDur(l.Max), fmtDur(l.Mean))
+	if res.ServerCPU > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "server cpu", res.ServerCPU.Seconds(), res.ServerCPUPer100k)
+	}
+	if res.ClientCPU > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "bench cpu", res.ClientCPU.Seconds(), res.ClientCPUPer100k)
+	}
+	if len(res.Errors) == 0 {
+		fmt.Fprintf(w, "  %-12s none\n", "errors")
+		return
+	}
+	codes := make([]string, 0, len(res.Errors))
+	for c := range res.Errors {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	var sb strings.Builder
+	for i, c := range codes {
+		if i > 0 {
+			sb.WriteString("  ")
+		}
+		fmt.Fprintf(&sb, "%s=%d", c, res.Errors[c])
+	}
+	fmt.Fprintf(w, "  %-12s %s\n", "errors", sb.String())
+}
+
+// fmtDur prints a latency with three significant digits in µs or ms.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + "µs"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + "ms"
+	default:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+	}
+}
