@@ -1,0 +1,39 @@
+# Sluice — run `make help` for the targets.
+GO        ?= go
+FUZZTIME  ?= 30s
+CRASH_ITERATIONS ?= 200
+
+.PHONY: help build run test test-race lint bench fuzz crash ci
+
+help: ## show this help
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build ./bin/sluice
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+run: ## run the broker on its embedded default store (./sluice-data)
+	$(GO) run ./cmd/sluice server
+
+test: ## run the whole test suite (what CI runs)
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-race: ## the test suite under the race detector
+	$(GO) test -count=1 -race -timeout 45m ./...
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+bench: ## Go benchmarks (engine, store)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
+	SLUICE_CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(GO) test -count=1 -timeout 2h -run . -v ./test/crash/
