@@ -1,0 +1,388 @@
+// Package sqs is Sluice's Amazon SQS front-end: an http.Handler that speaks
+// both SQS wire protocols, AWS JSON 1.0 and Query (form + XML), on top of the
+// protocol-neutral engine, so that unmodified AWS SDKs work against Sluice by
+// changing only the endpoint.
+//
+// The package decodes requests into protocol-neutral shapes (input.go,
+// query.go), validates them against the limits of the SQS reference
+// (validate.go, attributes.go), calls the engine, and renders the result or
+// the error in the request's protocol (output.go, json.go, errors.go).
+// Engine errors are translated once, in mapEngineErr.
+//
+// # Caveats
+//
+//   - Requests are not authenticated: SigV4 signatures are accepted unchecked.
+//   - Permissions (AddPermission, Policy) are stored and returned but not
+//     enforced.
+//   - The message-move-task actions answer UnsupportedOperation.
+//
+// See docs/sqs-compat.md for the full list.
+package sqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// Options configure a Handler.
+type Options struct {
+	AccountID string       // account id in queue URLs and ARNs; default "000000000000"
+	Region    string       // region in ARNs; default "us-east-1"
+	Logger    *slog.Logger // nil: discard
+	Clock     clock.Clock  // nil: clock.Real
+}
+
+// Handler serves the SQS API. It is safe for concurrent use and holds no
+// state of its own beyond its options: queues and messages live in the engine.
+type Handler struct {
+	eng     *engine.Engine
+	account string
+	region  string
+	log     *slog.Logger
+	clock   clock.Clock
+}
+
+// New returns a Handler serving eng.
+func New(eng *engine.Engine, opts Options) *Handler {
+	h := &Handler{eng: eng, account: opts.AccountID, region: opts.Region, log: opts.Logger, clock: opts.Clock}
+	if h.account == "" {
+		h.account = "000000000000"
+	}
+	if h.region == "" {
+		h.region = "us-east-1"
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.clock == nil {
+		h.clock = clock.Real{}
+	}
+	return h
+}
+
+// maxRequestBody caps a request body. The largest legal request is a 1 MiB
+// batch; URL-encoding can triple it (%XX per byte) and JSON can double it,
+// so 5 MiB leaves room for any legal request and stops anything larger
+// before it is buffered.
+const maxRequestBody = 5 << 20
+
+type protocol uint8
+
+const (
+	protoJSON protocol = iota + 1
+	protoQuery
+)
+
+// call is one request being served.
+type call struct {
+	h       *Handler
+	ctx     context.Context
+	proto   protocol
+	jsonOut bool // render the response as JSON (JSON protocol, or Query with Accept: application/json)
+	action  string
+	reqID   string
+	baseURL string // scheme://host of queue URLs
+
+	// The queue named by the request path (/<account>/<name>), if any.
+	pathAccount, pathQueue string
+
+	body []byte // JSON request body
+	form form   // Query fields
+
+	sender string // SenderId for sent messages
+}
+
+// ServeHTTP detects the protocol, decodes the request, runs the action and
+// writes the response. It never answers bad input with a 5xx or plain text.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := &call{h: h, ctx: r.Context(), reqID: newRequestID(), baseURL: baseURL(r)}
+	w.Header().Set("x-amzn-RequestId", c.reqID)
+	c.pathAccount, c.pathQueue = splitQueuePath(r.URL.Path)
+	c.sender = senderID(r, h.account)
+
+	out, err := c.serve(w, r)
+	if err != nil {
+		c.writeError(w, err)
+		return
+	}
+	c.writeOutput(w, out)
+}
+
+func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		c.proto = protoQuery
+		if isJSONRequest(r) {
+			c.proto, c.jsonOut = protoJSON, true
+		}
+		if errors.As(err, &tooBig) {
+			return nil, newErr(kindTooLarge, "Request body is larger than %d bytes.", maxRequestBody)
+		}
+		return nil, newErr(kindMalformedQuery, "The request body could not be read.")
+	}
+
+	if isJSONRequest(r) {
+		c.proto, c.jsonOut, c.body = protoJSON, true, body
+		target := r.Header.Get("X-Amz-Target")
+		action, ok := strings.CutPrefix(target, "AmazonSQS.")
+		if !ok || action == "" {
+			return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", target)
+		}
+		c.action = action
+		return c.dispatch()
+	}
+
+	c.proto = protoQuery
+	c.jsonOut = acceptsJSON(r)
+	c.form = form{}
+	if aerr := parseForm(c.form, r.URL.RawQuery); aerr != nil {
+		return nil, aerr
+	}
+	if r.Method == http.MethodPost && isFormBody(r) {
+		if aerr := parseForm(c.form, string(body)); aerr != nil {
+			return nil, aerr
+		}
+	}
+	c.action = c.form.get("Action")
+	if c.action == "" {
+		if c.pathQueue != "" {
+			return nil, newErr(kindUnknownOperation, "An unknown operation was requested.")
+		}
+		return nil, newErr(kindMissingAction, "The request must contain the parameter Action.")
+	}
+	return c.dispatch()
+}
+
+// isJSONRequest: AWS JSON 1.x is recognised by an X-Amz-Target header with
+// any application/x-amz-json-1.x content type (on any path).
+func isJSONRequest(r *http.Request) bool {
+	if r.Header.Get("X-Amz-Target") == "" {
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return strings.HasPrefix(mt, "application/x-amz-json-1.") || mt == "application/json"
+}
+
+func isFormBody(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return true // botocore and curl sometimes omit it; the body is still a form
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "application/x-www-form-urlencoded"
+}
+
+func acceptsJSON(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
+		if mt == "application/json" {
+			return true
+		}
+	}
+	return false
+}
+
+// actionFunc runs one action.
+type actionFunc func(c *call) (output, *apiError)
+
+// lookupAction maps an action name to its implementation. queueAction says
+// whether the action addresses one queue (and so may be sent to a queue path).
+func lookupAction(name string) (fn actionFunc, queueAction bool, ok bool) {
+	switch name {
+	case "SendMessage":
+		return (*call).sendMessage, true, true
+	case "SendMessageBatch":
+		return (*call).sendMessageBatch, true, true
+	case "ReceiveMessage":
+		return (*call).receiveMessage, true, true
+	case "DeleteMessage":
+		return (*call).deleteMessage, true, true
+	case "DeleteMessageBatch":
+		return (*call).deleteMessageBatch, true, true
+	case "ChangeMessageVisibility":
+		return (*call).changeMessageVisibility, true, true
+	case "ChangeMessageVisibilityBatch":
+		return (*call).changeMessageVisibilityBatch, true, true
+	case "CreateQueue":
+		return (*call).createQueue, false, true
+	case "DeleteQueue":
+		return (*call).deleteQueue, true, true
+	case "GetQueueUrl":
+		return (*call).getQueueURL, false, true
+	case "GetQueueAttributes":
+		return (*call).getQueueAttributes, true, true
+	case "SetQueueAttributes":
+		return (*call).setQueueAttributes, true, true
+	case "ListQueues":
+		return (*call).listQueues, false, true
+	case "PurgeQueue":
+		return (*call).purgeQueue, true, true
+	case "ListDeadLetterSourceQueues":
+		return (*call).listDeadLetterSourceQueues, true, true
+	case "TagQueue":
+		return (*call).tagQueue, true, true
+	case "UntagQueue":
+		return (*call).untagQueue, true, true
+	case "ListQueueTags":
+		return (*call).listQueueTags, true, true
+	case "AddPermission":
+		return (*call).addPermission, true, true
+	case "RemovePermission":
+		return (*call).removePermission, true, true
+	case "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks":
+		return (*call).unsupported, false, true
+	}
+	return nil, false, false
+}
+
+func (c *call) dispatch() (output, *apiError) {
+	fn, queueAction, ok := lookupAction(c.action)
+	if !ok {
+		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
+	}
+	if c.proto == protoQuery && c.pathQueue != "" && !queueAction {
+		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
+	}
+	return fn(c)
+}
+
+func (c *call) unsupported() (output, *apiError) {
+	return nil, newErr(kindUnsupported, "%s is not supported by this server yet.", c.action)
+}
+
+// decode fills in from the request in its protocol.
+func (c *call) decode(in queryDecoder) *apiError {
+	if c.proto == protoQuery {
+		return in.fromQuery(c.form)
+	}
+	return decodeJSON(c.body, in)
+}
+
+// queueName resolves the queue a request addresses: its QueueUrl member
+// or, when that is absent, the request path. The URL is parsed leniently
+// (scheme and host are ignored; the last path segment is the name), but an
+// account segment must be ours.
+func (c *call) queueName(queueURL string) (string, *apiError) {
+	if queueURL == "" {
+		if c.pathQueue == "" {
+			return "", errMissing("QueueUrl")
+		}
+		if c.pathAccount != c.h.account {
+			return "", errQueueDoesNotExist()
+		}
+		return c.pathQueue, nil
+	}
+	p := queueURL
+	if i := strings.Index(p, "://"); i >= 0 {
+		p = p[i+3:]
+		if j := strings.IndexByte(p, '/'); j >= 0 {
+			p = p[j:]
+		} else {
+			p = ""
+		}
+	}
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	var segs []string
+	for _, s := range strings.Split(p, "/") {
+		if s != "" {
+			segs = append(segs, s)
+		}
+	}
+	if len(segs) == 0 {
+		return "", errQueueDoesNotExist()
+	}
+	name := segs[len(segs)-1]
+	if len(segs) >= 2 && segs[len(segs)-2] != c.h.account {
+		return "", errQueueDoesNotExist()
+	}
+	if !validQueueName(name) {
+		return "", errQueueDoesNotExist()
+	}
+	return name, nil
+}
+
+// splitQueuePath recognises a queue path "/<account>/<name>".
+func splitQueuePath(p string) (account, name string) {
+	p = strings.Trim(p, "/")
+	account, name, ok := strings.Cut(p, "/")
+	if !ok || account == "" || name == "" || strings.Contains(name, "/") {
+		return "", ""
+	}
+	return account, name
+}
+
+// baseURL is scheme://host of the queue URLs for this request: the Host
+// header, and https only when a proxy says so with X-Forwarded-Proto.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if strings.EqualFold(strings.TrimSpace(strings.Split(r.Header.Get("X-Forwarded-Proto"), ",")[0]), "https") {
+		scheme = "https"
+	}
+	host := r.Host
+	if host == "" {
+		host = "localhost"
+	}
+	return scheme + "://" + host
+}
+
+func (c *call) queueURL(name string) string {
+	return c.baseURL + "/" + c.h.account + "/" + name
+}
+
+// queueARN is arn:aws:sqs:<region>:<account>:<name>.
+func (h *Handler) queueARN(name string) string {
+	return "arn:aws:sqs:" + h.region + ":" + h.account + ":" + name
+}
+
+// senderID is the SenderId recorded on sent messages: the access key id of
+// the SigV4 credential when there is one (signatures are not verified), or
+// else the account id.
+func senderID(r *http.Request, account string) string {
+	auth := r.Header.Get("Authorization")
+	if _, cred, ok := strings.Cut(auth, "Credential="); ok {
+		if akid, _, ok := strings.Cut(cred, "/"); ok && akid != "" && validSenderID(akid) {
+			return akid
+		}
+	}
+	if cred := r.URL.Query().Get("X-Amz-Credential"); cred != "" {
+		if akid, _, ok := strings.Cut(cred, "/"); ok && akid != "" && validSenderID(akid) {
+			return akid
+		}
+	}
+	return account
+}
+
+func validSenderID(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	s := hex.EncodeToString(b[:])
+	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+}

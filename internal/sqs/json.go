@@ -1,0 +1,137 @@
+package sqs
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+)
+
+// decodeJSON decodes an AWS JSON 1.0 request body into in. An empty body is
+// "{}". A body that is not UTF-8, not JSON, or has a member of the wrong
+// type fails with SerializationException (HTTP 400, __type
+// com.amazon.coral.service#SerializationException), which SDKs surface as
+// an API error with that code.
+func decodeJSON(body []byte, in any) *apiError {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if !utf8.Valid(body) {
+		return newErr(kindSerialization, "The request body is not valid UTF-8.")
+	}
+	if err := json.Unmarshal(body, in); err != nil {
+		var msg string
+		switch e := err.(type) {
+		case *json.UnmarshalTypeError:
+			msg = "Unexpected value type for member " + strconv.Quote(e.Field) + "."
+		case *json.SyntaxError:
+			msg = "The request body is not valid JSON."
+		default:
+			msg = "The request body could not be decoded."
+		}
+		return errText(kindSerialization, msg)
+	}
+	return nil
+}
+
+// marshalJSON encodes v without HTML escaping (bodies come back byte for
+// byte as SQS returns them).
+func marshalJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Our response shapes are plain strings, maps and slices; this
+		// cannot fail. Keep the response well-formed regardless.
+		return []byte("{}")
+	}
+	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+// writeOutput renders a successful result in the request's protocol.
+func (c *call) writeOutput(w http.ResponseWriter, out output) {
+	switch {
+	case c.proto == protoJSON:
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusOK)
+		if out == nil {
+			w.Write([]byte("{}"))
+			return
+		}
+		w.Write(marshalJSON(out))
+	case c.jsonOut:
+		// A Query request asking for JSON gets the XML document's structure
+		// with the JSON protocol's result shape inside.
+		resp := map[string]any{"ResponseMetadata": map[string]string{"RequestId": c.reqID}}
+		if out != nil {
+			resp[c.action+"Result"] = out
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(marshalJSON(map[string]any{c.action + "Response": resp}))
+	default:
+		var x xmlWriter
+		x.b.WriteString(`<?xml version="1.0"?>`)
+		x.b.WriteString("<" + c.action + `Response xmlns="` + xmlNamespace + `">`)
+		if out != nil {
+			x.open(c.action + "Result")
+			out.xml(&x)
+			x.close(c.action + "Result")
+		}
+		x.open("ResponseMetadata")
+		x.elem("RequestId", c.reqID)
+		x.close("ResponseMetadata")
+		x.close(c.action + "Response")
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusOK)
+		w.Write(x.b.Bytes())
+	}
+}
+
+// writeError renders err in the request's protocol: JSON with __type and
+// message plus the x-amzn-query-error header, or a Query ErrorResponse.
+func (c *call) writeError(w http.ResponseWriter, err *apiError) {
+	k := err.kind
+	if k.status >= 500 {
+		c.h.log.Error("sqs: request failed", "action", c.action, "code", k.code, "request_id", c.reqID, "err", err.msg)
+	} else {
+		c.h.log.Debug("sqs: request rejected", "action", c.action, "code", k.code, "request_id", c.reqID, "err", err.msg)
+	}
+	w.Header().Set("x-amzn-query-error", k.code+";"+k.fault())
+	switch {
+	case c.proto == protoJSON:
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(k.status)
+		w.Write(marshalJSON(map[string]string{"__type": k.jsonType(), "message": err.msg}))
+	case c.jsonOut:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(k.status)
+		w.Write(marshalJSON(map[string]any{"ErrorResponse": map[string]any{
+			"Error":     map[string]string{"Type": k.fault(), "Code": k.code, "Message": err.queryText()},
+			"RequestId": c.reqID,
+		}}))
+	default:
+		var x xmlWriter
+		x.b.WriteString(`<?xml version="1.0"?>`)
+		x.b.WriteString(`<ErrorResponse xmlns="` + xmlNamespace + `">`)
+		x.open("Error")
+		x.elem("Type", k.fault())
+		x.elem("Code", k.code)
+		x.elem("Message", err.queryText())
+		x.b.WriteString("<Detail/>")
+		x.close("Error")
+		x.elem("RequestId", c.reqID)
+		x.close("ErrorResponse")
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(k.status)
+		w.Write(x.b.Bytes())
+	}
+}
+
+func (e *apiError) queryText() string {
+	if e.queryMsg != "" {
+		return e.queryMsg
+	}
+	return e.msg
+}
