@@ -1,0 +1,190 @@
+// Package crash runs the real sluice binary, kills it with SIGKILL under
+// load, restarts it on the same data directory, and checks what clients were
+// told against what the broker delivers afterwards (crash_test.go).
+//
+// The harness in this file is also used by other packages' tests that need a
+// real broker process (internal/bench).
+//
+// Server contract relied on (cmd/sluice):
+//
+//	sluice server --data-dir DIR --sqs-listen 127.0.0.1:0 --ready-file FILE
+//
+// writes FILE atomically once listening, holding {"sqs":"127.0.0.1:PORT","pid":N};
+// GET http://ADDR/health answers 200 when ready.
+package crash
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Build compiles ./cmd/sluice of the enclosing module into dir and returns
+// the binary's path.
+func Build(dir string) (string, error) {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("crash: go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	bin := filepath.Join(dir, "sluice")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("crash: go build ./cmd/sluice: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Server is one running broker process. Restart it on the same directory
+// with Start again after Kill.
+type Server struct {
+	Addr string // host:port of the SQS listener
+	PID  int
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has been waited for
+	err    error         // the Wait result, valid after exited is closed
+}
+
+// URL is the SQS endpoint, http://Addr.
+func (s *Server) URL() string { return "http://" + s.Addr }
+
+// Exited is closed when the process has ended.
+func (s *Server) Exited() <-chan struct{} { return s.exited }
+
+// Start runs bin as a server on dir/data, appending its output to
+// dir/server.log, and returns once the ready file names its address and
+// /health answers 200 (or fails after timeout). extra flags are appended.
+func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ...string) (*Server, error) {
+	ready := filepath.Join(dir, "ready.json")
+	if err := os.Remove(ready); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"server",
+		"--data-dir", filepath.Join(dir, "data"),
+		"--sqs-listen", "127.0.0.1:0",
+		"--ready-file", ready,
+	}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("crash: start %s: %w", bin, err)
+	}
+	s := &Server{PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		logf.Close()
+		close(s.exited)
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fail := func(err error) (*Server, error) {
+		_ = s.Kill()
+		return nil, fmt.Errorf("crash: server in %s not ready: %w (log: %s)", dir, err, tail(filepath.Join(dir, "server.log")))
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.Addr == "" {
+		b, err := os.ReadFile(ready)
+		if err == nil {
+			var rf struct {
+				SQS string `json:"sqs"`
+				PID int    `json:"pid"`
+			}
+			if err := json.Unmarshal(b, &rf); err != nil || rf.SQS == "" {
+				return fail(fmt.Errorf("ready file %q: %v", b, err))
+			}
+			if rf.PID != 0 && rf.PID != s.PID {
+				return fail(fmt.Errorf("ready file names pid %d, started %d", rf.PID, s.PID))
+			}
+			s.Addr = rf.SQS
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fail(err)
+		}
+		select {
+		case <-s.exited:
+			return fail(fmt.Errorf("exited: %v", s.err))
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-tick.C:
+		}
+	}
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/health", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.exited:
+			return fail(fmt.Errorf("exited: %v", s.err))
+		case <-ctx.Done():
+			return fail(fmt.Errorf("/health: %v (last error %v)", ctx.Err(), err))
+		case <-tick.C:
+		}
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (s *Server) Kill() error {
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-s.exited
+	return nil
+}
+
+// Stop asks the server to shut down (SIGTERM) and waits up to timeout for it
+// to exit, then kills it. It returns the process's exit error when it did
+// not exit cleanly in time.
+func (s *Server) Stop(timeout time.Duration) error {
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+		return nil
+	case <-t.C:
+		_ = s.Kill()
+		return fmt.Errorf("crash: server pid %d did not exit within %v of SIGTERM", s.PID, timeout)
+	}
+}
+
+// tail returns the last lines of a log file, for error messages.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// Tail is the end of dir/server.log.
+func Tail(dir string) string { return tail(filepath.Join(dir, "server.log")) }
