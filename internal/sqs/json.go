@@ -75,9 +75,16 @@ func (c *call) writeOutput(w http.ResponseWriter, out output) {
 		x.b.WriteString(`<?xml version="1.0"?>`)
 		x.b.WriteString("<" + c.action + `Response xmlns="` + xmlNamespace + `">`)
 		if out != nil {
-			x.open(c.action + "Result")
-			out.xml(&x)
-			x.close(c.action + "Result")
+			// An empty result is written <XResult/>, as SQS does.
+			var inner xmlWriter
+			out.xml(&inner)
+			if inner.b.Len() == 0 {
+				x.b.WriteString("<" + c.action + "Result/>")
+			} else {
+				x.open(c.action + "Result")
+				x.b.Write(inner.b.Bytes())
+				x.close(c.action + "Result")
+			}
 		}
 		x.open("ResponseMetadata")
 		x.elem("RequestId", c.reqID)

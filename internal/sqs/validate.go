@@ -246,7 +246,11 @@ func checkSendEntry(e *sendEntry, q *engine.QueueInfo, batch bool, sender string
 		if fifo && e.DelaySeconds.V != 0 {
 			return m, errParam(e.DelaySeconds.Raw, "DelaySeconds", "The request include parameter that is not valid for this queue type.")
 		}
-		m.Delay, m.DelaySet = time.Duration(e.DelaySeconds.V)*time.Second, true
+		// On FIFO queues a per-message 0 is no override: the queue's delay
+		// still applies (reference §9).
+		if !fifo {
+			m.Delay, m.DelaySet = time.Duration(e.DelaySeconds.V)*time.Second, true
+		}
 	}
 
 	attrs, err := checkMessageAttributes(e.MessageAttributes)
