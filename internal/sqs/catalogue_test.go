@@ -315,7 +315,9 @@ func TestCatalogue(t *testing.T) {
 			t.Fatalf("purge left %d messages", len(got.Messages))
 		}
 		fifo := e.create("f.fifo", "FifoQueue", "true")
-		dedup := func(in *sqs.SendMessageInput) { in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("d") }
+		dedup := func(in *sqs.SendMessageInput) {
+			in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("d")
+		}
 		e.send(fifo, "x", dedup)
 		if _, err := e.cli.PurgeQueue(e.ctx, &sqs.PurgeQueueInput{QueueUrl: &fifo}); err != nil {
 			t.Fatal(err)
@@ -586,7 +588,9 @@ func TestCatalogue(t *testing.T) {
 		e := newEnv(t)
 		q := e.create("f.fifo", "FifoQueue", "true")
 		send := func(q, g, d string) *sqs.SendMessageOutput {
-			return e.send(q, "x", func(in *sqs.SendMessageInput) { in.MessageGroupId, in.MessageDeduplicationId = aws.String(g), aws.String(d) })
+			return e.send(q, "x", func(in *sqs.SendMessageInput) {
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String(g), aws.String(d)
+			})
 		}
 		first := send(q, "g", "d")
 		m := e.receive(q).Messages[0]

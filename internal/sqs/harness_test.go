@@ -65,7 +65,7 @@ func newEnv(t *testing.T) *env {
 }
 
 func (e *env) url(name string) string { return e.srv.URL + "/" + account + "/" + name }
-func (e *env) arn(name string) string  { return "arn:aws:sqs:us-east-1:" + account + ":" + name }
+func (e *env) arn(name string) string { return "arn:aws:sqs:us-east-1:" + account + ":" + name }
 
 // create makes a queue with attributes given as name, value pairs.
 func (e *env) create(name string, kv ...string) string {
