@@ -1,0 +1,162 @@
+package pebblestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultMemTableSize                = 64 << 20
+	DefaultMemTableStopWritesThreshold = 4
+	DefaultCacheSize                   = 16 << 20
+	DefaultWALBytesPerSync             = 0
+	DefaultBytesPerSync                = 512 << 10
+)
+
+// formatMajorVersion pins pebble's on-disk format. It is named rather than
+// pebble.FormatNewest so that upgrading the pebble module never silently
+// ratchets the files to a format an older Sluice binary cannot read; raising
+// it is a deliberate change (and one-way: pebble never downgrades).
+const formatMajorVersion = pebble.FormatValueSeparation
+
+// Options tunes the store. The zero value is a sensible production setting
+// for a broker: write-mostly, fsync-bound, scanned once at start-up.
+type Options struct {
+	// FS is the filesystem the store lives on. Nil means the operating
+	// system's (vfs.Default). Tests inject vfs.NewCrashableMem to simulate
+	// power loss, or a wrapper that fails syncs to exercise fail-stop.
+	FS vfs.FS
+
+	// Logger receives pebble's messages: its informational chatter (flushes,
+	// compactions, WAL rotation) at Debug, errors at Error, write stalls and
+	// slow disks at Warn. Nil means slog.Default().
+	//
+	// Pebble reports conditions it cannot survive (a failed MANIFEST sync,
+	// detected corruption) through a Fatalf callback and assumes it does not
+	// return. The store logs those at Error and panics. When that happens
+	// inside Write the panic is recovered and the store becomes failed; in
+	// one of pebble's background goroutines it ends the process, which is
+	// the fail-stop outcome Sluice wants.
+	Logger *slog.Logger
+
+	// MemTableSize is the size of one memtable in bytes (0 means
+	// DefaultMemTableSize, 64 MiB). Larger memtables mean fewer flushes and
+	// fewer L0 files, and a longer WAL to replay at start-up; the process
+	// holds up to MemTableStopWritesThreshold of them in memory. A batch
+	// larger than half a memtable is applied as a flushable batch of its own.
+	MemTableSize uint64
+
+	// MemTableStopWritesThreshold is how many memtables may be queued for
+	// flushing before writes stall (0 means 4). Higher absorbs bursts when
+	// the disk is briefly slow, at the cost of memory.
+	MemTableStopWritesThreshold int
+
+	// CacheSize is the block cache in bytes (0 means DefaultCacheSize,
+	// 16 MiB). The engine reads only during its start-up Scan, so a big
+	// cache buys little.
+	CacheSize int64
+
+	// WALMinSyncInterval, if positive, makes the WAL wait at least this long
+	// after one sync before the next, so that more concurrent durable writers
+	// share it. It trades latency for fewer fsyncs; zero (the default) syncs
+	// as soon as the previous sync returns, which already groups every writer
+	// that arrived meanwhile.
+	WALMinSyncInterval time.Duration
+
+	// WALBytesPerSync, if positive, makes the WAL sync in the background
+	// every so many bytes, to smooth out writeback of non-durable writes.
+	// Zero (the default) leaves syncing to durable writes.
+	WALBytesPerSync int
+
+	// BytesPerSync is how often sstable writes sync in the background while
+	// flushing and compacting (0 means DefaultBytesPerSync, 512 KiB), so a
+	// flush does not end in one huge fsync that stalls the WAL's.
+	BytesPerSync int
+}
+
+// pebbleOptions translates o into pebble's options.
+func (o Options) pebbleOptions(log *slog.Logger) *pebble.Options {
+	po := &pebble.Options{
+		FS:                          o.FS,
+		FormatMajorVersion:          formatMajorVersion,
+		MemTableSize:                o.MemTableSize,
+		MemTableStopWritesThreshold: o.MemTableStopWritesThreshold,
+		CacheSize:                   o.CacheSize,
+		WALBytesPerSync:             o.WALBytesPerSync,
+		BytesPerSync:                o.BytesPerSync,
+		// The WAL is what makes a durable Write durable. Never turn it off.
+		DisableWAL: false,
+	}
+	if po.FS == nil {
+		po.FS = vfs.Default
+	}
+	if po.MemTableSize == 0 {
+		po.MemTableSize = DefaultMemTableSize
+	}
+	if po.MemTableStopWritesThreshold == 0 {
+		po.MemTableStopWritesThreshold = DefaultMemTableStopWritesThreshold
+	}
+	if po.CacheSize == 0 {
+		po.CacheSize = DefaultCacheSize
+	}
+	if po.BytesPerSync == 0 {
+		po.BytesPerSync = DefaultBytesPerSync
+	}
+	if d := o.WALMinSyncInterval; d > 0 {
+		po.WALMinSyncInterval = func() time.Duration { return d }
+	}
+
+	lg := slogAdapter{log}
+	po.Logger = lg
+	el := pebble.MakeLoggingEventListener(lg)
+	el.BackgroundError = func(err error) {
+		log.Error("pebble: background error", "err", err)
+	}
+	el.WriteStallBegin = func(info pebble.WriteStallBeginInfo) {
+		log.Warn("pebble: write stall began", "reason", info.Reason)
+	}
+	el.WriteStallEnd = func() {
+		log.Warn("pebble: write stall ended")
+	}
+	el.DiskSlow = func(info pebble.DiskSlowInfo) {
+		log.Warn("pebble: disk slow", "info", info.String())
+	}
+	po.EventListener = &el
+	return po
+}
+
+// fatalError is the panic value of slogAdapter.Fatalf. Write recovers it.
+type fatalError struct{ err error }
+
+func (f fatalError) Error() string { return f.err.Error() }
+
+// slogAdapter implements pebble.Logger on top of slog.
+type slogAdapter struct{ log *slog.Logger }
+
+// Infof logs at Debug: pebble's informational messages are routine for a
+// broker operator.
+func (a slogAdapter) Infof(format string, args ...any) {
+	if a.log.Enabled(context.Background(), slog.LevelDebug) {
+		a.log.Debug(fmt.Sprintf(format, args...))
+	}
+}
+
+// Errorf logs at Error.
+func (a slogAdapter) Errorf(format string, args ...any) {
+	a.log.Error(fmt.Sprintf(format, args...))
+}
+
+// Fatalf logs at Error and panics with a fatalError: pebble does not expect
+// it to return.
+func (a slogAdapter) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	a.log.Error("pebble: fatal: " + msg)
+	panic(fatalError{errors.New(msg)})
+}

@@ -1,0 +1,399 @@
+// Package pebblestore is Sluice's durable store.Store, built on the pebble
+// LSM engine (github.com/cockroachdb/pebble/v2).
+//
+// # Durability
+//
+// Write hands the batch to pebble's commit pipeline, which appends it to the
+// write-ahead log and applies it to the memtable in call order, and returns
+// without waiting for the fsync. A durable write's Pending waits for the WAL
+// sync that covers it. The WAL has a single syncing goroutine: while one
+// fsync runs, every durable batch that arrives queues behind it and the next
+// fsync covers them all, so N concurrent producers cost far fewer than N
+// fsyncs (group commit). A non-durable write is in the WAL buffer and
+// becomes durable with the next sync; since the WAL is one sequential log, a
+// crash can lose a suffix of writes but never leave a hole.
+//
+// After the first failed write or sync of any of its files the store is
+// failed: the Wait that saw it and every later Write or Sync return an error
+// wrapping store.ErrFailed. The store notices the failure in the filesystem
+// layer, before pebble reports it to any writer, so no write is accepted
+// after a failed sync has been reported. Pebble itself never retries a
+// failed WAL sync either, and the kernel may already have discarded the
+// dirty pages, so retrying would risk acknowledging data that is not on
+// disk. One case ends differently: if the failing sync is the one pebble
+// makes when it rotates to a new WAL file (or a write already inside pebble
+// when the failure happened makes it rotate the failed WAL), pebble panics
+// in a way that kills the process. That too is fail-stop, and recovery on
+// restart replays exactly what was synced.
+//
+// # On-disk layout
+//
+// The directory is an ordinary pebble database: numbered *.log files (the
+// WAL), *.sst files (sorted tables), MANIFEST-* (the LSM's version history),
+// OPTIONS-*, CURRENT-style marker files and a LOCK file that keeps two
+// processes out. Its format is pebble's, pinned to one pebble format major
+// version. How Sluice encodes its records into keys and values is the
+// engine's business, not this package's.
+//
+// One key is the store's own: "\x00sluice/format" holds the Sluice store
+// format version, currently "1". Open writes it when it creates a store and
+// refuses a directory holding any other version, or holding data but no
+// version. Keys beginning with "\x00sluice/" are reserved: Scan does not
+// return them, Write rejects Set and Delete of them, and DeleteRange leaves
+// them alone.
+package pebblestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// FormatVersion is the Sluice store format this package reads and writes.
+const FormatVersion = "1"
+
+// Reserved keys. reservedEnd is the first key after every key that starts
+// with reservedPrefix ('0' follows '/').
+var (
+	reservedPrefix = []byte("\x00sluice/")
+	reservedEnd    = []byte("\x00sluice0")
+	formatKey      = []byte("\x00sluice/format")
+)
+
+// ErrReservedKey is returned (wrapped in store.ErrFailed, like every write
+// error) by Write when a batch sets or deletes a key under "\x00sluice/".
+var ErrReservedKey = errors.New("pebblestore: key is reserved")
+
+// Store is a store.Store on pebble. It is safe for concurrent use.
+type Store struct {
+	db  *pebble.DB
+	dir string
+	log *slog.Logger
+
+	// mu is held shared by every operation that touches db and exclusively
+	// by Close, because pebble forbids using a DB during or after Close.
+	mu     sync.RWMutex
+	closed bool
+
+	// failed holds the first write error, wrapped in store.ErrFailed.
+	failed atomic.Pointer[error]
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens the store in dir, creating it if needed. It fails if dir holds
+// a pebble database that is not a Sluice store or has a store format other
+// than FormatVersion.
+func Open(dir string, opts Options) (*Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{dir: dir, log: log}
+	po := opts.pebbleOptions(log)
+	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { s.fail(err) }}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	s.db = db
+	if err := s.failure(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkFormat verifies the format key, writing it into an empty database.
+// An empty database without the key is new (or was created by a previous
+// Open that crashed before its format key was durable).
+func (s *Store) checkFormat() error {
+	v, closer, err := s.db.Get(formatKey)
+	switch {
+	case err == nil:
+		got := string(v)
+		_ = closer.Close()
+		if got != FormatVersion {
+			return fmt.Errorf("pebblestore: %s has store format version %q; this build reads only version %q", s.dir, got, FormatVersion)
+		}
+		return nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("pebblestore: %s: reading format version: %w", s.dir, err)
+	}
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("pebblestore: %s: %w", s.dir, err)
+	}
+	empty := !it.First()
+	err = errors.Join(it.Error(), it.Close())
+	if err != nil {
+		return fmt.Errorf("pebblestore: %s: %w", s.dir, err)
+	}
+	if !empty {
+		return fmt.Errorf("pebblestore: %s holds data but no store format version; not a Sluice store", s.dir)
+	}
+	pb := s.db.NewBatch()
+	_ = pb.Set(formatKey, []byte(FormatVersion), nil)
+	err = s.apply(pb, true)
+	if err == nil {
+		err = (&pending{s: s, b: pb}).Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("pebblestore: %s: writing format version: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Write applies b atomically, after every earlier Write, and returns once
+// the batch is in the WAL and visible, without waiting for the fsync. For a
+// durable write the Pending waits for the WAL sync covering b; concurrent
+// durable writers share syncs. An empty durable batch is a sync barrier: its
+// Wait returns once everything written before it is durable.
+//
+// Write copies b, which may be reused as soon as Write returns. A batch with
+// an unknown operation kind, or one that sets or deletes a reserved key, is
+// rejected whole. Any error except store.ErrClosed fails the store.
+func (s *Store) Write(b *store.Batch, durable bool) (store.Pending, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	if err := s.failure(); err != nil {
+		return nil, err
+	}
+	pb := s.db.NewBatchWithSize(b.Size() + 16*b.Len() + 16)
+	if err := fill(pb, b); err != nil {
+		_ = pb.Close()
+		return nil, s.fail(err)
+	}
+	if !durable {
+		if pb.Empty() {
+			_ = pb.Close()
+			return store.Done{}, nil
+		}
+		if err := s.apply(pb, false); err != nil {
+			return nil, err
+		}
+		_ = pb.Close()
+		return store.Done{}, nil
+	}
+	if pb.Empty() {
+		// A WAL-only record, so that pebble queues a sync for it.
+		_ = pb.LogData(nil, nil)
+	}
+	if err := s.apply(pb, true); err != nil {
+		return nil, err
+	}
+	return &pending{s: s, b: pb}, nil
+}
+
+// fill translates b into pb.
+func fill(pb *pebble.Batch, b *store.Batch) error {
+	for _, op := range b.Ops {
+		var err error
+		switch op.Kind {
+		case store.OpSet:
+			if bytes.HasPrefix(op.Key, reservedPrefix) {
+				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
+			}
+			err = pb.Set(op.Key, op.Value, nil)
+		case store.OpDelete:
+			if bytes.HasPrefix(op.Key, reservedPrefix) {
+				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
+			}
+			err = pb.Delete(op.Key, nil)
+		case store.OpDeleteRange:
+			err = deleteRange(pb, op.Key, op.Value)
+		default:
+			return fmt.Errorf("pebblestore: unknown operation kind %d", op.Kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteRange adds a range deletion of [start, end) minus the reserved
+// keys. An empty or inverted range deletes nothing.
+func deleteRange(pb *pebble.Batch, start, end []byte) error {
+	if bytes.Compare(start, end) >= 0 {
+		return nil
+	}
+	if bytes.Compare(end, reservedPrefix) <= 0 || bytes.Compare(start, reservedEnd) >= 0 {
+		return pb.DeleteRange(start, end, nil)
+	}
+	if bytes.Compare(start, reservedPrefix) < 0 {
+		if err := pb.DeleteRange(start, reservedPrefix, nil); err != nil {
+			return err
+		}
+	}
+	if bytes.Compare(end, reservedEnd) > 0 {
+		return pb.DeleteRange(reservedEnd, end, nil)
+	}
+	return nil
+}
+
+// apply commits pb: durable ones with ApplyNoSyncWait (the caller must
+// SyncWait), others without a sync. On error the store is failed and pb is
+// abandoned to the garbage collector, as pebble requires.
+func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = s.fail(fe.err)
+		}
+	}()
+	if durable {
+		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
+	} else {
+		err = s.db.Apply(pb, pebble.NoSync)
+	}
+	if err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// failure returns the error that failed the store, or nil.
+func (s *Store) failure() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records err as the store's failure unless one is already recorded,
+// and returns the recorded failure.
+func (s *Store) fail(err error) error {
+	werr := fmt.Errorf("%w: pebblestore %s: %w", store.ErrFailed, s.dir, err)
+	if s.failed.CompareAndSwap(nil, &werr) {
+		s.log.Error("store failed; refusing further writes", "dir", s.dir, "err", err)
+	}
+	// If another error got there first, this caller still gets its own
+	// cause, as a failure.
+	return werr
+}
+
+// pending is the Pending of a durable write.
+type pending struct {
+	s    *Store
+	once sync.Once
+	b    *pebble.Batch
+	err  error
+}
+
+// Wait waits for the WAL sync covering the batch. A failed sync fails the
+// store. Wait may be called any number of times, from any goroutine, also
+// after Close.
+func (p *pending) Wait() error {
+	p.once.Do(func() {
+		if err := p.b.SyncWait(); err != nil {
+			p.err = p.s.fail(err)
+		} else {
+			_ = p.b.Close()
+		}
+		p.b = nil
+	})
+	return p.err
+}
+
+// Scan calls fn for every key with the given prefix in ascending order,
+// reading a consistent snapshot taken when the scan starts. key and value
+// are valid only during the call. Reserved keys are skipped. fn must not
+// call Close.
+func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) (err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	if len(prefix) == 0 {
+		// A nil bound, not an empty one: pebble's invariant checks (on in
+		// race builds) index a non-nil seek key without a length check.
+		prefix = nil
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: prefix,
+		UpperBound: prefixEnd(prefix),
+	})
+	if err != nil {
+		return fmt.Errorf("pebblestore: scan: %w", err)
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("pebblestore: scan: %w", cerr)
+		}
+	}()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if bytes.HasPrefix(k, reservedPrefix) {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("pebblestore: scan: %w", err)
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("pebblestore: scan: %w", err)
+	}
+	return nil
+}
+
+// prefixEnd returns the smallest key greater than every key with the given
+// prefix, or nil if there is none (the prefix is empty or all 0xff).
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// Sync makes every write so far durable. It is a durable write of an empty
+// batch, so it shares its fsync with concurrent durable writers.
+func (s *Store) Sync() error {
+	p, err := s.Write(&store.Batch{}, true)
+	if err != nil {
+		return err
+	}
+	return p.Wait()
+}
+
+// Close closes the database, syncing the WAL unless the store is failed.
+// Pendings of earlier writes remain valid. Later operations, including a
+// second Close, return store.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebblestore: close %s: %w", s.dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package pebblestore
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// watchFS wraps the store's filesystem so that the store learns of a failed
+// write or sync the moment it happens, before pebble passes the error on to
+// any waiting writer. Without it, the store would learn of a WAL failure
+// only from a durable writer's Wait, and non-durable writes could keep
+// flowing into a WAL that pebble can no longer write (pebble panics when it
+// then tries to rotate that WAL).
+//
+// Any write or sync error on any file fails the store, not only on the WAL:
+// after an fsync error the disk is suspect, and a broker should stop rather
+// than guess which files are still trustworthy.
+type watchFS struct {
+	vfs.FS
+	onErr func(error)
+}
+
+func (fs *watchFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &watchFile{File: f, name: name, onErr: fs.onErr}, nil
+}
+
+// Create wraps the created file.
+func (fs *watchFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+// ReuseForWrite wraps the reused file (pebble recycles WAL files).
+func (fs *watchFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	return fs.wrap(newname, f, err)
+}
+
+// OpenReadWrite wraps the opened file.
+func (fs *watchFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+// OpenDir wraps the directory, whose Sync makes file creations durable.
+func (fs *watchFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.FS.OpenDir(name)
+	return fs.wrap(name, f, err)
+}
+
+// Unwrap returns the wrapped filesystem.
+func (fs *watchFS) Unwrap() vfs.FS { return fs.FS }
+
+type watchFile struct {
+	vfs.File
+	name  string
+	onErr func(error)
+}
+
+func (f *watchFile) check(op string, err error) error {
+	if err != nil {
+		f.onErr(fmt.Errorf("%s %s: %w", op, f.name, err))
+	}
+	return err
+}
+
+func (f *watchFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	return n, f.check("write", err)
+}
+
+func (f *watchFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	return n, f.check("write", err)
+}
+
+func (f *watchFile) Sync() error {
+	return f.check("sync", f.File.Sync())
+}
+
+func (f *watchFile) SyncData() error {
+	return f.check("sync", f.File.SyncData())
+}
+
+func (f *watchFile) SyncTo(length int64) (bool, error) {
+	full, err := f.File.SyncTo(length)
+	return full, f.check("sync", err)
+}
