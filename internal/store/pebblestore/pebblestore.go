@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -61,11 +62,14 @@ const FormatVersion = "1"
 
 // Reserved keys. reservedEnd is the first key after every key that starts
 // with reservedPrefix ('0' follows '/').
-var (
-	reservedPrefix = []byte("\x00sluice/")
-	reservedEnd    = []byte("\x00sluice0")
-	formatKey      = []byte("\x00sluice/format")
+const (
+	reservedPrefix = "\x00sluice/"
+	reservedEnd    = "\x00sluice0"
+	formatKey      = "\x00sluice/format"
 )
+
+// reserved reports whether k is a reserved key.
+func reserved(k []byte) bool { return strings.HasPrefix(string(k), reservedPrefix) }
 
 // ErrReservedKey is returned (wrapped in store.ErrFailed, like every write
 // error) by Write when a batch sets or deletes a key under "\x00sluice/".
@@ -119,7 +123,7 @@ func Open(dir string, opts Options) (*Store, error) {
 // An empty database without the key is new (or was created by a previous
 // Open that crashed before its format key was durable).
 func (s *Store) checkFormat() error {
-	v, closer, err := s.db.Get(formatKey)
+	v, closer, err := s.db.Get([]byte(formatKey))
 	switch {
 	case err == nil:
 		got := string(v)
@@ -144,7 +148,7 @@ func (s *Store) checkFormat() error {
 		return fmt.Errorf("pebblestore: %s holds data but no store format version; not a Sluice store", s.dir)
 	}
 	pb := s.db.NewBatch()
-	_ = pb.Set(formatKey, []byte(FormatVersion), nil)
+	_ = pb.Set([]byte(formatKey), []byte(FormatVersion), nil)
 	err = s.apply(pb, true)
 	if err == nil {
 		err = (&pending{s: s, b: pb}).Wait()
@@ -205,12 +209,12 @@ func fill(pb *pebble.Batch, b *store.Batch) error {
 		var err error
 		switch op.Kind {
 		case store.OpSet:
-			if bytes.HasPrefix(op.Key, reservedPrefix) {
+			if reserved(op.Key) {
 				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
 			}
 			err = pb.Set(op.Key, op.Value, nil)
 		case store.OpDelete:
-			if bytes.HasPrefix(op.Key, reservedPrefix) {
+			if reserved(op.Key) {
 				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
 			}
 			err = pb.Delete(op.Key, nil)
@@ -232,16 +236,16 @@ func deleteRange(pb *pebble.Batch, start, end []byte) error {
 	if bytes.Compare(start, end) >= 0 {
 		return nil
 	}
-	if bytes.Compare(end, reservedPrefix) <= 0 || bytes.Compare(start, reservedEnd) >= 0 {
+	if string(end) <= reservedPrefix || string(start) >= reservedEnd {
 		return pb.DeleteRange(start, end, nil)
 	}
-	if bytes.Compare(start, reservedPrefix) < 0 {
-		if err := pb.DeleteRange(start, reservedPrefix, nil); err != nil {
+	if string(start) < reservedPrefix {
+		if err := pb.DeleteRange(start, []byte(reservedPrefix), nil); err != nil {
 			return err
 		}
 	}
-	if bytes.Compare(end, reservedEnd) > 0 {
-		return pb.DeleteRange(reservedEnd, end, nil)
+	if string(end) > reservedEnd {
+		return pb.DeleteRange([]byte(reservedEnd), end, nil)
 	}
 	return nil
 }
@@ -342,7 +346,7 @@ func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) (err error
 	}()
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if bytes.HasPrefix(k, reservedPrefix) {
+		if reserved(k) {
 			continue
 		}
 		v, err := it.ValueAndErr()

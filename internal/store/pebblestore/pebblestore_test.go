@@ -94,7 +94,7 @@ func TestFormatVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, c, err := db.Get(formatKey)
+	v, c, err := db.Get([]byte(formatKey))
 	if err != nil {
 		t.Fatalf("format key: %v", err)
 	}
@@ -102,7 +102,7 @@ func TestFormatVersion(t *testing.T) {
 		t.Fatalf("format key = %q, want %q", v, FormatVersion)
 	}
 	_ = c.Close()
-	if err := db.Set(formatKey, []byte("2"), pebble.Sync); err != nil {
+	if err := db.Set([]byte(formatKey), []byte("2"), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -154,6 +154,23 @@ func TestReservedKeys(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d keys left after deleting everything", n)
+	}
+	// Ranges starting or ending inside the reserved span delete only
+	// what lies outside it.
+	write(t, s, true, "\x00a", "1", "\x00sluicf", "2", "b", "3")
+	for _, r := range [][2]string{{"\x00sluice/a", "\x00sluicg"}, {"\x00", "\x00sluice/zzz"}} {
+		b.Reset()
+		b.DeleteRange([]byte(r[0]), []byte(r[1]))
+		if p, err := s.Write(&b, true); err != nil || p.Wait() != nil {
+			t.Fatalf("DeleteRange(%q, %q) failed", r[0], r[1])
+		}
+	}
+	var left []string
+	if err := s.Scan(nil, func(k, v []byte) error { left = append(left, string(k)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "b" {
+		t.Fatalf("keys left: %q, want only b", left)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
