@@ -1,0 +1,161 @@
+// Command sluice is the Sluice message broker and its tools.
+//
+//	sluice server [flags]       run the broker
+//	sluice bench sqs [flags]    drive an SQS endpoint and report throughput and latency
+//	sluice version              print the version
+//
+// main only parses flags and calls into internal packages; no broker logic
+// lives here.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `Sluice: a durable message broker that speaks the Amazon SQS API.
+
+Usage:
+  sluice server [flags]       run the broker (sluice server -h for flags)
+  sluice bench sqs [flags]    load-test an SQS endpoint (sluice bench sqs -h)
+  sluice version              print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "server":
+		return runServer(args[1:], stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "sluice", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func runServer(args []string, stderr io.Writer) int {
+	opts := server.DefaultOptions()
+	fs := flag.NewFlagSet("sluice server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "TOML config file (see docs/sluice.example.toml); flags override it")
+	dataDir := fs.String("data-dir", opts.DataDir, "directory of the durable store")
+	store := fs.String("store", opts.Store, "disk (durable) or memory (nothing survives a restart)")
+	sqsListen := fs.String("sqs-listen", opts.SQSListen, "address of the SQS HTTP API and health endpoint")
+	account := fs.String("account-id", opts.AccountID, "12-digit account id used in queue URLs and ARNs")
+	region := fs.String("region", opts.Region, "region used in ARNs")
+	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
+	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
+	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening on a non-loopback address (there is no authentication yet)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice server: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *config != "" {
+		if err := opts.LoadFile(*config); err != nil {
+			fmt.Fprintf(stderr, "sluice server: %v\n", err)
+			return 2
+		}
+	}
+	// Flags given on the command line win over the config file.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "data-dir":
+			opts.DataDir = *dataDir
+		case "store":
+			opts.Store = *store
+		case "sqs-listen":
+			opts.SQSListen = *sqsListen
+		case "account-id":
+			opts.AccountID = *account
+		case "region":
+			opts.Region = *region
+		case "ready-file":
+			opts.ReadyFile = *ready
+		case "log-level":
+			opts.LogLevel = *logLevel
+		case "log-format":
+			opts.LogFormat = *logFormat
+		case "allow-non-loopback":
+			opts.AllowNonLoopback = *nonLoopback
+		}
+	})
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(stderr, "sluice server: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	log := newLogger(stderr, opts.LogLevel, opts.LogFormat)
+	srv, err := server.New(opts, log, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice server: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := srv.Run(ctx); err != nil {
+		log.Error("server stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	ho := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "sqs" {
+		fmt.Fprintln(stderr, "usage: sluice bench sqs [flags]")
+		return 2
+	}
+	var o bench.SQSOptions
+	fs := flag.NewFlagSet("sluice bench sqs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.RegisterFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := bench.RunSQS(ctx, o, stdout); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "sluice bench sqs: %v\n", err)
+		return 1
+	}
+	return 0
+}

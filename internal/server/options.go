@@ -1,0 +1,120 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Options configure a Sluice server. Start from DefaultOptions, then apply a
+// config file (LoadFile) and flags; Validate runs before anything starts,
+// and a bad value stops the start with a message naming the setting.
+type Options struct {
+	// DataDir holds the durable store. Created if missing.
+	DataDir string `toml:"data_dir"`
+	// Store is "disk" (the default: pebble in DataDir, every acknowledged
+	// write fsynced) or "memory" (nothing survives a restart; for tests
+	// and demos only).
+	Store string `toml:"store"`
+	// SQSListen is the address of the SQS HTTP API, the health endpoint
+	// and (later) the admin API and dashboard. Port 0 picks a free port.
+	SQSListen string `toml:"sqs_listen"`
+	// AccountID and Region appear in queue URLs and ARNs. Clients only
+	// need them to be consistent.
+	AccountID string `toml:"account_id"`
+	Region    string `toml:"region"`
+	// ReadyFile, if set, is written (atomically) once the listeners are
+	// up, with JSON {"sqs":"host:port","pid":N}. Tests and scripts that
+	// start Sluice on port 0 read the address from it.
+	ReadyFile string `toml:"ready_file"`
+	// LogLevel is debug, info, warn or error. LogFormat is text or json.
+	LogLevel  string `toml:"log_level"`
+	LogFormat string `toml:"log_format"`
+	// AllowNonLoopback permits listening on an address other than
+	// loopback. Sluice has no authentication yet, so exposing it is
+	// refused unless this is set on purpose.
+	AllowNonLoopback bool `toml:"allow_non_loopback"`
+}
+
+// DefaultOptions returns the settings `sluice server` starts with.
+func DefaultOptions() Options {
+	return Options{
+		DataDir:   "./sluice-data",
+		Store:     "disk",
+		SQSListen: "127.0.0.1:9324",
+		AccountID: "000000000000",
+		Region:    "us-east-1",
+		LogLevel:  "info",
+		LogFormat: "text",
+	}
+}
+
+// LoadFile applies the TOML config file at path over o. Unknown keys are an
+// error: a misspelt setting must not be silently ignored.
+func (o *Options) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	md, err := toml.Decode(string(data), o)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return fmt.Errorf("config %s: unknown setting(s): %s", path, strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+// Validate checks every setting and returns all problems at once.
+func (o *Options) Validate() error {
+	var errs []error
+	switch o.Store {
+	case "disk":
+		if o.DataDir == "" {
+			errs = append(errs, errors.New("data_dir: must not be empty with store = \"disk\""))
+		}
+	case "memory":
+	default:
+		errs = append(errs, fmt.Errorf("store: %q is not one of disk, memory", o.Store))
+	}
+	host, _, err := net.SplitHostPort(o.SQSListen)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("sqs_listen: %q is not host:port: %v", o.SQSListen, err))
+	} else if !o.AllowNonLoopback && !isLoopback(host) {
+		errs = append(errs, fmt.Errorf("sqs_listen: %q is not a loopback address; Sluice has no authentication yet, so set allow_non_loopback (--allow-non-loopback) to expose it on purpose", o.SQSListen))
+	}
+	if len(o.AccountID) != 12 || strings.Trim(o.AccountID, "0123456789") != "" {
+		errs = append(errs, fmt.Errorf("account_id: %q must be 12 digits", o.AccountID))
+	}
+	if o.Region == "" || strings.ContainsAny(o.Region, " /:") {
+		errs = append(errs, fmt.Errorf("region: %q is not a region name", o.Region))
+	}
+	switch o.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log_level: %q is not one of debug, info, warn, error", o.LogLevel))
+	}
+	switch o.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log_format: %q is not one of text, json", o.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,179 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// start runs a real server on 127.0.0.1:0 over dir and returns it with a
+// stop function that shuts it down cleanly.
+func start(t *testing.T, dir string) (*Server, func()) {
+	t.Helper()
+	o := DefaultOptions()
+	o.DataDir = dir
+	o.SQSListen = "127.0.0.1:0"
+	o.ReadyFile = filepath.Join(dir, "ready.json")
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+	return s, stop
+}
+
+func client(addr string) *sqs.Client {
+	return sqs.New(sqs.Options{
+		BaseEndpoint: aws.String("http://" + addr),
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
+	})
+}
+
+func TestServeRestartKeepsMessagesAndCounts(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := start(t, dir)
+	ctx := context.Background()
+	c := client(s.SQSAddr())
+	cq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{"VisibilityTimeout": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: cq.QueueUrl, MessageBody: aws.String("hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: cq.QueueUrl}); err != nil {
+		t.Fatal(err)
+	}
+	// The ready file names the address and pid.
+	var ready struct {
+		SQS string `json:"sqs"`
+		PID int    `json:"pid"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "ready.json"))
+	if err != nil || json.Unmarshal(data, &ready) != nil || ready.SQS != s.SQSAddr() || ready.PID != os.Getpid() {
+		t.Fatalf("ready file %q: %v", data, err)
+	}
+	stop()
+
+	s, stop = start(t, dir)
+	defer stop()
+	c = client(s.SQSAddr())
+	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("orders")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url.QueueUrl, WaitTimeSeconds: 5,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 || *out.Messages[0].MessageId != *sent.MessageId || *out.Messages[0].Body != "hello" {
+		t.Fatalf("after restart: %+v", out.Messages)
+	}
+	if got := out.Messages[0].Attributes["ApproximateReceiveCount"]; got != "2" {
+		t.Fatalf("receive count after restart = %s, want 2", got)
+	}
+	resp, err := http.Get("http://" + s.SQSAddr() + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func TestValidateRejectsBadOptions(t *testing.T) {
+	cases := []struct {
+		mod  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Store = "tape" }, "store:"},
+		{func(o *Options) { o.DataDir = "" }, "data_dir:"},
+		{func(o *Options) { o.SQSListen = "nonsense" }, "sqs_listen:"},
+		{func(o *Options) { o.SQSListen = "0.0.0.0:9324" }, "allow_non_loopback"},
+		{func(o *Options) { o.AccountID = "12" }, "account_id:"},
+		{func(o *Options) { o.LogLevel = "loud" }, "log_level:"},
+		{func(o *Options) { o.LogFormat = "xml" }, "log_format:"},
+	}
+	for _, c := range cases {
+		o := DefaultOptions()
+		c.mod(&o)
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want error containing %q, got %v", c.want, err)
+		}
+	}
+	o := DefaultOptions()
+	o.SQSListen = "0.0.0.0:9324"
+	o.AllowNonLoopback = true
+	if err := o.Validate(); err != nil {
+		t.Errorf("explicit non-loopback refused: %v", err)
+	}
+	if d := DefaultOptions(); d.Validate() != nil {
+		t.Errorf("defaults invalid: %v", d.Validate())
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.toml")
+		os.WriteFile(p, []byte(s), 0o644)
+		return p
+	}
+	o := DefaultOptions()
+	if err := o.LoadFile(write("data_dir = \"/x\"\nsqs_listen = \"127.0.0.1:1\"\n")); err != nil || o.DataDir != "/x" || o.SQSListen != "127.0.0.1:1" {
+		t.Fatalf("load: %v %+v", err, o)
+	}
+	if err := o.LoadFile(write("data_dri = \"/x\"\n")); err == nil || !strings.Contains(err.Error(), "data_dri") {
+		t.Fatalf("misspelt key: %v", err)
+	}
+	if err := o.LoadFile(write("data_dir = \n")); err == nil {
+		t.Fatal("broken TOML accepted")
+	}
+	if err := o.LoadFile(filepath.Join(dir, "missing.toml")); err == nil {
+		t.Fatal("missing file accepted")
+	}
+	// The shipped example must load and validate.
+	o = DefaultOptions()
+	if err := o.LoadFile("../../docs/sluice.example.toml"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o != DefaultOptions() {
+		t.Fatalf("example config differs from the defaults: %+v", o)
+	}
+}
+
+func TestOpenTwiceFails(t *testing.T) {
+	dir := t.TempDir()
+	_, stop := start(t, dir)
+	defer stop()
+	o := DefaultOptions()
+	o.DataDir = dir
+	o.SQSListen = "127.0.0.1:0"
+	s, err := New(o, nil, nil)
+	if err == nil {
+		s.Close()
+		t.Fatal("a second server opened the same data directory")
+	}
+}
