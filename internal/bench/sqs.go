@@ -317,7 +317,9 @@ func (r *run) produce(ctx context.Context, id int, deadline time.Time, w *worker
 			}
 		}
 		if interval > 0 {
-			if !deadline.IsZero() && next.After(deadline) {
+			// A producer that falls behind the schedule sends back to back
+			// (the achieved rate is reported) but still stops at the deadline.
+			if !deadline.IsZero() && (next.After(deadline) || !time.Now().Before(deadline)) {
 				return
 			}
 			if d := time.Until(next); d > 0 {
