@@ -179,7 +179,7 @@ func page(names []string, maxResults optInt, token string) (out []string, next s
 	}
 	if token != "" {
 		raw, derr := base64.RawURLEncoding.DecodeString(token)
-		if derr != nil || !maxResults.Set {
+		if derr != nil {
 			return nil, "", errParam(token, "NextToken", "Invalid NextToken value.")
 		}
 		after := string(raw)
