@@ -26,9 +26,21 @@ func (e *Engine) GetQueue(name string) (QueueInfo, error) {
 	return e.getQueue(name)
 }
 
+// Config returns the queue's current settings without taking the queue's
+// lock; front-ends use it to validate requests on the hot path. The result
+// is shared: callers must not modify it (or its maps and pointers).
+func (e *Engine) Config(name string) (*QueueConfig, error) {
+	q, err := e.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return q.snap.Load(), nil
+}
+
 // UpdateQueue changes the queue's settings atomically: fn receives a copy of
 // the current settings and edits it; if fn returns an error nothing changes.
-// Changing FIFO is refused with a *ConfigError.
+// Changing FIFO is refused with a *ConfigError. fn runs with the queue's
+// lock held, so it must not call the Engine.
 func (e *Engine) UpdateQueue(name string, fn func(cfg *QueueConfig) error) error {
 	return e.updateQueue(name, fn)
 }

@@ -399,7 +399,7 @@ func validateConfig(c *QueueConfig) error {
 	return nil
 }
 
-// checkDeadLetterLocked verifies that q's dead-letter target exists, has
+// checkDeadLetter verifies that q's dead-letter target exists, has
 // the same type, and accepts q as a source.
 func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) error {
 	if d == nil {
@@ -411,6 +411,9 @@ func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) 
 	}
 	if t.isFIFO != fifo {
 		return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter queue must be the same type as the source queue"}
+	}
+	if !t.accepts(source) {
+		return &ConfigError{Setting: "RedrivePolicy", Reason: "the dead-letter queue's RedriveAllowPolicy does not allow this source queue"}
 	}
 	return nil
 }
@@ -521,10 +524,10 @@ func (e *Engine) updateQueue(name string, fn func(*QueueConfig) error) error {
 		return err
 	}
 	old := q.cfg
-	q.cfg = cfg
+	q.setConfigLocked(cfg)
 	q.modifiedAt = e.now()
 	if err := e.persistQueueLocked(q); err != nil {
-		q.cfg = old
+		q.setConfigLocked(old)
 		return err
 	}
 	// Retention or delay changes move deadlines.
@@ -663,7 +666,6 @@ func (e *Engine) purgeQueue(name string) error {
 // clearMessagesLocked forgets every message and dedup entry.
 func (q *queue) clearMessagesLocked() {
 	q.msgs = make(map[uint64]*message)
-	q.ready = list{}
 	q.groups = make(map[string]*group)
 	q.available = groupList{}
 	q.timers = nil

@@ -147,14 +147,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	if delay > 0 {
 		m.state = stateDelayed
 	}
-	if in.GroupID != "" {
-		if q.fifo() {
-			m.group = q.groupLocked(in.GroupID)
-		} else {
-			// Fair queues: the group is carried, not enforced.
-			m.group = &group{id: in.GroupID}
-		}
-	}
+	m.group = q.groupLocked(in.GroupID)
 	q.addLocked(m)
 	b.Set(messageKey(q.id, seq, kindContent), encodeContent(m))
 	res = SendResult{MessageID: FormatID(id)}
@@ -340,8 +333,17 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		if q.nState[stateInFlight] >= MaxInFlight {
 			return nil, nil, true
 		}
-		for len(out) < req.Max && q.ready.head != nil {
-			take(q.ready.head)
+		// Round-robin over groups: one message from each in turn.
+		for len(out) < req.Max {
+			g := q.available.head
+			if g == nil {
+				break
+			}
+			take(g.msgs.head)
+			if g.available && g != q.available.tail {
+				q.available.remove(g)
+				q.available.pushBack(g)
+			}
 		}
 	}
 	if len(out) > 0 {
@@ -361,7 +363,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 // dropped).
 func (e *Engine) deadLetterTarget(q *queue, name string) *queue {
 	t, err := e.lookup(name)
-	if err != nil || t == q || t.isFIFO != q.isFIFO {
+	if err != nil || t == q || t.isFIFO != q.isFIFO || !t.accepts(q.name) {
 		return nil
 	}
 	return t
@@ -397,9 +399,7 @@ func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, now int64, b
 		n.enqueuedAt = now
 		n.dedupID = FormatID(m.id)
 	}
-	if groupID != "" {
-		n.group = &group{id: groupID} // replaced by the target's group on insert
-	}
+	n.group = &group{id: groupID} // replaced by the target's group on insert
 	b.Set(messageKey(target.id, n.seq, kindContent), encodeContent(n))
 	b.Set(qidPrefix(prefixSeq, target.id), binary.BigEndian.AppendUint64(nil, n.seq))
 	e.log.Debug("dead-lettered", "queue", q.name, "target", target.name, "message", FormatID(m.id), "receives", m.recvCount)
@@ -413,9 +413,7 @@ func (e *Engine) finishMoves(src *queue, moves []move) {
 		t := mv.target
 		t.mu.Lock()
 		if !t.deleted {
-			if mv.group != "" && t.fifo() {
-				mv.m.group = t.groupLocked(mv.group)
-			}
+			mv.m.group = t.groupLocked(mv.group)
 			t.addLocked(mv.m)
 			t.stats.sent.Add(1)
 			e.scheduleLocked(t)

@@ -23,7 +23,7 @@ type message struct {
 	id          [16]byte
 	body        []byte
 	attrs       []Attribute
-	group       *group // FIFO and fair queues; nil otherwise
+	group       *group
 	dedupID     string
 	sender      string
 	trace       string
@@ -40,15 +40,10 @@ type message struct {
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // index in queue.expiry
 	prev      *message
-	next      *message // ready list (standard) or group list (FIFO)
+	next      *message // the group's list
 }
 
-func (m *message) groupID() string {
-	if m.group == nil {
-		return ""
-	}
-	return m.group.id
-}
+func (m *message) groupID() string { return m.group.id }
 
 // list is an intrusive doubly linked list of messages.
 type list struct {
@@ -110,13 +105,20 @@ func (l *list) remove(m *message) {
 	l.n--
 }
 
-// group is a FIFO message group (or a fair-queue group on a standard queue,
-// where it only carries the id). Its list holds every message of the group in
-// sequence order, whatever its state. A FIFO group is locked while any of its
+// group is a message group.
+//
+// On a FIFO queue its list holds every message of the group in sequence
+// order, whatever its state, and the group is locked while any of its
 // messages is in flight.
+//
+// On a standard queue every message belongs to a group (id "" when the
+// producer gave none) and the list holds only the group's visible messages.
+// Receives take one message from each available group in turn, so a
+// producer flooding one group cannot starve the others (SQS fair queues).
 type group struct {
 	id       string
 	msgs     list
+	members  int // messages of the queue in this group, in any state
 	inflight int
 	// available: in queue.groups (unlocked with a visible head).
 	available  bool
@@ -240,6 +242,13 @@ type queue struct {
 	name   string
 	isFIFO bool // immutable: a queue's type never changes
 
+	// allow mirrors cfg.RedriveAllow (nil: allowAll) so that a source
+	// queue can check it without taking this queue's lock.
+	allow atomic.Pointer[RedriveAllowPolicy]
+	// snap is an immutable copy of cfg, replaced on every change, for
+	// lock-free reads on the send path.
+	snap atomic.Pointer[QueueConfig]
+
 	// nextSeq is the next sequence number. It is atomic so a dead-letter
 	// move can reserve a number in its target without the target's lock.
 	nextSeq atomic.Uint64
@@ -253,9 +262,8 @@ type queue struct {
 	lastPurge  int64
 
 	msgs      map[uint64]*message
-	ready     list              // standard queues: visible messages, oldest first
-	groups    map[string]*group // FIFO and fair queues
-	available groupList         // FIFO: groups with a visible head and nothing in flight
+	groups    map[string]*group
+	available groupList // groups a receive may take from now
 	timers    timerHeap
 	expiry    expiryHeap
 	nState    [3]int
@@ -276,18 +284,48 @@ type queue struct {
 }
 
 func newQueue(id uint32, name string, cfg QueueConfig) *queue {
-	return &queue{
+	q := &queue{
 		id:     id,
 		name:   name,
 		isFIFO: cfg.FIFO,
-		cfg:    cfg,
 		msgs:   make(map[uint64]*message),
 		groups: make(map[string]*group),
 		dedup:  make(map[string]*dedupEntry),
 	}
+	q.setConfigLocked(cfg)
+	return q
 }
 
 func (q *queue) fifo() bool { return q.isFIFO }
+
+// setConfigLocked installs a new configuration.
+func (q *queue) setConfigLocked(cfg QueueConfig) {
+	q.cfg = cfg
+	q.allow.Store(cfg.RedriveAllow)
+	c := cloneConfig(cfg)
+	q.snap.Store(&c)
+}
+
+// accepts reports whether this queue's RedriveAllowPolicy lets source use
+// it as a dead-letter queue. Safe without the lock.
+func (q *queue) accepts(source string) bool {
+	p := q.allow.Load()
+	if p == nil {
+		return true
+	}
+	switch p.Permission {
+	case "denyAll":
+		return false
+	case "byQueue":
+		for _, s := range p.SourceQueues {
+			if s == source {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
 
 // wakeLocked tells long polls that something may be receivable.
 func (q *queue) wakeLocked() {
@@ -324,16 +362,17 @@ func (q *queue) addLocked(m *message) {
 	if m.state != stateVisible {
 		heap.Push(&q.timers, m)
 	}
+	g := m.group
+	g.members++
 	if q.fifo() {
-		g := m.group
 		g.msgs.insertSorted(m)
 		if m.state == stateInFlight {
 			g.inflight++
 		}
-		q.updateGroupLocked(g)
 	} else if m.state == stateVisible {
-		q.ready.pushBack(m)
+		g.msgs.pushBack(m)
 	}
+	q.updateGroupLocked(g)
 	if m.state == stateVisible {
 		q.wakeLocked()
 	}
@@ -349,27 +388,22 @@ func (q *queue) removeLocked(m *message) {
 		heap.Remove(&q.timers, int(m.timerIdx))
 	}
 	q.nState[m.state]--
-	if q.fifo() {
-		g := m.group
-		wasHead := g.msgs.head == m
+	g := m.group
+	wasHead := g.msgs.head == m
+	if q.fifo() || m.state == stateVisible {
 		g.msgs.remove(m)
-		if m.state == stateInFlight {
-			g.inflight--
-		}
-		if g.msgs.n == 0 {
-			if g.available {
-				q.available.remove(g)
-				g.available = false
-			}
-			delete(q.groups, g.id)
-		} else {
-			q.updateGroupLocked(g)
-			if wasHead {
-				q.wakeLocked()
-			}
-		}
-	} else if m.state == stateVisible {
-		q.ready.remove(m)
+	}
+	if m.state == stateInFlight {
+		g.inflight--
+	}
+	g.members--
+	q.updateGroupLocked(g)
+	if g.members == 0 {
+		delete(q.groups, g.id)
+	} else if wasHead && q.fifo() {
+		// Removing a FIFO group's head (delete, expiry, dead-letter)
+		// may release the group.
+		q.wakeLocked()
 	}
 }
 
@@ -395,31 +429,39 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 	case s != stateVisible:
 		heap.Fix(&q.timers, int(m.timerIdx))
 	}
-	if q.fifo() {
-		g := m.group
-		if old == stateInFlight {
-			g.inflight--
-		}
-		if s == stateInFlight {
-			g.inflight++
-		}
-		q.updateGroupLocked(g)
-	} else {
+	g := m.group
+	if old == stateInFlight {
+		g.inflight--
+	}
+	if s == stateInFlight {
+		g.inflight++
+	}
+	if !q.fifo() {
+		// A standard group lists its visible messages; one whose lease
+		// ends goes to the back, so a poison message cannot pin the head.
 		if old == stateVisible {
-			q.ready.remove(m)
+			g.msgs.remove(m)
 		}
 		if s == stateVisible {
-			q.ready.pushBack(m)
+			g.msgs.pushBack(m)
 		}
 	}
+	q.updateGroupLocked(g)
 	if s == stateVisible {
 		q.wakeLocked()
 	}
 }
 
-// updateGroupLocked puts a FIFO group in or out of the available list.
+// updateGroupLocked puts a group in or out of the available list: a FIFO
+// group when nothing of it is in flight and its head is visible, a standard
+// group when it has a visible message.
 func (q *queue) updateGroupLocked(g *group) {
-	avail := g.inflight == 0 && g.msgs.head != nil && g.msgs.head.state == stateVisible
+	var avail bool
+	if q.fifo() {
+		avail = g.inflight == 0 && g.msgs.head != nil && g.msgs.head.state == stateVisible
+	} else {
+		avail = g.msgs.head != nil
+	}
 	if avail == g.available {
 		return
 	}
@@ -453,13 +495,6 @@ func (q *queue) nextWakeLocked() int64 {
 	return t
 }
 
-// receivableLocked reports whether a receive would find a message now.
-func (q *queue) receivableLocked() bool {
-	if q.fifo() {
-		return q.available.head != nil
-	}
-	return q.ready.head != nil
-}
 
 // info snapshots the queue.
 func (q *queue) infoLocked() QueueInfo {

@@ -181,13 +181,7 @@ func (q *queue) restoreLocked(m *message, groupID string, now int64) {
 	default:
 		m.state = stateDelayed
 	}
-	if groupID != "" {
-		if q.fifo() {
-			m.group = q.groupLocked(groupID)
-		} else {
-			m.group = &group{id: groupID}
-		}
-	}
+	m.group = q.groupLocked(groupID)
 	q.addLocked(m)
 }
 

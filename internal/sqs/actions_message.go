@@ -24,6 +24,20 @@ func (c *call) getQueue(queueURL string) (engine.QueueInfo, *apiError) {
 	return info, nil
 }
 
+// queueConfig resolves a request's queue and its settings without the
+// queue's lock or a copy (the send path's lookup). cfg is read-only.
+func (c *call) queueConfig(queueURL string) (string, *engine.QueueConfig, *apiError) {
+	name, err := c.queueName(queueURL)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg, gerr := c.h.eng.Config(name)
+	if gerr != nil {
+		return "", nil, mapEngineErr(gerr, errDetail{queue: name})
+	}
+	return name, cfg, nil
+}
+
 // sendOutput builds the MD5s of a sent message.
 func sendOutput(m *engine.Message, r engine.SendResult) sendMessageOutput {
 	out := sendMessageOutput{
@@ -47,16 +61,16 @@ func (c *call) sendMessage() (output, *apiError) {
 	if err := c.decode(&in); err != nil {
 		return nil, err
 	}
-	q, err := c.getQueue(in.QueueUrl)
+	name, cfg, err := c.queueConfig(in.QueueUrl)
 	if err != nil {
 		return nil, err
 	}
-	m, err := checkSendEntry(&in.sendEntry, &q, false, c.sender)
+	m, err := checkSendEntry(&in.sendEntry, cfg, false, c.sender)
 	if err != nil {
 		return nil, err
 	}
-	res, serr := c.h.eng.Send(q.Name, []engine.Message{m})
-	d := errDetail{queue: q.Name, delay: in.DelaySeconds.Raw}
+	res, serr := c.h.eng.Send(name, []engine.Message{m})
+	d := errDetail{queue: name, delay: in.DelaySeconds.Raw}
 	if serr != nil {
 		return nil, mapEngineErr(serr, d)
 	}
@@ -92,7 +106,7 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	if err := c.decode(&in); err != nil {
 		return nil, err
 	}
-	q, err := c.getQueue(in.QueueUrl)
+	name, cfg, err := c.queueConfig(in.QueueUrl)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +127,7 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	var msgs []engine.Message
 	var idx []int // entry index of each message
 	for i := range in.Entries {
-		m, err := checkSendEntry(&in.Entries[i], &q, true, c.sender)
+		m, err := checkSendEntry(&in.Entries[i], cfg, true, c.sender)
 		if err != nil {
 			out.Failed = append(out.Failed, newBatchError(ids[i], err))
 			continue
@@ -124,9 +138,9 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	if len(msgs) == 0 {
 		return out, nil
 	}
-	res, serr := c.h.eng.Send(q.Name, msgs)
+	res, serr := c.h.eng.Send(name, msgs)
 	if serr != nil {
-		return nil, mapEngineErr(serr, errDetail{queue: q.Name})
+		return nil, mapEngineErr(serr, errDetail{queue: name})
 	}
 	if len(res) != len(msgs) {
 		return nil, newErr(kindInternal, "The engine returned %d results for %d messages.", len(res), len(msgs))
@@ -134,7 +148,7 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	for j, r := range res {
 		e := &in.Entries[idx[j]]
 		if r.Err != nil {
-			out.Failed = append(out.Failed, newBatchError(e.Id, mapEngineErr(r.Err, errDetail{queue: q.Name, delay: e.DelaySeconds.Raw, batch: true})))
+			out.Failed = append(out.Failed, newBatchError(e.Id, mapEngineErr(r.Err, errDetail{queue: name, delay: e.DelaySeconds.Raw, batch: true})))
 			continue
 		}
 		out.Successful = append(out.Successful, sendBatchResultEntry{Id: e.Id, sendMessageOutput: sendOutput(&msgs[j], r)})

@@ -230,14 +230,14 @@ func validDataType(t string) bool {
 // checkSendEntry validates one message for a queue and builds the engine
 // message. batch selects the batch wording where AWS uses a different code
 // (MessageGroupId). The size check uses the queue's MaximumMessageSize.
-func checkSendEntry(e *sendEntry, q *engine.QueueInfo, batch bool, sender string) (engine.Message, *apiError) {
+func checkSendEntry(e *sendEntry, cfg *engine.QueueConfig, batch bool, sender string) (engine.Message, *apiError) {
 	var m engine.Message
 	if err := checkBody(e.MessageBody); err != nil {
 		return m, err
 	}
 	m.Body = []byte(*e.MessageBody)
 	m.SenderID = sender
-	fifo := q.Config.FIFO
+	fifo := cfg.FIFO
 
 	if e.DelaySeconds.Set {
 		if !e.DelaySeconds.inRange(0, int64(engine.MaxDelay/time.Second)) {
@@ -293,11 +293,11 @@ func checkSendEntry(e *sendEntry, q *engine.QueueInfo, batch bool, sender string
 			return m, errParam(*e.MessageDeduplicationId, "MessageDeduplicationId", "The request include parameter that is not valid for this queue type.")
 		}
 		m.DedupID = *e.MessageDeduplicationId
-	} else if fifo && !q.Config.ContentBasedDedup {
+	} else if fifo && !cfg.ContentBasedDedup {
 		return m, newErr(kindInvalidParameter, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 	}
 
-	if limit := q.Config.MaxMessageSize; limit > 0 && m.Size() > limit {
+	if limit := cfg.MaxMessageSize; limit > 0 && m.Size() > limit {
 		return m, errTooLarge(limit)
 	}
 	return m, nil

@@ -164,7 +164,7 @@ func TestCheckSendEntry(t *testing.T) {
 		{"other system attr", sendEntry{MessageBody: ptr("hi"), MessageSystemAttributes: map[string]attrValue{"SenderId": {DataType: "String", StringValue: ptr("x")}}}, std, false, kindInvalidParameter, "Message system attribute name 'SenderId' is invalid."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := checkSendEntry(&tc.e, tc.q, tc.batch, "me")
+			_, err := checkSendEntry(&tc.e, &tc.q.Config, tc.batch, "me")
 			if tc.kind == nil {
 				if err != nil {
 					t.Fatalf("unexpected %v", err)
