@@ -42,6 +42,10 @@ type SQSResult struct {
 	// Latency is send → receive of this run's messages, from the timestamp
 	// in each body (see body.go), over every delivery.
 	Latency LatencySummary `json:"latency"`
+	// SendRTT and DeleteRTT are the round trips of SendMessageBatch and
+	// DeleteMessageBatch requests: what a client waits for a durable ack.
+	SendRTT   LatencySummary `json:"send_rtt"`
+	DeleteRTT LatencySummary `json:"delete_rtt"`
 
 	// Errors counts failed requests and failed batch entries by SQS error
 	// code; "transport" is a connection-level failure.
@@ -134,7 +138,8 @@ type run struct {
 }
 
 type worker struct {
-	hist   Histogram
+	hist   Histogram // end-to-end latency (consumers)
+	rtt    Histogram // request round trips: sends (producers), deletes (consumers)
 	errors map[string]uint64
 	resp   bytes.Buffer
 }
@@ -208,14 +213,20 @@ func (r *run) do(ctx context.Context) (SQSResult, error) {
 	if res.Elapsed > 0 {
 		res.Throughput = float64(res.Deleted) / res.Elapsed.Seconds()
 	}
-	var h Histogram
+	var h, send, del Histogram
+	for _, w := range producers {
+		send.Merge(&w.rtt)
+	}
+	for _, w := range consumers {
+		del.Merge(&w.rtt)
+	}
 	for _, w := range append(producers, consumers...) {
 		h.Merge(&w.hist)
 		for code, n := range w.errors {
 			res.Errors[code] += n
 		}
 	}
-	res.Latency = summarize(&h)
+	res.Latency, res.SendRTT, res.DeleteRTT = summarize(&h), summarize(&send), summarize(&del)
 	per100k := func(d time.Duration) float64 {
 		if res.Deleted == 0 {
 			return 0
@@ -347,7 +358,9 @@ func (r *run) produce(ctx context.Context, id int, deadline time.Time, w *worker
 				putHex(batch.json[batch.seqs[i]:batch.seqs[i]+16], seq)
 			}
 		}
+		began := time.Now()
 		err := r.c.call(ctx, "AmazonSQS.SendMessageBatch", batch.json, &w.resp)
+		rtt := time.Since(began)
 		if err == nil {
 			resp.Successful, resp.Failed = resp.Successful[:0], resp.Failed[:0] // absent members keep old values
 			err = json.Unmarshal(w.resp.Bytes(), &resp)
@@ -364,6 +377,7 @@ func (r *run) produce(ctx context.Context, id int, deadline time.Time, w *worker
 			continue
 		}
 		backoff = 0
+		w.rtt.Record(rtt)
 		r.sent.Add(uint64(len(resp.Successful)))
 		for _, f := range resp.Failed {
 			w.countErr(f.Code, 1)
@@ -448,7 +462,9 @@ func (r *run) consume(ctx context.Context, w *worker) {
 		delReq = append(delReq, "]}"...)
 		// The delete uses the parent context's lifetime, not ctx: a batch
 		// received must be deleted even when the run is ending.
+		began := time.Now()
 		err = r.c.call(context.WithoutCancel(ctx), "AmazonSQS.DeleteMessageBatch", delReq, &w.resp)
+		rtt := time.Since(began)
 		if err == nil {
 			del.Successful, del.Failed = del.Successful[:0], del.Failed[:0]
 			err = json.Unmarshal(w.resp.Bytes(), &del)
@@ -457,6 +473,7 @@ func (r *run) consume(ctx context.Context, w *worker) {
 			w.countErr(errCode(err), 1)
 			continue
 		}
+		w.rtt.Record(rtt)
 		for _, s := range del.Successful {
 			if i, err := strconv.Atoi(s.Id); err == nil && i >= 0 && i < len(recv.Messages) &&
 				recv.Messages[i].Body.ok && recv.Messages[i].Body.run == r.id {
@@ -519,9 +536,13 @@ func (res *SQSResult) WriteTable(w io.Writer) {
 	if res.Stale > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (messages of earlier runs, deleted)\n", "stale", res.Stale)
 	}
-	l := res.Latency
-	fmt.Fprintf(w, "  %-12s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n", "latency",
-		fmtDur(l.P50), fmtDur(l.P90), fmtDur(l.P99), fmtDur(l.P999), fmtDur(l.Max), fmtDur(l.Mean))
+	for _, l := range []struct {
+		name string
+		s    LatencySummary
+	}{{"latency", res.Latency}, {"send rtt", res.SendRTT}, {"delete rtt", res.DeleteRTT}} {
+		fmt.Fprintf(w, "  %-12s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n", l.name,
+			fmtDur(l.s.P50), fmtDur(l.s.P90), fmtDur(l.s.P99), fmtDur(l.s.P999), fmtDur(l.s.Max), fmtDur(l.s.Mean))
+	}
 	if res.ServerCPU > 0 {
 		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "server cpu", res.ServerCPU.Seconds(), res.ServerCPUPer100k)
 	}

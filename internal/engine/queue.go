@@ -495,7 +495,6 @@ func (q *queue) nextWakeLocked() int64 {
 	return t
 }
 
-
 // info snapshots the queue.
 func (q *queue) infoLocked() QueueInfo {
 	info := QueueInfo{
