@@ -33,6 +33,8 @@ type SQSResult struct {
 	Received uint64 `json:"received"` // deliveries of this run's messages, redeliveries included
 	Deleted  uint64 `json:"deleted"`  // acknowledged by DeleteMessageBatch
 	Stale    uint64 `json:"stale"`    // messages of earlier runs found (and deleted)
+	Receives uint64 `json:"receives"` // ReceiveMessage calls answered, empty ones included
+	Empty    uint64 `json:"empty_receives"`
 
 	SendElapsed time.Duration `json:"send_elapsed_ns"` // start → last send answered
 	Elapsed     time.Duration `json:"elapsed_ns"`      // start → last delete answered
@@ -130,6 +132,8 @@ type run struct {
 	received atomic.Uint64
 	deleted  atomic.Uint64
 	stale    atomic.Uint64
+	receives atomic.Uint64
+	empty    atomic.Uint64
 
 	producersDone atomic.Bool
 	lastSend      atomic.Int64 // ns since t0 of the last answered send
@@ -203,6 +207,7 @@ func (r *run) do(ctx context.Context) (SQSResult, error) {
 		Queue: o.queueName(), QueueURL: r.queueURL, FIFO: o.FIFO,
 		Producers: o.Producers, Consumers: o.Consumers, Batch: o.Batch, Size: o.Size, Rate: o.Rate,
 		Sent: r.sent.Load(), Received: r.received.Load(), Deleted: r.deleted.Load(), Stale: r.stale.Load(),
+		Receives: r.receives.Load(), Empty: r.empty.Load(),
 		SendElapsed: time.Duration(r.lastSend.Load()),
 		Elapsed:     time.Duration(r.lastDelete.Load()),
 		Errors:      map[string]uint64{},
@@ -431,7 +436,9 @@ func (r *run) consume(ctx context.Context, w *worker) {
 			continue
 		}
 		backoff = 0
+		r.receives.Add(1)
 		if len(recv.Messages) == 0 {
+			r.empty.Add(1)
 			continue
 		}
 		now := time.Since(r.t0)
@@ -531,7 +538,11 @@ func (res *SQSResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "sluice bench sqs: queue=%s fifo=%t producers=%d consumers=%d batch=%d size=%dB rate=%s\n",
 		res.Queue, res.FIFO, res.Producers, res.Consumers, res.Batch, res.Size, rate)
 	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s over %s\n", "sent", res.Sent, res.SendRate, res.SendElapsed.Round(time.Millisecond))
-	fmt.Fprintf(w, "  %-12s %10d\n", "received", res.Received)
+	perRecv := 0.0
+	if res.Receives > res.Empty {
+		perRecv = float64(res.Received+res.Stale) / float64(res.Receives-res.Empty)
+	}
+	fmt.Fprintf(w, "  %-12s %10d  in %d receives (%d empty, %.1f messages per non-empty)\n", "received", res.Received, res.Receives, res.Empty, perRecv)
 	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s end to end over %s\n", "deleted", res.Deleted, res.Throughput, res.Elapsed.Round(time.Millisecond))
 	if res.Stale > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (messages of earlier runs, deleted)\n", "stale", res.Stale)
