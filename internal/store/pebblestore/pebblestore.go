@@ -47,12 +47,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/record"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/wal"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -102,10 +106,24 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, log: log}
 	po := opts.pebbleOptions(log)
+	tail := inspectWALTail(po.FS, dir, log)
 	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { s.fail(err) }}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		if tail != nil && !errors.Is(tail.err, record.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("pebblestore: open %s: WAL %s is corrupt at offset %d of %d, before data that was synced; refusing to skip it: %w",
+				dir, tail.file, tail.offset, tail.size, err)
+		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	if tail != nil {
+		// Logged only once pebble has opened (and so holds the directory
+		// lock and has replayed the same WAL), so that a failed Open, e.g.
+		// because another process has the store, does not warn about a
+		// tail that process is still writing.
+		log.Warn("pebblestore: discarded a torn WAL tail (an incomplete last write); it was not replayed",
+			"file", tail.file, "offset", tail.offset, "size", tail.size,
+			"discarded_bytes", tail.size-tail.offset, "records_kept", tail.records, "reason", tail.err.Error())
 	}
 	s.db = db
 	if err := s.failure(); err != nil {
@@ -117,6 +135,74 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// walTail describes a newest WAL that does not end cleanly.
+type walTail struct {
+	file    string // the physical file
+	offset  int64  // where the first record that cannot be read starts
+	size    int64  // the file's size
+	records int    // records read intact before offset
+	err     error  // record.ErrUnexpectedEOF for a torn tail, else corruption
+}
+
+// inspectWALTail reads the newest WAL in dir the way pebble's replay will
+// (wal.Scan and wal.Reader, the same code DB.replayWAL uses) and reports how
+// it ends, or nil if it ends cleanly or cannot be inspected.
+//
+// Pebble replays the newest WAL with strictWALTail=false (DB.replayWAL in
+// pebble's open.go): when it meets a record that is incomplete or fails its
+// checksum, and no chunk in a later 32 KiB block carries a synced offset
+// proving that record had been synced (record.Reader.readAheadForCorruption),
+// the reader returns record.ErrUnexpectedEOF and pebble stops there,
+// keeping every record before it and logging only an informational
+// "stopped reading at offset" line. That is the torn-tail case, which the
+// caller reports at Warn. Any other error (record.ErrInvalidChunk or
+// ErrZeroedChunk: a bad record followed by data synced after it) makes
+// pebble.Open fail with a corruption error, and the caller names the file
+// and offset in it. See docs/adr/0001-storage-engine.md, "Torn tails and
+// corruption", for what the torn-tail rule cannot tell apart.
+//
+// After a crash, a WAL that pebble recycled from an older one also ends in
+// that file's stale records, which read as an unclean end too: the warning
+// then counts them as discarded bytes, although they were never data of
+// this WAL.
+//
+// It costs one extra sequential read of the newest WAL (at most about one
+// memtable's worth), which then sits in the page cache for pebble's replay.
+// Errors are not reported here: pebble's replay is authoritative and will
+// return them.
+func inspectWALTail(fs vfs.FS, dir string, log *slog.Logger) *walTail {
+	logs, err := wal.Scan(wal.Dir{FS: fs, Dirname: dir})
+	if err != nil || len(logs) == 0 {
+		return nil // a new store, or pebble.Open will report the problem
+	}
+	ll := logs[len(logs)-1]
+	r := ll.OpenForRead()
+	defer func() { _ = r.Close() }()
+	n := 0
+	for {
+		rec, off, err := r.NextRecord()
+		if err == nil {
+			if _, err = io.Copy(io.Discard, rec); err == nil {
+				n++
+				continue
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if !errors.Is(err, record.ErrUnexpectedEOF) && !errors.Is(err, record.ErrInvalidChunk) &&
+			!errors.Is(err, record.ErrZeroedChunk) {
+			log.Debug("pebblestore: could not inspect the WAL tail", "wal", ll.String(), "err", err)
+			return nil
+		}
+		t := &walTail{file: off.PhysicalFile, offset: off.Physical, records: n, err: err}
+		if fi, serr := fs.Stat(off.PhysicalFile); serr == nil {
+			t.size = fi.Size()
+		}
+		return t
+	}
 }
 
 // checkFormat verifies the format key, writing it into an empty database.
