@@ -189,6 +189,13 @@ func encodeQueue(r *queueRecord) []byte {
 	}
 	encodeMap(&e, c.Extra)
 	encodeMap(&e, r.Tags)
+	// Optional trailing fields (absent in older records).
+	e.boolean(c.Retry != nil)
+	if c.Retry != nil {
+		e.str(c.Retry.Strategy)
+		e.varint(int64(c.Retry.Base))
+		e.varint(int64(c.Retry.Cap))
+	}
 	return e.b
 }
 
@@ -250,7 +257,103 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	}
 	c.Extra = decodeMap(&d)
 	r.Tags = decodeMap(&d)
+	if len(d.b) > 0 && d.boolean() {
+		c.Retry = &RetryPolicy{Strategy: d.str(), Base: time.Duration(d.varint()), Cap: time.Duration(d.varint())}
+	}
 	return r, d.err
+}
+
+// Extension tags: optional fields after a message record's fixed fields.
+// A reader skips tags it does not know, so adding one is compatible.
+const (
+	tagDeadLetter = 1
+	tagFailure    = 2
+	tagRedrive    = 3
+	tagParked     = 4
+)
+
+func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
+	if x == nil {
+		return
+	}
+	if withDead && x.dead != nil {
+		var f encoder
+		d := x.dead
+		f.str(d.SourceQueue)
+		f.str(d.Reason)
+		f.uvarint(uint64(d.Attempts))
+		f.varint(nanos(d.FirstReceiveAt))
+		f.varint(nanos(d.LastReceiveAt))
+		f.varint(nanos(d.DeadLetteredAt))
+		e.uvarint(tagDeadLetter)
+		e.bytes(f.b)
+	}
+	if x.failure != nil {
+		var f encoder
+		r := x.failure
+		f.str(r.ErrorClass)
+		f.str(r.Message)
+		f.str(r.Trace)
+		f.str(r.ConsumerID)
+		f.str(r.ConsumerVersion)
+		f.varint(nanos(r.ReportedAt))
+		f.uvarint(uint64(r.Attempt))
+		e.uvarint(tagFailure)
+		e.bytes(f.b)
+	}
+	if withRedrive && x.redrive != nil {
+		var f encoder
+		r := x.redrive
+		f.str(r.OriginalMessageID)
+		f.uvarint(uint64(r.Count))
+		f.str(r.TaskID)
+		f.varint(nanos(r.At))
+		e.uvarint(tagRedrive)
+		e.bytes(f.b)
+	}
+}
+
+// decodeExt reads extension fields until the record ends.
+func decodeExt(d *decoder, m *message) {
+	for len(d.b) > 0 && d.err == nil {
+		tag := d.uvarint()
+		f := decoder{b: d.bytes()}
+		switch tag {
+		case tagDeadLetter:
+			m.extension().dead = &DeadLetterInfo{
+				SourceQueue:    f.str(),
+				Reason:         f.str(),
+				Attempts:       int(f.uvarint()),
+				FirstReceiveAt: fromNanos(f.varint()),
+				LastReceiveAt:  fromNanos(f.varint()),
+				DeadLetteredAt: fromNanos(f.varint()),
+			}
+		case tagFailure:
+			m.extension().failure = &FailureRecord{
+				ErrorClass:      f.str(),
+				Message:         f.str(),
+				Trace:           f.str(),
+				ConsumerID:      f.str(),
+				ConsumerVersion: f.str(),
+				ReportedAt:      fromNanos(f.varint()),
+				Attempt:         int(f.uvarint()),
+			}
+		case tagRedrive:
+			m.extension().redrive = &RedriveInfo{
+				OriginalMessageID: f.str(),
+				Count:             int(f.uvarint()),
+				TaskID:            f.str(),
+				At:                fromNanos(f.varint()),
+			}
+		case tagParked:
+			m.parked = true
+		default:
+			continue // a newer field: skip it
+		}
+		if f.err != nil {
+			d.err = f.err
+		}
+	}
 }
 
 // encodeContent is the immutable part of a message: written once on send
@@ -277,6 +380,7 @@ func encodeContent(m *message) []byte {
 		e.bytes(a.BinaryValue)
 	}
 	e.bytes(m.body)
+	encodeExt(&e, m.ext, true, true)
 	return e.b
 }
 
@@ -315,6 +419,7 @@ func decodeContent(m *message, b []byte) (group string, err error) {
 		}
 	}
 	m.body = append([]byte(nil), d.bytes()...)
+	decodeExt(&d, m)
 	return group, d.err
 }
 
@@ -328,6 +433,11 @@ func encodeState(m *message) []byte {
 	e.varint(m.visibleAt)
 	e.varint(m.leaseAt)
 	e.uvarint(m.receipt)
+	encodeExt(&e, m.ext, false, false)
+	if m.parked {
+		e.uvarint(tagParked)
+		e.bytes(nil)
+	}
 	return e.b
 }
 
@@ -341,6 +451,8 @@ func decodeState(m *message, b []byte) error {
 	m.visibleAt = d.varint()
 	m.leaseAt = d.varint()
 	m.receipt = d.uvarint()
+	m.parked = false
+	decodeExt(&d, m)
 	return d.err
 }
 
@@ -388,3 +500,5 @@ func decodeReceipt(s string) (qid uint32, seq, receipt uint64, ok bool) {
 	}
 	return binary.BigEndian.Uint32(b[1:]), binary.BigEndian.Uint64(b[5:]), binary.BigEndian.Uint64(b[13:]), true
 }
+
+func binaryUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

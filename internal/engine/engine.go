@@ -54,6 +54,8 @@ type Options struct {
 	Store  store.Store  // required
 	Clock  clock.Clock  // nil: clock.Real
 	Logger *slog.Logger // nil: discard
+	// Observer receives events for metrics and alerts; nil: none.
+	Observer Observer
 }
 
 // Engine is the queue engine. Create it with Open.
@@ -61,6 +63,7 @@ type Engine struct {
 	st    store.Store
 	clock clock.Clock
 	log   *slog.Logger
+	obs   Observer
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -70,6 +73,7 @@ type Engine struct {
 	nextQID uint32
 
 	sched scheduler
+	tasks taskTable
 
 	failed atomic.Pointer[error] // first storage error; engine is read-only after it
 	done   chan struct{}
@@ -113,24 +117,33 @@ func Open(opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Observer == nil {
+		opts.Observer = NopObserver{}
+	}
 	e := &Engine{
 		st:      opts.Store,
 		clock:   opts.Clock,
 		log:     opts.Logger,
+		obs:     opts.Observer,
 		queues:  make(map[string]*queue),
 		deleted: make(map[string]int64),
 		nextQID: 1,
 		done:    make(chan struct{}),
 	}
 	e.sched.poke = make(chan struct{}, 1)
+	e.tasks.init()
 	start := time.Now()
 	n, err := e.recover()
 	if err != nil {
 		return nil, err
 	}
 	e.log.Info("engine recovered", "queues", len(e.queues), "messages", n, "elapsed", time.Since(start))
+	if err := e.recoverMoveTasks(); err != nil {
+		return nil, err
+	}
 	e.wg.Add(1)
 	go e.runScheduler()
+	e.startRecoveredMoveTasks()
 	return e, nil
 }
 
@@ -291,6 +304,7 @@ func (e *Engine) tick(q *queue, now int64) {
 		return
 	}
 	var b store.Batch
+	expired := q.stats.expired.Load()
 	q.advanceLocked(now, &b)
 	if b.Len() > 0 {
 		// Expiry deletes need not be synced: if lost in a crash, the
@@ -298,6 +312,11 @@ func (e *Engine) tick(q *queue, now int64) {
 		if _, err := e.write(&b, false); err != nil {
 			return
 		}
+	}
+	if n := q.stats.expired.Load() - expired; n > 0 {
+		// Dropping by retention is deliberate, never silent.
+		e.log.Info("messages expired by retention", "queue", q.name, "count", n, "retention", q.cfg.Retention)
+		e.obs.Expired(q.name, int(n))
 	}
 	e.scheduleLocked(q)
 }
@@ -307,7 +326,18 @@ func (e *Engine) tick(q *queue, now int64) {
 // dedup entries past their window are forgotten.
 func (q *queue) advanceLocked(now int64, b *store.Batch) {
 	for len(q.timers) > 0 && q.timers[0].visibleAt <= now {
-		q.setStateLocked(q.timers[0], stateVisible)
+		m := q.timers[0]
+		if m.state == stateInFlight && q.cfg.Retry != nil {
+			// The lease ended without a delete: with a retry policy the
+			// message waits out a backoff before it is visible again.
+			// The backoff is a function of the message and its attempt,
+			// so recomputing it after a crash gives the same answer.
+			m.visibleAt += int64(q.cfg.Retry.Backoff(m.id, int(m.recvCount)))
+			m.parked = true
+			q.setStateLocked(m, stateDelayed)
+			continue
+		}
+		q.setStateLocked(m, stateVisible)
 	}
 	ret := int64(q.cfg.Retention)
 	for len(q.expiry) > 0 && q.expiry[0].enqueuedAt+ret <= now {
@@ -391,6 +421,22 @@ func validateConfig(c *QueueConfig) error {
 			}
 		default:
 			return &ConfigError{Setting: "RedriveAllowPolicy", Reason: "unknown redrivePermission " + r.Permission}
+		}
+	}
+	if r := c.Retry; r != nil {
+		switch r.Strategy {
+		case RetryFullJitter, RetryDecorrelated, RetryExponential, RetryFixed:
+		default:
+			return &ConfigError{Setting: "RetryPolicy", Reason: "unknown strategy " + r.Strategy}
+		}
+		if r.Base <= 0 {
+			return &ConfigError{Setting: "RetryPolicy", Reason: "base must be positive"}
+		}
+		if r.Cap <= 0 {
+			return &ConfigError{Setting: "RetryPolicy", Reason: "a cap is required: an uncapped backoff keeps consumers waiting long after an outage"}
+		}
+		if r.Cap < r.Base || r.Cap > MaxVisibility {
+			return &ConfigError{Setting: "RetryPolicy", Reason: "cap must be between base and 12h"}
 		}
 	}
 	if !c.FIFO && (c.ContentBasedDedup || c.DedupScope != DedupScopeQueue) {

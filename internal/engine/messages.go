@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
@@ -88,6 +90,9 @@ func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
 		return nil, err
 	}
 	q.stats.sent.Add(uint64(added))
+	if added > 0 {
+		e.obs.Sent(q.name, added)
+	}
 	e.scheduleLocked(q)
 	q.mu.Unlock()
 	if err := e.wait(p); err != nil {
@@ -300,11 +305,16 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 	if dl != nil {
 		target = e.deadLetterTarget(q, dl.Target)
 	}
+	redelivered := 0
 	take := func(m *message) {
 		if target != nil && int(m.recvCount) >= dl.MaxReceiveCount {
-			moves = append(moves, e.moveOutLocked(q, m, target, now, b))
+			moves = append(moves, e.moveOutLocked(q, m, target, ReasonMaxReceives, now, b))
 			return
 		}
+		if m.recvCount > 0 {
+			redelivered++
+		}
+		m.parked = false
 		m.recvCount++
 		if m.firstRecvAt == 0 {
 			m.firstRecvAt = now
@@ -348,6 +358,8 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 	}
 	if len(out) > 0 {
 		q.stats.received.Add(uint64(len(out)))
+		q.stats.redelivered.Add(uint64(redelivered))
+		e.obs.Received(q.name, len(out), redelivered)
 		if req.AttemptID != "" && q.fifo() {
 			if q.attempts == nil {
 				q.attempts = make(map[string]*attemptEntry)
@@ -371,11 +383,12 @@ func (e *Engine) deadLetterTarget(q *queue, name string) *queue {
 
 // moveOutLocked removes m from q and writes it into target in the same
 // store batch, so a crash leaves the message in exactly one of the two.
-func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, now int64, b *store.Batch) move {
+func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, reason string, now int64, b *store.Batch) move {
 	q.removeLocked(m)
 	b.Delete(messageKey(q.id, m.seq, kindContent))
 	b.Delete(messageKey(q.id, m.seq, kindState))
 	q.stats.deadLettered.Add(1)
+	e.obs.DeadLettered(q.name, target.name, reason, time.Duration(now-m.sentAt))
 	groupID := m.groupID()
 	n := &message{
 		seq:         target.nextSeq.Add(1) - 1,
@@ -392,6 +405,19 @@ func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, now int64, b
 		firstRecvAt: m.firstRecvAt,
 		recvCount:   m.recvCount,
 		state:       stateVisible,
+		ext: &messageExt{
+			dead: &DeadLetterInfo{
+				SourceQueue:    q.name,
+				Reason:         reason,
+				Attempts:       int(m.recvCount),
+				FirstReceiveAt: fromNanos(m.firstRecvAt),
+				LastReceiveAt:  fromNanos(m.leaseAt),
+				DeadLetteredAt: fromNanos(now),
+			},
+		},
+	}
+	if m.ext != nil {
+		n.ext.failure, n.ext.redrive = m.ext.failure, m.ext.redrive
 	}
 	if target.isFIFO {
 		// SQS: on FIFO the enqueue time resets and the dedup id becomes
@@ -402,7 +428,7 @@ func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, now int64, b
 	n.group = &group{id: groupID} // replaced by the target's group on insert
 	b.Set(messageKey(target.id, n.seq, kindContent), encodeContent(n))
 	b.Set(qidPrefix(prefixSeq, target.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	e.log.Debug("dead-lettered", "queue", q.name, "target", target.name, "message", FormatID(m.id), "receives", m.recvCount)
+	e.log.Debug("dead-lettered", "queue", q.name, "target", target.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount)
 	return move{target: target, m: n, group: groupID}
 }
 
@@ -419,6 +445,9 @@ func (e *Engine) finishMoves(src *queue, moves []move) {
 			e.scheduleLocked(t)
 		}
 		t.mu.Unlock()
+		if x := mv.m.ext; x != nil && x.dead != nil && x.redrive != nil && x.redrive.TaskID != "" {
+			e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
+		}
 	}
 }
 
@@ -437,6 +466,9 @@ func (q *queue) deliveryLocked(m *message) Delivery {
 		ReceiveCount:     int(m.recvCount),
 		GroupID:          m.groupID(),
 		DeadLetterSource: m.dlqSource,
+	}
+	if x := m.ext; x != nil {
+		d.DeadLetter, d.LastFailure, d.Redrive = x.dead, x.failure, x.redrive
 	}
 	if q.fifo() {
 		d.DedupID = m.dedupID
@@ -490,6 +522,9 @@ func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) 
 			b.Delete(messageKey(q.id, m.seq, kindContent))
 			b.Delete(messageKey(q.id, m.seq, kindState))
 			deleted++
+			if m.leaseAt != 0 {
+				e.obs.Deleted(q.name, time.Duration(now-m.leaseAt))
+			}
 		}
 	}
 	p, err := e.write(&b, true)
@@ -529,6 +564,7 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 		default:
 			m.visibleAt = now + int64(c.Timeout)
 			if c.Timeout == 0 {
+				m.parked = true // released on purpose: no retry backoff
 				q.setStateLocked(m, stateVisible)
 			} else {
 				q.setStateLocked(m, stateInFlight)
@@ -547,4 +583,24 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 		return nil, err
 	}
 	return errs, nil
+}
+
+// noteReturn tells a move task that a message it moved was dead-lettered
+// again; the task pauses when that happens too often, too soon.
+func (e *Engine) noteReturn(r *RedriveInfo, f *FailureRecord, at time.Time) {
+	e.tasks.mu.Lock()
+	tk := e.tasks.byID[r.TaskID]
+	trip := tk != nil && e.noteReturnLocked(tk, r, f, at)
+	var reason string
+	if trip {
+		reason = fmt.Sprintf("Sluice.SafetyStop: %d redriven messages were dead-lettered again within %s of their move", tk.Returned, tk.SafetyWindow)
+		if len(tk.ReturnedClasses) > 0 {
+			reason += " (error classes: " + strings.Join(tk.ReturnedClasses, ", ") + ")"
+		}
+		reason += "; the fix is not working yet. Resume or cancel the task."
+	}
+	e.tasks.mu.Unlock()
+	if trip {
+		e.setStatus(tk, TaskPaused, reason)
+	}
 }

@@ -36,6 +36,12 @@ type message struct {
 	receipt     uint64 // random number of the current lease; 0 = never received
 	recvCount   int32
 	state       uint8
+	// parked is set when the message waits out a delay chosen after it
+	// was received (a retry backoff or RetryAfter, or visibility 0)
+	// rather than a lease: when the wait ends it becomes visible without
+	// another backoff.
+	parked bool
+	ext    *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // index in queue.expiry
@@ -44,6 +50,22 @@ type message struct {
 }
 
 func (m *message) groupID() string { return m.group.id }
+
+// messageExt is the rarely present part of a message: what consumers
+// reported and where it has been. Kept out of line so that healthy messages
+// pay one pointer for it.
+type messageExt struct {
+	failure *FailureRecord
+	dead    *DeadLetterInfo
+	redrive *RedriveInfo
+}
+
+func (m *message) extension() *messageExt {
+	if m.ext == nil {
+		m.ext = &messageExt{}
+	}
+	return m.ext
+}
 
 // list is an intrusive doubly linked list of messages.
 type list struct {
@@ -232,7 +254,7 @@ type lease struct {
 // counters are the queue's activity counters; atomics so metrics can read
 // them without the queue lock.
 type counters struct {
-	sent, received, deleted, deadLettered, expired atomic.Uint64
+	sent, received, redelivered, deleted, deadLettered, expired atomic.Uint64
 }
 
 // queue is one queue's state. Fields after mu are guarded by it; functions
@@ -508,6 +530,7 @@ func (q *queue) infoLocked() QueueInfo {
 		Delayed:      q.nState[stateDelayed],
 		Sent:         q.stats.sent.Load(),
 		Received:     q.stats.received.Load(),
+		Redelivered:  q.stats.redelivered.Load(),
 		Deleted:      q.stats.deleted.Load(),
 		DeadLettered: q.stats.deadLettered.Load(),
 		Expired:      q.stats.expired.Load(),

@@ -174,10 +174,13 @@ func (e *Engine) recover() (int, error) {
 // keeps running. (Recovery runs before any other goroutine sees q.)
 func (q *queue) restoreLocked(m *message, groupID string, now int64) {
 	switch {
+	case m.receipt != 0 && m.leaseAt != 0 && !m.parked:
+		// A lease, running or ended while the broker was down: the
+		// first advance ends it exactly as it would have (including a
+		// retry backoff).
+		m.state = stateInFlight
 	case m.visibleAt <= now:
 		m.state = stateVisible
-	case m.receipt != 0 && m.leaseAt != 0:
-		m.state = stateInFlight
 	default:
 		m.state = stateDelayed
 	}

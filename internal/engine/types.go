@@ -46,6 +46,7 @@ type QueueConfig struct {
 
 	DeadLetter   *DeadLetterPolicy   // nil: no dead-letter queue
 	RedriveAllow *RedriveAllowPolicy // nil: allowAll
+	Retry        *RetryPolicy        // nil: SQS behaviour (visible again when the lease ends)
 
 	// Extra holds protocol-specific queue attributes that the engine stores
 	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
@@ -79,8 +80,9 @@ type QueueInfo struct {
 	// any state; zero when the queue is empty.
 	OldestSentAt time.Time
 
-	// Counters since the broker started (not persisted).
-	Sent, Received, Deleted, DeadLettered, Expired uint64
+	// Counters since the broker started (not persisted). Redelivered
+	// counts receives of messages received before.
+	Sent, Received, Redelivered, Deleted, DeadLettered, Expired uint64
 }
 
 // Attribute is one user message attribute (SQS MessageAttributes; AMQP
@@ -174,6 +176,11 @@ type Delivery struct {
 	// DeadLetterSource is the name of the queue the message was
 	// dead-lettered from ("" for messages that were sent here).
 	DeadLetterSource string
+
+	// Failure context, when present (read-only, shared with the engine).
+	DeadLetter  *DeadLetterInfo
+	LastFailure *FailureRecord
+	Redrive     *RedriveInfo
 }
 
 // VisibilityChange is one entry of ChangeVisibility.

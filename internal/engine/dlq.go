@@ -1,0 +1,312 @@
+package engine
+
+import (
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary so the result stays valid UTF-8.
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return FailureOutcome{}, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	m, current, err := q.lookupLeaseLocked(handle)
+	switch {
+	case err != nil:
+	case m == nil || !current:
+		err = ErrMessageNotAvailable
+	case m.state != stateInFlight:
+		err = ErrMessageNotInflight
+	case f.RetryAfterSet && (f.RetryAfter < 0 || f.RetryAfter > MaxVisibility):
+		err = ErrVisibilityLimit
+	}
+	if err != nil {
+		q.mu.Unlock()
+		return FailureOutcome{}, err
+	}
+	rec := &FailureRecord{
+		ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
+		Message:         truncate(f.Message, MaxErrorText),
+		Trace:           truncate(f.Trace, MaxTrace),
+		ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
+		ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
+		ReportedAt:      fromNanos(now),
+		Attempt:         int(m.recvCount),
+	}
+	var target *queue
+	if dl := q.cfg.DeadLetter; dl != nil {
+		target = e.deadLetterTarget(q, dl.Target)
+	}
+	if f.Terminal && target == nil {
+		q.mu.Unlock()
+		return FailureOutcome{}, ErrNoDeadLetterQueue
+	}
+	m.extension().failure = rec
+	var out FailureOutcome
+	var moves []move
+	switch {
+	case f.Terminal:
+		moves = append(moves, e.moveOutLocked(q, m, target, ReasonTerminal, now, &b))
+	case target != nil && int(m.recvCount) >= q.cfg.DeadLetter.MaxReceiveCount:
+		// The threshold is checked when the failure is recorded, before
+		// any retry: the last attempt failed, so there is no next one.
+		moves = append(moves, e.moveOutLocked(q, m, target, ReasonMaxReceives, now, &b))
+	default:
+		var delay time.Duration
+		park := true
+		switch {
+		case f.RetryAfterSet:
+			delay = f.RetryAfter
+		case q.cfg.Retry != nil:
+			delay = q.cfg.Retry.Backoff(m.id, int(m.recvCount))
+		default:
+			park = false // plain SQS: the lease runs to its end
+		}
+		if park {
+			m.visibleAt = now + int64(delay)
+			m.parked = true
+			if delay == 0 {
+				q.setStateLocked(m, stateVisible)
+			} else {
+				q.setStateLocked(m, stateDelayed)
+			}
+		}
+		out.VisibleAt = fromNanos(m.visibleAt)
+		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+	}
+	if len(moves) > 0 {
+		out.DeadLettered, out.Target = true, target.name
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return FailureOutcome{}, err
+	}
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	e.finishMoves(q, moves)
+	return out, e.wait(p)
+}
+
+// matches reports whether m passes f.
+func (f *Filter) matches(m *message) bool {
+	if !f.SentAfter.IsZero() && m.sentAt < f.SentAfter.UnixNano() {
+		return false
+	}
+	if !f.SentBefore.IsZero() && m.sentAt >= f.SentBefore.UnixNano() {
+		return false
+	}
+	if f.Reason != "" || f.SourceQueue != "" {
+		if m.ext == nil || m.ext.dead == nil {
+			return false
+		}
+		if f.Reason != "" && m.ext.dead.Reason != f.Reason {
+			return false
+		}
+		if f.SourceQueue != "" && m.ext.dead.SourceQueue != f.SourceQueue {
+			return false
+		}
+	}
+	if f.ErrorClass != "" && (m.ext == nil || m.ext.failure == nil || m.ext.failure.ErrorClass != f.ErrorClass) {
+		return false
+	}
+	if f.AttributeName != "" {
+		i := slices.IndexFunc(m.attrs, func(a Attribute) bool { return a.Name == f.AttributeName })
+		if i < 0 || (f.AttributeValue != "" && m.attrs[i].StringValue != f.AttributeValue) {
+			return false
+		}
+	}
+	if len(f.MessageIDs) > 0 && !slices.Contains(f.MessageIDs, FormatID(m.id)) {
+		return false
+	}
+	return true
+}
+
+// sortedSeqsLocked returns the queue's sequence numbers above after, in
+// order. Browsing is an operator's action on (usually small) dead-letter
+// queues; the hot paths never sort.
+func (q *queue) sortedSeqsLocked(after uint64) []uint64 {
+	seqs := make([]uint64, 0, len(q.msgs))
+	for s := range q.msgs {
+		if s > after {
+			seqs = append(seqs, s)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs
+}
+
+func (q *queue) viewLocked(m *message) View {
+	d := q.deliveryLocked(m)
+	d.ReceiptHandle = "" // browsing leases nothing
+	v := View{Delivery: d, LastReceived: fromNanos(m.leaseAt), cursor: m.seq}
+	switch m.state {
+	case stateVisible:
+		v.State = "visible"
+	case stateInFlight:
+		v.State = "inflight"
+		v.VisibleAt = fromNanos(m.visibleAt)
+	default:
+		v.State = "delayed"
+		v.VisibleAt = fromNanos(m.visibleAt)
+	}
+	v.DeadLetter, v.LastFailure, v.Redrive = d.DeadLetter, d.LastFailure, d.Redrive
+	return v
+}
+
+func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return Page{}, err
+	}
+	defer q.mu.Unlock()
+	var b store.Batch
+	q.advanceLocked(e.now(), &b)
+	if b.Len() > 0 {
+		if _, err := e.write(&b, false); err != nil {
+			return Page{}, err
+		}
+	}
+	var page Page
+	for _, s := range q.sortedSeqsLocked(cursor) {
+		m := q.msgs[s]
+		if !f.matches(m) {
+			continue
+		}
+		if len(page.Messages) == limit {
+			page.Next = page.Messages[len(page.Messages)-1].cursor
+			break
+		}
+		page.Messages = append(page.Messages, q.viewLocked(m))
+	}
+	return page, nil
+}
+
+func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return 0, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	n := 0
+	for _, s := range q.sortedSeqsLocked(0) {
+		m := q.msgs[s]
+		if !f.matches(m) {
+			continue
+		}
+		q.removeLocked(m)
+		b.Delete(messageKey(q.id, m.seq, kindContent))
+		b.Delete(messageKey(q.id, m.seq, kindState))
+		n++
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return 0, err
+	}
+	q.stats.deleted.Add(uint64(n))
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	return n, e.wait(p)
+}
+
+// parseID parses a UUID string into an id.
+func parseID(s string) ([16]byte, bool) {
+	var id [16]byte
+	h := strings.ReplaceAll(s, "-", "")
+	if len(h) != 32 {
+		return id, false
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+		return id, false
+	}
+	return id, true
+}
+
+// errImport describes an unusable imported message.
+var errImport = errors.New("engine: imported message needs a MessageId in UUID form and a body")
+
+func (e *Engine) importViews(name string, views []View) (int, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return 0, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	n := 0
+	for i := range views {
+		v := &views[i]
+		id, ok := parseID(v.MessageID)
+		if !ok || len(v.Body) == 0 {
+			q.mu.Unlock()
+			return 0, errImport
+		}
+		if q.fifo() && v.GroupID == "" {
+			q.mu.Unlock()
+			return 0, ErrMissingGroupID
+		}
+		m := &message{
+			seq:         q.nextSeq.Add(1) - 1,
+			id:          id,
+			body:        v.Body,
+			attrs:       v.Attributes,
+			dedupID:     v.DedupID,
+			sender:      v.SenderID,
+			trace:       v.TraceHeader,
+			dlqSource:   v.DeadLetterSource,
+			sentAt:      nanos(v.SentAt),
+			enqueuedAt:  now,
+			visibleAt:   now,
+			firstRecvAt: nanos(v.FirstReceiveAt),
+			recvCount:   int32(v.ReceiveCount),
+			state:       stateVisible,
+		}
+		if m.sentAt == 0 {
+			m.sentAt = now
+		}
+		if v.DeadLetter != nil || v.LastFailure != nil || v.Redrive != nil {
+			m.ext = &messageExt{dead: v.DeadLetter, failure: v.LastFailure, redrive: v.Redrive}
+		}
+		m.group = q.groupLocked(v.GroupID)
+		q.addLocked(m)
+		b.Set(messageKey(q.id, m.seq, kindContent), encodeContent(m))
+		n++
+	}
+	if n > 0 {
+		b.Set(qidPrefix(prefixSeq, q.id), binaryUint64(q.nextSeq.Load()-1))
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		q.mu.Unlock()
+		return 0, err
+	}
+	q.stats.sent.Add(uint64(n))
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	return n, e.wait(p)
+}

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors of the dead-letter operations.
+var (
+	// ErrNoDeadLetterQueue: a terminal failure was reported on a queue
+	// without a dead-letter queue. The message is left as it was: Sluice
+	// does not drop a message because a consumer gave up on it.
+	ErrNoDeadLetterQueue = errors.New("engine: queue has no dead-letter queue")
+	// ErrNotDeadLetterQueue: a move task's source is not any queue's
+	// dead-letter queue.
+	ErrNotDeadLetterQueue = errors.New("engine: source queue must be configured as a dead-letter queue")
+	// ErrDestinationNotFound: a move task's destination does not exist.
+	ErrDestinationNotFound = errors.New("engine: destination queue does not exist")
+	// ErrTaskRunning: the source already has an active move task.
+	ErrTaskRunning = errors.New("engine: there is already a task running for this source queue")
+	// ErrTaskNotFound: no move task has that id.
+	ErrTaskNotFound = errors.New("engine: task does not exist")
+	// ErrTaskNotRunning: cancel or pause of a task that is not running
+	// (or resume of one that is not paused).
+	ErrTaskNotRunning = errors.New("engine: task is not in a state that allows this")
+)
+
+// Move task statuses. PAUSED is Sluice's own: a task stopped by its safety
+// check (or by an operator) that can be resumed or cancelled.
+const (
+	TaskRunning    = "RUNNING"
+	TaskCompleted  = "COMPLETED"
+	TaskCancelling = "CANCELLING"
+	TaskCancelled  = "CANCELLED"
+	TaskFailed     = "FAILED"
+	TaskPaused     = "PAUSED"
+)
+
+// Move task defaults and limits.
+const (
+	DefaultMoveRate         = 50  // messages per second when none is given
+	MaxMoveRate             = 500 // SQS's ceiling
+	DefaultSafetyWindow     = 30 * time.Second
+	DefaultSafetyThreshold  = 3
+	MaxMoveTaskDuration     = 36 * time.Hour
+	MoveTasksKeptPerSource  = 10
+	moveTaskSampleSize      = 10
+	defaultMaxTasksReported = 1
+)
+
+// MoveTaskSpec starts a redrive: messages of Source (a dead-letter queue)
+// move, oldest first, at a limited rate, to Destination, or when it is
+// empty to the queue each came from. Each moved message is a new message
+// (new MessageId, fresh receive count) at the back of its destination, and
+// keeps its history in RedriveInfo.
+type MoveTaskSpec struct {
+	Source      string
+	Destination string
+	Rate        int  // messages per second, 1–MaxMoveRate; 0: DefaultMoveRate
+	RateSet     bool // the caller chose Rate (SQS lists it only then)
+	Filter      Filter
+	// The safety stop: when SafetyThreshold messages moved by this task
+	// are dead-lettered again within SafetyWindow of their move, the task
+	// pauses and says why (a redrive before the fix cannot loop).
+	SafetyWindow    time.Duration // 0: DefaultSafetyWindow
+	SafetyThreshold int           // 0: DefaultSafetyThreshold
+}
+
+// MoveTask is a move task's state.
+type MoveTask struct {
+	ID          string
+	Source      string
+	Destination string // "" when messages return to their sources
+	Rate        int
+	RateSet     bool
+	Filter      Filter
+	Status      string
+	Moved       int // messages moved so far
+	ToMove      int // fixed when the task starts
+	Returned    int // moved messages that came back to the DLQ within the safety window
+	// FailureReason says why a task FAILED or was PAUSED.
+	FailureReason   string
+	ReturnedClasses []string // error classes of the messages that came back
+	StartedAt       time.Time
+	UpdatedAt       time.Time
+	SafetyWindow    time.Duration
+	SafetyThreshold int
+}
+
+// DryRun is what a move task would do, without doing it.
+type DryRun struct {
+	Total         int
+	ByDestination map[string]int
+	Sample        []View // the first few messages that would move
+}
+
+// Observer receives engine events for metrics and alerts. Methods are
+// called synchronously, sometimes with a queue lock held: they must be
+// fast, must not block, and must not call the Engine.
+type Observer interface {
+	Sent(queue string, n int)
+	// Received is called once per receive that returned messages;
+	// redelivered counts those received before.
+	Received(queue string, n, redelivered int)
+	// Deleted reports each deleted message's time from its last receive.
+	Deleted(queue string, processing time.Duration)
+	// DeadLettered reports a move to target, with the time from the
+	// message's send to its dead-lettering.
+	DeadLettered(queue, target, reason string, timeToDeadLetter time.Duration)
+	// Expired reports messages removed by retention.
+	Expired(queue string, n int)
+}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+func (NopObserver) Sent(string, int)                                   {}
+func (NopObserver) Received(string, int, int)                          {}
+func (NopObserver) Deleted(string, time.Duration)                      {}
+func (NopObserver) DeadLettered(string, string, string, time.Duration) {}
+func (NopObserver) Expired(string, int)                                {}
+
+// ReportFailure records a consumer's failure for the delivery whose lease
+// handle is given, and settles what happens next:
+//
+//   - Terminal, or the receive count has reached the queue's
+//     maxReceiveCount: the message is dead-lettered now, with its context.
+//     Terminal on a queue without a dead-letter queue fails with
+//     ErrNoDeadLetterQueue and changes nothing.
+//   - Otherwise the lease ends and the message becomes visible again after
+//     RetryAfter if given, else after the queue's RetryPolicy backoff; with
+//     neither, the lease simply runs to its end (plain SQS behaviour), with
+//     the context recorded.
+//
+// The context (error class, message, trace, consumer) is kept with the
+// message and travels with it to the dead-letter queue. A stale or invalid
+// handle fails like ChangeVisibility does. The change is durable when
+// ReportFailure returns.
+func (e *Engine) ReportFailure(queue, handle string, f Failure) (FailureOutcome, error) {
+	return e.reportFailure(queue, handle, f)
+}
+
+// FailureOutcome says what a failure report did.
+type FailureOutcome struct {
+	DeadLettered bool
+	Target       string    // the dead-letter queue, when DeadLettered
+	VisibleAt    time.Time // when the message will be delivered again, otherwise
+}
+
+// Browse lists messages in queue order without changing them (no receive
+// count, no visibility change). limit is capped at 1000.
+func (e *Engine) Browse(queue string, f Filter, cursor uint64, limit int) (Page, error) {
+	return e.browse(queue, f, cursor, limit)
+}
+
+// DeleteMatching deletes the messages that match f, in any state (an
+// operator's delete from a dead-letter queue). It returns how many were
+// deleted; the deletes are durable when it returns.
+func (e *Engine) DeleteMatching(queue string, f Filter) (int, error) {
+	return e.deleteMatching(queue, f)
+}
+
+// Import adds messages to queue as they were exported: keeping their
+// MessageId, send time, receive count and failure context. Used to restore
+// a dead-letter queue from an export.
+func (e *Engine) Import(queue string, views []View) (int, error) {
+	return e.importViews(queue, views)
+}
+
+// DryRunMoveTask reports what StartMoveTask would move, and where.
+func (e *Engine) DryRunMoveTask(spec MoveTaskSpec) (DryRun, error) {
+	return e.dryRunMove(spec)
+}
+
+// StartMoveTask starts a redrive. Only one task may be active (RUNNING,
+// CANCELLING or PAUSED) per source. Tasks are persisted: after a restart a
+// RUNNING task resumes.
+func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
+	return e.startMove(spec)
+}
+
+// CancelMoveTask cancels a RUNNING or PAUSED task; messages already moved
+// stay moved.
+func (e *Engine) CancelMoveTask(id string) (MoveTask, error) {
+	return e.cancelMove(id)
+}
+
+// ResumeMoveTask resumes a PAUSED task.
+func (e *Engine) ResumeMoveTask(id string) (MoveTask, error) {
+	return e.resumeMove(id)
+}
+
+// MoveTasks lists the tasks of a source, newest first (at most
+// MoveTasksKeptPerSource are kept).
+func (e *Engine) MoveTasks(source string) ([]MoveTask, error) {
+	return e.listMoves(source)
+}
+
+// GetMoveTask returns one task.
+func (e *Engine) GetMoveTask(id string) (MoveTask, error) {
+	return e.getMove(id)
+}

@@ -1,0 +1,402 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// eventually polls cond until it holds (or fails the test after 10 s of
+// real time). Tests poll; they never sleep a fixed time and hope.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// stepUntil advances the fake clock in steps until cond holds, giving
+// goroutines parked on the clock a moment between steps. It returns the
+// simulated time that passed.
+func (f *fixture) stepUntil(what string, step time.Duration, cond func() bool) time.Duration {
+	f.t.Helper()
+	start := f.clk.Now()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+		f.clk.Advance(step)
+		time.Sleep(time.Millisecond)
+	}
+	return f.clk.Now().Sub(start)
+}
+
+func (f *fixture) withDLQ(maxReceives int, mod func(*QueueConfig)) {
+	f.create("dlq", nil)
+	f.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: maxReceives}
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+func TestTerminalFailureDeadLettersWithContext(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(5, nil)
+	res := f.send("q", Message{Body: []byte("bad"), Attributes: []Attribute{{Name: "k", DataType: "String", StringValue: "v"}}})
+	d := f.recv("q", 1, 30*time.Second)
+	out, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{
+		ErrorClass: "KeyError", Message: "no such customer", Trace: "main.go:42",
+		ConsumerID: "worker-1", ConsumerVersion: "v1.2.3", Terminal: true,
+	})
+	if err != nil || !out.DeadLettered || out.Target != "dlq" {
+		t.Fatalf("report: %+v %v", out, err)
+	}
+	f.restart()
+	got := f.recv("dlq", 1, -1)
+	if len(got) != 1 || got[0].MessageID != res[0].MessageID {
+		t.Fatalf("dlq: %+v", got)
+	}
+	m := got[0]
+	if m.DeadLetter == nil || m.DeadLetter.Reason != ReasonTerminal || m.DeadLetter.SourceQueue != "q" || m.DeadLetter.Attempts != 1 {
+		t.Fatalf("dead-letter info %+v", m.DeadLetter)
+	}
+	if m.LastFailure == nil || m.LastFailure.ErrorClass != "KeyError" || m.LastFailure.ConsumerVersion != "v1.2.3" || m.LastFailure.Trace != "main.go:42" {
+		t.Fatalf("failure %+v", m.LastFailure)
+	}
+	if len(m.Attributes) != 1 || m.Attributes[0].Name != "k" {
+		t.Fatalf("user attributes changed: %+v", m.Attributes)
+	}
+	// Terminal without a dead-letter queue changes nothing.
+	f.create("plain", nil)
+	f.send("plain", body("x"))
+	d = f.recv("plain", 1, 30*time.Second)
+	if _, err := f.e.ReportFailure("plain", d[0].ReceiptHandle, Failure{Terminal: true}); !errors.Is(err, ErrNoDeadLetterQueue) {
+		t.Fatalf("terminal without DLQ: %v", err)
+	}
+	if info, _ := f.e.GetQueue("plain"); info.InFlight != 1 {
+		t.Fatalf("message disturbed: %+v", info)
+	}
+}
+
+func TestFailureAtThresholdDeadLettersAtOnce(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(2, nil)
+	f.send("q", body("x"))
+	for i := 1; i <= 2; i++ {
+		d := f.recv("q", 1, 30*time.Second)
+		if len(d) != 1 {
+			t.Fatalf("receive %d got nothing", i)
+		}
+		out, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{ErrorClass: "Timeout"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.DeadLettered != (i == 2) {
+			t.Fatalf("attempt %d: %+v", i, out)
+		}
+		f.clk.Advance(30 * time.Second) // without a retry policy the lease runs out
+	}
+	if info, _ := f.e.GetQueue("dlq"); info.Visible != 1 {
+		t.Fatalf("dlq %+v", info)
+	}
+}
+
+func TestRetryPolicyBackoffGrows(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", func(c *QueueConfig) {
+		c.Retry = &RetryPolicy{Strategy: RetryExponential, Base: time.Second, Cap: 8 * time.Second}
+	})
+	f.send("q", body("x"))
+	// Lease ends after 1 s each time; then the backoff is 1, 2, 4, 8, 8 s.
+	for attempt, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second} {
+		if d := f.recv("q", 1, time.Second); len(d) != 1 || d[0].ReceiveCount != attempt+1 {
+			t.Fatalf("attempt %d: %+v", attempt+1, d)
+		}
+		f.clk.Advance(time.Second) // lease ends
+		f.clk.Advance(want - time.Millisecond)
+		if d := f.recv("q", 1, -1); len(d) != 0 {
+			t.Fatalf("attempt %d: visible before its %v backoff", attempt+1, want)
+		}
+		if info, _ := f.e.GetQueue("q"); info.Delayed != 1 {
+			t.Fatalf("backing-off message not counted as delayed: %+v", info)
+		}
+		f.clk.Advance(time.Millisecond)
+	}
+	// Backoff survives a restart: the recomputed delay is the same.
+	f.recv("q", 1, time.Second)
+	f.clk.Advance(time.Second + 7*time.Second)
+	f.restart()
+	if d := f.recv("q", 1, -1); len(d) != 0 {
+		t.Fatal("restart skipped the backoff")
+	}
+	f.clk.Advance(time.Second)
+	if d := f.recv("q", 1, -1); len(d) != 1 {
+		t.Fatal("message lost after backoff and restart")
+	}
+}
+
+func TestFullJitterIsBoundedAndSpread(t *testing.T) {
+	p := &RetryPolicy{Strategy: RetryFullJitter, Base: 100 * time.Millisecond, Cap: 30 * time.Second}
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 200; i++ {
+		id := newID()
+		for n := 1; n <= 12; n++ {
+			d := p.Backoff(id, n)
+			ceiling := min(p.Cap, p.Base<<(n-1))
+			if d < 0 || d > ceiling {
+				t.Fatalf("attempt %d: %v outside [0, %v]", n, d, ceiling)
+			}
+			if d != p.Backoff(id, n) {
+				t.Fatal("backoff not reproducible")
+			}
+			seen[d] = true
+		}
+	}
+	if len(seen) < 1000 {
+		t.Fatalf("jitter barely spreads: %d distinct delays", len(seen))
+	}
+	dp := &RetryPolicy{Strategy: RetryDecorrelated, Base: time.Second, Cap: 20 * time.Second}
+	for n := 1; n < 20; n++ {
+		if d := dp.Backoff(newID(), n); d < time.Second || d > 20*time.Second {
+			t.Fatalf("decorrelated %v out of range", d)
+		}
+	}
+	f := newFixture(t)
+	cfg := DefaultQueueConfig()
+	cfg.Retry = &RetryPolicy{Strategy: RetryFullJitter, Base: time.Second}
+	var ce *ConfigError
+	if _, _, err := f.e.CreateQueue("nocap", cfg, nil); !errors.As(err, &ce) || ce.Setting != "RetryPolicy" {
+		t.Fatalf("uncapped backoff accepted: %v", err)
+	}
+}
+
+func TestReportFailureRetryAfter(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("x"))
+	d := f.recv("q", 1, 30*time.Second)
+	out, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{ErrorClass: "RateLimited", RetryAfter: 5 * time.Second, RetryAfterSet: true})
+	if err != nil || out.DeadLettered || !out.VisibleAt.Equal(f.clk.Now().Add(5*time.Second)) {
+		t.Fatalf("%+v %v", out, err)
+	}
+	f.clk.Advance(5 * time.Second)
+	got := f.recv("q", 1, -1)
+	if len(got) != 1 || got[0].LastFailure == nil || got[0].LastFailure.ErrorClass != "RateLimited" {
+		t.Fatalf("%+v", got)
+	}
+	// A report on a stale handle fails like ChangeVisibility.
+	if _, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{}); !errors.Is(err, ErrMessageNotAvailable) {
+		t.Fatalf("stale: %v", err)
+	}
+}
+
+// poison fills dlq with n terminal failures of the given class.
+func (f *fixture) poison(n int, class string) []string {
+	f.t.Helper()
+	var ids []string
+	for i := 0; i < n; i++ {
+		r := f.send("q", Message{Body: []byte(fmt.Sprintf("poison-%d", i)), Attributes: []Attribute{{Name: "tenant", DataType: "String", StringValue: fmt.Sprint(i % 2)}}})
+		ids = append(ids, r[0].MessageID)
+		d := f.recv("q", 1, 30*time.Second)
+		if _, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{ErrorClass: class, Terminal: true}); err != nil {
+			f.t.Fatal(err)
+		}
+		f.clk.Advance(time.Second)
+	}
+	return ids
+}
+
+func TestBrowseFiltersAndDoesNotTouch(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(3, nil)
+	start := f.clk.Now()
+	f.poison(4, "KeyError")
+	f.poison(2, "ValueError")
+	page, err := f.e.Browse("dlq", Filter{ErrorClass: "KeyError"}, 0, 3)
+	if err != nil || len(page.Messages) != 3 || page.Next == 0 {
+		t.Fatalf("page 1: %d %v %v", len(page.Messages), page.Next, err)
+	}
+	page2, _ := f.e.Browse("dlq", Filter{ErrorClass: "KeyError"}, page.Next, 3)
+	if len(page2.Messages) != 1 || page2.Next != 0 {
+		t.Fatalf("page 2: %+v", page2)
+	}
+	if p, _ := f.e.Browse("dlq", Filter{AttributeName: "tenant", AttributeValue: "1"}, 0, 0); len(p.Messages) != 3 {
+		t.Fatalf("attribute filter: %d", len(p.Messages))
+	}
+	if p, _ := f.e.Browse("dlq", Filter{SentAfter: start.Add(4 * time.Second)}, 0, 0); len(p.Messages) != 2 {
+		t.Fatalf("time filter: %d", len(p.Messages))
+	}
+	if p, _ := f.e.Browse("dlq", Filter{Reason: ReasonTerminal, SourceQueue: "q"}, 0, 0); len(p.Messages) != 6 {
+		t.Fatalf("reason filter: %d", len(p.Messages))
+	}
+	// Browsing changed nothing: a receive still sees count 1.
+	d := f.recv("dlq", 1, -1)
+	if d[0].ReceiveCount != 2 { // 1 receive in q, then this one
+		t.Fatalf("browse changed the receive count: %d", d[0].ReceiveCount)
+	}
+	n, err := f.e.DeleteMatching("dlq", Filter{ErrorClass: "ValueError"})
+	if err != nil || n != 2 {
+		t.Fatalf("delete matching: %d %v", n, err)
+	}
+	// Export and import round trip.
+	all, _ := f.e.Browse("dlq", Filter{}, 0, 0)
+	f.create("restored", nil)
+	if n, err := f.e.Import("restored", all.Messages); err != nil || n != 4 {
+		t.Fatalf("import %d %v", n, err)
+	}
+	back, _ := f.e.Browse("restored", Filter{}, 0, 0)
+	if back.Messages[0].MessageID != all.Messages[0].MessageID || back.Messages[0].LastFailure.ErrorClass != "KeyError" || back.Messages[0].DeadLetter.Reason != ReasonTerminal {
+		t.Fatalf("import lost context: %+v", back.Messages[0])
+	}
+}
+
+func waitTask(t *testing.T, f *fixture, id, status string) MoveTask {
+	t.Helper()
+	var tk MoveTask
+	eventually(t, "task "+status, func() bool {
+		tk, _ = f.e.GetMoveTask(id)
+		return tk.Status == status
+	})
+	return tk
+}
+
+func TestRedriveAfterFixDrainsAtRate(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(3, nil)
+	ids := f.poison(20, "KeyError")
+	if _, err := f.e.StartMoveTask(MoveTaskSpec{Source: "q"}); !errors.Is(err, ErrNotDeadLetterQueue) {
+		t.Fatalf("non-DLQ source: %v", err)
+	}
+	dry, err := f.e.DryRunMoveTask(MoveTaskSpec{Source: "dlq"})
+	if err != nil || dry.Total != 20 || dry.ByDestination["q"] != 20 || len(dry.Sample) != 10 {
+		t.Fatalf("dry run %+v %v", dry, err)
+	}
+	if info, _ := f.e.GetQueue("dlq"); info.Visible != 20 {
+		t.Fatal("dry run moved messages")
+	}
+	tk, err := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Rate: 5})
+	if err != nil || tk.ToMove != 20 || tk.Status != TaskRunning {
+		t.Fatalf("start %+v %v", tk, err)
+	}
+	if _, err := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq"}); !errors.Is(err, ErrTaskRunning) {
+		t.Fatalf("second task: %v", err)
+	}
+	// At 5 per second, 20 messages need at least 19/5 s of simulated time
+	// (the bucket starts with one token).
+	elapsed := f.stepUntil("completion", 50*time.Millisecond, func() bool {
+		cur, _ := f.e.GetMoveTask(tk.ID)
+		return cur.Status == TaskCompleted
+	})
+	if elapsed < 3800*time.Millisecond {
+		t.Fatalf("20 messages moved in %v of simulated time: rate not limited", elapsed)
+	}
+	done, _ := f.e.GetMoveTask(tk.ID)
+	if done.Moved != 20 {
+		t.Fatalf("completed with %d moved", done.Moved)
+	}
+	// Back in the source as new messages, oldest first, with their history.
+	d := f.recv("q", 10, 30*time.Second)
+	if len(d) != 10 || d[0].MessageID == ids[0] || d[0].Redrive == nil || d[0].Redrive.OriginalMessageID != ids[0] || d[0].ReceiveCount != 1 {
+		t.Fatalf("redriven message %+v", d[0])
+	}
+	list, _ := f.e.MoveTasks("dlq")
+	if len(list) != 1 || list[0].Status != TaskCompleted {
+		t.Fatalf("list %+v", list)
+	}
+}
+
+func TestRedriveBeforeFixTripsSafetyStop(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(3, nil)
+	f.poison(10, "KeyError")
+	tk, err := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Rate: 100, SafetyThreshold: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consumer is not fixed: everything redriven fails terminally again.
+	f.stepUntil("the safety stop", 10*time.Millisecond, func() bool {
+		d, _ := f.e.Receive(t.Context(), "q", ReceiveRequest{Max: 10, WaitSet: true})
+		for _, m := range d {
+			f.e.ReportFailure("q", m.ReceiptHandle, Failure{ErrorClass: "KeyError", Terminal: true})
+		}
+		cur, _ := f.e.GetMoveTask(tk.ID)
+		return cur.Status == TaskPaused
+	})
+	cur, _ := f.e.GetMoveTask(tk.ID)
+	if cur.Returned < 3 || len(cur.ReturnedClasses) != 1 || cur.ReturnedClasses[0] != "KeyError" || cur.FailureReason == "" {
+		t.Fatalf("paused task %+v", cur)
+	}
+	if cur.Moved == 10 {
+		t.Fatal("safety stop did not stop the redrive early")
+	}
+	// The pause survives a restart; cancel ends it.
+	f.restart()
+	if again, _ := f.e.GetMoveTask(tk.ID); again.Status != TaskPaused {
+		t.Fatalf("after restart %+v", again)
+	}
+	if c, err := f.e.CancelMoveTask(tk.ID); err != nil || c.Status != TaskCancelled {
+		t.Fatalf("cancel %+v %v", c, err)
+	}
+	if _, err := f.e.CancelMoveTask(tk.ID); !errors.Is(err, ErrTaskNotRunning) {
+		t.Fatalf("second cancel: %v", err)
+	}
+}
+
+func TestRedriveResumesAfterRestart(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(3, nil)
+	f.poison(12, "KeyError")
+	f.create("fixed", nil)
+	tk, _ := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Destination: "fixed", Rate: 4})
+	f.stepUntil("some progress", 50*time.Millisecond, func() bool { c, _ := f.e.GetMoveTask(tk.ID); return c.Moved >= 4 })
+	f.restart()
+	f.stepUntil("completion", 50*time.Millisecond, func() bool { c, _ := f.e.GetMoveTask(tk.ID); return c.Status == TaskCompleted })
+	done, _ := f.e.GetMoveTask(tk.ID)
+	info, _ := f.e.GetQueue("fixed")
+	if info.Visible != 12 || done.Moved != 12 {
+		t.Fatalf("after resume: fixed=%d moved=%d", info.Visible, done.Moved)
+	}
+	if dlq, _ := f.e.GetQueue("dlq"); dlq.Visible != 0 {
+		t.Fatalf("dlq not drained: %+v", dlq)
+	}
+}
+
+type countingObserver struct {
+	NopObserver
+	dead    []string
+	deleted int
+}
+
+func (c *countingObserver) DeadLettered(q, target, reason string, _ time.Duration) {
+	c.dead = append(c.dead, q+">"+target+":"+reason)
+}
+func (c *countingObserver) Deleted(string, time.Duration) { c.deleted++ }
+
+func TestObserverEvents(t *testing.T) {
+	f := newFixture(t)
+	obs := &countingObserver{}
+	f.e.Close()
+	e, err := Open(Options{Store: f.st, Clock: f.clk, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	f.e = e
+	f.withDLQ(1, nil)
+	f.send("q", body("a"), body("b"))
+	d := f.recv("q", 2, 0)
+	f.del("q", d[0].ReceiptHandle)
+	f.clk.Advance(time.Second)
+	f.recv("q", 1, -1)
+	if obs.deleted != 1 || len(obs.dead) != 1 || obs.dead[0] != "q>dlq:max_receives" {
+		t.Fatalf("events %+v", obs)
+	}
+}

@@ -1,0 +1,535 @@
+package engine
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Move tasks (redrive). A task walks a snapshot of its source's matching
+// messages, oldest first, and moves them in small batches paced by a token
+// bucket. Each batch is one durable store write that deletes the messages
+// from the source, writes them into their destinations and records the
+// task's progress, so a crash never loses a message nor miscounts one.
+//
+// Task records live under "T" + id as versioned JSON: they are small and
+// rare, and JSON keeps them readable with a store dump.
+const prefixTask = 'T'
+
+// taskTable holds every known task. Its mutex is a leaf: never held while
+// taking a queue lock.
+type taskTable struct {
+	mu       sync.Mutex
+	byID     map[string]*task
+	bySource map[string][]*task // newest first
+}
+
+type task struct {
+	MoveTask
+	UpTo uint64 `json:"upTo"` // only messages with a lower sequence number move
+	wake chan struct{}
+}
+
+// taskRecord is the persisted form.
+type taskRecord struct {
+	V    int      `json:"v"`
+	Task MoveTask `json:"task"`
+	UpTo uint64   `json:"upTo"`
+}
+
+func (t *taskTable) init() {
+	t.byID = make(map[string]*task)
+	t.bySource = make(map[string][]*task)
+}
+
+func (t *taskTable) add(tk *task) {
+	t.byID[tk.ID] = tk
+	t.bySource[tk.Source] = append([]*task{tk}, t.bySource[tk.Source]...)
+}
+
+// active returns the source's task that is not finished, if any.
+func (t *taskTable) activeLocked(source string) *task {
+	for _, tk := range t.bySource[source] {
+		switch tk.Status {
+		case TaskRunning, TaskCancelling, TaskPaused:
+			return tk
+		}
+	}
+	return nil
+}
+
+func taskKey(id string) []byte { return append([]byte{prefixTask}, id...) }
+
+func encodeTask(tk *task) []byte {
+	b, _ := json.Marshal(taskRecord{V: 1, Task: tk.MoveTask, UpTo: tk.UpTo})
+	return b
+}
+
+// persistTask writes the task's record durably.
+func (e *Engine) persistTask(tk *task) error {
+	e.tasks.mu.Lock()
+	var b store.Batch
+	b.Set(taskKey(tk.ID), encodeTask(tk))
+	e.tasks.mu.Unlock()
+	p, err := e.write(&b, true)
+	if err != nil {
+		return err
+	}
+	return e.wait(p)
+}
+
+func (e *Engine) isDeadLetterQueue(name string) bool {
+	src, err := e.deadLetterSources(name)
+	return err == nil && len(src) > 0
+}
+
+// candidates lists the source's messages that a task with spec would move
+// now: matching, below upTo, not in flight (a consumer holds those).
+func (q *queue) candidatesLocked(f *Filter, upTo uint64) []*message {
+	var out []*message
+	for _, s := range q.sortedSeqsLocked(0) {
+		if s >= upTo {
+			break
+		}
+		m := q.msgs[s]
+		if m.state != stateInFlight && f.matches(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// destinationOf is where m goes: the task's destination, or the queue it
+// was dead-lettered from.
+func destinationOf(dest string, m *message) string {
+	if dest != "" {
+		return dest
+	}
+	if m.ext != nil && m.ext.dead != nil {
+		return m.ext.dead.SourceQueue
+	}
+	return m.dlqSource
+}
+
+func (e *Engine) checkMoveSpec(spec *MoveTaskSpec) error {
+	src, err := e.lookup(spec.Source)
+	if err != nil {
+		return err
+	}
+	if !e.isDeadLetterQueue(spec.Source) {
+		return ErrNotDeadLetterQueue
+	}
+	if spec.Destination != "" {
+		d, err := e.lookup(spec.Destination)
+		if err != nil {
+			return ErrDestinationNotFound
+		}
+		if d.isFIFO != src.isFIFO {
+			return &ConfigError{Setting: "DestinationArn", Reason: "destination must be the same type as the source"}
+		}
+	}
+	if spec.Rate == 0 {
+		spec.Rate = DefaultMoveRate
+	} else {
+		spec.RateSet = true
+	}
+	if spec.Rate < 1 || spec.Rate > MaxMoveRate {
+		return &ConfigError{Setting: "MaxNumberOfMessagesPerSecond", Reason: fmt.Sprintf("must be between 1 and %d", MaxMoveRate)}
+	}
+	if spec.SafetyWindow == 0 {
+		spec.SafetyWindow = DefaultSafetyWindow
+	}
+	if spec.SafetyThreshold == 0 {
+		spec.SafetyThreshold = DefaultSafetyThreshold
+	}
+	if spec.SafetyWindow < 0 || spec.SafetyThreshold < 0 {
+		return &ConfigError{Setting: "SafetyStop", Reason: "window and threshold must not be negative"}
+	}
+	return nil
+}
+
+func (e *Engine) dryRunMove(spec MoveTaskSpec) (DryRun, error) {
+	if err := e.checkMoveSpec(&spec); err != nil {
+		return DryRun{}, err
+	}
+	q, err := e.lockQueue(spec.Source)
+	if err != nil {
+		return DryRun{}, err
+	}
+	defer q.mu.Unlock()
+	out := DryRun{ByDestination: map[string]int{}}
+	for _, m := range q.candidatesLocked(&spec.Filter, q.nextSeq.Load()) {
+		out.Total++
+		out.ByDestination[destinationOf(spec.Destination, m)]++
+		if len(out.Sample) < moveTaskSampleSize {
+			out.Sample = append(out.Sample, q.viewLocked(m))
+		}
+	}
+	return out, nil
+}
+
+func newTaskID() string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func (e *Engine) startMove(spec MoveTaskSpec) (MoveTask, error) {
+	if err := e.checkMoveSpec(&spec); err != nil {
+		return MoveTask{}, err
+	}
+	q, err := e.lockQueue(spec.Source)
+	if err != nil {
+		return MoveTask{}, err
+	}
+	upTo := q.nextSeq.Load()
+	toMove := len(q.candidatesLocked(&spec.Filter, upTo))
+	q.mu.Unlock()
+	now := e.clock.Now()
+	tk := &task{
+		MoveTask: MoveTask{
+			ID: newTaskID(), Source: spec.Source, Destination: spec.Destination,
+			Rate: spec.Rate, RateSet: spec.RateSet, Filter: spec.Filter,
+			Status: TaskRunning, ToMove: toMove, StartedAt: now, UpdatedAt: now,
+			SafetyWindow: spec.SafetyWindow, SafetyThreshold: spec.SafetyThreshold,
+		},
+		UpTo: upTo,
+		wake: make(chan struct{}, 1),
+	}
+	e.tasks.mu.Lock()
+	if e.tasks.activeLocked(spec.Source) != nil {
+		e.tasks.mu.Unlock()
+		return MoveTask{}, ErrTaskRunning
+	}
+	e.tasks.add(tk)
+	e.tasks.mu.Unlock()
+	if err := e.persistTask(tk); err != nil {
+		return MoveTask{}, err
+	}
+	e.pruneTasks(spec.Source)
+	e.log.Info("move task started", "task", tk.ID, "source", tk.Source, "destination", tk.Destination, "rate", tk.Rate, "to_move", toMove)
+	e.wg.Add(1)
+	go e.runMove(tk)
+	return e.snapshotTask(tk), nil
+}
+
+func (e *Engine) snapshotTask(tk *task) MoveTask {
+	e.tasks.mu.Lock()
+	defer e.tasks.mu.Unlock()
+	m := tk.MoveTask
+	m.ReturnedClasses = slices.Clone(m.ReturnedClasses)
+	return m
+}
+
+// setStatus changes a task's status under the table lock and persists it.
+func (e *Engine) setStatus(tk *task, status, reason string) {
+	e.tasks.mu.Lock()
+	tk.Status = status
+	if reason != "" {
+		tk.FailureReason = reason
+	}
+	tk.UpdatedAt = e.clock.Now()
+	e.tasks.mu.Unlock()
+	if err := e.persistTask(tk); err != nil {
+		e.log.Error("cannot persist move task", "task", tk.ID, "err", err)
+	}
+	e.log.Info("move task "+strings.ToLower(status), "task", tk.ID, "source", tk.Source, "moved", tk.Moved, "reason", reason)
+	select {
+	case tk.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) cancelMove(id string) (MoveTask, error) {
+	e.tasks.mu.Lock()
+	tk := e.tasks.byID[id]
+	if tk == nil {
+		e.tasks.mu.Unlock()
+		return MoveTask{}, ErrTaskNotFound
+	}
+	status := tk.Status
+	e.tasks.mu.Unlock()
+	switch status {
+	case TaskRunning:
+		e.setStatus(tk, TaskCancelling, "")
+	case TaskPaused:
+		e.setStatus(tk, TaskCancelled, "")
+	default:
+		return MoveTask{}, ErrTaskNotRunning
+	}
+	return e.snapshotTask(tk), nil
+}
+
+func (e *Engine) resumeMove(id string) (MoveTask, error) {
+	e.tasks.mu.Lock()
+	tk := e.tasks.byID[id]
+	if tk == nil {
+		e.tasks.mu.Unlock()
+		return MoveTask{}, ErrTaskNotFound
+	}
+	if tk.Status != TaskPaused {
+		e.tasks.mu.Unlock()
+		return MoveTask{}, ErrTaskNotRunning
+	}
+	// A resume starts a fresh safety count: the operator says it is fixed.
+	tk.Returned = 0
+	tk.ReturnedClasses = nil
+	tk.FailureReason = ""
+	e.tasks.mu.Unlock()
+	e.setStatus(tk, TaskRunning, "")
+	return e.snapshotTask(tk), nil
+}
+
+func (e *Engine) listMoves(source string) ([]MoveTask, error) {
+	if _, err := e.lookup(source); err != nil {
+		return nil, err
+	}
+	e.tasks.mu.Lock()
+	defer e.tasks.mu.Unlock()
+	var out []MoveTask
+	for _, tk := range e.tasks.bySource[source] {
+		m := tk.MoveTask
+		m.ReturnedClasses = slices.Clone(m.ReturnedClasses)
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (e *Engine) getMove(id string) (MoveTask, error) {
+	e.tasks.mu.Lock()
+	tk := e.tasks.byID[id]
+	e.tasks.mu.Unlock()
+	if tk == nil {
+		return MoveTask{}, ErrTaskNotFound
+	}
+	return e.snapshotTask(tk), nil
+}
+
+// pruneTasks forgets finished tasks beyond the newest
+// MoveTasksKeptPerSource of a source.
+func (e *Engine) pruneTasks(source string) {
+	e.tasks.mu.Lock()
+	list := e.tasks.bySource[source]
+	var b store.Batch
+	if len(list) > MoveTasksKeptPerSource {
+		for _, tk := range list[MoveTasksKeptPerSource:] {
+			delete(e.tasks.byID, tk.ID)
+			b.Delete(taskKey(tk.ID))
+		}
+		e.tasks.bySource[source] = list[:MoveTasksKeptPerSource]
+	}
+	e.tasks.mu.Unlock()
+	if b.Len() > 0 {
+		e.write(&b, false)
+	}
+}
+
+// noteReturn is told when a message moved by a task is dead-lettered
+// again. Within the task's safety window it counts as a return; at the
+// threshold the task pauses and says why.
+func (e *Engine) noteReturnLocked(tk *task, r *RedriveInfo, f *FailureRecord, at time.Time) bool {
+	if at.Sub(r.At) > tk.SafetyWindow || tk.SafetyThreshold == 0 {
+		return false
+	}
+	tk.Returned++
+	if f != nil && f.ErrorClass != "" && !slices.Contains(tk.ReturnedClasses, f.ErrorClass) {
+		tk.ReturnedClasses = append(tk.ReturnedClasses, f.ErrorClass)
+	}
+	return tk.Status == TaskRunning && tk.Returned >= tk.SafetyThreshold
+}
+
+// runMove is a task's goroutine.
+func (e *Engine) runMove(tk *task) {
+	defer e.wg.Done()
+	var tokens float64 = 1
+	last := e.clock.Now()
+	timer := e.clock.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		e.tasks.mu.Lock()
+		status, rate, started := tk.Status, tk.Rate, tk.StartedAt
+		e.tasks.mu.Unlock()
+		switch status {
+		case TaskCancelling:
+			e.setStatus(tk, TaskCancelled, "")
+			return
+		case TaskPaused:
+			select {
+			case <-tk.wake:
+				last = e.clock.Now()
+				continue
+			case <-e.done:
+				return
+			}
+		case TaskRunning:
+		default:
+			return
+		}
+		now := e.clock.Now()
+		if now.Sub(started) > MaxMoveTaskDuration {
+			e.setStatus(tk, TaskFailed, "Task exceeded the maximum duration of 36 hours.")
+			return
+		}
+		tokens = min(float64(rate), tokens+now.Sub(last).Seconds()*float64(rate))
+		last = now
+		if tokens < 1 {
+			wait := time.Duration((1 - tokens) / float64(rate) * float64(time.Second))
+			timer.Reset(max(wait, time.Millisecond))
+			select {
+			case <-timer.C():
+			case <-tk.wake:
+			case <-e.done:
+				return
+			}
+			continue
+		}
+		n := min(int(tokens), MaxBatch)
+		moved, done, reason := e.moveBatch(tk, n)
+		tokens -= float64(moved)
+		if reason != "" {
+			e.setStatus(tk, TaskFailed, reason)
+			return
+		}
+		if done {
+			e.setStatus(tk, TaskCompleted, "")
+			return
+		}
+		if moved == 0 {
+			tokens = 0
+		}
+	}
+}
+
+// moveBatch moves up to n of the task's remaining messages. done reports
+// that nothing is left; reason is set when the task must fail.
+func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string) {
+	q, err := e.lockQueue(tk.Source)
+	if err != nil {
+		return 0, false, "AWS.SimpleQueueService.NonExistentQueue"
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	var moves []move
+	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
+	if len(cands) == 0 {
+		q.mu.Unlock()
+		return 0, true, ""
+	}
+	for _, m := range cands[:min(n, len(cands))] {
+		dname := destinationOf(tk.Destination, m)
+		d, err := e.lookup(dname)
+		if err != nil || d == q {
+			reason = "AWS.SimpleQueueService.NonExistentQueue"
+			break
+		}
+		if d.isFIFO != q.isFIFO {
+			reason = "destination queue type does not match the source"
+			break
+		}
+		moves = append(moves, e.redriveOutLocked(q, m, d, tk.ID, now, &b))
+	}
+	e.tasks.mu.Lock()
+	tk.Moved += len(moves)
+	tk.UpdatedAt = fromNanos(now)
+	b.Set(taskKey(tk.ID), encodeTask(tk))
+	e.tasks.mu.Unlock()
+	p, err := e.write(&b, true)
+	e.scheduleLocked(q)
+	q.mu.Unlock()
+	if err != nil {
+		return 0, false, "storage failed"
+	}
+	e.finishMoves(q, moves)
+	if err := e.wait(p); err != nil {
+		return len(moves), false, "storage failed"
+	}
+	return len(moves), false, reason
+}
+
+// redriveOutLocked moves m from q into d as a new message: a new
+// MessageId, a fresh receive count and retention clock, at the back of d.
+// Its original id and the number of redrives travel in RedriveInfo.
+func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) move {
+	q.removeLocked(m)
+	b.Delete(messageKey(q.id, m.seq, kindContent))
+	b.Delete(messageKey(q.id, m.seq, kindState))
+	orig, count := FormatID(m.id), 1
+	if m.ext != nil && m.ext.redrive != nil {
+		orig, count = m.ext.redrive.OriginalMessageID, m.ext.redrive.Count+1
+	}
+	id := newID()
+	n := &message{
+		seq:        d.nextSeq.Add(1) - 1,
+		id:         id,
+		body:       m.body,
+		attrs:      m.attrs,
+		sender:     m.sender,
+		trace:      m.trace,
+		sentAt:     now,
+		enqueuedAt: now,
+		visibleAt:  now,
+		state:      stateVisible,
+		ext:        &messageExt{redrive: &RedriveInfo{OriginalMessageID: orig, Count: count, TaskID: taskID, At: fromNanos(now)}},
+		group:      &group{id: m.groupID()},
+	}
+	if d.isFIFO {
+		n.dedupID = FormatID(id)
+	}
+	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
+	b.Set(qidPrefix(prefixSeq, d.id), binaryUint64(n.seq))
+	return move{target: d, m: n, group: m.groupID()}
+}
+
+// recoverMoveTasks loads task records. RUNNING tasks resume (their
+// snapshot is recomputed from the source), CANCELLING ones finish
+// cancelling, PAUSED ones wait.
+func (e *Engine) recoverMoveTasks() error {
+	var all []*task
+	err := e.st.Scan([]byte{prefixTask}, func(k, v []byte) error {
+		var r taskRecord
+		if err := json.Unmarshal(v, &r); err != nil || r.V != 1 {
+			return fmt.Errorf("engine: recover: move task %q: %w", k[1:], errCorrupt)
+		}
+		all = append(all, &task{MoveTask: r.Task, UpTo: r.UpTo, wake: make(chan struct{}, 1)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].StartedAt.Before(all[j].StartedAt) })
+	for _, tk := range all {
+		if tk.Status == TaskCancelling {
+			tk.Status = TaskCancelled
+		}
+		e.tasks.add(tk)
+	}
+	return nil
+}
+
+func (e *Engine) startRecoveredMoveTasks() {
+	e.tasks.mu.Lock()
+	var run []*task
+	for _, tk := range e.tasks.byID {
+		if tk.Status == TaskRunning || tk.Status == TaskPaused {
+			run = append(run, tk)
+		}
+	}
+	e.tasks.mu.Unlock()
+	for _, tk := range run {
+		e.log.Info("move task resumed after restart", "task", tk.ID, "source", tk.Source, "status", tk.Status, "moved", tk.Moved)
+		e.wg.Add(1)
+		go e.runMove(tk)
+	}
+}
