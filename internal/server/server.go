@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
@@ -64,7 +65,12 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 		}
 		s.st = st
 	}
+	// Recovery allocates every queued message at once; with the default GC
+	// target the collector runs over and over on a heap that only grows.
+	// Relax it while loading, then restore it.
+	gc := debug.SetGCPercent(400)
 	eng, err := engine.Open(engine.Options{Store: s.st, Clock: clk, Logger: log.With("component", "engine")})
+	debug.SetGCPercent(gc)
 	if err != nil {
 		s.st.Close()
 		return nil, err

@@ -242,6 +242,14 @@ func (s *Store) checkFormat() error {
 	if err != nil {
 		return fmt.Errorf("pebblestore: %s: writing format version: %w", s.dir, err)
 	}
+	// Pebble creates a new database's first WAL before it raises the
+	// on-disk format, so that WAL lacks the sync markers that let replay
+	// tell a torn tail from corruption in the middle. A flush rotates to a
+	// WAL written in the final format, so every acknowledged write of a new
+	// store lands in a WAL with full corruption detection.
+	if err := s.db.Flush(); err != nil {
+		return fmt.Errorf("pebblestore: %s: rotating the first WAL: %w", s.dir, err)
+	}
 	return nil
 }
 
