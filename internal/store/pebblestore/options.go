@@ -79,6 +79,14 @@ type Options struct {
 	// flushing and compacting (0 means DefaultBytesPerSync, 512 KiB), so a
 	// flush does not end in one huge fsync that stalls the WAL's.
 	BytesPerSync int
+
+	// OnSync, if set, is called after each sync of a WAL file returns
+	// (whether or not it succeeded) with how long it took: the fsync
+	// latency that every durable Write waits for. It is called on pebble's
+	// WAL sync goroutine, so it must be fast and must not block (a metrics
+	// histogram's Observe is fine). Syncs of sstables, blob files and the
+	// MANIFEST are not reported.
+	OnSync func(time.Duration)
 }
 
 // pebbleOptions translates o into pebble's options.

@@ -107,7 +107,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, log: log}
 	po := opts.pebbleOptions(log)
 	tail := inspectWALTail(po.FS, dir, log)
-	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { s.fail(err) }}
+	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { s.fail(err) }, onWALSync: opts.OnSync}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		if tail != nil && !errors.Is(tail.err, record.ErrUnexpectedEOF) {

@@ -2,6 +2,8 @@ package pebblestore
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -16,17 +18,28 @@ import (
 // Any write or sync error on any file fails the store, not only on the WAL:
 // after an fsync error the disk is suspect, and a broker should stop rather
 // than guess which files are still trustworthy.
+//
+// It also times the syncs of WAL files for Options.OnSync.
 type watchFS struct {
 	vfs.FS
-	onErr func(error)
+	onErr     func(error)
+	onWALSync func(time.Duration) // nil: syncs are not timed
 }
 
 func (fs *watchFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &watchFile{File: f, name: name, onErr: fs.onErr}, nil
+	wf := &watchFile{File: f, name: name, onErr: fs.onErr}
+	if isWAL(name) {
+		wf.onSync = fs.onWALSync
+	}
+	return wf, nil
 }
+
+// isWAL reports whether name is one of pebble's write-ahead logs, which
+// pebble names NNNNNN.log (NNNNNN-NNN.log after a WAL failover).
+func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
 
 // Create wraps the created file.
 func (fs *watchFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -57,8 +70,9 @@ func (fs *watchFS) Unwrap() vfs.FS { return fs.FS }
 
 type watchFile struct {
 	vfs.File
-	name  string
-	onErr func(error)
+	name   string
+	onErr  func(error)
+	onSync func(time.Duration) // set on WAL files when the store times syncs
 }
 
 func (f *watchFile) check(op string, err error) error {
@@ -78,15 +92,38 @@ func (f *watchFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, f.check("write", err)
 }
 
+// timed returns the time a sync starts, for done; zero when syncs of this
+// file are not timed.
+func (f *watchFile) timed() time.Time {
+	if f.onSync == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+func (f *watchFile) done(start time.Time) {
+	if f.onSync != nil {
+		f.onSync(time.Since(start))
+	}
+}
+
 func (f *watchFile) Sync() error {
-	return f.check("sync", f.File.Sync())
+	start := f.timed()
+	err := f.File.Sync()
+	f.done(start)
+	return f.check("sync", err)
 }
 
 func (f *watchFile) SyncData() error {
-	return f.check("sync", f.File.SyncData())
+	start := f.timed()
+	err := f.File.SyncData()
+	f.done(start)
+	return f.check("sync", err)
 }
 
 func (f *watchFile) SyncTo(length int64) (bool, error) {
+	start := f.timed()
 	full, err := f.File.SyncTo(length)
+	f.done(start)
 	return full, f.check("sync", err)
 }
