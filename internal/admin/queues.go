@@ -1,0 +1,105 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// listQueues serves GET /sluice/v1/queues: every queue, sorted by name.
+func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
+	if len(r.URL.Query()) > 0 {
+		return badRequest("GET /queues takes no query parameters")
+	}
+	out := QueueList{Queues: []Queue{}}
+	for _, name := range h.eng.ListQueues("") {
+		q, err := h.queue(name, false)
+		if errors.Is(err, engine.ErrQueueNotFound) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			return err
+		}
+		out.Queues = append(out.Queues, q)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// getQueue serves GET /sluice/v1/queues/{name}: the summary plus the full
+// configuration, tags and timestamps.
+func (h *Handler) getQueue(w http.ResponseWriter, r *http.Request) error {
+	q, err := h.queue(r.PathValue("name"), true)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, q)
+	return nil
+}
+
+func (h *Handler) queue(name string, detail bool) (Queue, error) {
+	info, err := h.eng.GetQueue(name)
+	if err != nil {
+		return Queue{}, err
+	}
+	sources, err := h.eng.DeadLetterSources(name)
+	if err != nil {
+		return Queue{}, err
+	}
+	if sources == nil {
+		sources = []string{}
+	}
+	c := &info.Config
+	q := Queue{
+		Name:              info.Name,
+		FIFO:              c.FIFO,
+		Visible:           info.Visible,
+		InFlight:          info.InFlight,
+		Delayed:           info.Delayed,
+		IsDeadLetterQueue: len(sources) > 0,
+		Sources:           sources,
+		Counters: Counters{
+			Sent: info.Sent, Received: info.Received, Redelivered: info.Redelivered,
+			Deleted: info.Deleted, DeadLettered: info.DeadLettered, Expired: info.Expired,
+		},
+		RetryPolicy: retryPolicyJSON(c.Retry),
+	}
+	if !info.OldestSentAt.IsZero() {
+		q.OldestAgeSeconds = max(0, h.clock.Now().Sub(info.OldestSentAt).Seconds())
+	}
+	if dl := c.DeadLetter; dl != nil {
+		q.DeadLetterQueue, q.MaxReceiveCount = dl.Target, dl.MaxReceiveCount
+	}
+	if !detail {
+		return q, nil
+	}
+	cfg := &QueueConfig{
+		FIFO:                c.FIFO,
+		ContentBasedDedup:   c.ContentBasedDedup,
+		FifoThroughputLimit: c.FifoThroughputLimit,
+		DelaySeconds:        seconds(c.Delay),
+		MaxMessageSize:      c.MaxMessageSize,
+		RetentionSeconds:    seconds(c.Retention),
+		ReceiveWaitSeconds:  seconds(c.ReceiveWait),
+		VisibilitySeconds:   seconds(c.Visibility),
+		Retry:               retryPolicyJSON(c.Retry),
+		Extra:               c.Extra,
+	}
+	if c.FIFO {
+		cfg.DedupScope = "queue"
+		if c.DedupScope == engine.DedupScopeMessageGroup {
+			cfg.DedupScope = "messageGroup"
+		}
+	}
+	if dl := c.DeadLetter; dl != nil {
+		cfg.DeadLetter = &DeadLetterPolicy{Target: dl.Target, MaxReceiveCount: dl.MaxReceiveCount}
+	}
+	if ra := c.RedriveAllow; ra != nil {
+		cfg.RedriveAllow = &RedriveAllowPolicy{Permission: ra.Permission, SourceQueues: ra.SourceQueues}
+	}
+	q.Config = cfg
+	q.Tags = info.Tags
+	q.CreatedAt, q.ModifiedAt = timePtr(info.CreatedAt), timePtr(info.ModifiedAt)
+	return q, nil
+}

@@ -1,0 +1,129 @@
+package admin
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// redrive serves POST /sluice/v1/queues/{name}/redrive with a
+// RedriveRequest: a dry run answers 200 with a DryRun; otherwise the task
+// starts and the answer is 202 with the Task and a Location header. The
+// queue must be some queue's dead-letter queue.
+func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
+	var req RedriveRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Rate < 0 || req.Rate > engine.MaxMoveRate {
+		return badRequest("rate must be between 1 and %d messages per second (0 or absent: %d)", engine.MaxMoveRate, engine.DefaultMoveRate)
+	}
+	if req.SafetyWindowSeconds < 0 || req.SafetyWindowSeconds > engine.MaxMoveTaskDuration.Seconds() || math.IsNaN(req.SafetyWindowSeconds) {
+		return badRequest("safetyWindowSeconds must be between 0 and %.0f", engine.MaxMoveTaskDuration.Seconds())
+	}
+	if req.SafetyThreshold < 0 {
+		return badRequest("safetyThreshold must not be negative")
+	}
+	f, err := engineFilter(&req.Filter)
+	if err != nil {
+		return err
+	}
+	spec := engine.MoveTaskSpec{
+		Source:          r.PathValue("name"),
+		Destination:     req.Destination,
+		Rate:            req.Rate,
+		Filter:          f,
+		SafetyWindow:    duration(req.SafetyWindowSeconds),
+		SafetyThreshold: req.SafetyThreshold,
+	}
+	if req.DryRun {
+		dry, err := h.eng.DryRunMoveTask(spec)
+		if err != nil {
+			return err
+		}
+		out := DryRun{DryRun: true, Total: dry.Total, ByDestination: dry.ByDestination, Sample: make([]Message, 0, len(dry.Sample))}
+		if out.ByDestination == nil {
+			out.ByDestination = map[string]int{}
+		}
+		for i := range dry.Sample {
+			out.Sample = append(out.Sample, messageJSON(&dry.Sample[i]))
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+	tk, err := h.eng.StartMoveTask(spec)
+	if err != nil {
+		return err
+	}
+	h.log.Info("admin redrive started", "task", tk.ID, "source", tk.Source, "destination", tk.Destination, "rate", tk.Rate, "to_move", tk.ToMove)
+	w.Header().Set("Location", Prefix+"tasks/"+tk.ID)
+	writeJSON(w, http.StatusAccepted, taskJSON(&tk))
+	return nil
+}
+
+// listTasks serves GET /sluice/v1/tasks[?source=name]: the tasks of one
+// source queue (404 if it does not exist), or of every queue, newest first.
+func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	for k, vs := range q {
+		if k != "source" || len(vs) > 1 {
+			return badRequest("GET /tasks takes one optional query parameter, source")
+		}
+	}
+	var all []engine.MoveTask
+	if src, ok := q["source"]; ok {
+		list, err := h.eng.MoveTasks(src[0])
+		if err != nil {
+			return err
+		}
+		all = list
+	} else {
+		for _, name := range h.eng.ListQueues("") {
+			list, err := h.eng.MoveTasks(name)
+			if errors.Is(err, engine.ErrQueueNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			all = append(all, list...)
+		}
+		slices.SortStableFunc(all, func(a, b engine.MoveTask) int { return b.StartedAt.Compare(a.StartedAt) })
+	}
+	out := TaskList{Tasks: make([]Task, 0, len(all))}
+	for i := range all {
+		out.Tasks = append(out.Tasks, taskJSON(&all[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// getTask serves GET /sluice/v1/tasks/{id}.
+func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
+	return h.taskOp(w, r, h.eng.GetMoveTask)
+}
+
+// cancelTask serves POST /sluice/v1/tasks/{id}/cancel: a RUNNING task
+// becomes CANCELLING (then CANCELLED), a PAUSED one CANCELLED; any other
+// state answers 409. Messages already moved stay moved.
+func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
+	return h.taskOp(w, r, h.eng.CancelMoveTask)
+}
+
+// resumeTask serves POST /sluice/v1/tasks/{id}/resume: a PAUSED task runs
+// again with a fresh safety count; any other state answers 409.
+func (h *Handler) resumeTask(w http.ResponseWriter, r *http.Request) error {
+	return h.taskOp(w, r, h.eng.ResumeMoveTask)
+}
+
+func (h *Handler) taskOp(w http.ResponseWriter, r *http.Request, op func(string) (engine.MoveTask, error)) error {
+	tk, err := op(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, taskJSON(&tk))
+	return nil
+}
