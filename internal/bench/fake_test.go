@@ -150,9 +150,10 @@ func TestRunSQSRateAndDuration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 2000 msg/s for 0.5 s is 1000 messages; allow for the phase spread and
-	// a slow CI machine.
-	if res.Sent < 700 || res.Sent > 1050 {
+	// 2000 msg/s for 0.5 s is 1000 messages. The pacer must never exceed
+	// that (plus one batch per producer for the phase spread); a loaded
+	// machine may make it fall well short.
+	if res.Sent < 250 || res.Sent > 1000+uint64(o.Producers*o.Batch) {
 		t.Fatalf("sent %d at 2000 msg/s for 0.5 s", res.Sent)
 	}
 	if res.Deleted != res.Sent {

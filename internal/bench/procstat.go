@@ -57,3 +57,40 @@ func truncate(b []byte) []byte {
 	}
 	return b
 }
+
+// MachineCPU returns the CPU time all processors have spent busy (user,
+// nice, system, irq, softirq, steal) since boot, from /proc/stat. Compared
+// with the broker's and the load generator's own CPU it shows how much of
+// the machine something else used during a run.
+func MachineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("bench: read machine cpu: %w", err)
+	}
+	return parseMachineStat(b)
+}
+
+// parseMachineStat reads the aggregate "cpu" line of /proc/stat:
+//
+//	cpu  user nice system idle iowait irq softirq steal guest guest_nice
+//
+// guest time is already included in user, so it is not added.
+func parseMachineStat(b []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(b, []byte{'\n'})
+	fields := bytes.Fields(line)
+	if len(fields) < 9 || string(fields[0]) != "cpu" {
+		return 0, fmt.Errorf("bench: /proc/stat: unexpected first line %q", truncate(line))
+	}
+	var ticks uint64
+	for i, f := range fields[1:9] {
+		v, err := strconv.ParseUint(string(f), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: /proc/stat: %w", err)
+		}
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * (time.Second / clockTicks), nil
+}

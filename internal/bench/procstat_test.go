@@ -59,3 +59,16 @@ func TestProcCPUSelf(t *testing.T) {
 		t.Fatal("ProcCPU(-1) succeeded")
 	}
 }
+
+func TestParseMachineStat(t *testing.T) {
+	in := "cpu  100 5 50 9000 40 3 2 10 7 0\ncpu0 50 2 25 4500 20 1 1 5 3 0\n"
+	got, err := parseMachineStat([]byte(in))
+	if want := 170 * 10 * time.Millisecond; err != nil || got != want {
+		t.Fatalf("parseMachineStat = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n"} {
+		if _, err := parseMachineStat([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

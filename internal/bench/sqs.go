@@ -61,6 +61,12 @@ type SQSResult struct {
 	// the machine the measurement took.
 	ClientCPU        time.Duration `json:"client_cpu_ns,omitempty"`
 	ClientCPUPer100k float64       `json:"client_cpu_s_per_100k,omitempty"`
+	// MachineCPU is the busy time of all CPUs during the run and OtherCPU
+	// what is left of it after the broker (with -pid) and the load
+	// generator: other processes, and the kernel work not charged to
+	// either. A large OtherCPU means the figures are disturbed.
+	MachineCPU time.Duration `json:"machine_cpu_ns,omitempty"`
+	OtherCPU   time.Duration `json:"other_cpu_ns,omitempty"`
 }
 
 // LatencySummary is a digest of a Histogram.
@@ -165,6 +171,7 @@ func (r *run) do(ctx context.Context) (SQSResult, error) {
 		}
 	}
 	self0, selfErr := ProcCPU(os.Getpid())
+	machine0, machineErr := MachineCPU()
 
 	consumeCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -249,6 +256,10 @@ func (r *run) do(ctx context.Context) (SQSResult, error) {
 	if self1, err := ProcCPU(os.Getpid()); err == nil && selfErr == nil {
 		res.ClientCPU = self1 - self0
 		res.ClientCPUPer100k = per100k(res.ClientCPU)
+	}
+	if machine1, err := MachineCPU(); err == nil && machineErr == nil {
+		res.MachineCPU = machine1 - machine0
+		res.OtherCPU = max(0, res.MachineCPU-res.ServerCPU-res.ClientCPU)
 	}
 	return res, ctx.Err()
 }
@@ -559,6 +570,10 @@ func (res *SQSResult) WriteTable(w io.Writer) {
 	}
 	if res.ClientCPU > 0 {
 		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "bench cpu", res.ClientCPU.Seconds(), res.ClientCPUPer100k)
+	}
+	if res.MachineCPU > 0 && res.Elapsed > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   busy on average %.2f CPUs; %.2f s not the broker's or bench's\n", "machine cpu",
+			res.MachineCPU.Seconds(), res.MachineCPU.Seconds()/res.Elapsed.Seconds(), res.OtherCPU.Seconds())
 	}
 	if len(res.Errors) == 0 {
 		fmt.Fprintf(w, "  %-12s none\n", "errors")
