@@ -59,6 +59,7 @@ var (
 	kindInvalidAttrValue     = &errorKind{"InvalidAttributeValue", "InvalidAttributeValue", "", 400}
 	kindInvalidContents      = &errorKind{"InvalidMessageContents", "InvalidMessageContents", "", 400}
 	kindOverLimit            = &errorKind{"OverLimit", "OverLimit", "", 400}
+	kindResourceNotFound     = &errorKind{"ResourceNotFoundException", "ResourceNotFoundException", "", 404}
 	kindInvalidAction        = &errorKind{"InvalidAction", "UnknownOperationException", "com.amazon.coral.service", 400}
 	kindUnknownOperation     = &errorKind{"UnknownOperationException", "UnknownOperationException", "com.amazon.coral.service", 404}
 	kindMissingAction        = &errorKind{"MissingAction", "MissingAction", "com.amazon.coral.service", 400}
@@ -136,6 +137,24 @@ type errDetail struct {
 	// visibility is the VisibilityTimeout of a ChangeMessageVisibility as sent.
 	visibility string
 	batch      bool // the error is for a batch entry
+	// sourceArn and destArn are a move task's ARNs as sent. When sourceArn
+	// is set, a missing queue is the move tasks' 404 ResourceNotFound
+	// naming SourceArn rather than QueueDoesNotExist.
+	sourceArn, destArn string
+}
+
+// Move task texts (reference §6 and §8.5).
+const (
+	msgNotDeadLetterQueue = "Source queue must be configured as a Dead Letter Queue."
+	msgTaskRunning        = "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
+	msgTaskHandleInvalid  = "Value for parameter TaskHandle is invalid."
+	msgTaskDoesNotExist   = "Task does not exist."
+)
+
+// errResourceNotFound is the move tasks' 404 for an ARN parameter naming a
+// queue that does not exist.
+func errResourceNotFound(param string) *apiError {
+	return newErr(kindResourceNotFound, "The resource that you specified for the %s parameter doesn't exist.", param)
 }
 
 // mapEngineErr turns an engine error into the SQS error the client sees.
@@ -148,6 +167,8 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	var tooLarge *engine.MessageTooLargeError
 	var cfgErr *engine.ConfigError
 	switch {
+	case errors.Is(err, engine.ErrQueueNotFound) && d.sourceArn != "":
+		return errResourceNotFound("SourceArn")
 	case errors.Is(err, engine.ErrQueueNotFound):
 		return errQueueDoesNotExist()
 	case errors.Is(err, engine.ErrQueueDeletedRecently):
@@ -175,6 +196,22 @@ func mapEngineErr(err error, d errDetail) *apiError {
 		return newErr(kindInvalidParameter, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 	case errors.Is(err, engine.ErrDelayNotAllowed):
 		return errParam(d.delay, "DelaySeconds", "The request include parameter that is not valid for this queue type.")
+	case errors.Is(err, engine.ErrNotDeadLetterQueue):
+		return errText(kindInvalidParameter, msgNotDeadLetterQueue)
+	case errors.Is(err, engine.ErrDestinationNotFound):
+		return errResourceNotFound("DestinationArn")
+	case errors.Is(err, engine.ErrTaskRunning):
+		return errText(kindInvalidParameter, msgTaskRunning)
+	case errors.Is(err, engine.ErrTaskNotFound):
+		return errText(kindResourceNotFound, msgTaskDoesNotExist)
+	case errors.Is(err, engine.ErrTaskNotRunning):
+		// SQS cancels only RUNNING tasks (Sluice also cancels PAUSED ones).
+		// AWS's answer for a finished task is not recorded; a handle is only
+		// listed while the task can be cancelled, so Sluice answers as for
+		// a handle it does not know: the modelled 404.
+		return errText(kindResourceNotFound, msgTaskDoesNotExist)
+	case errors.As(err, &cfgErr) && cfgErr.Setting == "DestinationArn":
+		return errParam(d.destArn, "DestinationArn", upperFirst(cfgErr.Reason)+".")
 	case errors.As(err, &tooLarge):
 		return errTooLarge(tooLarge.Limit)
 	case errors.As(err, &cfgErr):
@@ -188,4 +225,12 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	default:
 		return newErr(kindInternal, "We encountered an internal error. Please try again.")
 	}
+}
+
+// upperFirst capitalises an engine reason for use as a sentence.
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }

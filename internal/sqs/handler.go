@@ -14,7 +14,10 @@
 //   - Requests are not authenticated: SigV4 signatures are accepted unchecked.
 //   - Permissions (AddPermission, Policy) are stored and returned but not
 //     enforced.
-//   - The message-move-task actions answer UnsupportedOperation.
+//
+// Sluice extensions, all opt-in (sluice_attrs.go): Sluice* system attributes
+// on receive, returned only when named, and the SluiceRetryPolicy queue
+// attribute.
 //
 // See docs/sqs-compat.md for the full list.
 package sqs
@@ -240,8 +243,12 @@ func lookupAction(name string) (fn actionFunc, queueAction bool, ok bool) {
 		return (*call).addPermission, true, true
 	case "RemovePermission":
 		return (*call).removePermission, true, true
-	case "StartMessageMoveTask", "CancelMessageMoveTask", "ListMessageMoveTasks":
-		return (*call).unsupported, false, true
+	case "StartMessageMoveTask":
+		return (*call).startMessageMoveTask, false, true
+	case "CancelMessageMoveTask":
+		return (*call).cancelMessageMoveTask, false, true
+	case "ListMessageMoveTasks":
+		return (*call).listMessageMoveTasks, false, true
 	}
 	return nil, false, false
 }
@@ -255,10 +262,6 @@ func (c *call) dispatch() (output, *apiError) {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
 	return fn(c)
-}
-
-func (c *call) unsupported() (output, *apiError) {
-	return nil, newErr(kindUnsupported, "%s is not supported by this server yet.", c.action)
 }
 
 // decode fills in from the request in its protocol.

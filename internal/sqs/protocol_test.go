@@ -54,9 +54,9 @@ func TestBadBodies(t *testing.T) {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	resp, got = e.do(req)
 	e.wantQueryError(resp, got, 400, "MalformedQueryString", "")
-	// Move tasks are not implemented yet.
+	// Move tasks on a source that does not exist: the modelled 404.
 	_, err := e.cli.ListMessageMoveTasks(e.ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(e.arn("q"))})
-	wantAPIError(t, err, "AWS.SimpleQueueService.UnsupportedOperation", 400, "ListMessageMoveTasks")
+	wantAPIError(t, err, "ResourceNotFoundException", 404, "The resource that you specified for the SourceArn parameter doesn't exist.")
 }
 
 func TestQueryRoundTrip(t *testing.T) {
