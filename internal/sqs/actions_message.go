@@ -159,7 +159,8 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 // systemAttributes returns the system attributes of d that names selects.
 // Names that do not apply to the message (SequenceNumber on a standard
 // queue, DeadLetterQueueSourceArn on a message that was sent here, …) are
-// left out without an error, as are unknown names.
+// left out without an error, as are unknown names. Sluice's own system
+// attributes are added only when named (sluice_attrs.go).
 func (h *Handler) systemAttributes(d *engine.Delivery, names []string) map[string]string {
 	if len(names) == 0 {
 		return nil
@@ -192,6 +193,7 @@ func (h *Handler) systemAttributes(d *engine.Delivery, names []string) map[strin
 	if d.DeadLetterSource != "" {
 		add("DeadLetterQueueSourceArn", h.queueARN(d.DeadLetterSource))
 	}
+	addSluiceAttributes(m, d, names)
 	if len(m) == 0 {
 		return nil
 	}

@@ -57,7 +57,8 @@ func readableAttribute(name string) bool {
 		attrRedriveAllowPolicy, attrKmsMasterKeyID, attrKmsDataKeyReusePeriod,
 		attrSqsManagedSseEnabled, attrFifoQueue, attrContentBasedDedup, attrDeduplicationScope,
 		attrFifoThroughputLimit, attrQueueArn, attrApproxMessages, attrApproxMessagesNotVisible,
-		attrApproxMessagesDelayed, attrCreatedTimestamp, attrLastModifiedTimestamp:
+		attrApproxMessagesDelayed, attrCreatedTimestamp, attrLastModifiedTimestamp,
+		attrSluiceRetryPolicy:
 		return true
 	}
 	return false
@@ -151,6 +152,12 @@ func (c *call) parseAttributes(attrs map[string]string, name string, fifo, creat
 				return nil, err
 			}
 			edits = append(edits, func(cfg *engine.QueueConfig) { cfg.RedriveAllow = p })
+		case attrSluiceRetryPolicy:
+			p, err := parseRetryPolicy(v)
+			if err != nil {
+				return nil, err
+			}
+			edits = append(edits, func(cfg *engine.QueueConfig) { cfg.Retry = p })
 		case attrFifoQueue:
 			if !creating {
 				if !fifo {
@@ -417,6 +424,9 @@ func (h *Handler) configAttributes(cfg *engine.QueueConfig) map[string]string {
 		}
 		m[attrRedriveAllowPolicy] = string(marshalJSON(doc))
 	}
+	if cfg.Retry != nil {
+		m[attrSluiceRetryPolicy] = renderRetryPolicy(cfg.Retry)
+	}
 	if cfg.FIFO {
 		m[attrFifoQueue] = "true"
 		m[attrContentBasedDedup] = strconv.FormatBool(cfg.ContentBasedDedup)
@@ -449,6 +459,10 @@ func cloneConfig(cfg engine.QueueConfig) engine.QueueConfig {
 		p := *cfg.RedriveAllow
 		p.SourceQueues = append([]string(nil), p.SourceQueues...)
 		cfg.RedriveAllow = &p
+	}
+	if cfg.Retry != nil {
+		p := *cfg.Retry
+		cfg.Retry = &p
 	}
 	return cfg
 }
