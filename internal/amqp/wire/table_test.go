@@ -219,7 +219,7 @@ func TestTableDepthLimit(t *testing.T) {
 	var b []byte
 	b = append(b, 'V')
 	for range MaxTableDepth {
-		b = append(append([]byte{'A', 0, 0, 0, 0}, b...))
+		b = append([]byte{'A', 0, 0, 0, 0}, b...)
 		l := len(b) - 5
 		b[1], b[2], b[3], b[4] = byte(l>>24), byte(l>>16), byte(l>>8), byte(l)
 	}
