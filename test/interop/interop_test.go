@@ -1,0 +1,122 @@
+// Package interop drives a real Sluice with other languages' real SQS
+// clients: boto3 (Python) and the AWS CLI, over whichever protocol their
+// version speaks (old botocore: Query; botocore >= 1.31.81: JSON 1.0).
+//
+// The clients come from the machine (Debian's python3-boto3 and awscli,
+// which .ci/run installs). When one is missing the test skips, unless
+// SLUICE_REQUIRE_INTEROP=1 (set by .ci/run), which turns a missing client
+// into a failure so CI cannot pass without running these.
+package interop
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+func startServer(t *testing.T) string {
+	t.Helper()
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen = "127.0.0.1:0"
+	s, err := server.New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + s.SQSAddr()
+}
+
+func need(t *testing.T, what string, ok bool) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("SLUICE_REQUIRE_INTEROP") == "1" {
+		t.Fatalf("%s is not installed but SLUICE_REQUIRE_INTEROP=1", what)
+	}
+	t.Skipf("%s is not installed", what)
+}
+
+// pythons returns the interpreters that can import boto3: Debian's
+// (old botocore, Query protocol) and the one on PATH, if different.
+func pythons() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range []string{"/usr/bin/python3", "python3"} {
+		path, err := exec.LookPath(p)
+		if err != nil {
+			continue
+		}
+		real, _ := filepath.EvalSymlinks(path)
+		if seen[real] {
+			continue
+		}
+		if exec.Command(path, "-c", "import boto3").Run() == nil {
+			seen[real] = true
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+func TestBoto3(t *testing.T) {
+	py := pythons()
+	need(t, "python3 with boto3", len(py) > 0)
+	endpoint := startServer(t)
+	for _, p := range py {
+		t.Run(p, func(t *testing.T) {
+			out, err := exec.Command(p, "boto3_check.py", endpoint).CombinedOutput()
+			t.Logf("%s", out)
+			if err != nil || !strings.Contains(string(out), "all checks passed") {
+				t.Fatalf("boto3 checks failed: %v", err)
+			}
+		})
+	}
+}
+
+// TestAWSCLIReadmeExample runs the README's AWS CLI commands verbatim
+// (against a server on a free port instead of 9324).
+func TestAWSCLIReadmeExample(t *testing.T) {
+	var clis []string
+	for _, c := range []string{"/usr/bin/aws", "aws"} {
+		if p, err := exec.LookPath(c); err == nil && exec.Command(p, "--version").Run() == nil {
+			clis = append(clis, p)
+		}
+	}
+	need(t, "the AWS CLI", len(clis) > 0)
+	endpoint := startServer(t)
+	env := append(os.Environ(), "AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=x", "AWS_DEFAULT_REGION=us-east-1", "AWS_PAGER=")
+	for i, cli := range clis {
+		t.Run(cli, func(t *testing.T) {
+			q := "orders" + string(rune('a'+i))
+			run := func(args ...string) string {
+				t.Helper()
+				cmd := exec.Command(cli, append([]string{"--endpoint-url", endpoint, "sqs"}, args...)...)
+				cmd.Env = env
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, out)
+				}
+				return string(out)
+			}
+			run("create-queue", "--queue-name", q+"-dlq")
+			run("create-queue", "--queue-name", q, "--attributes",
+				`{"RedrivePolicy":"{\"deadLetterTargetArn\":\"arn:aws:sqs:us-east-1:000000000000:`+q+`-dlq\",\"maxReceiveCount\":\"3\"}"}`)
+			url := endpoint + "/000000000000/" + q
+			run("send-message", "--queue-url", url, "--message-body", `{"order":42}`)
+			out := run("receive-message", "--queue-url", url, "--attribute-names", "All", "--wait-time-seconds", "5")
+			if !strings.Contains(out, `{\"order\":42}`) || !strings.Contains(out, "ApproximateReceiveCount") {
+				t.Fatalf("receive-message output:\n%s", out)
+			}
+		})
+	}
+}
