@@ -250,7 +250,7 @@ type Task struct {
 
 // Finished reports whether the task will make no more progress on its own:
 // COMPLETED, CANCELLED, FAILED, or PAUSED (which waits for an operator).
-func (t *Task) Finished() bool {
+func (t Task) Finished() bool {
 	switch t.Status {
 	case engine.TaskRunning, engine.TaskCancelling:
 		return false
