@@ -7,19 +7,6 @@ import (
 	"time"
 )
 
-// eventually polls cond until it holds (or fails the test after 10 s of
-// real time). Tests poll; they never sleep a fixed time and hope.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // stepUntil advances the fake clock in steps until cond holds, giving
 // goroutines parked on the clock a moment between steps. It returns the
 // simulated time that passed.
@@ -256,16 +243,6 @@ func TestBrowseFiltersAndDoesNotTouch(t *testing.T) {
 	if back.Messages[0].MessageID != all.Messages[0].MessageID || back.Messages[0].LastFailure.ErrorClass != "KeyError" || back.Messages[0].DeadLetter.Reason != ReasonTerminal {
 		t.Fatalf("import lost context: %+v", back.Messages[0])
 	}
-}
-
-func waitTask(t *testing.T, f *fixture, id, status string) MoveTask {
-	t.Helper()
-	var tk MoveTask
-	eventually(t, "task "+status, func() bool {
-		tk, _ = f.e.GetMoveTask(id)
-		return tk.Status == status
-	})
-	return tk
 }
 
 func TestRedriveAfterFixDrainsAtRate(t *testing.T) {

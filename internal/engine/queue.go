@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Message states. A message is in exactly one; the queue keeps a counter per
@@ -567,5 +566,3 @@ func cloneConfig(c QueueConfig) QueueConfig {
 	c.Extra = cloneMap(c.Extra)
 	return c
 }
-
-func durationNanos(d time.Duration) int64 { return int64(d) }
