@@ -96,15 +96,11 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 	if len(moves) > 0 {
 		out.DeadLettered, out.Target = true, target.name
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
+	if err := e.commitUnlock(q, &b); err != nil {
 		return FailureOutcome{}, err
 	}
-	e.scheduleLocked(q)
-	q.mu.Unlock()
 	e.finishMoves(q, moves)
-	return out, e.wait(p)
+	return out, nil
 }
 
 // matches reports whether m passes f.
@@ -223,15 +219,8 @@ func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
 		b.Delete(messageKey(q.id, m.seq, kindState))
 		n++
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
-		return 0, err
-	}
 	q.stats.deleted.Add(uint64(n))
-	e.scheduleLocked(q)
-	q.mu.Unlock()
-	return n, e.wait(p)
+	return n, e.commitUnlock(q, &b)
 }
 
 // parseID parses a UUID string into an id.
@@ -300,13 +289,6 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 	if n > 0 {
 		b.Set(qidPrefix(prefixSeq, q.id), binaryUint64(q.nextSeq.Load()-1))
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
-		return 0, err
-	}
 	q.stats.sent.Add(uint64(n))
-	e.scheduleLocked(q)
-	q.mu.Unlock()
-	return n, e.wait(p)
+	return n, e.commitUnlock(q, &b)
 }

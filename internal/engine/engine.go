@@ -179,6 +179,22 @@ func (e *Engine) write(b *store.Batch, durable bool) (store.Pending, error) {
 	return p, nil
 }
 
+// commitUnlock writes b durably, reschedules q's timers and releases q's
+// lock (whatever happens), then waits for the group-committed sync. It is
+// the tail of every acknowledged change: the batch enters the store's order
+// under the lock; the fsync is waited for outside it, so producers share it.
+func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
+	p, err := e.write(b, true)
+	if err == nil {
+		e.scheduleLocked(q)
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return e.wait(p)
+}
+
 // wait waits for a pending write, failing the engine on error.
 func (e *Engine) wait(p store.Pending) error {
 	if err := p.Wait(); err != nil {
@@ -698,15 +714,9 @@ func (e *Engine) purgeQueue(name string) error {
 	var b store.Batch
 	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
 	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
-		return err
-	}
 	q.lastPurge = now
 	q.clearMessagesLocked()
-	q.mu.Unlock()
-	return e.wait(p)
+	return e.commitUnlock(q, &b)
 }
 
 // clearMessagesLocked forgets every message and dedup entry.

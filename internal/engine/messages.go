@@ -84,18 +84,11 @@ func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
 	if added > 0 {
 		b.Set(qidPrefix(prefixSeq, q.id), binary.BigEndian.AppendUint64(nil, q.nextSeq.Load()-1))
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
-		return nil, err
-	}
 	q.stats.sent.Add(uint64(added))
 	if added > 0 {
 		e.obs.Sent(q.name, added)
 	}
-	e.scheduleLocked(q)
-	q.mu.Unlock()
-	if err := e.wait(p); err != nil {
+	if err := e.commitUnlock(q, &b); err != nil {
 		return nil, err
 	}
 	return results, nil
@@ -527,15 +520,8 @@ func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) 
 			}
 		}
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
-		return nil, err
-	}
 	q.stats.deleted.Add(uint64(deleted))
-	e.scheduleLocked(q)
-	q.mu.Unlock()
-	if err := e.wait(p); err != nil {
+	if err := e.commitUnlock(q, &b); err != nil {
 		return nil, err
 	}
 	return errs, nil
@@ -572,14 +558,7 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
 		}
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		q.mu.Unlock()
-		return nil, err
-	}
-	e.scheduleLocked(q)
-	q.mu.Unlock()
-	if err := e.wait(p); err != nil {
+	if err := e.commitUnlock(q, &b); err != nil {
 		return nil, err
 	}
 	return errs, nil
