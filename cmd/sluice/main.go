@@ -2,6 +2,8 @@
 //
 //	sluice server [flags]       run the broker
 //	sluice bench sqs [flags]    drive an SQS endpoint and report throughput and latency
+//	sluice queues [flags]       list queues (through the admin API)
+//	sluice dlq <command>        inspect, export, import and redrive dead-letter queues
 //	sluice version              print the version
 //
 // main only parses flags and calls into internal packages; no broker logic
@@ -20,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -31,6 +34,9 @@ const usage = `Sluice: a durable message broker that speaks the Amazon SQS API.
 Usage:
   sluice server [flags]       run the broker (sluice server -h for flags)
   sluice bench sqs [flags]    load-test an SQS endpoint (sluice bench sqs -h)
+  sluice queues [flags]       list queues with depth, age and dead-letter setup
+  sluice dlq <command>        dead-letter queues: list, peek, show, delete, export,
+                              import, redrive, tasks, cancel, resume (sluice dlq help)
   sluice version              print the version
 `
 
@@ -48,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServer(args[1:], stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "queues":
+		return runCLI(cli.Queues, args[1:], stdout, stderr)
+	case "dlq":
+		return runCLI(cli.DLQ, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sluice", version)
 		return 0

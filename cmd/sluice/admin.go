@@ -1,0 +1,20 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicemq/sluice/internal/cli"
+)
+
+// runCLI runs an admin-API client command (sluice queues, sluice dlq …)
+// with the process's stdin and environment; an interrupt cancels its
+// requests (a redrive keeps running in the broker).
+func runCLI(cmd func(context.Context, []string, *cli.Env) int, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cmd(ctx, args, &cli.Env{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv})
+}
