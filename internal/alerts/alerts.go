@@ -1,0 +1,414 @@
+// Package alerts evaluates Sluice's built-in alert rules against the
+// engine's per-queue statistics, keeps each alert's state, and notifies
+// webhooks of every transition.
+//
+// # Rules
+//
+// Each rule is evaluated per queue, every Options.Interval, from
+// engine.GetQueue (constant-time counts; messages are never scanned) and
+// from the dead-letter arrivals the Manager's Observer counts:
+//
+//	rule                severity           fires when                           queues
+//	dlq_growth          page               arrivals in window > DLQGrowthCount   dead-letter queues
+//	dlq_depth           warning, critical  all messages >= threshold             dead-letter queues
+//	queue_depth         warning, critical  visible messages >= threshold         other queues
+//	oldest_message_age  warning, critical  age of oldest message >= threshold    all queues
+//
+// A dead-letter queue is one that some queue's DeadLetterPolicy names, or
+// one that has received a dead letter since the Manager started. Growth,
+// not depth, is what should page (dlq-practice §8.2): a DLQ that has sat
+// at 3 for a month is noise, one adding 50 an hour is an incident.
+//
+// # State
+//
+// An alert is one (queue, rule, severity). Its status is ok until it
+// first fires, then firing, then resolved once its condition no longer
+// holds, and firing again if it returns. Each change to firing and to
+// resolved is logged and sent to every webhook. An alert whose queue is
+// deleted (or stops being a dead-letter queue) is resolved, if firing, and
+// forgotten. State lives in memory: after a restart every alert starts
+// ok, and the growth rule's window starts empty.
+//
+// # Goroutines
+//
+// Run evaluates on the injectable clock and starts one sender goroutine
+// per webhook. Evaluation hands notifications to the senders without
+// blocking, so a slow or dead webhook delays only its own notifications.
+package alerts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// Rule names.
+const (
+	RuleDLQGrowth  = "dlq_growth"
+	RuleDLQDepth   = "dlq_depth"
+	RuleQueueDepth = "queue_depth"
+	RuleOldestAge  = "oldest_message_age"
+)
+
+// Severities.
+const (
+	SeverityPage     = "page"
+	SeverityCritical = "critical"
+	SeverityWarning  = "warning"
+)
+
+// Statuses of an alert.
+const (
+	StatusOK       = "ok"       // has not fired since the Manager started
+	StatusFiring   = "firing"   // the condition holds
+	StatusResolved = "resolved" // fired, and the condition no longer holds
+)
+
+// State is one alert's current state.
+type State struct {
+	Queue     string    `json:"queue"`
+	Rule      string    `json:"rule"`
+	Severity  string    `json:"severity"`
+	Status    string    `json:"status"`
+	Value     float64   `json:"value"`     // at the last evaluation; seconds for ages
+	Threshold float64   `json:"threshold"` // seconds for ages
+	Since     time.Time `json:"since"`     // the last change of Status (first evaluation for ok)
+	Message   string    `json:"message"`
+}
+
+type key struct{ queue, rule, severity string }
+
+type alert struct {
+	State
+	startsAt time.Time // when it last started firing
+}
+
+// Manager evaluates the rules and keeps the alerts. Create it with New.
+type Manager struct {
+	eng  atomic.Pointer[engine.Engine]
+	opts Options
+	clk  clock.Clock
+	log  *slog.Logger
+
+	arrivals *arrivals
+	hooks    []*webhook
+
+	mu     sync.Mutex
+	alerts map[key]*alert
+
+	firingDesc, notifyDesc *prometheus.Desc
+}
+
+// New returns a Manager for eng. opts must pass Validate (New panics
+// otherwise: checking the configuration is the caller's job, at start-up,
+// where a bad one stops the broker with a clear message). clk nil means
+// the wall clock, log nil discards.
+//
+// eng may be nil when the Manager's Observer must be handed to
+// engine.Open: then call Attach with the opened engine before Run.
+func New(eng *engine.Engine, opts Options, clk clock.Clock, log *slog.Logger) *Manager {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{
+		opts:     opts,
+		clk:      clk,
+		log:      log,
+		arrivals: newArrivals(opts.DLQGrowthWindow),
+		alerts:   make(map[key]*alert),
+		firingDesc: prometheus.NewDesc("sluice_alert_firing",
+			"1 while the built-in alert is firing, else 0.", []string{"queue", "rule", "severity"}, nil),
+		notifyDesc: prometheus.NewDesc("sluice_alert_notifications_total",
+			"Webhook notifications by outcome: delivered, failed (attempts used up or refused), dropped (queue full or shutdown).",
+			[]string{"result"}, nil),
+	}
+	m.eng.Store(eng)
+	for i, u := range opts.Webhooks {
+		m.hooks = append(m.hooks, newWebhook(m, i, u))
+	}
+	return m
+}
+
+// Attach sets the engine whose queues are evaluated, for a Manager
+// created with a nil engine. Call it before Run.
+func (m *Manager) Attach(eng *engine.Engine) { m.eng.Store(eng) }
+
+// Observer returns the engine.Observer that counts dead-letter arrivals for
+// the growth rule. Give it to engine.Options (with metrics.Multi when there
+// are other observers). Its arrivals count even before Run starts.
+func (m *Manager) Observer() engine.Observer { return observer{m: m} }
+
+// Run evaluates the rules at once and then every Options.Interval of the
+// Manager's clock, until ctx ends. It also runs the webhook senders; on
+// return they have delivered what they could within WebhookDrainTimeout
+// and logged what they dropped. Call Run once, with an engine set (by New
+// or Attach).
+func (m *Manager) Run(ctx context.Context) {
+	if m.eng.Load() == nil {
+		panic("alerts: Run without an engine; call Attach first")
+	}
+	var wg sync.WaitGroup
+	for _, h := range m.hooks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.run(ctx)
+		}()
+	}
+	m.evaluate()
+	t := m.clk.NewTimer(m.opts.Interval)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			done = true
+		case <-t.C():
+			m.evaluate()
+			t.Reset(m.opts.Interval)
+		}
+	}
+	wg.Wait()
+}
+
+// check is one rule's verdict on one alert at this evaluation.
+type check struct {
+	key
+	value, threshold float64
+	firing           bool
+	message          string
+}
+
+// evaluate runs every rule on every queue and applies the transitions.
+func (m *Manager) evaluate() {
+	eng := m.eng.Load()
+	now := m.clk.Now()
+	names := eng.ListQueues("")
+	infos := make([]engine.QueueInfo, 0, len(names))
+	exists := make(map[string]bool, len(names))
+	dlqs := make(map[string]bool)
+	unread := make(map[string]bool) // queues whose alerts stay as they are
+	for _, name := range names {
+		info, err := eng.GetQueue(name)
+		if errors.Is(err, engine.ErrQueueNotFound) {
+			continue // deleted since ListQueues
+		}
+		exists[name] = true
+		if err != nil {
+			// The store has failed; that is not a reason to resolve
+			// the queue's alerts.
+			unread[name] = true
+			continue
+		}
+		infos = append(infos, info)
+		if d := info.Config.DeadLetter; d != nil {
+			dlqs[d.Target] = true
+		}
+	}
+	m.arrivals.retain(func(q string) bool { return exists[q] })
+
+	var checks []check
+	for _, info := range infos {
+		checks = m.rules(checks, info, dlqs[info.Name], now)
+	}
+	m.apply(checks, unread, now)
+}
+
+// rules appends the checks of every enabled rule for one queue.
+func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, now time.Time) []check {
+	o := &m.opts
+	q := info.Name
+	arrived, known := m.arrivals.count(q, now)
+	isDLQ = isDLQ || known
+	depth := func(rule string, value int, warn, crit int, what string) {
+		for _, t := range []struct {
+			sev string
+			th  int
+		}{{SeverityWarning, warn}, {SeverityCritical, crit}} {
+			if t.th > 0 {
+				out = append(out, check{
+					key: key{q, rule, t.sev}, value: float64(value), threshold: float64(t.th),
+					firing:  value >= t.th,
+					message: fmt.Sprintf("%s holds %d %s (%s at %d)", q, value, what, t.sev, t.th),
+				})
+			}
+		}
+	}
+	if isDLQ {
+		if o.DLQGrowthWindow > 0 {
+			out = append(out, check{
+				key: key{q, RuleDLQGrowth, SeverityPage}, value: float64(arrived), threshold: float64(o.DLQGrowthCount),
+				firing: arrived > o.DLQGrowthCount,
+				message: fmt.Sprintf("%d messages dead-lettered into %s in the last %v (pages above %d)",
+					arrived, q, o.DLQGrowthWindow, o.DLQGrowthCount),
+			})
+		}
+		depth(RuleDLQDepth, info.Visible+info.InFlight+info.Delayed, o.DLQDepthWarn, o.DLQDepthCritical, "dead letters")
+	} else {
+		depth(RuleQueueDepth, info.Visible, o.QueueDepthWarn, o.QueueDepthCritical, "visible messages")
+	}
+	var age time.Duration
+	if !info.OldestSentAt.IsZero() {
+		age = max(0, now.Sub(info.OldestSentAt))
+	}
+	for _, t := range []struct {
+		sev string
+		th  time.Duration
+	}{{SeverityWarning, o.OldestAgeWarn}, {SeverityCritical, o.OldestAgeCritical}} {
+		if t.th > 0 {
+			out = append(out, check{
+				key: key{q, RuleOldestAge, t.sev}, value: age.Seconds(), threshold: t.th.Seconds(),
+				firing:  age >= t.th,
+				message: fmt.Sprintf("the oldest message in %s is %v old (%s at %v)", q, age.Round(time.Second), t.sev, t.th),
+			})
+		}
+	}
+	return out
+}
+
+// apply updates the alerts from this evaluation's checks, resolves and
+// forgets the alerts that were not checked (except those of unread
+// queues), and notifies the transitions.
+func (m *Manager) apply(checks []check, unread map[string]bool, now time.Time) {
+	var changed []Notification
+	m.mu.Lock()
+	seen := make(map[key]bool, len(checks))
+	for _, c := range checks {
+		seen[c.key] = true
+		a := m.alerts[c.key]
+		if a == nil {
+			a = &alert{State: State{Queue: c.queue, Rule: c.rule, Severity: c.severity, Status: StatusOK, Since: now}}
+			m.alerts[c.key] = a
+		}
+		a.Value, a.Threshold, a.Message = c.value, c.threshold, c.message
+		switch {
+		case c.firing && a.Status != StatusFiring:
+			a.Status, a.Since, a.startsAt = StatusFiring, now, now
+			changed = append(changed, a.notification())
+		case !c.firing && a.Status == StatusFiring:
+			a.Status, a.Since = StatusResolved, now
+			changed = append(changed, a.notification())
+		}
+	}
+	for k, a := range m.alerts {
+		if seen[k] || unread[k.queue] {
+			continue
+		}
+		delete(m.alerts, k)
+		if a.Status == StatusFiring {
+			a.Status, a.Since = StatusResolved, now
+			a.Message = fmt.Sprintf("%s is no longer evaluated for %s: it was deleted or is no longer a dead-letter queue", a.Queue, a.Rule)
+			changed = append(changed, a.notification())
+		}
+	}
+	m.mu.Unlock()
+
+	for _, n := range changed {
+		attrs := []any{"rule", n.Rule, "queue", n.Queue, "severity", n.Severity, "value", n.Value, "threshold", n.Threshold, "message", n.Message}
+		if n.Status == StatusFiring {
+			m.log.Warn("alert firing", attrs...)
+		} else {
+			m.log.Info("alert resolved", append(attrs, "fired_for", n.EndsAt.Sub(n.StartsAt))...)
+		}
+		for _, h := range m.hooks {
+			h.enqueue(n)
+		}
+	}
+}
+
+// States returns every alert, sorted by queue, rule and severity.
+func (m *Manager) States() []State {
+	m.mu.Lock()
+	out := make([]State, 0, len(m.alerts))
+	for _, a := range m.alerts {
+		out = append(out, a.State)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		return a.Severity < b.Severity
+	})
+	return out
+}
+
+// ServeHTTP answers GET /sluice/v1/alerts with {"alerts": [State…]}. The
+// query parameters status, queue and rule, when given, keep only the
+// alerts that match (e.g. ?status=firing).
+func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	out := []State{}
+	for _, s := range m.States() {
+		if match(q.Get("status"), s.Status) && match(q.Get("queue"), s.Queue) && match(q.Get("rule"), s.Rule) {
+			out = append(out, s)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method == http.MethodHead {
+		return
+	}
+	json.NewEncoder(w).Encode(struct {
+		Alerts []State `json:"alerts"`
+	}{out})
+}
+
+func match(want, got string) bool { return want == "" || want == got }
+
+// Collector exports sluice_alert_firing{queue,rule,severity} (one series
+// per alert) and sluice_alert_notifications_total{result}. Register it in
+// the metrics registry.
+func (m *Manager) Collector() prometheus.Collector { return collector{m} }
+
+type collector struct{ m *Manager }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.firingDesc
+	ch <- c.m.notifyDesc
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	for _, s := range m.States() {
+		v := 0.0
+		if s.Status == StatusFiring {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.firingDesc, prometheus.GaugeValue, v, s.Queue, s.Rule, s.Severity)
+	}
+	var delivered, failed, dropped uint64
+	for _, h := range m.hooks {
+		delivered += h.delivered.Load()
+		failed += h.failed.Load()
+		dropped += h.dropped.Load()
+	}
+	ch <- prometheus.MustNewConstMetric(m.notifyDesc, prometheus.CounterValue, float64(delivered), "delivered")
+	ch <- prometheus.MustNewConstMetric(m.notifyDesc, prometheus.CounterValue, float64(failed), "failed")
+	ch <- prometheus.MustNewConstMetric(m.notifyDesc, prometheus.CounterValue, float64(dropped), "dropped")
+}

@@ -1,0 +1,98 @@
+package alerts
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// arrivals counts dead-letter arrivals per target queue in per-minute
+// buckets, for the dlq_growth rule. Each queue has a fixed ring of
+// buckets covering the window plus the current minute, so memory is
+// bounded by (queues that received dead letters) × (window in minutes + 1)
+// whatever the arrival rate. A queue's ring also marks it as a dead-letter
+// queue for the depth rule even when no queue's DeadLetterPolicy names it
+// (a front-end may dead-letter by other means); rings of deleted queues
+// are dropped at evaluation.
+type arrivals struct {
+	slots int // buckets per queue: window in minutes, rounded up, + 1
+
+	mu      sync.Mutex
+	byQueue map[string][]bucket
+}
+
+type bucket struct {
+	minute int64 // Unix minute the count belongs to
+	n      int
+}
+
+func newArrivals(window time.Duration) *arrivals {
+	slots := int((window+time.Minute-1)/time.Minute) + 1
+	return &arrivals{slots: slots, byQueue: make(map[string][]bucket)}
+}
+
+func unixMinute(t time.Time) int64 {
+	s := t.Unix()
+	m := s / 60
+	if s < 0 && s%60 != 0 {
+		m-- // floor for times before 1970
+	}
+	return m
+}
+
+// add counts one arrival in queue at now.
+func (a *arrivals) add(queue string, now time.Time) {
+	m := unixMinute(now)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ring := a.byQueue[queue]
+	if ring == nil {
+		ring = make([]bucket, a.slots)
+		a.byQueue[queue] = ring
+	}
+	i := int(((m % int64(a.slots)) + int64(a.slots)) % int64(a.slots))
+	if ring[i].minute != m {
+		ring[i] = bucket{minute: m}
+	}
+	ring[i].n++
+}
+
+// count returns the arrivals in queue during the current minute and the
+// slots-1 whole minutes before it, and whether queue has a ring at all.
+func (a *arrivals) count(queue string, now time.Time) (n int, known bool) {
+	cur := unixMinute(now)
+	first := cur - int64(a.slots) + 1
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ring, ok := a.byQueue[queue]
+	for _, b := range ring {
+		if b.minute >= first && b.minute <= cur {
+			n += b.n
+		}
+	}
+	return n, ok
+}
+
+// retain drops the rings of queues for which keep is false.
+func (a *arrivals) retain(keep func(queue string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for q := range a.byQueue {
+		if !keep(q) {
+			delete(a.byQueue, q)
+		}
+	}
+}
+
+// observer feeds the arrivals from the engine's events. DeadLettered takes
+// one short mutex and reads the clock; nothing else is done on the
+// engine's path.
+type observer struct {
+	engine.NopObserver
+	m *Manager
+}
+
+func (o observer) DeadLettered(_, target, _ string, _ time.Duration) {
+	o.m.arrivals.add(target, o.m.clk.Now())
+}
