@@ -196,6 +196,12 @@ func encodeQueue(r *queueRecord) []byte {
 		e.varint(int64(c.Retry.Base))
 		e.varint(int64(c.Retry.Cap))
 	}
+	e.uvarint(uint64(c.MaxLength))
+	e.varint(c.MaxLengthBytes)
+	e.str(c.Overflow)
+	e.boolean(c.HasMessageTTL)
+	e.varint(int64(c.MessageTTL))
+	e.boolean(c.DeadLetter != nil && c.DeadLetter.Routed)
 	return e.b
 }
 
@@ -260,6 +266,16 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	if len(d.b) > 0 && d.boolean() {
 		c.Retry = &RetryPolicy{Strategy: d.str(), Base: time.Duration(d.varint()), Cap: time.Duration(d.varint())}
 	}
+	if len(d.b) > 0 {
+		c.MaxLength = int(d.uvarint())
+		c.MaxLengthBytes = d.varint()
+		c.Overflow = d.str()
+		c.HasMessageTTL = d.boolean()
+		c.MessageTTL = time.Duration(d.varint())
+		if routed := d.boolean(); routed && c.DeadLetter != nil {
+			c.DeadLetter.Routed = true
+		}
+	}
 	return r, d.err
 }
 
@@ -270,11 +286,17 @@ const (
 	tagFailure    = 2
 	tagRedrive    = 3
 	tagParked     = 4
+	tagEnvelope   = 5
+	tagTTL        = 6
 )
 
 func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
 	if x == nil {
 		return
+	}
+	if withDead && len(x.envelope) > 0 {
+		e.uvarint(tagEnvelope)
+		e.bytes(x.envelope)
 	}
 	if withDead && x.dead != nil {
 		var f encoder
@@ -347,6 +369,10 @@ func decodeExt(d *decoder, m *message) {
 			}
 		case tagParked:
 			m.parked = true
+		case tagEnvelope:
+			m.extension().envelope = append([]byte(nil), f.b...)
+		case tagTTL:
+			m.ttlAt = f.varint()
 		default:
 			continue // a newer field: skip it
 		}
@@ -368,8 +394,8 @@ func encodeContent(m *message) []byte {
 	e.str(m.groupID())
 	e.str(m.dedupID)
 	e.str(m.sender)
-	e.str(m.trace)
-	e.str(m.dlqSource)
+	e.str(m.traceHeader())
+	e.str(m.deadLetterSource())
 	e.uvarint(uint64(m.recvCount))
 	e.varint(m.firstRecvAt)
 	e.uvarint(uint64(len(m.attrs)))
@@ -381,6 +407,12 @@ func encodeContent(m *message) []byte {
 	}
 	e.bytes(m.body)
 	encodeExt(&e, m.ext, true, true)
+	if m.ttlAt != 0 {
+		var f encoder
+		f.varint(m.ttlAt)
+		e.uvarint(tagTTL)
+		e.bytes(f.b)
+	}
 	return e.b
 }
 
@@ -398,8 +430,12 @@ func decodeContent(m *message, b []byte) (group string, err error) {
 	group = d.str()
 	m.dedupID = d.str()
 	m.sender = d.str()
-	m.trace = d.str()
-	m.dlqSource = d.str()
+	if t := d.str(); t != "" {
+		m.extension().trace = t
+	}
+	if s := d.str(); s != "" {
+		m.extension().dlqSource = s
+	}
 	m.recvCount = int32(d.uvarint())
 	m.firstRecvAt = d.varint()
 	n := d.uvarint()

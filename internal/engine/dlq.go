@@ -40,7 +40,7 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 		err = ErrVisibilityLimit
 	}
 	if err != nil {
-		q.mu.Unlock()
+		e.unlock(q)
 		return FailureOutcome{}, err
 	}
 	rec := &FailureRecord{
@@ -52,24 +52,24 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 		ReportedAt:      fromNanos(now),
 		Attempt:         int(m.recvCount),
 	}
-	var target *queue
-	if dl := q.cfg.DeadLetter; dl != nil {
-		target = e.deadLetterTarget(q, dl.Target)
-	}
-	if f.Terminal && target == nil {
-		q.mu.Unlock()
+	canDL := e.canDeadLetter(q)
+	if f.Terminal && !canDL {
+		e.unlock(q)
 		return FailureOutcome{}, ErrNoDeadLetterQueue
 	}
 	m.extension().failure = rec
 	var out FailureOutcome
-	var moves []move
+	var targets []string
+	dl := q.cfg.DeadLetter
 	switch {
 	case f.Terminal:
-		moves = append(moves, e.moveOutLocked(q, m, target, ReasonTerminal, now, &b))
-	case target != nil && int(m.recvCount) >= q.cfg.DeadLetter.MaxReceiveCount:
+		targets = e.deadLetterLocked(q, m, ReasonTerminal, now, &b)
+		out.DeadLettered = true
+	case canDL && dl.MaxReceiveCount > 0 && int(m.recvCount) >= dl.MaxReceiveCount:
 		// The threshold is checked when the failure is recorded, before
 		// any retry: the last attempt failed, so there is no next one.
-		moves = append(moves, e.moveOutLocked(q, m, target, ReasonMaxReceives, now, &b))
+		targets = e.deadLetterLocked(q, m, ReasonMaxReceives, now, &b)
+		out.DeadLettered = true
 	default:
 		var delay time.Duration
 		park := true
@@ -93,13 +93,10 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 		out.VisibleAt = fromNanos(m.visibleAt)
 		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
 	}
-	if len(moves) > 0 {
-		out.DeadLettered, out.Target = true, target.name
-	}
+	out.Target = strings.Join(targets, ",")
 	if err := e.commitUnlock(q, &b); err != nil {
 		return FailureOutcome{}, err
 	}
-	e.finishMoves(q, moves)
 	return out, nil
 }
 
@@ -177,7 +174,7 @@ func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, 
 	if err != nil {
 		return Page{}, err
 	}
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	var b store.Batch
 	q.advanceLocked(e.now(), &b)
 	if b.Len() > 0 {
@@ -252,11 +249,11 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 		v := &views[i]
 		id, ok := parseID(v.MessageID)
 		if !ok || len(v.Body) == 0 {
-			q.mu.Unlock()
+			e.unlock(q)
 			return 0, errImport
 		}
 		if q.fifo() && v.GroupID == "" {
-			q.mu.Unlock()
+			e.unlock(q)
 			return 0, ErrMissingGroupID
 		}
 		m := &message{
@@ -266,8 +263,6 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 			attrs:       v.Attributes,
 			dedupID:     v.DedupID,
 			sender:      v.SenderID,
-			trace:       v.TraceHeader,
-			dlqSource:   v.DeadLetterSource,
 			sentAt:      nanos(v.SentAt),
 			enqueuedAt:  now,
 			visibleAt:   now,
@@ -278,8 +273,9 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 		if m.sentAt == 0 {
 			m.sentAt = now
 		}
-		if v.DeadLetter != nil || v.LastFailure != nil || v.Redrive != nil {
-			m.ext = &messageExt{dead: v.DeadLetter, failure: v.LastFailure, redrive: v.Redrive}
+		if v.DeadLetter != nil || v.LastFailure != nil || v.Redrive != nil || v.TraceHeader != "" || v.DeadLetterSource != "" || len(v.Envelope) > 0 {
+			m.ext = &messageExt{dead: v.DeadLetter, failure: v.LastFailure, redrive: v.Redrive,
+				trace: v.TraceHeader, dlqSource: v.DeadLetterSource, envelope: v.Envelope}
 		}
 		m.group = q.groupLocked(v.GroupID)
 		q.addLocked(m)

@@ -56,14 +56,19 @@ type Options struct {
 	Logger *slog.Logger // nil: discard
 	// Observer receives events for metrics and alerts; nil: none.
 	Observer Observer
+	// DeadLetterRouter routes dead letters of queues whose
+	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
+	// and counted.
+	DeadLetterRouter DeadLetterRouter
 }
 
 // Engine is the queue engine. Create it with Open.
 type Engine struct {
-	st    store.Store
-	clock clock.Clock
-	log   *slog.Logger
-	obs   Observer
+	st     store.Store
+	clock  clock.Clock
+	log    *slog.Logger
+	obs    Observer
+	router DeadLetterRouter
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -125,6 +130,7 @@ func Open(opts Options) (*Engine, error) {
 		clock:   opts.Clock,
 		log:     opts.Logger,
 		obs:     opts.Observer,
+		router:  opts.DeadLetterRouter,
 		queues:  make(map[string]*queue),
 		deleted: make(map[string]int64),
 		nextQID: 1,
@@ -188,7 +194,7 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 	if err == nil {
 		e.scheduleLocked(q)
 	}
-	q.mu.Unlock()
+	e.unlock(q)
 	if err != nil {
 		return err
 	}
@@ -312,7 +318,7 @@ func (e *Engine) runScheduler() {
 // tick runs q's due timers.
 func (e *Engine) tick(q *queue, now int64) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	if q.schedAt != 0 && q.schedAt <= now {
 		q.schedAt = 0
 	}
@@ -343,6 +349,12 @@ func (e *Engine) tick(q *queue, now int64) {
 func (q *queue) advanceLocked(now int64, b *store.Batch) {
 	for len(q.timers) > 0 && q.timers[0].visibleAt <= now {
 		m := q.timers[0]
+		if m.ttlDue(now) {
+			// A message whose TTL ran out while it was leased or
+			// delayed expires as soon as the lease or delay ends.
+			q.expireLocked(m, now, b)
+			continue
+		}
 		if m.state == stateInFlight && q.cfg.Retry != nil {
 			// The lease ended without a delete: with a retry policy the
 			// message waits out a backoff before it is visible again.
@@ -354,6 +366,13 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 			continue
 		}
 		q.setStateLocked(m, stateVisible)
+	}
+	for len(q.ttl) > 0 && q.ttl[0].ttlAt <= now {
+		m := heap.Pop(&q.ttl).(*message)
+		if m.state == stateVisible {
+			q.expireLocked(m, now, b)
+		}
+		// Leased or delayed: expires when that ends (above).
 	}
 	ret := int64(q.cfg.Retention)
 	for len(q.expiry) > 0 && q.expiry[0].enqueuedAt+ret <= now {
@@ -421,12 +440,23 @@ func validateConfig(c *QueueConfig) error {
 		return &ConfigError{Setting: "MaximumMessageSize", Reason: fmt.Sprintf("must be between %d and %d", MinMaxMessageSize, MaxMaxMessageSize)}
 	}
 	if d := c.DeadLetter; d != nil {
-		if d.Target == "" {
+		if d.Target == "" && !d.Routed {
 			return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target is required"}
 		}
-		if d.MaxReceiveCount < 1 || d.MaxReceiveCount > 1000 {
+		if d.MaxReceiveCount < 0 || d.MaxReceiveCount > 1000 {
 			return &ConfigError{Setting: "RedrivePolicy", Reason: "maxReceiveCount must be between 1 and 1000"}
 		}
+	}
+	switch c.Overflow {
+	case "", OverflowDropHead, OverflowRejectPublish, OverflowRejectPublishDLX:
+	default:
+		return &ConfigError{Setting: "Overflow", Reason: "unknown overflow behaviour " + c.Overflow}
+	}
+	if c.MaxLength < 0 || c.MaxLengthBytes < 0 {
+		return &ConfigError{Setting: "MaxLength", Reason: "must not be negative"}
+	}
+	if c.HasMessageTTL && c.MessageTTL < 0 {
+		return &ConfigError{Setting: "MessageTTL", Reason: "must not be negative"}
 	}
 	if r := c.RedriveAllow; r != nil {
 		switch r.Permission {
@@ -464,7 +494,7 @@ func validateConfig(c *QueueConfig) error {
 // checkDeadLetter verifies that q's dead-letter target exists, has
 // the same type, and accepts q as a source.
 func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) error {
-	if d == nil {
+	if d == nil || d.Routed {
 		return nil
 	}
 	t, err := e.lookup(d.Target)
@@ -494,7 +524,7 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	if q, _ := e.lookup(name); q != nil {
 		e.adminMu.Unlock()
 		q.mu.Lock()
-		defer q.mu.Unlock()
+		defer e.unlock(q)
 		return q.infoLocked(), false, nil
 	}
 	defer e.adminMu.Unlock()
@@ -523,7 +553,7 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	if err != nil {
 		return QueueInfo{}, false, err
 	}
-	q := newQueue(rec.ID, name, cfg)
+	q := newQueue(e, rec.ID, name, cfg)
 	q.isFIFO = cfg.FIFO
 	q.tags = rec.Tags
 	q.createdAt, q.modifiedAt = now, now
@@ -534,7 +564,7 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	delete(e.deleted, name)
 	e.mu.Unlock()
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	return q.infoLocked(), true, nil
 }
 
@@ -543,7 +573,7 @@ func (e *Engine) getQueue(name string) (QueueInfo, error) {
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	var b store.Batch
 	q.advanceLocked(e.now(), &b)
 	if b.Len() > 0 {
@@ -571,7 +601,7 @@ func (e *Engine) updateQueue(name string, fn func(*QueueConfig) error) error {
 	if err != nil {
 		return err
 	}
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	cfg := cloneConfig(q.cfg)
 	if err := fn(&cfg); err != nil {
 		return err
@@ -592,9 +622,11 @@ func (e *Engine) updateQueue(name string, fn func(*QueueConfig) error) error {
 		q.setConfigLocked(old)
 		return err
 	}
-	// Retention or delay changes move deadlines.
+	// Retention or delay changes move deadlines; a lower length limit
+	// takes effect at once.
 	var b store.Batch
 	q.advanceLocked(e.now(), &b)
+	q.enforceLimitsLocked(e.now(), &b)
 	if b.Len() > 0 {
 		if _, err := e.write(&b, false); err != nil {
 			return err
@@ -609,7 +641,7 @@ func (e *Engine) tagQueue(name string, add map[string]string, remove []string) e
 	if err != nil {
 		return err
 	}
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	tags := cloneMap(q.tags)
 	if tags == nil {
 		tags = make(map[string]string)
@@ -696,7 +728,7 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 		if d := q.cfg.DeadLetter; d != nil && d.Target == dlq && !q.deleted {
 			out = append(out, q.name)
 		}
-		q.mu.Unlock()
+		e.unlock(q)
 	}
 	return out, nil
 }
@@ -708,7 +740,7 @@ func (e *Engine) purgeQueue(name string) error {
 	}
 	now := e.now()
 	if q.lastPurge != 0 && now-q.lastPurge < int64(PurgeInterval) {
-		q.mu.Unlock()
+		e.unlock(q)
 		return ErrPurgeInProgress
 	}
 	var b store.Batch
@@ -726,7 +758,9 @@ func (q *queue) clearMessagesLocked() {
 	q.available = groupList{}
 	q.timers = nil
 	q.expiry = nil
+	q.ttl = nil
 	q.nState = [3]int{}
+	q.nBytes = [3]int64{}
 	q.dedup = make(map[string]*dedupEntry)
 	q.dedupOrder = nil
 	q.attempts = nil

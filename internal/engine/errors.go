@@ -37,6 +37,9 @@ var (
 	// ErrMissingDedupID: a FIFO send without a deduplication id on a queue
 	// without content-based deduplication.
 	ErrMissingDedupID = errors.New("engine: deduplication id is required")
+	// ErrQueueFull: the queue is at its length limit and its overflow
+	// behaviour rejects new messages.
+	ErrQueueFull = errors.New("engine: queue is full")
 	// ErrDelayNotAllowed: a per-message delay on a FIFO queue.
 	ErrDelayNotAllowed = errors.New("engine: per-message delay is not allowed on FIFO queues")
 	// ErrInvalidConfig: a queue configuration value is out of range or

@@ -128,26 +128,45 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 			return SendResult{MessageID: FormatID(ent.msgID), SequenceNumber: formatSeq(ent.seq)}, false
 		}
 	}
-	seq := q.nextSeq.Add(1) - 1
 	m := &message{
-		seq:        seq,
 		id:         id,
 		body:       in.Body,
 		attrs:      in.Attributes,
 		dedupID:    dedupID,
 		sender:     in.SenderID,
-		trace:      in.TraceHeader,
 		sentAt:     now,
 		enqueuedAt: now,
 		visibleAt:  now + int64(delay),
 		state:      stateVisible,
 	}
+	if in.TraceHeader != "" || len(in.Envelope) > 0 {
+		m.ext = &messageExt{trace: in.TraceHeader, envelope: in.Envelope}
+	}
+	if ttl, ok := q.ttlFor(in); ok {
+		m.ttlAt = now + int64(ttl)
+	}
+	if q.fullLocked(len(in.Body)) {
+		switch q.cfg.Overflow {
+		case OverflowRejectPublish:
+			return SendResult{Err: ErrQueueFull}, false
+		case OverflowRejectPublishDLX:
+			// The rejected message itself is dead-lettered; the
+			// sender is told it was not enqueued. It never joined a
+			// group of this queue.
+			m.group = &group{id: in.GroupID}
+			q.eng.routeDeadLetterLocked(q, m, ReasonQueueFull, now, b)
+			return SendResult{Err: ErrQueueFull}, false
+		}
+	}
 	if delay > 0 {
 		m.state = stateDelayed
 	}
+	seq := q.nextSeq.Add(1) - 1
+	m.seq = seq
 	m.group = q.groupLocked(in.GroupID)
 	q.addLocked(m)
 	b.Set(messageKey(q.id, seq, kindContent), encodeContent(m))
+	q.enforceLimitsLocked(now, b)
 	res = SendResult{MessageID: FormatID(id)}
 	if q.fifo() {
 		res.SequenceNumber = formatSeq(seq)
@@ -156,6 +175,15 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		b.Set(dedupKey(q.id, ent.group, ent.id), encodeDedup(ent))
 	}
 	return res, true
+}
+
+// ttlFor is a new message's TTL: the smaller of its own and the queue's.
+func (q *queue) ttlFor(in *Message) (time.Duration, bool) {
+	ttl, ok := q.cfg.MessageTTL, q.cfg.HasMessageTTL
+	if in.TTLSet && (!ok || in.TTL < ttl) {
+		ttl, ok = in.TTL, true
+	}
+	return max(ttl, 0), ok
 }
 
 // findDedupLocked finds a live dedup entry for id. With queue scope any
@@ -175,14 +203,6 @@ func (q *queue) rememberDedupLocked(ent *dedupEntry) {
 	ent.next = q.dedup[ent.id]
 	q.dedup[ent.id] = ent
 	q.dedupOrder = append(q.dedupOrder, ent)
-}
-
-// move is a dead-letter move decided under the source's lock; the target's
-// memory is updated after that lock is released.
-type move struct {
-	target *queue
-	m      *message
-	group  string
 }
 
 func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) ([]Delivery, error) {
@@ -207,12 +227,11 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		var b store.Batch
 		q.advanceLocked(now, &b)
 		var out []Delivery
-		var moves []move
 		var overLimit bool
 		if a := q.attemptLocked(req.AttemptID, now); a != nil {
 			out = a
 		} else {
-			out, moves, overLimit = e.takeLocked(q, now, &req, &b)
+			out, overLimit = e.takeLocked(q, now, &req, &b)
 		}
 		if b.Len() > 0 {
 			// Leases are not synced: they become durable with the next
@@ -220,7 +239,7 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 			// visible early and its receive count one lower, which
 			// at-least-once delivery allows.
 			if _, err := e.write(&b, false); err != nil {
-				q.mu.Unlock()
+				e.unlock(q)
 				return nil, err
 			}
 		}
@@ -229,8 +248,7 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		if len(out) == 0 && !expired {
 			ch = q.waitChanLocked()
 		}
-		q.mu.Unlock()
-		e.finishMoves(q, moves)
+		e.unlock(q)
 		if len(out) > 0 {
 			return out, nil
 		}
@@ -256,7 +274,7 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		}
 		q.mu.Lock()
 		if q.deleted {
-			q.mu.Unlock()
+			e.unlock(q)
 			return nil, ErrQueueNotFound
 		}
 	}
@@ -285,23 +303,21 @@ func (q *queue) attemptLocked(id string, now int64) []Delivery {
 
 // takeLocked leases up to req.Max messages, dead-lettering on the way those
 // whose receive count has reached the limit.
-func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.Batch) ([]Delivery, []move, bool) {
+func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.Batch) ([]Delivery, bool) {
 	vis := q.cfg.Visibility
 	if req.VisibilitySet {
 		vis = req.Visibility
 	}
 	var out []Delivery
-	var moves []move
 	var leases []lease
-	dl := q.cfg.DeadLetter
-	var target *queue
-	if dl != nil {
-		target = e.deadLetterTarget(q, dl.Target)
+	limit := 0
+	if dl := q.cfg.DeadLetter; dl != nil && e.canDeadLetter(q) {
+		limit = dl.MaxReceiveCount
 	}
 	redelivered := 0
 	take := func(m *message) {
-		if target != nil && int(m.recvCount) >= dl.MaxReceiveCount {
-			moves = append(moves, e.moveOutLocked(q, m, target, ReasonMaxReceives, now, b))
+		if limit > 0 && int(m.recvCount) >= limit {
+			e.deadLetterLocked(q, m, ReasonMaxReceives, now, b)
 			return
 		}
 		if m.recvCount > 0 {
@@ -334,7 +350,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		}
 	} else {
 		if q.nState[stateInFlight] >= MaxInFlight {
-			return nil, nil, true
+			return nil, true
 		}
 		// Round-robin over groups: one message from each in turn.
 		for len(out) < req.Max {
@@ -360,7 +376,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 			q.attempts[req.AttemptID] = &attemptEntry{expiresAt: now + int64(AttemptIDWindow), deliveries: out, leases: leases}
 		}
 	}
-	return out, moves, false
+	return out, false
 }
 
 // deadLetterTarget resolves a dead-letter queue, or nil when it is missing
@@ -374,76 +390,6 @@ func (e *Engine) deadLetterTarget(q *queue, name string) *queue {
 	return t
 }
 
-// moveOutLocked removes m from q and writes it into target in the same
-// store batch, so a crash leaves the message in exactly one of the two.
-func (e *Engine) moveOutLocked(q *queue, m *message, target *queue, reason string, now int64, b *store.Batch) move {
-	q.removeLocked(m)
-	b.Delete(messageKey(q.id, m.seq, kindContent))
-	b.Delete(messageKey(q.id, m.seq, kindState))
-	q.stats.deadLettered.Add(1)
-	e.obs.DeadLettered(q.name, target.name, reason, time.Duration(now-m.sentAt))
-	groupID := m.groupID()
-	n := &message{
-		seq:         target.nextSeq.Add(1) - 1,
-		id:          m.id,
-		body:        m.body,
-		attrs:       m.attrs,
-		dedupID:     m.dedupID,
-		sender:      m.sender,
-		trace:       m.trace,
-		dlqSource:   q.name,
-		sentAt:      m.sentAt,
-		enqueuedAt:  m.enqueuedAt,
-		visibleAt:   now,
-		firstRecvAt: m.firstRecvAt,
-		recvCount:   m.recvCount,
-		state:       stateVisible,
-		ext: &messageExt{
-			dead: &DeadLetterInfo{
-				SourceQueue:    q.name,
-				Reason:         reason,
-				Attempts:       int(m.recvCount),
-				FirstReceiveAt: fromNanos(m.firstRecvAt),
-				LastReceiveAt:  fromNanos(m.leaseAt),
-				DeadLetteredAt: fromNanos(now),
-			},
-		},
-	}
-	if m.ext != nil {
-		n.ext.failure, n.ext.redrive = m.ext.failure, m.ext.redrive
-	}
-	if target.isFIFO {
-		// SQS: on FIFO the enqueue time resets and the dedup id becomes
-		// the message id.
-		n.enqueuedAt = now
-		n.dedupID = FormatID(m.id)
-	}
-	n.group = &group{id: groupID} // replaced by the target's group on insert
-	b.Set(messageKey(target.id, n.seq, kindContent), encodeContent(n))
-	b.Set(qidPrefix(prefixSeq, target.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	e.log.Debug("dead-lettered", "queue", q.name, "target", target.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount)
-	return move{target: target, m: n, group: groupID}
-}
-
-// finishMoves inserts dead-lettered messages into their targets' memory.
-// Called without any queue lock held.
-func (e *Engine) finishMoves(src *queue, moves []move) {
-	for _, mv := range moves {
-		t := mv.target
-		t.mu.Lock()
-		if !t.deleted {
-			mv.m.group = t.groupLocked(mv.group)
-			t.addLocked(mv.m)
-			t.stats.sent.Add(1)
-			e.scheduleLocked(t)
-		}
-		t.mu.Unlock()
-		if x := mv.m.ext; x != nil && x.dead != nil && x.redrive != nil && x.redrive.TaskID != "" {
-			e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
-		}
-	}
-}
-
 // deliveryLocked renders m for a client. Body and Attributes share memory
 // with the queue: front-ends must treat them as read-only.
 func (q *queue) deliveryLocked(m *message) Delivery {
@@ -452,13 +398,15 @@ func (q *queue) deliveryLocked(m *message) Delivery {
 		ReceiptHandle:    encodeReceipt(q.id, m.seq, m.receipt),
 		Body:             m.body,
 		Attributes:       m.attrs,
-		TraceHeader:      m.trace,
+		TraceHeader:      m.traceHeader(),
 		SenderID:         m.sender,
 		SentAt:           fromNanos(m.sentAt),
 		FirstReceiveAt:   fromNanos(m.firstRecvAt),
 		ReceiveCount:     int(m.recvCount),
 		GroupID:          m.groupID(),
-		DeadLetterSource: m.dlqSource,
+		DeadLetterSource: m.deadLetterSource(),
+		Envelope:         m.envelope(),
+		Redelivered:      m.recvCount > 1,
 	}
 	if x := m.ext; x != nil {
 		d.DeadLetter, d.LastFailure, d.Redrive = x.dead, x.failure, x.redrive

@@ -25,13 +25,12 @@ type message struct {
 	group       *group
 	dedupID     string
 	sender      string
-	trace       string
-	dlqSource   string
 	sentAt      int64 // when the producer sent it (SentTimestamp)
 	enqueuedAt  int64 // when it entered this queue; retention counts from here
 	visibleAt   int64 // end of the delay or of the current lease
 	firstRecvAt int64
 	leaseAt     int64  // start of the current lease (for the 12 h visibility cap)
+	ttlAt       int64  // when a message TTL ends it (0: no TTL)
 	receipt     uint64 // random number of the current lease; 0 = never received
 	recvCount   int32
 	state       uint8
@@ -44,6 +43,7 @@ type message struct {
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // index in queue.expiry
+	ttlIdx    int32 // index in queue.ttl, -1 when absent
 	prev      *message
 	next      *message // the group's list
 }
@@ -54,9 +54,33 @@ func (m *message) groupID() string { return m.group.id }
 // reported and where it has been. Kept out of line so that healthy messages
 // pay one pointer for it.
 type messageExt struct {
-	failure *FailureRecord
-	dead    *DeadLetterInfo
-	redrive *RedriveInfo
+	trace     string // AWSTraceHeader
+	dlqSource string // queue it was dead-lettered from
+	envelope  []byte // protocol metadata (AMQP properties), opaque here
+	failure   *FailureRecord
+	dead      *DeadLetterInfo
+	redrive   *RedriveInfo
+}
+
+func (m *message) traceHeader() string {
+	if m.ext == nil {
+		return ""
+	}
+	return m.ext.trace
+}
+
+func (m *message) deadLetterSource() string {
+	if m.ext == nil {
+		return ""
+	}
+	return m.ext.dlqSource
+}
+
+func (m *message) envelope() []byte {
+	if m.ext == nil {
+		return nil
+	}
+	return m.ext.envelope
 }
 
 func (m *message) extension() *messageExt {
@@ -111,6 +135,27 @@ func (l *list) insertSorted(m *message) {
 	l.n++
 }
 
+// insertFromFront places m by seq, scanning from the head: a requeued
+// message goes back to its original position, which is near the front.
+func (l *list) insertFromFront(m *message) {
+	at := l.head
+	for at != nil && at.seq < m.seq {
+		at = at.next
+	}
+	if at == nil {
+		l.pushBack(m)
+		return
+	}
+	m.prev, m.next = at.prev, at
+	if at.prev != nil {
+		at.prev.next = m
+	} else {
+		l.head = m
+	}
+	at.prev = m
+	l.n++
+}
+
 func (l *list) remove(m *message) {
 	if m.prev != nil {
 		m.prev.next = m.next
@@ -157,6 +202,16 @@ func (l *groupList) pushBack(g *group) {
 		l.head = g
 	}
 	l.tail = g
+}
+
+func (l *groupList) pushFront(g *group) {
+	g.prev, g.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = g
+	} else {
+		l.tail = g
+	}
+	l.head = g
 }
 
 func (l *groupList) remove(g *group) {
@@ -226,6 +281,30 @@ func (h *expiryHeap) Pop() any {
 	return m
 }
 
+// ttlHeap orders messages with a TTL by ttlAt.
+type ttlHeap []*message
+
+func (h ttlHeap) Len() int           { return len(h) }
+func (h ttlHeap) Less(i, j int) bool { return h[i].ttlAt < h[j].ttlAt }
+func (h ttlHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].ttlIdx = int32(i)
+	h[j].ttlIdx = int32(j)
+}
+func (h *ttlHeap) Push(x any) {
+	m := x.(*message)
+	m.ttlIdx = int32(len(*h))
+	*h = append(*h, m)
+}
+func (h *ttlHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	m.ttlIdx = -1
+	return m
+}
+
 // dedupEntry remembers a FIFO deduplication id for DedupWindow. Entries of
 // the same id in different groups chain through next.
 type dedupEntry struct {
@@ -253,7 +332,7 @@ type lease struct {
 // counters are the queue's activity counters; atomics so metrics can read
 // them without the queue lock.
 type counters struct {
-	sent, received, redelivered, deleted, deadLettered, expired atomic.Uint64
+	sent, received, redelivered, deleted, deadLettered, expired, dropped atomic.Uint64
 }
 
 // queue is one queue's state. Fields after mu are guarded by it; functions
@@ -261,7 +340,8 @@ type counters struct {
 type queue struct {
 	id     uint32
 	name   string
-	isFIFO bool // immutable: a queue's type never changes
+	isFIFO bool    // immutable: a queue's type never changes
+	eng    *Engine // for dead-lettering from timers and limits
 
 	// allow mirrors cfg.RedriveAllow (nil: allowAll) so that a source
 	// queue can check it without taking this queue's lock.
@@ -287,7 +367,13 @@ type queue struct {
 	available groupList // groups a receive may take from now
 	timers    timerHeap
 	expiry    expiryHeap
+	ttl       ttlHeap
 	nState    [3]int
+	nBytes    [3]int64 // body bytes per state, for MaxLengthBytes
+
+	// outbox holds dead-letter moves decided under the lock; unlock
+	// (Engine.unlock) writes them into their targets' memory.
+	outbox []move
 
 	dedup      map[string]*dedupEntry
 	dedupOrder []*dedupEntry // in expiry order (the window is constant)
@@ -304,11 +390,12 @@ type queue struct {
 	stats counters
 }
 
-func newQueue(id uint32, name string, cfg QueueConfig) *queue {
+func newQueue(e *Engine, id uint32, name string, cfg QueueConfig) *queue {
 	q := &queue{
 		id:     id,
 		name:   name,
 		isFIFO: cfg.FIFO,
+		eng:    e,
 		msgs:   make(map[uint64]*message),
 		groups: make(map[string]*group),
 		dedup:  make(map[string]*dedupEntry),
@@ -377,9 +464,13 @@ func (q *queue) groupLocked(id string) *group {
 // the timer heap.
 func (q *queue) addLocked(m *message) {
 	q.msgs[m.seq] = m
-	m.timerIdx, m.expiryIdx = -1, -1
+	m.timerIdx, m.expiryIdx, m.ttlIdx = -1, -1, -1
 	heap.Push(&q.expiry, m)
+	if m.ttlAt != 0 {
+		heap.Push(&q.ttl, m)
+	}
 	q.nState[m.state]++
+	q.nBytes[m.state] += int64(len(m.body))
 	if m.state != stateVisible {
 		heap.Push(&q.timers, m)
 	}
@@ -408,7 +499,11 @@ func (q *queue) removeLocked(m *message) {
 	if m.timerIdx >= 0 {
 		heap.Remove(&q.timers, int(m.timerIdx))
 	}
+	if m.ttlIdx >= 0 {
+		heap.Remove(&q.ttl, int(m.ttlIdx))
+	}
 	q.nState[m.state]--
+	q.nBytes[m.state] -= int64(len(m.body))
 	g := m.group
 	wasHead := g.msgs.head == m
 	if q.fifo() || m.state == stateVisible {
@@ -441,6 +536,8 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 	}
 	q.nState[old]--
 	q.nState[s]++
+	q.nBytes[old] -= int64(len(m.body))
+	q.nBytes[s] += int64(len(m.body))
 	m.state = s
 	switch {
 	case s == stateVisible && m.timerIdx >= 0:
@@ -513,6 +610,11 @@ func (q *queue) nextWakeLocked() int64 {
 			t = e
 		}
 	}
+	if len(q.ttl) > 0 {
+		if e := q.ttl[0].ttlAt; t == 0 || e < t {
+			t = e
+		}
+	}
 	return t
 }
 
@@ -533,6 +635,7 @@ func (q *queue) infoLocked() QueueInfo {
 		Deleted:      q.stats.deleted.Load(),
 		DeadLettered: q.stats.deadLettered.Load(),
 		Expired:      q.stats.expired.Load(),
+		Dropped:      q.stats.dropped.Load(),
 	}
 	if len(q.expiry) > 0 {
 		// The expiry heap's top is the oldest by enqueue time; for the

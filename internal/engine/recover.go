@@ -29,7 +29,7 @@ func (e *Engine) recover() (int, error) {
 		if err != nil {
 			return fmt.Errorf("queue %q: %w", k[1:], err)
 		}
-		q := newQueue(r.ID, r.Name, r.Config)
+		q := newQueue(e, r.ID, r.Name, r.Config)
 		q.tags = r.Tags
 		q.createdAt, q.modifiedAt = r.CreatedAt, r.ModifiedAt
 		q.nextSeq.Store(1)

@@ -116,7 +116,7 @@ func destinationOf(dest string, m *message) string {
 	if m.ext != nil && m.ext.dead != nil {
 		return m.ext.dead.SourceQueue
 	}
-	return m.dlqSource
+	return m.deadLetterSource()
 }
 
 func (e *Engine) checkMoveSpec(spec *MoveTaskSpec) error {
@@ -164,7 +164,7 @@ func (e *Engine) dryRunMove(spec MoveTaskSpec) (DryRun, error) {
 	if err != nil {
 		return DryRun{}, err
 	}
-	defer q.mu.Unlock()
+	defer e.unlock(q)
 	out := DryRun{ByDestination: map[string]int{}}
 	for _, m := range q.candidatesLocked(&spec.Filter, q.nextSeq.Load()) {
 		out.Total++
@@ -194,7 +194,7 @@ func (e *Engine) startMove(spec MoveTaskSpec) (MoveTask, error) {
 	}
 	upTo := q.nextSeq.Load()
 	toMove := len(q.candidatesLocked(&spec.Filter, upTo))
-	q.mu.Unlock()
+	e.unlock(q)
 	now := e.clock.Now()
 	tk := &task{
 		MoveTask: MoveTask{
@@ -424,7 +424,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	var moves []move
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
 	if len(cands) == 0 {
-		q.mu.Unlock()
+		e.unlock(q)
 		return 0, true, ""
 	}
 	for _, m := range cands[:min(n, len(cands))] {
@@ -447,11 +447,11 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	e.tasks.mu.Unlock()
 	p, err := e.write(&b, true)
 	e.scheduleLocked(q)
-	q.mu.Unlock()
+	e.unlock(q)
 	if err != nil {
 		return 0, false, "storage failed"
 	}
-	e.finishMoves(q, moves)
+	e.finishMoves(moves)
 	if err := e.wait(p); err != nil {
 		return len(moves), false, "storage failed"
 	}
@@ -476,13 +476,13 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 		body:       m.body,
 		attrs:      m.attrs,
 		sender:     m.sender,
-		trace:      m.trace,
 		sentAt:     now,
 		enqueuedAt: now,
 		visibleAt:  now,
 		state:      stateVisible,
-		ext:        &messageExt{redrive: &RedriveInfo{OriginalMessageID: orig, Count: count, TaskID: taskID, At: fromNanos(now)}},
-		group:      &group{id: m.groupID()},
+		ext: &messageExt{trace: m.traceHeader(), envelope: m.envelope(),
+			redrive: &RedriveInfo{OriginalMessageID: orig, Count: count, TaskID: taskID, At: fromNanos(now)}},
+		group: &group{id: m.groupID()},
 	}
 	if d.isFIFO {
 		n.dedupID = FormatID(id)

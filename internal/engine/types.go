@@ -18,9 +18,16 @@ const (
 // reaches a message whose receive count is already >= MaxReceiveCount: the
 // message is moved instead of returned (SQS reference §8.2). Visibility
 // expiry alone never moves a message.
+//
+// With Routed, the engine asks Options.DeadLetterRouter for the targets
+// instead of using Target (AMQP dead-letter exchanges route through
+// bindings, possibly to several queues). MaxReceiveCount 0 means no receive
+// limit: messages are dead-lettered only when rejected, expired or dropped
+// by a length limit.
 type DeadLetterPolicy struct {
-	Target          string // name of the dead-letter queue
-	MaxReceiveCount int    // 1–1000
+	Target          string // name of the dead-letter queue (unless Routed)
+	MaxReceiveCount int    // 0–1000; SQS requires 1–1000
+	Routed          bool
 }
 
 // RedriveAllowPolicy limits which source queues may name this queue as their
@@ -48,12 +55,34 @@ type QueueConfig struct {
 	RedriveAllow *RedriveAllowPolicy // nil: allowAll
 	Retry        *RetryPolicy        // nil: SQS behaviour (visible again when the lease ends)
 
+	// Length limits count ready (visible or delayed) messages, not those
+	// in flight, as RabbitMQ does. 0: unlimited. Overflow says what a
+	// send into a full queue does (OverflowDropHead by default).
+	MaxLength      int
+	MaxLengthBytes int64
+	Overflow       string
+
+	// MessageTTL, when HasMessageTTL, expires every message that long
+	// after it entered the queue; a message's own TTL may be shorter.
+	// Expired messages are dead-lettered (ReasonExpired) when the queue
+	// has a dead-letter policy, and dropped (counted) otherwise. A message
+	// in flight expires when its lease ends.
+	MessageTTL    time.Duration
+	HasMessageTTL bool
+
 	// Extra holds protocol-specific queue attributes that the engine stores
 	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
 	// KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled). Keys and values
 	// are the front-end's business.
 	Extra map[string]string
 }
+
+// Overflow behaviours for a queue at its length limit (AMQP x-overflow).
+const (
+	OverflowDropHead         = "drop-head"          // the oldest ready message is dead-lettered or dropped
+	OverflowRejectPublish    = "reject-publish"     // the send fails with ErrQueueFull
+	OverflowRejectPublishDLX = "reject-publish-dlx" // the send fails and the new message is dead-lettered
+)
 
 // DefaultQueueConfig returns the SQS defaults for a new standard queue.
 func DefaultQueueConfig() QueueConfig {
@@ -83,6 +112,9 @@ type QueueInfo struct {
 	// Counters since the broker started (not persisted). Redelivered
 	// counts receives of messages received before.
 	Sent, Received, Redelivered, Deleted, DeadLettered, Expired uint64
+	// Dropped counts messages that had to be dead-lettered (rejected,
+	// expired, over a length limit) but had no target.
+	Dropped uint64
 }
 
 // Attribute is one user message attribute (SQS MessageAttributes; AMQP
@@ -113,6 +145,16 @@ type Message struct {
 	// reject a per-message delay other than 0.
 	Delay    time.Duration
 	DelaySet bool
+
+	// TTL, when TTLSet, expires the message that long after it entered
+	// the queue (the smaller of it and the queue's MessageTTL wins).
+	TTL    time.Duration
+	TTLSet bool
+
+	// Envelope is protocol metadata the engine stores and returns
+	// unchanged (the AMQP front-end keeps a message's properties here). It
+	// counts towards the message's size.
+	Envelope []byte
 }
 
 // Size is the message's size as SQS counts it against MaximumMessageSize:
@@ -122,7 +164,7 @@ func (m *Message) Size() int {
 	for _, a := range m.Attributes {
 		n += len(a.Name) + len(a.DataType) + len(a.StringValue) + len(a.BinaryValue)
 	}
-	return n
+	return n + len(m.Envelope)
 }
 
 // SendResult is the outcome of one message of a Send.
@@ -176,6 +218,11 @@ type Delivery struct {
 	// DeadLetterSource is the name of the queue the message was
 	// dead-lettered from ("" for messages that were sent here).
 	DeadLetterSource string
+
+	// Envelope is the protocol metadata given at send (read-only).
+	Envelope []byte
+	// Redelivered reports that the message was handed out before.
+	Redelivered bool
 
 	// Failure context, when present (read-only, shared with the engine).
 	DeadLetter  *DeadLetterInfo

@@ -1,0 +1,219 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Tests for the engine features the AMQP front-end builds on: envelopes,
+// TTL, length limits, requeue and routed dead-lettering, metadata.
+
+func TestEnvelopeRoundTripsAndSurvivesRestart(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	env := []byte{0x00, 0x01, 0xfe, 'x'}
+	f.send("q", Message{Body: []byte("b"), Envelope: env})
+	f.restart()
+	d := f.recv("q", 1, 0)
+	if string(d[0].Envelope) != string(env) || d[0].Redelivered {
+		t.Fatalf("delivery %+v", d[0])
+	}
+	f.clk.Advance(time.Millisecond)
+	if d := f.recv("q", 1, -1); !d[0].Redelivered {
+		t.Fatal("second delivery not marked redelivered")
+	}
+}
+
+func TestMessageTTLDeadLettersOrDrops(t *testing.T) {
+	f := newFixture(t)
+	f.create("dlq", nil)
+	f.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq"} // no receive limit
+		c.MessageTTL, c.HasMessageTTL = 10*time.Second, true
+	})
+	f.send("q", body("queue-ttl"), Message{Body: []byte("short"), TTL: 2 * time.Second, TTLSet: true},
+		Message{Body: []byte("long-own-ttl"), TTL: time.Hour, TTLSet: true})
+	f.clk.Advance(2 * time.Second)
+	f.e.GetQueue("q") // runs q's due timers now (the scheduler would, asynchronously)
+	if d := bodies(f.recv("dlq", 10, -1)); fmt.Sprint(d) != "[short]" {
+		t.Fatalf("after 2s the DLQ holds %v", d)
+	}
+	f.restart() // TTLs survive a restart
+	f.clk.Advance(8 * time.Second)
+	f.e.GetQueue("q")
+	d := f.recv("dlq", 10, -1)
+	if fmt.Sprint(bodies(d)) != "[queue-ttl long-own-ttl]" || d[0].DeadLetter.Reason != ReasonExpired {
+		t.Fatalf("after 10s: %v", bodies(d))
+	}
+	// Without a dead-letter policy, expiry drops and counts.
+	f.create("plain", func(c *QueueConfig) { c.MessageTTL, c.HasMessageTTL = time.Second, true })
+	f.send("plain", body("x"))
+	f.clk.Advance(time.Second)
+	if info, _ := f.e.GetQueue("plain"); info.Visible != 0 || info.Expired != 1 {
+		t.Fatalf("plain %+v", info)
+	}
+}
+
+func TestTTLOfLeasedMessageEndsWithTheLease(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", func(c *QueueConfig) { c.MessageTTL, c.HasMessageTTL = time.Second, true })
+	f.send("q", body("x"))
+	d := f.recv("q", 1, 5*time.Second)
+	f.clk.Advance(2 * time.Second)
+	if info, _ := f.e.GetQueue("q"); info.InFlight != 1 {
+		t.Fatalf("a leased message expired under its consumer: %+v", info)
+	}
+	// Requeued after its TTL: it expires instead of coming back.
+	errs, _ := f.e.Requeue("q", []string{d[0].ReceiptHandle}, true)
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if info, _ := f.e.GetQueue("q"); info.Visible != 0 || info.Expired != 1 {
+		t.Fatalf("after requeue %+v", info)
+	}
+}
+
+func TestMaxLengthOverflow(t *testing.T) {
+	f := newFixture(t)
+	f.create("dlq", nil)
+	f.create("drophead", func(c *QueueConfig) {
+		c.MaxLength = 2
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq"}
+	})
+	f.send("drophead", body("1"), body("2"), body("3"))
+	if got := bodies(f.recv("drophead", 10, time.Minute)); fmt.Sprint(got) != "[2 3]" {
+		t.Fatalf("drop-head kept %v", got)
+	}
+	d := f.recv("dlq", 10, -1)
+	if fmt.Sprint(bodies(d)) != "[1]" || d[0].DeadLetter.Reason != ReasonQueueFull {
+		t.Fatalf("dlq %v", bodies(d))
+	}
+	// In-flight messages do not count towards the limit.
+	f.send("drophead", body("4"), body("5"))
+	if info, _ := f.e.GetQueue("drophead"); info.Visible != 2 || info.InFlight != 2 {
+		t.Fatalf("%+v", info)
+	}
+
+	f.create("reject", func(c *QueueConfig) { c.MaxLength = 1; c.Overflow = OverflowRejectPublish })
+	res, _ := f.e.Send("reject", []Message{body("a"), body("b")})
+	if res[0].Err != nil || !errors.Is(res[1].Err, ErrQueueFull) {
+		t.Fatalf("reject-publish %+v", res)
+	}
+	f.create("rejectdlx", func(c *QueueConfig) {
+		c.MaxLengthBytes = 3
+		c.Overflow = OverflowRejectPublishDLX
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq"}
+	})
+	res, _ = f.e.Send("rejectdlx", []Message{body("abc"), body("new")})
+	if !errors.Is(res[1].Err, ErrQueueFull) {
+		t.Fatalf("reject-publish-dlx %+v", res)
+	}
+	if d := bodies(f.recv("dlq", 10, -1)); fmt.Sprint(d) != "[new]" {
+		t.Fatalf("rejected message not dead-lettered: %v", d)
+	}
+}
+
+func TestRequeueFrontKeepsOriginalOrder(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("1"), body("2"), body("3"))
+	d := f.recv("q", 2, time.Minute)
+	// nack(multiple, requeue) of 1 and 2: they come back before 3, in order.
+	errs, err := f.e.Requeue("q", []string{d[0].ReceiptHandle, d[1].ReceiptHandle}, true)
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatal(err, errs)
+	}
+	if got := bodies(f.recv("q", 10, time.Minute)); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("after requeue to front: %v", got)
+	}
+	f.create("back", nil)
+	f.send("back", body("1"), body("2"))
+	d = f.recv("back", 1, time.Minute)
+	f.e.Requeue("back", []string{d[0].ReceiptHandle}, false)
+	if got := bodies(f.recv("back", 10, time.Minute)); fmt.Sprint(got) != "[2 1]" {
+		t.Fatalf("after requeue to back: %v", got)
+	}
+}
+
+func TestDeliveryLimitEnforcedOnRequeue(t *testing.T) {
+	f := newFixture(t)
+	f.create("dlq", nil)
+	f.create("q", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 2} })
+	f.send("q", body("x"))
+	for i := 0; i < 2; i++ {
+		d := f.recv("q", 1, time.Minute)
+		if len(d) != 1 {
+			t.Fatalf("delivery %d missing", i+1)
+		}
+		f.e.Requeue("q", []string{d[0].ReceiptHandle}, true)
+	}
+	d := f.recv("dlq", 1, -1)
+	if len(d) != 1 || d[0].DeadLetter.Reason != ReasonDeliveryLimit {
+		t.Fatalf("dlq %+v", d)
+	}
+	// Without a target the message is dropped and counted.
+	f.create("nodl", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Routed: true, MaxReceiveCount: 1} })
+	f.send("nodl", body("y"))
+	d = f.recv("nodl", 1, time.Minute)
+	f.e.Requeue("nodl", []string{d[0].ReceiptHandle}, true)
+	if info, _ := f.e.GetQueue("nodl"); info.Visible != 0 || info.Dropped != 1 {
+		t.Fatalf("nodl %+v", info)
+	}
+}
+
+// fanRouter routes every dead letter to the queues listed for its source
+// and appends the reason to the envelope, as an x-death writer would.
+type fanRouter map[string][]string
+
+func (r fanRouter) RouteDeadLetter(source string, dl *DeadLetter) ([]string, []byte) {
+	return r[source], append(append([]byte(nil), dl.Envelope...), "|"+dl.Reason...)
+}
+
+func TestRoutedDeadLettering(t *testing.T) {
+	f := newFixture(t)
+	f.e.Close()
+	e, err := Open(Options{Store: f.st, Clock: f.clk, DeadLetterRouter: fanRouter{"q": {"a", "b", "missing"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	f.e = e
+	f.create("a", nil)
+	f.create("b", nil)
+	f.create("q", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Routed: true} })
+	f.send("q", Message{Body: []byte("m"), Envelope: []byte("env")})
+	d := f.recv("q", 1, time.Minute)
+	out, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true})
+	if err != nil || !out.DeadLettered || out.Target != "a,b" {
+		t.Fatalf("%+v %v", out, err)
+	}
+	for _, qn := range []string{"a", "b"} {
+		got := f.recv(qn, 1, -1)
+		if len(got) != 1 || string(got[0].Envelope) != "env|terminal" || got[0].MessageID != d[0].MessageID {
+			t.Fatalf("%s: %+v", qn, got)
+		}
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	f := newFixture(t)
+	f.e.PutMeta("amqp.exchanges", "/|orders", []byte("topic"))
+	f.e.PutMeta("amqp.exchanges", "/|audit", []byte("fanout"))
+	f.e.PutMeta("amqp.bindings", "x", []byte("y"))
+	f.e.DeleteMeta("amqp.exchanges", "/|audit")
+	f.restart()
+	var got []string
+	f.e.ScanMeta("amqp.exchanges", func(k string, v []byte) error {
+		got = append(got, k+"="+string(v))
+		return nil
+	})
+	if strings.Join(got, ",") != "/|orders=topic" {
+		t.Fatalf("meta %v", got)
+	}
+	if err := f.e.PutMeta("", "k", nil); err == nil {
+		t.Fatal("empty namespace accepted")
+	}
+}

@@ -1,0 +1,323 @@
+package engine
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// DeadLetterRouter routes dead letters for queues whose DeadLetterPolicy is
+// Routed (AMQP dead-letter exchanges). The engine calls it with the source
+// queue's lock held: it must be fast and must not call the Engine.
+type DeadLetterRouter interface {
+	// RouteDeadLetter returns the queues the message goes to (none: it is
+	// dropped and counted) and its envelope there (nil: unchanged), e.g.
+	// with an x-death history added.
+	RouteDeadLetter(source string, dl *DeadLetter) (targets []string, envelope []byte)
+}
+
+// DeadLetter describes a message being dead-lettered, for a router.
+type DeadLetter struct {
+	MessageID    string
+	Reason       string
+	Envelope     []byte
+	Attributes   []Attribute
+	ReceiveCount int
+	SentAt       time.Time
+	Time         time.Time
+}
+
+// move is a dead-letter (or redrive) copy written to the store under the
+// source's lock; its target's memory is updated after that lock is released.
+type move struct {
+	target *queue
+	m      *message
+	group  string
+}
+
+// unlock releases q's lock, then inserts the copies that dead-letter moves
+// decided under it into their targets' memory. Every operation that may
+// dead-letter (receive, failure reports, expiry, overflow, requeue) unlocks
+// with it.
+func (e *Engine) unlock(q *queue) {
+	out := q.outbox
+	q.outbox = nil
+	q.mu.Unlock()
+	e.finishMoves(out)
+}
+
+// canDeadLetter reports whether q has somewhere to send dead letters.
+func (e *Engine) canDeadLetter(q *queue) bool {
+	p := q.cfg.DeadLetter
+	switch {
+	case p == nil:
+		return false
+	case p.Routed:
+		return e.router != nil
+	default:
+		return e.deadLetterTarget(q, p.Target) != nil
+	}
+}
+
+// deadLetterLocked removes m from q and dead-letters it (see
+// routeDeadLetterLocked). It returns the targets that took it.
+func (e *Engine) deadLetterLocked(q *queue, m *message, reason string, now int64, b *store.Batch) []string {
+	q.removeLocked(m)
+	b.Delete(messageKey(q.id, m.seq, kindContent))
+	b.Delete(messageKey(q.id, m.seq, kindState))
+	return e.routeDeadLetterLocked(q, m, reason, now, b)
+}
+
+// routeDeadLetterLocked writes a copy of m (no longer, or never, in q) into
+// each dead-letter target in batch b, so the removal and the copies are one
+// atomic write: after a crash the message is in exactly one place. With no
+// target the message is dropped, and counted, never silently.
+func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now int64, b *store.Batch) []string {
+	var targets []*queue
+	env := m.envelope()
+	if p := q.cfg.DeadLetter; p != nil {
+		if p.Routed {
+			if e.router != nil {
+				names, newEnv := e.router.RouteDeadLetter(q.name, &DeadLetter{
+					MessageID: FormatID(m.id), Reason: reason, Envelope: env, Attributes: m.attrs,
+					ReceiveCount: int(m.recvCount), SentAt: fromNanos(m.sentAt), Time: fromNanos(now),
+				})
+				if newEnv != nil {
+					env = newEnv
+				}
+				for _, n := range names {
+					if t, err := e.lookup(n); err == nil && t.isFIFO == q.isFIFO {
+						targets = append(targets, t)
+					}
+				}
+			}
+		} else if t := e.deadLetterTarget(q, p.Target); t != nil {
+			targets = append(targets, t)
+		}
+	}
+	if len(targets) == 0 {
+		q.stats.dropped.Add(1)
+		e.log.Debug("message dropped: no dead-letter target", "queue", q.name, "reason", reason, "message", FormatID(m.id))
+		return nil
+	}
+	q.stats.deadLettered.Add(1)
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.name
+		e.obs.DeadLettered(q.name, t.name, reason, time.Duration(now-m.sentAt))
+		q.outbox = append(q.outbox, e.copyDeadLetterLocked(q, m, t, reason, env, now, b))
+	}
+	e.log.Debug("dead-lettered", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "targets", names)
+	return names
+}
+
+// copyDeadLetterLocked writes m's copy for target t, keeping its
+// MessageId, body, attributes, send time and receive count and adding its
+// dead-letter context.
+func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason string, env []byte, now int64, b *store.Batch) move {
+	n := &message{
+		seq:         t.nextSeq.Add(1) - 1,
+		id:          m.id,
+		body:        m.body,
+		attrs:       m.attrs,
+		dedupID:     m.dedupID,
+		sender:      m.sender,
+		sentAt:      m.sentAt,
+		enqueuedAt:  m.enqueuedAt,
+		visibleAt:   now,
+		firstRecvAt: m.firstRecvAt,
+		recvCount:   m.recvCount,
+		state:       stateVisible,
+		ext: &messageExt{
+			trace:     m.traceHeader(),
+			dlqSource: q.name,
+			envelope:  env,
+			dead: &DeadLetterInfo{
+				SourceQueue:    q.name,
+				Reason:         reason,
+				Attempts:       int(m.recvCount),
+				FirstReceiveAt: fromNanos(m.firstRecvAt),
+				LastReceiveAt:  fromNanos(m.leaseAt),
+				DeadLetteredAt: fromNanos(now),
+			},
+		},
+	}
+	if m.ext != nil {
+		n.ext.failure, n.ext.redrive = m.ext.failure, m.ext.redrive
+	}
+	if t.isFIFO {
+		// SQS: on FIFO the enqueue time resets and the dedup id becomes
+		// the message id.
+		n.enqueuedAt = now
+		n.dedupID = FormatID(m.id)
+	}
+	if t.cfg.HasMessageTTL {
+		n.ttlAt = now + int64(t.cfg.MessageTTL)
+	}
+	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
+	b.Set(messageKey(t.id, n.seq, kindContent), encodeContent(n))
+	b.Set(qidPrefix(prefixSeq, t.id), binary.BigEndian.AppendUint64(nil, n.seq))
+	return move{target: t, m: n, group: m.groupID()}
+}
+
+// finishMoves inserts copies into their targets' memory. Called without any
+// queue lock held.
+func (e *Engine) finishMoves(moves []move) {
+	for _, mv := range moves {
+		t := mv.target
+		t.mu.Lock()
+		if !t.deleted {
+			mv.m.group = t.groupLocked(mv.group)
+			t.addLocked(mv.m)
+			t.stats.sent.Add(1)
+			var b store.Batch
+			t.enforceLimitsLocked(e.now(), &b)
+			if b.Len() > 0 {
+				e.write(&b, false)
+			}
+			e.scheduleLocked(t)
+		}
+		e.unlock(t)
+		if x := mv.m.ext; x != nil && x.dead != nil && x.redrive != nil && x.redrive.TaskID != "" {
+			e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
+		}
+	}
+}
+
+// expireLocked ends a message whose TTL ran out: dead-lettered
+// (ReasonExpired) when the queue has a target, dropped and counted
+// otherwise.
+func (q *queue) expireLocked(m *message, now int64, b *store.Batch) {
+	if q.eng.canDeadLetter(q) {
+		q.eng.deadLetterLocked(q, m, ReasonExpired, now, b)
+		return
+	}
+	q.removeLocked(m)
+	b.Delete(messageKey(q.id, m.seq, kindContent))
+	b.Delete(messageKey(q.id, m.seq, kindState))
+	q.stats.expired.Add(1)
+}
+
+// ttlDue reports whether m's TTL has run out at now.
+func (m *message) ttlDue(now int64) bool { return m.ttlAt != 0 && m.ttlAt <= now }
+
+// readyLocked returns the number and body bytes of ready messages (visible
+// or delayed; not in flight), which length limits count.
+func (q *queue) readyLocked() (int, int64) {
+	return q.nState[stateVisible] + q.nState[stateDelayed], q.nBytes[stateVisible] + q.nBytes[stateDelayed]
+}
+
+// fullLocked reports whether adding size bytes would break a length limit.
+func (q *queue) fullLocked(size int) bool {
+	n, bytes := q.readyLocked()
+	return (q.cfg.MaxLength > 0 && n+1 > q.cfg.MaxLength) ||
+		(q.cfg.MaxLengthBytes > 0 && bytes+int64(size) > q.cfg.MaxLengthBytes)
+}
+
+// enforceLimitsLocked drops (dead-letters, reason maxlen) the oldest ready
+// messages while the queue is over a length limit with drop-head overflow.
+func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
+	if q.cfg.MaxLength == 0 && q.cfg.MaxLengthBytes == 0 {
+		return
+	}
+	if o := q.cfg.Overflow; o != "" && o != OverflowDropHead {
+		return
+	}
+	for {
+		n, bytes := q.readyLocked()
+		if !(q.cfg.MaxLength > 0 && n > q.cfg.MaxLength) && !(q.cfg.MaxLengthBytes > 0 && bytes > q.cfg.MaxLengthBytes) {
+			return
+		}
+		m := q.oldestReadyLocked()
+		if m == nil {
+			return
+		}
+		if !q.eng.canDeadLetter(q) {
+			q.removeLocked(m)
+			b.Delete(messageKey(q.id, m.seq, kindContent))
+			b.Delete(messageKey(q.id, m.seq, kindState))
+			q.stats.dropped.Add(1)
+			continue
+		}
+		q.eng.deadLetterLocked(q, m, ReasonQueueFull, now, b)
+	}
+}
+
+// oldestReadyLocked finds the visible message with the lowest sequence
+// number: the head of each group's list (the first not in flight, for
+// FIFO). O(groups); only used at a length limit.
+func (q *queue) oldestReadyLocked() *message {
+	var best *message
+	for _, g := range q.groups {
+		for m := g.msgs.head; m != nil; m = m.next {
+			if m.state == stateVisible {
+				if best == nil || m.seq < best.seq {
+					best = m
+				}
+				break
+			}
+		}
+	}
+	return best
+}
+
+// Requeue ends the leases of the given deliveries now, as failed
+// deliveries returned to the queue (AMQP basic.nack or basic.reject with
+// requeue, basic.recover, or a closed channel's unacknowledged messages).
+// With front they go back to their original position (RabbitMQ's classic
+// queues); otherwise to the back, which keeps a poison message from pinning
+// the head. A message whose receive count has reached the queue's
+// DeadLetterPolicy.MaxReceiveCount is dead-lettered instead
+// (ReasonDeliveryLimit), or dropped (counted) without a target: the limit
+// is enforced when the message is returned, not at its next delivery.
+func (e *Engine) Requeue(queue string, handles []string, front bool) ([]error, error) {
+	q, err := e.lockQueue(queue)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	errs := make([]error, len(handles))
+	limit := 0
+	if p := q.cfg.DeadLetter; p != nil {
+		limit = p.MaxReceiveCount
+	}
+	for i, h := range handles {
+		m, current, err := q.lookupLeaseLocked(h)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case m == nil || !current:
+			errs[i] = ErrMessageNotAvailable
+		case m.state != stateInFlight:
+			errs[i] = ErrMessageNotInflight
+		case limit > 0 && int(m.recvCount) >= limit:
+			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, &b)
+		case m.ttlDue(now):
+			q.expireLocked(m, now, &b)
+		default:
+			m.visibleAt = now
+			m.parked = true
+			q.setStateLocked(m, stateVisible)
+			if front && !q.fifo() {
+				// setStateLocked appended it; move it to its original
+				// place and its group to the front of the rotation.
+				g := m.group
+				g.msgs.remove(m)
+				g.msgs.insertFromFront(m)
+				if g.available && q.available.head != g {
+					q.available.remove(g)
+					q.available.pushFront(g)
+				}
+			}
+			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		}
+	}
+	q.enforceLimitsLocked(now, &b)
+	if err := e.commitUnlock(q, &b); err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
