@@ -53,6 +53,8 @@ var fuzzActions = []string{
 	"GetQueueUrl", "GetQueueAttributes", "SetQueueAttributes", "ListQueues", "PurgeQueue",
 	"ListDeadLetterSourceQueues", "TagQueue", "UntagQueue", "ListQueueTags", "AddPermission",
 	"RemovePermission", "StartMessageMoveTask", "Bogus",
+	// Appended, so the seeds' indices above keep their meaning.
+	"CancelMessageMoveTask", "ListMessageMoveTasks",
 }
 
 func checkJSONResponse(t *testing.T, rec *httptest.ResponseRecorder) {
@@ -96,6 +98,14 @@ func FuzzJSONRequest(f *testing.F) {
 		{0, "\xff\xfe"},
 		{0, `[`},
 		{21, `{}`},
+		{20, `{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:q","DestinationArn":"arn:aws:sqs:us-east-1:000000000000:q.fifo","MaxNumberOfMessagesPerSecond":0}`},
+		{20, `{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:q","MaxNumberOfMessagesPerSecond":"500"}`},
+		{20, `{"SourceArn":"arn:aws:sqs::::","DestinationArn":5}`},
+		{22, `{"TaskHandle":"eyJ0YXNrSWQiOiJ4Iiwic291cmNlQXJuIjoiYXJuOmF3czpzcXM6dXMtZWFzdC0xOjAwMDAwMDAwMDAwMDpxIn0="}`},
+		{22, `{"TaskHandle":"e30="}`},
+		{23, `{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:q","MaxResults":11}`},
+		{7, `{"QueueName":"r","Attributes":{"SluiceRetryPolicy":"{\"strategy\":\"decorrelated\",\"baseSeconds\":0.2,\"capSeconds\":\"30\"}"}}`},
+		{2, `{"QueueUrl":"q","MessageSystemAttributeNames":["Sluice*","SluiceErrorClass","All"]}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.action), []byte(s.body))
@@ -150,6 +160,10 @@ func FuzzQueryRequest(f *testing.F) {
 	f.Add("POST", "/", "Action=AddPermission&QueueUrl=q&Label=l&AWSAccountId.1=1&ActionName.1=SendMessage")
 	f.Add("POST", "/", "%zz")
 	f.Add("GET", "/", "Action=Bogus")
+	f.Add("POST", "/", "Action=StartMessageMoveTask&SourceArn=arn%3Aaws%3Asqs%3Aus-east-1%3A000000000000%3Aq&MaxNumberOfMessagesPerSecond=501")
+	f.Add("POST", "/", "Action=CancelMessageMoveTask&TaskHandle=%3D%3D")
+	f.Add("GET", "/", "Action=ListMessageMoveTasks&SourceArn=arn%3Aaws%3Asqs%3Aus-east-1%3A000000000000%3Aq&MaxResults=10")
+	f.Add("POST", "/000000000000/q", "Action=SetQueueAttributes&Attribute.1.Name=SluiceRetryPolicy&Attribute.1.Value=%7B%22capSeconds%22%3A1e9%7D")
 	f.Fuzz(func(t *testing.T, method, path, raw string) {
 		if method != "GET" {
 			method = "POST"
@@ -256,6 +270,64 @@ func FuzzPolicies(f *testing.F) {
 		}
 		if _, err := removePolicyStatement(out, label); err != nil {
 			t.Fatalf("cannot remove the statement just added: %v", err)
+		}
+	})
+}
+
+// FuzzSluiceInputs covers the decoders of this package's own formats: task
+// handles (CancelMessageMoveTask) and SluiceRetryPolicy values. Properties:
+// no panic; a handle that decodes re-encodes to the same task and source;
+// an accepted policy is one the engine accepts and survives a render/parse
+// round trip; a rejected one is an InvalidParameterValue with a reason; and
+// CancelMessageMoveTask never answers 5xx.
+func FuzzSluiceInputs(f *testing.F) {
+	h := fuzzHandler(f)
+	f.Add(h.taskHandle(&engine.MoveTask{ID: "0123456789abcdef0123456789abcdef", Source: "q"}), `{"strategy":"full-jitter","baseSeconds":1,"capSeconds":30}`)
+	f.Add("garbage", `{"strategy":"exponential","baseSeconds":"0.2","capSeconds":30}`)
+	f.Add("e30=", `{"capSeconds":30}`)
+	f.Add("eyJ0YXNrSWQiOiIiLCJzb3VyY2VBcm4iOiIifQ==", `{"baseSeconds":1}`)
+	f.Add("eyJ0YXNrSWQiOjEsInNvdXJjZUFybiI6bnVsbH0=", `{"capSeconds":"NaN"}`)
+	f.Add("", `{"capSeconds":1e400}`)
+	f.Add("====", `{"strategy":"fixed","baseSeconds":0.0001,"capSeconds":0.0004}`)
+	f.Add("W10=", `{"cap":30,"strategy":null}`)
+	f.Fuzz(func(t *testing.T, handle, policy string) {
+		if id, arn, ok := decodeTaskHandle(handle); ok {
+			if id == "" || !isQueueARN(arn) {
+				t.Fatalf("accepted %q: %q %q", handle, id, arn)
+			}
+			if name, mine := h.queueNameFromARN(arn); mine {
+				id2, arn2, ok := decodeTaskHandle(h.taskHandle(&engine.MoveTask{ID: id, Source: name}))
+				if !ok || id2 != id || arn2 != arn {
+					t.Fatalf("round trip %q %q → %q %q %v", id, arn, id2, arn2, ok)
+				}
+			}
+		}
+		req := httptest.NewRequest("POST", "/", bytes.NewReader(marshalJSON(map[string]string{"TaskHandle": handle})))
+		req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+		req.Header.Set("X-Amz-Target", "AmazonSQS.CancelMessageMoveTask")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		checkJSONResponse(t, rec)
+
+		p, err := parseRetryPolicy(policy)
+		if err != nil {
+			if err.kind != kindInvalidParameter || !strings.Contains(err.msg, "Reason: ") {
+				t.Fatalf("SluiceRetryPolicy error %v", err)
+			}
+			return
+		}
+		if policy == "" {
+			if p != nil {
+				t.Fatal(`"" must remove the policy`)
+			}
+			return
+		}
+		if p == nil || p.Base <= 0 || p.Cap < p.Base || p.Cap > engine.MaxVisibility {
+			t.Fatalf("accepted %q as %+v", policy, p)
+		}
+		again, err := parseRetryPolicy(renderRetryPolicy(p))
+		if err != nil || *again != *p {
+			t.Fatalf("render/parse round trip of %+v: %+v %v", p, again, err)
 		}
 	})
 }
