@@ -36,7 +36,7 @@ Usage:
   sluice bench sqs [flags]    load-test an SQS endpoint (sluice bench sqs -h)
   sluice queues [flags]       list queues with depth, age and dead-letter setup
   sluice dlq <command>        dead-letter queues: list, peek, show, delete, export,
-                              import, redrive, tasks, cancel, resume (sluice dlq help)
+                              import, redrive, tasks, cancel, pause, resume (sluice dlq help)
   sluice version              print the version
 `
 

@@ -85,6 +85,7 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"GET /sluice/v1/tasks/{id}", h.getTask},
 		{"POST /sluice/v1/tasks/{id}/cancel", h.cancelTask},
 		{"POST /sluice/v1/tasks/{id}/resume", h.resumeTask},
+		{"POST /sluice/v1/tasks/{id}/pause", h.pauseTask},
 		{"POST /sluice/v1/failures", h.reportFailure},
 	}
 	for _, rt := range routes {
@@ -176,6 +177,8 @@ func (h *Handler) mapError(err error) *apiError {
 		return &apiError{http.StatusConflict, "MessageNotInflight", "the message is not in flight"}
 	case errors.Is(err, engine.ErrVisibilityLimit):
 		return &apiError{http.StatusBadRequest, "InvalidRetryAfter", "retryAfterSeconds must be between 0 and 43200"}
+	case errors.Is(err, engine.ErrQueueFull):
+		return &apiError{http.StatusConflict, "QueueFull", "the queue is at its length limit and rejects new messages"}
 	case errors.Is(err, engine.ErrMissingGroupID):
 		return &apiError{http.StatusBadRequest, "MissingGroupId", "a FIFO queue needs a groupId on every message"}
 	case errors.As(err, &ce):

@@ -119,6 +119,12 @@ func (h *Handler) resumeTask(w http.ResponseWriter, r *http.Request) error {
 	return h.taskOp(w, r, h.eng.ResumeMoveTask)
 }
 
+// pauseTask serves POST /sluice/v1/tasks/{id}/pause: an operator pauses a
+// RUNNING task (resume or cancel it later); any other state answers 409.
+func (h *Handler) pauseTask(w http.ResponseWriter, r *http.Request) error {
+	return h.taskOp(w, r, h.eng.PauseMoveTask)
+}
+
 func (h *Handler) taskOp(w http.ResponseWriter, r *http.Request, op func(string) (engine.MoveTask, error)) error {
 	tk, err := op(r.PathValue("id"))
 	if err != nil {

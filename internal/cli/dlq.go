@@ -21,6 +21,7 @@ Commands:
                                 move messages back into service
   tasks QUEUE                   redrive tasks of a dead-letter queue
   cancel TASK                   cancel a running or paused redrive
+  pause TASK                    pause a running redrive
   resume TASK                   resume a paused redrive
 
 Filters: --reason, --error-class, --source, --since, --until, --attribute, --id.
@@ -46,6 +47,7 @@ func DLQ(ctx context.Context, args []string, env *Env) int {
 		"tasks":   dlqTasks,
 		"cancel":  dlqCancel,
 		"resume":  dlqResume,
+		"pause":   dlqPause,
 	}
 	switch name := args[0]; name {
 	case "help", "-h", "--help":

@@ -244,11 +244,11 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 	now := e.now()
 	var b store.Batch
 	q.advanceLocked(now, &b)
-	n := 0
+	// Validate everything before changing anything: an import is all or
+	// nothing.
 	for i := range views {
 		v := &views[i]
-		id, ok := parseID(v.MessageID)
-		if !ok || len(v.Body) == 0 {
+		if _, ok := parseID(v.MessageID); !ok || len(v.Body) == 0 {
 			e.unlock(q)
 			return 0, errImport
 		}
@@ -256,6 +256,11 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 			e.unlock(q)
 			return 0, ErrMissingGroupID
 		}
+	}
+	n := 0
+	for i := range views {
+		v := &views[i]
+		id, _ := parseID(v.MessageID)
 		m := &message{
 			seq:         q.nextSeq.Add(1) - 1,
 			id:          id,

@@ -63,7 +63,7 @@ type MoveTaskSpec struct {
 	// are dead-lettered again within SafetyWindow of their move, the task
 	// pauses and says why (a redrive before the fix cannot loop).
 	SafetyWindow    time.Duration // 0: DefaultSafetyWindow
-	SafetyThreshold int           // 0: DefaultSafetyThreshold
+	SafetyThreshold int           // 0: DefaultSafetyThreshold; negative: no safety stop
 }
 
 // MoveTask is a move task's state.
@@ -183,6 +183,12 @@ func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
 // stay moved.
 func (e *Engine) CancelMoveTask(id string) (MoveTask, error) {
 	return e.cancelMove(id)
+}
+
+// PauseMoveTask pauses a RUNNING task (an operator's pause); ResumeMoveTask
+// continues it.
+func (e *Engine) PauseMoveTask(id string) (MoveTask, error) {
+	return e.pauseMove(id)
 }
 
 // ResumeMoveTask resumes a PAUSED task.

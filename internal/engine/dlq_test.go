@@ -377,3 +377,37 @@ func TestObserverEvents(t *testing.T) {
 		t.Fatalf("events %+v", obs)
 	}
 }
+
+func TestOperatorPauseResumeAndImportIsAllOrNothing(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(3, nil)
+	f.poison(6, "KeyError")
+	tk, err := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Rate: 1, SafetyThreshold: -1})
+	if err != nil || tk.SafetyThreshold != 0 {
+		t.Fatalf("start with the safety stop disabled: %+v %v", tk, err)
+	}
+	if p, err := f.e.PauseMoveTask(tk.ID); err != nil || p.Status != TaskPaused {
+		t.Fatalf("pause %+v %v", p, err)
+	}
+	if _, err := f.e.PauseMoveTask(tk.ID); !errors.Is(err, ErrTaskNotRunning) {
+		t.Fatalf("second pause: %v", err)
+	}
+	moved, _ := f.e.GetMoveTask(tk.ID)
+	f.clk.Advance(10 * time.Second)
+	if again, _ := f.e.GetMoveTask(tk.ID); again.Moved != moved.Moved {
+		t.Fatal("a paused task kept moving")
+	}
+	if r, err := f.e.ResumeMoveTask(tk.ID); err != nil || r.Status != TaskRunning {
+		t.Fatalf("resume %+v %v", r, err)
+	}
+	f.stepUntil("completion", 100*time.Millisecond, func() bool { c, _ := f.e.GetMoveTask(tk.ID); return c.Status == TaskCompleted })
+
+	f.create("restore", nil)
+	views := []View{{Delivery: Delivery{MessageID: FormatID(newID()), Body: []byte("ok")}}, {Delivery: Delivery{MessageID: "bad"}}}
+	if _, err := f.e.Import("restore", views); err == nil {
+		t.Fatal("bad import accepted")
+	}
+	if info, _ := f.e.GetQueue("restore"); info.Visible != 0 {
+		t.Fatalf("a failed import left %d messages behind", info.Visible)
+	}
+}

@@ -150,8 +150,11 @@ func (e *Engine) checkMoveSpec(spec *MoveTaskSpec) error {
 	if spec.SafetyThreshold == 0 {
 		spec.SafetyThreshold = DefaultSafetyThreshold
 	}
-	if spec.SafetyWindow < 0 || spec.SafetyThreshold < 0 {
-		return &ConfigError{Setting: "SafetyStop", Reason: "window and threshold must not be negative"}
+	if spec.SafetyWindow < 0 {
+		return &ConfigError{Setting: "SafetyStop", Reason: "window must not be negative"}
+	}
+	if spec.SafetyThreshold < 0 {
+		spec.SafetyThreshold = 0 // disabled on purpose
 	}
 	return nil
 }
@@ -267,6 +270,22 @@ func (e *Engine) cancelMove(id string) (MoveTask, error) {
 	default:
 		return MoveTask{}, ErrTaskNotRunning
 	}
+	return e.snapshotTask(tk), nil
+}
+
+func (e *Engine) pauseMove(id string) (MoveTask, error) {
+	e.tasks.mu.Lock()
+	tk := e.tasks.byID[id]
+	if tk == nil {
+		e.tasks.mu.Unlock()
+		return MoveTask{}, ErrTaskNotFound
+	}
+	running := tk.Status == TaskRunning
+	e.tasks.mu.Unlock()
+	if !running {
+		return MoveTask{}, ErrTaskNotRunning
+	}
+	e.setStatus(tk, TaskPaused, "paused by an operator")
 	return e.snapshotTask(tk), nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/sqs"
@@ -85,6 +86,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 	s.sqsLn = ln
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
+	mux.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: log.With("component", "admin"), Clock: clk}))
 	mux.Handle("/", sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: log.With("component", "sqs"), Clock: clk}))
 	s.sqsSrv = &http.Server{
 		Handler:           mux,

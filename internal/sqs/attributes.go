@@ -408,7 +408,9 @@ func (h *Handler) configAttributes(cfg *engine.QueueConfig) map[string]string {
 	if m[attrKmsMasterKeyID] != "" && m[attrKmsDataKeyReusePeriod] == "" {
 		m[attrKmsDataKeyReusePeriod] = defaultKmsDataKeyReusePeriod
 	}
-	if p := cfg.DeadLetter; p != nil {
+	// An AMQP dead-letter exchange (Routed) or a policy without a receive
+	// limit has no SQS RedrivePolicy equivalent; SQS clients see none.
+	if p := cfg.DeadLetter; p != nil && !p.Routed && p.Target != "" && p.MaxReceiveCount > 0 {
 		m[attrRedrivePolicy] = string(marshalJSON(struct {
 			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
 			MaxReceiveCount     int    `json:"maxReceiveCount"`

@@ -187,6 +187,10 @@ func mapEngineErr(err error, d errDetail) *apiError {
 		return errParam(d.visibility, "VisibilityTimeout", "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]")
 	case errors.Is(err, engine.ErrOverLimit):
 		return newErr(kindOverLimit, "Too many messages in flight on queue %s.", d.queue)
+	case errors.Is(err, engine.ErrQueueFull):
+		// A length limit set over AMQP (x-max-length with reject-publish);
+		// SQS has no such limit, OverLimit is the closest modelled error.
+		return newErr(kindOverLimit, "Queue %s is at its length limit and rejects new messages.", d.queue)
 	case errors.Is(err, engine.ErrMissingGroupID):
 		if d.batch {
 			return newErr(kindInvalidParameter, "The request must contain the parameter MessageGroupId.")
