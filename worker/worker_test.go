@@ -352,7 +352,7 @@ func TestShutdownLosesNothing(t *testing.T) {
 		name    string
 		timeout time.Duration
 	}{
-		{"graceful", 10 * time.Second},    // in-flight handlers finish
+		{"graceful", 10 * time.Second},     // in-flight handlers finish
 		{"forced", 300 * time.Millisecond}, // in-flight handlers are released
 	} {
 		t.Run(tc.name, func(t *testing.T) {
