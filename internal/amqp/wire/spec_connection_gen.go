@@ -411,7 +411,7 @@ func (_ *ConnectionUnblocked) UnmarshalArgs(args []byte) error {
 	return d.finish("connection.unblocked")
 }
 
-// ConnectionUpdateSecret is connection.update-secret (class 10, method 70): the server sends it.
+// ConnectionUpdateSecret is connection.update-secret (class 10, method 70): the client sends it.
 // It is synchronous: the reply is ConnectionUpdateSecretOK.
 type ConnectionUpdateSecret struct {
 	NewSecret string // longstr
@@ -445,7 +445,7 @@ func (m *ConnectionUpdateSecret) UnmarshalArgs(args []byte) error {
 	return d.finish("connection.update-secret")
 }
 
-// ConnectionUpdateSecretOK is connection.update-secret-ok (class 10, method 71): the client sends it.
+// ConnectionUpdateSecretOK is connection.update-secret-ok (class 10, method 71): the server sends it.
 // It is synchronous.
 type ConnectionUpdateSecretOK struct {
 }
