@@ -222,7 +222,16 @@ func (m *Manager) evaluate() {
 			dlqs[d.Target] = true
 		}
 	}
-	m.arrivals.retain(func(q string) bool { return exists[q] })
+	// A queue missing from the list may have been created since (and
+	// already received dead letters); keep its arrivals unless the engine
+	// does not know it now.
+	m.arrivals.retain(func(q string) bool {
+		if exists[q] {
+			return true
+		}
+		_, err := eng.Config(q)
+		return !errors.Is(err, engine.ErrQueueNotFound)
+	})
 
 	var checks []check
 	for _, info := range infos {

@@ -491,8 +491,11 @@ func TestShutdownDrainsQueuedNotifications(t *testing.T) {
 		o.WebhookTimeout = 5 * time.Second
 	})
 	f.withDLQ()
-	f.run()
+	// The clock never moves in this test: Run's first evaluation fires the
+	// alert, and the failing hook's sender then waits in a backoff that
+	// never ends.
 	f.poison(1)
+	f.run()
 	eventually(t, "the first failed attempt", func() bool { r, _ := wh.count(); return r >= 1 })
 	eventually(t, "the healthy hook's POST", func() bool { return len(ok.received()) == 1 })
 	f.stop()

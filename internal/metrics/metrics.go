@@ -237,12 +237,12 @@ func (m *Metrics) deadCounter(k deadKey) prometheus.Counter {
 	return c.(prometheus.Counter)
 }
 
-// prune drops the series of queues not in exists. A queue is dropped as a
-// source and as a target of dead-lettering.
-func (m *Metrics) prune(exists map[string]bool) {
+// prune drops the series of queues for which gone is true. A queue is
+// dropped as a source and as a target of dead-lettering.
+func (m *Metrics) prune(gone func(queue string) bool) {
 	m.queues.Range(func(k, _ any) bool {
 		name := k.(string)
-		if exists[name] {
+		if !gone(name) {
 			return true
 		}
 		m.queues.Delete(name)
@@ -256,7 +256,7 @@ func (m *Metrics) prune(exists map[string]bool) {
 	})
 	m.dead.Range(func(k, _ any) bool {
 		dk := k.(deadKey)
-		if exists[dk.queue] && exists[dk.target] {
+		if !gone(dk.queue) && !gone(dk.target) {
 			return true
 		}
 		m.dead.Delete(dk)
@@ -325,7 +325,15 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 			dlqs[d.Target] = true
 		}
 	}
-	m.prune(exists)
+	// A queue missing from the list may have been created since; only
+	// one the engine does not know now is gone.
+	m.prune(func(q string) bool {
+		if exists[q] {
+			return false
+		}
+		_, err := eng.Config(q)
+		return errors.Is(err, engine.ErrQueueNotFound)
+	})
 
 	now := m.clk.Now()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
