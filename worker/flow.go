@@ -17,7 +17,7 @@ type RetryBudget struct {
 	// retries. DefaultOptions: 0.2.
 	Ratio float64
 	// MinRetries are always allowed per Window, so that a quiet consumer
-	// can still retry. DefaultOptions: 3.
+	// can still retry (20% of a trickle is nothing). DefaultOptions: 10.
 	MinRetries int
 	// Window is the sliding window. DefaultOptions: 30 s.
 	Window time.Duration

@@ -108,7 +108,7 @@ func DefaultOptions() Options {
 		UnknownIsTransient: true,
 		PanicIsTerminal:    true,
 		Backoff:            Backoff{Base: time.Second, Cap: 30 * time.Second},
-		RetryBudget:        RetryBudget{Ratio: 0.2, MinRetries: 3, Window: 30 * time.Second},
+		RetryBudget:        RetryBudget{Ratio: 0.2, MinRetries: 10, Window: 30 * time.Second},
 		Breaker:            Breaker{Threshold: 0.5, MinAttempts: 20, Window: 10 * time.Second, OpenFor: 5 * time.Second},
 		fromDefaults:       true,
 	}
