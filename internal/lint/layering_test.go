@@ -21,6 +21,10 @@ var forbidden = map[string][]string{
 	mod + "internal/sqs":    {mod + "internal/store", mod + "internal/server", mod + "internal/amqp"},
 	mod + "internal/amqp":   {mod + "internal/store", mod + "internal/server", mod + "internal/sqs"},
 	mod + "internal/admin":  {mod + "internal/store", mod + "internal/server"},
+	// Observability reads the engine; it never reaches into storage or a
+	// protocol front-end.
+	mod + "internal/metrics": {mod + "internal/store", mod + "internal/server", mod + "internal/sqs", mod + "internal/amqp", mod + "internal/admin"},
+	mod + "internal/alerts":  {mod + "internal/store", mod + "internal/server", mod + "internal/sqs", mod + "internal/amqp", mod + "internal/admin"},
 }
 
 func TestLayering(t *testing.T) {

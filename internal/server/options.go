@@ -6,8 +6,11 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/sluicemq/sluice/internal/alerts"
 )
 
 // Options configure a Sluice server. Start from DefaultOptions, then apply a
@@ -38,6 +41,60 @@ type Options struct {
 	// loopback. Sluice has no authentication yet, so exposing it is
 	// refused unless this is set on purpose.
 	AllowNonLoopback bool `toml:"allow_non_loopback"`
+
+	// Alerts configures the built-in alert rules and their webhooks.
+	Alerts AlertsConfig `toml:"alerts"`
+}
+
+// AlertsConfig is the [alerts] section: the built-in rules' thresholds
+// (see docs/observability.md) and where transitions are POSTed. Durations
+// are strings such as "15m".
+type AlertsConfig struct {
+	Interval           duration `toml:"interval"`
+	DLQGrowthCount     int      `toml:"dlq_growth_count"`
+	DLQGrowthWindow    duration `toml:"dlq_growth_window"`
+	DLQDepthWarn       int      `toml:"dlq_depth_warn"`
+	DLQDepthCritical   int      `toml:"dlq_depth_critical"`
+	QueueDepthWarn     int      `toml:"queue_depth_warn"`
+	QueueDepthCritical int      `toml:"queue_depth_critical"`
+	OldestAgeWarn      duration `toml:"oldest_age_warn"`
+	OldestAgeCritical  duration `toml:"oldest_age_critical"`
+	Webhooks           []string `toml:"webhooks"`
+	WebhookTimeout     duration `toml:"webhook_timeout"`
+	WebhookMaxAttempts int      `toml:"webhook_max_attempts"`
+}
+
+// duration is a time.Duration written as a string ("15m") in TOML.
+type duration time.Duration
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = duration(v)
+	return err
+}
+
+func (d duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func alertsConfigFrom(o alerts.Options) AlertsConfig {
+	return AlertsConfig{
+		Interval: duration(o.Interval), DLQGrowthCount: o.DLQGrowthCount, DLQGrowthWindow: duration(o.DLQGrowthWindow),
+		DLQDepthWarn: o.DLQDepthWarn, DLQDepthCritical: o.DLQDepthCritical,
+		QueueDepthWarn: o.QueueDepthWarn, QueueDepthCritical: o.QueueDepthCritical,
+		OldestAgeWarn: duration(o.OldestAgeWarn), OldestAgeCritical: duration(o.OldestAgeCritical),
+		Webhooks: append([]string{}, o.Webhooks...), WebhookTimeout: duration(o.WebhookTimeout), WebhookMaxAttempts: o.WebhookMaxAttempts,
+	}
+}
+
+// options converts the section to the alerts package's options, keeping
+// that package's defaults for what the file cannot set.
+func (c AlertsConfig) options() alerts.Options {
+	o := alerts.DefaultOptions()
+	o.Interval, o.DLQGrowthCount, o.DLQGrowthWindow = time.Duration(c.Interval), c.DLQGrowthCount, time.Duration(c.DLQGrowthWindow)
+	o.DLQDepthWarn, o.DLQDepthCritical = c.DLQDepthWarn, c.DLQDepthCritical
+	o.QueueDepthWarn, o.QueueDepthCritical = c.QueueDepthWarn, c.QueueDepthCritical
+	o.OldestAgeWarn, o.OldestAgeCritical = time.Duration(c.OldestAgeWarn), time.Duration(c.OldestAgeCritical)
+	o.Webhooks, o.WebhookTimeout, o.WebhookMaxAttempts = c.Webhooks, time.Duration(c.WebhookTimeout), c.WebhookMaxAttempts
+	return o
 }
 
 // DefaultOptions returns the settings `sluice server` starts with.
@@ -50,6 +107,7 @@ func DefaultOptions() Options {
 		Region:    "us-east-1",
 		LogLevel:  "info",
 		LogFormat: "text",
+		Alerts:    alertsConfigFrom(alerts.DefaultOptions()),
 	}
 }
 
@@ -107,6 +165,9 @@ func (o *Options) Validate() error {
 	case "text", "json":
 	default:
 		errs = append(errs, fmt.Errorf("log_format: %q is not one of text, json", o.LogFormat))
+	}
+	if err := o.Alerts.options().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("alerts: %w", err))
 	}
 	return errors.Join(errs...)
 }

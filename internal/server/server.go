@@ -22,8 +22,10 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/metrics"
 	"github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -32,12 +34,14 @@ import (
 
 // Server is a running Sluice.
 type Server struct {
-	opts   Options
-	log    *slog.Logger
-	st     store.Store
-	eng    *engine.Engine
-	sqsLn  net.Listener
-	sqsSrv *http.Server
+	opts    Options
+	log     *slog.Logger
+	st      store.Store
+	eng     *engine.Engine
+	metrics *metrics.Metrics
+	alerts  *alerts.Manager
+	sqsLn   net.Listener
+	sqsSrv  *http.Server
 }
 
 // New validates opts, opens the store and the engine, and binds the
@@ -53,6 +57,8 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 		clk = clock.Real{}
 	}
 	s := &Server{opts: opts, log: log}
+	s.metrics = metrics.New(metrics.WithClock(clk))
+	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
 	switch opts.Store {
 	case "memory":
 		s.st = memstore.New()
@@ -60,7 +66,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("data_dir: %w", err)
 		}
-		st, err := pebblestore.Open(opts.DataDir, pebblestore.Options{Logger: log.With("component", "store")})
+		st, err := pebblestore.Open(opts.DataDir, pebblestore.Options{Logger: log.With("component", "store"), OnSync: s.metrics.ObserveSync})
 		if err != nil {
 			return nil, err
 		}
@@ -70,13 +76,21 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 	// target the collector runs over and over on a heap that only grows.
 	// Relax it while loading, then restore it.
 	gc := debug.SetGCPercent(400)
-	eng, err := engine.Open(engine.Options{Store: s.st, Clock: clk, Logger: log.With("component", "engine")})
+	eng, err := engine.Open(engine.Options{
+		Store:    s.st,
+		Clock:    clk,
+		Logger:   log.With("component", "engine"),
+		Observer: metrics.Multi(s.metrics, s.alerts.Observer()),
+	})
 	debug.SetGCPercent(gc)
 	if err != nil {
 		s.st.Close()
 		return nil, err
 	}
 	s.eng = eng
+	s.metrics.Attach(eng)
+	s.alerts.Attach(eng)
+	s.metrics.Registry().MustRegister(s.alerts.Collector())
 	ln, err := net.Listen("tcp", opts.SQSListen)
 	if err != nil {
 		eng.Close()
@@ -87,6 +101,8 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: log.With("component", "admin"), Clock: clk}))
+	mux.Handle("GET /sluice/v1/alerts", s.alerts)
+	mux.Handle("GET /metrics", s.metrics.Handler())
 	mux.Handle("/", sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: log.With("component", "sqs"), Clock: clk}))
 	s.sqsSrv = &http.Server{
 		Handler:           mux,
@@ -122,6 +138,10 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.sqsSrv.Serve(s.sqsLn) }()
+	actx, stopAlerts := context.WithCancel(context.Background())
+	alertsDone := make(chan struct{})
+	go func() { s.alerts.Run(actx); close(alertsDone) }()
+	defer func() { stopAlerts(); <-alertsDone }()
 	s.log.Info("sluice started", "sqs", s.SQSAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr()); err != nil {
@@ -133,6 +153,10 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// Alerts stop first (they read the engine, and get a bounded moment
+	// to deliver pending webhooks), then the listeners, engine and store.
+	stopAlerts()
+	<-alertsDone
 	s.shutdown()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -159,8 +161,8 @@ func TestLoadFile(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o != DefaultOptions() {
-		t.Fatalf("example config differs from the defaults: %+v", o)
+	if !reflect.DeepEqual(o, DefaultOptions()) {
+		t.Fatalf("example config differs from the defaults:\n got %+v\nwant %+v", o, DefaultOptions())
 	}
 }
 
@@ -175,5 +177,33 @@ func TestOpenTwiceFails(t *testing.T) {
 	if err == nil {
 		s.Close()
 		t.Fatal("a second server opened the same data directory")
+	}
+}
+
+func TestMetricsAndAlertsEndpoints(t *testing.T) {
+	s, stop := start(t, t.TempDir())
+	defer stop()
+	ctx := context.Background()
+	c := client(s.SQSAddr())
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("m")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("x")})
+	for _, p := range []struct{ path, want string }{
+		{"/metrics", `sluice_sent_total{queue="m"} 1`},
+		{"/metrics", "sluice_store_wal_sync_seconds_count"},
+		{"/sluice/v1/alerts", `"alerts"`},
+		{"/sluice/v1/queues", `"name":"m"`},
+	} {
+		resp, err := http.Get("http://" + s.SQSAddr() + p.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), p.want) {
+			t.Errorf("GET %s: %d, want %q in:\n%.2000s", p.path, resp.StatusCode, p.want, body)
+		}
 	}
 }
