@@ -70,7 +70,7 @@ func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
 		return nil, err
 	}
 	now := e.now()
-	var b store.Batch
+	b := store.Batch{Ops: make([]store.Op, 0, len(msgs)+2)}
 	q.advanceLocked(now, &b)
 	results := make([]SendResult, len(msgs))
 	added := 0
@@ -224,7 +224,7 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 	expired := wait <= 0
 	for {
 		now := e.now()
-		var b store.Batch
+		b := store.Batch{Ops: make([]store.Op, 0, req.Max)}
 		q.advanceLocked(now, &b)
 		var out []Delivery
 		var overLimit bool
@@ -308,8 +308,11 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 	if req.VisibilitySet {
 		vis = req.Visibility
 	}
-	var out []Delivery
+	out := make([]Delivery, 0, min(req.Max, q.nState[stateVisible]))
 	var leases []lease
+	if req.AttemptID != "" {
+		leases = make([]lease, 0, cap(out))
+	}
 	limit := 0
 	if dl := q.cfg.DeadLetter; dl != nil && e.canDeadLetter(q) {
 		limit = dl.MaxReceiveCount
@@ -334,7 +337,9 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		q.setStateLocked(m, stateInFlight)
 		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
 		out = append(out, q.deliveryLocked(m))
-		leases = append(leases, lease{seq: m.seq, receipt: m.receipt, visibleAt: m.visibleAt})
+		if req.AttemptID != "" {
+			leases = append(leases, lease{seq: m.seq, receipt: m.receipt, visibleAt: m.visibleAt})
+		}
 	}
 	if q.fifo() {
 		for len(out) < req.Max {
@@ -439,7 +444,7 @@ func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) 
 		return nil, err
 	}
 	now := e.now()
-	var b store.Batch
+	b := store.Batch{Ops: make([]store.Op, 0, 2*len(handles))}
 	q.advanceLocked(now, &b)
 	errs := make([]error, len(handles))
 	deleted := 0
