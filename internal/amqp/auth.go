@@ -1,0 +1,180 @@
+package amqp
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+)
+
+// HashPassword returns a PasswordHash for password with a fresh random
+// salt: "sha256:<salt-hex>:<hash-hex>", hash = SHA-256(salt || password).
+func HashPassword(password string) string {
+	salt := make([]byte, 16)
+	rand.Read(salt)
+	return "sha256:" + hex.EncodeToString(salt) + ":" + hex.EncodeToString(saltedHash(salt, password))
+}
+
+func saltedHash(salt []byte, password string) []byte {
+	h := sha256.New()
+	h.Write(salt)
+	h.Write([]byte(password))
+	return h.Sum(nil)
+}
+
+func compileUser(u User) (*user, error) {
+	if u.Name == "" {
+		return nil, fmt.Errorf("amqp: a user needs a name")
+	}
+	out := &user{name: u.Name, tags: u.Tags, perms: make(map[string]*perm)}
+	switch {
+	case u.PasswordHash != "":
+		parts := strings.Split(u.PasswordHash, ":")
+		if len(parts) != 3 || parts[0] != "sha256" {
+			return nil, fmt.Errorf("amqp: user %q: PasswordHash must be sha256:<salt-hex>:<hash-hex>", u.Name)
+		}
+		salt, err1 := hex.DecodeString(parts[1])
+		want, err2 := hex.DecodeString(parts[2])
+		if err1 != nil || err2 != nil || len(want) != sha256.Size {
+			return nil, fmt.Errorf("amqp: user %q: PasswordHash is not valid hex", u.Name)
+		}
+		out.verifier = func(p string) bool { return subtle.ConstantTimeCompare(saltedHash(salt, p), want) == 1 }
+	case u.Password != "":
+		want := []byte(u.Password)
+		out.verifier = func(p string) bool { return subtle.ConstantTimeCompare([]byte(p), want) == 1 }
+	default:
+		return nil, fmt.Errorf("amqp: user %q has no password", u.Name)
+	}
+	for vh, p := range u.Permissions {
+		cp := &perm{}
+		for _, x := range []struct {
+			dst **regexp.Regexp
+			src string
+		}{{&cp.configure, p.Configure}, {&cp.write, p.Write}, {&cp.read, p.Read}} {
+			if x.src == "" {
+				continue
+			}
+			re, err := regexp.Compile(x.src)
+			if err != nil {
+				return nil, fmt.Errorf("amqp: user %q vhost %q: %w", u.Name, vh, err)
+			}
+			*x.dst = re
+		}
+		out.perms[vh] = cp
+	}
+	return out, nil
+}
+
+// Permission kinds.
+const (
+	permConfigure = iota
+	permWrite
+	permRead
+)
+
+var permNames = [...]string{"configure", "write", "read"}
+
+// allowed reports whether u has permission kind on a resource of vhost.
+func (u *user) allowed(vhost string, kind int, name string) bool {
+	p := u.perms[vhost]
+	if p == nil {
+		return false
+	}
+	re := [...]*regexp.Regexp{p.configure, p.write, p.read}[kind]
+	return re != nil && re.MatchString(name)
+}
+
+// check returns RabbitMQ's 403 when u lacks permission kind on the
+// resource ("queue" or "exchange").
+func (u *user) check(vhost string, kind int, resKind, name string) error {
+	if u.allowed(vhost, kind, name) {
+		return nil
+	}
+	return errorf(wire.AccessRefused, "access to %s refused for user '%s'", rs(resKind, name, vhost), u.name)
+}
+
+// credentials extracts user name and password from a start-ok response.
+//
+// PLAIN is "authzid \0 user \0 password" (authzid ignored). AMQPLAIN is a
+// field table with LOGIN and PASSWORD; amqplib sends it without the
+// table's length prefix, so entries are parsed to the end of the response
+// and a leading length is skipped only if it equals the bytes that follow.
+func credentials(mechanism, response string) (name, password string, ok bool) {
+	switch mechanism {
+	case "PLAIN":
+		parts := strings.Split(response, "\x00")
+		if len(parts) != 3 {
+			return "", "", false
+		}
+		return parts[1], parts[2], true
+	case "AMQPLAIN":
+		b := []byte(response)
+		var t wire.Table
+		var err error
+		if len(b) >= 4 && int(binary.BigEndian.Uint32(b)) == len(b)-4 {
+			t, err = wire.ParseTable(b)
+		} else {
+			t, err = wire.ParseTableBody(b)
+		}
+		if err != nil {
+			return "", "", false
+		}
+		l, ok1 := t.Get("LOGIN")
+		p, ok2 := t.Get("PASSWORD")
+		ls, ok3 := asString(l)
+		ps, ok4 := asString(p)
+		return ls, ps, ok1 && ok2 && ok3 && ok4
+	}
+	return "", "", false
+}
+
+// asString accepts a long string or a byte array.
+func asString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case []byte:
+		return string(x), true
+	}
+	return "", false
+}
+
+// authenticate checks credentials; remote is the client's address, for
+// loopback-only users.
+func (s *Server) authenticate(name, password string, remote net.Addr) (*user, error) {
+	u := s.users[name]
+	if u == nil || !u.verifier(password) {
+		return nil, fmt.Errorf("invalid credentials")
+	}
+	if u.loopback && !isLoopback(remote) {
+		return nil, fmt.Errorf("user '%s' can only connect via localhost", name)
+	}
+	return u, nil
+}
+
+func isLoopback(a net.Addr) bool {
+	switch x := a.(type) {
+	case *net.TCPAddr:
+		return x.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	case nil:
+		return false
+	}
+	if a.Network() == "pipe" { // net.Pipe, in-process
+		return true
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,421 @@
+package amqp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+func (ch *channel) qos(m *wire.BasicQos) error {
+	if m.PrefetchSize != 0 {
+		return errorf(wire.NotImplemented, "prefetch_size!=0 (%d)", m.PrefetchSize)
+	}
+	ch.mu.Lock()
+	if m.Global {
+		ch.prefetchGlobal = int(m.PrefetchCount)
+	} else {
+		ch.prefetchConsumer = int(m.PrefetchCount)
+	}
+	ch.signalLocked()
+	ch.mu.Unlock()
+	return ch.c.send(ch.id, &wire.BasicQosOK{})
+}
+
+func (ch *channel) consume(m *wire.BasicConsume) error {
+	c, s := ch.c, ch.c.s
+	if err := c.user.check(c.vhost, permRead, "queue", m.Queue); err != nil {
+		return err
+	}
+	q, err := s.findQueue(c, m.Queue)
+	if err != nil {
+		return err
+	}
+	tag := m.ConsumerTag
+	if tag == "" {
+		tag = newConsumerTag()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	cs := &consumer{ch: ch, tag: tag, q: q, engine: q.engine, noAck: m.NoAck, exclusive: m.Exclusive,
+		ctx: ctx, stop: stop, done: make(chan struct{})}
+	ch.mu.Lock()
+	if _, dup := ch.consumers[tag]; dup {
+		ch.mu.Unlock()
+		stop()
+		return hardErrorf(wire.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
+	}
+	cs.prefetch = ch.prefetchConsumer
+	ch.consumers[tag] = cs
+	ch.mu.Unlock()
+	t := s.topo
+	t.mu.Lock()
+	var refuse error
+	switch {
+	case q.deleted:
+		refuse = errNoQueue(q.vhost, q.name)
+	case q.exclusiveBy != nil || (m.Exclusive && len(q.consumers) > 0):
+		refuse = errorf(wire.AccessRefused, "%s in exclusive use", rs("queue", q.name, q.vhost))
+	default:
+		q.consumers[cs] = struct{}{}
+		q.hadConsumer = true
+		if m.Exclusive {
+			q.exclusiveBy = cs
+		}
+	}
+	t.mu.Unlock()
+	if refuse != nil {
+		ch.mu.Lock()
+		delete(ch.consumers, tag)
+		ch.mu.Unlock()
+		stop()
+		return refuse
+	}
+	if err := ch.reply(m.NoWait, &wire.BasicConsumeOK{ConsumerTag: tag}); err != nil {
+		return err
+	}
+	go cs.run()
+	return nil
+}
+
+func (ch *channel) cancel(m *wire.BasicCancel) error {
+	ch.mu.Lock()
+	cs := ch.consumers[m.ConsumerTag]
+	if cs != nil {
+		cs.cancelled = true
+		delete(ch.consumers, m.ConsumerTag)
+		ch.signalLocked()
+	}
+	ch.mu.Unlock()
+	if cs != nil {
+		cs.stop()
+		<-cs.done
+		ch.c.s.removeConsumer(cs)
+	}
+	return ch.reply(m.NoWait, &wire.BasicCancelOK{ConsumerTag: m.ConsumerTag})
+}
+
+// publish validates a basic.publish and routes it now, or at commit in a
+// transaction.
+func (ch *channel) publish(cmd *command) error {
+	m := cmd.m.(*wire.BasicPublish)
+	c := ch.c
+	if m.Immediate {
+		return errorf(wire.NotImplemented, "immediate=true")
+	}
+	resName := m.Exchange
+	if resName == "" {
+		resName = "amq.default"
+	}
+	if err := c.user.check(c.vhost, permWrite, "exchange", resName); err != nil {
+		return err
+	}
+	t := c.s.topo
+	t.mu.RLock()
+	x := t.vhosts[c.vhost].exchanges[m.Exchange]
+	t.mu.RUnlock()
+	if x == nil {
+		return errNoExchange(c.vhost, m.Exchange)
+	}
+	if x.internal {
+		return errorf(wire.AccessRefused, "cannot publish to internal %s", rs("exchange", m.Exchange, c.vhost))
+	}
+	p := &cmd.props
+	if p.Flags&wire.FlagExpiration != 0 || p.Expiration != "" {
+		if _, ok := parseExpiration(p.Expiration); !ok {
+			return errorf(wire.PreconditionFailed, "invalid expiration '%s': {error,{not_an_integer,\"%s\"}}", p.Expiration, p.Expiration)
+		}
+	}
+	if p.UserID != "" && p.UserID != c.user.name {
+		return errorf(wire.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", p.UserID, c.user.name)
+	}
+	if len(cmd.body)+len(cmd.rawProps)+len(m.Exchange)+len(m.RoutingKey)+16 > maxBody {
+		return errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", len(cmd.body), maxBody)
+	}
+	if ch.tx {
+		ch.txPublish = append(ch.txPublish, cmd)
+		return nil
+	}
+	return ch.route(cmd)
+}
+
+// parseExpiration reads the expiration property: a non-negative integer
+// number of milliseconds, as a decimal string.
+func parseExpiration(s string) (time.Duration, bool) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
+}
+
+// route delivers a publish to every queue it reaches (each at most once),
+// returns it to a mandatory publisher when it reaches none, and confirms
+// it in confirm mode once every queue has it durably (engine.Send returned).
+// A queue at its limit with reject-publish overflow earns a basic.nack.
+func (ch *channel) route(cmd *command) error {
+	m := cmd.m.(*wire.BasicPublish)
+	c, s := ch.c, ch.c.s
+	var seq uint64
+	if ch.confirm {
+		ch.confirmSeq++
+		seq = ch.confirmSeq
+	}
+	props := cmd.props
+	raw := cmd.rawProps
+	keys := []string{m.RoutingKey}
+	cc := stringList(props.Headers, "CC")
+	bcc := stringList(props.Headers, "BCC")
+	keys = append(keys, cc...)
+	routeKeys := append(append([]string(nil), keys...), bcc...)
+	if _, has := props.Headers.Get("BCC"); has {
+		props.Headers = append(wire.Table(nil), props.Headers...).Delete("BCC")
+		if enc, err := encodeProps(&props); err == nil {
+			raw = enc
+		}
+	}
+	t := s.topo
+	t.mu.RLock()
+	v := t.vhosts[c.vhost]
+	x := v.exchanges[m.Exchange]
+	var targets []*queue
+	if x != nil {
+		targets = v.routeLocked(x, routeKeys, props.Headers)
+	}
+	t.mu.RUnlock()
+	if x != nil && x.name == "" && len(targets) == 0 && c.vhost == "/" {
+		if q, err := s.adopt("/", m.RoutingKey); err == nil {
+			targets = append(targets, q)
+		}
+	}
+	if len(targets) == 0 {
+		if m.Mandatory {
+			ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
+			if err := c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ret, cmd.rawProps, cmd.body) }); err != nil {
+				return err
+			}
+		}
+		return ch.confirmed(seq, true)
+	}
+	env := envelope{exchange: m.Exchange, keys: keys, props: raw}
+	msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers)}
+	if d, ok := parseExpiration(props.Expiration); ok && (props.Flags&wire.FlagExpiration != 0 || props.Expiration != "") {
+		msg.TTL, msg.TTLSet = d, true
+	}
+	ok := true
+	for _, q := range targets {
+		res, err := s.eng.Send(q.engine, []engine.Message{msg})
+		if err == nil {
+			err = res[0].Err
+		}
+		var tooLarge *engine.MessageTooLargeError
+		switch {
+		case err == nil, errors.Is(err, engine.ErrQueueNotFound):
+		case errors.Is(err, engine.ErrQueueFull):
+			ok = false
+		case errors.As(err, &tooLarge):
+			return errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", tooLarge.Size, tooLarge.Limit)
+		default:
+			s.log.Warn("amqp: publish failed", "queue", q.engine, "err", err)
+			ok = false
+		}
+	}
+	return ch.confirmed(seq, ok)
+}
+
+// confirmed sends the publisher confirm for seq (0: not in confirm mode).
+func (ch *channel) confirmed(seq uint64, ok bool) error {
+	if seq == 0 {
+		return nil
+	}
+	if ok {
+		return ch.c.send(ch.id, &wire.BasicAck{DeliveryTag: seq})
+	}
+	return ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: seq})
+}
+
+// stringList reads a CC or BCC header: an array of strings (or one).
+func stringList(h wire.Table, key string) []string {
+	v, ok := h.Get(key)
+	if !ok {
+		return nil
+	}
+	if s, ok := asString(v); ok {
+		return []string{s}
+	}
+	arr, _ := v.([]any)
+	var out []string
+	for _, e := range arr {
+		if s, ok := asString(e); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (ch *channel) get(m *wire.BasicGet) error {
+	c, s := ch.c, ch.c.s
+	if err := c.user.check(c.vhost, permRead, "queue", m.Queue); err != nil {
+		return err
+	}
+	q, err := s.findQueue(c, m.Queue)
+	if err != nil {
+		return err
+	}
+	s.topo.mu.Lock()
+	q.lastUsed = s.clk.Now()
+	s.topo.mu.Unlock()
+	ds, err := s.eng.Receive(context.Background(), q.engine, engine.ReceiveRequest{
+		Max: 1, Visibility: leaseFor(s.opts.ConsumerTimeout), VisibilitySet: true, Wait: 0, WaitSet: true})
+	if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		return storageError(err)
+	}
+	if len(ds) == 0 {
+		return c.send(ch.id, &wire.BasicGetEmpty{})
+	}
+	d := ds[0]
+	left := 0
+	if info, err := s.eng.GetQueue(q.engine); err == nil {
+		left = info.Visible
+	}
+	exchange, key, props := deliveryContent(&d, q.name)
+	ch.mu.Lock()
+	ch.nextTag++
+	tag := ch.nextTag
+	if !m.NoAck {
+		ch.unacked[tag] = &unacked{tag: tag, queue: q.engine, handle: d.ReceiptHandle, delivered: s.clk.Now()}
+	}
+	ok := &wire.BasicGetOK{DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key, MessageCount: uint32(left)}
+	err = c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ok, props, d.Body) })
+	ch.mu.Unlock()
+	if m.NoAck {
+		s.eng.Delete(q.engine, []string{d.ReceiptHandle})
+	}
+	return err
+}
+
+// Settlement kinds.
+const (
+	settleAck = iota
+	settleNack
+	settleReject
+)
+
+type settleOp struct {
+	kind     int
+	tag      uint64
+	multiple bool
+	requeue  bool
+}
+
+// settle acks, nacks or rejects; in a transaction it is checked now and
+// applied at commit.
+func (ch *channel) settle(op settleOp) error {
+	if ch.tx {
+		ch.mu.Lock()
+		_, known := ch.unacked[op.tag]
+		ch.mu.Unlock()
+		if !known && !(op.multiple && op.tag == 0) {
+			return errUnknownTag(op.tag)
+		}
+		ch.txSettle = append(ch.txSettle, op)
+		return nil
+	}
+	return ch.apply(op)
+}
+
+// apply settles deliveries: multiple covers every outstanding tag up to
+// and including op.tag (all of them for tag 0). An unknown tag is 406.
+func (ch *channel) apply(op settleOp) error {
+	ch.mu.Lock()
+	var us []*unacked
+	if op.multiple {
+		if _, ok := ch.unacked[op.tag]; !ok && op.tag != 0 {
+			ch.mu.Unlock()
+			return errUnknownTag(op.tag)
+		}
+		for tag, u := range ch.unacked {
+			if op.tag == 0 || tag <= op.tag {
+				us = append(us, u)
+			}
+		}
+	} else {
+		u := ch.unacked[op.tag]
+		if u == nil {
+			ch.mu.Unlock()
+			return errUnknownTag(op.tag)
+		}
+		us = append(us, u)
+	}
+	for _, u := range us {
+		delete(ch.unacked, u.tag)
+		if u.consumer != nil {
+			u.consumer.used = max(u.consumer.used-1, 0)
+			ch.globalUsed = max(ch.globalUsed-1, 0)
+		}
+	}
+	ch.signalLocked()
+	ch.mu.Unlock()
+	sort.Slice(us, func(i, j int) bool { return us[i].tag < us[j].tag })
+	eng := ch.c.s.eng
+	switch {
+	case op.kind == settleAck:
+		for q, hs := range groupHandles(us) {
+			if _, err := eng.Delete(q, hs); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+				return storageError(err)
+			}
+		}
+	case op.requeue:
+		ch.requeue(us)
+	default:
+		for _, u := range us {
+			_, err := eng.ReportFailure(u.queue, u.handle, engine.Failure{Terminal: true, ErrorClass: "amqp.rejected"})
+			if errors.Is(err, engine.ErrNoDeadLetterQueue) {
+				_, err = eng.Delete(u.queue, []string{u.handle})
+			}
+			if err != nil && !errors.Is(err, engine.ErrQueueNotFound) && !errors.Is(err, engine.ErrMessageNotAvailable) &&
+				!errors.Is(err, engine.ErrMessageNotInflight) && !errors.Is(err, engine.ErrReceiptHandleInvalid) {
+				return storageError(err)
+			}
+		}
+	}
+	return nil
+}
+
+func groupHandles(us []*unacked) map[string][]string {
+	out := make(map[string][]string)
+	for _, u := range us {
+		out[u.queue] = append(out[u.queue], u.handle)
+	}
+	return out
+}
+
+// recover requeues every unacknowledged delivery of the channel.
+func (ch *channel) recover() {
+	ch.mu.Lock()
+	all := ch.takeAllLocked()
+	ch.signalLocked()
+	ch.mu.Unlock()
+	ch.requeue(all)
+}
+
+// commit applies a transaction's publishes, then its settlements.
+func (ch *channel) commit() error {
+	pubs, ops := ch.txPublish, ch.txSettle
+	ch.txPublish, ch.txSettle = nil, nil
+	for _, cmd := range pubs {
+		if err := ch.route(cmd); err != nil {
+			return err
+		}
+	}
+	for _, op := range ops {
+		if err := ch.apply(op); err != nil {
+			return err
+		}
+	}
+	return nil
+}

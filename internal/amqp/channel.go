@@ -1,0 +1,383 @@
+package amqp
+
+import (
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// maxBody is the largest message body accepted: the engine's message size
+// limit (body plus envelope) bounds it.
+const maxBody = engine.MaxMaxMessageSize
+
+// command is a complete method (with its content, for publish) handed
+// from the reader to a channel's goroutine, or a failure the reader
+// detected (fail).
+type command struct {
+	m        wire.Method
+	props    wire.Properties
+	rawProps []byte // property flag word and properties, as received
+	body     []byte
+	fail     *amqpError
+}
+
+// unacked is a delivery awaiting ack, nack or reject.
+type unacked struct {
+	tag       uint64
+	queue     string // engine queue
+	handle    string
+	consumer  *consumer // nil for basic.get
+	delivered time.Time // on the server clock, for the consumer timeout
+}
+
+// channel is one AMQP channel. The reader goroutine owns the content
+// assembly fields; the channel goroutine (run) owns the mode fields and
+// executes commands in order; mu guards delivery state shared with
+// consumer goroutines.
+type channel struct {
+	c     *conn
+	id    uint16
+	inbox chan *command
+	quit  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup // the channel goroutine
+
+	// closing: channel.close was sent or received; further frames are
+	// discarded until close-ok.
+	closing atomic.Bool
+
+	// Reader-owned.
+	pending      *command
+	expectHeader bool
+	remaining    uint64
+
+	// Owned by the channel goroutine.
+	confirm    bool
+	confirmSeq uint64
+	tx         bool
+	txPublish  []*command
+	txSettle   []settleOp
+
+	mu               sync.Mutex
+	nextTag          uint64
+	unacked          map[uint64]*unacked
+	consumers        map[string]*consumer
+	prefetchConsumer int // for consumers created from now on; 0: unlimited
+	prefetchGlobal   int // shared by the channel's consumers; 0: unlimited
+	globalUsed       int // unacked consumer deliveries plus reservations
+	credit           chan struct{}
+	stopped          bool
+}
+
+func (c *conn) openChannel(id uint16) {
+	ch := &channel{
+		c: c, id: id,
+		inbox:     make(chan *command, inboxSize),
+		quit:      make(chan struct{}),
+		unacked:   make(map[uint64]*unacked),
+		consumers: make(map[string]*consumer),
+		credit:    make(chan struct{}),
+	}
+	c.chMu.Lock()
+	c.channels[id] = ch
+	c.chMu.Unlock()
+	ch.wg.Add(1)
+	go ch.run()
+	c.send(id, &wire.ChannelOpenOK{})
+}
+
+// freeChannel forgets a closed channel so its number can be reused.
+func (c *conn) freeChannel(ch *channel) {
+	c.chMu.Lock()
+	if c.channels[ch.id] == ch {
+		delete(c.channels, ch.id)
+	}
+	c.chMu.Unlock()
+	ch.once.Do(func() { close(ch.quit) })
+}
+
+func (ch *channel) run() {
+	defer ch.wg.Done()
+	for {
+		select {
+		case <-ch.quit:
+			return
+		case cmd := <-ch.inbox:
+			if cmd.fail != nil {
+				ch.raise(cmd.fail)
+				continue
+			}
+			if ch.closing.Load() {
+				continue
+			}
+			if err := ch.handle(cmd); err != nil {
+				var ae *amqpError
+				if !errors.As(err, &ae) {
+					ae = errorf(wire.InternalError, "%v", err)
+					ae.hard = true
+				}
+				if ae.classID == 0 {
+					ae.classID, ae.methodID = cmd.m.IDs()
+				}
+				ch.raise(ae)
+			}
+		}
+	}
+}
+
+// raise handles an exception on this channel: a hard one closes the
+// connection; a soft one closes the channel (RabbitMQ's texts), after
+// stopping its consumers and returning its unacknowledged messages.
+func (ch *channel) raise(e *amqpError) {
+	if e.isHard() {
+		ch.c.hardClose(e)
+		return
+	}
+	ch.closing.Store(true)
+	ch.c.s.log.Debug("amqp: channel error", "conn", ch.c.name, "channel", ch.id, "code", e.code, "text", e.text)
+	ch.release()
+	ch.c.send(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+}
+
+// failAsync raises e from outside the channel goroutine (consumer
+// timeout): it is queued behind the commands already received.
+func (ch *channel) failAsync(e *amqpError) {
+	if ch.closing.Load() {
+		return
+	}
+	select {
+	case ch.inbox <- &command{fail: e}:
+	case <-ch.quit:
+	default:
+		// Inbox full: the channel is busy; the next tick retries.
+	}
+}
+
+// release stops the channel's consumers and requeues its unacknowledged
+// deliveries (at their original positions, as RabbitMQ's classic queues
+// do). The receive already counted as an attempt.
+func (ch *channel) release() {
+	ch.mu.Lock()
+	ch.stopped = true
+	cs := make([]*consumer, 0, len(ch.consumers))
+	for _, cs1 := range ch.consumers {
+		cs = append(cs, cs1)
+	}
+	ch.consumers = map[string]*consumer{}
+	all := ch.takeAllLocked()
+	ch.mu.Unlock()
+	for _, cons := range cs {
+		cons.stop()
+	}
+	for _, cons := range cs {
+		<-cons.done
+		ch.c.s.removeConsumer(cons)
+	}
+	// Deliveries made while the consumers were stopping.
+	ch.mu.Lock()
+	all = append(all, ch.takeAllLocked()...)
+	ch.mu.Unlock()
+	ch.requeue(all)
+}
+
+// takeAllLocked removes and returns every unacked delivery in tag order.
+func (ch *channel) takeAllLocked() []*unacked {
+	all := make([]*unacked, 0, len(ch.unacked))
+	for _, u := range ch.unacked {
+		all = append(all, u)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].tag < all[j].tag })
+	clear(ch.unacked)
+	ch.globalUsed = 0
+	for _, u := range all {
+		if u.consumer != nil {
+			u.consumer.used = 0
+		}
+	}
+	return all
+}
+
+// requeue returns deliveries to their queues' fronts.
+func (ch *channel) requeue(us []*unacked) {
+	byQueue := make(map[string][]string)
+	var order []string
+	for _, u := range us {
+		if _, ok := byQueue[u.queue]; !ok {
+			order = append(order, u.queue)
+		}
+		byQueue[u.queue] = append(byQueue[u.queue], u.handle)
+	}
+	for _, q := range order {
+		if _, err := ch.c.s.eng.Requeue(q, byQueue[q], true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			ch.c.s.log.Warn("amqp: cannot requeue", "queue", q, "err", err)
+		}
+	}
+}
+
+// stop ends the channel when its connection ends.
+func (ch *channel) stop() {
+	ch.closing.Store(true)
+	ch.once.Do(func() { close(ch.quit) })
+	ch.wg.Wait()
+	ch.release()
+}
+
+// oldestUnacked returns the delivery time of the oldest unacknowledged
+// consumer delivery.
+func (ch *channel) oldestUnacked() (time.Time, bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var t time.Time
+	for _, u := range ch.unacked {
+		if u.consumer != nil && (t.IsZero() || u.delivered.Before(t)) {
+			t = u.delivered
+		}
+	}
+	return t, !t.IsZero()
+}
+
+// signalLocked wakes consumers waiting for prefetch credit.
+func (ch *channel) signalLocked() {
+	close(ch.credit)
+	ch.credit = make(chan struct{})
+}
+
+// handle executes one command; an error is raised on the channel.
+func (ch *channel) handle(cmd *command) error {
+	s := ch.c.s
+	c := ch.c
+	switch m := cmd.m.(type) {
+	case *wire.ChannelClose:
+		ch.closing.Store(true)
+		ch.release()
+		c.freeChannel(ch)
+		c.send(ch.id, &wire.ChannelCloseOK{})
+		return nil
+	case *wire.ChannelCloseOK:
+		return nil
+	case *wire.ChannelFlow:
+		if !m.Active {
+			return errorf(wire.NotImplemented, "active=false")
+		}
+		return c.send(ch.id, &wire.ChannelFlowOK{Active: true})
+	case *wire.ChannelFlowOK:
+		return nil
+
+	case *wire.ExchangeDeclare:
+		if err := s.declareExchange(c, m); err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.ExchangeDeclareOK{})
+	case *wire.ExchangeDelete:
+		if err := s.deleteExchange(c, m); err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.ExchangeDeleteOK{})
+	case *wire.ExchangeBind:
+		if err := s.bind(c, m.Source, m.Destination, false, m.RoutingKey, m.Arguments); err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.ExchangeBindOK{})
+	case *wire.ExchangeUnbind:
+		if err := s.unbind(c, m.Source, m.Destination, false, m.RoutingKey, m.Arguments); err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.ExchangeUnbindOK{})
+
+	case *wire.QueueDeclare:
+		name, n, cs, err := s.declareQueue(c, m)
+		if err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.QueueDeclareOK{Queue: name, MessageCount: uint32(n), ConsumerCount: uint32(cs)})
+	case *wire.QueueBind:
+		if err := s.bind(c, m.Exchange, m.Queue, true, m.RoutingKey, m.Arguments); err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.QueueBindOK{})
+	case *wire.QueueUnbind:
+		if err := s.unbind(c, m.Exchange, m.Queue, true, m.RoutingKey, m.Arguments); err != nil {
+			return err
+		}
+		return ch.reply(false, &wire.QueueUnbindOK{})
+	case *wire.QueuePurge:
+		n, err := s.purgeQueue(c, m.Queue)
+		if err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.QueuePurgeOK{MessageCount: uint32(n)})
+	case *wire.QueueDelete:
+		n, err := s.deleteQueue(c, m)
+		if err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &wire.QueueDeleteOK{MessageCount: uint32(n)})
+
+	case *wire.BasicQos:
+		return ch.qos(m)
+	case *wire.BasicConsume:
+		return ch.consume(m)
+	case *wire.BasicCancel:
+		return ch.cancel(m)
+	case *wire.BasicPublish:
+		return ch.publish(cmd)
+	case *wire.BasicGet:
+		return ch.get(m)
+	case *wire.BasicAck:
+		return ch.settle(settleOp{kind: settleAck, tag: m.DeliveryTag, multiple: m.Multiple})
+	case *wire.BasicNack:
+		return ch.settle(settleOp{kind: settleNack, tag: m.DeliveryTag, multiple: m.Multiple, requeue: m.Requeue})
+	case *wire.BasicReject:
+		return ch.settle(settleOp{kind: settleReject, tag: m.DeliveryTag, requeue: m.Requeue})
+	case *wire.BasicRecover:
+		if !m.Requeue {
+			return errorf(wire.NotImplemented, "requeue=false")
+		}
+		ch.recover()
+		return c.send(ch.id, &wire.BasicRecoverOK{})
+	case *wire.BasicRecoverAsync:
+		return errorf(wire.NotImplemented, "basic.recover-async is not supported")
+
+	case *wire.ConfirmSelect:
+		if ch.tx {
+			return errorf(wire.PreconditionFailed, "cannot switch from tx to confirm mode")
+		}
+		ch.confirm = true
+		return ch.reply(m.NoWait, &wire.ConfirmSelectOK{})
+	case *wire.TxSelect:
+		if ch.confirm {
+			return errorf(wire.PreconditionFailed, "cannot switch from confirm to tx mode")
+		}
+		ch.tx = true
+		return c.send(ch.id, &wire.TxSelectOK{})
+	case *wire.TxCommit:
+		if !ch.tx {
+			return errorf(wire.PreconditionFailed, "channel is not transactional")
+		}
+		if err := ch.commit(); err != nil {
+			return err
+		}
+		return c.send(ch.id, &wire.TxCommitOK{})
+	case *wire.TxRollback:
+		if !ch.tx {
+			return errorf(wire.PreconditionFailed, "channel is not transactional")
+		}
+		ch.txPublish, ch.txSettle = nil, nil
+		return c.send(ch.id, &wire.TxRollbackOK{})
+	}
+	e := hardErrorf(wire.CommandInvalid, "unexpected method %s", cmd.m.Name())
+	return e
+}
+
+// reply sends a synchronous reply unless the request had no-wait.
+func (ch *channel) reply(noWait bool, m wire.Method) error {
+	if noWait {
+		return nil
+	}
+	return ch.c.send(ch.id, m)
+}

@@ -1,0 +1,680 @@
+package amqp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+)
+
+const (
+	handshakeTimeout = 10 * time.Second
+	// preLoginFrameMax bounds frames before connection.tune-ok, as
+	// RabbitMQ 4.1+ does (large enough for a JWT in start-ok).
+	preLoginFrameMax = 8192
+	// closeTimeout is how long the server waits for connection.close-ok.
+	closeTimeout = 3 * time.Second
+	inboxSize    = 256
+)
+
+// conn is one client connection. Its goroutines: serve (the reader, which
+// also handles channel 0), keepalive (heartbeats, consumer timeouts,
+// connection.blocked), one per open channel, and one per consumer.
+type conn struct {
+	s    *Server
+	nc   net.Conn
+	id   uint64
+	name string
+	r    *bufio.Reader
+
+	wmu  sync.Mutex // guards w and lastWrite; whole frames are written under it
+	w    *bufio.Writer
+	werr error
+
+	// Set during the handshake, read-only afterwards.
+	frameMax   uint32
+	channelMax uint16
+	heartbeat  time.Duration
+	user       *user
+	vhost      string
+	capCancel  bool // consumer_cancel_notify
+	capBlocked bool // connection.blocked
+	capAuth    bool // authentication_failure_close
+
+	chMu      sync.Mutex
+	channels  map[uint16]*channel
+	exclusive map[*queue]struct{}
+
+	closing   atomic.Bool  // connection.close sent by the server
+	lastRead  atomic.Int64 // wall-clock nanoseconds of the last inbound frame
+	readBusy  atomic.Bool  // the reader is waiting for a channel's inbox
+	lastWrite atomic.Int64
+	blocked   atomic.Bool
+	done      chan struct{} // closed when the connection ends
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	id := s.nextConn.Add(1)
+	return &conn{
+		s: s, nc: nc, id: id,
+		name:      fmt.Sprintf("%s -> %s", nc.RemoteAddr(), nc.LocalAddr()),
+		r:         bufio.NewReaderSize(nc, 64<<10),
+		w:         bufio.NewWriterSize(nc, 64<<10),
+		channels:  make(map[uint16]*channel),
+		exclusive: make(map[*queue]struct{}),
+		frameMax:  preLoginFrameMax,
+		done:      make(chan struct{}),
+	}
+}
+
+// write writes frames built by fill and flushes, under the write lock.
+func (c *conn) write(fill func(w *bufio.Writer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	err := fill(c.w)
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if err != nil {
+		c.werr = err
+		c.nc.Close()
+		return err
+	}
+	c.lastWrite.Store(time.Now().UnixNano())
+	return nil
+}
+
+// send writes one method frame.
+func (c *conn) send(channel uint16, m wire.Method) error {
+	f, err := wire.MethodFrame(channel, m)
+	if err != nil {
+		return err
+	}
+	return c.write(func(w *bufio.Writer) error { return wire.WriteFrame(w, f) })
+}
+
+// writeContentLocked writes a content method, its header (from raw
+// property bytes) and its body split for frame_max.
+func (c *conn) writeContent(w *bufio.Writer, channel uint16, m wire.Method, props []byte, body []byte) error {
+	mf, err := wire.MethodFrame(channel, m)
+	if err != nil {
+		return err
+	}
+	if err := wire.WriteFrame(w, mf); err != nil {
+		return err
+	}
+	if err := wire.WriteFrame(w, wire.Frame{Type: wire.FrameHeader, Channel: channel, Payload: contentHeaderPayload(len(body), props)}); err != nil {
+		return err
+	}
+	chunk := int(c.frameMax) - wire.FrameOverhead
+	for len(body) > 0 {
+		n := min(chunk, len(body))
+		if err := wire.WriteFrame(w, wire.Frame{Type: wire.FrameBody, Channel: channel, Payload: body[:n]}); err != nil {
+			return err
+		}
+		body = body[n:]
+	}
+	return nil
+}
+
+// serve runs the connection: handshake, then the frame loop, then cleanup.
+func (c *conn) serve() {
+	defer func() {
+		if r := recover(); r != nil {
+			buf := make([]byte, 4096)
+			buf = buf[:runtime.Stack(buf, false)]
+			c.s.log.Error("amqp: connection panic", "conn", c.name, "panic", r, "stack", string(buf))
+		}
+		c.nc.Close()
+		c.cleanup()
+		close(c.done)
+	}()
+	if !c.handshake() {
+		return
+	}
+	c.s.log.Debug("amqp: connection opened", "conn", c.name, "user", c.user.name, "vhost", c.vhost)
+	go c.keepalive()
+	c.loop()
+}
+
+// handshake negotiates the connection (spec §2); false ends it.
+func (c *conn) handshake() bool {
+	c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := wire.ReadProtocolHeader(c.r); err != nil {
+		if errors.Is(err, wire.ErrBadProtocolHeader) {
+			c.nc.Write([]byte(wire.ProtocolHeader))
+		}
+		return false
+	}
+	o := &c.s.opts
+	caps := wire.Table{}
+	for _, k := range []string{"publisher_confirms", "exchange_exchange_bindings", "basic.nack",
+		"consumer_cancel_notify", "connection.blocked", "consumer_priorities",
+		"authentication_failure_close", "per_consumer_qos", "direct_reply_to"} {
+		caps = append(caps, wire.Field{Key: k, Value: true})
+	}
+	start := &wire.ConnectionStart{
+		VersionMajor: 0, VersionMinor: 9,
+		ServerProperties: wire.Table{
+			{Key: "capabilities", Value: caps},
+			{Key: "cluster_name", Value: "sluice"},
+			{Key: "copyright", Value: "Sluice authors"},
+			{Key: "information", Value: "Sluice, a durable message broker speaking SQS and AMQP 0-9-1"},
+			{Key: "platform", Value: runtime.Version()},
+			{Key: "product", Value: o.Product},
+			{Key: "version", Value: "0.1.0"},
+		},
+		Mechanisms: "PLAIN AMQPLAIN", Locales: "en_US",
+	}
+	if c.send(0, start) != nil {
+		return false
+	}
+	m, ok := c.readHandshake()
+	if !ok {
+		return false
+	}
+	so, isStartOK := m.(*wire.ConnectionStartOK)
+	if !isStartOK {
+		return false
+	}
+	if caps, ok := so.ClientProperties.Get("capabilities"); ok {
+		if t, ok := caps.(wire.Table); ok {
+			c.capCancel = flagIn(t, "consumer_cancel_notify")
+			c.capBlocked = flagIn(t, "connection.blocked")
+			c.capAuth = flagIn(t, "authentication_failure_close")
+		}
+	}
+	if v, ok := so.ClientProperties.Get("connection_name"); ok {
+		if s, ok := asString(v); ok {
+			c.name = s + " (" + c.name + ")"
+		}
+	}
+	name, password, ok := credentials(so.Mechanism, so.Response)
+	var u *user
+	var authErr error
+	if !ok {
+		authErr = fmt.Errorf("unsupported mechanism or malformed response")
+	} else {
+		u, authErr = c.s.authenticate(name, password, c.nc.RemoteAddr())
+	}
+	if authErr != nil {
+		c.s.log.Warn("amqp: login refused", "conn", c.name, "user", name, "mechanism", so.Mechanism, "err", authErr)
+		if c.capAuth {
+			c.send(0, &wire.ConnectionClose{ReplyCode: wire.AccessRefused,
+				ReplyText: fmt.Sprintf("ACCESS_REFUSED - Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism)})
+		}
+		// Without authentication_failure_close the socket simply closes;
+		// amqp091-go reports that as ErrCredentials.
+		return false
+	}
+	c.user = u
+	hb := uint16(min(o.Heartbeat/time.Second, 65535))
+	if c.send(0, &wire.ConnectionTune{ChannelMax: o.ChannelMax, FrameMax: o.FrameMax, Heartbeat: hb}) != nil {
+		return false
+	}
+	if m, ok = c.readHandshake(); !ok {
+		return false
+	}
+	tune, isTune := m.(*wire.ConnectionTuneOK)
+	if !isTune {
+		return false
+	}
+	switch {
+	case tune.FrameMax == 0:
+		c.frameMax = o.FrameMax
+	case tune.FrameMax > o.FrameMax || tune.FrameMax < wire.FrameMinSize:
+		c.closeHandshake(errorf(wire.NotAllowed, "frame_max=%d outside the range %d-%d", tune.FrameMax, wire.FrameMinSize, o.FrameMax))
+		return false
+	default:
+		c.frameMax = tune.FrameMax
+	}
+	c.channelMax = o.ChannelMax
+	if tune.ChannelMax != 0 && tune.ChannelMax < c.channelMax {
+		c.channelMax = tune.ChannelMax
+	}
+	c.heartbeat = time.Duration(tune.Heartbeat) * time.Second
+	if m, ok = c.readHandshake(); !ok {
+		return false
+	}
+	open, isOpen := m.(*wire.ConnectionOpen)
+	if !isOpen {
+		return false
+	}
+	switch {
+	case !c.s.vhostExists(open.VirtualHost):
+		c.closeHandshake(hardErrorf(wire.NotAllowed, "vhost %s not found", open.VirtualHost))
+		return false
+	case c.user.perms[open.VirtualHost] == nil:
+		c.closeHandshake(hardErrorf(wire.NotAllowed, "access to vhost '%s' refused for user '%s'", open.VirtualHost, c.user.name))
+		return false
+	}
+	c.vhost = open.VirtualHost
+	if c.send(0, &wire.ConnectionOpenOK{}) != nil {
+		return false
+	}
+	c.nc.SetDeadline(time.Time{})
+	c.lastRead.Store(time.Now().UnixNano())
+	return true
+}
+
+func flagIn(t wire.Table, key string) bool {
+	v, _ := t.Get(key)
+	b, _ := v.(bool)
+	return b
+}
+
+// readHandshake reads the next method on channel 0, skipping heartbeats.
+func (c *conn) readHandshake() (wire.Method, bool) {
+	for {
+		f, err := wire.ReadFrame(c.r, c.frameMax)
+		if err != nil {
+			if code := wire.ReplyCodeFor(err); code != 0 {
+				c.closeHandshake(hardErrorf(code, "%v", err))
+			}
+			return nil, false
+		}
+		switch f.Type {
+		case wire.FrameHeartbeat:
+			continue
+		case wire.FrameMethod:
+			if f.Channel != 0 {
+				c.closeHandshake(hardErrorf(wire.CommandInvalid, "channel %d used before the connection was opened", f.Channel))
+				return nil, false
+			}
+			m, err := wire.ParseMethod(f.Payload)
+			if err != nil {
+				c.closeHandshake(hardErrorf(max(wire.ReplyCodeFor(err), wire.SyntaxError), "%v", err))
+				return nil, false
+			}
+			if cl, ok := m.(*wire.ConnectionClose); ok {
+				_ = cl
+				c.send(0, &wire.ConnectionCloseOK{})
+				return nil, false
+			}
+			return m, true
+		default:
+			c.closeHandshake(hardErrorf(wire.UnexpectedFrame, "expected method frame during the handshake"))
+			return nil, false
+		}
+	}
+}
+
+// closeHandshake sends connection.close during the handshake and waits
+// briefly for close-ok.
+func (c *conn) closeHandshake(e *amqpError) {
+	c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	for {
+		f, err := wire.ReadFrame(c.r, c.frameMax)
+		if err != nil {
+			return
+		}
+		if f.Type == wire.FrameMethod && f.Channel == 0 {
+			if m, err := wire.ParseMethod(f.Payload); err == nil {
+				if _, ok := m.(*wire.ConnectionCloseOK); ok {
+					return
+				}
+			}
+		}
+	}
+}
+
+// hardClose raises a connection exception from any goroutine: it sends
+// connection.close once; the reader then discards everything but
+// close-ok (and ends the connection when it arrives or after a timeout).
+func (c *conn) hardClose(e *amqpError) {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	c.s.log.Info("amqp: closing connection", "conn", c.name, "code", e.code, "text", e.text)
+	c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+}
+
+// forceClose is Server.Close's: close with e, wait briefly for the peer's
+// close-ok, then drop the socket.
+func (c *conn) forceClose(e *amqpError) {
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.hardClose(e)
+	select {
+	case <-c.done:
+	case <-time.After(closeTimeout):
+		c.nc.Close()
+		<-c.done
+	}
+}
+
+// loop reads frames until the connection ends.
+func (c *conn) loop() {
+	for {
+		f, err := wire.ReadFrame(c.r, c.frameMax)
+		if err != nil {
+			if code := wire.ReplyCodeFor(err); code != 0 && !c.closing.Load() {
+				c.hardClose(hardErrorf(code, "%v", err))
+				continue
+			}
+			if err != io.EOF && !c.closing.Load() {
+				c.s.log.Debug("amqp: connection read ended", "conn", c.name, "err", err)
+			}
+			return
+		}
+		c.lastRead.Store(time.Now().UnixNano())
+		if c.closing.Load() {
+			if f.Type == wire.FrameMethod && f.Channel == 0 {
+				if m, err := wire.ParseMethod(f.Payload); err == nil {
+					switch m.(type) {
+					case *wire.ConnectionCloseOK:
+						return
+					case *wire.ConnectionClose:
+						c.send(0, &wire.ConnectionCloseOK{})
+						return
+					}
+				}
+			}
+			continue
+		}
+		if f.Type == wire.FrameHeartbeat {
+			if f.Channel != 0 {
+				c.hardClose(hardErrorf(wire.FrameError, "heartbeat frame on channel %d", f.Channel))
+			}
+			continue
+		}
+		if f.Channel == 0 {
+			if !c.channelZero(f) {
+				return
+			}
+			continue
+		}
+		c.channelFrame(f)
+	}
+}
+
+// channelZero handles a frame on channel 0; false ends the connection.
+func (c *conn) channelZero(f wire.Frame) bool {
+	if f.Type != wire.FrameMethod {
+		c.hardClose(hardErrorf(wire.UnexpectedFrame, "content frame on channel 0"))
+		return true
+	}
+	m, err := wire.ParseMethod(f.Payload)
+	if err != nil {
+		c.hardClose(hardErrorf(wire.ReplyCodeFor(err), "%v", err))
+		return true
+	}
+	switch m := m.(type) {
+	case *wire.ConnectionClose:
+		c.s.log.Debug("amqp: client closed connection", "conn", c.name, "code", m.ReplyCode, "text", m.ReplyText)
+		c.send(0, &wire.ConnectionCloseOK{})
+		return false
+	case *wire.ConnectionCloseOK:
+		return false
+	case *wire.ConnectionBlocked, *wire.ConnectionUnblocked:
+		return true // clients may echo these; nothing to do
+	case *wire.ConnectionUpdateSecret:
+		if _, err := c.s.authenticate(c.user.name, m.NewSecret, c.nc.RemoteAddr()); err != nil {
+			c.hardClose(hardErrorf(wire.AccessRefused, "new secret was refused for user '%s'", c.user.name))
+			return true
+		}
+		c.send(0, &wire.ConnectionUpdateSecretOK{})
+		return true
+	default:
+		cl, id := m.IDs()
+		e := hardErrorf(wire.CommandInvalid, "unexpected method %s on channel 0", m.Name())
+		e.classID, e.methodID = cl, id
+		c.hardClose(e)
+		return true
+	}
+}
+
+// channelFrame routes a frame of a non-zero channel: opens channels,
+// assembles content (method, header, body frames) into commands and hands
+// them to the channel's goroutine.
+func (c *conn) channelFrame(f wire.Frame) {
+	c.chMu.Lock()
+	ch := c.channels[f.Channel]
+	c.chMu.Unlock()
+	if ch == nil {
+		if f.Type != wire.FrameMethod {
+			c.hardClose(hardErrorf(wire.ChannelError, "expected 'channel.open'"))
+			return
+		}
+		m, err := wire.ParseMethod(f.Payload)
+		if err != nil {
+			c.hardClose(hardErrorf(wire.ReplyCodeFor(err), "%v", err))
+			return
+		}
+		switch m.(type) {
+		case *wire.ChannelOpen:
+			if f.Channel > c.channelMax {
+				c.hardClose(hardErrorf(wire.NotAllowed, "channel number %d exceeds channel_max %d", f.Channel, c.channelMax))
+				return
+			}
+			c.openChannel(f.Channel)
+		case *wire.ChannelCloseOK:
+			// A late close-ok for a channel already freed: ignore.
+		default:
+			c.hardClose(hardErrorf(wire.ChannelError, "expected 'channel.open'"))
+		}
+		return
+	}
+	if ch.closing.Load() {
+		// After channel.close, only close-ok (or a crossing close)
+		// matters; every other frame is discarded.
+		if f.Type == wire.FrameMethod {
+			if m, err := wire.ParseMethod(f.Payload); err == nil {
+				switch m.(type) {
+				case *wire.ChannelCloseOK:
+					c.freeChannel(ch)
+				case *wire.ChannelClose:
+					c.freeChannel(ch)
+					c.send(ch.id, &wire.ChannelCloseOK{})
+				}
+			}
+		}
+		return
+	}
+	switch f.Type {
+	case wire.FrameMethod:
+		if ch.pending != nil {
+			c.hardClose(hardErrorf(wire.UnexpectedFrame, "expected content header for class 60, got non content header frame instead"))
+			return
+		}
+		m, err := wire.ParseMethod(f.Payload)
+		if err != nil {
+			c.hardClose(hardErrorf(wire.ReplyCodeFor(err), "%v", err))
+			return
+		}
+		cl, id := m.IDs()
+		if !wire.ReceivedByServer(cl, id) || cl == wire.ClassConnection {
+			e := hardErrorf(wire.CommandInvalid, "unexpected method %s", m.Name())
+			e.classID, e.methodID = cl, id
+			c.hardClose(e)
+			return
+		}
+		if _, ok := m.(*wire.ChannelOpen); ok {
+			e := hardErrorf(wire.ChannelError, "second 'channel.open' seen")
+			e.classID, e.methodID = cl, id
+			c.hardClose(e)
+			return
+		}
+		if m.HasContent() {
+			ch.pending = &command{m: m}
+			ch.expectHeader = true
+			return
+		}
+		c.deliverCommand(ch, &command{m: m})
+	case wire.FrameHeader:
+		if ch.pending == nil || !ch.expectHeader {
+			c.hardClose(hardErrorf(wire.UnexpectedFrame, "expected method frame, got non method frame instead"))
+			return
+		}
+		h, err := wire.ParseContentHeader(f.Payload)
+		if err != nil {
+			c.hardClose(hardErrorf(wire.ReplyCodeFor(err), "%v", err))
+			return
+		}
+		if h.ClassID != wire.ClassBasic {
+			c.hardClose(hardErrorf(wire.UnexpectedFrame, "content header for class %d after a basic method", h.ClassID))
+			return
+		}
+		ch.expectHeader = false
+		cmd := ch.pending
+		cmd.props = h.Properties
+		cmd.rawProps = f.Payload[12:]
+		if h.BodySize > maxBody {
+			// Refuse before buffering anything; the body frames that
+			// follow are discarded with the channel.
+			ch.pending = nil
+			ch.closing.Store(true)
+			c.deliverCommand(ch, &command{fail: errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", h.BodySize, maxBody)})
+			return
+		}
+		ch.remaining = h.BodySize
+		if h.BodySize == 0 {
+			ch.pending = nil
+			c.deliverCommand(ch, cmd)
+		}
+	case wire.FrameBody:
+		if ch.pending == nil || ch.expectHeader {
+			c.hardClose(hardErrorf(wire.UnexpectedFrame, "expected method frame, got non method frame instead"))
+			return
+		}
+		if uint64(len(f.Payload)) > ch.remaining {
+			c.hardClose(hardErrorf(wire.FrameError, "body frames larger than the body size in the content header"))
+			return
+		}
+		ch.pending.body = append(ch.pending.body, f.Payload...)
+		ch.remaining -= uint64(len(f.Payload))
+		if ch.remaining == 0 {
+			cmd := ch.pending
+			ch.pending = nil
+			c.deliverCommand(ch, cmd)
+		}
+	}
+}
+
+// deliverCommand hands cmd to the channel's goroutine; it blocks while
+// the channel's inbox is full (TCP back-pressure on a busy channel).
+func (c *conn) deliverCommand(ch *channel, cmd *command) {
+	select {
+	case ch.inbox <- cmd:
+		return
+	default:
+	}
+	c.readBusy.Store(true)
+	select {
+	case ch.inbox <- cmd:
+	case <-ch.quit:
+	}
+	c.readBusy.Store(false)
+	c.lastRead.Store(time.Now().UnixNano())
+}
+
+// keepalive sends heartbeats, detects a silent peer, enforces the
+// consumer timeout and reports engine storage failure with
+// connection.blocked.
+func (c *conn) keepalive() {
+	tick := time.Second
+	if c.heartbeat > 0 {
+		tick = min(tick, c.heartbeat/2)
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if c.heartbeat > 0 {
+			if now.Sub(time.Unix(0, c.lastWrite.Load())) >= c.heartbeat/2 {
+				c.write(func(w *bufio.Writer) error { return wire.WriteFrame(w, wire.Heartbeat()) })
+			}
+			if !c.readBusy.Load() && now.Sub(time.Unix(0, c.lastRead.Load())) > 2*c.heartbeat {
+				c.s.log.Warn("amqp: missed heartbeats from client", "conn", c.name, "timeout", c.heartbeat)
+				c.nc.Close()
+				return
+			}
+		}
+		c.checkConsumerTimeouts()
+		if c.capBlocked {
+			failed := c.s.eng.Failed() != nil
+			if failed && c.blocked.CompareAndSwap(false, true) {
+				c.send(0, &wire.ConnectionBlocked{Reason: "storage failed"})
+			}
+		}
+	}
+}
+
+func (c *conn) checkConsumerTimeouts() {
+	limit := c.s.opts.ConsumerTimeout
+	now := c.s.clk.Now()
+	c.chMu.Lock()
+	chans := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chans = append(chans, ch)
+	}
+	c.chMu.Unlock()
+	for _, ch := range chans {
+		if oldest, ok := ch.oldestUnacked(); ok && now.Sub(oldest) > limit {
+			ch.failAsync(errorf(wire.PreconditionFailed, "delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, limit.Milliseconds()))
+		}
+	}
+}
+
+// addExclusive and dropExclusive track the exclusive queues the
+// connection owns; they are deleted when it ends.
+func (c *conn) addExclusive(q *queue) {
+	c.chMu.Lock()
+	c.exclusive[q] = struct{}{}
+	c.chMu.Unlock()
+}
+
+func (c *conn) dropExclusive(q *queue) {
+	c.chMu.Lock()
+	delete(c.exclusive, q)
+	c.chMu.Unlock()
+}
+
+// cleanup runs when the connection has ended: every channel closes (its
+// consumers stop and its unacknowledged messages go back to their queues,
+// at their original position), then its exclusive queues are deleted.
+func (c *conn) cleanup() {
+	c.chMu.Lock()
+	chans := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chans = append(chans, ch)
+	}
+	c.channels = map[uint16]*channel{}
+	c.chMu.Unlock()
+	for _, ch := range chans {
+		ch.stop()
+	}
+	c.chMu.Lock()
+	excl := make([]*queue, 0, len(c.exclusive))
+	for q := range c.exclusive {
+		excl = append(excl, q)
+	}
+	c.exclusive = map[*queue]struct{}{}
+	c.chMu.Unlock()
+	if len(excl) == 0 {
+		return
+	}
+	c.s.adminMu.Lock()
+	defer c.s.adminMu.Unlock()
+	for _, q := range excl {
+		if _, err := c.s.deleteQueueLocked(q); err != nil {
+			c.s.log.Warn("amqp: cannot delete exclusive queue", "queue", q.name, "err", err)
+		}
+	}
+}

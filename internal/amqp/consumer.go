@@ -1,0 +1,239 @@
+package amqp
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// consumer is one basic.consume. Its goroutine (run) long-polls the engine
+// for as many messages as the prefetch limits allow (at most
+// engine.MaxBatch at a time) and writes them through the connection's
+// writer; it never touches the reader.
+type consumer struct {
+	ch        *channel
+	tag       string
+	q         *queue
+	noAck     bool
+	exclusive bool
+	prefetch  int // per-consumer limit; 0: unlimited
+
+	// Guarded by ch.mu.
+	used      int // unacked deliveries plus reserved credit
+	cancelled bool
+
+	ctx    context.Context
+	stop   context.CancelFunc
+	done   chan struct{}
+	engine string
+}
+
+func newConsumerTag() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return "amq.ctag-" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (cs *consumer) run() {
+	defer close(cs.done)
+	s := cs.ch.c.s
+	lease := leaseFor(s.opts.ConsumerTimeout)
+	for {
+		n, ok := cs.reserve()
+		if !ok {
+			return
+		}
+		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
+			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true})
+		cs.unreserve(n - len(ds))
+		if err != nil && len(ds) == 0 {
+			if cs.ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, engine.ErrQueueNotFound) {
+				// Deleted behind AMQP's back (over SQS): cancel.
+				cs.ch.serverCancel(cs)
+				return
+			}
+			if errors.Is(err, engine.ErrClosed) {
+				<-cs.ctx.Done()
+				return
+			}
+			s.log.Warn("amqp: consumer receive failed", "queue", cs.q.name, "err", err)
+			select {
+			case <-cs.ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		for i, d := range ds {
+			if !cs.ch.deliver(cs, d) {
+				cs.unreserve(len(ds) - i)
+				rest := make([]string, 0, len(ds)-i)
+				for _, r := range ds[i:] {
+					rest = append(rest, r.ReceiptHandle)
+				}
+				s.eng.Requeue(cs.engine, rest, true)
+				return
+			}
+		}
+	}
+}
+
+// reserve waits for prefetch credit and reserves up to MaxBatch of it.
+func (cs *consumer) reserve() (int, bool) {
+	ch := cs.ch
+	for {
+		ch.mu.Lock()
+		if cs.cancelled || ch.stopped {
+			ch.mu.Unlock()
+			return 0, false
+		}
+		n := engine.MaxBatch
+		if !cs.noAck {
+			if cs.prefetch > 0 {
+				n = min(n, cs.prefetch-cs.used)
+			}
+			if ch.prefetchGlobal > 0 {
+				n = min(n, ch.prefetchGlobal-ch.globalUsed)
+			}
+		}
+		if n > 0 {
+			if !cs.noAck {
+				cs.used += n
+				ch.globalUsed += n
+			}
+			ch.mu.Unlock()
+			return n, true
+		}
+		wait := ch.credit
+		ch.mu.Unlock()
+		select {
+		case <-wait:
+		case <-cs.ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// unreserve gives back credit that was reserved but not used.
+func (cs *consumer) unreserve(k int) {
+	if k <= 0 || cs.noAck {
+		return
+	}
+	ch := cs.ch
+	ch.mu.Lock()
+	cs.used = max(cs.used-k, 0)
+	ch.globalUsed = max(ch.globalUsed-k, 0)
+	ch.signalLocked()
+	ch.mu.Unlock()
+}
+
+// deliver writes basic.deliver for d; false if the consumer or channel has
+// stopped (the caller requeues).
+func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
+	c := ch.c
+	exchange, key, props := deliveryContent(&d, cs.q.name)
+	ch.mu.Lock()
+	if cs.cancelled || ch.stopped || ch.closing.Load() {
+		ch.mu.Unlock()
+		return false
+	}
+	ch.nextTag++
+	tag := ch.nextTag
+	if !cs.noAck {
+		ch.unacked[tag] = &unacked{tag: tag, queue: cs.engine, handle: d.ReceiptHandle, consumer: cs, delivered: c.s.clk.Now()}
+	}
+	m := &wire.BasicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key}
+	err := c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, m, props, d.Body) })
+	ch.mu.Unlock()
+	if cs.noAck {
+		if err != nil {
+			c.s.eng.Requeue(cs.engine, []string{d.ReceiptHandle}, true)
+		} else {
+			c.s.eng.Delete(cs.engine, []string{d.ReceiptHandle})
+		}
+	}
+	return err == nil
+}
+
+// deliveryContent returns the exchange, routing key and property bytes a
+// delivery goes out with. AMQP-published messages carry them in their
+// envelope; a redelivery adds x-delivery-count (the number of earlier
+// deliveries), absent on the first. Messages sent over SQS get properties
+// from their attributes (see interop.go).
+func deliveryContent(d *engine.Delivery, queueName string) (exchange, key string, props []byte) {
+	env, err := decodeEnvelope(d.Envelope)
+	if err != nil {
+		p := propsFromSQS(d)
+		raw, _ := encodeProps(&p)
+		return "", queueName, raw
+	}
+	props = env.props
+	if d.ReceiveCount > 1 {
+		if p, err := parseProps(props); err == nil {
+			p.Headers = p.Headers.Set("x-delivery-count", int64(d.ReceiveCount-1))
+			if raw, err := encodeProps(&p); err == nil {
+				props = raw
+			}
+		}
+	}
+	return env.exchange, env.routingKey(), props
+}
+
+// serverCancel cancels a consumer from the broker's side (its queue was
+// deleted) and tells a client that supports consumer_cancel_notify.
+func (ch *channel) serverCancel(cs *consumer) {
+	ch.mu.Lock()
+	if cs.cancelled {
+		ch.mu.Unlock()
+		return
+	}
+	cs.cancelled = true
+	if ch.consumers[cs.tag] == cs {
+		delete(ch.consumers, cs.tag)
+	}
+	ch.signalLocked()
+	ch.mu.Unlock()
+	cs.stop()
+	if ch.c.capCancel && !ch.closing.Load() {
+		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+	}
+}
+
+// removeConsumer unregisters a stopped consumer from its queue; an
+// auto-delete queue whose last consumer went is deleted.
+func (s *Server) removeConsumer(cs *consumer) {
+	q := cs.q
+	t := s.topo
+	t.mu.Lock()
+	delete(q.consumers, cs)
+	if q.exclusiveBy == cs {
+		q.exclusiveBy = nil
+	}
+	q.lastUsed = s.clk.Now()
+	doomed := q.autoDelete && q.hadConsumer && len(q.consumers) == 0 && !q.deleted
+	t.mu.Unlock()
+	if doomed {
+		s.adminMu.Lock()
+		t.mu.RLock()
+		still := len(q.consumers) == 0 && !q.deleted
+		t.mu.RUnlock()
+		if still {
+			if _, err := s.deleteQueueLocked(q); err != nil {
+				s.log.Warn("amqp: cannot delete auto-delete queue", "queue", q.name, "err", err)
+			}
+		}
+		s.adminMu.Unlock()
+	}
+	if q.settings.expires > 0 {
+		s.wake()
+	}
+}

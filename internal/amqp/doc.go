@@ -1,0 +1,50 @@
+// Package amqp is Sluice's AMQP 0-9-1 front-end: RabbitMQ clients
+// (amqp091-go, amqplib, pika) talk to the engine's queues through it. The
+// wire format lives in package wire; this package holds the connection and
+// channel state machines, the exchange/binding model (Topology), consumers
+// and RabbitMQ's dead-lettering. docs/amqp-compat.md lists what is
+// supported and how it differs from RabbitMQ.
+//
+// # Model
+//
+// An AMQP queue is an engine queue: queue N of vhost "/" is engine queue
+// N, shared with SQS; other vhosts use "amq.vhost/<vhost>/<N>" (see
+// engineName). Exchanges, bindings and queue arguments are kept by the
+// Topology and persisted as engine metadata (namespaces amqp.exchange,
+// amqp.queue, amqp.binding). Every message is stored with an envelope
+// (envelope.go) holding its exchange, routing keys and content-header
+// property bytes exactly as received, so header tables round-trip tag for
+// tag. Every message is persisted (delivery-mode is kept, not acted on).
+//
+// Acks are engine deletes, nack/reject with requeue are engine requeues to
+// the original position, reject without requeue is a terminal failure
+// (dead-lettered through the Topology, which implements
+// engine.DeadLetterRouter). A publish is confirmed when engine.Send
+// returns, which means it is on disk.
+//
+// # Goroutines
+//
+//	Server.Serve          one per listener: accepts, starts a connection
+//	Server.runExpiry      one: deletes queues whose x-expires ran out (server clock)
+//	conn.serve            one per connection: handshake, then the reader; it
+//	                      assembles content frames into commands and hands
+//	                      them to channel inboxes; handles channel 0 itself
+//	conn.keepalive        one per connection: heartbeats (wall clock), missed
+//	                      heartbeat detection, consumer timeouts, connection.blocked
+//	channel.run           one per open channel: executes its commands in order
+//	                      (declares, publishes and confirms, acks, gets)
+//	consumer.run          one per basic.consume: long-polls engine.Receive
+//	                      for up to the prefetch credit and writes deliveries
+//
+// Writers share a connection's socket through conn.write, which writes
+// whole frame sequences under conn.wmu. The reader never waits for a
+// consumer; it waits only when a channel's inbox is full (back-pressure).
+//
+// # Locks
+//
+// Order: Server.adminMu → channel.mu → conn.wmu. Topology.mu is a leaf:
+// nothing is called while holding it, in particular not the engine, which
+// calls RouteDeadLetter (taking Topology.mu) with a queue lock held.
+// conn.chMu guards a connection's channel and exclusive-queue maps and is
+// never held across another lock.
+package amqp

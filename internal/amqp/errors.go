@@ -1,0 +1,61 @@
+package amqp
+
+import (
+	"fmt"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+)
+
+// amqpError is a protocol exception: a reply code, RabbitMQ's reply text
+// (which starts with the code's name, "NOT_FOUND - …") and the method that
+// caused it. Whether it closes the channel or the connection follows from
+// the code (wire.IsHardError), except where RabbitMQ raises a soft code as a
+// connection error; hard forces that.
+type amqpError struct {
+	code     uint16
+	text     string
+	classID  uint16
+	methodID uint16
+	hard     bool
+}
+
+func (e *amqpError) Error() string { return e.text }
+
+// isHard reports whether the error closes the connection.
+func (e *amqpError) isHard() bool { return e.hard || wire.IsHardError(e.code) }
+
+// errorf builds an exception whose text is "<NAME> - <formatted>", as
+// RabbitMQ writes them.
+func errorf(code uint16, format string, args ...any) *amqpError {
+	return &amqpError{code: code, text: wire.ReplyText(code) + " - " + fmt.Sprintf(format, args...)}
+}
+
+// hardErrorf is errorf for a soft code that RabbitMQ raises on the
+// connection (for example 403 during login or 530 at connection.open).
+func hardErrorf(code uint16, format string, args ...any) *amqpError {
+	e := errorf(code, format, args...)
+	e.hard = true
+	return e
+}
+
+// rs renders a resource the way RabbitMQ's messages name it:
+// "queue 'orders' in vhost '/'".
+func rs(kind, name, vhost string) string {
+	return fmt.Sprintf("%s '%s' in vhost '%s'", kind, name, vhost)
+}
+
+func errNoQueue(vhost, name string) *amqpError {
+	return errorf(wire.NotFound, "no %s", rs("queue", name, vhost))
+}
+
+func errNoExchange(vhost, name string) *amqpError {
+	return errorf(wire.NotFound, "no %s", rs("exchange", name, vhost))
+}
+
+func errLocked(vhost, name string) *amqpError {
+	return errorf(wire.ResourceLocked, "cannot obtain exclusive access to locked %s. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", rs("queue", name, vhost))
+}
+
+func errUnknownTag(tag uint64) *amqpError {
+	return errorf(wire.PreconditionFailed, "unknown delivery tag %d", tag)
+}

@@ -1,0 +1,196 @@
+package amqp
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store/memstore"
+)
+
+// broker is a real Sluice AMQP listener on 127.0.0.1:0 over an engine on
+// a memstore, which restart closes and reopens with the same store.
+type broker struct {
+	t    *testing.T
+	st   *memstore.Store
+	clk  clock.Clock
+	fake *clock.Fake
+	opts Options
+	eng  *engine.Engine
+	srv  *Server
+	ln   net.Listener
+	url  string
+	errc chan error
+}
+
+type brokerOpt func(*broker)
+
+func withFakeClock() brokerOpt {
+	return func(b *broker) {
+		b.fake = clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		b.clk = b.fake
+	}
+}
+
+func withOptions(o Options) brokerOpt { return func(b *broker) { b.opts = o } }
+
+func startBroker(t *testing.T, opts ...brokerOpt) *broker {
+	t.Helper()
+	b := &broker{t: t, st: memstore.New(), clk: clock.Real{}}
+	for _, o := range opts {
+		o(b)
+	}
+	b.start()
+	t.Cleanup(b.stop)
+	return b
+}
+
+func (b *broker) start() {
+	b.t.Helper()
+	topo := NewTopology()
+	eng, err := engine.Open(engine.Options{Store: b.st, Clock: b.clk, DeadLetterRouter: topo})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	o := b.opts
+	o.Clock = b.clk
+	srv, err := New(eng, topo, o)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.eng, b.srv, b.ln = eng, srv, ln
+	b.url = "amqp://guest:guest@" + ln.Addr().String() + "/"
+	b.errc = make(chan error, 1)
+	go func() { b.errc <- srv.Serve(ln) }()
+}
+
+func (b *broker) stop() {
+	if b.srv == nil {
+		return
+	}
+	b.srv.Close()
+	if err := <-b.errc; err != nil {
+		b.t.Errorf("Serve: %v", err)
+	}
+	b.eng.Close()
+	b.srv = nil
+}
+
+// restart closes server and engine and opens both again over the same
+// store.
+func (b *broker) restart() {
+	b.stop()
+	b.start()
+}
+
+func (b *broker) dial() *amqp091.Connection {
+	b.t.Helper()
+	c, err := amqp091.Dial(b.url)
+	if err != nil {
+		b.t.Fatalf("dial: %v", err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (b *broker) channel() (*amqp091.Connection, *amqp091.Channel) {
+	b.t.Helper()
+	c := b.dial()
+	ch, err := c.Channel()
+	if err != nil {
+		b.t.Fatalf("channel: %v", err)
+	}
+	return c, ch
+}
+
+// advance moves the fake clock in small steps with tiny real pauses, so
+// the engine's scheduler and the consumers run between steps.
+func (b *broker) advance(d time.Duration) {
+	step := d / 10
+	if step == 0 {
+		step = d
+	}
+	for moved := time.Duration(0); moved < d; moved += step {
+		b.fake.Advance(min(step, d-moved))
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// eventually polls cond until it holds or 5 seconds pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recv(t *testing.T, c <-chan amqp091.Delivery) amqp091.Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-c:
+		if !ok {
+			t.Fatal("delivery channel closed")
+		}
+		return d
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery within 5s")
+	}
+	return amqp091.Delivery{}
+}
+
+func noDelivery(t *testing.T, c <-chan amqp091.Delivery, wait time.Duration) {
+	t.Helper()
+	select {
+	case d := <-c:
+		t.Fatalf("unexpected delivery %q", d.Body)
+	case <-time.After(wait):
+	}
+}
+
+func publish(t *testing.T, ch *amqp091.Channel, exchange, key string, body string) {
+	t.Helper()
+	must(t, ch.PublishWithContext(context.Background(), exchange, key, false, false, amqp091.Publishing{Body: []byte(body)}))
+}
+
+// getBody polls basic.get until a message arrives.
+func getOne(t *testing.T, ch *amqp091.Channel, q string) amqp091.Delivery {
+	t.Helper()
+	var d amqp091.Delivery
+	eventually(t, "a message on "+q, func() bool {
+		var ok bool
+		var err error
+		d, ok, err = ch.Get(q, false)
+		must(t, err)
+		return ok
+	})
+	return d
+}
+
+func amqpErr(t *testing.T, err error) *amqp091.Error {
+	t.Helper()
+	e, ok := err.(*amqp091.Error)
+	if !ok {
+		t.Fatalf("error %v (%T) is not an *amqp091.Error", err, err)
+	}
+	return e
+}

@@ -1,0 +1,647 @@
+package amqp
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strings"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// Topology operations. Each takes Server.adminMu for its whole length, so
+// the in-memory change, the metadata write and the engine call happen in
+// one order for all connections; Topology.mu is held only around memory.
+
+func errDefaultExchange() *amqpError {
+	return errorf(wire.AccessRefused, "operation not permitted on the default exchange")
+}
+
+// storageError turns an engine failure into 541 INTERNAL_ERROR.
+func storageError(err error) *amqpError {
+	return hardErrorf(wire.InternalError, "%v", err)
+}
+
+// persist writes or deletes metadata records after a topology change.
+type metaOp struct {
+	ns, key string
+	val     []byte // nil: delete
+}
+
+func (s *Server) applyMeta(ops []metaOp) error {
+	for _, op := range ops {
+		var err error
+		if op.val == nil {
+			err = s.eng.DeleteMeta(op.ns, op.key)
+		} else {
+			err = s.eng.PutMeta(op.ns, op.key, op.val)
+		}
+		if err != nil {
+			return storageError(err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) declareExchange(c *conn, m *wire.ExchangeDeclare) error {
+	vh := c.vhost
+	if m.Exchange == "" {
+		return errDefaultExchange()
+	}
+	if err := c.user.check(vh, permConfigure, "exchange", m.Exchange); err != nil {
+		return err
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	t := s.topo
+	t.mu.RLock()
+	x := t.vhosts[vh].exchanges[m.Exchange]
+	t.mu.RUnlock()
+	if m.Passive {
+		if x == nil {
+			return errNoExchange(vh, m.Exchange)
+		}
+		return nil
+	}
+	if !validKind(m.Type) {
+		return hardErrorf(wire.CommandInvalid, "invalid exchange type '%s'", m.Type)
+	}
+	if x != nil {
+		if err := checkExchangeEquivalent(vh, x, m); err != nil {
+			return err
+		}
+		return nil
+	}
+	if strings.HasPrefix(m.Exchange, "amq.") {
+		return errorf(wire.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", m.Exchange)
+	}
+	x = &exchange{name: m.Exchange, kind: m.Type, durable: m.Durable, autoDelete: m.AutoDelete, internal: m.Internal, args: m.Arguments}
+	if x.durable {
+		if err := s.applyMeta([]metaOp{{metaExchanges, metaKey(vh, x.name), exchangeRecord(vh, x)}}); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	t.vhosts[vh].exchanges[x.name] = x
+	t.mu.Unlock()
+	return nil
+}
+
+func isBuiltin(name string) bool {
+	for _, b := range builtinExchanges {
+		if b.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) deleteExchange(c *conn, m *wire.ExchangeDelete) error {
+	vh := c.vhost
+	if m.Exchange == "" {
+		return errDefaultExchange()
+	}
+	if err := c.user.check(vh, permConfigure, "exchange", m.Exchange); err != nil {
+		return err
+	}
+	if isBuiltin(m.Exchange) {
+		return errorf(wire.AccessRefused, "operation not permitted on %s", rs("exchange", m.Exchange, vh))
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	t := s.topo
+	t.mu.RLock()
+	x := t.vhosts[vh].exchanges[m.Exchange]
+	inUse := x != nil && len(x.bindings) > 0
+	t.mu.RUnlock()
+	if x == nil {
+		return nil // RabbitMQ: deleting a missing exchange succeeds
+	}
+	if m.IfUnused && inUse {
+		return errorf(wire.PreconditionFailed, "%s in use", rs("exchange", m.Exchange, vh))
+	}
+	return s.deleteExchangeLocked(vh, x)
+}
+
+// deleteExchangeLocked removes x and every binding from or to it; the
+// caller holds adminMu.
+func (s *Server) deleteExchangeLocked(vh string, x *exchange) error {
+	t := s.topo
+	var ops []metaOp
+	t.mu.Lock()
+	v := t.vhosts[vh]
+	if v.exchanges[x.name] != x {
+		t.mu.Unlock()
+		return nil
+	}
+	delete(v.exchanges, x.name)
+	gone := append([]*binding(nil), x.bindings...)
+	gone = append(gone, v.bindingsToLocked(x.name, false)...)
+	var emptied []*exchange
+	for _, b := range gone {
+		v.removeBindingLocked(b)
+		ops = append(ops, metaOp{metaBindings, bindingKey(vh, b), nil})
+		if src := v.exchanges[b.source]; src != nil && src.autoDelete && len(src.bindings) == 0 {
+			emptied = append(emptied, src)
+		}
+	}
+	x.bindings = nil
+	t.mu.Unlock()
+	if x.durable {
+		ops = append(ops, metaOp{metaExchanges, metaKey(vh, x.name), nil})
+	}
+	if err := s.applyMeta(ops); err != nil {
+		return err
+	}
+	for _, e := range emptied {
+		if err := s.deleteExchangeLocked(vh, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bind adds a binding from source to a queue or exchange.
+func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, args wire.Table) error {
+	vh := c.vhost
+	destKind := "exchange"
+	if toQueue {
+		destKind = "queue"
+	}
+	if source == "" || (!toQueue && dest == "") {
+		return errDefaultExchange()
+	}
+	if err := c.user.check(vh, permWrite, destKind, dest); err != nil {
+		return err
+	}
+	if err := c.user.check(vh, permRead, "exchange", source); err != nil {
+		return err
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	if toQueue {
+		if _, err := s.findQueue(c, dest); err != nil {
+			return err
+		}
+	}
+	t := s.topo
+	t.mu.Lock()
+	v := t.vhosts[vh]
+	src := v.exchanges[source]
+	if src == nil {
+		t.mu.Unlock()
+		return errNoExchange(vh, source)
+	}
+	var durable bool
+	if toQueue {
+		q := v.queues[dest]
+		if q == nil {
+			t.mu.Unlock()
+			return errNoQueue(vh, dest)
+		}
+		durable = q.durable && !q.exclusive
+	} else {
+		d := v.exchanges[dest]
+		if d == nil {
+			t.mu.Unlock()
+			return errNoExchange(vh, dest)
+		}
+		durable = d.durable
+	}
+	durable = durable && src.durable
+	b := newBinding(source, dest, toQueue, key, args)
+	for _, o := range src.bindings {
+		if o.same(b) {
+			t.mu.Unlock()
+			return nil
+		}
+	}
+	src.bindings = append(src.bindings, b)
+	t.mu.Unlock()
+	if durable {
+		return s.applyMeta([]metaOp{{metaBindings, bindingKey(vh, b), bindingRecord(vh, b)}})
+	}
+	return nil
+}
+
+// unbind removes a binding; a missing binding is not an error (RabbitMQ),
+// a missing queue or exchange is 404.
+func (s *Server) unbind(c *conn, source, dest string, toQueue bool, key string, args wire.Table) error {
+	vh := c.vhost
+	destKind := "exchange"
+	if toQueue {
+		destKind = "queue"
+	}
+	if source == "" || (!toQueue && dest == "") {
+		return errDefaultExchange()
+	}
+	if err := c.user.check(vh, permWrite, destKind, dest); err != nil {
+		return err
+	}
+	if err := c.user.check(vh, permRead, "exchange", source); err != nil {
+		return err
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	if toQueue {
+		if _, err := s.findQueue(c, dest); err != nil {
+			return err
+		}
+	}
+	t := s.topo
+	t.mu.Lock()
+	v := t.vhosts[vh]
+	src := v.exchanges[source]
+	if src == nil {
+		t.mu.Unlock()
+		return errNoExchange(vh, source)
+	}
+	if !toQueue && v.exchanges[dest] == nil {
+		t.mu.Unlock()
+		return errNoExchange(vh, dest)
+	}
+	b := newBinding(source, dest, toQueue, key, args)
+	found := false
+	for _, o := range src.bindings {
+		if o.same(b) {
+			found = true
+		}
+	}
+	v.removeBindingLocked(b)
+	emptied := found && src.autoDelete && len(src.bindings) == 0
+	t.mu.Unlock()
+	if !found {
+		return nil
+	}
+	if err := s.applyMeta([]metaOp{{metaBindings, bindingKey(vh, b), nil}}); err != nil {
+		return err
+	}
+	if emptied {
+		return s.deleteExchangeLocked(vh, src)
+	}
+	return nil
+}
+
+// findQueue returns the named queue of c's vhost, checking exclusive
+// ownership (405). A queue of "/" that exists only in the engine (made
+// over SQS) is adopted: AMQP and SQS share it.
+func (s *Server) findQueue(c *conn, name string) (*queue, error) {
+	vh := c.vhost
+	t := s.topo
+	t.mu.RLock()
+	q := t.vhosts[vh].queues[name]
+	t.mu.RUnlock()
+	if q == nil {
+		var err error
+		if q, err = s.adopt(vh, name); err != nil {
+			return nil, err
+		}
+	}
+	if q.exclusive && q.owner != c {
+		return nil, errLocked(vh, name)
+	}
+	return q, nil
+}
+
+// adopt registers an engine queue of vhost "/" that AMQP has not declared
+// (an SQS queue) as a durable AMQP queue without arguments. It is kept in
+// memory only: SQS owns it.
+func (s *Server) adopt(vh, name string) (*queue, error) {
+	if vh != "/" || strings.HasPrefix(name, "amq.") {
+		return nil, errNoQueue(vh, name)
+	}
+	cfg, err := s.eng.Config(name)
+	if err != nil {
+		return nil, errNoQueue(vh, name)
+	}
+	t := s.topo
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.retired[name] {
+		return nil, errNoQueue(vh, name)
+	}
+	if cfg.FIFO {
+		return nil, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
+	}
+	v := t.vhostLocked(vh)
+	if q := v.queues[name]; q != nil {
+		return q, nil
+	}
+	st, _ := parseQueueArgs(vh, name, nil)
+	q := &queue{vhost: vh, name: name, engine: name, durable: true, settings: st,
+		consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+	v.queues[name] = q
+	t.byEngine[name] = q
+	return q, nil
+}
+
+// newQueueName returns a server-generated queue name.
+func newQueueName() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return "amq.gen-" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// declareQueue implements queue.declare and returns the queue's name and
+// counts for declare-ok.
+func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, error) {
+	vh := c.vhost
+	name := m.Queue
+	if name == "" && !m.Passive {
+		name = newQueueName()
+	} else if strings.HasPrefix(name, "amq.") && !m.Passive && !strings.HasPrefix(name, "amq.gen-") {
+		return "", 0, 0, errorf(wire.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
+	}
+	if err := c.user.check(vh, permConfigure, "queue", name); err != nil {
+		return "", 0, 0, err
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	t := s.topo
+	if m.Passive {
+		q, err := s.findQueue(c, name)
+		if err != nil {
+			return "", 0, 0, err
+		}
+		return s.queueCounts(q)
+	}
+	t.mu.RLock()
+	q := t.vhosts[vh].queues[name]
+	t.mu.RUnlock()
+	if q == nil && vh == "/" {
+		// An SQS queue of that name: adopt it, then compare as usual.
+		if cfg, err := s.eng.Config(name); err == nil && !s.isRetired(name) {
+			if cfg.FIFO {
+				return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
+			}
+			return s.adoptDeclared(c, m, name)
+		}
+	}
+	if q != nil {
+		if q.exclusive && q.owner != c || m.Exclusive && !q.exclusive {
+			return "", 0, 0, errLocked(vh, name)
+		}
+		if err := checkQueueEquivalent(q, m.Durable, m.AutoDelete, m.Arguments); err != nil {
+			return "", 0, 0, err
+		}
+		t.mu.Lock()
+		q.lastUsed = s.clk.Now()
+		t.mu.Unlock()
+		return s.queueCounts(q)
+	}
+	st, aerr := parseQueueArgs(vh, name, m.Arguments)
+	if aerr != nil {
+		return "", 0, 0, aerr
+	}
+	q = &queue{vhost: vh, name: name, engine: engineName(vh, name), durable: m.Durable,
+		exclusive: m.Exclusive, autoDelete: m.AutoDelete, args: m.Arguments, settings: st,
+		consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+	if q.exclusive {
+		q.owner = c
+	}
+	// The record goes first: after a crash a non-durable queue's record
+	// is what lets the next start delete its engine queue.
+	if err := s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), queueRecord(q, false)}}); err != nil {
+		return "", 0, 0, err
+	}
+	cfg := engineConfig(st, s.opts.ConsumerTimeout)
+	if s.isRetired(q.engine) {
+		if err := s.revive(q.engine, cfg); err != nil {
+			return "", 0, 0, err
+		}
+	} else if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); err != nil {
+		return "", 0, 0, storageError(err)
+	}
+	t.mu.Lock()
+	t.vhosts[vh].queues[name] = q
+	t.byEngine[q.engine] = q
+	delete(t.retired, q.engine)
+	t.mu.Unlock()
+	if q.exclusive {
+		c.addExclusive(q)
+	}
+	if st.expires > 0 {
+		s.wake()
+	}
+	return name, 0, 0, nil
+}
+
+// adoptDeclared is queue.declare of a name that exists only as an SQS
+// queue: it becomes an AMQP queue too, its AMQP arguments applied to the
+// engine configuration (TTL, length limits, dead-lettering) and recorded.
+func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (string, int, int, error) {
+	st, aerr := parseQueueArgs("/", name, m.Arguments)
+	if aerr != nil {
+		return "", 0, 0, aerr
+	}
+	q := &queue{vhost: "/", name: name, engine: name, durable: m.Durable, autoDelete: m.AutoDelete,
+		args: m.Arguments, settings: st, consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+	if len(m.Arguments) > 0 {
+		want := engineConfig(st, s.opts.ConsumerTimeout)
+		err := s.eng.UpdateQueue(name, func(cfg *engine.QueueConfig) error {
+			cfg.MessageTTL, cfg.HasMessageTTL = want.MessageTTL, want.HasMessageTTL
+			cfg.MaxLength, cfg.MaxLengthBytes, cfg.Overflow = want.MaxLength, want.MaxLengthBytes, want.Overflow
+			if want.DeadLetter != nil {
+				cfg.DeadLetter = want.DeadLetter
+			}
+			return nil
+		})
+		if err != nil {
+			return "", 0, 0, storageError(err)
+		}
+	}
+	if err := s.applyMeta([]metaOp{{metaQueues, metaKey("/", name), queueRecord(q, false)}}); err != nil {
+		return "", 0, 0, err
+	}
+	t := s.topo
+	t.mu.Lock()
+	v := t.vhostLocked("/")
+	if old := v.queues[name]; old != nil {
+		t.mu.Unlock()
+		return s.queueCounts(old)
+	}
+	v.queues[name] = q
+	t.byEngine[name] = q
+	t.mu.Unlock()
+	return s.queueCounts(q)
+}
+
+func (s *Server) isRetired(engineName string) bool {
+	s.topo.mu.RLock()
+	defer s.topo.mu.RUnlock()
+	return s.topo.retired[engineName]
+}
+
+// revive gives a retired engine queue a new configuration and empties it.
+func (s *Server) revive(name string, cfg engine.QueueConfig) error {
+	if _, err := s.eng.DeleteMatching(name, engine.Filter{}); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		return storageError(err)
+	}
+	err := s.eng.UpdateQueue(name, func(c *engine.QueueConfig) error { *c = cfg; return nil })
+	if errors.Is(err, engine.ErrQueueNotFound) {
+		_, _, err = s.eng.CreateQueue(name, cfg, nil)
+	}
+	if err != nil {
+		return storageError(err)
+	}
+	return nil
+}
+
+// queueCounts returns a queue's name, ready messages and consumers.
+func (s *Server) queueCounts(q *queue) (string, int, int, error) {
+	info, err := s.eng.GetQueue(q.engine)
+	if err != nil {
+		return "", 0, 0, errNoQueue(q.vhost, q.name)
+	}
+	s.topo.mu.RLock()
+	n := len(q.consumers)
+	s.topo.mu.RUnlock()
+	return q.name, info.Visible + info.Delayed, n, nil
+}
+
+// deleteQueue implements queue.delete.
+func (s *Server) deleteQueue(c *conn, m *wire.QueueDelete) (int, error) {
+	vh := c.vhost
+	if err := c.user.check(vh, permConfigure, "queue", m.Queue); err != nil {
+		return 0, err
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	q, err := s.findQueue(c, m.Queue)
+	var ae *amqpError
+	if errors.As(err, &ae) && ae.code == wire.NotFound {
+		return 0, nil // RabbitMQ: deleting a missing queue succeeds
+	} else if err != nil {
+		return 0, err
+	}
+	_, ready, consumers, err := s.queueCounts(q)
+	if err != nil {
+		return 0, nil
+	}
+	if m.IfUnused && consumers > 0 {
+		return 0, errorf(wire.PreconditionFailed, "%s in use", rs("queue", q.name, vh))
+	}
+	if m.IfEmpty && ready > 0 {
+		return 0, errorf(wire.PreconditionFailed, "%s not empty", rs("queue", q.name, vh))
+	}
+	return s.deleteQueueLocked(q)
+}
+
+// deleteQueueLocked deletes q: its consumers get basic.cancel, its
+// bindings go, and its engine queue is deleted, or retired (emptied, kept
+// for a redeclare) when its name may be declared again within the
+// engine's NameReuseDelay. It returns the number of ready messages
+// deleted. The caller holds adminMu.
+func (s *Server) deleteQueueLocked(q *queue) (int, error) {
+	t := s.topo
+	t.mu.Lock()
+	if q.deleted {
+		t.mu.Unlock()
+		return 0, nil
+	}
+	q.deleted = true
+	v := t.vhosts[q.vhost]
+	if v.queues[q.name] == q {
+		delete(v.queues, q.name)
+	}
+	if t.byEngine[q.engine] == q {
+		delete(t.byEngine, q.engine)
+	}
+	var ops []metaOp
+	var emptied []*exchange
+	for _, b := range v.bindingsToLocked(q.name, true) {
+		v.removeBindingLocked(b)
+		ops = append(ops, metaOp{metaBindings, bindingKey(q.vhost, b), nil})
+		if src := v.exchanges[b.source]; src != nil && src.autoDelete && len(src.bindings) == 0 {
+			emptied = append(emptied, src)
+		}
+	}
+	consumers := make([]*consumer, 0, len(q.consumers))
+	for cs := range q.consumers {
+		consumers = append(consumers, cs)
+	}
+	q.consumers = map[*consumer]struct{}{}
+	q.exclusiveBy = nil
+	retire := !strings.HasPrefix(q.name, "amq.gen-")
+	if retire {
+		t.retired[q.engine] = true
+	}
+	t.mu.Unlock()
+	for _, cs := range consumers {
+		cs.ch.serverCancel(cs)
+	}
+	if q.owner != nil {
+		q.owner.dropExclusive(q)
+	}
+	n := 0
+	if info, err := s.eng.GetQueue(q.engine); err == nil {
+		n = info.Visible + info.Delayed
+	}
+	if retire {
+		ops = append(ops, metaOp{metaQueues, metaKey(q.vhost, q.name), queueRecord(q, true)})
+		if _, err := s.eng.DeleteMatching(q.engine, engine.Filter{}); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			return 0, storageError(err)
+		}
+		err := s.eng.UpdateQueue(q.engine, func(c *engine.QueueConfig) error {
+			c.DeadLetter, c.HasMessageTTL, c.MaxLength, c.MaxLengthBytes = nil, false, 0, 0
+			return nil
+		})
+		if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			return 0, storageError(err)
+		}
+	} else {
+		ops = append(ops, metaOp{metaQueues, metaKey(q.vhost, q.name), nil})
+		if err := s.eng.DeleteQueue(q.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			return 0, storageError(err)
+		}
+	}
+	if err := s.applyMeta(ops); err != nil {
+		return 0, err
+	}
+	for _, x := range emptied {
+		if err := s.deleteExchangeLocked(q.vhost, x); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// purgeQueue removes a queue's ready messages (not those delivered and
+// unacknowledged) and returns how many.
+func (s *Server) purgeQueue(c *conn, name string) (int, error) {
+	if err := c.user.check(c.vhost, permRead, "queue", name); err != nil {
+		return 0, err
+	}
+	q, err := s.findQueue(c, name)
+	if err != nil {
+		return 0, err
+	}
+	// engine.PurgeQueue also drops in-flight messages and refuses a second
+	// purge within a minute (SQS); AMQP purges ready messages, any time.
+	var ids []string
+	var cursor uint64
+	for {
+		page, err := s.eng.Browse(q.engine, engine.Filter{}, cursor, 1000)
+		if err != nil {
+			return 0, errNoQueue(q.vhost, q.name)
+		}
+		for _, m := range page.Messages {
+			if m.State != "inflight" {
+				ids = append(ids, m.MessageID)
+			}
+		}
+		if page.Next == 0 {
+			break
+		}
+		cursor = page.Next
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := s.eng.DeleteMatching(q.engine, engine.Filter{MessageIDs: ids})
+	if err != nil {
+		return 0, storageError(err)
+	}
+	return n, nil
+}

@@ -1,0 +1,158 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// Defaults, as RabbitMQ's.
+const (
+	DefaultFrameMax        = 131072
+	DefaultChannelMax      = 2047
+	DefaultHeartbeat       = 60 * time.Second
+	DefaultConsumerTimeout = 30 * time.Minute
+	// DefaultProduct is the product name in connection.start's
+	// server-properties.
+	DefaultProduct = "Sluice"
+)
+
+// Options configure a Server. The zero value is usable: every zero field
+// takes its default.
+type Options struct {
+	Logger *slog.Logger // nil: discard
+	// Clock drives queue expiry (x-expires) and consumer timeouts; it
+	// should be the engine's clock. nil: clock.Real. Heartbeats always use
+	// the wall clock: they watch a socket, not the broker's time.
+	Clock clock.Clock
+
+	// Users who may log in. Empty: one user guest/guest, administrator,
+	// with every permission on "/", who may connect only from a loopback
+	// address (RabbitMQ's default).
+	Users []User
+
+	// FrameMax is the largest frame the server proposes and accepts
+	// (default 131072, at least 4096). A client asking for more in
+	// tune-ok is refused with 530.
+	FrameMax uint32
+	// ChannelMax is proposed in connection.tune (default 2047, as
+	// RabbitMQ: amqp091-go's test suite expects exactly that).
+	ChannelMax uint16
+	// Heartbeat is the interval the server proposes (default 60s). The
+	// client's tune-ok decides; 0 there turns heartbeats off.
+	Heartbeat time.Duration
+	// ConsumerTimeout is how long a delivery may stay unacknowledged
+	// before its channel is closed with 406 (default 30 minutes). It is
+	// also the engine lease of every delivered message, plus a margin.
+	ConsumerTimeout time.Duration
+
+	// Product is server-properties' "product" (default "Sluice"). Some
+	// client test suites run certain tests only against "RabbitMQ".
+	Product string
+}
+
+// User is an account that may log in.
+type User struct {
+	Name string
+	// PasswordHash is "sha256:<salt-hex>:<hash-hex>" where hash is
+	// SHA-256(salt || password); HashPassword makes one. When it is empty,
+	// Password (plaintext, for tests and development) is used instead.
+	PasswordHash string
+	Password     string
+	// Tags are recorded, as RabbitMQ's user tags ("administrator", …);
+	// Sluice does not yet give them meaning.
+	Tags []string
+	// Permissions per vhost. Every vhost named here exists; "/" always
+	// exists.
+	Permissions map[string]Permission
+}
+
+// Permission holds RabbitMQ's three permission regular expressions for a
+// vhost. A resource is allowed when its name matches (unanchored, as in
+// RabbitMQ; use ^…$ to anchor); an empty expression allows nothing.
+//
+//   - Configure: declare and delete queues and exchanges.
+//   - Write: publish to an exchange; bind to a queue or exchange (the
+//     destination).
+//   - Read: consume, get and purge a queue; bind from an exchange (the
+//     source).
+type Permission struct {
+	Configure, Write, Read string
+}
+
+// user is a User ready for use.
+type user struct {
+	name     string
+	verifier func(password string) bool
+	tags     []string
+	perms    map[string]*perm
+	loopback bool // may connect only from a loopback address
+}
+
+type perm struct {
+	configure, write, read *regexp.Regexp // nil: nothing allowed
+}
+
+func (o *Options) withDefaults() Options {
+	r := *o
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if r.Clock == nil {
+		r.Clock = clock.Real{}
+	}
+	if r.FrameMax == 0 {
+		r.FrameMax = DefaultFrameMax
+	}
+	if r.ChannelMax == 0 {
+		r.ChannelMax = DefaultChannelMax
+	}
+	if r.Heartbeat == 0 {
+		r.Heartbeat = DefaultHeartbeat
+	}
+	if r.ConsumerTimeout == 0 {
+		r.ConsumerTimeout = DefaultConsumerTimeout
+	}
+	if r.Product == "" {
+		r.Product = DefaultProduct
+	}
+	return r
+}
+
+// validate checks the options (after defaults) and compiles the users.
+func (o *Options) validate() (map[string]*user, error) {
+	if o.FrameMax < wire.FrameMinSize {
+		return nil, fmt.Errorf("amqp: FrameMax %d is below the minimum %d", o.FrameMax, wire.FrameMinSize)
+	}
+	if o.Heartbeat < 0 || o.Heartbeat > 65535*time.Second {
+		return nil, errors.New("amqp: Heartbeat must be between 0 and 65535s")
+	}
+	if o.ConsumerTimeout < time.Second || o.ConsumerTimeout > engine.MaxVisibility-time.Minute {
+		return nil, errors.New("amqp: ConsumerTimeout must be between 1s and 11h59m")
+	}
+	users := make(map[string]*user)
+	if len(o.Users) == 0 {
+		u, _ := compileUser(User{Name: "guest", Password: "guest", Tags: []string{"administrator"},
+			Permissions: map[string]Permission{"/": {Configure: ".*", Write: ".*", Read: ".*"}}})
+		u.loopback = true
+		users[u.name] = u
+		return users, nil
+	}
+	for _, cu := range o.Users {
+		if _, dup := users[cu.Name]; dup {
+			return nil, fmt.Errorf("amqp: user %q is listed twice", cu.Name)
+		}
+		u, err := compileUser(cu)
+		if err != nil {
+			return nil, err
+		}
+		users[u.name] = u
+	}
+	return users, nil
+}

@@ -1,0 +1,343 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// Server is the AMQP 0-9-1 front-end. Create it with New, then call Serve
+// for each listener; Close stops everything.
+type Server struct {
+	eng   *engine.Engine
+	topo  *Topology
+	opts  Options
+	log   *slog.Logger
+	clk   clock.Clock
+	users map[string]*user
+
+	// adminMu serialises topology changes with their metadata writes and
+	// engine calls (declare, delete, bind, purge), so records are written
+	// in the order the changes happened. Lock order: adminMu, then a
+	// channel's mu, then a connection's write lock; Topology.mu is a leaf.
+	adminMu sync.Mutex
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closed    bool
+
+	nextConn atomic.Uint64
+	poke     chan struct{} // wakes the expiry loop
+	quit     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// New loads the AMQP topology from the engine's metadata into topo (the
+// router already given to engine.Open) and returns a server ready to
+// Serve. Non-durable and exclusive queues left by an earlier run are
+// deleted, with their messages, as RabbitMQ does at restart.
+func New(eng *engine.Engine, topo *Topology, opts Options) (*Server, error) {
+	o := opts.withDefaults()
+	users, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		eng: eng, topo: topo, opts: o, log: o.Logger, clk: o.Clock, users: users,
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+		poke:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+	}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.runExpiry()
+	return s, nil
+}
+
+// vhostExists reports whether vhost is configured: "/" and every vhost a
+// user has permissions on.
+func (s *Server) vhostExists(name string) bool {
+	if name == "/" {
+		return true
+	}
+	for _, u := range s.users {
+		if _, ok := u.perms[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// load reads the durable topology. RouteDeadLetter waits until it is done.
+func (s *Server) load() error {
+	t := s.topo
+	type doomed struct{ key, engine string }
+	var drop []doomed
+	var dropBindings []string
+	var keep []*queue
+	t.mu.Lock()
+	t.log = s.log
+	t.vhostLocked("/")
+	for _, u := range s.users {
+		for vh := range u.perms {
+			t.vhostLocked(vh)
+		}
+	}
+	err := s.eng.ScanMeta(metaExchanges, func(_ string, val []byte) error {
+		r, err := parseRecord(val)
+		if err != nil {
+			return err
+		}
+		v := t.vhostLocked(r.str("vhost"))
+		x := &exchange{name: r.str("name"), kind: r.str("type"), durable: true,
+			autoDelete: r.flag("auto-delete"), internal: r.flag("internal"), args: r.table("arguments")}
+		if _, builtin := v.exchanges[x.name]; !builtin {
+			v.exchanges[x.name] = x
+		}
+		return nil
+	})
+	if err == nil {
+		err = s.eng.ScanMeta(metaQueues, func(key string, val []byte) error {
+			r, err := parseRecord(val)
+			if err != nil {
+				return err
+			}
+			q := &queue{vhost: r.str("vhost"), name: r.str("name"), engine: r.str("engine"),
+				durable: r.flag("durable"), exclusive: r.flag("exclusive"), autoDelete: r.flag("auto-delete"),
+				args: r.table("arguments"), consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+			if r.flag("retired") || !q.durable || q.exclusive {
+				drop = append(drop, doomed{key, q.engine})
+				return nil
+			}
+			st, aerr := parseQueueArgs(q.vhost, q.name, q.args)
+			if aerr != nil {
+				s.log.Warn("amqp: stored queue arguments no longer valid; using defaults", "queue", q.name, "vhost", q.vhost, "err", aerr.text)
+				st, _ = parseQueueArgs(q.vhost, q.name, nil)
+			}
+			q.settings = st
+			t.vhostLocked(q.vhost).queues[q.name] = q
+			t.byEngine[q.engine] = q
+			keep = append(keep, q)
+			return nil
+		})
+	}
+	if err == nil {
+		err = s.eng.ScanMeta(metaBindings, func(key string, val []byte) error {
+			r, err := parseRecord(val)
+			if err != nil {
+				return err
+			}
+			v := t.vhostLocked(r.str("vhost"))
+			b := newBinding(r.str("source"), r.str("destination"), r.flag("to-queue"), r.str("routing-key"), r.table("arguments"))
+			src := v.exchanges[b.source]
+			ok := src != nil
+			if b.toQueue {
+				ok = ok && v.queues[b.dest] != nil
+			} else {
+				ok = ok && v.exchanges[b.dest] != nil
+			}
+			if !ok {
+				dropBindings = append(dropBindings, key)
+				return nil
+			}
+			src.bindings = append(src.bindings, b)
+			return nil
+		})
+	}
+	t.mu.Unlock()
+	close(t.loaded)
+	if err != nil {
+		return fmt.Errorf("amqp: loading topology: %w", err)
+	}
+	for _, d := range drop {
+		if err := s.eng.DeleteQueue(d.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			return fmt.Errorf("amqp: deleting queue %q left by an earlier run: %w", d.engine, err)
+		}
+		if err := s.eng.DeleteMeta(metaQueues, d.key); err != nil {
+			return err
+		}
+	}
+	for _, k := range dropBindings {
+		if err := s.eng.DeleteMeta(metaBindings, k); err != nil {
+			return err
+		}
+	}
+	for _, q := range keep {
+		if _, _, err := s.eng.CreateQueue(q.engine, engineConfig(q.settings, s.opts.ConsumerTimeout), nil); err != nil {
+			return fmt.Errorf("amqp: restoring queue %q: %w", q.engine, err)
+		}
+	}
+	if len(drop)+len(keep) > 0 {
+		s.log.Info("amqp topology loaded", "queues", len(keep), "removed", len(drop))
+	}
+	return nil
+}
+
+// Serve accepts connections on ln until Close; it returns nil after Close
+// and the accept error otherwise.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		s.ServeConn(nc)
+	}
+}
+
+// ServeConn serves one already accepted connection in a new goroutine
+// (Serve calls it; tests may pass one end of a net.Pipe).
+func (s *Server) ServeConn(nc net.Conn) {
+	c := newConn(s, nc)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+}
+
+// Close stops accepting, closes every connection with 320
+// CONNECTION_FORCED (unacknowledged messages go back to their queues) and
+// waits for the server's goroutines to end. It does not close the engine.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	close(s.quit)
+	for _, c := range conns {
+		c.forceClose(errorf(wire.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// wake pokes the expiry loop after a change that may bring a queue's
+// expiry closer.
+func (s *Server) wake() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// runExpiry deletes queues whose x-expires ran out (no consumers, no
+// basic.get and no redeclare for that long). Their messages are not
+// dead-lettered, as in RabbitMQ.
+func (s *Server) runExpiry() {
+	defer s.wg.Done()
+	for {
+		next := s.expireDue()
+		var tc <-chan time.Time
+		var timer clock.Timer
+		if !next.IsZero() {
+			timer = s.clk.NewTimer(max(next.Sub(s.clk.Now()), 0))
+			tc = timer.C()
+		}
+		select {
+		case <-tc:
+		case <-s.poke:
+		case <-s.quit:
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// expireDue deletes the queues that are due and returns the next deadline
+// (zero: none).
+func (s *Server) expireDue() time.Time {
+	now := s.clk.Now()
+	var due []*queue
+	var next time.Time
+	s.topo.mu.RLock()
+	for _, v := range s.topo.vhosts {
+		for _, q := range v.queues {
+			if q.settings.expires <= 0 || len(q.consumers) > 0 {
+				continue
+			}
+			at := q.lastUsed.Add(q.settings.expires)
+			if !at.After(now) {
+				due = append(due, q)
+			} else if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	s.topo.mu.RUnlock()
+	for _, q := range due {
+		s.adminMu.Lock()
+		s.topo.mu.RLock()
+		still := !q.deleted && len(q.consumers) == 0 && !q.lastUsed.Add(q.settings.expires).After(s.clk.Now())
+		s.topo.mu.RUnlock()
+		if still {
+			if _, err := s.deleteQueueLocked(q); err != nil {
+				s.log.Warn("amqp: cannot delete expired queue", "queue", q.name, "vhost", q.vhost, "err", err)
+			} else {
+				s.log.Info("amqp: queue expired", "queue", q.name, "vhost", q.vhost)
+			}
+		}
+		s.adminMu.Unlock()
+	}
+	return next
+}
