@@ -1,0 +1,470 @@
+// Package dashboard is Sluice's operator UI: a static single-page app under
+// /ui/ (plain HTML, CSS and ES modules, embedded, no network needed) and the
+// JSON it reads under /sluice/v1/dashboard/, plus the config advisor at
+// /sluice/v1/advisor (package advisor).
+//
+// # What it records
+//
+// The engine keeps only counters since start and current gauges. The
+// dashboard adds history:
+//
+//   - Run samples every queue's QueueInfo each SampleInterval of the
+//     injectable clock into a bounded ring per queue (History long): depth
+//     by state, oldest age, and the sent/received/redelivered/deleted/
+//     dead-lettered counters, from which rates are derived.
+//   - Observer (give it to engine.Options, with metrics.Multi when there
+//     are other observers) records each deleted message's processing time
+//     (its last receive to its delete) in a bounded ring per queue, for
+//     percentiles, and counts dead letters by reason per source and per
+//     target queue.
+//
+// Memory is bounded per queue: at most maxSamples samples and
+// maxProcessing processing times. Series of deleted queues are dropped.
+//
+// # Endpoints
+//
+//	GET /ui/…                                  the app (index.html, modules, CSS)
+//	GET /sluice/v1/dashboard/overview          every queue: current meters and sparkline series
+//	GET /sluice/v1/dashboard/queues/{name}     one queue: configuration, history, percentiles, dead letters by reason
+//	GET /sluice/v1/dashboard/events            server-sent events: the overview after every sample
+//	GET /sluice/v1/advisor                     the advisor's findings
+//
+// Everything else the app does (browse, delete, export, redrive, tasks,
+// alerts) goes to the admin API and the alerts endpoint directly.
+//
+// # Goroutines
+//
+// Run is the only goroutine the package starts; each open event stream is
+// served on its request's goroutine and ends when the client goes, when
+// Run returns, or never otherwise, so stop Run before shutting the HTTP
+// server down.
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/alerts"
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// Options configure a Dashboard. Zero values take the defaults noted.
+type Options struct {
+	Logger *slog.Logger // nil: discard
+	Clock  clock.Clock  // nil: clock.Real
+	// SampleInterval is how often queues are sampled (5s).
+	SampleInterval time.Duration
+	// History is how much of the past is kept and shown (15m).
+	History time.Duration
+
+	// SparkWindow is the span of the overview's sparklines (5m, at most
+	// History).
+	SparkWindow time.Duration
+	// GrowthWindow is the span over which a dead-letter queue's growth
+	// (arrivals) is counted (15m, the default dlq_growth rule; at most
+	// History).
+	GrowthWindow time.Duration
+	// DLQWarn and DLQCritical colour a dead-letter queue's depth yellow
+	// and red (50 and 200, dlq-practice §8.2).
+	DLQWarn, DLQCritical int
+	// Alerts, when set, tells the advisor which queues an alert rule
+	// watches (*alerts.Manager satisfies it). Nil skips that check.
+	Alerts AlertSource
+}
+
+// AlertSource reports the current alerts (every rule evaluated per queue,
+// whatever its status).
+type AlertSource interface {
+	States() []alerts.State
+}
+
+// Bounds on what is kept per queue.
+const (
+	maxSamples    = 20000 // samples per queue (History / SampleInterval, capped)
+	maxProcessing = 4096  // processing times per queue
+	maxStreams    = 64    // concurrent event streams; more answer 503 (the app then polls)
+)
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.SampleInterval <= 0 {
+		o.SampleInterval = 5 * time.Second
+	}
+	if o.History <= 0 {
+		o.History = 15 * time.Minute
+	}
+	if o.History < o.SampleInterval {
+		o.History = o.SampleInterval
+	}
+	if o.SparkWindow <= 0 {
+		o.SparkWindow = 5 * time.Minute
+	}
+	o.SparkWindow = min(o.SparkWindow, o.History)
+	if o.GrowthWindow <= 0 {
+		o.GrowthWindow = 15 * time.Minute
+	}
+	o.GrowthWindow = min(o.GrowthWindow, o.History)
+	if o.DLQWarn <= 0 {
+		o.DLQWarn = 50
+	}
+	if o.DLQCritical <= 0 {
+		o.DLQCritical = 200
+	}
+	return o
+}
+
+// Dashboard records queue history and serves the UI. Create it with New.
+type Dashboard struct {
+	eng  atomic.Pointer[engine.Engine]
+	opts Options
+	log  *slog.Logger
+	clk  clock.Clock
+	mux  *http.ServeMux
+
+	obs sync.Map // queue name → *observed
+
+	mu      sync.Mutex
+	series  map[string]*ring
+	subs    map[chan []byte]struct{}
+	done    chan struct{} // closed when Run returns
+	running bool
+}
+
+var _ http.Handler = (*Dashboard)(nil)
+
+// New returns a Dashboard for eng. eng may be nil when the Dashboard's
+// Observer must be handed to engine.Open first: then call Attach with the
+// opened engine before Run or serving.
+func New(eng *engine.Engine, opts Options) *Dashboard {
+	opts = opts.withDefaults()
+	d := &Dashboard{
+		opts:   opts,
+		log:    opts.Logger,
+		clk:    opts.Clock,
+		series: make(map[string]*ring),
+		subs:   make(map[chan []byte]struct{}),
+		done:   make(chan struct{}),
+	}
+	d.eng.Store(eng)
+	d.routes()
+	return d
+}
+
+// Attach sets the engine, for a Dashboard created with a nil one.
+func (d *Dashboard) Attach(eng *engine.Engine) { d.eng.Store(eng) }
+
+// constError is an error that can be a constant.
+type constError string
+
+func (e constError) Error() string { return string(e) }
+
+// errNoEngine answers requests served before Attach.
+const errNoEngine = constError("dashboard: no engine attached")
+
+func (d *Dashboard) engine() (*engine.Engine, error) {
+	e := d.eng.Load()
+	if e == nil {
+		return nil, errNoEngine
+	}
+	return e, nil
+}
+
+// Run samples every queue at once and then every SampleInterval until ctx
+// ends, pushing each sample to the open event streams. Call it once.
+func (d *Dashboard) Run(ctx context.Context) {
+	d.mu.Lock()
+	if d.running {
+		d.mu.Unlock()
+		panic("dashboard: Run called twice")
+	}
+	d.running = true
+	d.mu.Unlock()
+	defer close(d.done)
+	d.tick()
+	t := d.clk.NewTimer(d.opts.SampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			d.tick()
+			t.Reset(d.opts.SampleInterval)
+		}
+	}
+}
+
+// tick takes one sample of every queue and notifies the streams.
+func (d *Dashboard) tick() {
+	eng := d.eng.Load()
+	if eng == nil {
+		return
+	}
+	now := d.clk.Now()
+	names := eng.ListQueues("")
+	capacity := min(maxSamples, int(d.opts.History/d.opts.SampleInterval)+2)
+	exists := make(map[string]bool, len(names))
+	var taken []sample
+	var takenNames []string
+	for _, n := range names {
+		info, err := eng.GetQueue(n)
+		if err != nil {
+			continue
+		}
+		exists[n] = true
+		taken = append(taken, sampleOf(&info, now))
+		takenNames = append(takenNames, n)
+	}
+	d.mu.Lock()
+	for i, n := range takenNames {
+		r := d.series[n]
+		if r == nil {
+			r = newRing(capacity)
+			d.series[n] = r
+		}
+		r.push(taken[i])
+	}
+	for n := range d.series {
+		if !exists[n] && gone(eng, n) {
+			delete(d.series, n)
+		}
+	}
+	streams := len(d.subs)
+	d.mu.Unlock()
+	d.obs.Range(func(k, _ any) bool {
+		if n := k.(string); !exists[n] && gone(eng, n) {
+			d.obs.Delete(n)
+		}
+		return true
+	})
+	if streams > 0 {
+		if data, err := marshal(d.overview(eng, now)); err == nil {
+			d.broadcast(data)
+		} else {
+			d.log.Error("encoding the overview", "err", err)
+		}
+	}
+}
+
+// gone reports whether the engine does not know queue q now (a queue
+// created after ListQueues is not gone).
+func gone(eng *engine.Engine, q string) bool {
+	_, err := eng.Config(q)
+	return errors.Is(err, engine.ErrQueueNotFound)
+}
+
+// sample is one reading of a queue.
+type sample struct {
+	at                         time.Time
+	visible, inflight, delayed int
+	oldestAge                  float64 // seconds
+	sent, received, redeliv    uint64
+	deleted, deadLettered, exp uint64
+}
+
+func sampleOf(info *engine.QueueInfo, now time.Time) sample {
+	s := sample{
+		at: now, visible: info.Visible, inflight: info.InFlight, delayed: info.Delayed,
+		sent: info.Sent, received: info.Received, redeliv: info.Redelivered,
+		deleted: info.Deleted, deadLettered: info.DeadLettered, exp: info.Expired,
+	}
+	if !info.OldestSentAt.IsZero() {
+		s.oldestAge = max(0, now.Sub(info.OldestSentAt).Seconds())
+	}
+	return s
+}
+
+func (s *sample) depth() int { return s.visible + s.inflight + s.delayed }
+
+// ring is a bounded series of samples, oldest first.
+type ring struct {
+	buf   []sample
+	start int // index of the oldest
+	n     int
+}
+
+func newRing(capacity int) *ring { return &ring{buf: make([]sample, capacity)} }
+
+func (r *ring) push(s sample) {
+	if r.n < len(r.buf) {
+		r.buf[(r.start+r.n)%len(r.buf)] = s
+		r.n++
+		return
+	}
+	r.buf[r.start] = s
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+func (r *ring) at(i int) sample { return r.buf[(r.start+i)%len(r.buf)] }
+
+// since copies the samples taken at or after t, oldest first.
+func (r *ring) since(t time.Time) []sample {
+	i := sort.Search(r.n, func(i int) bool { return !r.at(i).at.Before(t) })
+	out := make([]sample, 0, r.n-i)
+	for ; i < r.n; i++ {
+		out = append(out, r.at(i))
+	}
+	return out
+}
+
+// baseline returns the newest sample taken at or before t, else the
+// oldest one; ok is false when the ring is empty.
+func (r *ring) baseline(t time.Time) (sample, bool) {
+	if r.n == 0 {
+		return sample{}, false
+	}
+	i := sort.Search(r.n, func(i int) bool { return r.at(i).at.After(t) })
+	if i == 0 {
+		return r.at(0), true
+	}
+	return r.at(i - 1), true
+}
+
+// observed is what the Observer records for one queue.
+type observed struct {
+	mu   sync.Mutex
+	proc []procTime // ring of maxProcessing
+	next int
+	// Dead letters since start by reason: as the source, and as the target.
+	deadByReason    map[string]uint64
+	arrivedByReason map[string]uint64
+}
+
+type procTime struct {
+	at time.Time
+	d  time.Duration
+}
+
+func (d *Dashboard) observed(q string) *observed {
+	if o, ok := d.obs.Load(q); ok {
+		return o.(*observed)
+	}
+	o, _ := d.obs.LoadOrStore(q, &observed{deadByReason: map[string]uint64{}, arrivedByReason: map[string]uint64{}})
+	return o.(*observed)
+}
+
+// processing returns the processing times recorded at or after t.
+func (o *observed) processing(t time.Time) []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]time.Duration, 0, len(o.proc))
+	for _, p := range o.proc {
+		if !p.at.Before(t) {
+			out = append(out, p.d)
+		}
+	}
+	return out
+}
+
+func (o *observed) reasons() (dead, arrived map[string]uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	dead = make(map[string]uint64, len(o.deadByReason))
+	for k, v := range o.deadByReason {
+		dead[k] = v
+	}
+	arrived = make(map[string]uint64, len(o.arrivedByReason))
+	for k, v := range o.arrivedByReason {
+		arrived[k] = v
+	}
+	return dead, arrived
+}
+
+// Observer returns the engine.Observer that records processing times and
+// dead letters by reason. It records even before Run starts.
+func (d *Dashboard) Observer() engine.Observer { return observer{d} }
+
+type observer struct{ d *Dashboard }
+
+func (observer) Sent(string, int)          {}
+func (observer) Received(string, int, int) {}
+func (observer) Expired(string, int)       {}
+
+func (o observer) Deleted(queue string, processing time.Duration) {
+	ob := o.d.observed(queue)
+	now := o.d.clk.Now()
+	ob.mu.Lock()
+	if len(ob.proc) < maxProcessing {
+		ob.proc = append(ob.proc, procTime{now, processing})
+	} else {
+		ob.proc[ob.next] = procTime{now, processing}
+		ob.next = (ob.next + 1) % maxProcessing
+	}
+	ob.mu.Unlock()
+}
+
+func (o observer) DeadLettered(queue, target, reason string, _ time.Duration) {
+	src := o.d.observed(queue)
+	src.mu.Lock()
+	src.deadByReason[reason]++
+	src.mu.Unlock()
+	if target == "" {
+		return
+	}
+	dst := o.d.observed(target)
+	dst.mu.Lock()
+	dst.arrivedByReason[reason]++
+	dst.mu.Unlock()
+}
+
+// percentile returns the p-quantile (0–1) of sorted by the nearest-rank
+// method.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.999999) - 1
+	return sorted[max(0, min(len(sorted)-1, i))]
+}
+
+// subscribe registers an event stream; ok is false when there are too
+// many.
+func (d *Dashboard) subscribe() (chan []byte, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.subs) >= maxStreams {
+		return nil, false
+	}
+	ch := make(chan []byte, 1)
+	d.subs[ch] = struct{}{}
+	return ch, true
+}
+
+func (d *Dashboard) unsubscribe(ch chan []byte) {
+	d.mu.Lock()
+	delete(d.subs, ch)
+	d.mu.Unlock()
+}
+
+// broadcast hands data to every stream without blocking: a stream that has
+// not taken the previous overview gets this one instead.
+func (d *Dashboard) broadcast(data []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ch := range d.subs {
+		select {
+		case ch <- data:
+		default:
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- data:
+			default:
+			}
+		}
+	}
+}
