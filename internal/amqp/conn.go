@@ -233,7 +233,7 @@ func (c *conn) handshake() bool {
 	case tune.FrameMax == 0:
 		c.frameMax = o.FrameMax
 	case tune.FrameMax > o.FrameMax || tune.FrameMax < wire.FrameMinSize:
-		c.closeHandshake(errorf(wire.NotAllowed, "frame_max=%d outside the range %d-%d", tune.FrameMax, wire.FrameMinSize, o.FrameMax))
+		c.closeHandshake(hardErrorf(wire.NotAllowed, "frame_max=%d outside the range %d-%d", tune.FrameMax, wire.FrameMinSize, o.FrameMax))
 		return false
 	default:
 		c.frameMax = tune.FrameMax

@@ -8,9 +8,10 @@ import (
 
 // amqpError is a protocol exception: a reply code, RabbitMQ's reply text
 // (which starts with the code's name, "NOT_FOUND - …") and the method that
-// caused it. Whether it closes the channel or the connection follows from
-// the code (wire.IsHardError), except where RabbitMQ raises a soft code as a
-// connection error; hard forces that.
+// caused it. hard says whether it closes the connection rather than the
+// channel; RabbitMQ does not always follow the spec's classes (it raises
+// 540 NOT_IMPLEMENTED on the channel), so each raise site chooses with
+// errorf or hardErrorf.
 type amqpError struct {
 	code     uint16
 	text     string
@@ -22,16 +23,15 @@ type amqpError struct {
 func (e *amqpError) Error() string { return e.text }
 
 // isHard reports whether the error closes the connection.
-func (e *amqpError) isHard() bool { return e.hard || wire.IsHardError(e.code) }
+func (e *amqpError) isHard() bool { return e.hard }
 
-// errorf builds an exception whose text is "<NAME> - <formatted>", as
-// RabbitMQ writes them.
+// errorf builds a channel exception whose text is "<NAME> - <formatted>",
+// as RabbitMQ writes them.
 func errorf(code uint16, format string, args ...any) *amqpError {
 	return &amqpError{code: code, text: wire.ReplyText(code) + " - " + fmt.Sprintf(format, args...)}
 }
 
-// hardErrorf is errorf for a soft code that RabbitMQ raises on the
-// connection (for example 403 during login or 530 at connection.open).
+// hardErrorf is errorf for a connection exception.
 func hardErrorf(code uint16, format string, args ...any) *amqpError {
 	e := errorf(code, format, args...)
 	e.hard = true

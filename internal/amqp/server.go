@@ -261,7 +261,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	for _, c := range conns {
-		c.forceClose(errorf(wire.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
+		c.forceClose(hardErrorf(wire.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
 	}
 	s.wg.Wait()
 	return nil
