@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -401,5 +403,43 @@ func TestShutdownLosesNothing(t *testing.T) {
 				t.Errorf("released %d on a graceful shutdown", st.Released)
 			}
 		})
+	}
+}
+
+// A Sluice whose failure endpoint is not there (here: a reverse proxy
+// that only forwards the SQS API) is detected on the first report, which
+// then falls back to plain SQS: the poison still reaches the DLQ, and the
+// handler runs once.
+func TestMissingExtensionFallsBackToPlainSQS(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	var reports atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reports.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer proxy.Close()
+	url, dlq := b.queue("orders", 5, 3, nil)
+	b.send(url, "bad-1", "bad-2")
+	var c calls
+	src := b.source(url, worker.SQSSourceOptions{ExtensionEndpoint: proxy.URL})
+	o := fastOptions(t)
+	o.Concurrency = 1 // one report at a time, so the first one decides
+	w := newWorker(t, src, func(_ context.Context, m *worker.Message) error {
+		c.inc(string(m.Body))
+		return worker.Terminal(errBadInput)
+	}, o)
+	run(t, w)
+	waitFor(t, 20*time.Second, "both in the DLQ", func() bool { return b.depth(dlq) == 2 })
+	if c.get("bad-1") != 1 || c.get("bad-2") != 1 {
+		t.Errorf("handled %v", c.n)
+	}
+	if n := reports.Load(); n != 1 {
+		t.Errorf("%d reports to the missing endpoint, want 1 (then remembered)", n)
+	}
+	for _, m := range b.drainDLQ(dlq) {
+		if m.Attrs["SluiceDeadLetterReason"] != "max_receives" || m.Attrs["SluiceErrorClass"] != "" {
+			t.Errorf("%s: %v", m.Body, m.Attrs)
+		}
 	}
 }
