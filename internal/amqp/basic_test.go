@@ -248,7 +248,7 @@ func TestPropertiesRoundTrip(t *testing.T) {
 		"int32": int32(-70000), "uint32": uint32(4000000000), "int64": int64(-1 << 40),
 		"float32": float32(1.5), "float64": 2.25, "decimal": amqp091.Decimal{Scale: 2, Value: 12345},
 		"string": "héllo", "bytes": []byte{0, 1, 2}, "void": nil,
-		"time": time.Unix(1700000000, 0),
+		"time":  time.Unix(1700000000, 0),
 		"array": []interface{}{"a", int32(1), []interface{}{int64(2)}, amqp091.Table{"n": "nested"}},
 		"table": amqp091.Table{"inner": uint16(7)},
 	}
