@@ -32,6 +32,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -53,6 +54,8 @@ type Handler struct {
 	region  string
 	log     *slog.Logger
 	clock   clock.Clock
+
+	bufs sync.Pool // *[]byte response buffers (writeOutput)
 }
 
 // New returns a Handler serving eng.
@@ -94,7 +97,8 @@ type call struct {
 	jsonOut bool // render the response as JSON (JSON protocol, or Query with Accept: application/json)
 	action  string
 	reqID   string
-	baseURL string // scheme://host of queue URLs
+	req     *http.Request // for baseURL, which few actions need
+	hdr     [3]string     // response header values: request id, type, length
 
 	// The queue named by the request path (/<account>/<name>), if any.
 	pathAccount, pathQueue string
@@ -108,8 +112,11 @@ type call struct {
 // ServeHTTP detects the protocol, decodes the request, runs the action and
 // writes the response. It never answers bad input with a 5xx or plain text.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &call{h: h, ctx: r.Context(), reqID: newRequestID(), baseURL: baseURL(r)}
-	w.Header().Set("x-amzn-RequestId", c.reqID)
+	c := &call{h: h, ctx: r.Context(), reqID: newRequestID(), req: r}
+	// The canonical form of x-amzn-RequestId, set directly (Header.Set
+	// would allocate to canonicalise it), with its value in c.hdr.
+	c.hdr[0] = c.reqID
+	w.Header()["X-Amzn-Requestid"] = c.hdr[0:1:1]
 	c.pathAccount, c.pathQueue = splitQueuePath(r.URL.Path)
 	c.sender = senderID(r, h.account)
 
@@ -122,7 +129,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, maxRequestBody), r.ContentLength)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		c.proto = protoQuery
@@ -167,13 +174,42 @@ func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError)
 	return c.dispatch()
 }
 
+// readBody is io.ReadAll starting with room for the declared length (plus
+// one byte for the read that sees EOF), so a request body is read into one
+// allocation instead of a doubling series. The result is never modified or
+// reused after decoding: decoded strings point into it.
+func readBody(r io.Reader, contentLength int64) ([]byte, error) {
+	n := 512
+	if contentLength > 0 && contentLength < maxRequestBody {
+		n = int(contentLength) + 1
+	}
+	b := make([]byte, 0, n)
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}
+
 // isJSONRequest: AWS JSON 1.x is recognised by an X-Amz-Target header with
 // any application/x-amz-json-1.x content type (on any path).
 func isJSONRequest(r *http.Request) bool {
 	if r.Header.Get("X-Amz-Target") == "" {
 		return false
 	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	ct := r.Header.Get("Content-Type")
+	if ct == "application/x-amz-json-1.0" {
+		return true // what SDKs send; ParseMediaType allocates
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
 	return strings.HasPrefix(mt, "application/x-amz-json-1.") || mt == "application/json"
 }
 
@@ -298,23 +334,26 @@ func (c *call) queueName(queueURL string) (string, *apiError) {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}
-	var segs []string
-	for _, s := range strings.Split(p, "/") {
-		if s != "" {
-			segs = append(segs, s)
-		}
-	}
-	if len(segs) == 0 {
+	// The last two non-empty path segments: name and (if any) account.
+	name, rest := lastSegment(p)
+	if name == "" {
 		return "", errQueueDoesNotExist()
 	}
-	name := segs[len(segs)-1]
-	if len(segs) >= 2 && segs[len(segs)-2] != c.h.account {
+	if acct, _ := lastSegment(rest); acct != "" && acct != c.h.account {
 		return "", errQueueDoesNotExist()
 	}
 	if !validQueueName(name) {
 		return "", errQueueDoesNotExist()
 	}
 	return name, nil
+}
+
+// lastSegment returns the last non-empty "/"-separated segment of p and
+// what precedes it.
+func lastSegment(p string) (seg, rest string) {
+	p = strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(p, '/')
+	return p[i+1:], p[:max(i, 0)]
 }
 
 // splitQueuePath recognises a queue path "/<account>/<name>".
@@ -331,7 +370,7 @@ func splitQueuePath(p string) (account, name string) {
 // header, and https only when a proxy says so with X-Forwarded-Proto.
 func baseURL(r *http.Request) string {
 	scheme := "http"
-	if strings.EqualFold(strings.TrimSpace(strings.Split(r.Header.Get("X-Forwarded-Proto"), ",")[0]), "https") {
+	if proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ","); strings.EqualFold(strings.TrimSpace(proto), "https") {
 		scheme = "https"
 	}
 	host := r.Host
@@ -342,7 +381,11 @@ func baseURL(r *http.Request) string {
 }
 
 func (c *call) queueURL(name string) string {
-	return c.baseURL + "/" + c.h.account + "/" + name
+	base := ""
+	if c.req != nil {
+		base = baseURL(c.req)
+	}
+	return base + "/" + c.h.account + "/" + name
 }
 
 // queueARN is arn:aws:sqs:<region>:<account>:<name>.
@@ -359,6 +402,9 @@ func senderID(r *http.Request, account string) string {
 		if akid, _, ok := strings.Cut(cred, "/"); ok && akid != "" && validSenderID(akid) {
 			return akid
 		}
+	}
+	if r.URL.RawQuery == "" {
+		return account
 	}
 	if cred := r.URL.Query().Get("X-Amz-Credential"); cred != "" {
 		if akid, _, ok := strings.Cut(cred, "/"); ok && akid != "" && validSenderID(akid) {
@@ -381,11 +427,21 @@ func validSenderID(s string) bool {
 	return true
 }
 
+// newRequestID is a random (version 4) UUID, built in one allocation.
 func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	s := hex.EncodeToString(b[:])
-	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
 }

@@ -17,6 +17,15 @@ func decodeJSON(body []byte, in any) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
+	if fastDecodeJSON(body, in) {
+		return nil
+	}
+	return decodeJSONStd(body, in)
+}
+
+// decodeJSONStd is decodeJSON with encoding/json alone: the only decoder
+// before fastDecodeJSON, and still the one that produces every error.
+func decodeJSONStd(body []byte, in any) *apiError {
 	if !utf8.Valid(body) {
 		return newErr(kindSerialization, "The request body is not valid UTF-8.")
 	}
@@ -53,13 +62,18 @@ func marshalJSON(v any) []byte {
 func (c *call) writeOutput(w http.ResponseWriter, out output) {
 	switch {
 	case c.proto == protoJSON:
-		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		w.WriteHeader(http.StatusOK)
 		if out == nil {
-			w.Write([]byte("{}"))
+			c.writeBody(w, http.StatusOK, "application/x-amz-json-1.0", emptyJSON)
 			return
 		}
-		w.Write(marshalJSON(out))
+		if a, ok := out.(jsonAppender); ok {
+			buf := c.h.getBuf()
+			*buf = a.appendJSON((*buf)[:0])
+			c.writeBody(w, http.StatusOK, "application/x-amz-json-1.0", *buf)
+			c.h.putBuf(buf)
+			return
+		}
+		c.writeBody(w, http.StatusOK, "application/x-amz-json-1.0", marshalJSON(out))
 	case c.jsonOut:
 		// A Query request asking for JSON gets the XML document's structure
 		// with the JSON protocol's result shape inside.
@@ -93,6 +107,35 @@ func (c *call) writeOutput(w http.ResponseWriter, out output) {
 		w.Header().Set("Content-Type", "text/xml")
 		w.WriteHeader(http.StatusOK)
 		w.Write(x.b.Bytes())
+	}
+}
+
+var emptyJSON = []byte("{}")
+
+// writeBody writes a complete response with its Content-Length, so that
+// large responses are not chunked and the connection stays reusable.
+func (c *call) writeBody(w http.ResponseWriter, status int, contentType string, b []byte) {
+	h := w.Header()
+	c.hdr[1], c.hdr[2] = contentType, strconv.Itoa(len(b))
+	h["Content-Type"], h["Content-Length"] = c.hdr[1:2:2], c.hdr[2:3:3]
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// maxPooledBuf: larger response buffers are left to the GC rather than kept.
+const maxPooledBuf = 1 << 20
+
+func (h *Handler) getBuf() *[]byte {
+	if b, ok := h.bufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 16<<10)
+	return &b
+}
+
+func (h *Handler) putBuf(b *[]byte) {
+	if cap(*b) <= maxPooledBuf {
+		h.bufs.Put(b)
 	}
 }
 
