@@ -115,12 +115,14 @@ function makeRow(q) {
   name.append(link, tags, triage);
   const dlqLink = h('a', { class: 'dlq-link' });
   const dlqMeter = h('div', { class: 'meter' });
-  cells.dlq.append(dlqMeter, dlqLink);
-  return { tr, cells, tags, triage, dlqLink, dlqMeter, values: {} };
+  const growth = h('span', { class: 'growth', title: 'Arrivals in the dead-letter queue over the growth window' });
+  const level = h('span', { class: 'lvl' });
+  cells.dlq.append(h('div', { class: 'dlq-wrap' }, dlqMeter, h('div', { class: 'sub' }, level, growth, ' ', dlqLink)));
+  return { tr, cells, tags, triage, dlqLink, dlqMeter, growth, level };
 }
 
 function meter(cell, text, series, kind, level) {
-  replace(cell, h('div', { class: 'meter' }, h('span', { class: 'val' }, text), levelBadge(level), sparkline(series, { kind })));
+  replace(cell, h('div', { class: 'meter' }, h('span', { class: 'val' }, text), levelBadge(level), sparkline(series, { kind, width: 52 })));
   cell.className = cell.className.replace(/\blevel-\S+/g, '').trim() + (level && level !== 'ok' ? ` level-${level}` : '');
 }
 
@@ -155,15 +157,17 @@ function fillRow(row, q, byName, ov, firing) {
   if (!dlq) {
     replace(row.dlqMeter, h('span', { class: 'muted' }, q.deadLetterQueue ? `${q.deadLetterQueue} (missing)` : 'no DLQ'));
     row.dlqLink.hidden = true;
+    row.growth.textContent = '';
+    replace(row.level);
     return;
   }
   const level = dlq.level || 'ok';
   const growth = dlq.growth;
   replace(row.dlqMeter,
-    h('span', { class: 'val' }, fmtInt(dlq.depth)), levelBadge(level),
-    sparkline(dlq.series && dlq.series.depth, { kind: 'dlq' }),
-    growth ? h('span', { class: `growth ${growth.arrivals > 0 ? 'growing' : ''}`, title: 'Arrivals in the growth window' },
-      `+${fmtInt(growth.arrivals)} in ${Math.max(1, Math.round(growth.windowSeconds / 60))}m`) : null);
+    h('span', { class: 'val' }, fmtInt(dlq.depth)), sparkline(dlq.series && dlq.series.depth, { kind: 'dlq', width: 52 }));
+  replace(row.level, levelBadge(level), level !== 'ok' ? ' ' : null);
+  row.growth.textContent = growth ? `+${fmtInt(growth.arrivals)} in ${Math.max(1, Math.round(growth.windowSeconds / 60))}m` : '';
+  row.growth.classList.toggle('growing', !!growth && growth.arrivals > 0);
   if (level !== 'ok') cell.classList.add(`level-${level}`);
   if (q.isDeadLetterQueue) {
     row.dlqLink.hidden = true;
