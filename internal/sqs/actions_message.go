@@ -1,6 +1,8 @@
 package sqs
 
 import (
+	"crypto/md5"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"time"
@@ -38,11 +40,20 @@ func (c *call) queueConfig(queueURL string) (string, *engine.QueueConfig, *apiEr
 	return name, cfg, nil
 }
 
-// sendOutput builds the MD5s of a sent message.
-func sendOutput(m *engine.Message, r engine.SendResult) sendMessageOutput {
+// sendOutput builds the MD5s of a sent message. sums, if not nil, has room
+// for the hex MD5 of the body (so a batch's share one allocation).
+func sendOutput(m *engine.Message, r engine.SendResult, sums *[]byte) sendMessageOutput {
+	var bodySum string
+	if sums != nil && cap(*sums)-len(*sums) >= 2*md5.Size {
+		sum := md5.Sum(m.Body)
+		*sums = hex.AppendEncode(*sums, sum[:])
+		bodySum = bodyString((*sums)[len(*sums)-2*md5.Size:])
+	} else {
+		bodySum = md5Hex(m.Body)
+	}
 	out := sendMessageOutput{
 		MessageId:              r.MessageID,
-		MD5OfMessageBody:       md5Hex(m.Body),
+		MD5OfMessageBody:       bodySum,
 		MD5OfMessageAttributes: md5OfAttributes(m.Attributes),
 		SequenceNumber:         r.SequenceNumber,
 	}
@@ -80,7 +91,7 @@ func (c *call) sendMessage() (output, *apiError) {
 	if res[0].Err != nil {
 		return nil, mapEngineErr(res[0].Err, d)
 	}
-	out := sendOutput(&m, res[0])
+	out := sendOutput(&m, res[0], nil)
 	return &out, nil
 }
 
@@ -123,9 +134,9 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 		return nil, newErr(kindBatchTooLong, "Batch requests cannot be longer than %d bytes. You have sent %d bytes.", engine.MaxMaxMessageSize, total)
 	}
 
-	out := &sendMessageBatchOutput{Successful: []sendBatchResultEntry{}, Failed: []batchError{}}
-	var msgs []engine.Message
-	var idx []int // entry index of each message
+	out := &sendMessageBatchOutput{Successful: make([]sendBatchResultEntry, 0, len(in.Entries)), Failed: []batchError{}}
+	msgs := make([]engine.Message, 0, len(in.Entries))
+	idx := make([]int, 0, len(in.Entries)) // entry index of each message
 	for i := range in.Entries {
 		m, err := checkSendEntry(&in.Entries[i], cfg, true, c.sender)
 		if err != nil {
@@ -145,13 +156,14 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	if len(res) != len(msgs) {
 		return nil, newErr(kindInternal, "The engine returned %d results for %d messages.", len(res), len(msgs))
 	}
+	sums := make([]byte, 0, 2*md5.Size*len(res))
 	for j, r := range res {
 		e := &in.Entries[idx[j]]
 		if r.Err != nil {
 			out.Failed = append(out.Failed, newBatchError(e.Id, mapEngineErr(r.Err, errDetail{queue: name, delay: e.DelaySeconds.Raw, batch: true})))
 			continue
 		}
-		out.Successful = append(out.Successful, sendBatchResultEntry{Id: e.Id, sendMessageOutput: sendOutput(&msgs[j], r)})
+		out.Successful = append(out.Successful, sendBatchResultEntry{Id: e.Id, sendMessageOutput: sendOutput(&msgs[j], r, &sums)})
 	}
 	return out, nil
 }
@@ -264,13 +276,22 @@ func (c *call) receiveMessage() (output, *apiError) {
 		sysNames = in.AttributeNames
 	}
 	out := &receiveMessageOutput{}
+	if len(ds) > 0 {
+		out.Messages = make([]messageOut, 0, len(ds))
+	}
+	// The hex MD5s of all bodies share one allocation.
+	sums := make([]byte, 0, 2*md5.Size*len(ds))
 	for i := range ds {
 		d := &ds[i]
+		sum := md5.Sum(d.Body)
+		sums = hex.AppendEncode(sums, sum[:])
 		m := messageOut{
 			MessageId:     d.MessageID,
 			ReceiptHandle: d.ReceiptHandle,
-			MD5OfBody:     md5Hex(d.Body),
-			Body:          string(d.Body),
+			MD5OfBody:     bodyString(sums[len(sums)-2*md5.Size:]),
+			// The engine's body, not a copy: it is read-only, and the
+			// response is written before this request returns.
+			Body: bodyString(d.Body),
 			Attributes:    c.h.systemAttributes(d, sysNames),
 		}
 		if sel := selectAttributes(d.Attributes, in.MessageAttributeNames); len(sel) > 0 {
@@ -350,8 +371,8 @@ func (c *call) handleBatch(in *batchHandleInput, entryShape, resultEntry string,
 	if err := checkBatchIDs(ids, entryShape); err != nil {
 		return nil, err
 	}
-	out := &handleBatchOutput{Successful: []idEntry{}, Failed: []batchError{}, entryName: resultEntry}
-	var valid []int
+	out := &handleBatchOutput{Successful: make([]idEntry, 0, len(in.Entries)), Failed: []batchError{}, entryName: resultEntry}
+	valid := make([]int, 0, len(in.Entries))
 	for i, e := range in.Entries {
 		if e.ReceiptHandle == "" {
 			out.Failed = append(out.Failed, newBatchError(e.Id, errMissing("ReceiptHandle")))

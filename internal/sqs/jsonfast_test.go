@@ -217,3 +217,30 @@ func TestFirstInvalidCharFastPath(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueNameSegments: queueName's segment scan agrees with splitting the
+// path on "/" and dropping empty segments.
+func TestQueueNameSegments(t *testing.T) {
+	ref := func(p string) (name, acct string) {
+		var segs []string
+		for _, s := range strings.Split(p, "/") {
+			if s != "" {
+				segs = append(segs, s)
+			}
+		}
+		if len(segs) > 0 {
+			name = segs[len(segs)-1]
+		}
+		if len(segs) > 1 {
+			acct = segs[len(segs)-2]
+		}
+		return name, acct
+	}
+	for _, p := range []string{"", "/", "//", "q", "/q", "q/", "a/q", "/a/q/", "a//q", "//a//q//", "x/a/q", "/000000000000/q.fifo"} {
+		name, rest := lastSegment(p)
+		acct, _ := lastSegment(rest)
+		if wn, wa := ref(p); name != wn || acct != wa {
+			t.Errorf("%q: %q %q, want %q %q", p, name, acct, wn, wa)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
@@ -50,17 +51,18 @@ func checkBatchIDs(ids []string, entryShape string) *apiError {
 	if len(ids) > engine.MaxBatch {
 		return newErr(kindTooManyEntries, "Maximum number of entries per request are %d. You have sent %d.", engine.MaxBatch, len(ids))
 	}
-	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if !validBatchEntryID(id) {
 			return newErr(kindInvalidBatchEntryID, msgInvalidBatchEntryID)
 		}
 	}
-	for _, id := range ids {
-		if seen[id] {
-			return newErr(kindIdsNotDistinct, "Id %s repeated.", id)
+	// At most 10 ids: comparing pairs is cheaper than a map.
+	for i, id := range ids {
+		for _, prev := range ids[:i] {
+			if prev == id {
+				return newErr(kindIdsNotDistinct, "Id %s repeated.", id)
+			}
 		}
-		seen[id] = true
 	}
 	return nil
 }
@@ -81,6 +83,17 @@ func checkBody(body *string) *apiError {
 // invalid UTF-8 byte reports as its byte value).
 func firstInvalidChar(s string) (rune, bool) {
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while all are ASCII 0x20–0x7F (all allowed).
+		if i+8 <= len(s) {
+			if w := binary.LittleEndian.Uint64(unsafeSlice(s[i : i+8])); ((w-lsb*0x20)|w)&msb == 0 {
+				i += 8
+				continue
+			}
+		}
+		if c := s[i]; c >= 0x20 && c < utf8.RuneSelf {
+			i++
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			return rune(s[i]), false
