@@ -291,8 +291,8 @@ func (c *call) receiveMessage() (output, *apiError) {
 			MD5OfBody:     bodyString(sums[len(sums)-2*md5.Size:]),
 			// The engine's body, not a copy: it is read-only, and the
 			// response is written before this request returns.
-			Body: bodyString(d.Body),
-			Attributes:    c.h.systemAttributes(d, sysNames),
+			Body:       bodyString(d.Body),
+			Attributes: c.h.systemAttributes(d, sysNames),
 		}
 		if sel := selectAttributes(d.Attributes, in.MessageAttributeNames); len(sel) > 0 {
 			m.MD5OfMessageAttributes = md5OfAttributes(sel)
