@@ -37,6 +37,7 @@ Usage:
   sluice queues [flags]       list queues with depth, age and dead-letter setup
   sluice dlq <command>        dead-letter queues: list, peek, show, delete, export,
                               import, redrive, tasks, cancel, pause, resume (sluice dlq help)
+  sluice doctor [flags]       check queue configuration against live metrics; exit 1 on red
   sluice version              print the version
 `
 
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCLI(cli.Queues, args[1:], stdout, stderr)
 	case "dlq":
 		return runCLI(cli.DLQ, args[1:], stdout, stderr)
+	case "doctor":
+		return runCLI(cli.Doctor, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sluice", version)
 		return 0
