@@ -16,7 +16,7 @@ import (
 // broker is a real Sluice AMQP listener on 127.0.0.1:0 over an engine on
 // a memstore, which restart closes and reopens with the same store.
 type broker struct {
-	t    *testing.T
+	t    testing.TB
 	st   *memstore.Store
 	clk  clock.Clock
 	fake *clock.Fake
@@ -39,7 +39,7 @@ func withFakeClock() brokerOpt {
 
 func withOptions(o Options) brokerOpt { return func(b *broker) { b.opts = o } }
 
-func startBroker(t *testing.T, opts ...brokerOpt) *broker {
+func startBroker(t testing.TB, opts ...brokerOpt) *broker {
 	t.Helper()
 	b := &broker{t: t, st: memstore.New(), clk: clock.Real{}}
 	for _, o := range opts {
