@@ -1,0 +1,465 @@
+// Package faults injects faults into a running Sluice (SIGKILL, SIGSTOP,
+// power loss, failing and full disks, corrupted logs) under a load of
+// producers and consumers, and checks what clients were told against what
+// the broker delivered, with the Checker in this file. See
+// docs/reliability.md for the method and the figures of a long run.
+//
+// The Checker is deliberately independent of how the history was produced:
+// the fault tests feed it from real SQS clients or from the engine API, and
+// checker_test.go feeds it synthetic histories that must be flagged.
+package faults
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultSlack is how much earlier than its earliest legal moment a delivery
+// may complete before the Checker calls it early. Clients and broker share
+// one machine and one clock, and every bound the Checker uses is already on
+// the safe side (a lease is assumed to start when the receive request began,
+// a delay when the send request began), so the slack only absorbs timer
+// granularity.
+const DefaultSlack = 50 * time.Millisecond
+
+// Send describes a message at the moment its send is attempted.
+type Send struct {
+	ID     string        // the body id, unique per test run
+	Body   string        // the exact body; deliveries must match it
+	Group  string        // FIFO message group ("" on standard queues)
+	Seq    int           // position in the group's send order (FIFO)
+	Delay  time.Duration // DelaySeconds of the message (0: none)
+	Poison bool          // consumers never delete it: it must reach the DLQ
+}
+
+// Receipt is one delivery of a message, as a consumer saw it.
+type Receipt struct {
+	ID         string // body id parsed from the body
+	Body       string
+	MessageID  string
+	Queue      string
+	DLQ        bool          // received from the dead-letter queue
+	Begin, End time.Time     // the receive request's start and response
+	Count      int           // ApproximateReceiveCount, this receive included
+	Visibility time.Duration // the lease the receive asked for
+}
+
+// delivery is a Receipt plus what happened to its lease.
+type delivery struct {
+	Receipt
+	epoch    int       // incarnation of the broker when the receive began
+	released time.Time // start of a ChangeVisibility(0) on this lease; zero: none
+	deleted  bool      // a delete of this lease was attempted
+}
+
+type message struct {
+	Send
+	attemptAt time.Time
+	acked     bool
+	ackAt     time.Time
+	messageID string
+	dels      []*delivery
+	// deleteAckAt is the first delete acknowledgement that certainly
+	// deleted the message (see DeleteAcked); zero if none.
+	deleteAckAt time.Time
+}
+
+// Checker records a history of operations and judges it against the
+// guarantees in docs/guarantees.md. It is safe for concurrent use.
+type Checker struct {
+	// MaxReceiveCount of the source queue's redrive policy (0: no DLQ).
+	MaxReceiveCount int
+	// Slack: see DefaultSlack.
+	Slack time.Duration
+	// FIFO: check first deliveries against send order per group.
+	FIFO bool
+
+	mu         sync.Mutex
+	epoch      int
+	msgs       map[string]*message
+	unexpected []string
+	corrupt    []string
+	deliveries int
+	faults     int
+}
+
+// NewChecker returns an empty Checker.
+func NewChecker(fifo bool, maxReceiveCount int) *Checker {
+	return &Checker{FIFO: fifo, MaxReceiveCount: maxReceiveCount, Slack: DefaultSlack, msgs: map[string]*message{}}
+}
+
+// Attempt records that a send of m is about to be made.
+func (c *Checker) Attempt(m Send, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.msgs[m.ID]; old != nil {
+		c.corrupt = append(c.corrupt, m.ID+": sent twice by the test itself")
+		return
+	}
+	c.msgs[m.ID] = &message{Send: m, attemptAt: at}
+}
+
+// Acked records that the broker acknowledged the send of id with messageID.
+func (c *Checker) Acked(id, messageID string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.msgs[id]
+	if m == nil {
+		c.corrupt = append(c.corrupt, id+": acknowledged but never attempted")
+		return
+	}
+	m.acked, m.ackAt, m.messageID = true, at, messageID
+}
+
+// Received records a delivery.
+func (c *Checker) Received(r Receipt) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deliveries++
+	m := c.msgs[r.ID]
+	if m == nil {
+		c.unexpected = append(c.unexpected, r.ID)
+		return
+	}
+	if r.Body != m.Body {
+		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: body of %d bytes differs from the %d sent", r.ID, len(r.Body), len(m.Body)))
+	}
+	if m.acked && m.messageID != "" && r.MessageID != m.messageID {
+		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: delivered as MessageId %s, acknowledged as %s", r.ID, r.MessageID, m.messageID))
+	}
+	m.dels = append(m.dels, &delivery{Receipt: r, epoch: c.epoch})
+}
+
+// find returns the delivery of id with the given receive count, preferring
+// the most recent. Callers hold c.mu.
+func (c *Checker) find(id string, count int) (*message, *delivery) {
+	m := c.msgs[id]
+	if m == nil {
+		return nil, nil
+	}
+	for i := len(m.dels) - 1; i >= 0; i-- {
+		if m.dels[i].Count == count {
+			return m, m.dels[i]
+		}
+	}
+	return m, nil
+}
+
+// Released records a ChangeMessageVisibility(0) of the lease of id with
+// receive count count, attempted at at (whether or not it was
+// acknowledged): the lease may have ended from then on.
+func (c *Checker) Released(id string, count int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, d := c.find(id, count); d != nil && (d.released.IsZero() || at.Before(d.released)) {
+		d.released = at
+	}
+}
+
+// DeleteAttempted records that a delete of the lease of id with receive
+// count count is about to be sent.
+func (c *Checker) DeleteAttempted(id string, count int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, d := c.find(id, count); d != nil {
+		d.deleted = true
+	}
+}
+
+// DeleteAcked records an acknowledged delete of the lease of id with
+// receive count count. It counts as a certain delete, which no later
+// receive may contradict, only when the lease was certainly still valid
+// when the broker applied it: no crash since the receive began, no
+// ChangeVisibility(0) on it, and acknowledged before the lease could have
+// ended. (A standard queue acknowledges a delete with a stale handle without
+// deleting, so an ack alone proves nothing.)
+func (c *Checker) DeleteAcked(id string, count int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, d := c.find(id, count)
+	if d == nil {
+		return
+	}
+	d.deleted = true
+	if d.epoch != c.epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
+		return
+	}
+	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
+		m.deleteAckAt = at
+	}
+}
+
+// Crash records that the broker was killed or lost power: receives since
+// the last synced write may be forgotten and their leases with them.
+func (c *Checker) Crash() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+}
+
+// Fault counts one injected fault (for the report).
+func (c *Checker) Fault() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.faults++
+}
+
+// Report is the Checker's verdict. The lists hold descriptions of the
+// offending messages, sorted.
+type Report struct {
+	Attempted, Acked, Deliveries, Faults int
+	Delivered    int // distinct messages delivered at least once
+	Duplicates   int // deliveries of deletable messages beyond their first (allowed)
+	DeadLettered int // distinct messages seen in the DLQ
+	// DeadLetteredHealthy counts messages consumers would have deleted
+	// that reached the DLQ anyway (their deletes were lost to faults).
+	DeadLetteredHealthy int
+
+	Lost        []string // acknowledged, and not settled by the end (see Report)
+	Unexpected  []string // delivered, never sent
+	Corrupt     []string // wrong body or MessageId, or an inconsistent history
+	Resurrected []string // delivered by a receive begun after a certain delete
+	Order       []string // FIFO first deliveries out of send order within a group
+	Early       []string // delivered before its delay or a live lease ended
+	DLQ         []string // DLQ invariant broken (receive count, poison never dead-lettered)
+}
+
+// Violations is the number of entries in every list that must be empty.
+func (r Report) Violations() int {
+	return len(r.Lost) + len(r.Unexpected) + len(r.Corrupt) + len(r.Resurrected) + len(r.Order) + len(r.Early) + len(r.DLQ)
+}
+
+// String is a one-line summary for t.Logf.
+func (r Report) String() string {
+	return fmt.Sprintf("ops: sends attempted %d, acked %d; deliveries %d (distinct %d, duplicates %d); dead-lettered %d (%d not poison); faults %d | lost %d, unexpected %d, corrupt %d, resurrected %d, order %d, early %d, dlq %d",
+		r.Attempted, r.Acked, r.Deliveries, r.Delivered, r.Duplicates, r.DeadLettered, r.DeadLetteredHealthy, r.Faults,
+		len(r.Lost), len(r.Unexpected), len(r.Corrupt), len(r.Resurrected), len(r.Order), len(r.Early), len(r.DLQ))
+}
+
+// Details lists up to n entries of every non-empty violation list.
+func (r Report) Details(n int) string {
+	var b strings.Builder
+	for _, l := range []struct {
+		name string
+		v    []string
+	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"corrupt", r.Corrupt}, {"resurrected", r.Resurrected},
+		{"order", r.Order}, {"early", r.Early}, {"dlq", r.DLQ}} {
+		if len(l.v) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s (%d):\n", l.name, len(l.v))
+		for _, s := range l.v[:min(n, len(l.v))] {
+			fmt.Fprintf(&b, "  %s\n", s)
+		}
+	}
+	return b.String()
+}
+
+// Report judges the history. Call it after a drain that left every queue
+// empty: a message is then lost when it was acknowledged and either never
+// delivered (from its queue or the DLQ), or its last delivery was not
+// followed by a delete (it vanished while leased or visible).
+func (c *Checker) Report() Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Report{Deliveries: c.deliveries, Faults: c.faults, Attempted: len(c.msgs),
+		Unexpected: append([]string(nil), c.unexpected...), Corrupt: append([]string(nil), c.corrupt...)}
+	groups := map[string][]*message{}
+	for _, m := range c.msgs {
+		if m.acked {
+			r.Acked++
+		}
+		if len(m.dels) > 0 {
+			r.Delivered++
+		}
+		// Server order of the deliveries: by incarnation, then receive
+		// count (strictly increasing within one incarnation).
+		dels := append([]*delivery(nil), m.dels...)
+		sort.SliceStable(dels, func(i, j int) bool {
+			if dels[i].epoch != dels[j].epoch {
+				return dels[i].epoch < dels[j].epoch
+			}
+			return dels[i].Count < dels[j].Count
+		})
+		c.judge(m, dels, &r)
+		if c.FIFO && len(dels) > 0 && !dels[0].DLQ {
+			groups[m.Group] = append(groups[m.Group], m)
+		}
+	}
+	for g, ms := range groups {
+		r.Order = append(r.Order, checkGroupOrder(g, ms)...)
+	}
+	for _, l := range [][]string{r.Lost, r.Unexpected, r.Corrupt, r.Resurrected, r.Order, r.Early, r.DLQ} {
+		sort.Strings(l)
+	}
+	return r
+}
+
+// judge checks one message's deliveries, in server order.
+func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
+	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleted) {
+		what := "never delivered nor dead-lettered"
+		if len(dels) > 0 {
+			what = fmt.Sprintf("delivered %d times, then gone without a delete", len(dels))
+		}
+		r.Lost = append(r.Lost, fmt.Sprintf("%s (MessageId %s, acked %s): %s", m.ID, m.messageID, m.ackAt.Format(time.StampMicro), what))
+	}
+	inDLQ, mainDeliveries := false, 0
+	for i, d := range dels {
+		if d.DLQ {
+			if !inDLQ {
+				r.DeadLettered++
+				if !m.Poison {
+					r.DeadLetteredHealthy++
+				}
+			}
+			inDLQ = true
+			if c.MaxReceiveCount > 0 && d.Count < c.MaxReceiveCount {
+				r.DLQ = append(r.DLQ, fmt.Sprintf("%s: in the DLQ with ApproximateReceiveCount %d < maxReceiveCount %d", m.ID, d.Count, c.MaxReceiveCount))
+			}
+		} else {
+			if inDLQ {
+				r.Corrupt = append(r.Corrupt, m.ID+": delivered from its source queue after the DLQ")
+			}
+			mainDeliveries++
+			if mainDeliveries > 1 && !m.Poison {
+				r.Duplicates++
+			}
+		}
+		if !m.deleteAckAt.IsZero() && d.Begin.After(m.deleteAckAt) {
+			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s, delete acknowledged %s",
+				m.ID, d.Begin.Format(time.StampMicro), m.deleteAckAt.Format(time.StampMicro)))
+		}
+		if m.Delay > 0 && d.End.Before(m.attemptAt.Add(m.Delay-c.Slack)) {
+			r.Early = append(r.Early, fmt.Sprintf("%s: delivered %v after its send began, delay %v",
+				m.ID, d.End.Sub(m.attemptAt).Round(time.Millisecond), m.Delay))
+		}
+		if i == 0 {
+			continue
+		}
+		prev := dels[i-1]
+		// A lease binds the next delivery only if it was durable: within
+		// one incarnation always; across a crash only if the later
+		// receive count shows the earlier receive survived.
+		if prev.epoch != d.epoch && d.Count <= prev.Count {
+			continue
+		}
+		if prev.epoch == d.epoch && d.Count <= prev.Count {
+			r.Corrupt = append(r.Corrupt, fmt.Sprintf("%s: receive count went from %d to %d without a crash", m.ID, prev.Count, d.Count))
+		}
+		end := prev.Begin.Add(prev.Visibility)
+		if !prev.released.IsZero() && prev.released.Before(end) {
+			end = prev.released
+		}
+		if d.End.Before(end.Add(-c.Slack)) {
+			r.Early = append(r.Early, fmt.Sprintf("%s: receive %d returned %v before receive %d's lease (%v) could end",
+				m.ID, d.Count, end.Sub(d.End).Round(time.Millisecond), prev.Count, prev.Visibility))
+		}
+	}
+	if m.Poison && m.acked && c.MaxReceiveCount > 0 && !inDLQ {
+		r.DLQ = append(r.DLQ, fmt.Sprintf("%s: poison message never reached the DLQ (%d deliveries)", m.ID, len(dels)))
+	}
+}
+
+// checkGroupOrder flags a message whose first delivery certainly came after
+// the first delivery of a message sent later in its group: the later one's
+// receive returned before the earlier one's receive began.
+func checkGroupOrder(group string, ms []*message) []string {
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Seq < ms[j].Seq })
+	var out []string
+	var minEnd time.Time
+	var minSeq int
+	for i := len(ms) - 1; i >= 0; i-- {
+		var first *delivery
+		for _, d := range ms[i].dels {
+			if !d.DLQ && (first == nil || d.Begin.Before(first.Begin)) {
+				first = d
+			}
+		}
+		if first == nil {
+			continue
+		}
+		if !minEnd.IsZero() && minEnd.Before(first.Begin) {
+			out = append(out, fmt.Sprintf("group %s: seq %d first delivered after seq %d", group, ms[i].Seq, minSeq))
+		}
+		if minEnd.IsZero() || first.End.Before(minEnd) {
+			minEnd, minSeq = first.End, ms[i].Seq
+		}
+	}
+	return out
+}
+
+// Snapshot is the result of checking the broker's stored state against the
+// history (power-loss test): the broker is reopened and every message it
+// holds is listed, without receiving.
+type Snapshot struct {
+	Present     int
+	Lost        []string // acknowledged, not certainly deleted, absent
+	Duplicated  []string // present more than once
+	Resurrected []string // certainly deleted, present again
+	Unexpected  []string // present, never sent
+	Corrupt     []string // present with a wrong body or MessageId
+}
+
+// Violations counts the entries of every list.
+func (s Snapshot) Violations() int {
+	return len(s.Lost) + len(s.Duplicated) + len(s.Resurrected) + len(s.Unexpected) + len(s.Corrupt)
+}
+
+// Stored is one message found in the store after a restart.
+type Stored struct {
+	ID, Body, MessageID string
+}
+
+// CheckSnapshot compares the stored messages with the history. A message
+// counts as certainly deleted here when any delete of it was acknowledged
+// within the same incarnation (the engine API, unlike SQS, refuses a delete
+// with a stale handle: the power-loss test deletes only with a live lease).
+func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Snapshot{Present: len(stored)}
+	seen := map[string]int{}
+	for _, st := range stored {
+		seen[st.ID]++
+		m := c.msgs[st.ID]
+		switch {
+		case m == nil:
+			s.Unexpected = append(s.Unexpected, st.ID)
+			continue
+		case st.Body != m.Body:
+			s.Corrupt = append(s.Corrupt, st.ID+": body differs")
+		case m.acked && st.MessageID != m.messageID:
+			s.Corrupt = append(s.Corrupt, fmt.Sprintf("%s: MessageId %s, acknowledged %s", st.ID, st.MessageID, m.messageID))
+		}
+		if seen[st.ID] == 2 {
+			s.Duplicated = append(s.Duplicated, st.ID)
+		}
+		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 {
+			s.Resurrected = append(s.Resurrected, st.ID)
+		}
+	}
+	for id, m := range c.msgs {
+		if m.acked && m.deleteAckAt.IsZero() && seen[id] == 0 {
+			s.Lost = append(s.Lost, id)
+		}
+	}
+	for _, l := range [][]string{s.Lost, s.Duplicated, s.Resurrected, s.Unexpected, s.Corrupt} {
+		sort.Strings(l)
+	}
+	return s
+}
+
+// ForceDeleted marks id as certainly deleted at at (for histories that
+// come from the engine API, where an acknowledged delete with a live
+// handle is certain).
+func (c *Checker) ForceDeleted(id string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.msgs[id]; m != nil && (m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt)) {
+		m.deleteAckAt = at
+	}
+}

@@ -1,0 +1,254 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A checker that cannot fail is worthless: each test below feeds a
+// synthetic history with exactly one kind of violation and requires the
+// Checker to flag it (and nothing else), next to a clean history that must
+// pass.
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+const vis = 2 * time.Second
+
+// hist builds histories tersely.
+type hist struct{ c *Checker }
+
+func newHist(fifo bool) hist { return hist{NewChecker(fifo, 3)} }
+
+func (h hist) send(id string, ms int, opts ...func(*Send)) {
+	s := Send{ID: id, Body: "body " + id}
+	for _, o := range opts {
+		o(&s)
+	}
+	h.c.Attempt(s, at(ms))
+	h.c.Acked(id, "mid-"+id, at(ms+5))
+}
+
+func (h hist) recv(id string, ms, count int, dlq bool) {
+	h.c.Received(Receipt{ID: id, Body: "body " + id, MessageID: "mid-" + id, DLQ: dlq,
+		Begin: at(ms), End: at(ms + 10), Count: count, Visibility: vis})
+}
+
+func (h hist) del(id string, ms, count int) {
+	h.c.DeleteAttempted(id, count)
+	h.c.DeleteAcked(id, count, at(ms))
+}
+
+func group(g string, seq int) func(*Send) { return func(s *Send) { s.Group, s.Seq = g, seq } }
+func delay(d time.Duration) func(*Send)   { return func(s *Send) { s.Delay = d } }
+func poison(s *Send)                      { s.Poison = true }
+
+// expect fails unless exactly the named lists are non-empty, each with
+// want entries.
+func expect(t *testing.T, r Report, want map[string]int) {
+	t.Helper()
+	got := map[string]int{"lost": len(r.Lost), "unexpected": len(r.Unexpected), "corrupt": len(r.Corrupt),
+		"resurrected": len(r.Resurrected), "order": len(r.Order), "early": len(r.Early), "dlq": len(r.DLQ)}
+	for k, n := range got {
+		if n != want[k] {
+			t.Errorf("%s: %d entries, want %d\n%s", k, n, want[k], r.Details(5))
+		}
+	}
+}
+
+func TestCheckerClean(t *testing.T) {
+	h := newHist(true)
+	h.send("a", 0, group("g", 1))
+	h.send("b", 1, group("g", 2))
+	h.send("p", 2, group("h", 1), poison)
+	h.recv("a", 10, 1, false)
+	h.del("a", 30, 1)
+	h.recv("b", 40, 1, false)
+	// b's delete is lost; it comes back after its lease and is deleted.
+	h.c.DeleteAttempted("b", 1)
+	h.recv("b", 2100, 2, false)
+	h.del("b", 2120, 2)
+	// The poison message: three receives, then the DLQ (count 4), deleted.
+	h.recv("p", 10, 1, false)
+	h.recv("p", 2100, 2, false)
+	h.c.Released("p", 2, at(2200))
+	h.recv("p", 2300, 3, false)
+	h.recv("p", 4400, 4, true)
+	h.del("p", 4420, 4)
+	r := h.c.Report()
+	expect(t, r, nil)
+	if r.Duplicates != 1 || r.DeadLettered != 1 || r.Acked != 3 || r.Delivered != 3 {
+		t.Fatalf("figures: %v", r)
+	}
+}
+
+func TestCheckerFlagsLost(t *testing.T) {
+	h := newHist(false)
+	h.send("never", 0)
+	h.send("vanished", 0)
+	h.recv("vanished", 10, 1, false) // never deleted, never seen again
+	h.c.Attempt(Send{ID: "unacked", Body: "body unacked"}, at(0))
+	expect(t, h.c.Report(), map[string]int{"lost": 2})
+}
+
+func TestCheckerFlagsDuplicateAfterDelete(t *testing.T) {
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.del("a", 30, 1)
+	h.recv("a", 5000, 2, false)
+	h.del("a", 5020, 2)
+	r := h.c.Report()
+	expect(t, r, map[string]int{"resurrected": 1})
+	if r.Duplicates != 1 {
+		t.Fatalf("duplicates = %d, want 1", r.Duplicates)
+	}
+}
+
+func TestCheckerDuplicateWithoutCertainDeleteIsAllowed(t *testing.T) {
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.del("a", 2500, 1) // acked after the lease could have ended: stale handle
+	h.recv("a", 2600, 2, false)
+	h.del("a", 2620, 2)
+	h.send("b", 0)
+	h.recv("b", 10, 1, false)
+	h.c.Crash() // the delete is acked by the next incarnation: not certain
+	h.del("b", 100, 1)
+	h.recv("b", 200, 1, false)
+	h.del("b", 220, 1)
+	r := h.c.Report()
+	expect(t, r, nil)
+	if r.Duplicates != 2 {
+		t.Fatalf("duplicates = %d, want 2", r.Duplicates)
+	}
+}
+
+func TestCheckerFlagsOrderViolation(t *testing.T) {
+	h := newHist(true)
+	h.send("a1", 0, group("g", 1))
+	h.send("a2", 1, group("g", 2))
+	h.send("a3", 2, group("g", 3))
+	h.send("b1", 3, group("h", 1))
+	h.recv("a2", 10, 1, false)
+	h.del("a2", 30, 1)
+	h.recv("a1", 40, 1, false) // after a2: out of order
+	h.del("a1", 60, 1)
+	h.recv("a3", 70, 1, false)
+	h.del("a3", 90, 1)
+	h.recv("b1", 10, 1, false)
+	h.del("b1", 30, 1)
+	expect(t, h.c.Report(), map[string]int{"order": 1})
+}
+
+func TestCheckerOrderIgnoresOverlaps(t *testing.T) {
+	// Two receives that overlap in time prove nothing about order.
+	h := newHist(true)
+	h.send("a1", 0, group("g", 1))
+	h.send("a2", 1, group("g", 2))
+	h.c.Received(Receipt{ID: "a2", Body: "body a2", MessageID: "mid-a2", Begin: at(10), End: at(50), Count: 1, Visibility: vis})
+	h.c.Received(Receipt{ID: "a1", Body: "body a1", MessageID: "mid-a1", Begin: at(20), End: at(30), Count: 1, Visibility: vis})
+	h.del("a1", 60, 1)
+	h.del("a2", 60, 1)
+	expect(t, h.c.Report(), nil)
+}
+
+func TestCheckerFlagsEarlyRedelivery(t *testing.T) {
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.recv("a", 500, 2, false) // lease of 2 s still running
+	h.del("a", 520, 2)
+	expect(t, h.c.Report(), map[string]int{"early": 1})
+}
+
+func TestCheckerFlagsEarlyDelayed(t *testing.T) {
+	h := newHist(false)
+	h.send("a", 0, delay(2*time.Second))
+	h.recv("a", 1000, 1, false)
+	h.del("a", 1020, 1)
+	h.send("b", 0, delay(2*time.Second))
+	h.recv("b", 1995, 1, false) // returns at 2005 ms: on time
+	h.del("b", 2020, 1)
+	expect(t, h.c.Report(), map[string]int{"early": 1})
+}
+
+func TestCheckerEarlyAllowances(t *testing.T) {
+	h := newHist(false)
+	// Released with ChangeVisibility(0): may come back at once.
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.Released("a", 1, at(100))
+	h.recv("a", 120, 2, false)
+	h.del("a", 140, 2)
+	// A crash lost the receive (the count did not move): no lease binds.
+	h.send("b", 0)
+	h.recv("b", 10, 1, false)
+	h.c.Crash()
+	h.recv("b", 300, 1, false)
+	h.del("b", 320, 1)
+	r := h.c.Report()
+	expect(t, r, nil)
+
+	// A crash after a receive that was durable (the count moved on): the
+	// lease still binds.
+	h2 := newHist(false)
+	h2.send("c", 0)
+	h2.recv("c", 10, 1, false)
+	h2.c.Crash()
+	h2.recv("c", 300, 2, false)
+	h2.del("c", 320, 2)
+	expect(t, h2.c.Report(), map[string]int{"early": 1})
+}
+
+func TestCheckerFlagsUnexpectedAndCorrupt(t *testing.T) {
+	h := newHist(false)
+	h.send("a", 0)
+	h.c.Received(Receipt{ID: "a", Body: "body a, tampered", MessageID: "mid-a", Begin: at(10), End: at(20), Count: 1, Visibility: vis})
+	h.del("a", 30, 1)
+	h.c.Received(Receipt{ID: "ghost", Body: "boo", Begin: at(10), End: at(20), Count: 1, Visibility: vis})
+	expect(t, h.c.Report(), map[string]int{"unexpected": 1, "corrupt": 1})
+}
+
+func TestCheckerFlagsDLQInvariants(t *testing.T) {
+	h := newHist(false)
+	// Dead-lettered after only 1 receive (count 2 in the DLQ < 3).
+	h.send("early", 0, poison)
+	h.recv("early", 10, 1, false)
+	h.recv("early", 2100, 2, true)
+	h.del("early", 2120, 2)
+	// A poison message that was never dead-lettered: also lost.
+	h.send("stuck", 0, poison)
+	h.recv("stuck", 10, 1, false)
+	r := h.c.Report()
+	expect(t, r, map[string]int{"dlq": 2, "lost": 1})
+	if !strings.Contains(strings.Join(r.DLQ, "\n"), "ApproximateReceiveCount 2") {
+		t.Fatalf("dlq list: %v", r.DLQ)
+	}
+}
+
+func TestCheckerSnapshot(t *testing.T) {
+	h := newHist(false)
+	h.send("kept", 0)
+	h.send("lost", 0)
+	h.send("dup", 0)
+	h.send("gone", 0)
+	h.c.ForceDeleted("gone", at(10))
+	h.send("back", 0)
+	h.c.ForceDeleted("back", at(10))
+	h.c.Attempt(Send{ID: "maybe", Body: "body maybe"}, at(0)) // never acked: may or may not be there
+	s := h.c.CheckSnapshot([]Stored{
+		{"kept", "body kept", "mid-kept"},
+		{"dup", "body dup", "mid-dup"}, {"dup", "body dup", "mid-dup"},
+		{"back", "body back", "mid-back"},
+		{"maybe", "body maybe", "x"},
+		{"ghost", "?", "?"},
+	})
+	if len(s.Lost) != 1 || s.Lost[0] != "lost" || len(s.Duplicated) != 1 || len(s.Resurrected) != 1 ||
+		len(s.Unexpected) != 1 || len(s.Corrupt) != 0 || s.Violations() != 4 {
+		t.Fatalf("snapshot: %+v", s)
+	}
+}
