@@ -104,9 +104,7 @@ func (c *call) writeOutput(w http.ResponseWriter, out output) {
 		x.elem("RequestId", c.reqID)
 		x.close("ResponseMetadata")
 		x.close(c.action + "Response")
-		w.Header().Set("Content-Type", "text/xml")
-		w.WriteHeader(http.StatusOK)
-		w.Write(x.b.Bytes())
+		c.writeBody(w, http.StatusOK, "text/xml", x.b.Bytes())
 	}
 }
 

@@ -244,3 +244,46 @@ func TestQueueNameSegments(t *testing.T) {
 		}
 	}
 }
+
+// xmlTextRef is xmlWriter.text as it was, one rune at a time.
+func xmlTextRef(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteString("\uFFFD")
+			i++
+			continue
+		}
+		switch {
+		case r == '&':
+			b.WriteString("&amp;")
+		case r == '<':
+			b.WriteString("&lt;")
+		case r == '>':
+			b.WriteString("&gt;")
+		case r == '"':
+			b.WriteString("&quot;")
+		case r == '\r':
+			b.WriteString("&#xD;")
+		case !isXMLChar(r):
+			b.WriteString("\uFFFD")
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func FuzzXMLText(f *testing.F) {
+	f.Add("plain ascii text")
+	f.Add("<a href=\"x\">&amp;</a>\r\n\t\x00\x7f\x80\xff é \ufffd \ufffe 😀 \xed\xa0\x80")
+	f.Fuzz(func(t *testing.T, s string) {
+		var w xmlWriter
+		w.text(s)
+		if got, want := w.b.String(), xmlTextRef(s); got != want {
+			t.Fatalf("text(%q) = %q, want %q", s, got, want)
+		}
+	})
+}

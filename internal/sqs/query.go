@@ -340,11 +340,24 @@ func (w *xmlWriter) elemOpt(name, text string) {
 }
 
 func (w *xmlWriter) text(s string) {
+	// Runs of characters written as they are go out in one WriteString.
+	start := 0
 	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c < utf8.RuneSelf && c != '&' && c != '<' && c != '>' && c != '"' || c == '\t' || c == '\n' {
+			i++
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
+		if c >= utf8.RuneSelf && r != utf8.RuneError && isXMLChar(r) {
+			i += size
+			continue
+		}
+		w.b.WriteString(s[start:i])
 		if r == utf8.RuneError && size == 1 {
 			w.b.WriteString("\uFFFD")
 			i++
+			start = i
 			continue
 		}
 		switch {
@@ -364,7 +377,9 @@ func (w *xmlWriter) text(s string) {
 			w.b.WriteString(s[i : i+size])
 		}
 		i += size
+		start = i
 	}
+	w.b.WriteString(s[start:])
 }
 
 // isXMLChar is the XML 1.0 Char production, which is also the set of
