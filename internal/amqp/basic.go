@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
@@ -29,6 +30,9 @@ func (ch *channel) qos(m *wire.BasicQos) error {
 
 func (ch *channel) consume(m *wire.BasicConsume) error {
 	c, s := ch.c, ch.c.s
+	if m.Queue == replyQueue {
+		return ch.consumeReplyTo(m)
+	}
 	if err := c.user.check(c.vhost, permRead, "queue", m.Queue); err != nil {
 		return err
 	}
@@ -83,6 +87,9 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 }
 
 func (ch *channel) cancel(m *wire.BasicCancel) error {
+	if ch.cancelReplyTo(m.ConsumerTag) {
+		return ch.reply(m.NoWait, &wire.BasicCancelOK{ConsumerTag: m.ConsumerTag})
+	}
 	ch.mu.Lock()
 	cs := ch.consumers[m.ConsumerTag]
 	if cs != nil {
@@ -136,6 +143,9 @@ func (ch *channel) publish(cmd *command) error {
 	if len(cmd.body)+len(cmd.rawProps)+len(m.Exchange)+len(m.RoutingKey)+16 > maxBody {
 		return errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", len(cmd.body), maxBody)
 	}
+	if err := ch.rewriteReplyTo(cmd); err != nil {
+		return err
+	}
 	if ch.tx {
 		ch.txPublish = append(ch.txPublish, cmd)
 		return nil
@@ -177,6 +187,16 @@ func (ch *channel) route(cmd *command) error {
 		if enc, err := encodeProps(&props); err == nil {
 			raw = enc
 		}
+	}
+	if m.Exchange == "" && strings.HasPrefix(m.RoutingKey, replyQueue+".") {
+		ok := s.deliverReply(m.RoutingKey, m, cmd)
+		if !ok && m.Mandatory {
+			ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
+			if err := c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ret, cmd.rawProps, cmd.body) }); err != nil {
+				return err
+			}
+		}
+		return ch.confirmed(seq, true)
 	}
 	t := s.topo
 	t.mu.RLock()

@@ -331,3 +331,30 @@ func TestRestartKeepsTopologyAndMessages(t *testing.T) {
 		t.Fatal("the transient queue's engine queue survived the restart")
 	}
 }
+
+func TestDirectReplyTo(t *testing.T) {
+	b := startBroker(t)
+	_, client := b.channel()
+	_, server := b.channel()
+	_, err := server.QueueDeclare("rpc", false, false, false, false, nil)
+	must(t, err)
+	replies, err := client.Consume("amq.rabbitmq.reply-to", "", true, false, false, false, nil)
+	must(t, err)
+	must(t, client.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: "amq.rabbitmq.reply-to", CorrelationId: "c1", Body: []byte("ping")}))
+	req := getOne(t, server, "rpc")
+	if !strings.HasPrefix(req.ReplyTo, "amq.rabbitmq.reply-to.") {
+		t.Fatal(req.ReplyTo)
+	}
+	must(t, server.Publish("", req.ReplyTo, false, false, amqp091.Publishing{CorrelationId: req.CorrelationId, Body: []byte("pong")}))
+	d := recv(t, replies)
+	if string(d.Body) != "pong" || d.CorrelationId != "c1" {
+		t.Fatalf("%+v", d)
+	}
+	// Publishing with reply-to but no reply consumer: 406.
+	_, other := b.channel()
+	closed := other.NotifyClose(make(chan *amqp091.Error, 1))
+	must(t, other.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: "amq.rabbitmq.reply-to"}))
+	if e := <-closed; e.Code != 406 {
+		t.Fatal(e)
+	}
+}

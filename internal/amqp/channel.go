@@ -72,6 +72,8 @@ type channel struct {
 	globalUsed       int // unacked consumer deliveries plus reservations
 	credit           chan struct{}
 	stopped          bool
+	replyTag         string // the direct reply-to consumer, if any
+	replyToken       string
 }
 
 func (c *conn) openChannel(id uint16) {
@@ -170,7 +172,11 @@ func (ch *channel) release() {
 	}
 	ch.consumers = map[string]*consumer{}
 	all := ch.takeAllLocked()
+	replyTag := ch.replyTag
 	ch.mu.Unlock()
+	if replyTag != "" {
+		ch.cancelReplyTo(replyTag)
+	}
 	for _, cons := range cs {
 		cons.stop()
 	}

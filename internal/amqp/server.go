@@ -33,6 +33,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	replies   map[string]*replyTarget // direct reply-to consumers by token
 	closed    bool
 
 	nextConn atomic.Uint64
