@@ -1,0 +1,185 @@
+package sigv4_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/auth/sigv4"
+)
+
+const (
+	limitedID     = "AKIDLIMITED"
+	limitedSecret = "limited-secret"
+)
+
+func allowListEnv(t *testing.T) (*env, *sqs.Client, *sqs.Client) {
+	e := newEnv(t, realBroker(t), sigv4.Options{Credentials: []sigv4.Credentials{
+		{AccessKeyID: akid, SecretAccessKey: secret},
+		{AccessKeyID: limitedID, SecretAccessKey: limitedSecret, Queues: []string{"orders-*", "audit"}},
+	}})
+	admin, limited := e.client(akid, secret), e.client(limitedID, limitedSecret)
+	for _, q := range []string{"orders-1", "audit", "private", "private-dlq"} {
+		if _, err := admin.CreateQueue(e.ctx, &sqs.CreateQueueInput{QueueName: aws.String(q)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, admin, limited
+}
+
+func (e *env) qurl(name string) *string { return aws.String(e.srv.URL + "/" + account + "/" + name) }
+func arn(name string) *string {
+	return aws.String("arn:aws:sqs:" + region + ":" + account + ":" + name)
+}
+
+func TestAllowListSDK(t *testing.T) {
+	e, _, cli := allowListEnv(t)
+	ctx := e.ctx
+	// Allowed.
+	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: e.qurl("orders-1"), MessageBody: aws.String("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("orders-2")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: e.qurl("audit")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
+		t.Fatal(err)
+	}
+	// Refused.
+	for name, call := range map[string]func() error{
+		"Send": func() error {
+			_, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: e.qurl("private"), MessageBody: aws.String("x")})
+			return err
+		},
+		"Create": func() error {
+			_, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("auditx")})
+			return err
+		},
+		"GetQueueUrl": func() error {
+			_, err := cli.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("private")})
+			return err
+		},
+		"Purge": func() error {
+			_, err := cli.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: e.qurl("private")})
+			return err
+		},
+		"RedriveIntoOtherQueue": func() error {
+			_, err := cli.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: e.qurl("orders-1"), Attributes: map[string]string{
+				"RedrivePolicy": `{"maxReceiveCount":"1","deadLetterTargetArn":"` + *arn("private-dlq") + `"}`}})
+			return err
+		},
+		"MoveFromOtherQueue": func() error {
+			_, err := cli.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: arn("private-dlq"), DestinationArn: arn("orders-1")})
+			return err
+		},
+		"MoveToOtherQueue": func() error {
+			_, err := cli.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: arn("audit"), DestinationArn: arn("private")})
+			return err
+		},
+		"MoveBackToSources": func() error {
+			_, err := cli.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: arn("audit")})
+			return err
+		},
+		"CancelOtherQueuesTask": func() error {
+			h := base64.StdEncoding.EncodeToString([]byte(`{"taskId":"t","sourceArn":"` + *arn("private-dlq") + `"}`))
+			_, err := cli.CancelMessageMoveTask(ctx, &sqs.CancelMessageMoveTaskInput{TaskHandle: aws.String(h)})
+			return err
+		},
+		"ListTasksOfOtherQueue": func() error {
+			_, err := cli.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: arn("private-dlq")})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) { wantCode(t, call(), "AccessDenied", 403) })
+	}
+}
+
+// signedJSON sends a raw AWS JSON request signed as the limited key.
+func signedJSON(t *testing.T, e *env, path, target, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", "AmazonSQS."+target)
+	sum := sha256.Sum256([]byte(body))
+	if err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: limitedID, SecretAccessKey: limitedSecret},
+		req, hex.EncodeToString(sum[:]), "sqs", region, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestAllowListSmuggling: duplicate, re-cased or escaped members, and a
+// queue path, cannot slip a second queue past the check.
+func TestAllowListSmuggling(t *testing.T) {
+	e, _, _ := allowListEnv(t)
+	ok := *e.qurl("orders-1")
+	bad := *e.qurl("private")
+	for name, c := range map[string]struct{ path, target, body string }{
+		"Duplicate":      {"/", "SendMessage", `{"QueueUrl":"` + ok + `","MessageBody":"x","QueueUrl":"` + bad + `"}`},
+		"DuplicateFirst": {"/", "SendMessage", `{"QueueUrl":"` + bad + `","MessageBody":"x","QueueUrl":"` + ok + `"}`},
+		"Recased":        {"/", "SendMessage", `{"QueueUrl":"` + ok + `","queueurl":"` + bad + `","MessageBody":"x"}`},
+		"Escaped":        {"/", "SendMessage", `{"QueueUrl":"` + ok + `","Queue\u0055rl":"` + bad + `","MessageBody":"x"}`},
+		"QueuePath":      {"/" + account + "/private", "SendMessage", `{"MessageBody":"x"}`},
+		"NotJSON":        {"/", "SendMessage", `{"QueueUrl":"` + ok + `",`},
+		"RedriveRecased": {"/", "SetQueueAttributes", `{"QueueUrl":"` + ok + `","Attributes":{"redrivepolicy":"{\"DeadLetterTargetArn\":\"arn:aws:sqs:us-east-1:000000000000:private\"}"}}`},
+		"RedriveGarbage": {"/", "SetQueueAttributes", `{"QueueUrl":"` + ok + `","Attributes":{"RedrivePolicy":"{not json"}}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st, b := signedJSON(t, e, c.path, c.target, c.body)
+			if st != 403 || !strings.Contains(b, "AccessDenied") {
+				t.Fatalf("%d %s", st, b)
+			}
+		})
+	}
+	// Query protocol: re-cased and repeated form members.
+	for name, form := range map[string]string{
+		"Repeated":  "Action=SendMessage&MessageBody=x&QueueUrl=" + ok + "&QueueUrl=" + bad,
+		"Recased":   "Action=SendMessage&MessageBody=x&QueueUrl=" + ok + "&queueUrl=" + bad,
+		"InQuery":   "Action=SendMessage&MessageBody=x&QueueUrl=" + ok,
+		"Redrive":   "Action=SetQueueAttributes&QueueUrl=" + ok + "&Attribute.1.Name=RedrivePolicy&Attribute.1.Value=" + `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:private","maxReceiveCount":"1"}`,
+		"Malformed": "Action=SendMessage&QueueUrl=" + ok + "&x=%zz",
+	} {
+		t.Run("Query"+name, func(t *testing.T) {
+			target := e.srv.URL + "/"
+			if name == "InQuery" {
+				target += "?QueueUrl=" + bad
+			}
+			resp, err := http.DefaultClient.Do(signedQuery(t, target, form, limitedID, limitedSecret, time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 403 || !bytes.Contains(b, []byte("<Code>AccessDenied</Code>")) {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+		})
+	}
+	// And the allowed forms still work.
+	if st, b := signedJSON(t, e, "/", "SendMessage", `{"QueueUrl":"`+ok+`","MessageBody":"x"}`); st != 200 {
+		t.Fatalf("%d %s", st, b)
+	}
+	if st, b := signedJSON(t, e, "/"+account+"/audit", "SendMessage", `{"MessageBody":"x"}`); st != 200 {
+		t.Fatalf("%d %s", st, b)
+	}
+}
