@@ -150,7 +150,10 @@ func (ch *channel) publish(cmd *command) error {
 		ch.txPublish = append(ch.txPublish, cmd)
 		return nil
 	}
-	return ch.route(cmd)
+	// Routed by the channel loop with the publishes that follow it
+	// (flushPublishes).
+	ch.batch = append(ch.batch, cmd)
+	return nil
 }
 
 // parseExpiration reads the expiration property: a non-negative integer
@@ -163,99 +166,134 @@ func parseExpiration(s string) (time.Duration, bool) {
 	return time.Duration(n) * time.Millisecond, true
 }
 
-// route delivers a publish to every queue it reaches (each at most once),
-// returns it to a mandatory publisher when it reaches none, and confirms
-// it in confirm mode once every queue has it durably (engine.Send returned).
-// A queue at its limit with reject-publish overflow earns a basic.nack.
-func (ch *channel) route(cmd *command) error {
-	m := cmd.m.(*wire.BasicPublish)
+// route delivers publishes (in order) to every queue each reaches (each
+// queue at most once per message), returns a mandatory message that
+// reaches none, and in confirm mode confirms each once every queue has it
+// durably (engine.Send returned), strictly in publish order. Messages for
+// the same queue go to the engine in one Send, so a burst of publishes
+// shares one fsync. A queue at its limit with reject-publish overflow, or a
+// failed store, earns a basic.nack.
+func (ch *channel) route(cmds ...*command) error {
 	c, s := ch.c, ch.c.s
-	var seq uint64
-	if ch.confirm {
-		ch.confirmSeq++
-		seq = ch.confirmSeq
+	type pending struct {
+		seq uint64
+		ok  bool
 	}
-	props := cmd.props
-	raw := cmd.rawProps
-	keys := []string{m.RoutingKey}
-	cc := stringList(props.Headers, "CC")
-	bcc := stringList(props.Headers, "BCC")
-	keys = append(keys, cc...)
-	routeKeys := append(append([]string(nil), keys...), bcc...)
-	if _, has := props.Headers.Get("BCC"); has {
-		props.Headers = append(wire.Table(nil), props.Headers...).Delete("BCC")
-		if enc, err := encodeProps(&props); err == nil {
-			raw = enc
+	results := make([]pending, len(cmds))
+	type slot struct {
+		msgs []engine.Message
+		idx  []int
+	}
+	byQueue := make(map[string]*slot)
+	var order []string
+	for i, cmd := range cmds {
+		m := cmd.m.(*wire.BasicPublish)
+		if ch.confirm {
+			ch.confirmSeq++
+			results[i].seq = ch.confirmSeq
 		}
-	}
-	if m.Exchange == "" && strings.HasPrefix(m.RoutingKey, replyQueue+".") {
-		ok := s.deliverReply(m.RoutingKey, m, cmd)
-		if !ok && m.Mandatory {
-			ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
-			if err := c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ret, cmd.rawProps, cmd.body) }); err != nil {
-				return err
+		results[i].ok = true
+		props := cmd.props
+		raw := cmd.rawProps
+		if m.Exchange == "" && strings.HasPrefix(m.RoutingKey, replyQueue+".") {
+			if !s.deliverReply(m.RoutingKey, m, cmd) && m.Mandatory {
+				if err := ch.returnMessage(m, cmd); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		keys := []string{m.RoutingKey}
+		keys = append(keys, stringList(props.Headers, "CC")...)
+		routeKeys := append(append([]string(nil), keys...), stringList(props.Headers, "BCC")...)
+		if _, has := props.Headers.Get("BCC"); has {
+			props.Headers = append(wire.Table(nil), props.Headers...).Delete("BCC")
+			if enc, err := encodeProps(&props); err == nil {
+				raw = enc
 			}
 		}
-		return ch.confirmed(seq, true)
-	}
-	t := s.topo
-	t.mu.RLock()
-	v := t.vhosts[c.vhost]
-	x := v.exchanges[m.Exchange]
-	var targets []*queue
-	if x != nil {
-		targets = v.routeLocked(x, routeKeys, props.Headers)
-	}
-	t.mu.RUnlock()
-	if x != nil && x.name == "" && len(targets) == 0 && c.vhost == "/" {
-		if q, err := s.adopt("/", m.RoutingKey); err == nil {
-			targets = append(targets, q)
+		t := s.topo
+		t.mu.RLock()
+		v := t.vhosts[c.vhost]
+		x := v.exchanges[m.Exchange]
+		var targets []*queue
+		if x != nil {
+			targets = v.routeLocked(x, routeKeys, props.Headers)
 		}
-	}
-	if len(targets) == 0 {
-		if m.Mandatory {
-			ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
-			if err := c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ret, cmd.rawProps, cmd.body) }); err != nil {
-				return err
+		t.mu.RUnlock()
+		if x != nil && x.name == "" && len(targets) == 0 && c.vhost == "/" {
+			if q, err := s.adopt("/", m.RoutingKey); err == nil {
+				targets = append(targets, q)
 			}
 		}
-		return ch.confirmed(seq, true)
-	}
-	env := envelope{exchange: m.Exchange, keys: keys, props: raw}
-	msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers)}
-	if d, ok := parseExpiration(props.Expiration); ok && (props.Flags&wire.FlagExpiration != 0 || props.Expiration != "") {
-		msg.TTL, msg.TTLSet = d, true
-	}
-	ok := true
-	for _, q := range targets {
-		res, err := s.eng.Send(q.engine, []engine.Message{msg})
-		if err == nil {
-			err = res[0].Err
+		if len(targets) == 0 {
+			if m.Mandatory {
+				if err := ch.returnMessage(m, cmd); err != nil {
+					return err
+				}
+			}
+			continue
 		}
-		var tooLarge *engine.MessageTooLargeError
-		switch {
-		case err == nil, errors.Is(err, engine.ErrQueueNotFound):
-		case errors.Is(err, engine.ErrQueueFull):
-			ok = false
-		case errors.As(err, &tooLarge):
-			return errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", tooLarge.Size, tooLarge.Limit)
-		default:
-			s.log.Warn("amqp: publish failed", "queue", q.engine, "err", err)
-			ok = false
+		env := envelope{exchange: m.Exchange, keys: keys, props: raw}
+		msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers)}
+		if d, ok := parseExpiration(props.Expiration); ok && (props.Flags&wire.FlagExpiration != 0 || props.Expiration != "") {
+			msg.TTL, msg.TTLSet = d, true
+		}
+		for _, q := range targets {
+			sl := byQueue[q.engine]
+			if sl == nil {
+				sl = &slot{}
+				byQueue[q.engine] = sl
+				order = append(order, q.engine)
+			}
+			sl.msgs = append(sl.msgs, msg)
+			sl.idx = append(sl.idx, i)
 		}
 	}
-	return ch.confirmed(seq, ok)
-}
-
-// confirmed sends the publisher confirm for seq (0: not in confirm mode).
-func (ch *channel) confirmed(seq uint64, ok bool) error {
-	if seq == 0 {
+	for _, name := range order {
+		sl := byQueue[name]
+		res, err := s.eng.Send(name, sl.msgs)
+		for j, i := range sl.idx {
+			e := err
+			if e == nil {
+				e = res[j].Err
+			}
+			switch {
+			case e == nil, errors.Is(e, engine.ErrQueueNotFound):
+			case errors.Is(e, engine.ErrQueueFull):
+				results[i].ok = false
+			default:
+				s.log.Warn("amqp: publish failed", "queue", name, "err", e)
+				results[i].ok = false
+			}
+		}
+	}
+	if !ch.confirm {
 		return nil
 	}
-	if ok {
-		return ch.c.send(ch.id, &wire.BasicAck{DeliveryTag: seq})
+	// Confirms in order; a run of acks goes out as one multiple ack.
+	for i := 0; i < len(results); {
+		j := i
+		for j+1 < len(results) && results[i].ok && results[j+1].ok {
+			j++
+		}
+		if !results[i].ok {
+			if err := ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: results[i].seq}); err != nil {
+				return err
+			}
+		} else if err := ch.c.send(ch.id, &wire.BasicAck{DeliveryTag: results[j].seq, Multiple: j > i}); err != nil {
+			return err
+		}
+		i = j + 1
 	}
-	return ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: seq})
+	return nil
+}
+
+// returnMessage sends basic.return 312 NO_ROUTE for a mandatory publish.
+func (ch *channel) returnMessage(m *wire.BasicPublish, cmd *command) error {
+	c := ch.c
+	ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
+	return c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ret, cmd.rawProps, cmd.body) })
 }
 
 // stringList reads a CC or BCC header: an array of strings (or one).
@@ -427,8 +465,8 @@ func (ch *channel) recover() {
 func (ch *channel) commit() error {
 	pubs, ops := ch.txPublish, ch.txSettle
 	ch.txPublish, ch.txSettle = nil, nil
-	for _, cmd := range pubs {
-		if err := ch.route(cmd); err != nil {
+	if len(pubs) > 0 {
+		if err := ch.route(pubs...); err != nil {
 			return err
 		}
 	}

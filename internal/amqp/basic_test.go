@@ -358,3 +358,43 @@ func TestDirectReplyTo(t *testing.T) {
 		t.Fatal(e)
 	}
 }
+
+func TestConfirmsPipelined(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("burst", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.ExchangeDeclare("fan", "fanout", true, false, false, false, nil))
+	_, err = ch.QueueDeclare("burst2", true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.QueueBind("burst", "", "fan", false, nil))
+	must(t, ch.QueueBind("burst2", "", "fan", false, nil))
+	must(t, ch.Confirm(false))
+	const n = 2000
+	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, n))
+	start := time.Now()
+	for i := range n {
+		must(t, ch.Publish("fan", "", false, false, amqp091.Publishing{Body: []byte(fmt.Sprint(i))}))
+	}
+	for i := 1; i <= n; i++ {
+		select {
+		case c := <-confirms:
+			if !c.Ack || c.DeliveryTag != uint64(i) {
+				t.Fatalf("confirm %d: %+v", i, c)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("confirm %d missing", i)
+		}
+	}
+	t.Logf("%d confirmed publishes to 2 queues in %v", n, time.Since(start))
+	info, _ := b.eng.GetQueue("burst2")
+	if info.Visible != n {
+		t.Fatalf("burst2 holds %d", info.Visible)
+	}
+	// Order is kept within a queue.
+	for i := range 5 {
+		if d := getOne(t, ch, "burst"); string(d.Body) != fmt.Sprint(i) {
+			t.Fatalf("message %d is %s", i, d.Body)
+		}
+	}
+}

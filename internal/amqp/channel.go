@@ -62,6 +62,7 @@ type channel struct {
 	tx         bool
 	txPublish  []*command
 	txSettle   []settleOp
+	batch      []*command // validated publishes not yet routed
 
 	mu               sync.Mutex
 	nextTag          uint64
@@ -103,6 +104,9 @@ func (c *conn) freeChannel(ch *channel) {
 	ch.once.Do(func() { close(ch.quit) })
 }
 
+// maxPublishBatch bounds how many publishes are routed together.
+const maxPublishBatch = 256
+
 func (ch *channel) run() {
 	defer ch.wg.Done()
 	for {
@@ -110,25 +114,67 @@ func (ch *channel) run() {
 		case <-ch.quit:
 			return
 		case cmd := <-ch.inbox:
-			if cmd.fail != nil {
-				ch.raise(cmd.fail)
-				continue
-			}
-			if ch.closing.Load() {
-				continue
-			}
-			if err := ch.handle(cmd); err != nil {
-				var ae *amqpError
-				if !errors.As(err, &ae) {
-					ae = errorf(wire.InternalError, "%v", err)
-					ae.hard = true
+			ch.exec(cmd)
+			// Publishes queue up in ch.batch while more publishes are
+			// waiting; anything else, an empty inbox or a full batch
+			// routes them first.
+			for len(ch.batch) > 0 {
+				select {
+				case next := <-ch.inbox:
+					if _, isPub := next.m.(*wire.BasicPublish); !isPub || next.fail != nil || len(ch.batch) >= maxPublishBatch {
+						ch.flushPublishes()
+					}
+					ch.exec(next)
+				default:
+					ch.flushPublishes()
 				}
-				if ae.classID == 0 {
-					ae.classID, ae.methodID = cmd.m.IDs()
-				}
-				ch.raise(ae)
 			}
 		}
+	}
+}
+
+// exec runs one command, raising its error on the channel.
+func (ch *channel) exec(cmd *command) {
+	if cmd.fail != nil {
+		ch.flushPublishes()
+		ch.raise(cmd.fail)
+		return
+	}
+	if ch.closing.Load() {
+		return
+	}
+	if err := ch.handle(cmd); err != nil {
+		ch.flushPublishes() // the publishes before the failing method
+		var ae *amqpError
+		if !errors.As(err, &ae) {
+			ae = errorf(wire.InternalError, "%v", err)
+			ae.hard = true
+		}
+		if ae.classID == 0 {
+			ae.classID, ae.methodID = cmd.m.IDs()
+		}
+		ch.raise(ae)
+	}
+}
+
+// flushPublishes routes the batched publishes.
+func (ch *channel) flushPublishes() {
+	if len(ch.batch) == 0 {
+		return
+	}
+	b := ch.batch
+	ch.batch = nil
+	if ch.closing.Load() {
+		return
+	}
+	if err := ch.route(b...); err != nil {
+		var ae *amqpError
+		if !errors.As(err, &ae) {
+			ae = errorf(wire.InternalError, "%v", err)
+			ae.hard = true
+		}
+		ae.classID, ae.methodID = wire.ClassBasic, wire.MethodBasicPublish
+		ch.raise(ae)
 	}
 }
 
