@@ -410,7 +410,11 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		if err := s.revive(q.engine, cfg); err != nil {
 			return "", 0, 0, err
 		}
-	} else if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); err != nil {
+	} else if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); errors.Is(err, engine.ErrQueueDeletedRecently) {
+		// Only an SQS delete gets here (AMQP deletes retire the name).
+		s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}})
+		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
+	} else if err != nil {
 		return "", 0, 0, storageError(err)
 	}
 	t.mu.Lock()

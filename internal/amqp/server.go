@@ -261,9 +261,13 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	close(s.quit)
+	var closing sync.WaitGroup
 	for _, c := range conns {
-		c.forceClose(hardErrorf(wire.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
+		closing.Go(func() {
+			c.forceClose(hardErrorf(wire.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
+		})
 	}
+	closing.Wait()
 	s.wg.Wait()
 	return nil
 }
