@@ -46,7 +46,18 @@ type Server struct {
 // router already given to engine.Open) and returns a server ready to
 // Serve. Non-durable and exclusive queues left by an earlier run are
 // deleted, with their messages, as RabbitMQ does at restart.
-func New(eng *engine.Engine, topo *Topology, opts Options) (*Server, error) {
+//
+// Until New has loaded the topology, the engine's dead-lettering from AMQP
+// queues waits (RouteDeadLetter blocks). If New fails, the topology is
+// released so that the engine can still be closed; dead letters routed
+// after that are dropped (and counted), so a failed New should end the
+// process.
+func New(eng *engine.Engine, topo *Topology, opts Options) (_ *Server, err error) {
+	defer func() {
+		if err != nil {
+			topo.release()
+		}
+	}()
 	o := opts.withDefaults()
 	users, err := o.validate()
 	if err != nil {
@@ -158,7 +169,7 @@ func (s *Server) load() error {
 		})
 	}
 	t.mu.Unlock()
-	close(t.loaded)
+	t.release()
 	if err != nil {
 		return fmt.Errorf("amqp: loading topology: %w", err)
 	}

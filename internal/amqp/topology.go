@@ -22,7 +22,8 @@ import (
 // never calls the engine (which may call RouteDeadLetter, which takes it)
 // nor writes to a socket.
 type Topology struct {
-	loaded chan struct{} // closed once New has loaded the topology
+	loaded     chan struct{} // closed once New has loaded the topology (or failed)
+	loadedOnce sync.Once
 
 	mu       sync.RWMutex
 	log      *slog.Logger
@@ -47,6 +48,9 @@ func NewTopology() *Topology {
 		warned:   make(map[string]bool),
 	}
 }
+
+// release lets RouteDeadLetter proceed.
+func (t *Topology) release() { t.loadedOnce.Do(func() { close(t.loaded) }) }
 
 type vhost struct {
 	name      string
