@@ -45,12 +45,15 @@ type Receipt struct {
 	Begin, End time.Time     // the receive request's start and response
 	Count      int           // ApproximateReceiveCount, this receive included
 	Visibility time.Duration // the lease the receive asked for
+	// Epoch is the broker incarnation that served the receive: 0 until
+	// the first crash, then one more after each crash (kill -9, power
+	// loss). Receives may be forgotten across a crash, never within one.
+	Epoch int
 }
 
 // delivery is a Receipt plus what happened to its lease.
 type delivery struct {
 	Receipt
-	epoch    int       // incarnation of the broker when the receive began
 	released time.Time // start of a ChangeVisibility(0) on this lease; zero: none
 	deleted  bool      // a delete of this lease was attempted
 }
@@ -65,6 +68,7 @@ type message struct {
 	// deleteAckAt is the first delete acknowledgement that certainly
 	// deleted the message (see DeleteAcked); zero if none.
 	deleteAckAt time.Time
+	touched     bool // a delete was attempted
 }
 
 // Checker records a history of operations and judges it against the
@@ -78,12 +82,13 @@ type Checker struct {
 	FIFO bool
 
 	mu         sync.Mutex
-	epoch      int
 	msgs       map[string]*message
 	unexpected []string
 	corrupt    []string
 	deliveries int
 	faults     int
+	acked      int // acknowledged messages
+	touched    int // acknowledged messages with a delete attempted
 }
 
 // NewChecker returns an empty Checker.
@@ -111,7 +116,32 @@ func (c *Checker) Acked(id, messageID string, at time.Time) {
 		c.corrupt = append(c.corrupt, id+": acknowledged but never attempted")
 		return
 	}
+	if !m.acked {
+		c.acked++
+		if m.touched {
+			c.touched++
+		}
+	}
 	m.acked, m.ackAt, m.messageID = true, at, messageID
+}
+
+// touch marks m as having had a delete attempted. Callers hold c.mu.
+func (c *Checker) touch(m *message) {
+	if !m.touched {
+		m.touched = true
+		if m.acked {
+			c.touched++
+		}
+	}
+}
+
+// Backlog is the number of acknowledged messages no consumer has tried to
+// delete yet: producers use it to keep the load within what consumers
+// drain.
+func (c *Checker) Backlog() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.acked - c.touched
 }
 
 // Received records a delivery.
@@ -130,7 +160,7 @@ func (c *Checker) Received(r Receipt) {
 	if m.acked && m.messageID != "" && r.MessageID != m.messageID {
 		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: delivered as MessageId %s, acknowledged as %s", r.ID, r.MessageID, m.messageID))
 	}
-	m.dels = append(m.dels, &delivery{Receipt: r, epoch: c.epoch})
+	m.dels = append(m.dels, &delivery{Receipt: r})
 }
 
 // find returns the delivery of id with the given receive count, preferring
@@ -164,19 +194,21 @@ func (c *Checker) Released(id string, count int, at time.Time) {
 func (c *Checker) DeleteAttempted(id string, count int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, d := c.find(id, count); d != nil {
+	if m, d := c.find(id, count); d != nil {
 		d.deleted = true
+		c.touch(m)
 	}
 }
 
 // DeleteAcked records an acknowledged delete of the lease of id with
-// receive count count. It counts as a certain delete, which no later
-// receive may contradict, only when the lease was certainly still valid
-// when the broker applied it: no crash since the receive began, no
+// receive count count, answered by broker incarnation epoch. It counts as
+// a certain delete, which no later receive may contradict, only when the
+// lease was certainly still valid when the broker applied it: no crash
+// since the receive (same epoch), no
 // ChangeVisibility(0) on it, and acknowledged before the lease could have
 // ended. (A standard queue acknowledges a delete with a stale handle without
 // deleting, so an ack alone proves nothing.)
-func (c *Checker) DeleteAcked(id string, count int, at time.Time) {
+func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, d := c.find(id, count)
@@ -184,20 +216,13 @@ func (c *Checker) DeleteAcked(id string, count int, at time.Time) {
 		return
 	}
 	d.deleted = true
-	if d.epoch != c.epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
+	c.touch(m)
+	if d.Epoch != epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
 	}
 	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
 		m.deleteAckAt = at
 	}
-}
-
-// Crash records that the broker was killed or lost power: receives since
-// the last synced write may be forgotten and their leases with them.
-func (c *Checker) Crash() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.epoch++
 }
 
 // Fault counts one injected fault (for the report).
@@ -211,9 +236,9 @@ func (c *Checker) Fault() {
 // offending messages, sorted.
 type Report struct {
 	Attempted, Acked, Deliveries, Faults int
-	Delivered    int // distinct messages delivered at least once
-	Duplicates   int // deliveries of deletable messages beyond their first (allowed)
-	DeadLettered int // distinct messages seen in the DLQ
+	Delivered                            int // distinct messages delivered at least once
+	Duplicates                           int // deliveries of deletable messages beyond their first (allowed)
+	DeadLettered                         int // distinct messages seen in the DLQ
 	// DeadLetteredHealthy counts messages consumers would have deleted
 	// that reached the DLQ anyway (their deletes were lost to faults).
 	DeadLetteredHealthy int
@@ -279,8 +304,8 @@ func (c *Checker) Report() Report {
 		// count (strictly increasing within one incarnation).
 		dels := append([]*delivery(nil), m.dels...)
 		sort.SliceStable(dels, func(i, j int) bool {
-			if dels[i].epoch != dels[j].epoch {
-				return dels[i].epoch < dels[j].epoch
+			if dels[i].Epoch != dels[j].Epoch {
+				return dels[i].Epoch < dels[j].Epoch
 			}
 			return dels[i].Count < dels[j].Count
 		})
@@ -344,10 +369,10 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 		// A lease binds the next delivery only if it was durable: within
 		// one incarnation always; across a crash only if the later
 		// receive count shows the earlier receive survived.
-		if prev.epoch != d.epoch && d.Count <= prev.Count {
+		if prev.Epoch != d.Epoch && d.Count <= prev.Count {
 			continue
 		}
-		if prev.epoch == d.epoch && d.Count <= prev.Count {
+		if prev.Epoch == d.Epoch && d.Count <= prev.Count {
 			r.Corrupt = append(r.Corrupt, fmt.Sprintf("%s: receive count went from %d to %d without a crash", m.ID, prev.Count, d.Count))
 		}
 		end := prev.Begin.Add(prev.Visibility)
@@ -462,4 +487,33 @@ func (c *Checker) ForceDeleted(id string, at time.Time) {
 	if m := c.msgs[id]; m != nil && (m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt)) {
 		m.deleteAckAt = at
 	}
+}
+
+// Unsettled counts acknowledged messages that are not yet settled (never
+// delivered, or their last delivery not followed by a delete): what a drain
+// waits for.
+func (c *Checker) Unsettled() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, m := range c.msgs {
+		if m.acked && !settled(m) {
+			n++
+		}
+	}
+	return n
+}
+
+// settled: the latest delivery (in server order) was followed by a delete.
+func settled(m *message) bool {
+	if len(m.dels) == 0 {
+		return false
+	}
+	last := m.dels[0]
+	for _, d := range m.dels[1:] {
+		if d.Epoch > last.Epoch || d.Epoch == last.Epoch && d.Count > last.Count {
+			last = d
+		}
+	}
+	return last.deleted
 }

@@ -1,0 +1,3 @@
+package faults
+
+func runDiskChild(args []string) int { return 2 }
