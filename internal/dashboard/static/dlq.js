@@ -19,17 +19,17 @@ export function render(main, name, ctx) {
     errorClass: h('input', { id: 'f-class', name: 'errorClass', type: 'text', list: 'f-class-list', autocomplete: 'off', placeholder: 'e.g. KeyError' }),
     classList: h('datalist', { id: 'f-class-list' }),
     source: h('select', { id: 'f-source', name: 'sourceQueue' }, h('option', { value: '' }, 'any')),
-    after: h('input', { id: 'f-after', name: 'sentAfter', type: 'datetime-local', step: 1 }),
-    before: h('input', { id: 'f-before', name: 'sentBefore', type: 'datetime-local', step: 1 }),
+    after: h('input', { id: 'f-after', name: 'sentAfter', type: 'datetime-local' }),
+    before: h('input', { id: 'f-before', name: 'sentBefore', type: 'datetime-local' }),
     attribute: h('input', { id: 'f-attr', name: 'attribute', type: 'text', autocomplete: 'off', placeholder: 'name or name=value' }),
   };
   const field = (label, input, hint) => h('div', { class: 'field' }, h('label', { for: input.id }, label), input, hint ? h('small', {}, hint) : null);
   const filterStatus = h('div', { class: 'status-slot' });
-  const filterForm = h('form', { class: 'filters', id: 'filters', 'aria-labelledby': 'filters-h' },
+  const filterForm = h('form', { class: 'filters compact', id: 'filters', 'aria-labelledby': 'filters-h' },
     h('h2', { id: 'filters-h' }, 'Filter'),
     h('div', { class: 'fields' },
       field('Reason', f.reason), field('Error class', f.errorClass), f.classList, field('Source queue', f.source),
-      field('Sent after', f.after, 'your local time'), field('Sent before', f.before, 'your local time'), field('Attribute', f.attribute)),
+      field('Sent after (local)', f.after), field('Sent before (local)', f.before), field('Attribute', f.attribute)),
     h('div', { class: 'actions' },
       h('button', { type: 'submit', class: 'primary' }, 'Apply filters'),
       h('button', { type: 'button', id: 'clear-filters', onclick: () => { filterForm.reset(); browse(true); } }, 'Clear')),

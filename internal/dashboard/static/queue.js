@@ -70,7 +70,7 @@ export function render(main, name, ctx) {
         { name: 'Visible', values: s.visible, cls: 'c1' },
         { name: 'In flight', values: s.inflight, cls: 'c2' },
         { name: 'Delayed', values: s.delayed, cls: 'c3' }] }),
-      lineChart({ title: 'Oldest message age', t: s.t, fmt: fmtAge, series: [{ name: 'Age', values: s.oldestAge, cls: 'c4' }] }),
+      lineChart({ title: 'Oldest message age', t: s.t, fmt: fmtAge, series: [{ name: 'Age', values: s.oldestAge, cls: 'c2' }] }),
       lineChart({ title: 'Rates (per second)', t: s.t, fmt: (v) => (v >= 10 ? Math.round(v) : +v.toFixed(1)).toString(), series: [
         { name: 'Sent', values: s.sent, cls: 'c1' },
         { name: 'Received', values: s.received, cls: 'c2' },
