@@ -79,8 +79,6 @@ const (
 	permRead
 )
 
-var permNames = [...]string{"configure", "write", "read"}
-
 // allowed reports whether u has permission kind on a resource of vhost.
 func (u *user) allowed(vhost string, kind int, name string) bool {
 	p := u.perms[vhost]

@@ -193,11 +193,12 @@ func TestTransactions(t *testing.T) {
 	publish(t, ch, "", "txq", "in-tx")
 	d := getOne(t, ch, "txq")
 	must(t, d.Ack(false))
-	if i, _ := obs.QueueInspect("txq"); i.Messages != 0 {
+	if i, _ := inspect(obs, "txq"); i.Messages != 0 {
 		t.Fatalf("uncommitted publish visible: %d", i.Messages)
 	}
 	must(t, ch.TxRollback())
 	// The rolled-back ack leaves "before" unacked; recover puts it back.
+	//lint:ignore SA1019 basic.recover is part of the protocol under test
 	must(t, ch.Recover(true))
 	d = getOne(t, ch, "txq")
 	if string(d.Body) != "before" || !d.Redelivered {

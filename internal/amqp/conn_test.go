@@ -195,6 +195,7 @@ func TestChannelFlowAndErrors(t *testing.T) {
 	}
 	ch, err = c.Channel()
 	must(t, err)
+	//lint:ignore SA1019 basic.recover is part of the protocol under test
 	err = ch.Recover(false)
 	if e := amqpErr(t, err); e.Code != 540 {
 		t.Fatalf("recover(false): %v", e)

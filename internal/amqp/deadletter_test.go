@@ -84,7 +84,7 @@ func TestDeadLetterRejected(t *testing.T) {
 	must(t, err)
 	publish(t, ch, "", "plain", "x")
 	must(t, getOne(t, ch, "plain").Nack(false, false))
-	if i, _ := ch.QueueInspect("plain"); i.Messages != 0 {
+	if i, _ := inspect(ch, "plain"); i.Messages != 0 {
 		t.Fatal("rejected message without DLX still there")
 	}
 }
@@ -115,7 +115,7 @@ func TestDeadLetterExpiredAndRetryLadder(t *testing.T) {
 			}
 		}
 		must(t, d.Reject(false))
-		eventually(t, "message in retry", func() bool { i, _ := ch.QueueInspect("retry"); return i.Messages == 1 })
+		eventually(t, "message in retry", func() bool { i, _ := inspect(ch, "retry"); return i.Messages == 1 })
 		b.advance(1100 * time.Millisecond)
 	}
 	d := getOne(t, ch, "work")
@@ -154,7 +154,7 @@ func TestDeadLetterCycleDropped(t *testing.T) {
 	}
 	b.advance(time.Second)
 	for _, q := range []string{"loop", "a"} {
-		if i, _ := ch.QueueInspect(q); i.Messages != 0 {
+		if i, _ := inspect(ch, q); i.Messages != 0 {
 			t.Fatalf("%s still holds %d messages: the cycle was not broken", q, i.Messages)
 		}
 	}
@@ -189,7 +189,7 @@ func TestDeadLetterMaxLenAndDeliveryLimit(t *testing.T) {
 	must(t, d.Nack(false, true)) // over the limit: dead-lettered, not requeued
 	d = getOne(t, ch, "dlq")
 	checkDeath(t, deaths(t, d)[0], amqp091.Table{"count": int64(1), "reason": "delivery_limit", "queue": "limited", "exchange": "", "routing-keys": []interface{}{"limited"}})
-	if i, _ := ch.QueueInspect("limited"); i.Messages != 0 {
+	if i, _ := inspect(ch, "limited"); i.Messages != 0 {
 		t.Fatal("message still in limited")
 	}
 }

@@ -146,10 +146,7 @@ func headersMatch(args, headers wire.Table) bool {
 			return false
 		}
 	}
-	if any {
-		return false
-	}
-	return true
+	return !any
 }
 
 // typeClass is RabbitMQ's type class of a field value: every integer tag is

@@ -194,3 +194,8 @@ func amqpErr(t *testing.T, err error) *amqp091.Error {
 	}
 	return e
 }
+
+// inspect is a passive queue.declare (amqp091-go deprecates QueueInspect).
+func inspect(ch *amqp091.Channel, q string) (amqp091.Queue, error) {
+	return ch.QueueDeclarePassive(q, false, false, false, false, nil)
+}

@@ -223,7 +223,7 @@ func TestDeclareErrors(t *testing.T) {
 	must(t, err)
 	// Delete if-unused / if-empty.
 	publish(t, ch, "", "qq", "m")
-	eventually(t, "qq has a message", func() bool { i, _ := ch.QueueInspect("qq"); return i.Messages == 1 })
+	eventually(t, "qq has a message", func() bool { i, _ := inspect(ch, "qq"); return i.Messages == 1 })
 	_, err = ch.QueueDelete("qq", false, true, false)
 	if e := amqpErr(t, err); e.Code != 406 || e.Reason != "PRECONDITION_FAILED - queue 'qq' in vhost '/' not empty" {
 		t.Fatalf("got %v", e)
@@ -237,7 +237,7 @@ func TestDeclareErrors(t *testing.T) {
 	// Redeclare right after a delete (the engine keeps the name).
 	_, err = ch.QueueDeclare("qq", true, false, false, false, nil)
 	must(t, err)
-	if i, _ := ch.QueueInspect("qq"); i.Messages != 0 {
+	if i, _ := inspect(ch, "qq"); i.Messages != 0 {
 		t.Fatalf("revived queue has %d messages", i.Messages)
 	}
 	// Exchange delete if-unused.
