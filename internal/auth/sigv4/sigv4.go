@@ -40,6 +40,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
@@ -163,12 +164,30 @@ func PrincipalFromContext(ctx context.Context) (Principal, bool) {
 type key struct {
 	secret    string
 	principal *Principal
+	// derived caches the signing key of the last scope used (it
+	// changes once a day per region), saving four HMACs per request.
+	derived atomic.Pointer[derivedKey]
+}
+
+type derivedKey struct {
+	date, region, service string
+	key                   []byte
+}
+
+// signingKey returns the key for the scope, derived once per scope.
+func (k *key) signingKey(date, region, service string) []byte {
+	if d := k.derived.Load(); d != nil && d.date == date && d.region == region && d.service == service {
+		return d.key
+	}
+	d := &derivedKey{date: date, region: region, service: service, key: signingKey(k.secret, date, region, service)}
+	k.derived.Store(d)
+	return d.key
 }
 
 type verifier struct {
 	next    http.Handler
 	region  string
-	keys    map[string]key
+	keys    map[string]*key
 	maxSkew time.Duration
 	maxBody int64
 	clock   clock.Clock
@@ -182,7 +201,7 @@ func Middleware(next http.Handler, opts Options) http.Handler {
 	v := &verifier{
 		next:    next,
 		region:  opts.Region,
-		keys:    make(map[string]key, len(opts.Credentials)),
+		keys:    make(map[string]*key, len(opts.Credentials)),
 		maxSkew: opts.MaxSkew,
 		maxBody: opts.MaxBody,
 		clock:   opts.Clock,
@@ -213,7 +232,7 @@ func Middleware(next http.Handler, opts Options) http.Handler {
 		if len(c.Queues) > 0 {
 			p.queues = append([]string(nil), c.Queues...)
 		}
-		v.keys[c.AccessKeyID] = key{secret: c.SecretAccessKey, principal: p}
+		v.keys[c.AccessKeyID] = &key{secret: c.SecretAccessKey, principal: p}
 	}
 	return v
 }
@@ -312,7 +331,7 @@ func (v *verifier) authenticate(r *http.Request) (*Principal, string, []byte, *a
 		return nil, s.akid, nil, err
 	}
 	query := canonicalQuery(params, s.presigned)
-	skey := signingKey(k.secret, s.scopeDate, s.region, s.service)
+	skey := k.signingKey(s.scopeDate, s.region, s.service)
 	want, werr := hex.DecodeString(s.signature)
 	canonical, ambiguous := canonicalRequest(r, query, s.signedHeaders, s.signedList, payload, false)
 	if werr == nil && hmac.Equal(want, hmacSHA256(skey, stringToSign(s.timestamp, s.scope(), canonical))) {
