@@ -94,6 +94,7 @@ func startSluice() (endpoint string, stop func()) {
 	o := server.DefaultOptions()
 	o.DataDir = dir
 	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
 	s, err := server.New(o, nil, nil)
 	if err != nil {
 		panic(err)

@@ -36,6 +36,7 @@ func startBroker(t *testing.T) *broker {
 	o := server.DefaultOptions()
 	o.DataDir = t.TempDir()
 	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
 	s, err := server.New(o, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -19,8 +20,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/sluicemq/sluice/internal/amqp"
+	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/bench"
 	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/server"
@@ -29,7 +33,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-const usage = `Sluice: a durable message broker that speaks the Amazon SQS API.
+const usage = `Sluice: a durable message broker that speaks the Amazon SQS API and AMQP 0-9-1.
 
 Usage:
   sluice server [flags]       run the broker (sluice server -h for flags)
@@ -38,6 +42,7 @@ Usage:
   sluice dlq <command>        dead-letter queues: list, peek, show, delete, export,
                               import, redrive, tasks, cancel, pause, resume (sluice dlq help)
   sluice doctor [flags]       check queue configuration against live metrics; exit 1 on red
+  sluice hash-password [--amqp]  read a password on stdin, print a hash for the config file
   sluice version              print the version
 `
 
@@ -61,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCLI(cli.DLQ, args[1:], stdout, stderr)
 	case "doctor":
 		return runCLI(cli.Doctor, args[1:], stdout, stderr)
+	case "hash-password":
+		return runHashPassword(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sluice", version)
 		return 0
@@ -80,13 +87,15 @@ func runServer(args []string, stderr io.Writer) int {
 	config := fs.String("config", "", "TOML config file (see docs/sluice.example.toml); flags override it")
 	dataDir := fs.String("data-dir", opts.DataDir, "directory of the durable store")
 	store := fs.String("store", opts.Store, "disk (durable) or memory (nothing survives a restart)")
-	sqsListen := fs.String("sqs-listen", opts.SQSListen, "address of the SQS HTTP API and health endpoint")
+	sqsListen := fs.String("sqs-listen", opts.SQSListen, "address of the HTTP listener: SQS API, admin API, dashboard, /metrics, /health")
+	amqpListen := fs.String("amqp-listen", opts.AMQPListen, "address of the AMQP 0-9-1 listener (\"\" to turn it off)")
+	amqpsListen := fs.String("amqps-listen", opts.AMQPSListen, "address of an AMQP-over-TLS listener (needs [tls] in the config)")
 	account := fs.String("account-id", opts.AccountID, "12-digit account id used in queue URLs and ARNs")
 	region := fs.String("region", opts.Region, "region used in ARNs")
 	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
 	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
-	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening on a non-loopback address (there is no authentication yet)")
+	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -109,6 +118,10 @@ func runServer(args []string, stderr io.Writer) int {
 			opts.Store = *store
 		case "sqs-listen":
 			opts.SQSListen = *sqsListen
+		case "amqp-listen":
+			opts.AMQPListen = *amqpListen
+		case "amqps-listen":
+			opts.AMQPSListen = *amqpsListen
 		case "account-id":
 			opts.AccountID = *account
 		case "region":
@@ -170,5 +183,32 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench sqs: %v\n", err)
 		return 1
 	}
+	return 0
+}
+
+// runHashPassword prints a hash for [http_auth.users] (default) or, with
+// --amqp, for [[amqp_users]] password_hash. The password is read from
+// standard input so it never appears in a process list or shell history.
+func runHashPassword(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sluice hash-password", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	forAMQP := fs.Bool("amqp", false, "hash for an [[amqp_users]] entry instead of [http_auth.users]")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if !*forAMQP {
+		if err := httpauth.HashPasswordCommand(os.Stdin, stdout); err != nil {
+			fmt.Fprintf(stderr, "sluice hash-password: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		fmt.Fprintf(stderr, "sluice hash-password: no password on standard input (%v)\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, amqp.HashPassword(line))
 	return 0
 }

@@ -29,6 +29,7 @@ func TestProfileServer(t *testing.T) {
 	opts := server.DefaultOptions()
 	opts.DataDir = filepath.Join(dir, "data")
 	opts.SQSListen = "127.0.0.1:0"
+	opts.AMQPListen = "127.0.0.1:0"
 	opts.ReadyFile = filepath.Join(dir, "ready.json")
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)

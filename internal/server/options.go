@@ -11,6 +11,9 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/sluicemq/sluice/internal/alerts"
+	"github.com/sluicemq/sluice/internal/amqp"
+	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/auth/sigv4"
 )
 
 // Options configure a Sluice server. Start from DefaultOptions, then apply a
@@ -37,13 +40,95 @@ type Options struct {
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
-	// AllowNonLoopback permits listening on an address other than
-	// loopback. Sluice has no authentication yet, so exposing it is
-	// refused unless this is set on purpose.
+	// AMQPListen is the AMQP 0-9-1 listener; "" turns it off.
+	AMQPListen string `toml:"amqp_listen"`
+	// AMQPSListen is an AMQP-over-TLS listener (needs [tls]); "" is off.
+	AMQPSListen string `toml:"amqps_listen"`
+	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
+	// only, as RabbitMQ.
+	AMQPUsers []AMQPUser `toml:"amqp_users"`
+
+	// SQSCredentials, when set, make every SQS request prove itself with
+	// AWS Signature Version 4 using one of these keys.
+	SQSCredentials []SQSCredential `toml:"sqs_credentials"`
+	// HTTPAuth guards the admin API, dashboard, advisor, alerts and
+	// /metrics with bearer tokens or basic auth. /health stays open.
+	HTTPAuth HTTPAuthConfig `toml:"http_auth"`
+	// TLS, when set, makes the HTTP listener serve HTTPS and enables
+	// AMQPSListen.
+	TLS TLSConfig `toml:"tls"`
+
+	// AllowNonLoopback permits listening beyond loopback without
+	// credentials. Without it, a non-loopback listener is refused unless
+	// its protocol's credentials are configured (SQS keys and HTTP auth
+	// for the HTTP listener; AMQP users for AMQP).
 	AllowNonLoopback bool `toml:"allow_non_loopback"`
 
 	// Alerts configures the built-in alert rules and their webhooks.
 	Alerts AlertsConfig `toml:"alerts"`
+}
+
+// AMQPUser is one [[amqp_users]] entry. PasswordHash comes from
+// `sluice hash-password --amqp`; Password (plaintext) is for development.
+type AMQPUser struct {
+	Name         string                    `toml:"name"`
+	PasswordHash string                    `toml:"password_hash"`
+	Password     string                    `toml:"password"`
+	Tags         []string                  `toml:"tags"`
+	Permissions  map[string]AMQPPermission `toml:"permissions"` // vhost → permissions
+}
+
+// AMQPPermission holds RabbitMQ's configure/write/read regular expressions.
+type AMQPPermission struct {
+	Configure string `toml:"configure"`
+	Write     string `toml:"write"`
+	Read      string `toml:"read"`
+}
+
+// SQSCredential is one [[sqs_credentials]] entry.
+type SQSCredential struct {
+	AccessKeyID     string   `toml:"access_key_id"`
+	SecretAccessKey string   `toml:"secret_access_key"`
+	Account         string   `toml:"account"`
+	Queues          []string `toml:"queues"` // allow-list; empty: every queue
+}
+
+// HTTPAuthConfig is the [http_auth] section. Users map a name to a hash from
+// `sluice hash-password`.
+type HTTPAuthConfig struct {
+	Tokens []string          `toml:"tokens"`
+	Users  map[string]string `toml:"users"`
+	Realm  string            `toml:"realm"`
+}
+
+// TLSConfig is the [tls] section: PEM files for a certificate and its key.
+type TLSConfig struct {
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
+}
+
+func (c HTTPAuthConfig) options() httpauth.Options {
+	return httpauth.Options{Tokens: c.Tokens, Users: c.Users, Realm: c.Realm}
+}
+
+func (o *Options) sigv4Credentials() []sigv4.Credentials {
+	out := make([]sigv4.Credentials, len(o.SQSCredentials))
+	for i, c := range o.SQSCredentials {
+		out[i] = sigv4.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, Account: c.Account, Queues: c.Queues}
+	}
+	return out
+}
+
+func (o *Options) amqpUsers() []amqp.User {
+	out := make([]amqp.User, len(o.AMQPUsers))
+	for i, u := range o.AMQPUsers {
+		perms := make(map[string]amqp.Permission, len(u.Permissions))
+		for vh, p := range u.Permissions {
+			perms[vh] = amqp.Permission{Configure: p.Configure, Write: p.Write, Read: p.Read}
+		}
+		out[i] = amqp.User{Name: u.Name, PasswordHash: u.PasswordHash, Password: u.Password, Tags: u.Tags, Permissions: perms}
+	}
+	return out
 }
 
 // AlertsConfig is the [alerts] section: the built-in rules' thresholds
@@ -100,14 +185,15 @@ func (c AlertsConfig) options() alerts.Options {
 // DefaultOptions returns the settings `sluice server` starts with.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:   "./sluice-data",
-		Store:     "disk",
-		SQSListen: "127.0.0.1:9324",
-		AccountID: "000000000000",
-		Region:    "us-east-1",
-		LogLevel:  "info",
-		LogFormat: "text",
-		Alerts:    alertsConfigFrom(alerts.DefaultOptions()),
+		DataDir:    "./sluice-data",
+		Store:      "disk",
+		SQSListen:  "127.0.0.1:9324",
+		AMQPListen: "127.0.0.1:5672",
+		AccountID:  "000000000000",
+		Region:     "us-east-1",
+		LogLevel:   "info",
+		LogFormat:  "text",
+		Alerts:     alertsConfigFrom(alerts.DefaultOptions()),
 	}
 }
 
@@ -144,11 +230,26 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("store: %q is not one of disk, memory", o.Store))
 	}
-	host, _, err := net.SplitHostPort(o.SQSListen)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("sqs_listen: %q is not host:port: %v", o.SQSListen, err))
-	} else if !o.AllowNonLoopback && !isLoopback(host) {
-		errs = append(errs, fmt.Errorf("sqs_listen: %q is not a loopback address; Sluice has no authentication yet, so set allow_non_loopback (--allow-non-loopback) to expose it on purpose", o.SQSListen))
+	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.options().Enabled()
+	errs = append(errs, o.checkListen("sqs_listen", o.SQSListen, false, httpSecured,
+		"configure [[sqs_credentials]] and [http_auth]")...)
+	errs = append(errs, o.checkListen("amqp_listen", o.AMQPListen, true, len(o.AMQPUsers) > 0,
+		"configure [[amqp_users]]")...)
+	errs = append(errs, o.checkListen("amqps_listen", o.AMQPSListen, true, len(o.AMQPUsers) > 0,
+		"configure [[amqp_users]]")...)
+	if o.AMQPSListen != "" && o.TLS.Cert == "" {
+		errs = append(errs, errors.New("amqps_listen: needs [tls] cert and key"))
+	}
+	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
+		errs = append(errs, errors.New("tls: cert and key go together"))
+	}
+	if len(o.SQSCredentials) > 0 {
+		if err := (sigv4.Options{Credentials: o.sigv4Credentials()}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sqs_credentials: %w", err))
+		}
+	}
+	if err := o.HTTPAuth.options().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("http_auth: %w", err))
 	}
 	if len(o.AccountID) != 12 || strings.Trim(o.AccountID, "0123456789") != "" {
 		errs = append(errs, fmt.Errorf("account_id: %q must be 12 digits", o.AccountID))
@@ -170,6 +271,25 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("alerts: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// checkListen validates one listener address. Beyond loopback it needs
+// its protocol's credentials, or allow_non_loopback said on purpose.
+func (o *Options) checkListen(key, addr string, optional, secured bool, how string) []error {
+	if addr == "" {
+		if optional {
+			return nil
+		}
+		return []error{fmt.Errorf("%s: must not be empty", key)}
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return []error{fmt.Errorf("%s: %q is not host:port: %v", key, addr, err)}
+	}
+	if !isLoopback(host) && !secured && !o.AllowNonLoopback {
+		return []error{fmt.Errorf("%s: %q is not a loopback address and no credentials are configured; %s, or set allow_non_loopback (--allow-non-loopback) to expose it without them on purpose", key, addr, how)}
+	}
+	return nil
 }
 
 func isLoopback(host string) bool {

@@ -1,15 +1,19 @@
-// Package server wires Sluice together: the store, the engine and the
-// protocol front-ends, with their listeners. cmd/sluice parses flags and
-// calls New and Run; tests call the same functions to start a real broker
-// on 127.0.0.1:0.
+// Package server wires Sluice together: the store, the engine, the
+// protocol front-ends and the operator surfaces, with their listeners.
+// cmd/sluice parses flags and calls New and Run; tests call the same
+// functions to start a real broker on 127.0.0.1:0.
 //
-// Goroutines: one per listener (http.Server.Serve) plus the engine's
-// scheduler; Run blocks until its context ends, then shuts the listeners
-// down, closes the engine and finally the store.
+// Goroutines (besides the engine's scheduler and move tasks, and the
+// per-connection goroutines of each front-end): one http.Server.Serve on the
+// HTTP listener, one amqp.Server.Serve per AMQP listener, the alert
+// evaluation loop and the dashboard sampler. Run blocks until its context
+// ends, then stops, in order: alerts and dashboard (they read the engine),
+// the listeners, the AMQP server, the engine, and last the store.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +27,11 @@ import (
 
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
+	"github.com/sluicemq/sluice/internal/amqp"
+	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/metrics"
 	"github.com/sluicemq/sluice/internal/sqs"
@@ -40,13 +48,19 @@ type Server struct {
 	eng     *engine.Engine
 	metrics *metrics.Metrics
 	alerts  *alerts.Manager
-	sqsLn   net.Listener
-	sqsSrv  *http.Server
+	dash    *dashboard.Dashboard
+	amqp    *amqp.Server
+
+	httpLn   net.Listener
+	httpSrv  *http.Server
+	amqpLns  []net.Listener // plain, then TLS
+	amqpAddr string
 }
 
-// New validates opts, opens the store and the engine, and binds the
-// listeners (so the addresses are known before Run). Clock may be nil.
-func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
+// New validates opts, opens the store and the engine, builds the front-ends
+// and binds the listeners (so the addresses are known before Run). clk may
+// be nil. On error everything opened so far is closed.
+func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -56,9 +70,27 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 	if clk == nil {
 		clk = clock.Real{}
 	}
+	var tlsCfg *tls.Config
+	if opts.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(opts.TLS.Cert, opts.TLS.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	s := &Server{opts: opts, log: log}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
 	s.metrics = metrics.New(metrics.WithClock(clk))
 	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
+	s.dash = dashboard.New(nil, dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts})
 	switch opts.Store {
 	case "memory":
 		s.st = memstore.New()
@@ -72,50 +104,125 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (*Server, error) {
 		}
 		s.st = st
 	}
+	closers = append(closers, func() { s.st.Close() })
+
+	// The AMQP topology routes dead letters for queues with an AMQP
+	// dead-letter exchange; the engine needs it before it opens, since
+	// its timers may dead-letter at once.
+	topo := amqp.NewTopology()
 	// Recovery allocates every queued message at once; with the default GC
 	// target the collector runs over and over on a heap that only grows.
 	// Relax it while loading, then restore it.
 	gc := debug.SetGCPercent(400)
 	eng, err := engine.Open(engine.Options{
-		Store:    s.st,
-		Clock:    clk,
-		Logger:   log.With("component", "engine"),
-		Observer: metrics.Multi(s.metrics, s.alerts.Observer()),
+		Store:            s.st,
+		Clock:            clk,
+		Logger:           log.With("component", "engine"),
+		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
+		DeadLetterRouter: topo,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
-		s.st.Close()
 		return nil, err
 	}
 	s.eng = eng
+	closers = append(closers, func() { eng.Close() })
 	s.metrics.Attach(eng)
 	s.alerts.Attach(eng)
+	s.dash.Attach(eng)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
-	ln, err := net.Listen("tcp", opts.SQSListen)
+
+	// The AMQP server loads the topology even when no AMQP listener is
+	// configured: the engine's dead-letter routing depends on it.
+	s.amqp, err = amqp.New(eng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers()})
 	if err != nil {
-		eng.Close()
-		s.st.Close()
-		return nil, fmt.Errorf("sqs_listen: %w", err)
+		return nil, fmt.Errorf("amqp: %w", err)
 	}
-	s.sqsLn = ln
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", s.health)
-	mux.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: log.With("component", "admin"), Clock: clk}))
-	mux.Handle("GET /sluice/v1/alerts", s.alerts)
-	mux.Handle("GET /metrics", s.metrics.Handler())
-	mux.Handle("/", sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: log.With("component", "sqs"), Clock: clk}))
-	s.sqsSrv = &http.Server{
-		Handler:           mux,
+	closers = append(closers, func() { s.amqp.Close() })
+
+	s.httpSrv = &http.Server{
+		Handler:           s.routes(eng, clk),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	ln, err := net.Listen("tcp", opts.SQSListen)
+	if err != nil {
+		return nil, fmt.Errorf("sqs_listen: %w", err)
+	}
+	closers = append(closers, func() { ln.Close() })
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	s.httpLn = ln
+	for _, l := range []struct {
+		key, addr string
+		tls       bool
+	}{{"amqp_listen", opts.AMQPListen, false}, {"amqps_listen", opts.AMQPSListen, true}} {
+		if l.addr == "" {
+			continue
+		}
+		aln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.key, err)
+		}
+		closers = append(closers, func() { aln.Close() })
+		if s.amqpAddr == "" {
+			s.amqpAddr = aln.Addr().String()
+		}
+		if l.tls {
+			aln = tls.NewListener(aln, tlsCfg)
+		}
+		s.amqpLns = append(s.amqpLns, aln)
+	}
 	return s, nil
 }
 
-// SQSAddr is the address the SQS API listens on.
-func (s *Server) SQSAddr() string { return s.sqsLn.Addr().String() }
+// routes builds the HTTP surface: the SQS API (behind SigV4 when
+// credentials are configured), the operator endpoints (behind token or
+// basic auth when configured), and an open /health.
+func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
+	opts := s.opts
+	ops := http.NewServeMux()
+	ops.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk}))
+	ops.Handle("GET /sluice/v1/alerts", s.alerts)
+	ops.Handle("GET /metrics", s.metrics.Handler())
+	ops.Handle("/ui/", s.dash)
+	ops.Handle("/sluice/v1/dashboard/", s.dash)
+	ops.Handle("GET /sluice/v1/advisor", s.dash)
+	ha := opts.HTTPAuth.options()
+	ha.Logger = s.log.With("component", "httpauth")
+	guarded := httpauth.Middleware(ops, ha)
+
+	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk})
+	if len(opts.SQSCredentials) > 0 {
+		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk, Logger: s.log.With("component", "sigv4")})
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
+	mux.Handle("GET /metrics", guarded)
+	mux.Handle("/ui/", guarded)
+	mux.Handle("/", sqsH)
+	// A browser opening the root gets the dashboard; an SQS Query GET
+	// (it always has a query string) still reaches the SQS API.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			sqsH.ServeHTTP(w, r)
+			return
+		}
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+	})
+	return mux
+}
+
+// SQSAddr is the address of the HTTP listener (SQS API, admin API,
+// dashboard, metrics).
+func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
+
+// AMQPAddr is the address of the (first) AMQP listener, "" when off.
+func (s *Server) AMQPAddr() string { return s.amqpAddr }
 
 // Engine returns the engine (for in-process tests and tools).
 func (s *Server) Engine() *engine.Engine { return s.eng }
@@ -132,19 +239,23 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 }
 
-// Run serves until ctx ends, then shuts down gracefully: listeners stop
-// accepting, in-flight requests get a few seconds to finish (long polls are
-// ended by closing the engine), then the engine and store close.
+// Run serves until ctx ends, then shuts down gracefully: background loops
+// stop, listeners stop accepting, in-flight requests get a few seconds to
+// finish (long polls are ended by closing the engine), AMQP connections are
+// closed with connection.close, then the engine and the store close.
 func (s *Server) Run(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() { errc <- s.sqsSrv.Serve(s.sqsLn) }()
-	actx, stopAlerts := context.WithCancel(context.Background())
-	alertsDone := make(chan struct{})
-	go func() { s.alerts.Run(actx); close(alertsDone) }()
-	defer func() { stopAlerts(); <-alertsDone }()
-	s.log.Info("sluice started", "sqs", s.SQSAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
+	errc := make(chan error, 1+len(s.amqpLns))
+	go func() { errc <- s.httpSrv.Serve(s.httpLn) }()
+	for _, ln := range s.amqpLns {
+		go func() { errc <- s.amqp.Serve(ln) }()
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	alertsDone, dashDone := make(chan struct{}), make(chan struct{})
+	go func() { s.alerts.Run(bg); close(alertsDone) }()
+	go func() { s.dash.Run(bg); close(dashDone) }()
+	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
 	if s.opts.ReadyFile != "" {
-		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr()); err != nil {
+		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
 		}
 	}
@@ -153,12 +264,13 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	// Alerts stop first (they read the engine, and get a bounded moment
-	// to deliver pending webhooks), then the listeners, engine and store.
-	stopAlerts()
+	// Alerts (a bounded moment to deliver pending webhooks) and the
+	// dashboard (its event streams would hold Shutdown) stop first.
+	stopBG()
 	<-alertsDone
+	<-dashDone
 	s.shutdown()
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
 	return err
@@ -166,12 +278,15 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) shutdown() {
 	s.log.Info("sluice stopping")
-	// Closing the engine first ends parked long polls so Shutdown does
-	// not wait out their 20 s.
+	// AMQP first: its consumers requeue their unacknowledged deliveries
+	// into the engine, which must still be open.
+	s.amqp.Close()
+	// Closing the engine ends parked long polls so Shutdown does not wait
+	// out their 20 s.
 	s.eng.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.sqsSrv.Shutdown(sctx)
+	s.httpSrv.Shutdown(sctx)
 	if err := s.st.Close(); err != nil {
 		s.log.Error("closing store", "err", err)
 	}
@@ -179,13 +294,17 @@ func (s *Server) shutdown() {
 
 // Close stops a server that was created but never Run.
 func (s *Server) Close() {
-	s.sqsLn.Close()
+	s.httpLn.Close()
+	for _, ln := range s.amqpLns {
+		ln.Close()
+	}
+	s.amqp.Close()
 	s.eng.Close()
 	s.st.Close()
 }
 
-func writeReadyFile(path, sqsAddr string) error {
-	data, _ := json.Marshal(map[string]any{"sqs": sqsAddr, "pid": os.Getpid()})
+func writeReadyFile(path, httpAddr, amqpAddr string) error {
+	data, _ := json.Marshal(map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()})
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err

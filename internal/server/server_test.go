@@ -24,6 +24,7 @@ func start(t *testing.T, dir string) (*Server, func()) {
 	o := DefaultOptions()
 	o.DataDir = dir
 	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
 	o.ReadyFile = filepath.Join(dir, "ready.json")
 	s, err := New(o, nil, nil)
 	if err != nil {
@@ -173,6 +174,7 @@ func TestOpenTwiceFails(t *testing.T) {
 	o := DefaultOptions()
 	o.DataDir = dir
 	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
 	s, err := New(o, nil, nil)
 	if err == nil {
 		s.Close()
@@ -205,5 +207,39 @@ func TestMetricsAndAlertsEndpoints(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(body), p.want) {
 			t.Errorf("GET %s: %d, want %q in:\n%.2000s", p.path, resp.StatusCode, p.want, body)
 		}
+	}
+}
+
+func TestDashboardServedAndRootRedirects(t *testing.T) {
+	s, stop := start(t, t.TempDir())
+	defer stop()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get("http://" + s.SQSAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("GET / = %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, p := range []string{"/ui/", "/sluice/v1/dashboard/overview", "/sluice/v1/advisor"} {
+		resp, err := http.Get("http://" + s.SQSAddr() + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET %s = %d", p, resp.StatusCode)
+		}
+	}
+	// A Query-protocol GET on the root still reaches the SQS API.
+	resp, err = http.Get("http://" + s.SQSAddr() + "/?Action=ListQueues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "ListQueuesResponse") {
+		t.Fatalf("Query GET on /: %d %s", resp.StatusCode, body)
 	}
 }

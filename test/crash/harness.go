@@ -77,6 +77,7 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 	args := append([]string{"server",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--sqs-listen", "127.0.0.1:0",
+		"--amqp-listen", "127.0.0.1:0",
 		"--ready-file", ready,
 	}, extra...)
 	cmd := exec.Command(bin, args...)

@@ -24,6 +24,7 @@ func startServer(t *testing.T) string {
 	o := server.DefaultOptions()
 	o.DataDir = t.TempDir()
 	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
 	s, err := server.New(o, nil, nil)
 	if err != nil {
 		t.Fatal(err)

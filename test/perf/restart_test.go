@@ -337,6 +337,7 @@ func TestRestartChild(t *testing.T) {
 	o := server.DefaultOptions()
 	o.DataDir = dir
 	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
 	srv, err := server.New(o, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+)
+
+func startWith(t *testing.T, mod func(*Options)) *Server {
+	t.Helper()
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
+	mod(&o)
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// TestAMQPAndSQSShareQueues: a message published over AMQP to a queue
+// declared over AMQP is received over SQS from the same server.
+func TestAMQPAndSQSShareQueues(t *testing.T) {
+	s := startWith(t, func(*Options) {})
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("shared", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ch.Confirm(false)
+	confirm := ch.NotifyPublish(make(chan amqp091.Confirmation, 1))
+	if err := ch.Publish("", "shared", false, false, amqp091.Publishing{Body: []byte("from amqp"), DeliveryMode: 2,
+		Headers: amqp091.Table{"tenant": "acme"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-confirm; !c.Ack {
+		t.Fatal("publish not confirmed")
+	}
+	c := client(s.SQSAddr())
+	url, err := c.GetQueueUrl(context.Background(), &sqs.GetQueueUrlInput{QueueName: aws.String("shared")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: url.QueueUrl, WaitTimeSeconds: 5, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "from amqp" {
+		t.Fatalf("SQS receive: %+v %v", out, err)
+	}
+	if v := out.Messages[0].MessageAttributes["tenant"]; v.StringValue == nil || *v.StringValue != "acme" {
+		t.Fatalf("header not mapped to an attribute: %+v", out.Messages[0].MessageAttributes)
+	}
+}
+
+func TestAuthenticationEverywhere(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	s := startWith(t, func(o *Options) {
+		o.SQSCredentials = []SQSCredential{{AccessKeyID: "AKIDSLUICE", SecretAccessKey: "right-secret"}}
+		o.HTTPAuth.Tokens = []string{token}
+		o.AMQPUsers = []AMQPUser{{Name: "app", Password: "app-pass", Permissions: map[string]AMQPPermission{"/": {".*", ".*", ".*"}}}}
+	})
+	ctx := context.Background()
+	signed := func(secret string) *sqs.Client {
+		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + s.SQSAddr()), Region: "us-east-1",
+			Credentials: credentials.NewStaticCredentialsProvider("AKIDSLUICE", secret, ""), RetryMaxAttempts: 1})
+	}
+	if _, err := signed("right-secret").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("q")}); err != nil {
+		t.Fatalf("signed request refused: %v", err)
+	}
+	_, err := signed("wrong-secret").ListQueues(ctx, &sqs.ListQueuesInput{})
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != "SignatureDoesNotMatch" {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	get := func(path string, withToken bool) int {
+		req, _ := http.NewRequest("GET", "http://"+s.SQSAddr()+path, nil)
+		if withToken {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, p := range []string{"/sluice/v1/queues", "/metrics", "/ui/", "/sluice/v1/alerts", "/sluice/v1/advisor"} {
+		if code := get(p, false); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token = %d, want 401", p, code)
+		}
+		if code := get(p, true); code != http.StatusOK {
+			t.Errorf("GET %s with the token = %d, want 200", p, code)
+		}
+	}
+	if code := get("/health", false); code != http.StatusOK {
+		t.Errorf("/health = %d, want 200 without credentials", code)
+	}
+	if _, err := amqp091.Dial("amqp://app:wrong@" + s.AMQPAddr() + "/"); !errors.Is(err, amqp091.ErrCredentials) {
+		t.Fatalf("AMQP wrong password: %v", err)
+	}
+	conn, err := amqp091.Dial("amqp://app:app-pass@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatalf("AMQP right password: %v", err)
+	}
+	conn.Close()
+}
+
+func TestNonLoopbackNeedsCredentials(t *testing.T) {
+	o := DefaultOptions()
+	o.SQSListen = "0.0.0.0:0"
+	o.AMQPListen = ""
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "no credentials") {
+		t.Fatalf("exposed without credentials: %v", err)
+	}
+	o.SQSCredentials = []SQSCredential{{AccessKeyID: "AKID", SecretAccessKey: "s"}}
+	o.HTTPAuth.Tokens = []string{"0123456789abcdef0123"}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("exposed with credentials refused: %v", err)
+	}
+	o.AMQPListen = "0.0.0.0:0"
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "amqp_listen") {
+		t.Fatalf("AMQP exposed without users: %v", err)
+	}
+}
+
+// selfSigned writes a certificate and key for 127.0.0.1 and returns their
+// paths and a pool trusting it.
+func selfSigned(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	kb, _ := x509.MarshalECPrivateKey(key)
+	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certPath, keyPath, pool
+}
+
+func TestTLSOnHTTPAndAMQP(t *testing.T) {
+	certPath, keyPath, pool := selfSigned(t)
+	s := startWith(t, func(o *Options) {
+		o.TLS = TLSConfig{Cert: certPath, Key: keyPath}
+		o.AMQPListen = ""
+		o.AMQPSListen = "127.0.0.1:0"
+	})
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("https://" + s.SQSAddr()), Region: "us-east-1", HTTPClient: hc,
+		Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")})
+	if _, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("tls")}); err != nil {
+		t.Fatalf("SQS over HTTPS: %v", err)
+	}
+	conn, err := amqp091.DialTLS("amqps://guest:guest@"+s.AMQPAddr()+"/", &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatalf("AMQPS: %v", err)
+	}
+	conn.Close()
+	// Plain HTTP to the TLS listener is refused.
+	if resp, err := http.Get("http://" + s.SQSAddr() + "/health"); err == nil && resp.StatusCode == 200 {
+		t.Fatal("plain HTTP answered on the TLS listener")
+	}
+}
