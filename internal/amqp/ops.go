@@ -318,9 +318,6 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 	t := s.topo
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.retired[name] {
-		return nil, errNoQueue(vh, name)
-	}
 	if cfg.FIFO {
 		return nil, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
 	}
@@ -371,7 +368,7 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t.mu.RUnlock()
 	if q == nil && vh == "/" {
 		// An SQS queue of that name: adopt it, then compare as usual.
-		if cfg, err := s.eng.Config(name); err == nil && !s.isRetired(name) {
+		if cfg, err := s.eng.Config(name); err == nil {
 			if cfg.FIFO {
 				return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
 			}
@@ -406,12 +403,8 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		return "", 0, 0, err
 	}
 	cfg := engineConfig(st, s.opts.ConsumerTimeout)
-	if s.isRetired(q.engine) {
-		if err := s.revive(q.engine, cfg); err != nil {
-			return "", 0, 0, err
-		}
-	} else if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); errors.Is(err, engine.ErrQueueDeletedRecently) {
-		// Only an SQS delete gets here (AMQP deletes retire the name).
+	if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); errors.Is(err, engine.ErrQueueDeletedRecently) {
+		// Only an SQS delete gets here (AMQP deletes drop the name at once).
 		s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}})
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
 	} else if err != nil {
@@ -420,7 +413,6 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t.mu.Lock()
 	t.vhosts[vh].queues[name] = q
 	t.byEngine[q.engine] = q
-	delete(t.retired, q.engine)
 	t.mu.Unlock()
 	if q.exclusive {
 		c.addExclusive(q)
@@ -471,27 +463,6 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 	return s.queueCounts(q)
 }
 
-func (s *Server) isRetired(engineName string) bool {
-	s.topo.mu.RLock()
-	defer s.topo.mu.RUnlock()
-	return s.topo.retired[engineName]
-}
-
-// revive gives a retired engine queue a new configuration and empties it.
-func (s *Server) revive(name string, cfg engine.QueueConfig) error {
-	if _, err := s.eng.DeleteMatching(name, engine.Filter{}); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
-		return storageError(err)
-	}
-	err := s.eng.UpdateQueue(name, func(c *engine.QueueConfig) error { *c = cfg; return nil })
-	if errors.Is(err, engine.ErrQueueNotFound) {
-		_, _, err = s.eng.CreateQueue(name, cfg, nil)
-	}
-	if err != nil {
-		return storageError(err)
-	}
-	return nil
-}
-
 // queueCounts returns a queue's name, ready messages and consumers.
 func (s *Server) queueCounts(q *queue) (string, int, int, error) {
 	info, err := s.eng.GetQueue(q.engine)
@@ -533,10 +504,10 @@ func (s *Server) deleteQueue(c *conn, m *wire.QueueDelete) (int, error) {
 }
 
 // deleteQueueLocked deletes q: its consumers get basic.cancel, its
-// bindings go, and its engine queue is deleted, or retired (emptied, kept
-// for a redeclare) when its name may be declared again within the
-// engine's NameReuseDelay. It returns the number of ready messages
-// deleted. The caller holds adminMu.
+// bindings go, and its engine queue is dropped (without SQS's name-reuse
+// delay, so the name can be declared again at once, as RabbitMQ allows).
+// It returns the number of ready messages deleted. The caller holds
+// adminMu.
 func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 	t := s.topo
 	t.mu.Lock()
@@ -567,10 +538,6 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 	}
 	q.consumers = map[*consumer]struct{}{}
 	q.exclusiveBy = nil
-	retire := !strings.HasPrefix(q.name, "amq.gen-")
-	if retire {
-		t.retired[q.engine] = true
-	}
 	t.mu.Unlock()
 	for _, cs := range consumers {
 		cs.ch.serverCancel(cs)
@@ -582,23 +549,9 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 	if info, err := s.eng.GetQueue(q.engine); err == nil {
 		n = info.Visible + info.Delayed
 	}
-	if retire {
-		ops = append(ops, metaOp{metaQueues, metaKey(q.vhost, q.name), queueRecord(q, true)})
-		if _, err := s.eng.DeleteMatching(q.engine, engine.Filter{}); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
-			return 0, storageError(err)
-		}
-		err := s.eng.UpdateQueue(q.engine, func(c *engine.QueueConfig) error {
-			c.DeadLetter, c.HasMessageTTL, c.MaxLength, c.MaxLengthBytes = nil, false, 0, 0
-			return nil
-		})
-		if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
-			return 0, storageError(err)
-		}
-	} else {
-		ops = append(ops, metaOp{metaQueues, metaKey(q.vhost, q.name), nil})
-		if err := s.eng.DeleteQueue(q.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
-			return 0, storageError(err)
-		}
+	ops = append(ops, metaOp{metaQueues, metaKey(q.vhost, q.name), nil})
+	if err := s.eng.DropQueue(q.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		return 0, storageError(err)
 	}
 	if err := s.applyMeta(ops); err != nil {
 		return 0, err
@@ -623,27 +576,10 @@ func (s *Server) purgeQueue(c *conn, name string) (int, error) {
 	}
 	// engine.PurgeQueue also drops in-flight messages and refuses a second
 	// purge within a minute (SQS); AMQP purges ready messages, any time.
-	var ids []string
-	var cursor uint64
-	for {
-		page, err := s.eng.Browse(q.engine, engine.Filter{}, cursor, 1000)
-		if err != nil {
-			return 0, errNoQueue(q.vhost, q.name)
-		}
-		for _, m := range page.Messages {
-			if m.State != "inflight" {
-				ids = append(ids, m.MessageID)
-			}
-		}
-		if page.Next == 0 {
-			break
-		}
-		cursor = page.Next
+	n, err := s.eng.PurgeReady(q.engine)
+	if errors.Is(err, engine.ErrQueueNotFound) {
+		return 0, errNoQueue(q.vhost, q.name)
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	n, err := s.eng.DeleteMatching(q.engine, engine.Filter{MessageIDs: ids})
 	if err != nil {
 		return 0, storageError(err)
 	}

@@ -174,7 +174,7 @@ func (s *Server) load() error {
 		return fmt.Errorf("amqp: loading topology: %w", err)
 	}
 	for _, d := range drop {
-		if err := s.eng.DeleteQueue(d.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		if err := s.eng.DropQueue(d.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 			return fmt.Errorf("amqp: deleting queue %q left by an earlier run: %w", d.engine, err)
 		}
 		if err := s.eng.DeleteMeta(metaQueues, d.key); err != nil {

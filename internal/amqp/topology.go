@@ -29,11 +29,7 @@ type Topology struct {
 	log      *slog.Logger
 	vhosts   map[string]*vhost
 	byEngine map[string]*queue // engine queue name → queue
-	// retired are engine queues of deleted AMQP queues kept (empty)
-	// because the engine refuses a name for NameReuseDelay after a
-	// delete; a redeclare revives them, a restart deletes them.
-	retired map[string]bool
-	warned  map[string]bool // dead-letter cycles already logged, by queue
+	warned   map[string]bool   // dead-letter cycles already logged, by queue
 }
 
 // NewTopology returns an empty topology. Pass it to engine.Open as
@@ -44,7 +40,6 @@ func NewTopology() *Topology {
 		log:      slog.New(slog.DiscardHandler),
 		vhosts:   make(map[string]*vhost),
 		byEngine: make(map[string]*queue),
-		retired:  make(map[string]bool),
 		warned:   make(map[string]bool),
 	}
 }
@@ -197,7 +192,7 @@ func (v *vhost) removeBindingLocked(b *binding) {
 // tags. Keys only identify records; the values carry every field.
 const (
 	metaExchanges = "amqp.exchange" // vhost NUL name → vhost, name, type, durable, auto-delete, internal, arguments
-	metaQueues    = "amqp.queue"    // vhost NUL name → vhost, name, engine, durable, exclusive, auto-delete, arguments, retired
+	metaQueues    = "amqp.queue"    // vhost NUL name → vhost, name, engine, durable, exclusive, auto-delete, arguments, retired (records of older builds)
 	metaBindings  = "amqp.binding"  // sha256 of the fields → vhost, source, destination, to-queue, routing-key, arguments
 )
 

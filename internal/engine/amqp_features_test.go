@@ -217,3 +217,27 @@ func TestMetadata(t *testing.T) {
 		t.Fatal("empty namespace accepted")
 	}
 }
+
+func TestDropQueueAndPurgeReady(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("1"), body("2"), body("3"))
+	f.recv("q", 1, time.Minute)
+	for i := 0; i < 2; i++ { // no rate limit, unlike PurgeQueue
+		n, err := f.e.PurgeReady("q")
+		if err != nil || n != 2-2*i {
+			t.Fatalf("purge %d: %d %v", i, n, err)
+		}
+	}
+	if info, _ := f.e.GetQueue("q"); info.InFlight != 1 || info.Visible != 0 {
+		t.Fatalf("in-flight message purged: %+v", info)
+	}
+	if err := f.e.DropQueue("q"); err != nil {
+		t.Fatal(err)
+	}
+	f.create("q", nil) // at once: no name-reuse delay
+	f.restart()
+	if info, _ := f.e.GetQueue("q"); info.Visible+info.InFlight != 0 {
+		t.Fatalf("recreated queue inherited messages: %+v", info)
+	}
+}

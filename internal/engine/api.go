@@ -51,6 +51,20 @@ func (e *Engine) DeleteQueue(name string) error {
 	return e.deleteQueue(name)
 }
 
+// DropQueue deletes the queue like DeleteQueue but without blocking its
+// name for NameReuseDelay: AMQP clients redeclare a queue right after
+// deleting it, which RabbitMQ allows.
+func (e *Engine) DropQueue(name string) error {
+	return e.removeQueue(name, false)
+}
+
+// PurgeReady deletes the queue's ready messages (visible and delayed, not
+// those in flight) with no rate limit, as AMQP's queue.purge does, and
+// returns how many. The deletes are durable when it returns.
+func (e *Engine) PurgeReady(name string) (int, error) {
+	return e.purgeReady(name)
+}
+
 // ListQueues returns the names of all queues starting with prefix, sorted.
 func (e *Engine) ListQueues(prefix string) []string {
 	return e.listQueues(prefix)

@@ -664,7 +664,11 @@ func (e *Engine) tagQueue(name string, add map[string]string, remove []string) e
 	return nil
 }
 
-func (e *Engine) deleteQueue(name string) error {
+func (e *Engine) deleteQueue(name string) error { return e.removeQueue(name, true) }
+
+// removeQueue deletes a queue; block keeps its name from being reused for
+// NameReuseDelay (SQS semantics).
+func (e *Engine) removeQueue(name string, block bool) error {
 	e.adminMu.Lock()
 	defer e.adminMu.Unlock()
 	q, err := e.lookup(name)
@@ -685,7 +689,9 @@ func (e *Engine) deleteQueue(name string) error {
 	}
 	e.mu.Lock()
 	delete(e.queues, name)
-	e.deleted[name] = e.now()
+	if block {
+		e.deleted[name] = e.now()
+	}
 	e.mu.Unlock()
 	q.mu.Lock()
 	q.deleted = true
@@ -749,6 +755,28 @@ func (e *Engine) purgeQueue(name string) error {
 	q.lastPurge = now
 	q.clearMessagesLocked()
 	return e.commitUnlock(q, &b)
+}
+
+func (e *Engine) purgeReady(name string) (int, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return 0, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	n := 0
+	for _, m := range q.msgs {
+		if m.state == stateInFlight {
+			continue
+		}
+		q.removeLocked(m)
+		b.Delete(messageKey(q.id, m.seq, kindContent))
+		b.Delete(messageKey(q.id, m.seq, kindState))
+		n++
+	}
+	q.stats.deleted.Add(uint64(n))
+	return n, e.commitUnlock(q, &b)
 }
 
 // clearMessagesLocked forgets every message and dedup entry.
