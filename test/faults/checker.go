@@ -68,7 +68,8 @@ type message struct {
 	// deleteAckAt is the first delete acknowledgement that certainly
 	// deleted the message (see DeleteAcked); zero if none.
 	deleteAckAt time.Time
-	touched     bool // a delete was attempted
+	touched     bool      // a delete was attempted
+	delTriedAt  time.Time // the first delete attempt (see PowerCut)
 }
 
 // Checker records a history of operations and judges it against the
@@ -125,8 +126,11 @@ func (c *Checker) Acked(id, messageID string, at time.Time) {
 	m.acked, m.ackAt, m.messageID = true, at, messageID
 }
 
-// touch marks m as having had a delete attempted. Callers hold c.mu.
-func (c *Checker) touch(m *message) {
+// touch marks m as having had a delete attempted at at. Callers hold c.mu.
+func (c *Checker) touch(m *message, at time.Time) {
+	if m.delTriedAt.IsZero() || at.Before(m.delTriedAt) {
+		m.delTriedAt = at
+	}
 	if !m.touched {
 		m.touched = true
 		if m.acked {
@@ -190,13 +194,13 @@ func (c *Checker) Released(id string, count int, at time.Time) {
 }
 
 // DeleteAttempted records that a delete of the lease of id with receive
-// count count is about to be sent.
-func (c *Checker) DeleteAttempted(id string, count int) {
+// count count is about to be sent at at.
+func (c *Checker) DeleteAttempted(id string, count int, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m, d := c.find(id, count); d != nil {
 		d.deleted = true
-		c.touch(m)
+		c.touch(m, at)
 	}
 }
 
@@ -216,7 +220,7 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 		return
 	}
 	d.deleted = true
-	c.touch(m)
+	c.touch(m, at)
 	if d.Epoch != epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
 	}
@@ -439,10 +443,35 @@ type Stored struct {
 	ID, Body, MessageID string
 }
 
-// CheckSnapshot compares the stored messages with the history. A message
-// counts as certainly deleted here when any delete of it was acknowledged
-// within the same incarnation (the engine API, unlike SQS, refuses a delete
-// with a stale handle: the power-loss test deletes only with a live lease).
+// PowerCut records a power loss at cut: sends and deletes acknowledged at
+// or after it may or may not have survived, so from now on they count as
+// never acknowledged (an acknowledgement recorded a little after the call
+// returned only makes this more lenient). Call it before CheckSnapshot.
+func (c *Checker) PowerCut(cut time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.msgs {
+		if m.acked && !m.ackAt.Before(cut) {
+			m.acked = false
+			c.acked--
+			if m.touched {
+				c.touched--
+			}
+		}
+		if !m.deleteAckAt.IsZero() && !m.deleteAckAt.Before(cut) {
+			m.deleteAckAt = time.Time{}
+		}
+		if !m.delTriedAt.IsZero() && !m.delTriedAt.Before(cut) {
+			m.delTriedAt = time.Time{} // began after the cut: cannot be in the image
+		}
+	}
+}
+
+// CheckSnapshot compares the stored messages with the history: every
+// acknowledged message that nobody tried to delete must be there exactly
+// once, no certainly deleted one (see DeleteAcked) may be there, and none
+// may be there twice. (A delete that was tried but not certainly applied
+// may or may not have removed its message.)
 func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -468,7 +497,7 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 		}
 	}
 	for id, m := range c.msgs {
-		if m.acked && m.deleteAckAt.IsZero() && seen[id] == 0 {
+		if m.acked && m.delTriedAt.IsZero() && seen[id] == 0 {
 			s.Lost = append(s.Lost, id)
 		}
 	}
@@ -476,17 +505,6 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 		sort.Strings(l)
 	}
 	return s
-}
-
-// ForceDeleted marks id as certainly deleted at at (for histories that
-// come from the engine API, where an acknowledged delete with a live
-// handle is certain).
-func (c *Checker) ForceDeleted(id string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m := c.msgs[id]; m != nil && (m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt)) {
-		m.deleteAckAt = at
-	}
 }
 
 // Unsettled counts acknowledged messages that are not yet settled (never

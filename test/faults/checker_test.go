@@ -43,7 +43,7 @@ func (h hist) recv(id string, ms, count int, dlq bool) {
 }
 
 func (h hist) del(id string, ms, count int) {
-	h.c.DeleteAttempted(id, count)
+	h.c.DeleteAttempted(id, count, at(ms))
 	h.c.DeleteAcked(id, count, *h.epoch, at(ms))
 }
 
@@ -73,7 +73,7 @@ func TestCheckerClean(t *testing.T) {
 	h.del("a", 30, 1)
 	h.recv("b", 40, 1, false)
 	// b's delete is lost; it comes back after its lease and is deleted.
-	h.c.DeleteAttempted("b", 1)
+	h.c.DeleteAttempted("b", 1, at(60))
 	h.recv("b", 2100, 2, false)
 	h.del("b", 2120, 2)
 	// The poison message: three receives, then the DLQ (count 4), deleted.
@@ -242,14 +242,23 @@ func TestCheckerSnapshot(t *testing.T) {
 	h.send("lost", 0)
 	h.send("dup", 0)
 	h.send("gone", 0)
-	h.c.ForceDeleted("gone", at(10))
+	h.recv("gone", 10, 1, false)
+	h.del("gone", 30, 1)
 	h.send("back", 0)
-	h.c.ForceDeleted("back", at(10))
+	h.recv("back", 10, 1, false)
+	h.del("back", 30, 1)
 	h.c.Attempt(Send{ID: "maybe", Body: "body maybe"}, at(0)) // never acked: may or may not be there
+	// Acknowledged after the power cut: may be gone, like its delete.
+	h.send("late", 100)
+	h.send("undeleted", 0)
+	h.recv("undeleted", 10, 1, false)
+	h.del("undeleted", 120, 1)
+	h.c.PowerCut(at(100))
 	s := h.c.CheckSnapshot([]Stored{
 		{"kept", "body kept", "mid-kept"},
 		{"dup", "body dup", "mid-dup"}, {"dup", "body dup", "mid-dup"},
 		{"back", "body back", "mid-back"},
+		{"undeleted", "body undeleted", "mid-undeleted"},
 		{"maybe", "body maybe", "x"},
 		{"ghost", "?", "?"},
 	})

@@ -469,8 +469,9 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 		if len(dels) == 0 {
 			continue
 		}
+		now := time.Now()
 		for i, id := range delIDs {
-			w.ck.DeleteAttempted(id, delCounts[i])
+			w.ck.DeleteAttempted(id, delCounts[i], now)
 		}
 		// Not canceled with ctx: a received batch is deleted even while
 		// the test stops, so the drain ends clean.
