@@ -535,3 +535,18 @@ func settled(m *message) bool {
 	}
 	return last.deleted
 }
+
+// AckedAttemptedAfter lists acknowledged messages whose send began after t:
+// after a store failure at t, there must be none.
+func (c *Checker) AckedAttemptedAfter(t time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id, m := range c.msgs {
+		if m.acked && m.attemptAt.After(t) {
+			out = append(out, fmt.Sprintf("%s (send began %s, acked %s)", id, m.attemptAt.Format(time.StampMicro), m.ackAt.Format(time.StampMicro)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
