@@ -95,8 +95,8 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 	w.verdict(t, fmt.Sprintf("%d SIGKILLs in %v, down %v in all", kills, time.Since(began).Round(time.Millisecond), downtime.Round(time.Millisecond)))
 }
 
-// TestSIGSTOP freezes the broker with SIGSTOP for 0.5–4 s at a time (longer
-// than the clients' 3 s timeout, and than the 2 s leases, now and then),
+// TestSIGSTOP freezes the broker with SIGSTOP for 0.5–5 s at a time (often
+// longer than the clients' 2.5 s timeout and than the 2 s leases),
 // then resumes it with SIGCONT. Clients time out while it is frozen; once
 // resumed everything must continue, and nothing may be lost, delivered
 // early or out of order.
@@ -109,7 +109,7 @@ func TestSIGSTOP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), load+5*time.Minute)
 	defer cancel()
 
-	w := newWorkload(s%2 == 0, fmt.Sprintf("%x", s&0xffffff), 3*time.Second)
+	w := newWorkload(s%2 == 0, fmt.Sprintf("%x", s&0xffffff), 2500*time.Millisecond)
 	t.Logf("fifo=%v", w.fifo)
 	inc := startBroker(t, ctx, w, bin, dir, true)
 	w.cl.set(inc)
@@ -122,7 +122,7 @@ func TestSIGSTOP(t *testing.T) {
 	hc := &http.Client{Timeout: time.Second}
 	for pauses < 3 || time.Since(began) < load {
 		sleepCtx(ctx, time.Duration(200+rng.IntN(1300))*time.Millisecond)
-		pause := time.Duration(500+rng.IntN(3500)) * time.Millisecond
+		pause := time.Duration(500+rng.IntN(4500)) * time.Millisecond
 		if err := syscall.Kill(inc.srv.PID, syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP: %v", err)
 		}
