@@ -385,7 +385,7 @@ func decodeExt(d *decoder, m *message) {
 // encodeContent is the immutable part of a message: written once on send
 // (or on a dead-letter move) and deleted with the message.
 func encodeContent(m *message) []byte {
-	e := encoder{b: make([]byte, 0, 64+len(m.body))}
+	e := encoder{b: make([]byte, 0, contentSizeHint(m))}
 	e.b = append(e.b, recordV1)
 	e.b = append(e.b, m.id[:]...)
 	e.varint(m.sentAt)
@@ -414,6 +414,26 @@ func encodeContent(m *message) []byte {
 		e.bytes(f.b)
 	}
 	return e.b
+}
+
+// contentSizeHint bounds the encoded size of m's content record closely
+// enough that encodeContent never regrows its buffer (a regrow copies the
+// body and doubles the allocation).
+func contentSizeHint(m *message) int {
+	// Fixed part: format byte, id, six varints (≤10 bytes each) and nine
+	// length prefixes.
+	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64
+	n += len(m.body) + len(m.groupID()) + len(m.dedupID) + len(m.sender) + len(m.traceHeader()) + len(m.deadLetterSource())
+	for _, a := range m.attrs {
+		n += 4*binary.MaxVarintLen64 + len(a.Name) + len(a.DataType) + len(a.StringValue) + len(a.BinaryValue)
+	}
+	if x := m.ext; x != nil {
+		n += len(x.envelope) + 256 // dead-letter, redrive info: small fixed fields and names
+		if f := x.failure; f != nil {
+			n += len(f.ErrorClass) + len(f.Message) + len(f.Trace) + len(f.ConsumerID) + len(f.ConsumerVersion) + 64
+		}
+	}
+	return n
 }
 
 // decodeContent fills m from a content record. Byte slices are copied, since

@@ -536,3 +536,18 @@ func TestRedriveAllowPolicy(t *testing.T) {
 		t.Fatalf("message lost or moved against denyAll: %+v", d)
 	}
 }
+
+func TestContentSizeHintIsAnUpperBound(t *testing.T) {
+	m := &message{id: newID(), body: make([]byte, 1024), attrs: []Attribute{{Name: "n", DataType: "String", StringValue: "v"}},
+		dedupID: "d", sender: "AKID", sentAt: 1 << 62, enqueuedAt: 1 << 62, visibleAt: 1 << 62, firstRecvAt: 1 << 62, recvCount: 1 << 30,
+		group: &group{id: "g"}, ttlAt: 1 << 62,
+		ext: &messageExt{trace: "Root=1", dlqSource: "src", envelope: make([]byte, 300),
+			failure: &FailureRecord{ErrorClass: "E", Message: "m", Trace: "t", ConsumerID: "c", ConsumerVersion: "v", ReportedAt: time.Unix(0, 1<<62), Attempt: 1 << 30},
+			dead:    &DeadLetterInfo{SourceQueue: "src", Reason: ReasonMaxReceives, Attempts: 1 << 30, FirstReceiveAt: time.Unix(0, 1<<62), LastReceiveAt: time.Unix(0, 1<<62), DeadLetteredAt: time.Unix(0, 1<<62)},
+			redrive: &RedriveInfo{OriginalMessageID: FormatID(newID()), Count: 1 << 30, TaskID: "0123456789abcdef0123456789abcdef", At: time.Unix(0, 1<<62)}}}
+	for _, msg := range []*message{m, {id: newID(), body: []byte("x"), group: &group{}}} {
+		if got, hint := len(encodeContent(msg)), contentSizeHint(msg); got > hint {
+			t.Errorf("encoded %d bytes, hint %d: the buffer regrows", got, hint)
+		}
+	}
+}
