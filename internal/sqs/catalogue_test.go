@@ -564,13 +564,17 @@ func TestCatalogue(t *testing.T) {
 		e.send(q, "x")
 		m := e.receive(q, func(in *sqs.ReceiveMessageInput) {
 			in.MessageSystemAttributeNames = []types.MessageSystemAttributeName{"SenderId", "SequenceNumber"}
+			//lint:ignore SA1019 item 33 checks that the deprecated member loses to the new one
 			in.AttributeNames = []types.QueueAttributeName{"All"}
 		}).Messages[0]
 		if len(m.Attributes) != 1 || m.Attributes["SenderId"] != "AKIDSLUICETEST" {
 			t.Fatalf("attributes %v", m.Attributes)
 		}
 		e.clk.Advance(31 * time.Second)
-		m = e.receive(q, func(in *sqs.ReceiveMessageInput) { in.AttributeNames = []types.QueueAttributeName{"All"} }).Messages[0]
+		m = e.receive(q, func(in *sqs.ReceiveMessageInput) {
+			//lint:ignore SA1019 item 33 checks that the deprecated member still works alone
+			in.AttributeNames = []types.QueueAttributeName{"All"}
+		}).Messages[0]
 		for _, k := range []string{"SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp"} {
 			if m.Attributes[k] == "" {
 				t.Errorf("All via AttributeNames lacks %s: %v", k, m.Attributes)

@@ -54,7 +54,6 @@ var (
 	kindIdsNotDistinct       = &errorKind{"AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "BatchEntryIdsNotDistinct", "", 400}
 	kindInvalidBatchEntryID  = &errorKind{"AWS.SimpleQueueService.InvalidBatchEntryId", "InvalidBatchEntryId", "", 400}
 	kindBatchTooLong         = &errorKind{"AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong", "", 400}
-	kindUnsupported          = &errorKind{"AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation", "", 400}
 	kindInvalidAttrName      = &errorKind{"InvalidAttributeName", "InvalidAttributeName", "", 400}
 	kindInvalidAttrValue     = &errorKind{"InvalidAttributeValue", "InvalidAttributeValue", "", 400}
 	kindInvalidContents      = &errorKind{"InvalidMessageContents", "InvalidMessageContents", "", 400}
