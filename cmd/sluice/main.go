@@ -166,6 +166,11 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "amqp" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return bench.AMQPCommand(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "sqs" {
 		fmt.Fprintln(stderr, "usage: sluice bench sqs [flags]")
 		return 2

@@ -1,0 +1,583 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// AMQP message body layout (binary; AMQP bodies are opaque):
+//
+//	offset 0       4        8              16
+//	       "SAB1"  run:u32  stamp:i64 (BE)  filler 'x' up to Size
+//
+// run is a random id of this RunAMQP call, so messages of an earlier run are
+// recognised (acked, not counted). stamp is the publish time in nanoseconds
+// since the run's start on the monotonic clock: publishers and consumers
+// share one process, so deliver − publish is an exact end-to-end latency.
+const (
+	amqpMagic = "SAB1"
+	// AMQPPrefixLen is the length of the body prefix and so the smallest
+	// -size of `sluice bench amqp`.
+	AMQPPrefixLen = 16
+)
+
+func newAMQPBody(run uint32, size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = 'x'
+	}
+	copy(b, amqpMagic)
+	binary.BigEndian.PutUint32(b[4:8], run)
+	return b
+}
+
+// parseAMQPBody returns the run id and stamp of a bench body.
+func parseAMQPBody(b []byte) (run uint32, stamp time.Duration, ok bool) {
+	if len(b) < AMQPPrefixLen || string(b[:4]) != amqpMagic {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(b[4:8]), time.Duration(binary.BigEndian.Uint64(b[8:16])), true
+}
+
+// AMQPResult is what one RunAMQP measured. Durations are in nanoseconds in
+// JSON.
+type AMQPResult struct {
+	URL           string  `json:"url"` // password redacted
+	Queue         string  `json:"queue"`
+	Producers     int     `json:"producers"`
+	Consumers     int     `json:"consumers"`
+	Size          int     `json:"size_bytes"`
+	Rate          float64 `json:"target_rate"` // 0 = as fast as possible
+	ConfirmWindow int     `json:"confirm_window"`
+	Prefetch      int     `json:"prefetch"`
+	Persistent    bool    `json:"persistent"`
+	Product       string  `json:"server_product"` // server-properties product and version
+	Purged        int     `json:"purged"`         // messages left in the queue by earlier runs
+
+	Published   uint64 `json:"published"`   // basic.publish calls that were written
+	Confirmed   uint64 `json:"confirmed"`   // publisher confirms (basic.ack)
+	Nacked      uint64 `json:"nacked"`      // basic.nack confirms
+	Received    uint64 `json:"received"`    // deliveries of this run's messages, redeliveries included
+	Redelivered uint64 `json:"redelivered"` // of which redelivered=true
+	Acked       uint64 `json:"acked"`       // basic.ack sent for this run's messages
+	Stale       uint64 `json:"stale"`       // other messages delivered (and acked)
+
+	SendElapsed time.Duration `json:"send_elapsed_ns"` // start → last confirm
+	Elapsed     time.Duration `json:"elapsed_ns"`      // start → last consumer ack
+	SendRate    float64       `json:"send_rate"`       // Confirmed / SendElapsed
+	Throughput  float64       `json:"throughput"`      // Acked / Elapsed, end to end
+
+	// Latency is publish → deliver of this run's messages, from the stamp
+	// in each body. ConfirmRTT is publish → its confirm.
+	Latency    LatencySummary `json:"latency"`
+	ConfirmRTT LatencySummary `json:"confirm_rtt"`
+
+	Errors map[string]uint64 `json:"errors"`
+
+	// As in SQSResult: the broker's (with -pid) and this process's CPU
+	// time, per 100,000 acked messages, and the machine's busy time.
+	ServerCPU        time.Duration `json:"server_cpu_ns,omitempty"`
+	ServerCPUPer100k float64       `json:"server_cpu_s_per_100k,omitempty"`
+	ClientCPU        time.Duration `json:"client_cpu_ns,omitempty"`
+	ClientCPUPer100k float64       `json:"client_cpu_s_per_100k,omitempty"`
+	MachineCPU       time.Duration `json:"machine_cpu_ns,omitempty"`
+	OtherCPU         time.Duration `json:"other_cpu_ns,omitempty"`
+}
+
+// AMQPCommand is `sluice bench amqp [flags]`: it parses args, runs, and
+// returns the process exit code.
+func AMQPCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o AMQPOptions
+	fs := flag.NewFlagSet("sluice bench amqp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice bench amqp: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if _, err := RunAMQP(ctx, o, stdout); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "sluice bench amqp: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// RunAMQP declares and purges the queue, runs o.Producers publishers (confirm
+// mode, at most o.ConfirmWindow unconfirmed each) for o.Duration and
+// o.Consumers consumers (manual ack, prefetch o.Prefetch) until every
+// confirmed message is acked or o.DrainTimeout passed, then writes a table
+// (or JSON) to out. Canceling ctx ends the run early with ctx.Err().
+func RunAMQP(ctx context.Context, o AMQPOptions, out io.Writer) (AMQPResult, error) {
+	if err := o.Validate(); err != nil {
+		return AMQPResult{}, err
+	}
+	r := &amqpRun{o: o, id: rand.Uint32()}
+	setup, err := r.dial("setup")
+	if err != nil {
+		return AMQPResult{}, err
+	}
+	product := fmt.Sprint(setup.Properties["product"], " ", setup.Properties["version"])
+	ch, err := setup.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(o.Queue, true, false, false, false, nil)
+	}
+	purged := 0
+	if err == nil {
+		purged, err = ch.QueuePurge(o.Queue, false)
+	}
+	setup.Close()
+	if err != nil {
+		return AMQPResult{}, fmt.Errorf("bench: declare and purge queue %q: %w", o.Queue, err)
+	}
+	res, err := r.do(ctx)
+	res.Product, res.Purged = product, purged
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return res, err
+	}
+	if o.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if werr := enc.Encode(res); werr != nil {
+			return res, werr
+		}
+	} else {
+		res.WriteTable(out)
+	}
+	return res, err
+}
+
+// amqpRun is the shared state of one RunAMQP. Counters are atomics;
+// histograms and error maps belong to one goroutine each and are merged
+// after all stopped.
+type amqpRun struct {
+	o  AMQPOptions
+	id uint32
+	t0 time.Time
+
+	published, confirmed, nacked atomic.Uint64
+	received, redelivered, acked atomic.Uint64
+	stale                        atomic.Uint64
+	lastConfirm, lastAck         atomic.Int64 // ns since t0
+	producersDone                atomic.Bool
+	stopConsumers                context.CancelFunc
+	stopOnce                     sync.Once
+	errMu                        sync.Mutex
+	errors                       map[string]uint64
+	firstErr                     error
+	latency, confirmRTT          Histogram
+	histMu                       sync.Mutex
+}
+
+func (r *amqpRun) dial(name string) (*amqp.Connection, error) {
+	c, err := amqp.DialConfig(r.o.URL, amqp.Config{
+		Heartbeat:  10 * time.Second,
+		Properties: amqp.Table{"connection_name": "sluice-bench-" + name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to %s: %w", redactURL(r.o.URL), err)
+	}
+	return c, nil
+}
+
+func (r *amqpRun) countErr(kind string, err error) {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	if r.errors == nil {
+		r.errors = make(map[string]uint64)
+	}
+	r.errors[kind]++
+	if r.firstErr == nil && err != nil {
+		r.firstErr = fmt.Errorf("%s: %w", kind, err)
+	}
+}
+
+func (r *amqpRun) merge(lat, rtt *Histogram) {
+	r.histMu.Lock()
+	defer r.histMu.Unlock()
+	r.latency.Merge(lat)
+	r.confirmRTT.Merge(rtt)
+}
+
+// maybeStop ends the consumers once producers are done and every confirmed
+// message was acked.
+func (r *amqpRun) maybeStop() {
+	if r.producersDone.Load() && r.acked.Load() >= r.confirmed.Load() {
+		r.stopOnce.Do(r.stopConsumers)
+	}
+}
+
+func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
+	o := r.o
+	var cpu0 time.Duration
+	if o.PID > 0 {
+		var err error
+		if cpu0, err = ProcCPU(o.PID); err != nil {
+			return AMQPResult{}, err
+		}
+	}
+	self0, selfErr := ProcCPU(os.Getpid())
+	machine0, machineErr := MachineCPU()
+
+	consumeCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	r.stopConsumers = stop
+
+	// Consumers first, each subscribed before any publish, so that the
+	// first messages' latency is not a queueing artefact.
+	var cwg sync.WaitGroup
+	ready := make(chan error, o.Consumers)
+	for i := range o.Consumers {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			r.consume(consumeCtx, i, ready)
+		}()
+	}
+	for range o.Consumers {
+		if err := <-ready; err != nil {
+			stop()
+			cwg.Wait()
+			return AMQPResult{}, err
+		}
+	}
+
+	r.t0 = time.Now()
+	deadline := r.t0.Add(o.Duration)
+	var pwg sync.WaitGroup
+	for i := range o.Producers {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			r.produce(ctx, i, deadline)
+		}()
+	}
+	pwg.Wait()
+	r.producersDone.Store(true)
+	r.maybeStop()
+	drain := time.AfterFunc(o.DrainTimeout, stop)
+	cwg.Wait()
+	drain.Stop()
+
+	res := AMQPResult{
+		URL: redactURL(o.URL), Queue: o.Queue, Producers: o.Producers, Consumers: o.Consumers,
+		Size: o.Size, Rate: o.Rate, ConfirmWindow: o.ConfirmWindow, Prefetch: o.Prefetch, Persistent: o.Persistent,
+		Published: r.published.Load(), Confirmed: r.confirmed.Load(), Nacked: r.nacked.Load(),
+		Received: r.received.Load(), Redelivered: r.redelivered.Load(), Acked: r.acked.Load(), Stale: r.stale.Load(),
+		SendElapsed: time.Duration(r.lastConfirm.Load()), Elapsed: time.Duration(r.lastAck.Load()),
+		Latency: amqpSummary(&r.latency), ConfirmRTT: amqpSummary(&r.confirmRTT),
+		Errors: map[string]uint64{},
+	}
+	for k, v := range r.errors {
+		res.Errors[k] = v
+	}
+	if res.SendElapsed > 0 {
+		res.SendRate = float64(res.Confirmed) / res.SendElapsed.Seconds()
+	}
+	if res.Elapsed > 0 {
+		res.Throughput = float64(res.Acked) / res.Elapsed.Seconds()
+	}
+	per100k := func(d time.Duration) float64 {
+		if res.Acked == 0 {
+			return 0
+		}
+		return d.Seconds() / float64(res.Acked) * 1e5
+	}
+	if o.PID > 0 {
+		cpu1, err := ProcCPU(o.PID)
+		if err != nil {
+			return res, err
+		}
+		res.ServerCPU = cpu1 - cpu0
+		res.ServerCPUPer100k = per100k(res.ServerCPU)
+	}
+	if self1, err := ProcCPU(os.Getpid()); err == nil && selfErr == nil {
+		res.ClientCPU = self1 - self0
+		res.ClientCPUPer100k = per100k(res.ClientCPU)
+	}
+	if machine1, err := MachineCPU(); err == nil && machineErr == nil {
+		res.MachineCPU = machine1 - machine0
+		res.OtherCPU = max(0, res.MachineCPU-res.ServerCPU-res.ClientCPU)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if res.Published == 0 && r.firstErr != nil {
+		return res, r.firstErr
+	}
+	return res, nil
+}
+
+// produce publishes on its own connection in confirm mode until the
+// deadline, keeping at most ConfirmWindow publishes unconfirmed, then waits
+// for the outstanding confirms.
+func (r *amqpRun) produce(ctx context.Context, id int, deadline time.Time) {
+	o := r.o
+	conn, err := r.dial("producer-" + strconv.Itoa(id))
+	if err != nil {
+		r.countErr("connect", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		r.countErr("channel", err)
+		return
+	}
+	window := o.ConfirmWindow
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window))
+	// sem holds one token per unconfirmed publish. sent[tag%window] is the
+	// publish time of delivery tag tag: confirms arrive in tag order
+	// (amqp091-go resequences them), so at most window tags are live and
+	// the slot of a new tag was freed by the confirm of tag−window.
+	sem := make(chan struct{}, window)
+	sent := make([]atomic.Int64, window)
+	confirmDone := make(chan struct{})
+	var rtt Histogram
+	go func() {
+		defer close(confirmDone)
+		for c := range confirms {
+			now := time.Since(r.t0)
+			rtt.Record(now - time.Duration(sent[c.DeliveryTag%uint64(window)].Load()))
+			if c.Ack {
+				r.confirmed.Add(1)
+			} else {
+				r.nacked.Add(1)
+				r.countErr("nack", nil)
+			}
+			amqpStoreMax(&r.lastConfirm, int64(now))
+			<-sem
+		}
+	}()
+
+	msg := amqp.Publishing{Body: newAMQPBody(r.id, o.Size)}
+	if o.Persistent {
+		msg.DeliveryMode = amqp.Persistent
+	}
+	var interval time.Duration
+	var next time.Time
+	if o.Rate > 0 {
+		interval = time.Duration(float64(o.Producers) / o.Rate * float64(time.Second))
+		next = r.t0.Add(interval * time.Duration(id) / time.Duration(o.Producers))
+	}
+	timer := time.NewTimer(0)
+	<-timer.C
+	var tag uint64
+publish:
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if interval > 0 {
+			if next.After(deadline) {
+				break
+			}
+			if d := time.Until(next); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-ctx.Done():
+					break publish
+				case <-timer.C:
+				}
+			}
+			next = next.Add(interval)
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break publish
+		}
+		tag++
+		now := time.Since(r.t0)
+		sent[tag%uint64(window)].Store(int64(now))
+		binary.BigEndian.PutUint64(msg.Body[8:16], uint64(now))
+		// Publish writes the frames before it returns, so the body is
+		// reused for the next message.
+		if err := ch.PublishWithContext(ctx, "", o.Queue, false, false, msg); err != nil {
+			if ctx.Err() == nil {
+				r.countErr("publish", err)
+			}
+			<-sem
+			break
+		}
+		r.published.Add(1)
+	}
+	// Wait for every outstanding confirm: all tokens back.
+	wait := time.NewTimer(o.DrainTimeout)
+	defer wait.Stop()
+	for range window {
+		select {
+		case sem <- struct{}{}:
+			continue
+		case <-confirmDone: // channel closed: no more confirms will come
+		case <-wait.C:
+			r.countErr("confirm-timeout", nil)
+		case <-ctx.Done():
+		}
+		break
+	}
+	ch.Close()
+	conn.Close()
+	<-confirmDone
+	r.merge(&Histogram{}, &rtt)
+}
+
+// consume subscribes on its own connection with manual acks and acks every
+// delivery until consumeCtx ends. It reports on ready once subscribed.
+func (r *amqpRun) consume(ctx context.Context, id int, ready chan<- error) {
+	o := r.o
+	conn, err := r.dial("consumer-" + strconv.Itoa(id))
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(o.Prefetch, 0, false)
+	}
+	var deliveries <-chan amqp.Delivery
+	if err == nil {
+		deliveries, err = ch.Consume(o.Queue, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		ready <- fmt.Errorf("bench: consume %q: %w", o.Queue, err)
+		return
+	}
+	ready <- nil
+	var lat Histogram
+	defer func() { r.merge(&lat, &Histogram{}) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				if ctx.Err() == nil {
+					r.countErr("consumer-closed", errors.New("delivery channel closed"))
+				}
+				return
+			}
+			now := time.Since(r.t0)
+			run, stamp, ok := parseAMQPBody(d.Body)
+			mine := ok && run == r.id
+			if mine {
+				lat.Record(now - stamp)
+				r.received.Add(1)
+				if d.Redelivered {
+					r.redelivered.Add(1)
+				}
+			} else {
+				r.stale.Add(1)
+			}
+			if err := d.Ack(false); err != nil {
+				r.countErr("ack", err)
+				return
+			}
+			if mine {
+				r.acked.Add(1)
+				amqpStoreMax(&r.lastAck, int64(time.Since(r.t0)))
+				r.maybeStop()
+			}
+		}
+	}
+}
+
+func amqpStoreMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+func amqpSummary(h *Histogram) LatencySummary {
+	return LatencySummary{
+		Count: h.Count(), Mean: h.Mean(), Max: h.Max(),
+		P50: h.Quantile(0.50), P90: h.Quantile(0.90), P99: h.Quantile(0.99), P999: h.Quantile(0.999),
+	}
+}
+
+// WriteTable prints the result as a compact table.
+func (res *AMQPResult) WriteTable(w io.Writer) {
+	rate := "max"
+	if res.Rate > 0 {
+		rate = strconv.FormatFloat(res.Rate, 'f', -1, 64) + " msg/s"
+	}
+	fmt.Fprintf(w, "sluice bench amqp: %s (%s) queue=%s producers=%d consumers=%d size=%dB persistent=%t confirm-window=%d prefetch=%d rate=%s\n",
+		res.URL, res.Product, res.Queue, res.Producers, res.Consumers, res.Size, res.Persistent, res.ConfirmWindow, res.Prefetch, rate)
+	if res.Purged > 0 {
+		fmt.Fprintf(w, "  %-12s %10d  (left by earlier runs)\n", "purged", res.Purged)
+	}
+	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s over %s (published %d, nacked %d)\n", "confirmed",
+		res.Confirmed, res.SendRate, res.SendElapsed.Round(time.Millisecond), res.Published, res.Nacked)
+	fmt.Fprintf(w, "  %-12s %10d  (%d redelivered)\n", "received", res.Received, res.Redelivered)
+	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s end to end over %s\n", "acked", res.Acked, res.Throughput, res.Elapsed.Round(time.Millisecond))
+	if res.Stale > 0 {
+		fmt.Fprintf(w, "  %-12s %10d  (other messages, acked)\n", "stale", res.Stale)
+	}
+	for _, l := range []struct {
+		name string
+		s    LatencySummary
+	}{{"latency", res.Latency}, {"confirm rtt", res.ConfirmRTT}} {
+		fmt.Fprintf(w, "  %-12s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n", l.name,
+			amqpDur(l.s.P50), amqpDur(l.s.P90), amqpDur(l.s.P99), amqpDur(l.s.P999), amqpDur(l.s.Max), amqpDur(l.s.Mean))
+	}
+	if res.ServerCPU > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "server cpu", res.ServerCPU.Seconds(), res.ServerCPUPer100k)
+	}
+	if res.ClientCPU > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "bench cpu", res.ClientCPU.Seconds(), res.ClientCPUPer100k)
+	}
+	if res.MachineCPU > 0 && res.Elapsed > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   busy on average %.2f CPUs; %.2f s not the broker's or bench's\n", "machine cpu",
+			res.MachineCPU.Seconds(), res.MachineCPU.Seconds()/res.Elapsed.Seconds(), res.OtherCPU.Seconds())
+	}
+	if len(res.Errors) == 0 {
+		fmt.Fprintf(w, "  %-12s none\n", "errors")
+		return
+	}
+	kinds := make([]string, 0, len(res.Errors))
+	for k := range res.Errors {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var sb strings.Builder
+	for i, k := range kinds {
+		if i > 0 {
+			sb.WriteString("  ")
+		}
+		fmt.Fprintf(&sb, "%s=%d", k, res.Errors[k])
+	}
+	fmt.Fprintf(w, "  %-12s %s\n", "errors", sb.String())
+}
+
+// amqpDur prints a latency in µs or ms with three significant digits.
+func amqpDur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + "µs"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + "ms"
+	default:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+	}
+}
