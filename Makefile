@@ -2,8 +2,9 @@
 GO        ?= go
 FUZZTIME  ?= 30s
 CRASH_ITERATIONS ?= 200
+FAULTS_BUDGET ?= 5m
 
-.PHONY: help build run test test-race lint bench fuzz crash perf
+.PHONY: help build run test test-race lint bench fuzz crash faults perf
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,6 +38,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
 	SLUICE_CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(GO) test -count=1 -timeout 2h -run . -v ./test/crash/
+
+faults: ## fault-injection tests (SIGKILL, SIGSTOP, power loss, EIO/ENOSPC, WAL bit flips) for FAULTS_BUDGET of load
+	SLUICE_FAULTS_BUDGET=$(FAULTS_BUDGET) $(GO) test -count=1 -timeout 60m -run . -v ./test/faults/
 
 perf: ## restart time and memory with 1M queued messages (writes ~1.4 GB; SLUICE_PERF_DIR, SLUICE_PERF_PROFILE)
 	SLUICE_PERF=1 $(GO) test -count=1 -run TestRestart -v -timeout 30m ./test/perf/
