@@ -40,6 +40,10 @@ type Options struct {
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
+	// MaxHTTPConnections caps open connections on the HTTP listener;
+	// beyond it new connections wait in the kernel's backlog. 0: no cap.
+	MaxHTTPConnections int `toml:"max_http_connections"`
+
 	// AMQPListen is the AMQP 0-9-1 listener; "" turns it off.
 	AMQPListen string `toml:"amqp_listen"`
 	// AMQPSListen is an AMQP-over-TLS listener (needs [tls]); "" is off.
@@ -185,15 +189,16 @@ func (c AlertsConfig) options() alerts.Options {
 // DefaultOptions returns the settings `sluice server` starts with.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:    "./sluice-data",
-		Store:      "disk",
-		SQSListen:  "127.0.0.1:9324",
-		AMQPListen: "127.0.0.1:5672",
-		AccountID:  "000000000000",
-		Region:     "us-east-1",
-		LogLevel:   "info",
-		LogFormat:  "text",
-		Alerts:     alertsConfigFrom(alerts.DefaultOptions()),
+		DataDir:            "./sluice-data",
+		Store:              "disk",
+		SQSListen:          "127.0.0.1:9324",
+		AMQPListen:         "127.0.0.1:5672",
+		MaxHTTPConnections: 10000,
+		AccountID:          "000000000000",
+		Region:             "us-east-1",
+		LogLevel:           "info",
+		LogFormat:          "text",
+		Alerts:             alertsConfigFrom(alerts.DefaultOptions()),
 	}
 }
 
@@ -239,6 +244,9 @@ func (o *Options) Validate() error {
 		"configure [[amqp_users]]")...)
 	if o.AMQPSListen != "" && o.TLS.Cert == "" {
 		errs = append(errs, errors.New("amqps_listen: needs [tls] cert and key"))
+	}
+	if o.MaxHTTPConnections < 0 {
+		errs = append(errs, errors.New("max_http_connections: must not be negative"))
 	}
 	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
 		errs = append(errs, errors.New("tls: cert and key go together"))

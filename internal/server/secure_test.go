@@ -201,3 +201,36 @@ func TestTLSOnHTTPAndAMQP(t *testing.T) {
 		t.Fatal("plain HTTP answered on the TLS listener")
 	}
 }
+
+func TestHTTPConnectionCap(t *testing.T) {
+	s := startWith(t, func(o *Options) { o.MaxHTTPConnections = 2 })
+	addr := s.SQSAddr()
+	var held []net.Conn
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	// Both slots are taken by idle connections: a third client is not
+	// served until one of them goes.
+	third, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	third.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+	third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	buf := make([]byte, 64)
+	if n, _ := third.Read(buf); n > 0 {
+		t.Fatalf("served beyond the cap: %q", buf[:n])
+	}
+	held[0].Close()
+	third.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := third.Read(buf)
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
+		t.Fatalf("not served after a slot freed: %q %v", buf[:n], err)
+	}
+	held[1].Close()
+}

@@ -141,8 +141,13 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	closers = append(closers, func() { s.amqp.Close() })
 
 	s.httpSrv = &http.Server{
-		Handler:           s.routes(eng, clk),
+		Handler: s.routes(eng, clk),
+		// Slow clients cannot hold a connection by trickling a request:
+		// headers must arrive in 10 s and the whole request in 60 s.
+		// There is no write timeout: long polls legitimately wait 20 s
+		// and dashboard event streams stay open.
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -152,6 +157,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("sqs_listen: %w", err)
 	}
 	closers = append(closers, func() { ln.Close() })
+	ln = newLimitListener(ln, opts.MaxHTTPConnections)
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
