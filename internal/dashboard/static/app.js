@@ -152,8 +152,7 @@ const routes = [
   { re: /^#\/queue\/(.+)$/, page: queue, nav: 'overview' },
   { re: /^#\/dlq\/(.+)$/, page: dlq, nav: 'overview' },
   { re: /^#\/advisor$/, page: advisor, nav: 'advisor' },
-  // AMQP TOPOLOGY: the route exists; the page says it is coming.
-  { re: /^#\/topology$/, page: topology, nav: null },
+  { re: /^#\/topology$/, page: topology, nav: 'topology' },
 ];
 
 function setMode(mode) {

@@ -35,8 +35,8 @@ export function render(main, _param, ctx) {
     summary,
     h('div', { class: 'table-wrap' }, table),
     empty,
-    // AMQP TOPOLOGY: when the AMQP front-end lands, a summary of
-    // exchanges and bindings goes here, linking to #/topology.
+    // The AMQP topology has its own page (#/topology, in the nav): asking
+    // for it here would cost a 404 on every broker without AMQP.
   );
 
   const rows = new Map();
