@@ -253,6 +253,10 @@ func TestWithoutAlertsEndpoint(t *testing.T) {
 	for _, page := range []string{"#/queue/jobs", "#/dlq/jobs", "#/advisor", "#/topology", "#/nowhere"} {
 		do(t, ctx, "open "+page, chromedp.Navigate(b.url+"/ui/"+page))
 		waitJS(t, ctx, page, `document.querySelector('main h1') !== null`, 10*time.Second)
+		if page == "#/topology" {
+			// No AMQP here: the topology endpoint is a 404 and the page says so.
+			waitJS(t, ctx, "the no-AMQP note", `document.querySelector('#topology-absent') !== null`, 10*time.Second)
+		}
 	}
 	time.Sleep(time.Second)
 	if errs := cons.errors(true); len(errs) > 0 {

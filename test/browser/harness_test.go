@@ -57,6 +57,13 @@ type broker struct {
 
 func startBroker(t *testing.T, withAlerts bool) *broker {
 	t.Helper()
+	return startBrokerWith(t, withAlerts, nil)
+}
+
+// startBrokerWith is startBroker with extra operator routes (pattern →
+// handler), such as a canned AMQP topology.
+func startBrokerWith(t *testing.T, withAlerts bool, extra map[string]http.Handler) *broker {
+	t.Helper()
 	dopts := dashboard.Options{SampleInterval: 500 * time.Millisecond, History: 15 * time.Minute, SparkWindow: 5 * time.Minute}
 	var am *alerts.Manager
 	if withAlerts {
@@ -80,6 +87,9 @@ func startBroker(t *testing.T, withAlerts bool) *broker {
 	mux.Handle("/ui/", dash)
 	mux.Handle("/sluice/v1/dashboard/", dash)
 	mux.Handle("/sluice/v1/advisor", dash)
+	for pattern, h := range extra {
+		mux.Handle(pattern, h)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	if am != nil {
