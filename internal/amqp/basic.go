@@ -340,7 +340,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	if info, err := s.eng.GetQueue(q.engine); err == nil {
 		left = info.Visible
 	}
-	exchange, key, props := deliveryContent(&d, q.name)
+	exchange, key, props := deliveryContent(&d, q.name, q.engine)
 	ch.mu.Lock()
 	ch.nextTag++
 	tag := ch.nextTag
@@ -423,7 +423,7 @@ func (ch *channel) apply(op settleOp) error {
 	switch {
 	case op.kind == settleAck:
 		for q, hs := range groupHandles(us) {
-			if _, err := eng.Delete(q, hs); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			if _, err := ch.c.s.ack(q, hs); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 				return storageError(err)
 			}
 		}
@@ -442,6 +442,27 @@ func (ch *channel) apply(op settleOp) error {
 		}
 	}
 	return nil
+}
+
+// leasedDeleter is an engine that can delete only messages still in
+// flight under the given lease (see Server.ack).
+type leasedDeleter interface {
+	DeleteLeased(queue string, handles []string) ([]error, error)
+}
+
+// ack deletes acknowledged deliveries. Every per-handle outcome counts as
+// settled: a message a failure report (POST /sluice/v1/failures)
+// dead-lettered is already gone, and deleting it again succeeds. A
+// message whose lease a report ended (a retry is scheduled) must survive
+// the ack that follows the report; engine.Delete honours the current
+// handle even then (SQS semantics), so the engine's DeleteLeased, which
+// deletes only messages still in flight under that lease, is used when the
+// engine has it.
+func (s *Server) ack(queue string, handles []string) ([]error, error) {
+	if d, ok := any(s.eng).(leasedDeleter); ok {
+		return d.DeleteLeased(queue, handles)
+	}
+	return s.eng.Delete(queue, handles)
 }
 
 func groupHandles(us []*unacked) map[string][]string {

@@ -140,7 +140,7 @@ func (cs *consumer) unreserve(k int) {
 // stopped (the caller requeues).
 func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
 	c := ch.c
-	exchange, key, props := deliveryContent(&d, cs.q.name)
+	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine)
 	ch.mu.Lock()
 	if cs.cancelled || ch.stopped || ch.closing.Load() {
 		ch.mu.Unlock()
@@ -165,27 +165,21 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
 }
 
 // deliveryContent returns the exchange, routing key and property bytes a
-// delivery goes out with. AMQP-published messages carry them in their
-// envelope; a redelivery adds x-delivery-count (the number of earlier
-// deliveries), absent on the first. Messages sent over SQS get properties
-// from their attributes (see interop.go).
-func deliveryContent(d *engine.Delivery, queueName string) (exchange, key string, props []byte) {
+// delivery from engine queue eq goes out with. AMQP-published messages
+// carry them in their envelope; the broker's headers are added to the
+// stored header bytes (see brokerHeaders and addHeaders). Messages sent
+// over SQS get properties from their attributes (see interop.go).
+func deliveryContent(d *engine.Delivery, queueName, eq string) (exchange, key string, props []byte) {
 	env, err := decodeEnvelope(d.Envelope)
 	if err != nil {
 		p := propsFromSQS(d)
+		for _, f := range brokerHeaders(d, eq) {
+			p.Headers = p.Headers.Set(f.Key, f.Value)
+		}
 		raw, _ := encodeProps(&p)
 		return "", queueName, raw
 	}
-	props = env.props
-	if d.ReceiveCount > 1 {
-		if p, err := parseProps(props); err == nil {
-			p.Headers = p.Headers.Set("x-delivery-count", int64(d.ReceiveCount-1))
-			if raw, err := encodeProps(&p); err == nil {
-				props = raw
-			}
-		}
-	}
-	return env.exchange, env.routingKey(), props
+	return env.exchange, env.routingKey(), addHeaders(env.props, brokerHeaders(d, eq))
 }
 
 // serverCancel cancels a consumer from the broker's side (its queue was
