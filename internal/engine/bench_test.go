@@ -116,7 +116,7 @@ func TestMemoryPerMessage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates 200k messages")
 	}
-	e, err := Open(Options{Store: discardStore{}})
+	e, err := Open(Options{Store: discardStore{}, BodyMemoryBudget: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,4 +156,5 @@ type discardStore struct{}
 func (discardStore) Write(*store.Batch, bool) (store.Pending, error)  { return store.Done{}, nil }
 func (discardStore) Scan([]byte, func(key, value []byte) error) error { return nil }
 func (discardStore) Sync() error                                      { return nil }
+func (discardStore) Get([]byte) ([]byte, error)                       { return nil, store.ErrNotFound }
 func (discardStore) Close() error                                     { return nil }

@@ -439,6 +439,13 @@ func contentSizeHint(m *message) int {
 // decodeContent fills m from a content record. Byte slices are copied, since
 // store values are valid only during a scan.
 func decodeContent(m *message, b []byte) (group string, err error) {
+	return decodeContentBody(m, b, true)
+}
+
+// decodeContentBody is decodeContent that, without keepBody, skips copying
+// the body (recording only its length): recovery beyond the body budget
+// leaves bodies on disk.
+func decodeContentBody(m *message, b []byte, keepBody bool) (group string, err error) {
 	if len(b) < 17 || b[0] != recordV1 {
 		return "", fmt.Errorf("%w: unknown message record format", errCorrupt)
 	}
@@ -474,7 +481,11 @@ func decodeContent(m *message, b []byte) (group string, err error) {
 			}
 		}
 	}
-	m.body = append([]byte(nil), d.bytes()...)
+	if body := d.bytes(); keepBody {
+		m.body = append([]byte(nil), body...)
+	} else {
+		m.bodyLen = int32(len(body))
+	}
 	decodeExt(&d, m)
 	return group, d.err
 }

@@ -116,10 +116,11 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 // MessageId, body, attributes, send time and receive count and adding its
 // dead-letter context.
 func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason string, env []byte, now int64, b *store.Batch) move {
+	body, _ := q.bodyLocked(m) // a failed read fails the engine
 	n := &message{
 		seq:         t.nextSeq.Add(1) - 1,
 		id:          m.id,
-		body:        m.body,
+		body:        body,
 		attrs:       m.attrs,
 		dedupID:     m.dedupID,
 		sender:      m.sender,

@@ -149,7 +149,7 @@ func (q *queue) sortedSeqsLocked(after uint64) []uint64 {
 }
 
 func (q *queue) viewLocked(m *message) View {
-	d := q.deliveryLocked(m)
+	d, _ := q.deliveryLocked(m) // a failed body read fails the engine
 	d.ReceiptHandle = "" // browsing leases nothing
 	v := View{Delivery: d, LastReceived: fromNanos(m.leaseAt), cursor: m.seq}
 	switch m.state {
@@ -283,8 +283,8 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 				trace: v.TraceHeader, dlqSource: v.DeadLetterSource, envelope: v.Envelope}
 		}
 		m.group = q.groupLocked(v.GroupID)
-		q.addLocked(m)
 		b.Set(messageKey(q.id, m.seq, kindContent), encodeContent(m))
+		q.addLocked(m)
 		n++
 	}
 	if n > 0 {

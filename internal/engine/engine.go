@@ -60,7 +60,16 @@ type Options struct {
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
 	DeadLetterRouter DeadLetterRouter
+	// BodyMemoryBudget caps the bytes of message bodies kept in memory
+	// (0: DefaultBodyMemoryBudget; negative: no cap). Bodies beyond it
+	// stay only in the store and are read back when a message is
+	// received, browsed or moved, so a deep backlog costs memory for its
+	// index (a few hundred bytes a message), not its bodies.
+	BodyMemoryBudget int64
 }
+
+// DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
+const DefaultBodyMemoryBudget = 512 << 20
 
 // Engine is the queue engine. Create it with Open.
 type Engine struct {
@@ -79,6 +88,9 @@ type Engine struct {
 
 	sched scheduler
 	tasks taskTable
+
+	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
+	memBodies  atomic.Int64 // bytes of bodies held in memory
 
 	failed atomic.Pointer[error] // first storage error; engine is read-only after it
 	done   chan struct{}
@@ -137,6 +149,10 @@ func Open(opts Options) (*Engine, error) {
 		done:    make(chan struct{}),
 	}
 	e.sched.poke = make(chan struct{}, 1)
+	e.bodyBudget = opts.BodyMemoryBudget
+	if e.bodyBudget == 0 {
+		e.bodyBudget = DefaultBodyMemoryBudget
+	}
 	e.tasks.init()
 	start := time.Now()
 	n, err := e.recover()
@@ -214,6 +230,41 @@ func (e *Engine) fail(err error) error {
 		e.log.Error("storage failed: refusing further changes", "err", err)
 	}
 	return fmt.Errorf("%w: %w", ErrStorage, err)
+}
+
+// admitBody reserves n bytes of the body budget, reporting whether the
+// body may stay in memory.
+func (e *Engine) admitBody(n int) bool {
+	if e.bodyBudget < 0 {
+		e.memBodies.Add(int64(n))
+		return true
+	}
+	for {
+		cur := e.memBodies.Load()
+		if cur+int64(n) > e.bodyBudget {
+			return false
+		}
+		if e.memBodies.CompareAndSwap(cur, cur+int64(n)) {
+			return true
+		}
+	}
+}
+
+// bodyLocked returns m's body, reading it from the store when it is kept
+// on disk. A read failure fails the engine (the store lost data it
+// acknowledged) and is returned.
+func (q *queue) bodyLocked(m *message) ([]byte, error) {
+	if m.body != nil || m.bodyLen == 0 {
+		return m.body, nil
+	}
+	v, err := q.eng.st.Get(messageKey(q.id, m.seq, kindContent))
+	if err == nil {
+		var tmp message
+		if _, err = decodeContent(&tmp, v); err == nil {
+			return tmp.body, nil
+		}
+	}
+	return nil, q.eng.fail(fmt.Errorf("reading the body of message %d of queue %q: %w", m.seq, q.name, err))
 }
 
 // Failed returns the storage error that stopped the engine, or nil.

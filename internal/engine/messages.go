@@ -164,8 +164,10 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	seq := q.nextSeq.Add(1) - 1
 	m.seq = seq
 	m.group = q.groupLocked(in.GroupID)
-	q.addLocked(m)
+	// Encode before adding: beyond the body budget, adding drops the body
+	// from memory.
 	b.Set(messageKey(q.id, seq, kindContent), encodeContent(m))
+	q.addLocked(m)
 	q.enforceLimitsLocked(now, b)
 	res = SendResult{MessageID: FormatID(id)}
 	if q.fifo() {
@@ -336,7 +338,11 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		m.visibleAt = now + int64(vis)
 		q.setStateLocked(m, stateInFlight)
 		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
-		out = append(out, q.deliveryLocked(m))
+		d, err := q.deliveryLocked(m)
+		if err != nil {
+			return // the engine has failed; the lease runs out
+		}
+		out = append(out, d)
 		if req.AttemptID != "" {
 			leases = append(leases, lease{seq: m.seq, receipt: m.receipt, visibleAt: m.visibleAt})
 		}
@@ -397,11 +403,15 @@ func (e *Engine) deadLetterTarget(q *queue, name string) *queue {
 
 // deliveryLocked renders m for a client. Body and Attributes share memory
 // with the queue: front-ends must treat them as read-only.
-func (q *queue) deliveryLocked(m *message) Delivery {
+func (q *queue) deliveryLocked(m *message) (Delivery, error) {
+	body, err := q.bodyLocked(m)
+	if err != nil {
+		return Delivery{}, err
+	}
 	d := Delivery{
 		MessageID:        FormatID(m.id),
 		ReceiptHandle:    encodeReceipt(q.id, m.seq, m.receipt),
-		Body:             m.body,
+		Body:             body,
 		Attributes:       m.attrs,
 		TraceHeader:      m.traceHeader(),
 		SenderID:         m.sender,
@@ -420,7 +430,7 @@ func (q *queue) deliveryLocked(m *message) Delivery {
 		d.DedupID = m.dedupID
 		d.SequenceNumber = formatSeq(m.seq)
 	}
-	return d
+	return d, nil
 }
 
 // lookupLeaseLocked resolves a receipt handle to its message. m is nil when

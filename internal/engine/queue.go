@@ -44,6 +44,10 @@ type message struct {
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // index in queue.expiry
 	ttlIdx    int32 // index in queue.ttl, -1 when absent
+	// bodyLen is len(body) even when the body is not in memory: beyond
+	// the engine's body budget, body is nil and the body is read from the
+	// store when needed (bodyLocked).
+	bodyLen int32
 	prev      *message
 	next      *message // the group's list
 }
@@ -465,12 +469,18 @@ func (q *queue) groupLocked(id string) *group {
 func (q *queue) addLocked(m *message) {
 	q.msgs[m.seq] = m
 	m.timerIdx, m.expiryIdx, m.ttlIdx = -1, -1, -1
+	if m.body != nil {
+		m.bodyLen = int32(len(m.body))
+		if !q.eng.admitBody(len(m.body)) {
+			m.body = nil // on disk only; the content record was written first
+		}
+	}
 	heap.Push(&q.expiry, m)
 	if m.ttlAt != 0 {
 		heap.Push(&q.ttl, m)
 	}
 	q.nState[m.state]++
-	q.nBytes[m.state] += int64(len(m.body))
+	q.nBytes[m.state] += int64(m.bodyLen)
 	if m.state != stateVisible {
 		heap.Push(&q.timers, m)
 	}
@@ -503,7 +513,10 @@ func (q *queue) removeLocked(m *message) {
 		heap.Remove(&q.ttl, int(m.ttlIdx))
 	}
 	q.nState[m.state]--
-	q.nBytes[m.state] -= int64(len(m.body))
+	q.nBytes[m.state] -= int64(m.bodyLen)
+	if m.body != nil {
+		q.eng.memBodies.Add(-int64(len(m.body)))
+	}
 	g := m.group
 	wasHead := g.msgs.head == m
 	if q.fifo() || m.state == stateVisible {
@@ -536,8 +549,8 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 	}
 	q.nState[old]--
 	q.nState[s]++
-	q.nBytes[old] -= int64(len(m.body))
-	q.nBytes[s] += int64(len(m.body))
+	q.nBytes[old] -= int64(m.bodyLen)
+	q.nBytes[s] += int64(m.bodyLen)
 	m.state = s
 	switch {
 	case s == stateVisible && m.timerIdx >= 0:

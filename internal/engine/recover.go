@@ -89,7 +89,11 @@ func (e *Engine) recover() (int, error) {
 		case kindContent:
 			flush()
 			cur, curQ = &message{seq: seq}, q
-			g, err := decodeContent(cur, v)
+			// Oldest messages come first in key order: they keep their
+			// bodies in memory until the budget is used; the rest stay
+			// on disk (and are not even copied).
+			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
+			g, err := decodeContentBody(cur, v, keep)
 			if err != nil {
 				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
 			}

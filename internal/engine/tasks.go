@@ -489,10 +489,11 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 		orig, count = m.ext.redrive.OriginalMessageID, m.ext.redrive.Count+1
 	}
 	id := newID()
+	body, _ := q.bodyLocked(m) // a failed read fails the engine
 	n := &message{
 		seq:        d.nextSeq.Add(1) - 1,
 		id:         id,
-		body:       m.body,
+		body:       body,
 		attrs:      m.attrs,
 		sender:     m.sender,
 		sentAt:     now,

@@ -32,6 +32,9 @@ import (
 // ErrClosed is returned by operations on a closed store.
 var ErrClosed = errors.New("store: closed")
 
+// ErrNotFound is returned by Get for a key that is not in the store.
+var ErrNotFound = errors.New("store: not found")
+
 // ErrFailed wraps the first I/O error after which the store accepts no more
 // writes. Once an fsync has failed, the kernel may have dropped the dirty
 // pages, so nothing written since the last good sync can be trusted to reach
@@ -50,6 +53,10 @@ type Store interface {
 	// during the call. A non-nil error from fn stops the scan and is
 	// returned.
 	Scan(prefix []byte, fn func(key, value []byte) error) error
+	// Get returns a copy of key's latest value, or ErrNotFound. The engine
+	// reads at run time only for message bodies it keeps on disk beyond
+	// its memory budget.
+	Get(key []byte) ([]byte, error)
 	// Sync makes every write so far durable.
 	Sync() error
 	// Close releases the store. Writes not yet durable may be lost.

@@ -80,6 +80,20 @@ func (s *Store) Write(b *store.Batch, durable bool) (store.Pending, error) {
 // Scan calls fn for every key with the given prefix in ascending order. It
 // works on a snapshot taken when it starts, so fn may call Write (later
 // writes are not seen by this scan). key and value must not be modified.
+// Get returns a copy of key's value, or store.ErrNotFound.
+func (s *Store) Get(key []byte) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	v, ok := s.data[string(key)]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return append([]byte(nil), v...), nil
+}
+
 func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	type kv struct {
 		k string

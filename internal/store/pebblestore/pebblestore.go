@@ -415,6 +415,28 @@ func (p *pending) Wait() error {
 // reading a consistent snapshot taken when the scan starts. key and value
 // are valid only during the call. Reserved keys are skipped. fn must not
 // call Close.
+// Get returns a copy of key's value, or store.ErrNotFound.
+func (s *Store) Get(key []byte) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	if reserved(key) {
+		return nil, store.ErrNotFound
+	}
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: get: %w", err)
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, nil
+}
+
 func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

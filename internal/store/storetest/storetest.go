@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EmptyBatch", testEmptyBatch},
 		{"SyncAndWaitTwice", testSyncAndWaitTwice},
 		{"Random", testRandom},
+		{"Get", testGet},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -609,6 +610,38 @@ func (m *model) check(t *testing.T, s store.Store) {
 		got := dump(t, s, []byte(prefix))
 		if !slices.Equal(got, want) {
 			t.Fatalf("Scan(%q) =\n  %q\nmodel says\n  %q", prefix, got, want)
+		}
+	}
+}
+
+// testGet: Get sees the latest write, returns its own copy, and reports
+// missing and deleted keys as ErrNotFound.
+func testGet(t *testing.T, s store.Store) {
+	var b store.Batch
+	b.Set([]byte("k"), []byte("v1"))
+	b.Set([]byte("k"), []byte("v2"))
+	b.Set([]byte("gone"), []byte("x"))
+	b.Delete([]byte("gone"))
+	b.Set([]byte("r1"), []byte("x"))
+	b.DeleteRange([]byte("r"), []byte("s"))
+	p, err := s.Write(&b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Get([]byte("k"))
+	if err != nil || string(v) != "v2" {
+		t.Fatalf("Get(k) = %q, %v", v, err)
+	}
+	v[0] = 'X' // the caller owns the copy
+	if again, _ := s.Get([]byte("k")); string(again) != "v2" {
+		t.Fatalf("Get returned shared memory: %q", again)
+	}
+	for _, k := range []string{"missing", "gone", "r1"} {
+		if _, err := s.Get([]byte(k)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Get(%s) = %v, want ErrNotFound", k, err)
 		}
 	}
 }
