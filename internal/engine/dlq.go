@@ -150,7 +150,7 @@ func (q *queue) sortedSeqsLocked(after uint64) []uint64 {
 
 func (q *queue) viewLocked(m *message) View {
 	d, _ := q.deliveryLocked(m) // a failed body read fails the engine
-	d.ReceiptHandle = "" // browsing leases nothing
+	d.ReceiptHandle = ""        // browsing leases nothing
 	v := View{Delivery: d, LastReceived: fromNanos(m.leaseAt), cursor: m.seq}
 	switch m.state {
 	case stateVisible:

@@ -48,8 +48,8 @@ type message struct {
 	// the engine's body budget, body is nil and the body is read from the
 	// store when needed (bodyLocked).
 	bodyLen int32
-	prev      *message
-	next      *message // the group's list
+	prev    *message
+	next    *message // the group's list
 }
 
 func (m *message) groupID() string { return m.group.id }
