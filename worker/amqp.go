@@ -85,7 +85,9 @@ type AMQPSourceOptions struct {
 //   - With the Sluice failure-report extension (the delivery carries
 //     x-sluice-receipt and x-sluice-queue, and HTTPEndpoint is set), it
 //     POSTs the failure with its context while still holding the
-//     delivery, then acks it. A terminal failure is dead-lettered at once
+//     delivery, then settles it (basic.ack after a dead-lettering,
+//     basic.nack(requeue=true) after a scheduled retry, which Sluice
+//     leaves scheduled). A terminal failure is dead-lettered at once
 //     with the context kept on the message; a transient one comes back
 //     after the worker's backoff (sent as retryAfterSeconds); a failure on
 //     the last attempt the queue's x-delivery-limit allows is
@@ -481,10 +483,19 @@ func (s *AMQPSource) Fail(ctx context.Context, m *Message, f Failure) (Outcome, 
 		out, present, err := s.report(ctx, r, f)
 		switch {
 		case present && err == nil:
-			if aerr := r.settle(ack); aerr != nil {
-				// The broker has settled the message already; the ack only
-				// frees the delivery tag, and a closed channel frees it too.
-				s.log.Debug("ack after a failure report failed", "msg_id", m.ID, "err", aerr)
+			// The broker has settled the message already (dead-lettered,
+			// or its lease ended with a retry scheduled); this only frees
+			// the delivery tag, and Sluice settles it silently. After a
+			// retry it is a requeue, not an ack: Sluice keeps a scheduled
+			// retry across a requeue, while an ack deletes the message on
+			// an engine without DeleteLeased. A closed channel frees the
+			// tag too.
+			op := requeue
+			if out.DeadLettered {
+				op = ack
+			}
+			if aerr := r.settle(op); aerr != nil {
+				s.log.Debug("settling after a failure report failed", "msg_id", m.ID, "err", aerr)
 			}
 			return out, nil
 		case present && errors.Is(err, ErrNoDeadLetterQueue):

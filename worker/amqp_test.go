@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -345,7 +347,7 @@ func TestAMQPSlowHandlerNotRedelivered(t *testing.T) {
 // for a backoff and buffered by the prefetch: every message is either
 // processed or back in the queue.
 func TestAMQPShutdownLosesNothing(t *testing.T) {
-	for _, mode := range []worker.ExtensionMode{worker.ExtensionOff} {
+	for _, mode := range []worker.ExtensionMode{worker.ExtensionOff, worker.ExtensionAuto} {
 		t.Run(mode.String(), func(t *testing.T) {
 			b := startAMQPBroker(t)
 			b.declare("orders", -1)
@@ -506,5 +508,184 @@ func TestAMQPQueueDeletedStopsWorker(t *testing.T) {
 		t.Logf("Run returned: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not stop after the queue was deleted")
+	}
+}
+
+// orderError is a handler's own error type with an error class.
+type orderError struct{ reason string }
+
+func (e *orderError) Error() string      { return "order: " + e.reason }
+func (e *orderError) ErrorClass() string { return "OrderError" }
+
+// extSource is an AMQPSource using the Sluice failure-report extension.
+func (b *amqpBroker) extSource(queue string) *worker.AMQPSource {
+	return b.source(queue, worker.AMQPSourceOptions{HTTPEndpoint: "http://" + b.addr})
+}
+
+// lastFailure is the failure context the admin API shows for the only
+// message of queue.
+func (b *amqpBroker) lastFailure(queue string) map[string]any {
+	b.t.Helper()
+	msgs := b.browse(queue)
+	if len(msgs) != 1 {
+		b.t.Fatalf("browse %s: %v", queue, msgs)
+	}
+	lf, _ := msgs[0]["lastFailure"].(map[string]any)
+	return lf
+}
+
+// With the extension a terminal failure is dead-lettered on attempt 1
+// with its error class, message, trace and consumer, through the queue's
+// dead-letter exchange.
+func TestAMQPExtensionTerminalDeadLettersWithContext(t *testing.T) {
+	b := startAMQPBroker(t)
+	b.declare("orders", 5)
+	b.publish("orders", "ok", "poison")
+	var seen attempts
+	w, err := worker.New(b.extSource("orders"), worker.HandlerFunc(func(_ context.Context, m *worker.Message) error {
+		seen.add(m)
+		if _, leaked := m.Attributes["x-sluice-receipt"]; leaked {
+			t.Errorf("broker header in Attributes: %v", m.Attributes)
+		}
+		if string(m.Body) == "poison" {
+			return worker.Terminal(&orderError{"customer: required"})
+		}
+		return nil
+	}), fastOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, w)
+	waitFor(t, 10*time.Second, "poison dead-lettered", func() bool { return w.Stats().DeadLettered == 1 && w.Stats().Processed == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	lf := b.lastFailure("orders-dlq")
+	if lf["errorClass"] != "OrderError" || lf["message"] != "order: customer: required" ||
+		lf["consumerVersion"] != "test-1.0" || lf["consumerId"] == "" || lf["trace"] == "" {
+		t.Errorf("last failure %v", lf)
+	}
+	got := b.getAll("orders-dlq")
+	if len(got) != 1 || string(got[0].Body) != "poison" {
+		t.Fatalf("dlq: %v", got)
+	}
+	if d := firstDeath(t, got[0]); d["reason"] != "rejected" || d["queue"] != "orders" {
+		t.Errorf("x-death %v", d)
+	}
+	if a := seen.of("poison"); len(a) != 1 || a[0] != 1 {
+		t.Errorf("poison attempts %v, want [1]", a)
+	}
+	if n := b.count("orders"); n != 0 {
+		t.Errorf("%d messages left in orders", n)
+	}
+}
+
+// With the extension a transient failure ends the delivery at once (no
+// prefetch slot held) and the broker delivers it again after the backoff.
+func TestAMQPExtensionTransientRecovers(t *testing.T) {
+	b := startAMQPBroker(t)
+	b.declare("orders", 5)
+	b.publish("orders", "flaky")
+	src := b.extSource("orders")
+	var seen attempts
+	w, err := worker.New(src, worker.HandlerFunc(func(_ context.Context, m *worker.Message) error {
+		if seen.add(m) < 3 {
+			return worker.Transient(errors.New("payments API: timeout"))
+		}
+		return nil
+	}), fastOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, w)
+	waitFor(t, 10*time.Second, "processed", func() bool {
+		if src.Held() != 0 {
+			t.Errorf("%d deliveries held with the extension", src.Held())
+		}
+		return w.Stats().Processed == 1
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if a := seen.of("flaky"); len(a) != 3 || a[0] != 1 || a[1] != 2 || a[2] != 3 {
+		t.Errorf("attempts %v, want [1 2 3]", a)
+	}
+	if st := w.Stats(); st.Retried != 2 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if n := len(b.browse("orders")) + len(b.browse("orders-dlq")); n != 0 {
+		t.Errorf("%d messages left", n)
+	}
+}
+
+// With the extension an unclassified failure on the last delivery the
+// queue's x-delivery-limit allows is dead-lettered by the report, with
+// the context of that last failure.
+func TestAMQPExtensionPoisonReachesDLQAtDeliveryLimit(t *testing.T) {
+	b := startAMQPBroker(t)
+	b.declare("orders", 2) // 3 deliveries
+	b.publish("orders", "poison")
+	var seen attempts
+	w, err := worker.New(b.extSource("orders"), worker.HandlerFunc(func(_ context.Context, m *worker.Message) error {
+		seen.add(m)
+		return errors.New("lookup customer c-404: no such customer")
+	}), fastOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, w)
+	waitFor(t, 15*time.Second, "poison dead-lettered", func() bool { return w.Stats().DeadLettered == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if a := seen.of("poison"); len(a) != 3 || a[2] != 3 {
+		t.Errorf("attempts %v, want [1 2 3]", a)
+	}
+	lf := b.lastFailure("orders-dlq")
+	if lf["errorClass"] != "*errors.errorString" || lf["message"] != "lookup customer c-404: no such customer" {
+		t.Errorf("last failure %v", lf)
+	}
+	got := b.getAll("orders-dlq")
+	if len(got) != 1 {
+		t.Fatalf("dlq: %v", got)
+	}
+	if d := firstDeath(t, got[0]); d["reason"] != "delivery_limit" || d["queue"] != "orders" {
+		t.Errorf("x-death %v", d)
+	}
+}
+
+// ExtensionAuto against an endpoint without the extension (a 404) falls
+// back to plain AMQP for that message and stops asking.
+func TestAMQPExtensionAbsentFallsBack(t *testing.T) {
+	b := startAMQPBroker(t)
+	b.declare("orders", 5)
+	var posts atomic.Int32
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer fake.Close()
+	src := b.source("orders", worker.AMQPSourceOptions{HTTPEndpoint: fake.URL, HasDeadLetterExchange: true})
+	w, err := worker.New(src, worker.HandlerFunc(func(context.Context, *worker.Message) error {
+		return worker.Terminal(errors.New("bad order"))
+	}), fastOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, w)
+	b.publish("orders", "poison-1")
+	waitFor(t, 10*time.Second, "first dead-lettered", func() bool { return b.count("orders-dlq") == 1 })
+	b.publish("orders", "poison-2")
+	waitFor(t, 10*time.Second, "second dead-lettered", func() bool { return b.count("orders-dlq") == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("%d reports to the endpoint without the extension, want 1", n)
+	}
+	for _, d := range b.getAll("orders-dlq") {
+		if e := firstDeath(t, d); e["reason"] != "rejected" {
+			t.Errorf("x-death %v", e)
+		}
 	}
 }
