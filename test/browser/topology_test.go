@@ -239,8 +239,15 @@ func TestTopologyAMQP(t *testing.T) {
 		}
 	}
 
+	// A backlog behind the consumer: 10 unacked (the prefetch), 5 ready.
+	for i := range 15 {
+		must("publish", ch.PublishWithContext(context.Background(), "orders", "order.created", false, false,
+			amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: fmt.Appendf(nil, `{"order": %d}`, 80+i)}))
+	}
+
 	do(t, ctx, "open the topology", chromedp.Navigate(base+"/ui/#/topology"))
 	waitJS(t, ctx, "the orders exchange", `document.querySelector('[data-exchange="orders"]') !== null`, 10*time.Second)
+	waitJS(t, ctx, "the backlog", `(document.querySelector('[data-exchange="orders"] .q-node[data-queue="orders-work"] .q-counts') || {}).innerText === '5 ready · 10 unacked · 1 consumer'`, 15*time.Second)
 	waitJS(t, ctx, "the DLQ at 60", `(() => { const c = document.querySelector('[data-exchange="orders"] .dl-path[data-dlx="orders-dlx"] .dlq-chip[data-dlq="orders-dlq"]');
 		return !!c && c.querySelector('.val').innerText === '60' && c.classList.contains('level-warn'); })()`, 15*time.Second)
 	card := text(t, ctx, `[data-exchange="orders"]`)

@@ -211,7 +211,10 @@ function vhostSection(m, vi, reg) {
   // exchange are listed in one line.
   for (const name of names) {
     const used = out.has(name) || dlxSources.has(name);
-    if (name === '' || (BUILTIN.test(name) && !used)) idle.push(name);
+    // The default exchange's bindings are implicit (every queue by its
+    // name): it is not drawn; see "Queues without bindings".
+    if (name === '') continue;
+    if (BUILTIN.test(name) && !used) idle.push(name);
     else shown.push(name);
   }
   // Entry exchanges (where publishers publish) first, then the ones
@@ -226,7 +229,7 @@ function vhostSection(m, vi, reg) {
 
   const jump = (name) => {
     const id = ids.get(name);
-    if (!id) return h('span', { class: 'x-ref missing' }, h('code', {}, xLabel(name)));
+    if (!id) return h('span', { class: 'x-ref' + (name === '' ? '' : ' missing') }, xLabel(name));
     return h('button', {
       type: 'button', class: 'x-ref', 'data-key': `jump:${vi}:${name}`, 'aria-label': `Go to exchange ${xLabel(name)}`,
       onclick: () => {
@@ -348,8 +351,8 @@ function vhostSection(m, vi, reg) {
       h('p', { class: 'muted small' }, 'Reached through the default exchange by their name only.'),
       h('ul', { class: 'routes plain' }, byName.map((n) => h('li', { class: 'route' }, queueNode(n, `n:${vi}`))))) : null,
     !nq && !shown.length ? h('p', { class: 'empty' }, 'Nothing declared in this virtual host yet.') : null,
-    idle.length ? h('p', { class: 'muted small idle' }, 'Exchanges without bindings: ',
-      idle.map((n, i) => [i ? ', ' : '', h('code', {}, xLabel(n))])) : null);
+    idle.length ? h('p', { class: 'muted small idle' }, 'Built-in exchanges without bindings: ',
+      idle.map((n, i) => [i ? ', ' : '', h('code', {}, n)])) : null);
 }
 
 // settings are the queue arguments worth seeing next to the queue.
