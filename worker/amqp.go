@@ -501,9 +501,10 @@ func (s *AMQPSource) Fail(ctx context.Context, m *Message, f Failure) (Outcome, 
 		case present && errors.Is(err, ErrNoDeadLetterQueue):
 			return Outcome{}, err // still held; the worker fails it again as transient
 		case present && errors.Is(err, ErrLeaseLost):
-			// The broker gave the message to someone else (consumer
-			// timeout); free the tag, which the broker ignores.
-			r.settle(ack)
+			// The broker no longer holds this delivery for us (consumer
+			// timeout, or already settled): free the tag with a requeue,
+			// which can never delete a message that is someone else's.
+			r.settle(requeue)
 			return Outcome{}, err
 		case s.opts.Extension == ExtensionOn:
 			// Fail, but do not strand the delivery unacknowledged.
