@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"sort"
@@ -52,6 +51,11 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 		ch.mu.Unlock()
 		stop()
 		return hardErrorf(wire.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
+	}
+	if lim := s.opts.MaxConsumersPerChannel; lim > 0 && len(ch.consumers) >= lim {
+		ch.mu.Unlock()
+		stop()
+		return hardErrorf(wire.NotAllowed, "reached maximum (%d) of consumers per channel", lim)
 	}
 	cs.prefetch = ch.prefetchConsumer
 	ch.consumers[tag] = cs
@@ -293,7 +297,7 @@ func (ch *channel) route(cmds ...*command) error {
 func (ch *channel) returnMessage(m *wire.BasicPublish, cmd *command) error {
 	c := ch.c
 	ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
-	return c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ret, cmd.rawProps, cmd.body) })
+	return c.writeContent(ch.id, ret, cmd.rawProps, cmd.body)
 }
 
 // stringList reads a CC or BCC header: an array of strings (or one).
@@ -327,6 +331,16 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	s.topo.mu.Lock()
 	q.lastUsed = s.clk.Now()
 	s.topo.mu.Unlock()
+	if !m.NoAck && s.opts.MaxUnackedPerChannel > 0 {
+		ch.mu.Lock()
+		full := len(ch.unacked) >= s.opts.MaxUnackedPerChannel
+		ch.mu.Unlock()
+		if full {
+			// Sluice's bound on unacknowledged deliveries (RabbitMQ has
+			// none): the client must ack before it gets more.
+			return c.send(ch.id, &wire.BasicGetEmpty{})
+		}
+	}
 	ds, err := s.eng.Receive(context.Background(), q.engine, engine.ReceiveRequest{
 		Max: 1, Visibility: leaseFor(s.opts.ConsumerTimeout), VisibilitySet: true, Wait: 0, WaitSet: true})
 	if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
@@ -341,6 +355,13 @@ func (ch *channel) get(m *wire.BasicGet) error {
 		left = info.Visible
 	}
 	exchange, key, props := deliveryContent(&d, q.name, q.engine)
+	// Room in the outgoing queue first: the channel's lock is never held
+	// while waiting for the socket.
+	size := c.contentSize(props, d.Body)
+	if err := c.reserve(context.Background(), size); err != nil {
+		s.eng.Requeue(q.engine, []string{d.ReceiptHandle}, true)
+		return err
+	}
 	ch.mu.Lock()
 	ch.nextTag++
 	tag := ch.nextTag
@@ -348,7 +369,12 @@ func (ch *channel) get(m *wire.BasicGet) error {
 		ch.unacked[tag] = &unacked{tag: tag, queue: q.engine, handle: d.ReceiptHandle, delivered: s.clk.Now()}
 	}
 	ok := &wire.BasicGetOK{DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key, MessageCount: uint32(left)}
-	err = c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, ok, props, d.Body) })
+	b, err := c.appendContent(make([]byte, 0, size), ch.id, ok, props, d.Body)
+	if err == nil {
+		err = c.enqueue(b, size)
+	} else {
+		c.unreserve(size)
+	}
 	ch.mu.Unlock()
 	if m.NoAck {
 		s.eng.Delete(q.engine, []string{d.ReceiptHandle})

@@ -21,7 +21,10 @@ const (
 	preLoginFrameMax = 8192
 	// closeTimeout is how long the server waits for connection.close-ok.
 	closeTimeout = 3 * time.Second
-	inboxSize    = 256
+	// closeFlush bounds how long an ending connection spends writing what
+	// is still queued (a close-ok, a connection.close).
+	closeFlush = time.Second
+	inboxSize  = 256
 )
 
 // conn is one client connection. Its goroutines: serve (the reader, which
@@ -34,9 +37,17 @@ type conn struct {
 	name string
 	r    *bufio.Reader
 
-	wmu  sync.Mutex // guards w and lastWrite; whole frames are written under it
-	w    *bufio.Writer
-	werr error
+	// The outgoing queue (writer.go). omu guards out, queued, room, werr
+	// and wclosing; it is a leaf lock.
+	omu      sync.Mutex
+	out      [][]byte      // encoded frames waiting for the writer
+	queued   int           // bytes in out plus reservations
+	room     chan struct{} // closed (and replaced) whenever queued drops
+	werr     error         // set when writing has ended; writes fail with it
+	wclosing bool          // shutting down: write what is queued, then end
+	wake     chan struct{} // work for the writer (capacity 1)
+	wdone    chan struct{} // closed when the writer has ended
+	drainBy  atomic.Int64  // when set, the latest deadline for any write
 
 	// Set during the handshake, read-only afterwards.
 	frameMax   uint32
@@ -47,6 +58,7 @@ type conn struct {
 	capCancel  bool // consumer_cancel_notify
 	capBlocked bool // connection.blocked
 	capAuth    bool // authentication_failure_close
+	refused    bool // over Options.MaxConnections: refused at connection.open
 
 	chMu      sync.Mutex
 	channels  map[uint16]*channel
@@ -66,65 +78,14 @@ func newConn(s *Server, nc net.Conn) *conn {
 		s: s, nc: nc, id: id,
 		name:      fmt.Sprintf("%s -> %s", nc.RemoteAddr(), nc.LocalAddr()),
 		r:         bufio.NewReaderSize(nc, 64<<10),
-		w:         bufio.NewWriterSize(nc, 64<<10),
+		room:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		wdone:     make(chan struct{}),
 		channels:  make(map[uint16]*channel),
 		exclusive: make(map[*queue]struct{}),
 		frameMax:  preLoginFrameMax,
 		done:      make(chan struct{}),
 	}
-}
-
-// write writes frames built by fill and flushes, under the write lock.
-func (c *conn) write(fill func(w *bufio.Writer) error) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.werr != nil {
-		return c.werr
-	}
-	err := fill(c.w)
-	if err == nil {
-		err = c.w.Flush()
-	}
-	if err != nil {
-		c.werr = err
-		c.nc.Close()
-		return err
-	}
-	c.lastWrite.Store(time.Now().UnixNano())
-	return nil
-}
-
-// send writes one method frame.
-func (c *conn) send(channel uint16, m wire.Method) error {
-	f, err := wire.MethodFrame(channel, m)
-	if err != nil {
-		return err
-	}
-	return c.write(func(w *bufio.Writer) error { return wire.WriteFrame(w, f) })
-}
-
-// writeContentLocked writes a content method, its header (from raw
-// property bytes) and its body split for frame_max.
-func (c *conn) writeContent(w *bufio.Writer, channel uint16, m wire.Method, props []byte, body []byte) error {
-	mf, err := wire.MethodFrame(channel, m)
-	if err != nil {
-		return err
-	}
-	if err := wire.WriteFrame(w, mf); err != nil {
-		return err
-	}
-	if err := wire.WriteFrame(w, wire.Frame{Type: wire.FrameHeader, Channel: channel, Payload: contentHeaderPayload(len(body), props)}); err != nil {
-		return err
-	}
-	chunk := int(c.frameMax) - wire.FrameOverhead
-	for len(body) > 0 {
-		n := min(chunk, len(body))
-		if err := wire.WriteFrame(w, wire.Frame{Type: wire.FrameBody, Channel: channel, Payload: body[:n]}); err != nil {
-			return err
-		}
-		body = body[n:]
-	}
-	return nil
 }
 
 // serve runs the connection: handshake, then the frame loop, then cleanup.
@@ -135,10 +96,12 @@ func (c *conn) serve() {
 			buf = buf[:runtime.Stack(buf, false)]
 			c.s.log.Error("amqp: connection panic", "conn", c.name, "panic", r, "stack", string(buf))
 		}
+		c.closeWrites(closeFlush)
 		c.nc.Close()
 		c.cleanup()
 		close(c.done)
 	}()
+	c.startWriter()
 	if !c.handshake() {
 		return
 	}
@@ -149,10 +112,10 @@ func (c *conn) serve() {
 
 // handshake negotiates the connection (spec §2); false ends it.
 func (c *conn) handshake() bool {
-	c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	c.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	if err := wire.ReadProtocolHeader(c.r); err != nil {
 		if errors.Is(err, wire.ErrBadProtocolHeader) {
-			c.nc.Write([]byte(wire.ProtocolHeader))
+			c.write([]byte(wire.ProtocolHeader))
 		}
 		return false
 	}
@@ -251,6 +214,11 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	switch {
+	case c.refused:
+		e := hardErrorf(wire.NotAllowed, "connection refused: node connection limit (%d) is reached", o.MaxConnections)
+		e.classID, e.methodID = open.IDs()
+		c.closeHandshake(e)
+		return false
 	case !c.s.vhostExists(open.VirtualHost):
 		c.closeHandshake(hardErrorf(wire.NotAllowed, "vhost %s not found", open.VirtualHost))
 		return false
@@ -262,7 +230,7 @@ func (c *conn) handshake() bool {
 	if c.send(0, &wire.ConnectionOpenOK{}) != nil {
 		return false
 	}
-	c.nc.SetDeadline(time.Time{})
+	c.nc.SetReadDeadline(time.Time{})
 	c.lastRead.Store(time.Now().UnixNano())
 	return true
 }
@@ -337,14 +305,14 @@ func (c *conn) hardClose(e *amqpError) {
 		return
 	}
 	c.s.log.Info("amqp: closing connection", "conn", c.name, "code", e.code, "text", e.text)
-	c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	c.sendNow(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
 	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 }
 
 // forceClose is Server.Close's: close with e, wait briefly for the peer's
 // close-ok, then drop the socket.
 func (c *conn) forceClose(e *amqpError) {
-	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.drainSoon(time.Second)
 	c.hardClose(e)
 	select {
 	case <-c.done:
@@ -454,8 +422,15 @@ func (c *conn) channelFrame(f wire.Frame) {
 		}
 		switch m.(type) {
 		case *wire.ChannelOpen:
-			if f.Channel > c.channelMax {
-				c.hardClose(hardErrorf(wire.NotAllowed, "channel number %d exceeds channel_max %d", f.Channel, c.channelMax))
+			c.chMu.Lock()
+			open := len(c.channels)
+			c.chMu.Unlock()
+			if f.Channel > c.channelMax || open >= int(c.channelMax) {
+				// RabbitMQ's text; channels still waiting for their
+				// close-ok count.
+				e := hardErrorf(wire.NotAllowed, "number of channels opened (%d) has reached the negotiated channel_max (%d)", open, c.channelMax)
+				e.classID, e.methodID = m.IDs()
+				c.hardClose(e)
 				return
 			}
 			c.openChannel(f.Channel)
@@ -597,8 +572,12 @@ func (c *conn) keepalive() {
 		}
 		now := time.Now()
 		if c.heartbeat > 0 {
-			if now.Sub(time.Unix(0, c.lastWrite.Load())) >= c.heartbeat/2 {
-				c.write(func(w *bufio.Writer) error { return wire.WriteFrame(w, wire.Heartbeat()) })
+			// Only when nothing is waiting to be written: queued frames
+			// show life as well, and a stalled client must not make the
+			// queue grow.
+			if now.Sub(time.Unix(0, c.lastWrite.Load())) >= c.heartbeat/2 && c.pending() == 0 {
+				hb, _ := wire.AppendFrame(nil, wire.Heartbeat())
+				c.enqueue(hb, 0)
 			}
 			if !c.readBusy.Load() && now.Sub(time.Unix(0, c.lastRead.Load())) > 2*c.heartbeat {
 				c.s.log.Warn("amqp: missed heartbeats from client", "conn", c.name, "timeout", c.heartbeat)
@@ -610,7 +589,7 @@ func (c *conn) keepalive() {
 		if c.capBlocked {
 			failed := c.s.eng.Failed() != nil
 			if failed && c.blocked.CompareAndSwap(false, true) {
-				c.send(0, &wire.ConnectionBlocked{Reason: "storage failed"})
+				c.sendNow(0, &wire.ConnectionBlocked{Reason: "storage failed"})
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -104,6 +103,12 @@ func (cs *consumer) reserve() (int, bool) {
 			if ch.prefetchGlobal > 0 {
 				n = min(n, ch.prefetchGlobal-ch.globalUsed)
 			}
+			if lim := cs.ch.c.s.opts.MaxUnackedPerChannel; lim > 0 {
+				// Sluice's bound when prefetch allows more (RabbitMQ
+				// has none): globalUsed counts every consumer's
+				// unacknowledged deliveries and reservations.
+				n = min(n, lim-ch.globalUsed)
+			}
 		}
 		if n > 0 {
 			if !cs.noAck {
@@ -136,23 +141,37 @@ func (cs *consumer) unreserve(k int) {
 	ch.mu.Unlock()
 }
 
-// deliver writes basic.deliver for d; false if the consumer or channel has
-// stopped (the caller requeues).
+// deliver queues basic.deliver for d; false if the consumer, its channel
+// or the connection has stopped (the caller requeues). It first waits for
+// room in the connection's outgoing queue, holding no lock; under the
+// channel's lock it only numbers, records and queues the delivery, so a
+// client that stops reading never holds up anything that takes that lock
+// (a queue delete cancelling its consumers, acks on other goroutines).
 func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
 	c := ch.c
 	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine)
+	size := c.contentSize(props, d.Body)
+	if c.reserve(cs.ctx, size) != nil {
+		return false
+	}
 	ch.mu.Lock()
 	if cs.cancelled || ch.stopped || ch.closing.Load() {
 		ch.mu.Unlock()
+		c.unreserve(size)
 		return false
 	}
 	ch.nextTag++
 	tag := ch.nextTag
-	if !cs.noAck {
+	m := &wire.BasicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key}
+	b, err := c.appendContent(make([]byte, 0, size), ch.id, m, props, d.Body)
+	if err == nil {
+		err = c.enqueue(b, size)
+	} else {
+		c.unreserve(size)
+	}
+	if err == nil && !cs.noAck {
 		ch.unacked[tag] = &unacked{tag: tag, queue: cs.engine, handle: d.ReceiptHandle, consumer: cs, delivered: c.s.clk.Now()}
 	}
-	m := &wire.BasicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key}
-	err := c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, m, props, d.Body) })
 	ch.mu.Unlock()
 	if cs.noAck {
 		if err != nil {
@@ -198,7 +217,9 @@ func (ch *channel) serverCancel(cs *consumer) {
 	ch.mu.Unlock()
 	cs.stop()
 	if ch.c.capCancel && !ch.closing.Load() {
-		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+		// Without waiting: a queue delete (holding Server.adminMu) may be
+		// the caller.
+		ch.c.sendNow(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
 	}
 }
 

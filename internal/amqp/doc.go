@@ -34,15 +34,22 @@
 //	channel.run           one per open channel: executes its commands in order
 //	                      (declares, publishes and confirms, acks, gets)
 //	consumer.run          one per basic.consume: long-polls engine.Receive
-//	                      for up to the prefetch credit and writes deliveries
+//	                      for up to the prefetch credit and queues deliveries
+//	conn.writeLoop        one per connection: the only socket writer
 //
-// Writers share a connection's socket through conn.write, which writes
-// whole frame sequences under conn.wmu. The reader never waits for a
-// consumer; it waits only when a channel's inbox is full (back-pressure).
+// Every goroutine encodes its frames and queues them on the connection's
+// bounded outgoing queue (writer.go); writeLoop writes them with a
+// deadline (Options.WriteTimeout) and closes a connection whose client
+// stops reading. Nothing holds a lock across a socket write: goroutines
+// without locks wait for room in the queue, and those holding one
+// (deliveries under channel.mu, after reserving room; basic.cancel during
+// a queue delete; connection.close; heartbeats) queue without waiting.
+// The reader never waits for a consumer; it waits only when a channel's
+// inbox is full or the outgoing queue is (back-pressure).
 //
 // # Locks
 //
-// Order: Server.adminMu → channel.mu → conn.wmu. Topology.mu is a leaf:
+// Order: Server.adminMu → channel.mu → conn.omu. Topology.mu is a leaf:
 // nothing is called while holding it, in particular not the engine, which
 // calls RouteDeadLetter (taking Topology.mu) with a queue lock held.
 // conn.chMu guards a connection's channel and exclusive-queue maps and is

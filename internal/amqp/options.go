@@ -21,6 +21,12 @@ const (
 	// DefaultProduct is the product name in connection.start's
 	// server-properties.
 	DefaultProduct = "Sluice"
+
+	DefaultMaxConnections         = 4096
+	DefaultMaxConsumersPerChannel = 1024
+	DefaultMaxUnackedPerChannel   = 65536
+	DefaultWriteTimeout           = 30 * time.Second
+	DefaultOutgoingBuffer         = 1 << 20
 )
 
 // Options configure a Server. The zero value is usable: every zero field
@@ -51,6 +57,30 @@ type Options struct {
 	// before its channel is closed with 406 (default 30 minutes). It is
 	// also the engine lease of every delivered message, plus a margin.
 	ConsumerTimeout time.Duration
+
+	// MaxConnections bounds the open connections (default 4096; negative:
+	// no limit). Over it a client is refused as RabbitMQ's connection_max
+	// does: connection.open gets 530 NOT_ALLOWED - connection refused:
+	// node connection limit (N) is reached.
+	MaxConnections int
+	// MaxConsumersPerChannel bounds basic.consume per channel (default
+	// 1024; negative: no limit). One more closes the connection with
+	// RabbitMQ's consumer_max_per_channel error, 530 NOT_ALLOWED - reached
+	// maximum (N) of consumers per channel.
+	MaxConsumersPerChannel int
+	// MaxUnackedPerChannel bounds a channel's unacknowledged deliveries
+	// when no prefetch limit is lower (default 65536; negative: no limit).
+	// RabbitMQ has no such limit; here deliveries beyond it wait for acks
+	// and basic.get answers get-empty.
+	MaxUnackedPerChannel int
+	// WriteTimeout is how long one socket write may take (default 30s): a
+	// connection whose client stops reading is closed after it, and its
+	// unacknowledged messages go back to their queues.
+	WriteTimeout time.Duration
+	// OutgoingBuffer bounds the bytes of frames a connection may have
+	// waiting for its socket (default 1 MiB; at least one message always
+	// fits). Consumers wait for room rather than buffer more.
+	OutgoingBuffer int
 
 	// Product is server-properties' "product" (default "Sluice"). Some
 	// client test suites run certain tests only against "RabbitMQ".
@@ -122,6 +152,21 @@ func (o *Options) withDefaults() Options {
 	if r.Product == "" {
 		r.Product = DefaultProduct
 	}
+	if r.MaxConnections == 0 {
+		r.MaxConnections = DefaultMaxConnections
+	}
+	if r.MaxConsumersPerChannel == 0 {
+		r.MaxConsumersPerChannel = DefaultMaxConsumersPerChannel
+	}
+	if r.MaxUnackedPerChannel == 0 {
+		r.MaxUnackedPerChannel = DefaultMaxUnackedPerChannel
+	}
+	if r.WriteTimeout == 0 {
+		r.WriteTimeout = DefaultWriteTimeout
+	}
+	if r.OutgoingBuffer <= 0 {
+		r.OutgoingBuffer = DefaultOutgoingBuffer
+	}
 	return r
 }
 
@@ -135,6 +180,9 @@ func (o *Options) validate() (map[string]*user, error) {
 	}
 	if o.ConsumerTimeout < time.Second || o.ConsumerTimeout > engine.MaxVisibility-time.Minute {
 		return nil, errors.New("amqp: ConsumerTimeout must be between 1s and 11h59m")
+	}
+	if o.WriteTimeout < 0 {
+		return nil, errors.New("amqp: WriteTimeout must not be negative")
 	}
 	users := make(map[string]*user)
 	if len(o.Users) == 0 {

@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/base64"
 	"strings"
@@ -115,12 +114,25 @@ func (s *Server) deliverReply(key string, m *wire.BasicPublish, cmd *command) bo
 		return false
 	}
 	ch, c := rt.ch, rt.ch.c
+	// The requester's connection may be stalled: never wait for it (this
+	// is the replier's channel goroutine). A reply that does not fit is
+	// lost, as one to a requester that has gone.
+	size := c.contentSize(cmd.rawProps, cmd.body)
+	if !c.tryReserve(size) {
+		return false
+	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if ch.stopped || ch.closing.Load() || ch.replyToken != token {
+		c.unreserve(size)
 		return false
 	}
 	ch.nextTag++
 	d := &wire.BasicDeliver{ConsumerTag: rt.tag, DeliveryTag: ch.nextTag, Exchange: m.Exchange, RoutingKey: key}
-	return c.write(func(w *bufio.Writer) error { return c.writeContent(w, ch.id, d, cmd.rawProps, cmd.body) }) == nil
+	b, err := c.appendContent(make([]byte, 0, size), ch.id, d, cmd.rawProps, cmd.body)
+	if err != nil {
+		c.unreserve(size)
+		return false
+	}
+	return c.enqueue(b, size) == nil
 }

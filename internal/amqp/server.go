@@ -33,6 +33,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	active    int                     // connections counted against MaxConnections
+	refusing  int                     // connections over the limit being refused
 	replies   map[string]*replyTarget // direct reply-to consumers by token
 	closed    bool
 
@@ -233,13 +235,35 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // ServeConn serves one already accepted connection in a new goroutine
 // (Serve calls it; tests may pass one end of a net.Pipe).
+//
+// Over Options.MaxConnections the connection is still served up to
+// connection.open, which is answered with RabbitMQ's 530 (clients report
+// it as a refused connection, not a dropped socket); when more than
+// maxRefusing such refusals are under way at once, further sockets are
+// closed at once.
 func (s *Server) ServeConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		// Reaps half-open peers on connections without heartbeats.
+		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: tcpKeepAliveIdle, Interval: 15 * time.Second, Count: 4})
+	}
 	c := newConn(s, nc)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		nc.Close()
 		return
+	}
+	if lim := s.opts.MaxConnections; lim > 0 && s.active >= lim {
+		if s.refusing >= maxRefusing {
+			s.mu.Unlock()
+			nc.Close()
+			s.log.Warn("amqp: connection limit reached; socket closed", "limit", lim, "remote", nc.RemoteAddr())
+			return
+		}
+		c.refused = true
+		s.refusing++
+	} else {
+		s.active++
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -249,9 +273,22 @@ func (s *Server) ServeConn(nc net.Conn) {
 		c.serve()
 		s.mu.Lock()
 		delete(s.conns, c)
+		if c.refused {
+			s.refusing--
+		} else {
+			s.active--
+		}
 		s.mu.Unlock()
 	}()
 }
+
+const (
+	// maxRefusing bounds the connections over MaxConnections that are
+	// being refused with a handshake at the same time.
+	maxRefusing = 64
+	// tcpKeepAliveIdle is the idle time before TCP keepalive probes.
+	tcpKeepAliveIdle = 60 * time.Second
+)
 
 // Close stops accepting, closes every connection with 320
 // CONNECTION_FORCED (unacknowledged messages go back to their queues) and

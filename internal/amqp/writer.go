@@ -1,0 +1,280 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
+)
+
+// Outgoing frames. Every goroutine of a connection encodes its frames into
+// a byte slice and queues it (enqueue); one writer goroutine (writeLoop)
+// writes the queue to the socket with a deadline of Options.WriteTimeout.
+// Nobody else touches the socket for writing, so no lock is ever held
+// across a socket write: a client that stops reading stalls only its own
+// writer, which closes the connection when a write passes the deadline.
+//
+// The queue is bounded (Options.OutgoingBuffer bytes). Producers that may
+// wait (a channel's goroutine, the reader, consumers before they take
+// their channel's lock) reserve room first and wait while the queue is
+// full; producers that hold a lock (a delivery under its channel's lock
+// after reserving, basic.cancel sent while a queue is deleted,
+// connection.close, heartbeats) queue without waiting. Waiting ends when
+// the writer drains the queue or the connection dies.
+
+var errConnClosed = errors.New("amqp: connection closed")
+
+// startWriter starts the writer goroutine.
+func (c *conn) startWriter() {
+	go c.writeLoop()
+}
+
+// reserve waits until n more bytes fit in the outgoing queue (or the queue
+// is empty), then counts them as queued. It fails when the connection is
+// dead or ctx ends.
+func (c *conn) reserve(ctx context.Context, n int) error {
+	limit := c.s.opts.OutgoingBuffer
+	for {
+		c.omu.Lock()
+		if c.werr != nil {
+			c.omu.Unlock()
+			return c.werr
+		}
+		if c.queued == 0 || c.queued+n <= limit {
+			c.queued += n
+			c.omu.Unlock()
+			return nil
+		}
+		room := c.room
+		c.omu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.wdone:
+			return errConnClosed
+		}
+	}
+}
+
+// tryReserve is reserve without waiting.
+func (c *conn) tryReserve(n int) bool {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	if c.werr != nil || (c.queued != 0 && c.queued+n > c.s.opts.OutgoingBuffer) {
+		return false
+	}
+	c.queued += n
+	return true
+}
+
+// unreserve gives back a reservation that was not used.
+func (c *conn) unreserve(n int) {
+	c.omu.Lock()
+	if c.werr == nil {
+		c.queued -= n
+	}
+	c.omu.Unlock()
+}
+
+// enqueue queues encoded frames without waiting; reserved is the part of
+// them already counted by reserve.
+func (c *conn) enqueue(b []byte, reserved int) error {
+	c.omu.Lock()
+	if c.werr != nil {
+		c.omu.Unlock()
+		return c.werr
+	}
+	c.out = append(c.out, b)
+	c.queued += len(b) - reserved
+	c.omu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// write queues frames, waiting for room: for goroutines that hold no lock.
+func (c *conn) write(b []byte) error {
+	if err := c.reserve(context.Background(), len(b)); err != nil {
+		return err
+	}
+	return c.enqueue(b, len(b))
+}
+
+// send writes one method frame, waiting for room (no lock may be held).
+func (c *conn) send(channel uint16, m wire.Method) error {
+	b, err := appendMethod(nil, channel, m)
+	if err != nil {
+		return err
+	}
+	return c.write(b)
+}
+
+// sendNow queues one method frame without waiting: for callers holding a
+// lock. Only small, rare frames go this way.
+func (c *conn) sendNow(channel uint16, m wire.Method) error {
+	b, err := appendMethod(nil, channel, m)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(b, 0)
+}
+
+// pending reports the bytes queued and not yet written.
+func (c *conn) pending() int {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	return c.queued
+}
+
+func appendMethod(dst []byte, channel uint16, m wire.Method) ([]byte, error) {
+	f, err := wire.MethodFrame(channel, m)
+	if err != nil {
+		return dst, err
+	}
+	return wire.AppendFrame(dst, f)
+}
+
+// contentSize bounds the encoded size of a content method with its header
+// and body frames (for a reservation made before the method is built).
+func (c *conn) contentSize(props, body []byte) int {
+	chunk := int(c.frameMax) - wire.FrameOverhead
+	return len(body) + len(props) + (len(body)/chunk+1)*wire.FrameOverhead + 2*wire.FrameOverhead + 12 + 1024
+}
+
+// appendContent encodes a content method, its header (from raw property
+// bytes) and its body split for frame_max.
+func (c *conn) appendContent(dst []byte, channel uint16, m wire.Method, props, body []byte) ([]byte, error) {
+	dst, err := appendMethod(dst, channel, m)
+	if err != nil {
+		return dst, err
+	}
+	dst, err = wire.AppendFrame(dst, wire.Frame{Type: wire.FrameHeader, Channel: channel, Payload: contentHeaderPayload(len(body), props)})
+	if err != nil {
+		return dst, err
+	}
+	chunk := int(c.frameMax) - wire.FrameOverhead
+	for len(body) > 0 {
+		n := min(chunk, len(body))
+		if dst, err = wire.AppendFrame(dst, wire.Frame{Type: wire.FrameBody, Channel: channel, Payload: body[:n]}); err != nil {
+			return dst, err
+		}
+		body = body[n:]
+	}
+	return dst, nil
+}
+
+// writeContent queues a content method (basic.return, get-ok), waiting for
+// room: for goroutines that hold no lock.
+func (c *conn) writeContent(channel uint16, m wire.Method, props, body []byte) error {
+	b, err := c.appendContent(make([]byte, 0, c.contentSize(props, body)), channel, m, props, body)
+	if err != nil {
+		return err
+	}
+	return c.write(b)
+}
+
+// writeDeadline is the deadline for the next socket write: WriteTimeout,
+// shortened once the connection is being shut down.
+func (c *conn) writeDeadline() time.Time {
+	d := time.Now().Add(c.s.opts.WriteTimeout)
+	if by := c.drainBy.Load(); by != 0 && by < d.UnixNano() {
+		return time.Unix(0, by)
+	}
+	return d
+}
+
+// writeLoop writes the queue until the connection is shut down (after
+// writing what was queued) or a write fails, which closes the socket.
+func (c *conn) writeLoop() {
+	defer close(c.wdone)
+	for {
+		c.omu.Lock()
+		bufs := c.out
+		c.out = nil
+		closing := c.wclosing
+		c.omu.Unlock()
+		if len(bufs) == 0 {
+			if closing {
+				c.failWrites(errConnClosed)
+				return
+			}
+			<-c.wake
+			continue
+		}
+		n := 0
+		for _, b := range bufs {
+			n += len(b)
+		}
+		c.nc.SetWriteDeadline(c.writeDeadline())
+		if by := c.drainBy.Load(); by != 0 {
+			c.nc.SetWriteDeadline(time.Unix(0, by)) // drainSoon may have raced the line above
+		}
+		nb := net.Buffers(bufs)
+		_, err := nb.WriteTo(c.nc)
+		c.omu.Lock()
+		c.queued -= n
+		close(c.room)
+		c.room = make(chan struct{})
+		c.omu.Unlock()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !c.closing.Load() && c.drainBy.Load() == 0 {
+				c.s.log.Warn("amqp: client stopped reading; closing the connection", "conn", c.name,
+					"timeout", c.s.opts.WriteTimeout, "queued", c.pending())
+			}
+			c.failWrites(err)
+			c.nc.Close()
+			return
+		}
+		c.lastWrite.Store(time.Now().UnixNano())
+	}
+}
+
+// failWrites makes every later write fail with err and drops the queue.
+func (c *conn) failWrites(err error) {
+	c.omu.Lock()
+	if c.werr == nil {
+		c.werr = err
+	}
+	c.out = nil
+	c.queued = 0
+	close(c.room)
+	c.room = make(chan struct{})
+	c.omu.Unlock()
+}
+
+// closeWrites stops accepting frames, lets the writer write what is
+// queued (for at most d: a final close-ok must reach the client) and
+// waits for it to end.
+func (c *conn) closeWrites(d time.Duration) {
+	c.drainSoon(d)
+	c.omu.Lock()
+	c.wclosing = true
+	c.omu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	<-c.wdone
+}
+
+// drainSoon shortens the deadline of the current and later writes to d
+// from now.
+func (c *conn) drainSoon(d time.Duration) {
+	by := time.Now().Add(d)
+	for {
+		old := c.drainBy.Load()
+		if old != 0 && old <= by.UnixNano() {
+			return
+		}
+		if c.drainBy.CompareAndSwap(old, by.UnixNano()) {
+			c.nc.SetWriteDeadline(by)
+			return
+		}
+	}
+}
