@@ -312,3 +312,30 @@ func TestBodyBudgetKeepsBacklogOnDisk(t *testing.T) {
 		got += len(d)
 	}
 }
+
+func TestDeleteLeasedOnlyDeletesTheLiveLease(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("x"))
+	d := f.recv("q", 1, time.Minute)
+	// A failure report schedules a retry; the consumer's ack follows.
+	if _, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{RetryAfter: time.Second, RetryAfterSet: true}); err != nil {
+		t.Fatal(err)
+	}
+	errs, err := f.e.DeleteLeased("q", []string{d[0].ReceiptHandle, "garbage"})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], ErrReceiptHandleInvalid) {
+		t.Fatalf("%v %v", errs, err)
+	}
+	f.clk.Advance(time.Second)
+	d2 := f.recv("q", 1, time.Minute)
+	if len(d2) != 1 {
+		t.Fatal("the ack after a retry report deleted the message")
+	}
+	errs, _ = f.e.DeleteLeased("q", []string{d2[0].ReceiptHandle})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if info, _ := f.e.GetQueue("q"); info.Visible+info.InFlight+info.Delayed != 0 {
+		t.Fatalf("a live-lease ack did not delete: %+v", info)
+	}
+}

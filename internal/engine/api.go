@@ -126,6 +126,16 @@ func (e *Engine) Delete(queue string, handles []string) ([]error, error) {
 	return e.deleteMessages(queue, handles)
 }
 
+// DeleteLeased deletes the messages only while the given lease is current
+// and still in flight: AMQP's basic.ack. After a failure report ended the
+// lease (a retry is scheduled, or the message was dead-lettered), the ack
+// that follows settles nothing and deletes nothing; the result is nil for
+// it too. Malformed handles fail with ErrReceiptHandleInvalid. Durable when
+// it returns.
+func (e *Engine) DeleteLeased(queue string, handles []string) ([]error, error) {
+	return e.deleteMessagesIf(queue, handles, true)
+}
+
 // ChangeVisibility sets, counting from now, the remaining lease of each
 // message to its Timeout; 0 makes it visible at once. Only the current
 // receipt is affected: an older handle fails with ErrMessageNotAvailable.

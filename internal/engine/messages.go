@@ -449,6 +449,12 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current bool, err 
 }
 
 func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) {
+	return e.deleteMessagesIf(name, handles, false)
+}
+
+// deleteMessagesIf deletes by receipt handle; leasedOnly restricts it to
+// messages still in flight under that very lease (see DeleteLeased).
+func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool) ([]error, error) {
 	q, err := e.lockQueue(name)
 	if err != nil {
 		return nil, err
@@ -466,6 +472,9 @@ func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) 
 		case m == nil:
 			// Already deleted (or expired, purged, dead-lettered):
 			// deleting again succeeds.
+		case leasedOnly && (!current || m.state != stateInFlight):
+			// The lease this ack belongs to was ended (a failure
+			// report scheduled a retry): nothing to delete.
 		case q.fifo() && (!current || m.state != stateInFlight):
 			// The lease ended; the group may already be in other hands.
 			errs[i] = ErrReceiptHandleExpired
