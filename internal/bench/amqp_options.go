@@ -35,6 +35,10 @@ type AMQPOptions struct {
 	ConfirmWindow int
 	// Prefetch is each consumer's basic.qos prefetch count (manual acks).
 	Prefetch int
+	// AckEvery, when > 1, acks with multiple=true once every AckEvery
+	// deliveries (and when the delivery channel is idle) instead of acking
+	// each delivery on its own.
+	AckEvery int
 	// Persistent publishes with delivery-mode 2.
 	Persistent bool
 	// PID, when > 0, is the broker's process id; its CPU time is reported
@@ -58,6 +62,7 @@ func DefaultAMQPOptions() AMQPOptions {
 		Duration:      20 * time.Second,
 		ConfirmWindow: 256,
 		Prefetch:      100,
+		AckEvery:      1,
 		Persistent:    true,
 		DrainTimeout:  30 * time.Second,
 	}
@@ -78,6 +83,7 @@ func (o *AMQPOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Rate, "rate", o.Rate, "aggregate publish rate in msg/s (0 = as fast as confirms allow)")
 	fs.IntVar(&o.ConfirmWindow, "confirm-window", o.ConfirmWindow, "unconfirmed publishes allowed per producer")
 	fs.IntVar(&o.Prefetch, "prefetch", o.Prefetch, "basic.qos prefetch count per consumer")
+	fs.IntVar(&o.AckEvery, "ack-every", o.AckEvery, "ack with multiple=true every N deliveries (1 = ack each delivery)")
 	fs.BoolVar(&o.Persistent, "persistent", o.Persistent, "publish with delivery-mode 2 (persistent)")
 	fs.IntVar(&o.PID, "pid", o.PID, "broker PID: report its CPU-seconds per 100,000 messages")
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the result as JSON")
@@ -106,6 +112,8 @@ func (o *AMQPOptions) Validate() error {
 		return errors.New("bench: -confirm-window must be 1-65536")
 	case o.Prefetch < 0 || o.Prefetch > 65535:
 		return errors.New("bench: -prefetch must be 0-65535")
+	case o.AckEvery < 1 || o.Prefetch > 0 && o.AckEvery > o.Prefetch:
+		return errors.New("bench: -ack-every must be 1 up to -prefetch")
 	case o.PID < 0:
 		return errors.New("bench: -pid must be >= 0")
 	case o.DrainTimeout < 0:
