@@ -197,6 +197,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ops.Handle("/ui/", s.dash)
 	ops.Handle("/sluice/v1/dashboard/", s.dash)
 	ops.Handle("GET /sluice/v1/advisor", s.dash)
+	ops.Handle("GET /sluice/v1/amqp/topology", s.amqp.TopologyHandler())
 	ha := opts.HTTPAuth.options()
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)

@@ -222,7 +222,7 @@ func TestDashboardServedAndRootRedirects(t *testing.T) {
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Fatalf("GET / = %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	for _, p := range []string{"/ui/", "/sluice/v1/dashboard/overview", "/sluice/v1/advisor"} {
+	for _, p := range []string{"/ui/", "/sluice/v1/dashboard/overview", "/sluice/v1/advisor", "/sluice/v1/amqp/topology"} {
 		resp, err := http.Get("http://" + s.SQSAddr() + p)
 		if err != nil {
 			t.Fatal(err)
