@@ -188,10 +188,22 @@ func (s *Server) load() error {
 			return err
 		}
 	}
+	requeued := 0
 	for _, q := range keep {
 		if _, _, err := s.eng.CreateQueue(q.engine, engineConfig(q.settings, s.opts.ConsumerTimeout), nil); err != nil {
 			return fmt.Errorf("amqp: restoring queue %q: %w", q.engine, err)
 		}
+		// Every AMQP connection died with the previous process: its
+		// unacknowledged deliveries go back to their queues now, as
+		// RabbitMQ does, instead of waiting out the consumer timeout.
+		n, err := s.eng.ReleaseInFlight(q.engine)
+		if err != nil {
+			return fmt.Errorf("amqp: requeueing unacknowledged messages of %q: %w", q.engine, err)
+		}
+		requeued += n
+	}
+	if requeued > 0 {
+		s.log.Info("amqp: requeued messages left unacknowledged by the previous run", "messages", requeued)
 	}
 	if len(drop)+len(keep) > 0 {
 		s.log.Info("amqp topology loaded", "queues", len(keep), "removed", len(drop))

@@ -136,6 +136,17 @@ func (e *Engine) DeleteLeased(queue string, handles []string) ([]error, error) {
 	return e.deleteMessagesIf(queue, handles, true)
 }
 
+// ReleaseInFlight ends every lease of the queue now: in-flight messages
+// become visible again at once (no retry backoff), keeping their receive
+// counts. The AMQP front-end calls it at start-up: its deliveries' leases
+// last as long as the consumer timeout, but every AMQP connection died with
+// the previous process, so their unacknowledged messages must be requeued
+// at once, as RabbitMQ does. It returns how many were released; durable
+// when it returns.
+func (e *Engine) ReleaseInFlight(queue string) (int, error) {
+	return e.releaseInFlight(queue)
+}
+
 // ChangeVisibility sets, counting from now, the remaining lease of each
 // message to its Timeout; 0 makes it visible at once. Only the current
 // receipt is affected: an older handle fails with ErrMessageNotAvailable.

@@ -808,6 +808,28 @@ func (e *Engine) purgeQueue(name string) error {
 	return e.commitUnlock(q, &b)
 }
 
+func (e *Engine) releaseInFlight(name string) (int, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return 0, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	n := 0
+	for _, m := range q.msgs {
+		if m.state != stateInFlight {
+			continue
+		}
+		m.visibleAt = now
+		m.parked = true
+		q.setStateLocked(m, stateVisible)
+		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		n++
+	}
+	return n, e.commitUnlock(q, &b)
+}
+
 func (e *Engine) purgeReady(name string) (int, error) {
 	q, err := e.lockQueue(name)
 	if err != nil {
