@@ -177,6 +177,8 @@ func (h *Handler) mapError(err error) *apiError {
 		return &apiError{http.StatusConflict, "MessageNotInflight", "the message is not in flight"}
 	case errors.Is(err, engine.ErrVisibilityLimit):
 		return &apiError{http.StatusBadRequest, "InvalidRetryAfter", "retryAfterSeconds must be between 0 and 43200"}
+	case errors.Is(err, engine.ErrDiskFull):
+		return &apiError{http.StatusServiceUnavailable, "DiskFull", "the broker's disk is nearly full; new messages are refused until space returns"}
 	case errors.Is(err, engine.ErrQueueFull):
 		return &apiError{http.StatusConflict, "QueueFull", "the queue is at its length limit and rejects new messages"}
 	case errors.Is(err, engine.ErrMissingGroupID):

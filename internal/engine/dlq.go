@@ -237,6 +237,9 @@ func parseID(s string) ([16]byte, bool) {
 var errImport = errors.New("engine: imported message needs a MessageId in UUID form and a body")
 
 func (e *Engine) importViews(name string, views []View) (int, error) {
+	if err := e.admit(); err != nil {
+		return 0, err
+	}
 	q, err := e.lockQueue(name)
 	if err != nil {
 		return 0, err

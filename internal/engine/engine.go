@@ -92,6 +92,8 @@ type Engine struct {
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 
+	admission atomic.Pointer[error] // non-nil: new messages are refused with it
+
 	failed atomic.Pointer[error] // first storage error; engine is read-only after it
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -265,6 +267,26 @@ func (q *queue) bodyLocked(m *message) ([]byte, error) {
 		}
 	}
 	return nil, q.eng.fail(fmt.Errorf("reading the body of message %d of queue %q: %w", m.seq, q.name, err))
+}
+
+// SetAdmission refuses new messages (Send, Import) with err while it is not
+// nil, and accepts them again when called with nil. The server uses it for
+// back-pressure when the disk is nearly full, so the store never hits
+// ENOSPC (which it cannot survive without a restart); operations that free
+// space keep working.
+func (e *Engine) SetAdmission(err error) {
+	if err == nil {
+		e.admission.Store(nil)
+		return
+	}
+	e.admission.Store(&err)
+}
+
+func (e *Engine) admit() error {
+	if p := e.admission.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Failed returns the storage error that stopped the engine, or nil.

@@ -47,6 +47,10 @@ var (
 	ErrInvalidConfig = errors.New("engine: invalid queue configuration")
 	// ErrTooManyTags: more than MaxTags tags on a queue.
 	ErrTooManyTags = errors.New("engine: too many tags")
+	// ErrDiskFull: the store's disk is nearly full, so new messages are
+	// refused until space returns (see Engine.SetAdmission). Reads,
+	// deletes and everything that frees space still work. Retry later.
+	ErrDiskFull = errors.New("engine: disk nearly full; new messages refused until space returns")
 	// ErrClosed: the engine is closed.
 	ErrClosed = errors.New("engine: closed")
 	// ErrStorage: the store failed; the engine accepts no more changes.

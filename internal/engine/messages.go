@@ -60,6 +60,9 @@ func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	if err := e.admit(); err != nil {
+		return nil, err
+	}
 	// Random inputs are drawn before the change is applied.
 	ids := make([][16]byte, len(msgs))
 	for i := range ids {

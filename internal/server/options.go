@@ -40,6 +40,11 @@ type Options struct {
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
+	// MinFreeDisk is the free space (bytes) below which the broker refuses
+	// new messages until space returns (back-pressure instead of running
+	// the store into ENOSPC). 0 turns the watch off.
+	MinFreeDisk int64 `toml:"min_free_disk"`
+
 	// MaxHTTPConnections caps open connections on the HTTP listener;
 	// beyond it new connections wait in the kernel's backlog. 0: no cap.
 	MaxHTTPConnections int `toml:"max_http_connections"`
@@ -194,6 +199,7 @@ func DefaultOptions() Options {
 		SQSListen:          "127.0.0.1:9324",
 		AMQPListen:         "127.0.0.1:5672",
 		MaxHTTPConnections: 10000,
+		MinFreeDisk:        256 << 20,
 		AccountID:          "000000000000",
 		Region:             "us-east-1",
 		LogLevel:           "info",
@@ -244,6 +250,9 @@ func (o *Options) Validate() error {
 		"configure [[amqp_users]]")...)
 	if o.AMQPSListen != "" && o.TLS.Cert == "" {
 		errs = append(errs, errors.New("amqps_listen: needs [tls] cert and key"))
+	}
+	if o.MinFreeDisk < 0 {
+		errs = append(errs, errors.New("min_free_disk: must not be negative"))
 	}
 	if o.MaxHTTPConnections < 0 {
 		errs = append(errs, errors.New("max_http_connections: must not be negative"))

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,4 +234,67 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatalf("not served after a slot freed: %q %v", buf[:n], err)
 	}
 	held[1].Close()
+}
+
+// TestDiskNearlyFullBackPressure: below min_free_disk, sends are refused
+// with a retryable 503 while receives and deletes go on; when space
+// returns, sends are accepted again, with no restart.
+func TestDiskNearlyFullBackPressure(t *testing.T) {
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
+	o.MinFreeDisk = 1 << 30
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free atomic.Uint64
+	free.Store(10 << 30)
+	s.freeBytes = func(string) (uint64, error) { return free.Load(), nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + s.SQSAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")})
+	bg := context.Background()
+	q, err := c.CreateQueue(bg, &sqs.CreateQueueInput{QueueName: aws.String("d")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() error {
+		_, err := c.SendMessage(bg, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("m")})
+		return err
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+	free.Store(100 << 20) // below the 1 GiB watermark
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := send()
+		var ae smithy.APIError
+		if errors.As(err, &ae) && ae.ErrorCode() == "ServiceUnavailable" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sends not refused on a nearly full disk: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Receives and deletes, which free space, still work.
+	out, err := c.ReceiveMessage(bg, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10})
+	if err != nil || len(out.Messages) == 0 {
+		t.Fatalf("receive while refusing sends: %v", err)
+	}
+	if _, err := c.DeleteMessage(bg, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+		t.Fatalf("delete while refusing sends: %v", err)
+	}
+	free.Store(10 << 30) // space is back
+	for deadline = time.Now().Add(10 * time.Second); send() != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("sends still refused after space returned")
+		}
+	}
 }

@@ -51,6 +51,10 @@ type Server struct {
 	dash    *dashboard.Dashboard
 	amqp    *amqp.Server
 
+	// freeBytes reads a directory's free space (a field so tests can
+	// simulate a full disk).
+	freeBytes func(dir string) (uint64, error)
+
 	httpLn   net.Listener
 	httpSrv  *http.Server
 	amqpLns  []net.Listener // plain, then TLS
@@ -78,7 +82,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	s := &Server{opts: opts, log: log}
+	s := &Server{opts: opts, log: log, freeBytes: freeBytes}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -224,6 +228,10 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	return mux
 }
 
+// diskInterval is how often the free-space watch polls: often enough that a
+// fast producer cannot fill the margin between two polls.
+func (s *Server) diskInterval() time.Duration { return time.Second }
+
 // SQSAddr is the address of the HTTP listener (SQS API, admin API,
 // dashboard, metrics).
 func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
@@ -257,9 +265,10 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errc <- s.amqp.Serve(ln) }()
 	}
 	bg, stopBG := context.WithCancel(context.Background())
-	alertsDone, dashDone := make(chan struct{}), make(chan struct{})
+	alertsDone, dashDone, diskDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { s.alerts.Run(bg); close(alertsDone) }()
 	go func() { s.dash.Run(bg); close(dashDone) }()
+	go func() { s.watchDisk(bg, s.diskInterval()); close(diskDone) }()
 	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
@@ -276,6 +285,7 @@ func (s *Server) Run(ctx context.Context) error {
 	stopBG()
 	<-alertsDone
 	<-dashDone
+	<-diskDone
 	s.shutdown()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil

@@ -225,6 +225,9 @@ func mapEngineErr(err error, d errDetail) *apiError {
 		return newErr(kindInvalidParameter, "Too many tags added for queue %s.", d.queue)
 	case errors.Is(err, engine.ErrClosed):
 		return newErr(kindServiceUnavailable, "The service is shutting down.")
+	case errors.Is(err, engine.ErrDiskFull):
+		// 503 makes the SDKs back off and retry: back-pressure.
+		return newErr(kindServiceUnavailable, "The broker's disk is nearly full; new messages are refused until space returns. Retry later.")
 	default:
 		return newErr(kindInternal, "We encountered an internal error. Please try again.")
 	}
