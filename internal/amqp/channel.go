@@ -24,6 +24,9 @@ type command struct {
 	rawProps []byte // property flag word and properties, as received
 	body     []byte
 	fail     *amqpError
+	// stop asks the channel goroutine to end once every command queued
+	// before it has run (see channel.finish).
+	stop bool
 }
 
 // unacked is a delivery awaiting ack, nack or reject.
@@ -46,6 +49,7 @@ type channel struct {
 	quit  chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup // the channel goroutine
+	ended chan struct{}  // closed when the channel goroutine has returned
 
 	// closing: channel.close was sent or received; further frames are
 	// discarded until close-ok.
@@ -85,6 +89,7 @@ func (c *conn) openChannel(id uint16) {
 		unacked:   make(map[uint64]*unacked),
 		consumers: make(map[string]*consumer),
 		credit:    make(chan struct{}),
+		ended:     make(chan struct{}),
 	}
 	c.chMu.Lock()
 	c.channels[id] = ch
@@ -109,11 +114,15 @@ const maxPublishBatch = 256
 
 func (ch *channel) run() {
 	defer ch.wg.Done()
+	defer close(ch.ended)
 	for {
 		select {
 		case <-ch.quit:
 			return
 		case cmd := <-ch.inbox:
+			if cmd.stop {
+				return
+			}
 			ch.exec(cmd)
 			// Publishes queue up in ch.batch while more publishes are
 			// waiting; anything else, an empty inbox or a full batch
@@ -121,8 +130,11 @@ func (ch *channel) run() {
 			for len(ch.batch) > 0 {
 				select {
 				case next := <-ch.inbox:
-					if _, isPub := next.m.(*wire.BasicPublish); !isPub || next.fail != nil || len(ch.batch) >= maxPublishBatch {
+					if _, isPub := next.m.(*wire.BasicPublish); !isPub || next.fail != nil || next.stop || len(ch.batch) >= maxPublishBatch {
 						ch.flushPublishes()
+					}
+					if next.stop {
+						return
 					}
 					ch.exec(next)
 				default:
@@ -145,6 +157,12 @@ func (ch *channel) exec(cmd *command) {
 	}
 	if err := ch.handle(cmd); err != nil {
 		ch.flushPublishes() // the publishes before the failing method
+		if ch.c.writesEnded() {
+			// The connection is gone and the channel is finishing the
+			// commands received before it went: a reply that cannot be
+			// written is no error to raise.
+			return
+		}
 		var ae *amqpError
 		if !errors.As(err, &ae) {
 			ae = errorf(wire.InternalError, "%v", err)
@@ -268,6 +286,18 @@ func (ch *channel) requeue(us []*unacked) {
 		if _, err := ch.c.s.eng.Requeue(q, byQueue[q], true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 			ch.c.s.log.Warn("amqp: cannot requeue", "queue", q, "err", err)
 		}
+	}
+}
+
+// requestStop queues a stop command behind the commands already received,
+// so that the channel goroutine runs them all (acks, publishes) before it
+// ends. It gives up at deadline (an inbox that stays full).
+func (ch *channel) requestStop(deadline <-chan struct{}) {
+	select {
+	case ch.inbox <- &command{stop: true}:
+	case <-ch.quit:
+	case <-ch.ended:
+	case <-deadline:
 	}
 }
 

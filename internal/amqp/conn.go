@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -381,6 +382,12 @@ func (c *conn) channelZero(f wire.Frame) bool {
 	switch m := m.(type) {
 	case *wire.ConnectionClose:
 		c.s.log.Debug("amqp: client closed connection", "conn", c.name, "code", m.ReplyCode, "text", m.ReplyText)
+		// As RabbitMQ: close-ok only once the connection is torn down
+		// (every method received before the close applied, consumers
+		// gone, unacknowledged messages requeued, exclusive and
+		// auto-delete queues deleted), so that a client reconnecting as
+		// soon as Close returns finds none of it.
+		c.cleanup()
 		c.send(0, &wire.ConnectionCloseOK{})
 		return false
 	case *wire.ConnectionCloseOK:
@@ -625,9 +632,14 @@ func (c *conn) dropExclusive(q *queue) {
 	c.chMu.Unlock()
 }
 
-// cleanup runs when the connection has ended: every channel closes (its
-// consumers stop and its unacknowledged messages go back to their queues,
-// at their original position), then its exclusive queues are deleted.
+// cleanup runs when the connection ends (before close-ok when the client
+// closes it): every channel first runs the commands it has already
+// received, in order, so acks sent just before connection.close take
+// effect; then it closes (its consumers stop and its unacknowledged
+// messages go back to their queues, at their original position); then the
+// exclusive queues are deleted. The reader calls it, so no further
+// commands arrive meanwhile. It may run twice; the second run finds
+// nothing to do.
 func (c *conn) cleanup() {
 	c.chMu.Lock()
 	chans := make([]*channel, 0, len(c.channels))
@@ -636,6 +648,19 @@ func (c *conn) cleanup() {
 	}
 	c.channels = map[uint16]*channel{}
 	c.chMu.Unlock()
+	if len(chans) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		for _, ch := range chans {
+			ch.requestStop(ctx.Done())
+		}
+		for _, ch := range chans {
+			select {
+			case <-ch.ended:
+			case <-ctx.Done():
+			}
+		}
+		cancel()
+	}
 	for _, ch := range chans {
 		ch.stop()
 	}

@@ -124,6 +124,14 @@ func (c *conn) sendNow(channel uint16, m wire.Method) error {
 	return c.enqueue(b, 0)
 }
 
+// writesEnded reports whether the connection can no longer write (its
+// writer has ended or is ending).
+func (c *conn) writesEnded() bool {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	return c.werr != nil || c.wclosing
+}
+
 // pending reports the bytes queued and not yet written.
 func (c *conn) pending() int {
 	c.omu.Lock()

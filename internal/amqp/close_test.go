@@ -1,0 +1,90 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// close-ok must follow the connection's cleanup: a client reconnecting as
+// soon as Close returns must not find the old connection's exclusive
+// queue or exclusive consumer, nor have the old connection's auto-delete
+// remove the queue it has just declared (amqp091-go's
+// ExampleConnection_reconnect).
+func TestReconnectAfterCloseFindsNoLeftovers(t *testing.T) {
+	b := startBroker(t)
+	pubConn, pub := b.channel()
+	_ = pubConn
+	const autoQ = "reconnect.auto"
+	_, err := pub.QueueDeclare(autoQ, false, true, false, false, nil)
+	must(t, err)
+	for i := range 50 {
+		c, err := amqp091.Dial(b.url)
+		must(t, err)
+		ch, err := c.Channel()
+		must(t, err)
+		// An exclusive queue of the same name each time.
+		if _, err := ch.QueueDeclare("reconnect.excl", false, false, true, false, nil); err != nil {
+			t.Fatalf("round %d: exclusive declare: %v", i, err)
+		}
+		if _, err := ch.Consume("reconnect.excl", "", false, true, false, false, nil); err != nil {
+			t.Fatalf("round %d: consume exclusive queue: %v", i, err)
+		}
+		// The auto-delete queue, with an exclusive consumer, as the
+		// example does.
+		if _, err := ch.QueueDeclare(autoQ, false, true, false, false, nil); err != nil {
+			t.Fatalf("round %d: auto-delete declare: %v", i, err)
+		}
+		must(t, ch.Qos(1, 0, false))
+		msgs, err := ch.Consume(autoQ, "", false, true, false, false, nil)
+		if err != nil {
+			t.Fatalf("round %d: exclusive consume: %v", i, err)
+		}
+		publish(t, pub, "", autoQ, fmt.Sprint(i))
+		d := recv(t, msgs)
+		if string(d.Body) != fmt.Sprint(i) {
+			t.Fatalf("round %d: got %q", i, d.Body)
+		}
+		must(t, d.Ack(false))
+		must(t, c.Close())
+	}
+}
+
+// Acks sent just before connection.close take effect before the close
+// requeues the unacknowledged deliveries: the queue is empty as soon as
+// Close returns.
+func TestAcksBeforeConnectionCloseApplied(t *testing.T) {
+	b := startBroker(t)
+	_, pub := b.channel()
+	const q, n = "acks.close", 600
+	_, err := pub.QueueDeclare(q, true, false, false, false, nil)
+	must(t, err)
+	must(t, pub.Confirm(false))
+	for i := range n {
+		dc, err := pub.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp091.Publishing{Body: []byte(fmt.Sprint(i))})
+		must(t, err)
+		if i == n-1 && !dc.Wait() {
+			t.Fatal("publish nacked")
+		}
+	}
+	for round := range 3 {
+		c, err := amqp091.Dial(b.url)
+		must(t, err)
+		ch, err := c.Channel()
+		must(t, err)
+		must(t, ch.Qos(100, 0, false))
+		msgs, err := ch.Consume(q, "", false, false, false, false, nil)
+		must(t, err)
+		for range n / 3 {
+			must(t, recv(t, msgs).Ack(false))
+		}
+		must(t, c.Close())
+		info, err := b.eng.GetQueue(q)
+		must(t, err)
+		if want := n - (round+1)*n/3; info.Visible != want || info.InFlight != 0 {
+			t.Fatalf("round %d: after Close: %d ready, %d in flight; want %d ready, 0 in flight", round, info.Visible, info.InFlight, want)
+		}
+	}
+}
