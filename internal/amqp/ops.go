@@ -307,30 +307,56 @@ func (s *Server) findQueue(c *conn, name string) (*queue, error) {
 // adopt registers an engine queue of vhost "/" that AMQP has not declared
 // (an SQS queue) as a durable AMQP queue without arguments. It is kept in
 // memory only: SQS owns it.
+//
+// Callers need not hold adminMu (publishes, consumes and gets adopt too),
+// so adopt may race a delete of an AMQP queue of that name, which takes
+// the queue out of the topology before it drops the engine queue. The
+// engine's answer is trusted only when no delete of the name was under way
+// and none started while the engine was asked; otherwise adopting a queue
+// whose engine queue is about to go would leave a stale entry (durable,
+// not auto-delete, no engine queue): a redeclare then failed with 406
+// and a passive declare with 404.
 func (s *Server) adopt(vh, name string) (*queue, error) {
 	if vh != "/" || strings.HasPrefix(name, "amq.") {
 		return nil, errNoQueue(vh, name)
 	}
-	cfg, err := s.eng.Config(name)
-	if err != nil {
-		return nil, errNoQueue(vh, name)
-	}
 	t := s.topo
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if cfg.FIFO {
-		return nil, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
-	}
-	v := t.vhostLocked(vh)
-	if q := v.queues[name]; q != nil {
+	for range 8 {
+		t.mu.RLock()
+		q, busy, gen := t.vhosts[vh].queues[name], t.dropping[name] > 0, t.dropGen
+		t.mu.RUnlock()
+		if q != nil {
+			return q, nil
+		}
+		if busy {
+			return nil, errNoQueue(vh, name)
+		}
+		cfg, err := s.eng.Config(name)
+		if err != nil {
+			return nil, errNoQueue(vh, name)
+		}
+		if cfg.FIFO {
+			return nil, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
+		}
+		t.mu.Lock()
+		v := t.vhostLocked(vh)
+		if q := v.queues[name]; q != nil {
+			t.mu.Unlock()
+			return q, nil
+		}
+		if t.dropGen != gen || t.dropping[name] > 0 {
+			t.mu.Unlock()
+			continue // a delete started meanwhile: ask again
+		}
+		st, _ := parseQueueArgs(vh, name, nil)
+		q = &queue{vhost: vh, name: name, engine: name, durable: true, settings: st,
+			consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+		v.queues[name] = q
+		t.byEngine[name] = q
+		t.mu.Unlock()
 		return q, nil
 	}
-	st, _ := parseQueueArgs(vh, name, nil)
-	q := &queue{vhost: vh, name: name, engine: name, durable: true, settings: st,
-		consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
-	v.queues[name] = q
-	t.byEngine[name] = q
-	return q, nil
+	return nil, errNoQueue(vh, name)
 }
 
 // newQueueName returns a server-generated queue name.
@@ -516,6 +542,17 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 		return 0, nil
 	}
 	q.deleted = true
+	// Until the engine queue is dropped, adopt must not take the engine
+	// queue for an SQS queue and register it again.
+	t.dropping[q.engine]++
+	t.dropGen++
+	defer func() {
+		t.mu.Lock()
+		if t.dropping[q.engine]--; t.dropping[q.engine] <= 0 {
+			delete(t.dropping, q.engine)
+		}
+		t.mu.Unlock()
+	}()
 	v := t.vhosts[q.vhost]
 	if v.queues[q.name] == q {
 		delete(v.queues, q.name)

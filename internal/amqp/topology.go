@@ -30,6 +30,12 @@ type Topology struct {
 	vhosts   map[string]*vhost
 	byEngine map[string]*queue // engine queue name → queue
 	warned   map[string]bool   // dead-letter cycles already logged, by queue
+
+	// Queue deletes in progress, for adopt: dropping counts, by engine
+	// queue, the deletes that have taken a queue out of the maps but not
+	// yet dropped its engine queue; dropGen counts the deletes started.
+	dropping map[string]int
+	dropGen  uint64
 }
 
 // NewTopology returns an empty topology. Pass it to engine.Open as
@@ -41,6 +47,7 @@ func NewTopology() *Topology {
 		vhosts:   make(map[string]*vhost),
 		byEngine: make(map[string]*queue),
 		warned:   make(map[string]bool),
+		dropping: make(map[string]int),
 	}
 }
 
