@@ -415,12 +415,22 @@ func (ch *channel) settle(op settleOp) error {
 // apply settles deliveries: multiple covers every outstanding tag up to
 // and including op.tag (all of them for tag 0). An unknown tag is 406.
 func (ch *channel) apply(op settleOp) error {
+	us, err := ch.take(op)
+	if err != nil {
+		return err
+	}
+	return ch.settleTaken(op, us)
+}
+
+// take removes the deliveries op settles from the channel's unacked set
+// and gives back their prefetch credit.
+func (ch *channel) take(op settleOp) ([]*unacked, error) {
 	ch.mu.Lock()
+	defer ch.mu.Unlock()
 	var us []*unacked
 	if op.multiple {
 		if _, ok := ch.unacked[op.tag]; !ok && op.tag != 0 {
-			ch.mu.Unlock()
-			return errUnknownTag(op.tag)
+			return nil, errUnknownTag(op.tag)
 		}
 		for tag, u := range ch.unacked {
 			if op.tag == 0 || tag <= op.tag {
@@ -430,8 +440,7 @@ func (ch *channel) apply(op settleOp) error {
 	} else {
 		u := ch.unacked[op.tag]
 		if u == nil {
-			ch.mu.Unlock()
-			return errUnknownTag(op.tag)
+			return nil, errUnknownTag(op.tag)
 		}
 		us = append(us, u)
 	}
@@ -443,7 +452,11 @@ func (ch *channel) apply(op settleOp) error {
 		}
 	}
 	ch.signalLocked()
-	ch.mu.Unlock()
+	return us, nil
+}
+
+// settleTaken applies op to deliveries take removed.
+func (ch *channel) settleTaken(op settleOp, us []*unacked) error {
 	sort.Slice(us, func(i, j int) bool { return us[i].tag < us[j].tag })
 	eng := ch.c.s.eng
 	switch {
@@ -468,6 +481,46 @@ func (ch *channel) apply(op settleOp) error {
 		}
 	}
 	return nil
+}
+
+// flushAcks applies the basic.acks that arrived together (one read burst)
+// with one engine delete per queue instead of one synced delete per ack.
+// They are applied in order up to the first unknown tag, which then
+// raises 406 as it would alone.
+func (ch *channel) flushAcks() {
+	if len(ch.acks) == 0 {
+		return
+	}
+	ops := ch.acks
+	ch.acks = ch.acks[:0]
+	if ch.closing.Load() {
+		return
+	}
+	var all []*unacked
+	var ferr error
+	for _, op := range ops {
+		us, err := ch.take(op)
+		if err != nil {
+			ferr = err
+			break
+		}
+		all = append(all, us...)
+	}
+	if len(all) > 0 {
+		if err := ch.settleTaken(settleOp{kind: settleAck}, all); err != nil && ferr == nil {
+			ferr = err
+		}
+	}
+	if ferr == nil {
+		return
+	}
+	var ae *amqpError
+	if !errors.As(ferr, &ae) {
+		ae = errorf(wire.InternalError, "%v", ferr)
+		ae.hard = true
+	}
+	ae.classID, ae.methodID = wire.ClassBasic, wire.MethodBasicAck
+	ch.raise(ae)
 }
 
 // leasedDeleter is an engine that can delete only messages still in

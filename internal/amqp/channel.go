@@ -67,6 +67,7 @@ type channel struct {
 	txPublish  []*command
 	txSettle   []settleOp
 	batch      []*command // validated publishes not yet routed
+	acks       []settleOp // basic.acks not yet applied (see flushAcks)
 
 	mu               sync.Mutex
 	nextTag          uint64
@@ -109,8 +110,12 @@ func (c *conn) freeChannel(ch *channel) {
 	ch.once.Do(func() { close(ch.quit) })
 }
 
-// maxPublishBatch bounds how many publishes are routed together.
-const maxPublishBatch = 256
+// maxPublishBatch bounds how many publishes are routed together, and
+// maxAckBatch how many basic.acks are applied together.
+const (
+	maxPublishBatch = 256
+	maxAckBatch     = 256
+)
 
 func (ch *channel) run() {
 	defer ch.wg.Done()
@@ -124,14 +129,20 @@ func (ch *channel) run() {
 				return
 			}
 			ch.exec(cmd)
-			// Publishes queue up in ch.batch while more publishes are
-			// waiting; anything else, an empty inbox or a full batch
-			// routes them first.
-			for len(ch.batch) > 0 {
+			// Publishes queue up in ch.batch, and acks in ch.acks, while
+			// more of the same kind are waiting; anything else, an empty
+			// inbox or a full batch applies them first, so commands still
+			// take effect in the order they arrived.
+			for len(ch.batch) > 0 || len(ch.acks) > 0 {
 				select {
 				case next := <-ch.inbox:
-					if _, isPub := next.m.(*wire.BasicPublish); !isPub || next.fail != nil || next.stop || len(ch.batch) >= maxPublishBatch {
+					_, isPub := next.m.(*wire.BasicPublish)
+					_, isAck := next.m.(*wire.BasicAck)
+					if !isPub || next.fail != nil || next.stop || len(ch.batch) >= maxPublishBatch {
 						ch.flushPublishes()
+					}
+					if !isAck || next.fail != nil || next.stop || len(ch.acks) >= maxAckBatch {
+						ch.flushAcks()
 					}
 					if next.stop {
 						return
@@ -139,6 +150,7 @@ func (ch *channel) run() {
 					ch.exec(next)
 				default:
 					ch.flushPublishes()
+					ch.flushAcks()
 				}
 			}
 		}
@@ -149,6 +161,7 @@ func (ch *channel) run() {
 func (ch *channel) exec(cmd *command) {
 	if cmd.fail != nil {
 		ch.flushPublishes()
+		ch.flushAcks()
 		ch.raise(cmd.fail)
 		return
 	}
@@ -157,6 +170,7 @@ func (ch *channel) exec(cmd *command) {
 	}
 	if err := ch.handle(cmd); err != nil {
 		ch.flushPublishes() // the publishes before the failing method
+		ch.flushAcks()
 		if ch.c.writesEnded() {
 			// The connection is gone and the channel is finishing the
 			// commands received before it went: a reply that cannot be
@@ -411,7 +425,12 @@ func (ch *channel) handle(cmd *command) error {
 	case *wire.BasicGet:
 		return ch.get(m)
 	case *wire.BasicAck:
-		return ch.settle(settleOp{kind: settleAck, tag: m.DeliveryTag, multiple: m.Multiple})
+		op := settleOp{kind: settleAck, tag: m.DeliveryTag, multiple: m.Multiple}
+		if !ch.tx {
+			ch.acks = append(ch.acks, op) // applied by flushAcks, with those behind it
+			return nil
+		}
+		return ch.settle(op)
 	case *wire.BasicNack:
 		return ch.settle(settleOp{kind: settleNack, tag: m.DeliveryTag, multiple: m.Multiple, requeue: m.Requeue})
 	case *wire.BasicReject:

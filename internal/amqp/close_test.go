@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -87,4 +88,42 @@ func TestAcksBeforeConnectionCloseApplied(t *testing.T) {
 			t.Fatalf("round %d: after Close: %d ready, %d in flight; want %d ready, 0 in flight", round, info.Visible, info.InFlight, want)
 		}
 	}
+}
+
+// Acks applied together stop at an unknown tag as single acks do: those
+// before it take effect, the channel closes with 406, and the deliveries
+// still unacknowledged go back to the queue.
+func TestAckBatchStopsAtUnknownTag(t *testing.T) {
+	b := startBroker(t)
+	_, pub := b.channel()
+	const q = "acks.unknown"
+	_, err := pub.QueueDeclare(q, true, false, false, false, nil)
+	must(t, err)
+	for i := range 4 {
+		publish(t, pub, "", q, fmt.Sprint(i))
+	}
+	_, ch := b.channel()
+	must(t, ch.Qos(4, 0, false))
+	msgs, err := ch.Consume(q, "", false, false, false, false, nil)
+	must(t, err)
+	for range 4 {
+		recv(t, msgs)
+	}
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	must(t, ch.Ack(1, false))
+	must(t, ch.Ack(2, false))
+	must(t, ch.Ack(99, false))
+	must(t, ch.Ack(3, false))
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 406 {
+			t.Fatalf("channel closed with %v, want 406", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("channel not closed")
+	}
+	eventually(t, "two messages requeued", func() bool {
+		info, _ := b.eng.GetQueue(q)
+		return info.Visible == 2 && info.InFlight == 0
+	})
 }

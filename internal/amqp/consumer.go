@@ -73,7 +73,11 @@ func (cs *consumer) run() {
 			continue
 		}
 		for i, d := range ds {
-			if !cs.ch.deliver(cs, d) {
+			// The writer is woken once per batch (and whenever a
+			// delivery must wait for room), so a batch goes out in one
+			// write instead of one per delivery.
+			if !cs.ch.deliver(cs, d, i == len(ds)-1) {
+				cs.ch.c.kick()
 				cs.unreserve(len(ds) - i)
 				rest := make([]string, 0, len(ds)-i)
 				for _, r := range ds[i:] {
@@ -147,12 +151,18 @@ func (cs *consumer) unreserve(k int) {
 // channel's lock it only numbers, records and queues the delivery, so a
 // client that stops reading never holds up anything that takes that lock
 // (a queue delete cancelling its consumers, acks on other goroutines).
-func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
+//
+// last false leaves the writer asleep (see enqueueQuiet); the caller
+// wakes it after the batch.
+func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
 	c := ch.c
 	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine)
 	size := c.contentSize(props, d.Body)
-	if c.reserve(cs.ctx, size) != nil {
-		return false
+	if !c.tryReserve(size) {
+		c.kick() // what is queued must drain first
+		if c.reserve(cs.ctx, size) != nil {
+			return false
+		}
 	}
 	ch.mu.Lock()
 	if cs.cancelled || ch.stopped || ch.closing.Load() {
@@ -165,7 +175,7 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
 	m := &wire.BasicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key}
 	b, err := c.appendContent(make([]byte, 0, size), ch.id, m, props, d.Body)
 	if err == nil {
-		err = c.enqueue(b, size)
+		err = c.enqueueQuiet(b, size)
 	} else {
 		c.unreserve(size)
 	}
@@ -173,6 +183,9 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery) bool {
 		ch.unacked[tag] = &unacked{tag: tag, queue: cs.engine, handle: d.ReceiptHandle, consumer: cs, delivered: c.s.clk.Now()}
 	}
 	ch.mu.Unlock()
+	if last || cs.noAck { // no-ack: each delivery is deleted next; write it first
+		c.kick()
+	}
 	if cs.noAck {
 		if err != nil {
 			c.s.eng.Requeue(cs.engine, []string{d.ReceiptHandle}, true)

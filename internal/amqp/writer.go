@@ -82,6 +82,17 @@ func (c *conn) unreserve(n int) {
 // enqueue queues encoded frames without waiting; reserved is the part of
 // them already counted by reserve.
 func (c *conn) enqueue(b []byte, reserved int) error {
+	if err := c.enqueueQuiet(b, reserved); err != nil {
+		return err
+	}
+	c.kick()
+	return nil
+}
+
+// enqueueQuiet is enqueue without waking the writer: for a producer that
+// queues several frames in a row (a consumer's batch of deliveries) and
+// then calls kick once, so that they go out in one write.
+func (c *conn) enqueueQuiet(b []byte, reserved int) error {
 	c.omu.Lock()
 	if c.werr != nil {
 		c.omu.Unlock()
@@ -90,11 +101,15 @@ func (c *conn) enqueue(b []byte, reserved int) error {
 	c.out = append(c.out, b)
 	c.queued += len(b) - reserved
 	c.omu.Unlock()
+	return nil
+}
+
+// kick wakes the writer.
+func (c *conn) kick() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // write queues frames, waiting for room: for goroutines that hold no lock.
