@@ -387,7 +387,9 @@ func (c *conn) channelZero(f wire.Frame) bool {
 		// gone, unacknowledged messages requeued, exclusive and
 		// auto-delete queues deleted), so that a client reconnecting as
 		// soon as Close returns finds none of it.
+		c.readBusy.Store(true) // not a silent peer: keepalive must wait
 		c.cleanup()
+		c.readBusy.Store(false)
 		c.send(0, &wire.ConnectionCloseOK{})
 		return false
 	case *wire.ConnectionCloseOK:

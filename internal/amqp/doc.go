@@ -47,6 +47,18 @@
 // The reader never waits for a consumer; it waits only when a channel's
 // inbox is full or the outgoing queue is (back-pressure).
 //
+// # Closing
+//
+// A channel's commands take effect in the order they arrived, whatever
+// ends the channel: connection.close (and a socket that just ends) first
+// lets every channel run what is already in its inbox (a stop command is
+// queued behind it: channel.requestStop, conn.cleanup), then stops consumers,
+// requeues unacknowledged deliveries and deletes exclusive and
+// auto-delete queues; close-ok is sent only after that, as RabbitMQ does.
+// Consecutive publishes and consecutive acks in an inbox are applied as
+// batches (flushPublishes, flushAcks); anything else in between applies
+// the batch first.
+//
 // # Locks
 //
 // Order: Server.adminMu → channel.mu → conn.omu. Topology.mu is a leaf:
