@@ -288,6 +288,56 @@ func (c *sqsClient) depths(ctx context.Context) (map[string]queueDepth, error) {
 	return m, nil
 }
 
+// goHeap reads the broker's Go heap from /metrics: bytes allocated now
+// (live plus garbage not yet collected) and the next GC's goal. With
+// GOGC=100, which the server runs with once recovered, the goal is twice
+// the heap that survived the last collection, so goal/2 estimates the live
+// heap.
+func (c *sqsClient) goHeap(ctx context.Context) (alloc, goal int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint()+"metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		var p *int64
+		switch name {
+		case "go_memstats_heap_alloc_bytes":
+			p = &alloc
+		case "go_memstats_next_gc_bytes":
+			p = &goal
+		default:
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/metrics %s: %w", name, err)
+		}
+		*p = int64(f)
+	}
+	if alloc == 0 || goal == 0 {
+		return 0, 0, errors.New("/metrics: no go_memstats heap figures")
+	}
+	return alloc, goal, nil
+}
+
 // errorLog counts failures by "op:kind" and keeps the first few of each.
 type errorLog struct {
 	mu       sync.Mutex

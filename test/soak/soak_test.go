@@ -227,6 +227,7 @@ func (s *soak) stop() time.Duration {
 // snapshot is the broker's footprint at one moment.
 type snapshot struct {
 	rss, disk, apparent int64
+	heap, heapGoal      int64 // Go heap allocated, and the next GC's goal (≈ 2 × live)
 	cpu                 time.Duration
 }
 
@@ -242,6 +243,11 @@ func (s *soak) snap() snapshot {
 	}
 	if sn.disk, sn.apparent, err = diskUsage(filepath.Join(s.dir, "data")); err != nil {
 		s.t.Logf("disk: %v", err)
+	}
+	if s.c != nil {
+		if sn.heap, sn.heapGoal, err = s.c.goHeap(context.Background()); err != nil {
+			s.t.Logf("heap: %v", err)
+		}
 	}
 	return sn
 }
@@ -296,7 +302,8 @@ func TestSoak(t *testing.T) {
 
 	s.createQueues(ctx)
 	base := s.snap()
-	t.Logf("baseline: %d queues, rss %s, disk %s (apparent %s) | %s", len(s.queues), mib(base.rss), mib(base.disk), mib(base.apparent), diskFiles(filepath.Join(dir, "data")))
+	t.Logf("baseline: %d queues, rss %s, heap %s (goal %s), disk %s (apparent %s) | %s", len(s.queues), mib(base.rss), mib(base.heap), mib(base.heapGoal),
+		mib(base.disk), mib(base.apparent), diskFiles(filepath.Join(dir, "data")))
 
 	sampleCtx, stopSampler := context.WithCancel(ctx)
 	var samplerDone sync.WaitGroup
@@ -320,7 +327,8 @@ func TestSoak(t *testing.T) {
 	idleCPU, _ := s.cpuWindow(ctx, quietWindow)
 	full := s.snap()
 	fullDepth := s.totalDepth(ctx)
-	t.Logf("full backlog: %d queued, rss %s, disk %s (apparent %s) | %s", fullDepth, mib(full.rss), mib(full.disk), mib(full.apparent), diskFiles(filepath.Join(dir, "data")))
+	t.Logf("full backlog: %d queued, rss %s, heap %s (goal %s), disk %s (apparent %s) | %s", fullDepth, mib(full.rss), mib(full.heap), mib(full.heapGoal),
+		mib(full.disk), mib(full.apparent), diskFiles(filepath.Join(dir, "data")))
 
 	s.setPhase("parked")
 	consumers, stopConsumers := context.WithCancel(ctx)
@@ -993,8 +1001,8 @@ func (s *soak) settle(ctx context.Context, what string, limit time.Duration) rec
 			st.low, lowAt = sn.disk, time.Now()
 			st.lowAfter = lowAt.Sub(t0)
 		}
-		s.t.Logf("%7.0fs %-7s disk %10s (apparent %s) rss %s | %s", time.Since(s.t0).Seconds(), *s.phase.Load(),
-			mib(sn.disk), mib(sn.apparent), mib(sn.rss), diskFiles(filepath.Join(s.dir, "data")))
+		s.t.Logf("%7.0fs %-7s disk %10s (apparent %s) rss %s heap %s | %s", time.Since(s.t0).Seconds(), *s.phase.Load(),
+			mib(sn.disk), mib(sn.apparent), mib(sn.rss), mib(sn.heap), diskFiles(filepath.Join(s.dir, "data")))
 	}
 	st.end, st.took = s.snap(), time.Since(t0)
 	return st
@@ -1078,10 +1086,13 @@ func (s *soak) report(in reportInput) {
 		in.fullDepth, mib(in.full.rss), mib(in.base.rss), perM(in.full, in.base, in.fullDepth),
 		mib(in.full.disk), mib(in.base.disk), float64(in.full.disk)/float64(max(in.fullDepth, 1)),
 		mib(in.full.apparent), mib(in.base.apparent), float64(in.full.apparent)/float64(max(in.fullDepth, 1)))
+	t.Logf("full backlog: Go heap %s allocated, next GC goal %s → live heap ≈ %s, %.0f MiB per million above the baseline's (the body budget, 512 MiB by default, is part of it)",
+		mib(in.full.heap), mib(in.full.heapGoal), mib(in.full.heapGoal/2), float64(in.full.heapGoal/2-in.base.heapGoal/2)/(1<<20)/(float64(max(in.fullDepth, 1))/1e6))
 	t.Logf("peak sampled rss %s; end of steady load rss %s, disk %s", mib(maxRSS), mib(in.steadyEnd.rss), mib(in.steadyEnd.disk))
 	t.Logf("cpu: idle with the full backlog %.1f%% of a core; with %d long polls parked %.1f%% (test process %.1f%%; %d empty answers in the %v window; all parked %v after starting)",
 		in.idleCPU, s.cfg.pollers, in.parkedCPU, in.parkedClientCPU, in.parkedEmpty, quietWindow, in.parkedAt.Round(time.Millisecond))
-	t.Logf("drain: %v (drained: %v); after it rss %s, disk %s (apparent %s)", in.drainTook.Round(time.Second), in.drained, mib(in.afterDrain.rss), mib(in.afterDrain.disk), mib(in.afterDrain.apparent))
+	t.Logf("drain: %v (drained: %v); after it rss %s, heap %s (goal %s), disk %s (apparent %s)", in.drainTook.Round(time.Second), in.drained,
+		mib(in.afterDrain.rss), mib(in.afterDrain.heap), mib(in.afterDrain.heapGoal), mib(in.afterDrain.disk), mib(in.afterDrain.apparent))
 	for _, st := range in.rec.steps {
 		t.Logf("reclaim %-24s: disk %s (apparent %s) → low %s after %v (watched %v), end %s (apparent %s); rss %s → %s; reclaimed (within 10%% of the backlog's growth): %v. %s",
 			st.what, mib(st.start.disk), mib(st.start.apparent), mib(st.low), st.lowAfter.Round(time.Second), st.took.Round(time.Second), mib(st.end.disk), mib(st.end.apparent),
@@ -1106,8 +1117,8 @@ func (s *soak) report(in reportInput) {
 			t.Errorf("queue %s: %d acknowledged messages never delivered (first seqs %v)", q.name, n, first)
 		}
 	}
-	t.Logf("messages: %d acknowledged (SQS %d, AMQP confirmed %d, AMQP nacked %d), %d distinct delivered, %d duplicate deliveries",
-		acked, s.sent.Load(), s.published.Load(), s.nacked.Load(), seen, dups)
+	t.Logf("messages: %d acknowledged (SQS %d, AMQP confirmed %d, AMQP nacked %d), %d distinct delivered (%d of them never acknowledged: sends cut short by the end of a phase, which the broker had stored), %d duplicate deliveries",
+		acked, s.sent.Load(), s.published.Load(), s.nacked.Load(), seen, int64(seen)-int64(acked-lost), dups)
 	t.Logf("verdict: lost %d, unexpected %d, misrouted %d, corrupt %d, delivered after an acknowledged delete %d, 5xx %d, server died %v",
 		lost, unexpected, misrouted, corrupt, afterDel, s.errs.server5x.Load(), s.died.Load())
 	t.Logf("errors (%d):", s.errs.total())
