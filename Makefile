@@ -3,8 +3,10 @@ GO        ?= go
 FUZZTIME  ?= 30s
 CRASH_ITERATIONS ?= 200
 FAULTS_BUDGET ?= 5m
+SOAK_DURATION ?= 10m
+SOAK_MESSAGES ?= 2000000
 
-.PHONY: help build run test test-race lint bench fuzz crash faults perf
+.PHONY: help build run test test-race lint bench fuzz crash faults soak perf
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -41,6 +43,9 @@ crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
 
 faults: ## fault-injection tests (SIGKILL, SIGSTOP, power loss, EIO/ENOSPC, WAL bit flips) for FAULTS_BUDGET of load
 	SLUICE_FAULTS_BUDGET=$(FAULTS_BUDGET) $(GO) test -count=1 -timeout 60m -run . -v ./test/faults/
+
+soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DURATION, drain, disk reclamation (writes ~2 GB; SLUICE_SOAK_DIR)
+	SLUICE_SOAK=1 SLUICE_SOAK_DURATION=$(SOAK_DURATION) SLUICE_SOAK_MESSAGES=$(SOAK_MESSAGES) $(GO) test -count=1 -run TestSoak -v -timeout 120m ./test/soak/
 
 perf: ## restart time and memory with 1M queued messages (writes ~1.4 GB; SLUICE_PERF_DIR, SLUICE_PERF_PROFILE)
 	SLUICE_PERF=1 $(GO) test -count=1 -run TestRestart -v -timeout 30m ./test/perf/

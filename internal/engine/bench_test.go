@@ -158,3 +158,43 @@ func (discardStore) Scan([]byte, func(key, value []byte) error) error { return n
 func (discardStore) Sync() error                                      { return nil }
 func (discardStore) Get([]byte) ([]byte, error)                       { return nil, store.ErrNotFound }
 func (discardStore) Close() error                                     { return nil }
+
+// TestDrainedQueueReleasesMemory: a queue that held many messages and
+// drained gives its index memory back (Go maps never shrink by themselves).
+func TestDrainedQueueReleasesMemory(t *testing.T) {
+	e, err := Open(Options{Store: discardStore{}, BodyMemoryBudget: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.CreateQueue("q", DefaultQueueConfig(), nil)
+	batch := make([]Message, 10)
+	for i := range batch {
+		batch[i] = Message{Body: []byte("x")}
+	}
+	runtime.GC()
+	var before, full, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < 20_000; i++ {
+		e.Send("q", batch)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&full)
+	for {
+		d, _ := e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true})
+		if len(d) == 0 {
+			break
+		}
+		h := make([]string, len(d))
+		for i := range d {
+			h[i] = d[i].ReceiptHandle
+		}
+		e.Delete("q", h)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	t.Logf("heap: %d MiB empty, %d MiB with 200,000 messages, %d MiB after draining", before.HeapAlloc>>20, full.HeapAlloc>>20, after.HeapAlloc>>20)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > int64(full.HeapAlloc-before.HeapAlloc)/4 {
+		t.Errorf("a drained queue still holds %d bytes", grown)
+	}
+}

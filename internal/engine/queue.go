@@ -375,6 +375,10 @@ type queue struct {
 	nState    [3]int
 	nBytes    [3]int64 // body bytes per state, for MaxLengthBytes
 
+	// peak is the most messages held since the queue last drained; a
+	// queue that drains after a large peak releases its index memory.
+	peak int
+
 	// outbox holds dead-letter moves decided under the lock; unlock
 	// (Engine.unlock) writes them into their targets' memory.
 	outbox []move
@@ -468,6 +472,9 @@ func (q *queue) groupLocked(id string) *group {
 // the timer heap.
 func (q *queue) addLocked(m *message) {
 	q.msgs[m.seq] = m
+	if len(q.msgs) > q.peak {
+		q.peak = len(q.msgs)
+	}
 	m.timerIdx, m.expiryIdx, m.ttlIdx = -1, -1, -1
 	if m.body != nil {
 		m.bodyLen = int32(len(m.body))
@@ -527,12 +534,34 @@ func (q *queue) removeLocked(m *message) {
 	}
 	g.members--
 	q.updateGroupLocked(g)
+	if len(q.msgs) == 0 && q.peak > 1024 {
+		q.shrinkLocked()
+	}
 	if g.members == 0 {
 		delete(q.groups, g.id)
 	} else if wasHead && q.fifo() {
 		// Removing a FIFO group's head (delete, expiry, dead-letter)
 		// may release the group.
 		q.wakeLocked()
+	}
+}
+
+// shrinkLocked releases the memory a drained queue still holds: Go maps
+// never shrink and heap slices keep their capacity, so a queue that once
+// held millions of messages would keep their index allocated while empty.
+func (q *queue) shrinkLocked() {
+	q.peak = 0
+	if len(q.msgs) == 0 {
+		q.msgs = make(map[uint64]*message)
+	}
+	if len(q.timers) == 0 {
+		q.timers = nil
+	}
+	if len(q.expiry) == 0 {
+		q.expiry = nil
+	}
+	if len(q.ttl) == 0 {
+		q.ttl = nil
 	}
 }
 

@@ -40,6 +40,11 @@ type Options struct {
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
+	// BodyMemoryBudget caps the bytes of message bodies kept in memory;
+	// bodies beyond it stay on disk and are read when needed. 0: the
+	// engine's default (512 MiB); negative: no cap.
+	BodyMemoryBudget int64 `toml:"body_memory_budget"`
+
 	// MinFreeDisk is the free space (bytes) below which the broker refuses
 	// new messages until space returns (back-pressure instead of running
 	// the store into ENOSPC). 0 turns the watch off.

@@ -124,6 +124,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Logger:           log.With("component", "engine"),
 		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
 		DeadLetterRouter: topo,
+		BodyMemoryBudget: opts.BodyMemoryBudget,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
