@@ -1,12 +1,9 @@
 package worker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -678,48 +675,13 @@ func (s *AMQPSource) report(ctx context.Context, r *amqpDelivery, f Failure) (Ou
 		secs := min(max(f.Backoff.Seconds(), 0), 43200)
 		body.RetryAfterSeconds = &secs
 	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ext, bytes.NewReader(data))
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return Outcome{}, false, fmt.Errorf("worker: failure report: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return Outcome{}, false, fmt.Errorf("worker: failure report: %w", err)
-	}
-	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
-	if resp.StatusCode == http.StatusOK && isJSON {
-		var out failureOutcome
-		if json.Unmarshal(raw, &out) == nil && out.DeadLettered != nil {
-			s.extPresent()
-			return Outcome{DeadLettered: *out.DeadLettered, Target: out.Target, VisibleAt: out.VisibleAt, Reported: true}, true, nil
-		}
-	}
-	var ee extError
-	if isJSON && json.Unmarshal(raw, &ee) == nil && ee.Error != nil && ee.Error.Code != "" && ee.Error.Code != "NotFound" {
+	out, present, err := postFailure(ctx, s.http, s.ext, body)
+	if present {
 		s.extPresent()
-		e := &ExtensionError{Status: resp.StatusCode, Code: ee.Error.Code, Message: ee.Error.Message}
-		switch e.Code {
-		case "NoDeadLetterQueue":
-			return Outcome{}, true, fmt.Errorf("%w (%w)", ErrNoDeadLetterQueue, e)
-		case "MessageNotAvailable", "MessageNotInflight", "ReceiptHandleInvalid":
-			return Outcome{}, true, fmt.Errorf("%w (%w)", ErrLeaseLost, e)
-		}
-		return Outcome{}, true, e
+		return out, true, err
 	}
-	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented {
-		// A failing proxy or broker says nothing about the extension.
-		return Outcome{}, false, fmt.Errorf("worker: failure report: HTTP %d", resp.StatusCode)
+	if err != nil {
+		return Outcome{}, false, err
 	}
 	s.mu.Lock()
 	first := s.extAbsentAt.IsZero() && !s.extFound
@@ -730,7 +692,7 @@ func (s *AMQPSource) report(ctx context.Context, r *amqpDelivery, f Failure) (Ou
 		lvl = slog.LevelInfo
 	}
 	s.log.Log(ctx, lvl, "no Sluice failure-report extension here; using plain AMQP behaviour (rechecked every 5 minutes)",
-		"endpoint", s.ext, "status", resp.StatusCode)
+		"endpoint", s.ext)
 	return Outcome{}, false, nil
 }
 

@@ -1,12 +1,9 @@
 package worker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -416,48 +413,13 @@ func (s *SQSSource) report(ctx context.Context, m *Message, f Failure, info queu
 		secs := min(f.Backoff.Seconds(), 43200)
 		body.RetryAfterSeconds = &secs
 	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ext, bytes.NewReader(data))
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return Outcome{}, false, fmt.Errorf("worker: failure report: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return Outcome{}, false, fmt.Errorf("worker: failure report: %w", err)
-	}
-	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
-	if resp.StatusCode == http.StatusOK && isJSON {
-		var out failureOutcome
-		if json.Unmarshal(raw, &out) == nil && out.DeadLettered != nil {
-			s.found()
-			return Outcome{DeadLettered: *out.DeadLettered, Target: out.Target, VisibleAt: out.VisibleAt, Reported: true}, true, nil
-		}
-	}
-	var ee extError
-	if isJSON && json.Unmarshal(raw, &ee) == nil && ee.Error != nil && ee.Error.Code != "" && ee.Error.Code != "NotFound" {
+	out, present, err := postFailure(ctx, s.http, s.ext, body)
+	if present {
 		s.found()
-		e := &ExtensionError{Status: resp.StatusCode, Code: ee.Error.Code, Message: ee.Error.Message}
-		switch e.Code {
-		case "NoDeadLetterQueue":
-			return Outcome{}, true, fmt.Errorf("%w (%w)", ErrNoDeadLetterQueue, e)
-		case "MessageNotAvailable", "MessageNotInflight", "ReceiptHandleInvalid":
-			return Outcome{}, true, fmt.Errorf("%w (%w)", ErrLeaseLost, e)
-		}
-		return Outcome{}, true, e
+		return out, true, err
 	}
-	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented {
-		// A failing proxy or broker says nothing about the extension.
-		return Outcome{}, false, fmt.Errorf("worker: failure report: HTTP %d", resp.StatusCode)
+	if err != nil {
+		return Outcome{}, false, err
 	}
 	s.mu.Lock()
 	first := s.extAbsentAt.IsZero() && !s.extFound
@@ -468,7 +430,7 @@ func (s *SQSSource) report(ctx context.Context, m *Message, f Failure, info queu
 		lvl = slog.LevelInfo
 	}
 	s.log.Log(ctx, lvl, "no Sluice failure-report extension here; using plain SQS behaviour (rechecked every 5 minutes)",
-		"endpoint", s.ext, "status", resp.StatusCode)
+		"endpoint", s.ext)
 	return Outcome{}, false, nil
 }
 

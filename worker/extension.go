@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// httpDoer is what both sources' HTTP clients provide.
+type httpDoer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// postFailure sends one failure report to Sluice's extension at url and
+// interprets the answer, for both transports. present reports that the
+// extension answered, with an outcome or with its own error (mapped to
+// ErrNoDeadLetterQueue, ErrLeaseLost or an *ExtensionError). When present
+// is false, a nil err means the endpoint clearly has no extension (a 404 or
+// a foreign answer), while a non-nil err (transport failure, 5xx) says
+// nothing either way.
+func postFailure(ctx context.Context, hc httpDoer, url string, report any) (out Outcome, present bool, err error) {
+	data, err := json.Marshal(report)
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Outcome{}, false, fmt.Errorf("worker: failure report: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return Outcome{}, false, fmt.Errorf("worker: failure report: %w", err)
+	}
+	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
+	if resp.StatusCode == http.StatusOK && isJSON {
+		var o failureOutcome
+		if json.Unmarshal(raw, &o) == nil && o.DeadLettered != nil {
+			return Outcome{DeadLettered: *o.DeadLettered, Target: o.Target, VisibleAt: o.VisibleAt, Reported: true}, true, nil
+		}
+	}
+	var ee extError
+	if isJSON && json.Unmarshal(raw, &ee) == nil && ee.Error != nil && ee.Error.Code != "" && ee.Error.Code != "NotFound" {
+		e := &ExtensionError{Status: resp.StatusCode, Code: ee.Error.Code, Message: ee.Error.Message}
+		switch e.Code {
+		case "NoDeadLetterQueue":
+			return Outcome{}, true, fmt.Errorf("%w (%w)", ErrNoDeadLetterQueue, e)
+		case "MessageNotAvailable", "MessageNotInflight", "ReceiptHandleInvalid":
+			return Outcome{}, true, fmt.Errorf("%w (%w)", ErrLeaseLost, e)
+		}
+		return Outcome{}, true, e
+	}
+	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented {
+		// A failing proxy or broker says nothing about the extension.
+		return Outcome{}, false, fmt.Errorf("worker: failure report: HTTP %d", resp.StatusCode)
+	}
+	return Outcome{}, false, nil
+}
