@@ -10,9 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -571,50 +569,8 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	if res.Stale > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (other messages, acked)\n", "stale", res.Stale)
 	}
-	for _, l := range []struct {
-		name string
-		s    LatencySummary
-	}{{"latency", res.Latency}, {"confirm rtt", res.ConfirmRTT}} {
-		fmt.Fprintf(w, "  %-12s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n", l.name,
-			amqpDur(l.s.P50), amqpDur(l.s.P90), amqpDur(l.s.P99), amqpDur(l.s.P999), amqpDur(l.s.Max), amqpDur(l.s.Mean))
-	}
-	if res.ServerCPU > 0 {
-		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "server cpu", res.ServerCPU.Seconds(), res.ServerCPUPer100k)
-	}
-	if res.ClientCPU > 0 {
-		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "bench cpu", res.ClientCPU.Seconds(), res.ClientCPUPer100k)
-	}
-	if res.MachineCPU > 0 && res.Elapsed > 0 {
-		fmt.Fprintf(w, "  %-12s %8.2f s   busy on average %.2f CPUs; %.2f s not the broker's or bench's\n", "machine cpu",
-			res.MachineCPU.Seconds(), res.MachineCPU.Seconds()/res.Elapsed.Seconds(), res.OtherCPU.Seconds())
-	}
-	if len(res.Errors) == 0 {
-		fmt.Fprintf(w, "  %-12s none\n", "errors")
-		return
-	}
-	kinds := make([]string, 0, len(res.Errors))
-	for k := range res.Errors {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var sb strings.Builder
-	for i, k := range kinds {
-		if i > 0 {
-			sb.WriteString("  ")
-		}
-		fmt.Fprintf(&sb, "%s=%d", k, res.Errors[k])
-	}
-	fmt.Fprintf(w, "  %-12s %s\n", "errors", sb.String())
-}
-
-// amqpDur prints a latency in µs or ms with three significant digits.
-func amqpDur(d time.Duration) string {
-	switch {
-	case d < time.Millisecond:
-		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + "µs"
-	case d < time.Second:
-		return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + "ms"
-	default:
-		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
-	}
+	printLatencies(w, namedLatency{"latency", res.Latency}, namedLatency{"confirm rtt", res.ConfirmRTT})
+	printCPU(w, cpuFigures{server: res.ServerCPU, serverPer100k: res.ServerCPUPer100k, client: res.ClientCPU,
+		clientPer100k: res.ClientCPUPer100k, machine: res.MachineCPU, other: res.OtherCPU, elapsed: res.Elapsed})
+	printErrors(w, res.Errors)
 }
