@@ -712,17 +712,7 @@ func (d *jdec) sendBatch(in *sendMessageBatchInput) bool {
 			if f == 0 {
 				return d.strVal(&in.QueueUrl)
 			}
-			if d.peek() == 'n' {
-				in.Entries = nil
-				return d.lit("null")
-			}
-			out := make([]sendEntry, 0, 10)
-			ok := d.array(func() bool {
-				out = append(out, sendEntry{})
-				return d.sendEntry(&out[len(out)-1], nil)
-			})
-			in.Entries = out
-			return ok
+			return decodeEntries(d, &in.Entries, func(e *sendEntry) bool { return d.sendEntry(e, nil) })
 		})
 	})
 }
@@ -790,14 +780,7 @@ func (d *jdec) handleBatch(in *batchHandleInput) bool {
 			if f == 0 {
 				return d.strVal(&in.QueueUrl)
 			}
-			if d.peek() == 'n' {
-				in.Entries = nil
-				return d.lit("null")
-			}
-			out := make([]handleEntry, 0, 10)
-			ok := d.array(func() bool {
-				out = append(out, handleEntry{})
-				e := &out[len(out)-1]
+			return decodeEntries(d, &in.Entries, func(e *handleEntry) bool {
 				if d.null() {
 					return true
 				}
@@ -815,8 +798,24 @@ func (d *jdec) handleBatch(in *batchHandleInput) bool {
 					})
 				})
 			})
-			in.Entries = out
-			return ok
 		})
 	})
+}
+
+// decodeEntries decodes a batch's Entries array (or null) into *dst, each
+// element with entry; batches hold at most 10 entries, so that is the
+// capacity reserved.
+func decodeEntries[T any](d *jdec, dst *[]T, entry func(*T) bool) bool {
+	if d.peek() == 'n' {
+		*dst = nil
+		return d.lit("null")
+	}
+	out := make([]T, 0, 10)
+	ok := d.array(func() bool {
+		var zero T
+		out = append(out, zero)
+		return entry(&out[len(out)-1])
+	})
+	*dst = out
+	return ok
 }
