@@ -232,82 +232,71 @@ func (l *groupList) remove(g *group) {
 	g.prev, g.next = nil, nil
 }
 
-// timerHeap orders delayed and in-flight messages by visibleAt.
-type timerHeap []*message
+// msgHeap is a container/heap of messages that keeps each message's
+// position in the message itself, so a message can be fixed or removed in
+// O(log n). K says what orders the heap and which index field it uses.
+type msgHeap[K heapKind] []*message
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].visibleAt < h[j].visibleAt }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].timerIdx = int32(i)
-	h[j].timerIdx = int32(j)
+// heapKind is the ordering and index field of one msgHeap.
+type heapKind interface {
+	less(a, b *message) bool
+	index(m *message) *int32
 }
-func (h *timerHeap) Push(x any) {
+
+func (h msgHeap[K]) Len() int           { return len(h) }
+func (h msgHeap[K]) Less(i, j int) bool { var k K; return k.less(h[i], h[j]) }
+func (h msgHeap[K]) Swap(i, j int) {
+	var k K
+	h[i], h[j] = h[j], h[i]
+	*k.index(h[i]) = int32(i)
+	*k.index(h[j]) = int32(j)
+}
+func (h *msgHeap[K]) Push(x any) {
+	var k K
 	m := x.(*message)
-	m.timerIdx = int32(len(*h))
+	*k.index(m) = int32(len(*h))
 	*h = append(*h, m)
 }
-func (h *timerHeap) Pop() any {
+func (h *msgHeap[K]) Pop() any {
+	var k K
 	old := *h
 	m := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	m.timerIdx = -1
+	*k.index(m) = -1
 	return m
 }
 
-// expiryHeap orders all messages by enqueuedAt, for retention.
-type expiryHeap []*message
+// byVisibleAt orders delayed and in-flight messages by the end of their
+// delay or lease.
+type byVisibleAt struct{}
 
-func (h expiryHeap) Len() int { return len(h) }
-func (h expiryHeap) Less(i, j int) bool {
-	if h[i].enqueuedAt != h[j].enqueuedAt {
-		return h[i].enqueuedAt < h[j].enqueuedAt
+func (byVisibleAt) less(a, b *message) bool { return a.visibleAt < b.visibleAt }
+func (byVisibleAt) index(m *message) *int32 { return &m.timerIdx }
+
+// byEnqueuedAt orders all messages by when they entered the queue, for
+// retention.
+type byEnqueuedAt struct{}
+
+func (byEnqueuedAt) less(a, b *message) bool {
+	if a.enqueuedAt != b.enqueuedAt {
+		return a.enqueuedAt < b.enqueuedAt
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].expiryIdx = int32(i)
-	h[j].expiryIdx = int32(j)
-}
-func (h *expiryHeap) Push(x any) {
-	m := x.(*message)
-	m.expiryIdx = int32(len(*h))
-	*h = append(*h, m)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	m := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	m.expiryIdx = -1
-	return m
-}
+func (byEnqueuedAt) index(m *message) *int32 { return &m.expiryIdx }
 
-// ttlHeap orders messages with a TTL by ttlAt.
-type ttlHeap []*message
+// byTTL orders messages with a TTL by when it ends.
+type byTTL struct{}
 
-func (h ttlHeap) Len() int           { return len(h) }
-func (h ttlHeap) Less(i, j int) bool { return h[i].ttlAt < h[j].ttlAt }
-func (h ttlHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].ttlIdx = int32(i)
-	h[j].ttlIdx = int32(j)
-}
-func (h *ttlHeap) Push(x any) {
-	m := x.(*message)
-	m.ttlIdx = int32(len(*h))
-	*h = append(*h, m)
-}
-func (h *ttlHeap) Pop() any {
-	old := *h
-	m := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	m.ttlIdx = -1
-	return m
-}
+func (byTTL) less(a, b *message) bool { return a.ttlAt < b.ttlAt }
+func (byTTL) index(m *message) *int32 { return &m.ttlIdx }
+
+type (
+	timerHeap  = msgHeap[byVisibleAt]
+	expiryHeap = msgHeap[byEnqueuedAt]
+	ttlHeap    = msgHeap[byTTL]
+)
 
 // dedupEntry remembers a FIFO deduplication id for DedupWindow. Entries of
 // the same id in different groups chain through next.
