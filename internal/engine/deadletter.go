@@ -63,9 +63,7 @@ func (e *Engine) canDeadLetter(q *queue) bool {
 // deadLetterLocked removes m from q and dead-letters it (see
 // routeDeadLetterLocked). It returns the targets that took it.
 func (e *Engine) deadLetterLocked(q *queue, m *message, reason string, now int64, b *store.Batch) []string {
-	q.removeLocked(m)
-	b.Delete(messageKey(q.id, m.seq, kindContent))
-	b.Delete(messageKey(q.id, m.seq, kindState))
+	q.dropLocked(m, b)
 	return e.routeDeadLetterLocked(q, m, reason, now, b)
 }
 
@@ -194,9 +192,7 @@ func (q *queue) expireLocked(m *message, now int64, b *store.Batch) {
 		q.eng.deadLetterLocked(q, m, ReasonExpired, now, b)
 		return
 	}
-	q.removeLocked(m)
-	b.Delete(messageKey(q.id, m.seq, kindContent))
-	b.Delete(messageKey(q.id, m.seq, kindState))
+	q.dropLocked(m, b)
 	q.stats.expired.Add(1)
 }
 
@@ -235,9 +231,7 @@ func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 			return
 		}
 		if !q.eng.canDeadLetter(q) {
-			q.removeLocked(m)
-			b.Delete(messageKey(q.id, m.seq, kindContent))
-			b.Delete(messageKey(q.id, m.seq, kindState))
+			q.dropLocked(m, b)
 			q.stats.dropped.Add(1)
 			continue
 		}

@@ -206,14 +206,11 @@ func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
 	var b store.Batch
 	q.advanceLocked(now, &b)
 	n := 0
-	for _, s := range q.sortedSeqsLocked(0) {
-		m := q.msgs[s]
+	for _, m := range q.msgs { // order does not matter for a delete
 		if !f.matches(m) {
 			continue
 		}
-		q.removeLocked(m)
-		b.Delete(messageKey(q.id, m.seq, kindContent))
-		b.Delete(messageKey(q.id, m.seq, kindState))
+		q.dropLocked(m, &b)
 		n++
 	}
 	q.stats.deleted.Add(uint64(n))

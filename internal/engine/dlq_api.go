@@ -38,14 +38,13 @@ const (
 
 // Move task defaults and limits.
 const (
-	DefaultMoveRate         = 50  // messages per second when none is given
-	MaxMoveRate             = 500 // SQS's ceiling
-	DefaultSafetyWindow     = 30 * time.Second
-	DefaultSafetyThreshold  = 3
-	MaxMoveTaskDuration     = 36 * time.Hour
-	MoveTasksKeptPerSource  = 10
-	moveTaskSampleSize      = 10
-	defaultMaxTasksReported = 1
+	DefaultMoveRate        = 50  // messages per second when none is given
+	MaxMoveRate            = 500 // SQS's ceiling
+	DefaultSafetyWindow    = 30 * time.Second
+	DefaultSafetyThreshold = 3
+	MaxMoveTaskDuration    = 36 * time.Hour
+	MoveTasksKeptPerSource = 10
+	moveTaskSampleSize     = 10
 )
 
 // MoveTaskSpec starts a redrive: messages of Source (a dead-letter queue)

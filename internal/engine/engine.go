@@ -450,9 +450,7 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 	ret := int64(q.cfg.Retention)
 	for len(q.expiry) > 0 && q.expiry[0].enqueuedAt+ret <= now {
 		m := q.expiry[0]
-		q.removeLocked(m)
-		b.Delete(messageKey(q.id, m.seq, kindContent))
-		b.Delete(messageKey(q.id, m.seq, kindState))
+		q.dropLocked(m, b)
 		q.stats.expired.Add(1)
 	}
 	for len(q.dedupOrder) > 0 && q.dedupOrder[0].expiresAt <= now {
@@ -865,9 +863,7 @@ func (e *Engine) purgeReady(name string) (int, error) {
 		if m.state == stateInFlight {
 			continue
 		}
-		q.removeLocked(m)
-		b.Delete(messageKey(q.id, m.seq, kindContent))
-		b.Delete(messageKey(q.id, m.seq, kindState))
+		q.dropLocked(m, &b)
 		n++
 	}
 	q.stats.deleted.Add(uint64(n))

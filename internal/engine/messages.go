@@ -486,9 +486,7 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 			// again since. Succeed without deleting another
 			// consumer's lease.
 		default:
-			q.removeLocked(m)
-			b.Delete(messageKey(q.id, m.seq, kindContent))
-			b.Delete(messageKey(q.id, m.seq, kindState))
+			q.dropLocked(m, &b)
 			deleted++
 			if m.leaseAt != 0 {
 				e.obs.Deleted(q.name, time.Duration(now-m.leaseAt))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"container/heap"
+	"github.com/sluicemq/sluice/internal/store"
 	"sync"
 	"sync/atomic"
 )
@@ -494,6 +495,14 @@ func (q *queue) addLocked(m *message) {
 	if m.state == stateVisible {
 		q.wakeLocked()
 	}
+}
+
+// dropLocked removes m from memory and deletes its records in b: the end
+// of a message's life (delete, expiry, purge, or a move elsewhere).
+func (q *queue) dropLocked(m *message, b *store.Batch) {
+	q.removeLocked(m)
+	b.Delete(messageKey(q.id, m.seq, kindContent))
+	b.Delete(messageKey(q.id, m.seq, kindState))
 }
 
 // removeLocked takes a message out of memory entirely.

@@ -481,9 +481,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 // MessageId, a fresh receive count and retention clock, at the back of d.
 // Its original id and the number of redrives travel in RedriveInfo.
 func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) move {
-	q.removeLocked(m)
-	b.Delete(messageKey(q.id, m.seq, kindContent))
-	b.Delete(messageKey(q.id, m.seq, kindState))
+	q.dropLocked(m, b)
 	orig, count := FormatID(m.id), 1
 	if m.ext != nil && m.ext.redrive != nil {
 		orig, count = m.ext.redrive.OriginalMessageID, m.ext.redrive.Count+1

@@ -8,6 +8,10 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
+// diskPollInterval is how often the free-space watch polls: often enough
+// that a fast producer cannot fill the margin between two polls.
+const diskPollInterval = time.Second
+
 // freeBytes reports the space available to unprivileged writers on the
 // filesystem holding dir.
 func freeBytes(dir string) (uint64, error) {

@@ -229,10 +229,6 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	return mux
 }
 
-// diskInterval is how often the free-space watch polls: often enough that a
-// fast producer cannot fill the margin between two polls.
-func (s *Server) diskInterval() time.Duration { return time.Second }
-
 // SQSAddr is the address of the HTTP listener (SQS API, admin API,
 // dashboard, metrics).
 func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
@@ -269,7 +265,7 @@ func (s *Server) Run(ctx context.Context) error {
 	alertsDone, dashDone, diskDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { s.alerts.Run(bg); close(alertsDone) }()
 	go func() { s.dash.Run(bg); close(dashDone) }()
-	go func() { s.watchDisk(bg, s.diskInterval()); close(diskDone) }()
+	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
 	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
