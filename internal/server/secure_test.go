@@ -298,3 +298,19 @@ func TestDiskNearlyFullBackPressure(t *testing.T) {
 		}
 	}
 }
+
+// TestOversizedHeadersRefused: a request whose headers exceed the 64 KiB
+// limit gets 431 and costs the broker no more than that.
+func TestOversizedHeadersRefused(t *testing.T) {
+	s := startWith(t, func(*Options) {})
+	req, _ := http.NewRequest("GET", "http://"+s.SQSAddr()+"/health", nil)
+	req.Header.Set("X-Padding", strings.Repeat("a", 100<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+}
