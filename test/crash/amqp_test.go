@@ -85,55 +85,7 @@ type amqpLife struct {
 	dead chan struct{} // closed just before the process is killed
 }
 
-// amqpCluster hands workers the current life and makes them wait while the
-// server is down.
-type amqpCluster struct {
-	mu      sync.Mutex
-	cur     *amqpLife
-	changed chan struct{} // closed when cur changes
-}
-
-func (c *amqpCluster) current(ctx context.Context) (*amqpLife, error) {
-	for {
-		c.mu.Lock()
-		cur, changed := c.cur, c.changed
-		c.mu.Unlock()
-		if cur != nil {
-			return cur, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (c *amqpCluster) set(l *amqpLife) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cur = l
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-// afterError waits before a worker retries: for the next life when this
-// one is dead, else a short pause.
-func (c *amqpCluster) afterError(ctx context.Context, l *amqpLife) {
-	select {
-	case <-l.dead:
-		_, _ = c.current(ctx)
-		return
-	default:
-	}
-	t := time.NewTimer(20 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-l.dead:
-	case <-ctx.Done():
-	}
-}
+func (l *amqpLife) Dead() <-chan struct{} { return l.dead }
 
 // amqpLedger is what clients were told, by message id.
 type amqpLedger struct {
@@ -320,9 +272,9 @@ func runAMQPCrash(t *testing.T, bin string, iterations int, seed uint64) {
 		return &amqpLife{srv: srv, url: "amqp://guest:guest@" + addr + "/", dead: make(chan struct{})}
 	}
 
-	cl := &amqpCluster{changed: make(chan struct{})}
+	cl := NewLives[*amqpLife]()
 	life := start()
-	cl.set(life)
+	cl.Set(life)
 	defer func() {
 		if l := cl.cur; l != nil {
 			if err := l.srv.Stop(10 * time.Second); err != nil {
@@ -382,7 +334,7 @@ func runAMQPCrash(t *testing.T, bin string, iterations int, seed uint64) {
 			t.Fatalf("iteration %d: kill: %v", i, err)
 		}
 		life = start()
-		cl.set(life)
+		cl.Set(life)
 	}
 	t.Logf("%d kills in %v; %d ids published, %d confirms, %d deliveries so far",
 		iterations, time.Since(began).Round(time.Millisecond), nextID.Load(), led.confirms.Load(), led.deliveries.Load())
@@ -467,15 +419,15 @@ func runAMQPCrash(t *testing.T, bin string, iterations int, seed uint64) {
 // failure. A message counts as published (the ledger may see it delivered)
 // before its publish is written; it counts as confirmed only when its
 // basic.ack arrives.
-func amqpProduce(ctx context.Context, cl *amqpCluster, led *amqpLedger, nextID *atomic.Uint64) {
+func amqpProduce(ctx context.Context, cl *Lives[*amqpLife], led *amqpLedger, nextID *atomic.Uint64) {
 	interval := time.Second / amqpRate
 	for ctx.Err() == nil {
-		life, err := cl.current(ctx)
+		life, err := cl.Current(ctx)
 		if err != nil {
 			return
 		}
 		if err := amqpProduceOn(ctx, life, led, nextID, interval); err != nil && ctx.Err() == nil {
-			cl.afterError(ctx, life)
+			cl.AfterError(ctx, life)
 		}
 	}
 }
@@ -564,14 +516,14 @@ func amqpProduceOn(ctx context.Context, life *amqpLife, led *amqpLedger, nextID 
 }
 
 // amqpConsume consumes with manual acks, reconnecting after every failure.
-func amqpConsume(ctx context.Context, cl *amqpCluster, led *amqpLedger) {
+func amqpConsume(ctx context.Context, cl *Lives[*amqpLife], led *amqpLedger) {
 	for ctx.Err() == nil {
-		life, err := cl.current(ctx)
+		life, err := cl.Current(ctx)
 		if err != nil {
 			return
 		}
 		if err := amqpConsumeOn(ctx, life, led); err != nil && ctx.Err() == nil {
-			cl.afterError(ctx, life)
+			cl.AfterError(ctx, life)
 		}
 	}
 }

@@ -102,55 +102,7 @@ type incarnation struct {
 	dead     chan struct{} // closed just before the process is killed
 }
 
-// cluster hands workers the current incarnation and makes them wait while
-// the server is down.
-type cluster struct {
-	mu      sync.Mutex
-	cur     *incarnation  // nil while down
-	changed chan struct{} // closed when cur changes
-}
-
-func (c *cluster) current(ctx context.Context) (*incarnation, error) {
-	for {
-		c.mu.Lock()
-		cur, changed := c.cur, c.changed
-		c.mu.Unlock()
-		if cur != nil {
-			return cur, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (c *cluster) set(inc *incarnation) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cur = inc
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-// afterError waits before the worker retries: until the next incarnation
-// when this one is dead, else a short backoff.
-func (c *cluster) afterError(ctx context.Context, inc *incarnation) {
-	select {
-	case <-inc.dead:
-		_, _ = c.current(ctx)
-		return
-	default:
-	}
-	t := time.NewTimer(20 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-inc.dead:
-	case <-ctx.Done():
-	}
-}
+func (inc *incarnation) Dead() <-chan struct{} { return inc.dead }
 
 func newClient(url string) *sqs.Client {
 	tr := &http.Transport{
@@ -220,8 +172,8 @@ func runCrash(t *testing.T, fifo bool, iterations int, seed uint64) {
 	}
 	_ = srv.Kill() // the queue itself must survive a crash too
 	inc := start()
-	cl := &cluster{changed: make(chan struct{})}
-	cl.set(inc)
+	cl := NewLives[*incarnation]()
+	cl.Set(inc)
 	defer func() {
 		if cur := cl.cur; cur != nil {
 			if err := cur.srv.Stop(10 * time.Second); err != nil {
@@ -267,7 +219,7 @@ func runCrash(t *testing.T, fifo bool, iterations int, seed uint64) {
 			t.Fatal(ctx.Err())
 		}
 		old := cl.cur
-		cl.set(nil)
+		cl.Set(nil)
 		close(old.dead)
 		if err := old.srv.Kill(); err != nil {
 			stopAll()
@@ -277,7 +229,7 @@ func runCrash(t *testing.T, fifo bool, iterations int, seed uint64) {
 		down := time.Now()
 		inc := start()
 		downtime += time.Since(down)
-		cl.set(inc)
+		cl.Set(inc)
 	}
 	stopProducers()
 	pwg.Wait()
@@ -361,11 +313,11 @@ func queueEmpty(ctx context.Context, inc *incarnation) (bool, string, error) {
 // produce sends batches of 10 unique bodies until ctx ends. Ids are
 // recorded as attempted before the request and acknowledged only from a 200
 // response's Successful list.
-func produce(ctx context.Context, cl *cluster, tr *tracker, p int, fifo bool) {
+func produce(ctx context.Context, cl *Lives[*incarnation], tr *tracker, p int, fifo bool) {
 	pad := strings.Repeat(".", bodyPad)
 	seq := 0
 	for ctx.Err() == nil {
-		inc, err := cl.current(ctx)
+		inc, err := cl.Current(ctx)
 		if err != nil {
 			return
 		}
@@ -388,7 +340,7 @@ func produce(ctx context.Context, cl *cluster, tr *tracker, p int, fifo bool) {
 				return
 			}
 			tr.liveError(inc, "send", err)
-			cl.afterError(ctx, inc)
+			cl.AfterError(ctx, inc)
 			continue
 		}
 		for _, s := range out.Successful {
@@ -407,9 +359,9 @@ func produce(ctx context.Context, cl *cluster, tr *tracker, p int, fifo bool) {
 
 // consume receives, records and deletes at once. A delete that fails is not
 // retried: its messages come back after the visibility timeout.
-func consume(ctx context.Context, cl *cluster, tr *tracker) {
+func consume(ctx context.Context, cl *Lives[*incarnation], tr *tracker) {
 	for ctx.Err() == nil {
-		inc, err := cl.current(ctx)
+		inc, err := cl.Current(ctx)
 		if err != nil {
 			return
 		}
@@ -425,7 +377,7 @@ func consume(ctx context.Context, cl *cluster, tr *tracker) {
 				return
 			}
 			tr.liveError(inc, "receive", err)
-			cl.afterError(ctx, inc)
+			cl.AfterError(ctx, inc)
 			continue
 		}
 		if len(out.Messages) == 0 {
@@ -445,7 +397,7 @@ func consume(ctx context.Context, cl *cluster, tr *tracker) {
 		dout, err := inc.client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(inc.queueURL), Entries: entries})
 		if err != nil {
 			tr.liveError(inc, "delete", err)
-			cl.afterError(ctx, inc)
+			cl.AfterError(ctx, inc)
 			continue
 		}
 		for _, s := range dout.Successful {

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -189,3 +190,74 @@ func tail(path string) string {
 
 // Tail is the end of dir/server.log.
 func Tail(dir string) string { return tail(filepath.Join(dir, "server.log")) }
+
+// Mortal is one incarnation of a server that a test kills and restarts.
+type Mortal interface {
+	comparable
+	// Dead is closed just before the process is killed.
+	Dead() <-chan struct{}
+}
+
+// Lives hands client workers the current incarnation of a server that is
+// killed and restarted, and makes them wait while it is down. The zero
+// value is not usable; call NewLives.
+type Lives[T Mortal] struct {
+	mu      sync.Mutex
+	cur     T             // the zero value while down
+	changed chan struct{} // closed when cur changes
+}
+
+// NewLives returns Lives with no incarnation yet.
+func NewLives[T Mortal]() *Lives[T] { return &Lives[T]{changed: make(chan struct{})} }
+
+// Current returns the current incarnation, waiting while there is none.
+func (l *Lives[T]) Current(ctx context.Context) (T, error) {
+	var zero T
+	for {
+		l.mu.Lock()
+		cur, changed := l.cur, l.changed
+		l.mu.Unlock()
+		if cur != zero {
+			return cur, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
+	}
+}
+
+// Get returns the current incarnation, or the zero value while down.
+func (l *Lives[T]) Get() T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur
+}
+
+// Set installs a new incarnation (the zero value: down) and wakes waiters.
+func (l *Lives[T]) Set(inc T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cur = inc
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// AfterError waits before a worker retries: for the next incarnation when
+// inc is dead, else a short pause.
+func (l *Lives[T]) AfterError(ctx context.Context, inc T) {
+	select {
+	case <-inc.Dead():
+		_, _ = l.Current(ctx)
+		return
+	default:
+	}
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-inc.Dead():
+	case <-ctx.Done():
+	}
+}

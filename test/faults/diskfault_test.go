@@ -239,7 +239,7 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 		_ = srv.Kill()
 		t.Fatal(err)
 	}
-	w.cl.set(inc)
+	w.cl.Set(inc)
 	defer stopBroker(t, w)
 	w.start(ctx, rng)
 
@@ -323,7 +323,7 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 		_ = srv2.Kill()
 		t.Fatal(err)
 	}
-	w.cl.set(inc2)
+	w.cl.Set(inc2)
 	w.drain(t, ctx)
 	w.verdict(t, fmt.Sprintf("fault %s on %s; acks before the fault %d", errName, op, acksBefore))
 }

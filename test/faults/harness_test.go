@@ -121,63 +121,7 @@ type incarnation struct {
 	epoch  int               // crashes before this incarnation (Receipt.Epoch)
 }
 
-// cluster hands workers the current incarnation and makes them wait while
-// the broker is down.
-type cluster struct {
-	mu      sync.Mutex
-	cur     *incarnation
-	changed chan struct{}
-}
-
-func newCluster() *cluster { return &cluster{changed: make(chan struct{})} }
-
-func (c *cluster) current(ctx context.Context) (*incarnation, error) {
-	for {
-		c.mu.Lock()
-		cur, changed := c.cur, c.changed
-		c.mu.Unlock()
-		if cur != nil {
-			return cur, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (c *cluster) get() *incarnation {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cur
-}
-
-func (c *cluster) set(inc *incarnation) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cur = inc
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-// afterError waits before a worker retries: for the next incarnation when
-// this one is dead, else a short backoff.
-func (c *cluster) afterError(ctx context.Context, inc *incarnation) {
-	select {
-	case <-inc.dead:
-		_, _ = c.current(ctx)
-		return
-	default:
-	}
-	t := time.NewTimer(20 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-inc.dead:
-	case <-ctx.Done():
-	}
-}
+func (inc *incarnation) Dead() <-chan struct{} { return inc.dead }
 
 // newClient is an SDK client with one attempt per call (a retry would blur
 // which sends were acknowledged) and the given request timeout.
@@ -210,7 +154,7 @@ type workload struct {
 	run     string
 	timeout time.Duration // client request timeout
 	ck      *Checker
-	cl      *cluster
+	cl      *crash.Lives[*incarnation]
 
 	main, dlq string
 	crashes   int // kills so far; the next incarnation's epoch
@@ -226,7 +170,7 @@ type workload struct {
 }
 
 func newWorkload(fifo bool, run string, timeout time.Duration) *workload {
-	w := &workload{fifo: fifo, run: run, timeout: timeout, ck: NewChecker(fifo, maxReceiveCount), cl: newCluster(),
+	w := &workload{fifo: fifo, run: run, timeout: timeout, ck: NewChecker(fifo, maxReceiveCount), cl: crash.NewLives[*incarnation](),
 		main: "faults", dlq: "faults-dlq", backlog: 5000}
 	if fifo {
 		w.main, w.dlq, w.backlog = "faults.fifo", "faults-dlq.fifo", 600
@@ -276,8 +220,8 @@ func (w *workload) connect(ctx context.Context, srv *crash.Server) (*incarnation
 // down marks the current incarnation dead (before it is killed) and
 // returns it; workers wait until the next set.
 func (w *workload) down() *incarnation {
-	old := w.cl.get()
-	w.cl.set(nil)
+	old := w.cl.Get()
+	w.cl.Set(nil)
 	close(old.dead)
 	return old
 }
@@ -353,7 +297,7 @@ func (w *workload) produce(ctx context.Context, p int, rng *rand.Rand) {
 			sleepCtx(ctx, 5*time.Millisecond) // pacing, not synchronisation
 			continue
 		}
-		inc, err := w.cl.current(ctx)
+		inc, err := w.cl.Current(ctx)
 		if err != nil {
 			return
 		}
@@ -392,7 +336,7 @@ func (w *workload) produce(ctx context.Context, p int, rng *rand.Rand) {
 				return
 			}
 			w.liveError(inc, "send", err)
-			w.cl.afterError(ctx, inc)
+			w.cl.AfterError(ctx, inc)
 			continue
 		}
 		done := time.Now()
@@ -417,7 +361,7 @@ func (w *workload) produce(ctx context.Context, p int, rng *rand.Rand) {
 // message to its lease. In the DLQ everything is deleted.
 func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *rand.Rand) {
 	for ctx.Err() == nil {
-		inc, err := w.cl.current(ctx)
+		inc, err := w.cl.Current(ctx)
 		if err != nil {
 			return
 		}
@@ -435,7 +379,7 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 				return
 			}
 			w.liveError(inc, "receive", err)
-			w.cl.afterError(ctx, inc)
+			w.cl.AfterError(ctx, inc)
 			continue
 		}
 		end := time.Now()
@@ -479,7 +423,7 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 		dout, err := inc.client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(inc.urls[queue]), Entries: dels})
 		if err != nil {
 			w.liveError(inc, "delete", err)
-			w.cl.afterError(ctx, inc)
+			w.cl.AfterError(ctx, inc)
 			continue
 		}
 		done := time.Now()
@@ -541,7 +485,7 @@ func (w *workload) drain(t *testing.T, ctx context.Context) {
 		var desc string
 		if pending == 0 {
 			var empty bool
-			empty, desc = w.queuesEmpty(ctx, w.cl.get())
+			empty, desc = w.queuesEmpty(ctx, w.cl.Get())
 			if empty {
 				break
 			}

@@ -50,7 +50,7 @@ func startBroker(t *testing.T, ctx context.Context, w *workload, bin, dir string
 }
 
 func stopBroker(t *testing.T, w *workload) {
-	if cur := w.cl.get(); cur != nil {
+	if cur := w.cl.Get(); cur != nil {
 		if err := cur.srv.Stop(10 * time.Second); err != nil {
 			t.Logf("shutdown: %v", err)
 		}
@@ -65,7 +65,7 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 	defer cancel()
 
 	w := newWorkload(fifo, fmt.Sprintf("%x", s&0xffffff), 10*time.Second)
-	w.cl.set(startBroker(t, ctx, w, bin, dir, true))
+	w.cl.Set(startBroker(t, ctx, w, bin, dir, true))
 	defer stopBroker(t, w)
 	w.start(ctx, rng)
 
@@ -88,7 +88,7 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 		kills++
 		old.client.Options().HTTPClient.(*http.Client).CloseIdleConnections()
 		down := time.Now()
-		w.cl.set(startBroker(t, ctx, w, bin, dir, false))
+		w.cl.Set(startBroker(t, ctx, w, bin, dir, false))
 		downtime += time.Since(down)
 	}
 	w.drain(t, ctx)
@@ -112,7 +112,7 @@ func TestSIGSTOP(t *testing.T) {
 	w := newWorkload(s%2 == 0, fmt.Sprintf("%x", s&0xffffff), 2500*time.Millisecond)
 	t.Logf("fifo=%v", w.fifo)
 	inc := startBroker(t, ctx, w, bin, dir, true)
-	w.cl.set(inc)
+	w.cl.Set(inc)
 	defer stopBroker(t, w)
 	w.start(ctx, rng)
 
