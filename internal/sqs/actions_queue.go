@@ -78,7 +78,11 @@ func (c *call) createQueue() (output, *apiError) {
 	return &queueURLOutput{QueueUrl: c.queueURL(name)}, nil
 }
 
-func (c *call) deleteQueue() (output, *apiError) {
+func (c *call) deleteQueue() (output, *apiError) { return c.onQueue(c.h.eng.DeleteQueue) }
+
+// onQueue runs an engine operation on the queue a QueueUrl-only request
+// names (DeleteQueue, PurgeQueue); they have no output.
+func (c *call) onQueue(op func(name string) error) (output, *apiError) {
 	var in queueURLInput
 	if err := c.decode(&in); err != nil {
 		return nil, err
@@ -87,8 +91,8 @@ func (c *call) deleteQueue() (output, *apiError) {
 	if err != nil {
 		return nil, err
 	}
-	if derr := c.h.eng.DeleteQueue(name); derr != nil {
-		return nil, mapEngineErr(derr, errDetail{queue: name})
+	if oerr := op(name); oerr != nil {
+		return nil, mapEngineErr(oerr, errDetail{queue: name})
 	}
 	return nil, nil
 }
@@ -220,20 +224,7 @@ func (c *call) listQueues() (output, *apiError) {
 	return out, nil
 }
 
-func (c *call) purgeQueue() (output, *apiError) {
-	var in queueURLInput
-	if err := c.decode(&in); err != nil {
-		return nil, err
-	}
-	name, err := c.queueName(in.QueueUrl)
-	if err != nil {
-		return nil, err
-	}
-	if perr := c.h.eng.PurgeQueue(name); perr != nil {
-		return nil, mapEngineErr(perr, errDetail{queue: name})
-	}
-	return nil, nil
-}
+func (c *call) purgeQueue() (output, *apiError) { return c.onQueue(c.h.eng.PurgeQueue) }
 
 func (c *call) listDeadLetterSourceQueues() (output, *apiError) {
 	var in listDLQSourcesInput
