@@ -115,24 +115,23 @@ type AMQPSourceOptions struct {
 // deliveries to the queue at once and closes the channel (not the
 // connection).
 type AMQPSource struct {
-	conn  *amqp.Connection
-	queue string
-	opts  AMQPSourceOptions
-	http  *http.Client
-	ext   string // failures endpoint, "" when off
-	log   *slog.Logger
-	now   func() time.Time
+	conn   *amqp.Connection
+	queue  string
+	opts   AMQPSourceOptions
+	http   *http.Client
+	extURL string // failures endpoint, "" when off
+	log    *slog.Logger
+	now    func() time.Time
 
 	chMu sync.Mutex
 	cur  *amqpConsumer // nil: open one on the next Receive
 
-	mu          sync.Mutex
-	closed      bool
-	held        map[*amqpDelivery]*time.Timer // deliveries waiting out a backoff
-	extAbsentAt time.Time
-	extFound    bool
-	noHeaders   bool // logged that deliveries carry no Sluice headers
-	done        chan struct{}
+	mu        sync.Mutex
+	closed    bool
+	held      map[*amqpDelivery]*time.Timer // deliveries waiting out a backoff
+	extState  extDetector                   // whether the broker has the failure-report extension
+	noHeaders bool                          // logged that deliveries carry no Sluice headers
+	done      chan struct{}
 }
 
 var _ Source = (*AMQPSource)(nil)
@@ -206,7 +205,7 @@ func NewAMQPSource(conn *amqp.Connection, queue string, opts AMQPSourceOptions) 
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return nil, fmt.Errorf("worker: HTTPEndpoint %q is not an http(s) URL", base)
 			}
-			s.ext = strings.TrimRight(base, "/") + failuresPath
+			s.extURL = strings.TrimRight(base, "/") + failuresPath
 		} else if opts.Extension == ExtensionOn {
 			return nil, errors.New("worker: ExtensionOn needs an HTTPEndpoint")
 		}
@@ -630,7 +629,7 @@ func (s *AMQPSource) Close() error {
 
 // useExtension reports whether to try a failure report for r.
 func (s *AMQPSource) useExtension(r *amqpDelivery) bool {
-	if s.ext == "" {
+	if s.extURL == "" {
 		return false
 	}
 	s.mu.Lock()
@@ -646,7 +645,7 @@ func (s *AMQPSource) useExtension(r *amqpDelivery) bool {
 	if s.opts.Extension == ExtensionOn {
 		return true
 	}
-	return s.extAbsentAt.IsZero() || s.now().Sub(s.extAbsentAt) >= extensionRecheck
+	return s.extState.due(s.now())
 }
 
 // amqpFailureReport is the extension's request body for an AMQP delivery.
@@ -675,32 +674,5 @@ func (s *AMQPSource) report(ctx context.Context, r *amqpDelivery, f Failure) (Ou
 		secs := min(max(f.Backoff.Seconds(), 0), 43200)
 		body.RetryAfterSeconds = &secs
 	}
-	out, present, err := postFailure(ctx, s.http, s.ext, body)
-	if present {
-		s.extPresent()
-		return out, true, err
-	}
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	s.mu.Lock()
-	first := s.extAbsentAt.IsZero() && !s.extFound
-	s.extAbsentAt = s.now()
-	s.mu.Unlock()
-	lvl := slog.LevelDebug
-	if first {
-		lvl = slog.LevelInfo
-	}
-	s.log.Log(ctx, lvl, "no Sluice failure-report extension here; using plain AMQP behaviour (rechecked every 5 minutes)",
-		"endpoint", s.ext)
-	return Outcome{}, false, nil
-}
-
-func (s *AMQPSource) extPresent() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.extFound {
-		s.log.Info("using the Sluice failure-report extension", "endpoint", s.ext)
-	}
-	s.extFound, s.extAbsentAt = true, time.Time{}
+	return s.extState.report(ctx, s.http, s.extURL, body, s.log, s.now(), "AMQP")
 }

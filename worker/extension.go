@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 )
 
 // httpDoer is what both sources' HTTP clients provide.
@@ -64,5 +67,51 @@ func postFailure(ctx context.Context, hc httpDoer, url string, report any) (out 
 		// A failing proxy or broker says nothing about the extension.
 		return Outcome{}, false, fmt.Errorf("worker: failure report: HTTP %d", resp.StatusCode)
 	}
+	return Outcome{}, false, nil
+}
+
+// extDetector remembers whether the broker has the failure-report
+// extension: after an answer that says it has none, reports are skipped
+// until extensionRecheck has passed. Its lock is taken after a source's own
+// lock, never before.
+type extDetector struct {
+	mu       sync.Mutex
+	found    bool      // a report got an extension answer
+	absentAt time.Time // when a report found no extension
+}
+
+// due reports whether a failure report should be tried at now.
+func (d *extDetector) due(now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.absentAt.IsZero() || now.Sub(d.absentAt) >= extensionRecheck
+}
+
+// report posts one failure report (see postFailure) and updates what is
+// known about the extension, logging when that changes. plain names the
+// behaviour used without it ("SQS", "AMQP").
+func (d *extDetector) report(ctx context.Context, hc httpDoer, url string, body any, log *slog.Logger, now time.Time, plain string) (Outcome, bool, error) {
+	out, present, err := postFailure(ctx, hc, url, body)
+	if present {
+		d.mu.Lock()
+		if !d.found {
+			log.Info("using the Sluice failure-report extension", "endpoint", url)
+		}
+		d.found, d.absentAt = true, time.Time{}
+		d.mu.Unlock()
+		return out, true, err
+	}
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	d.mu.Lock()
+	first := d.absentAt.IsZero() && !d.found
+	d.absentAt = now
+	d.mu.Unlock()
+	lvl := slog.LevelDebug
+	if first {
+		lvl = slog.LevelInfo
+	}
+	log.Log(ctx, lvl, "no Sluice failure-report extension here; using plain "+plain+" behaviour (rechecked every 5 minutes)", "endpoint", url)
 	return Outcome{}, false, nil
 }

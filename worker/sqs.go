@@ -103,16 +103,15 @@ type SQSSource struct {
 	url    string
 	opts   SQSSourceOptions
 	http   aws.HTTPClient
-	ext    string // failures endpoint, "" when off
+	extURL string // failures endpoint, "" when off
 	log    *slog.Logger
 	now    func() time.Time
 	infoMu sync.Mutex
 	info   queueInfo
 
-	mu          sync.Mutex
-	extAbsentAt time.Time            // when a report found no extension
-	extFound    bool                 // a report got an extension answer
-	doomed      map[string]time.Time // plain SQS: terminally failed message ids → expiry
+	mu       sync.Mutex
+	extState extDetector          // whether the broker has the failure-report extension
+	doomed   map[string]time.Time // plain SQS: terminally failed message ids → expiry
 }
 
 var _ Source = (*SQSSource)(nil)
@@ -173,7 +172,7 @@ func NewSQSSource(client *sqs.Client, queueURL string, opts SQSSourceOptions) (*
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return nil, fmt.Errorf("worker: extension endpoint %q is not an http(s) URL", base)
 			}
-			s.ext = strings.TrimRight(base, "/") + failuresPath
+			s.extURL = strings.TrimRight(base, "/") + failuresPath
 		} else if opts.Extension == ExtensionOn {
 			return nil, errors.New("worker: ExtensionOn needs an ExtensionEndpoint or a client with a BaseEndpoint")
 		}
@@ -349,7 +348,7 @@ func (s *SQSSource) Fail(ctx context.Context, m *Message, f Failure) (Outcome, e
 
 // useExtension reports whether to try a failure report now.
 func (s *SQSSource) useExtension(info queueInfo) bool {
-	if s.ext == "" {
+	if s.extURL == "" {
 		return false
 	}
 	if s.opts.Extension == ExtensionOn {
@@ -358,9 +357,7 @@ func (s *SQSSource) useExtension(info queueInfo) bool {
 	if !info.sluice {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.extAbsentAt.IsZero() || s.now().Sub(s.extAbsentAt) >= extensionRecheck
+	return s.extState.due(s.now())
 }
 
 // failureReport is the extension's request body.
@@ -413,34 +410,7 @@ func (s *SQSSource) report(ctx context.Context, m *Message, f Failure, info queu
 		secs := min(f.Backoff.Seconds(), 43200)
 		body.RetryAfterSeconds = &secs
 	}
-	out, present, err := postFailure(ctx, s.http, s.ext, body)
-	if present {
-		s.found()
-		return out, true, err
-	}
-	if err != nil {
-		return Outcome{}, false, err
-	}
-	s.mu.Lock()
-	first := s.extAbsentAt.IsZero() && !s.extFound
-	s.extAbsentAt = s.now()
-	s.mu.Unlock()
-	lvl := slog.LevelDebug
-	if first {
-		lvl = slog.LevelInfo
-	}
-	s.log.Log(ctx, lvl, "no Sluice failure-report extension here; using plain SQS behaviour (rechecked every 5 minutes)",
-		"endpoint", s.ext)
-	return Outcome{}, false, nil
-}
-
-func (s *SQSSource) found() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.extFound {
-		s.log.Info("using the Sluice failure-report extension", "endpoint", s.ext)
-	}
-	s.extFound, s.extAbsentAt = true, time.Time{}
+	return s.extState.report(ctx, s.http, s.extURL, body, s.log, s.now(), "SQS")
 }
 
 // doom remembers a terminally failed message id (plain SQS).
