@@ -542,30 +542,73 @@ func decodeDedup(ent *dedupEntry, b []byte) error {
 	return d.err
 }
 
-// Receipt handles are base64url of: version(1) qid(4) seq(8) receipt(8).
+// Receipt handles are base64url (unpadded) of
+//
+//	version 2: version(1) qid(4) seq(8) receipt(8) receiveCount(4) idTag(8)  (44 chars)
+//	version 1: version(1) qid(4) seq(8) receipt(8)                           (28 chars)
+//
 // The receipt number is random per receive, so each receive issues a new
-// handle and an old handle can be told from the current one.
-const receiptV1 = 1
+// handle and an old handle can be told from the current one. Version 2
+// adds the receive count the lease was issued at and the first 8 bytes of
+// the message id: a lease is written without a sync, so after a crash the
+// store may hold an older state of the message than a handle a consumer
+// still has. A handle whose count is higher than the stored one, for the
+// same message (the id tag matches), is a lease the crash lost, not a
+// stale one. Version 1 handles (issued before version 2 existed) are still
+// accepted, without that test. Handles come from clients: the decoder
+// accepts exactly these two shapes and nothing else (FuzzDecodeReceipt).
+const (
+	receiptV1 = 1
+	receiptV2 = 2
+)
 
-func encodeReceipt(qid uint32, seq, receipt uint64) string {
-	var b [21]byte
-	b[0] = receiptV1
+// receiptHandle is a decoded receipt handle. count and idTag are zero in
+// a version 1 handle.
+type receiptHandle struct {
+	qid     uint32
+	seq     uint64
+	receipt uint64
+	count   uint32
+	idTag   uint64
+	v2      bool
+}
+
+func encodeReceipt(qid uint32, m *message) string {
+	var b [33]byte
+	b[0] = receiptV2
 	binary.BigEndian.PutUint32(b[1:], qid)
-	binary.BigEndian.PutUint64(b[5:], seq)
-	binary.BigEndian.PutUint64(b[13:], receipt)
+	binary.BigEndian.PutUint64(b[5:], m.seq)
+	binary.BigEndian.PutUint64(b[13:], m.receipt)
+	binary.BigEndian.PutUint32(b[21:], uint32(m.recvCount))
+	copy(b[25:], m.id[:8])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-func decodeReceipt(s string) (qid uint32, seq, receipt uint64, ok bool) {
-	if len(s) != 28 {
-		return 0, 0, 0, false
+func decodeReceipt(s string) (h receiptHandle, ok bool) {
+	var b [33]byte
+	var n int
+	var err error
+	switch len(s) {
+	case 28:
+		n, err = base64.RawURLEncoding.Decode(b[:], []byte(s))
+		if err != nil || n != 21 || b[0] != receiptV1 {
+			return receiptHandle{}, false
+		}
+	case 44:
+		n, err = base64.RawURLEncoding.Decode(b[:], []byte(s))
+		if err != nil || n != 33 || b[0] != receiptV2 {
+			return receiptHandle{}, false
+		}
+		h.v2 = true
+		h.count = binary.BigEndian.Uint32(b[21:])
+		h.idTag = binary.BigEndian.Uint64(b[25:])
+	default:
+		return receiptHandle{}, false
 	}
-	var b [21]byte
-	n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
-	if err != nil || n != 21 || b[0] != receiptV1 {
-		return 0, 0, 0, false
-	}
-	return binary.BigEndian.Uint32(b[1:]), binary.BigEndian.Uint64(b[5:]), binary.BigEndian.Uint64(b[13:]), true
+	h.qid = binary.BigEndian.Uint32(b[1:])
+	h.seq = binary.BigEndian.Uint64(b[5:])
+	h.receipt = binary.BigEndian.Uint64(b[13:])
+	return h, true
 }
 
 func binaryUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

@@ -280,7 +280,7 @@ func (e *Engine) Requeue(queue string, handles []string, front bool) ([]error, e
 		limit = p.MaxReceiveCount
 	}
 	for i, h := range handles {
-		m, current, err := q.lookupLeaseLocked(h)
+		m, current, _, err := q.lookupLeaseLocked(h)
 		switch {
 		case err != nil:
 			errs[i] = err

@@ -29,7 +29,7 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 	now := e.now()
 	var b store.Batch
 	q.advanceLocked(now, &b)
-	m, current, err := q.lookupLeaseLocked(handle)
+	m, current, _, err := q.lookupLeaseLocked(handle)
 	switch {
 	case err != nil:
 	case m == nil || !current:

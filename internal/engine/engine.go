@@ -66,7 +66,16 @@ type Options struct {
 	// received, browsed or moved, so a deep backlog costs memory for its
 	// index (a few hundred bytes a message), not its bodies.
 	BodyMemoryBudget int64
+	// SyncInterval bounds how long a change written without a sync (a
+	// receive's lease, a timer's expiry) can stay only in the OS's
+	// buffers: after such a write the engine syncs the store within this
+	// interval, even when nothing else is written (0:
+	// DefaultSyncInterval). Nothing is synced while nothing is unsynced.
+	SyncInterval time.Duration
 }
+
+// DefaultSyncInterval is the default Options.SyncInterval.
+const DefaultSyncInterval = 100 * time.Millisecond
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
 const DefaultBodyMemoryBudget = 512 << 20
@@ -95,6 +104,13 @@ type Engine struct {
 	admission atomic.Pointer[error] // non-nil: new messages are refused with it
 
 	failed atomic.Pointer[error] // first storage error; engine is read-only after it
+
+	// unsynced is set by a write without sync and cleared by the syncer
+	// just before it syncs; syncPoke wakes the syncer.
+	unsynced     atomic.Bool
+	syncPoke     chan struct{}
+	syncInterval time.Duration
+
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -151,6 +167,11 @@ func Open(opts Options) (*Engine, error) {
 		done:    make(chan struct{}),
 	}
 	e.sched.poke = make(chan struct{}, 1)
+	e.syncPoke = make(chan struct{}, 1)
+	e.syncInterval = opts.SyncInterval
+	if e.syncInterval <= 0 {
+		e.syncInterval = DefaultSyncInterval
+	}
 	e.bodyBudget = opts.BodyMemoryBudget
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
@@ -165,8 +186,9 @@ func Open(opts Options) (*Engine, error) {
 	if err := e.recoverMoveTasks(); err != nil {
 		return nil, err
 	}
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.runScheduler()
+	go e.runSyncer()
 	e.startRecoveredMoveTasks()
 	return e, nil
 }
@@ -189,16 +211,27 @@ func (e *Engine) now() int64 { return e.clock.Now().UnixNano() }
 // write hands a batch to the store. A store error fails the engine: from
 // then on every change is refused with ErrStorage, because a store that has
 // failed an fsync cannot promise anything written after it.
+//
+// An empty durable batch is still written: it is the store's sync barrier,
+// whose Wait returns once everything written before it is durable. A no-op
+// that answers OK (a deduplicated send, a retried delete, a change that
+// finds nothing to change) depends on state an earlier write put in memory
+// (the original send, the first delete), and that write may still be
+// waiting for its fsync; the barrier makes the no-op's OK wait for the same
+// durability point, and fail if that fsync fails.
 func (e *Engine) write(b *store.Batch, durable bool) (store.Pending, error) {
 	if err := e.failed.Load(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, *err)
 	}
-	if b.Len() == 0 {
+	if b.Len() == 0 && !durable {
 		return store.Done{}, nil
 	}
 	p, err := e.st.Write(b, durable)
 	if err != nil {
 		return nil, e.fail(err)
+	}
+	if !durable {
+		e.noteUnsynced()
 	}
 	return p, nil
 }
@@ -217,6 +250,51 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 		return err
 	}
 	return e.wait(p)
+}
+
+// noteUnsynced records that a write is waiting for a sync and wakes the
+// syncer if it was idle.
+func (e *Engine) noteUnsynced() {
+	if e.unsynced.CompareAndSwap(false, true) {
+		select {
+		case e.syncPoke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runSyncer is the goroutine that bounds how long an unsynced write stays
+// unsynced: SyncInterval after the first write without a sync it syncs the
+// store (sharing the fsync with any concurrent durable writer). It sleeps
+// while nothing is unsynced. The interval is wall time, not the engine's
+// clock: it paces I/O, it is not a message timer.
+func (e *Engine) runSyncer() {
+	defer e.wg.Done()
+	t := time.NewTimer(e.syncInterval)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-e.done:
+			return
+		case <-e.syncPoke:
+		}
+		t.Reset(e.syncInterval)
+		select {
+		case <-e.done:
+			return
+		case <-t.C:
+		}
+		// Cleared before the sync: a write after this point sets it
+		// again and is covered by the next round.
+		e.unsynced.Store(false)
+		if e.failed.Load() != nil {
+			continue
+		}
+		if err := e.st.Sync(); err != nil && !errors.Is(err, store.ErrClosed) {
+			e.fail(err)
+		}
+	}
 }
 
 // wait waits for a pending write, failing the engine on error.

@@ -413,7 +413,7 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 	}
 	d := Delivery{
 		MessageID:        FormatID(m.id),
-		ReceiptHandle:    encodeReceipt(q.id, m.seq, m.receipt),
+		ReceiptHandle:    encodeReceipt(q.id, m),
 		Body:             body,
 		Attributes:       m.attrs,
 		TraceHeader:      m.traceHeader(),
@@ -438,17 +438,28 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 
 // lookupLeaseLocked resolves a receipt handle to its message. m is nil when
 // the message no longer exists; current reports whether the handle is the
-// message's latest lease.
-func (q *queue) lookupLeaseLocked(handle string) (m *message, current bool, err error) {
-	qid, seq, receipt, ok := decodeReceipt(handle)
-	if !ok || qid != q.id {
-		return nil, false, ErrReceiptHandleInvalid
+// message's latest lease; lost reports a handle issued by a receive whose
+// lease a crash lost: the stored state is older than the handle (a lower
+// receive count), so no receive since recovery can have issued a newer
+// one for that count.
+func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool, err error) {
+	h, ok := decodeReceipt(handle)
+	if !ok || h.qid != q.id {
+		return nil, false, false, ErrReceiptHandleInvalid
 	}
-	m = q.msgs[seq]
+	m = q.msgs[h.seq]
 	if m == nil {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
-	return m, m.receipt == receipt, nil
+	if h.v2 && h.idTag != binary.BigEndian.Uint64(m.id[:8]) {
+		// Another message under the same sequence number: the
+		// handle's message is gone.
+		return nil, false, false, nil
+	}
+	if m.receipt == h.receipt {
+		return m, true, false, nil
+	}
+	return m, false, h.v2 && int64(h.count) > int64(m.recvCount), nil
 }
 
 func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) {
@@ -468,13 +479,21 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 	errs := make([]error, len(handles))
 	deleted := 0
 	for i, h := range handles {
-		m, current, err := q.lookupLeaseLocked(h)
+		m, current, lost, err := q.lookupLeaseLocked(h)
 		switch {
 		case err != nil:
 			errs[i] = err
 		case m == nil:
 			// Already deleted (or expired, purged, dead-lettered):
 			// deleting again succeeds.
+		case lost && !leasedOnly && (!q.fifo() || m.state != stateInFlight):
+			// The handle's lease was lost in a crash: the consumer
+			// did receive (and has processed) this message, so the
+			// delete it asks for is honoured. On a FIFO queue only
+			// while no one else holds the message: once it is leased
+			// again its group is in other hands (below).
+			q.dropLocked(m, &b)
+			deleted++
 		case leasedOnly && (!current || m.state != stateInFlight):
 			// The lease this ack belongs to was ended (a failure
 			// report scheduled a retry): nothing to delete.
@@ -510,7 +529,7 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 	q.advanceLocked(now, &b)
 	errs := make([]error, len(changes))
 	for i, c := range changes {
-		m, current, err := q.lookupLeaseLocked(c.ReceiptHandle)
+		m, current, _, err := q.lookupLeaseLocked(c.ReceiptHandle)
 		switch {
 		case err != nil:
 			errs[i] = err

@@ -20,6 +20,11 @@
 // Writes with durable=false become durable with the next durable write or
 // sync; a crash may lose them, but never out of order.
 //
+// A durable Write of an empty batch is a sync barrier: its Wait returns nil
+// once every batch written before it is durable, and fails if that sync
+// fails. The engine uses it so that an OK that wrote nothing (a duplicate
+// send, a retried delete) waits for the write it depends on.
+//
 // After Write or Wait returns an error other than ErrClosed the store is
 // failed: every later Write returns an error wrapping ErrFailed. Sluice never
 // retries a failed write and acknowledges it; see docs/guarantees.md.

@@ -1,0 +1,243 @@
+package engine
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/clock"
+)
+
+// powerFixture is an engine on a powerStore, so a test can hold fsyncs,
+// fail them, and cut the power.
+type powerFixture struct {
+	*fixture
+	ps   *powerStore
+	sync time.Duration
+}
+
+// newPowerFixture opens an engine whose background sync runs every
+// syncEvery (use an hour to keep unsynced writes unsynced).
+func newPowerFixture(t *testing.T, syncEvery time.Duration) *powerFixture {
+	t.Helper()
+	pf := &powerFixture{ps: newPowerStore(), sync: syncEvery}
+	pf.fixture = &fixture{t: t, st: pf.ps, clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	pf.reopen()
+	return pf
+}
+
+func (pf *powerFixture) reopen() {
+	pf.t.Helper()
+	e, err := Open(Options{Store: pf.ps, Clock: pf.clk, SyncInterval: pf.sync})
+	if err != nil {
+		pf.t.Fatalf("open: %v", err)
+	}
+	pf.e = e
+	pf.t.Cleanup(func() { e.Close() })
+}
+
+// powerCut crashes the store and opens a new engine on what survived.
+func (pf *powerFixture) powerCut() {
+	pf.t.Helper()
+	pf.e.Close()
+	pf.ps = pf.ps.crash()
+	pf.st = pf.ps
+	pf.reopen()
+}
+
+// TestDedupHitWaitsForOriginalSync (issue #10, hole 1): a FIFO send whose
+// dedup id matches a send still waiting for its fsync must not be
+// acknowledged before that fsync; when the fsync fails, the duplicate
+// fails too instead of reporting a message that is not stored.
+func TestDedupHitWaitsForOriginalSync(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q.fifo", fifoCfg)
+	pf.ps.holdSyncs()
+	msg := Message{Body: []byte("a"), GroupID: "g", DedupID: "d1"}
+	first := make(chan error, 1)
+	go func() { _, err := pf.e.Send("q.fifo", []Message{msg}); first <- err }()
+	waitFor(t, "the first send to wait for its fsync", func() bool { return pf.ps.held() == 1 })
+	second := make(chan error, 1)
+	go func() {
+		res, err := pf.e.Send("q.fifo", []Message{msg})
+		if err == nil {
+			err = res[0].Err
+		}
+		second <- err
+	}()
+	// Either the duplicate answered (the bug) or it waits for a sync.
+	var secondErr error
+	answered := false
+	waitFor(t, "the duplicate to answer or wait", func() bool {
+		select {
+		case secondErr = <-second:
+			answered = true
+			return true
+		default:
+			return pf.ps.held() == 2
+		}
+	})
+	if answered {
+		t.Fatalf("duplicate acknowledged (err=%v) while the original's fsync was still pending", secondErr)
+	}
+	pf.ps.releaseSyncs(syscall.EIO)
+	if err := <-first; !errors.Is(err, ErrStorage) {
+		t.Fatalf("first send: %v, want ErrStorage", err)
+	}
+	if err := <-second; !errors.Is(err, ErrStorage) {
+		t.Fatalf("duplicate send: %v, want ErrStorage (its original was never stored)", err)
+	}
+}
+
+// TestRetriedDeleteWaitsForSync (issue #10, hole 2): a delete retried
+// while the first delete waits for its fsync is acknowledged only with
+// that fsync; after a power cut at that moment the message is back and
+// the retry was not told otherwise.
+func TestRetriedDeleteWaitsForSync(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q", nil)
+	pf.send("q", body("a"))
+	d := pf.recv("q", 1, time.Minute)
+	pf.ps.holdSyncs()
+	first := make(chan error, 1)
+	go func() { _, err := pf.e.Delete("q", []string{d[0].ReceiptHandle}); first <- err }()
+	waitFor(t, "the first delete to wait for its fsync", func() bool { return pf.ps.held() == 1 })
+	retry := make(chan error, 1)
+	go func() { _, err := pf.e.Delete("q", []string{d[0].ReceiptHandle}); retry <- err }()
+	answered := false
+	var retryErr error
+	waitFor(t, "the retried delete to answer or wait", func() bool {
+		select {
+		case retryErr = <-retry:
+			answered = true
+			return true
+		default:
+			return pf.ps.held() == 2
+		}
+	})
+	if answered {
+		t.Fatalf("retried delete acknowledged (err=%v) before the delete's fsync", retryErr)
+	}
+	pf.ps.releaseSyncs(syscall.EIO)
+	if err := <-first; !errors.Is(err, ErrStorage) {
+		t.Fatalf("first delete: %v, want ErrStorage", err)
+	}
+	if err := <-retry; !errors.Is(err, ErrStorage) {
+		t.Fatalf("retried delete: %v, want ErrStorage", err)
+	}
+}
+
+// TestDeleteAfterLostLease (issue #10, hole 3): a lease that a crash lost
+// (leases are written without a sync) leaves the consumer with a handle
+// newer than the stored state. Deleting with it deletes the message.
+func TestDeleteAfterLostLease(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q", nil)
+	pf.send("q", body("a"), body("b"))
+	d := pf.recv("q", 2, time.Minute)
+	if len(d) != 2 {
+		t.Fatalf("received %d", len(d))
+	}
+	pf.powerCut() // the leases were never synced
+	if errs := pf.del("q", d[0].ReceiptHandle); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	// The other message is received again (its lease was lost too), and
+	// its old handle, now older than the new lease, no longer deletes
+	// it: the new consumer's lease stands.
+	again := pf.recv("q", 10, time.Minute)
+	if len(again) != 1 || string(again[0].Body) != "b" {
+		t.Fatalf("after the lost-lease delete, received %v, want only b", bodies(again))
+	}
+	pf.del("q", d[1].ReceiptHandle)
+	if info, _ := pf.e.GetQueue("q"); info.InFlight != 1 {
+		t.Fatalf("a stale handle deleted a live lease: %+v", info)
+	}
+	pf.powerCut()
+	pf.clk.Advance(2 * time.Minute)
+	left := pf.recv("q", 10, time.Minute)
+	if len(left) != 1 || string(left[0].Body) != "b" {
+		t.Fatalf("after a second power cut, received %v, want only b", bodies(left))
+	}
+}
+
+// TestDeleteAfterLostLeaseFIFO: on a FIFO queue the lost lease's handle
+// deletes while no one else holds the message; once it is leased again,
+// the old handle is expired (the group is in other hands).
+func TestDeleteAfterLostLeaseFIFO(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q.fifo", fifoCfg)
+	pf.send("q.fifo", Message{Body: []byte("a"), GroupID: "g", DedupID: "1"}, Message{Body: []byte("b"), GroupID: "g", DedupID: "2"})
+	d := pf.recv("q.fifo", 1, time.Minute)
+	pf.powerCut()
+	if errs := pf.del("q.fifo", d[0].ReceiptHandle); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	next := pf.recv("q.fifo", 1, time.Minute)
+	if len(next) != 1 || string(next[0].Body) != "b" {
+		t.Fatalf("received %v, want b (a was deleted)", bodies(next))
+	}
+	pf.powerCut()
+	again := pf.recv("q.fifo", 1, time.Minute) // b again, receive count 1 again
+	if len(again) != 1 || string(again[0].Body) != "b" {
+		t.Fatalf("received %v, want b", bodies(again))
+	}
+	pf.send("q.fifo", Message{Body: []byte("c"), GroupID: "h", DedupID: "3"})
+	// next's handle has the same receive count as the new lease: it is
+	// a stale handle for a message someone else holds now.
+	if errs := pf.del("q.fifo", next[0].ReceiptHandle); !errors.Is(errs[0], ErrReceiptHandleExpired) {
+		t.Fatalf("old handle of a re-leased FIFO message: %v, want ErrReceiptHandleExpired", errs[0])
+	}
+}
+
+// TestIdleLeaseSyncedWithinInterval (issue #10, hole 3): an unsynced
+// lease reaches the disk within the sync interval even when nothing else
+// is written, so a crash after that keeps it.
+func TestIdleLeaseSyncedWithinInterval(t *testing.T) {
+	pf := newPowerFixture(t, 10*time.Millisecond)
+	pf.create("q", nil)
+	pf.send("q", body("a"))
+	d := pf.recv("q", 1, time.Minute)
+	waitFor(t, "the background sync", func() bool { return !pf.ps.pendingSync() })
+	pf.powerCut()
+	if got := pf.recv("q", 1, -1); len(got) != 0 {
+		t.Fatalf("lease lost although it was synced: received %v", bodies(got))
+	}
+	pf.clk.Advance(time.Minute)
+	got := pf.recv("q", 1, time.Minute)
+	if len(got) != 1 || got[0].ReceiveCount != 2 {
+		t.Fatalf("after the lease: %+v", got)
+	}
+	_ = d
+}
+
+// FuzzDecodeReceipt: receipt handles come from clients. The decoder never
+// panics, accepts only the two documented shapes, and round-trips what the
+// engine issues.
+func FuzzDecodeReceipt(f *testing.F) {
+	m := &message{seq: 7, receipt: 99, recvCount: 3, id: newID()}
+	f.Add(encodeReceipt(1, m))
+	f.Add("AQAAAAEAAAAAAAAABwAAAAAAAABj") // version 1
+	f.Add("")
+	f.Add("garbage")
+	f.Add("AgAAAAEAAAAAAAAABwAAAAAAAABjAAAAAwAAAAAAAAAA")
+	f.Fuzz(func(t *testing.T, s string) {
+		h, ok := decodeReceipt(s)
+		if !ok {
+			return
+		}
+		if len(s) != 28 && len(s) != 44 {
+			t.Fatalf("accepted a %d-char handle", len(s))
+		}
+		if h.v2 {
+			m := &message{seq: h.seq, receipt: h.receipt, recvCount: int32(h.count)}
+			for i := 0; i < 8; i++ {
+				m.id[i] = byte(h.idTag >> (56 - 8*i))
+			}
+			if got, _ := decodeReceipt(encodeReceipt(h.qid, m)); got != h {
+				t.Fatalf("round trip %+v != %+v", got, h)
+			}
+		}
+	})
+}
