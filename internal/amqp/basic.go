@@ -175,9 +175,12 @@ func parseExpiration(s string) (time.Duration, bool) {
 // reaches none, and in confirm mode confirms each once every queue has it
 // durably (engine.Send returned), strictly in publish order. Messages for
 // the same queue go to the engine in one Send, so a burst of publishes
-// shares one fsync. A queue at its limit with reject-publish overflow, or a
-// failed store, earns a basic.nack.
-func (ch *channel) route(cmds ...*command) error {
+// shares one fsync. A queue at its limit with reject-publish overflow, a
+// nearly full disk or a failed store refuses a publish: in confirm mode it
+// earns a basic.nack; otherwise it is counted (Server.RefusedPublishes) and
+// logged, and refused reports how many publishes were, so that tx.commit
+// can fail.
+func (ch *channel) route(cmds ...*command) (refused int, err error) {
 	c, s := ch.c, ch.c.s
 	type pending struct {
 		seq uint64
@@ -202,7 +205,7 @@ func (ch *channel) route(cmds ...*command) error {
 		if m.Exchange == "" && strings.HasPrefix(m.RoutingKey, replyQueue+".") {
 			if !s.deliverReply(m.RoutingKey, m, cmd) && m.Mandatory {
 				if err := ch.returnMessage(m, cmd); err != nil {
-					return err
+					return 0, err
 				}
 			}
 			continue
@@ -233,7 +236,7 @@ func (ch *channel) route(cmds ...*command) error {
 		if len(targets) == 0 {
 			if m.Mandatory {
 				if err := ch.returnMessage(m, cmd); err != nil {
-					return err
+					return 0, err
 				}
 			}
 			continue
@@ -272,8 +275,18 @@ func (ch *channel) route(cmds ...*command) error {
 			}
 		}
 	}
+	for _, r := range results {
+		if !r.ok {
+			refused++
+		}
+	}
 	if !ch.confirm {
-		return nil
+		if refused > 0 && !ch.tx {
+			s.refused.Add(uint64(refused))
+			s.log.Warn("amqp: publishes refused without confirms; the publisher cannot know",
+				"channel", ch.id, "refused", refused, "refused_total", s.refused.Load())
+		}
+		return refused, nil
 	}
 	// Confirms in order; a run of acks goes out as one multiple ack.
 	for i := 0; i < len(results); {
@@ -283,14 +296,14 @@ func (ch *channel) route(cmds ...*command) error {
 		}
 		if !results[i].ok {
 			if err := ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: results[i].seq}); err != nil {
-				return err
+				return refused, err
 			}
 		} else if err := ch.c.send(ch.id, &wire.BasicAck{DeliveryTag: results[j].seq, Multiple: j > i}); err != nil {
-			return err
+			return refused, err
 		}
 		i = j + 1
 	}
-	return nil
+	return refused, nil
 }
 
 // returnMessage sends basic.return 312 NO_ROUTE for a mandatory publish.
@@ -561,13 +574,25 @@ func (ch *channel) recover() {
 	ch.requeue(all)
 }
 
-// commit applies a transaction's publishes, then its settlements.
+// commit applies a transaction's publishes, then its settlements. If the
+// engine refused any publish (a full reject-publish queue, a nearly full
+// disk, a failed store), the commit fails as RabbitMQ's does: 406
+// PRECONDITION_FAILED "partial tx completion", a channel error, so
+// tx.commit-ok never covers a publish that was not stored. The
+// transaction's settlements are then not applied: closing the channel
+// returns those deliveries to their queues, and the client, told the
+// commit failed, sees them again.
 func (ch *channel) commit() error {
 	pubs, ops := ch.txPublish, ch.txSettle
 	ch.txPublish, ch.txSettle = nil, nil
 	if len(pubs) > 0 {
-		if err := ch.route(pubs...); err != nil {
+		refused, err := ch.route(pubs...)
+		if err != nil {
 			return err
+		}
+		if refused > 0 {
+			ch.c.s.log.Warn("amqp: tx.commit failed: the engine refused publishes", "channel", ch.id, "refused", refused, "published", len(pubs))
+			return errorf(wire.PreconditionFailed, "partial tx completion")
 		}
 	}
 	for _, op := range ops {

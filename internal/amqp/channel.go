@@ -199,7 +199,7 @@ func (ch *channel) flushPublishes() {
 	if ch.closing.Load() {
 		return
 	}
-	if err := ch.route(b...); err != nil {
+	if _, err := ch.route(b...); err != nil {
 		var ae *amqpError
 		if !errors.As(err, &ae) {
 			ae = errorf(wire.InternalError, "%v", err)

@@ -39,10 +39,20 @@ type Server struct {
 	closed    bool
 
 	nextConn atomic.Uint64
-	poke     chan struct{} // wakes the expiry loop
-	quit     chan struct{}
-	wg       sync.WaitGroup
+	// refused counts publishes the engine refused outside confirm and
+	// tx mode (RabbitMQ drops those; Sluice drops them too, but never
+	// without a log line and this count).
+	refused atomic.Uint64
+	poke    chan struct{} // wakes the expiry loop
+	quit    chan struct{}
+	wg      sync.WaitGroup
 }
+
+// RefusedPublishes returns how many publishes outside confirm and tx mode
+// the engine refused (a full reject-publish queue, a nearly full disk, a
+// failed store). Such publishers have no way to learn of it on the wire;
+// this count and a log line per refusal are how an operator does.
+func (s *Server) RefusedPublishes() uint64 { return s.refused.Load() }
 
 // New loads the AMQP topology from the engine's metadata into topo (the
 // router already given to engine.Open) and returns a server ready to

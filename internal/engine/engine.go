@@ -111,8 +111,8 @@ type Engine struct {
 	syncPoke     chan struct{}
 	syncInterval time.Duration
 
-	done   chan struct{}
-	wg     sync.WaitGroup
+	done chan struct{}
+	wg   sync.WaitGroup
 }
 
 // scheduler wakes queues when their earliest timer is due.
