@@ -572,6 +572,6 @@ func (e *Engine) noteReturn(r *RedriveInfo, f *FailureRecord, at time.Time) {
 	}
 	e.tasks.mu.Unlock()
 	if trip {
-		e.setStatus(tk, TaskPaused, reason)
+		e.setStatus(tk, TaskPaused, reason, TaskRunning)
 	}
 }

@@ -26,6 +26,10 @@ type powerStore struct {
 	hold     bool            // durable writes wait for release
 	waiters  []*heldSync
 	syncs    int // syncs that reached the disk (durable writes, Sync)
+
+	// beforeWrite, if set, is called at the start of every Write, before
+	// anything is applied (and without the store's lock held).
+	beforeWrite func(b *store.Batch)
 }
 
 func newPowerStore() *powerStore {
@@ -58,6 +62,9 @@ func copyBatch(b *store.Batch) store.Batch {
 // Write applies b; a durable write syncs everything written so far unless
 // syncs are held, in which case its Pending waits for release.
 func (s *powerStore) Write(b *store.Batch, durable bool) (store.Pending, error) {
+	if s.beforeWrite != nil {
+		s.beforeWrite(b)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.live.Write(b, false); err != nil {

@@ -73,13 +73,17 @@ func encodeTask(tk *task) []byte {
 	return b
 }
 
-// persistTask writes the task's record durably.
+// persistTask writes the task's record durably and waits for it. The
+// record is encoded and handed to the store under the table lock, as every
+// write of a task record is (transition, moveBatch): so records reach the
+// store in the order the task changed, and a record encoded before a
+// change can never land after it.
 func (e *Engine) persistTask(tk *task) error {
 	e.tasks.mu.Lock()
 	var b store.Batch
 	b.Set(taskKey(tk.ID), encodeTask(tk))
-	e.tasks.mu.Unlock()
 	p, err := e.write(&b, true)
+	e.tasks.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -234,78 +238,129 @@ func (e *Engine) snapshotTask(tk *task) MoveTask {
 	return m
 }
 
-// setStatus changes a task's status under the table lock and persists it.
-func (e *Engine) setStatus(tk *task, status, reason string) {
+// transition changes a task's status and saves it. next, called under
+// the table lock, returns the new status (or an error: no change). The
+// record is written under the same lock (see persistTask), and transition
+// returns once it is durable: an operator told "paused" has a paused task
+// after any crash. If the write fails, the engine has failed and the error
+// is returned.
+func (e *Engine) transition(tk *task, reason string, next func(*task) (string, error)) error {
 	e.tasks.mu.Lock()
+	status, err := next(tk)
+	if err != nil {
+		e.tasks.mu.Unlock()
+		return err
+	}
 	tk.Status = status
 	if reason != "" {
 		tk.FailureReason = reason
 	}
 	tk.UpdatedAt = e.clock.Now()
+	moved := tk.Moved
+	var b store.Batch
+	b.Set(taskKey(tk.ID), encodeTask(tk))
+	p, err := e.write(&b, true)
 	e.tasks.mu.Unlock()
-	if err := e.persistTask(tk); err != nil {
-		e.log.Error("cannot persist move task", "task", tk.ID, "err", err)
-	}
-	e.log.Info("move task "+strings.ToLower(status), "task", tk.ID, "source", tk.Source, "moved", tk.Moved, "reason", reason)
 	select {
 	case tk.wake <- struct{}{}:
 	default:
 	}
+	if err == nil {
+		err = e.wait(p)
+	}
+	if err != nil {
+		e.log.Error("cannot persist move task", "task", tk.ID, "status", status, "err", err)
+		return err
+	}
+	e.log.Info("move task "+strings.ToLower(status), "task", tk.ID, "source", tk.Source, "moved", moved, "reason", reason)
+	return nil
+}
+
+// setStatus is the engine's own transition (the task goroutine, the
+// safety stop) of a task that is not finished yet, and only from one of
+// the given statuses (any unfinished one when from is empty). A failure is
+// only logged: the engine has failed and the task stops with it.
+func (e *Engine) setStatus(tk *task, status, reason string, from ...string) {
+	_ = e.transition(tk, reason, func(tk *task) (string, error) {
+		switch {
+		case len(from) > 0 && !slices.Contains(from, tk.Status):
+			return "", ErrTaskNotRunning
+		case tk.Status != TaskRunning && tk.Status != TaskPaused && tk.Status != TaskCancelling:
+			return "", ErrTaskNotRunning
+		}
+		return status, nil
+	})
+}
+
+// findTask returns the task with that id.
+func (e *Engine) findTask(id string) (*task, error) {
+	e.tasks.mu.Lock()
+	tk := e.tasks.byID[id]
+	e.tasks.mu.Unlock()
+	if tk == nil {
+		return nil, ErrTaskNotFound
+	}
+	return tk, nil
 }
 
 func (e *Engine) cancelMove(id string) (MoveTask, error) {
-	e.tasks.mu.Lock()
-	tk := e.tasks.byID[id]
-	if tk == nil {
-		e.tasks.mu.Unlock()
-		return MoveTask{}, ErrTaskNotFound
+	tk, err := e.findTask(id)
+	if err != nil {
+		return MoveTask{}, err
 	}
-	status := tk.Status
-	e.tasks.mu.Unlock()
-	switch status {
-	case TaskRunning:
-		e.setStatus(tk, TaskCancelling, "")
-	case TaskPaused:
-		e.setStatus(tk, TaskCancelled, "")
-	default:
-		return MoveTask{}, ErrTaskNotRunning
+	err = e.transition(tk, "", func(tk *task) (string, error) {
+		switch tk.Status {
+		case TaskRunning:
+			return TaskCancelling, nil
+		case TaskPaused:
+			return TaskCancelled, nil
+		}
+		return "", ErrTaskNotRunning
+	})
+	if err != nil {
+		return MoveTask{}, err
 	}
 	return e.snapshotTask(tk), nil
 }
 
+// pauseMove pauses a running task. The batch the task may be moving at
+// that moment completes; no batch starts after the pause is answered.
 func (e *Engine) pauseMove(id string) (MoveTask, error) {
-	e.tasks.mu.Lock()
-	tk := e.tasks.byID[id]
-	if tk == nil {
-		e.tasks.mu.Unlock()
-		return MoveTask{}, ErrTaskNotFound
+	tk, err := e.findTask(id)
+	if err != nil {
+		return MoveTask{}, err
 	}
-	running := tk.Status == TaskRunning
-	e.tasks.mu.Unlock()
-	if !running {
-		return MoveTask{}, ErrTaskNotRunning
+	err = e.transition(tk, "paused by an operator", func(tk *task) (string, error) {
+		if tk.Status != TaskRunning {
+			return "", ErrTaskNotRunning
+		}
+		return TaskPaused, nil
+	})
+	if err != nil {
+		return MoveTask{}, err
 	}
-	e.setStatus(tk, TaskPaused, "paused by an operator")
 	return e.snapshotTask(tk), nil
 }
 
 func (e *Engine) resumeMove(id string) (MoveTask, error) {
-	e.tasks.mu.Lock()
-	tk := e.tasks.byID[id]
-	if tk == nil {
-		e.tasks.mu.Unlock()
-		return MoveTask{}, ErrTaskNotFound
+	tk, err := e.findTask(id)
+	if err != nil {
+		return MoveTask{}, err
 	}
-	if tk.Status != TaskPaused {
-		e.tasks.mu.Unlock()
-		return MoveTask{}, ErrTaskNotRunning
+	err = e.transition(tk, "", func(tk *task) (string, error) {
+		if tk.Status != TaskPaused {
+			return "", ErrTaskNotRunning
+		}
+		// A resume starts a fresh safety count: the operator says it
+		// is fixed.
+		tk.Returned = 0
+		tk.ReturnedClasses = nil
+		tk.FailureReason = ""
+		return TaskRunning, nil
+	})
+	if err != nil {
+		return MoveTask{}, err
 	}
-	// A resume starts a fresh safety count: the operator says it is fixed.
-	tk.Returned = 0
-	tk.ReturnedClasses = nil
-	tk.FailureReason = ""
-	e.tasks.mu.Unlock()
-	e.setStatus(tk, TaskRunning, "")
 	return e.snapshotTask(tk), nil
 }
 
@@ -459,12 +514,15 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 		}
 		moves = append(moves, e.redriveOutLocked(q, m, d, tk.ID, now, &b))
 	}
+	// The progress record is encoded and written under the table lock
+	// (see persistTask): a pause or cancel saved meanwhile is either
+	// already in it or written after it, never overwritten by it.
 	e.tasks.mu.Lock()
 	tk.Moved += len(moves)
 	tk.UpdatedAt = fromNanos(now)
 	b.Set(taskKey(tk.ID), encodeTask(tk))
-	e.tasks.mu.Unlock()
 	p, err := e.write(&b, true)
+	e.tasks.mu.Unlock()
 	e.scheduleLocked(q)
 	e.unlock(q)
 	if err != nil {
