@@ -49,6 +49,17 @@ func qidPrefix(p byte, qid uint32) []byte {
 	return k
 }
 
+// movedSeqKey is the highest-sequence record of queue qid for the copies
+// that queue src moves into it (dead-letter moves and redrives). They are
+// reserved and written under src's lock, not qid's, so they cannot share
+// qid's own record (written under qid's lock by sends and imports): two
+// writers of one key under different locks could store an older value
+// last, and the highest sequence number would go backwards. One key per
+// writer lock keeps every key monotonic; recovery takes the largest.
+func movedSeqKey(qid, src uint32) []byte {
+	return binary.BigEndian.AppendUint32(qidPrefix(prefixSeq, qid), src)
+}
+
 func messageKey(qid uint32, seq uint64, kind byte) []byte {
 	k := qidPrefix(prefixMessage, qid)
 	k = binary.BigEndian.AppendUint64(k, seq)

@@ -156,7 +156,7 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 	}
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
 	b.Set(messageKey(t.id, n.seq, kindContent), encodeContent(n))
-	b.Set(qidPrefix(prefixSeq, t.id), binary.BigEndian.AppendUint64(nil, n.seq))
+	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
 	return move{target: t, m: n, group: m.groupID()}
 }
 

@@ -44,7 +44,9 @@ func (e *Engine) recover() (int, error) {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
 	err = e.st.Scan([]byte{prefixSeq}, func(k, v []byte) error {
-		if len(k) != 5 || len(v) != 8 {
+		// A queue's own record (5 bytes) or one per source that moves
+		// copies into it (9 bytes, movedSeqKey): the largest wins.
+		if (len(k) != 5 && len(k) != 9) || len(v) != 8 {
 			return fmt.Errorf("%w: sequence record", errCorrupt)
 		}
 		if q := byID[binary.BigEndian.Uint32(k[1:])]; q != nil {

@@ -564,7 +564,7 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 		n.dedupID = FormatID(id)
 	}
 	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
-	b.Set(qidPrefix(prefixSeq, d.id), binaryUint64(n.seq))
+	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
 	return move{target: d, m: n, group: m.groupID()}
 }
 
