@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -39,12 +40,20 @@ type Options struct {
 	// slow disks at Warn. Nil means slog.Default().
 	//
 	// Pebble reports conditions it cannot survive (a failed MANIFEST sync,
-	// detected corruption) through a Fatalf callback and assumes it does not
-	// return. The store logs those at Error and panics. When that happens
-	// inside Write the panic is recovered and the store becomes failed; in
-	// one of pebble's background goroutines it ends the process, which is
-	// the fail-stop outcome Sluice wants.
+	// a commit pipeline it calls broken, detected corruption) through a
+	// Fatalf callback and assumes it does not return. The store logs those
+	// at Error and calls OnFatal, which stops the process.
 	Logger *slog.Logger
+
+	// OnFatal is called, on whichever goroutine pebble reports it, when
+	// pebble hits an error it cannot survive. It must not return: pebble's
+	// state is undefined after it, and a process that kept serving would
+	// answer from a store whose commit pipeline may be wedged. Nil means
+	// the store logs "pebblestore: fatal error; stopping the process" and
+	// exits with status FatalExitCode (fail-stop: a restart replays exactly
+	// what was synced). If a test's OnFatal returns, the store panics as
+	// pebble expects; a panic inside Write then fails the store.
+	OnFatal func(err error)
 
 	// MemTableSize is the size of one memtable in bytes (0 means
 	// DefaultMemTableSize, 64 MiB). Larger memtables mean fewer flushes and
@@ -121,7 +130,7 @@ func (o Options) pebbleOptions(log *slog.Logger) *pebble.Options {
 		po.WALMinSyncInterval = func() time.Duration { return d }
 	}
 
-	lg := slogAdapter{log}
+	lg := slogAdapter{log: log, onFatal: o.OnFatal}
 	po.Logger = lg
 	el := pebble.MakeLoggingEventListener(lg)
 	el.BackgroundError = func(err error) {
@@ -145,8 +154,15 @@ type fatalError struct{ err error }
 
 func (f fatalError) Error() string { return f.err.Error() }
 
+// FatalExitCode is the process's exit status when pebble reports a fatal
+// error and Options.OnFatal is nil (70: EX_SOFTWARE).
+const FatalExitCode = 70
+
 // slogAdapter implements pebble.Logger on top of slog.
-type slogAdapter struct{ log *slog.Logger }
+type slogAdapter struct {
+	log     *slog.Logger
+	onFatal func(error) // nil: exit the process
+}
 
 // Infof logs at Debug: pebble's informational messages are routine for a
 // broker operator.
@@ -161,10 +177,18 @@ func (a slogAdapter) Errorf(format string, args ...any) {
 	a.log.Error(fmt.Sprintf(format, args...))
 }
 
-// Fatalf logs at Error and panics with a fatalError: pebble does not expect
-// it to return.
+// Fatalf logs at Error and stops the process (Options.OnFatal). Should a
+// test's OnFatal return, it panics with a fatalError: pebble does not
+// expect Fatalf to return.
 func (a slogAdapter) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	err := errors.New(msg)
 	a.log.Error("pebble: fatal: " + msg)
-	panic(fatalError{errors.New(msg)})
+	if a.onFatal != nil {
+		a.onFatal(err)
+	} else {
+		a.log.Error("pebblestore: fatal error; stopping the process", "err", err, "exit_code", FatalExitCode)
+		os.Exit(FatalExitCode)
+	}
+	panic(fatalError{err})
 }

@@ -20,11 +20,14 @@
 // after a failed sync has been reported. Pebble itself never retries a
 // failed WAL sync either, and the kernel may already have discarded the
 // dirty pages, so retrying would risk acknowledging data that is not on
-// disk. One case ends differently: if the failing sync is the one pebble
+// disk. Two cases end differently: if the failing sync is the one pebble
 // makes when it rotates to a new WAL file (or a write already inside pebble
 // when the failure happened makes it rotate the failed WAL), pebble panics
-// in a way that kills the process. That too is fail-stop, and recovery on
-// restart replays exactly what was synced.
+// in a way that kills the process; and when pebble reports an error it
+// cannot survive through its Fatalf callback (a failed MANIFEST sync, a
+// commit pipeline it calls broken), Options.OnFatal stops the process with
+// a log line and exit status FatalExitCode. Both are fail-stop, and
+// recovery on restart replays exactly what was synced.
 //
 // # On-disk layout
 //
@@ -346,7 +349,10 @@ func deleteRange(pb *pebble.Batch, start, end []byte) error {
 
 // apply commits pb: durable ones with ApplyNoSyncWait (the caller must
 // SyncWait), others without a sync. On error the store is failed and pb is
-// abandoned to the garbage collector, as pebble requires.
+// abandoned to the garbage collector, as pebble requires. A fatal error
+// pebble reports while committing (its commit pipeline is broken) has
+// already stopped the process through Options.OnFatal; the recover below
+// only matters when a test's OnFatal returns.
 func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

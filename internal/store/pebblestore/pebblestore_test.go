@@ -90,7 +90,7 @@ func TestFormatVersion(t *testing.T) {
 	}
 
 	// The format key is written, durable, and invisible to Scan.
-	db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: slogAdapter{quiet}})
+	db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: slogAdapter{log: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestFormatVersion(t *testing.T) {
 
 func TestRefusesForeignDatabase(t *testing.T) {
 	fs := vfs.NewMem()
-	db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: slogAdapter{quiet}})
+	db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: slogAdapter{log: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
