@@ -4,6 +4,7 @@
 //	sluice bench sqs [flags]    drive an SQS endpoint and report throughput and latency
 //	sluice queues [flags]       list queues (through the admin API)
 //	sluice dlq <command>        inspect, export, import and redrive dead-letter queues
+//	sluice repair --data-dir D  drop records that stop the broker from starting (--dry-run first)
 //	sluice version              print the version
 //
 // main only parses flags and calls into internal packages; no broker logic
@@ -43,6 +44,9 @@ Usage:
                               import, redrive, tasks, cancel, pause, resume (sluice dlq help)
   sluice doctor [flags]       check queue configuration against live metrics; exit 1 on red
   sluice hash-password [--amqp]  read a password on stdin, print a hash for the config file
+  sluice repair --data-dir DIR [--dry-run]
+                              list (--dry-run) or drop the records that make the broker
+                              refuse to start; the broker must be stopped
   sluice version              print the version
 `
 
@@ -68,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCLI(cli.Doctor, args[1:], stdout, stderr)
 	case "hash-password":
 		return runHashPassword(args[1:], stdout, stderr)
+	case "repair":
+		return runRepair(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sluice", version)
 		return 0

@@ -34,6 +34,9 @@ type move struct {
 	target *queue
 	m      *message
 	group  string
+	// purges is the target's purge count when the copy's sequence number
+	// was reserved; see finishMoves.
+	purges uint64
 }
 
 // unlock releases q's lock, then inserts the copies that dead-letter moves
@@ -157,15 +160,33 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
 	b.Set(messageKey(t.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	return move{target: t, m: n, group: m.groupID()}
+	return move{target: t, m: n, group: m.groupID(), purges: t.purges.Load()}
 }
 
 // finishMoves inserts copies into their targets' memory. Called without any
 // queue lock held.
+//
+// A purge of the target between the copy's write (in the source's batch)
+// and its insert here may have deleted the copy's content record: the
+// purge's range ends at the target's next sequence number, which the copy
+// had already reserved. The copy is then written again, durably, before
+// it is inserted: it arrived after the purge. Otherwise the target would
+// hold in memory a message with no record on disk, whose later state
+// records recovery could not explain.
 func (e *Engine) finishMoves(moves []move) {
 	for _, mv := range moves {
 		t := mv.target
 		t.mu.Lock()
+		var rewrite store.Pending
+		if !t.deleted && t.purges.Load() != mv.purges {
+			var b store.Batch
+			b.Set(messageKey(t.id, mv.m.seq, kindContent), encodeContent(mv.m))
+			var err error
+			if rewrite, err = e.write(&b, true); err != nil {
+				e.unlock(t)
+				continue // the engine has failed
+			}
+		}
 		if !t.deleted {
 			mv.m.group = t.groupLocked(mv.group)
 			t.addLocked(mv.m)
@@ -178,6 +199,9 @@ func (e *Engine) finishMoves(moves []move) {
 			e.scheduleLocked(t)
 		}
 		e.unlock(t)
+		if rewrite != nil {
+			_ = e.wait(rewrite) // a failure fails the engine
+		}
 		if x := mv.m.ext; x != nil && x.dead != nil && x.redrive != nil && x.redrive.TaskID != "" {
 			e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
 		}

@@ -105,6 +105,8 @@ type Engine struct {
 
 	failed atomic.Pointer[error] // first storage error; engine is read-only after it
 
+	recoveryDropped atomic.Int64 // leftovers of deleted queues dropped by Open
+
 	// unsynced is set by a write without sync and cleared by the syncer
 	// just before it syncs; syncPoke wakes the syncer.
 	unsynced     atomic.Bool
@@ -366,6 +368,11 @@ func (e *Engine) admit() error {
 	}
 	return nil
 }
+
+// RecoveryDropped returns how many records Open dropped as leftovers of
+// deleted queues (writes that raced a queue delete; see Repair). Every
+// other record recovery cannot load stops Open with ErrNeedsRepair.
+func (e *Engine) RecoveryDropped() int64 { return e.recoveryDropped.Load() }
 
 // Failed returns the storage error that stopped the engine, or nil.
 func (e *Engine) Failed() error {
@@ -902,6 +909,7 @@ func (e *Engine) purgeQueue(name string) error {
 	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
 	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
 	q.lastPurge = now
+	q.purges.Add(1)
 	q.clearMessagesLocked()
 	return e.commitUnlock(q, &b)
 }

@@ -355,6 +355,9 @@ type queue struct {
 	modifiedAt int64
 	deleted    bool
 	lastPurge  int64
+	// purges counts PurgeQueue calls (written under mu, read by
+	// dead-letter moves under their source's lock: see finishMoves).
+	purges atomic.Uint64
 
 	msgs      map[uint64]*message
 	groups    map[string]*group

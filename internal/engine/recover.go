@@ -61,8 +61,12 @@ func (e *Engine) recover() (int, error) {
 	}
 
 	// Messages: content and state records of one message are adjacent
-	// (kind 0 then 1), so one pass rebuilds each message.
-	var orphans store.Batch
+	// (kind 0 then 1), so one pass rebuilds each message. Records that
+	// cannot be attached are classified (see recoveryAudit): leftovers of
+	// deleted queues are dropped below, loudly; anything else stops the
+	// start before anything is changed.
+	audit := newRecoveryAudit(e.nextQID)
+	var orphans store.Batch // expired dedup entries
 	var cur *message
 	var curQ *queue
 	var curGroup string
@@ -83,8 +87,7 @@ func (e *Engine) recover() (int, error) {
 		seq := binary.BigEndian.Uint64(k[5:])
 		q := byID[qid]
 		if q == nil {
-			// Left behind by a write that raced a queue delete.
-			orphans.Delete(append([]byte(nil), k...))
+			audit.unknownQueue(k, qid)
 			return nil
 		}
 		switch k[13] {
@@ -102,9 +105,7 @@ func (e *Engine) recover() (int, error) {
 			curGroup = g
 		case kindState:
 			if cur == nil || cur.seq != seq || curQ != q {
-				// A state record without content: the message was
-				// deleted; the state delete raced. Drop it.
-				orphans.Delete(append([]byte(nil), k...))
+				audit.stateWithoutContent(k, q.name, seq)
 				return nil
 			}
 			if err := decodeState(cur, v); err != nil {
@@ -127,9 +128,10 @@ func (e *Engine) recover() (int, error) {
 		if len(k) < 6 {
 			return fmt.Errorf("%w: dedup key", errCorrupt)
 		}
-		q := byID[binary.BigEndian.Uint32(k[1:])]
+		qid := binary.BigEndian.Uint32(k[1:])
+		q := byID[qid]
 		if q == nil {
-			orphans.Delete(append([]byte(nil), k...))
+			audit.unknownQueue(k, qid)
 			return nil
 		}
 		rest := k[5:]
@@ -163,13 +165,27 @@ func (e *Engine) recover() (int, error) {
 		sortDedup(q.dedupOrder)
 		e.scheduleLocked(q)
 	}
+	if len(audit.unexplained) > 0 {
+		e.log.Error("recovery found records it cannot explain; refusing to start without a repair",
+			"records", len(audit.unexplained), "first", audit.describe(3))
+		return 0, fmt.Errorf("%w: %d record(s): %s; nothing was changed: see what `sluice repair --data-dir DIR --dry-run` would drop, then run it without --dry-run",
+			ErrNeedsRepair, len(audit.unexplained), audit.describe(10))
+	}
+	for qid, n := range audit.perQueue {
+		e.log.Warn("recovery dropped records of a deleted queue (writes that raced its delete)",
+			"queue_id", qid, "records", n)
+	}
+	e.recoveryDropped.Add(int64(audit.leftoverCount()))
+	for _, op := range audit.leftovers.Ops {
+		orphans.Delete(op.Key)
+	}
 	if orphans.Len() > 0 {
 		p, err := e.write(&orphans, true)
 		if err == nil {
 			err = e.wait(p)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("engine: recover: removing orphans: %w", err)
+			return 0, fmt.Errorf("engine: recover: removing leftovers: %w", err)
 		}
 	}
 	return loaded, nil

@@ -30,6 +30,9 @@ type powerStore struct {
 	// beforeWrite, if set, is called at the start of every Write, before
 	// anything is applied (and without the store's lock held).
 	beforeWrite func(b *store.Batch)
+	// afterWrite, if set, is called once a Write has applied b (without
+	// the store's lock held).
+	afterWrite func(b *store.Batch)
 }
 
 func newPowerStore() *powerStore {
@@ -64,6 +67,9 @@ func copyBatch(b *store.Batch) store.Batch {
 func (s *powerStore) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	if s.beforeWrite != nil {
 		s.beforeWrite(b)
+	}
+	if s.afterWrite != nil {
+		defer s.afterWrite(b)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -565,7 +565,7 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	}
 	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
-	return move{target: d, m: n, group: m.groupID()}
+	return move{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}
 }
 
 // recoverMoveTasks loads task records. RUNNING tasks resume (their
