@@ -349,14 +349,27 @@ func (q *queue) bodyLocked(m *message) ([]byte, error) {
 	return nil, q.eng.fail(fmt.Errorf("reading the body of message %d of queue %q: %w", m.seq, q.name, err))
 }
 
-// SetAdmission refuses new messages (Send, Import) with err while it is not
-// nil, and accepts them again when called with nil. The server uses it for
-// back-pressure when the disk is nearly full, so the store never hits
-// ENOSPC (which it cannot survive without a restart); operations that free
-// space keep working.
+// SetAdmission refuses new data with err while it is not nil, and accepts
+// it again when called with nil. The server uses it for back-pressure when
+// the disk is nearly full (ErrDiskFull), so the store never hits ENOSPC
+// (which it cannot survive without a restart). At the watermark:
+//
+//   - refused with err: Send (SQS sends, AMQP publishes), Import, and
+//     starting a move task (redrive), which all add messages;
+//   - held: running move tasks move nothing until admission returns, then
+//     go on by themselves (their status stays RUNNING);
+//   - allowed: receives, deletes, visibility changes, requeues, failure
+//     reports and the dead-letter moves they trigger, purges and queue
+//     administration. They write small records or free space (a
+//     dead-letter move rewrites one existing message, never more than the
+//     backlog that is already stored), and refusing them would stop
+//     consumers from draining the very backlog that fills the disk.
+//
+// Pebble's compactions always run: they are what gives deleted space back.
 func (e *Engine) SetAdmission(err error) {
 	if err == nil {
 		e.admission.Store(nil)
+		e.wakeTasks()
 		return
 	}
 	e.admission.Store(&err)

@@ -195,6 +195,9 @@ func (e *Engine) startMove(spec MoveTaskSpec) (MoveTask, error) {
 	if err := e.checkMoveSpec(&spec); err != nil {
 		return MoveTask{}, err
 	}
+	if err := e.admit(); err != nil {
+		return MoveTask{}, err
+	}
 	q, err := e.lockQueue(spec.Source)
 	if err != nil {
 		return MoveTask{}, err
@@ -389,6 +392,19 @@ func (e *Engine) getMove(id string) (MoveTask, error) {
 	return e.snapshotTask(tk), nil
 }
 
+// wakeTasks wakes every task goroutine, so that a task held by the disk
+// watermark looks again.
+func (e *Engine) wakeTasks() {
+	e.tasks.mu.Lock()
+	defer e.tasks.mu.Unlock()
+	for _, tk := range e.tasks.byID {
+		select {
+		case tk.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // pruneTasks forgets finished tasks beyond the newest
 // MoveTasksKeptPerSource of a source.
 func (e *Engine) pruneTasks(source string) {
@@ -449,6 +465,17 @@ func (e *Engine) runMove(tk *task) {
 		case TaskRunning:
 		default:
 			return
+		}
+		if e.admit() != nil {
+			// The disk watermark: moving copies messages, so the task
+			// holds until SetAdmission(nil) wakes it.
+			select {
+			case <-tk.wake:
+				last = e.clock.Now()
+				continue
+			case <-e.done:
+				return
+			}
 		}
 		now := e.clock.Now()
 		if now.Sub(started) > MaxMoveTaskDuration {

@@ -118,3 +118,33 @@ func movesAndRecordsTask(b *store.Batch) string {
 	}
 	return task
 }
+
+// TestMoveTaskHeldAtDiskWatermark (issue #10, hole 9): moving copies
+// messages, so at the disk watermark a new move task is refused and a
+// running one moves nothing (its status stays RUNNING) until admission
+// returns; then it finishes by itself.
+func TestMoveTaskHeldAtDiskWatermark(t *testing.T) {
+	pf := moveFixture(t, 3)
+	tk, err := pf.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Destination: "q", Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 })
+	pf.e.SetAdmission(ErrDiskFull)
+	// Time passes: the task's tokens would allow the rest.
+	for i := 0; i < 20; i++ {
+		pf.clk.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if m, _ := pf.e.GetMoveTask(tk.ID); m.Moved != 1 || m.Status != TaskRunning {
+		t.Fatalf("at the watermark the task went on: %+v", m)
+	}
+	if _, err := pf.e.StartMoveTask(MoveTaskSpec{Source: "dlq"}); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("new move task at the watermark: %v, want ErrDiskFull", err)
+	}
+	pf.e.SetAdmission(nil)
+	pf.stepUntil("the task to complete", time.Second, func() bool {
+		m, _ := pf.e.GetMoveTask(tk.ID)
+		return m.Status == TaskCompleted && m.Moved == 3
+	})
+}

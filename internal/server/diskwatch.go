@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // diskPollInterval is how often the free-space watch polls: often enough
@@ -22,39 +23,60 @@ func freeBytes(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// watchDisk polls the data directory's free space and applies
-// back-pressure: below MinFreeDisk the engine refuses new messages
-// (ErrDiskFull: producers get a clear, retryable error), and it accepts them
-// again once free space is back above 125% of the watermark. Pebble cannot
-// recover from a failed write without a restart, so the point is never to
-// let it reach ENOSPC; reads, deletes and acks, which free space, go on.
-func (s *Server) watchDisk(ctx context.Context, interval time.Duration) {
-	if s.opts.Store != "disk" || s.opts.MinFreeDisk <= 0 {
-		return
-	}
+// RestartReserve is the free space a restart of the disk store may need:
+// at open, pebble replays the write-ahead log that was not yet flushed into
+// sorted tables and writes them out, which is at most
+// DefaultMemTableStopWritesThreshold memtables of DefaultMemTableSize
+// (256 MiB), plus a new WAL and MANIFEST. A min_free_disk of at least this
+// much keeps a restart at the watermark possible, since nothing the broker
+// still accepts at the watermark can use up that reserve.
+const RestartReserve = pebblestore.DefaultMemTableStopWritesThreshold * pebblestore.DefaultMemTableSize
+
+// checkDisk reads the data directory's free space and sets or lifts the
+// engine's admission: below MinFreeDisk new messages are refused
+// (ErrDiskFull: producers get a clear, retryable error); they are accepted
+// again once free space is back above 125% of the watermark. It returns
+// whether the broker now refuses. New calls it once before the broker
+// accepts anything, so a broker restarted at the watermark never accepts a
+// message it should refuse; watchDisk then calls it every interval.
+func (s *Server) checkDisk(refusing bool) bool {
 	low := uint64(s.opts.MinFreeDisk)
 	high := low + low/4
-	refusing := false
+	free, err := s.freeBytes(s.opts.DataDir)
+	switch {
+	case err != nil:
+		s.log.Warn("cannot read free disk space", "dir", s.opts.DataDir, "err", err)
+	case !refusing && free < low:
+		refusing = true
+		s.eng.SetAdmission(engine.ErrDiskFull)
+		s.log.Error("disk nearly full: refusing new messages until space returns", "free_bytes", free, "min_free_disk", low)
+	case refusing && free >= high:
+		refusing = false
+		s.eng.SetAdmission(nil)
+		s.log.Info("disk space back: accepting new messages", "free_bytes", free)
+	}
+	return refusing
+}
+
+// diskWatched reports whether the free-space watch applies.
+func (s *Server) diskWatched() bool { return s.opts.Store == "disk" && s.opts.MinFreeDisk > 0 }
+
+// watchDisk polls the data directory's free space (checkDisk) until ctx
+// ends. Pebble cannot recover from a failed write without a restart, so the
+// point is never to let it reach ENOSPC; reads, deletes and acks, which
+// free space, go on.
+func (s *Server) watchDisk(ctx context.Context, interval time.Duration) {
+	if !s.diskWatched() {
+		return
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		free, err := s.freeBytes(s.opts.DataDir)
-		switch {
-		case err != nil:
-			s.log.Warn("cannot read free disk space", "dir", s.opts.DataDir, "err", err)
-		case !refusing && free < low:
-			refusing = true
-			s.eng.SetAdmission(engine.ErrDiskFull)
-			s.log.Error("disk nearly full: refusing new messages until space returns", "free_bytes", free, "min_free_disk", low)
-		case refusing && free >= high:
-			refusing = false
-			s.eng.SetAdmission(nil)
-			s.log.Info("disk space back: accepting new messages", "free_bytes", free)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		s.diskRefusing = s.checkDisk(s.diskRefusing)
 	}
 }

@@ -47,8 +47,16 @@ type Options struct {
 
 	// MinFreeDisk is the free space (bytes) below which the broker refuses
 	// new messages until space returns (back-pressure instead of running
-	// the store into ENOSPC). 0 turns the watch off.
+	// the store into ENOSPC). 0 turns the watch off. It is checked when
+	// the broker starts, before it accepts anything, and every second
+	// after. What each write path does at the watermark is in
+	// docs/reliability.md ("Disk full"). It should be at least
+	// RestartReserve: the space a restart needs to replay the store's
+	// unflushed log; a smaller value is accepted with a warning.
 	MinFreeDisk int64 `toml:"min_free_disk"`
+
+	// freeBytes, when set, replaces the real free-space probe (tests).
+	freeBytes func(dir string) (uint64, error)
 
 	// MaxHTTPConnections caps open connections on the HTTP listener;
 	// beyond it new connections wait in the kernel's backlog. 0: no cap.

@@ -244,13 +244,13 @@ func TestDiskNearlyFullBackPressure(t *testing.T) {
 	o.DataDir = t.TempDir()
 	o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
 	o.MinFreeDisk = 1 << 30
+	var free atomic.Uint64
+	free.Store(10 << 30)
+	o.freeBytes = func(string) (uint64, error) { return free.Load(), nil }
 	s, err := New(o, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var free atomic.Uint64
-	free.Store(10 << 30)
-	s.freeBytes = func(string) (uint64, error) { return free.Load(), nil }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()

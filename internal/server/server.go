@@ -52,8 +52,10 @@ type Server struct {
 	amqp    *amqp.Server
 
 	// freeBytes reads a directory's free space (a field so tests can
-	// simulate a full disk).
-	freeBytes func(dir string) (uint64, error)
+	// simulate a full disk). diskRefusing is the watermark's state, owned
+	// by New and then by watchDisk.
+	freeBytes    func(dir string) (uint64, error)
+	diskRefusing bool
 
 	httpLn   net.Listener
 	httpSrv  *http.Server
@@ -83,6 +85,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	s := &Server{opts: opts, log: log, freeBytes: freeBytes}
+	if opts.freeBytes != nil {
+		s.freeBytes = opts.freeBytes
+	}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -132,6 +137,15 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.eng = eng
 	closers = append(closers, func() { eng.Close() })
+	if s.diskWatched() {
+		if opts.MinFreeDisk < RestartReserve {
+			log.Warn("min_free_disk is below what a restart may need to replay the store; a broker stopped at the watermark may not start again",
+				"min_free_disk", opts.MinFreeDisk, "restart_reserve", int64(RestartReserve))
+		}
+		// Before any listener serves: a broker restarted at the
+		// watermark refuses new messages from its first request.
+		s.diskRefusing = s.checkDisk(false)
+	}
 	s.metrics.Attach(eng)
 	s.alerts.Attach(eng)
 	s.dash.Attach(eng)
