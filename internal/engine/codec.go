@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -15,12 +17,14 @@ import (
 //	"M" qid:4 seq:8 0x00       message record: immutable content
 //	"M" qid:4 seq:8 0x01       message state: receive count, lease, visibility
 //	"D" qid:4 dedup-id         FIFO deduplication entry (survives delete)
-//	"N" qid:4                  highest sequence number ever assigned
+//	"N" qid:4                  highest sequence number its own sends assigned
+//	"N" qid:4 src:4            highest sequence number of copies moved in from src
+//	"K"                        receipt key: 32 random bytes (see receiptKey)
 //
 // A queue's data all share the prefix qid, so dropping a queue is one
 // DeleteRange per prefix. Queue ids are never reused, so a late write for a
 // deleted queue can never surface in a new queue of the same name; recovery
-// deletes such orphans.
+// deletes such leftovers (see recoveryAudit).
 //
 // Records start with a format byte (recordV1). Fields are appended with
 // uvarint lengths; a reader rejects a record whose format it does not know,
@@ -31,6 +35,7 @@ const (
 	prefixMessage = 'M'
 	prefixDedup   = 'D'
 	prefixSeq     = 'N'
+	prefixKey     = 'K'
 
 	kindContent = 0x00
 	kindState   = 0x01
@@ -555,8 +560,8 @@ func decodeDedup(ent *dedupEntry, b []byte) error {
 
 // Receipt handles are base64url (unpadded) of
 //
-//	version 2: version(1) qid(4) seq(8) receipt(8) receiveCount(4) idTag(8)  (44 chars)
-//	version 1: version(1) qid(4) seq(8) receipt(8)                           (28 chars)
+//	version 2: version(1) qid(4) seq(8) receipt(8) receiveCount(4) idTag(8) mac(12)  (60 chars)
+//	version 1: version(1) qid(4) seq(8) receipt(8)                                   (28 chars)
 //
 // The receipt number is random per receive, so each receive issues a new
 // handle and an old handle can be told from the current one. Version 2
@@ -565,16 +570,24 @@ func decodeDedup(ent *dedupEntry, b []byte) error {
 // store may hold an older state of the message than a handle a consumer
 // still has. A handle whose count is higher than the stored one, for the
 // same message (the id tag matches), is a lease the crash lost, not a
-// stale one. Version 1 handles (issued before version 2 existed) are still
-// accepted, without that test. Handles come from clients: the decoder
-// accepts exactly these two shapes and nothing else (FuzzDecodeReceipt).
+// stale one. Its random receipt can no longer be checked (the broker
+// forgot it), so version 2 ends with an HMAC-SHA256 (truncated to 12
+// bytes) of everything before it under the store's receipt key (see
+// receiptKey): only a handle this broker issued passes, and a client that
+// knows a MessageId and a sequence number cannot forge one. Version 1
+// handles (issued before version 2 existed) are still accepted, without the
+// lost-lease rule. Handles come from clients: the decoder accepts exactly
+// these two shapes and nothing else (FuzzDecodeReceipt).
 const (
 	receiptV1 = 1
 	receiptV2 = 2
+
+	receiptV2Body = 33 // bytes before the MAC
+	receiptMACLen = 12
 )
 
-// receiptHandle is a decoded receipt handle. count and idTag are zero in
-// a version 1 handle.
+// receiptHandle is a decoded receipt handle. count, idTag, body and mac
+// are zero in a version 1 handle.
 type receiptHandle struct {
 	qid     uint32
 	seq     uint64
@@ -582,37 +595,51 @@ type receiptHandle struct {
 	count   uint32
 	idTag   uint64
 	v2      bool
+	body    [receiptV2Body]byte
+	mac     [receiptMACLen]byte
 }
 
-func encodeReceipt(qid uint32, m *message) string {
-	var b [33]byte
+// receiptMAC is the MAC of a version 2 handle's body under key.
+func receiptMAC(key []byte, body []byte) (out [receiptMACLen]byte) {
+	h := hmac.New(sha256.New, key)
+	h.Write(body)
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+func encodeReceipt(key []byte, qid uint32, m *message) string {
+	var b [receiptV2Body + receiptMACLen]byte
 	b[0] = receiptV2
 	binary.BigEndian.PutUint32(b[1:], qid)
 	binary.BigEndian.PutUint64(b[5:], m.seq)
 	binary.BigEndian.PutUint64(b[13:], m.receipt)
 	binary.BigEndian.PutUint32(b[21:], uint32(m.recvCount))
 	copy(b[25:], m.id[:8])
+	mac := receiptMAC(key, b[:receiptV2Body])
+	copy(b[receiptV2Body:], mac[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// decodeReceipt parses a handle. It does not check a version 2 handle's
+// MAC: only the lost-lease rule needs it (validMAC).
 func decodeReceipt(s string) (h receiptHandle, ok bool) {
-	var b [33]byte
-	var n int
-	var err error
+	var b [receiptV2Body + receiptMACLen]byte
 	switch len(s) {
 	case 28:
-		n, err = base64.RawURLEncoding.Decode(b[:], []byte(s))
+		n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
 		if err != nil || n != 21 || b[0] != receiptV1 {
 			return receiptHandle{}, false
 		}
-	case 44:
-		n, err = base64.RawURLEncoding.Decode(b[:], []byte(s))
-		if err != nil || n != 33 || b[0] != receiptV2 {
+	case 60:
+		n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
+		if err != nil || n != len(b) || b[0] != receiptV2 {
 			return receiptHandle{}, false
 		}
 		h.v2 = true
 		h.count = binary.BigEndian.Uint32(b[21:])
 		h.idTag = binary.BigEndian.Uint64(b[25:])
+		copy(h.body[:], b[:receiptV2Body])
+		copy(h.mac[:], b[receiptV2Body:])
 	default:
 		return receiptHandle{}, false
 	}
@@ -620,6 +647,12 @@ func decodeReceipt(s string) (h receiptHandle, ok bool) {
 	h.seq = binary.BigEndian.Uint64(b[5:])
 	h.receipt = binary.BigEndian.Uint64(b[13:])
 	return h, true
+}
+
+// validMAC reports whether a version 2 handle was issued under key.
+func (h *receiptHandle) validMAC(key []byte) bool {
+	want := receiptMAC(key, h.body[:])
+	return h.v2 && hmac.Equal(want[:], h.mac[:])
 }
 
 func binaryUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

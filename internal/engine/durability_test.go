@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -213,31 +216,55 @@ func TestIdleLeaseSyncedWithinInterval(t *testing.T) {
 }
 
 // FuzzDecodeReceipt: receipt handles come from clients. The decoder never
-// panics, accepts only the two documented shapes, and round-trips what the
-// engine issues.
+// panics, accepts only the two documented shapes, round-trips what the
+// engine issues, and a version 2 handle passes the MAC check only if it is
+// exactly one the key issued.
 func FuzzDecodeReceipt(f *testing.F) {
+	key := bytes.Repeat([]byte{7}, 32)
 	m := &message{seq: 7, receipt: 99, recvCount: 3, id: newID()}
-	f.Add(encodeReceipt(1, m))
+	issued := encodeReceipt(key, 1, m)
+	f.Add(issued)
 	f.Add("AQAAAAEAAAAAAAAABwAAAAAAAABj") // version 1
 	f.Add("")
 	f.Add("garbage")
-	f.Add("AgAAAAEAAAAAAAAABwAAAAAAAABjAAAAAwAAAAAAAAAA")
+	f.Add(strings.Repeat("A", 60))
 	f.Fuzz(func(t *testing.T, s string) {
 		h, ok := decodeReceipt(s)
 		if !ok {
 			return
 		}
-		if len(s) != 28 && len(s) != 44 {
+		if len(s) != 28 && len(s) != 60 {
 			t.Fatalf("accepted a %d-char handle", len(s))
 		}
-		if h.v2 {
-			m := &message{seq: h.seq, receipt: h.receipt, recvCount: int32(h.count)}
-			for i := 0; i < 8; i++ {
-				m.id[i] = byte(h.idTag >> (56 - 8*i))
-			}
-			if got, _ := decodeReceipt(encodeReceipt(h.qid, m)); got != h {
-				t.Fatalf("round trip %+v != %+v", got, h)
-			}
+		if !h.v2 {
+			return
+		}
+		m := &message{seq: h.seq, receipt: h.receipt, recvCount: int32(h.count)}
+		binary.BigEndian.PutUint64(m.id[:8], h.idTag)
+		again := encodeReceipt(key, h.qid, m)
+		if h.validMAC(key) != (again == s) {
+			t.Fatalf("MAC check %v for %q, issued %q", h.validMAC(key), s, again)
+		}
+		if got, _ := decodeReceipt(again); got.qid != h.qid || got.seq != h.seq || got.receipt != h.receipt || got.count != h.count || got.idTag != h.idTag {
+			t.Fatalf("round trip %+v != %+v", got, h)
 		}
 	})
+}
+
+// TestForgedLostLeaseHandleDeletesNothing: the lost-lease rule trusts a
+// handle's receive count only with a valid MAC, so a client that knows a
+// message's id and sequence number cannot delete it without receiving it.
+func TestForgedLostLeaseHandleDeletesNothing(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q.fifo", fifoCfg)
+	res := pf.send("q.fifo", Message{Body: []byte("a"), GroupID: "g", DedupID: "1"})
+	q, _ := pf.e.lookup("q.fifo")
+	m := q.msgs[1]
+	forged := &message{seq: 1, receipt: 12345, recvCount: 5, id: m.id}
+	if errs := pf.del("q.fifo", encodeReceipt(bytes.Repeat([]byte{1}, 32), q.id, forged)); !errors.Is(errs[0], ErrReceiptHandleExpired) {
+		t.Fatalf("forged handle: %v, want ErrReceiptHandleExpired", errs[0])
+	}
+	if got := pf.recv("q.fifo", 1, time.Minute); len(got) != 1 || got[0].MessageID != res[0].MessageID {
+		t.Fatalf("the message is gone after a forged delete: %v", bodies(got))
+	}
 }

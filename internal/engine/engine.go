@@ -35,6 +35,7 @@ package engine
 import (
 	"container/heap"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -106,6 +107,10 @@ type Engine struct {
 	failed atomic.Pointer[error] // first storage error; engine is read-only after it
 
 	recoveryDropped atomic.Int64 // leftovers of deleted queues dropped by Open
+
+	// receiptKey authenticates version 2 receipt handles (see
+	// encodeReceipt). It is created once per store and kept in it.
+	receiptKey []byte
 
 	// unsynced is set by a write without sync and cleared by the syncer
 	// just before it syncs; syncPoke wakes the syncer.
@@ -188,11 +193,48 @@ func Open(opts Options) (*Engine, error) {
 	if err := e.recoverMoveTasks(); err != nil {
 		return nil, err
 	}
+	if err := e.loadReceiptKey(); err != nil {
+		return nil, err
+	}
 	e.wg.Add(2)
 	go e.runScheduler()
 	go e.runSyncer()
 	e.startRecoveredMoveTasks()
 	return e, nil
+}
+
+// loadReceiptKey reads the store's receipt key, creating it (durably,
+// before any handle is issued under it) in a store that has none. A lost
+// key would only turn lost-lease deletes into no-ops, never accept a
+// forged handle.
+func (e *Engine) loadReceiptKey() error {
+	err := e.st.Scan([]byte{prefixKey}, func(k, v []byte) error {
+		if len(k) == 1 {
+			if len(v) != 32 {
+				return fmt.Errorf("%w: receipt key", errCorrupt)
+			}
+			e.receiptKey = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	if err != nil || e.receiptKey != nil {
+		return err
+	}
+	key := make([]byte, 32)
+	if _, err := cryptorand.Read(key); err != nil {
+		return fmt.Errorf("engine: receipt key: %w", err)
+	}
+	var b store.Batch
+	b.Set([]byte{prefixKey}, key)
+	p, err := e.write(&b, true)
+	if err == nil {
+		err = e.wait(p)
+	}
+	if err != nil {
+		return fmt.Errorf("engine: writing the receipt key: %w", err)
+	}
+	e.receiptKey = key
+	return nil
 }
 
 // Close stops the scheduler and wakes every long poll, which then return

@@ -413,7 +413,7 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 	}
 	d := Delivery{
 		MessageID:        FormatID(m.id),
-		ReceiptHandle:    encodeReceipt(q.id, m),
+		ReceiptHandle:    encodeReceipt(q.eng.receiptKey, q.id, m),
 		Body:             body,
 		Attributes:       m.attrs,
 		TraceHeader:      m.traceHeader(),
@@ -459,7 +459,7 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool
 	if m.receipt == h.receipt {
 		return m, true, false, nil
 	}
-	return m, false, h.v2 && int64(h.count) > int64(m.recvCount), nil
+	return m, false, h.v2 && int64(h.count) > int64(m.recvCount) && h.validMAC(q.eng.receiptKey), nil
 }
 
 func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) {
