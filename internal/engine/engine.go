@@ -35,7 +35,6 @@ package engine
 import (
 	"container/heap"
 	"context"
-	cryptorand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -203,40 +202,6 @@ func Open(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// loadReceiptKey reads the store's receipt key, creating it (durably,
-// before any handle is issued under it) in a store that has none. A lost
-// key would only turn lost-lease deletes into no-ops, never accept a
-// forged handle.
-func (e *Engine) loadReceiptKey() error {
-	err := e.st.Scan([]byte{prefixKey}, func(k, v []byte) error {
-		if len(k) == 1 {
-			if len(v) != 32 {
-				return fmt.Errorf("%w: receipt key", errCorrupt)
-			}
-			e.receiptKey = append([]byte(nil), v...)
-		}
-		return nil
-	})
-	if err != nil || e.receiptKey != nil {
-		return err
-	}
-	key := make([]byte, 32)
-	if _, err := cryptorand.Read(key); err != nil {
-		return fmt.Errorf("engine: receipt key: %w", err)
-	}
-	var b store.Batch
-	b.Set([]byte{prefixKey}, key)
-	p, err := e.write(&b, true)
-	if err == nil {
-		err = e.wait(p)
-	}
-	if err != nil {
-		return fmt.Errorf("engine: writing the receipt key: %w", err)
-	}
-	e.receiptKey = key
-	return nil
-}
-
 // Close stops the scheduler and wakes every long poll, which then return
 // ErrClosed. It does not close the store.
 func (e *Engine) Close() error {
@@ -294,51 +259,6 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 		return err
 	}
 	return e.wait(p)
-}
-
-// noteUnsynced records that a write is waiting for a sync and wakes the
-// syncer if it was idle.
-func (e *Engine) noteUnsynced() {
-	if e.unsynced.CompareAndSwap(false, true) {
-		select {
-		case e.syncPoke <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// runSyncer is the goroutine that bounds how long an unsynced write stays
-// unsynced: SyncInterval after the first write without a sync it syncs the
-// store (sharing the fsync with any concurrent durable writer). It sleeps
-// while nothing is unsynced. The interval is wall time, not the engine's
-// clock: it paces I/O, it is not a message timer.
-func (e *Engine) runSyncer() {
-	defer e.wg.Done()
-	t := time.NewTimer(e.syncInterval)
-	t.Stop()
-	defer t.Stop()
-	for {
-		select {
-		case <-e.done:
-			return
-		case <-e.syncPoke:
-		}
-		t.Reset(e.syncInterval)
-		select {
-		case <-e.done:
-			return
-		case <-t.C:
-		}
-		// Cleared before the sync: a write after this point sets it
-		// again and is covered by the next round.
-		e.unsynced.Store(false)
-		if e.failed.Load() != nil {
-			continue
-		}
-		if err := e.st.Sync(); err != nil && !errors.Is(err, store.ErrClosed) {
-			e.fail(err)
-		}
-	}
 }
 
 // wait waits for a pending write, failing the engine on error.
