@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,5 +86,22 @@ func TestRestartAtDiskWatermark(t *testing.T) {
 			t.Fatalf("send after space returned: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDropCountersExported: the counts of dropped records and refused AMQP
+// publishes are on /metrics.
+func TestDropCountersExported(t *testing.T) {
+	s := startWith(t, func(*Options) {})
+	resp, err := http.Get("http://" + s.SQSAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, name := range []string{"sluice_recovery_dropped_records_total 0", "sluice_amqp_refused_publishes_total 0"} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %q", name)
+		}
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/amqp"
@@ -158,6 +160,17 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
 	closers = append(closers, func() { s.amqp.Close() })
+	// Nothing is dropped without a count: records recovery dropped as
+	// leftovers of deleted queues, and publishes the engine refused on
+	// channels with neither confirms nor a transaction.
+	s.metrics.Registry().MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_recovery_dropped_records_total",
+			Help: "Records of deleted queues (writes that raced the delete) dropped by recovery at start."},
+			func() float64 { return float64(eng.RecoveryDropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_amqp_refused_publishes_total",
+			Help: "AMQP publishes without confirms or a transaction that the engine refused (full reject-publish queue, disk watermark, failed store) and that were dropped."},
+			func() float64 { return float64(s.amqp.RefusedPublishes()) }),
+	)
 
 	s.httpSrv = &http.Server{
 		Handler: s.routes(eng, clk),
