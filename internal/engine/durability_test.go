@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -266,5 +267,85 @@ func TestForgedLostLeaseHandleDeletesNothing(t *testing.T) {
 	}
 	if got := pf.recv("q.fifo", 1, time.Minute); len(got) != 1 || got[0].MessageID != res[0].MessageID {
 		t.Fatalf("the message is gone after a forged delete: %v", bodies(got))
+	}
+}
+
+// TestAcknowledgedChangesSurvivePowerCut: visibility changes, failure
+// reports and queue administration are acknowledged only once synced: a
+// power cut right after each OK (the background sync never runs here)
+// keeps it.
+func TestAcknowledgedChangesSurvivePowerCut(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q", nil)
+	pf.create("p", nil)
+	pf.create("gone", nil)
+	pf.send("q", body("a"), body("b"))
+	pf.send("p", body("purged"))
+	d := pf.recv("q", 2, time.Second)
+	if len(d) != 2 {
+		t.Fatalf("received %d", len(d))
+	}
+	// The leases are lost in the first cut; their handles still work for
+	// visibility changes only while current, so the receive is synced
+	// first.
+	if err := pf.ps.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name  string
+		do    func() error
+		check func() string
+	}{
+		{"ChangeVisibility", func() error {
+			errs, err := pf.e.ChangeVisibility("q", []VisibilityChange{{ReceiptHandle: d[0].ReceiptHandle, Timeout: time.Hour}})
+			return errors.Join(err, errs[0])
+		}, nil},
+		{"ReportFailure", func() error {
+			_, err := pf.e.ReportFailure("q", d[1].ReceiptHandle, Failure{ErrorClass: "KeyError", RetryAfter: time.Hour, RetryAfterSet: true})
+			return err
+		}, func() string {
+			pf.clk.Advance(time.Minute) // the original 1 s leases would have ended
+			if got := pf.recv("q", 10, -1); len(got) != 0 {
+				return fmt.Sprintf("extended or failed messages visible: %v", bodies(got))
+			}
+			return ""
+		}},
+		{"UpdateQueue", func() error {
+			return pf.e.UpdateQueue("q", func(c *QueueConfig) error { c.Visibility = 42 * time.Second; return nil })
+		}, func() string {
+			if info, _ := pf.e.GetQueue("q"); info.Config.Visibility != 42*time.Second {
+				return "visibility setting lost"
+			}
+			return ""
+		}},
+		{"TagQueue", func() error { return pf.e.TagQueue("q", map[string]string{"team": "x"}) }, func() string {
+			if info, _ := pf.e.GetQueue("q"); info.Tags["team"] != "x" {
+				return "tag lost"
+			}
+			return ""
+		}},
+		{"PurgeQueue", func() error { return pf.e.PurgeQueue("p") }, func() string {
+			if got := pf.recv("p", 10, -1); len(got) != 0 {
+				return fmt.Sprintf("purged messages back: %v", bodies(got))
+			}
+			return ""
+		}},
+		{"DeleteQueue", func() error { return pf.e.DeleteQueue("gone") }, func() string {
+			if _, err := pf.e.GetQueue("gone"); !errors.Is(err, ErrQueueNotFound) {
+				return "deleted queue back"
+			}
+			return ""
+		}},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		pf.powerCut()
+		if st.check != nil {
+			if msg := st.check(); msg != "" {
+				t.Fatalf("after %s and a power cut: %s", st.name, msg)
+			}
+		}
 	}
 }
