@@ -326,8 +326,9 @@ func (e *Engine) cancelMove(id string) (MoveTask, error) {
 	return e.snapshotTask(tk), nil
 }
 
-// pauseMove pauses a running task. The batch the task may be moving at
-// that moment completes; no batch starts after the pause is answered.
+// pauseMove pauses a running task. A batch the task had already begun
+// when the pause arrived completes (its progress record carries the
+// pause); no batch begins after the pause is saved.
 func (e *Engine) pauseMove(id string) (MoveTask, error) {
 	tk, err := e.findTask(id)
 	if err != nil {
@@ -518,6 +519,15 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	q, err := e.lockQueue(tk.Source)
 	if err != nil {
 		return 0, false, "AWS.SimpleQueueService.NonExistentQueue"
+	}
+	// A pause or cancel saved since runMove looked: no batch starts after
+	// it (one already past this point completes, see pauseMove).
+	e.tasks.mu.Lock()
+	running := tk.Status == TaskRunning
+	e.tasks.mu.Unlock()
+	if !running {
+		e.unlock(q)
+		return 0, false, ""
 	}
 	now := e.now()
 	var b store.Batch
