@@ -202,7 +202,9 @@ func TestIdleLeaseSyncedWithinInterval(t *testing.T) {
 	pf := newPowerFixture(t, 10*time.Millisecond)
 	pf.create("q", nil)
 	pf.send("q", body("a"))
-	d := pf.recv("q", 1, time.Minute)
+	if got := pf.recv("q", 1, time.Minute); len(got) != 1 {
+		t.Fatalf("received %d", len(got))
+	}
 	waitFor(t, "the background sync", func() bool { return !pf.ps.pendingSync() })
 	pf.powerCut()
 	if got := pf.recv("q", 1, -1); len(got) != 0 {
@@ -213,7 +215,6 @@ func TestIdleLeaseSyncedWithinInterval(t *testing.T) {
 	if len(got) != 1 || got[0].ReceiveCount != 2 {
 		t.Fatalf("after the lease: %+v", got)
 	}
-	_ = d
 }
 
 // FuzzDecodeReceipt: receipt handles come from clients. The decoder never
