@@ -29,7 +29,7 @@ func freeBytes(dir string) (uint64, error) {
 // recover from a failed write without a restart, so the point is never to
 // let it reach ENOSPC; reads, deletes and acks, which free space, go on.
 func (s *Server) watchDisk(ctx context.Context, interval time.Duration) {
-	if s.opts.Store != "disk" || s.opts.MinFreeDisk <= 0 {
+	if s.opts.Store != "disk" || s.opts.StoreFS != nil || s.opts.MinFreeDisk <= 0 {
 		return
 	}
 	low := uint64(s.opts.MinFreeDisk)

@@ -99,10 +99,12 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	case "memory":
 		s.st = memstore.New()
 	default:
-		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("data_dir: %w", err)
+		if opts.StoreFS == nil {
+			if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+				return nil, fmt.Errorf("data_dir: %w", err)
+			}
 		}
-		st, err := pebblestore.Open(opts.DataDir, pebblestore.Options{Logger: log.With("component", "store"), OnSync: s.metrics.ObserveSync})
+		st, err := pebblestore.Open(opts.DataDir, pebblestore.Options{FS: opts.StoreFS, Logger: log.With("component", "store"), OnSync: s.metrics.ObserveSync})
 		if err != nil {
 			return nil, err
 		}

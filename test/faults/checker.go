@@ -56,6 +56,9 @@ type delivery struct {
 	Receipt
 	released time.Time // start of a ChangeVisibility(0) on this lease; zero: none
 	deleted  bool      // a delete of this lease was attempted
+	// deleteFailed: a live broker answered the delete with an error, so
+	// it settles nothing (see DeleteFailed).
+	deleteFailed bool
 }
 
 type message struct {
@@ -70,6 +73,7 @@ type message struct {
 	deleteAckAt time.Time
 	touched     bool      // a delete was attempted
 	delTriedAt  time.Time // the first delete attempt (see PowerCut)
+	retried     bool      // sent again by a client retry (see Retried)
 }
 
 // Checker records a history of operations and judges it against the
@@ -108,7 +112,11 @@ func (c *Checker) Attempt(m Send, at time.Time) {
 	c.msgs[m.ID] = &message{Send: m, attemptAt: at}
 }
 
-// Acked records that the broker acknowledged the send of id with messageID.
+// Acked records that the broker acknowledged the send of id with messageID
+// ("" when the protocol names no id, as AMQP publisher confirms). A message
+// may be acknowledged more than once (a client retry, a FIFO send repeated
+// with its deduplication id): the earliest acknowledgement is the one that
+// binds, and every acknowledgement must name the same MessageId.
 func (c *Checker) Acked(id, messageID string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -117,13 +125,32 @@ func (c *Checker) Acked(id, messageID string, at time.Time) {
 		c.corrupt = append(c.corrupt, id+": acknowledged but never attempted")
 		return
 	}
-	if !m.acked {
-		c.acked++
-		if m.touched {
-			c.touched++
+	if m.acked {
+		if messageID != "" && m.messageID != "" && messageID != m.messageID {
+			c.corrupt = append(c.corrupt, fmt.Sprintf("%s: acknowledged as MessageId %s and again as %s", id, m.messageID, messageID))
 		}
+		if at.Before(m.ackAt) {
+			m.ackAt = at
+		}
+		return
+	}
+	c.acked++
+	if m.touched {
+		c.touched++
 	}
 	m.acked, m.ackAt, m.messageID = true, at, messageID
+}
+
+// Retried records that a client sent id again (the same body, and on a
+// FIFO queue the same deduplication id) because it did not learn whether
+// the first send was stored. On a standard queue both copies may then be
+// stored; on a FIFO queue deduplication must keep it to one.
+func (c *Checker) Retried(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.msgs[id]; m != nil {
+		m.retried = true
+	}
 }
 
 // touch marks m as having had a delete attempted at at. Callers hold c.mu.
@@ -229,6 +256,18 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 	}
 }
 
+// DeleteFailed records that a live broker answered the delete of the lease
+// of id with receive count count with an error (a FIFO handle whose lease
+// ended, a refused request). Such a delete settles nothing: the message must
+// be delivered again, and a drain waits for that delivery's delete.
+func (c *Checker) DeleteFailed(id string, count int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, d := c.find(id, count); d != nil {
+		d.deleteFailed = true
+	}
+}
+
 // Fault counts one injected fault (for the report).
 func (c *Checker) Fault() {
 	c.mu.Lock()
@@ -329,7 +368,7 @@ func (c *Checker) Report() Report {
 
 // judge checks one message's deliveries, in server order.
 func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
-	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleted) {
+	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleted || dels[len(dels)-1].deleteFailed) {
 		what := "never delivered nor dead-lettered"
 		if len(dels) > 0 {
 			what = fmt.Sprintf("delivered %d times, then gone without a delete", len(dels))
@@ -431,11 +470,14 @@ type Snapshot struct {
 	Resurrected []string // certainly deleted, present again
 	Unexpected  []string // present, never sent
 	Corrupt     []string // present with a wrong body or MessageId
+	// Order: FIFO, a message stored after a later message of its group
+	// (stored lists the queue's messages in queue order).
+	Order []string
 }
 
 // Violations counts the entries of every list.
 func (s Snapshot) Violations() int {
-	return len(s.Lost) + len(s.Duplicated) + len(s.Resurrected) + len(s.Unexpected) + len(s.Corrupt)
+	return len(s.Lost) + len(s.Duplicated) + len(s.Resurrected) + len(s.Unexpected) + len(s.Corrupt) + len(s.Order)
 }
 
 // Stored is one message found in the store after a restart.
@@ -469,14 +511,19 @@ func (c *Checker) PowerCut(cut time.Time) {
 
 // CheckSnapshot compares the stored messages with the history: every
 // acknowledged message that nobody tried to delete must be there exactly
-// once, no certainly deleted one (see DeleteAcked) may be there, and none
-// may be there twice. (A delete that was tried but not certainly applied
-// may or may not have removed its message.)
+// once, with its body and MessageId, no certainly deleted one (see
+// DeleteAcked) may be there, and none may be there twice (except, on a
+// standard queue, a message a client sent again: see Retried). On a FIFO
+// queue stored must list each queue in queue order, and a group's messages
+// must be stored in the order they were sent (Send.Seq). (A delete that
+// was tried but not certainly applied may or may not have removed its
+// message.)
 func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Snapshot{Present: len(stored)}
 	seen := map[string]int{}
+	lastSeq := map[string]*message{} // FIFO group → last stored message
 	for _, st := range stored {
 		seen[st.ID]++
 		m := c.msgs[st.ID]
@@ -486,10 +533,18 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 			continue
 		case st.Body != m.Body:
 			s.Corrupt = append(s.Corrupt, st.ID+": body differs")
-		case m.acked && st.MessageID != m.messageID:
+		case m.acked && m.messageID != "" && st.MessageID != m.messageID && (c.FIFO || !m.retried):
+			// (A standard queue may hold a retried message twice, each
+			// copy with its own MessageId.)
 			s.Corrupt = append(s.Corrupt, fmt.Sprintf("%s: MessageId %s, acknowledged %s", st.ID, st.MessageID, m.messageID))
 		}
-		if seen[st.ID] == 2 {
+		if c.FIFO && m.Group != "" {
+			if prev := lastSeq[m.Group]; prev != nil && prev.Seq > m.Seq {
+				s.Order = append(s.Order, fmt.Sprintf("group %s: seq %d (%s) stored after seq %d (%s)", m.Group, m.Seq, m.ID, prev.Seq, prev.ID))
+			}
+			lastSeq[m.Group] = m
+		}
+		if seen[st.ID] == 2 && (c.FIFO || !m.retried) {
 			s.Duplicated = append(s.Duplicated, st.ID)
 		}
 		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 {
@@ -501,7 +556,7 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 			s.Lost = append(s.Lost, id)
 		}
 	}
-	for _, l := range [][]string{s.Lost, s.Duplicated, s.Resurrected, s.Unexpected, s.Corrupt} {
+	for _, l := range [][]string{s.Lost, s.Duplicated, s.Resurrected, s.Unexpected, s.Corrupt, s.Order} {
 		sort.Strings(l)
 	}
 	return s
@@ -533,7 +588,7 @@ func settled(m *message) bool {
 			last = d
 		}
 	}
-	return last.deleted
+	return last.deleted && !last.deleteFailed
 }
 
 // AckedAttemptedAfter lists acknowledged messages whose send began after t:

@@ -435,6 +435,10 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 			w.ck.DeleteAcked(delIDs[i], delCounts[i], inc.epoch, done)
 		}
 		for _, f := range dout.Failed {
+			// The delete settles nothing: the message must come back.
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(delIDs) {
+				w.ck.DeleteFailed(delIDs[i], delCounts[i])
+			}
 			// FIFO refuses a delete whose lease has ended.
 			if msg := aws.ToString(f.Message); !strings.Contains(strings.ToLower(msg), "receipt handle") {
 				w.liveError(inc, "delete", fmt.Errorf("entry failed: %s %s", aws.ToString(f.Code), msg))
