@@ -256,6 +256,36 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 	}
 }
 
+// DeleteRetryAcked records an acknowledged delete, sent again after a crash
+// by broker incarnation epoch, of a lease of id with receive count count
+// that an earlier incarnation granted (the first try got no answer). The
+// caller promises that no receive of the message could have run in this
+// incarnation before the delete was acknowledged. Then, by
+// docs/guarantees.md, the delete is certain if the lease had not ended: a
+// handle whose lease the crash lost still deletes its message, and no later
+// receive is known to have taken the message over.
+func (c *Checker) DeleteRetryAcked(id string, count, epoch int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, d := c.find(id, count)
+	if d == nil {
+		return
+	}
+	d.deleted = true
+	c.touch(m, at)
+	for _, o := range m.dels {
+		if o != d && (o.Epoch > d.Epoch || o.Epoch == d.Epoch && o.Count > d.Count) {
+			return // received again since: the old handle may rightly do nothing
+		}
+	}
+	if d.Epoch >= epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
+		return
+	}
+	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
+		m.deleteAckAt = at
+	}
+}
+
 // DeleteFailed records that a live broker answered the delete of the lease
 // of id with receive count count with an error (a FIFO handle whose lease
 // ended, a refused request). Such a delete settles nothing: the message must
@@ -547,7 +577,9 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 		if seen[st.ID] == 2 && (c.FIFO || !m.retried) {
 			s.Duplicated = append(s.Duplicated, st.ID)
 		}
-		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 {
+		// (A retried standard send may be stored twice: deleting one
+		// copy leaves the other.)
+		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 && (c.FIFO || !m.retried) {
 			s.Resurrected = append(s.Resurrected, st.ID)
 		}
 	}

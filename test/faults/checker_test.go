@@ -347,3 +347,28 @@ func TestCheckerSnapshotFIFOOrderAndRetries(t *testing.T) {
 		t.Errorf("tampered body: corrupt %v, want 1", s.Corrupt)
 	}
 }
+
+func TestCheckerRetriedDeleteAfterCrash(t *testing.T) {
+	// A delete first tried before a crash and acknowledged after it (no
+	// receive in between) is certain: a later delivery is a resurrection.
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.DeleteAttempted("a", 1, at(20))
+	h.crash()
+	h.c.DeleteRetryAcked("a", 1, *h.epoch, at(100))
+	h.recv("a", 3000, 1, false)
+	h.del("a", 3010, 1)
+	expect(t, h.c.Report(), map[string]int{"resurrected": 1})
+
+	// Received again in between: the old handle may rightly do nothing.
+	h = newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.crash()
+	h.recv("a", 50, 1, false)
+	h.c.DeleteRetryAcked("a", 1, *h.epoch, at(100))
+	h.recv("a", 3000, 2, false)
+	h.del("a", 3010, 2)
+	expect(t, h.c.Report(), nil)
+}
