@@ -38,6 +38,8 @@ type Server struct {
 	replies   map[string]*replyTarget // direct reply-to consumers by token
 	closed    bool
 
+	alarm alarm // resource alarm: see SetAlarm
+
 	nextConn atomic.Uint64
 	poke     chan struct{} // wakes the expiry loop
 	quit     chan struct{}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"syscall"
 	"time"
-
-	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // diskPollInterval is how often the free-space watch polls: often enough
@@ -24,8 +22,10 @@ func freeBytes(dir string) (uint64, error) {
 
 // watchDisk polls the data directory's free space and applies
 // back-pressure: below MinFreeDisk the engine refuses new messages
-// (ErrDiskFull: producers get a clear, retryable error), and it accepts them
-// again once free space is back above 125% of the watermark. Pebble cannot
+// (ErrDiskFull: SQS producers get a clear, retryable error; AMQP publishers
+// are blocked and told with connection.blocked "low on disk", RabbitMQ's
+// disk alarm), and it accepts them again once free space is back above
+// 125% of the watermark. Pebble cannot
 // recover from a failed write without a restart, so the point is never to
 // let it reach ENOSPC; reads, deletes and acks, which free space, go on.
 func (s *Server) watchDisk(ctx context.Context, interval time.Duration) {
@@ -44,11 +44,11 @@ func (s *Server) watchDisk(ctx context.Context, interval time.Duration) {
 			s.log.Warn("cannot read free disk space", "dir", s.opts.DataDir, "err", err)
 		case !refusing && free < low:
 			refusing = true
-			s.eng.SetAdmission(engine.ErrDiskFull)
+			s.setAlarm(alarmDisk, true)
 			s.log.Error("disk nearly full: refusing new messages until space returns", "free_bytes", free, "min_free_disk", low)
 		case refusing && free >= high:
 			refusing = false
-			s.eng.SetAdmission(nil)
+			s.setAlarm(alarmDisk, false)
 			s.log.Info("disk space back: accepting new messages", "free_bytes", free)
 		}
 		select {

@@ -57,6 +57,15 @@ type Options struct {
 	// the store into ENOSPC). 0 turns the watch off.
 	MinFreeDisk int64 `toml:"min_free_disk"`
 
+	// MemoryHighWatermark is the memory (bytes) the engine may account
+	// for — every queued message's index entry with its attributes and
+	// AMQP envelope, bodies held in memory, FIFO dedup entries — before
+	// the broker refuses new messages (SQS: 503 ServiceUnavailable; AMQP:
+	// publishers blocked with connection.blocked "low on memory") until
+	// it falls below 90% of it. 0: 40% of the memory limit (the cgroup's,
+	// else physical memory); negative: off. See docs/reliability.md.
+	MemoryHighWatermark int64 `toml:"memory_high_watermark"`
+
 	// MaxHTTPConnections caps open connections on the HTTP listener;
 	// beyond it new connections wait in the kernel's backlog. 0: no cap.
 	MaxHTTPConnections int `toml:"max_http_connections"`

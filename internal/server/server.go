@@ -54,6 +54,9 @@ type Server struct {
 	// freeBytes reads a directory's free space (a field so tests can
 	// simulate a full disk).
 	freeBytes func(dir string) (uint64, error)
+	// memHigh is the resolved memory_high_watermark (0: off).
+	memHigh int64
+	alarms  alarms
 
 	httpLn   net.Listener
 	httpSrv  *http.Server
@@ -82,7 +85,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	s := &Server{opts: opts, log: log, freeBytes: freeBytes}
+	s := &Server{opts: opts, log: log, freeBytes: freeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -119,6 +122,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// Recovery allocates every queued message at once; with the default GC
 	// target the collector runs over and over on a heap that only grows.
 	// Relax it while loading, then restore it.
+	limitRuntimeMemory()
 	gc := debug.SetGCPercent(400)
 	eng, err := engine.Open(engine.Options{
 		Store:            s.st,
@@ -264,10 +268,11 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errc <- s.amqp.Serve(ln) }()
 	}
 	bg, stopBG := context.WithCancel(context.Background())
-	alertsDone, dashDone, diskDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	alertsDone, dashDone, diskDone, memDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { s.alerts.Run(bg); close(alertsDone) }()
 	go func() { s.dash.Run(bg); close(dashDone) }()
 	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
+	go func() { s.watchMemory(bg, memPollInterval); close(memDone) }()
 	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
@@ -285,6 +290,7 @@ func (s *Server) Run(ctx context.Context) error {
 	<-alertsDone
 	<-dashDone
 	<-diskDone
+	<-memDone
 	s.shutdown()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil
