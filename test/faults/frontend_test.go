@@ -76,6 +76,7 @@ type feExt struct {
 
 // fePendingDelete is a delete that got no answer before a power cut.
 type fePendingDelete struct {
+	ck         *Checker
 	id, handle string
 	count      int
 }
@@ -83,6 +84,8 @@ type fePendingDelete struct {
 // feRun is the state the workload carries across broker lives.
 type feRun struct {
 	std, fifo, amqp *Checker
+	moved           *Checker // sent to the DLQ, then moved back by move tasks (frontend_move_test.go)
+	tasks           []feTask // move tasks of this round
 	// lostLease: a delete retried after a cut with its old handle counts
 	// as certain (TestFrontEndPowerLossLostLease); otherwise as attempted.
 	lostLease bool
@@ -100,6 +103,7 @@ type feRun struct {
 	stdAcks, fifoAcks, confirms                 atomic.Int64
 	dedupRepeats, doubleDeletes, retriedDeletes atomic.Int64
 	deletesOK, extensions, resent               atomic.Int64
+	tasksStarted, tasksPaused, tasksCancelled   atomic.Int64
 }
 
 // liveError records err unless it was answered after the power cut began
@@ -133,6 +137,10 @@ func (r *feRun) liveError(ctx context.Context, op string, err error) {
 //     the same handle and one retried after the cut with its old handle, is
 //     gone;
 //   - every acknowledged ChangeMessageVisibility extension is in force;
+//   - a move task (DLQ back to its source, started over SQS) whose start
+//     was acknowledged exists; one whose pause (admin API) was acknowledged
+//     is PAUSED; one whose cancel was acknowledged is CANCELLING or
+//     CANCELLED; the messages it moved are in exactly one of the queues;
 //   - producers whose send got no answer send it again after the restart
 //     (same body, same deduplication id); a standard queue may then hold it
 //     twice, a FIFO queue may not.
@@ -158,7 +166,7 @@ func TestFrontEndPowerLossLostLease(t *testing.T) {
 
 func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 	rng := rand.New(rand.NewPCG(seed(t), 0xfe))
-	r := &feRun{lostLease: lostLease, std: NewChecker(false, 0), fifo: NewChecker(true, 0), amqp: NewChecker(false, 0),
+	r := &feRun{lostLease: lostLease, std: NewChecker(false, 0), fifo: NewChecker(true, 0), amqp: NewChecker(false, 0), moved: NewChecker(false, 0),
 		exts: map[string]feExt{}, how: map[string]string{}, retrySend: map[string][]string{}}
 	mem := vfs.NewCrashableMem()
 	b := feStart(t, mem)
@@ -185,6 +193,7 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 			func() { feConsume(ctx, r, b, feFIFO, rand.New(rand.NewPCG(rng.Uint64(), 5))) },
 			func() { fePublish(ctx, r, b) },
 			func() { feAMQPConsume(ctx, r, b) },
+			func() { feMoveTasks(ctx, r, b, rand.New(rand.NewPCG(rng.Uint64(), 6))) },
 		} {
 			wg.Add(1)
 			go func() { defer wg.Done(); f() }()
@@ -218,7 +227,7 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 		b.close(t) // in-flight requests fail: their outcome is unknown
 		stop()
 		wg.Wait()
-		for _, ck := range []*Checker{r.std, r.fifo, r.amqp} {
+		for _, ck := range []*Checker{r.std, r.fifo, r.amqp, r.moved} {
 			ck.PowerCut(cut)
 			ck.Fault()
 		}
@@ -243,10 +252,10 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 		}
 	}
 	b.close(t)
-	t.Logf("%d power cuts (%d keeping part of the unsynced data) in %v; acknowledged: %d SQS sends (std %d, FIFO %d), %d confirms, %d deletes (%d sent twice at once, %d retried after a cut), %d visibility extensions; FIFO sends repeated with their dedup id %d; sends retried after a cut %d; violating rounds %d",
+	t.Logf("%d power cuts (%d keeping part of the unsynced data) in %v; acknowledged: %d SQS sends (std %d, FIFO %d), %d confirms, %d deletes (%d sent twice at once, %d retried after a cut), %d visibility extensions; FIFO sends repeated with their dedup id %d; sends retried after a cut %d; move tasks started %d (paused %d, cancelled %d); violating rounds %d",
 		rounds, withUnsynced, time.Since(began).Round(time.Millisecond), r.stdAcks.Load()+r.fifoAcks.Load(), r.stdAcks.Load(), r.fifoAcks.Load(),
 		r.confirms.Load(), r.deletesOK.Load(), r.doubleDeletes.Load(), r.retriedDeletes.Load(), r.extensions.Load(),
-		r.dedupRepeats.Load(), r.resent.Load(), len(violations))
+		r.dedupRepeats.Load(), r.resent.Load(), r.tasksStarted.Load(), r.tasksPaused.Load(), r.tasksCancelled.Load(), len(violations))
 	for _, v := range violations {
 		t.Error(v)
 	}
@@ -255,7 +264,7 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 	}
 	// The workload must have exercised every path it claims to check.
 	for name, n := range map[string]int64{"FIFO dedup repeats": r.dedupRepeats.Load(), "double deletes": r.doubleDeletes.Load(),
-		"visibility extensions": r.extensions.Load()} {
+		"visibility extensions": r.extensions.Load(), "move task starts": r.tasksStarted.Load()} {
 		if n == 0 {
 			t.Errorf("no %s acknowledged in %d rounds", name, rounds)
 		}
@@ -267,9 +276,15 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 func feSetup(t *testing.T, b *feBroker) {
 	t.Helper()
 	ctx := context.Background()
-	for name, attrs := range map[string]map[string]string{feStd: nil, feFIFO: {"FifoQueue": "true"}} {
-		if _, err := b.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs}); err != nil {
-			t.Fatalf("create %s: %v", name, err)
+	// fe's dead-letter queue (a receive count it never reaches) holds
+	// what the move tasks move back.
+	redrive := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"1000"}`, feDLQArn)
+	for _, q := range []struct {
+		name  string
+		attrs map[string]string
+	}{{feDLQ, nil}, {feStd, map[string]string{"RedrivePolicy": redrive}}, {feFIFO, map[string]string{"FifoQueue": "true"}}} {
+		if _, err := b.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q.name), Attributes: q.attrs}); err != nil {
+			t.Fatalf("create %s: %v", q.name, err)
 		}
 	}
 	conn, err := amqp.Dial(b.amqpURL)
@@ -289,7 +304,7 @@ func feSetup(t *testing.T, b *feBroker) {
 // feURLs looks the queue URLs up on the current broker.
 func feURLs(t *testing.T, b *feBroker) {
 	t.Helper()
-	for _, name := range []string{feStd, feFIFO} {
+	for _, name := range []string{feStd, feFIFO, feDLQ} {
 		out, err := b.client.GetQueueUrl(context.Background(), &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 		if err != nil {
 			t.Fatalf("queue %s after power loss: %v", name, err)
@@ -449,6 +464,7 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 			epoch := r.epoch
 			delete(r.exts, aws.ToString(m.MessageId)) // received again: the extension is spent
 			r.mu.Unlock()
+			ck := r.checkerFor(id, ck)
 			ck.Received(Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: queue, Begin: begin, End: end,
 				Count: count, Visibility: feLease, Epoch: epoch})
 			if queue == feStd && rng.IntN(100) < 10 {
@@ -467,7 +483,7 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 			}
 			ck.DeleteAttempted(id, count, time.Now())
 			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})
-			pend = append(pend, fePendingDelete{id: id, handle: aws.ToString(m.ReceiptHandle), count: count})
+			pend = append(pend, fePendingDelete{ck: ck, id: id, handle: aws.ToString(m.ReceiptHandle), count: count})
 		}
 		if len(dels) == 0 {
 			continue
@@ -482,7 +498,7 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 					r.liveError(ctx, queue+" second delete", err)
 					return
 				}
-				ck.DeleteAcked(p.id, p.count, r.epochNow(), time.Now())
+				p.ck.DeleteAcked(p.id, p.count, r.epochNow(), time.Now())
 				r.doubleDeletes.Add(1)
 				r.note(p.id, "deleted twice at once")
 			}()
@@ -501,12 +517,12 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 		now := time.Now()
 		for _, s := range dout.Successful {
 			i, _ := strconv.Atoi(aws.ToString(s.Id))
-			ck.DeleteAcked(pend[i].id, pend[i].count, r.epochNow(), now)
+			pend[i].ck.DeleteAcked(pend[i].id, pend[i].count, r.epochNow(), now)
 			r.deletesOK.Add(1)
 		}
 		for _, f := range dout.Failed {
 			i, _ := strconv.Atoi(aws.ToString(f.Id))
-			ck.DeleteFailed(pend[i].id, pend[i].count)
+			pend[i].ck.DeleteFailed(pend[i].id, pend[i].count)
 			r.liveError(ctx, queue+" delete entry", fmt.Errorf("%s %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 		}
 	}
@@ -516,6 +532,9 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 func (r *feRun) note(id, how string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if old := r.how[id]; old != "" {
+		how = old + "; " + how
+	}
 	r.how[id] = how
 }
 
@@ -531,6 +550,16 @@ func (r *feRun) explain(ids []string) []string {
 		}
 	}
 	return out
+}
+
+// checkerFor returns the checker of the message with body id id received
+// from a queue whose own checker is def: messages a move task brought in
+// from the dead-letter queue have their own.
+func (r *feRun) checkerFor(id string, def *Checker) *Checker {
+	if strings.HasPrefix(id, "d-") {
+		return r.moved
+	}
+	return def
 }
 
 func (r *feRun) epochNow() int {
@@ -556,9 +585,9 @@ func feRetryDeletes(ctx context.Context, r *feRun, b *feBroker) {
 			continue
 		}
 		if r.lostLease {
-			r.std.DeleteRetryAcked(p.id, p.count, epoch, time.Now())
+			p.ck.DeleteRetryAcked(p.id, p.count, epoch, time.Now())
 		} else {
-			r.std.DeleteAttempted(p.id, p.count, time.Now())
+			p.ck.DeleteAttempted(p.id, p.count, time.Now())
 		}
 		r.retriedDeletes.Add(1)
 		r.note(p.id, "delete retried after a cut with its old handle")
@@ -698,6 +727,8 @@ func feCheck(t *testing.T, r *feRun, b *feBroker, cut time.Time) string {
 			ck = r.std
 		case strings.HasPrefix(id, "f-"):
 			ck = r.fifo
+		case strings.HasPrefix(id, "d-"):
+			ck = r.moved
 		}
 		stored[ck] = append(stored[ck], Stored{ID: id, Body: body, MessageID: v.MessageID})
 		if e, ok := exts[v.MessageID]; ok && e.ack.Before(cut) {
@@ -707,12 +738,13 @@ func feCheck(t *testing.T, r *feRun, b *feBroker, cut time.Time) string {
 			}
 		}
 	}
-	for name, ck := range map[string]*Checker{"std": r.std, "fifo": r.fifo, "amqp": r.amqp} {
+	for name, ck := range map[string]*Checker{"std": r.std, "fifo": r.fifo, "amqp": r.amqp, "dlq and moved": r.moved} {
 		s := ck.CheckSnapshot(stored[ck])
 		if s.Violations() > 0 {
 			bad = append(bad, fmt.Sprintf("%s: lost %v duplicated %v resurrected %v unexpected %v corrupt %v order %v", name,
 				r.explain(head(s.Lost)), head(s.Duplicated), r.explain(head(s.Resurrected)), head(s.Unexpected), head(s.Corrupt), head(s.Order)))
 		}
 	}
+	bad = append(bad, feCheckTasks(t, r, b, cut)...)
 	return strings.Join(head(bad), "; ")
 }
