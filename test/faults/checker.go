@@ -188,7 +188,9 @@ func (c *Checker) Received(r Receipt) {
 	if r.Body != m.Body {
 		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: body of %d bytes differs from the %d sent", r.ID, len(r.Body), len(m.Body)))
 	}
-	if m.acked && m.messageID != "" && r.MessageID != m.messageID {
+	// (A retried standard send may be stored twice, each copy with its
+	// own MessageId.)
+	if m.acked && m.messageID != "" && r.MessageID != m.messageID && (c.FIFO || !m.retried) {
 		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: delivered as MessageId %s, acknowledged as %s", r.ID, r.MessageID, m.messageID))
 	}
 	m.dels = append(m.dels, &delivery{Receipt: r})
@@ -427,7 +429,7 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 				r.Duplicates++
 			}
 		}
-		if !m.deleteAckAt.IsZero() && d.Begin.After(m.deleteAckAt) {
+		if !m.deleteAckAt.IsZero() && d.Begin.After(m.deleteAckAt) && (c.FIFO || !m.retried) {
 			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s, delete acknowledged %s",
 				m.ID, d.Begin.Format(time.StampMicro), m.deleteAckAt.Format(time.StampMicro)))
 		}
@@ -439,6 +441,9 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 			continue
 		}
 		prev := dels[i-1]
+		if !c.FIFO && m.retried && prev.MessageID != d.MessageID {
+			continue // the other copy of a retried standard send
+		}
 		// A lease binds the next delivery only if it was durable: within
 		// one incarnation always; across a crash only if the later
 		// receive count shows the earlier receive survived.

@@ -372,3 +372,31 @@ func TestCheckerRetriedDeleteAfterCrash(t *testing.T) {
 	h.del("a", 3010, 2)
 	expect(t, h.c.Report(), nil)
 }
+
+func TestCheckerRetriedStandardCopies(t *testing.T) {
+	// A retried standard send stored twice: each copy is received with
+	// its own MessageId and receive count, and deleting one leaves the
+	// other. None of that is a violation.
+	h := newHist(false)
+	h.send("a", 0)
+	h.c.Retried("a")
+	h.c.Acked("a", "mid-a", at(50)) // the retry's OK
+	h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-a", Begin: at(100), End: at(110), Count: 1, Visibility: vis})
+	h.del("a", 120, 1)
+	h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-copy", Begin: at(130), End: at(140), Count: 1, Visibility: vis})
+	h.c.DeleteAttempted("a", 1, at(150))
+	h.c.DeleteAcked("a", 1, 0, at(150))
+	expect(t, h.c.Report(), nil)
+
+	// Without the retry the same history is corrupt (another MessageId,
+	// a receive count that did not grow) and resurrected.
+	h = newHist(false)
+	h.send("a", 0)
+	h.recv("a", 100, 1, false)
+	h.del("a", 120, 1)
+	h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-copy", Begin: at(130), End: at(140), Count: 1, Visibility: vis})
+	r := h.c.Report()
+	if len(r.Corrupt) == 0 || len(r.Resurrected) == 0 {
+		t.Fatalf("a second copy without a retry: corrupt %v resurrected %v, want both", r.Corrupt, r.Resurrected)
+	}
+}
