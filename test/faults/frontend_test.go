@@ -152,7 +152,7 @@ func (r *feRun) liveError(ctx context.Context, op string, err error) {
 // A delete retried after a cut only counts as attempted here: whether its
 // OK must delete is TestFrontEndPowerLossLostLease's question.
 func TestFrontEndPowerLoss(t *testing.T) {
-	frontEndPowerLoss(t, budget(t, 0.15), false)
+	frontEndPowerLoss(t, budget(t, 0.10), false)
 }
 
 // TestFrontEndPowerLossLostLease is TestFrontEndPowerLoss where a delete
