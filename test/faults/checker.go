@@ -56,6 +56,9 @@ type delivery struct {
 	Receipt
 	released time.Time // start of a ChangeVisibility(0) on this lease; zero: none
 	deleted  bool      // a delete of this lease was attempted
+	// deleteOK: a delete of this lease was acknowledged (DeleteAcked or
+	// DeleteRetryAcked); only that settles the message.
+	deleteOK bool
 	// deleteFailed: a live broker answered the delete with an error, so
 	// it settles nothing (see DeleteFailed).
 	deleteFailed bool
@@ -248,7 +251,7 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 	if d == nil {
 		return
 	}
-	d.deleted = true
+	d.deleted, d.deleteOK = true, true
 	c.touch(m, at)
 	if d.Epoch != epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
@@ -273,7 +276,7 @@ func (c *Checker) DeleteRetryAcked(id string, count, epoch int, at time.Time) {
 	if d == nil {
 		return
 	}
-	d.deleted = true
+	d.deleted, d.deleteOK = true, true
 	c.touch(m, at)
 	for _, o := range m.dels {
 		if o != d && (o.Epoch > d.Epoch || o.Epoch == d.Epoch && o.Count > d.Count) {
@@ -400,10 +403,10 @@ func (c *Checker) Report() Report {
 
 // judge checks one message's deliveries, in server order.
 func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
-	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleted || dels[len(dels)-1].deleteFailed) {
+	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleteOK || dels[len(dels)-1].deleteFailed) {
 		what := "never delivered nor dead-lettered"
 		if len(dels) > 0 {
-			what = fmt.Sprintf("delivered %d times, then gone without a delete", len(dels))
+			what = fmt.Sprintf("delivered %d times, then gone without an acknowledged delete", len(dels))
 		}
 		r.Lost = append(r.Lost, fmt.Sprintf("%s (MessageId %s, acked %s): %s", m.ID, m.messageID, m.ackAt.Format(time.StampMicro), what))
 	}
@@ -614,7 +617,8 @@ func (c *Checker) Unsettled() int {
 	return n
 }
 
-// settled: the latest delivery (in server order) was followed by a delete.
+// settled: the latest delivery (in server order) was followed by an
+// acknowledged delete (an attempt whose answer never came settles nothing).
 func settled(m *message) bool {
 	if len(m.dels) == 0 {
 		return false
@@ -625,7 +629,7 @@ func settled(m *message) bool {
 			last = d
 		}
 	}
-	return last.deleted && !last.deleteFailed
+	return last.deleteOK && !last.deleteFailed
 }
 
 // AckedAttemptedAfter lists acknowledged messages whose send began after t:

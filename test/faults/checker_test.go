@@ -400,3 +400,17 @@ func TestCheckerRetriedStandardCopies(t *testing.T) {
 		t.Fatalf("a second copy without a retry: corrupt %v resurrected %v, want both", r.Corrupt, r.Resurrected)
 	}
 }
+
+func TestCheckerUnansweredDeleteSettlesNothing(t *testing.T) {
+	// A delete whose answer never came (the broker died under it) does
+	// not settle the message: gone without a redelivery, it is lost.
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.DeleteAttempted("a", 1, at(20))
+	expect(t, h.c.Report(), map[string]int{"lost": 1})
+	// Retried and answered on the next incarnation: settled.
+	h.crash()
+	h.c.DeleteAcked("a", 1, *h.epoch, at(500))
+	expect(t, h.c.Report(), nil)
+}
