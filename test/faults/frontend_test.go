@@ -185,15 +185,20 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 		// consumer can receive again.
 		feRetryDeletes(ctx, r, b)
 		var wg sync.WaitGroup
+		// Each worker's generator is drawn here: rng is not shared.
+		rngs := make([]*rand.Rand, 6)
+		for i := range rngs {
+			rngs[i] = rand.New(rand.NewPCG(rng.Uint64(), uint64(i)))
+		}
 		for _, f := range []func(){
-			func() { feProduceStd(ctx, r, b, rand.New(rand.NewPCG(rng.Uint64(), 1))) },
-			func() { feProduceFIFO(ctx, r, b, rand.New(rand.NewPCG(rng.Uint64(), 2))) },
-			func() { feConsume(ctx, r, b, feStd, rand.New(rand.NewPCG(rng.Uint64(), 3))) },
-			func() { feConsume(ctx, r, b, feStd, rand.New(rand.NewPCG(rng.Uint64(), 4))) },
-			func() { feConsume(ctx, r, b, feFIFO, rand.New(rand.NewPCG(rng.Uint64(), 5))) },
+			func() { feProduceStd(ctx, r, b, rngs[0]) },
+			func() { feProduceFIFO(ctx, r, b, rngs[1]) },
+			func() { feConsume(ctx, r, b, feStd, rngs[2]) },
+			func() { feConsume(ctx, r, b, feStd, rngs[3]) },
+			func() { feConsume(ctx, r, b, feFIFO, rngs[4]) },
 			func() { fePublish(ctx, r, b) },
 			func() { feAMQPConsume(ctx, r, b) },
-			func() { feMoveTasks(ctx, r, b, rand.New(rand.NewPCG(rng.Uint64(), 6))) },
+			func() { feMoveTasks(ctx, r, b, rngs[5]) },
 		} {
 			wg.Add(1)
 			go func() { defer wg.Done(); f() }()
