@@ -162,8 +162,9 @@ func TestMemoryWatermarkBlocksPublishers(t *testing.T) {
 
 // TestDiskWatermarkBlocksAMQPPublishers: below min_free_disk AMQP
 // publishers get RabbitMQ's disk alarm, connection.blocked "low on disk",
-// and their publishes are held rather than dropped; when space returns
-// they get connection.unblocked and the held publish is confirmed.
+// and their publishes are held rather than dropped, while a consuming
+// connection still gets messages; when space returns they get
+// connection.unblocked and the held publish is confirmed.
 func TestDiskWatermarkBlocksAMQPPublishers(t *testing.T) {
 	o := DefaultOptions()
 	o.DataDir = t.TempDir()
@@ -182,8 +183,25 @@ func TestDiskWatermarkBlocksAMQPPublishers(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	c := newAlarmClients(t, s)
+	if _, err := c.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: c.url, MessageBody: aws.String("before")}); err != nil {
+		t.Fatal(err)
+	}
 	free.Store(100 << 20)
 	c.waitBlocking(t, true, alarmDisk)
+	// A connection that only consumes is not blocked: consuming is what
+	// frees the resources.
+	consumer, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	cch, err := consumer.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok, err := cch.Get("alarm", true); err != nil || !ok || string(m.Body) != "before" {
+		t.Fatalf("basic.get during the disk alarm: %q %v %v", m.Body, ok, err)
+	}
 	if _, err := c.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: c.url, MessageBody: aws.String("m")}); !refusedRetryable(err) {
 		t.Fatalf("SQS send on a nearly full disk: %v, want ServiceUnavailable", err)
 	}
