@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,4 +211,30 @@ func TestDiskWatermarkBlocksAMQPPublishers(t *testing.T) {
 	free.Store(10 << 30)
 	c.waitBlocking(t, false, "")
 	confirmed(t, s, dc)
+}
+
+// TestMemoryWatermarkDefault: 0 means 40% of the memory limit (cgroup or
+// physical), negative turns the watch off, and a server sets the runtime's
+// soft memory limit to 90% of the limit so recovery cannot outgrow it.
+func TestMemoryWatermarkDefault(t *testing.T) {
+	limit := memoryLimit()
+	if limit == 0 {
+		t.Skip("no memory limit readable on this machine")
+	}
+	if got, want := memoryWatermark(0), int64(float64(limit)*defaultMemoryFraction); got != want {
+		t.Errorf("default watermark %d, want %d (40%% of %d)", got, want, limit)
+	}
+	if got := memoryWatermark(-1); got != 0 {
+		t.Errorf("negative watermark resolved to %d, want 0 (off)", got)
+	}
+	if got := memoryWatermark(12345); got != 12345 {
+		t.Errorf("explicit watermark resolved to %d", got)
+	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	startWith(t, func(*Options) {})
+	if got, want := debug.SetMemoryLimit(-1), int64(limit/10*9); got != want {
+		t.Errorf("runtime soft memory limit %d, want %d", got, want)
+	}
 }
