@@ -364,6 +364,9 @@ func (c *conn) loop() {
 			}
 			continue
 		}
+		if f.Type == wire.FrameMethod && isPublish(f.Payload) && !c.waitAlarm() {
+			return // resource alarm (alarm.go) until the server closed
+		}
 		c.channelFrame(f)
 	}
 }
@@ -596,10 +599,7 @@ func (c *conn) keepalive() {
 		}
 		c.checkConsumerTimeouts()
 		if c.capBlocked {
-			failed := c.s.eng.Failed() != nil
-			if failed && c.blocked.CompareAndSwap(false, true) {
-				c.sendNow(0, &wire.ConnectionBlocked{Reason: "storage failed"})
-			}
+			c.updateBlocked()
 		}
 	}
 }

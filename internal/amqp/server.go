@@ -38,6 +38,8 @@ type Server struct {
 	replies   map[string]*replyTarget // direct reply-to consumers by token
 	closed    bool
 
+	alarm alarm // resource alarm: see SetAlarm
+
 	nextConn atomic.Uint64
 	// refused counts publishes the engine refused outside confirm and
 	// tx mode (RabbitMQ drops those; Sluice drops them too, but never

@@ -100,6 +100,7 @@ type Engine struct {
 
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
 	memBodies  atomic.Int64 // bytes of bodies held in memory
+	memHeld    atomic.Int64 // bytes of index, attributes, envelopes and dedup entries (memory.go)
 
 	admission atomic.Pointer[error] // non-nil: new messages are refused with it
 
@@ -530,6 +531,7 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 }
 
 func (q *queue) forgetDedupLocked(ent *dedupEntry) {
+	q.accountLocked(-dedupHeld(ent))
 	head := q.dedup[ent.id]
 	if head == ent {
 		if ent.next == nil {
@@ -826,6 +828,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	e.mu.Unlock()
 	q.mu.Lock()
 	q.deleted = true
+	q.unaccountAllLocked()
 	q.wakeLocked()
 	q.mu.Unlock()
 	return nil
@@ -933,6 +936,7 @@ func (e *Engine) purgeReady(name string) (int, error) {
 
 // clearMessagesLocked forgets every message and dedup entry.
 func (q *queue) clearMessagesLocked() {
+	q.unaccountAllLocked()
 	q.msgs = make(map[uint64]*message)
 	q.groups = make(map[string]*group)
 	q.available = groupList{}

@@ -51,6 +51,11 @@ var (
 	// refused until space returns (see Engine.SetAdmission). Reads,
 	// deletes and everything that frees space still work. Retry later.
 	ErrDiskFull = errors.New("engine: disk nearly full; new messages refused until space returns")
+	// ErrMemoryHigh: the broker holds more than its memory watermark
+	// (Engine.MemoryHeld against the server's memory_high_watermark), so
+	// new messages are refused until consumers drain the backlog (see
+	// Engine.SetAdmission). Retry later.
+	ErrMemoryHigh = errors.New("engine: memory high watermark reached; new messages refused until the backlog drains")
 	// ErrClosed: the engine is closed.
 	ErrClosed = errors.New("engine: closed")
 	// ErrStorage: the store failed; the engine accepts no more changes.

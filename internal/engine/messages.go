@@ -205,6 +205,7 @@ func (q *queue) findDedupLocked(id, group string) *dedupEntry {
 }
 
 func (q *queue) rememberDedupLocked(ent *dedupEntry) {
+	q.accountLocked(dedupHeld(ent))
 	ent.next = q.dedup[ent.id]
 	q.dedup[ent.id] = ent
 	q.dedupOrder = append(q.dedupOrder, ent)

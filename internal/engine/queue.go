@@ -49,6 +49,7 @@ type message struct {
 	// the engine's body budget, body is nil and the body is read from the
 	// store when needed (bodyLocked).
 	bodyLen int32
+	held    int32 // bytes accounted for it besides its body (memory.go)
 	prev    *message
 	next    *message // the group's list
 }
@@ -371,6 +372,10 @@ type queue struct {
 	// peak is the most messages held since the queue last drained; a
 	// queue that drains after a large peak releases its index memory.
 	peak int
+	// memHeld and memBody are this queue's shares of the engine's
+	// memHeld and memBodies (memory.go), so that dropping the queue's
+	// messages wholesale (purge, delete) can return them.
+	memHeld, memBody int64
 
 	// outbox holds dead-letter moves decided under the lock; unlock
 	// (Engine.unlock) writes them into their targets' memory.
@@ -469,10 +474,14 @@ func (q *queue) addLocked(m *message) {
 		q.peak = len(q.msgs)
 	}
 	m.timerIdx, m.expiryIdx, m.ttlIdx = -1, -1, -1
+	m.held = messageHeld(m)
+	q.accountLocked(int64(m.held))
 	if m.body != nil {
 		m.bodyLen = int32(len(m.body))
 		if !q.eng.admitBody(len(m.body)) {
 			m.body = nil // on disk only; the content record was written first
+		} else {
+			q.memBody += int64(len(m.body))
 		}
 	}
 	heap.Push(&q.expiry, m)
@@ -522,8 +531,10 @@ func (q *queue) removeLocked(m *message) {
 	}
 	q.nState[m.state]--
 	q.nBytes[m.state] -= int64(m.bodyLen)
+	q.accountLocked(-int64(m.held))
 	if m.body != nil {
 		q.eng.memBodies.Add(-int64(len(m.body)))
+		q.memBody -= int64(len(m.body))
 	}
 	g := m.group
 	wasHead := g.msgs.head == m

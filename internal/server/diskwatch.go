@@ -5,7 +5,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
@@ -34,7 +33,9 @@ const RestartReserve = pebblestore.DefaultMemTableStopWritesThreshold * pebblest
 
 // checkDisk reads the data directory's free space and sets or lifts the
 // engine's admission: below MinFreeDisk new messages are refused
-// (ErrDiskFull: producers get a clear, retryable error); they are accepted
+// (ErrDiskFull: SQS producers get a clear, retryable error; AMQP
+// publishers are blocked with connection.blocked "low on disk", RabbitMQ's
+// disk alarm); they are accepted
 // again once free space is back above 125% of the watermark. It returns
 // whether the broker now refuses. New calls it once before the broker
 // accepts anything, so a broker restarted at the watermark never accepts a
@@ -48,18 +49,20 @@ func (s *Server) checkDisk(refusing bool) bool {
 		s.log.Warn("cannot read free disk space", "dir", s.opts.DataDir, "err", err)
 	case !refusing && free < low:
 		refusing = true
-		s.eng.SetAdmission(engine.ErrDiskFull)
+		s.setAlarm(alarmDisk, true)
 		s.log.Error("disk nearly full: refusing new messages until space returns", "free_bytes", free, "min_free_disk", low)
 	case refusing && free >= high:
 		refusing = false
-		s.eng.SetAdmission(nil)
+		s.setAlarm(alarmDisk, false)
 		s.log.Info("disk space back: accepting new messages", "free_bytes", free)
 	}
 	return refusing
 }
 
 // diskWatched reports whether the free-space watch applies.
-func (s *Server) diskWatched() bool { return s.opts.Store == "disk" && s.opts.MinFreeDisk > 0 }
+func (s *Server) diskWatched() bool {
+	return s.opts.Store == "disk" && s.opts.StoreFS == nil && s.opts.MinFreeDisk > 0
+}
 
 // watchDisk polls the data directory's free space (checkDisk) until ctx
 // ends. Pebble cannot recover from a failed write without a restart, so the

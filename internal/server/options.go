@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/amqp"
@@ -26,6 +27,12 @@ type Options struct {
 	// write fsynced) or "memory" (nothing survives a restart; for tests
 	// and demos only).
 	Store string `toml:"store"`
+	// StoreFS, when set, is the filesystem the "disk" store lives on
+	// instead of the operating system's; DataDir is then a path inside it
+	// and the free-disk watch is off. Tests pass pebble's
+	// vfs.NewCrashableMem to cut power under the real front-ends
+	// (test/faults). Not settable from a config file.
+	StoreFS vfs.FS `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`
@@ -57,6 +64,15 @@ type Options struct {
 
 	// freeBytes, when set, replaces the real free-space probe (tests).
 	freeBytes func(dir string) (uint64, error)
+
+	// MemoryHighWatermark is the memory (bytes) the engine may account
+	// for — every queued message's index entry with its attributes and
+	// AMQP envelope, bodies held in memory, FIFO dedup entries — before
+	// the broker refuses new messages (SQS: 503 ServiceUnavailable; AMQP:
+	// publishers blocked with connection.blocked "low on memory") until
+	// it falls below 90% of it. 0: 40% of the memory limit (the cgroup's,
+	// else physical memory); negative: off. See docs/reliability.md.
+	MemoryHighWatermark int64 `toml:"memory_high_watermark"`
 
 	// MaxHTTPConnections caps open connections on the HTTP listener;
 	// beyond it new connections wait in the kernel's backlog. 0: no cap.

@@ -58,6 +58,9 @@ type Server struct {
 	// by New and then by watchDisk.
 	freeBytes    func(dir string) (uint64, error)
 	diskRefusing bool
+	// memHigh is the resolved memory_high_watermark (0: off).
+	memHigh int64
+	alarms  alarms
 
 	httpLn   net.Listener
 	httpSrv  *http.Server
@@ -86,7 +89,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	s := &Server{opts: opts, log: log, freeBytes: freeBytes}
+	s := &Server{opts: opts, log: log, freeBytes: freeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
 	if opts.freeBytes != nil {
 		s.freeBytes = opts.freeBytes
 	}
@@ -106,10 +109,12 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	case "memory":
 		s.st = memstore.New()
 	default:
-		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("data_dir: %w", err)
+		if opts.StoreFS == nil {
+			if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+				return nil, fmt.Errorf("data_dir: %w", err)
+			}
 		}
-		st, err := pebblestore.Open(opts.DataDir, pebblestore.Options{Logger: log.With("component", "store"), OnSync: s.metrics.ObserveSync})
+		st, err := pebblestore.Open(opts.DataDir, pebblestore.Options{FS: opts.StoreFS, Logger: log.With("component", "store"), OnSync: s.metrics.ObserveSync})
 		if err != nil {
 			return nil, err
 		}
@@ -124,6 +129,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// Recovery allocates every queued message at once; with the default GC
 	// target the collector runs over and over on a heap that only grows.
 	// Relax it while loading, then restore it.
+	limitRuntimeMemory()
 	gc := debug.SetGCPercent(400)
 	eng, err := engine.Open(engine.Options{
 		Store:            s.st,
@@ -139,15 +145,6 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.eng = eng
 	closers = append(closers, func() { eng.Close() })
-	if s.diskWatched() {
-		if opts.MinFreeDisk < RestartReserve {
-			log.Warn("min_free_disk is below what a restart may need to replay the store; a broker stopped at the watermark may not start again",
-				"min_free_disk", opts.MinFreeDisk, "restart_reserve", int64(RestartReserve))
-		}
-		// Before any listener serves: a broker restarted at the
-		// watermark refuses new messages from its first request.
-		s.diskRefusing = s.checkDisk(false)
-	}
 	s.metrics.Attach(eng)
 	s.alerts.Attach(eng)
 	s.dash.Attach(eng)
@@ -160,6 +157,16 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
 	closers = append(closers, func() { s.amqp.Close() })
+	if s.diskWatched() {
+		if opts.MinFreeDisk < RestartReserve {
+			log.Warn("min_free_disk is below what a restart may need to replay the store; a broker stopped at the watermark may not start again",
+				"min_free_disk", opts.MinFreeDisk, "restart_reserve", int64(RestartReserve))
+		}
+		// Before any listener serves: a broker restarted at the
+		// watermark refuses new messages from its first request (after the
+		// AMQP server exists: the alarm blocks its publishers too).
+		s.diskRefusing = s.checkDisk(false)
+	}
 	// Nothing is dropped without a count: records recovery dropped as
 	// leftovers of deleted queues, and publishes the engine refused on
 	// channels with neither confirms nor a transaction.
@@ -289,10 +296,11 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errc <- s.amqp.Serve(ln) }()
 	}
 	bg, stopBG := context.WithCancel(context.Background())
-	alertsDone, dashDone, diskDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	alertsDone, dashDone, diskDone, memDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { s.alerts.Run(bg); close(alertsDone) }()
 	go func() { s.dash.Run(bg); close(dashDone) }()
 	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
+	go func() { s.watchMemory(bg, memPollInterval); close(memDone) }()
 	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
@@ -310,6 +318,7 @@ func (s *Server) Run(ctx context.Context) error {
 	<-alertsDone
 	<-dashDone
 	<-diskDone
+	<-memDone
 	s.shutdown()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil

@@ -228,6 +228,9 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	case errors.Is(err, engine.ErrDiskFull):
 		// 503 makes the SDKs back off and retry: back-pressure.
 		return newErr(kindServiceUnavailable, "The broker's disk is nearly full; new messages are refused until space returns. Retry later.")
+	case errors.Is(err, engine.ErrMemoryHigh):
+		// 503 like the disk watermark: the SDKs back off and retry.
+		return newErr(kindServiceUnavailable, "The broker's memory high watermark is reached; new messages are refused until consumers drain the backlog. Retry later.")
 	default:
 		return newErr(kindInternal, "We encountered an internal error. Please try again.")
 	}

@@ -56,6 +56,12 @@ type delivery struct {
 	Receipt
 	released time.Time // start of a ChangeVisibility(0) on this lease; zero: none
 	deleted  bool      // a delete of this lease was attempted
+	// deleteOK: a delete of this lease was acknowledged (DeleteAcked or
+	// DeleteRetryAcked); only that settles the message.
+	deleteOK bool
+	// deleteFailed: a live broker answered the delete with an error, so
+	// it settles nothing (see DeleteFailed).
+	deleteFailed bool
 }
 
 type message struct {
@@ -70,6 +76,7 @@ type message struct {
 	deleteAckAt time.Time
 	touched     bool      // a delete was attempted
 	delTriedAt  time.Time // the first delete attempt (see PowerCut)
+	retried     bool      // sent again by a client retry (see Retried)
 }
 
 // Checker records a history of operations and judges it against the
@@ -108,7 +115,11 @@ func (c *Checker) Attempt(m Send, at time.Time) {
 	c.msgs[m.ID] = &message{Send: m, attemptAt: at}
 }
 
-// Acked records that the broker acknowledged the send of id with messageID.
+// Acked records that the broker acknowledged the send of id with messageID
+// ("" when the protocol names no id, as AMQP publisher confirms). A message
+// may be acknowledged more than once (a client retry, a FIFO send repeated
+// with its deduplication id): the earliest acknowledgement is the one that
+// binds, and every acknowledgement must name the same MessageId.
 func (c *Checker) Acked(id, messageID string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -117,13 +128,32 @@ func (c *Checker) Acked(id, messageID string, at time.Time) {
 		c.corrupt = append(c.corrupt, id+": acknowledged but never attempted")
 		return
 	}
-	if !m.acked {
-		c.acked++
-		if m.touched {
-			c.touched++
+	if m.acked {
+		if messageID != "" && m.messageID != "" && messageID != m.messageID {
+			c.corrupt = append(c.corrupt, fmt.Sprintf("%s: acknowledged as MessageId %s and again as %s", id, m.messageID, messageID))
 		}
+		if at.Before(m.ackAt) {
+			m.ackAt = at
+		}
+		return
+	}
+	c.acked++
+	if m.touched {
+		c.touched++
 	}
 	m.acked, m.ackAt, m.messageID = true, at, messageID
+}
+
+// Retried records that a client sent id again (the same body, and on a
+// FIFO queue the same deduplication id) because it did not learn whether
+// the first send was stored. On a standard queue both copies may then be
+// stored; on a FIFO queue deduplication must keep it to one.
+func (c *Checker) Retried(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.msgs[id]; m != nil {
+		m.retried = true
+	}
 }
 
 // touch marks m as having had a delete attempted at at. Callers hold c.mu.
@@ -161,7 +191,9 @@ func (c *Checker) Received(r Receipt) {
 	if r.Body != m.Body {
 		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: body of %d bytes differs from the %d sent", r.ID, len(r.Body), len(m.Body)))
 	}
-	if m.acked && m.messageID != "" && r.MessageID != m.messageID {
+	// (A retried standard send may be stored twice, each copy with its
+	// own MessageId.)
+	if m.acked && m.messageID != "" && r.MessageID != m.messageID && (c.FIFO || !m.retried) {
 		c.corrupt = append(c.corrupt, fmt.Sprintf("%s: delivered as MessageId %s, acknowledged as %s", r.ID, r.MessageID, m.messageID))
 	}
 	m.dels = append(m.dels, &delivery{Receipt: r})
@@ -219,13 +251,55 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 	if d == nil {
 		return
 	}
-	d.deleted = true
+	d.deleted, d.deleteOK = true, true
 	c.touch(m, at)
 	if d.Epoch != epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
 	}
 	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
 		m.deleteAckAt = at
+	}
+}
+
+// DeleteRetryAcked records an acknowledged delete, sent again after a crash
+// by broker incarnation epoch, of a lease of id with receive count count
+// that an earlier incarnation granted (the first try got no answer). The
+// caller promises that no receive of the message could have run in this
+// incarnation before the delete was acknowledged. Then, by
+// docs/guarantees.md, the delete is certain if the lease had not ended: a
+// handle whose lease the crash lost still deletes its message, and no later
+// receive is known to have taken the message over.
+func (c *Checker) DeleteRetryAcked(id string, count, epoch int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, d := c.find(id, count)
+	if d == nil {
+		return
+	}
+	d.deleted, d.deleteOK = true, true
+	c.touch(m, at)
+	for _, o := range m.dels {
+		if o != d && (o.Epoch > d.Epoch || o.Epoch == d.Epoch && o.Count > d.Count) {
+			return // received again since: the old handle may rightly do nothing
+		}
+	}
+	if d.Epoch >= epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
+		return
+	}
+	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
+		m.deleteAckAt = at
+	}
+}
+
+// DeleteFailed records that a live broker answered the delete of the lease
+// of id with receive count count with an error (a FIFO handle whose lease
+// ended, a refused request). Such a delete settles nothing: the message must
+// be delivered again, and a drain waits for that delivery's delete.
+func (c *Checker) DeleteFailed(id string, count int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, d := c.find(id, count); d != nil {
+		d.deleteFailed = true
 	}
 }
 
@@ -329,10 +403,10 @@ func (c *Checker) Report() Report {
 
 // judge checks one message's deliveries, in server order.
 func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
-	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleted) {
+	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleteOK || dels[len(dels)-1].deleteFailed) {
 		what := "never delivered nor dead-lettered"
 		if len(dels) > 0 {
-			what = fmt.Sprintf("delivered %d times, then gone without a delete", len(dels))
+			what = fmt.Sprintf("delivered %d times, then gone without an acknowledged delete", len(dels))
 		}
 		r.Lost = append(r.Lost, fmt.Sprintf("%s (MessageId %s, acked %s): %s", m.ID, m.messageID, m.ackAt.Format(time.StampMicro), what))
 	}
@@ -358,7 +432,7 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 				r.Duplicates++
 			}
 		}
-		if !m.deleteAckAt.IsZero() && d.Begin.After(m.deleteAckAt) {
+		if !m.deleteAckAt.IsZero() && d.Begin.After(m.deleteAckAt) && (c.FIFO || !m.retried) {
 			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s, delete acknowledged %s",
 				m.ID, d.Begin.Format(time.StampMicro), m.deleteAckAt.Format(time.StampMicro)))
 		}
@@ -370,6 +444,9 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 			continue
 		}
 		prev := dels[i-1]
+		if !c.FIFO && m.retried && prev.MessageID != d.MessageID {
+			continue // the other copy of a retried standard send
+		}
 		// A lease binds the next delivery only if it was durable: within
 		// one incarnation always; across a crash only if the later
 		// receive count shows the earlier receive survived.
@@ -431,11 +508,14 @@ type Snapshot struct {
 	Resurrected []string // certainly deleted, present again
 	Unexpected  []string // present, never sent
 	Corrupt     []string // present with a wrong body or MessageId
+	// Order: FIFO, a message stored after a later message of its group
+	// (stored lists the queue's messages in queue order).
+	Order []string
 }
 
 // Violations counts the entries of every list.
 func (s Snapshot) Violations() int {
-	return len(s.Lost) + len(s.Duplicated) + len(s.Resurrected) + len(s.Unexpected) + len(s.Corrupt)
+	return len(s.Lost) + len(s.Duplicated) + len(s.Resurrected) + len(s.Unexpected) + len(s.Corrupt) + len(s.Order)
 }
 
 // Stored is one message found in the store after a restart.
@@ -469,14 +549,19 @@ func (c *Checker) PowerCut(cut time.Time) {
 
 // CheckSnapshot compares the stored messages with the history: every
 // acknowledged message that nobody tried to delete must be there exactly
-// once, no certainly deleted one (see DeleteAcked) may be there, and none
-// may be there twice. (A delete that was tried but not certainly applied
-// may or may not have removed its message.)
+// once, with its body and MessageId, no certainly deleted one (see
+// DeleteAcked) may be there, and none may be there twice (except, on a
+// standard queue, a message a client sent again: see Retried). On a FIFO
+// queue stored must list each queue in queue order, and a group's messages
+// must be stored in the order they were sent (Send.Seq). (A delete that
+// was tried but not certainly applied may or may not have removed its
+// message.)
 func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Snapshot{Present: len(stored)}
 	seen := map[string]int{}
+	lastSeq := map[string]*message{} // FIFO group → last stored message
 	for _, st := range stored {
 		seen[st.ID]++
 		m := c.msgs[st.ID]
@@ -486,13 +571,23 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 			continue
 		case st.Body != m.Body:
 			s.Corrupt = append(s.Corrupt, st.ID+": body differs")
-		case m.acked && st.MessageID != m.messageID:
+		case m.acked && m.messageID != "" && st.MessageID != m.messageID && (c.FIFO || !m.retried):
+			// (A standard queue may hold a retried message twice, each
+			// copy with its own MessageId.)
 			s.Corrupt = append(s.Corrupt, fmt.Sprintf("%s: MessageId %s, acknowledged %s", st.ID, st.MessageID, m.messageID))
 		}
-		if seen[st.ID] == 2 {
+		if c.FIFO && m.Group != "" {
+			if prev := lastSeq[m.Group]; prev != nil && prev.Seq > m.Seq {
+				s.Order = append(s.Order, fmt.Sprintf("group %s: seq %d (%s) stored after seq %d (%s)", m.Group, m.Seq, m.ID, prev.Seq, prev.ID))
+			}
+			lastSeq[m.Group] = m
+		}
+		if seen[st.ID] == 2 && (c.FIFO || !m.retried) {
 			s.Duplicated = append(s.Duplicated, st.ID)
 		}
-		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 {
+		// (A retried standard send may be stored twice: deleting one
+		// copy leaves the other.)
+		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 && (c.FIFO || !m.retried) {
 			s.Resurrected = append(s.Resurrected, st.ID)
 		}
 	}
@@ -501,7 +596,7 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 			s.Lost = append(s.Lost, id)
 		}
 	}
-	for _, l := range [][]string{s.Lost, s.Duplicated, s.Resurrected, s.Unexpected, s.Corrupt} {
+	for _, l := range [][]string{s.Lost, s.Duplicated, s.Resurrected, s.Unexpected, s.Corrupt, s.Order} {
 		sort.Strings(l)
 	}
 	return s
@@ -522,7 +617,8 @@ func (c *Checker) Unsettled() int {
 	return n
 }
 
-// settled: the latest delivery (in server order) was followed by a delete.
+// settled: the latest delivery (in server order) was followed by an
+// acknowledged delete (an attempt whose answer never came settles nothing).
 func settled(m *message) bool {
 	if len(m.dels) == 0 {
 		return false
@@ -533,7 +629,7 @@ func settled(m *message) bool {
 			last = d
 		}
 	}
-	return last.deleted
+	return last.deleteOK && !last.deleteFailed
 }
 
 // AckedAttemptedAfter lists acknowledged messages whose send began after t:

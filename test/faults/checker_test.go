@@ -267,3 +267,150 @@ func TestCheckerSnapshot(t *testing.T) {
 		t.Fatalf("snapshot: %+v", s)
 	}
 }
+
+func TestCheckerFlagsFailedDelete(t *testing.T) {
+	// A delete a live broker refused settles nothing: without a later
+	// delivery the message is lost.
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.DeleteAttempted("a", 1, at(20))
+	h.c.DeleteFailed("a", 1)
+	expect(t, h.c.Report(), map[string]int{"lost": 1})
+	if n := h.c.Unsettled(); n != 1 {
+		t.Errorf("Unsettled = %d after a refused delete, want 1", n)
+	}
+	// Delivered again and deleted: settled.
+	h.recv("a", 2100, 2, false)
+	h.del("a", 2120, 2)
+	expect(t, h.c.Report(), nil)
+}
+
+func TestCheckerFlagsConflictingAcks(t *testing.T) {
+	// A FIFO send repeated with its deduplication id must be acknowledged
+	// with the same MessageId.
+	h := newHist(true)
+	h.send("a", 0, group("g", 1))
+	h.c.Acked("a", "mid-other", at(20))
+	h.recv("a", 30, 1, false)
+	h.del("a", 40, 1)
+	expect(t, h.c.Report(), map[string]int{"corrupt": 1})
+}
+
+func TestCheckerEarliestAckBinds(t *testing.T) {
+	// Acknowledged before the cut, and again (a retry) after it: the
+	// first acknowledgement still binds, so a missing message is lost.
+	h := newHist(true)
+	h.send("a", 0, group("g", 1)) // acked at 5
+	h.c.Acked("a", "mid-a", at(200))
+	h.c.PowerCut(at(100))
+	snap := h.c.CheckSnapshot(nil)
+	if len(snap.Lost) != 1 {
+		t.Fatalf("lost = %v, want [a]", snap.Lost)
+	}
+}
+
+func TestCheckerSnapshotFIFOOrderAndRetries(t *testing.T) {
+	h := newHist(true)
+	h.send("a", 0, group("g", 1))
+	h.send("b", 10, group("g", 2))
+	h.send("c", 20, group("h", 1))
+	st := func(id string) Stored { return Stored{ID: id, Body: "body " + id, MessageID: "mid-" + id} }
+	if s := h.c.CheckSnapshot([]Stored{st("a"), st("c"), st("b")}); s.Violations() != 0 {
+		t.Errorf("in-order snapshot flagged: %+v", s)
+	}
+	if s := h.c.CheckSnapshot([]Stored{st("b"), st("a"), st("c")}); len(s.Order) != 1 || s.Violations() != 1 {
+		t.Errorf("group g stored out of send order: order %v, violations %d; want 1 and 1", s.Order, s.Violations())
+	}
+	// FIFO: a retried send stored twice is a duplicate (deduplication
+	// must have kept one).
+	h.c.Retried("c")
+	if s := h.c.CheckSnapshot([]Stored{st("a"), st("b"), st("c"), st("c")}); len(s.Duplicated) != 1 {
+		t.Errorf("FIFO retry stored twice: duplicated %v, want [c]", s.Duplicated)
+	}
+
+	// Standard queue: a retried send may be stored twice (each copy with
+	// its own MessageId); one not retried may not.
+	h = newHist(false)
+	h.send("x", 0)
+	h.send("y", 0)
+	h.c.Retried("x")
+	x2 := Stored{ID: "x", Body: "body x", MessageID: "mid-x-retry"}
+	if s := h.c.CheckSnapshot([]Stored{st("x"), x2, st("y")}); s.Violations() != 0 {
+		t.Errorf("retried standard send stored twice flagged: %+v", s)
+	}
+	if s := h.c.CheckSnapshot([]Stored{st("x"), st("y"), st("y")}); len(s.Duplicated) != 1 {
+		t.Errorf("standard send stored twice without a retry: duplicated %v, want [y]", s.Duplicated)
+	}
+	// A stored body that differs is corrupt.
+	if s := h.c.CheckSnapshot([]Stored{st("x"), {ID: "y", Body: "tampered", MessageID: "mid-y"}}); len(s.Corrupt) != 1 {
+		t.Errorf("tampered body: corrupt %v, want 1", s.Corrupt)
+	}
+}
+
+func TestCheckerRetriedDeleteAfterCrash(t *testing.T) {
+	// A delete first tried before a crash and acknowledged after it (no
+	// receive in between) is certain: a later delivery is a resurrection.
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.DeleteAttempted("a", 1, at(20))
+	h.crash()
+	h.c.DeleteRetryAcked("a", 1, *h.epoch, at(100))
+	h.recv("a", 3000, 1, false)
+	h.del("a", 3010, 1)
+	expect(t, h.c.Report(), map[string]int{"resurrected": 1})
+
+	// Received again in between: the old handle may rightly do nothing.
+	h = newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.crash()
+	h.recv("a", 50, 1, false)
+	h.c.DeleteRetryAcked("a", 1, *h.epoch, at(100))
+	h.recv("a", 3000, 2, false)
+	h.del("a", 3010, 2)
+	expect(t, h.c.Report(), nil)
+}
+
+func TestCheckerRetriedStandardCopies(t *testing.T) {
+	// A retried standard send stored twice: each copy is received with
+	// its own MessageId and receive count, and deleting one leaves the
+	// other. None of that is a violation.
+	h := newHist(false)
+	h.send("a", 0)
+	h.c.Retried("a")
+	h.c.Acked("a", "mid-a", at(50)) // the retry's OK
+	h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-a", Begin: at(100), End: at(110), Count: 1, Visibility: vis})
+	h.del("a", 120, 1)
+	h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-copy", Begin: at(130), End: at(140), Count: 1, Visibility: vis})
+	h.c.DeleteAttempted("a", 1, at(150))
+	h.c.DeleteAcked("a", 1, 0, at(150))
+	expect(t, h.c.Report(), nil)
+
+	// Without the retry the same history is corrupt (another MessageId,
+	// a receive count that did not grow) and resurrected.
+	h = newHist(false)
+	h.send("a", 0)
+	h.recv("a", 100, 1, false)
+	h.del("a", 120, 1)
+	h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-copy", Begin: at(130), End: at(140), Count: 1, Visibility: vis})
+	r := h.c.Report()
+	if len(r.Corrupt) == 0 || len(r.Resurrected) == 0 {
+		t.Fatalf("a second copy without a retry: corrupt %v resurrected %v, want both", r.Corrupt, r.Resurrected)
+	}
+}
+
+func TestCheckerUnansweredDeleteSettlesNothing(t *testing.T) {
+	// A delete whose answer never came (the broker died under it) does
+	// not settle the message: gone without a redelivery, it is lost.
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.DeleteAttempted("a", 1, at(20))
+	expect(t, h.c.Report(), map[string]int{"lost": 1})
+	// Retried and answered on the next incarnation: settled.
+	h.crash()
+	h.c.DeleteAcked("a", 1, *h.epoch, at(500))
+	expect(t, h.c.Report(), nil)
+}

@@ -421,10 +421,22 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 		// the test stops, so the drain ends clean.
 		w.ops.Add(1)
 		dout, err := inc.client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(inc.urls[queue]), Entries: dels})
-		if err != nil {
+		// A delete settles its message only when answered (Checker:
+		// settled), so a delete the broker did not answer is sent again,
+		// with the same handles, as an SDK retries it: on the next
+		// incarnation if this one died. It gives up only when the test
+		// stops.
+		for err != nil {
 			w.liveError(inc, "delete", err)
 			w.cl.AfterError(ctx, inc)
-			continue
+			if ctx.Err() != nil {
+				return
+			}
+			if inc, err = w.cl.Current(ctx); err != nil {
+				return
+			}
+			w.ops.Add(1)
+			dout, err = inc.client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(inc.urls[queue]), Entries: dels})
 		}
 		done := time.Now()
 		for _, s := range dout.Successful {
@@ -435,6 +447,10 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 			w.ck.DeleteAcked(delIDs[i], delCounts[i], inc.epoch, done)
 		}
 		for _, f := range dout.Failed {
+			// The delete settles nothing: the message must come back.
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(delIDs) {
+				w.ck.DeleteFailed(delIDs[i], delCounts[i])
+			}
 			// FIFO refuses a delete whose lease has ended.
 			if msg := aws.ToString(f.Message); !strings.Contains(strings.ToLower(msg), "receipt handle") {
 				w.liveError(inc, "delete", fmt.Errorf("entry failed: %s %s", aws.ToString(f.Code), msg))

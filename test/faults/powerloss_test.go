@@ -39,7 +39,7 @@ var plQueues = []plQueue{{"pl", "pl-dlq", false}, {"pl.fifo", "pl-dlq.fifo", tru
 // delete of it returned before the cut; those must be gone. The reopened
 // broker then carries the load into the next round.
 func TestPowerLoss(t *testing.T) {
-	load := budget(t, 0.20)
+	load := budget(t, 0.15)
 	s := seed(t)
 	rng := rand.New(rand.NewPCG(s, 0x9017))
 	ck := NewChecker(false, maxReceiveCount)

@@ -101,7 +101,7 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 // resumed everything must continue, and nothing may be lost, delivered
 // early or out of order.
 func TestSIGSTOP(t *testing.T) {
-	load := budget(t, 0.15)
+	load := budget(t, 0.10)
 	s := seed(t)
 	bin := binary(t)
 	rng := rand.New(rand.NewPCG(s, 0x5709))
