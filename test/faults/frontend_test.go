@@ -160,7 +160,6 @@ func TestFrontEndPowerLoss(t *testing.T) {
 // since) must delete when it is acknowledged, also when the cut lost the
 // lease the handle names (docs/guarantees.md).
 func TestFrontEndPowerLossLostLease(t *testing.T) {
-	t.Skip("TEMPORARY until issue #10 hole 3 lands (wt-10a): on main a delete whose lease a crash lost answers OK and deletes nothing, so this fails; the lead removes this skip after merging")
 	frontEndPowerLoss(t, budget(t, 0.05), true)
 }
 
