@@ -396,6 +396,12 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 // checkGroupOrder flags a message whose first delivery certainly came after
 // the first delivery of a message sent later in its group: the later one's
 // receive returned before the earlier one's receive began.
+//
+// Only first deliveries are compared, which is what SQS promises: an
+// earlier message may be delivered again while a later one of its group
+// is leased (its visibility ended first), but a message is first delivered
+// only from the visible front of its group, after or together with every
+// message sent before it (docs/guarantees.md, "Ordering").
 func checkGroupOrder(group string, ms []*message) []string {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Seq < ms[j].Seq })
 	var out []string
