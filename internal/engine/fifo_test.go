@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -99,5 +100,41 @@ func TestFIFOHeadRuleSurvivesRestart(t *testing.T) {
 	f.restart()
 	if got := bodies(f.recv("q.fifo", 10, 30*time.Second)); fmt.Sprint(got) != "[a]" {
 		t.Fatalf("after restart: %v", got)
+	}
+}
+
+// TestChangeVisibilityAfterLeaseLapsed: SQS accepts a visibility change
+// with the current handle after the lease ended; the message is leased
+// again for the new timeout. On FIFO, a handle from an earlier receive
+// stays refused.
+func TestChangeVisibilityAfterLeaseLapsed(t *testing.T) {
+	for _, fifo := range []bool{false, true} {
+		t.Run(fmt.Sprint("fifo=", fifo), func(t *testing.T) {
+			f := newFixture(t)
+			name := "q"
+			if fifo {
+				name = "q.fifo"
+				f.create(name, fifoCfg)
+				f.sendGroup(name, "g", "a")
+			} else {
+				f.create(name, nil)
+				f.send(name, body("a"))
+			}
+			d := f.recv(name, 1, time.Second)
+			f.clk.Advance(2 * time.Second)
+			f.changeVis(name, d[0].ReceiptHandle, 10*time.Second)
+			if got := f.recv(name, 1, time.Second); len(got) != 0 {
+				t.Fatalf("late extension did not lease the message again: %v", bodies(got))
+			}
+			f.clk.Advance(11 * time.Second)
+			d2 := f.recv(name, 1, 30*time.Second)
+			if len(d2) != 1 {
+				t.Fatal("message lost after the late extension ended")
+			}
+			errs, _ := f.e.ChangeVisibility(name, []VisibilityChange{{ReceiptHandle: d[0].ReceiptHandle}})
+			if fifo != errors.Is(errs[0], ErrMessageNotAvailable) {
+				t.Fatalf("earlier handle after a new receive: %v", errs[0])
+			}
+		})
 	}
 }

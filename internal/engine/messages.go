@@ -514,9 +514,12 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 		switch {
 		case err != nil:
 			errs[i] = err
-		case m == nil || !current:
+		case m == nil || m.receipt == 0 || (!current && q.fifo()):
+			// Deleted, never received, or (FIFO) leased again since:
+			// the group may be in other hands.
 			errs[i] = ErrMessageNotAvailable
-		case m.state != stateInFlight:
+		case m.state == stateDelayed:
+			// Waiting out a retry backoff chosen after its lease.
 			errs[i] = ErrMessageNotInflight
 		case c.Timeout < 0 || now+int64(c.Timeout)-m.leaseAt > int64(MaxVisibility):
 			errs[i] = ErrVisibilityLimit
