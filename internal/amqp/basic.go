@@ -45,7 +45,8 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	cs := &consumer{ch: ch, tag: tag, q: q, engine: q.engine, noAck: m.NoAck, exclusive: m.Exclusive,
-		ctx: ctx, stop: stop, done: make(chan struct{})}
+		failureHeaders: flagIn(m.Arguments, optFailureHeaders),
+		ctx:            ctx, stop: stop, done: make(chan struct{})}
 	ch.mu.Lock()
 	if _, dup := ch.consumers[tag]; dup {
 		ch.mu.Unlock()
@@ -354,7 +355,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	if info, err := s.eng.GetQueue(q.engine); err == nil {
 		left = info.Visible
 	}
-	exchange, key, props := deliveryContent(&d, q.name, q.engine)
+	exchange, key, props := deliveryContent(&d, q.name, q.engine, c.failureHeaders)
 	// Room in the outgoing queue first: the channel's lock is never held
 	// while waiting for the socket.
 	size := c.contentSize(props, d.Body)

@@ -59,7 +59,10 @@ type conn struct {
 	capCancel  bool // consumer_cancel_notify
 	capBlocked bool // connection.blocked
 	capAuth    bool // authentication_failure_close
-	refused    bool // over Options.MaxConnections: refused at connection.open
+	// failureHeaders: the client property optFailureHeaders asked for
+	// the failure-report headers on every delivery and get-ok.
+	failureHeaders bool
+	refused        bool // over Options.MaxConnections: refused at connection.open
 
 	chMu      sync.Mutex
 	channels  map[uint16]*channel
@@ -158,6 +161,7 @@ func (c *conn) handshake() bool {
 			c.capAuth = flagIn(t, "authentication_failure_close")
 		}
 	}
+	c.failureHeaders = flagIn(so.ClientProperties, optFailureHeaders)
 	if v, ok := so.ClientProperties.Get("connection_name"); ok {
 		if s, ok := asString(v); ok {
 			c.name = s + " (" + c.name + ")"
