@@ -408,11 +408,19 @@ func (ch *channel) handle(cmd *command) error {
 		}
 		return ch.reply(m.NoWait, &wire.QueuePurgeOK{MessageCount: uint32(n)})
 	case *wire.QueueDelete:
+		c.holdFrames()
 		n, err := s.deleteQueue(c, m)
-		if err != nil {
-			return err
+		held := c.releaseFrames()
+		if err == nil && !m.NoWait {
+			held, err = appendMethod(held, ch.id, &wire.QueueDeleteOK{MessageCount: uint32(n)})
 		}
-		return ch.reply(m.NoWait, &wire.QueueDeleteOK{MessageCount: uint32(n)})
+		if len(held) > 0 {
+			// The consumers' basic.cancel and the delete-ok in one write.
+			if werr := c.write(held); err == nil {
+				err = werr
+			}
+		}
+		return err
 
 	case *wire.BasicQos:
 		return ch.qos(m)

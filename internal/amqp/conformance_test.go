@@ -2,9 +2,11 @@ package amqp
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,4 +55,113 @@ func TestCloseDrainsUnreadInput(t *testing.T) {
 			t.Fatalf("write after close-ok: %v", err)
 		}
 	}
+}
+
+// writeLog records every Write the server makes on its connections.
+type writeLog struct {
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+type loggingListener struct {
+	net.Listener
+	log *writeLog
+}
+
+func (l loggingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return loggingConn{c, l.log}, nil
+}
+
+type loggingConn struct {
+	net.Conn
+	log *writeLog
+}
+
+func (c loggingConn) Write(p []byte) (int, error) {
+	c.log.mu.Lock()
+	c.log.writes = append(c.log.writes, append([]byte(nil), p...))
+	c.log.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// rawOpenCaps performs the handshake by hand on addr with the given client
+// capabilities and opens channel 1.
+func rawOpenCaps(t *testing.T, addr string, caps ...string) (*bufio.Reader, *bufio.Writer) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	must(t, err)
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	r, w := bufio.NewReader(nc), bufio.NewWriter(nc)
+	w.WriteString(wire.ProtocolHeader)
+	w.Flush()
+	readMethod(t, r)
+	var ct wire.Table
+	for _, c := range caps {
+		ct = append(ct, wire.Field{Key: c, Value: true})
+	}
+	sendMethod(t, w, 0, &wire.ConnectionStartOK{ClientProperties: wire.Table{{Key: "capabilities", Value: ct}},
+		Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"})
+	readMethod(t, r)
+	sendMethod(t, w, 0, &wire.ConnectionTuneOK{ChannelMax: 2047, FrameMax: 131072})
+	sendMethod(t, w, 0, &wire.ConnectionOpen{VirtualHost: "/"})
+	if _, ok := readMethod(t, r).(*wire.ConnectionOpenOK); !ok {
+		t.Fatal("no open-ok")
+	}
+	sendMethod(t, w, 1, &wire.ChannelOpen{})
+	if _, ok := readMethod(t, r).(*wire.ChannelOpenOK); !ok {
+		t.Fatal("no channel open-ok")
+	}
+	return r, w
+}
+
+// On queue.delete, the basic.cancel of the deleting connection's consumer
+// and the delete-ok go out back to back in one write, as RabbitMQ sends
+// them: amqplib's "cancelled consumer" test closes on the cancel and must
+// find the delete-ok already there. The server's writes are recorded (a
+// second listener on the same server, wrapped), so the check does not
+// depend on timing.
+func TestQueueDeleteCancelAndDeleteOKTogether(t *testing.T) {
+	b := startBroker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	log := &writeLog{}
+	go b.srv.Serve(loggingListener{ln, log})
+	t.Cleanup(func() { ln.Close() })
+
+	r, w := rawOpenCaps(t, ln.Addr().String(), "consumer_cancel_notify")
+	sendMethod(t, w, 1, &wire.QueueDeclare{Queue: "cancelled"})
+	if _, ok := readMethod(t, r).(*wire.QueueDeclareOK); !ok {
+		t.Fatal("no declare-ok")
+	}
+	sendMethod(t, w, 1, &wire.BasicConsume{Queue: "cancelled", ConsumerTag: "c1"})
+	if _, ok := readMethod(t, r).(*wire.BasicConsumeOK); !ok {
+		t.Fatal("no consume-ok")
+	}
+	sendMethod(t, w, 1, &wire.QueueDelete{Queue: "cancelled"})
+	if m, ok := readMethod(t, r).(*wire.BasicCancel); !ok || m.ConsumerTag != "c1" {
+		t.Fatalf("got %#v, want basic.cancel first", m)
+	}
+	if _, ok := readMethod(t, r).(*wire.QueueDeleteOK); !ok {
+		t.Fatal("no delete-ok after the cancel")
+	}
+	cancel, err := appendMethod(nil, 1, &wire.BasicCancel{ConsumerTag: "c1", NoWait: true})
+	must(t, err)
+	deleteOK, err := appendMethod(nil, 1, &wire.QueueDeleteOK{})
+	must(t, err)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, wr := range log.writes {
+		if i := bytes.Index(wr, cancel); i >= 0 {
+			if !bytes.HasPrefix(wr[i+len(cancel):], deleteOK) {
+				t.Fatalf("basic.cancel was written without the delete-ok right after it: %x", wr)
+			}
+			return
+		}
+	}
+	t.Fatal("no write held the basic.cancel")
 }

@@ -68,6 +68,11 @@ type conn struct {
 	// before the socket closes (drainInput). Reader goroutine only.
 	closedCleanly bool
 
+	// heldMu guards holding and held (holdFrames).
+	heldMu  sync.Mutex
+	holding int
+	held    []byte
+
 	chMu      sync.Mutex
 	channels  map[uint16]*channel
 	exclusive map[*queue]struct{}

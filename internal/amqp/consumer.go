@@ -236,8 +236,9 @@ func (ch *channel) serverCancel(cs *consumer) {
 	cs.stop()
 	if ch.c.capCancel && !ch.closing.Load() {
 		// Without waiting: a queue delete (holding Server.adminMu) may be
-		// the caller.
-		ch.c.sendNow(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+		// the caller. During this connection's own queue.delete the
+		// frame is held and goes out with the delete-ok (holdFrames).
+		ch.c.sendOrHold(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
 	}
 }
 
