@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // Issue 12: behaviours other clients' acceptance suites (pika, amqplib,
@@ -95,6 +96,13 @@ func rawOpenCaps(t *testing.T, addr string, caps ...string) (*bufio.Reader, *buf
 	nc, err := net.Dial("tcp", addr)
 	must(t, err)
 	t.Cleanup(func() { nc.Close() })
+	return rawHandshake(t, nc, caps...)
+}
+
+// rawHandshake opens an AMQP connection by hand on nc, with the given
+// client capabilities, and opens channel 1.
+func rawHandshake(t *testing.T, nc net.Conn, caps ...string) (*bufio.Reader, *bufio.Writer) {
+	t.Helper()
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
 	r, w := bufio.NewReader(nc), bufio.NewWriter(nc)
 	w.WriteString(wire.ProtocolHeader)
@@ -164,4 +172,43 @@ func TestQueueDeleteCancelAndDeleteOKTogether(t *testing.T) {
 		}
 	}
 	t.Fatal("no write held the basic.cancel")
+}
+
+// A passive queue.declare-ok counts messages a consumer has taken but not
+// yet queued for writing as ready: a client that cancels a no-ack consumer
+// once the count is 0 must have every delivery ahead of the declare-ok
+// (pika's TestBasicCancelWithNonAckableConsumer). Here the consumer's
+// client stops reading, so its consumer holds taken messages it cannot
+// write; with no-ack, those are exactly the engine's in-flight messages.
+func TestPassiveDeclareCountsTakenUndelivered(t *testing.T) {
+	b := startBroker(t, withOptions(Options{OutgoingBuffer: 64 << 10}))
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("taken", false, false, false, false, nil)
+	must(t, err)
+	body := bytes.Repeat([]byte("x"), 256<<10)
+	for range 64 {
+		_, err := b.eng.Send("taken", []engine.Message{{Body: body}})
+		must(t, err)
+	}
+	nc, err := net.Dial("tcp", b.ln.Addr().String())
+	must(t, err)
+	t.Cleanup(func() { nc.Close() })
+	must(t, nc.(*net.TCPConn).SetReadBuffer(4096))
+	r, w := rawHandshake(t, nc)
+	sendMethod(t, w, 1, &wire.BasicConsume{Queue: "taken", ConsumerTag: "c", NoAck: true})
+	if _, ok := readMethod(t, r).(*wire.BasicConsumeOK); !ok {
+		t.Fatal("no consume-ok")
+	}
+	// The client reads nothing more.
+	var count, want int
+	eventually(t, "the declare-ok count to include taken messages", func() bool {
+		info, err := b.eng.GetQueue("taken")
+		must(t, err)
+		q, err := ch.QueueDeclarePassive("taken", false, false, false, false, nil)
+		must(t, err)
+		info2, err := b.eng.GetQueue("taken")
+		must(t, err)
+		count, want = q.Messages, info.Visible+info.InFlight
+		return info.InFlight > 0 && info.InFlight == info2.InFlight && info.Visible == info2.Visible && count == want
+	})
 }

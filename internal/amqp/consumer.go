@@ -36,6 +36,9 @@ type consumer struct {
 	engine string
 }
 
+// noteTaken is the consumers' engine.ReceiveRequest.OnTake.
+func (q *queue) noteTaken(n int) { q.undelivered.Add(int64(n)) }
+
 func newConsumerTag() string {
 	b := make([]byte, 16)
 	rand.Read(b)
@@ -52,7 +55,8 @@ func (cs *consumer) run() {
 			return
 		}
 		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
-			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true})
+			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
+			OnTake: cs.q.noteTaken})
 		cs.unreserve(n - len(ds))
 		if err != nil && len(ds) == 0 {
 			if cs.ctx.Err() != nil {
@@ -87,8 +91,10 @@ func (cs *consumer) run() {
 					rest = append(rest, r.ReceiptHandle)
 				}
 				s.eng.Requeue(cs.engine, rest, true)
+				cs.q.undelivered.Add(-int64(len(rest))) // visible again
 				return
 			}
+			cs.q.undelivered.Add(-1) // queued for writing
 		}
 	}
 }

@@ -498,7 +498,9 @@ func (s *Server) queueCounts(q *queue) (string, int, int, error) {
 	s.topo.mu.RLock()
 	n := len(q.consumers)
 	s.topo.mu.RUnlock()
-	return q.name, info.Visible + info.Delayed, n, nil
+	// Read after GetQueue: a message taken before it is counted here
+	// unless its delivery is already queued ahead of the caller's answer.
+	return q.name, info.Visible + info.Delayed + int(max(q.undelivered.Load(), 0)), n, nil
 }
 
 // deleteQueue implements queue.delete.

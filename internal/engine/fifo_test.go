@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -137,4 +138,31 @@ func TestChangeVisibilityAfterLeaseLapsed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReceiveOnTake: OnTake sees each receive's count under the queue's
+// lock, so GetQueue never observes a taken message before it is counted.
+func TestReceiveOnTake(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("a"), body("b"), body("c"))
+	var taken []int
+	var sawVisible int
+	d, err := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 2, WaitSet: true, OnTake: func(n int) {
+		taken = append(taken, n)
+		sawVisible = f.e.queueVisibleLocked("q") // under the lock: already taken
+	}})
+	if err != nil || len(d) != 2 || fmt.Sprint(taken) != "[2]" || sawVisible != 1 {
+		t.Fatalf("receive %d, %v; OnTake %v saw %d visible", len(d), err, taken, sawVisible)
+	}
+}
+
+// queueVisibleLocked reads a queue's visible count while its lock is held
+// by the caller's goroutine (only for OnTake tests).
+func (e *Engine) queueVisibleLocked(name string) int {
+	q, err := e.lookup(name)
+	if err != nil {
+		return -1
+	}
+	return q.nState[stateVisible]
 }

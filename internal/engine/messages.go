@@ -238,6 +238,9 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		} else {
 			out, overLimit = e.takeLocked(q, now, &req, &b)
 		}
+		if len(out) > 0 && req.OnTake != nil {
+			req.OnTake(len(out))
+		}
 		if b.Len() > 0 {
 			// Leases are not synced: they become durable with the next
 			// synced write. Losing one in a crash makes the message

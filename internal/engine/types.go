@@ -196,6 +196,14 @@ type ReceiveRequest struct {
 	// within 5 minutes returns the same messages and receipt handles, as
 	// long as none of them was deleted or had its visibility changed.
 	AttemptID string
+
+	// OnTake, if set, is called with the number of messages a receive
+	// takes, under the queue's lock, before Receive returns them. A
+	// front-end that counts messages taken but not yet handed to its
+	// client does so here, so that GetQueue (which takes the same lock)
+	// never sees a message neither visible nor counted. It must not call
+	// the engine.
+	OnTake func(n int)
 }
 
 // Delivery is one received message.
