@@ -145,7 +145,7 @@ func (ch *channel) publish(cmd *command) error {
 	if p.UserID != "" && p.UserID != c.user.name {
 		return errorf(wire.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", p.UserID, c.user.name)
 	}
-	if len(cmd.body)+len(cmd.rawProps)+len(m.Exchange)+len(m.RoutingKey)+16 > maxBody {
+	if maxBody := c.s.opts.MaxMessageSize; len(cmd.body)+len(cmd.rawProps)+len(m.Exchange)+len(m.RoutingKey)+16 > maxBody {
 		return errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", len(cmd.body), maxBody)
 	}
 	if err := ch.rewriteReplyTo(cmd); err != nil {

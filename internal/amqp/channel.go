@@ -11,10 +11,6 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
-// maxBody is the largest message body accepted: the engine's message size
-// limit (body plus envelope) bounds it.
-const maxBody = engine.MaxMaxMessageSize
-
 // command is a complete method (with its content, for publish) handed
 // from the reader to a channel's goroutine, or a failure the reader
 // detected (fail).

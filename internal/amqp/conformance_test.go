@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/sluicemq/sluice/internal/amqp/wire"
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -211,4 +213,25 @@ func TestPassiveDeclareCountsTakenUndelivered(t *testing.T) {
 		count, want = q.Messages, info.Visible+info.InFlight
 		return info.InFlight > 0 && info.InFlight == info2.InFlight && info.Visible == info2.Visible && count == want
 	})
+}
+
+// An unknown exchange type is a 406 PRECONDITION_FAILED channel error, as
+// on RabbitMQ 4.x (3.x closed the connection with 503 COMMAND_INVALID):
+// the connection and its other channels stay usable.
+func TestUnknownExchangeTypeIsChannelError(t *testing.T) {
+	b := startBroker(t)
+	c, ch := b.channel()
+	connClosed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	err := ch.ExchangeDeclare("weird", "x-no-such-type", false, false, false, false, nil)
+	if e := amqpErr(t, err); e.Code != 406 || e.Reason != "PRECONDITION_FAILED - invalid exchange type 'x-no-such-type'" {
+		t.Fatalf("got %v", e)
+	}
+	ch2, err := c.Channel()
+	must(t, err)
+	must(t, ch2.ExchangeDeclare("fine", "direct", false, true, false, false, nil))
+	select {
+	case e := <-connClosed:
+		t.Fatalf("connection closed: %v", e)
+	default:
+	}
 }

@@ -553,7 +553,7 @@ func (c *conn) channelFrame(f wire.Frame) {
 		cmd := ch.pending
 		cmd.props = h.Properties
 		cmd.rawProps = f.Payload[12:]
-		if h.BodySize > maxBody {
+		if maxBody := uint64(c.s.opts.MaxMessageSize); h.BodySize > maxBody {
 			// Refuse before buffering anything; the body frames that
 			// follow are discarded with the channel.
 			ch.pending = nil

@@ -65,7 +65,9 @@ func (s *Server) declareExchange(c *conn, m *wire.ExchangeDeclare) error {
 		return nil
 	}
 	if !validKind(m.Type) {
-		return hardErrorf(wire.CommandInvalid, "invalid exchange type '%s'", m.Type)
+		// RabbitMQ 4.x: a channel error (3.x closed the connection with
+		// 503 COMMAND_INVALID).
+		return errorf(wire.PreconditionFailed, "invalid exchange type '%s'", m.Type)
 	}
 	if x != nil {
 		if err := checkExchangeEquivalent(vh, x, m); err != nil {

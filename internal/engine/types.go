@@ -253,11 +253,16 @@ const (
 	MinRetention      = time.Minute
 	MaxRetention      = 14 * 24 * time.Hour
 	MinMaxMessageSize = 1024
-	MaxMaxMessageSize = 1 << 20
-	DedupWindow       = 5 * time.Minute
-	AttemptIDWindow   = 5 * time.Minute
-	NameReuseDelay    = 60 * time.Second
-	PurgeInterval     = 60 * time.Second
-	MaxInFlight       = 120000
-	MaxTags           = 50
+	// MaxMaxMessageSize is SQS's largest MaximumMessageSize (1 MiB): the
+	// SQS front-end's limit. The engine itself accepts queues with a
+	// MaxMessageSize up to MaxStoredMessageSize (AMQP queues, whose limit
+	// is the AMQP front-end's, RabbitMQ's 16 MiB by default).
+	MaxMaxMessageSize    = 1 << 20
+	MaxStoredMessageSize = 512 << 20 // RabbitMQ's hard limit
+	DedupWindow          = 5 * time.Minute
+	AttemptIDWindow      = 5 * time.Minute
+	NameReuseDelay       = 60 * time.Second
+	PurgeInterval        = 60 * time.Second
+	MaxInFlight          = 120000
+	MaxTags              = 50
 )
