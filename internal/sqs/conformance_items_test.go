@@ -306,3 +306,37 @@ func TestConformanceQueryEndpoint(t *testing.T) {
 		t.Fatalf("ListQueues default: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestConformanceTags follows LocalStack's AWS-validated tag tests
+// (test_tag_untag_queue, test_tags_case_sensitive,
+// test_untag_queue_ignores_non_existing_tag,
+// test_tag_queue_overwrites_existing_tag, test_create_queue_with_tags,
+// test_queue_list_nonexistent_tags) over both protocols.
+func TestConformanceTags(t *testing.T) {
+	forBoth(t, func(t *testing.T, e *env, p proto) {
+		q := must(p.create(e, "q", nil))(t)
+		if tags := must(listQueueTags(e, p, q))(t); len(tags) != 0 {
+			t.Fatalf("new queue has tags %v", tags)
+		}
+		mustOK(t, tagQueue(e, p, q, map[string]string{"tag1": "value1", "tag2": "value2", "tag3": ""}))
+		if tags := must(listQueueTags(e, p, q))(t); fmt.Sprint(tags) != "map[tag1:value1 tag2:value2 tag3:]" {
+			t.Fatalf("tags %v", tags)
+		}
+		mustOK(t, untagQueue(e, p, q, "tag1", "tag3", "missing"))
+		if tags := must(listQueueTags(e, p, q))(t); fmt.Sprint(tags) != "map[tag2:value2]" {
+			t.Fatalf("after untag %v", tags)
+		}
+		mustOK(t, tagQueue(e, p, q, map[string]string{"tag2": "VALUE2", "MyTag": "a", "mytag": "b"}))
+		if tags := must(listQueueTags(e, p, q))(t); fmt.Sprint(tags) != "map[MyTag:a mytag:b tag2:VALUE2]" {
+			t.Fatalf("overwrite and case: %v", tags)
+		}
+		mustOK(t, untagQueue(e, p, q, "tag2", "MyTag", "mytag"))
+		if tags := must(listQueueTags(e, p, q))(t); len(tags) != 0 {
+			t.Fatalf("after removing all: %v", tags)
+		}
+		tq := must(createWithTags(e, p, "tagged", map[string]string{"tag1": "value1", "tag2": "value2"}))(t)
+		if tags := must(listQueueTags(e, p, tq))(t); fmt.Sprint(tags) != "map[tag1:value1 tag2:value2]" {
+			t.Fatalf("created with %v", tags)
+		}
+	})
+}

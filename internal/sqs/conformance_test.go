@@ -469,3 +469,71 @@ func queryValues(action, q string) url.Values {
 	return url.Values{"Action": {action}, "QueueUrl": {q}, "Label": {"crossaccountpermission"},
 		"AWSAccountId.1": {account}, "ActionName.1": {"ReceiveMessage"}}
 }
+
+// Tag actions, per protocol (the proto interface keeps to what every
+// check needs; these are only used by the tag checks).
+
+func tagQueue(e *env, p proto, q string, tags map[string]string) error {
+	if p.String() == "json" {
+		_, err := e.cli.TagQueue(e.ctx, &sqs.TagQueueInput{QueueUrl: &q, Tags: tags})
+		return sdkErr(err)
+	}
+	v := url.Values{"Action": {"TagQueue"}, "QueueUrl": {q}}
+	setMap(v, "Tag", "Key", "Value", tags)
+	return queryProto{}.call(e, "", v, nil, nil)
+}
+
+func untagQueue(e *env, p proto, q string, keys ...string) error {
+	if p.String() == "json" {
+		_, err := e.cli.UntagQueue(e.ctx, &sqs.UntagQueueInput{QueueUrl: &q, TagKeys: keys})
+		return sdkErr(err)
+	}
+	v := url.Values{"Action": {"UntagQueue"}, "QueueUrl": {q}}
+	for i, k := range keys {
+		v.Set(fmt.Sprintf("TagKey.%d", i+1), k)
+	}
+	return queryProto{}.call(e, "", v, nil, nil)
+}
+
+func listQueueTags(e *env, p proto, q string) (map[string]string, error) {
+	if p.String() == "json" {
+		out, err := e.cli.ListQueueTags(e.ctx, &sqs.ListQueueTagsInput{QueueUrl: &q})
+		if err != nil {
+			return nil, sdkErr(err)
+		}
+		return out.Tags, nil
+	}
+	var out struct {
+		ListQueueTagsResult struct {
+			Tag []struct{ Key, Value string }
+		}
+	}
+	if err := (queryProto{}).call(e, "", url.Values{"Action": {"ListQueueTags"}, "QueueUrl": {q}}, nil, &out); err != nil {
+		return nil, err
+	}
+	var m map[string]string
+	for _, t := range out.ListQueueTagsResult.Tag {
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[t.Key] = t.Value
+	}
+	return m, nil
+}
+
+func createWithTags(e *env, p proto, name string, tags map[string]string) (string, error) {
+	if p.String() == "json" {
+		out, err := e.cli.CreateQueue(e.ctx, &sqs.CreateQueueInput{QueueName: &name, Tags: tags})
+		if err != nil {
+			return "", sdkErr(err)
+		}
+		return *out.QueueUrl, nil
+	}
+	v := url.Values{"Action": {"CreateQueue"}, "QueueName": {name}}
+	setMap(v, "Tag", "Key", "Value", tags)
+	var out struct{ CreateQueueResult struct{ QueueUrl string } }
+	if err := (queryProto{}).call(e, "", v, nil, &out); err != nil {
+		return "", err
+	}
+	return out.CreateQueueResult.QueueUrl, nil
+}
