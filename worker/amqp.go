@@ -17,11 +17,18 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Headers Sluice puts on every AMQP delivery: the engine's receipt handle
-// and queue name, which the failure-report extension needs.
+// Headers Sluice puts on the AMQP deliveries of a consumer that asks for
+// them with ConsumeArgFailureHeaders: the engine's receipt handle and
+// queue name, which the failure-report extension needs.
 const (
 	HeaderReceipt = "x-sluice-receipt"
 	HeaderQueue   = "x-sluice-queue"
+
+	// ConsumeArgFailureHeaders is the basic.consume argument (set to
+	// true) that asks Sluice for HeaderReceipt and HeaderQueue. Without
+	// it Sluice delivers messages exactly as published. RabbitMQ ignores
+	// it. The source sets it whenever the extension may be used.
+	ConsumeArgFailureHeaders = "x-sluice-failure-headers"
 )
 
 // AMQPSourceOptions configure an AMQPSource.
@@ -235,7 +242,11 @@ func (s *AMQPSource) open() (*amqpConsumer, error) {
 	if c.tag == "" {
 		c.tag = fmt.Sprintf("sluice-worker-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	}
-	c.deliveries, err = ch.Consume(s.queue, c.tag, false, false, false, false, nil)
+	var args amqp.Table
+	if s.extURL != "" {
+		args = amqp.Table{ConsumeArgFailureHeaders: true}
+	}
+	c.deliveries, err = ch.Consume(s.queue, c.tag, false, false, false, false, args)
 	if err != nil {
 		ch.Close()
 		return nil, s.openError("consume "+s.queue, err)

@@ -96,6 +96,8 @@ func runServer(args []string, stderr io.Writer) int {
 	sqsListen := fs.String("sqs-listen", opts.SQSListen, "address of the HTTP listener: SQS API, admin API, dashboard, /metrics, /health")
 	amqpListen := fs.String("amqp-listen", opts.AMQPListen, "address of the AMQP 0-9-1 listener (\"\" to turn it off)")
 	amqpsListen := fs.String("amqps-listen", opts.AMQPSListen, "address of an AMQP-over-TLS listener (needs [tls] in the config)")
+	amqpMaxMessageSize := fs.Int("amqp-max-message-size", opts.AMQPMaxMessageSize, "largest AMQP message body in bytes (RabbitMQ 4.x's default; at most 512 MiB)")
+	amqpProduct := fs.String("amqp-product", opts.AMQPProduct, "the \"product\" server property AMQP clients see")
 	account := fs.String("account-id", opts.AccountID, "12-digit account id used in queue URLs and ARNs")
 	region := fs.String("region", opts.Region, "region used in ARNs")
 	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
@@ -128,6 +130,10 @@ func runServer(args []string, stderr io.Writer) int {
 			opts.AMQPListen = *amqpListen
 		case "amqps-listen":
 			opts.AMQPSListen = *amqpsListen
+		case "amqp-max-message-size":
+			opts.AMQPMaxMessageSize = *amqpMaxMessageSize
+		case "amqp-product":
+			opts.AMQPProduct = *amqpProduct
 		case "account-id":
 			opts.AccountID = *account
 		case "region":

@@ -45,7 +45,8 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	cs := &consumer{ch: ch, tag: tag, q: q, engine: q.engine, noAck: m.NoAck, exclusive: m.Exclusive,
-		ctx: ctx, stop: stop, done: make(chan struct{})}
+		failureHeaders: flagIn(m.Arguments, optFailureHeaders),
+		ctx:            ctx, stop: stop, done: make(chan struct{})}
 	ch.mu.Lock()
 	if _, dup := ch.consumers[tag]; dup {
 		ch.mu.Unlock()
@@ -144,7 +145,7 @@ func (ch *channel) publish(cmd *command) error {
 	if p.UserID != "" && p.UserID != c.user.name {
 		return errorf(wire.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", p.UserID, c.user.name)
 	}
-	if len(cmd.body)+len(cmd.rawProps)+len(m.Exchange)+len(m.RoutingKey)+16 > maxBody {
+	if maxBody := c.s.opts.MaxMessageSize; len(cmd.body)+len(cmd.rawProps)+len(m.Exchange)+len(m.RoutingKey)+16 > maxBody {
 		return errorf(wire.PreconditionFailed, "message size %d is larger than configured max size %d", len(cmd.body), maxBody)
 	}
 	if err := ch.rewriteReplyTo(cmd); err != nil {
@@ -367,7 +368,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	if info, err := s.eng.GetQueue(q.engine); err == nil {
 		left = info.Visible
 	}
-	exchange, key, props := deliveryContent(&d, q.name, q.engine)
+	exchange, key, props := deliveryContent(&d, q.name, q.engine, c.failureHeaders)
 	// Room in the outgoing queue first: the channel's lock is never held
 	// while waiting for the socket.
 	size := c.contentSize(props, d.Body)

@@ -11,10 +11,6 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
-// maxBody is the largest message body accepted: the engine's message size
-// limit (body plus envelope) bounds it.
-const maxBody = engine.MaxMaxMessageSize
-
 // command is a complete method (with its content, for publish) handed
 // from the reader to a channel's goroutine, or a failure the reader
 // detected (fail).
@@ -408,11 +404,19 @@ func (ch *channel) handle(cmd *command) error {
 		}
 		return ch.reply(m.NoWait, &wire.QueuePurgeOK{MessageCount: uint32(n)})
 	case *wire.QueueDelete:
+		c.holdFrames()
 		n, err := s.deleteQueue(c, m)
-		if err != nil {
-			return err
+		held := c.releaseFrames()
+		if err == nil && !m.NoWait {
+			held, err = appendMethod(held, ch.id, &wire.QueueDeleteOK{MessageCount: uint32(n)})
 		}
-		return ch.reply(m.NoWait, &wire.QueueDeleteOK{MessageCount: uint32(n)})
+		if len(held) > 0 {
+			// The consumers' basic.cancel and the delete-ok in one write.
+			if werr := c.write(held); err == nil {
+				err = werr
+			}
+		}
+		return err
 
 	case *wire.BasicQos:
 		return ch.qos(m)

@@ -59,7 +59,19 @@ type conn struct {
 	capCancel  bool // consumer_cancel_notify
 	capBlocked bool // connection.blocked
 	capAuth    bool // authentication_failure_close
-	refused    bool // over Options.MaxConnections: refused at connection.open
+	// failureHeaders: the client property optFailureHeaders asked for
+	// the failure-report headers on every delivery and get-ok.
+	failureHeaders bool
+	refused        bool // over Options.MaxConnections: refused at connection.open
+	// closedCleanly: the reader ended with the closing handshake
+	// (close / close-ok); the peer's remaining input is then drained
+	// before the socket closes (drainInput). Reader goroutine only.
+	closedCleanly bool
+
+	// heldMu guards holding and held (holdFrames).
+	heldMu  sync.Mutex
+	holding int
+	held    []byte
 
 	chMu      sync.Mutex
 	channels  map[uint16]*channel
@@ -98,6 +110,10 @@ func (c *conn) serve() {
 			c.s.log.Error("amqp: connection panic", "conn", c.name, "panic", r, "stack", string(buf))
 		}
 		c.closeWrites(closeFlush)
+		if c.closedCleanly {
+			c.cleanup()
+			c.drainInput()
+		}
 		c.nc.Close()
 		c.cleanup()
 		close(c.done)
@@ -158,6 +174,7 @@ func (c *conn) handshake() bool {
 			c.capAuth = flagIn(t, "authentication_failure_close")
 		}
 	}
+	c.failureHeaders = flagIn(so.ClientProperties, optFailureHeaders)
 	if v, ok := so.ClientProperties.Get("connection_name"); ok {
 		if s, ok := asString(v); ok {
 			c.name = s + " (" + c.name + ")"
@@ -310,6 +327,21 @@ func (c *conn) hardClose(e *amqpError) {
 	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 }
 
+// drainInput ends the connection politely after the closing handshake:
+// it half-closes the socket (the peer reads EOF after close-ok) and then
+// reads and discards whatever the peer still sends until it closes its
+// side, for at most closeTimeout. Closing a socket with unread input makes
+// the kernel reset the connection, and the client would see ECONNRESET or
+// EPIPE instead of its close completing (amqplib's close callback never
+// fires); RabbitMQ reads on in the same way.
+func (c *conn) drainInput() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	_, _ = io.Copy(io.Discard, c.r)
+}
+
 // forceClose is Server.Close's: close with e, wait briefly for the peer's
 // close-ok, then drop the socket.
 func (c *conn) forceClose(e *amqpError) {
@@ -343,9 +375,11 @@ func (c *conn) loop() {
 				if m, err := wire.ParseMethod(f.Payload); err == nil {
 					switch m.(type) {
 					case *wire.ConnectionCloseOK:
+						c.closedCleanly = true
 						return
 					case *wire.ConnectionClose:
 						c.send(0, &wire.ConnectionCloseOK{})
+						c.closedCleanly = true
 						return
 					}
 				}
@@ -394,16 +428,21 @@ func (c *conn) channelZero(f wire.Frame) bool {
 		c.cleanup()
 		c.readBusy.Store(false)
 		c.send(0, &wire.ConnectionCloseOK{})
+		c.closedCleanly = true
 		return false
 	case *wire.ConnectionCloseOK:
+		c.closedCleanly = true
 		return false
 	case *wire.ConnectionBlocked, *wire.ConnectionUnblocked:
 		return true // clients may echo these; nothing to do
 	case *wire.ConnectionUpdateSecret:
-		if _, err := c.s.authenticate(c.user.name, m.NewSecret, c.nc.RemoteAddr()); err != nil {
-			c.hardClose(hardErrorf(wire.AccessRefused, "new secret was refused for user '%s'", c.user.name))
-			return true
-		}
+		// Sluice's users have passwords that do not expire, like
+		// RabbitMQ's internal user database, for which RabbitMQ answers
+		// update-secret-ok without checking the secret: the connection
+		// stays authenticated as it was, and the new secret is not used
+		// (amqplib's and pika's updateSecret tests). Refusing it as a
+		// wrong password closed connections of token-refreshing clients.
+		c.s.log.Debug("amqp: update-secret accepted (credentials do not expire)", "conn", c.name, "user", c.user.name, "reason", m.Reason)
 		c.send(0, &wire.ConnectionUpdateSecretOK{})
 		return true
 	default:
@@ -517,7 +556,7 @@ func (c *conn) channelFrame(f wire.Frame) {
 		cmd := ch.pending
 		cmd.props = h.Properties
 		cmd.rawProps = f.Payload[12:]
-		if h.BodySize > maxBody {
+		if maxBody := uint64(c.s.opts.MaxMessageSize); h.BodySize > maxBody {
 			// Refuse before buffering anything; the body frames that
 			// follow are discarded with the channel.
 			ch.pending = nil

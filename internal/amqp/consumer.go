@@ -22,6 +22,9 @@ type consumer struct {
 	noAck     bool
 	exclusive bool
 	prefetch  int // per-consumer limit; 0: unlimited
+	// failureHeaders: basic.consume asked for x-sluice-receipt and
+	// x-sluice-queue (optFailureHeaders).
+	failureHeaders bool
 
 	// Guarded by ch.mu.
 	used      int // unacked deliveries plus reserved credit
@@ -32,6 +35,9 @@ type consumer struct {
 	done   chan struct{}
 	engine string
 }
+
+// noteTaken is the consumers' engine.ReceiveRequest.OnTake.
+func (q *queue) noteTaken(n int) { q.undelivered.Add(int64(n)) }
 
 func newConsumerTag() string {
 	b := make([]byte, 16)
@@ -49,7 +55,8 @@ func (cs *consumer) run() {
 			return
 		}
 		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
-			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true})
+			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
+			OnTake: cs.q.noteTaken})
 		cs.unreserve(n - len(ds))
 		if err != nil && len(ds) == 0 {
 			if cs.ctx.Err() != nil {
@@ -84,8 +91,10 @@ func (cs *consumer) run() {
 					rest = append(rest, r.ReceiptHandle)
 				}
 				s.eng.Requeue(cs.engine, rest, true)
+				cs.q.undelivered.Add(-int64(len(rest))) // visible again
 				return
 			}
+			cs.q.undelivered.Add(-1) // queued for writing
 		}
 	}
 }
@@ -156,7 +165,7 @@ func (cs *consumer) unreserve(k int) {
 // wakes it after the batch.
 func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
 	c := ch.c
-	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine)
+	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine, cs.failureHeaders || c.failureHeaders)
 	size := c.contentSize(props, d.Body)
 	if !c.tryReserve(size) {
 		c.kick() // what is queued must drain first
@@ -199,19 +208,21 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
 // deliveryContent returns the exchange, routing key and property bytes a
 // delivery from engine queue eq goes out with. AMQP-published messages
 // carry them in their envelope; the broker's headers are added to the
-// stored header bytes (see brokerHeaders and addHeaders). Messages sent
-// over SQS get properties from their attributes (see interop.go).
-func deliveryContent(d *engine.Delivery, queueName, eq string) (exchange, key string, props []byte) {
+// stored header bytes (see brokerHeaders and addHeaders), the
+// failure-report ones only when failure is set (the client opted in).
+// Messages sent over SQS get properties from their attributes (see
+// interop.go).
+func deliveryContent(d *engine.Delivery, queueName, eq string, failure bool) (exchange, key string, props []byte) {
 	env, err := decodeEnvelope(d.Envelope)
 	if err != nil {
 		p := propsFromSQS(d)
-		for _, f := range brokerHeaders(d, eq) {
+		for _, f := range brokerHeaders(d, eq, failure) {
 			p.Headers = p.Headers.Set(f.Key, f.Value)
 		}
 		raw, _ := encodeProps(&p)
 		return "", queueName, raw
 	}
-	return env.exchange, env.routingKey(), addHeaders(env.props, brokerHeaders(d, eq))
+	return env.exchange, env.routingKey(), addHeaders(env.props, brokerHeaders(d, eq, failure))
 }
 
 // serverCancel cancels a consumer from the broker's side (its queue was
@@ -231,8 +242,9 @@ func (ch *channel) serverCancel(cs *consumer) {
 	cs.stop()
 	if ch.c.capCancel && !ch.closing.Load() {
 		// Without waiting: a queue delete (holding Server.adminMu) may be
-		// the caller.
-		ch.c.sendNow(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+		// the caller. During this connection's own queue.delete the
+		// frame is held and goes out with the delete-ok (holdFrames).
+		ch.c.sendOrHold(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -45,7 +46,7 @@ func TestFailureReportFromAMQPConsumer(t *testing.T) {
 	b := startBroker(t)
 	api := httptest.NewServer(admin.New(b.eng, admin.Options{}))
 	defer api.Close()
-	_, ch := b.channel()
+	_, ch := b.failureChannel()
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
 	must(t, ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil))
 	_, err := ch.QueueDeclare("work.dlq", true, false, false, false, nil)
@@ -143,7 +144,7 @@ func TestFailureReportRetryThenNack(t *testing.T) {
 	b := startBroker(t)
 	api := httptest.NewServer(admin.New(b.eng, admin.Options{}))
 	defer api.Close()
-	_, ch := b.channel()
+	_, ch := b.failureChannel()
 	_, err := ch.QueueDeclare("retry", true, false, false, false, nil)
 	must(t, err)
 	publish(t, ch, "", "retry", "job")
@@ -212,7 +213,7 @@ func TestAckAfterRetryReportKeepsMessage(t *testing.T) {
 	}
 	api := httptest.NewServer(admin.New(b.eng, admin.Options{}))
 	defer api.Close()
-	_, ch := b.channel()
+	_, ch := b.failureChannel()
 	_, err := ch.QueueDeclare("retry", true, false, false, false, nil)
 	must(t, err)
 	publish(t, ch, "", "retry", "job")
@@ -228,4 +229,54 @@ func TestAckAfterRetryReportKeepsMessage(t *testing.T) {
 	if info.Delayed != 1 {
 		t.Fatalf("after the ack: visible %d delayed %d in flight %d; want the message delayed for its retry", info.Visible, info.Delayed, info.InFlight)
 	}
+}
+
+// TestFailureHeadersOptIn: the failure-report headers are added only for a
+// client that asks: per consumer (a basic.consume argument) or per
+// connection (a client property). Others get the message as published.
+func TestFailureHeadersOptIn(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("hdr", false, false, false, false, nil)
+	must(t, err)
+	pub := func() {
+		must(t, ch.Publish("", "hdr", false, false, amqp091.Publishing{Headers: amqp091.Table{"app": "shop"}, Body: []byte("x")}))
+	}
+	exactly := func(what string, h amqp091.Table) {
+		t.Helper()
+		if len(h) != 1 || h["app"] != "shop" {
+			t.Fatalf("%s: headers %v, want exactly the published ones", what, h)
+		}
+	}
+	opted := func(what string, h amqp091.Table) {
+		t.Helper()
+		if h["app"] != "shop" || h[headerQueue] != "hdr" || h[headerReceipt] == nil {
+			t.Fatalf("%s: headers %v lack the failure-report headers", what, h)
+		}
+	}
+	consumeOne := func(ch *amqp091.Channel, args amqp091.Table) amqp091.Delivery {
+		t.Helper()
+		msgs, err := ch.Consume("hdr", "c", true, false, false, false, args)
+		must(t, err)
+		select {
+		case d := <-msgs:
+			must(t, ch.Cancel("c", false))
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery")
+		}
+		return amqp091.Delivery{}
+	}
+
+	pub()
+	exactly("get-ok by default", getOne(t, ch, "hdr").Headers)
+	pub()
+	_, ch2 := b.channel()
+	exactly("deliver by default", consumeOne(ch2, nil).Headers)
+	pub()
+	_, ch3 := b.channel()
+	opted("deliver with the consume argument", consumeOne(ch3, amqp091.Table{optFailureHeaders: true}).Headers)
+	pub()
+	_, fch := b.failureChannel()
+	opted("get-ok on an opted-in connection", getOne(t, fch, "hdr").Headers)
 }

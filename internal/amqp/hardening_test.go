@@ -172,13 +172,30 @@ func TestMaxUnackedPerChannel(t *testing.T) {
 	}
 }
 
+// The message size limit is RabbitMQ 4.x's 16 MiB by default and
+// configurable (Options.MaxMessageSize): a 2 MiB body, which the old fixed
+// 1 MiB refused, round-trips; over a configured limit the channel closes
+// with RabbitMQ's 406.
 func TestMessageSizeLimit(t *testing.T) {
 	b := startBroker(t)
+	if b.srv.opts.MaxMessageSize != 16<<20 {
+		t.Fatalf("default MaxMessageSize %d, want 16 MiB", b.srv.opts.MaxMessageSize)
+	}
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("big", false, false, false, false, nil)
 	must(t, err)
+	body := bytes.Repeat([]byte("b"), 2<<20)
+	must(t, ch.Publish("", "big", false, false, amqp091.Publishing{Body: body}))
+	if d := getOne(t, ch, "big"); !bytes.Equal(d.Body, body) {
+		t.Fatalf("a 2 MiB body came back as %d bytes", len(d.Body))
+	}
+
+	b = startBroker(t, withOptions(Options{MaxMessageSize: 1 << 20}))
+	_, ch = b.channel()
+	_, err = ch.QueueDeclare("big", false, false, false, false, nil)
+	must(t, err)
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
-	must(t, ch.Publish("", "big", false, false, amqp091.Publishing{Body: make([]byte, maxBody+1)}))
+	must(t, ch.Publish("", "big", false, false, amqp091.Publishing{Body: make([]byte, 1<<20+1)}))
 	select {
 	case e := <-closed:
 		want := "PRECONDITION_FAILED - message size 1048577 is larger than configured max size 1048576"

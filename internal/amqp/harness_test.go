@@ -102,6 +102,23 @@ func (b *broker) dial() *amqp091.Connection {
 	return c
 }
 
+// failureChannel is channel on a connection that opts in to the
+// failure-report headers for all its deliveries (the client property
+// x-sluice-failure-headers).
+func (b *broker) failureChannel() (*amqp091.Connection, *amqp091.Channel) {
+	b.t.Helper()
+	c, err := amqp091.DialConfig(b.url, amqp091.Config{Properties: amqp091.Table{optFailureHeaders: true}})
+	if err != nil {
+		b.t.Fatalf("dial: %v", err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	ch, err := c.Channel()
+	if err != nil {
+		b.t.Fatalf("channel: %v", err)
+	}
+	return c, ch
+}
+
 func (b *broker) channel() (*amqp091.Connection, *amqp091.Channel) {
 	b.t.Helper()
 	c := b.dial()

@@ -8,27 +8,38 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
-// Headers the broker adds to every basic.deliver and basic.get-ok of a
-// stored message: the engine receipt handle of this delivery and the
-// engine queue it came from. With them a consumer can report a failure
-// through the admin API's failure-report extension (POST
-// /sluice/v1/failures) while it still holds the delivery, then ack it.
+// Headers the broker adds to a basic.deliver or basic.get-ok of a stored
+// message. x-delivery-count goes on every redelivery, as on RabbitMQ's
+// quorum queues. The failure-report headers — the engine receipt handle of
+// this delivery and the engine queue it came from, with which a consumer
+// can report a failure through the admin API's failure-report extension
+// (POST /sluice/v1/failures) while it still holds the delivery — are added
+// only for a client that opts in (optFailureHeaders): by default a message
+// is delivered with exactly the headers it was published with, as clients
+// and their test suites expect.
 const (
 	headerReceipt = "x-sluice-receipt"
 	headerQueue   = "x-sluice-queue"
 	headerCount   = "x-delivery-count"
+
+	// optFailureHeaders, set to true as a basic.consume argument or as a
+	// client property of the connection (connection.start-ok; not inside
+	// "capabilities", which clients fill in themselves), asks for
+	// x-sluice-receipt and x-sluice-queue on that consumer's deliveries
+	// or on every delivery and get-ok of the connection.
+	optFailureHeaders = "x-sluice-failure-headers"
 )
 
 // brokerHeaders returns the headers a delivery of d from engine queue eq
 // gets: x-delivery-count on redeliveries (the number of earlier
-// deliveries, absent on the first), then x-sluice-receipt and
-// x-sluice-queue.
-func brokerHeaders(d *engine.Delivery, eq string) wire.Table {
+// deliveries, absent on the first), then, when failure is set,
+// x-sluice-receipt and x-sluice-queue.
+func brokerHeaders(d *engine.Delivery, eq string, failure bool) wire.Table {
 	t := make(wire.Table, 0, 3)
 	if d.ReceiveCount > 1 {
 		t = append(t, wire.Field{Key: headerCount, Value: int64(d.ReceiveCount - 1)})
 	}
-	if d.ReceiptHandle != "" {
+	if failure && d.ReceiptHandle != "" {
 		t = append(t, wire.Field{Key: headerReceipt, Value: d.ReceiptHandle},
 			wire.Field{Key: headerQueue, Value: eq})
 	}

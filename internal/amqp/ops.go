@@ -65,7 +65,9 @@ func (s *Server) declareExchange(c *conn, m *wire.ExchangeDeclare) error {
 		return nil
 	}
 	if !validKind(m.Type) {
-		return hardErrorf(wire.CommandInvalid, "invalid exchange type '%s'", m.Type)
+		// RabbitMQ 4.x: a channel error (3.x closed the connection with
+		// 503 COMMAND_INVALID).
+		return errorf(wire.PreconditionFailed, "invalid exchange type '%s'", m.Type)
 	}
 	if x != nil {
 		if err := checkExchangeEquivalent(vh, x, m); err != nil {
@@ -498,7 +500,9 @@ func (s *Server) queueCounts(q *queue) (string, int, int, error) {
 	s.topo.mu.RLock()
 	n := len(q.consumers)
 	s.topo.mu.RUnlock()
-	return q.name, info.Visible + info.Delayed, n, nil
+	// Read after GetQueue: a message taken before it is counted here
+	// unless its delivery is already queued ahead of the caller's answer.
+	return q.name, info.Visible + info.Delayed + int(max(q.undelivered.Load(), 0)), n, nil
 }
 
 // deleteQueue implements queue.delete.

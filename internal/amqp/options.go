@@ -27,6 +27,9 @@ const (
 	DefaultMaxUnackedPerChannel   = 65536
 	DefaultWriteTimeout           = 30 * time.Second
 	DefaultOutgoingBuffer         = 1 << 20
+	// DefaultMaxMessageSize is RabbitMQ 4.x's max_message_size (16 MiB;
+	// 3.x allowed 128 MiB).
+	DefaultMaxMessageSize = 16 << 20
 )
 
 // Options configure a Server. The zero value is usable: every zero field
@@ -85,6 +88,14 @@ type Options struct {
 	// Product is server-properties' "product" (default "Sluice"). Some
 	// client test suites run certain tests only against "RabbitMQ".
 	Product string
+
+	// MaxMessageSize is the largest message body a publish may carry
+	// (default DefaultMaxMessageSize, RabbitMQ 4.x's 16 MiB; at most
+	// engine.MaxStoredMessageSize, 512 MiB, RabbitMQ's hard limit).
+	// Larger: the channel closes with 406 PRECONDITION_FAILED - message
+	// size N is larger than configured max size M. Messages this large
+	// are also received whole over SQS, whose own sends stay at 1 MiB.
+	MaxMessageSize int
 }
 
 // User is an account that may log in.
@@ -167,6 +178,9 @@ func (o *Options) withDefaults() Options {
 	if r.OutgoingBuffer <= 0 {
 		r.OutgoingBuffer = DefaultOutgoingBuffer
 	}
+	if r.MaxMessageSize == 0 {
+		r.MaxMessageSize = DefaultMaxMessageSize
+	}
 	return r
 }
 
@@ -183,6 +197,9 @@ func (o *Options) validate() (map[string]*user, error) {
 	}
 	if o.WriteTimeout < 0 {
 		return nil, errors.New("amqp: WriteTimeout must not be negative")
+	}
+	if o.MaxMessageSize < 1 || o.MaxMessageSize > engine.MaxStoredMessageSize {
+		return nil, fmt.Errorf("amqp: MaxMessageSize must be between 1 and %d bytes", engine.MaxStoredMessageSize)
 	}
 	users := make(map[string]*user)
 	if len(o.Users) == 0 {

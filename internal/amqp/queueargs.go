@@ -145,7 +145,9 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 // timeout, before the engine would release the message).
 func engineConfig(s queueSettings, consumerTimeout time.Duration) engine.QueueConfig {
 	cfg := engine.DefaultQueueConfig()
-	cfg.MaxMessageSize = engine.MaxMaxMessageSize
+	// The AMQP front-end enforces Options.MaxMessageSize at publish; the
+	// engine's own check is only a backstop at its largest size.
+	cfg.MaxMessageSize = engine.MaxStoredMessageSize
 	cfg.Retention = engine.MaxRetention
 	cfg.Visibility = leaseFor(consumerTimeout)
 	cfg.MessageTTL, cfg.HasMessageTTL = s.ttl, s.hasTTL

@@ -202,8 +202,19 @@ func (s *Server) load() error {
 	}
 	requeued := 0
 	for _, q := range keep {
-		if _, _, err := s.eng.CreateQueue(q.engine, engineConfig(q.settings, s.opts.ConsumerTimeout), nil); err != nil {
+		info, created, err := s.eng.CreateQueue(q.engine, engineConfig(q.settings, s.opts.ConsumerTimeout), nil)
+		if err != nil {
 			return fmt.Errorf("amqp: restoring queue %q: %w", q.engine, err)
+		}
+		if !created && info.Config.MaxMessageSize < engine.MaxStoredMessageSize {
+			// Declared when the engine capped AMQP queues at 1 MiB: the
+			// front-end's MaxMessageSize is the limit now.
+			if err := s.eng.UpdateQueue(q.engine, func(cfg *engine.QueueConfig) error {
+				cfg.MaxMessageSize = engine.MaxStoredMessageSize
+				return nil
+			}); err != nil {
+				return fmt.Errorf("amqp: restoring queue %q: %w", q.engine, err)
+			}
 		}
 		// Every AMQP connection died with the previous process: its
 		// unacknowledged deliveries go back to their queues now, as

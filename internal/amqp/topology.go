@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
@@ -73,6 +74,14 @@ type queue struct {
 	hadConsumer bool      // for auto-delete: deleted when the last consumer goes
 	lastUsed    time.Time // for x-expires
 	deleted     bool
+
+	// undelivered counts messages its consumers took from the engine and
+	// have not yet queued for writing (nor returned). They count as ready
+	// in queue.declare-ok: a client that cancels once a passive declare
+	// reports 0 must already have every no-ack delivery ahead of the
+	// declare-ok (pika's TestBasicCancelWithNonAckableConsumer). Not
+	// guarded by Topology.mu.
+	undelivered atomic.Int64
 }
 
 // builtinExchanges exist in every vhost and are durable.

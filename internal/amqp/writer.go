@@ -139,6 +139,44 @@ func (c *conn) sendNow(channel uint16, m wire.Method) error {
 	return c.enqueue(b, 0)
 }
 
+// holdFrames makes sendOrHold collect frames instead of queueing them,
+// until the matching releaseFrames. A queue.delete uses it so that the
+// basic.cancel frames for this connection's consumers of the queue and
+// the delete-ok go out back to back in one write, as RabbitMQ sends them:
+// a client that closes on the cancel must not miss the delete-ok.
+func (c *conn) holdFrames() {
+	c.heldMu.Lock()
+	c.holding++
+	c.heldMu.Unlock()
+}
+
+// releaseFrames ends one holdFrames and returns the frames collected
+// (all of them, whoever held: they are written by the caller).
+func (c *conn) releaseFrames() []byte {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	c.holding--
+	b := c.held
+	c.held = nil
+	return b
+}
+
+// sendOrHold is sendNow, or, while frames are held, adds the frame to
+// them.
+func (c *conn) sendOrHold(channel uint16, m wire.Method) error {
+	c.heldMu.Lock()
+	if c.holding > 0 {
+		b, err := appendMethod(c.held, channel, m)
+		if err == nil {
+			c.held = b
+		}
+		c.heldMu.Unlock()
+		return err
+	}
+	c.heldMu.Unlock()
+	return c.sendNow(channel, m)
+}
+
 // writesEnded reports whether the connection can no longer write (its
 // writer has ended or is ending).
 func (c *conn) writesEnded() bool {

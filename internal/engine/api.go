@@ -148,8 +148,14 @@ func (e *Engine) ReleaseInFlight(queue string) (int, error) {
 }
 
 // ChangeVisibility sets, counting from now, the remaining lease of each
-// message to its Timeout; 0 makes it visible at once. Only the current
-// receipt is affected: an older handle fails with ErrMessageNotAvailable.
+// message to its Timeout; 0 makes it visible at once. As on SQS it works
+// after the lease lapsed (a visible message is leased again for Timeout,
+// so a worker that extends late keeps its job), and on a standard queue
+// any receipt handle of the message applies to its current state, even
+// one from an earlier receive. On a FIFO queue a handle from an earlier
+// receive fails with ErrMessageNotAvailable, as does any handle of a
+// deleted message; a message waiting out a retry backoff fails with
+// ErrMessageNotInflight.
 func (e *Engine) ChangeVisibility(queue string, changes []VisibilityChange) ([]error, error) {
 	return e.changeVisibility(queue, changes)
 }

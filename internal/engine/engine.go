@@ -569,8 +569,8 @@ func validateConfig(c *QueueConfig) error {
 	if err := check("VisibilityTimeout", c.Visibility, 0, MaxVisibility); err != nil {
 		return err
 	}
-	if c.MaxMessageSize < MinMaxMessageSize || c.MaxMessageSize > MaxMaxMessageSize {
-		return &ConfigError{Setting: "MaximumMessageSize", Reason: fmt.Sprintf("must be between %d and %d", MinMaxMessageSize, MaxMaxMessageSize)}
+	if c.MaxMessageSize < MinMaxMessageSize || c.MaxMessageSize > MaxStoredMessageSize {
+		return &ConfigError{Setting: "MaximumMessageSize", Reason: fmt.Sprintf("must be between %d and %d", MinMaxMessageSize, MaxStoredMessageSize)}
 	}
 	if d := c.DeadLetter; d != nil {
 		if d.Target == "" && !d.Routed {

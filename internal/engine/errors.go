@@ -21,11 +21,11 @@ var (
 	// ErrReceiptHandleExpired: on a FIFO queue, the handle's lease ended and
 	// the message may be redelivered, so the delete is refused.
 	ErrReceiptHandleExpired = errors.New("engine: receipt handle has expired")
-	// ErrMessageNotAvailable: ChangeVisibility on a message that was deleted
-	// or whose lease belongs to another receive.
+	// ErrMessageNotAvailable: ChangeVisibility on a message that was
+	// deleted, or (FIFO) with a handle from an earlier receive.
 	ErrMessageNotAvailable = errors.New("engine: message does not exist or is not available for visibility timeout change")
-	// ErrMessageNotInflight: ChangeVisibility on a message that is not in
-	// flight.
+	// ErrMessageNotInflight: ChangeVisibility on a message that is waiting
+	// out a retry backoff (and Requeue of one that is not in flight).
 	ErrMessageNotInflight = errors.New("engine: message is not in flight")
 	// ErrVisibilityLimit: a visibility change that would keep the message
 	// in flight longer than MaxVisibility from the start of its lease.

@@ -239,6 +239,9 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		} else {
 			out, overLimit = e.takeLocked(q, now, &req, &b)
 		}
+		if len(out) > 0 && req.OnTake != nil {
+			req.OnTake(len(out))
+		}
 		if b.Len() > 0 {
 			// Leases are not synced: they become durable with the next
 			// synced write. Losing one in a crash makes the message
@@ -534,9 +537,12 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 		switch {
 		case err != nil:
 			errs[i] = err
-		case m == nil || !current:
+		case m == nil || m.receipt == 0 || (!current && q.fifo()):
+			// Deleted, never received, or (FIFO) leased again since:
+			// the group may be in other hands.
 			errs[i] = ErrMessageNotAvailable
-		case m.state != stateInFlight:
+		case m.state == stateDelayed:
+			// Waiting out a retry backoff chosen after its lease.
 			errs[i] = ErrMessageNotInflight
 		case c.Timeout < 0 || now+int64(c.Timeout)-m.leaseAt > int64(MaxVisibility):
 			errs[i] = ErrVisibilityLimit

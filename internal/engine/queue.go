@@ -180,19 +180,22 @@ func (l *list) remove(m *message) {
 // group is a message group.
 //
 // On a FIFO queue its list holds every message of the group in sequence
-// order, whatever its state, and the group is locked while any of its
-// messages is in flight.
+// order, whatever its state. A receive may take the visible messages at the
+// front of the list, up to the first one that is in flight or delayed: no
+// message is delivered while an earlier one of its group is in flight or
+// waiting, but a visible message is never hidden by a later one in flight
+// (SQS: after ChangeMessageVisibility(0) on m1 while m2 is leased, m1 is
+// delivered again).
 //
 // On a standard queue every message belongs to a group (id "" when the
 // producer gave none) and the list holds only the group's visible messages.
 // Receives take one message from each available group in turn, so a
 // producer flooding one group cannot starve the others (SQS fair queues).
 type group struct {
-	id       string
-	msgs     list
-	members  int // messages of the queue in this group, in any state
-	inflight int
-	// available: in queue.groups (unlocked with a visible head).
+	id      string
+	msgs    list
+	members int // messages of the queue in this group, in any state
+	// available: in queue.available (its head is visible).
 	available  bool
 	prev, next *group
 }
@@ -497,9 +500,6 @@ func (q *queue) addLocked(m *message) {
 	g.members++
 	if q.fifo() {
 		g.msgs.insertSorted(m)
-		if m.state == stateInFlight {
-			g.inflight++
-		}
 	} else if m.state == stateVisible {
 		g.msgs.pushBack(m)
 	}
@@ -540,9 +540,6 @@ func (q *queue) removeLocked(m *message) {
 	wasHead := g.msgs.head == m
 	if q.fifo() || m.state == stateVisible {
 		g.msgs.remove(m)
-	}
-	if m.state == stateInFlight {
-		g.inflight--
 	}
 	g.members--
 	q.updateGroupLocked(g)
@@ -602,12 +599,6 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 		heap.Fix(&q.timers, int(m.timerIdx))
 	}
 	g := m.group
-	if old == stateInFlight {
-		g.inflight--
-	}
-	if s == stateInFlight {
-		g.inflight++
-	}
 	if !q.fifo() {
 		// A standard group lists its visible messages; one whose lease
 		// ends goes to the back, so a poison message cannot pin the head.
@@ -625,12 +616,13 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 }
 
 // updateGroupLocked puts a group in or out of the available list: a FIFO
-// group when nothing of it is in flight and its head is visible, a standard
-// group when it has a visible message.
+// group when its head (its oldest message) is visible, a standard group
+// when it has a visible message. A FIFO group whose head is in flight or
+// delayed is locked, whatever the state of its later messages.
 func (q *queue) updateGroupLocked(g *group) {
 	var avail bool
 	if q.fifo() {
-		avail = g.inflight == 0 && g.msgs.head != nil && g.msgs.head.state == stateVisible
+		avail = g.msgs.head != nil && g.msgs.head.state == stateVisible
 	} else {
 		avail = g.msgs.head != nil
 	}

@@ -196,6 +196,14 @@ type ReceiveRequest struct {
 	// within 5 minutes returns the same messages and receipt handles, as
 	// long as none of them was deleted or had its visibility changed.
 	AttemptID string
+
+	// OnTake, if set, is called with the number of messages a receive
+	// takes, under the queue's lock, before Receive returns them. A
+	// front-end that counts messages taken but not yet handed to its
+	// client does so here, so that GetQueue (which takes the same lock)
+	// never sees a message neither visible nor counted. It must not call
+	// the engine.
+	OnTake func(n int)
 }
 
 // Delivery is one received message.
@@ -245,11 +253,16 @@ const (
 	MinRetention      = time.Minute
 	MaxRetention      = 14 * 24 * time.Hour
 	MinMaxMessageSize = 1024
-	MaxMaxMessageSize = 1 << 20
-	DedupWindow       = 5 * time.Minute
-	AttemptIDWindow   = 5 * time.Minute
-	NameReuseDelay    = 60 * time.Second
-	PurgeInterval     = 60 * time.Second
-	MaxInFlight       = 120000
-	MaxTags           = 50
+	// MaxMaxMessageSize is SQS's largest MaximumMessageSize (1 MiB): the
+	// SQS front-end's limit. The engine itself accepts queues with a
+	// MaxMessageSize up to MaxStoredMessageSize (AMQP queues, whose limit
+	// is the AMQP front-end's, RabbitMQ's 16 MiB by default).
+	MaxMaxMessageSize    = 1 << 20
+	MaxStoredMessageSize = 512 << 20 // RabbitMQ's hard limit
+	DedupWindow          = 5 * time.Minute
+	AttemptIDWindow      = 5 * time.Minute
+	NameReuseDelay       = 60 * time.Second
+	PurgeInterval        = 60 * time.Second
+	MaxInFlight          = 120000
+	MaxTags              = 50
 )

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // Options configure a Sluice server. Start from DefaultOptions, then apply a
@@ -85,6 +86,15 @@ type Options struct {
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
 	// only, as RabbitMQ.
 	AMQPUsers []AMQPUser `toml:"amqp_users"`
+	// AMQPMaxMessageSize is the largest AMQP message body (bytes) a
+	// publish may carry; larger ones close the channel with 406. Default
+	// 16 MiB (RabbitMQ 4.x's max_message_size); 1 B – 512 MiB. SQS sends
+	// keep AWS's 1 MiB.
+	AMQPMaxMessageSize int `toml:"amqp_max_message_size"`
+	// AMQPProduct is the "product" server property AMQP clients see
+	// (default "Sluice"). Some tools and client test suites check it
+	// (e.g. for "RabbitMQ").
+	AMQPProduct string `toml:"amqp_product"`
 
 	// SQSCredentials, when set, make every SQS request prove itself with
 	// AWS Signature Version 4 using one of these keys.
@@ -227,6 +237,8 @@ func DefaultOptions() Options {
 		Store:              "disk",
 		SQSListen:          "127.0.0.1:9324",
 		AMQPListen:         "127.0.0.1:5672",
+		AMQPMaxMessageSize: amqp.DefaultMaxMessageSize,
+		AMQPProduct:        amqp.DefaultProduct,
 		MaxHTTPConnections: 10000,
 		MinFreeDisk:        256 << 20,
 		AccountID:          "000000000000",
@@ -279,6 +291,12 @@ func (o *Options) Validate() error {
 		"configure [[amqp_users]]")...)
 	if o.AMQPSListen != "" && o.TLS.Cert == "" {
 		errs = append(errs, errors.New("amqps_listen: needs [tls] cert and key"))
+	}
+	if o.AMQPMaxMessageSize < 1 || o.AMQPMaxMessageSize > engine.MaxStoredMessageSize {
+		errs = append(errs, fmt.Errorf("amqp_max_message_size: %d is not between 1 and %d bytes", o.AMQPMaxMessageSize, engine.MaxStoredMessageSize))
+	}
+	if o.AMQPProduct == "" {
+		errs = append(errs, errors.New("amqp_product: must not be empty"))
 	}
 	if o.MinFreeDisk < 0 {
 		errs = append(errs, errors.New("min_free_disk: must not be negative"))

@@ -80,6 +80,7 @@ func (c *call) sendMessage() (output, *apiError) {
 	if err != nil {
 		return nil, err
 	}
+	fromHeader := c.traceFromHeader(&m)
 	res, serr := c.h.eng.Send(name, []engine.Message{m})
 	d := errDetail{queue: name, delay: in.DelaySeconds.Raw}
 	if serr != nil {
@@ -92,7 +93,35 @@ func (c *call) sendMessage() (output, *apiError) {
 		return nil, mapEngineErr(res[0].Err, d)
 	}
 	out := sendOutput(&m, res[0], nil)
+	if fromHeader {
+		out.MD5OfMessageSystemAttributes = "" // the sender sent no system attributes
+	}
 	return &out, nil
+}
+
+// maxTraceHeader bounds an X-Amzn-Trace-Id taken as AWSTraceHeader (an
+// X-Ray header is about 100 characters).
+const maxTraceHeader = 1024
+
+// traceFromHeader gives m the request's X-Amzn-Trace-Id header as its
+// AWSTraceHeader system attribute, as SQS does, unless the sender set
+// AWSTraceHeader explicitly (which wins). A header that is empty, too long
+// or has characters a message may not carry is ignored: it comes from
+// tracing infrastructure, and refusing the message for it would lose the
+// send. It reports whether the header was used.
+func (c *call) traceFromHeader(m *engine.Message) bool {
+	if m.TraceHeader != "" || c.req == nil {
+		return false
+	}
+	v := c.req.Header.Get("X-Amzn-Trace-Id")
+	if v == "" || len(v) > maxTraceHeader {
+		return false
+	}
+	if _, ok := firstInvalidChar(v); !ok {
+		return false
+	}
+	m.TraceHeader = v
+	return true
 }
 
 // entrySize is a batch entry's size as SQS counts it towards the 1 MiB
@@ -133,15 +162,25 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	if total > engine.MaxMaxMessageSize {
 		return nil, newErr(kindBatchTooLong, "Batch requests cannot be longer than %d bytes. You have sent %d bytes.", engine.MaxMaxMessageSize, total)
 	}
+	if err := checkFIFOBatch(in.Entries, cfg); err != nil {
+		return nil, err
+	}
 
 	out := &sendMessageBatchOutput{Successful: make([]sendBatchResultEntry, 0, len(in.Entries)), Failed: []batchError{}}
 	msgs := make([]engine.Message, 0, len(in.Entries))
 	idx := make([]int, 0, len(in.Entries)) // entry index of each message
+	var fromHeader []bool                  // entry got X-Amzn-Trace-Id; nil when none did
 	for i := range in.Entries {
 		m, err := checkSendEntry(&in.Entries[i], cfg, true, c.sender)
 		if err != nil {
 			out.Failed = append(out.Failed, newBatchError(ids[i], err))
 			continue
+		}
+		if c.traceFromHeader(&m) {
+			if fromHeader == nil {
+				fromHeader = make([]bool, len(in.Entries))
+			}
+			fromHeader[i] = true
 		}
 		msgs = append(msgs, m)
 		idx = append(idx, i)
@@ -163,7 +202,11 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 			out.Failed = append(out.Failed, newBatchError(e.Id, mapEngineErr(r.Err, errDetail{queue: name, delay: e.DelaySeconds.Raw, batch: true})))
 			continue
 		}
-		out.Successful = append(out.Successful, sendBatchResultEntry{Id: e.Id, sendMessageOutput: sendOutput(&msgs[j], r, &sums)})
+		so := sendOutput(&msgs[j], r, &sums)
+		if fromHeader != nil && fromHeader[idx[j]] {
+			so.MD5OfMessageSystemAttributes = ""
+		}
+		out.Successful = append(out.Successful, sendBatchResultEntry{Id: e.Id, sendMessageOutput: so})
 	}
 	return out, nil
 }
@@ -213,8 +256,10 @@ func (h *Handler) systemAttributes(d *engine.Delivery, names []string) map[strin
 }
 
 // selectAttributes returns the message attributes that the receive filter
-// names selects: exact names, "All" or ".*" for all, "prefix.*" for names
-// starting with "prefix.".
+// names selects: exact names; "All", "*" or ".*" for all; "prefix.*" for
+// names starting with "prefix" (AWS reads ".*" as a wildcard: "Hel.*"
+// selects "Hello" and "Help.Me"). Names that match nothing, even invalid
+// ones, select nothing without an error.
 func selectAttributes(attrs []engine.Attribute, names []string) []engine.Attribute {
 	if len(names) == 0 || len(attrs) == 0 {
 		return nil
@@ -222,8 +267,8 @@ func selectAttributes(attrs []engine.Attribute, names []string) []engine.Attribu
 	var out []engine.Attribute
 	for _, a := range attrs {
 		for _, n := range names {
-			if n == "All" || n == ".*" || n == a.Name ||
-				(strings.HasSuffix(n, ".*") && strings.HasPrefix(a.Name, n[:len(n)-1])) {
+			if n == "All" || n == "*" || n == ".*" || n == a.Name ||
+				(strings.HasSuffix(n, ".*") && strings.HasPrefix(a.Name, n[:len(n)-2])) {
 				out = append(out, a)
 				break
 			}

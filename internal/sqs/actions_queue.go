@@ -42,7 +42,7 @@ func (c *call) createQueue() (output, *apiError) {
 	if !fifo && hasSuffix {
 		return nil, newErr(kindInvalidParameter, msgQueueNameInvalid)
 	}
-	apply, err := c.parseAttributes(in.Attributes, name, fifo, true)
+	apply, err := c.parseAttributes(in.Attributes, name, fifo)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (c *call) setQueueAttributes() (output, *apiError) {
 	if err != nil {
 		return nil, err
 	}
-	apply, err := c.parseAttributes(in.Attributes, q.Name, q.Config.FIFO, false)
+	apply, err := c.parseAttributes(in.Attributes, q.Name, q.Config.FIFO)
 	if err != nil {
 		return nil, err
 	}

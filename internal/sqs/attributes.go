@@ -92,7 +92,7 @@ func parseStrictInt(s string) (int64, bool) {
 // returns a function that applies them to a configuration. All checks,
 // including the dead-letter queue lookup, happen here, so the returned
 // function cannot fail and is safe to run inside engine.UpdateQueue.
-func (c *call) parseAttributes(attrs map[string]string, name string, fifo, creating bool) (func(*engine.QueueConfig), *apiError) {
+func (c *call) parseAttributes(attrs map[string]string, name string, fifo bool) (func(*engine.QueueConfig), *apiError) {
 	var edits []func(*engine.QueueConfig)
 	for _, k := range sortedKeys(attrs) {
 		v := attrs[k]
@@ -159,13 +159,15 @@ func (c *call) parseAttributes(attrs map[string]string, name string, fifo, creat
 			}
 			edits = append(edits, func(cfg *engine.QueueConfig) { cfg.Retry = p })
 		case attrFifoQueue:
-			if !creating {
-				if !fifo {
-					return nil, errUnknownAttribute(k)
-				}
+			// A standard queue knows no FifoQueue attribute, not even
+			// "false" at creation; a FIFO queue accepts its own type
+			// again as a no-op (AWS-recorded).
+			if !fifo {
+				return nil, errUnknownAttribute(k)
+			}
+			if b, _ := parseBool(v); b != "true" {
 				return nil, newErr(kindInvalidAttrValue, "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.")
 			}
-			// At creation the caller has already derived the queue type from it.
 		case attrContentBasedDedup:
 			if !fifo {
 				return nil, errUnknownAttribute(k)
@@ -405,7 +407,11 @@ func (h *Handler) configAttributes(cfg *engine.QueueConfig) map[string]string {
 			m[k] = v
 		}
 	}
-	if m[attrKmsMasterKeyID] != "" && m[attrKmsDataKeyReusePeriod] == "" {
+	// The reuse period belongs to the KMS key: without a key neither is
+	// listed (AWS lists no Kms attribute after KmsMasterKeyId="").
+	if m[attrKmsMasterKeyID] == "" {
+		delete(m, attrKmsDataKeyReusePeriod)
+	} else if m[attrKmsDataKeyReusePeriod] == "" {
 		m[attrKmsDataKeyReusePeriod] = defaultKmsDataKeyReusePeriod
 	}
 	// An AMQP dead-letter exchange (Routed) or a policy without a receive

@@ -241,10 +241,9 @@ func TestCatalogue(t *testing.T) {
 		wantAPIError(t, err, "InvalidParameterValue", 400, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 		_, err = e.cli.SendMessage(e.ctx, &sqs.SendMessageInput{QueueUrl: &q, MessageBody: aws.String("x"), MessageDeduplicationId: aws.String("d")})
 		wantAPIError(t, err, "MissingParameter", 400, "The request must contain the parameter MessageGroupId.")
-		out, err := e.cli.SendMessageBatch(e.ctx, &sqs.SendMessageBatchInput{QueueUrl: &q, Entries: []types.SendMessageBatchRequestEntry{{Id: aws.String("a"), MessageBody: aws.String("x"), MessageDeduplicationId: aws.String("d")}}})
-		if err != nil || len(out.Failed) != 1 || *out.Failed[0].Code != "InvalidParameterValue" || *out.Failed[0].Message != "The request must contain the parameter MessageGroupId." {
-			t.Fatalf("batch without group id: %+v %v", out, err)
-		}
+		// A batch fails as a whole (conformance_test.go covers it fully).
+		_, err = e.cli.SendMessageBatch(e.ctx, &sqs.SendMessageBatchInput{QueueUrl: &q, Entries: []types.SendMessageBatchRequestEntry{{Id: aws.String("a"), MessageBody: aws.String("x"), MessageDeduplicationId: aws.String("d")}}})
+		wantAPIError(t, err, "InvalidParameterValue", 400, "The request must contain the parameter MessageGroupId.")
 	})
 
 	t.Run("18_FifoDelay", func(t *testing.T) {
@@ -833,10 +832,9 @@ func TestCatalogueQuery(t *testing.T) {
 
 		req, _ := http.NewRequest("GET", e.url("q"), nil)
 		resp, body = e.do(req)
-		if resp.StatusCode != 404 {
+		if resp.StatusCode != 404 || !strings.Contains(body, "<UnknownOperationException") {
 			t.Fatalf("GET queue URL without Action: %d %s", resp.StatusCode, body)
 		}
-		e.wantQueryError(resp, body, 404, "UnknownOperationException", "")
 
 		resp, body = e.query("/"+account+"/q", url.Values{"Action": {"GetQueueAttributes"}, "AttributeName.1": {"Foobar"}})
 		e.wantQueryError(resp, body, 400, "InvalidAttributeName", "Unknown Attribute Foobar.")
@@ -853,12 +851,15 @@ func TestCatalogueQuery(t *testing.T) {
 		resp, body = e.do(req)
 		var doc struct {
 			GetQueueAttributesResponse struct {
-				GetQueueAttributesResult struct{ Attributes map[string]string }
-				ResponseMetadata         struct{ RequestId string }
+				GetQueueAttributesResult struct {
+					Attributes []struct{ Name, Value string }
+				}
+				ResponseMetadata struct{ RequestId string }
 			}
 		}
 		if err := json.Unmarshal([]byte(body), &doc); err != nil || resp.StatusCode != 200 ||
-			doc.GetQueueAttributesResponse.GetQueueAttributesResult.Attributes["QueueArn"] != e.arn("q") ||
+			len(doc.GetQueueAttributesResponse.GetQueueAttributesResult.Attributes) != 1 ||
+			doc.GetQueueAttributesResponse.GetQueueAttributesResult.Attributes[0].Value != e.arn("q") ||
 			doc.GetQueueAttributesResponse.ResponseMetadata.RequestId == "" {
 			t.Fatalf("JSON rendering: %d %s %v", resp.StatusCode, body, err)
 		}

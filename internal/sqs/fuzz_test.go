@@ -137,6 +137,9 @@ func checkXML(t *testing.T, rec *httptest.ResponseRecorder) {
 			t.Fatalf("malformed XML: %v: %q", err, rec.Body)
 		}
 	}
+	if rec.Code == 404 && strings.Contains(rec.Body.String(), "<UnknownOperationException/>") {
+		return // AWS's answer to a request without Action on a queue path
+	}
 	if rec.Code != 200 {
 		var e struct {
 			XMLName xml.Name `xml:"ErrorResponse"`

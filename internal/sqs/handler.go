@@ -294,7 +294,9 @@ func (c *call) dispatch() (output, *apiError) {
 	if !ok {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
-	if c.proto == protoQuery && c.pathQueue != "" && !queueAction {
+	// GetQueueUrl is the one non-queue action AWS serves on a queue path,
+	// for any queue name (AWS-recorded: test_get_queue_url_work_for_different_queue).
+	if c.proto == protoQuery && c.pathQueue != "" && !queueAction && c.action != "GetQueueUrl" {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
 	return fn(c)

@@ -76,10 +76,11 @@ func (c *call) writeOutput(w http.ResponseWriter, out output) {
 		c.writeBody(w, http.StatusOK, "application/x-amz-json-1.0", marshalJSON(out))
 	case c.jsonOut:
 		// A Query request asking for JSON gets the XML document's structure
-		// with the JSON protocol's result shape inside.
+		// with AWS's Query-JSON result shape inside (queryJSON), which for
+		// most actions is the JSON protocol's.
 		resp := map[string]any{"ResponseMetadata": map[string]string{"RequestId": c.reqID}}
 		if out != nil {
-			resp[c.action+"Result"] = out
+			resp[c.action+"Result"] = queryJSON(out)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -109,6 +110,40 @@ func (c *call) writeOutput(w http.ResponseWriter, out output) {
 }
 
 var emptyJSON = []byte("{}")
+
+// queryJSON is the result member of a Query request answered in JSON
+// (Accept: application/json). AWS renders it from the Query model, whose
+// lists have lower-case names: a receive answers
+// {"ReceiveMessageResult":{"messages":[{"Body":…}]}} (AWS-recorded) and
+// ListQueues "queueUrls"; queue attributes are a list of Name/Value
+// pairs, as in the XML. Other results use the JSON protocol's shapes.
+func queryJSON(out output) any {
+	switch o := out.(type) {
+	case *receiveMessageOutput:
+		msgs := o.Messages
+		if msgs == nil {
+			msgs = []messageOut{}
+		}
+		return map[string]any{"messages": msgs}
+	case *listQueuesOutput:
+		r := map[string]any{"queueUrls": append([]string{}, o.QueueUrls...)}
+		if o.NextToken != "" {
+			r["NextToken"] = o.NextToken
+		}
+		return r
+	case *attributesOutput:
+		type nameValue struct {
+			Name  string `json:"Name"`
+			Value string `json:"Value"`
+		}
+		attrs := make([]nameValue, 0, len(o.Attributes))
+		for _, k := range sortedKeys(o.Attributes) {
+			attrs = append(attrs, nameValue{k, o.Attributes[k]})
+		}
+		return map[string]any{"Attributes": attrs}
+	}
+	return out
+}
 
 // writeBody writes a complete response with its Content-Length, so that
 // large responses are not chunked and the connection stays reusable.
@@ -148,6 +183,13 @@ func (c *call) writeError(w http.ResponseWriter, err *apiError) {
 	}
 	w.Header().Set("x-amzn-query-error", k.code+";"+k.fault())
 	switch {
+	case k == kindUnknownOperation && c.proto == protoQuery:
+		// A Query request without Action on a queue path: AWS answers
+		// 404 with a bare UnknownOperationException document, in XML
+		// even when JSON is accepted (AWS-recorded).
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(k.status)
+		w.Write([]byte(`<?xml version="1.0"?><UnknownOperationException/>`))
 	case c.proto == protoJSON:
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 		w.WriteHeader(k.status)

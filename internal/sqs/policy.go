@@ -59,7 +59,7 @@ type policyDoc struct {
 func parsePolicy(policy, queueARN string) (*policyDoc, *apiError) {
 	doc := &policyDoc{rest: map[string]json.RawMessage{}}
 	if policy == "" {
-		doc.rest["Version"] = json.RawMessage(`"2012-10-17"`)
+		doc.rest["Version"] = json.RawMessage(`"2008-10-17"`) // what AddPermission writes on AWS
 		doc.rest["Id"] = marshalJSON(queueARN + "/SQSDefaultPolicy")
 		return doc, nil
 	}

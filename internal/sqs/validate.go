@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/sluicemq/sluice/internal/engine"
@@ -202,15 +203,18 @@ func checkAttribute(name string, v attrValue, kind string) (engine.Attribute, *a
 	return a, nil
 }
 
-// validAttributeName: ≤ 256 characters of [A-Za-z0-9_.-], no leading,
-// trailing or doubled period.
+// validAttributeName: ≤ 256 characters of letters, digits, '_', '-' and
+// '.', no leading, trailing or doubled period. Letters and digits are
+// Unicode ones: AWS accepts "attr.1øßä" (LocalStack's AWS-validated
+// test_send_message_with_invalid_string_attributes) and refuses '!', '"',
+// '§', '(' and '?'.
 func validAttributeName(name string) bool {
-	if len(name) == 0 || len(name) > 256 || name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
+	if len(name) == 0 || utf8.RuneCountInString(name) > 256 || name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
 		return false
 	}
-	for i := 0; i < len(name); i++ {
-		b := name[i]
-		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b == '-' || b == '.') {
+	for _, r := range name {
+		if r == utf8.RuneError || !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' ||
+			r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r))) {
 			return false
 		}
 	}
@@ -311,9 +315,40 @@ func checkSendEntry(e *sendEntry, cfg *engine.QueueConfig, batch bool, sender st
 	}
 
 	if limit := cfg.MaxMessageSize; limit > 0 && m.Size() > limit {
+		if batch {
+			// AWS words the batch entry differently (LocalStack's
+			// AWS-validated test_send_batch_message_size).
+			return m, newErr(kindInvalidParameter, "One or more parameters cannot be validated. Reason: Message must be shorter than %d bytes.", limit)
+		}
 		return m, errTooLarge(limit)
 	}
 	return m, nil
+}
+
+// checkFIFOBatch applies the FIFO rules that fail a whole SendMessageBatch
+// rather than one entry: on AWS an entry without MessageGroupId, or without
+// MessageDeduplicationId on a queue without content-based deduplication,
+// makes the request fail with 400 InvalidParameterValue and nothing is
+// sent (LocalStack's AWS-validated test_send_batch_missing_*_for_fifo_queue).
+// Sending the valid entries would let a caller that retries on an
+// exception send them twice, out of order.
+func checkFIFOBatch(entries []sendEntry, cfg *engine.QueueConfig) *apiError {
+	if !cfg.FIFO {
+		return nil
+	}
+	for i := range entries {
+		if entries[i].MessageGroupId == nil {
+			return newErr(kindInvalidParameter, "The request must contain the parameter MessageGroupId.")
+		}
+	}
+	if !cfg.ContentBasedDedup {
+		for i := range entries {
+			if entries[i].MessageDeduplicationId == nil {
+				return newErr(kindInvalidParameter, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+			}
+		}
+	}
+	return nil
 }
 
 // checkReceiveRange validates an optional integer receive parameter.

@@ -500,6 +500,8 @@ func (tr *tracker) delivered(ids []string, begun int64) {
 
 // checkGroupOrderLocked counts first deliveries that go backwards within a
 // FIFO message group (ids are m-run-producer-seq, group is producer, seq%4).
+// Redeliveries are not compared: SQS may redeliver an earlier message while
+// a later one of its group is leased (docs/guarantees.md, "Ordering").
 func (tr *tracker) checkGroupOrderLocked(id string) {
 	parts := strings.Split(id, "-")
 	if len(parts) != 4 {

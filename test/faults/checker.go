@@ -54,8 +54,12 @@ type Receipt struct {
 // delivery is a Receipt plus what happened to its lease.
 type delivery struct {
 	Receipt
-	released time.Time // start of a ChangeVisibility(0) on this lease; zero: none
-	deleted  bool      // a delete of this lease was attempted
+	// released is the start of a ChangeVisibility(0) with this lease's
+	// handle; zero: none. On a standard queue it may end a later lease
+	// of the message too (SQS applies any handle to the current lease),
+	// so checks consult every lease's release (releasedBefore).
+	released time.Time
+	deleted  bool // a delete of this lease was attempted
 	// deleteOK: a delete of this lease was acknowledged (DeleteAcked or
 	// DeleteRetryAcked); only that settles the message.
 	deleteOK bool
@@ -214,6 +218,21 @@ func (c *Checker) find(id string, count int) (*message, *delivery) {
 	return m, nil
 }
 
+// releasedBefore is the earliest start of a ChangeVisibility(0) of any
+// lease of m that began before t (zero: none). A release sent with an
+// earlier lease's handle still ends the current lease on a standard queue,
+// so any release begun before t may have ended, from its start (or the
+// lease's, if later), a lease that was current at t.
+func (m *message) releasedBefore(t time.Time) time.Time {
+	var first time.Time
+	for _, d := range m.dels {
+		if r := d.released; !r.IsZero() && r.Before(t) && (first.IsZero() || r.Before(first)) {
+			first = r
+		}
+	}
+	return first
+}
+
 // Released records a ChangeMessageVisibility(0) of the lease of id with
 // receive count count, attempted at at (whether or not it was
 // acknowledged): the lease may have ended from then on.
@@ -241,7 +260,8 @@ func (c *Checker) DeleteAttempted(id string, count int, at time.Time) {
 // a certain delete, which no later receive may contradict, only when the
 // lease was certainly still valid when the broker applied it: no crash
 // since the receive (same epoch), no
-// ChangeVisibility(0) on it, and acknowledged before the lease could have
+// ChangeVisibility(0) with any of the message's handles begun before the
+// ack (see releasedBefore), and acknowledged before the lease could have
 // ended. (A standard queue acknowledges a delete with a stale handle without
 // deleting, so an ack alone proves nothing.)
 func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
@@ -253,7 +273,7 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 	}
 	d.deleted, d.deleteOK = true, true
 	c.touch(m, at)
-	if d.Epoch != epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
+	if d.Epoch != epoch || !m.releasedBefore(at).IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
 	}
 	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
@@ -283,7 +303,7 @@ func (c *Checker) DeleteRetryAcked(id string, count, epoch int, at time.Time) {
 			return // received again since: the old handle may rightly do nothing
 		}
 	}
-	if d.Epoch >= epoch || !d.released.IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
+	if d.Epoch >= epoch || !m.releasedBefore(at).IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
 	}
 	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
@@ -457,8 +477,11 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 			r.Corrupt = append(r.Corrupt, fmt.Sprintf("%s: receive count went from %d to %d without a crash", m.ID, prev.Count, d.Count))
 		}
 		end := prev.Begin.Add(prev.Visibility)
-		if !prev.released.IsZero() && prev.released.Before(end) {
-			end = prev.released
+		if r := m.releasedBefore(end); !r.IsZero() {
+			end = r
+			if end.Before(prev.Begin) {
+				end = prev.Begin
+			}
 		}
 		if d.End.Before(end.Add(-c.Slack)) {
 			r.Early = append(r.Early, fmt.Sprintf("%s: receive %d returned %v before receive %d's lease (%v) could end",
@@ -473,6 +496,12 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 // checkGroupOrder flags a message whose first delivery certainly came after
 // the first delivery of a message sent later in its group: the later one's
 // receive returned before the earlier one's receive began.
+//
+// Only first deliveries are compared, which is what SQS promises: an
+// earlier message may be delivered again while a later one of its group
+// is leased (its visibility ended first), but a message is first delivered
+// only from the visible front of its group, after or together with every
+// message sent before it (docs/guarantees.md, "Ordering").
 func checkGroupOrder(group string, ms []*message) []string {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Seq < ms[j].Seq })
 	var out []string

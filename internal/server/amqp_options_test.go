@@ -1,0 +1,73 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// The AMQP product property and message size limit are settable from the
+// server's configuration (amqp_product, amqp_max_message_size; the flags
+// map to the same options).
+func TestAMQPProductAndMaxMessageSizeFromConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "sluice.toml")
+	if err := os.WriteFile(cfg, []byte("amqp_product = \"RabbitMQ\"\namqp_max_message_size = 2048\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startWith(t, func(o *Options) {
+		if err := o.LoadFile(cfg); err != nil {
+			t.Fatal(err)
+		}
+	})
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if p := conn.Properties["product"]; p != "RabbitMQ" {
+		t.Fatalf("product %v", p)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("sized", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	if err := ch.Publish("", "sized", false, false, amqp091.Publishing{Body: make([]byte, 2049)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != 406 || !strings.Contains(e.Reason, "configured max size 2048") {
+			t.Fatalf("close: %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an oversized message did not close the channel")
+	}
+}
+
+func TestAMQPOptionDefaultsAndValidation(t *testing.T) {
+	o := DefaultOptions()
+	if o.AMQPMaxMessageSize != 16<<20 || o.AMQPProduct != "Sluice" {
+		t.Fatalf("defaults: %d %q", o.AMQPMaxMessageSize, o.AMQPProduct)
+	}
+	for _, bad := range []func(*Options){
+		func(o *Options) { o.AMQPMaxMessageSize = 0 },
+		func(o *Options) { o.AMQPMaxMessageSize = 512<<20 + 1 },
+		func(o *Options) { o.AMQPProduct = "" },
+	} {
+		o := DefaultOptions()
+		o.DataDir = t.TempDir()
+		bad(&o)
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), "amqp_") {
+			t.Fatalf("accepted: %v", err)
+		}
+	}
+}
