@@ -50,6 +50,12 @@ type Options struct {
 	// the store into ENOSPC). 0 turns the watch off.
 	MinFreeDisk int64 `toml:"min_free_disk"`
 
+	// HTTPBodyBudget bounds the bytes of request bodies buffered in memory
+	// across all HTTP requests in flight (before and after SigV4). A
+	// request that finds it spent waits up to 2 s, then gets 503
+	// ServiceUnavailable, which SDKs retry. 0: 256 MiB.
+	HTTPBodyBudget int64 `toml:"http_body_budget"`
+
 	// MaxHTTPConnections caps open connections on the HTTP listener;
 	// beyond it new connections wait in the kernel's backlog. 0: no cap.
 	MaxHTTPConnections int `toml:"max_http_connections"`
@@ -258,6 +264,11 @@ func (o *Options) Validate() error {
 	}
 	if o.MinFreeDisk < 0 {
 		errs = append(errs, errors.New("min_free_disk: must not be negative"))
+	}
+	if o.HTTPBodyBudget < 0 {
+		errs = append(errs, errors.New("http_body_budget: must not be negative"))
+	} else if o.HTTPBodyBudget > 0 && o.HTTPBodyBudget < 5<<20 {
+		errs = append(errs, errors.New("http_body_budget: must be at least 5 MiB (5242880), the largest SQS request"))
 	}
 	if o.MaxHTTPConnections < 0 {
 		errs = append(errs, errors.New("max_http_connections: must not be negative"))

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/httpbody"
 	"github.com/sluicemq/sluice/internal/metrics"
 	"github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store"
@@ -50,6 +51,8 @@ type Server struct {
 	alerts  *alerts.Manager
 	dash    *dashboard.Dashboard
 	amqp    *amqp.Server
+	// budget bounds request bodies buffered across HTTP requests.
+	budget *httpbody.Budget
 
 	// freeBytes reads a directory's free space (a field so tests can
 	// simulate a full disk).
@@ -145,6 +148,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	closers = append(closers, func() { s.amqp.Close() })
 
+	s.budget = httpbody.NewBudget(opts.HTTPBodyBudget, 0, clk)
 	s.httpSrv = &http.Server{
 		Handler: s.routes(eng, clk),
 		// Slow clients cannot hold a connection by trickling a request:
@@ -207,9 +211,12 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
 
-	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk})
+	// One budget for every request body buffered in memory, read once
+	// (by SigV4 when it is on, else by the SQS handler).
+	budget := s.budget
+	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget})
 	if len(opts.SQSCredentials) > 0 {
-		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk, Logger: s.log.With("component", "sigv4")})
+		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk, Logger: s.log.With("component", "sigv4"), BodyBudget: budget})
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
@@ -235,6 +242,10 @@ func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
 
 // AMQPAddr is the address of the (first) AMQP listener, "" when off.
 func (s *Server) AMQPAddr() string { return s.amqpAddr }
+
+// BufferedRequestBytes is the buffer capacity request bodies hold now,
+// out of the http_body_budget.
+func (s *Server) BufferedRequestBytes() int64 { return s.budget.InUse() }
 
 // Engine returns the engine (for in-process tests and tools).
 func (s *Server) Engine() *engine.Engine { return s.eng }

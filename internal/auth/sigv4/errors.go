@@ -67,12 +67,10 @@ func errExpired(msg string) *authError {
 	return newAuthError("RequestExpired", msg, msg)
 }
 
-// errAccessDenied is the per-queue allow-list refusing a request. The
-// code and JSON shape are SQS's modelled AccessDenied.
-func errAccessDenied(queue string) *authError {
-	return &authError{code: "AccessDenied", jsonType: "com.amazonaws.sqs#AccessDeniedException", status: http.StatusForbidden,
-		msg:    "Access to the resource " + clip(queue) + " is denied.",
-		reason: "queue not in the credential's allow-list"}
+// errBusy: the shared body budget stayed spent; 503 so SDKs retry.
+func errBusy() *authError {
+	return &authError{code: "ServiceUnavailable", jsonType: coral + "ServiceUnavailable", status: http.StatusServiceUnavailable,
+		msg: "The server is busy reading other requests. Please retry.", reason: "body budget exhausted"}
 }
 
 func errBodyTooLarge(limit int64) *authError {
