@@ -78,6 +78,12 @@ type Options struct {
 	// AMQPSListen.
 	TLS TLSConfig `toml:"tls"`
 
+	// AllowedHosts are the names (besides IP literals, localhost and
+	// *.localhost) clients may address the HTTP listener by, in the Host
+	// header: "sluice.internal", "*.example.com"; "*" allows any. Other
+	// names get 421, which stops DNS-rebinding pages (browser.go).
+	AllowedHosts []string `toml:"allowed_hosts"`
+
 	// AllowNonLoopback permits listening beyond loopback without
 	// credentials. Without it, a non-loopback listener is refused unless
 	// its protocol's credentials are configured (SQS keys and HTTP auth
@@ -269,6 +275,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("http_body_budget: must not be negative"))
 	} else if o.HTTPBodyBudget > 0 && o.HTTPBodyBudget < 5<<20 {
 		errs = append(errs, errors.New("http_body_budget: must be at least 5 MiB (5242880), the largest SQS request"))
+	}
+	for _, h := range o.AllowedHosts {
+		if !validHostPattern(h) {
+			errs = append(errs, fmt.Errorf("allowed_hosts: %q is not a host name, *.domain or *", h))
+		}
 	}
 	if o.MaxHTTPConnections < 0 {
 		errs = append(errs, errors.New("max_http_connections: must not be negative"))

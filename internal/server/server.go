@@ -233,7 +233,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		}
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
-	return mux
+	return newBrowserGuard(mux, opts.AllowedHosts)
 }
 
 // SQSAddr is the address of the HTTP listener (SQS API, admin API,

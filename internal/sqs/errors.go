@@ -58,6 +58,7 @@ var (
 	kindInvalidAttrValue     = &errorKind{"InvalidAttributeValue", "InvalidAttributeValue", "", 400}
 	kindInvalidContents      = &errorKind{"InvalidMessageContents", "InvalidMessageContents", "", 400}
 	kindOverLimit            = &errorKind{"OverLimit", "OverLimit", "", 400}
+	kindUnsupportedOperation = &errorKind{"AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation", "", 400}
 	kindResourceNotFound     = &errorKind{"ResourceNotFoundException", "ResourceNotFoundException", "", 404}
 	kindInvalidAction        = &errorKind{"InvalidAction", "UnknownOperationException", "com.amazon.coral.service", 400}
 	kindUnknownOperation     = &errorKind{"UnknownOperationException", "UnknownOperationException", "com.amazon.coral.service", 404}

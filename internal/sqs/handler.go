@@ -304,7 +304,24 @@ func (c *call) dispatch() (output, *apiError) {
 	if c.proto == protoQuery && c.pathQueue != "" && !queueAction {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
+	if c.req != nil && (c.req.Method == http.MethodGet || c.req.Method == http.MethodHead) && !readOnlyAction(c.action) {
+		// A browser sends GETs from any page (<img src>, links) without
+		// asking; an action that changes state must come as a POST,
+		// which every SDK sends.
+		return nil, newErr(kindUnsupportedOperation, "The action %s changes state and must be sent with POST.", c.action)
+	}
 	return fn(c)
+}
+
+// readOnlyAction reports whether an action only reads (and so may be sent
+// as a GET). ReceiveMessage is not: it hides and counts messages.
+func readOnlyAction(name string) bool {
+	switch name {
+	case "GetQueueUrl", "GetQueueAttributes", "ListQueues", "ListQueueTags",
+		"ListDeadLetterSourceQueues", "ListMessageMoveTasks":
+		return true
+	}
+	return false
 }
 
 // decode fills in from the request in its protocol.
