@@ -151,6 +151,9 @@ func (ch *channel) publish(cmd *command) error {
 		return err
 	}
 	if ch.tx {
+		if err := ch.holdTx(cmd); err != nil {
+			return err
+		}
 		ch.txPublish = append(ch.txPublish, cmd)
 		return nil
 	}

@@ -66,6 +66,7 @@ type channel struct {
 	tx         bool
 	txPublish  []*command
 	txSettle   []settleOp
+	txBytes    int64      // this channel's share of conn.txHeld (limits.go)
 	batch      []*command // validated publishes not yet routed
 	acks       []settleOp // basic.acks not yet applied (see flushAcks)
 
@@ -120,6 +121,7 @@ const (
 func (ch *channel) run() {
 	defer ch.wg.Done()
 	defer close(ch.ended)
+	defer ch.releaseTx()
 	for {
 		select {
 		case <-ch.quit:
@@ -460,6 +462,7 @@ func (ch *channel) handle(cmd *command) error {
 		if !ch.tx {
 			return errorf(wire.PreconditionFailed, "channel is not transactional")
 		}
+		ch.releaseTx()
 		if err := ch.commit(); err != nil {
 			return err
 		}
@@ -469,6 +472,7 @@ func (ch *channel) handle(cmd *command) error {
 			return errorf(wire.PreconditionFailed, "channel is not transactional")
 		}
 		ch.txPublish, ch.txSettle = nil, nil
+		ch.releaseTx()
 		return c.send(ch.id, &wire.TxRollbackOK{})
 	}
 	e := hardErrorf(wire.CommandInvalid, "unexpected method %s", cmd.m.Name())

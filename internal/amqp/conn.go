@@ -71,6 +71,10 @@ type conn struct {
 	lastWrite atomic.Int64
 	blocked   atomic.Bool
 	done      chan struct{} // closed when the connection ends
+
+	// Content held for the client (limits.go).
+	partial int64        // partial bodies; reader-owned
+	txHeld  atomic.Int64 // uncommitted transactional publishes
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -536,11 +540,15 @@ func (c *conn) channelFrame(f wire.Frame) {
 			c.hardClose(hardErrorf(wire.FrameError, "body frames larger than the body size in the content header"))
 			return
 		}
+		if !c.holdPartial(len(f.Payload)) {
+			return
+		}
 		ch.pending.body = append(ch.pending.body, f.Payload...)
 		ch.remaining -= uint64(len(f.Payload))
 		if ch.remaining == 0 {
 			cmd := ch.pending
 			ch.pending = nil
+			c.releasePartial(len(cmd.body))
 			c.deliverCommand(ch, cmd)
 		}
 	}

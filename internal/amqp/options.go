@@ -82,6 +82,17 @@ type Options struct {
 	// fits). Consumers wait for room rather than buffer more.
 	OutgoingBuffer int
 
+	// MaxPartialBytesPerConnection caps the bytes of message bodies a
+	// connection may have partly received, over all its channels (default
+	// 16 MiB; negative: no limit). Over it the connection is closed with
+	// 506 RESOURCE_ERROR (limits.go).
+	MaxPartialBytesPerConnection int
+	// MaxTxBytesPerConnection caps the bytes of publishes a connection may
+	// hold in uncommitted transactions (default 32 MiB; negative: no
+	// limit). The publish that passes it closes its channel with 406
+	// PRECONDITION_FAILED, rolling that transaction back.
+	MaxTxBytesPerConnection int
+
 	// Product is server-properties' "product" (default "Sluice"). Some
 	// client test suites run certain tests only against "RabbitMQ".
 	Product string
@@ -163,6 +174,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.WriteTimeout == 0 {
 		r.WriteTimeout = DefaultWriteTimeout
+	}
+	if r.MaxPartialBytesPerConnection == 0 {
+		r.MaxPartialBytesPerConnection = DefaultMaxPartialBytesPerConnection
+	}
+	if r.MaxTxBytesPerConnection == 0 {
+		r.MaxTxBytesPerConnection = DefaultMaxTxBytesPerConnection
 	}
 	if r.OutgoingBuffer <= 0 {
 		r.OutgoingBuffer = DefaultOutgoingBuffer

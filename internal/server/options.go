@@ -64,6 +64,14 @@ type Options struct {
 	AMQPListen string `toml:"amqp_listen"`
 	// AMQPSListen is an AMQP-over-TLS listener (needs [tls]); "" is off.
 	AMQPSListen string `toml:"amqps_listen"`
+	// AMQPMaxPartialBytes caps the bytes of message bodies one AMQP
+	// connection may have partly received (0: 16 MiB; negative: no cap);
+	// over it the connection is closed with 506 RESOURCE_ERROR.
+	// AMQPMaxTxBytes caps the bytes one connection may hold in uncommitted
+	// transactions (0: 32 MiB; negative: no cap); the publish over it
+	// closes its channel with 406 PRECONDITION_FAILED.
+	AMQPMaxPartialBytes int `toml:"amqp_max_partial_bytes"`
+	AMQPMaxTxBytes      int `toml:"amqp_max_tx_bytes"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
 	// only, as RabbitMQ.
 	AMQPUsers []AMQPUser `toml:"amqp_users"`

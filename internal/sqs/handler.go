@@ -12,7 +12,7 @@
 // # Caveats
 //
 //   - Requests are authenticated only when internal/auth/sigv4 wraps the
-//     handler; it then authorizes them against the key's queue allow-list
+//     handler; this package then authorizes them against the key's queue allow-list
 //     (authz.go). Otherwise SigV4 signatures are accepted unchecked.
 //   - Permissions (AddPermission, Policy) are stored and returned but not
 //     enforced.
