@@ -16,7 +16,6 @@ import (
 )
 
 const (
-	handshakeTimeout = 10 * time.Second
 	// preLoginFrameMax bounds frames before connection.tune-ok, as
 	// RabbitMQ 4.1+ does (large enough for a JWT in start-ok).
 	preLoginFrameMax = 8192
@@ -60,6 +59,7 @@ type conn struct {
 	capBlocked bool // connection.blocked
 	capAuth    bool // authentication_failure_close
 	refused    bool // over Options.MaxConnections: refused at connection.open
+	ip         string
 
 	chMu      sync.Mutex
 	channels  map[uint16]*channel
@@ -107,7 +107,9 @@ func (c *conn) serve() {
 		close(c.done)
 	}()
 	c.startWriter()
-	if !c.handshake() {
+	ok := c.handshake()
+	c.s.handshakeOver(c)
+	if !ok {
 		return
 	}
 	c.s.log.Debug("amqp: connection opened", "conn", c.name, "user", c.user.name, "vhost", c.vhost)
@@ -117,7 +119,7 @@ func (c *conn) serve() {
 
 // handshake negotiates the connection (spec §2); false ends it.
 func (c *conn) handshake() bool {
-	c.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	c.nc.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
 	if err := wire.ReadProtocolHeader(c.r); err != nil {
 		if errors.Is(err, wire.ErrBadProtocolHeader) {
 			c.write([]byte(wire.ProtocolHeader))

@@ -93,6 +93,16 @@ type Options struct {
 	// PRECONDITION_FAILED, rolling that transaction back.
 	MaxTxBytesPerConnection int
 
+	// MaxHandshakes bounds the connections that have not finished
+	// connection.open (default 64; negative: no limit); one more closes
+	// the one handshaking longest. HandshakeTimeout is the time a client
+	// has to finish it (default 5 s). MaxConnectionsPerIP bounds the
+	// connections from one IP address (default 1024; negative: no limit);
+	// one more is closed at accept. See slots.go.
+	MaxHandshakes       int
+	HandshakeTimeout    time.Duration
+	MaxConnectionsPerIP int
+
 	// Product is server-properties' "product" (default "Sluice"). Some
 	// client test suites run certain tests only against "RabbitMQ".
 	Product string
@@ -174,6 +184,15 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.WriteTimeout == 0 {
 		r.WriteTimeout = DefaultWriteTimeout
+	}
+	if r.MaxHandshakes == 0 {
+		r.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if r.HandshakeTimeout <= 0 {
+		r.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if r.MaxConnectionsPerIP == 0 {
+		r.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
 	}
 	if r.MaxPartialBytesPerConnection == 0 {
 		r.MaxPartialBytesPerConnection = DefaultMaxPartialBytesPerConnection

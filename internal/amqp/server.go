@@ -36,6 +36,7 @@ type Server struct {
 	active    int                     // connections counted against MaxConnections
 	refusing  int                     // connections over the limit being refused
 	replies   map[string]*replyTarget // direct reply-to consumers by token
+	slots     slotState               // handshakes and per-IP counts (slots.go)
 	closed    bool
 
 	nextConn atomic.Uint64
@@ -265,8 +266,21 @@ func (s *Server) ServeConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
+	admitted, evict := s.admitLocked(c)
+	if !admitted {
+		s.mu.Unlock()
+		nc.Close()
+		s.log.Warn("amqp: per-address connection limit reached; socket closed", "limit", s.opts.MaxConnectionsPerIP, "remote", nc.RemoteAddr())
+		return
+	}
+	if evict != nil {
+		// Still handshaking after every newer one: its socket is
+		// closed, and its goroutine ends.
+		evict.nc.Close()
+	}
 	if lim := s.opts.MaxConnections; lim > 0 && s.active >= lim {
 		if s.refusing >= maxRefusing {
+			s.releaseLocked(c)
 			s.mu.Unlock()
 			nc.Close()
 			s.log.Warn("amqp: connection limit reached; socket closed", "limit", lim, "remote", nc.RemoteAddr())
@@ -285,6 +299,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		c.serve()
 		s.mu.Lock()
 		delete(s.conns, c)
+		s.releaseLocked(c)
 		if c.refused {
 			s.refusing--
 		} else {

@@ -56,9 +56,16 @@ type Options struct {
 	// ServiceUnavailable, which SDKs retry. 0: 256 MiB.
 	HTTPBodyBudget int64 `toml:"http_body_budget"`
 
-	// MaxHTTPConnections caps open connections on the HTTP listener;
-	// beyond it new connections wait in the kernel's backlog. 0: no cap.
+	// MaxHTTPConnections caps open connections on the HTTP listener. At
+	// the cap the connection idle longest is closed to make room (new
+	// connections wait in the kernel's backlog only while every one is
+	// busy with a request), and from three quarters of it on, connections
+	// idle for 2 s are closed. 0: no cap.
 	MaxHTTPConnections int `toml:"max_http_connections"`
+	// MaxHTTPConnectionsPerIP caps the HTTP connections from one IP
+	// address; one more closes that address's longest-idle connection, or
+	// is itself closed. 0: no cap.
+	MaxHTTPConnectionsPerIP int `toml:"max_http_connections_per_ip"`
 
 	// AMQPListen is the AMQP 0-9-1 listener; "" turns it off.
 	AMQPListen string `toml:"amqp_listen"`
@@ -72,6 +79,13 @@ type Options struct {
 	// closes its channel with 406 PRECONDITION_FAILED.
 	AMQPMaxPartialBytes int `toml:"amqp_max_partial_bytes"`
 	AMQPMaxTxBytes      int `toml:"amqp_max_tx_bytes"`
+	// AMQPMaxConnectionsPerIP caps AMQP connections from one IP address
+	// (0: 1024; negative: no cap); one more is closed at accept.
+	// AMQPMaxHandshakes caps connections that have not finished logging in
+	// (0: 64; negative: no cap); one more closes the one waiting longest.
+	// A handshake must finish within 5 s.
+	AMQPMaxConnectionsPerIP int `toml:"amqp_max_connections_per_ip"`
+	AMQPMaxHandshakes       int `toml:"amqp_max_handshakes"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
 	// only, as RabbitMQ.
 	AMQPUsers []AMQPUser `toml:"amqp_users"`
@@ -219,17 +233,18 @@ func (c AlertsConfig) options() alerts.Options {
 // DefaultOptions returns the settings `sluice server` starts with.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:            "./sluice-data",
-		Store:              "disk",
-		SQSListen:          "127.0.0.1:9324",
-		AMQPListen:         "127.0.0.1:5672",
-		MaxHTTPConnections: 10000,
-		MinFreeDisk:        256 << 20,
-		AccountID:          "000000000000",
-		Region:             "us-east-1",
-		LogLevel:           "info",
-		LogFormat:          "text",
-		Alerts:             alertsConfigFrom(alerts.DefaultOptions()),
+		DataDir:                 "./sluice-data",
+		Store:                   "disk",
+		SQSListen:               "127.0.0.1:9324",
+		AMQPListen:              "127.0.0.1:5672",
+		MaxHTTPConnections:      10000,
+		MaxHTTPConnectionsPerIP: 2000,
+		MinFreeDisk:             256 << 20,
+		AccountID:               "000000000000",
+		Region:                  "us-east-1",
+		LogLevel:                "info",
+		LogFormat:               "text",
+		Alerts:                  alertsConfigFrom(alerts.DefaultOptions()),
 	}
 }
 
@@ -291,6 +306,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxHTTPConnections < 0 {
 		errs = append(errs, errors.New("max_http_connections: must not be negative"))
+	}
+	if o.MaxHTTPConnectionsPerIP < 0 {
+		errs = append(errs, errors.New("max_http_connections_per_ip: must not be negative"))
 	}
 	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
 		errs = append(errs, errors.New("tls: cert and key go together"))

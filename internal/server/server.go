@@ -143,7 +143,8 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// The AMQP server loads the topology even when no AMQP listener is
 	// configured: the engine's dead-letter routing depends on it.
 	s.amqp, err = amqp.New(eng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers(),
-		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes})
+		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes,
+		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes})
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
@@ -167,7 +168,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("sqs_listen: %w", err)
 	}
 	closers = append(closers, func() { ln.Close() })
-	ln = newLimitListener(ln, opts.MaxHTTPConnections)
+	cl := newConnLimiter(ln, opts.MaxHTTPConnections, opts.MaxHTTPConnectionsPerIP)
+	s.httpSrv.ConnState = cl.connState
+	ln = cl
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
