@@ -66,6 +66,15 @@ type Options struct {
 	// received, browsed or moved, so a deep backlog costs memory for its
 	// index (a few hundred bytes a message), not its bodies.
 	BodyMemoryBudget int64
+	// MaxQueues caps the number of queues (0: DefaultMaxQueues; negative:
+	// no cap); CreateQueue over it fails with ErrTooManyQueues.
+	// MaxQueueMessages and MaxQueueBytes cap every queue's messages
+	// (0: DefaultMaxQueueMessages) and body bytes (0: no cap), counting
+	// those in flight; negative: no cap. A send over them fails with
+	// ErrQueueFull. See limits.go.
+	MaxQueues        int
+	MaxQueueMessages int
+	MaxQueueBytes    int64
 }
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
@@ -90,6 +99,7 @@ type Engine struct {
 	tasks taskTable
 
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
+	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 
 	admission atomic.Pointer[error] // non-nil: new messages are refused with it
@@ -151,6 +161,7 @@ func Open(opts Options) (*Engine, error) {
 		done:    make(chan struct{}),
 	}
 	e.sched.poke = make(chan struct{}, 1)
+	e.limits = resolveLimits(&opts)
 	e.bodyBudget = opts.BodyMemoryBudget
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
@@ -608,6 +619,9 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	e.mu.RUnlock()
 	if recently && now-at < int64(NameReuseDelay) {
 		return QueueInfo{}, false, ErrQueueDeletedRecently
+	}
+	if err := e.checkQueueCount(); err != nil {
+		return QueueInfo{}, false, err
 	}
 	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
 		return QueueInfo{}, false, err

@@ -45,6 +45,21 @@ type Options struct {
 	// engine's default (512 MiB); negative: no cap.
 	BodyMemoryBudget int64 `toml:"body_memory_budget"`
 
+	// MaxQueues caps the number of queues (SQS and AMQP together; 0:
+	// 10,000; negative: no cap): creating one more fails with SQS
+	// OverLimit or AMQP 406. MaxQueueMessages (0: 10,000,000) and
+	// MaxQueueBytes (0: no cap) cap every queue's messages and body
+	// bytes, in flight included (negative: no cap); a send over them
+	// fails with SQS OverLimit, or an AMQP nack under confirms.
+	MaxQueues        int   `toml:"max_queues"`
+	MaxQueueMessages int   `toml:"max_queue_messages"`
+	MaxQueueBytes    int64 `toml:"max_queue_bytes"`
+
+	// MetricsMaxQueueSeries is how many queues get /metrics series of
+	// their own (0: 1,000; negative: all); the rest are counted together
+	// under queue="(other)".
+	MetricsMaxQueueSeries int `toml:"metrics_max_queue_series"`
+
 	// MinFreeDisk is the free space (bytes) below which the broker refuses
 	// new messages until space returns (back-pressure instead of running
 	// the store into ENOSPC). 0 turns the watch off.

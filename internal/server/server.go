@@ -95,7 +95,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 	}()
 
-	s.metrics = metrics.New(metrics.WithClock(clk))
+	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithMaxQueueSeries(opts.MetricsMaxQueueSeries))
 	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
 	s.dash = dashboard.New(nil, dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts})
 	switch opts.Store {
@@ -128,6 +128,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
 		DeadLetterRouter: topo,
 		BodyMemoryBudget: opts.BodyMemoryBudget,
+		MaxQueues:        opts.MaxQueues,
+		MaxQueueMessages: opts.MaxQueueMessages,
+		MaxQueueBytes:    opts.MaxQueueBytes,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
