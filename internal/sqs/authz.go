@@ -39,6 +39,17 @@ func (c *call) authorize(name string) *apiError {
 	return errAccessDenied(name)
 }
 
+// checkAccount refuses a key bound to another account: Sluice serves one
+// account (Options.AccountID), so such a key may use nothing here, not
+// even ListQueues.
+func (c *call) checkAccount() *apiError {
+	p, ok := sigv4.PrincipalFromContext(c.ctx)
+	if !ok || p.Account == "" || p.Account == c.h.account {
+		return nil
+	}
+	return errAccessDenied("account " + c.h.account)
+}
+
 // restricted reports whether the principal is limited to some queues.
 func (c *call) restricted() bool {
 	p, ok := sigv4.PrincipalFromContext(c.ctx)

@@ -297,6 +297,9 @@ func lookupAction(name string) (fn actionFunc, queueAction bool, ok bool) {
 }
 
 func (c *call) dispatch() (output, *apiError) {
+	if err := c.checkAccount(); err != nil {
+		return nil, err
+	}
 	fn, queueAction, ok := lookupAction(c.action)
 	if !ok {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)

@@ -309,3 +309,27 @@ func waitNoMoveRunning(t *testing.T, e *env, admin *sqs.Client) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAccountBinding: a key bound to another account than the server's
+// reads and changes nothing (it used to read account 000000000000's
+// queues); a key bound to the server's account, or to none, works.
+func TestAccountBinding(t *testing.T) {
+	e := newEnv(t, realBroker(t), sigv4.Options{Credentials: []sigv4.Credentials{
+		{AccessKeyID: akid, SecretAccessKey: secret, Account: account},
+		{AccessKeyID: "AKIDOTHERACCT", SecretAccessKey: "other-secret", Account: "111111111111"},
+	}})
+	own, other := e.client(akid, secret), e.client("AKIDOTHERACCT", "other-secret")
+	if _, err := own.CreateQueue(e.ctx, &sqs.CreateQueueInput{QueueName: aws.String("mine")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := other.ListQueues(e.ctx, &sqs.ListQueuesInput{})
+	wantCode(t, err, "AccessDenied", 403)
+	_, err = other.SendMessage(e.ctx, &sqs.SendMessageInput{QueueUrl: e.qurl("mine"), MessageBody: aws.String("x")})
+	wantCode(t, err, "AccessDenied", 403)
+	_, err = other.CreateQueue(e.ctx, &sqs.CreateQueueInput{QueueName: aws.String("theirs")})
+	wantCode(t, err, "AccessDenied", 403)
+	out, err := own.ListQueues(e.ctx, &sqs.ListQueuesInput{})
+	if err != nil || len(out.QueueUrls) != 1 {
+		t.Fatalf("%v %v", out, err)
+	}
+}

@@ -54,8 +54,9 @@ import (
 type Credentials struct {
 	AccessKeyID     string
 	SecretAccessKey string
-	// Account is informational: it is carried into the Principal (for a
-	// future SenderId or ARN) but does not change what is allowed.
+	// Account, when set, binds the key to that account: the SQS handler
+	// refuses every request of a key bound to an account other than the
+	// server's (account_id) with AccessDenied.
 	Account string
 	// Queues, when not empty, limits the key to these queue names. An
 	// entry ending in "*" matches every name with that prefix ("orders-*");
