@@ -121,6 +121,7 @@ const (
 func (ch *channel) run() {
 	defer ch.wg.Done()
 	defer close(ch.ended)
+	defer ch.c.containPanic("channel")
 	defer ch.releaseTx()
 	for {
 		select {
@@ -161,6 +162,7 @@ func (ch *channel) run() {
 
 // exec runs one command, raising its error on the channel.
 func (ch *channel) exec(cmd *command) {
+	ch.c.s.fail("channel", cmd.m)
 	if cmd.fail != nil {
 		ch.flushPublishes()
 		ch.flushAcks()

@@ -97,6 +97,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) serve() {
 	defer func() {
 		if r := recover(); r != nil {
+			c.s.panics.Add(1)
 			buf := make([]byte, 4096)
 			buf = buf[:runtime.Stack(buf, false)]
 			c.s.log.Error("amqp: connection panic", "conn", c.name, "panic", r, "stack", string(buf))

@@ -40,9 +40,13 @@ type Server struct {
 	closed    bool
 
 	nextConn atomic.Uint64
-	poke     chan struct{} // wakes the expiry loop
-	quit     chan struct{}
-	wg       sync.WaitGroup
+	panics   atomic.Uint64 // contained panics (panics.go)
+	// failpoint, set by tests before serving, runs before each channel
+	// command (where "channel") and consumer receive ("consumer").
+	failpoint func(where string, m wire.Method)
+	poke      chan struct{} // wakes the expiry loop
+	quit      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // New loads the AMQP topology from the engine's metadata into topo (the

@@ -25,6 +25,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/amqp"
@@ -152,6 +154,11 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
 	closers = append(closers, func() { s.amqp.Close() })
+	amqpSrv := s.amqp
+	s.metrics.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_amqp_panics_total",
+		Help: "Panics in AMQP connection, channel and consumer goroutines, each contained to its connection (closed with 541).",
+	}, func() float64 { return float64(amqpSrv.Panics()) }))
 
 	s.budget = httpbody.NewBudget(opts.HTTPBodyBudget, 0, clk)
 	s.httpSrv = &http.Server{
