@@ -203,7 +203,7 @@ func (ch *channel) route(cmds ...*command) error {
 		props := cmd.props
 		raw := cmd.rawProps
 		if m.Exchange == "" && strings.HasPrefix(m.RoutingKey, replyQueue+".") {
-			if !s.deliverReply(m.RoutingKey, m, cmd) && m.Mandatory {
+			if !s.deliverReply(ch.c.vhost, m.RoutingKey, m, cmd) && m.Mandatory {
 				if err := ch.returnMessage(m, cmd); err != nil {
 					return err
 				}
