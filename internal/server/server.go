@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -214,7 +215,8 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
-	ops.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk}))
+	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk})
+	ops.Handle(admin.Prefix, adminH)
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	ops.Handle("/ui/", s.dash)
@@ -235,6 +237,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
+	mux.Handle("POST /sluice/v1/failures", s.failuresRoute(adminH, guarded, budget, clk))
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)
 	mux.Handle("/", sqsH)
@@ -248,6 +251,26 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
 	return newBrowserGuard(mux, opts.AllowedHosts)
+}
+
+// failuresRoute serves POST /sluice/v1/failures. Besides an operator
+// credential (guarded), a worker may sign its report with its SQS key
+// (SigV4, as the worker SDK does): the report is then accepted for the
+// queues that key may use (the admin handler checks the allow-list), so
+// workers need no admin token.
+func (s *Server) failuresRoute(adminH, guarded http.Handler, budget *httpbody.Budget, clk clock.Clock) http.Handler {
+	if len(s.opts.SQSCredentials) == 0 {
+		return guarded
+	}
+	signed := sigv4.Middleware(adminH, sigv4.Options{Region: s.opts.Region, Credentials: s.opts.sigv4Credentials(), Clock: clk,
+		Logger: s.log.With("component", "sigv4"), BodyBudget: budget})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
+			signed.ServeHTTP(w, r)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
 }
 
 // SQSAddr is the address of the HTTP listener (SQS API, admin API,
