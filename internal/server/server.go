@@ -230,9 +230,11 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	// One budget for every request body buffered in memory, read once
 	// (by SigV4 when it is on, else by the SQS handler).
 	budget := s.budget
-	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget})
+	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget})
+	var sqsH http.Handler = sqsAPI
 	if len(opts.SQSCredentials) > 0 {
-		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk, Logger: s.log.With("component", "sigv4"), BodyBudget: budget})
+		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk,
+			Logger: s.log.With("component", "sigv4"), BodyBudget: budget, ErrorWriter: sqsAPI.WriteAuthError})
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
@@ -263,7 +265,9 @@ func (s *Server) failuresRoute(adminH, guarded http.Handler, budget *httpbody.Bu
 		return guarded
 	}
 	signed := sigv4.Middleware(adminH, sigv4.Options{Region: s.opts.Region, Credentials: s.opts.sigv4Credentials(), Clock: clk,
-		Logger: s.log.With("component", "sigv4"), BodyBudget: budget})
+		Logger: s.log.With("component", "sigv4"), BodyBudget: budget,
+		// In the admin API's error shape, which the worker SDK reads.
+		ErrorWriter: func(w http.ResponseWriter, _ *http.Request, e sigv4.Error) { refuse(w, e.Status, e.Code, e.Message) }})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
 			signed.ServeHTTP(w, r)

@@ -1,6 +1,9 @@
 package sqs
 
 import (
+	"net/http"
+	"strings"
+
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
 )
 
@@ -50,6 +53,12 @@ func (c *call) checkAccount() *apiError {
 	return errAccessDenied("account " + c.h.account)
 }
 
+// signed reports whether SigV4 authenticated the request.
+func (c *call) signed() bool {
+	_, ok := sigv4.PrincipalFromContext(c.ctx)
+	return ok
+}
+
 // restricted reports whether the principal is limited to some queues.
 func (c *call) restricted() bool {
 	p, ok := sigv4.PrincipalFromContext(c.ctx)
@@ -63,4 +72,17 @@ func clipText(s string) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// WriteAuthError renders a refusal from SigV4 (code, JSON __type, status,
+// message) in the request's protocol, with the same shapes and headers as
+// every other SQS error. Pass it as sigv4.Options.ErrorWriter.
+func (h *Handler) WriteAuthError(w http.ResponseWriter, r *http.Request, e sigv4.Error) {
+	c := &call{h: h, ctx: r.Context(), reqID: newRequestID(), req: r, proto: protoQuery, jsonOut: acceptsJSON(r)}
+	if isJSONRequest(r) {
+		c.proto, c.jsonOut = protoJSON, true
+	}
+	w.Header()["X-Amzn-Requestid"] = []string{c.reqID}
+	ns, shape, _ := strings.Cut(e.JSONType, "#")
+	c.writeError(w, &apiError{kind: &errorKind{code: e.Code, shape: shape, ns: ns, status: e.Status}, msg: e.Message})
 }

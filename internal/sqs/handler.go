@@ -307,10 +307,12 @@ func (c *call) dispatch() (output, *apiError) {
 	if c.proto == protoQuery && c.pathQueue != "" && !queueAction {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
-	if c.req != nil && (c.req.Method == http.MethodGet || c.req.Method == http.MethodHead) && !readOnlyAction(c.action) {
+	if c.req != nil && (c.req.Method == http.MethodGet || c.req.Method == http.MethodHead) && !readOnlyAction(c.action) && !c.signed() {
 		// A browser sends GETs from any page (<img src>, links) without
 		// asking; an action that changes state must come as a POST,
-		// which every SDK sends.
+		// which every SDK sends, unless it is SigV4-signed (a presigned
+		// URL is itself a credential: a page holding one could use it
+		// anyway).
 		return nil, newErr(kindUnsupportedOperation, "The action %s changes state and must be sent with POST.", c.action)
 	}
 	return fn(c)

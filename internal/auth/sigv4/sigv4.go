@@ -80,8 +80,12 @@ type Options struct {
 	// BodyBudget bounds the bytes of bodies buffered across all requests
 	// in flight (shared with the SQS handler); nil: no shared bound.
 	BodyBudget *httpbody.Budget
-	Clock      clock.Clock  // nil: clock.Real
-	Logger     *slog.Logger // nil: discard
+	// ErrorWriter renders a refusal in the request's protocol (the SQS
+	// handler's WriteAuthError, so SQS errors have one renderer). nil: a
+	// bare AWS JSON error body.
+	ErrorWriter func(w http.ResponseWriter, r *http.Request, e Error)
+	Clock       clock.Clock  // nil: clock.Real
+	Logger      *slog.Logger // nil: discard
 }
 
 // Defaults.
@@ -193,14 +197,15 @@ func (k *key) signingKey(date, region, service string) []byte {
 }
 
 type verifier struct {
-	next    http.Handler
-	region  string
-	keys    map[string]*key
-	maxSkew time.Duration
-	maxBody int64
-	budget  *httpbody.Budget
-	clock   clock.Clock
-	log     *slog.Logger
+	next        http.Handler
+	region      string
+	keys        map[string]*key
+	maxSkew     time.Duration
+	maxBody     int64
+	budget      *httpbody.Budget
+	clock       clock.Clock
+	errorWriter func(w http.ResponseWriter, r *http.Request, e Error)
+	log         *slog.Logger
 }
 
 // Middleware returns next behind SigV4 verification. With no credentials
@@ -208,14 +213,15 @@ type verifier struct {
 // middleware out to run without authentication.
 func Middleware(next http.Handler, opts Options) http.Handler {
 	v := &verifier{
-		next:    next,
-		region:  opts.Region,
-		keys:    make(map[string]*key, len(opts.Credentials)),
-		maxSkew: opts.MaxSkew,
-		maxBody: opts.MaxBody,
-		budget:  opts.BodyBudget,
-		clock:   opts.Clock,
-		log:     opts.Logger,
+		next:        next,
+		region:      opts.Region,
+		keys:        make(map[string]*key, len(opts.Credentials)),
+		maxSkew:     opts.MaxSkew,
+		maxBody:     opts.MaxBody,
+		budget:      opts.BodyBudget,
+		errorWriter: opts.ErrorWriter,
+		clock:       opts.Clock,
+		log:         opts.Logger,
 	}
 	if v.maxSkew <= 0 {
 		v.maxSkew = DefaultMaxSkew
@@ -266,7 +272,7 @@ func (v *verifier) reject(w http.ResponseWriter, r *http.Request, akid string, e
 	remote, _, _ := net.SplitHostPort(r.RemoteAddr)
 	v.log.Info("sqs request rejected", "code", e.code, "reason", e.reason,
 		"access_key", clip(akid), "method", r.Method, "path", clip(r.URL.Path), "remote", remote)
-	writeError(w, r, e)
+	v.writeError(w, r, e)
 }
 
 // sig is a parsed signature, from either form.
