@@ -86,3 +86,49 @@ func TestNilBudgetAndContext(t *testing.T) {
 	}
 	release()
 }
+
+// FuzzRead: whatever the data, the chunking and the cap, Read returns
+// exactly the data when it fits, ErrTooLarge when it does not, and leaves
+// nothing held once released.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(""), 10, 1)
+	f.Add([]byte("hello"), 5, 2)
+	f.Add(bytes.Repeat([]byte("x"), 9000), 8192, 1000)
+	f.Add(bytes.Repeat([]byte("y"), 4097), 1<<20, 4096)
+	f.Fuzz(func(t *testing.T, data []byte, max, chunk int) {
+		if max < 0 || max > 1<<20 || chunk <= 0 {
+			t.Skip()
+		}
+		b := NewBudget(4<<20, time.Millisecond, nil)
+		body, release, err := b.Read(context.Background(), &chunked{data: data, n: chunk}, int64(max))
+		switch {
+		case len(data) > max:
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("len %d max %d: %v", len(data), max, err)
+			}
+		case err != nil || !bytes.Equal(body, data):
+			t.Fatalf("len %d max %d: %v", len(data), max, err)
+		case int64(cap(body)) > int64(max)+1 || b.InUse() < int64(cap(body)):
+			t.Fatalf("cap %d, held %d, max %d", cap(body), b.InUse(), max)
+		}
+		release()
+		if b.InUse() != 0 {
+			t.Fatalf("%d held after release", b.InUse())
+		}
+	})
+}
+
+// chunked returns data at most n bytes per Read.
+type chunked struct {
+	data []byte
+	n    int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), c.n)], c.data)
+	c.data = c.data[k:]
+	return k, nil
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -144,3 +145,25 @@ func TestAllowedHosts(t *testing.T) {
 }
 
 func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+
+// FuzzHostAllows: the Host check never panics, always allows IP literals
+// and localhost names, and only allows other names that are listed.
+func FuzzHostAllows(f *testing.F) {
+	for _, s := range []string{"", "localhost:9324", "127.0.0.1", "[::1]:80", "evil.example", "a.corp.test:1", "SLUICE.TEST.", "[", "x:y:z", "::1"} {
+		f.Add(s)
+	}
+	l := newHostList([]string{"sluice.test", "*.corp.test"})
+	f.Fuzz(func(t *testing.T, host string) {
+		ok := l.allows(host)
+		h := host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			h = hh
+		}
+		h = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+		want := host == "" || net.ParseIP(h) != nil || h == "localhost" || strings.HasSuffix(h, ".localhost") ||
+			h == "sluice.test" || strings.HasSuffix(h, ".corp.test")
+		if ok != want {
+			t.Fatalf("allows(%q) = %v, want %v", host, ok, want)
+		}
+	})
+}
