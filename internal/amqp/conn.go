@@ -58,7 +58,7 @@ type conn struct {
 	capCancel  bool // consumer_cancel_notify
 	capBlocked bool // connection.blocked
 	capAuth    bool // authentication_failure_close
-	refused    bool // over Options.MaxConnections: refused at connection.open
+	counted    bool // counted against Options.MaxConnections (from connection.open)
 	ip         string
 
 	chMu      sync.Mutex
@@ -222,7 +222,7 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	switch {
-	case c.refused:
+	case !c.s.countActive(c):
 		e := hardErrorf(wire.NotAllowed, "connection refused: node connection limit (%d) is reached", o.MaxConnections)
 		e.classID, e.methodID = open.IDs()
 		c.closeHandshake(e)

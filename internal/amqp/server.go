@@ -33,8 +33,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	active    int                     // connections counted against MaxConnections
-	refusing  int                     // connections over the limit being refused
+	active    int                     // logged-in connections, counted against MaxConnections
 	replies   map[string]*replyTarget // direct reply-to consumers by token
 	slots     slotState               // handshakes and per-IP counts (slots.go)
 	closed    bool
@@ -253,11 +252,10 @@ func (s *Server) Serve(ln net.Listener) error {
 // ServeConn serves one already accepted connection in a new goroutine
 // (Serve calls it; tests may pass one end of a net.Pipe).
 //
-// Over Options.MaxConnections the connection is still served up to
-// connection.open, which is answered with RabbitMQ's 530 (clients report
-// it as a refused connection, not a dropped socket); when more than
-// maxRefusing such refusals are under way at once, further sockets are
-// closed at once.
+// A connection counts against Options.MaxConnections from its
+// connection.open (until then it holds one of the few handshake slots,
+// slots.go); over the limit connection.open is answered with RabbitMQ's
+// 530 (clients report it as a refused connection, not a dropped socket).
 func (s *Server) ServeConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		// Reaps half-open peers on connections without heartbeats.
@@ -282,19 +280,6 @@ func (s *Server) ServeConn(nc net.Conn) {
 		// closed, and its goroutine ends.
 		evict.nc.Close()
 	}
-	if lim := s.opts.MaxConnections; lim > 0 && s.active >= lim {
-		if s.refusing >= maxRefusing {
-			s.releaseLocked(c)
-			s.mu.Unlock()
-			nc.Close()
-			s.log.Warn("amqp: connection limit reached; socket closed", "limit", lim, "remote", nc.RemoteAddr())
-			return
-		}
-		c.refused = true
-		s.refusing++
-	} else {
-		s.active++
-	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -304,9 +289,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.releaseLocked(c)
-		if c.refused {
-			s.refusing--
-		} else {
+		if c.counted {
 			s.active--
 		}
 		s.mu.Unlock()
@@ -314,9 +297,6 @@ func (s *Server) ServeConn(nc net.Conn) {
 }
 
 const (
-	// maxRefusing bounds the connections over MaxConnections that are
-	// being refused with a handshake at the same time.
-	maxRefusing = 64
 	// tcpKeepAliveIdle is the idle time before TCP keepalive probes.
 	tcpKeepAliveIdle = 60 * time.Second
 )

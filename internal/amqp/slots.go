@@ -15,6 +15,8 @@ import (
 //     longest: a real client finishes in milliseconds, so a flood of
 //     silent sockets only displaces itself.
 //   - The handshake must finish within HandshakeTimeout (default 5 s).
+//   - Only logged-in connections count against MaxConnections (checked
+//     at connection.open), so silent sockets cannot use up its slots.
 //   - At most MaxConnectionsPerIP connections (handshaking or open) come
 //     from one IP address; one more is closed at accept.
 //
@@ -65,6 +67,19 @@ func (s *Server) handshakeOver(c *conn) {
 	s.mu.Lock()
 	delete(s.slots.handshaking, c)
 	s.mu.Unlock()
+}
+
+// countActive counts a connection reaching connection.open against
+// MaxConnections; false when the limit is reached (the open is refused).
+func (s *Server) countActive(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lim := s.opts.MaxConnections; lim > 0 && s.active >= lim {
+		return false
+	}
+	s.active++
+	c.counted = true
+	return true
 }
 
 // releaseLocked forgets an ended connection. s.mu is held.
