@@ -30,6 +30,9 @@ type SQSSourceOptions struct {
 	// extension.
 	ExtensionEndpoint string
 	// HTTPClient sends failure reports. nil: the SQS client's HTTP client.
+	// Reports are signed with the SQS client's credentials (SigV4, service
+	// sqs), which a Sluice with [[sqs_credentials]] accepts for the queues
+	// the key may use.
 	HTTPClient aws.HTTPClient
 	// VisibilityTimeout, when > 0, is asked for on every receive (whole
 	// seconds, 1 s–12 h) and is the lease the worker extends. 0: the
@@ -161,6 +164,11 @@ func NewSQSSource(client *sqs.Client, queueURL string, opts SQSSourceOptions) (*
 	}
 	if s.http == nil {
 		s.http = http.DefaultClient
+	}
+	if co.Credentials != nil && co.Region != "" {
+		// Signed like the SQS requests: a Sluice with SigV4 on takes
+		// the report from this key, for the queues it may use.
+		s.http = &sigv4Doer{next: s.http, creds: co.Credentials, region: co.Region}
 	}
 	if opts.Extension != ExtensionOff {
 		base := opts.ExtensionEndpoint

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -454,4 +455,22 @@ func TestErrorStatuses(t *testing.T) {
 	f.poison(1, "KeyError")
 	f.st.Fail(errors.New("disk on fire"))
 	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", DeleteRequest{All: true}, http.StatusServiceUnavailable, "StorageFailed")
+}
+
+// TestExportFilenameInjection: a queue name with quotes and semicolons
+// (possible over AMQP) cannot add parameters to Content-Disposition.
+func TestExportFilenameInjection(t *testing.T) {
+	f := newFixture(t)
+	name := `evil"; filename*=UTF-8''x.html; a="`
+	f.create(name, nil)
+	resp, err := f.srv.Client().Get(f.srv.URL + "/sluice/v1/queues/" + url.PathEscape(name) + "/export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cd := resp.Header.Get("Content-Disposition")
+	disp, params, err := mime.ParseMediaType(cd)
+	if err != nil || disp != "attachment" || params["filename"] != name+".jsonl" || len(params) != 1 {
+		t.Fatalf("Content-Disposition %q parses as %q %v %v", cd, disp, params, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -24,6 +25,11 @@ func (h *Handler) reportFailure(w http.ResponseWriter, r *http.Request) error {
 	queue, f, err := decodeFailure(&req)
 	if err != nil {
 		return err
+	}
+	// A worker's SigV4 key (the server routes signed reports through
+	// SigV4) may report on the queues it may use, nothing else.
+	if p, ok := sigv4.PrincipalFromContext(r.Context()); ok && !p.Allows(queue) {
+		return &apiError{http.StatusForbidden, "AccessDenied", "this key may not use queue " + queue}
 	}
 	out, err := h.eng.ReportFailure(queue, req.ReceiptHandle, f)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -126,7 +127,7 @@ func (h *Handler) export(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.jsonl"`)
+	w.Header().Set("Content-Disposition", attachment(name+".jsonl"))
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	bw := bufio.NewWriterSize(w, 64<<10)
@@ -293,4 +294,15 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// attachment is a Content-Disposition for a download named filename. The
+// name comes from a queue name, which over AMQP may hold quotes,
+// semicolons or non-ASCII: mime.FormatMediaType quotes and encodes it
+// (RFC 2231 for non-ASCII), so it cannot add parameters or headers.
+func attachment(filename string) string {
+	if v := mime.FormatMediaType("attachment", map[string]string{"filename": filename}); v != "" {
+		return v
+	}
+	return "attachment" // a name FormatMediaType cannot carry (control characters)
 }

@@ -152,6 +152,9 @@ func (ch *channel) publish(cmd *command) error {
 		return err
 	}
 	if ch.tx {
+		if err := ch.holdTx(cmd); err != nil {
+			return err
+		}
 		ch.txPublish = append(ch.txPublish, cmd)
 		return nil
 	}
@@ -204,7 +207,7 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 		props := cmd.props
 		raw := cmd.rawProps
 		if m.Exchange == "" && strings.HasPrefix(m.RoutingKey, replyQueue+".") {
-			if !s.deliverReply(m.RoutingKey, m, cmd) && m.Mandatory {
+			if !s.deliverReply(ch.c.vhost, m.RoutingKey, m, cmd) && m.Mandatory {
 				if err := ch.returnMessage(m, cmd); err != nil {
 					return 0, err
 				}

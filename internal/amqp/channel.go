@@ -62,6 +62,7 @@ type channel struct {
 	tx         bool
 	txPublish  []*command
 	txSettle   []settleOp
+	txBytes    int64      // this channel's share of conn.txHeld (limits.go)
 	batch      []*command // validated publishes not yet routed
 	acks       []settleOp // basic.acks not yet applied (see flushAcks)
 
@@ -116,6 +117,8 @@ const (
 func (ch *channel) run() {
 	defer ch.wg.Done()
 	defer close(ch.ended)
+	defer ch.c.containPanic("channel")
+	defer ch.releaseTx()
 	for {
 		select {
 		case <-ch.quit:
@@ -155,6 +158,7 @@ func (ch *channel) run() {
 
 // exec runs one command, raising its error on the channel.
 func (ch *channel) exec(cmd *command) {
+	ch.c.s.fail("channel", cmd.m)
 	if cmd.fail != nil {
 		ch.flushPublishes()
 		ch.flushAcks()
@@ -464,6 +468,7 @@ func (ch *channel) handle(cmd *command) error {
 		if !ch.tx {
 			return errorf(wire.PreconditionFailed, "channel is not transactional")
 		}
+		ch.releaseTx()
 		if err := ch.commit(); err != nil {
 			return err
 		}
@@ -473,6 +478,7 @@ func (ch *channel) handle(cmd *command) error {
 			return errorf(wire.PreconditionFailed, "channel is not transactional")
 		}
 		ch.txPublish, ch.txSettle = nil, nil
+		ch.releaseTx()
 		return c.send(ch.id, &wire.TxRollbackOK{})
 	}
 	e := hardErrorf(wire.CommandInvalid, "unexpected method %s", cmd.m.Name())

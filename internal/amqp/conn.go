@@ -16,7 +16,6 @@ import (
 )
 
 const (
-	handshakeTimeout = 10 * time.Second
 	// preLoginFrameMax bounds frames before connection.tune-ok, as
 	// RabbitMQ 4.1+ does (large enough for a JWT in start-ok).
 	preLoginFrameMax = 8192
@@ -62,7 +61,6 @@ type conn struct {
 	// failureHeaders: the client property optFailureHeaders asked for
 	// the failure-report headers on every delivery and get-ok.
 	failureHeaders bool
-	refused        bool // over Options.MaxConnections: refused at connection.open
 	// closedCleanly: the reader ended with the closing handshake
 	// (close / close-ok); the peer's remaining input is then drained
 	// before the socket closes (drainInput). Reader goroutine only.
@@ -72,6 +70,8 @@ type conn struct {
 	heldMu  sync.Mutex
 	holding int
 	held    []byte
+	counted bool // counted against Options.MaxConnections (from connection.open)
+	ip      string
 
 	chMu      sync.Mutex
 	channels  map[uint16]*channel
@@ -83,6 +83,10 @@ type conn struct {
 	lastWrite atomic.Int64
 	blocked   atomic.Bool
 	done      chan struct{} // closed when the connection ends
+
+	// Content held for the client (limits.go).
+	partial int64        // partial bodies; reader-owned
+	txHeld  atomic.Int64 // uncommitted transactional publishes
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -105,6 +109,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) serve() {
 	defer func() {
 		if r := recover(); r != nil {
+			c.s.panics.Add(1)
 			buf := make([]byte, 4096)
 			buf = buf[:runtime.Stack(buf, false)]
 			c.s.log.Error("amqp: connection panic", "conn", c.name, "panic", r, "stack", string(buf))
@@ -119,7 +124,9 @@ func (c *conn) serve() {
 		close(c.done)
 	}()
 	c.startWriter()
-	if !c.handshake() {
+	ok := c.handshake()
+	c.s.handshakeOver(c)
+	if !ok {
 		return
 	}
 	c.s.log.Debug("amqp: connection opened", "conn", c.name, "user", c.user.name, "vhost", c.vhost)
@@ -129,7 +136,7 @@ func (c *conn) serve() {
 
 // handshake negotiates the connection (spec §2); false ends it.
 func (c *conn) handshake() bool {
-	c.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	c.nc.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
 	if err := wire.ReadProtocolHeader(c.r); err != nil {
 		if errors.Is(err, wire.ErrBadProtocolHeader) {
 			c.write([]byte(wire.ProtocolHeader))
@@ -232,7 +239,7 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	switch {
-	case c.refused:
+	case !c.s.countActive(c):
 		e := hardErrorf(wire.NotAllowed, "connection refused: node connection limit (%d) is reached", o.MaxConnections)
 		e.classID, e.methodID = open.IDs()
 		c.closeHandshake(e)
@@ -578,11 +585,15 @@ func (c *conn) channelFrame(f wire.Frame) {
 			c.hardClose(hardErrorf(wire.FrameError, "body frames larger than the body size in the content header"))
 			return
 		}
+		if !c.holdPartial(len(f.Payload)) {
+			return
+		}
 		ch.pending.body = append(ch.pending.body, f.Payload...)
 		ch.remaining -= uint64(len(f.Payload))
 		if ch.remaining == 0 {
 			cmd := ch.pending
 			ch.pending = nil
+			c.releasePartial(len(cmd.body))
 			c.deliverCommand(ch, cmd)
 		}
 	}

@@ -47,6 +47,7 @@ func newConsumerTag() string {
 
 func (cs *consumer) run() {
 	defer close(cs.done)
+	defer cs.ch.c.containPanic("consumer")
 	s := cs.ch.c.s
 	lease := leaseFor(s.opts.ConsumerTimeout)
 	for {
@@ -54,6 +55,7 @@ func (cs *consumer) run() {
 		if !ok {
 			return
 		}
+		s.fail("consumer", nil)
 		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
 			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
 			OnTake: cs.q.noteTaken})

@@ -435,6 +435,10 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		// Only an SQS delete gets here (AMQP deletes drop the name at once).
 		s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}})
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
+	} else if errors.Is(err, engine.ErrTooManyQueues) {
+		s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}})
+		// RabbitMQ's words for its max-queues limit.
+		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())
 	} else if err != nil {
 		return "", 0, 0, storageError(err)
 	}

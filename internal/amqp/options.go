@@ -85,6 +85,27 @@ type Options struct {
 	// fits). Consumers wait for room rather than buffer more.
 	OutgoingBuffer int
 
+	// MaxPartialBytesPerConnection caps the bytes of message bodies a
+	// connection may have partly received, over all its channels (default
+	// 16 MiB; negative: no limit). Over it the connection is closed with
+	// 506 RESOURCE_ERROR (limits.go).
+	MaxPartialBytesPerConnection int
+	// MaxTxBytesPerConnection caps the bytes of publishes a connection may
+	// hold in uncommitted transactions (default 32 MiB; negative: no
+	// limit). The publish that passes it closes its channel with 406
+	// PRECONDITION_FAILED, rolling that transaction back.
+	MaxTxBytesPerConnection int
+
+	// MaxHandshakes bounds the connections that have not finished
+	// connection.open (default 64; negative: no limit); one more closes
+	// the one handshaking longest. HandshakeTimeout is the time a client
+	// has to finish it (default 5 s). MaxConnectionsPerIP bounds the
+	// connections from one IP address (default 1024; negative: no limit);
+	// one more is closed at accept. See slots.go.
+	MaxHandshakes       int
+	HandshakeTimeout    time.Duration
+	MaxConnectionsPerIP int
+
 	// Product is server-properties' "product" (default "Sluice"). Some
 	// client test suites run certain tests only against "RabbitMQ".
 	Product string
@@ -174,6 +195,21 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.WriteTimeout == 0 {
 		r.WriteTimeout = DefaultWriteTimeout
+	}
+	if r.MaxHandshakes == 0 {
+		r.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if r.HandshakeTimeout <= 0 {
+		r.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if r.MaxConnectionsPerIP == 0 {
+		r.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
+	}
+	if r.MaxPartialBytesPerConnection == 0 {
+		r.MaxPartialBytesPerConnection = DefaultMaxPartialBytesPerConnection
+	}
+	if r.MaxTxBytesPerConnection == 0 {
+		r.MaxTxBytesPerConnection = DefaultMaxTxBytesPerConnection
 	}
 	if r.OutgoingBuffer <= 0 {
 		r.OutgoingBuffer = DefaultOutgoingBuffer

@@ -13,7 +13,8 @@ import (
 // "amq.rabbitmq.reply-to", and the server rewrites it to
 // "amq.rabbitmq.reply-to.<token>". A reply published to the default
 // exchange with that routing key goes straight to the consumer: it is never
-// stored, so it is lost if the requester has gone.
+// stored, so it is lost if the requester has gone. Only a reply published
+// in the requester's vhost reaches it.
 
 const replyQueue = "amq.rabbitmq.reply-to"
 
@@ -102,15 +103,17 @@ func (ch *channel) rewriteReplyTo(cmd *command) error {
 	return nil
 }
 
-// deliverReply sends a reply published to "amq.rabbitmq.reply-to.<token>"
-// straight to its consumer; false when there is none.
-func (s *Server) deliverReply(key string, m *wire.BasicPublish, cmd *command) bool {
+// deliverReply sends a reply published in vhost to
+// "amq.rabbitmq.reply-to.<token>" straight to its consumer; false when
+// there is none. A consumer in another vhost is none: vhosts are isolated,
+// so a token that leaked (or was guessed) cannot carry messages across.
+func (s *Server) deliverReply(vhost, key string, m *wire.BasicPublish, cmd *command) bool {
 	token, ok := strings.CutPrefix(key, replyQueue+".")
 	if !ok {
 		return false
 	}
 	rt := s.lookupReply(token)
-	if rt == nil {
+	if rt == nil || rt.ch.c.vhost != vhost {
 		return false
 	}
 	ch, c := rt.ch, rt.ch.c

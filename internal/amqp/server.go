@@ -33,9 +33,9 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	active    int                     // connections counted against MaxConnections
-	refusing  int                     // connections over the limit being refused
+	active    int                     // logged-in connections, counted against MaxConnections
 	replies   map[string]*replyTarget // direct reply-to consumers by token
+	slots     slotState               // handshakes and per-IP counts (slots.go)
 	closed    bool
 
 	alarm alarm // resource alarm: see SetAlarm
@@ -45,9 +45,13 @@ type Server struct {
 	// tx mode (RabbitMQ drops those; Sluice drops them too, but never
 	// without a log line and this count).
 	refused atomic.Uint64
-	poke    chan struct{} // wakes the expiry loop
-	quit    chan struct{}
-	wg      sync.WaitGroup
+	panics  atomic.Uint64 // contained panics (panics.go)
+	// failpoint, set by tests before serving, runs before each channel
+	// command (where "channel") and consumer receive ("consumer").
+	failpoint func(where string, m wire.Method)
+	poke      chan struct{} // wakes the expiry loop
+	quit      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // RefusedPublishes returns how many publishes outside confirm and tx mode
@@ -271,11 +275,10 @@ func (s *Server) Serve(ln net.Listener) error {
 // ServeConn serves one already accepted connection in a new goroutine
 // (Serve calls it; tests may pass one end of a net.Pipe).
 //
-// Over Options.MaxConnections the connection is still served up to
-// connection.open, which is answered with RabbitMQ's 530 (clients report
-// it as a refused connection, not a dropped socket); when more than
-// maxRefusing such refusals are under way at once, further sockets are
-// closed at once.
+// A connection counts against Options.MaxConnections from its
+// connection.open (until then it holds one of the few handshake slots,
+// slots.go); over the limit connection.open is answered with RabbitMQ's
+// 530 (clients report it as a refused connection, not a dropped socket).
 func (s *Server) ServeConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		// Reaps half-open peers on connections without heartbeats.
@@ -288,17 +291,17 @@ func (s *Server) ServeConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	if lim := s.opts.MaxConnections; lim > 0 && s.active >= lim {
-		if s.refusing >= maxRefusing {
-			s.mu.Unlock()
-			nc.Close()
-			s.log.Warn("amqp: connection limit reached; socket closed", "limit", lim, "remote", nc.RemoteAddr())
-			return
-		}
-		c.refused = true
-		s.refusing++
-	} else {
-		s.active++
+	admitted, evict := s.admitLocked(c)
+	if !admitted {
+		s.mu.Unlock()
+		nc.Close()
+		s.log.Warn("amqp: per-address connection limit reached; socket closed", "limit", s.opts.MaxConnectionsPerIP, "remote", nc.RemoteAddr())
+		return
+	}
+	if evict != nil {
+		// Still handshaking after every newer one: its socket is
+		// closed, and its goroutine ends.
+		evict.nc.Close()
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -308,9 +311,8 @@ func (s *Server) ServeConn(nc net.Conn) {
 		c.serve()
 		s.mu.Lock()
 		delete(s.conns, c)
-		if c.refused {
-			s.refusing--
-		} else {
+		s.releaseLocked(c)
+		if c.counted {
 			s.active--
 		}
 		s.mu.Unlock()
@@ -318,9 +320,6 @@ func (s *Server) ServeConn(nc net.Conn) {
 }
 
 const (
-	// maxRefusing bounds the connections over MaxConnections that are
-	// being refused with a handshake at the same time.
-	maxRefusing = 64
 	// tcpKeepAliveIdle is the idle time before TCP keepalive probes.
 	tcpKeepAliveIdle = 60 * time.Second
 )

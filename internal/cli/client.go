@@ -45,6 +45,11 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	if err != nil {
 		return nil, fmt.Errorf("bad endpoint %q: %w", c.base, err)
 	}
+	if contentType == "" && method != http.MethodGet && method != http.MethodHead {
+		// The broker refuses a state-changing admin request without it
+		// (a browser form cannot send it cross-site).
+		contentType = "application/json"
+	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -72,6 +72,15 @@ type Options struct {
 	// interval, even when nothing else is written (0:
 	// DefaultSyncInterval). Nothing is synced while nothing is unsynced.
 	SyncInterval time.Duration
+	// MaxQueues caps the number of queues (0: DefaultMaxQueues; negative:
+	// no cap); CreateQueue over it fails with ErrTooManyQueues.
+	// MaxQueueMessages and MaxQueueBytes cap every queue's messages
+	// (0: DefaultMaxQueueMessages) and body bytes (0: no cap), counting
+	// those in flight; negative: no cap. A send over them fails with
+	// ErrQueueFull. See limits.go.
+	MaxQueues        int
+	MaxQueueMessages int
+	MaxQueueBytes    int64
 }
 
 // DefaultSyncInterval is the default Options.SyncInterval.
@@ -99,6 +108,7 @@ type Engine struct {
 	tasks taskTable
 
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
+	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 	memHeld    atomic.Int64 // bytes of index, attributes, envelopes and dedup entries (memory.go)
 
@@ -179,6 +189,7 @@ func Open(opts Options) (*Engine, error) {
 	if e.syncInterval <= 0 {
 		e.syncInterval = DefaultSyncInterval
 	}
+	e.limits = resolveLimits(&opts)
 	e.bodyBudget = opts.BodyMemoryBudget
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
@@ -670,6 +681,9 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	e.mu.RUnlock()
 	if recently && now-at < int64(NameReuseDelay) {
 		return QueueInfo{}, false, ErrQueueDeletedRecently
+	}
+	if err := e.checkQueueCount(); err != nil {
+		return QueueInfo{}, false, err
 	}
 	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
 		return QueueInfo{}, false, err

@@ -148,6 +148,9 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	if ttl, ok := q.ttlFor(in); ok {
 		m.ttlAt = now + int64(ttl)
 	}
+	if q.overCapLocked(len(in.Body)) {
+		return SendResult{Err: ErrQueueFull}, false
+	}
 	if q.fullLocked(len(in.Body)) {
 		switch q.cfg.Overflow {
 		case OverflowRejectPublish:

@@ -89,7 +89,12 @@ type Metrics struct {
 	queues sync.Map // queue name → *queueMetrics
 	dead   sync.Map // deadKey → prometheus.Counter
 
-	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed *prometheus.Desc
+	// The cardinality guard (cardinality.go).
+	maxSeries int
+	labelled  atomic.Int64                 // entries in queues
+	other     atomic.Pointer[queueMetrics] // queue="(other)"
+
+	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed, unlabelled *prometheus.Desc
 }
 
 type queueMetrics struct {
@@ -116,8 +121,9 @@ func New(opts ...Option) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		clk: clock.Real{},
+		reg:       prometheus.NewRegistry(),
+		clk:       clock.Real{},
+		maxSeries: DefaultMaxQueueSeries,
 
 		sent:         counter("sluice_sent_total", "Messages stored by Send.", "queue"),
 		received:     counter("sluice_received_total", "Messages returned by Receive, including redeliveries.", "queue"),
@@ -147,6 +153,7 @@ func New(opts ...Option) *Metrics {
 		oldestAge:   prometheus.NewDesc("sluice_queue_oldest_message_age_seconds", "Age of the oldest message in the queue, in any state, from its send; 0 when empty.", []string{"queue"}, nil),
 		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue names this queue as its dead-letter queue, else 0.", []string{"queue"}, nil),
 		dlqTarget:   prometheus.NewDesc("sluice_queue_dead_letter_target", "1 for each queue with a dead-letter policy, labelled with its target.", []string{"queue", "target"}, nil),
+		unlabelled:  prometheus.NewDesc("sluice_metrics_unlabelled_queues", "Queues beyond the per-queue series cap, counted together under queue=\"(other)\".", nil, nil),
 		storeFailed: prometheus.NewDesc("sluice_store_failed", "1 once a storage error has made the engine refuse all changes, else 0.", nil, nil),
 	}
 	for _, o := range opts {
@@ -203,8 +210,8 @@ func (m *Metrics) Deleted(queue string, processing time.Duration) {
 
 // DeadLettered implements engine.Observer.
 func (m *Metrics) DeadLettered(queue, target, reason string, timeToDeadLetter time.Duration) {
-	m.deadCounter(deadKey{queue, target, reason}).Inc()
 	m.queue(queue).timeToDeadLetter.Observe(timeToDeadLetter.Seconds())
+	m.deadCounter(deadKey{m.labelFor(queue), m.labelFor(target), reason}).Inc()
 }
 
 // Expired implements engine.Observer.
@@ -216,7 +223,18 @@ func (m *Metrics) queue(name string) *queueMetrics {
 	if q, ok := m.queues.Load(name); ok {
 		return q.(*queueMetrics)
 	}
-	q := &queueMetrics{
+	if m.labelFor(name) == otherLabel {
+		return m.otherQueue()
+	}
+	actual, loaded := m.queues.LoadOrStore(name, m.newQueueMetrics(name))
+	if !loaded {
+		m.labelled.Add(1)
+	}
+	return actual.(*queueMetrics)
+}
+
+func (m *Metrics) newQueueMetrics(name string) *queueMetrics {
+	return &queueMetrics{
 		sent:             m.sent.WithLabelValues(name),
 		received:         m.received.WithLabelValues(name),
 		redelivered:      m.redelivered.WithLabelValues(name),
@@ -225,8 +243,6 @@ func (m *Metrics) queue(name string) *queueMetrics {
 		timeToDeadLetter: m.timeToDeadLetter.WithLabelValues(name),
 		processing:       m.processing.WithLabelValues(name),
 	}
-	actual, _ := m.queues.LoadOrStore(name, q)
-	return actual.(*queueMetrics)
 }
 
 func (m *Metrics) deadCounter(k deadKey) prometheus.Counter {
@@ -239,13 +255,16 @@ func (m *Metrics) deadCounter(k deadKey) prometheus.Counter {
 
 // prune drops the series of queues for which gone is true. A queue is
 // dropped as a source and as a target of dead-lettering.
-func (m *Metrics) prune(gone func(queue string) bool) {
+func (m *Metrics) prune(isGone func(queue string) bool) {
+	gone := func(q string) bool { return q != otherLabel && isGone(q) }
 	m.queues.Range(func(k, _ any) bool {
 		name := k.(string)
 		if !gone(name) {
 			return true
 		}
-		m.queues.Delete(name)
+		if _, ok := m.queues.LoadAndDelete(name); ok {
+			m.labelled.Add(-1)
+		}
 		for _, v := range []*prometheus.MetricVec{
 			m.sent.MetricVec, m.received.MetricVec, m.redelivered.MetricVec, m.deleted.MetricVec,
 			m.expired.MetricVec, m.timeToDeadLetter.MetricVec, m.processing.MetricVec,
@@ -281,7 +300,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 		v.Describe(ch)
 	}
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed} {
+	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.unlabelled} {
 		ch <- d
 	}
 }
@@ -339,16 +358,26 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	var folded int
+	var other struct{ visible, inFlight, delayed, age float64 }
 	for _, info := range infos {
 		name := info.Name
 		m.queue(name) // the counters exist from the queue's first scrape
-		gauge(m.visible, float64(info.Visible), name)
-		gauge(m.inFlight, float64(info.InFlight), name)
-		gauge(m.delayed, float64(info.Delayed), name)
 		age := 0.0
 		if !info.OldestSentAt.IsZero() {
 			age = max(0, now.Sub(info.OldestSentAt).Seconds())
 		}
+		if m.labelFor(name) == otherLabel {
+			folded++
+			other.visible += float64(info.Visible)
+			other.inFlight += float64(info.InFlight)
+			other.delayed += float64(info.Delayed)
+			other.age = max(other.age, age)
+			continue
+		}
+		gauge(m.visible, float64(info.Visible), name)
+		gauge(m.inFlight, float64(info.InFlight), name)
+		gauge(m.delayed, float64(info.Delayed), name)
 		gauge(m.oldestAge, age, name)
 		isDLQ := 0.0
 		if dlqs[name] {
@@ -357,11 +386,18 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 		gauge(m.isDLQ, isDLQ, name)
 		if d := info.Config.DeadLetter; d != nil {
 			gauge(m.dlqTarget, 1, name, d.Target)
-			if exists[d.Target] {
+			if exists[d.Target] && m.labelFor(d.Target) != otherLabel {
 				for _, r := range initReasons {
 					m.deadCounter(deadKey{name, d.Target, r})
 				}
 			}
 		}
+	}
+	gauge(m.unlabelled, float64(folded))
+	if folded > 0 {
+		gauge(m.visible, other.visible, otherLabel)
+		gauge(m.inFlight, other.inFlight, otherLabel)
+		gauge(m.delayed, other.delayed, otherLabel)
+		gauge(m.oldestAge, other.age, otherLabel)
 	}
 }

@@ -53,6 +53,21 @@ type Options struct {
 	// engine's default (512 MiB); negative: no cap.
 	BodyMemoryBudget int64 `toml:"body_memory_budget"`
 
+	// MaxQueues caps the number of queues (SQS and AMQP together; 0:
+	// 10,000; negative: no cap): creating one more fails with SQS
+	// OverLimit or AMQP 406. MaxQueueMessages (0: 10,000,000) and
+	// MaxQueueBytes (0: no cap) cap every queue's messages and body
+	// bytes, in flight included (negative: no cap); a send over them
+	// fails with SQS OverLimit, or an AMQP nack under confirms.
+	MaxQueues        int   `toml:"max_queues"`
+	MaxQueueMessages int   `toml:"max_queue_messages"`
+	MaxQueueBytes    int64 `toml:"max_queue_bytes"`
+
+	// MetricsMaxQueueSeries is how many queues get /metrics series of
+	// their own (0: 1,000; negative: all); the rest are counted together
+	// under queue="(other)".
+	MetricsMaxQueueSeries int `toml:"metrics_max_queue_series"`
+
 	// MinFreeDisk is the free space (bytes) below which the broker refuses
 	// new messages until space returns (back-pressure instead of running
 	// the store into ENOSPC). 0 turns the watch off. It is checked when
@@ -75,14 +90,42 @@ type Options struct {
 	// else physical memory); negative: off. See docs/reliability.md.
 	MemoryHighWatermark int64 `toml:"memory_high_watermark"`
 
-	// MaxHTTPConnections caps open connections on the HTTP listener;
-	// beyond it new connections wait in the kernel's backlog. 0: no cap.
+	// HTTPBodyBudget bounds the bytes of request bodies buffered in memory
+	// across all HTTP requests in flight (before and after SigV4). A
+	// request that finds it spent waits up to 2 s, then gets 503
+	// ServiceUnavailable, which SDKs retry. 0: 256 MiB.
+	HTTPBodyBudget int64 `toml:"http_body_budget"`
+
+	// MaxHTTPConnections caps open connections on the HTTP listener. At
+	// the cap the connection idle longest is closed to make room (new
+	// connections wait in the kernel's backlog only while every one is
+	// busy with a request), and from three quarters of it on, connections
+	// idle for 2 s are closed. 0: no cap.
 	MaxHTTPConnections int `toml:"max_http_connections"`
+	// MaxHTTPConnectionsPerIP caps the HTTP connections from one IP
+	// address; one more closes that address's longest-idle connection, or
+	// is itself closed. 0: no cap.
+	MaxHTTPConnectionsPerIP int `toml:"max_http_connections_per_ip"`
 
 	// AMQPListen is the AMQP 0-9-1 listener; "" turns it off.
 	AMQPListen string `toml:"amqp_listen"`
 	// AMQPSListen is an AMQP-over-TLS listener (needs [tls]); "" is off.
 	AMQPSListen string `toml:"amqps_listen"`
+	// AMQPMaxPartialBytes caps the bytes of message bodies one AMQP
+	// connection may have partly received (0: 16 MiB; negative: no cap);
+	// over it the connection is closed with 506 RESOURCE_ERROR.
+	// AMQPMaxTxBytes caps the bytes one connection may hold in uncommitted
+	// transactions (0: 32 MiB; negative: no cap); the publish over it
+	// closes its channel with 406 PRECONDITION_FAILED.
+	AMQPMaxPartialBytes int `toml:"amqp_max_partial_bytes"`
+	AMQPMaxTxBytes      int `toml:"amqp_max_tx_bytes"`
+	// AMQPMaxConnectionsPerIP caps AMQP connections from one IP address
+	// (0: 1024; negative: no cap); one more is closed at accept.
+	// AMQPMaxHandshakes caps connections that have not finished logging in
+	// (0: 64; negative: no cap); one more closes the one waiting longest.
+	// A handshake must finish within 5 s.
+	AMQPMaxConnectionsPerIP int `toml:"amqp_max_connections_per_ip"`
+	AMQPMaxHandshakes       int `toml:"amqp_max_handshakes"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
 	// only, as RabbitMQ.
 	AMQPUsers []AMQPUser `toml:"amqp_users"`
@@ -105,6 +148,12 @@ type Options struct {
 	// TLS, when set, makes the HTTP listener serve HTTPS and enables
 	// AMQPSListen.
 	TLS TLSConfig `toml:"tls"`
+
+	// AllowedHosts are the names (besides IP literals, localhost and
+	// *.localhost) clients may address the HTTP listener by, in the Host
+	// header: "sluice.internal", "*.example.com"; "*" allows any. Other
+	// names get 421, which stops DNS-rebinding pages (browser.go).
+	AllowedHosts []string `toml:"allowed_hosts"`
 
 	// AllowNonLoopback permits listening beyond loopback without
 	// credentials. Without it, a non-loopback listener is refused unless
@@ -233,19 +282,20 @@ func (c AlertsConfig) options() alerts.Options {
 // DefaultOptions returns the settings `sluice server` starts with.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:            "./sluice-data",
-		Store:              "disk",
-		SQSListen:          "127.0.0.1:9324",
-		AMQPListen:         "127.0.0.1:5672",
-		AMQPMaxMessageSize: amqp.DefaultMaxMessageSize,
-		AMQPProduct:        amqp.DefaultProduct,
-		MaxHTTPConnections: 10000,
-		MinFreeDisk:        256 << 20,
-		AccountID:          "000000000000",
-		Region:             "us-east-1",
-		LogLevel:           "info",
-		LogFormat:          "text",
-		Alerts:             alertsConfigFrom(alerts.DefaultOptions()),
+		DataDir:                 "./sluice-data",
+		Store:                   "disk",
+		SQSListen:               "127.0.0.1:9324",
+		AMQPListen:              "127.0.0.1:5672",
+		AMQPMaxMessageSize:      amqp.DefaultMaxMessageSize,
+		AMQPProduct:             amqp.DefaultProduct,
+		MaxHTTPConnections:      10000,
+		MaxHTTPConnectionsPerIP: 2000,
+		MinFreeDisk:             256 << 20,
+		AccountID:               "000000000000",
+		Region:                  "us-east-1",
+		LogLevel:                "info",
+		LogFormat:               "text",
+		Alerts:                  alertsConfigFrom(alerts.DefaultOptions()),
 	}
 }
 
@@ -301,8 +351,21 @@ func (o *Options) Validate() error {
 	if o.MinFreeDisk < 0 {
 		errs = append(errs, errors.New("min_free_disk: must not be negative"))
 	}
+	if o.HTTPBodyBudget < 0 {
+		errs = append(errs, errors.New("http_body_budget: must not be negative"))
+	} else if o.HTTPBodyBudget > 0 && o.HTTPBodyBudget < 5<<20 {
+		errs = append(errs, errors.New("http_body_budget: must be at least 5 MiB (5242880), the largest SQS request"))
+	}
+	for _, h := range o.AllowedHosts {
+		if !validHostPattern(h) {
+			errs = append(errs, fmt.Errorf("allowed_hosts: %q is not a host name, *.domain or *", h))
+		}
+	}
 	if o.MaxHTTPConnections < 0 {
 		errs = append(errs, errors.New("max_http_connections: must not be negative"))
+	}
+	if o.MaxHTTPConnectionsPerIP < 0 {
+		errs = append(errs, errors.New("max_http_connections_per_ip: must not be negative"))
 	}
 	if (o.TLS.Cert == "") != (o.TLS.Key == "") {
 		errs = append(errs, errors.New("tls: cert and key go together"))

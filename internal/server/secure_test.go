@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -203,37 +204,118 @@ func TestTLSOnHTTPAndAMQP(t *testing.T) {
 	}
 }
 
+// TestHTTPConnectionCap: at the cap, a connection that has sent nothing
+// is closed to make room for a new one; when every connection is busy with
+// a request, new ones wait until one ends.
 func TestHTTPConnectionCap(t *testing.T) {
 	s := startWith(t, func(o *Options) { o.MaxHTTPConnections = 2 })
 	addr := s.SQSAddr()
-	var held []net.Conn
-	for i := 0; i < 2; i++ {
+	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, c)
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	// Both slots are taken by idle connections: a third client is not
-	// served until one of them goes.
-	third, err := net.Dial("tcp", addr)
+	served := func(c net.Conn, d time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(d))
+		buf := make([]byte, 64)
+		n, _ := c.Read(buf)
+		return strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200")
+	}
+	// Two silent connections hold both slots; a third is served anyway.
+	dial()
+	dial()
+	third := dial()
+	third.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if !served(third, 10*time.Second) {
+		t.Fatal("idle connections kept a new client out")
+	}
+	third.Close()
+
+	// Two connections in the middle of a request (headers half sent) are
+	// busy: a third waits until one of them completes its request.
+	busy := []net.Conn{dial(), dial()}
+	for _, c := range busy {
+		c.Write([]byte("GET /health HTTP/1.1\r\n"))
+	}
+	fourth := dial()
+	fourth.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if served(fourth, 300*time.Millisecond) {
+		t.Fatal("served beyond the cap while every connection was busy")
+	}
+	busy[0].Write([]byte("Host: x\r\nConnection: close\r\n\r\n"))
+	if !served(busy[0], 10*time.Second) {
+		t.Fatal("busy request not served")
+	}
+	if !served(fourth, 10*time.Second) {
+		t.Fatal("not served after a slot freed")
+	}
+}
+
+// TestIdleConnectionsDoNotStarveOthers is the security issue's slot
+// exhaustion finding: one client holding every connection slot with idle
+// keep-alive connections made /health, SQS and the admin API time out.
+// Now idle connections give way, and one address cannot take more than
+// its share.
+func TestIdleConnectionsDoNotStarveOthers(t *testing.T) {
+	const slots = 40
+	s := startWith(t, func(o *Options) { o.MaxHTTPConnections = slots })
+	addr := s.SQSAddr()
+	// The hog: every slot, each used once and then held idle.
+	for i := 0; i < slots; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+			t.Fatalf("hog connection %d: %v", i, err)
+		}
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/health", "/sluice/v1/queues", "/?Action=ListQueues"} {
+		resp, err := hc.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("%s while idle connections hold every slot: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	if _, err := client(addr).ListQueues(context.Background(), &sqs.ListQueuesInput{}); err != nil {
+		t.Fatalf("SDK while idle connections hold every slot: %v", err)
+	}
+}
+
+// TestHTTPConnectionsPerIP: one address gets at most its share; a
+// connection over it is closed when none of the address's own
+// connections is idle.
+func TestHTTPConnectionsPerIP(t *testing.T) {
+	s := startWith(t, func(o *Options) { o.MaxHTTPConnectionsPerIP = 3 })
+	addr := s.SQSAddr()
+	for i := 0; i < 3; i++ { // busy: headers half sent
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("GET /health HTTP/1.1\r\n"))
+	}
+	extra, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer third.Close()
-	third.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
-	third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	buf := make([]byte, 64)
-	if n, _ := third.Read(buf); n > 0 {
-		t.Fatalf("served beyond the cap: %q", buf[:n])
+	defer extra.Close()
+	extra.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+	extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := extra.Read(make([]byte, 64)); err == nil {
+		t.Fatal("a connection over the per-IP cap was served")
 	}
-	held[0].Close()
-	third.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, err := third.Read(buf)
-	if err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
-		t.Fatalf("not served after a slot freed: %q %v", buf[:n], err)
-	}
-	held[1].Close()
 }
 
 // TestDiskNearlyFullBackPressure: below min_free_disk, sends are refused

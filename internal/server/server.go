@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,7 @@ import (
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/httpbody"
 	"github.com/sluicemq/sluice/internal/metrics"
 	"github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store"
@@ -52,6 +54,8 @@ type Server struct {
 	alerts  *alerts.Manager
 	dash    *dashboard.Dashboard
 	amqp    *amqp.Server
+	// budget bounds request bodies buffered across HTTP requests.
+	budget *httpbody.Budget
 
 	// freeBytes reads a directory's free space (a field so tests can
 	// simulate a full disk). diskRefusing is the watermark's state, owned
@@ -102,7 +106,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 	}()
 
-	s.metrics = metrics.New(metrics.WithClock(clk))
+	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithMaxQueueSeries(opts.MetricsMaxQueueSeries))
 	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
 	s.dash = dashboard.New(nil, dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts})
 	switch opts.Store {
@@ -138,6 +142,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
 		DeadLetterRouter: topo,
 		BodyMemoryBudget: opts.BodyMemoryBudget,
+		MaxQueues:        opts.MaxQueues,
+		MaxQueueMessages: opts.MaxQueueMessages,
+		MaxQueueBytes:    opts.MaxQueueBytes,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
@@ -153,7 +160,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// The AMQP server loads the topology even when no AMQP listener is
 	// configured: the engine's dead-letter routing depends on it.
 	s.amqp, err = amqp.New(eng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers(),
-		MaxMessageSize: opts.AMQPMaxMessageSize, Product: opts.AMQPProduct})
+		MaxMessageSize: opts.AMQPMaxMessageSize, Product: opts.AMQPProduct,
+		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes,
+		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes})
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
@@ -178,8 +187,12 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_amqp_refused_publishes_total",
 			Help: "AMQP publishes without confirms or a transaction that the engine refused (full reject-publish queue, disk watermark, failed store) and that were dropped."},
 			func() float64 { return float64(s.amqp.RefusedPublishes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_amqp_panics_total",
+			Help: "Panics in AMQP connection, channel and consumer goroutines, each contained to its connection (closed with 541)."},
+			func() float64 { return float64(s.amqp.Panics()) }),
 	)
 
+	s.budget = httpbody.NewBudget(opts.HTTPBodyBudget, 0, clk)
 	s.httpSrv = &http.Server{
 		Handler: s.routes(eng, clk),
 		// Slow clients cannot hold a connection by trickling a request:
@@ -197,7 +210,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("sqs_listen: %w", err)
 	}
 	closers = append(closers, func() { ln.Close() })
-	ln = newLimitListener(ln, opts.MaxHTTPConnections)
+	cl := newConnLimiter(ln, opts.MaxHTTPConnections, opts.MaxHTTPConnectionsPerIP)
+	s.httpSrv.ConnState = cl.connState
+	ln = cl
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
@@ -231,7 +246,8 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
-	ops.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk}))
+	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk})
+	ops.Handle(admin.Prefix, adminH)
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	ops.Handle("/ui/", s.dash)
@@ -242,13 +258,19 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
 
-	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk})
+	// One budget for every request body buffered in memory, read once
+	// (by SigV4 when it is on, else by the SQS handler).
+	budget := s.budget
+	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget})
+	var sqsH http.Handler = sqsAPI
 	if len(opts.SQSCredentials) > 0 {
-		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk, Logger: s.log.With("component", "sigv4")})
+		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk,
+			Logger: s.log.With("component", "sigv4"), BodyBudget: budget, ErrorWriter: sqsAPI.WriteAuthError})
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
+	mux.Handle("POST /sluice/v1/failures", s.failuresRoute(adminH, guarded, budget, clk))
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)
 	mux.Handle("/", sqsH)
@@ -261,7 +283,29 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		}
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
-	return mux
+	return newBrowserGuard(mux, opts.AllowedHosts)
+}
+
+// failuresRoute serves POST /sluice/v1/failures. Besides an operator
+// credential (guarded), a worker may sign its report with its SQS key
+// (SigV4, as the worker SDK does): the report is then accepted for the
+// queues that key may use (the admin handler checks the allow-list), so
+// workers need no admin token.
+func (s *Server) failuresRoute(adminH, guarded http.Handler, budget *httpbody.Budget, clk clock.Clock) http.Handler {
+	if len(s.opts.SQSCredentials) == 0 {
+		return guarded
+	}
+	signed := sigv4.Middleware(adminH, sigv4.Options{Region: s.opts.Region, Credentials: s.opts.sigv4Credentials(), Clock: clk,
+		Logger: s.log.With("component", "sigv4"), BodyBudget: budget,
+		// In the admin API's error shape, which the worker SDK reads.
+		ErrorWriter: func(w http.ResponseWriter, _ *http.Request, e sigv4.Error) { refuse(w, e.Status, e.Code, e.Message) }})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
+			signed.ServeHTTP(w, r)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
 }
 
 // SQSAddr is the address of the HTTP listener (SQS API, admin API,
@@ -270,6 +314,10 @@ func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
 
 // AMQPAddr is the address of the (first) AMQP listener, "" when off.
 func (s *Server) AMQPAddr() string { return s.amqpAddr }
+
+// BufferedRequestBytes is the buffer capacity request bodies hold now,
+// out of the http_body_budget.
+func (s *Server) BufferedRequestBytes() int64 { return s.budget.InUse() }
 
 // Engine returns the engine (for in-process tests and tools).
 func (s *Server) Engine() *engine.Engine { return s.eng }

@@ -164,16 +164,17 @@ func isQueueARN(s string) bool {
 // arnQueue resolves a move task ARN parameter to a queue name. A malformed
 // ARN is InvalidParameterValue; a well-formed one that names no queue here
 // (another account or region, or an unknown name) is the 404 naming param.
-// Existence is checked by the engine call that follows.
-func (h *Handler) arnQueue(arn, param string) (string, *apiError) {
+// Existence is checked by the engine call that follows; the allow-list
+// here.
+func (c *call) arnQueue(arn, param string) (string, *apiError) {
 	if !isQueueARN(arn) {
 		return "", errParam(arn, param, "Invalid ARN.")
 	}
-	name, ok := h.queueNameFromARN(arn)
+	name, ok := c.h.queueNameFromARN(arn)
 	if !ok {
 		return "", errResourceNotFound(param)
 	}
-	return name, nil
+	return name, c.authorize(name)
 }
 
 func (c *call) startMessageMoveTask() (output, *apiError) {
@@ -187,13 +188,13 @@ func (c *call) startMessageMoveTask() (output, *apiError) {
 	if err := checkRange(in.MaxNumberOfMessagesPerSecond, paramMoveRate, 1, engine.MaxMoveRate, msgMoveRateRange); err != nil {
 		return nil, err
 	}
-	src, err := c.h.arnQueue(in.SourceArn, paramSourceArn)
+	src, err := c.arnQueue(in.SourceArn, paramSourceArn)
 	if err != nil {
 		return nil, err
 	}
 	spec := engine.MoveTaskSpec{Source: src}
 	if in.DestinationArn != "" {
-		dst, err := c.h.arnQueue(in.DestinationArn, paramDestinationArn)
+		dst, err := c.arnQueue(in.DestinationArn, paramDestinationArn)
 		if err != nil {
 			return nil, err
 		}
@@ -201,6 +202,8 @@ func (c *call) startMessageMoveTask() (output, *apiError) {
 			return nil, errParam(in.DestinationArn, paramDestinationArn, msgSameSourceAndDest)
 		}
 		spec.Destination = dst
+	} else if c.restricted() {
+		return nil, errAccessDenied("original source queues")
 	}
 	if in.MaxNumberOfMessagesPerSecond.Set {
 		// The engine marks the rate as chosen (RateSet) whenever it is not
@@ -230,6 +233,9 @@ func (c *call) cancelMessageMoveTask() (output, *apiError) {
 	if !ok {
 		return nil, errResourceNotFound(paramSourceArn)
 	}
+	if err := c.authorize(src); err != nil {
+		return nil, err
+	}
 	if _, err := c.h.eng.Config(src); err != nil {
 		return nil, mapEngineErr(err, errDetail{queue: src, sourceArn: arn})
 	}
@@ -256,7 +262,7 @@ func (c *call) listMessageMoveTasks() (output, *apiError) {
 	if err := checkRange(in.MaxResults, "MaxResults", 1, maxMoveTasksListed, msgMoveMaxResults); err != nil {
 		return nil, err
 	}
-	src, err := c.h.arnQueue(in.SourceArn, paramSourceArn)
+	src, err := c.arnQueue(in.SourceArn, paramSourceArn)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,9 @@ func (c *call) createQueue() (output, *apiError) {
 	if !fifo && hasSuffix {
 		return nil, newErr(kindInvalidParameter, msgQueueNameInvalid)
 	}
+	if err := c.authorize(name); err != nil {
+		return nil, err
+	}
 	apply, err := c.parseAttributes(in.Attributes, name, fifo)
 	if err != nil {
 		return nil, err
@@ -110,6 +113,9 @@ func (c *call) getQueueURL() (output, *apiError) {
 	}
 	if !validQueueName(in.QueueName) {
 		return nil, errQueueDoesNotExist()
+	}
+	if err := c.authorize(in.QueueName); err != nil {
+		return nil, err
 	}
 	if _, gerr := c.h.eng.GetQueue(in.QueueName); gerr != nil {
 		return nil, mapEngineErr(gerr, errDetail{queue: in.QueueName})

@@ -289,6 +289,9 @@ func (c *call) parseRedrivePolicy(raw, src string, fifo bool) (*engine.DeadLette
 	if !ok {
 		return nil, bad("Dead letter target does not exist.")
 	}
+	if err := c.authorize(dlq); err != nil {
+		return nil, err
+	}
 	info, err := c.h.eng.GetQueue(dlq)
 	if errors.Is(err, engine.ErrQueueNotFound) {
 		return nil, bad("Dead letter target does not exist.")

@@ -58,6 +58,7 @@ var (
 	kindInvalidAttrValue     = &errorKind{"InvalidAttributeValue", "InvalidAttributeValue", "", 400}
 	kindInvalidContents      = &errorKind{"InvalidMessageContents", "InvalidMessageContents", "", 400}
 	kindOverLimit            = &errorKind{"OverLimit", "OverLimit", "", 400}
+	kindUnsupportedOperation = &errorKind{"AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation", "", 400}
 	kindResourceNotFound     = &errorKind{"ResourceNotFoundException", "ResourceNotFoundException", "", 404}
 	kindInvalidAction        = &errorKind{"InvalidAction", "UnknownOperationException", "com.amazon.coral.service", 400}
 	kindUnknownOperation     = &errorKind{"UnknownOperationException", "UnknownOperationException", "com.amazon.coral.service", 404}
@@ -186,9 +187,13 @@ func mapEngineErr(err error, d errDetail) *apiError {
 		return errParam(d.visibility, "VisibilityTimeout", "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]")
 	case errors.Is(err, engine.ErrOverLimit):
 		return newErr(kindOverLimit, "Too many messages in flight on queue %s.", d.queue)
+	case errors.Is(err, engine.ErrTooManyQueues):
+		return newErr(kindOverLimit, "The broker already has its maximum number of queues; delete one first.")
 	case errors.Is(err, engine.ErrQueueFull):
-		// A length limit set over AMQP (x-max-length with reject-publish);
-		// SQS has no such limit, OverLimit is the closest modelled error.
+		// A length limit set over AMQP (x-max-length with reject-publish)
+		// or the broker's per-queue caps (max_queue_messages,
+		// max_queue_bytes); SQS has no such limit, OverLimit is the
+		// closest modelled error.
 		return newErr(kindOverLimit, "Queue %s is at its length limit and rejects new messages.", d.queue)
 	case errors.Is(err, engine.ErrMissingGroupID):
 		if d.batch {

@@ -11,7 +11,9 @@
 //
 // # Caveats
 //
-//   - Requests are not authenticated: SigV4 signatures are accepted unchecked.
+//   - Requests are authenticated only when internal/auth/sigv4 wraps the
+//     handler; this package then authorizes them against the key's queue allow-list
+//     (authz.go). Otherwise SigV4 signatures are accepted unchecked.
 //   - Permissions (AddPermission, Policy) are stored and returned but not
 //     enforced.
 //
@@ -27,7 +29,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/httpbody"
 )
 
 // Options configure a Handler.
@@ -44,6 +46,10 @@ type Options struct {
 	Region    string       // region in ARNs; default "us-east-1"
 	Logger    *slog.Logger // nil: discard
 	Clock     clock.Clock  // nil: clock.Real
+	// BodyBudget bounds the bytes of request bodies buffered across all
+	// requests in flight (shared with SigV4); nil: no shared bound (each
+	// body is still capped at 5 MiB and grown only as bytes arrive).
+	BodyBudget *httpbody.Budget
 }
 
 // Handler serves the SQS API. It is safe for concurrent use and holds no
@@ -54,13 +60,14 @@ type Handler struct {
 	region  string
 	log     *slog.Logger
 	clock   clock.Clock
+	budget  *httpbody.Budget
 
 	bufs sync.Pool // *[]byte response buffers (writeOutput)
 }
 
 // New returns a Handler serving eng.
 func New(eng *engine.Engine, opts Options) *Handler {
-	h := &Handler{eng: eng, account: opts.AccountID, region: opts.Region, log: opts.Logger, clock: opts.Clock}
+	h := &Handler{eng: eng, account: opts.AccountID, region: opts.Region, log: opts.Logger, clock: opts.Clock, budget: opts.BodyBudget}
 	if h.account == "" {
 		h.account = "000000000000"
 	}
@@ -107,6 +114,8 @@ type call struct {
 	form form   // Query fields
 
 	sender string // SenderId for sent messages
+
+	releaseBody func() // gives the body's bytes back to the shared budget
 }
 
 // ServeHTTP detects the protocol, decodes the request, runs the action and
@@ -121,6 +130,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.sender = senderID(r, h.account)
 
 	out, err := c.serve(w, r)
+	defer c.releaseBody()
 	if err != nil {
 		c.writeError(w, err)
 		return
@@ -129,17 +139,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError) {
-	body, err := readBody(http.MaxBytesReader(w, r.Body, maxRequestBody), r.ContentLength)
-	if err != nil {
-		var tooBig *http.MaxBytesError
+	c.releaseBody = func() {}
+	body, aerr := c.readBody(w, r)
+	if aerr != nil {
 		c.proto = protoQuery
 		if isJSONRequest(r) {
 			c.proto, c.jsonOut = protoJSON, true
 		}
-		if errors.As(err, &tooBig) {
-			return nil, newErr(kindTooLarge, "Request body is larger than %d bytes.", maxRequestBody)
-		}
-		return nil, newErr(kindMalformedQuery, "The request body could not be read.")
+		return nil, aerr
 	}
 
 	if isJSONRequest(r) {
@@ -174,29 +181,29 @@ func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError)
 	return c.dispatch()
 }
 
-// readBody is io.ReadAll starting with room for the declared length (plus
-// one byte for the read that sees EOF), so a request body is read into one
-// allocation instead of a doubling series. The result is never modified or
-// reused after decoding: decoded strings point into it.
-func readBody(r io.Reader, contentLength int64) ([]byte, error) {
-	n := 512
-	if contentLength > 0 && contentLength < maxRequestBody {
-		n = int(contentLength) + 1
+// readBody returns the request body: the one SigV4 already read and
+// hashed, or else read here under the shared budget (never sized from
+// Content-Length). The result is never modified or reused after decoding:
+// decoded strings point into it.
+func (c *call) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if body, ok := httpbody.FromContext(r.Context()); ok {
+		return body, nil
 	}
-	b := make([]byte, 0, n)
-	for {
-		m, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
 	}
+	body, release, err := c.h.budget.Read(r.Context(), http.MaxBytesReader(w, r.Body, maxRequestBody), maxRequestBody)
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		c.releaseBody = release
+		return body, nil
+	case errors.Is(err, httpbody.ErrTooLarge) || errors.As(err, &tooBig):
+		return nil, newErr(kindTooLarge, "Request body is larger than %d bytes.", maxRequestBody)
+	case errors.Is(err, httpbody.ErrBusy):
+		return nil, errText(kindServiceUnavailable, "The server is busy reading other requests. Please retry.")
+	}
+	return nil, newErr(kindMalformedQuery, "The request body could not be read.")
 }
 
 // isJSONRequest: AWS JSON 1.x is recognised by an X-Amz-Target header with
@@ -290,6 +297,9 @@ func lookupAction(name string) (fn actionFunc, queueAction bool, ok bool) {
 }
 
 func (c *call) dispatch() (output, *apiError) {
+	if err := c.checkAccount(); err != nil {
+		return nil, err
+	}
 	fn, queueAction, ok := lookupAction(c.action)
 	if !ok {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
@@ -299,7 +309,26 @@ func (c *call) dispatch() (output, *apiError) {
 	if c.proto == protoQuery && c.pathQueue != "" && !queueAction && c.action != "GetQueueUrl" {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
+	if c.req != nil && (c.req.Method == http.MethodGet || c.req.Method == http.MethodHead) && !readOnlyAction(c.action) && !c.signed() {
+		// A browser sends GETs from any page (<img src>, links) without
+		// asking; an action that changes state must come as a POST,
+		// which every SDK sends, unless it is SigV4-signed (a presigned
+		// URL is itself a credential: a page holding one could use it
+		// anyway).
+		return nil, newErr(kindUnsupportedOperation, "The action %s changes state and must be sent with POST.", c.action)
+	}
 	return fn(c)
+}
+
+// readOnlyAction reports whether an action only reads (and so may be sent
+// as a GET). ReceiveMessage is not: it hides and counts messages.
+func readOnlyAction(name string) bool {
+	switch name {
+	case "GetQueueUrl", "GetQueueAttributes", "ListQueues", "ListQueueTags",
+		"ListDeadLetterSourceQueues", "ListMessageMoveTasks":
+		return true
+	}
+	return false
 }
 
 // decode fills in from the request in its protocol.
@@ -322,7 +351,7 @@ func (c *call) queueName(queueURL string) (string, *apiError) {
 		if c.pathAccount != c.h.account {
 			return "", errQueueDoesNotExist()
 		}
-		return c.pathQueue, nil
+		return c.pathQueue, c.authorize(c.pathQueue)
 	}
 	p := queueURL
 	if i := strings.Index(p, "://"); i >= 0 {
@@ -347,7 +376,7 @@ func (c *call) queueName(queueURL string) (string, *apiError) {
 	if !validQueueName(name) {
 		return "", errQueueDoesNotExist()
 	}
-	return name, nil
+	return name, c.authorize(name)
 }
 
 // lastSegment returns the last non-empty "/"-separated segment of p and

@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"context"
 	"net/url"
 	"reflect"
 	"testing"
@@ -63,7 +64,7 @@ func TestXMLEscape(t *testing.T) {
 
 func TestQueueName(t *testing.T) {
 	h := New(nil, Options{AccountID: "123456789012"})
-	c := &call{h: h}
+	c := &call{h: h, ctx: context.Background()}
 	for _, tc := range []struct {
 		url, name string
 		ok        bool

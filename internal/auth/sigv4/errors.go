@@ -1,13 +1,8 @@
 package sigv4
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/xml"
-	"mime"
 	"net/http"
-	"strings"
 )
 
 // authError is a request the middleware refuses. code is the Query code
@@ -67,12 +62,10 @@ func errExpired(msg string) *authError {
 	return newAuthError("RequestExpired", msg, msg)
 }
 
-// errAccessDenied is the per-queue allow-list refusing a request. The
-// code and JSON shape are SQS's modelled AccessDenied.
-func errAccessDenied(queue string) *authError {
-	return &authError{code: "AccessDenied", jsonType: "com.amazonaws.sqs#AccessDeniedException", status: http.StatusForbidden,
-		msg:    "Access to the resource " + clip(queue) + " is denied.",
-		reason: "queue not in the credential's allow-list"}
+// errBusy: the shared body budget stayed spent; 503 so SDKs retry.
+func errBusy() *authError {
+	return &authError{code: "ServiceUnavailable", jsonType: coral + "ServiceUnavailable", status: http.StatusServiceUnavailable,
+		msg: "The server is busy reading other requests. Please retry.", reason: "body budget exhausted"}
 }
 
 func errBodyTooLarge(limit int64) *authError {
@@ -108,75 +101,30 @@ func itoa(n int64) string {
 	return string(b[i:])
 }
 
-// writeError answers in the request's protocol, in the shapes the SQS
-// handler uses (docs: SQS reference §6): AWS JSON 1.0 for a JSON request,
-// the Query error rendered as JSON for a Query request that accepts JSON,
-// and the Query <ErrorResponse> XML otherwise. Every shape carries the
-// x-amzn-query-error header and an x-amzn-RequestId.
-func writeError(w http.ResponseWriter, r *http.Request, e *authError) {
-	reqID := newRequestID()
-	h := w.Header()
-	h.Set("X-Amzn-Requestid", reqID)
-	h.Set("X-Amzn-Query-Error", e.code+";Sender")
-	switch {
-	case isJSONRequest(r):
-		body, _ := json.Marshal(map[string]string{"__type": e.jsonType, "message": e.msg})
-		h.Set("Content-Type", "application/x-amz-json-1.0")
-		w.WriteHeader(e.status)
-		w.Write(body)
-	case acceptsJSON(r):
-		body, _ := json.Marshal(map[string]any{"ErrorResponse": map[string]any{
-			"Error":     map[string]string{"Type": "Sender", "Code": e.code, "Message": e.msg},
-			"RequestId": reqID,
-		}})
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(e.status)
-		w.Write(body)
-	default:
-		var b strings.Builder
-		b.WriteString(`<?xml version="1.0"?><ErrorResponse xmlns="http://queue.amazonaws.com/doc/2012-11-05/"><Error><Type>Sender</Type><Code>`)
-		xmlText(&b, e.code)
-		b.WriteString(`</Code><Message>`)
-		xmlText(&b, e.msg)
-		b.WriteString(`</Message><Detail/></Error><RequestId>`)
-		xmlText(&b, reqID)
-		b.WriteString(`</RequestId></ErrorResponse>`)
-		h.Set("Content-Type", "text/xml")
-		w.WriteHeader(e.status)
-		w.Write([]byte(b.String()))
+// Error is a refusal as the client sees it, for Options.ErrorWriter: the
+// code (Query <Code> and the x-amzn-query-error header, where both
+// aws-sdk-go-v2 and botocore read ErrorCode), the JSON __type, the HTTP
+// status and the message.
+type Error struct {
+	Code, JSONType string
+	Status         int
+	Message        string
+}
+
+func (e *authError) public() Error {
+	return Error{Code: e.code, JSONType: e.jsonType, Status: e.status, Message: e.msg}
+}
+
+// writeError renders a refusal with the ErrorWriter, or, without one, as
+// a bare AWS JSON error.
+func (v *verifier) writeError(w http.ResponseWriter, r *http.Request, e *authError) {
+	if v.errorWriter != nil {
+		v.errorWriter(w, r, e.public())
+		return
 	}
-}
-
-func xmlText(b *strings.Builder, s string) {
-	_ = xml.EscapeText(b, []byte(s))
-}
-
-// isJSONRequest mirrors the SQS handler's detection: an X-Amz-Target
-// header with an application/x-amz-json-1.x (or application/json) body.
-func isJSONRequest(r *http.Request) bool {
-	if r.Header.Get("X-Amz-Target") == "" {
-		return false
-	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	return strings.HasPrefix(mt, "application/x-amz-json-1.") || mt == "application/json"
-}
-
-func acceptsJSON(r *http.Request) bool {
-	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
-		mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
-		if mt == "application/json" {
-			return true
-		}
-	}
-	return false
-}
-
-// newRequestID is a random (version 4) UUID.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	s := hex.EncodeToString(b[:])
-	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+	body, _ := json.Marshal(map[string]string{"__type": e.jsonType, "message": e.msg})
+	w.Header().Set("X-Amzn-Query-Error", e.code+";Sender")
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.WriteHeader(e.status)
+	w.Write(body)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/clock"
+	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 )
 
 // FuzzAuthorizationHeader: whatever the Authorization header (and query
@@ -40,6 +41,7 @@ func FuzzAuthorizationHeader(f *testing.F) {
 		Region:      region,
 		Credentials: []sigv4.Credentials{{AccessKeyID: akid, SecretAccessKey: secret, Queues: []string{"q"}}},
 		Clock:       clock.NewFake(now),
+		ErrorWriter: sluicesqs.New(nil, sluicesqs.Options{}).WriteAuthError,
 	})
 	codes := map[string]bool{"MissingAuthenticationToken": true, "IncompleteSignature": true, "InvalidClientTokenId": true,
 		"SignatureDoesNotMatch": true, "RequestExpired": true}

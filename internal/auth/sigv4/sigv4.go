@@ -11,14 +11,17 @@
 // X-Amz-Credential, X-Amz-Date, X-Amz-Expires, X-Amz-SignedHeaders,
 // X-Amz-Signature in the query string). The canonical request is built as
 // aws-sdk-go-v2 and botocore build it for a non-S3 service (canonical.go).
-// The body is read (up to MaxBody) to hash it and handed on unchanged.
+// The body is read (up to MaxBody, under the shared BodyBudget, never sized
+// from Content-Length) to hash it, and handed on in the request context
+// (httpbody.FromContext) so the SQS handler does not read it again.
 //
-// A request that fails is answered 403 in the request's protocol with one
-// of the codes AWS uses: MissingAuthenticationToken, IncompleteSignature,
-// InvalidClientTokenId, SignatureDoesNotMatch, RequestExpired; and
-// AccessDenied when a credential limited to some queues names another
-// (queues.go). A request that passes reaches the next handler with its
-// Principal in the context (PrincipalFromContext).
+// The middleware only authenticates. A request that fails is answered 403
+// in the request's protocol with one of the codes AWS uses:
+// MissingAuthenticationToken, IncompleteSignature, InvalidClientTokenId,
+// SignatureDoesNotMatch, RequestExpired. A request that passes reaches the
+// next handler with its Principal in the context (PrincipalFromContext);
+// the SQS handler authorizes it (the Principal's queue allow-list) on the
+// request it decoded, so there is one SQS parser, not two.
 //
 // Not verified: IAM policies and SQS queue policies (AddPermission), and
 // session tokens (X-Amz-Security-Token is signed like any header but not
@@ -44,14 +47,16 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/httpbody"
 )
 
 // Credentials is one access key Sluice accepts.
 type Credentials struct {
 	AccessKeyID     string
 	SecretAccessKey string
-	// Account is informational: it is carried into the Principal (for a
-	// future SenderId or ARN) but does not change what is allowed.
+	// Account, when set, binds the key to that account: the SQS handler
+	// refuses every request of a key bound to an account other than the
+	// server's (account_id) with AccessDenied.
 	Account string
 	// Queues, when not empty, limits the key to these queue names. An
 	// entry ending in "*" matches every name with that prefix ("orders-*");
@@ -72,8 +77,15 @@ type Options struct {
 	// MaxBody caps the body read to hash it. Zero means 5 MiB, the SQS
 	// handler's own cap.
 	MaxBody int64
-	Clock   clock.Clock  // nil: clock.Real
-	Logger  *slog.Logger // nil: discard
+	// BodyBudget bounds the bytes of bodies buffered across all requests
+	// in flight (shared with the SQS handler); nil: no shared bound.
+	BodyBudget *httpbody.Budget
+	// ErrorWriter renders a refusal in the request's protocol (the SQS
+	// handler's WriteAuthError, so SQS errors have one renderer). nil: a
+	// bare AWS JSON error body.
+	ErrorWriter func(w http.ResponseWriter, r *http.Request, e Error)
+	Clock       clock.Clock  // nil: clock.Real
+	Logger      *slog.Logger // nil: discard
 }
 
 // Defaults.
@@ -185,13 +197,15 @@ func (k *key) signingKey(date, region, service string) []byte {
 }
 
 type verifier struct {
-	next    http.Handler
-	region  string
-	keys    map[string]*key
-	maxSkew time.Duration
-	maxBody int64
-	clock   clock.Clock
-	log     *slog.Logger
+	next        http.Handler
+	region      string
+	keys        map[string]*key
+	maxSkew     time.Duration
+	maxBody     int64
+	budget      *httpbody.Budget
+	clock       clock.Clock
+	errorWriter func(w http.ResponseWriter, r *http.Request, e Error)
+	log         *slog.Logger
 }
 
 // Middleware returns next behind SigV4 verification. With no credentials
@@ -199,13 +213,15 @@ type verifier struct {
 // middleware out to run without authentication.
 func Middleware(next http.Handler, opts Options) http.Handler {
 	v := &verifier{
-		next:    next,
-		region:  opts.Region,
-		keys:    make(map[string]*key, len(opts.Credentials)),
-		maxSkew: opts.MaxSkew,
-		maxBody: opts.MaxBody,
-		clock:   opts.Clock,
-		log:     opts.Logger,
+		next:        next,
+		region:      opts.Region,
+		keys:        make(map[string]*key, len(opts.Credentials)),
+		maxSkew:     opts.MaxSkew,
+		maxBody:     opts.MaxBody,
+		budget:      opts.BodyBudget,
+		errorWriter: opts.ErrorWriter,
+		clock:       opts.Clock,
+		log:         opts.Logger,
 	}
 	if v.maxSkew <= 0 {
 		v.maxSkew = DefaultMaxSkew
@@ -238,17 +254,13 @@ func Middleware(next http.Handler, opts Options) http.Handler {
 }
 
 func (v *verifier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, akid, body, err := v.authenticate(r)
+	p, akid, body, release, err := v.authenticate(r)
 	if err != nil {
 		v.reject(w, r, akid, err)
 		return
 	}
-	if p.Restricted() {
-		if q, ok := deniedQueue(r, body, p); !ok {
-			v.reject(w, r, akid, errAccessDenied(q))
-			return
-		}
-	}
+	defer release()
+	r = httpbody.WithBody(r, body)
 	v.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 }
 
@@ -260,7 +272,7 @@ func (v *verifier) reject(w http.ResponseWriter, r *http.Request, akid string, e
 	remote, _, _ := net.SplitHostPort(r.RemoteAddr)
 	v.log.Info("sqs request rejected", "code", e.code, "reason", e.reason,
 		"access_key", clip(akid), "method", r.Method, "path", clip(r.URL.Path), "remote", remote)
-	writeError(w, r, e)
+	v.writeError(w, r, e)
 }
 
 // sig is a parsed signature, from either form.
@@ -282,9 +294,31 @@ func (s *sig) scope() string {
 	return s.scopeDate + "/" + s.region + "/" + s.service + "/aws4_request"
 }
 
-// authenticate verifies r and returns its principal and body, or the
-// error to answer and (for the log) the access key id the request claimed.
-func (v *verifier) authenticate(r *http.Request) (*Principal, string, []byte, *authError) {
+// authenticate verifies r and returns its principal, its body and the
+// function that gives the body's bytes back to the budget, or the error to
+// answer and (for the log) the access key id the request claimed.
+func (v *verifier) authenticate(r *http.Request) (*Principal, string, []byte, func(), *authError) {
+	p, akid, body, err := v.verify(r)
+	if err != nil {
+		if body.release != nil {
+			body.release()
+		}
+		return nil, akid, nil, nil, err
+	}
+	if body.release == nil {
+		body.release = func() {}
+	}
+	return p, akid, body.b, body.release, nil
+}
+
+// readBody is a body read under the budget.
+type readBody struct {
+	b       []byte
+	release func() // nil when nothing is held
+}
+
+func (v *verifier) verify(r *http.Request) (*Principal, string, readBody, *authError) {
+	var body readBody
 	params := splitQuery(r.URL.RawQuery)
 	authz := r.Header.Values("Authorization")
 	presigned := hasPresignParams(params)
@@ -292,11 +326,11 @@ func (v *verifier) authenticate(r *http.Request) (*Principal, string, []byte, *a
 	var err *authError
 	switch {
 	case len(authz) == 0 && !presigned:
-		return nil, "", nil, errMissingToken("no Authorization header and no presigned query parameters")
+		return nil, "", body, errMissingToken("no Authorization header and no presigned query parameters")
 	case len(authz) > 0 && presigned:
-		return nil, "", nil, errIncomplete("Only one authentication method is allowed: the Authorization header or the X-Amz-* query parameters, not both.")
+		return nil, "", body, errIncomplete("Only one authentication method is allowed: the Authorization header or the X-Amz-* query parameters, not both.")
 	case len(authz) > 1:
-		return nil, "", nil, errIncomplete("Only one Authorization header is allowed.")
+		return nil, "", body, errIncomplete("Only one Authorization header is allowed.")
 	case presigned:
 		s, err = parsePresigned(params)
 	default:
@@ -310,25 +344,25 @@ func (v *verifier) authenticate(r *http.Request) (*Principal, string, []byte, *a
 		if s != nil {
 			akid = s.akid
 		}
-		return nil, akid, nil, err
+		return nil, akid, body, err
 	}
 	if err := v.checkScope(s, r); err != nil {
-		return nil, s.akid, nil, err
+		return nil, s.akid, body, err
 	}
 	k, ok := v.keys[s.akid]
 	if !ok {
-		return nil, s.akid, nil, errInvalidToken()
+		return nil, s.akid, body, errInvalidToken()
 	}
 	if err := v.checkTime(s); err != nil {
-		return nil, s.akid, nil, err
+		return nil, s.akid, body, err
 	}
-	body, err := v.readBody(r)
+	body, err = v.readBody(r)
 	if err != nil {
-		return nil, s.akid, nil, err
+		return nil, s.akid, body, err
 	}
-	payload, err := payloadHash(r, body)
+	payload, err := payloadHash(r, body.b)
 	if err != nil {
-		return nil, s.akid, nil, err
+		return nil, s.akid, body, err
 	}
 	query := canonicalQuery(params, s.presigned)
 	skey := k.signingKey(s.scopeDate, s.region, s.service)
@@ -346,7 +380,7 @@ func (v *verifier) authenticate(r *http.Request) (*Principal, string, []byte, *a
 		}
 	}
 	sum := sha256.Sum256([]byte(canonical))
-	return nil, s.akid, nil, errSignature("signature mismatch; canonical request sha256 " + hex.EncodeToString(sum[:]))
+	return nil, s.akid, body, errSignature("signature mismatch; canonical request sha256 " + hex.EncodeToString(sum[:]))
 }
 
 func hasPresignParams(ps []param) bool {
@@ -583,31 +617,28 @@ func skewText(d time.Duration) string {
 	return d.String()
 }
 
-// readBody reads the whole body (up to maxBody) and puts an unread copy
-// back for the next handler.
-func (v *verifier) readBody(r *http.Request) ([]byte, *authError) {
+// readBody reads the whole body (up to maxBody) under the budget, growing
+// its buffer as bytes arrive: a declared Content-Length is only used to
+// refuse an oversized body early, never to size a buffer.
+func (v *verifier) readBody(r *http.Request) (readBody, *authError) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return readBody{}, nil
 	}
 	if r.ContentLength > v.maxBody {
-		return nil, errBodyTooLarge(v.maxBody)
+		return readBody{}, errBodyTooLarge(v.maxBody)
 	}
-	n := 512
-	if r.ContentLength > 0 {
-		n = int(r.ContentLength) + 1
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, n))
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, v.maxBody+1))
+	b, release, err := v.budget.Read(r.Context(), r.Body, v.maxBody)
 	r.Body.Close()
-	if err != nil {
-		return nil, errBodyUnreadable()
+	switch {
+	case err == nil:
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		return readBody{b: b, release: release}, nil
+	case errors.Is(err, httpbody.ErrTooLarge):
+		return readBody{}, errBodyTooLarge(v.maxBody)
+	case errors.Is(err, httpbody.ErrBusy):
+		return readBody{}, errBusy()
 	}
-	if int64(buf.Len()) > v.maxBody {
-		return nil, errBodyTooLarge(v.maxBody)
-	}
-	body := buf.Bytes()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	return body, nil
+	return readBody{}, errBodyUnreadable()
 }
 
 // payloadHash is the last line of the canonical request: the body's

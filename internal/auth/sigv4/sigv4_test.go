@@ -79,6 +79,10 @@ func newEnv(t *testing.T, next http.Handler, opts sigv4.Options) *env {
 		opts.Region = region
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if opts.ErrorWriter == nil {
+		// As the server wires it: refusals rendered by the SQS handler.
+		opts.ErrorWriter = sluicesqs.New(nil, sluicesqs.Options{}).WriteAuthError
+	}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,9 @@ export async function api(path, { method = 'GET', body, signal } = {}) {
   const opts = { method, signal, headers: { Accept: 'application/json' } };
   if (body !== undefined) {
     opts.body = JSON.stringify(body);
+  }
+  if (method !== 'GET' && method !== 'HEAD') {
+    // The broker refuses state-changing admin requests without it.
     opts.headers['Content-Type'] = 'application/json';
   }
   let resp;
