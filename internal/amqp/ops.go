@@ -467,6 +467,7 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 			if want.DeadLetter != nil {
 				cfg.DeadLetter = want.DeadLetter
 			}
+			cfg.Requeue, cfg.CrashLimit, cfg.CrashWindow = want.Requeue, want.CrashLimit, want.CrashWindow
 			return nil
 		})
 		if err != nil {

@@ -95,8 +95,7 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 		}
 	}
 	if len(targets) == 0 {
-		q.stats.dropped.Add(1)
-		e.log.Debug("message dropped: no dead-letter target", "queue", q.name, "reason", reason, "message", FormatID(m.id))
+		e.countDropLocked(q, m, reason)
 		return nil
 	}
 	q.stats.deadLettered.Add(1)
@@ -232,7 +231,7 @@ func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 		}
 		if !q.eng.canDeadLetter(q) {
 			q.dropLocked(m, b)
-			q.stats.dropped.Add(1)
+			q.eng.countDropLocked(q, m, ReasonQueueFull)
 			continue
 		}
 		q.eng.deadLetterLocked(q, m, ReasonQueueFull, now, b)
@@ -255,64 +254,4 @@ func (q *queue) oldestReadyLocked() *message {
 		}
 	}
 	return best
-}
-
-// Requeue ends the leases of the given deliveries now, as failed
-// deliveries returned to the queue (AMQP basic.nack or basic.reject with
-// requeue, basic.recover, or a closed channel's unacknowledged messages).
-// With front they go back to their original position (RabbitMQ's classic
-// queues); otherwise to the back, which keeps a poison message from pinning
-// the head. A message whose receive count has reached the queue's
-// DeadLetterPolicy.MaxReceiveCount is dead-lettered instead
-// (ReasonDeliveryLimit), or dropped (counted) without a target: the limit
-// is enforced when the message is returned, not at its next delivery.
-func (e *Engine) Requeue(queue string, handles []string, front bool) ([]error, error) {
-	q, err := e.lockQueue(queue)
-	if err != nil {
-		return nil, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(handles))
-	limit := 0
-	if p := q.cfg.DeadLetter; p != nil {
-		limit = p.MaxReceiveCount
-	}
-	for i, h := range handles {
-		m, current, err := q.lookupLeaseLocked(h)
-		switch {
-		case err != nil:
-			errs[i] = err
-		case m == nil || !current:
-			errs[i] = ErrMessageNotAvailable
-		case m.state != stateInFlight:
-			errs[i] = ErrMessageNotInflight
-		case limit > 0 && int(m.recvCount) >= limit:
-			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, &b)
-		case m.ttlDue(now):
-			q.expireLocked(m, now, &b)
-		default:
-			m.visibleAt = now
-			m.parked = true
-			q.setStateLocked(m, stateVisible)
-			if front && !q.fifo() {
-				// setStateLocked appended it; move it to its original
-				// place and its group to the front of the rotation.
-				g := m.group
-				g.msgs.remove(m)
-				g.msgs.insertFromFront(m)
-				if g.available && q.available.head != g {
-					q.available.remove(g)
-					q.available.pushFront(g)
-				}
-			}
-			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
-		}
-	}
-	q.enforceLimitsLocked(now, &b)
-	if err := e.commitUnlock(q, &b); err != nil {
-		return nil, err
-	}
-	return errs, nil
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// received, browsed or moved, so a deep backlog costs memory for its
 	// index (a few hundred bytes a message), not its bodies.
 	BodyMemoryBudget int64
+	// LogDrops logs every message dropped for want of a dead-letter
+	// target (a reject without requeue and without a DLQ, an overflow or
+	// expiry with nowhere to go) at Info with its id, instead of Debug.
+	// Drops are counted either way (QueueInfo.Dropped).
+	LogDrops bool
 }
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
@@ -89,6 +94,7 @@ type Engine struct {
 	sched scheduler
 	tasks taskTable
 
+	logDrops   bool         // see Options.LogDrops
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 
@@ -152,6 +158,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.sched.poke = make(chan struct{}, 1)
 	e.bodyBudget = opts.BodyMemoryBudget
+	e.logDrops = opts.LogDrops
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
 	}
@@ -428,6 +435,9 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 			q.expireLocked(m, now, b)
 			continue
 		}
+		if m.state == stateInFlight && q.leaseEndedLocked(m, now, b) {
+			continue // quarantined as a crash loop
+		}
 		if m.state == stateInFlight && q.cfg.Retry != nil {
 			// The lease ended without a delete: with a retry policy the
 			// message waits out a backoff before it is visible again.
@@ -522,6 +532,17 @@ func validateConfig(c *QueueConfig) error {
 	case "", OverflowDropHead, OverflowRejectPublish, OverflowRejectPublishDLX:
 	default:
 		return &ConfigError{Setting: "Overflow", Reason: "unknown overflow behaviour " + c.Overflow}
+	}
+	switch c.Requeue {
+	case "", RequeueHead, RequeueTail, RequeueDelayed:
+	default:
+		return &ConfigError{Setting: "Requeue", Reason: "must be head, tail or delayed, not " + c.Requeue}
+	}
+	if c.CrashLimit < 0 || c.CrashLimit > 1000 {
+		return &ConfigError{Setting: "CrashLimit", Reason: "must be between 0 (off) and 1000"}
+	}
+	if c.CrashWindow < 0 || c.CrashWindow > MaxVisibility {
+		return &ConfigError{Setting: "CrashWindow", Reason: "must be between 0 (default 60s) and 12h"}
 	}
 	if c.MaxLength < 0 || c.MaxLengthBytes < 0 {
 		return &ConfigError{Setting: "MaxLength", Reason: "must not be negative"}

@@ -65,6 +65,9 @@ type messageExt struct {
 	failure   *FailureRecord
 	dead      *DeadLetterInfo
 	redrive   *RedriveInfo
+	// crashes are the times (Unix ns) of the latest deliveries that ended
+	// without a verdict, at most the queue's CrashLimit (see Abandon).
+	crashes []int64
 }
 
 func (m *message) traceHeader() string {

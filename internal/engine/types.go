@@ -70,6 +70,20 @@ type QueueConfig struct {
 	MessageTTL    time.Duration
 	HasMessageTTL bool
 
+	// Requeue says where a failed delivery returned for another try goes
+	// (AMQP basic.nack/basic.reject with requeue, and deliveries that end
+	// without a verdict): RequeueHead ("", RabbitMQ's behaviour),
+	// RequeueTail or RequeueDelayed. See Engine.Nack.
+	Requeue string
+
+	// CrashLimit, when > 0, quarantines crash loops: a message whose
+	// deliveries ended without any verdict (a lost connection, a consumer
+	// timeout, a lease that expired with no failure report) CrashLimit
+	// times within CrashWindow is dead-lettered with ReasonConsumerCrash.
+	// This count is kept apart from the receive count. 0: off.
+	CrashLimit  int
+	CrashWindow time.Duration
+
 	// Extra holds protocol-specific queue attributes that the engine stores
 	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
 	// KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled). Keys and values
