@@ -508,7 +508,7 @@ func validateConfig(c *QueueConfig) error {
 	if err := check("DelaySeconds", c.Delay, 0, MaxDelay); err != nil {
 		return err
 	}
-	if err := check("MessageRetentionPeriod", c.Retention, MinRetention, MaxRetention); err != nil {
+	if err := check("MessageRetentionPeriod", c.Retention, MinRetention, MaxExtendedRetention); err != nil {
 		return err
 	}
 	if err := check("ReceiveMessageWaitTimeSeconds", c.ReceiveWait, 0, MaxWait); err != nil {

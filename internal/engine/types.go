@@ -257,7 +257,11 @@ const (
 	MaxDelay          = 15 * time.Minute
 	MaxWait           = 20 * time.Second
 	MinRetention      = time.Minute
-	MaxRetention      = 14 * 24 * time.Hour
+	MaxRetention      = 14 * 24 * time.Hour // SQS's MessageRetentionPeriod maximum
+	// MaxExtendedRetention is the longest retention Sluice's own setting
+	// allows (SluiceRetentionPeriod): a dead-letter queue may keep its
+	// messages for the 30 days triage can take (DLQ-80).
+	MaxExtendedRetention = 30 * 24 * time.Hour
 	MinMaxMessageSize = 1024
 	MaxMaxMessageSize = 1 << 20
 	DedupWindow       = 5 * time.Minute

@@ -1,0 +1,124 @@
+package sqs_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// Dead-letter practice contract over SQS, through aws-sdk-go-v2
+// (docs/dlq-contract.md).
+
+// TestSluiceCrashLoopPolicy: with SluiceCrashLoopPolicy, leases that run
+// out without a verdict dead-letter the message as consumer_crash before
+// maxReceiveCount is reached (DLQ-110), and the reason is exposed as a
+// Sluice system attribute.
+func TestSluiceCrashLoopPolicy(t *testing.T) {
+	e := newEnv(t)
+	dlq := e.create("crash-dlq")
+	pol := `{"limit":2,"windowSeconds":60}`
+	q := e.create("crash", "VisibilityTimeout", "5", "SluiceCrashLoopPolicy", pol,
+		"RedrivePolicy", `{"deadLetterTargetArn":"`+e.arn("crash-dlq")+`","maxReceiveCount":10}`)
+	if got := e.attr(q, "SluiceCrashLoopPolicy"); got != pol {
+		t.Fatalf("policy %s", got)
+	}
+	e.send(q, "segfaults the worker")
+	for i := 0; i < 2; i++ {
+		if len(e.receive(q).Messages) != 1 {
+			t.Fatalf("receive %d", i)
+		}
+		e.clk.Advance(6 * time.Second) // the lease runs out: a crash
+	}
+	if n := e.attr(q, "ApproximateNumberOfMessages"); n != "0" {
+		t.Fatalf("still in the source: %s", n)
+	}
+	m := e.receive(dlq, sysNames("SluiceDeadLetterReason", "ApproximateReceiveCount")).Messages
+	if len(m) != 1 || m[0].Attributes["SluiceDeadLetterReason"] != "consumer_crash" || m[0].Attributes["ApproximateReceiveCount"] != "3" {
+		t.Fatalf("dead letter %+v", m)
+	}
+
+	_, err := e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceCrashLoopPolicy": `{"limit":0}`}})
+	wantAPIError(t, err, "InvalidParameterValue", 400, "limit must be between 1 and 1000.")
+	_, err = e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceCrashLoopPolicy": `{"lmit":3}`}})
+	wantAPIError(t, err, "InvalidParameterValue", 400, "must be a JSON object")
+	_, err = e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceCrashLoopPolicy": ""}})
+	if err != nil || e.attr(q, "SluiceCrashLoopPolicy") != "" {
+		t.Fatalf("not removed: %v", err)
+	}
+}
+
+// TestSluiceRetentionAndRequeueAttributes: a DLQ keeps messages up to 30
+// days through SluiceRetentionPeriod while MessageRetentionPeriod keeps
+// AWS's 14-day range (DLQ-80); SluiceRequeuePolicy round-trips (DLQ-10).
+func TestSluiceRetentionAndRequeueAttributes(t *testing.T) {
+	e := newEnv(t)
+	q := e.create("dlq", "SluiceRetentionPeriod", "2592000", "SluiceRequeuePolicy", "tail")
+	if got := e.attr(q, "SluiceRetentionPeriod"); got != "2592000" {
+		t.Fatalf("SluiceRetentionPeriod %s", got)
+	}
+	if got := e.attr(q, "MessageRetentionPeriod"); got != "1209600" {
+		t.Fatalf("MessageRetentionPeriod %s", got)
+	}
+	if got := e.attr(q, "SluiceRequeuePolicy"); got != "tail" {
+		t.Fatalf("SluiceRequeuePolicy %s", got)
+	}
+	e.send(q, "kept for triage")
+	e.clk.Advance(20 * 24 * time.Hour)
+	if n := e.attr(q, "ApproximateNumberOfMessages"); n != "1" {
+		t.Fatalf("expired before 30 days: %s", n)
+	}
+	e.clk.Advance(11 * 24 * time.Hour)
+	if n := e.attr(q, "ApproximateNumberOfMessages"); n != "0" {
+		t.Fatalf("kept past 30 days: %s", n)
+	}
+	for attr, v := range map[string]string{"SluiceRetentionPeriod": "2592001", "MessageRetentionPeriod": "1209601", "SluiceRequeuePolicy": "sideways"} {
+		_, err := e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{attr: v}})
+		if err == nil {
+			t.Fatalf("%s=%s accepted", attr, v)
+		}
+	}
+}
+
+// TestFIFORetryAndDeadLetterThroughSDK: on a FIFO queue a retry backoff
+// keeps the failed message at the head of its group with the group
+// locked, so order holds (DLQ-33, DLQ-132); dead-lettering the head
+// releases the group and the DLQ copy keeps its group (DLQ-131).
+func TestFIFORetryAndDeadLetterThroughSDK(t *testing.T) {
+	e := newEnv(t)
+	dlq := e.create("poison.fifo", "FifoQueue", "true")
+	q := e.create("orders.fifo", "FifoQueue", "true", "ContentBasedDeduplication", "true", "VisibilityTimeout", "5",
+		"SluiceRetryPolicy", `{"strategy":"fixed","baseSeconds":10,"capSeconds":10}`,
+		"RedrivePolicy", `{"deadLetterTargetArn":"`+e.arn("poison.fifo")+`","maxReceiveCount":2}`)
+	grp := func(in *sqs.SendMessageInput) { in.MessageGroupId = aws.String("customer-1") }
+	e.send(q, "first", grp)
+	e.send(q, "second", grp)
+	m := e.receive(q, func(in *sqs.ReceiveMessageInput) { in.MaxNumberOfMessages = 1 }).Messages
+	if len(m) != 1 || *m[0].Body != "first" {
+		t.Fatalf("first receive %+v", m)
+	}
+	e.clk.Advance(6 * time.Second) // lease over; the 10 s backoff runs
+	if got := e.receive(q).Messages; len(got) != 0 {
+		t.Fatalf("group not locked during the backoff: got %q", *got[0].Body)
+	}
+	e.clk.Advance(10 * time.Second)
+	m = e.receive(q, func(in *sqs.ReceiveMessageInput) { in.MaxNumberOfMessages = 1 }).Messages
+	if len(m) != 1 || *m[0].Body != "first" {
+		t.Fatalf("after the backoff %+v", m)
+	}
+	e.clk.Advance(16 * time.Second)
+	// Received twice: the next receive moves it to the DLQ and releases
+	// the group.
+	m = e.receive(q).Messages
+	if len(m) != 1 || *m[0].Body != "second" {
+		t.Fatalf("group not released: %+v", m)
+	}
+	d := e.receive(dlq, func(in *sqs.ReceiveMessageInput) {
+		in.MessageSystemAttributeNames = []types.MessageSystemAttributeName{"MessageGroupId", "SluiceDeadLetterReason"}
+	}).Messages
+	if len(d) != 1 || *d[0].Body != "first" || d[0].Attributes["MessageGroupId"] != "customer-1" || d[0].Attributes["SluiceDeadLetterReason"] != "max_receives" {
+		t.Fatalf("dead letter %+v", d)
+	}
+}
