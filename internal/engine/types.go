@@ -252,22 +252,22 @@ type VisibilityChange struct {
 
 // Limits the engine enforces.
 const (
-	MaxBatch          = 10
-	MaxVisibility     = 12 * time.Hour
-	MaxDelay          = 15 * time.Minute
-	MaxWait           = 20 * time.Second
-	MinRetention      = time.Minute
-	MaxRetention      = 14 * 24 * time.Hour // SQS's MessageRetentionPeriod maximum
+	MaxBatch      = 10
+	MaxVisibility = 12 * time.Hour
+	MaxDelay      = 15 * time.Minute
+	MaxWait       = 20 * time.Second
+	MinRetention  = time.Minute
+	MaxRetention  = 14 * 24 * time.Hour // SQS's MessageRetentionPeriod maximum
 	// MaxExtendedRetention is the longest retention Sluice's own setting
 	// allows (SluiceRetentionPeriod): a dead-letter queue may keep its
 	// messages for the 30 days triage can take (DLQ-80).
 	MaxExtendedRetention = 30 * 24 * time.Hour
-	MinMaxMessageSize = 1024
-	MaxMaxMessageSize = 1 << 20
-	DedupWindow       = 5 * time.Minute
-	AttemptIDWindow   = 5 * time.Minute
-	NameReuseDelay    = 60 * time.Second
-	PurgeInterval     = 60 * time.Second
-	MaxInFlight       = 120000
-	MaxTags           = 50
+	MinMaxMessageSize    = 1024
+	MaxMaxMessageSize    = 1 << 20
+	DedupWindow          = 5 * time.Minute
+	AttemptIDWindow      = 5 * time.Minute
+	NameReuseDelay       = 60 * time.Second
+	PurgeInterval        = 60 * time.Second
+	MaxInFlight          = 120000
+	MaxTags              = 50
 )
