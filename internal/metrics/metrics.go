@@ -90,7 +90,7 @@ type Metrics struct {
 	dead   sync.Map // deadKey → prometheus.Counter
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed *prometheus.Desc
-	dropped                                                             *prometheus.Desc
+	dropped                                                              *prometheus.Desc
 }
 
 type queueMetrics struct {
