@@ -231,16 +231,21 @@ type DryRun struct {
 // Task is a redrive (move task). Destination is "" when messages return to
 // the queues they were dead-lettered from.
 type Task struct {
-	ID                  string     `json:"id"`
-	Source              string     `json:"source"`
-	Destination         string     `json:"destination,omitempty"`
-	Rate                int        `json:"rate"`
-	Status              string     `json:"status"`
-	Moved               int        `json:"moved"`
-	ToMove              int        `json:"toMove"`
-	Returned            int        `json:"returned"`
-	ReturnedClasses     []string   `json:"returnedClasses"`
-	FailureReason       string     `json:"failureReason,omitempty"`
+	ID              string   `json:"id"`
+	Source          string   `json:"source"`
+	Destination     string   `json:"destination,omitempty"`
+	Rate            int      `json:"rate"`
+	Status          string   `json:"status"`
+	Moved           int      `json:"moved"`
+	ToMove          int      `json:"toMove"`
+	Returned        int      `json:"returned"`
+	ReturnedClasses []string `json:"returnedClasses"`
+	FailureReason   string   `json:"failureReason,omitempty"`
+	// StopRule names the safety rule that paused the task: "returned"
+	// (redriven messages came back within the safety window) or "refill"
+	// (the DLQ refilled faster than the task drained it).
+	StopRule            string     `json:"stopRule,omitempty"`
+	Refilled            int        `json:"refilled"`
 	StartedAt           *time.Time `json:"startedAt,omitempty"`
 	UpdatedAt           *time.Time `json:"updatedAt,omitempty"`
 	Filter              *Filter    `json:"filter,omitempty"`
@@ -396,6 +401,7 @@ func taskJSON(t *engine.MoveTask) Task {
 		ID: t.ID, Source: t.Source, Destination: t.Destination, Rate: t.Rate,
 		Status: t.Status, Moved: t.Moved, ToMove: t.ToMove, Returned: t.Returned,
 		ReturnedClasses: t.ReturnedClasses, FailureReason: t.FailureReason,
+		StopRule: t.StopRule, Refilled: t.Refilled,
 		StartedAt: timePtr(t.StartedAt), UpdatedAt: timePtr(t.UpdatedAt),
 		Filter:              filterJSON(&t.Filter),
 		SafetyWindowSeconds: seconds(t.SafetyWindow), SafetyThreshold: t.SafetyThreshold,

@@ -146,6 +146,9 @@ func waitTask(ctx context.Context, c *command, tk admin.Task) int {
 	if tk.Status != "COMPLETED" {
 		code = ExitFail
 		msg := fmt.Sprintf("task %s ended %s after moving %d of %d message(s)", tk.ID, tk.Status, tk.Moved, tk.ToMove)
+		if tk.StopRule != "" {
+			msg += " (safety rule: " + tk.StopRule + ")"
+		}
 		if tk.FailureReason != "" {
 			msg += ": " + tk.FailureReason
 		}

@@ -177,8 +177,11 @@ func (e *Engine) finishMoves(moves []move) {
 			e.scheduleLocked(t)
 		}
 		e.unlock(t)
-		if x := mv.m.ext; x != nil && x.dead != nil && x.redrive != nil && x.redrive.TaskID != "" {
-			e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
+		if x := mv.m.ext; x != nil && x.dead != nil {
+			e.noteRefill(t.name, x.dead.DeadLetteredAt)
+			if x.redrive != nil && x.redrive.TaskID != "" {
+				e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
+			}
 		}
 	}
 }

@@ -553,6 +553,9 @@ func (e *Engine) noteReturn(r *RedriveInfo, f *FailureRecord, at time.Time) {
 	}
 	e.tasks.mu.Unlock()
 	if trip {
+		e.tasks.mu.Lock()
+		tk.StopRule = StopReturned
+		e.tasks.mu.Unlock()
 		e.setStatus(tk, TaskPaused, reason)
 	}
 }

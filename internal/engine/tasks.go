@@ -36,6 +36,7 @@ type task struct {
 	MoveTask
 	UpTo uint64 `json:"upTo"` // only messages with a lower sequence number move
 	wake chan struct{}
+	win  refillWindow // guarded by taskTable.mu; not persisted
 }
 
 // taskRecord is the persisted form.
@@ -304,6 +305,8 @@ func (e *Engine) resumeMove(id string) (MoveTask, error) {
 	tk.Returned = 0
 	tk.ReturnedClasses = nil
 	tk.FailureReason = ""
+	tk.StopRule = ""
+	tk.win = refillWindow{}
 	e.tasks.mu.Unlock()
 	e.setStatus(tk, TaskRunning, "")
 	return e.snapshotTask(tk), nil
@@ -471,6 +474,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 		return 0, false, "storage failed"
 	}
 	e.finishMoves(moves)
+	e.noteDrain(tk, len(moves), fromNanos(now))
 	if err := e.wait(p); err != nil {
 		return len(moves), false, "storage failed"
 	}

@@ -1,12 +1,15 @@
 package sqs_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // Dead-letter practice contract over SQS, through aws-sdk-go-v2
@@ -120,5 +123,41 @@ func TestFIFORetryAndDeadLetterThroughSDK(t *testing.T) {
 	}).Messages
 	if len(d) != 1 || *d[0].Body != "first" || d[0].Attributes["MessageGroupId"] != "customer-1" || d[0].Attributes["SluiceDeadLetterReason"] != "max_receives" {
 		t.Fatalf("dead letter %+v", d)
+	}
+}
+
+// TestMoveTaskStopsWhenRefillExceedsDrain: a redrive pauses when, over its
+// safety window, more messages are dead-lettered into the DLQ than it
+// moves out, even though none of them are the redriven ones; the
+// FailureReason names the rule (DLQ-93 b).
+func TestMoveTaskStopsWhenRefillExceedsDrain(t *testing.T) {
+	e := newEnv(t)
+	e.withDLQ("dlq", "live")
+	e.create("parking")
+	e.deadLetter("live", "dlq", bodies("old", 60)...)
+	e.startMove("dlq", "parking", 1)
+	live := e.url("live")
+	e.stepUntil("the refill rule to pause the task", time.Second, func() bool {
+		// Each simulated second, two new poison messages land in the
+		// DLQ: received once, released, and moved by the next receive.
+		e.send(live, "new")
+		e.send(live, "new")
+		for _, m := range e.receive(live).Messages {
+			if _, err := e.cli.ChangeMessageVisibility(e.ctx, &sqs.ChangeMessageVisibilityInput{
+				QueueUrl: &live, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.receive(live)
+		return e.latest("dlq").Status != nil && *e.latest("dlq").Status == "PAUSED"
+	})
+	tk := e.latest("dlq")
+	if tk.FailureReason == nil || !strings.HasPrefix(*tk.FailureReason, "Sluice.RefillExceedsDrain:") {
+		t.Fatalf("FailureReason %v", aws.ToString(tk.FailureReason))
+	}
+	// The admin API and CLI show the rule by name.
+	ts, err := e.eng.MoveTasks("dlq")
+	if err != nil || len(ts) != 1 || ts[0].StopRule != engine.StopRefill || ts[0].Refilled < 3 {
+		t.Fatalf("task %+v %v", ts, err)
 	}
 }
