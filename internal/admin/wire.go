@@ -211,6 +211,9 @@ type ImportResult struct {
 // SafetyWindowSeconds and SafetyThreshold of 0 (or absent) take the
 // engine's defaults.
 type RedriveRequest struct {
+	// Destination names the queue to move to; absent: each message goes
+	// back to the queue it was dead-lettered from. An empty string is
+	// refused (400 InvalidRequest).
 	Destination         string  `json:"destination,omitempty"`
 	Rate                int     `json:"rate,omitempty"`
 	Filter              Filter  `json:"filter"`

@@ -296,6 +296,7 @@ func TestRedriveDryRunThenWait(t *testing.T) {
 		t.Fatalf("tasks %+v", tasks)
 	}
 	wantExit(t, f.dlq("", "redrive", "q"), ExitFail, "NotDeadLetterQueue")
+	wantExit(t, f.dlq("", "redrive", "dlq", "--to", ""), ExitUsage, "--to needs a queue name")
 	wantExit(t, f.dlq("", "cancel", tasks.Tasks[0].ID), ExitFail, "InvalidTaskState")
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"time"
@@ -44,6 +45,11 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 		}
 		if *dryRun && *wait {
 			return c.usageError("--wait has nothing to wait for with --dry-run")
+		}
+		toSet := false
+		c.fs.Visit(func(f *flag.Flag) { toSet = toSet || f.Name == "to" })
+		if toSet && *to == "" {
+			return c.usageError("--to needs a queue name; leave it out to return each message to the queue it came from")
 		}
 		req := admin.RedriveRequest{
 			Destination: *to, Rate: *rate, Filter: flt, DryRun: *dryRun,
