@@ -17,6 +17,10 @@ const (
 	headerReceipt = "x-sluice-receipt"
 	headerQueue   = "x-sluice-queue"
 	headerCount   = "x-delivery-count"
+	// headerOriginalID is on deliveries of a redriven message: the
+	// engine id of the message before its first redrive (a redrive makes
+	// a new message), so a consumer keeps one idempotency key (DLQ-100).
+	headerOriginalID = "x-sluice-original-message-id"
 )
 
 // brokerHeaders returns the headers a delivery of d from engine queue eq
@@ -31,6 +35,9 @@ func brokerHeaders(d *engine.Delivery, eq string) wire.Table {
 	if d.ReceiptHandle != "" {
 		t = append(t, wire.Field{Key: headerReceipt, Value: d.ReceiptHandle},
 			wire.Field{Key: headerQueue, Value: eq})
+	}
+	if r := d.Redrive; r != nil && r.OriginalMessageID != "" {
+		t = append(t, wire.Field{Key: headerOriginalID, Value: r.OriginalMessageID})
 	}
 	return t
 }
