@@ -1,7 +1,13 @@
 package sqs_test
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,7 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
+	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
+	"github.com/sluicemq/sluice/internal/store/memstore"
 )
 
 // Dead-letter practice contract over SQS, through aws-sdk-go-v2
@@ -160,4 +169,55 @@ func TestMoveTaskStopsWhenRefillExceedsDrain(t *testing.T) {
 	if err != nil || len(ts) != 1 || ts[0].StopRule != engine.StopRefill || ts[0].Refilled < 3 {
 		t.Fatalf("task %+v %v", ts, err)
 	}
+}
+
+// TestCreationWarnings: SQS accepts a DLQ shared by unrelated sources and
+// a maxReceiveCount outside 3–10, and logs a warning for each (DLQ-151,
+// DLQ-60); a sound configuration logs nothing.
+func TestCreationWarnings(t *testing.T) {
+	var logs syncBuffer
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sluicesqs.New(eng, sluicesqs.Options{Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
+	t.Cleanup(func() { srv.Close(); eng.Close() })
+	e := newEnv(t)
+	e.srv, e.eng, e.clk = srv, eng, clk
+	e.cli = sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), Retryer: aws.NopRetryer{},
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "AKIDSLUICETEST", SecretAccessKey: "secret"}, nil
+		})})
+	e.create("dlq", "MessageRetentionPeriod", "1209600")
+	redrive := func(n int) string {
+		return `{"deadLetterTargetArn":"` + e.arn("dlq") + `","maxReceiveCount":` + strconv.Itoa(n) + `}`
+	}
+	e.create("billing", "RedrivePolicy", redrive(5))
+	if s := logs.String(); strings.Contains(s, "WARN") {
+		t.Fatalf("warnings for a sound configuration: %s", s)
+	}
+	e.create("emails", "RedrivePolicy", redrive(50))
+	s := logs.String()
+	if !strings.Contains(s, "check=dlq_shared") || !strings.Contains(s, "check=max_receive_count") {
+		t.Fatalf("no warnings: %s", s)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -98,5 +99,15 @@ func renderSluiceDLQAttrs(cfg *engine.QueueConfig, m map[string]string) {
 	}
 	if cfg.Retention > engine.MaxRetention {
 		m[attrSluiceRetentionPeriod] = strconv.FormatInt(int64(cfg.Retention/time.Second), 10)
+	}
+}
+
+// warnConfig logs, as warnings, what the advisor's dead-letter checks say
+// about a queue just created or given a new RedrivePolicy (DLQ-151): no
+// DLQ, a maxReceiveCount outside 3–10, a DLQ now shared by unrelated
+// sources. SQS accepts all of these; the warning is for the operator.
+func (h *Handler) warnConfig(queue string) {
+	for _, f := range advisor.CreationWarnings(h.eng, queue) {
+		h.log.Warn("queue configuration warning", "queue", queue, "subject", f.Queue, "check", f.Check, "verdict", string(f.Verdict), "reason", f.Reason)
 	}
 }
