@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -321,5 +322,31 @@ func TestConsumerTimeoutPerQueueAndExtension(t *testing.T) {
 	var ae *amqp091.Error
 	if !errors.As(err, &ae) || ae.Code != amqp091.PreconditionFailed {
 		t.Fatalf("x-consumer-timeout 10ms: %v", err)
+	}
+}
+
+// TestDeadLetterRespectsFullDLQ: a DLQ declared with x-max-length and
+// x-overflow reject-publish takes dead letters only while it has room;
+// the rest are dropped and counted, never inserted past the limit
+// (DLQ-97).
+func TestDeadLetterRespectsFullDLQ(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	must(t, ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil))
+	_, err := ch.QueueDeclare("dlq", true, false, false, false, amqp091.Table{"x-max-length": int64(2), "x-overflow": "reject-publish"})
+	must(t, err)
+	must(t, ch.QueueBind("dlq", "", "dlx", false, nil))
+	_, err = ch.QueueDeclare("work", true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "dlx"})
+	must(t, err)
+	for i := 0; i < 3; i++ {
+		publish(t, ch, "", "work", fmt.Sprint(i))
+		must(t, getOne(t, ch, "work").Reject(false))
+		roundTrip(t, ch)
+	}
+	if i, _ := inspect(ch, "dlq"); i.Messages != 2 {
+		t.Fatalf("dlq holds %d", i.Messages)
+	}
+	if info, _ := b.eng.GetQueue("work"); info.Dropped != 1 {
+		t.Fatalf("work %+v", info)
 	}
 }

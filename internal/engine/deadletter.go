@@ -34,6 +34,7 @@ type move struct {
 	target *queue
 	m      *message
 	group  string
+	size   int64 // body bytes reserved in target.room
 }
 
 // unlock releases q's lock, then inserts the copies that dead-letter moves
@@ -43,6 +44,7 @@ type move struct {
 func (e *Engine) unlock(q *queue) {
 	out := q.outbox
 	q.outbox = nil
+	q.publishRoomLocked()
 	q.mu.Unlock()
 	e.finishMoves(out)
 }
@@ -94,7 +96,25 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 			targets = append(targets, t)
 		}
 	}
+	full := 0
+	size := int64(m.bodyLen)
+	kept := targets[:0]
+	for _, t := range targets {
+		if t.room.reserve(t.snap.Load(), size, false) {
+			kept = append(kept, t)
+			continue
+		}
+		// DLQ-97: a full target whose overflow refuses new messages
+		// (reject-publish) refuses the dead letter too, as RabbitMQ's
+		// dead-lettering does; it is never inserted and trimmed after.
+		full++
+		e.log.Warn("dead letter refused: target queue is full", "queue", q.name, "target", t.name, "reason", reason, "message", FormatID(m.id))
+	}
+	targets = kept
 	if len(targets) == 0 {
+		if full > 0 {
+			reason = ReasonTargetFull
+		}
 		e.countDropLocked(q, m, reason)
 		return nil
 	}
@@ -103,7 +123,9 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	for i, t := range targets {
 		names[i] = t.name
 		e.obs.DeadLettered(q.name, t.name, reason, time.Duration(now-m.sentAt))
-		q.outbox = append(q.outbox, e.copyDeadLetterLocked(q, m, t, reason, env, now, b))
+		mv := e.copyDeadLetterLocked(q, m, t, reason, env, now, b)
+		mv.size = size
+		q.outbox = append(q.outbox, mv)
 	}
 	e.log.Debug("dead-lettered", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "targets", names)
 	return names
@@ -165,6 +187,7 @@ func (e *Engine) finishMoves(moves []move) {
 	for _, mv := range moves {
 		t := mv.target
 		t.mu.Lock()
+		t.room.release(mv.size)
 		if !t.deleted {
 			mv.m.group = t.groupLocked(mv.group)
 			t.addLocked(mv.m)
@@ -210,6 +233,9 @@ func (q *queue) readyLocked() (int, int64) {
 // fullLocked reports whether adding size bytes would break a length limit.
 func (q *queue) fullLocked(size int) bool {
 	n, bytes := q.readyLocked()
+	// Moves decided elsewhere but not yet inserted hold their room.
+	in, inBytes := q.room.pending()
+	n, bytes = n+int(in), bytes+inBytes
 	return (q.cfg.MaxLength > 0 && n+1 > q.cfg.MaxLength) ||
 		(q.cfg.MaxLengthBytes > 0 && bytes+int64(size) > q.cfg.MaxLengthBytes)
 }

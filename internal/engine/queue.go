@@ -389,6 +389,10 @@ type queue struct {
 	schedAt int64
 
 	stats counters
+
+	// room is what dead-letter moves and redrives read of this queue's
+	// length limits without its lock (see room.go).
+	room roomHints
 }
 
 func newQueue(e *Engine, id uint32, name string, cfg QueueConfig) *queue {

@@ -160,6 +160,7 @@ func (e *Engine) recover() (int, error) {
 		// them in expiry order.
 		sortDedup(q.dedupOrder)
 		e.scheduleLocked(q)
+		q.publishRoomLocked()
 	}
 	if orphans.Len() > 0 {
 		p, err := e.write(&orphans, true)

@@ -460,7 +460,17 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 			reason = "destination queue type does not match the source"
 			break
 		}
-		moves = append(moves, e.redriveOutLocked(q, m, d, tk.ID, now, &b))
+		size := int64(m.bodyLen)
+		if !d.room.reserve(d.snap.Load(), size, true) {
+			// DLQ-97: the destination is at its length limit. The
+			// message stays in the DLQ; the task tries again at its
+			// next token, so it waits for room instead of pushing the
+			// destination's messages out or past its limit.
+			break
+		}
+		mv := e.redriveOutLocked(q, m, d, tk.ID, now, &b)
+		mv.size = size
+		moves = append(moves, mv)
 	}
 	e.tasks.mu.Lock()
 	tk.Moved += len(moves)
