@@ -125,6 +125,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
 		DeadLetterRouter: topo,
 		BodyMemoryBudget: opts.BodyMemoryBudget,
+		LogDrops:         opts.LogDrops,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
