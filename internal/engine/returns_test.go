@@ -132,3 +132,26 @@ func TestRequeueConfigValidation(t *testing.T) {
 		t.Fatalf("%+v", info.Config)
 	}
 }
+
+// TestFailureContextIsCapped: context cannot push a message over a size
+// limit: the error message is cut to 1 KiB, the trace to 16 KiB (DLQ-52).
+func TestFailureContextIsCapped(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(5, nil)
+	f.send("q", body("x"))
+	d := f.recv("q", 1, time.Minute)
+	long := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = 'a'
+		}
+		return string(b)
+	}
+	if _, err := f.e.ReportFailure("q", d[0].ReceiptHandle, Failure{ErrorClass: "E", Message: long(5000), Trace: long(40000), Terminal: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.recv("dlq", 1, time.Minute)
+	if lf := got[0].LastFailure; lf == nil || len(lf.Message) != MaxErrorText || len(lf.Trace) != MaxTrace {
+		t.Fatalf("context %+v", lf)
+	}
+}
