@@ -81,6 +81,8 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"GET /sluice/v1/queues/{name}/export", h.export},
 		{"POST /sluice/v1/queues/{name}/import", h.importMessages},
 		{"POST /sluice/v1/queues/{name}/redrive", h.redrive},
+		{"POST /sluice/v1/queues/{name}/pause", h.pauseQueue},
+		{"POST /sluice/v1/queues/{name}/resume", h.resumeQueue},
 		{"GET /sluice/v1/tasks", h.listTasks},
 		{"GET /sluice/v1/tasks/{id}", h.getTask},
 		{"POST /sluice/v1/tasks/{id}/cancel", h.cancelTask},

@@ -33,6 +33,8 @@ type Queue struct {
 	Sources           []string     `json:"sources"`
 	Counters          Counters     `json:"counters"`
 	RetryPolicy       *RetryPolicy `json:"retryPolicy,omitempty"`
+	// Paused is true while delivery is held (POST …/pause, DLQ-41).
+	Paused bool `json:"paused"`
 
 	// Only on GET /queues/{name}.
 	Config     *QueueConfig      `json:"config,omitempty"`

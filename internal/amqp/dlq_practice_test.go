@@ -350,3 +350,29 @@ func TestDeadLetterRespectsFullDLQ(t *testing.T) {
 		t.Fatalf("work %+v", info)
 	}
 }
+
+// TestPausedQueueHoldsAMQPConsumers: a consumer of a paused queue gets
+// nothing and basic.get answers get-empty while the message stays ready;
+// resuming delivers it to the waiting consumer (DLQ-41).
+func TestPausedQueueHoldsAMQPConsumers(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("p", true, false, false, false, nil)
+	must(t, err)
+	publish(t, ch, "", "p", "held")
+	roundTrip(t, ch)
+	must(t, b.eng.SetPaused("p", true))
+	if _, ok, err := ch.Get("p", false); err != nil || ok {
+		t.Fatalf("get on a paused queue: %v %v", ok, err)
+	}
+	ds, err := ch.Consume("p", "", false, false, false, false, nil)
+	must(t, err)
+	noDelivery(t, ds, 50*time.Millisecond)
+	if q, _ := inspect(ch, "p"); q.Messages != 1 {
+		t.Fatalf("ready %d", q.Messages)
+	}
+	must(t, b.eng.SetPaused("p", false))
+	if d := recv(t, ds); string(d.Body) != "held" {
+		t.Fatalf("got %q", d.Body)
+	}
+}

@@ -365,3 +365,24 @@ func TestUsageAndEndpoint(t *testing.T) {
 	wantExit(t, f.run(Queues, "", "--endpoint", "http://127.0.0.1:1"), ExitFail, "cannot reach Sluice at http://127.0.0.1:1")
 	wantExit(t, f.dlq("", "peek", "nope"), ExitFail, "QueueNotFound")
 }
+
+// TestQueuesPauseAndResume: `sluice queues pause` holds delivery (a
+// receive gets nothing, the message stays visible, the listing says
+// paused) and `resume` lets it flow (DLQ-41).
+func TestQueuesPauseAndResume(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.eng.Send("other", []engine.Message{{Body: []byte("held")}}); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, f.run(Queues, "", "pause", "other"), "other paused", "1 message(s) held visible")
+	wantOK(t, f.run(Queues, ""), "standard,paused")
+	if ds, _ := f.eng.Receive(t.Context(), "other", engine.ReceiveRequest{Max: 1, WaitSet: true}); len(ds) != 0 {
+		t.Fatal("delivered while paused")
+	}
+	wantOK(t, f.run(Queues, "", "resume", "other"), "other delivering")
+	if ds, _ := f.eng.Receive(t.Context(), "other", engine.ReceiveRequest{Max: 1, WaitSet: true}); len(ds) != 1 {
+		t.Fatal("not delivered after resume")
+	}
+	wantExit(t, f.run(Queues, "", "pause", "nope"), ExitFail, "QueueNotFound")
+	wantExit(t, f.run(Queues, "", "pause"), ExitUsage, "")
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -10,14 +11,23 @@ import (
 
 const queuesUsage = `
 Usage: sluice queues [--endpoint URL] [--json]
+       sluice queues pause QUEUE
+       sluice queues resume QUEUE
 
 List every queue with its depth by state, the age of its oldest message,
 its dead-letter queue and receive limit, and the queues that dead-letter
-into it.
+into it. A paused queue shows ",paused" after its type.
+
+pause holds delivery from QUEUE: receives (SQS and AMQP) get nothing while
+its messages stay visible, e.g. while a downstream is down. resume lets
+them flow again. The state survives restarts.
 `
 
 // Queues runs `sluice queues`.
 func Queues(ctx context.Context, args []string, env *Env) int {
+	if len(args) > 0 && (args[0] == "pause" || args[0] == "resume") {
+		return queuesPause(ctx, args[1:], env, args[0])
+	}
 	c := newCommand(env, "sluice queues", queuesUsage)
 	return c.run(args, 0, 0, func([]string) int {
 		var list admin.QueueList
@@ -33,6 +43,9 @@ func Queues(ctx context.Context, args []string, env *Env) int {
 			if q.FIFO {
 				typ = "fifo"
 			}
+			if q.Paused {
+				typ += ",paused"
+			}
 			maxRecv := "-"
 			if q.MaxReceiveCount > 0 {
 				maxRecv = strconv.Itoa(q.MaxReceiveCount)
@@ -41,6 +54,26 @@ func Queues(ctx context.Context, args []string, env *Env) int {
 				age(q.OldestAgeSeconds), dash(q.DeadLetterQueue), maxRecv, dash(strings.Join(q.Sources, ",")))
 		}
 		t.flush()
+		return ExitOK
+	})
+}
+
+// queuesPause runs `sluice queues pause|resume QUEUE`.
+func queuesPause(ctx context.Context, args []string, env *Env, verb string) int {
+	c := newCommand(env, "sluice queues "+verb, queuesUsage)
+	return c.run(args, 1, 1, func(pos []string) int {
+		var q admin.Queue
+		if err := c.client().call(ctx, "POST", queuePath(pos[0], verb), nil, nil, &q); err != nil {
+			return c.fail(err)
+		}
+		if c.json {
+			return c.printJSON(q)
+		}
+		state := "delivering"
+		if q.Paused {
+			state = "paused: receives get nothing; " + strconv.Itoa(q.Visible) + " message(s) held visible"
+		}
+		fmt.Fprintf(c.env.Stdout, "%s %s\n", q.Name, state)
 		return ExitOK
 	})
 }

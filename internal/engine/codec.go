@@ -206,6 +206,7 @@ func encodeQueue(r *queueRecord) []byte {
 	e.str(c.Requeue)
 	e.uvarint(uint64(c.CrashLimit))
 	e.varint(int64(c.CrashWindow))
+	e.boolean(c.Paused)
 	return e.b
 }
 
@@ -284,6 +285,9 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 		c.Requeue = d.str()
 		c.CrashLimit = int(d.uvarint())
 		c.CrashWindow = time.Duration(d.varint())
+	}
+	if len(d.b) > 0 {
+		c.Paused = d.boolean()
 	}
 	return r, d.err
 }

@@ -309,6 +309,9 @@ func (q *queue) attemptLocked(id string, now int64) []Delivery {
 // takeLocked leases up to req.Max messages, dead-lettering on the way those
 // whose receive count has reached the limit.
 func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.Batch) ([]Delivery, bool) {
+	if q.cfg.Paused {
+		return nil, false // delivery held (SetPaused)
+	}
 	vis := q.cfg.Visibility
 	if req.VisibilitySet {
 		vis = req.Visibility

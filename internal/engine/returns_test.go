@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -153,5 +154,44 @@ func TestFailureContextIsCapped(t *testing.T) {
 	got := f.recv("dlq", 1, time.Minute)
 	if lf := got[0].LastFailure; lf == nil || len(lf.Message) != MaxErrorText || len(lf.Trace) != MaxTrace {
 		t.Fatalf("context %+v", lf)
+	}
+}
+
+// TestPauseHoldsDeliveryAcrossRestart: a paused queue delivers nothing,
+// keeps its messages visible, stays paused after a restart, and a long
+// poll waiting on it returns the message as soon as it is resumed
+// (DLQ-41).
+func TestPauseHoldsDeliveryAcrossRestart(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("held"))
+	if err := f.e.SetPaused("q", true); err != nil {
+		t.Fatal(err)
+	}
+	if ds := f.recv("q", 10, time.Minute); len(ds) != 0 {
+		t.Fatal("delivered while paused")
+	}
+	f.restart()
+	info, _ := f.e.GetQueue("q")
+	if !info.Config.Paused || info.Visible != 1 {
+		t.Fatalf("after restart %+v", info)
+	}
+	base := f.clk.Timers()
+	got := make(chan []Delivery, 1)
+	go func() {
+		ds, _ := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 1, Wait: MaxWait, WaitSet: true})
+		got <- ds
+	}()
+	for deadline := time.Now().Add(5 * time.Second); f.clk.Timers() <= base; {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll did not park")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := f.e.SetPaused("q", false); err != nil {
+		t.Fatal(err)
+	}
+	if ds := <-got; len(ds) != 1 || string(ds[0].Body) != "held" {
+		t.Fatalf("after resume %v", ds)
 	}
 }

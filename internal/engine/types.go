@@ -84,6 +84,12 @@ type QueueConfig struct {
 	CrashLimit  int
 	CrashWindow time.Duration
 
+	// Paused holds delivery: receives return nothing (long polls wait)
+	// while messages stay visible, counted and settable as usual. An
+	// operator's first move in an incident (DLQ-41); see
+	// Engine.SetPaused.
+	Paused bool
+
 	// Extra holds protocol-specific queue attributes that the engine stores
 	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
 	// KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled). Keys and values

@@ -38,7 +38,12 @@ func TestDroppedAndCrashCounters(t *testing.T) {
 	if _, err := f.e.Abandon("work", []string{ds[0].ReceiptHandle}); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.e.SetPaused("plain", true); err != nil {
+		t.Fatal(err)
+	}
 	fs = f.scrape()
+	expect(t, fs, 1, "sluice_queue_paused", "queue", "plain")
+	expect(t, fs, 0, "sluice_queue_paused", "queue", "work")
 	expect(t, fs, 1, "sluice_dropped_total", "queue", "plain")
 	expect(t, fs, 0, "sluice_deleted_total", "queue", "plain")
 	expect(t, fs, 1, "sluice_dead_lettered_total", "queue", "work", "target", "dlq", "reason", engine.ReasonConsumerCrash)

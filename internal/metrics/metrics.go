@@ -90,7 +90,7 @@ type Metrics struct {
 	dead   sync.Map // deadKey → prometheus.Counter
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed *prometheus.Desc
-	dropped                                                              *prometheus.Desc
+	dropped, paused                                                      *prometheus.Desc
 }
 
 type queueMetrics struct {
@@ -149,6 +149,7 @@ func New(opts ...Option) *Metrics {
 		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue names this queue as its dead-letter queue, else 0.", []string{"queue"}, nil),
 		dlqTarget:   prometheus.NewDesc("sluice_queue_dead_letter_target", "1 for each queue with a dead-letter policy, labelled with its target.", []string{"queue", "target"}, nil),
 		dropped:     prometheus.NewDesc("sluice_dropped_total", "Messages dropped for want of a dead-letter target (rejected without requeue, over a length limit, at the delivery limit), since the broker started.", []string{"queue"}, nil),
+		paused:      prometheus.NewDesc("sluice_queue_paused", "1 while delivery from the queue is paused by an operator (messages held visible), else 0.", []string{"queue"}, nil),
 		storeFailed: prometheus.NewDesc("sluice_store_failed", "1 once a storage error has made the engine refuse all changes, else 0.", nil, nil),
 	}
 	for _, o := range opts {
@@ -283,7 +284,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 		v.Describe(ch)
 	}
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.dropped} {
+	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.dropped, m.paused} {
 		ch <- d
 	}
 }
@@ -358,6 +359,11 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 		}
 		gauge(m.isDLQ, isDLQ, name)
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(info.Dropped), name)
+		paused := 0.0
+		if info.Config.Paused {
+			paused = 1
+		}
+		gauge(m.paused, paused, name)
 		if d := info.Config.DeadLetter; d != nil {
 			gauge(m.dlqTarget, 1, name, d.Target)
 			if exists[d.Target] {
