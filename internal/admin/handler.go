@@ -74,6 +74,7 @@ func New(eng *engine.Engine, opts Options) *Handler {
 	}{
 		{"GET /sluice/v1/queues", h.listQueues},
 		{"GET /sluice/v1/queues/{name}", h.getQueue},
+		{"PUT /sluice/v1/queues/{name}", h.createQueue},
 		{"GET /sluice/v1/queues/{name}/messages", h.browse},
 		{"GET /sluice/v1/queues/{name}/messages/{id}", h.getMessage},
 		{"DELETE /sluice/v1/queues/{name}/messages/{id}", h.deleteMessage},
