@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/amqp/wire"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -375,4 +376,33 @@ func TestPausedQueueHoldsAMQPConsumers(t *testing.T) {
 	if d := recv(t, ds); string(d.Body) != "held" {
 		t.Fatalf("got %q", d.Body)
 	}
+}
+
+// FuzzSluiceQueueArgs: x-consumer-timeout, x-sluice-requeue and the
+// crash-loop arguments, with any value type: no panic; a refusal is a 406;
+// accepted settings give an engine configuration the engine accepts.
+func FuzzSluiceQueueArgs(f *testing.F) {
+	eng := startBroker(f).eng
+	f.Add(int64(5000), "tail", int64(3), int64(60000), true)
+	f.Add(int64(10), "sideways", int64(-1), int64(0), false)
+	f.Add(int64(1<<62), "delayed", int64(1001), int64(1<<40), true)
+	n := 0
+	f.Fuzz(func(t *testing.T, timeout int64, requeue string, limit, window int64, asString bool) {
+		args := wire.Table{{Key: "x-consumer-timeout", Value: timeout}, {Key: "x-sluice-requeue", Value: requeue},
+			{Key: "x-sluice-crash-limit", Value: limit}, {Key: "x-sluice-crash-window", Value: window}}
+		if asString {
+			args[0].Value = requeue
+		}
+		st, aerr := parseQueueArgs("/", "fz", args)
+		if aerr != nil {
+			if aerr.code != wire.PreconditionFailed {
+				t.Fatalf("refusal %v", aerr)
+			}
+			return
+		}
+		n++
+		if _, _, err := eng.CreateQueue(fmt.Sprintf("fz-%d", n), engineConfig(st, DefaultConsumerTimeout), nil); err != nil {
+			t.Fatalf("accepted %v but the engine refuses: %v", args, err)
+		}
+	})
 }
