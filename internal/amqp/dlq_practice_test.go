@@ -406,3 +406,26 @@ func FuzzSluiceQueueArgs(f *testing.F) {
 		}
 	})
 }
+
+// TestRetryBudgetOverAMQP: x-sluice-retry-budget 20: of 60 nacked first
+// deliveries, 12 are ready again at once and 48 are delayed (DLQ-40).
+func TestRetryBudgetOverAMQP(t *testing.T) {
+	b := startBroker(t, withFakeClock())
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("rb", true, false, false, false, amqp091.Table{"x-sluice-retry-budget": int64(20)})
+	must(t, err)
+	for i := 0; i < 60; i++ {
+		publish(t, ch, "", "rb", "m")
+	}
+	roundTrip(t, ch)
+	var last amqp091.Delivery
+	for i := 0; i < 60; i++ {
+		last = getOne(t, ch, "rb")
+	}
+	must(t, last.Nack(true, true)) // every delivery up to the last
+	roundTrip(t, ch)
+	info, _ := b.eng.GetQueue("rb")
+	if info.Visible != 12 || info.Delayed != 48 {
+		t.Fatalf("visible %d delayed %d, want 12 and 48", info.Visible, info.Delayed)
+	}
+}

@@ -28,6 +28,7 @@ type queueSettings struct {
 	crashLimit      int           // x-sluice-crash-limit; 0: off
 	crashWindow     time.Duration // x-sluice-crash-window (ms)
 	consumerTimeout time.Duration // x-consumer-timeout (ms); 0: the server's
+	retryBudget     int           // x-sluice-retry-budget (percent); 0: none
 }
 
 // defaultDeadLetterLimit is the delivery limit of a queue that names a
@@ -166,7 +167,9 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 //   - x-sluice-requeue: what nack/reject with requeue=true does: head
 //     (RabbitMQ's, the default), tail or delayed (the retry backoff);
 //   - x-sluice-crash-limit (0 turns quarantine off) and
-//     x-sluice-crash-window (ms): crash-loop quarantine.
+//     x-sluice-crash-window (ms): crash-loop quarantine;
+//   - x-sluice-retry-budget (percent, 0–100): retries allowed per first
+//     delivery, the rest delayed.
 func parseSluiceArgs(s *queueSettings, args wire.Table,
 	intArg func(string, int64) (int64, bool, *amqpError),
 	strArg func(string) (string, bool, *amqpError),
@@ -197,6 +200,14 @@ func parseSluiceArgs(s *queueSettings, args wire.Table,
 			return bad("x-sluice-crash-limit", fmt.Sprintf("{value_too_large,%d,1000}", n))
 		}
 		s.crashLimit = int(n)
+	}
+	if n, ok, err := intArg("x-sluice-retry-budget", 0); err != nil {
+		return err
+	} else if ok {
+		if n > 100 {
+			return bad("x-sluice-retry-budget", fmt.Sprintf("{value_too_large,%d,100}", n))
+		}
+		s.retryBudget = int(n)
 	}
 	if n, ok, err := intArg("x-sluice-crash-window", 1); err != nil {
 		return err
@@ -229,6 +240,7 @@ func engineConfig(s queueSettings, consumerTimeout time.Duration) engine.QueueCo
 	cfg.Visibility = leaseFor(s.timeout(consumerTimeout))
 	cfg.Requeue = s.requeue
 	cfg.CrashLimit, cfg.CrashWindow = s.crashLimit, s.crashWindow
+	cfg.RetryBudgetPercent = s.retryBudget
 	cfg.MessageTTL, cfg.HasMessageTTL = s.ttl, s.hasTTL
 	cfg.MaxLength, cfg.MaxLengthBytes, cfg.Overflow = s.maxLen, s.maxBytes, s.overflow
 	if s.hasDLX || s.deliveryLimit >= 0 {

@@ -207,6 +207,7 @@ func encodeQueue(r *queueRecord) []byte {
 	e.uvarint(uint64(c.CrashLimit))
 	e.varint(int64(c.CrashWindow))
 	e.boolean(c.Paused)
+	e.uvarint(uint64(c.RetryBudgetPercent))
 	return e.b
 }
 
@@ -288,6 +289,9 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	}
 	if len(d.b) > 0 {
 		c.Paused = d.boolean()
+	}
+	if len(d.b) > 0 {
+		c.RetryBudgetPercent = int(d.uvarint())
 	}
 	return r, d.err
 }

@@ -438,6 +438,15 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 		if m.state == stateInFlight && q.leaseEndedLocked(m, now, b) {
 			continue // quarantined as a crash loop
 		}
+		if m.state == stateInFlight {
+			if d := q.admitRetryLocked(m, now); d > 0 {
+				// Over the retry budget: the lease's end waits too.
+				m.visibleAt = now + int64(d)
+				m.parked = true
+				q.setStateLocked(m, stateDelayed)
+				continue
+			}
+		}
 		if m.state == stateInFlight && q.cfg.Retry != nil {
 			// The lease ended without a delete: with a retry policy the
 			// message waits out a backoff before it is visible again.
@@ -537,6 +546,9 @@ func validateConfig(c *QueueConfig) error {
 	case "", RequeueHead, RequeueTail, RequeueDelayed:
 	default:
 		return &ConfigError{Setting: "Requeue", Reason: "must be head, tail or delayed, not " + c.Requeue}
+	}
+	if c.RetryBudgetPercent < 0 || c.RetryBudgetPercent > 100 {
+		return &ConfigError{Setting: "RetryBudget", Reason: "must be a percentage from 0 (off) to 100"}
 	}
 	if c.CrashLimit < 0 || c.CrashLimit > 1000 {
 		return &ConfigError{Setting: "CrashLimit", Reason: "must be between 0 (off) and 1000"}

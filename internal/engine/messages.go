@@ -333,6 +333,8 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		}
 		if m.recvCount > 0 {
 			redelivered++
+		} else {
+			q.noteFirstDeliveryLocked(now)
 		}
 		m.parked = false
 		m.recvCount++

@@ -390,6 +390,8 @@ type queue struct {
 
 	stats counters
 
+	budget retryBudget // guarded by mu; not persisted
+
 	// room is what dead-letter moves and redrives read of this queue's
 	// length limits without its lock (see room.go).
 	room roomHints

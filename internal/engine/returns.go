@@ -185,6 +185,13 @@ func (q *queue) placeReturnedLocked(m *message, kind returnKind, now int64) {
 		}
 	}
 	m.parked = true // its wait (if any) is a retry delay, not a lease
+	if kind == returnNack || kind == returnAbandon {
+		if d := q.admitRetryLocked(m, now); d > 0 {
+			m.visibleAt = now + int64(d)
+			q.setStateLocked(m, stateDelayed)
+			return
+		}
+	}
 	if mode == RequeueDelayed {
 		p := DefaultRetryPolicy()
 		if q.cfg.Retry != nil {

@@ -195,3 +195,31 @@ func TestPauseHoldsDeliveryAcrossRestart(t *testing.T) {
 		t.Fatalf("after resume %v", ds)
 	}
 }
+
+// TestRetryBudgetDelaysRetriesOverBudget: with a 20 % budget, when 100
+// first deliveries all fail, 20 retries go ahead and the other 80 are
+// delayed by one to two budget windows, none dropped (DLQ-40).
+func TestRetryBudgetDelaysRetriesOverBudget(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", func(c *QueueConfig) { c.RetryBudgetPercent = 20 })
+	for i := 0; i < 10; i++ {
+		f.send("q", body("a"), body("b"), body("c"), body("d"), body("e"), body("f"), body("g"), body("h"), body("i"), body("j"))
+	}
+	var handles []string
+	for len(handles) < 100 {
+		for _, d := range f.recv("q", 10, time.Minute) {
+			handles = append(handles, d.ReceiptHandle)
+		}
+	}
+	if _, err := f.e.Nack("q", handles); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := f.e.GetQueue("q")
+	if info.Visible != 20 || info.Delayed != 80 {
+		t.Fatalf("visible %d delayed %d, want 20 and 80", info.Visible, info.Delayed)
+	}
+	f.clk.Advance(2 * RetryBudgetWindow)
+	if info, _ := f.e.GetQueue("q"); info.Visible != 100 {
+		t.Fatalf("after two windows %+v", info)
+	}
+}

@@ -84,6 +84,13 @@ type QueueConfig struct {
 	CrashLimit  int
 	CrashWindow time.Duration
 
+	// RetryBudgetPercent, when > 0, caps redeliveries caused by
+	// failures (nack/reject with requeue, deliveries that ended without a
+	// verdict, SQS leases that ran out) at that percentage of first
+	// deliveries over a sliding window (DLQ-40); retries over it are
+	// delayed, never dropped. 0: no budget.
+	RetryBudgetPercent int
+
 	// Paused holds delivery: receives return nothing (long polls wait)
 	// while messages stay visible, counted and settable as usual. An
 	// operator's first move in an incident (DLQ-41); see

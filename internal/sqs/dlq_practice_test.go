@@ -221,3 +221,26 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestSluiceRetryBudget: over SQS, leases that run out count as retries:
+// with SluiceRetryBudget 20, when 100 first receives all fail, only 20
+// come back at once and 80 wait a budget window (DLQ-40).
+func TestSluiceRetryBudget(t *testing.T) {
+	e := newEnv(t)
+	q := e.create("budget", "VisibilityTimeout", "5", "SluiceRetryBudget", "20")
+	if got := e.attr(q, "SluiceRetryBudget"); got != "20" {
+		t.Fatalf("attribute %q", got)
+	}
+	for i := 0; i < 100; i++ {
+		e.send(q, "m")
+	}
+	for got := 0; got < 100; {
+		got += len(e.receive(q).Messages)
+	}
+	e.clk.Advance(6 * time.Second)
+	if v, d := e.attr(q, "ApproximateNumberOfMessages"), e.attr(q, "ApproximateNumberOfMessagesDelayed"); v != "20" || d != "80" {
+		t.Fatalf("visible %s delayed %s, want 20 and 80", v, d)
+	}
+	_, err := e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceRetryBudget": "101"}})
+	wantAPIError(t, err, "InvalidParameterValue", 400, "percentage")
+}

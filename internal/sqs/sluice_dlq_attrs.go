@@ -29,6 +29,10 @@ const (
 	attrSluiceRequeuePolicy   = "SluiceRequeuePolicy"
 	attrSluiceCrashLoopPolicy = "SluiceCrashLoopPolicy"
 	attrSluiceRetentionPeriod = "SluiceRetentionPeriod"
+	// SluiceRetryBudget: a percentage 1–100 ("" or 0: none): redeliveries
+	// after failures (leases that ran out, nacks) beyond that share of
+	// first deliveries are delayed (DLQ-40).
+	attrSluiceRetryBudget = "SluiceRetryBudget"
 )
 
 // parseSluiceDLQAttr validates one of the attributes above and returns its
@@ -73,6 +77,16 @@ func parseSluiceDLQAttr(name, v string) (func(*engine.QueueConfig), *apiError) {
 			window = time.Duration(w * float64(time.Second))
 		}
 		return func(c *engine.QueueConfig) { c.CrashLimit, c.CrashWindow = limit, window }, nil
+	case attrSluiceRetryBudget:
+		n := int64(0)
+		if v != "" {
+			var ok bool
+			n, ok = parseStrictInt(v)
+			if !ok || n < 0 || n > 100 {
+				return nil, errParam(v, name, "Use a percentage from 0 (none) to 100.")
+			}
+		}
+		return func(c *engine.QueueConfig) { c.RetryBudgetPercent = int(n) }, nil
 	default: // attrSluiceRetentionPeriod
 		n, ok := parseStrictInt(v)
 		if !ok || n < int64(engine.MinRetention/time.Second) || n > int64(engine.MaxExtendedRetention/time.Second) {
@@ -96,6 +110,9 @@ func renderSluiceDLQAttrs(cfg *engine.QueueConfig, m map[string]string) {
 			Limit         int     `json:"limit"`
 			WindowSeconds float64 `json:"windowSeconds"`
 		}{cfg.CrashLimit, w.Seconds()}))
+	}
+	if cfg.RetryBudgetPercent > 0 {
+		m[attrSluiceRetryBudget] = strconv.Itoa(cfg.RetryBudgetPercent)
 	}
 	if cfg.Retention > engine.MaxRetention {
 		m[attrSluiceRetentionPeriod] = strconv.FormatInt(int64(cfg.Retention/time.Second), 10)
