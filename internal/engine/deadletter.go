@@ -120,6 +120,13 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	}
 	q.stats.deadLettered.Add(1)
 	names := make([]string, len(targets))
+	if co, ok := e.obs.(ErrorClassObserver); ok {
+		class := ""
+		if m.ext != nil && m.ext.failure != nil {
+			class = m.ext.failure.ErrorClass
+		}
+		co.DeadLetteredClass(q.name, reason, class)
+	}
 	for i, t := range targets {
 		names[i] = t.name
 		e.obs.DeadLettered(q.name, t.name, reason, time.Duration(now-m.sentAt))

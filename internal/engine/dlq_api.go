@@ -127,6 +127,15 @@ type Observer interface {
 	Expired(queue string, n int)
 }
 
+// ErrorClassObserver is an optional extension of Observer: an observer
+// that implements it is also told, for every dead-lettering, the error
+// class of the message's last failure report ("" when none was reported).
+// Same contract as Observer. Kept apart so that observers that do not
+// care need not change (DLQ-22).
+type ErrorClassObserver interface {
+	DeadLetteredClass(queue, reason, errorClass string)
+}
+
 // NopObserver ignores every event.
 type NopObserver struct{}
 

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/sluicemq/sluice/internal/engine"
@@ -47,4 +48,37 @@ func TestDroppedAndCrashCounters(t *testing.T) {
 	expect(t, fs, 1, "sluice_dropped_total", "queue", "plain")
 	expect(t, fs, 0, "sluice_deleted_total", "queue", "plain")
 	expect(t, fs, 1, "sluice_dead_lettered_total", "queue", "work", "target", "dlq", "reason", engine.ReasonConsumerCrash)
+}
+
+// TestDeadLetteredByErrorClass: dead letters are counted by reason and
+// error class, with the classes of a queue bounded at MaxErrorClasses
+// (then "other") and no report counted as "unclassified" (DLQ-22).
+func TestDeadLetteredByErrorClass(t *testing.T) {
+	f := newFixture(t)
+	f.create("dlq", nil)
+	f.create("q", func(c *engine.QueueConfig) {
+		c.DeadLetter = &engine.DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 5}
+	})
+	fail := func(class string) {
+		t.Helper()
+		f.send("q", "m")
+		ds, err := f.e.Receive(context.Background(), "q", engine.ReceiveRequest{Max: 1})
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("receive: %v %v", ds, err)
+		}
+		if _, err := f.e.ReportFailure("q", ds[0].ReceiptHandle, engine.Failure{ErrorClass: class, Terminal: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fail("KeyError")
+	fail("KeyError")
+	fail("")
+	for i := 0; i < MaxErrorClasses+3; i++ {
+		fail(fmt.Sprintf("Class%d", i))
+	}
+	fs := f.scrape()
+	expect(t, fs, 2, "sluice_dead_lettered_by_class_total", "queue", "q", "reason", engine.ReasonTerminal, "class", "KeyError")
+	expect(t, fs, 1, "sluice_dead_lettered_by_class_total", "queue", "q", "reason", engine.ReasonTerminal, "class", ClassUnclassified)
+	// KeyError and unclassified took two of the 20 slots.
+	expect(t, fs, 5, "sluice_dead_lettered_by_class_total", "queue", "q", "reason", engine.ReasonTerminal, "class", ClassOther)
 }

@@ -80,6 +80,7 @@ type Metrics struct {
 
 	sent, received, redelivered, deleted, expired *prometheus.CounterVec
 	deadLettered                                  *prometheus.CounterVec
+	byClass                                       *classCounter
 	timeToDeadLetter, processing                  *prometheus.HistogramVec
 	walSync                                       prometheus.Histogram
 
@@ -117,8 +118,9 @@ func New(opts ...Option) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		clk: clock.Real{},
+		reg:     prometheus.NewRegistry(),
+		clk:     clock.Real{},
+		byClass: newClassCounter(),
 
 		sent:         counter("sluice_sent_total", "Messages stored by Send.", "queue"),
 		received:     counter("sluice_received_total", "Messages returned by Receive, including redeliveries.", "queue"),
@@ -210,6 +212,11 @@ func (m *Metrics) DeadLettered(queue, target, reason string, timeToDeadLetter ti
 	m.queue(queue).timeToDeadLetter.Observe(timeToDeadLetter.Seconds())
 }
 
+// DeadLetteredClass implements engine.ErrorClassObserver.
+func (m *Metrics) DeadLetteredClass(queue, reason, errorClass string) {
+	m.byClass.inc(queue, reason, errorClass)
+}
+
 // Expired implements engine.Observer.
 func (m *Metrics) Expired(queue string, n int) { m.queue(queue).expired.Add(float64(n)) }
 
@@ -249,6 +256,7 @@ func (m *Metrics) prune(gone func(queue string) bool) {
 			return true
 		}
 		m.queues.Delete(name)
+		m.byClass.forget(name)
 		for _, v := range []*prometheus.MetricVec{
 			m.sent.MetricVec, m.received.MetricVec, m.redelivered.MetricVec, m.deleted.MetricVec,
 			m.expired.MetricVec, m.timeToDeadLetter.MetricVec, m.processing.MetricVec,
@@ -275,7 +283,7 @@ type queueCollector struct{ m *Metrics }
 
 func (c queueCollector) vectors() []prometheus.Collector {
 	m := c.m
-	return []prometheus.Collector{m.sent, m.received, m.redelivered, m.deleted, m.expired, m.deadLettered, m.timeToDeadLetter, m.processing}
+	return []prometheus.Collector{m.sent, m.received, m.redelivered, m.deleted, m.expired, m.deadLettered, m.byClass.vec, m.timeToDeadLetter, m.processing}
 }
 
 // Describe implements prometheus.Collector.
