@@ -20,6 +20,7 @@
 //	dlq_alert          an alert rule watches the DLQ (when alerts are known)   yellow
 //	dlq_owner          the DLQ has an "owner" tag (DLQ-72)                     yellow
 //	dlq_shared         the DLQ serves one consumer group (DLQ-60)              red when sources of different groups share it
+//	fifo_dlq_order     a FIFO queue's DLQ is acknowledged to break order       yellow without the fifo-dlq-ack tag (DLQ-133)
 //	prefetch           consumer prefetch in 1–50 (when known)                  yellow to 200, red beyond or unlimited
 //	fifo_groups        a FIFO backlog spread over more than one group          yellow with one group
 //	retention          oldest message well inside retention; delay < retention yellow at 80 %, red at 95 % on a DLQ or delay >= retention
@@ -53,6 +54,7 @@ const (
 	CheckDLQAlert        = "dlq_alert"
 	CheckDLQOwner        = "dlq_owner"
 	CheckDLQShared       = "dlq_shared"
+	CheckFIFODLQOrder    = "fifo_dlq_order"
 	CheckPrefetch        = "prefetch"
 	CheckFIFOGroups      = "fifo_groups"
 	CheckRetention       = "retention"
@@ -210,6 +212,7 @@ func (c *checker) queue(info engine.QueueInfo) {
 	c.prefetch(q, st)
 	if cfg.FIFO {
 		c.fifoGroups(info)
+		c.fifoDLQ(info)
 	}
 	c.retention(info, isDLQ)
 }

@@ -102,3 +102,22 @@ func CreationWarnings(eng *engine.Engine, q string) []Finding {
 	}
 	return out
 }
+
+// FIFODLQAckTag, set to "true" on a FIFO queue, acknowledges that
+// dead-lettering breaks the exact order of its groups.
+const FIFODLQAckTag = "fifo-dlq-ack"
+
+// fifoDLQ: on a FIFO queue, dead-lettering a group's head lets the rest of
+// the group overtake it, so exact order is broken for an order-critical
+// workload (DLQ-133). Flagged until acknowledged with the tag.
+func (c *checker) fifoDLQ(info engine.QueueInfo) {
+	d := info.Config.DeadLetter
+	if d == nil || (d.MaxReceiveCount == 0 && !d.Routed) {
+		return
+	}
+	if info.Tags[FIFODLQAckTag] == "true" {
+		c.add(info.Name, CheckFIFODLQOrder, Green, "dead-lettering acknowledged to break the order of a group (%s tag)", FIFODLQAckTag)
+		return
+	}
+	c.add(info.Name, CheckFIFODLQOrder, Yellow, "a dead-lettered message lets the rest of its group overtake it: exact order is broken. If the workload tolerates that, tag the queue %s=true", FIFODLQAckTag)
+}
