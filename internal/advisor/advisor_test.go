@@ -201,7 +201,9 @@ func TestShort(t *testing.T) {
 func TestFIFODLQOrderNeedsAcknowledgement(t *testing.T) {
 	eng := open(t, clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)))
 	create(t, eng, "dlq.fifo", nil, nil)
-	dl := func(c *engine.QueueConfig) { c.DeadLetter = &engine.DeadLetterPolicy{Target: "dlq.fifo", MaxReceiveCount: 5} }
+	dl := func(c *engine.QueueConfig) {
+		c.DeadLetter = &engine.DeadLetterPolicy{Target: "dlq.fifo", MaxReceiveCount: 5}
+	}
 	create(t, eng, "orders.fifo", dl, nil)
 	create(t, eng, "events.fifo", dl, map[string]string{FIFODLQAckTag: "true"})
 	fs := Check(eng, Stats{})
