@@ -111,7 +111,7 @@ func (e *Engine) Drop(queue string, handles []string) ([]error, error) {
 			// nothing to drop.
 		default:
 			q.dropLocked(m, &b)
-			e.countDropLocked(q, m, "rejected")
+			e.countDropLocked(q, m, ReasonTerminal) // rejected, with no target
 		}
 	}
 	if err := e.commitUnlock(q, &b); err != nil {
@@ -127,7 +127,7 @@ func (e *Engine) countDropLocked(q *queue, m *message, reason string) {
 	if e.logDrops {
 		lvl = slog.LevelInfo
 	}
-	e.log.Log(context.Background(), lvl, "message dropped: no dead-letter target",
+	e.log.Log(context.Background(), lvl, "message dropped: nowhere to dead-letter it",
 		"queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount)
 }
 
