@@ -298,9 +298,33 @@ func (ch *channel) takeAllLocked() []*unacked {
 func (ch *channel) requeue(us []*unacked) { ch.giveBack(us, false) }
 
 // abandon returns deliveries that ended without a verdict (the channel or
-// connection closed or was lost, or the consumer timeout fired): the
-// engine's Abandon counts each as a crash for crash-loop quarantine.
-func (ch *channel) abandon(us []*unacked) { ch.giveBack(us, true) }
+// connection closed or was lost, or the consumer timeout fired). Only the
+// oldest unacknowledged delivery of each consumer (and of basic.get) is
+// taken as the one its consumer was working on and goes to the engine's
+// Abandon, which counts it as a crash for crash-loop quarantine; the
+// others were waiting in the prefetch buffer and go back to their places
+// without a crash (their delivery still counts towards the limit), so
+// one poison message does not drag the messages queued behind it into
+// quarantine.
+func (ch *channel) abandon(us []*unacked) {
+	sort.Slice(us, func(i, j int) bool { return us[i].tag < us[j].tag })
+	seen := make(map[*consumer]bool)
+	var crashed, waiting []*unacked
+	for _, u := range us {
+		if seen[u.consumer] {
+			waiting = append(waiting, u)
+			continue
+		}
+		seen[u.consumer] = true
+		crashed = append(crashed, u)
+	}
+	ch.giveBack(crashed, true)
+	for q, hs := range groupHandles(waiting) {
+		if _, err := ch.c.s.eng.Requeue(q, hs, true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			ch.c.s.log.Warn("amqp: cannot requeue", "queue", q, "err", err)
+		}
+	}
+}
 
 func (ch *channel) giveBack(us []*unacked, crashed bool) {
 	byQueue := make(map[string][]string)

@@ -429,3 +429,44 @@ func TestRetryBudgetOverAMQP(t *testing.T) {
 		t.Fatalf("visible %d delayed %d, want 12 and 48", info.Visible, info.Delayed)
 	}
 }
+
+// TestCrashLoopSparesPrefetchedMessages: a consumer with prefetch that
+// crashes on its first delivery three times quarantines that message
+// only; the messages waiting behind it in its prefetch buffer are not
+// crashes and stay in the queue (DLQ-110).
+func TestCrashLoopSparesPrefetchedMessages(t *testing.T) {
+	b := startBroker(t, withFakeClock())
+	_, ch := b.channel()
+	declareWorkWithDLQ(t, ch, amqp091.Table{"x-delivery-limit": int64(50)})
+	for _, body := range []string{"poison", "innocent-1", "innocent-2"} {
+		publish(t, ch, "", "work", body)
+	}
+	roundTrip(t, ch)
+	for i := 0; i < 3; i++ {
+		c, err := amqp091.Dial(b.url)
+		must(t, err)
+		cch, err := c.Channel()
+		must(t, err)
+		must(t, cch.Qos(10, 0, false))
+		ds, err := cch.Consume("work", "", false, false, false, false, nil)
+		must(t, err)
+		for j := 0; j < 3; j++ {
+			recv(t, ds)
+		}
+		must(t, c.Close())
+		eventually(t, "the deliveries to return", func() bool {
+			info, _ := b.eng.GetQueue("work")
+			return info.InFlight == 0
+		})
+	}
+	dl := getOne(t, ch, "dlq")
+	if string(dl.Body) != "poison" {
+		t.Fatalf("quarantined %q", dl.Body)
+	}
+	if info, _ := b.eng.GetQueue("work"); info.Visible != 2 {
+		t.Fatalf("work %+v", info)
+	}
+	if info, _ := b.eng.GetQueue("dlq"); info.Visible != 0 {
+		t.Fatalf("more than the poison quarantined: %+v", info)
+	}
+}
