@@ -470,3 +470,22 @@ func TestCrashLoopSparesPrefetchedMessages(t *testing.T) {
 		t.Fatalf("more than the poison quarantined: %+v", info)
 	}
 }
+
+// TestUnknownFailurePolicy: with x-sluice-unknown-failure deadletter a
+// plain nack(requeue=true) is terminal: dead-lettered at once (reason
+// rejected); the default retries (DLQ-20).
+func TestUnknownFailurePolicy(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	declareWorkWithDLQ(t, ch, amqp091.Table{"x-sluice-unknown-failure": "deadletter"})
+	publish(t, ch, "", "work", "unclassified")
+	must(t, getOne(t, ch, "work").Nack(false, true))
+	dl := getOne(t, ch, "dlq")
+	if ds := deaths(t, dl); ds[0]["reason"] != "rejected" {
+		t.Fatalf("x-death %v", ds)
+	}
+	_, err := ch.QueueDeclare("bad-unknown", true, false, false, false, amqp091.Table{"x-sluice-unknown-failure": "maybe"})
+	if e := amqpErr(t, err); e.Code != amqp091.PreconditionFailed {
+		t.Fatalf("bad value: %v", err)
+	}
+}

@@ -473,7 +473,7 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 				cfg.DeadLetter = want.DeadLetter
 			}
 			cfg.Requeue, cfg.CrashLimit, cfg.CrashWindow = want.Requeue, want.CrashLimit, want.CrashWindow
-			cfg.RetryBudgetPercent = want.RetryBudgetPercent
+			cfg.RetryBudgetPercent, cfg.UnknownFailure = want.RetryBudgetPercent, want.UnknownFailure
 			return nil
 		})
 		if err != nil {

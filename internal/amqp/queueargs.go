@@ -29,6 +29,7 @@ type queueSettings struct {
 	crashWindow     time.Duration // x-sluice-crash-window (ms)
 	consumerTimeout time.Duration // x-consumer-timeout (ms); 0: the server's
 	retryBudget     int           // x-sluice-retry-budget (percent); 0: none
+	unknownFailure  string        // x-sluice-unknown-failure: retry (""), deadletter
 }
 
 // defaultDeadLetterLimit is the delivery limit of a queue that names a
@@ -169,7 +170,9 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 //   - x-sluice-crash-limit (0 turns quarantine off) and
 //     x-sluice-crash-window (ms): crash-loop quarantine;
 //   - x-sluice-retry-budget (percent, 0–100): retries allowed per first
-//     delivery, the rest delayed.
+//     delivery, the rest delayed;
+//   - x-sluice-unknown-failure: retry (default) or deadletter, what a
+//     nack with requeue=true means.
 func parseSluiceArgs(s *queueSettings, args wire.Table,
 	intArg func(string, int64) (int64, bool, *amqpError),
 	strArg func(string) (string, bool, *amqpError),
@@ -200,6 +203,16 @@ func parseSluiceArgs(s *queueSettings, args wire.Table,
 			return bad("x-sluice-crash-limit", fmt.Sprintf("{value_too_large,%d,1000}", n))
 		}
 		s.crashLimit = int(n)
+	}
+	if v, ok, err := strArg("x-sluice-unknown-failure"); err != nil {
+		return err
+	} else if ok {
+		switch v {
+		case engine.UnknownRetry, engine.UnknownDeadLetter:
+			s.unknownFailure = v
+		default:
+			return bad("x-sluice-unknown-failure", fmt.Sprintf("{unacceptable_value,<<\"%s\">>}", v))
+		}
 	}
 	if n, ok, err := intArg("x-sluice-retry-budget", 0); err != nil {
 		return err
@@ -241,6 +254,7 @@ func engineConfig(s queueSettings, consumerTimeout time.Duration) engine.QueueCo
 	cfg.Requeue = s.requeue
 	cfg.CrashLimit, cfg.CrashWindow = s.crashLimit, s.crashWindow
 	cfg.RetryBudgetPercent = s.retryBudget
+	cfg.UnknownFailure = s.unknownFailure
 	cfg.MessageTTL, cfg.HasMessageTTL = s.ttl, s.hasTTL
 	cfg.MaxLength, cfg.MaxLengthBytes, cfg.Overflow = s.maxLen, s.maxBytes, s.overflow
 	if s.hasDLX || s.deliveryLimit >= 0 {

@@ -208,6 +208,7 @@ func encodeQueue(r *queueRecord) []byte {
 	e.varint(int64(c.CrashWindow))
 	e.boolean(c.Paused)
 	e.uvarint(uint64(c.RetryBudgetPercent))
+	e.str(c.UnknownFailure)
 	return e.b
 }
 
@@ -292,6 +293,9 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	}
 	if len(d.b) > 0 {
 		c.RetryBudgetPercent = int(d.uvarint())
+	}
+	if len(d.b) > 0 {
+		c.UnknownFailure = d.str()
 	}
 	return r, d.err
 }

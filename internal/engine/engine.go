@@ -547,6 +547,11 @@ func validateConfig(c *QueueConfig) error {
 	default:
 		return &ConfigError{Setting: "Requeue", Reason: "must be head, tail or delayed, not " + c.Requeue}
 	}
+	switch c.UnknownFailure {
+	case "", UnknownRetry, UnknownDeadLetter:
+	default:
+		return &ConfigError{Setting: "UnknownFailure", Reason: "must be retry or deadletter, not " + c.UnknownFailure}
+	}
 	if c.RetryBudgetPercent < 0 || c.RetryBudgetPercent > 100 {
 		return &ConfigError{Setting: "RetryBudget", Reason: "must be a percentage from 0 (off) to 100"}
 	}

@@ -24,6 +24,17 @@ const (
 	RequeueDelayed = "delayed"
 )
 
+// Unknown-failure policies (QueueConfig.UnknownFailure, DLQ-20). The
+// sources disagree: an unclassified failure is usually a bug, and bugs are
+// deterministic (default to terminal); or it is a blip, and one retry too
+// many is cheaper than a DLQ filled by a gateway hiccup (default to
+// retry). Sluice defaults to retry, which is what a nack means in both
+// protocols; the delivery limit bounds the cost.
+const (
+	UnknownRetry      = "retry"
+	UnknownDeadLetter = "deadletter"
+)
+
 // Crash-loop defaults (DLQ-110): CrashLimit deliveries without a verdict
 // within CrashWindow.
 const (
@@ -63,8 +74,10 @@ func (e *Engine) Requeue(queue string, handles []string, front bool) ([]error, e
 }
 
 // Nack returns deliveries whose consumer reported a failure and asked for
-// another try (AMQP basic.nack or basic.reject with requeue=true). The
-// delivery limit is checked first: a message whose receive count has
+// another try (AMQP basic.nack or basic.reject with requeue=true). On a
+// queue whose UnknownFailure is UnknownDeadLetter such a failure is
+// terminal: the message is dead-lettered (ReasonTerminal) when the queue
+// has a target. Otherwise the delivery limit is checked first: a message whose receive count has
 // reached the queue's MaxReceiveCount is dead-lettered
 // (ReasonDeliveryLimit), or dropped and counted without a target. The
 // others go where the queue's Requeue policy says (RequeueHead,
@@ -156,6 +169,8 @@ func (e *Engine) returnLeases(name string, handles []string, kind returnKind) ([
 			errs[i] = ErrMessageNotInflight
 		case kind == returnAbandon && q.noteCrashLocked(m, now) && e.canDeadLetter(q):
 			e.quarantineLocked(q, m, now, &b)
+		case kind == returnNack && q.cfg.UnknownFailure == UnknownDeadLetter && e.canDeadLetter(q):
+			e.deadLetterLocked(q, m, ReasonTerminal, now, &b)
 		case limit > 0 && int(m.recvCount) >= limit:
 			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, &b)
 		case m.ttlDue(now):

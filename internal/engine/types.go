@@ -91,6 +91,12 @@ type QueueConfig struct {
 	// delayed, never dropped. 0: no budget.
 	RetryBudgetPercent int
 
+	// UnknownFailure says what a plain failure without a class means
+	// (AMQP nack/reject with requeue=true): UnknownRetry ("", retry
+	// within the delivery limit) or UnknownDeadLetter (terminal: it is
+	// dead-lettered at once when the queue has a target). DLQ-20.
+	UnknownFailure string
+
 	// Paused holds delivery: receives return nothing (long polls wait)
 	// while messages stay visible, counted and settable as usual. An
 	// operator's first move in an incident (DLQ-41); see

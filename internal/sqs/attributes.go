@@ -58,7 +58,7 @@ func readableAttribute(name string) bool {
 		attrSqsManagedSseEnabled, attrFifoQueue, attrContentBasedDedup, attrDeduplicationScope,
 		attrFifoThroughputLimit, attrQueueArn, attrApproxMessages, attrApproxMessagesNotVisible,
 		attrApproxMessagesDelayed, attrCreatedTimestamp, attrLastModifiedTimestamp,
-		attrSluiceRetryPolicy, attrSluiceRequeuePolicy, attrSluiceCrashLoopPolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget:
+		attrSluiceRetryPolicy, attrSluiceRequeuePolicy, attrSluiceCrashLoopPolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget, attrSluiceUnknownFailure:
 		return true
 	}
 	return false
@@ -197,7 +197,7 @@ func (c *call) parseAttributes(attrs map[string]string, name string, fifo, creat
 				return nil, errInvalidAttrValue(k)
 			}
 			edits = append(edits, func(cfg *engine.QueueConfig) { cfg.FifoThroughputLimit = v })
-		case attrSluiceRequeuePolicy, attrSluiceCrashLoopPolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget:
+		case attrSluiceRequeuePolicy, attrSluiceCrashLoopPolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget, attrSluiceUnknownFailure:
 			edit, err := parseSluiceDLQAttr(k, v)
 			if err != nil {
 				return nil, err

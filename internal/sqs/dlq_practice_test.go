@@ -244,3 +244,19 @@ func TestSluiceRetryBudget(t *testing.T) {
 	_, err := e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceRetryBudget": "101"}})
 	wantAPIError(t, err, "InvalidParameterValue", 400, "percentage")
 }
+
+// TestSluiceUnknownFailureAttribute: the unknown-failure policy is an
+// engine setting; the SQS attribute sets and reads it (DLQ-20).
+func TestSluiceUnknownFailureAttribute(t *testing.T) {
+	e := newEnv(t)
+	q := e.create("u", "SluiceUnknownFailure", "deadletter")
+	if got := e.attr(q, "SluiceUnknownFailure"); got != "deadletter" {
+		t.Fatalf("attribute %q", got)
+	}
+	_, err := e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceUnknownFailure": "retry"}})
+	if err != nil || e.attr(q, "SluiceUnknownFailure") != "" {
+		t.Fatalf("retry is the default and is not reported: %v", err)
+	}
+	_, err = e.cli.SetQueueAttributes(e.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &q, Attributes: map[string]string{"SluiceUnknownFailure": "maybe"}})
+	wantAPIError(t, err, "InvalidParameterValue", 400, "Use retry or deadletter.")
+}

@@ -343,7 +343,7 @@ func FuzzSluiceDLQAttrs(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		for _, name := range []string{attrSluiceCrashLoopPolicy, attrSluiceRequeuePolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget} {
+		for _, name := range []string{attrSluiceCrashLoopPolicy, attrSluiceRequeuePolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget, attrSluiceUnknownFailure} {
 			edit, err := parseSluiceDLQAttr(name, v)
 			if err != nil {
 				if err.kind != kindInvalidParameter || !strings.Contains(err.msg, "Reason: ") {
@@ -366,7 +366,7 @@ func FuzzSluiceDLQAttrs(f *testing.F) {
 				}
 				cfg2 := engine.DefaultQueueConfig()
 				edit2(&cfg2)
-				if cfg2.CrashLimit != cfg.CrashLimit || cfg2.Requeue != cfg.Requeue || cfg2.Retention != cfg.Retention || cfg2.RetryBudgetPercent != cfg.RetryBudgetPercent ||
+				if cfg2.CrashLimit != cfg.CrashLimit || cfg2.Requeue != cfg.Requeue || cfg2.Retention != cfg.Retention || cfg2.RetryBudgetPercent != cfg.RetryBudgetPercent || cfg2.UnknownFailure != cfg.UnknownFailure ||
 					(cfg.CrashLimit > 0 && cfg2.CrashWindow != cfg.CrashWindow) {
 					t.Fatalf("%s round trip %+v → %+v", name, cfg, cfg2)
 				}

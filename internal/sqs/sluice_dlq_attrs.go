@@ -33,6 +33,9 @@ const (
 	// after failures (leases that ran out, nacks) beyond that share of
 	// first deliveries are delayed (DLQ-40).
 	attrSluiceRetryBudget = "SluiceRetryBudget"
+	// SluiceUnknownFailure: retry or deadletter ("" = retry): what an
+	// AMQP nack/reject with requeue=true means on this queue (DLQ-20).
+	attrSluiceUnknownFailure = "SluiceUnknownFailure"
 )
 
 // parseSluiceDLQAttr validates one of the attributes above and returns its
@@ -77,6 +80,16 @@ func parseSluiceDLQAttr(name, v string) (func(*engine.QueueConfig), *apiError) {
 			window = time.Duration(w * float64(time.Second))
 		}
 		return func(c *engine.QueueConfig) { c.CrashLimit, c.CrashWindow = limit, window }, nil
+	case attrSluiceUnknownFailure:
+		switch v {
+		case "", engine.UnknownRetry, engine.UnknownDeadLetter:
+		default:
+			return nil, errParam(v, name, "Use retry or deadletter.")
+		}
+		if v == engine.UnknownRetry {
+			v = ""
+		}
+		return func(c *engine.QueueConfig) { c.UnknownFailure = v }, nil
 	case attrSluiceRetryBudget:
 		n := int64(0)
 		if v != "" {
@@ -110,6 +123,9 @@ func renderSluiceDLQAttrs(cfg *engine.QueueConfig, m map[string]string) {
 			Limit         int     `json:"limit"`
 			WindowSeconds float64 `json:"windowSeconds"`
 		}{cfg.CrashLimit, w.Seconds()}))
+	}
+	if cfg.UnknownFailure != "" {
+		m[attrSluiceUnknownFailure] = cfg.UnknownFailure
 	}
 	if cfg.RetryBudgetPercent > 0 {
 		m[attrSluiceRetryBudget] = strconv.Itoa(cfg.RetryBudgetPercent)
