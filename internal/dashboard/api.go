@@ -135,6 +135,7 @@ type Config struct {
 	CrashLimit         int     `json:"crashLimit,omitempty"`
 	CrashWindowSeconds float64 `json:"crashWindowSeconds,omitempty"`
 	RetryBudgetPercent int     `json:"retryBudgetPercent,omitempty"`
+	UnknownFailure     string  `json:"unknownFailure,omitempty"`
 	Paused             bool    `json:"paused"`
 }
 
@@ -494,6 +495,7 @@ func configOf(c *engine.QueueConfig) Config {
 		out.MessageTTLSeconds = &ttl
 	}
 	out.Requeue, out.RetryBudgetPercent, out.Paused = c.Requeue, c.RetryBudgetPercent, c.Paused
+	out.UnknownFailure = c.UnknownFailure
 	if c.CrashLimit > 0 {
 		out.CrashLimit = c.CrashLimit
 		out.CrashWindowSeconds = c.CrashWindow.Seconds()

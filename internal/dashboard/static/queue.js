@@ -122,6 +122,7 @@ function configSection(q) {
     c.requeue && ['Requeue (AMQP nack)', c.requeue],
     c.crashLimit && ['Crash-loop quarantine', `${c.crashLimit} deliveries without a verdict within ${fmtDuration(c.crashWindowSeconds)}`],
     c.retryBudgetPercent && ['Retry budget', `${c.retryBudgetPercent}% of first deliveries`],
+    c.unknownFailure && ['Unclassified failure (AMQP nack)', c.unknownFailure === 'deadletter' ? 'dead-lettered at once' : 'retried'],
     c.fifo && ['FIFO', `dedup ${c.contentBasedDeduplication ? 'content-based' : 'by id'}, scope ${c.deduplicationScope}, throughput ${c.fifoThroughputLimit || 'perQueue'}`],
     q.isDeadLetterQueue && ['Dead-letter queue of', q.sources.map((s, i) => [i ? ', ' : '', h('a', { href: `#/queue/${enc(s)}` }, s)])],
     ['Created', fmtTime(q.createdAt)],
