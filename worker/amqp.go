@@ -29,6 +29,9 @@ const (
 	// it Sluice delivers messages exactly as published. RabbitMQ ignores
 	// it. The source sets it whenever the extension may be used.
 	ConsumeArgFailureHeaders = "x-sluice-failure-headers"
+	// HeaderOriginalID is on deliveries of a redriven message: Sluice's
+	// id of the message before its first redrive.
+	HeaderOriginalID = "x-sluice-original-message-id"
 )
 
 // AMQPSourceOptions configure an AMQPSource.
@@ -369,6 +372,15 @@ func (s *AMQPSource) toMessage(d amqp.Delivery) *Message {
 		Raw:     d,
 		Receipt: r,
 	}
+	if orig, _ := d.Headers[HeaderOriginalID].(string); orig != "" {
+		// A redriven message. Its message-id property, set by the
+		// publisher, survives the redrive and stays the key; without
+		// one, Sluice's id of the original message is the key.
+		m.OriginalID = d.MessageId
+		if m.OriginalID == "" {
+			m.OriginalID = orig
+		}
+	}
 	if m.ID == "" {
 		m.ID = fmt.Sprintf("amqp-delivery:%s:%d", d.ConsumerTag, d.DeliveryTag)
 	}
@@ -378,7 +390,7 @@ func (s *AMQPSource) toMessage(d amqp.Delivery) *Message {
 		m.Attempt = 2 // at least: classic queues do not count
 	}
 	for k, v := range d.Headers {
-		if k == HeaderReceipt || k == HeaderQueue {
+		if k == HeaderReceipt || k == HeaderQueue || k == HeaderOriginalID {
 			continue
 		}
 		var sv string

@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/worker"
 )
 
@@ -687,5 +688,59 @@ func TestAMQPExtensionAbsentFallsBack(t *testing.T) {
 		if e := firstDeath(t, d); e["reason"] != "rejected" {
 			t.Errorf("x-death %v", e)
 		}
+	}
+}
+
+// A redriven message keeps its idempotency key over AMQP (DLQ-100): the
+// worker sets OriginalID from the x-sluice-original-message-id header, to
+// the publisher's message-id when there is one (it survives the redrive),
+// else to Sluice's id of the original message.
+func TestAMQPRedriveSetsOriginalID(t *testing.T) {
+	b := startAMQPBroker(t)
+	b.declare("orders", 5)
+	b.publish("orders", "with-id")
+	if err := b.ch.Publish("", "orders", false, false, amqp.Publishing{Body: []byte("without-id")}); err != nil {
+		t.Fatal(err)
+	}
+	var redriven atomic.Bool
+	var got sync.Map // body → OriginalID
+	src := b.source("orders", worker.AMQPSourceOptions{Extension: worker.ExtensionOff, HasDeadLetterExchange: true})
+	w, err := worker.New(src, worker.HandlerFunc(func(_ context.Context, m *worker.Message) error {
+		if !redriven.Load() {
+			if m.OriginalID != "" {
+				t.Errorf("OriginalID %q before any redrive", m.OriginalID)
+			}
+			return worker.Terminal(errors.New("bug"))
+		}
+		got.Store(string(m.Body), m.OriginalID)
+		return nil
+	}), fastOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	waitFor(t, 10*time.Second, "both dead-lettered", func() bool { return b.count("orders-dlq") == 2 })
+
+	// The fix ships; the operator redrives. (A queue naming orders-dlq
+	// as its SQS dead-letter queue makes it one for move tasks.)
+	eng := b.srv.Engine()
+	if _, _, err := eng.CreateQueue("marker", engine.QueueConfig{MaxMessageSize: 1024, Retention: time.Hour, Visibility: time.Second,
+		DeadLetter: &engine.DeadLetterPolicy{Target: "orders-dlq", MaxReceiveCount: 5}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	redriven.Store(true)
+	if _, err := eng.StartMoveTask(engine.MoveTaskSpec{Source: "orders-dlq", Destination: "orders", Rate: 500}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both processed after the redrive", func() bool {
+		_, a := got.Load("with-id")
+		_, c := got.Load("without-id")
+		return a && c
+	})
+	if v, _ := got.Load("with-id"); v != "orders-0-with-id" {
+		t.Errorf("OriginalID with a message-id: %q", v)
+	}
+	if v, _ := got.Load("without-id"); v == "" || len(v.(string)) != 36 {
+		t.Errorf("OriginalID without a message-id: %q, want Sluice's original id", v)
 	}
 }

@@ -442,6 +442,9 @@ func TestErrorStatuses(t *testing.T) {
 	f.wantError("GET", "/sluice/v1/queues?x=1", nil, http.StatusBadRequest, "InvalidRequest")
 	f.wantError("POST", "/sluice/v1/queues/q/redrive", RedriveRequest{}, http.StatusBadRequest, "NotDeadLetterQueue")
 	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Destination: "nope"}, http.StatusBadRequest, "DestinationNotFound")
+	// DLQ-91: an empty destination is an error, not "to origin".
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", `{"destination":""}`, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", `{"destination":"","dryRun":true}`, http.StatusBadRequest, "InvalidRequest")
 	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Destination: "fifo.fifo"}, http.StatusBadRequest, "InvalidParameter")
 	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Rate: 501}, http.StatusBadRequest, "InvalidRequest")
 	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{SafetyThreshold: -1}, http.StatusBadRequest, "InvalidRequest")

@@ -74,6 +74,7 @@ func New(eng *engine.Engine, opts Options) *Handler {
 	}{
 		{"GET /sluice/v1/queues", h.listQueues},
 		{"GET /sluice/v1/queues/{name}", h.getQueue},
+		{"PUT /sluice/v1/queues/{name}", h.createQueue},
 		{"GET /sluice/v1/queues/{name}/messages", h.browse},
 		{"GET /sluice/v1/queues/{name}/messages/{id}", h.getMessage},
 		{"DELETE /sluice/v1/queues/{name}/messages/{id}", h.deleteMessage},
@@ -81,6 +82,8 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"GET /sluice/v1/queues/{name}/export", h.export},
 		{"POST /sluice/v1/queues/{name}/import", h.importMessages},
 		{"POST /sluice/v1/queues/{name}/redrive", h.redrive},
+		{"POST /sluice/v1/queues/{name}/pause", h.pauseQueue},
+		{"POST /sluice/v1/queues/{name}/resume", h.resumeQueue},
 		{"GET /sluice/v1/tasks", h.listTasks},
 		{"GET /sluice/v1/tasks/{id}", h.getTask},
 		{"POST /sluice/v1/tasks/{id}/cancel", h.cancelTask},

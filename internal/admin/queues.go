@@ -64,6 +64,7 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 			Deleted: info.Deleted, DeadLettered: info.DeadLettered, Expired: info.Expired,
 		},
 		RetryPolicy: retryPolicyJSON(c.Retry),
+		Paused:      c.Paused,
 	}
 	if !info.OldestSentAt.IsZero() {
 		q.OldestAgeSeconds = max(0, h.clock.Now().Sub(info.OldestSentAt).Seconds())
@@ -102,4 +103,31 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 	q.Tags = info.Tags
 	q.CreatedAt, q.ModifiedAt = timePtr(info.CreatedAt), timePtr(info.ModifiedAt)
 	return q, nil
+}
+
+// pauseQueue serves POST /sluice/v1/queues/{name}/pause: delivery from the
+// queue is held (receives and AMQP consumers get nothing) while its
+// messages stay visible; it answers the queue. Durable, and kept across
+// restarts, until POST …/resume.
+func (h *Handler) pauseQueue(w http.ResponseWriter, r *http.Request) error {
+	return h.setPaused(w, r, true)
+}
+
+// resumeQueue serves POST /sluice/v1/queues/{name}/resume.
+func (h *Handler) resumeQueue(w http.ResponseWriter, r *http.Request) error {
+	return h.setPaused(w, r, false)
+}
+
+func (h *Handler) setPaused(w http.ResponseWriter, r *http.Request, paused bool) error {
+	name := r.PathValue("name")
+	if err := h.eng.SetPaused(name, paused); err != nil {
+		return err
+	}
+	h.log.Info("admin: queue delivery paused or resumed", "queue", name, "paused", paused)
+	q, err := h.queue(name, false)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, q)
+	return nil
 }

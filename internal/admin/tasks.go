@@ -14,9 +14,22 @@ import (
 // starts and the answer is 202 with the Task and a Location header. The
 // queue must be some queue's dead-letter queue.
 func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
-	var req RedriveRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	// The outer destination shadows the embedded one, so that an empty
+	// destination can be told from an absent one (DLQ-91: "" is an
+	// error, never "to origin" by accident).
+	var body struct {
+		RedriveRequest
+		Destination *string `json:"destination,omitempty"`
+	}
+	if err := decodeBody(w, r, &body); err != nil {
 		return err
+	}
+	req := body.RedriveRequest
+	if body.Destination != nil {
+		if *body.Destination == "" {
+			return badRequest("destination must name a queue; leave it out to return each message to the queue it was dead-lettered from")
+		}
+		req.Destination = *body.Destination
 	}
 	if req.Rate < 0 || req.Rate > engine.MaxMoveRate {
 		return badRequest("rate must be between 1 and %d messages per second (0 or absent: %d)", engine.MaxMoveRate, engine.DefaultMoveRate)

@@ -33,6 +33,8 @@ type Queue struct {
 	Sources           []string     `json:"sources"`
 	Counters          Counters     `json:"counters"`
 	RetryPolicy       *RetryPolicy `json:"retryPolicy,omitempty"`
+	// Paused is true while delivery is held (POST …/pause, DLQ-41).
+	Paused bool `json:"paused"`
 
 	// Only on GET /queues/{name}.
 	Config     *QueueConfig      `json:"config,omitempty"`
@@ -211,6 +213,9 @@ type ImportResult struct {
 // SafetyWindowSeconds and SafetyThreshold of 0 (or absent) take the
 // engine's defaults.
 type RedriveRequest struct {
+	// Destination names the queue to move to; absent: each message goes
+	// back to the queue it was dead-lettered from. An empty string is
+	// refused (400 InvalidRequest).
 	Destination         string  `json:"destination,omitempty"`
 	Rate                int     `json:"rate,omitempty"`
 	Filter              Filter  `json:"filter"`
@@ -231,16 +236,21 @@ type DryRun struct {
 // Task is a redrive (move task). Destination is "" when messages return to
 // the queues they were dead-lettered from.
 type Task struct {
-	ID                  string     `json:"id"`
-	Source              string     `json:"source"`
-	Destination         string     `json:"destination,omitempty"`
-	Rate                int        `json:"rate"`
-	Status              string     `json:"status"`
-	Moved               int        `json:"moved"`
-	ToMove              int        `json:"toMove"`
-	Returned            int        `json:"returned"`
-	ReturnedClasses     []string   `json:"returnedClasses"`
-	FailureReason       string     `json:"failureReason,omitempty"`
+	ID              string   `json:"id"`
+	Source          string   `json:"source"`
+	Destination     string   `json:"destination,omitempty"`
+	Rate            int      `json:"rate"`
+	Status          string   `json:"status"`
+	Moved           int      `json:"moved"`
+	ToMove          int      `json:"toMove"`
+	Returned        int      `json:"returned"`
+	ReturnedClasses []string `json:"returnedClasses"`
+	FailureReason   string   `json:"failureReason,omitempty"`
+	// StopRule names the safety rule that paused the task: "returned"
+	// (redriven messages came back within the safety window) or "refill"
+	// (the DLQ refilled faster than the task drained it).
+	StopRule            string     `json:"stopRule,omitempty"`
+	Refilled            int        `json:"refilled"`
 	StartedAt           *time.Time `json:"startedAt,omitempty"`
 	UpdatedAt           *time.Time `json:"updatedAt,omitempty"`
 	Filter              *Filter    `json:"filter,omitempty"`
@@ -396,6 +406,7 @@ func taskJSON(t *engine.MoveTask) Task {
 		ID: t.ID, Source: t.Source, Destination: t.Destination, Rate: t.Rate,
 		Status: t.Status, Moved: t.Moved, ToMove: t.ToMove, Returned: t.Returned,
 		ReturnedClasses: t.ReturnedClasses, FailureReason: t.FailureReason,
+		StopRule: t.StopRule, Refilled: t.Refilled,
 		StartedAt: timePtr(t.StartedAt), UpdatedAt: timePtr(t.UpdatedAt),
 		Filter:              filterJSON(&t.Filter),
 		SafetyWindowSeconds: seconds(t.SafetyWindow), SafetyThreshold: t.SafetyThreshold,

@@ -19,6 +19,8 @@
 //	dlq_retention      DLQ retention longer than each source's                 yellow when equal, red when shorter
 //	dlq_alert          an alert rule watches the DLQ (when alerts are known)   yellow
 //	dlq_owner          the DLQ has an "owner" tag (DLQ-72)                     yellow
+//	dlq_shared         the DLQ serves one consumer group (DLQ-60)              red when sources of different groups share it
+//	fifo_dlq_order     a FIFO queue's DLQ is acknowledged to break order       yellow without the fifo-dlq-ack tag (DLQ-133)
 //	prefetch           consumer prefetch in 1–50 (when known)                  yellow to 200, red beyond or unlimited
 //	fifo_groups        a FIFO backlog spread over more than one group          yellow with one group
 //	retention          oldest message well inside retention; delay < retention yellow at 80 %, red at 95 % on a DLQ or delay >= retention
@@ -51,6 +53,8 @@ const (
 	CheckDLQRetention    = "dlq_retention"
 	CheckDLQAlert        = "dlq_alert"
 	CheckDLQOwner        = "dlq_owner"
+	CheckDLQShared       = "dlq_shared"
+	CheckFIFODLQOrder    = "fifo_dlq_order"
 	CheckPrefetch        = "prefetch"
 	CheckFIFOGroups      = "fifo_groups"
 	CheckRetention       = "retention"
@@ -201,12 +205,14 @@ func (c *checker) queue(info engine.QueueInfo) {
 	c.visibility(q, cfg, st)
 	if isDLQ {
 		c.dlq(info, st)
+		c.sharedDLQ(q)
 	} else {
 		c.deadLetterPolicy(q, cfg, st)
 	}
 	c.prefetch(q, st)
 	if cfg.FIFO {
 		c.fifoGroups(info)
+		c.fifoDLQ(info)
 	}
 	c.retention(info, isDLQ)
 }
@@ -284,6 +290,24 @@ func (c *checker) dlq(info engine.QueueInfo, st QueueStats) {
 			c.add(q, CheckDLQConsumers, Green, "no receives in the last %v", short(c.stats.Window))
 		}
 	}
+	c.dlqRetention(info)
+	if c.stats.AlertRules != nil {
+		if rules := c.stats.AlertRules[q]; len(rules) == 0 {
+			c.add(q, CheckDLQAlert, Yellow, "no alert rule watches this dead-letter queue: a poison wave would go unnoticed (enable the dlq_growth rule)")
+		} else {
+			c.add(q, CheckDLQAlert, Green, "watched by %d alert rule(s)", len(rules))
+		}
+	}
+	if o := info.Tags[OwnerTag]; o == "" {
+		c.add(q, CheckDLQOwner, Yellow, "no %q tag: an unowned DLQ is a landfill; tag it with the team that triages it", OwnerTag)
+	} else {
+		c.add(q, CheckDLQOwner, Green, "owned by %s", o)
+	}
+}
+
+// dlqRetention: a DLQ must keep messages longer than each source does.
+func (c *checker) dlqRetention(info engine.QueueInfo) {
+	q := info.Name
 	for _, src := range c.sources[q] {
 		sr := c.infos[src].Config.Retention
 		r := info.Config.Retention
@@ -297,18 +321,6 @@ func (c *checker) dlq(info engine.QueueInfo, st QueueStats) {
 		default:
 			c.add(q, CheckDLQRetention, Green, "retention %v is longer than that of its source %s (%v)", short(r), src, short(sr))
 		}
-	}
-	if c.stats.AlertRules != nil {
-		if rules := c.stats.AlertRules[q]; len(rules) == 0 {
-			c.add(q, CheckDLQAlert, Yellow, "no alert rule watches this dead-letter queue: a poison wave would go unnoticed (enable the dlq_growth rule)")
-		} else {
-			c.add(q, CheckDLQAlert, Green, "watched by %d alert rule(s)", len(rules))
-		}
-	}
-	if o := info.Tags[OwnerTag]; o == "" {
-		c.add(q, CheckDLQOwner, Yellow, "no %q tag: an unowned DLQ is a landfill; tag it with the team that triages it", OwnerTag)
-	} else {
-		c.add(q, CheckDLQOwner, Green, "owned by %s", o)
 	}
 }
 

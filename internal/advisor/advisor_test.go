@@ -195,3 +195,25 @@ func TestShort(t *testing.T) {
 		}
 	}
 }
+
+// TestFIFODLQOrderNeedsAcknowledgement: a FIFO queue with a dead-letter
+// queue is yellow until tagged fifo-dlq-ack=true (DLQ-133).
+func TestFIFODLQOrderNeedsAcknowledgement(t *testing.T) {
+	eng := open(t, clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)))
+	create(t, eng, "dlq.fifo", nil, nil)
+	dl := func(c *engine.QueueConfig) {
+		c.DeadLetter = &engine.DeadLetterPolicy{Target: "dlq.fifo", MaxReceiveCount: 5}
+	}
+	create(t, eng, "orders.fifo", dl, nil)
+	create(t, eng, "events.fifo", dl, map[string]string{FIFODLQAckTag: "true"})
+	fs := Check(eng, Stats{})
+	if v, _ := find(fs, "orders.fifo", CheckFIFODLQOrder); v != Yellow {
+		t.Fatalf("orders.fifo %s", v)
+	}
+	if v, _ := find(fs, "events.fifo", CheckFIFODLQOrder); v != Green {
+		t.Fatalf("events.fifo %s", v)
+	}
+	if v, _ := find(fs, "dlq.fifo", CheckFIFODLQOrder); v != "" {
+		t.Fatalf("dlq.fifo has no policy: %s", v)
+	}
+}

@@ -359,7 +359,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 		}
 	}
 	ds, err := s.eng.Receive(context.Background(), q.engine, engine.ReceiveRequest{
-		Max: 1, Visibility: leaseFor(s.opts.ConsumerTimeout), VisibilitySet: true, Wait: 0, WaitSet: true})
+		Max: 1, Visibility: leaseFor(q.settings.timeout(s.opts.ConsumerTimeout)), VisibilitySet: true, Wait: 0, WaitSet: true})
 	if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 		return storageError(err)
 	}
@@ -383,7 +383,9 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	ch.nextTag++
 	tag := ch.nextTag
 	if !m.NoAck {
-		ch.unacked[tag] = &unacked{tag: tag, queue: q.engine, handle: d.ReceiptHandle, delivered: s.clk.Now()}
+		now := s.clk.Now()
+		ch.unacked[tag] = &unacked{tag: tag, queue: q.engine, handle: d.ReceiptHandle, delivered: now,
+			deadline: now.Add(q.settings.timeout(s.opts.ConsumerTimeout))}
 	}
 	ok := &wire.BasicGetOK{DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key, MessageCount: uint32(left)}
 	b, err := c.appendContent(make([]byte, 0, size), ch.id, ok, props, d.Body)
@@ -489,7 +491,9 @@ func (ch *channel) settleTaken(op settleOp, us []*unacked) error {
 		for _, u := range us {
 			_, err := eng.ReportFailure(u.queue, u.handle, engine.Failure{Terminal: true, ErrorClass: "amqp.rejected"})
 			if errors.Is(err, engine.ErrNoDeadLetterQueue) {
-				_, err = eng.Delete(u.queue, []string{u.handle})
+				// No dead-letter target: the message is dropped, which
+				// the engine counts (and logs) as a drop, not a delete.
+				_, err = eng.Drop(u.queue, []string{u.handle})
 			}
 			if err != nil && !errors.Is(err, engine.ErrQueueNotFound) && !errors.Is(err, engine.ErrMessageNotAvailable) &&
 				!errors.Is(err, engine.ErrMessageNotInflight) && !errors.Is(err, engine.ErrReceiptHandleInvalid) {

@@ -31,7 +31,11 @@ type unacked struct {
 	queue     string // engine queue
 	handle    string
 	consumer  *consumer // nil for basic.get
-	delivered time.Time // on the server clock, for the consumer timeout
+	delivered time.Time // on the server clock
+	// deadline is when the consumer timeout fires: delivered plus the
+	// queue's timeout, moved later when the consumer extends the lease
+	// (see conn.checkConsumerTimeouts).
+	deadline time.Time
 }
 
 // channel is one AMQP channel. The reader goroutine owns the content
@@ -238,9 +242,11 @@ func (ch *channel) failAsync(e *amqpError) {
 	}
 }
 
-// release stops the channel's consumers and requeues its unacknowledged
-// deliveries (at their original positions, as RabbitMQ's classic queues
-// do). The receive already counted as an attempt.
+// release stops the channel's consumers and returns its unacknowledged
+// deliveries without a verdict (engine Abandon: a crash for crash-loop
+// quarantine; then where the queue's requeue policy says, by default
+// their original positions, as RabbitMQ's classic queues do). The receive
+// already counted as an attempt.
 func (ch *channel) release() {
 	ch.mu.Lock()
 	ch.stopped = true
@@ -266,7 +272,7 @@ func (ch *channel) release() {
 	ch.mu.Lock()
 	all = append(all, ch.takeAllLocked()...)
 	ch.mu.Unlock()
-	ch.requeue(all)
+	ch.abandon(all)
 }
 
 // takeAllLocked removes and returns every unacked delivery in tag order.
@@ -286,8 +292,41 @@ func (ch *channel) takeAllLocked() []*unacked {
 	return all
 }
 
-// requeue returns deliveries to their queues' fronts.
-func (ch *channel) requeue(us []*unacked) {
+// requeue returns deliveries to their queues after a verdict asking for
+// another try (nack/reject with requeue, basic.recover): the engine's Nack
+// puts them where the queue's x-sluice-requeue policy says.
+func (ch *channel) requeue(us []*unacked) { ch.giveBack(us, false) }
+
+// abandon returns deliveries that ended without a verdict (the channel or
+// connection closed or was lost, or the consumer timeout fired). Only the
+// oldest unacknowledged delivery of each consumer (and of basic.get) is
+// taken as the one its consumer was working on and goes to the engine's
+// Abandon, which counts it as a crash for crash-loop quarantine; the
+// others were waiting in the prefetch buffer and go back to their places
+// without a crash (their delivery still counts towards the limit), so
+// one poison message does not drag the messages queued behind it into
+// quarantine.
+func (ch *channel) abandon(us []*unacked) {
+	sort.Slice(us, func(i, j int) bool { return us[i].tag < us[j].tag })
+	seen := make(map[*consumer]bool)
+	var crashed, waiting []*unacked
+	for _, u := range us {
+		if seen[u.consumer] {
+			waiting = append(waiting, u)
+			continue
+		}
+		seen[u.consumer] = true
+		crashed = append(crashed, u)
+	}
+	ch.giveBack(crashed, true)
+	for q, hs := range groupHandles(waiting) {
+		if _, err := ch.c.s.eng.Requeue(q, hs, true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			ch.c.s.log.Warn("amqp: cannot requeue", "queue", q, "err", err)
+		}
+	}
+}
+
+func (ch *channel) giveBack(us []*unacked, crashed bool) {
 	byQueue := make(map[string][]string)
 	var order []string
 	for _, u := range us {
@@ -297,7 +336,11 @@ func (ch *channel) requeue(us []*unacked) {
 		byQueue[u.queue] = append(byQueue[u.queue], u.handle)
 	}
 	for _, q := range order {
-		if _, err := ch.c.s.eng.Requeue(q, byQueue[q], true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		ret := ch.c.s.eng.Nack
+		if crashed {
+			ret = ch.c.s.eng.Abandon
+		}
+		if _, err := ret(q, byQueue[q]); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 			ch.c.s.log.Warn("amqp: cannot requeue", "queue", q, "err", err)
 		}
 	}
@@ -323,18 +366,28 @@ func (ch *channel) stop() {
 	ch.release()
 }
 
-// oldestUnacked returns the delivery time of the oldest unacknowledged
-// consumer delivery.
-func (ch *channel) oldestUnacked() (time.Time, bool) {
+// overdue returns the consumer deliveries whose consumer timeout has
+// passed at now (copies: the caller checks them without the lock).
+func (ch *channel) overdue(now time.Time) []unacked {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	var t time.Time
+	var out []unacked
 	for _, u := range ch.unacked {
-		if u.consumer != nil && (t.IsZero() || u.delivered.Before(t)) {
-			t = u.delivered
+		if u.consumer != nil && now.After(u.deadline) {
+			out = append(out, *u)
 		}
 	}
-	return t, !t.IsZero()
+	return out
+}
+
+// extend moves the consumer timeout of delivery tag to at (when it is
+// still unacknowledged).
+func (ch *channel) extend(tag uint64, at time.Time) {
+	ch.mu.Lock()
+	if u := ch.unacked[tag]; u != nil && at.After(u.deadline) {
+		u.deadline = at
+	}
+	ch.mu.Unlock()
 }
 
 // signalLocked wakes consumers waiting for prefetch credit.

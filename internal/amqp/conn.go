@@ -654,8 +654,14 @@ func (c *conn) keepalive() {
 	}
 }
 
+// checkConsumerTimeouts closes, with RabbitMQ's 406, every channel holding
+// a consumer delivery past its consumer timeout (the queue's
+// x-consumer-timeout, else Options.ConsumerTimeout). A consumer extends a
+// delivery explicitly by extending its lease: ChangeMessageVisibility
+// (SQS) or the admin API on the delivery's x-sluice-receipt handle. The
+// timeout then ends with the new lease, so a live consumer is never cut
+// off while a crashed one still is.
 func (c *conn) checkConsumerTimeouts() {
-	limit := c.s.opts.ConsumerTimeout
 	now := c.s.clk.Now()
 	c.chMu.Lock()
 	chans := make([]*channel, 0, len(c.channels))
@@ -664,8 +670,16 @@ func (c *conn) checkConsumerTimeouts() {
 	}
 	c.chMu.Unlock()
 	for _, ch := range chans {
-		if oldest, ok := ch.oldestUnacked(); ok && now.Sub(oldest) > limit {
+		for _, u := range ch.overdue(now) {
+			if end, err := c.s.eng.LeaseEnd(u.queue, u.handle); err == nil && end.After(u.deadline.Add(time.Minute)) {
+				// Extended: the engine lease has the one-minute margin
+				// of leaseFor; the timeout ends that much earlier.
+				ch.extend(u.tag, end.Add(-time.Minute))
+				continue
+			}
+			limit := u.consumer.q.settings.timeout(c.s.opts.ConsumerTimeout)
 			ch.failAsync(errorf(wire.PreconditionFailed, "delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, limit.Milliseconds()))
+			break
 		}
 	}
 }

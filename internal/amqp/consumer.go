@@ -49,7 +49,7 @@ func (cs *consumer) run() {
 	defer close(cs.done)
 	defer cs.ch.c.containPanic("consumer")
 	s := cs.ch.c.s
-	lease := leaseFor(s.opts.ConsumerTimeout)
+	lease := leaseFor(cs.q.settings.timeout(s.opts.ConsumerTimeout))
 	for {
 		n, ok := cs.reserve()
 		if !ok {
@@ -191,7 +191,9 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
 		c.unreserve(size)
 	}
 	if err == nil && !cs.noAck {
-		ch.unacked[tag] = &unacked{tag: tag, queue: cs.engine, handle: d.ReceiptHandle, consumer: cs, delivered: c.s.clk.Now()}
+		now := c.s.clk.Now()
+		ch.unacked[tag] = &unacked{tag: tag, queue: cs.engine, handle: d.ReceiptHandle, consumer: cs, delivered: now,
+			deadline: now.Add(cs.q.settings.timeout(c.s.opts.ConsumerTimeout))}
 	}
 	ch.mu.Unlock()
 	if last || cs.noAck { // no-ack: each delivery is deleted next; write it first

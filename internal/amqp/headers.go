@@ -28,12 +28,18 @@ const (
 	// x-sluice-receipt and x-sluice-queue on that consumer's deliveries
 	// or on every delivery and get-ok of the connection.
 	optFailureHeaders = "x-sluice-failure-headers"
+	// headerOriginalID is on deliveries of a redriven message: the
+	// engine id of the message before its first redrive (a redrive makes
+	// a new message), so a consumer keeps one idempotency key (DLQ-100).
+	headerOriginalID = "x-sluice-original-message-id"
 )
 
 // brokerHeaders returns the headers a delivery of d from engine queue eq
 // gets: x-delivery-count on redeliveries (the number of earlier
 // deliveries, absent on the first), then, when failure is set,
-// x-sluice-receipt and x-sluice-queue.
+// x-sluice-receipt and x-sluice-queue, and on a redriven message always
+// x-sluice-original-message-id (like x-death, it records what the broker
+// did to the message).
 func brokerHeaders(d *engine.Delivery, eq string, failure bool) wire.Table {
 	t := make(wire.Table, 0, 3)
 	if d.ReceiveCount > 1 {
@@ -42,6 +48,9 @@ func brokerHeaders(d *engine.Delivery, eq string, failure bool) wire.Table {
 	if failure && d.ReceiptHandle != "" {
 		t = append(t, wire.Field{Key: headerReceipt, Value: d.ReceiptHandle},
 			wire.Field{Key: headerQueue, Value: eq})
+	}
+	if r := d.Redrive; r != nil && r.OriginalMessageID != "" {
+		t = append(t, wire.Field{Key: headerOriginalID, Value: r.OriginalMessageID})
 	}
 	return t
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/amqp/wire"
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -449,6 +450,10 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	if q.exclusive {
 		c.addExclusive(q)
 	}
+	for _, f := range advisor.CreationWarnings(s.eng, q.engine) {
+		// DLQ-151: a warning for the operator; the declare succeeds.
+		s.log.Warn("queue configuration warning", "queue", name, "vhost", vh, "check", f.Check, "verdict", string(f.Verdict), "reason", f.Reason)
+	}
 	if st.expires > 0 {
 		s.wake()
 	}
@@ -473,6 +478,8 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 			if want.DeadLetter != nil {
 				cfg.DeadLetter = want.DeadLetter
 			}
+			cfg.Requeue, cfg.CrashLimit, cfg.CrashWindow = want.Requeue, want.CrashLimit, want.CrashWindow
+			cfg.RetryBudgetPercent, cfg.UnknownFailure = want.RetryBudgetPercent, want.UnknownFailure
 			return nil
 		})
 		if err != nil {

@@ -22,7 +22,20 @@ type queueSettings struct {
 	hasDLRK       bool
 	deliveryLimit int // -1: none
 	qtype         string
+
+	// Sluice's dead-letter practice (docs/amqp-compat.md).
+	requeue         string        // x-sluice-requeue: head (""), tail, delayed
+	crashLimit      int           // x-sluice-crash-limit; 0: off
+	crashWindow     time.Duration // x-sluice-crash-window (ms)
+	consumerTimeout time.Duration // x-consumer-timeout (ms); 0: the server's
+	retryBudget     int           // x-sluice-retry-budget (percent); 0: none
+	unknownFailure  string        // x-sluice-unknown-failure: retry (""), deadletter
 }
+
+// defaultDeadLetterLimit is the delivery limit of a queue that names a
+// dead-letter exchange without x-delivery-limit: five deliveries (the
+// dead-letter practice's default, DLQ-02), as x-delivery-limit 4 would.
+const defaultDeadLetterLimit = 4
 
 // maxDeliveryLimit keeps x-delivery-limit+1 within the engine's
 // MaxReceiveCount range.
@@ -32,7 +45,7 @@ const maxDeliveryLimit = 999
 // integers of any tag, ranges, known values. Unknown arguments are kept and
 // ignored.
 func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError) {
-	s := queueSettings{deliveryLimit: -1, qtype: "classic"}
+	s := queueSettings{deliveryLimit: -1, qtype: "classic", crashLimit: engine.DefaultCrashLimit, crashWindow: engine.DefaultCrashWindow}
 	bad := func(key, why string) *amqpError {
 		return errorf(wire.PreconditionFailed, "invalid arg '%s' for %s: %s", key, rs("queue", name, vh), why)
 	}
@@ -122,6 +135,14 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 	if s.qtype == "quorum" {
 		s.deliveryLimit = 20 // RabbitMQ 4.0+
 	}
+	if s.hasDLX {
+		// A named dead-letter queue gets a finite budget by default
+		// (DLQ-02), not RabbitMQ's unlimited requeues.
+		s.deliveryLimit = defaultDeadLetterLimit
+	}
+	if err := parseSluiceArgs(&s, args, intArg, strArg, bad); err != nil {
+		return s, err
+	}
 	if v, ok := args.Get("x-delivery-limit"); ok {
 		n, isInt := asInt(v)
 		if !isInt {
@@ -139,6 +160,88 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 	return s, nil
 }
 
+// parseSluiceArgs reads the per-queue consumer timeout and Sluice's
+// dead-letter arguments:
+//
+//   - x-consumer-timeout (ms, RabbitMQ's queue argument): how long a
+//     delivery may stay unacknowledged, 1 s to 11 h 59 m;
+//   - x-sluice-requeue: what nack/reject with requeue=true does: head
+//     (RabbitMQ's, the default), tail or delayed (the retry backoff);
+//   - x-sluice-crash-limit (0 turns quarantine off) and
+//     x-sluice-crash-window (ms): crash-loop quarantine;
+//   - x-sluice-retry-budget (percent, 0–100): retries allowed per first
+//     delivery, the rest delayed;
+//   - x-sluice-unknown-failure: retry (default) or deadletter, what a
+//     nack with requeue=true means.
+func parseSluiceArgs(s *queueSettings, args wire.Table,
+	intArg func(string, int64) (int64, bool, *amqpError),
+	strArg func(string) (string, bool, *amqpError),
+	bad func(key, why string) *amqpError) *amqpError {
+	if n, ok, err := intArg("x-consumer-timeout", 1); err != nil {
+		return err
+	} else if ok {
+		d := time.Duration(min(n, int64(engine.MaxVisibility/time.Millisecond))) * time.Millisecond
+		if d < time.Second || d > engine.MaxVisibility-time.Minute {
+			return bad("x-consumer-timeout", fmt.Sprintf("{value_out_of_range,%d}", n))
+		}
+		s.consumerTimeout = d
+	}
+	if v, ok, err := strArg("x-sluice-requeue"); err != nil {
+		return err
+	} else if ok {
+		switch v {
+		case engine.RequeueHead, engine.RequeueTail, engine.RequeueDelayed:
+			s.requeue = v
+		default:
+			return bad("x-sluice-requeue", fmt.Sprintf("{unacceptable_value,<<\"%s\">>}", v))
+		}
+	}
+	if n, ok, err := intArg("x-sluice-crash-limit", 0); err != nil {
+		return err
+	} else if ok {
+		if n > 1000 {
+			return bad("x-sluice-crash-limit", fmt.Sprintf("{value_too_large,%d,1000}", n))
+		}
+		s.crashLimit = int(n)
+	}
+	if v, ok, err := strArg("x-sluice-unknown-failure"); err != nil {
+		return err
+	} else if ok {
+		switch v {
+		case engine.UnknownRetry, engine.UnknownDeadLetter:
+			s.unknownFailure = v
+		default:
+			return bad("x-sluice-unknown-failure", fmt.Sprintf("{unacceptable_value,<<\"%s\">>}", v))
+		}
+	}
+	if n, ok, err := intArg("x-sluice-retry-budget", 0); err != nil {
+		return err
+	} else if ok {
+		if n > 100 {
+			return bad("x-sluice-retry-budget", fmt.Sprintf("{value_too_large,%d,100}", n))
+		}
+		s.retryBudget = int(n)
+	}
+	if n, ok, err := intArg("x-sluice-crash-window", 1); err != nil {
+		return err
+	} else if ok {
+		if n > int64(engine.MaxVisibility/time.Millisecond) {
+			return bad("x-sluice-crash-window", fmt.Sprintf("{value_too_large,%d,%d}", n, int64(engine.MaxVisibility/time.Millisecond)))
+		}
+		s.crashWindow = time.Duration(n) * time.Millisecond
+	}
+	return nil
+}
+
+// timeout is the queue's consumer timeout: its x-consumer-timeout, else
+// the server's.
+func (s *queueSettings) timeout(server time.Duration) time.Duration {
+	if s.consumerTimeout > 0 {
+		return s.consumerTimeout
+	}
+	return server
+}
+
 // engineConfig is the engine configuration of an AMQP queue. Messages are
 // kept for the engine's longest retention; the visibility timeout is the
 // consumer timeout plus a margin (Sluice closes the channel at the
@@ -149,7 +252,11 @@ func engineConfig(s queueSettings, consumerTimeout time.Duration) engine.QueueCo
 	// engine's own check is only a backstop at its largest size.
 	cfg.MaxMessageSize = engine.MaxStoredMessageSize
 	cfg.Retention = engine.MaxRetention
-	cfg.Visibility = leaseFor(consumerTimeout)
+	cfg.Visibility = leaseFor(s.timeout(consumerTimeout))
+	cfg.Requeue = s.requeue
+	cfg.CrashLimit, cfg.CrashWindow = s.crashLimit, s.crashWindow
+	cfg.RetryBudgetPercent = s.retryBudget
+	cfg.UnknownFailure = s.unknownFailure
 	cfg.MessageTTL, cfg.HasMessageTTL = s.ttl, s.hasTTL
 	cfg.MaxLength, cfg.MaxLengthBytes, cfg.Overflow = s.maxLen, s.maxBytes, s.overflow
 	if s.hasDLX || s.deliveryLimit >= 0 {

@@ -70,7 +70,7 @@ func TestTopologyHandler(t *testing.T) {
 	if got := js(v.Queues[0]); got != `{"autoDelete":false,"consumers":1,"deadLetterExchange":"","deadLetterRoutingKey":"","deliveryLimit":null,"durable":true,"engineQueue":"q","exclusive":false,"maxLength":null,"messageTTLMs":null,"name":"q","overflow":"","ready":0,"unacked":2}` {
 		t.Fatalf("q %s", got)
 	}
-	if got := js(v.Queues[1]); got != `{"autoDelete":false,"consumers":0,"deadLetterExchange":"dlx","deadLetterRoutingKey":"dead","deliveryLimit":20,"durable":true,"engineQueue":"work","exclusive":false,"maxLength":0,"messageTTLMs":60000,"name":"work","overflow":"reject-publish","ready":0,"unacked":0}` {
+	if got := js(v.Queues[1]); got != `{"autoDelete":false,"consumers":0,"deadLetterExchange":"dlx","deadLetterRoutingKey":"dead","deliveryLimit":4,"durable":true,"engineQueue":"work","exclusive":false,"maxLength":0,"messageTTLMs":60000,"name":"work","overflow":"reject-publish","ready":0,"unacked":0}` {
 		t.Fatalf("work %s", got)
 	}
 	want := []string{

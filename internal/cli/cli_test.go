@@ -296,6 +296,7 @@ func TestRedriveDryRunThenWait(t *testing.T) {
 		t.Fatalf("tasks %+v", tasks)
 	}
 	wantExit(t, f.dlq("", "redrive", "q"), ExitFail, "NotDeadLetterQueue")
+	wantExit(t, f.dlq("", "redrive", "dlq", "--to", ""), ExitUsage, "--to needs a queue name")
 	wantExit(t, f.dlq("", "cancel", tasks.Tasks[0].ID), ExitFail, "InvalidTaskState")
 }
 
@@ -363,4 +364,61 @@ func TestUsageAndEndpoint(t *testing.T) {
 	// failure that says where it looked.
 	wantExit(t, f.run(Queues, "", "--endpoint", "http://127.0.0.1:1"), ExitFail, "cannot reach Sluice at http://127.0.0.1:1")
 	wantExit(t, f.dlq("", "peek", "nope"), ExitFail, "QueueNotFound")
+}
+
+// TestQueuesPauseAndResume: `sluice queues pause` holds delivery (a
+// receive gets nothing, the message stays visible, the listing says
+// paused) and `resume` lets it flow (DLQ-41).
+func TestQueuesPauseAndResume(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.eng.Send("other", []engine.Message{{Body: []byte("held")}}); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, f.run(Queues, "", "pause", "other"), "other paused", "1 message(s) held visible")
+	wantOK(t, f.run(Queues, ""), "standard,paused")
+	if ds, _ := f.eng.Receive(t.Context(), "other", engine.ReceiveRequest{Max: 1, WaitSet: true}); len(ds) != 0 {
+		t.Fatal("delivered while paused")
+	}
+	wantOK(t, f.run(Queues, "", "resume", "other"), "other delivering")
+	if ds, _ := f.eng.Receive(t.Context(), "other", engine.ReceiveRequest{Max: 1, WaitSet: true}); len(ds) != 1 {
+		t.Fatal("not delivered after resume")
+	}
+	wantExit(t, f.run(Queues, "", "pause", "nope"), ExitFail, "QueueNotFound")
+	wantExit(t, f.run(Queues, "", "pause"), ExitUsage, "")
+}
+
+// TestQueuesCreateWithDLQ: creating a queue creates its DLQ by default
+// (14-day retention, limit 5, the owner on both); --no-dlq opts out with
+// a warning; a limit outside 3–10 warns (DLQ-62, DLQ-80, DLQ-151).
+func TestQueuesCreateWithDLQ(t *testing.T) {
+	f := newFixture(t)
+	r := f.run(Queues, "", "create", "payments", "--owner", "team-pay")
+	wantOK(t, r, "created payments with dead-letter queue payments-dlq (max receives 5)")
+	if r.stderr != "" {
+		t.Fatalf("warnings for a sound queue: %s", r.stderr)
+	}
+	dlq, err := f.eng.GetQueue("payments-dlq")
+	if err != nil || dlq.Config.Retention != 14*24*time.Hour || dlq.Tags["owner"] != "team-pay" {
+		t.Fatalf("dlq %+v %v", dlq, err)
+	}
+	src, _ := f.eng.GetQueue("payments")
+	if d := src.Config.DeadLetter; d == nil || d.Target != "payments-dlq" || d.MaxReceiveCount != 5 {
+		t.Fatalf("source %+v", src.Config.DeadLetter)
+	}
+	r = f.run(Queues, "", "create", "scratch", "--no-dlq")
+	wantOK(t, r, "created scratch")
+	if !strings.Contains(r.stderr, "created without a dead-letter queue") {
+		t.Fatalf("no opt-out warning: %q", r.stderr)
+	}
+	if _, err := f.eng.GetQueue("scratch-dlq"); err == nil {
+		t.Fatal("a DLQ despite --no-dlq")
+	}
+	r = f.run(Queues, "", "create", "eager", "--max-receives", "1")
+	if r.code != ExitOK || !strings.Contains(r.stderr, "max_receive_count") {
+		t.Fatalf("no limit warning: %d %q", r.code, r.stderr)
+	}
+	r = f.run(Queues, "", "create", "jobs.fifo", "--fifo")
+	wantOK(t, r, "jobs-dlq.fifo")
+	wantExit(t, f.run(Queues, "", "create", "payments"), ExitFail, "QueueAlreadyExists")
+	wantExit(t, f.run(Queues, "", "create", "x.fifo"), ExitFail, "InvalidRequest")
 }

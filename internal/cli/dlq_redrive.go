@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"time"
@@ -44,6 +45,11 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 		}
 		if *dryRun && *wait {
 			return c.usageError("--wait has nothing to wait for with --dry-run")
+		}
+		toSet := false
+		c.fs.Visit(func(f *flag.Flag) { toSet = toSet || f.Name == "to" })
+		if toSet && *to == "" {
+			return c.usageError("--to needs a queue name; leave it out to return each message to the queue it came from")
 		}
 		req := admin.RedriveRequest{
 			Destination: *to, Rate: *rate, Filter: flt, DryRun: *dryRun,
@@ -146,6 +152,9 @@ func waitTask(ctx context.Context, c *command, tk admin.Task) int {
 	if tk.Status != "COMPLETED" {
 		code = ExitFail
 		msg := fmt.Sprintf("task %s ended %s after moving %d of %d message(s)", tk.ID, tk.Status, tk.Moved, tk.ToMove)
+		if tk.StopRule != "" {
+			msg += " (safety rule: " + tk.StopRule + ")"
+		}
 		if tk.FailureReason != "" {
 			msg += ": " + tk.FailureReason
 		}

@@ -30,10 +30,10 @@ func dlqTasks(ctx context.Context, args []string, env *Env) int {
 			fmt.Fprintf(c.env.Stdout, "no redrive tasks for %s\n", pos[0])
 			return ExitOK
 		}
-		t := newTable(c.env.Stdout, "ID", "STATUS", "MOVED", "RETURNED", "DESTINATION", "RATE", "STARTED", "REASON")
+		t := newTable(c.env.Stdout, "ID", "STATUS", "MOVED", "RETURNED", "REFILLED", "DESTINATION", "RATE", "STARTED", "RULE", "REASON")
 		for _, tk := range list.Tasks {
-			t.row(tk.ID, tk.Status, itoa(tk.Moved)+"/"+itoa(tk.ToMove), itoa(tk.Returned), dash(tk.Destination),
-				itoa(tk.Rate), stamp(tk.StartedAt), dash(tk.FailureReason))
+			t.row(tk.ID, tk.Status, itoa(tk.Moved)+"/"+itoa(tk.ToMove), itoa(tk.Returned), itoa(tk.Refilled), dash(tk.Destination),
+				itoa(tk.Rate), stamp(tk.StartedAt), dash(tk.StopRule), dash(tk.FailureReason))
 		}
 		t.flush()
 		return ExitOK

@@ -102,3 +102,56 @@ func TestDoctorWithoutAdvisor(t *testing.T) {
 		t.Fatalf("unreachable: %d %s", code, errOut)
 	}
 }
+
+// TestDoctorFlagsSharedDLQ: two unrelated source queues sharing one DLQ
+// are red in `sluice doctor` (and so in the dashboard's advisor data,
+// which it reads); sources tagged with one consumer-group are fine
+// (DLQ-60).
+func TestDoctorFlagsSharedDLQ(t *testing.T) {
+	d := dashboard.New(nil, dashboard.Options{})
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: d.Observer()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Attach(eng)
+	srv := httptest.NewServer(d)
+	t.Cleanup(func() { srv.Close(); eng.Close() })
+	dlq := engine.DefaultQueueConfig()
+	dlq.Retention = 14 * 24 * time.Hour
+	for _, n := range []string{"shared-dlq", "group-dlq"} {
+		if _, _, err := eng.CreateQueue(n, dlq, map[string]string{"owner": "team-a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := func(name, target string, tags map[string]string) {
+		cfg := engine.DefaultQueueConfig()
+		cfg.DeadLetter = &engine.DeadLetterPolicy{Target: target, MaxReceiveCount: 5}
+		if _, _, err := eng.CreateQueue(name, cfg, tags); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src("billing", "shared-dlq", nil)
+	src("emails", "shared-dlq", nil)
+	src("orders-eu", "group-dlq", map[string]string{advisor.GroupTag: "orders"})
+	src("orders-us", "group-dlq", map[string]string{advisor.GroupTag: "orders"})
+
+	code, out, _ := doctor(t, srv.URL, "--all")
+	if code != ExitFail {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	var shared, grouped string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "dlq_shared") && strings.Contains(l, "shared-dlq") {
+			shared = l
+		}
+		if strings.Contains(l, "dlq_shared") && strings.Contains(l, "group-dlq") {
+			grouped = l
+		}
+	}
+	if !strings.HasPrefix(shared, "RED") || !strings.Contains(shared, "billing") || !strings.Contains(shared, "emails") {
+		t.Fatalf("shared DLQ not flagged:\n%s", out)
+	}
+	if !strings.HasPrefix(grouped, "GREEN") {
+		t.Fatalf("one consumer group flagged:\n%s", out)
+	}
+}

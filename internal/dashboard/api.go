@@ -41,6 +41,8 @@ type QueueMeters struct {
 	Sources           []string `json:"sources"`
 	DeadLetterQueue   string   `json:"deadLetterQueue,omitempty"`
 	MaxReceiveCount   int      `json:"maxReceiveCount,omitempty"`
+	// Paused is true while an operator holds the queue's delivery.
+	Paused bool `json:"paused"`
 
 	Visible          int     `json:"visible"`
 	InFlight         int     `json:"inflight"`
@@ -128,6 +130,13 @@ type Config struct {
 	MaxLengthBytes           int64        `json:"maxLengthBytes,omitempty"`
 	Overflow                 string       `json:"overflow,omitempty"`
 	MessageTTLSeconds        *float64     `json:"messageTtlSeconds,omitempty"`
+	// Dead-letter practice settings (docs/dlq-contract.md).
+	Requeue            string  `json:"requeue,omitempty"`
+	CrashLimit         int     `json:"crashLimit,omitempty"`
+	CrashWindowSeconds float64 `json:"crashWindowSeconds,omitempty"`
+	RetryBudgetPercent int     `json:"retryBudgetPercent,omitempty"`
+	UnknownFailure     string  `json:"unknownFailure,omitempty"`
+	Paused             bool    `json:"paused"`
 }
 
 // DeadLetter is the queue's dead-letter policy.
@@ -265,7 +274,7 @@ func (d *Dashboard) meters(info *engine.QueueInfo, sources []string, now time.Ti
 		Name: info.Name, FIFO: info.Config.FIFO,
 		IsDeadLetterQueue: len(sources) > 0, Sources: sources,
 		Visible: cur.visible, InFlight: cur.inflight, Delayed: cur.delayed, Depth: cur.depth(),
-		OldestAgeSeconds: cur.oldestAge,
+		OldestAgeSeconds: cur.oldestAge, Paused: info.Config.Paused,
 	}
 	if m.Sources == nil {
 		m.Sources = []string{}
@@ -484,6 +493,15 @@ func configOf(c *engine.QueueConfig) Config {
 	if c.HasMessageTTL {
 		ttl := c.MessageTTL.Seconds()
 		out.MessageTTLSeconds = &ttl
+	}
+	out.Requeue, out.RetryBudgetPercent, out.Paused = c.Requeue, c.RetryBudgetPercent, c.Paused
+	out.UnknownFailure = c.UnknownFailure
+	if c.CrashLimit > 0 {
+		out.CrashLimit = c.CrashLimit
+		out.CrashWindowSeconds = c.CrashWindow.Seconds()
+		if c.CrashWindow <= 0 {
+			out.CrashWindowSeconds = engine.DefaultCrashWindow.Seconds()
+		}
 	}
 	return out
 }

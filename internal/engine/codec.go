@@ -218,6 +218,13 @@ func encodeQueue(r *queueRecord) []byte {
 	e.boolean(c.HasMessageTTL)
 	e.varint(int64(c.MessageTTL))
 	e.boolean(c.DeadLetter != nil && c.DeadLetter.Routed)
+	// Sluice's dead-letter practice settings (absent in older records).
+	e.str(c.Requeue)
+	e.uvarint(uint64(c.CrashLimit))
+	e.varint(int64(c.CrashWindow))
+	e.boolean(c.Paused)
+	e.uvarint(uint64(c.RetryBudgetPercent))
+	e.str(c.UnknownFailure)
 	return e.b
 }
 
@@ -292,6 +299,20 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 			c.DeadLetter.Routed = true
 		}
 	}
+	if len(d.b) > 0 {
+		c.Requeue = d.str()
+		c.CrashLimit = int(d.uvarint())
+		c.CrashWindow = time.Duration(d.varint())
+	}
+	if len(d.b) > 0 {
+		c.Paused = d.boolean()
+	}
+	if len(d.b) > 0 {
+		c.RetryBudgetPercent = int(d.uvarint())
+	}
+	if len(d.b) > 0 {
+		c.UnknownFailure = d.str()
+	}
 	return r, d.err
 }
 
@@ -304,6 +325,7 @@ const (
 	tagParked     = 4
 	tagEnvelope   = 5
 	tagTTL        = 6
+	tagCrashes    = 7
 )
 
 func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
@@ -337,6 +359,15 @@ func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
 		f.varint(nanos(r.ReportedAt))
 		f.uvarint(uint64(r.Attempt))
 		e.uvarint(tagFailure)
+		e.bytes(f.b)
+	}
+	if len(x.crashes) > 0 {
+		var f encoder
+		f.uvarint(uint64(len(x.crashes)))
+		for _, t := range x.crashes {
+			f.varint(t)
+		}
+		e.uvarint(tagCrashes)
 		e.bytes(f.b)
 	}
 	if withRedrive && x.redrive != nil {
@@ -389,6 +420,17 @@ func decodeExt(d *decoder, m *message) {
 			m.extension().envelope = append([]byte(nil), f.b...)
 		case tagTTL:
 			m.ttlAt = f.varint()
+		case tagCrashes:
+			n := f.uvarint()
+			if n > uint64(len(f.b)) {
+				f.fail()
+				break
+			}
+			x := m.extension()
+			x.crashes = make([]int64, 0, n)
+			for i := uint64(0); i < n && f.err == nil; i++ {
+				x.crashes = append(x.crashes, f.varint())
+			}
 		default:
 			continue // a newer field: skip it
 		}

@@ -37,6 +37,7 @@ type move struct {
 	// purges is the target's purge count when the copy's sequence number
 	// was reserved; see finishMoves.
 	purges uint64
+	size   int64 // body bytes reserved in target.room
 }
 
 // unlock releases q's lock, then inserts the copies that dead-letter moves
@@ -46,6 +47,7 @@ type move struct {
 func (e *Engine) unlock(q *queue) {
 	out := q.outbox
 	q.outbox = nil
+	q.publishRoomLocked()
 	q.mu.Unlock()
 	e.finishMoves(out)
 }
@@ -97,17 +99,43 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 			targets = append(targets, t)
 		}
 	}
+	full := 0
+	size := int64(m.bodyLen)
+	kept := targets[:0]
+	for _, t := range targets {
+		if t.room.reserve(t.snap.Load(), size, false) {
+			kept = append(kept, t)
+			continue
+		}
+		// DLQ-97: a full target whose overflow refuses new messages
+		// (reject-publish) refuses the dead letter too, as RabbitMQ's
+		// dead-lettering does; it is never inserted and trimmed after.
+		full++
+		e.log.Warn("dead letter refused: target queue is full", "queue", q.name, "target", t.name, "reason", reason, "message", FormatID(m.id))
+	}
+	targets = kept
 	if len(targets) == 0 {
-		q.stats.dropped.Add(1)
-		e.log.Debug("message dropped: no dead-letter target", "queue", q.name, "reason", reason, "message", FormatID(m.id))
+		if full > 0 {
+			reason = ReasonTargetFull
+		}
+		e.countDropLocked(q, m, reason)
 		return nil
 	}
 	q.stats.deadLettered.Add(1)
 	names := make([]string, len(targets))
+	if co, ok := e.obs.(ErrorClassObserver); ok {
+		class := ""
+		if m.ext != nil && m.ext.failure != nil {
+			class = m.ext.failure.ErrorClass
+		}
+		co.DeadLetteredClass(q.name, reason, class)
+	}
 	for i, t := range targets {
 		names[i] = t.name
 		e.obs.DeadLettered(q.name, t.name, reason, time.Duration(now-m.sentAt))
-		q.outbox = append(q.outbox, e.copyDeadLetterLocked(q, m, t, reason, env, now, b))
+		mv := e.copyDeadLetterLocked(q, m, t, reason, env, now, b)
+		mv.size = size
+		q.outbox = append(q.outbox, mv)
 	}
 	e.log.Debug("dead-lettered", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "targets", names)
 	return names
@@ -177,6 +205,7 @@ func (e *Engine) finishMoves(moves []move) {
 	for _, mv := range moves {
 		t := mv.target
 		t.mu.Lock()
+		t.room.release(mv.size)
 		var rewrite store.Pending
 		if !t.deleted && t.purges.Load() != mv.purges {
 			var b store.Batch
@@ -202,8 +231,11 @@ func (e *Engine) finishMoves(moves []move) {
 		if rewrite != nil {
 			_ = e.wait(rewrite) // a failure fails the engine
 		}
-		if x := mv.m.ext; x != nil && x.dead != nil && x.redrive != nil && x.redrive.TaskID != "" {
-			e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
+		if x := mv.m.ext; x != nil && x.dead != nil {
+			e.noteRefill(t.name, x.dead.DeadLetteredAt)
+			if x.redrive != nil && x.redrive.TaskID != "" {
+				e.noteReturn(x.redrive, x.failure, x.dead.DeadLetteredAt)
+			}
 		}
 	}
 }
@@ -232,6 +264,9 @@ func (q *queue) readyLocked() (int, int64) {
 // fullLocked reports whether adding size bytes would break a length limit.
 func (q *queue) fullLocked(size int) bool {
 	n, bytes := q.readyLocked()
+	// Moves decided elsewhere but not yet inserted hold their room.
+	in, inBytes := q.room.pending()
+	n, bytes = n+int(in), bytes+inBytes
 	return (q.cfg.MaxLength > 0 && n+1 > q.cfg.MaxLength) ||
 		(q.cfg.MaxLengthBytes > 0 && bytes+int64(size) > q.cfg.MaxLengthBytes)
 }
@@ -256,7 +291,7 @@ func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 		}
 		if !q.eng.canDeadLetter(q) {
 			q.dropLocked(m, b)
-			q.stats.dropped.Add(1)
+			q.eng.countDropLocked(q, m, ReasonQueueFull)
 			continue
 		}
 		q.eng.deadLetterLocked(q, m, ReasonQueueFull, now, b)
@@ -279,64 +314,4 @@ func (q *queue) oldestReadyLocked() *message {
 		}
 	}
 	return best
-}
-
-// Requeue ends the leases of the given deliveries now, as failed
-// deliveries returned to the queue (AMQP basic.nack or basic.reject with
-// requeue, basic.recover, or a closed channel's unacknowledged messages).
-// With front they go back to their original position (RabbitMQ's classic
-// queues); otherwise to the back, which keeps a poison message from pinning
-// the head. A message whose receive count has reached the queue's
-// DeadLetterPolicy.MaxReceiveCount is dead-lettered instead
-// (ReasonDeliveryLimit), or dropped (counted) without a target: the limit
-// is enforced when the message is returned, not at its next delivery.
-func (e *Engine) Requeue(queue string, handles []string, front bool) ([]error, error) {
-	q, err := e.lockQueue(queue)
-	if err != nil {
-		return nil, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(handles))
-	limit := 0
-	if p := q.cfg.DeadLetter; p != nil {
-		limit = p.MaxReceiveCount
-	}
-	for i, h := range handles {
-		m, current, _, err := q.lookupLeaseLocked(h)
-		switch {
-		case err != nil:
-			errs[i] = err
-		case m == nil || !current:
-			errs[i] = ErrMessageNotAvailable
-		case m.state != stateInFlight:
-			errs[i] = ErrMessageNotInflight
-		case limit > 0 && int(m.recvCount) >= limit:
-			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, &b)
-		case m.ttlDue(now):
-			q.expireLocked(m, now, &b)
-		default:
-			m.visibleAt = now
-			m.parked = true
-			q.setStateLocked(m, stateVisible)
-			if front && !q.fifo() {
-				// setStateLocked appended it; move it to its original
-				// place and its group to the front of the rotation.
-				g := m.group
-				g.msgs.remove(m)
-				g.msgs.insertFromFront(m)
-				if g.available && q.available.head != g {
-					q.available.remove(g)
-					q.available.pushFront(g)
-				}
-			}
-			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
-		}
-	}
-	q.enforceLimitsLocked(now, &b)
-	if err := e.commitUnlock(q, &b); err != nil {
-		return nil, err
-	}
-	return errs, nil
 }

@@ -84,7 +84,24 @@ type MoveTask struct {
 	UpdatedAt       time.Time
 	SafetyWindow    time.Duration
 	SafetyThreshold int
+	// Refilled counts messages dead-lettered into the source while the
+	// task ran (redriven ones coming back and new ones alike).
+	Refilled int
+	// StopRule names the safety rule that paused the task: StopReturned
+	// or StopRefill ("" when none did).
+	StopRule string
 }
+
+// Safety rules that pause a move task (DLQ-93).
+const (
+	// StopReturned: SafetyThreshold redriven messages were dead-lettered
+	// again within SafetyWindow of their move.
+	StopReturned = "returned"
+	// StopRefill: over a full SafetyWindow, more messages were
+	// dead-lettered into the source than the task moved out of it (and
+	// at least SafetyThreshold): the queue refills faster than it drains.
+	StopRefill = "refill"
+)
 
 // DryRun is what a move task would do, without doing it.
 type DryRun struct {
@@ -108,6 +125,15 @@ type Observer interface {
 	DeadLettered(queue, target, reason string, timeToDeadLetter time.Duration)
 	// Expired reports messages removed by retention.
 	Expired(queue string, n int)
+}
+
+// ErrorClassObserver is an optional extension of Observer: an observer
+// that implements it is also told, for every dead-lettering, the error
+// class of the message's last failure report ("" when none was reported).
+// Same contract as Observer. Kept apart so that observers that do not
+// care need not change (DLQ-22).
+type ErrorClassObserver interface {
+	DeadLetteredClass(queue, reason, errorClass string)
 }
 
 // NopObserver ignores every event.

@@ -11,6 +11,10 @@ const (
 	ReasonExpired       = "expired"        // a message TTL ran out (AMQP)
 	ReasonQueueFull     = "maxlen"         // dropped from a full queue (AMQP x-max-length)
 	ReasonDeliveryLimit = "delivery_limit" // delivery limit reached on a failure (AMQP)
+	ReasonConsumerCrash = "consumer_crash" // deliveries ended without a verdict too often (crash loop)
+	// ReasonTargetFull is recorded on a drop (never on a dead letter):
+	// the dead-letter target was full and its overflow refuses messages.
+	ReasonTargetFull = "target_full"
 )
 
 // Limits on consumer-reported failure context, so context can never push a

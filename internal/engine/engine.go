@@ -81,6 +81,11 @@ type Options struct {
 	MaxQueues        int
 	MaxQueueMessages int
 	MaxQueueBytes    int64
+	// LogDrops logs every message dropped for want of a dead-letter
+	// target (a reject without requeue and without a DLQ, an overflow or
+	// expiry with nowhere to go) at Info with its id, instead of Debug.
+	// Drops are counted either way (QueueInfo.Dropped).
+	LogDrops bool
 }
 
 // DefaultSyncInterval is the default Options.SyncInterval.
@@ -107,6 +112,7 @@ type Engine struct {
 	sched scheduler
 	tasks taskTable
 
+	logDrops   bool         // see Options.LogDrops
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
 	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
@@ -191,6 +197,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.limits = resolveLimits(&opts)
 	e.bodyBudget = opts.BodyMemoryBudget
+	e.logDrops = opts.LogDrops
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
 	}
@@ -500,6 +507,18 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 			q.expireLocked(m, now, b)
 			continue
 		}
+		if m.state == stateInFlight && q.leaseEndedLocked(m, now, b) {
+			continue // quarantined as a crash loop
+		}
+		if m.state == stateInFlight {
+			if d := q.admitRetryLocked(m, now); d > 0 {
+				// Over the retry budget: the lease's end waits too.
+				m.visibleAt = now + int64(d)
+				m.parked = true
+				q.setStateLocked(m, stateDelayed)
+				continue
+			}
+		}
 		if m.state == stateInFlight && q.cfg.Retry != nil {
 			// The lease ended without a delete: with a retry policy the
 			// message waits out a backoff before it is visible again.
@@ -571,7 +590,7 @@ func validateConfig(c *QueueConfig) error {
 	if err := check("DelaySeconds", c.Delay, 0, MaxDelay); err != nil {
 		return err
 	}
-	if err := check("MessageRetentionPeriod", c.Retention, MinRetention, MaxRetention); err != nil {
+	if err := check("MessageRetentionPeriod", c.Retention, MinRetention, MaxExtendedRetention); err != nil {
 		return err
 	}
 	if err := check("ReceiveMessageWaitTimeSeconds", c.ReceiveWait, 0, MaxWait); err != nil {
@@ -595,6 +614,25 @@ func validateConfig(c *QueueConfig) error {
 	case "", OverflowDropHead, OverflowRejectPublish, OverflowRejectPublishDLX:
 	default:
 		return &ConfigError{Setting: "Overflow", Reason: "unknown overflow behaviour " + c.Overflow}
+	}
+	switch c.Requeue {
+	case "", RequeueHead, RequeueTail, RequeueDelayed:
+	default:
+		return &ConfigError{Setting: "Requeue", Reason: "must be head, tail or delayed, not " + c.Requeue}
+	}
+	switch c.UnknownFailure {
+	case "", UnknownRetry, UnknownDeadLetter:
+	default:
+		return &ConfigError{Setting: "UnknownFailure", Reason: "must be retry or deadletter, not " + c.UnknownFailure}
+	}
+	if c.RetryBudgetPercent < 0 || c.RetryBudgetPercent > 100 {
+		return &ConfigError{Setting: "RetryBudget", Reason: "must be a percentage from 0 (off) to 100"}
+	}
+	if c.CrashLimit < 0 || c.CrashLimit > 1000 {
+		return &ConfigError{Setting: "CrashLimit", Reason: "must be between 0 (off) and 1000"}
+	}
+	if c.CrashWindow < 0 || c.CrashWindow > MaxVisibility {
+		return &ConfigError{Setting: "CrashWindow", Reason: "must be between 0 (default 60s) and 12h"}
 	}
 	if c.MaxLength < 0 || c.MaxLengthBytes < 0 {
 		return &ConfigError{Setting: "MaxLength", Reason: "must not be negative"}

@@ -316,6 +316,9 @@ func (q *queue) attemptLocked(id string, now int64) []Delivery {
 // takeLocked leases up to req.Max messages, dead-lettering on the way those
 // whose receive count has reached the limit.
 func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.Batch) ([]Delivery, bool) {
+	if q.cfg.Paused {
+		return nil, false // delivery held (SetPaused)
+	}
 	vis := q.cfg.Visibility
 	if req.VisibilitySet {
 		vis = req.Visibility
@@ -337,6 +340,8 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		}
 		if m.recvCount > 0 {
 			redelivered++
+		} else {
+			q.noteFirstDeliveryLocked(now)
 		}
 		m.parked = false
 		m.recvCount++
@@ -582,6 +587,12 @@ func (e *Engine) noteReturn(r *RedriveInfo, f *FailureRecord, at time.Time) {
 	}
 	e.tasks.mu.Unlock()
 	if trip {
-		e.setStatus(tk, TaskPaused, reason, TaskRunning)
+		_ = e.transition(tk, reason, func(tk *task) (string, error) {
+			if tk.Status != TaskRunning {
+				return "", ErrTaskNotRunning
+			}
+			tk.StopRule = StopReturned
+			return TaskPaused, nil
+		})
 	}
 }

@@ -66,6 +66,9 @@ type messageExt struct {
 	failure   *FailureRecord
 	dead      *DeadLetterInfo
 	redrive   *RedriveInfo
+	// crashes are the times (Unix ns) of the latest deliveries that ended
+	// without a verdict, at most the queue's CrashLimit (see Abandon).
+	crashes []int64
 }
 
 func (m *message) traceHeader() string {
@@ -397,6 +400,12 @@ type queue struct {
 	schedAt int64
 
 	stats counters
+
+	budget retryBudget // guarded by mu; not persisted
+
+	// room is what dead-letter moves and redrives read of this queue's
+	// length limits without its lock (see room.go).
+	room roomHints
 }
 
 func newQueue(e *Engine, id uint32, name string, cfg QueueConfig) *queue {

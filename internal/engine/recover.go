@@ -164,6 +164,7 @@ func (e *Engine) recover() (int, error) {
 		// them in expiry order.
 		sortDedup(q.dedupOrder)
 		e.scheduleLocked(q)
+		q.publishRoomLocked()
 	}
 	if len(audit.unexplained) > 0 {
 		e.log.Error("recovery found records it cannot explain; refusing to start without a repair",

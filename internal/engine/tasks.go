@@ -36,6 +36,7 @@ type task struct {
 	MoveTask
 	UpTo uint64 `json:"upTo"` // only messages with a lower sequence number move
 	wake chan struct{}
+	win  refillWindow // guarded by taskTable.mu; not persisted
 }
 
 // taskRecord is the persisted form.
@@ -360,6 +361,8 @@ func (e *Engine) resumeMove(id string) (MoveTask, error) {
 		tk.Returned = 0
 		tk.ReturnedClasses = nil
 		tk.FailureReason = ""
+		tk.StopRule = ""
+		tk.win = refillWindow{}
 		return TaskRunning, nil
 	})
 	if err != nil {
@@ -549,7 +552,17 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 			reason = "destination queue type does not match the source"
 			break
 		}
-		moves = append(moves, e.redriveOutLocked(q, m, d, tk.ID, now, &b))
+		size := int64(m.bodyLen)
+		if !d.room.reserve(d.snap.Load(), size, true) {
+			// DLQ-97: the destination is at its length limit. The
+			// message stays in the DLQ; the task tries again at its
+			// next token, so it waits for room instead of pushing the
+			// destination's messages out or past its limit.
+			break
+		}
+		mv := e.redriveOutLocked(q, m, d, tk.ID, now, &b)
+		mv.size = size
+		moves = append(moves, mv)
 	}
 	// The progress record is encoded and written under the table lock
 	// (see persistTask): a pause or cancel saved meanwhile is either
@@ -566,6 +579,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 		return 0, false, "storage failed"
 	}
 	e.finishMoves(moves)
+	e.noteDrain(tk, len(moves), fromNanos(now))
 	if err := e.wait(p); err != nil {
 		return len(moves), false, "storage failed"
 	}

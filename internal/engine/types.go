@@ -70,6 +70,39 @@ type QueueConfig struct {
 	MessageTTL    time.Duration
 	HasMessageTTL bool
 
+	// Requeue says where a failed delivery returned for another try goes
+	// (AMQP basic.nack/basic.reject with requeue, and deliveries that end
+	// without a verdict): RequeueHead ("", RabbitMQ's behaviour),
+	// RequeueTail or RequeueDelayed. See Engine.Nack.
+	Requeue string
+
+	// CrashLimit, when > 0, quarantines crash loops: a message whose
+	// deliveries ended without any verdict (a lost connection, a consumer
+	// timeout, a lease that expired with no failure report) CrashLimit
+	// times within CrashWindow is dead-lettered with ReasonConsumerCrash.
+	// This count is kept apart from the receive count. 0: off.
+	CrashLimit  int
+	CrashWindow time.Duration
+
+	// RetryBudgetPercent, when > 0, caps redeliveries caused by
+	// failures (nack/reject with requeue, deliveries that ended without a
+	// verdict, SQS leases that ran out) at that percentage of first
+	// deliveries over a sliding window (DLQ-40); retries over it are
+	// delayed, never dropped. 0: no budget.
+	RetryBudgetPercent int
+
+	// UnknownFailure says what a plain failure without a class means
+	// (AMQP nack/reject with requeue=true): UnknownRetry ("", retry
+	// within the delivery limit) or UnknownDeadLetter (terminal: it is
+	// dead-lettered at once when the queue has a target). DLQ-20.
+	UnknownFailure string
+
+	// Paused holds delivery: receives return nothing (long polls wait)
+	// while messages stay visible, counted and settable as usual. An
+	// operator's first move in an incident (DLQ-41); see
+	// Engine.SetPaused.
+	Paused bool
+
 	// Extra holds protocol-specific queue attributes that the engine stores
 	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
 	// KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled). Keys and values
@@ -246,13 +279,17 @@ type VisibilityChange struct {
 
 // Limits the engine enforces.
 const (
-	MaxBatch          = 10
-	MaxVisibility     = 12 * time.Hour
-	MaxDelay          = 15 * time.Minute
-	MaxWait           = 20 * time.Second
-	MinRetention      = time.Minute
-	MaxRetention      = 14 * 24 * time.Hour
-	MinMaxMessageSize = 1024
+	MaxBatch      = 10
+	MaxVisibility = 12 * time.Hour
+	MaxDelay      = 15 * time.Minute
+	MaxWait       = 20 * time.Second
+	MinRetention  = time.Minute
+	MaxRetention  = 14 * 24 * time.Hour // SQS's MessageRetentionPeriod maximum
+	// MaxExtendedRetention is the longest retention Sluice's own setting
+	// allows (SluiceRetentionPeriod): a dead-letter queue may keep its
+	// messages for the 30 days triage can take (DLQ-80).
+	MaxExtendedRetention = 30 * 24 * time.Hour
+	MinMaxMessageSize    = 1024
 	// MaxMaxMessageSize is SQS's largest MaximumMessageSize (1 MiB): the
 	// SQS front-end's limit. The engine itself accepts queues with a
 	// MaxMessageSize up to MaxStoredMessageSize (AMQP queues, whose limit

@@ -80,6 +80,7 @@ type Metrics struct {
 
 	sent, received, redelivered, deleted, expired *prometheus.CounterVec
 	deadLettered                                  *prometheus.CounterVec
+	byClass                                       *classCounter
 	timeToDeadLetter, processing                  *prometheus.HistogramVec
 	walSync                                       prometheus.Histogram
 
@@ -95,6 +96,7 @@ type Metrics struct {
 	other     atomic.Pointer[queueMetrics] // queue="(other)"
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed, unlabelled *prometheus.Desc
+	dropped, paused                                                                  *prometheus.Desc
 }
 
 type queueMetrics struct {
@@ -124,6 +126,7 @@ func New(opts ...Option) *Metrics {
 		reg:       prometheus.NewRegistry(),
 		clk:       clock.Real{},
 		maxSeries: DefaultMaxQueueSeries,
+		byClass:   newClassCounter(),
 
 		sent:         counter("sluice_sent_total", "Messages stored by Send.", "queue"),
 		received:     counter("sluice_received_total", "Messages returned by Receive, including redeliveries.", "queue"),
@@ -154,6 +157,8 @@ func New(opts ...Option) *Metrics {
 		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue names this queue as its dead-letter queue, else 0.", []string{"queue"}, nil),
 		dlqTarget:   prometheus.NewDesc("sluice_queue_dead_letter_target", "1 for each queue with a dead-letter policy, labelled with its target.", []string{"queue", "target"}, nil),
 		unlabelled:  prometheus.NewDesc("sluice_metrics_unlabelled_queues", "Queues beyond the per-queue series cap, counted together under queue=\"(other)\".", nil, nil),
+		dropped:     prometheus.NewDesc("sluice_dropped_total", "Messages dropped for want of a dead-letter target (rejected without requeue, over a length limit, at the delivery limit), since the broker started.", []string{"queue"}, nil),
+		paused:      prometheus.NewDesc("sluice_queue_paused", "1 while delivery from the queue is paused by an operator (messages held visible), else 0.", []string{"queue"}, nil),
 		storeFailed: prometheus.NewDesc("sluice_store_failed", "1 once a storage error has made the engine refuse all changes, else 0.", nil, nil),
 	}
 	for _, o := range opts {
@@ -214,6 +219,11 @@ func (m *Metrics) DeadLettered(queue, target, reason string, timeToDeadLetter ti
 	m.deadCounter(deadKey{m.labelFor(queue), m.labelFor(target), reason}).Inc()
 }
 
+// DeadLetteredClass implements engine.ErrorClassObserver.
+func (m *Metrics) DeadLetteredClass(queue, reason, errorClass string) {
+	m.byClass.inc(queue, reason, errorClass)
+}
+
 // Expired implements engine.Observer.
 func (m *Metrics) Expired(queue string, n int) { m.queue(queue).expired.Add(float64(n)) }
 
@@ -265,6 +275,7 @@ func (m *Metrics) prune(isGone func(queue string) bool) {
 		if _, ok := m.queues.LoadAndDelete(name); ok {
 			m.labelled.Add(-1)
 		}
+		m.byClass.forget(name)
 		for _, v := range []*prometheus.MetricVec{
 			m.sent.MetricVec, m.received.MetricVec, m.redelivered.MetricVec, m.deleted.MetricVec,
 			m.expired.MetricVec, m.timeToDeadLetter.MetricVec, m.processing.MetricVec,
@@ -291,7 +302,7 @@ type queueCollector struct{ m *Metrics }
 
 func (c queueCollector) vectors() []prometheus.Collector {
 	m := c.m
-	return []prometheus.Collector{m.sent, m.received, m.redelivered, m.deleted, m.expired, m.deadLettered, m.timeToDeadLetter, m.processing}
+	return []prometheus.Collector{m.sent, m.received, m.redelivered, m.deleted, m.expired, m.deadLettered, m.byClass.vec, m.timeToDeadLetter, m.processing}
 }
 
 // Describe implements prometheus.Collector.
@@ -300,7 +311,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 		v.Describe(ch)
 	}
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.unlabelled} {
+	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.unlabelled, m.dropped, m.paused} {
 		ch <- d
 	}
 }
@@ -384,11 +395,20 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 			isDLQ = 1
 		}
 		gauge(m.isDLQ, isDLQ, name)
+		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(info.Dropped), name)
+		paused := 0.0
+		if info.Config.Paused {
+			paused = 1
+		}
+		gauge(m.paused, paused, name)
 		if d := info.Config.DeadLetter; d != nil {
 			gauge(m.dlqTarget, 1, name, d.Target)
 			if exists[d.Target] && m.labelFor(d.Target) != otherLabel {
 				for _, r := range initReasons {
 					m.deadCounter(deadKey{name, d.Target, r})
+				}
+				if info.Config.CrashLimit > 0 {
+					m.deadCounter(deadKey{name, d.Target, engine.ReasonConsumerCrash})
 				}
 			}
 		}

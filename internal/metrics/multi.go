@@ -61,6 +61,16 @@ func (m multi) DeadLettered(queue, target, reason string, timeToDeadLetter time.
 	}
 }
 
+// DeadLetteredClass implements engine.ErrorClassObserver for the
+// observers that do.
+func (m multi) DeadLetteredClass(queue, reason, errorClass string) {
+	for _, o := range m {
+		if co, ok := o.(engine.ErrorClassObserver); ok {
+			co.DeadLetteredClass(queue, reason, errorClass)
+		}
+	}
+}
+
 func (m multi) Expired(queue string, n int) {
 	for _, o := range m {
 		o.Expired(queue, n)

@@ -52,6 +52,11 @@ type Options struct {
 	// bodies beyond it stay on disk and are read when needed. 0: the
 	// engine's default (512 MiB); negative: no cap.
 	BodyMemoryBudget int64 `toml:"body_memory_budget"`
+	// LogDrops logs every message dropped for want of a dead-letter
+	// target (an AMQP reject without a DLX, a full dead-letter target) at
+	// Info with its id; otherwise at Debug. Drops are always counted
+	// (sluice_dropped_total).
+	LogDrops bool `toml:"log_drops"`
 
 	// MaxQueues caps the number of queues (SQS and AMQP together; 0:
 	// 10,000; negative: no cap): creating one more fails with SQS

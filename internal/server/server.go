@@ -145,6 +145,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		MaxQueues:        opts.MaxQueues,
 		MaxQueueMessages: opts.MaxQueueMessages,
 		MaxQueueBytes:    opts.MaxQueueBytes,
+		LogDrops:         opts.LogDrops,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 //
 // Statuses are the engine's, which are SQS's (RUNNING, COMPLETED,
 // CANCELLING, CANCELLED, FAILED) plus Sluice's PAUSED: a task stopped by
-// its safety check because redriven messages came straight back. PAUSED is
+// a safety rule (redriven messages came straight back, or the queue refilled
+// faster than the task drained it; FailureReason names the rule). PAUSED is
 // reported as it is, with the reason in FailureReason, and can be
 // cancelled like a RUNNING task.
 

@@ -65,6 +65,9 @@ func (c *call) createQueue() (output, *apiError) {
 	if cerr != nil {
 		return nil, mapEngineErr(cerr, errDetail{queue: name})
 	}
+	if created {
+		c.h.warnConfig(name)
+	}
 	if !created {
 		// Idempotency: compare only the attributes the request names with
 		// the queue's current values, after applying them to a copy so both
@@ -176,6 +179,9 @@ func (c *call) setQueueAttributes() (output, *apiError) {
 	})
 	if uerr != nil {
 		return nil, mapEngineErr(uerr, errDetail{queue: q.Name})
+	}
+	if _, ok := in.Attributes[attrRedrivePolicy]; ok {
+		c.h.warnConfig(q.Name)
 	}
 	return nil, nil
 }

@@ -58,7 +58,7 @@ func readableAttribute(name string) bool {
 		attrSqsManagedSseEnabled, attrFifoQueue, attrContentBasedDedup, attrDeduplicationScope,
 		attrFifoThroughputLimit, attrQueueArn, attrApproxMessages, attrApproxMessagesNotVisible,
 		attrApproxMessagesDelayed, attrCreatedTimestamp, attrLastModifiedTimestamp,
-		attrSluiceRetryPolicy:
+		attrSluiceRetryPolicy, attrSluiceRequeuePolicy, attrSluiceCrashLoopPolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget, attrSluiceUnknownFailure:
 		return true
 	}
 	return false
@@ -199,6 +199,12 @@ func (c *call) parseAttributes(attrs map[string]string, name string, fifo bool) 
 				return nil, errInvalidAttrValue(k)
 			}
 			edits = append(edits, func(cfg *engine.QueueConfig) { cfg.FifoThroughputLimit = v })
+		case attrSluiceRequeuePolicy, attrSluiceCrashLoopPolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget, attrSluiceUnknownFailure:
+			edit, err := parseSluiceDLQAttr(k, v)
+			if err != nil {
+				return nil, err
+			}
+			edits = append(edits, edit)
 		default:
 			// Unknown names and the read-only ones (QueueArn, …) alike.
 			return nil, errUnknownAttribute(k)
@@ -400,7 +406,7 @@ func (h *Handler) configAttributes(cfg *engine.QueueConfig) map[string]string {
 	m := map[string]string{
 		attrDelaySeconds:           secs(cfg.Delay),
 		attrMaximumMessageSize:     strconv.Itoa(cfg.MaxMessageSize),
-		attrMessageRetentionPeriod: secs(cfg.Retention),
+		attrMessageRetentionPeriod: secs(min(cfg.Retention, engine.MaxRetention)),
 		attrReceiveWaitTimeSeconds: secs(cfg.ReceiveWait),
 		attrVisibilityTimeout:      secs(cfg.Visibility),
 		attrSqsManagedSseEnabled:   "false",
@@ -438,6 +444,7 @@ func (h *Handler) configAttributes(cfg *engine.QueueConfig) map[string]string {
 	if cfg.Retry != nil {
 		m[attrSluiceRetryPolicy] = renderRetryPolicy(cfg.Retry)
 	}
+	renderSluiceDLQAttrs(cfg, m)
 	if cfg.FIFO {
 		m[attrFifoQueue] = "true"
 		m[attrContentBasedDedup] = strconv.FormatBool(cfg.ContentBasedDedup)

@@ -334,3 +334,46 @@ func FuzzSluiceInputs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSluiceDLQAttrs covers the dead-letter practice attributes
+// (SluiceCrashLoopPolicy, SluiceRequeuePolicy, SluiceRetentionPeriod): no
+// panic; a rejected value is an InvalidParameterValue with a reason; an
+// accepted one sets values in the engine's ranges and survives a
+// render/parse round trip.
+func FuzzSluiceDLQAttrs(f *testing.F) {
+	for _, s := range []string{`{"limit":3,"windowSeconds":60}`, `{"limit":0}`, `{"windowSeconds":0.5}`, `{"limit":1e9}`,
+		`{"lmit":3}`, `[]`, `null`, `{"limit":3}{}`, "tail", "delayed", "head", "", "2592000", "59", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		for _, name := range []string{attrSluiceCrashLoopPolicy, attrSluiceRequeuePolicy, attrSluiceRetentionPeriod, attrSluiceRetryBudget, attrSluiceUnknownFailure} {
+			edit, err := parseSluiceDLQAttr(name, v)
+			if err != nil {
+				if err.kind != kindInvalidParameter || !strings.Contains(err.msg, "Reason: ") {
+					t.Fatalf("%s error %v", name, err)
+				}
+				continue
+			}
+			cfg := engine.DefaultQueueConfig()
+			edit(&cfg)
+			if cfg.CrashLimit < 0 || cfg.CrashLimit > 1000 || cfg.CrashWindow < 0 || cfg.CrashWindow > engine.MaxVisibility ||
+				cfg.Retention < engine.MinRetention || cfg.Retention > engine.MaxExtendedRetention {
+				t.Fatalf("%s=%q accepted as %+v", name, v, cfg)
+			}
+			m := map[string]string{}
+			renderSluiceDLQAttrs(&cfg, m)
+			if r, ok := m[name]; ok {
+				edit2, err := parseSluiceDLQAttr(name, r)
+				if err != nil {
+					t.Fatalf("%s render %q does not parse: %v", name, r, err)
+				}
+				cfg2 := engine.DefaultQueueConfig()
+				edit2(&cfg2)
+				if cfg2.CrashLimit != cfg.CrashLimit || cfg2.Requeue != cfg.Requeue || cfg2.Retention != cfg.Retention || cfg2.RetryBudgetPercent != cfg.RetryBudgetPercent || cfg2.UnknownFailure != cfg.UnknownFailure ||
+					(cfg.CrashLimit > 0 && cfg2.CrashWindow != cfg.CrashWindow) {
+					t.Fatalf("%s round trip %+v → %+v", name, cfg, cfg2)
+				}
+			}
+		}
+	})
+}

@@ -10,6 +10,8 @@ const CHECKS = {
   dlq_retention: 'DLQ retention longer than the source’s',
   dlq_alert: 'An alert rule watches the DLQ',
   dlq_owner: 'The DLQ has an owner',
+  dlq_shared: 'One DLQ per consumer group',
+  fifo_dlq_order: 'FIFO order vs dead-lettering acknowledged',
   prefetch: 'Prefetch within 1–50',
   fifo_groups: 'FIFO backlog spread over groups',
   retention: 'Messages well inside retention',

@@ -1,0 +1,67 @@
+package engine
+
+import "sync/atomic"
+
+// roomHints let a dead-letter move or a redrive, which hold the source's
+// lock and never a second queue lock, respect a target's length limits
+// (DLQ-97) instead of inserting and trimming after. ready and readyBytes
+// mirror the target's ready count and bytes as of its last unlock;
+// incoming counts moves reserved but not yet inserted, which the target's
+// own sends count as occupied (fullLocked). A reservation is exact against
+// other movers (compare-and-swap) and against the target's own sends
+// (they see incoming). One race remains: a send in progress under the
+// target's lock is published only at its unlock, so a mover and a sender
+// racing for the last slot may both win, exceeding the limit by one
+// message per racing mover.
+type roomHints struct {
+	ready, readyBytes       atomic.Int64
+	incoming, incomingBytes atomic.Int64
+}
+
+// publishRoomLocked updates the hints from the queue's counts.
+func (q *queue) publishRoomLocked() {
+	n, b := q.readyLocked()
+	q.room.ready.Store(int64(n))
+	q.room.readyBytes.Store(b)
+}
+
+// pending returns the reserved, not yet inserted, moves.
+func (r *roomHints) pending() (int64, int64) {
+	return r.incoming.Load(), r.incomingBytes.Load()
+}
+
+// reserve takes room for one message of size bytes in a queue with
+// configuration cfg, or reports that there is none. Without length limits
+// there is always room. With a drop-head overflow (the default) there is
+// always room too unless hard is set: the target's own policy drops its
+// oldest message, as for a send. A redrive sets hard: it must not push
+// the destination's own messages out, so it waits for room instead.
+func (r *roomHints) reserve(cfg *QueueConfig, size int64, hard bool) bool {
+	limited := cfg.MaxLength > 0 || cfg.MaxLengthBytes > 0
+	dropHead := cfg.Overflow == "" || cfg.Overflow == OverflowDropHead
+	if !limited || (dropHead && !hard) {
+		r.incoming.Add(1)
+		r.incomingBytes.Add(size)
+		return true
+	}
+	for {
+		in := r.incoming.Load()
+		if cfg.MaxLength > 0 && r.ready.Load()+in+1 > int64(cfg.MaxLength) {
+			return false
+		}
+		if cfg.MaxLengthBytes > 0 && r.readyBytes.Load()+r.incomingBytes.Load()+size > cfg.MaxLengthBytes {
+			return false
+		}
+		if r.incoming.CompareAndSwap(in, in+1) {
+			r.incomingBytes.Add(size)
+			return true
+		}
+	}
+}
+
+// release gives back a reservation once the move is inserted (or its
+// target is gone).
+func (r *roomHints) release(size int64) {
+	r.incoming.Add(-1)
+	r.incomingBytes.Add(-size)
+}
