@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -273,7 +274,9 @@ func TestConformanceQueryEndpoint(t *testing.T) {
 	}
 
 	e.send(q1, "hello")
-	req, _ = http.NewRequest("GET", e.srv.URL+"/?Action=ReceiveMessage&Version=2012-11-05&VisibilityTimeout=0&QueueUrl="+q1, nil)
+	// Over POST: an unsigned GET may only read (issue #11).
+	req, _ = http.NewRequest("POST", e.srv.URL+"/", strings.NewReader("Action=ReceiveMessage&Version=2012-11-05&VisibilityTimeout=0&QueueUrl="+url.QueryEscape(q1)))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
 	resp, body = e.do(req)
 	var recv struct {
