@@ -1,0 +1,20 @@
+module github.com/sluicemq/sluice/examples
+
+go 1.26
+
+require (
+	github.com/aws/aws-sdk-go-v2 v1.47.7
+	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
+	github.com/rabbitmq/amqp091-go v1.14.0
+	github.com/sluicemq/sluice/worker v0.0.0
+)
+
+require (
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
+	github.com/aws/smithy-go v1.28.8 // indirect
+)
+
+// The examples build against the worker module in this repository.
+replace github.com/sluicemq/sluice/worker => ../worker
