@@ -86,8 +86,16 @@ func Redrive(ctx context.Context, s Store, o Options) (Report, error) {
 	redriven := map[string]bool{} // origin ids redriven by this run
 	cursor := ""
 	var last time.Time
+	counted := map[string]bool{} // entry ids counted as re-failures
 	refailed := func(e Entry) bool {
-		return e.Valid && redriven[e.Context.OriginID] && e.Context.Redrives > 0
+		if !e.Valid || !redriven[e.Context.OriginID] || e.Context.Redrives == 0 {
+			return false
+		}
+		if !counted[e.ID] {
+			counted[e.ID] = true
+			rep.Refailed++
+		}
+		return true
 	}
 	safety := func() error {
 		if o.SafetyThreshold > 0 && rep.Refailed >= o.SafetyThreshold {
@@ -108,7 +116,6 @@ func Redrive(ctx context.Context, s Store, o Options) (Report, error) {
 		}
 		for _, e := range es {
 			if refailed(e) {
-				rep.Refailed++
 				if err := safety(); err != nil {
 					return rep, err
 				}
@@ -145,6 +152,20 @@ func Redrive(ctx context.Context, s Store, o Options) (Report, error) {
 			if o.Progress != nil {
 				o.Progress(e)
 			}
+			// Re-failures land after this batch: look at once, so the
+			// stop comes while entries are still waiting.
+			if o.SafetyThreshold > 0 {
+				more, _, err := s.List(ctx, cursor, o.Batch)
+				if err != nil {
+					return rep, err
+				}
+				for _, m := range more {
+					refailed(m)
+				}
+				if err := safety(); err != nil {
+					return rep, err
+				}
+			}
 		}
 	}
 	if o.DryRun || rep.Redriven == 0 || o.SafetyThreshold < 0 {
@@ -160,7 +181,6 @@ func Redrive(ctx context.Context, s Store, o Options) (Report, error) {
 		cursor = next
 		for _, e := range es {
 			if refailed(e) {
-				rep.Refailed++
 				if err := safety(); err != nil {
 					return rep, err
 				}
