@@ -29,7 +29,6 @@ type harness struct {
 	srv *pstest.Server
 	c   *pubsub.Client
 	cfg workertest.Config
-	n   int
 }
 
 func client(t testing.TB, srv *pstest.Server) *pubsub.Client {
