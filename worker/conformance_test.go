@@ -46,7 +46,7 @@ func TestConformanceAMQP(t *testing.T) {
 			}
 			t.Cleanup(func() { conn.Close() })
 			src, err := worker.NewAMQPSource(conn, "orders", worker.AMQPSourceOptions{Prefetch: 10,
-				HTTPEndpoint: "http://" + ab.addr, HasDeadLetterExchange: true, Logger: testLogger(t.(*testing.T))})
+				HTTPEndpoint: "http://" + ab.addr, HasDeadLetterExchange: true, Logger: testLogger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

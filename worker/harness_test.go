@@ -231,7 +231,7 @@ func fastOptions(t *testing.T) worker.Options {
 	return o
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("WORKER_TEST_LOG") == "" {
 		return slog.New(slog.DiscardHandler)
 	}
