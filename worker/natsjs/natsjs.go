@@ -16,8 +16,8 @@
 //   - The consumer's MaxDeliver is MaxAttempts+1: a worker that dies on
 //     the last attempt leaves one delivery, which the Source dead-letters
 //     on receipt (reason delivery_exceeded) instead of handling. Past it,
-//     the server stops and emits its MAX_DELIVERIES advisory; the message
-//     stays in the stream (see docs/worker.md).
+//     the server stops and emits its MAX_DELIVERIES advisory, and
+//     MoveMaxDelivered dead-letters the message from the advisory.
 package natsjs
 
 import (

