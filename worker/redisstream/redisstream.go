@@ -213,8 +213,18 @@ func (s *Source) Release(ctx context.Context, m *worker.Message) error {
 	return s.setIdle(ctx, m, s.o.Lease)
 }
 
-// setIdle is XCLAIM stream group consumer 0 id IDLE ms JUSTID.
+// setIdle is XCLAIM stream group consumer 0 id IDLE ms JUSTID, when this
+// consumer still owns the entry (XCLAIM with min-idle 0 would otherwise
+// take it back from a consumer that took it over).
 func (s *Source) setIdle(ctx context.Context, m *worker.Message, idle time.Duration) error {
+	p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.o.Stream, Group: s.o.Group,
+		Start: m.ID, End: m.ID, Count: 1}).Result()
+	if err != nil {
+		return err
+	}
+	if len(p) == 0 || p[0].Consumer != s.o.Consumer {
+		return fmt.Errorf("%w: entry %s is no longer pending for %s", worker.ErrLeaseLost, m.ID, s.o.Consumer)
+	}
 	ids, err := s.rdb.Do(ctx, "XCLAIM", s.o.Stream, s.o.Group, s.o.Consumer, 0, m.ID,
 		"IDLE", idle.Milliseconds(), "JUSTID").StringSlice()
 	if err != nil {

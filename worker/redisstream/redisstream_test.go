@@ -2,6 +2,7 @@ package redisstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -148,5 +149,39 @@ func TestDeadLetterFields(t *testing.T) {
 	}
 	if n, _ := h.rdb.XLen(ctx, "orders.dlq").Result(); n != 0 {
 		t.Fatalf("DLQ still has %d", n)
+	}
+}
+
+// A consumer whose entry was taken over (it stalled past Lease) gets
+// ErrLeaseLost from Extend and does not take the entry back.
+func TestExtendAfterTakeover(t *testing.T) {
+	sock := startRedis(t)
+	h := &harness{sock: sock, rdb: client(t, sock), cfg: workertest.Config{MaxAttempts: 5}}
+	h.Publish(t, "slow")
+	ctx := context.Background()
+	mk := func(name string) *redisstream.Source {
+		s, err := redisstream.NewSource(ctx, h.rdb, redisstream.Options{Stream: "orders", Group: "billing", Consumer: name,
+			Lease: 300 * time.Millisecond, Block: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := mk("a"), mk("b")
+	var ms []*worker.Message
+	workertest.WaitFor(t, 10*time.Second, "a's delivery", func() bool {
+		ms, _ = a.Receive(ctx, 1)
+		return len(ms) == 1
+	})
+	workertest.WaitFor(t, 10*time.Second, "b's takeover", func() bool {
+		got, _ := b.Receive(ctx, 1)
+		return len(got) == 1 && got[0].Attempt == 2
+	})
+	if err := a.Extend(ctx, ms[0]); !errors.Is(err, worker.ErrLeaseLost) {
+		t.Fatalf("Extend after takeover: %v", err)
+	}
+	p, err := h.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "billing", Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(p) != 1 || p[0].Consumer != "b" {
+		t.Fatalf("pending %+v %v", p, err)
 	}
 }
