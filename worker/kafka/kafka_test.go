@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,5 +136,51 @@ func TestPartitionOrder(t *testing.T) {
 	es := h.DeadLetters(t)
 	if len(es) != 1 || es[0].Key != "k" || es[0].Context.Source != stuckID || es[0].Attributes["sluice-offset"] != "" || es[0].Context.Origin != "orders" || es[0].Context.Attempts != 3 || es[0].Context.Reason != dlq.ReasonMaxAttempts {
 		t.Fatalf("%+v", es)
+	}
+}
+
+// Two workers in one group share the partitions through rebalances
+// (the second joins while the first is busy): every record is processed,
+// none is dead-lettered.
+func TestTwoWorkersRebalance(t *testing.T) {
+	h := newHarness(t, workertest.Config{MaxAttempts: 3})
+	var bodies []string
+	for i := range 30 {
+		bodies = append(bodies, fmt.Sprintf("ok-%d", i))
+	}
+	h.Publish(t, bodies...)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	handler := worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		seen[string(m.Body)] = true
+		mu.Unlock()
+		return nil
+	})
+	start := func() func() {
+		src, _ := h.Source(t)
+		w, err := worker.New(src, handler, workertest.Options())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	stop1 := start()
+	defer stop1()
+	workertest.WaitFor(t, 20*time.Second, "the first records", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > 0 })
+	stop2 := start()
+	defer stop2()
+	workertest.WaitFor(t, 60*time.Second, "every record processed", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == len(bodies) })
+	if es := h.DeadLetters(t); len(es) != 0 {
+		t.Fatalf("%d dead-lettered", len(es))
 	}
 }
