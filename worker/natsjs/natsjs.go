@@ -50,6 +50,13 @@ type Options struct {
 	MaxAttempts int
 	// AckWait is the lease; the worker extends it at half. 0: 30 s.
 	AckWait time.Duration
+	// BackOff, when set, is the consumer's redelivery schedule for
+	// deliveries whose lease ran out (a worker died or stalled): the
+	// lease of delivery n is BackOff[n-1] (the last entry repeats), and
+	// the server then ignores AckWait. At most MaxAttempts+1 entries.
+	// Failures the worker reports use NakWithDelay with its own backoff
+	// either way.
+	BackOff []time.Duration
 	// FetchWait bounds one pull. 0: 1 s.
 	FetchWait time.Duration
 	// DLQSubject is where dead letters go. "": dlq.<Stream>.<Consumer>.
@@ -100,6 +107,14 @@ func NewSource(ctx context.Context, js jetstream.JetStream, o Options) (*Source,
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if len(o.BackOff) > o.MaxAttempts+1 {
+		return nil, fmt.Errorf("natsjs: BackOff has %d entries, more than MaxAttempts+1 (%d)", len(o.BackOff), o.MaxAttempts+1)
+	}
+	for _, d := range o.BackOff {
+		if d <= 0 {
+			return nil, errors.New("natsjs: BackOff entries must be positive")
+		}
+	}
 	if _, err := js.StreamNameBySubject(ctx, o.DLQSubject); errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: o.DLQStream, Subjects: []string{"dlq." + o.Stream + ".>"},
 			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage})
@@ -111,7 +126,7 @@ func NewSource(ctx context.Context, js jetstream.JetStream, o Options) (*Source,
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, o.Stream, jetstream.ConsumerConfig{Durable: o.Consumer,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: o.AckWait, MaxDeliver: o.MaxAttempts + 1,
-		FilterSubjects: o.FilterSubjects})
+		BackOff: o.BackOff, FilterSubjects: o.FilterSubjects})
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: create consumer: %w", err)
 	}
@@ -162,9 +177,13 @@ func (s *Source) message(jm jetstream.Msg, md *jetstream.MsgMetadata) *worker.Me
 			attrs[k] = v[0]
 		}
 	}
+	lease := s.o.AckWait
+	if n := len(s.o.BackOff); n > 0 {
+		lease = s.o.BackOff[min(int(md.NumDelivered), n)-1]
+	}
 	return &worker.Message{ID: md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10), OriginalID: attrs[dlq.FieldOriginID],
 		Body: jm.Data(), Attributes: attrs, Attempt: int(md.NumDelivered), SentAt: md.Timestamp,
-		Lease: s.o.AckWait, Raw: jm, Receipt: jm}
+		Lease: lease, Raw: jm, Receipt: jm}
 }
 
 func msgOf(m *worker.Message) jetstream.Msg { return m.Receipt.(jetstream.Msg) }

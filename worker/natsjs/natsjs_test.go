@@ -2,6 +2,7 @@ package natsjs_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -190,5 +191,35 @@ func TestMoveMaxDelivered(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BackOff becomes the consumer's redelivery schedule, and each delivery's
+// lease follows it.
+func TestBackOffSchedule(t *testing.T) {
+	h := newHarness(t, workertest.Config{MaxAttempts: 3})
+	ctx := context.Background()
+	o := natsjs.Options{Stream: "ORDERS", Consumer: "billing", MaxAttempts: 3, FetchWait: 200 * time.Millisecond,
+		BackOff: []time.Duration{time.Second, 2 * time.Second}}
+	src, err := natsjs.NewSource(ctx, h.js, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := h.js.Consumer(ctx, "ORDERS", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.CachedInfo().Config; fmt.Sprint(got.BackOff) != "[1s 2s]" || got.MaxDeliver != 4 {
+		t.Fatalf("consumer config %+v", got)
+	}
+	h.Publish(t, "x")
+	var ms []*worker.Message
+	workertest.WaitFor(t, 10*time.Second, "a delivery", func() bool { ms, _ = src.Receive(ctx, 1); return len(ms) == 1 })
+	if ms[0].Lease != time.Second {
+		t.Fatalf("lease %v", ms[0].Lease)
+	}
+	o.BackOff = []time.Duration{1, 2, 3, 4, 5}
+	if _, err := natsjs.NewSource(ctx, h.js, o); err == nil {
+		t.Fatal("a BackOff longer than MaxDeliver was accepted")
 	}
 }
