@@ -87,7 +87,7 @@ func (h *harness) Source(t testing.TB) (worker.Source, func()) {
 }
 
 func (h *harness) store(t testing.TB) *gcppubsub.DLQ {
-	d, err := gcppubsub.NewDLQ(h.c, "billing-dlq-sub", "orders", 500*time.Millisecond)
+	d, err := gcppubsub.NewDLQ(h.c, "billing-dlq-sub", "orders", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,14 +13,21 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicemq/sluice/worker"
+	"github.com/sluicemq/sluice/worker/gcppubsub"
 	"github.com/sluicemq/sluice/worker/kafka"
 	"github.com/sluicemq/sluice/worker/natsjs"
 	"github.com/sluicemq/sluice/worker/redisstream"
@@ -139,6 +147,44 @@ func kafkaBackend(t *testing.T) backend {
 		}}
 }
 
+func pubsubBackend(t *testing.T) backend {
+	srv := pstest.NewServer()
+	t.Cleanup(func() { srv.Close() })
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pubsub.NewClient(context.Background(), "p", option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/p/topics/orders"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gcppubsub.Configure(ctx, c, gcppubsub.SubscriptionConfig{Topic: "orders", Subscription: "billing", DLQTopic: "billing-dlq"}); err != nil {
+		t.Fatal(err)
+	}
+	return backend{url: "pubsub://p/billing-dlq-sub?target=orders&emulator=" + srv.Addr,
+		publish: func(t *testing.T, bodies ...string) {
+			p := c.Publisher("orders")
+			defer p.Stop()
+			for _, b := range bodies {
+				if _, err := p.Publish(ctx, &pubsub.Message{Data: []byte(b)}).Get(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		source: func(t *testing.T) worker.Source {
+			src, err := gcppubsub.NewSource(c, gcppubsub.Options{Subscription: "billing", DLQTopic: "billing-dlq", MaxOutstanding: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return src
+		}}
+}
+
 func cli(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -149,7 +195,7 @@ func cli(t *testing.T, args ...string) (string, int) {
 // TestConsole drives peek, a filtered and a dry-run redrive, the safety
 // stop and a redrive after the fix against each real server.
 func TestConsole(t *testing.T) {
-	for name, mk := range map[string]func(*testing.T) backend{"redis": redisBackend, "nats": natsBackend, "kafka": kafkaBackend} {
+	for name, mk := range map[string]func(*testing.T) backend{"redis": redisBackend, "nats": natsBackend, "kafka": kafkaBackend, "pubsub": pubsubBackend} {
 		t.Run(name, func(t *testing.T) {
 			b := mk(t)
 			var fixed, processed atomic.Int32
@@ -171,35 +217,48 @@ func TestConsole(t *testing.T) {
 			b.publish(t, "o-1", "o-2", "o-3", "o-4")
 			workertest.WaitFor(t, 30*time.Second, "4 dead letters", func() bool { return w.Stats().DeadLettered == 4 })
 
-			out, code := cli(t, "peek", "--source", b.url, "--limit", "2")
-			if code != 0 || !strings.Contains(out, "4 matching entries (2 shown)") || !strings.Contains(out, "class=orders.Invalid") ||
-				!strings.Contains(out, `msg="bad order o-`) || !strings.Contains(out, "reason=terminal") {
-				t.Fatalf("peek (%d):\n%s", code, out)
+			// eventually retries a command until its output has want:
+			// dead letters reach the DLQ asynchronously after the
+			// worker's stats count them (a Pub/Sub subscription delivers
+			// them a little later).
+			eventually := func(want string, code int, args ...string) string {
+				var out string
+				var got int
+				workertest.WaitFor(t, 45*time.Second, fmt.Sprintf("%v to say %q", args, want), func() bool {
+					out, got = cli(t, args...)
+					return got == code && strings.Contains(out, want)
+				})
+				return out
 			}
+			out := eventually("4 matching entries (2 shown)", 0, "peek", "--source", b.url, "--limit", "2")
+			if !strings.Contains(out, "class=orders.Invalid") || !strings.Contains(out, `msg="bad order o-`) || !strings.Contains(out, "reason=terminal") {
+				t.Fatalf("peek:\n%s", out)
+			}
+			eventually("4 matching entries", 0, "peek", "--source", b.url)
 			if out, code := cli(t, "peek", "--source", b.url, "--class", "Other"); code != 0 || !strings.Contains(out, "0 matching entries") {
 				t.Fatalf("filtered peek (%d):\n%s", code, out)
 			}
-			if out, code := cli(t, "redrive", "--source", b.url, "--dry-run"); code != 0 || !strings.Contains(out, "matched=4 redriven=0") {
-				t.Fatalf("dry run (%d):\n%s", code, out)
-			}
+			eventually("matched=4 redriven=0", 0, "redrive", "--source", b.url, "--dry-run")
 			// Not fixed: the first redriven message fails again and the
-			// redrive stops itself, leaving most in the DLQ.
-			out, code = cli(t, "redrive", "--source", b.url, "--rate", "1", "--safety-window", "20s")
-			if code != 3 || !strings.Contains(out, "stopped=true") || strings.Contains(out, "redriven=4") {
-				t.Fatalf("unsafe redrive (%d):\n%s", code, out)
+			// redrive stops itself, leaving the rest in the DLQ.
+			out = eventually("stopped=true", 3, "redrive", "--source", b.url, "--rate", "1", "--safety-window", "20s")
+			if strings.Contains(out, "redriven=4") {
+				t.Fatalf("unsafe redrive moved everything:\n%s", out)
 			}
-			workertest.WaitFor(t, 20*time.Second, "4 in the DLQ again", func() bool {
-				out, _ := cli(t, "peek", "--source", b.url)
-				return strings.Contains(out, "4 matching entries")
-			})
+			eventually("4 matching entries", 0, "peek", "--source", b.url)
 			// Fixed: everything goes back and is processed once.
 			fixed.Store(1)
-			if out, code := cli(t, "redrive", "--source", b.url, "--rate", "100", "--safety-window", "1s"); code != 0 || !strings.Contains(out, "redriven=4") {
-				t.Fatalf("redrive after the fix (%d):\n%s", code, out)
-			}
-			workertest.WaitFor(t, 20*time.Second, "redriven messages processed", func() bool { return processed.Load() == 4 })
+			workertest.WaitFor(t, 60*time.Second, "redriven messages processed", func() bool {
+				if out, code := cli(t, "redrive", "--source", b.url, "--rate", "100", "--safety-window", "1s"); code != 0 {
+					t.Fatalf("redrive after the fix (%d):\n%s", code, out)
+				}
+				return processed.Load() == 4
+			})
 			if out, _ := cli(t, "peek", "--source", b.url); !strings.Contains(out, "0 matching entries") {
 				t.Fatalf("DLQ after the redrive:\n%s", out)
+			}
+			if n := processed.Load(); n != 4 {
+				t.Fatalf("processed %d times, want 4", n)
 			}
 		})
 	}
