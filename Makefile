@@ -5,6 +5,11 @@ CRASH_ITERATIONS ?= 200
 FAULTS_BUDGET ?= 5m
 SOAK_DURATION ?= 10m
 SOAK_MESSAGES ?= 2000000
+# Go modules in this repository: the broker (root), the worker SDK (its own
+# module, so SDK users do not inherit the broker's dependencies) and the
+# examples (built against ../worker through a replace). `go test ./...`
+# stops at a nested module, so every target that walks packages loops.
+MODULES   := . worker examples
 
 .PHONY: help build run test test-race lint bench fuzz crash faults soak perf
 
@@ -17,26 +22,26 @@ build: ## build ./bin/sluice
 run: ## run the broker on its embedded default store (./sluice-data)
 	$(GO) run ./cmd/sluice server
 
-test: ## run the whole test suite (what CI runs)
-	$(GO) test -count=1 -timeout 30m ./...
+test: ## run the whole test suite (what CI runs), every module
+	@for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || exit 1; done
 
-test-race: ## the test suite under the race detector
-	$(GO) test -count=1 -race -timeout 45m ./...
+test-race: ## the test suite under the race detector, every module
+	@for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -count=1 -race -timeout 45m ./...) || exit 1; done
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	@for m in $(MODULES); do echo "== vet+staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...) || exit 1; done
 
 bench: ## Go benchmarks (engine, store)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
 fuzz: ## run every fuzz target for FUZZTIME each
-	@for pkg in $$($(GO) list ./...); do \
+	@for m in $(MODULES); do (cd $$m && \
+	for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
-	done
+	done) || exit 1; done
 
 crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
 	SLUICE_CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(GO) test -count=1 -timeout 2h -run . -v ./test/crash/

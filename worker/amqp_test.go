@@ -41,7 +41,7 @@ func startAMQPBroker(t *testing.T) *amqpBroker {
 
 func (b *broker) dial() *amqp.Connection {
 	b.t.Helper()
-	conn, err := amqp.Dial("amqp://guest:guest@" + b.srv.AMQPAddr() + "/")
+	conn, err := amqp.Dial("amqp://guest:guest@" + b.amqpAddr + "/")
 	if err != nil {
 		b.t.Fatal(err)
 	}

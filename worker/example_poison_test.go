@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sluicemq/sluice/internal/server"
 	"github.com/sluicemq/sluice/worker"
 )
 
@@ -88,19 +87,12 @@ func Example_poison() {
 	//   version=orders-1.4.2
 }
 
-// startSluice runs a broker in this process for the example.
+// startSluice runs a broker (the binary TestMain built) for the example.
 func startSluice() (endpoint string, stop func()) {
 	dir, _ := os.MkdirTemp("", "sluice-example")
-	o := server.DefaultOptions()
-	o.DataDir = dir
-	o.SQSListen = "127.0.0.1:0"
-	o.AMQPListen = "127.0.0.1:0"
-	s, err := server.New(o, nil, nil)
+	s, err := startSluiced(dir)
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	return "http://" + s.SQSAddr(), func() { cancel(); <-done; os.RemoveAll(dir) }
+	return "http://" + s.SQSAddr, func() { s.stop(); os.RemoveAll(dir) }
 }

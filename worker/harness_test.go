@@ -19,38 +19,30 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sluicemq/sluice/internal/server"
 	"github.com/sluicemq/sluice/worker"
 )
 
-// broker is a real Sluice running in-process on 127.0.0.1:0.
+// broker is a real Sluice (the cmd/sluice binary TestMain built) on
+// 127.0.0.1:0.
 type broker struct {
-	t    *testing.T
-	srv  *server.Server
-	addr string
-	c    *sqs.Client
+	t        *testing.T
+	addr     string // SQS/HTTP listener
+	amqpAddr string
+	c        *sqs.Client
 }
 
 func startBroker(t *testing.T) *broker {
 	t.Helper()
-	o := server.DefaultOptions()
-	o.DataDir = t.TempDir()
-	o.SQSListen = "127.0.0.1:0"
-	o.AMQPListen = "127.0.0.1:0"
-	s, err := server.New(o, nil, nil)
+	s, err := startSluiced(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := s.stop(); err != nil {
 			t.Errorf("broker: %v", err)
 		}
 	})
-	b := &broker{t: t, srv: s, addr: s.SQSAddr()}
+	b := &broker{t: t, addr: s.SQSAddr, amqpAddr: s.AMQPAddr}
 	b.c = sqs.New(sqs.Options{
 		BaseEndpoint: aws.String("http://" + b.addr),
 		Region:       "us-east-1",
@@ -157,6 +149,21 @@ func (b *broker) drainDLQ(url string) []dlqMessage {
 	}
 }
 
+// admin POSTs body to the admin API path and fails the test unless the
+// answer is 2xx.
+func (b *broker) admin(path, body string) {
+	b.t.Helper()
+	resp, err := http.Post("http://"+b.addr+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		b.t.Fatalf("POST %s: %s: %s", path, resp.Status, out)
+	}
+}
+
 // browse lists a queue through the admin API (only when mounted).
 func (b *broker) browse(queue string) []map[string]any {
 	b.t.Helper()
@@ -224,7 +231,7 @@ func fastOptions(t *testing.T) worker.Options {
 	return o
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("WORKER_TEST_LOG") == "" {
 		return slog.New(slog.DiscardHandler)
 	}

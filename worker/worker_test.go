@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/worker"
 	"github.com/sluicemq/sluice/worker/dedup"
 )
@@ -330,13 +329,8 @@ func TestIdempotentRedrive(t *testing.T) {
 	// The same message turns up in the DLQ (say, its delete was lost and
 	// it was dead-lettered) and an operator redrives it: the redrive makes
 	// a new message, with a new MessageId and SluiceOriginalMessageId set.
-	eng := b.srv.Engine()
-	if _, err := eng.Import("payments-dlq", []engine.View{{Delivery: engine.Delivery{MessageID: ids[0], Body: []byte("charge-42")}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.StartMoveTask(engine.MoveTaskSpec{Source: "payments-dlq", Destination: "payments", Rate: 500}); err != nil {
-		t.Fatal(err)
-	}
+	b.admin("/sluice/v1/queues/payments-dlq/import", fmt.Sprintf(`{"id":%q,"body":"charge-42"}`+"\n", ids[0]))
+	b.admin("/sluice/v1/queues/payments-dlq/redrive", `{"destination":"payments","rate":500}`)
 	waitFor(t, 10*time.Second, "redriven copy skipped", func() bool { return w.Stats().Duplicates == 1 })
 	waitFor(t, 5*time.Second, "queue empty", func() bool { return b.depth(url) == 0 })
 	if n := charges.Load(); n != 1 {

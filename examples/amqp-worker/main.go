@@ -6,8 +6,8 @@
 // RabbitMQ (or with -plain) it falls back to plain AMQP. See
 // docs/worker.md.
 //
-//	go run ./examples/amqp-worker -publish 12 -poison 2   # the buggy version
-//	go run ./examples/amqp-worker -fixed                  # after the fix
+//	go -C examples run ./amqp-worker -publish 12 -poison 2   # the buggy version
+//	go -C examples run ./amqp-worker -fixed                  # after the fix
 package main
 
 import (

@@ -2,7 +2,7 @@
 // orders to it, a few of them poison. It is the first half of the
 // walkthrough in docs/worker.md; examples/worker consumes them.
 //
-//	go run ./examples/producer -n 20 -poison 3
+//	go -C examples run ./producer -n 20 -poison 3
 package main
 
 import (

@@ -3,8 +3,8 @@
 // error context, transient failures are retried with backoff, Ctrl-C shuts
 // down without losing a message. See docs/worker.md for the walkthrough.
 //
-//	go run ./examples/worker              # the buggy version
-//	go run ./examples/worker -fixed       # after the fix
+//	go -C examples run ./worker              # the buggy version
+//	go -C examples run ./worker -fixed       # after the fix
 package main
 
 import (
