@@ -11,8 +11,14 @@ SOAK_MESSAGES ?= 2000000
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build ./bin/sluice
-	$(GO) build -o bin/sluice ./cmd/sluice
+# Version stamping (sluice version, the startup log, sluice_build_info).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
+
+build: ## build ./bin/sluice, stamped with version, commit and date
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 
 run: ## run the broker on its embedded default store (./sluice-data)
 	$(GO) run ./cmd/sluice server

@@ -13,6 +13,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,12 +27,20 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version, commit and date are set at build time with
+// -ldflags "-X main.version=v1.2.3 -X main.commit=… -X main.date=…"
+// (make build, the Dockerfile and .goreleaser.yaml do). Left empty,
+// buildinfo.Read falls back to what the Go toolchain embedded.
+var (
+	version = "dev"
+	commit  = ""
+	date    = ""
+)
 
 const usage = `Sluice: a durable message broker that speaks the Amazon SQS API and AMQP 0-9-1.
 
@@ -69,8 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "hash-password":
 		return runHashPassword(args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "sluice", version)
-		return 0
+		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -140,6 +148,7 @@ func runServer(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice server: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	opts.Build = buildinfo.Read(version, commit, date)
 	log := newLogger(stderr, opts.LogLevel, opts.LogFormat)
 	srv, err := server.New(opts, log, nil)
 	if err != nil {
@@ -152,6 +161,28 @@ func runServer(args []string, stderr io.Writer) int {
 		log.Error("server stopped", "err", err)
 		return 1
 	}
+	return 0
+}
+
+// runVersion prints the build's version, commit, build date and Go
+// version; --json prints them as an object for scripts.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sluice version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	info := buildinfo.Read(version, commit, date)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(info); err != nil {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(stdout, info)
 	return 0
 }
 

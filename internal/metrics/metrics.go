@@ -90,6 +90,10 @@ type Metrics struct {
 	dead   sync.Map // deadKey → prometheus.Counter
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed *prometheus.Desc
+
+	// extra holds collectors added by options (WithBuildInfo), registered
+	// with the rest in New.
+	extra []prometheus.Collector
 }
 
 type queueMetrics struct {
@@ -158,6 +162,7 @@ func New(opts ...Option) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.reg.MustRegister(m.extra...)
 	return m
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
+	"github.com/sluicemq/sluice/internal/buildinfo"
 )
 
 // Options configure a Sluice server. Start from DefaultOptions, then apply a
@@ -80,6 +81,11 @@ type Options struct {
 
 	// Alerts configures the built-in alert rules and their webhooks.
 	Alerts AlertsConfig `toml:"alerts"`
+
+	// Build names the running build, for the startup log line and the
+	// sluice_build_info metric. cmd/sluice fills it from buildinfo.Read;
+	// it is not a config file setting.
+	Build buildinfo.Info `toml:"-"`
 }
 
 // AMQPUser is one [[amqp_users]] entry. PasswordHash comes from

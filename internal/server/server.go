@@ -30,6 +30,7 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
+	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -92,7 +93,11 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 	}()
 
-	s.metrics = metrics.New(metrics.WithClock(clk))
+	if opts.Build == (buildinfo.Info{}) {
+		opts.Build = buildinfo.Read("", "", "")
+		s.opts.Build = opts.Build
+	}
+	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithBuildInfo(opts.Build))
 	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
 	s.dash = dashboard.New(nil, dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts})
 	switch opts.Store {
@@ -266,7 +271,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { s.alerts.Run(bg); close(alertsDone) }()
 	go func() { s.dash.Run(bg); close(dashDone) }()
 	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
-	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
+	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
@@ -287,7 +292,30 @@ func (s *Server) Run(ctx context.Context) error {
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
+	if err == nil {
+		s.log.Info("sluice stopped")
+	}
 	return err
+}
+
+// startedAttrs are the fields of the "sluice started" line: the build, the
+// listeners, where the dashboard is, and the store (its data directory only
+// when there is one).
+func (s *Server) startedAttrs() []any {
+	scheme := "http"
+	if s.opts.TLS.Cert != "" {
+		scheme = "https"
+	}
+	attrs := []any{
+		"version", s.opts.Build.Version, "commit", s.opts.Build.ShortCommit(),
+		"http", s.SQSAddr(), "amqp", s.AMQPAddr(),
+		"dashboard", scheme + "://" + s.SQSAddr() + "/ui/",
+		"store", s.opts.Store,
+	}
+	if s.opts.Store != "memory" {
+		attrs = append(attrs, "data_dir", s.opts.DataDir)
+	}
+	return attrs
 }
 
 func (s *Server) shutdown() {
