@@ -4,6 +4,7 @@
 //	sluice bench sqs [flags]    drive an SQS endpoint and report throughput and latency
 //	sluice queues [flags]       list queues (through the admin API)
 //	sluice dlq <command>        inspect, export, import and redrive dead-letter queues
+//	sluice definitions …        export and import declared queues, exchanges and bindings
 //	sluice version              print the version
 //
 // main only parses flags and calls into internal packages; no broker logic
@@ -50,6 +51,7 @@ Usage:
   sluice queues [flags]       list queues with depth, age and dead-letter setup
   sluice dlq <command>        dead-letter queues: list, peek, show, delete, export,
                               import, redrive, tasks, cancel, pause, resume (sluice dlq help)
+  sluice definitions export|import  queues, exchanges and bindings as one JSON document
   sluice doctor [flags]       check queue configuration against live metrics; exit 1 on red
   sluice hash-password [--amqp]  read a password on stdin, print a hash for the config file
   sluice version              print the version
@@ -75,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCLI(cli.DLQ, args[1:], stdout, stderr)
 	case "doctor":
 		return runCLI(cli.Doctor, args[1:], stdout, stderr)
+	case "definitions":
+		return runCLI(cli.Definitions, args[1:], stdout, stderr)
 	case "hash-password":
 		return runHashPassword(args[1:], stdout, stderr)
 	case "version":

@@ -149,6 +149,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
 	closers = append(closers, func() { s.amqp.Close() })
+	if err := s.applyDefinitions(Definitions{Queues: opts.Queues, Exchanges: opts.Exchanges, AMQPQueues: opts.AMQPQueues, Bindings: opts.Bindings}); err != nil {
+		return nil, fmt.Errorf("declarations in the config: %w", err)
+	}
 
 	s.httpSrv = &http.Server{
 		Handler: s.routes(eng, clk),
@@ -208,6 +211,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ops.Handle("/sluice/v1/dashboard/", s.dash)
 	ops.Handle("GET /sluice/v1/advisor", s.dash)
 	ops.Handle("GET /sluice/v1/amqp/topology", s.amqp.TopologyHandler())
+	ops.Handle("/sluice/v1/definitions", s.definitionsHandler())
 	ha := opts.HTTPAuth.options()
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
