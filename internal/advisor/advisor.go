@@ -126,17 +126,14 @@ func Check(eng *engine.Engine, stats Stats) []Finding {
 	}
 	names := eng.ListQueues("")
 	infos := make(map[string]engine.QueueInfo, len(names))
-	sources := make(map[string][]string) // dlq → sources
 	for _, n := range names {
 		info, err := eng.GetQueue(n)
 		if err != nil {
 			continue // deleted since, or the store failed: nothing to advise
 		}
 		infos[n] = info
-		if d := info.Config.DeadLetter; d != nil && !d.Routed && d.Target != "" {
-			sources[d.Target] = append(sources[d.Target], n)
-		}
 	}
+	sources := eng.DeadLetterQueues() // dlq → sources, AMQP dead-letter exchanges included
 	c := &checker{eng: eng, stats: stats, now: now, infos: infos, sources: sources}
 	for _, n := range names {
 		info, ok := infos[n]

@@ -218,9 +218,9 @@ func (m *Manager) evaluate() {
 			continue
 		}
 		infos = append(infos, info)
-		if d := info.Config.DeadLetter; d != nil {
-			dlqs[d.Target] = true
-		}
+	}
+	for dlq := range eng.DeadLetterQueues() {
+		dlqs[dlq] = true
 	}
 	// A queue missing from the list may have been created since (and
 	// already received dead letters); keep its arrivals unless the engine

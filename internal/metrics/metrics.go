@@ -149,7 +149,7 @@ func New(opts ...Option) *Metrics {
 		inFlight:    prometheus.NewDesc("sluice_queue_inflight_messages", "Messages received and not yet deleted or returned.", []string{"queue"}, nil),
 		delayed:     prometheus.NewDesc("sluice_queue_delayed_messages", "Messages not yet visible because of a delay or retry backoff.", []string{"queue"}, nil),
 		oldestAge:   prometheus.NewDesc("sluice_queue_oldest_message_age_seconds", "Age of the oldest message in the queue, in any state, from its send; 0 when empty.", []string{"queue"}, nil),
-		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue names this queue as its dead-letter queue, else 0.", []string{"queue"}, nil),
+		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue dead-letters into this queue (its dead-letter policy names it, or its AMQP dead-letter exchange routes to it), else 0.", []string{"queue"}, nil),
 		dlqTarget:   prometheus.NewDesc("sluice_queue_dead_letter_target", "1 for each queue with a dead-letter policy, labelled with its target.", []string{"queue", "target"}, nil),
 		storeFailed: prometheus.NewDesc("sluice_store_failed", "1 once a storage error has made the engine refuse all changes, else 0.", nil, nil),
 	}
@@ -326,9 +326,9 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 			continue
 		}
 		infos = append(infos, info)
-		if d := info.Config.DeadLetter; d != nil {
-			dlqs[d.Target] = true
-		}
+	}
+	for dlq := range eng.DeadLetterQueues() {
+		dlqs[dlq] = true
 	}
 	// A queue missing from the list may have been created since; only
 	// one the engine does not know now is gone.
