@@ -10,14 +10,18 @@ import (
 
 const queuesUsage = `
 Usage: sluice queues [--endpoint URL] [--json]
+       sluice queues peek QUEUE [filters]   browse any queue without receiving
 
 List every queue with its depth by state, the age of its oldest message,
 its dead-letter queue and receive limit, and the queues that dead-letter
 into it.
 `
 
-// Queues runs `sluice queues`.
+// Queues runs `sluice queues` and `sluice queues peek`.
 func Queues(ctx context.Context, args []string, env *Env) int {
+	if len(args) > 0 && args[0] == "peek" {
+		return queuesPeek(ctx, args[1:], env)
+	}
 	c := newCommand(env, "sluice queues", queuesUsage)
 	return c.run(args, 0, 0, func([]string) int {
 		var list admin.QueueList
