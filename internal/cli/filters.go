@@ -1,9 +1,9 @@
 package cli
 
 import (
-	"slices"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
