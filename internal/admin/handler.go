@@ -81,6 +81,10 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"GET /sluice/v1/queues/{name}/export", h.export},
 		{"POST /sluice/v1/queues/{name}/import", h.importMessages},
 		{"POST /sluice/v1/queues/{name}/redrive", h.redrive},
+		{"POST /sluice/v1/queues", h.createQueue},
+		{"DELETE /sluice/v1/queues/{name}", h.deleteQueue},
+		{"POST /sluice/v1/queues/{name}/purge", h.purgeQueue},
+		{"POST /sluice/v1/queues/{name}/messages", h.sendMessage},
 		{"GET /sluice/v1/tasks", h.listTasks},
 		{"GET /sluice/v1/tasks/{id}", h.getTask},
 		{"POST /sluice/v1/tasks/{id}/cancel", h.cancelTask},
@@ -152,6 +156,7 @@ func (h *Handler) mapError(err error) *apiError {
 	}
 	var mbe *http.MaxBytesError
 	var ce *engine.ConfigError
+	var tooLarge *engine.MessageTooLargeError
 	switch {
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "RequestTooLarge", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
@@ -181,6 +186,14 @@ func (h *Handler) mapError(err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, "DiskFull", "the broker's disk is nearly full; new messages are refused until space returns"}
 	case errors.Is(err, engine.ErrQueueFull):
 		return &apiError{http.StatusConflict, "QueueFull", "the queue is at its length limit and rejects new messages"}
+	case errors.Is(err, engine.ErrPurgeInProgress):
+		return &apiError{http.StatusConflict, "PurgeInProgress", "the queue was purged less than a minute ago; try again later"}
+	case errors.Is(err, engine.ErrQueueDeletedRecently):
+		return &apiError{http.StatusConflict, "QueueDeletedRecently", "a queue of this name was deleted less than a minute ago; try again later"}
+	case errors.Is(err, engine.ErrMissingDedupID):
+		return &apiError{http.StatusBadRequest, "MissingDeduplicationId", "this FIFO queue has no content-based deduplication: give a deduplicationId"}
+	case errors.As(err, &tooLarge):
+		return &apiError{http.StatusBadRequest, "MessageTooLarge", fmt.Sprintf("the message is %d bytes; the queue's limit is %d", tooLarge.Size, tooLarge.Limit)}
 	case errors.Is(err, engine.ErrMissingGroupID):
 		return &apiError{http.StatusBadRequest, "MissingGroupId", "a FIFO queue needs a groupId on every message"}
 	case errors.As(err, &ce):

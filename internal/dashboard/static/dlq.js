@@ -2,6 +2,7 @@
 // (without receiving them), inspect and delete one, export, and redrive
 // with a dry run, a rate and the safety stop, watching the task.
 import { h, replace, api, enc, fmtInt, fmtAge, fmtTime, badge, levelBadge, notice } from './dom.js';
+import { confirmAction } from './actions.js';
 
 const REASONS = ['terminal', 'max_receives', 'delivery_limit', 'expired', 'maxlen'];
 const ACTIVE = new Set(['RUNNING', 'CANCELLING', 'PAUSED']);
@@ -63,6 +64,16 @@ export function render(main, name, ctx) {
   const history = h('div', { id: 'task-history' });
   const dryBtn = h('button', { type: 'button', id: 'dry-run', onclick: () => redrive(true) }, 'Dry run');
   const startBtn = h('button', { type: 'button', id: 'start-redrive', class: 'primary', onclick: () => redrive(false) }, 'Start redrive');
+  // A disabled button says why, next to it and to screen readers.
+  const startWhy = h('small', { id: 'start-why', class: 'muted', role: 'status' });
+  startBtn.setAttribute('aria-describedby', 'start-why');
+  const blockStart = (t) => {
+    const active = !!(t && ACTIVE.has(t.status));
+    startBtn.disabled = active;
+    const why = active ? `A redrive is ${t.status} on this queue (task ${t.id.slice(0, 8)}): ${t.status === 'PAUSED' ? 'resume or cancel' : 'cancel it or let it finish'} before starting another.` : '';
+    startBtn.title = why;
+    replace(startWhy, why);
+  };
   const redriveForm = h('form', { class: 'redrive', id: 'redrive', 'aria-labelledby': 'redrive-h', onsubmit: (e) => e.preventDefault() },
     h('h2', { id: 'redrive-h' }, 'Redrive'),
     h('p', { class: 'muted small' }, 'Moves the messages selected by the filter back into service, oldest first, as new messages with a fresh receive count. ',
@@ -70,7 +81,7 @@ export function render(main, name, ctx) {
     h('div', { class: 'fields' },
       field('Destination', dest), field('Rate (messages/s)', rate, '1–500'),
       field('Safety window (s)', win), field('Safety threshold', thr, 'returns that pause the task')),
-    h('div', { class: 'actions' }, dryBtn, startBtn),
+    h('div', { class: 'actions' }, dryBtn, startBtn, startWhy),
     redriveStatus, dryResult);
 
   main.append(
@@ -79,13 +90,16 @@ export function render(main, name, ctx) {
     pageStatus, meters,
     h('section', { class: 'task-panel', 'aria-labelledby': 'task-h' }, h('h2', { id: 'task-h' }, 'Redrive task'), taskBox, history),
     filterForm,
+    // The redrive acts on the filter's selection: it sits between the
+    // filter and the list, not below a long table.
+    redriveForm,
     h('section', { 'aria-labelledby': 'msgs-h' },
       h('div', { class: 'section-head' }, h('h2', { id: 'msgs-h' }, 'Messages'),
         h('div', { class: 'inline-actions' },
           h('label', { for: 'search' }, 'Search loaded messages'), search,
           h('button', { type: 'button', id: 'refresh', onclick: () => browse(true) }, 'Refresh'), exportLink)),
       count, h('div', { class: 'table-wrap' }, table), more),
-    redriveForm, dialog);
+    dialog);
 
   let loaded = [];
   let cursor = '';
@@ -241,6 +255,15 @@ export function render(main, name, ctx) {
     if (Number(thr.value)) req.safetyThreshold = Number(thr.value);
     dryBtn.disabled = startBtn.disabled = true;
     try {
+      if (!dryRun) {
+        // Confirm with the numbers of a dry run of the same request.
+        const dry = await api(`${qpath}/redrive`, { method: 'POST', body: { ...req, dryRun: true } });
+        if (closed) return;
+        const dests = Object.entries(dry.byDestination || {}).map(([d, n]) => `${fmtInt(n)} to ${d}`).join(', ');
+        const text = `Move ${fmtInt(dry.total)} message${dry.total === 1 ? '' : 's'} from ${name}${dests ? ` (${dests})` : ''} at ${req.rate} per second. ` +
+          `They are delivered again as new messages, so consumers must be idempotent. The task pauses itself if ${req.safetyThreshold || 3} come back within ${req.safetyWindowSeconds || 30} s.`;
+        if (!(await confirmAction({ title: 'Start redrive?', text, confirm: 'Start redrive' }))) return;
+      }
       const res = await api(`${qpath}/redrive`, { method: 'POST', body: req });
       if (closed) return;
       if (dryRun) {
@@ -260,13 +283,13 @@ export function render(main, name, ctx) {
       notice(redriveStatus, e.code === 'TaskRunning' ? 'A redrive is already active on this queue: cancel or finish it first.' : `Redrive refused: ${e.message}`, 'error');
     } finally {
       dryBtn.disabled = false;
-      startBtn.disabled = !!(task && ACTIVE.has(task.status));
+      blockStart(task);
     }
   };
 
   const taskAction = async (action) => {
     try {
-      setTask(await api(`/sluice/v1/tasks/${enc(task.id)}/${action}`, { method: 'POST' }));
+      setTask(await api(`/sluice/v1/tasks/${enc(task.id)}/${action}`, { method: 'POST', body: {} }));
     } catch (e) {
       notice(redriveStatus, `Cannot ${action} the task: ${e.message}`, 'error');
       pollTask();
@@ -278,7 +301,7 @@ export function render(main, name, ctx) {
     task = t;
     drawTask();
     clearTimeout(taskTimer);
-    startBtn.disabled = !!(t && ACTIVE.has(t.status));
+    blockStart(t);
     if (t && (t.status === 'RUNNING' || t.status === 'CANCELLING')) {
       taskTimer = setTimeout(pollTask, 1000);
     }
