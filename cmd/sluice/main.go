@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "server":
-		return runServer(args[1:], stderr)
+		return runServer(args[1:], stderr, os.Getenv)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
 	case "queues":
@@ -92,7 +92,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func runServer(args []string, stderr io.Writer) int {
+// AllowNonLoopbackEnv, set to 1 or true, is --allow-non-loopback for
+// containers, where adding a flag means repeating the whole command.
+const AllowNonLoopbackEnv = "SLUICE_ALLOW_NON_LOOPBACK"
+
+func runServer(args []string, stderr io.Writer, getenv func(string) string) int {
 	opts := server.DefaultOptions()
 	fs := flag.NewFlagSet("sluice server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -107,7 +111,7 @@ func runServer(args []string, stderr io.Writer) int {
 	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
 	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
-	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured")
+	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -120,6 +124,14 @@ func runServer(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluice server: %v\n", err)
 			return 2
 		}
+	}
+	switch v := getenv(AllowNonLoopbackEnv); v {
+	case "":
+	case "1", "true":
+		opts.AllowNonLoopback = true
+	default:
+		fmt.Fprintf(stderr, "sluice server: %s=%q: use 1 or true (or unset it)\n", AllowNonLoopbackEnv, v)
+		return 2
 	}
 	// Flags given on the command line win over the config file.
 	fs.Visit(func(f *flag.Flag) {
