@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/admin"
@@ -55,6 +56,10 @@ type Server struct {
 	// freeBytes reads a directory's free space (a field so tests can
 	// simulate a full disk).
 	freeBytes func(dir string) (uint64, error)
+
+	// serving is true from the moment Run has its listeners serving until
+	// shutdown begins: GET /ready answers 200 only then.
+	serving atomic.Bool
 
 	httpLn   net.Listener
 	httpSrv  *http.Server
@@ -222,6 +227,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /ready", s.ready)
 	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)
@@ -260,6 +266,32 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 }
 
+// ready answers 200 when the broker can take traffic: the store is open
+// and has not failed, recovery is done (New returns only after the engine
+// has loaded every queue and message, and the AMQP topology), and the
+// listeners are serving (Run has started them and shutdown has not
+// begun). Otherwise 503, naming the check that fails. Unlike /health,
+// which says whether the process is alive and its store sound, /ready is
+// for load balancers and orchestrators deciding whether to send traffic.
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	checks := map[string]string{"store": "open", "recovery": "done", "listeners": "serving"}
+	ok := true
+	if err := s.eng.Failed(); err != nil {
+		checks["store"], ok = "failed: "+err.Error(), false
+	}
+	if !s.serving.Load() {
+		checks["listeners"], ok = "not serving", false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	status := "ready"
+	if !ok {
+		status = "not ready"
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
+}
+
 // Run serves until ctx ends, then shuts down gracefully: background loops
 // stop, listeners stop accepting, in-flight requests get a few seconds to
 // finish (long polls are ended by closing the engine), AMQP connections are
@@ -275,6 +307,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { s.alerts.Run(bg); close(alertsDone) }()
 	go func() { s.dash.Run(bg); close(dashDone) }()
 	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
+	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
@@ -323,6 +356,7 @@ func (s *Server) startedAttrs() []any {
 }
 
 func (s *Server) shutdown() {
+	s.serving.Store(false)
 	s.log.Info("sluice stopping")
 	// AMQP first: its consumers requeue their unacknowledged deliveries
 	// into the engine, which must still be open.

@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/sluicemq/sluice/internal/buildinfo"
@@ -80,5 +82,53 @@ func TestStartupLogAndBuildInfo(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if last := lines[len(lines)-1]; !strings.Contains(last, `msg="sluice stopped"`) {
 		t.Errorf("last log line %q, want sluice stopped", last)
+	}
+}
+
+// GET /ready is 503 until Run serves, 200 while it does, and names its
+// checks; /health stays as it was.
+func TestReady(t *testing.T) {
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() (int, string) {
+		rec := httptest.NewRecorder()
+		s.httpSrv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get(); code != 503 || !strings.Contains(body, `"listeners":"not serving"`) {
+		t.Fatalf("before Run: %d %s", code, body)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + s.SQSAddr() + "/ready")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				if !strings.Contains(string(body), `"status":"ready"`) || !strings.Contains(string(body), `"recovery":"done"`) {
+					t.Fatalf("ready body %s", body)
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(); code != 503 {
+		t.Fatalf("after shutdown: %d", code)
 	}
 }
