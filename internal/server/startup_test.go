@@ -9,8 +9,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/buildinfo"
 )
