@@ -158,6 +158,7 @@ func New(opts ...Option) *Metrics {
 	}
 	m.reg.MustRegister(
 		queueCollector{m},
+		newTaskCollector(m),
 		m.walSync,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -146,6 +146,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	s.alerts.Attach(eng)
 	s.dash.Attach(eng)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
+	if opts.Store != "memory" {
+		s.metrics.Registry().MustRegister(newDiskCollector(s))
+	}
 
 	// The AMQP server loads the topology even when no AMQP listener is
 	// configured: the engine's dead-letter routing depends on it.
