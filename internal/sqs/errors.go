@@ -145,6 +145,9 @@ type errDetail struct {
 // Move task texts (reference §6 and §8.5).
 const (
 	msgNotDeadLetterQueue = "Source queue must be configured as a Dead Letter Queue."
+	// msgShuttingDown answers requests the engine's close ended, parked
+	// long polls above all: an expected part of a shutdown, not an error.
+	msgShuttingDown = "The service is shutting down."
 	msgTaskRunning        = "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
 	msgTaskHandleInvalid  = "Value for parameter TaskHandle is invalid."
 	msgTaskDoesNotExist   = "Task does not exist."
@@ -224,7 +227,7 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	case errors.Is(err, engine.ErrTooManyTags):
 		return newErr(kindInvalidParameter, "Too many tags added for queue %s.", d.queue)
 	case errors.Is(err, engine.ErrClosed):
-		return newErr(kindServiceUnavailable, "The service is shutting down.")
+		return newErr(kindServiceUnavailable, msgShuttingDown)
 	case errors.Is(err, engine.ErrDiskFull):
 		// 503 makes the SDKs back off and retry: back-pressure.
 		return newErr(kindServiceUnavailable, "The broker's disk is nearly full; new messages are refused until space returns. Retry later.")
