@@ -84,6 +84,10 @@ type Finding struct {
 	Check   string  `json:"check"`
 	Verdict Verdict `json:"verdict"`
 	Reason  string  `json:"reason"`
+	// Fix names the change that resolves a yellow or red finding: the
+	// attribute and the command that sets it, or the sluice command to
+	// run. Empty on green findings.
+	Fix string `json:"fix,omitempty"`
 }
 
 // Stats is what the broker observed, for the checks that need more than
@@ -186,7 +190,11 @@ type checker struct {
 }
 
 func (c *checker) add(q, check string, v Verdict, format string, args ...any) {
-	c.out = append(c.out, Finding{Queue: q, Check: check, Verdict: v, Reason: fmt.Sprintf(format, args...)})
+	f := Finding{Queue: q, Check: check, Verdict: v, Reason: fmt.Sprintf(format, args...)}
+	if v != Green {
+		f.Fix = fixFor(check, q)
+	}
+	c.out = append(c.out, f)
 }
 
 func (c *checker) queue(info engine.QueueInfo) {
