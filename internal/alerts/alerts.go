@@ -261,6 +261,14 @@ func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, now time
 		}
 	}
 	if isDLQ {
+		if info.Visible+info.InFlight+info.Delayed == 0 && arrived > 0 {
+			// The operator emptied the DLQ (redrive, delete, purge): the
+			// wave it paged about is handled, so the page clears now
+			// rather than when the arrivals age out of the window, and
+			// the window counts from here.
+			m.arrivals.clear(q)
+			arrived = 0
+		}
 		if o.DLQGrowthWindow > 0 {
 			out = append(out, check{
 				key: key{q, RuleDLQGrowth, SeverityPage}, value: float64(arrived), threshold: float64(o.DLQGrowthCount),

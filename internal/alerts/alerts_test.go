@@ -647,3 +647,32 @@ func TestNewPanicsOnInvalidOptions(t *testing.T) {
 	}()
 	New(nil, Options{}, nil, nil)
 }
+
+// A page about a poison wave clears as soon as the operator empties the
+// dead-letter queue (the overview's banner then agrees with its table),
+// and arrivals after that count from zero.
+func TestEmptiedDLQResolvesGrowthPage(t *testing.T) {
+	f := newFixture(t, nil)
+	f.withDLQ()
+	f.run()
+	f.poison(11)
+	f.stepUntil("the growth page", 5*time.Second, func() bool {
+		return f.state("dlq", RuleDLQGrowth, SeverityPage).Status == StatusFiring
+	})
+	if _, err := f.e.DeleteMatching("dlq", engine.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	took := f.stepUntil("the page resolved by the emptied DLQ", 5*time.Second, func() bool {
+		return f.state("dlq", RuleDLQGrowth, SeverityPage).Status == StatusResolved
+	})
+	if took > time.Minute {
+		t.Fatalf("the page cleared %v after the DLQ was emptied; want the next evaluation, not the end of the window", took)
+	}
+	f.poison(3)
+	f.stepUntil("3 new arrivals counted", 5*time.Second, func() bool {
+		return f.state("dlq", RuleDLQGrowth, SeverityPage).Value == 3
+	})
+	if s := f.state("dlq", RuleDLQGrowth, SeverityPage); s.Status == StatusFiring {
+		t.Fatalf("3 arrivals after the emptying fire the page: %+v", s)
+	}
+}

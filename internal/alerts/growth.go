@@ -74,6 +74,14 @@ func (a *arrivals) count(queue string, now time.Time) (n int, known bool) {
 	return n, ok
 }
 
+// clear forgets queue's arrivals (keeping its ring, so it still counts as
+// a dead-letter queue).
+func (a *arrivals) clear(queue string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.byQueue[queue])
+}
+
 // retain drops the rings of queues for which keep is false.
 func (a *arrivals) retain(keep func(queue string) bool) {
 	a.mu.Lock()
