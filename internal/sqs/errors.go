@@ -145,13 +145,14 @@ type errDetail struct {
 // Move task texts (reference §6 and §8.5).
 const (
 	msgNotDeadLetterQueue = "Source queue must be configured as a Dead Letter Queue."
-	// msgShuttingDown answers requests the engine's close ended, parked
-	// long polls above all: an expected part of a shutdown, not an error.
-	msgShuttingDown = "The service is shutting down."
 	msgTaskRunning        = "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
 	msgTaskHandleInvalid  = "Value for parameter TaskHandle is invalid."
 	msgTaskDoesNotExist   = "Task does not exist."
 )
+
+// msgShuttingDown answers requests the engine's close ended, parked long
+// polls above all: an expected part of a shutdown, not an error.
+const msgShuttingDown = "The service is shutting down."
 
 // errResourceNotFound is the move tasks' 404 for an ARN parameter naming a
 // queue that does not exist.
