@@ -173,6 +173,7 @@ func (m *Manager) Run(ctx context.Context) {
 			h.run(ctx)
 		}()
 	}
+	m.load()
 	m.evaluate()
 	t := m.clk.NewTimer(m.opts.Interval)
 	for done := false; !done; {
@@ -185,6 +186,7 @@ func (m *Manager) Run(ctx context.Context) {
 			t.Reset(m.opts.Interval)
 		}
 	}
+	m.saveArrivals()
 	wg.Wait()
 }
 
@@ -335,8 +337,13 @@ func (m *Manager) apply(checks []check, unread map[string]bool, now time.Time) {
 			changed = append(changed, a.notification())
 		}
 	}
+	starts := make(map[key]time.Time, len(changed))
+	for _, n := range changed {
+		starts[key{n.Queue, n.Rule, n.Severity}] = n.StartsAt
+	}
 	m.mu.Unlock()
 
+	m.persist(changed, starts)
 	for _, n := range changed {
 		attrs := []any{"rule", n.Rule, "queue", n.Queue, "severity", n.Severity, "value", n.Value, "threshold", n.Threshold, "message", n.Message}
 		if n.Status == StatusFiring {
