@@ -1,11 +1,15 @@
 package browser
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // TestQueueActions drives the everyday actions from the dashboard: create
@@ -101,6 +105,81 @@ func TestQueueActions(t *testing.T) {
 	}
 	// Network errors aside (this broker has no alerts endpoint), no
 	// script failed.
+	if errs := cons.errors(true); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestDLQRowAndSelectionRedrive: one dead letter is redriven from its row,
+// two more by selecting them; each after a confirmation naming them. The
+// selection button says why it is disabled while nothing is selected.
+func TestDLQRowAndSelectionRedrive(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	b := startBroker(t, false)
+	b.createQueue(t, "orders-dlq", nil, nil)
+	b.createQueue(t, "orders", map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:orders-dlq","maxReceiveCount":"5"}`}, nil)
+	var msgs []engine.Message
+	for i := range 5 {
+		msgs = append(msgs, engine.Message{Body: []byte(fmt.Sprintf(`{"id":"o-%d"}`, i))})
+	}
+	if _, err := b.eng.Send("orders", msgs); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.eng.Receive(context.Background(), "orders", engine.ReceiveRequest{Max: 10, WaitSet: true})
+	if err != nil || len(ds) != 5 {
+		t.Fatalf("receive: %d, %v", len(ds), err)
+	}
+	for _, d := range ds {
+		if _, err := b.eng.ReportFailure("orders", d.ReceiptHandle, engine.Failure{ErrorClass: "SchemaError", Terminal: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	do(t, ctx, "open the DLQ page", chromedp.Navigate(b.url+"/ui/#/dlq/orders-dlq"))
+	waitJS(t, ctx, "the dead letters", `document.querySelectorAll('#messages tbody tr[data-id]').length === 5`, 10*time.Second)
+	waitJS(t, ctx, "the disabled selection button and why", `document.getElementById('redrive-selected').disabled && document.getElementById('redrive-selected').title.includes('Select messages first')`, 5*time.Second)
+	// The redrive form is above the list.
+	waitJS(t, ctx, "the redrive form above the messages", `!!(document.getElementById('redrive').compareDocumentPosition(document.getElementById('messages')) & Node.DOCUMENT_POSITION_FOLLOWING)`, 5*time.Second)
+
+	confirm := func(want string) {
+		t.Helper()
+		waitJS(t, ctx, "a confirmation", `document.querySelector('#confirm-dialog') && document.querySelector('#confirm-dialog').open`, 5*time.Second)
+		if got := text(t, ctx, "#confirm-text"); !strings.Contains(got, want) {
+			t.Fatalf("confirmation %q, want %q", got, want)
+		}
+		do(t, ctx, "confirm", chromedp.Evaluate[chromedp.Void](`document.getElementById('confirm-ok').click()`))
+	}
+	dlqDepth := func() int { return b.depth(t, "orders-dlq") }
+	waitDepth := func(what string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for dlqDepth() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the DLQ holds %d, want %d", what, dlqDepth(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	first := text(t, ctx, `#messages tbody tr[data-id] code`)
+	id, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#messages tbody tr[data-id]').dataset.id`))
+	if !strings.HasPrefix(id, first) {
+		t.Fatalf("row id %q, shown %q", id, first)
+	}
+	do(t, ctx, "redrive one row", chromedp.Evaluate[chromedp.Void](`document.querySelector('#messages tbody tr[data-id] .redrive-one').click()`))
+	confirm("Move message " + id + " from orders-dlq to the queue it came from")
+	waitDepth("after the row redrive", 4)
+	waitJS(t, ctx, "the task to complete", `document.querySelector('#task [data-status="COMPLETED"]') !== null`, 15*time.Second)
+
+	do(t, ctx, "refresh", chromedp.Click(chromedp.CSS("#refresh")))
+	waitJS(t, ctx, "four rows", `document.querySelectorAll('#messages tbody tr[data-id]').length === 4`, 10*time.Second)
+	do(t, ctx, "select two", chromedp.Evaluate[chromedp.Void](`(() => { const p = document.querySelectorAll('#messages tbody .pick'); p[0].click(); p[1].click(); })()`))
+	waitJS(t, ctx, "the selection count", `!document.getElementById('redrive-selected').disabled && document.getElementById('redrive-selected').innerText.includes('(2)')`, 5*time.Second)
+	do(t, ctx, "redrive the selection", chromedp.Evaluate[chromedp.Void](`document.getElementById('redrive-selected').click()`))
+	confirm("Move 2 selected messages from orders-dlq to the queues they came from")
+	waitDepth("after the selection redrive", 2)
+	if n := b.depth(t, "orders"); n != 3 {
+		t.Fatalf("orders holds %d, want the 3 redriven", n)
+	}
 	if errs := cons.errors(true); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -43,10 +43,20 @@ export function render(main, name, ctx) {
   const search = h('input', { id: 'search', type: 'search', placeholder: 'body, error, id…', autocomplete: 'off' });
   const exportLink = h('a', { class: 'button', id: 'export', download: `${name}.jsonl` }, 'Export (JSONL)');
   const count = h('p', { class: 'muted', id: 'browse-count', role: 'status' });
+  // Selection: checkboxes per loaded message, redriven together.
+  const selected = new Set();
+  const selectAll = h('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'Select every shown message' });
+  const redriveSelectedBtn = h('button', { type: 'button', id: 'redrive-selected', disabled: true, title: 'Select messages first' }, 'Redrive selected');
+  const drawSelection = () => {
+    const n = selected.size;
+    redriveSelectedBtn.disabled = n === 0;
+    redriveSelectedBtn.title = n === 0 ? 'Select messages first (the boxes in the first column)' : '';
+    replace(redriveSelectedBtn, n ? `Redrive selected (${fmtInt(n)})` : 'Redrive selected');
+  };
   const tbody = h('tbody', {});
   const table = h('table', { class: 'messages', id: 'messages' },
     h('caption', {}, 'Dead letters, oldest first. Browsing does not receive them or change their counts.'),
-    h('thead', {}, h('tr', {}, ['Message', 'Sent', 'Dead-lettered', 'Reason', 'Error', 'Attempts', 'Consumer', 'Source', ''].map((c) =>
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, selectAll), ['Message', 'Sent', 'Dead-lettered', 'Reason', 'Error', 'Attempts', 'Consumer', 'Source', ''].map((c) =>
       h('th', { scope: 'col' }, c || h('span', { class: 'visually-hidden' }, 'Actions'))))),
     tbody);
   const more = h('button', { type: 'button', id: 'load-more', hidden: true, onclick: () => browse(false) }, 'Load more');
@@ -97,7 +107,7 @@ export function render(main, name, ctx) {
       h('div', { class: 'section-head' }, h('h2', { id: 'msgs-h' }, 'Messages'),
         h('div', { class: 'inline-actions' },
           h('label', { for: 'search' }, 'Search loaded messages'), search,
-          h('button', { type: 'button', id: 'refresh', onclick: () => browse(true) }, 'Refresh'), exportLink)),
+          h('button', { type: 'button', id: 'refresh', onclick: () => browse(true) }, 'Refresh'), exportLink, redriveSelectedBtn)),
       count, h('div', { class: 'table-wrap' }, table), more),
     dialog);
 
@@ -170,7 +180,10 @@ export function render(main, name, ctx) {
     const shown = loaded.filter((m) => matches(m, text));
     replace(tbody, shown.map(row));
     replace(count, `Showing ${fmtInt(shown.length)} of ${fmtInt(loaded.length)} loaded${cursor ? ' (more to load)' : ''}.`);
-    if (loaded.length === 0) replace(tbody, h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No dead letters match.')));
+    if (loaded.length === 0) replace(tbody, h('tr', {}, h('td', { colspan: 10, class: 'empty' }, 'No dead letters match.')));
+    for (const id of [...selected]) if (!loaded.some((m) => m.id === id)) selected.delete(id);
+    selectAll.checked = shown.length > 0 && shown.every((m) => selected.has(m.id));
+    drawSelection();
   };
   search.addEventListener('input', drawRows);
 
@@ -179,7 +192,17 @@ export function render(main, name, ctx) {
     const lf = m.lastFailure || {};
     const open = h('button', { type: 'button', class: 'small', onclick: () => show(m.id) }, 'Inspect');
     open.setAttribute('aria-label', `Inspect message ${m.id}`);
+    const one = h('button', { type: 'button', class: 'small redrive-one', onclick: () => redriveIds([m.id]) }, 'Redrive');
+    one.setAttribute('aria-label', `Redrive message ${m.id}`);
+    const pick = h('input', { type: 'checkbox', class: 'pick', 'data-id': m.id, 'aria-label': `Select message ${m.id}` });
+    pick.checked = selected.has(m.id);
+    pick.addEventListener('change', () => {
+      if (pick.checked) selected.add(m.id);
+      else selected.delete(m.id);
+      drawSelection();
+    });
     return h('tr', { 'data-id': m.id },
+      h('td', {}, pick),
       h('td', { 'data-label': 'Message' }, h('code', { title: m.id }, m.id.slice(0, 8))),
       h('td', { 'data-label': 'Sent' }, fmtTime(m.sentAt)),
       h('td', { 'data-label': 'Dead-lettered' }, fmtTime(dlx.deadLetteredAt)),
@@ -188,7 +211,7 @@ export function render(main, name, ctx) {
       h('td', { 'data-label': 'Attempts' }, String(dlx.attempts || m.receiveCount || 0)),
       h('td', { 'data-label': 'Consumer' }, [lf.consumerId, lf.consumerVersion].filter(Boolean).join(' ') || '—'),
       h('td', { 'data-label': 'Source' }, dlx.sourceQueue || m.deadLetterSource || '—'),
-      h('td', {}, open));
+      h('td', { class: 'row-actions' }, open, ' ', one));
   };
 
   // show opens one message, fetched fresh, in a modal dialog.
@@ -286,6 +309,36 @@ export function render(main, name, ctx) {
       blockStart(task);
     }
   };
+
+  // redriveIds redrives the given messages (one row's, or the selection)
+  // after a confirmation naming them, with the form's destination and rate.
+  const redriveIds = async (ids) => {
+    const req = { filter: { ids }, rate: Number(rate.value) || 50 };
+    if (dest.value) req.destination = dest.value;
+    const where = dest.value ? dest.value : ids.length === 1 ? 'the queue it came from' : 'the queues they came from';
+    const what = ids.length === 1 ? `message ${ids[0]}` : `${fmtInt(ids.length)} selected messages`;
+    const text = `Move ${what} from ${name} to ${where}, as new messages with a fresh receive count. Consumers must be idempotent.`;
+    if (!(await confirmAction({ title: ids.length === 1 ? 'Redrive this message?' : 'Redrive the selection?', text, confirm: 'Redrive' }))) return;
+    try {
+      const res = await api(`${qpath}/redrive`, { method: 'POST', body: req });
+      if (closed) return;
+      for (const id of ids) selected.delete(id);
+      drawSelection();
+      notice(redriveStatus, `Redrive started: ${fmtInt(res.toMove)} message${res.toMove === 1 ? '' : 's'}.`, 'ok');
+      setTask(res);
+    } catch (e) {
+      notice(filterStatus, e.code === 'TaskRunning' ? 'A redrive is already active on this queue: cancel or finish it first.' : `Redrive refused: ${e.message}`, 'error');
+    }
+  };
+  selectAll.addEventListener('change', () => {
+    const text = search.value.trim().toLowerCase();
+    for (const m of loaded.filter((x) => matches(x, text))) {
+      if (selectAll.checked) selected.add(m.id);
+      else selected.delete(m.id);
+    }
+    drawRows();
+  });
+  redriveSelectedBtn.addEventListener('click', () => redriveIds([...selected]));
 
   const taskAction = async (action) => {
     try {
