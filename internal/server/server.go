@@ -157,6 +157,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
 	closers = append(closers, func() { s.amqp.Close() })
+	s.metrics.Registry().MustRegister(newAMQPCollector(s))
 	if err := s.applyDefinitions(Definitions{Queues: opts.Queues, Exchanges: opts.Exchanges, AMQPQueues: opts.AMQPQueues, Bindings: opts.Bindings}); err != nil {
 		return nil, fmt.Errorf("declarations in the config: %w", err)
 	}

@@ -33,3 +33,34 @@ func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(free))
 	}
 }
+
+// amqpCollector exports the AMQP front-end's connections, channels and
+// consumers, counted at each scrape.
+type amqpCollector struct {
+	s                                *Server
+	connections, channels, consumers *prometheus.Desc
+}
+
+func newAMQPCollector(s *Server) amqpCollector {
+	return amqpCollector{
+		s:           s,
+		connections: prometheus.NewDesc("sluice_amqp_connections", "Open AMQP client connections.", nil, nil),
+		channels:    prometheus.NewDesc("sluice_amqp_channels", "Open AMQP channels across all connections.", nil, nil),
+		consumers:   prometheus.NewDesc("sluice_amqp_consumers", "AMQP consumers (basic.consume) across all queues.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c amqpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.connections
+	ch <- c.channels
+	ch <- c.consumers
+}
+
+// Collect implements prometheus.Collector.
+func (c amqpCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.amqp.Stats()
+	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Connections))
+	ch <- prometheus.MustNewConstMetric(c.channels, prometheus.GaugeValue, float64(st.Channels))
+	ch <- prometheus.MustNewConstMetric(c.consumers, prometheus.GaugeValue, float64(st.Consumers))
+}
