@@ -91,6 +91,8 @@ type Metrics struct {
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed *prometheus.Desc
 
+	http *httpRequests
+
 	// extra holds collectors added by options (WithBuildInfo), registered
 	// with the rest in New.
 	extra []prometheus.Collector
@@ -120,8 +122,9 @@ func New(opts ...Option) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		clk: clock.Real{},
+		reg:  prometheus.NewRegistry(),
+		clk:  clock.Real{},
+		http: newHTTPRequests(),
 
 		sent:         counter("sluice_sent_total", "Messages stored by Send.", "queue"),
 		received:     counter("sluice_received_total", "Messages returned by Receive, including redeliveries.", "queue"),
@@ -159,6 +162,7 @@ func New(opts ...Option) *Metrics {
 	m.reg.MustRegister(
 		queueCollector{m},
 		newTaskCollector(m),
+		m.http.vec,
 		m.walSync,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -64,5 +66,43 @@ func TestAMQPAndDiskMetrics(t *testing.T) {
 	want("sluice_amqp_connections 0", "sluice_amqp_channels 0", "sluice_amqp_consumers 0")
 	if m := metricsText(t, s.SQSAddr()); !strings.Contains(m, "\nsluice_disk_free_bytes ") {
 		t.Fatal("no sluice_disk_free_bytes")
+	}
+}
+
+// SQS requests are counted by action and status, an unknown action under
+// "invalid" (so a client cannot grow the label set).
+func TestHTTPRequestMetrics(t *testing.T) {
+	s, stop := start(t, t.TempDir())
+	defer stop()
+	c := client(s.SQSAddr())
+	ctx := t.Context()
+	if _, err := c.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("missing")}); err == nil {
+		t.Fatal("GetQueueUrl of a missing queue succeeded")
+	}
+	for _, action := range []string{"NoSuchAction", "AnotherMadeUpOne"} {
+		req, _ := http.NewRequest("POST", "http://"+s.SQSAddr()+"/", strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+		req.Header.Set("X-Amz-Target", "AmazonSQS."+action)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	m := metricsText(t, s.SQSAddr())
+	for _, want := range []string{
+		`sluice_http_requests_total{action="ListQueues",api="sqs",code="200"} 1`,
+		`sluice_http_requests_total{action="GetQueueUrl",api="sqs",code="400"} 1`,
+		`sluice_http_requests_total{action="invalid",api="sqs",code="400"} 2`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(m, "NoSuchAction") {
+		t.Error("an unknown action became a label value")
 	}
 }

@@ -225,7 +225,8 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
 
-	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk})
+	var sqsH http.Handler = sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk,
+		OnRequest: s.metrics.ObserveSQSRequest})
 	if len(opts.SQSCredentials) > 0 {
 		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk, Logger: s.log.With("component", "sigv4")})
 	}
