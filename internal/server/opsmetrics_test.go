@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +12,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 func metricsText(t *testing.T, addr string) string {
@@ -104,5 +109,64 @@ func TestHTTPRequestMetrics(t *testing.T) {
 	}
 	if strings.Contains(m, "NoSuchAction") {
 		t.Error("an unknown action became a label value")
+	}
+}
+
+// The overview's DLQ growth column uses the dlq_growth alert's window, so
+// the banner (the alert) and the table agree.
+func TestOverviewGrowthWindowIsTheAlertWindow(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	o := DefaultOptions()
+	o.Store, o.SQSListen, o.AMQPListen = "memory", "127.0.0.1:0", ""
+	o.Alerts.DLQGrowthWindow = duration(5 * time.Minute)
+	s, err := New(o, nil, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	cfg := engine.DefaultQueueConfig()
+	if _, _, err := s.Engine().CreateQueue("dlq", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DeadLetter = &engine.DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 3}
+	if _, _, err := s.Engine().CreateQueue("q", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Step the clock 10 minutes; the growth window must stop at 5.
+	var win float64
+	for range 120 {
+		clk.Advance(5 * time.Second)
+		time.Sleep(2 * time.Millisecond)
+		resp, err := http.Get("http://" + s.SQSAddr() + "/sluice/v1/dashboard/overview")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ov struct {
+			Queues []struct {
+				Name   string `json:"name"`
+				Growth *struct {
+					WindowSeconds float64 `json:"windowSeconds"`
+				} `json:"growth"`
+			} `json:"queues"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&ov)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range ov.Queues {
+			if q.Name == "dlq" && q.Growth != nil {
+				win = q.Growth.WindowSeconds
+			}
+		}
+		if win > 300 {
+			t.Fatalf("the overview counts growth over %v s; the alert's window is 300 s", win)
+		}
+	}
+	if win < 240 {
+		t.Fatalf("growth window %v s after 10 minutes; want about the alert's 300 s", win)
 	}
 }

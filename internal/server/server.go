@@ -104,7 +104,14 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithBuildInfo(opts.Build))
 	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
-	s.dash = dashboard.New(nil, dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts})
+	// The overview's DLQ growth column counts over the same window as the
+	// dlq_growth alert shown in its banner, so the two agree.
+	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
+	if w := opts.Alerts.options().DLQGrowthWindow; w > 0 {
+		dopts.GrowthWindow = w
+		dopts.History = max(w, 15*time.Minute)
+	}
+	s.dash = dashboard.New(nil, dopts)
 	switch opts.Store {
 	case "memory":
 		s.st = memstore.New()
