@@ -166,3 +166,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Dead letters that arrive with their own x-death history (moved over
+// from RabbitMQ, say) are redriven to the queue their latest x-death entry
+// names.
+func TestRedriveByXDeath(t *testing.T) {
+	s, stop := startConfigured(t, t.TempDir(), `
+[[exchanges]]
+name = "jobs-dlx"
+type = "fanout"
+durable = true
+
+[[amqp_queues]]
+name = "jobs"
+durable = true
+[amqp_queues.arguments]
+x-dead-letter-exchange = "jobs-dlx"
+
+[[amqp_queues]]
+name = "jobs-dlq"
+durable = true
+
+[[bindings]]
+source = "jobs-dlx"
+destination = "jobs-dlq"
+`)
+	defer stop()
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	death := amqp091.Table{"count": int64(3), "reason": "rejected", "queue": "jobs", "exchange": "", "routing-keys": []interface{}{"jobs"}}
+	c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "jobs-dlq", false, false, amqp091.Publishing{
+		DeliveryMode: amqp091.Persistent, Body: []byte(`{"job":"from-rabbit"}`),
+		Headers: amqp091.Table{"x-death": []interface{}{death}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.WaitContext(context.Background()); !ok || err != nil {
+		t.Fatalf("publish not confirmed: %v", err)
+	}
+	out, errs, code := runAt(t, s, "dlq", "redrive", "jobs-dlq", "--dry-run")
+	if code != 0 || !strings.Contains(out, "to jobs: 1") {
+		t.Fatalf("dry run: %d %q %q", code, out, errs)
+	}
+	if out, errs, code := runAt(t, s, "dlq", "redrive", "jobs-dlq", "--wait"); code != 0 {
+		t.Fatalf("redrive: %d %q %q", code, out, errs)
+	}
+	d, ok, err := ch.Get("jobs", true)
+	if err != nil || !ok || string(d.Body) != `{"job":"from-rabbit"}` {
+		t.Fatalf("jobs after the redrive: %v %v %q", ok, err, d.Body)
+	}
+}

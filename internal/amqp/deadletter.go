@@ -258,3 +258,40 @@ func (v *vhost) boundQueuesLocked(x *exchange) []*queue {
 	walk(x)
 	return out
 }
+
+var _ engine.DeadLetterSourcer = (*Topology)(nil)
+
+// DeadLetterSource implements engine.DeadLetterSourcer: the queue named by
+// the most recent entry of the message's x-death header, in the DLQ's
+// vhost, when that queue exists. Only messages the engine has no
+// dead-letter record for get here (the broker's own dead letters carry
+// their source), e.g. dead letters moved over from RabbitMQ with their
+// history.
+func (t *Topology) DeadLetterSource(dlq string, env []byte) string {
+	<-t.loaded
+	e, err := decodeEnvelope(env)
+	if err != nil {
+		return ""
+	}
+	props, err := parseProps(e.props)
+	if err != nil {
+		return ""
+	}
+	deaths := deathList(props.Headers)
+	if len(deaths) == 0 {
+		return ""
+	}
+	name := str(deaths[0], "queue")
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	vh := "/"
+	if q := t.byEngine[dlq]; q != nil {
+		vh = q.vhost
+	}
+	if v := t.vhosts[vh]; v != nil {
+		if q := v.queues[name]; q != nil {
+			return q.engine
+		}
+	}
+	return ""
+}

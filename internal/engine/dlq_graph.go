@@ -59,3 +59,27 @@ func dedupSorted(s []string) []string {
 	}
 	return out
 }
+
+// DeadLetterSourcer may be implemented by a DeadLetterRouter to name the
+// queue a message in a dead-letter queue came from when the engine did not
+// record it itself: a message a client published into the DLQ with a
+// dead-letter history of its own (AMQP x-death, e.g. moved over from
+// RabbitMQ). A redrive without a destination then returns such messages to
+// that queue. It is called with dlq's lock held: it must be fast and must
+// not call the Engine. "" means unknown.
+type DeadLetterSourcer interface {
+	DeadLetterSource(dlq string, envelope []byte) string
+}
+
+// redriveDestinationLocked is where m, in dead-letter queue q, goes: the
+// task's destination; else the queue the engine recorded it came from;
+// else, through the router, the queue its own history names.
+func (e *Engine) redriveDestinationLocked(q *queue, dest string, m *message) string {
+	if d := destinationOf(dest, m); d != "" {
+		return d
+	}
+	if s, ok := e.router.(DeadLetterSourcer); ok {
+		return s.DeadLetterSource(q.name, m.envelope())
+	}
+	return ""
+}
