@@ -46,6 +46,10 @@ const (
 type Options struct {
 	Logger *slog.Logger // nil: discard
 	Clock  clock.Clock  // nil: clock.Real; used for ages and relative times
+	// OnRequest, if set, is called after each routed request with its
+	// route pattern ("POST /sluice/v1/queues/{name}/redrive", a bounded
+	// set) and the HTTP status, for metrics. It must be fast.
+	OnRequest func(route string, status int)
 }
 
 // Handler serves the admin API. It is safe for concurrent use and keeps no
@@ -93,7 +97,11 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"POST /sluice/v1/failures", h.reportFailure},
 	}
 	for _, rt := range routes {
-		h.mux.Handle(rt.pattern, h.wrap(rt.fn))
+		hd := h.wrap(rt.fn)
+		if f := opts.OnRequest; f != nil {
+			hd = counted(rt.pattern, hd, f)
+		}
+		h.mux.Handle(rt.pattern, hd)
 	}
 	return h
 }
@@ -120,6 +128,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, &apiError{http.StatusNotFound, "NotFound", "no admin endpoint at " + r.URL.Path})
 }
+
+// counted reports each request's status to f under route.
+func counted(route string, next http.Handler, f func(string, int)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		f(route, sw.status)
+	})
+}
+
+// statusWriter remembers the status written through it. Unwrap lets
+// http.ResponseController (streaming exports) reach the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // wrap turns a handler that returns an error into an http.Handler that
 // renders the error once.

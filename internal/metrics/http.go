@@ -23,7 +23,7 @@ type reqKey struct {
 func newHTTPRequests() *httpRequests {
 	return &httpRequests{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_http_requests_total",
-		Help: "API requests answered, by API (sqs), action and HTTP status code.",
+		Help: "API requests answered, by API (sqs, admin), action (SQS action, admin route) and HTTP status code.",
 	}, []string{"api", "action", "code"})}
 }
 
@@ -31,7 +31,17 @@ func newHTTPRequests() *httpRequests {
 // sqs.Options.OnRequest. action must come from a bounded set (the SQS
 // handler passes "invalid" for names it does not know).
 func (m *Metrics) ObserveSQSRequest(action string, status int) {
-	k := reqKey{"sqs", action, status}
+	m.observeRequest("sqs", action, status)
+}
+
+// ObserveAdminRequest counts one answered admin API request by its route
+// pattern; pass it as admin.Options.OnRequest.
+func (m *Metrics) ObserveAdminRequest(route string, status int) {
+	m.observeRequest("admin", route, status)
+}
+
+func (m *Metrics) observeRequest(api, action string, status int) {
+	k := reqKey{api, action, status}
 	c, ok := m.http.cache.Load(k)
 	if !ok {
 		c, _ = m.http.cache.LoadOrStore(k, m.http.vec.WithLabelValues(k.api, action, strconv.Itoa(status)))

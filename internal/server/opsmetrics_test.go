@@ -97,8 +97,34 @@ func TestHTTPRequestMetrics(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	// A streamed export still flushes through the counting writer.
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("exported")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + s.SQSAddr() + "/sluice/v1/queues/exported/export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"kept"`) && !strings.Contains(string(body), "a2VwdA") {
+		t.Fatalf("export: %d %s", resp.StatusCode, body)
+	}
+	for _, path := range []string{"/sluice/v1/queues", "/sluice/v1/queues/missing"} {
+		resp, err := http.Get("http://" + s.SQSAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
 	m := metricsText(t, s.SQSAddr())
 	for _, want := range []string{
+		`sluice_http_requests_total{action="GET /sluice/v1/queues",api="admin",code="200"} 1`,
+		`sluice_http_requests_total{action="GET /sluice/v1/queues/{name}",api="admin",code="404"} 1`,
 		`sluice_http_requests_total{action="ListQueues",api="sqs",code="200"} 1`,
 		`sluice_http_requests_total{action="GetQueueUrl",api="sqs",code="400"} 1`,
 		`sluice_http_requests_total{action="invalid",api="sqs",code="400"} 2`,

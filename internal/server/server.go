@@ -220,7 +220,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
-	ops.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk}))
+	ops.Handle(admin.Prefix, admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest}))
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	ops.Handle("/ui/", s.dash)
