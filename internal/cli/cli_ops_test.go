@@ -121,3 +121,15 @@ func TestPauseResumeContinues(t *testing.T) {
 	r = f.dlq("", "resume", tk.ID)
 	wantExit(t, r, ExitFail, "task is COMPLETED and has ended (moved 40 of 40); start a new one with `sluice dlq redrive dlq`")
 }
+
+// --id filters take unique prefixes too.
+func TestIDFilterPrefixes(t *testing.T) {
+	f := newFixture(t)
+	ids := f.poison(3, "KeyError")
+	page := decode[admin.Page](t, f.dlq("", "peek", "dlq", "--id", ids[1][:13], "--json"))
+	if len(page.Messages) != 1 || page.Messages[0].ID != ids[1] {
+		t.Fatalf("peek --id prefix: %+v", page)
+	}
+	wantOK(t, f.dlq("", "delete", "dlq", "--id", ids[2][:13]), "deleted 1 message(s) from dlq")
+	wantExit(t, f.dlq("", "peek", "dlq", "--id", "zzzz"), ExitFail, `--id: no message in dlq has an id starting with "zzzz"`)
+}

@@ -23,6 +23,9 @@ func dlqDelete(ctx context.Context, args []string, env *Env) int {
 	all := c.fs.Bool("all", false, "delete every message in the queue")
 	ff := c.filterFlags()
 	return c.run(args, 1, 2, func(pos []string) int {
+		if err := ff.resolveIDs(ctx, c.client(), pos[0]); err != nil {
+			return c.fail(err)
+		}
 		flt, err := ff.filter(c.env.Now())
 		if err != nil {
 			return c.usageError("%v", err)

@@ -47,6 +47,9 @@ func peek(ctx context.Context, args []string, env *Env, name, usage string) int 
 	cursor := c.fs.String("cursor", "", "continue after a previous page (its next cursor)")
 	ff := c.filterFlags()
 	return c.run(args, 1, 1, func(pos []string) int {
+		if err := ff.resolveIDs(ctx, c.client(), pos[0]); err != nil {
+			return c.fail(err)
+		}
 		q, err := ff.query(c.env.Now())
 		if err != nil {
 			return c.usageError("%v", err)

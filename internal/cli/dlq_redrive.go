@@ -39,6 +39,9 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 	threshold := c.fs.Int("safety-threshold", 0, "pause after this many returned messages (default 3)")
 	ff := c.filterFlags()
 	return c.run(args, 1, 1, func(pos []string) int {
+		if err := ff.resolveIDs(ctx, c.client(), pos[0]); err != nil {
+			return c.fail(err)
+		}
 		flt, err := ff.filter(c.env.Now())
 		if err != nil {
 			return c.usageError("%v", err)

@@ -64,3 +64,17 @@ func resolveID(ctx context.Context, cl *client, queue, prefix string) (string, e
 		return "", fmt.Errorf("message id prefix %q is ambiguous in %s: %s%s (give more characters)", prefix, queue, strings.Join(shown, ", "), more)
 	}
 }
+
+// resolveIDs replaces each --id that is a prefix by the full id it
+// uniquely names in queue (see resolveID), so filters accept the short ids
+// the tables print.
+func (f *filterFlags) resolveIDs(ctx context.Context, cl *client, queue string) error {
+	for i, id := range f.ids {
+		full, err := resolveID(ctx, cl, queue, id)
+		if err != nil {
+			return fmt.Errorf("--id: %w", err)
+		}
+		f.ids[i] = full
+	}
+	return nil
+}
