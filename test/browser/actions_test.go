@@ -79,6 +79,7 @@ func TestQueueActions(t *testing.T) {
 	// Browse it with the DLQ page's table.
 	do(t, ctx, "browse", chromedp.Click(chromedp.CSS("#browse-messages")))
 	waitJS(t, ctx, "the message in the table", `document.querySelectorAll('#messages tbody tr[data-id]').length === 1`, 10*time.Second)
+	waitJS(t, ctx, "a heading for a queue that is not a DLQ", `document.getElementById('dlq-heading').innerText === 'Messages in orders'`, 10*time.Second)
 
 	// Purge: the confirmation counts the messages.
 	do(t, ctx, "back to the queue", chromedp.Navigate(b.url+"/ui/#/queue/orders"))

@@ -94,9 +94,12 @@ export function render(main, name, ctx) {
     h('div', { class: 'actions' }, dryBtn, startBtn, startWhy),
     redriveStatus, dryResult);
 
+  // The page browses any queue; on one that is not a dead-letter queue it
+  // says so in its heading.
+  const heading = h('h1', { id: 'dlq-heading' }, 'Dead letters in ', name);
   main.append(
     h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/' }, 'Overview'), ' / ', h('a', { href: `#/queue/${enc(name)}` }, name), ' / dead letters'),
-    h('h1', {}, 'Dead letters in ', name),
+    heading,
     pageStatus, meters,
     h('section', { class: 'task-panel', 'aria-labelledby': 'task-h' }, h('h2', { id: 'task-h' }, 'Redrive task'), taskBox, history),
     filterForm,
@@ -424,7 +427,10 @@ export function render(main, name, ctx) {
       return;
     }
     if (!q.isDeadLetterQueue) {
+      replace(heading, 'Messages in ', name);
       notice(pageStatus, 'No queue names this one as its dead-letter queue, so a redrive needs an explicit destination.', 'warn');
+    } else {
+      replace(heading, 'Dead letters in ', name);
     }
     const growth = q.growth ? `+${fmtInt(q.growth.arrivals)} in ${Math.max(1, Math.round(q.growth.windowSeconds / 60))}m` : '';
     replace(meters,
