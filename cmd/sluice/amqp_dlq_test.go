@@ -227,3 +227,62 @@ destination = "jobs-dlq"
 		t.Fatalf("jobs after the redrive: %v %v %q", ok, err, d.Body)
 	}
 }
+
+// The safety stop works for AMQP dead letters: a redrive into a consumer
+// that still rejects them pauses itself, and says so.
+func TestAMQPRedriveSafetyStop(t *testing.T) {
+	s, stop := startConfigured(t, t.TempDir(), `
+[[exchanges]]
+name = "jobs-dlx"
+type = "fanout"
+durable = true
+
+[[amqp_queues]]
+name = "jobs"
+durable = true
+[amqp_queues.arguments]
+x-dead-letter-exchange = "jobs-dlx"
+
+[[amqp_queues]]
+name = "jobs-dlq"
+durable = true
+
+[[bindings]]
+source = "jobs-dlx"
+destination = "jobs-dlq"
+`)
+	defer stop()
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := ch.PublishWithContext(context.Background(), "", "jobs", false, false,
+			amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(fmt.Sprintf("poison %d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A consumer that rejects everything, before and after the "fix".
+	dels, err := ch.Consume("jobs", "rejecter", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d := range dels {
+			d.Nack(false, false)
+		}
+	}()
+	waitFor(t, "10 dead letters", func() bool {
+		info, err := s.Engine().GetQueue("jobs-dlq")
+		return err == nil && info.Visible == 10
+	})
+	out, errs, code := runAt(t, s, "dlq", "redrive", "jobs-dlq", "--rate", "20", "--safety-threshold", "2", "--wait")
+	if code != 1 || !strings.Contains(errs, "ended PAUSED") || !strings.Contains(errs, "sluice dlq resume ") {
+		t.Fatalf("redrive into a rejecting consumer: exit %d\n%s\n%s", code, out, errs)
+	}
+}
