@@ -133,3 +133,14 @@ func TestIDFilterPrefixes(t *testing.T) {
 	wantOK(t, f.dlq("", "delete", "dlq", "--id", ids[2][:13]), "deleted 1 message(s) from dlq")
 	wantExit(t, f.dlq("", "peek", "dlq", "--id", "zzzz"), ExitFail, `--id: no message in dlq has an id starting with "zzzz"`)
 }
+
+// Starting a redrive while one is active names the active task, its state
+// and the commands that apply.
+func TestRedriveWhileActiveNamesTheTask(t *testing.T) {
+	f := newFixture(t)
+	f.poison(30, "KeyError")
+	tk := decode[admin.Task](t, f.dlq("", "redrive", "dlq", "--rate", "1", "--json"))
+	wantOK(t, f.dlq("", "pause", tk.ID), "PAUSED")
+	r := f.dlq("", "redrive", "dlq")
+	wantExit(t, r, ExitFail, "dlq already has an active redrive: cannot start another: task is PAUSED; resume it with `sluice dlq resume "+tk.ID+"`")
+}
