@@ -11,13 +11,19 @@ SOAK_MESSAGES ?= 2000000
 # stops at a nested module, so every target that walks packages loops.
 MODULES   := . worker examples
 
-.PHONY: help build run test test-race lint bench fuzz crash faults soak perf
+.PHONY: help build run test test-race lint bench fuzz crash faults soak perf release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build ./bin/sluice
-	$(GO) build -o bin/sluice ./cmd/sluice
+# Version stamping (sluice version, the startup log, sluice_build_info).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
+
+build: ## build ./bin/sluice, stamped with version, commit and date
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 
 run: ## run the broker on its embedded default store (./sluice-data)
 	$(GO) run ./cmd/sluice server
@@ -31,6 +37,15 @@ test-race: ## the test suite under the race detector, every module
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "== vet+staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...) || exit 1; done
+
+# goreleaser v2.14.3: @latest needs Go 1.27, and v2.15–v2.17 pull a module
+# the Go proxy refuses (go.digitalxero.dev/go-msix). The first run builds
+# it (about 160 s of CPU); later runs take about a second. It needs a git
+# remote (a fresh clone or CI checkout has one).
+GORELEASER ?= github.com/goreleaser/goreleaser/v2@v2.14.3
+
+release-check: ## validate .goreleaser.yaml with goreleaser check
+	$(GO) run $(GORELEASER) check
 
 bench: ## Go benchmarks (engine, store)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...

@@ -643,7 +643,7 @@ func TestAMQPExtensionPoisonReachesDLQAtDeliveryLimit(t *testing.T) {
 		t.Errorf("attempts %v, want [1 2 3]", a)
 	}
 	lf := b.lastFailure("orders-dlq")
-	if lf["errorClass"] != "*errors.errorString" || lf["message"] != "lookup customer c-404: no such customer" {
+	if lf["errorClass"] != "lookup customer c-N: no such customer" || lf["message"] != "lookup customer c-404: no such customer" {
 		t.Errorf("last failure %v", lf)
 	}
 	got := b.getAll("orders-dlq")

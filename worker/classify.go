@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -163,7 +164,13 @@ func builtinClass(err error) Class {
 }
 
 // errorClass is the class name recorded for err: the first Classed in the
-// chain, else the Go type of the innermost error.
+// chain; else the Go type of the innermost error in the chain whose type
+// says something (a *json.SyntaxError, a syscall.Errno, a *MyError); else,
+// when every error in the chain is a plain one (errors.New, fmt.Errorf,
+// errors.Join), the innermost message normalised so that errors that
+// differ only in ids and numbers share a class ("lookup customer c-N: no
+// such customer", "unexpected EOF"). A DLQ grouped by class is then
+// useful even for handlers that never define an error type.
 func errorClass(err error) string {
 	var c Classed
 	if errors.As(err, &c) {
@@ -171,21 +178,63 @@ func errorClass(err error) string {
 			return s
 		}
 	}
-	inner := err
-	for {
-		next := errors.Unwrap(inner)
+	var chain []error
+	for e := err; e != nil; {
+		chain = append(chain, e)
+		next := errors.Unwrap(e)
 		if next == nil {
-			if m, ok := inner.(interface{ Unwrap() []error }); ok {
+			if m, ok := e.(interface{ Unwrap() []error }); ok {
 				if errs := m.Unwrap(); len(errs) > 0 && errs[0] != nil {
-					inner = errs[0]
-					continue
+					next = errs[0]
 				}
 			}
-			break
 		}
-		inner = next
+		e = next
 	}
-	return reflect.TypeOf(inner).String()
+	for i := len(chain) - 1; i >= 0; i-- {
+		if _, mark := chain[i].(*classified); mark {
+			continue // Terminal/Transient/RetryAfter's wrapper
+		}
+		if t := reflect.TypeOf(chain[i]).String(); !plainErrorType(t) {
+			return t
+		}
+	}
+	return normaliseMessage(chain[len(chain)-1].Error())
+}
+
+// plainErrorType reports whether t is one of the standard library's
+// carriers of a message and nothing else, whose name would be the same for
+// every such error.
+func plainErrorType(t string) bool {
+	switch t {
+	case "*errors.errorString", "*fmt.wrapError", "*fmt.wrapErrors", "*errors.joinError":
+		return true
+	}
+	return false
+}
+
+// MaxNormalisedClass caps an error class made from a message.
+const MaxNormalisedClass = 80
+
+var (
+	quotedRE = regexp.MustCompile(`"[^"]*"|'[^']*'`)
+	hexRE    = regexp.MustCompile(`\b[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*\b`)
+	digitsRE = regexp.MustCompile(`[0-9]+`)
+	spaceRE  = regexp.MustCompile(`\s+`)
+)
+
+// normaliseMessage turns an error message into a class: quoted strings
+// become "…", long hex runs and UUIDs "…", digit runs N, whitespace one
+// space, at most MaxNormalisedClass bytes.
+func normaliseMessage(msg string) string {
+	s := quotedRE.ReplaceAllString(msg, `"…"`)
+	s = hexRE.ReplaceAllString(s, "…")
+	s = digitsRE.ReplaceAllString(s, "N")
+	s = strings.TrimSpace(spaceRE.ReplaceAllString(s, " "))
+	if s == "" {
+		return "error"
+	}
+	return truncate(s, MaxNormalisedClass)
 }
 
 // errorTrace is the trace recorded for err: the panic stack, or the chain

@@ -178,8 +178,8 @@ func TestClassify(t *testing.T) {
 	if got := errorClass(e); got != "Code500" {
 		t.Errorf("Classed: %q", got)
 	}
-	if got := errorClass(fmt.Errorf("a: %w", fmt.Errorf("b: %w", io.ErrUnexpectedEOF))); got != "*errors.errorString" {
-		t.Errorf("innermost type: %q", got)
+	if got := errorClass(fmt.Errorf("a: %w", fmt.Errorf("b: %w", io.ErrUnexpectedEOF))); got != "unexpected EOF" {
+		t.Errorf("wrapped sentinel: %q", got)
 	}
 	if got := errorClass(&PanicError{Value: 42}); got != "panic(int)" {
 		t.Errorf("panic class: %q", got)

@@ -187,7 +187,19 @@ func New(src Source, h Handler, opts Options) (*Worker, error) {
 		if to == BreakerOpen {
 			w.stats.breakerOpens.Add(1)
 		}
-		w.log.Warn("circuit breaker "+to.String(), "from", from.String(), "to", to.String())
+		switch to {
+		case BreakerOpen:
+			// The log line an operator finds when the worker "stalls":
+			// say why and what to do.
+			w.log.Warn("circuit breaker open: receiving paused; most recent attempts failed transiently (is a downstream down?)",
+				"from", from.String(), "to", to.String(), "threshold", w.opts.Breaker.Threshold, "window", w.opts.Breaker.Window,
+				"probe_after", w.opts.Breaker.OpenFor,
+				"hint", "failures caused by the message itself should be worker.Terminal; tune Options.Breaker (docs/worker.md, Circuit breaker)")
+		case BreakerHalfOpen:
+			w.log.Info("circuit breaker half-open: probing with one message", "from", from.String(), "to", to.String())
+		default:
+			w.log.Info("circuit breaker closed: receiving again", "from", from.String(), "to", to.String())
+		}
 		w.metrics.BreakerChanged(from, to)
 	})
 	return w, nil

@@ -121,7 +121,7 @@ func TestPoisonEndsInDLQWithContext(t *testing.T) {
 				t.Fatalf("browse: %v", msgs)
 			}
 			lf, _ := msgs[0]["lastFailure"].(map[string]any)
-			if lf["errorClass"] != "*errors.errorString" || lf["message"] != "cannot parse order" || lf["consumerVersion"] != "test-1.0" {
+			if lf["errorClass"] != "cannot parse order" || lf["message"] != "cannot parse order" || lf["consumerVersion"] != "test-1.0" {
 				t.Errorf("last failure %v", lf)
 			}
 		}
@@ -134,7 +134,7 @@ func TestPoisonEndsInDLQWithContext(t *testing.T) {
 			t.Errorf("dead-letter context %v", a)
 		}
 		if ext {
-			if a["SluiceErrorClass"] != "*errors.errorString" || a["SluiceErrorMessage"] != "cannot parse order" ||
+			if a["SluiceErrorClass"] != "cannot parse order" || a["SluiceErrorMessage"] != "cannot parse order" ||
 				a["SluiceConsumerVersion"] != "test-1.0" || a["SluiceConsumerId"] == "" || a["SluiceErrorTrace"] == "" {
 				t.Errorf("failure context %v", a)
 			}
@@ -186,7 +186,7 @@ func TestTerminalDeadLetteredOnFirstAttempt(t *testing.T) {
 			if a["SluiceDeadLetterReason"] != "terminal" || a["SluiceAttempts"] != "1" {
 				t.Errorf("%s: %v", m.Body, a)
 			}
-			want := map[string]string{"bad": "*errors.errorString", "panic": "panic(runtime.Error)"}[m.Body]
+			want := map[string]string{"bad": "missing required field customer_id", "panic": "panic(runtime.Error)"}[m.Body]
 			if m.Body == "panic" {
 				want = a["SluiceErrorClass"] // the runtime error's concrete type varies; check the prefix
 				if len(want) < 6 || want[:6] != "panic(" {

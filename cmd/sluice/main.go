@@ -5,6 +5,7 @@
 //	sluice queues [flags]       list queues (through the admin API)
 //	sluice dlq <command>        inspect, export, import and redrive dead-letter queues
 //	sluice repair --data-dir D  drop records that stop the broker from starting (--dry-run first)
+//	sluice definitions …        export and import declared queues, exchanges and bindings
 //	sluice version              print the version
 //
 // main only parses flags and calls into internal packages; no broker logic
@@ -14,6 +15,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,12 +29,20 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/bench"
+	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version, commit and date are set at build time with
+// -ldflags "-X main.version=v1.2.3 -X main.commit=… -X main.date=…"
+// (make build, the Dockerfile and .goreleaser.yaml do). Left empty,
+// buildinfo.Read falls back to what the Go toolchain embedded.
+var (
+	version = "dev"
+	commit  = ""
+	date    = ""
+)
 
 const usage = `Sluice: a durable message broker that speaks the Amazon SQS API and AMQP 0-9-1.
 
@@ -42,6 +52,7 @@ Usage:
   sluice queues [flags]       list queues with depth, age and dead-letter setup
   sluice dlq <command>        dead-letter queues: list, peek, show, delete, export,
                               import, redrive, tasks, cancel, pause, resume (sluice dlq help)
+  sluice definitions export|import  queues, exchanges and bindings as one JSON document
   sluice doctor [flags]       check queue configuration against live metrics; exit 1 on red
   sluice hash-password [--amqp]  read a password on stdin, print a hash for the config file
   sluice repair --data-dir DIR [--dry-run]
@@ -61,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "server":
-		return runServer(args[1:], stderr)
+		return runServer(args[1:], stderr, os.Getenv)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
 	case "queues":
@@ -70,13 +81,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCLI(cli.DLQ, args[1:], stdout, stderr)
 	case "doctor":
 		return runCLI(cli.Doctor, args[1:], stdout, stderr)
+	case "definitions":
+		return runCLI(cli.Definitions, args[1:], stdout, stderr)
 	case "hash-password":
 		return runHashPassword(args[1:], stdout, stderr)
 	case "repair":
 		return runRepair(args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "sluice", version)
-		return 0
+		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -86,7 +98,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func runServer(args []string, stderr io.Writer) int {
+// AllowNonLoopbackEnv, set to 1 or true, is --allow-non-loopback for
+// containers, where adding a flag means repeating the whole command.
+const AllowNonLoopbackEnv = "SLUICE_ALLOW_NON_LOOPBACK"
+
+func runServer(args []string, stderr io.Writer, getenv func(string) string) int {
 	opts := server.DefaultOptions()
 	fs := flag.NewFlagSet("sluice server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -103,7 +119,7 @@ func runServer(args []string, stderr io.Writer) int {
 	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
 	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
-	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured")
+	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -116,6 +132,14 @@ func runServer(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluice server: %v\n", err)
 			return 2
 		}
+	}
+	switch v := getenv(AllowNonLoopbackEnv); v {
+	case "":
+	case "1", "true":
+		opts.AllowNonLoopback = true
+	default:
+		fmt.Fprintf(stderr, "sluice server: %s=%q: use 1 or true (or unset it)\n", AllowNonLoopbackEnv, v)
+		return 2
 	}
 	// Flags given on the command line win over the config file.
 	fs.Visit(func(f *flag.Flag) {
@@ -152,6 +176,7 @@ func runServer(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice server: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	opts.Build = buildinfo.Read(version, commit, date)
 	log := newLogger(stderr, opts.LogLevel, opts.LogFormat)
 	srv, err := server.New(opts, log, nil)
 	if err != nil {
@@ -164,6 +189,28 @@ func runServer(args []string, stderr io.Writer) int {
 		log.Error("server stopped", "err", err)
 		return 1
 	}
+	return 0
+}
+
+// runVersion prints the build's version, commit, build date and Go
+// version; --json prints them as an object for scripts.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sluice version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	info := buildinfo.Read(version, commit, date)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(info); err != nil {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(stdout, info)
 	return 0
 }
 

@@ -28,7 +28,11 @@ func TestBadInvocationsExitWithMessages(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if run([]string{"version"}, &out, &out) != 0 || !strings.HasPrefix(out.String(), "sluice ") {
+	if run([]string{"version"}, &out, &out) != 0 || !strings.HasPrefix(out.String(), "sluice ") || !strings.Contains(out.String(), "(commit ") {
 		t.Errorf("version: %q", out.String())
+	}
+	out.Reset()
+	if run([]string{"version", "--json"}, &out, &out) != 0 || !strings.Contains(out.String(), `"commit":`) {
+		t.Errorf("version --json: %q", out.String())
 	}
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +110,17 @@ func parseBrowseQuery(q url.Values, paging bool) (browseQuery, error) {
 	return out, nil
 }
 
+// MaxRedriveRate is the highest rate a redrive accepts, in messages per
+// second (a request's rate 0 means the default, 50).
+const MaxRedriveRate = engine.MaxMoveRate
+
+// DeadLetterReasons are the values of a reason filter: why a message was
+// dead-lettered (SQS: max_receives, terminal; AMQP also expired, maxlen,
+// delivery_limit).
+func DeadLetterReasons() []string {
+	return []string{engine.ReasonMaxReceives, engine.ReasonTerminal, engine.ReasonExpired, engine.ReasonQueueFull, engine.ReasonDeliveryLimit}
+}
+
 // engineFilter validates a wire filter and converts it. Ids must be in
 // the UUID form Sluice issues; an id that cannot exist is a mistake, not a
 // filter that matches nothing.
@@ -119,6 +131,9 @@ func engineFilter(f *Filter) (engine.Filter, error) {
 		SourceQueue: f.SourceQueue,
 		SentAfter:   timeVal(f.SentAfter),
 		SentBefore:  timeVal(f.SentBefore),
+	}
+	if rs := DeadLetterReasons(); f.Reason != "" && !slices.Contains(rs, f.Reason) {
+		return out, badRequest("unknown reason %q: one of %s", f.Reason, strings.Join(rs, ", "))
 	}
 	if !out.SentAfter.IsZero() && !out.SentBefore.IsZero() && !out.SentAfter.Before(out.SentBefore) {
 		return out, badRequest("sentAfter must be before sentBefore")

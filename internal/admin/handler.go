@@ -46,6 +46,10 @@ const (
 type Options struct {
 	Logger *slog.Logger // nil: discard
 	Clock  clock.Clock  // nil: clock.Real; used for ages and relative times
+	// OnRequest, if set, is called after each routed request with its
+	// route pattern ("POST /sluice/v1/queues/{name}/redrive", a bounded
+	// set) and the HTTP status, for metrics. It must be fast.
+	OnRequest func(route string, status int)
 }
 
 // Handler serves the admin API. It is safe for concurrent use and keeps no
@@ -84,6 +88,10 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"POST /sluice/v1/queues/{name}/redrive", h.redrive},
 		{"POST /sluice/v1/queues/{name}/pause", h.pauseQueue},
 		{"POST /sluice/v1/queues/{name}/resume", h.resumeQueue},
+		{"POST /sluice/v1/queues", h.newQueue},
+		{"DELETE /sluice/v1/queues/{name}", h.deleteQueue},
+		{"POST /sluice/v1/queues/{name}/purge", h.purgeQueue},
+		{"POST /sluice/v1/queues/{name}/messages", h.sendMessage},
 		{"GET /sluice/v1/tasks", h.listTasks},
 		{"GET /sluice/v1/tasks/{id}", h.getTask},
 		{"POST /sluice/v1/tasks/{id}/cancel", h.cancelTask},
@@ -92,7 +100,11 @@ func New(eng *engine.Engine, opts Options) *Handler {
 		{"POST /sluice/v1/failures", h.reportFailure},
 	}
 	for _, rt := range routes {
-		h.mux.Handle(rt.pattern, h.wrap(rt.fn))
+		hd := h.wrap(rt.fn)
+		if f := opts.OnRequest; f != nil {
+			hd = counted(rt.pattern, hd, f)
+		}
+		h.mux.Handle(rt.pattern, hd)
 	}
 	return h
 }
@@ -119,6 +131,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, &apiError{http.StatusNotFound, "NotFound", "no admin endpoint at " + r.URL.Path})
 }
+
+// counted reports each request's status to f under route.
+func counted(route string, next http.Handler, f func(string, int)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		f(route, sw.status)
+	})
+}
+
+// statusWriter remembers the status written through it. Unwrap lets
+// http.ResponseController (streaming exports) reach the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // wrap turns a handler that returns an error into an http.Handler that
 // renders the error once.
@@ -155,6 +202,7 @@ func (h *Handler) mapError(err error) *apiError {
 	}
 	var mbe *http.MaxBytesError
 	var ce *engine.ConfigError
+	var tooLarge *engine.MessageTooLargeError
 	switch {
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "RequestTooLarge", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
@@ -184,6 +232,14 @@ func (h *Handler) mapError(err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, "DiskFull", "the broker's disk is nearly full; new messages are refused until space returns"}
 	case errors.Is(err, engine.ErrQueueFull):
 		return &apiError{http.StatusConflict, "QueueFull", "the queue is at its length limit and rejects new messages"}
+	case errors.Is(err, engine.ErrPurgeInProgress):
+		return &apiError{http.StatusConflict, "PurgeInProgress", "the queue was purged less than a minute ago; try again later"}
+	case errors.Is(err, engine.ErrQueueDeletedRecently):
+		return &apiError{http.StatusConflict, "QueueDeletedRecently", "a queue of this name was deleted less than a minute ago; try again later"}
+	case errors.Is(err, engine.ErrMissingDedupID):
+		return &apiError{http.StatusBadRequest, "MissingDeduplicationId", "this FIFO queue has no content-based deduplication: give a deduplicationId"}
+	case errors.As(err, &tooLarge):
+		return &apiError{http.StatusBadRequest, "MessageTooLarge", fmt.Sprintf("the message is %d bytes; the queue's limit is %d", tooLarge.Size, tooLarge.Limit)}
 	case errors.Is(err, engine.ErrMissingGroupID):
 		return &apiError{http.StatusBadRequest, "MissingGroupId", "a FIFO queue needs a groupId on every message"}
 	case errors.As(err, &ce):

@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -43,10 +44,8 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 	if err != nil {
 		return Queue{}, err
 	}
-	sources, err := h.eng.DeadLetterSources(name)
-	if err != nil {
-		return Queue{}, err
-	}
+	all := h.eng.DeadLetterQueues()
+	sources := all[name]
 	if sources == nil {
 		sources = []string{}
 	}
@@ -71,6 +70,15 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 	}
 	if dl := c.DeadLetter; dl != nil {
 		q.DeadLetterQueue, q.MaxReceiveCount = dl.Target, dl.MaxReceiveCount
+		if dl.Routed {
+			// An AMQP dead-letter exchange: name the first queue it
+			// reaches.
+			for dlq, srcs := range all {
+				if slices.Contains(srcs, name) && (q.DeadLetterQueue == "" || dlq < q.DeadLetterQueue) {
+					q.DeadLetterQueue = dlq
+				}
+			}
+		}
 	}
 	if !detail {
 		return q, nil

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -68,6 +69,16 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	tk, err := h.eng.StartMoveTask(spec)
+	if errors.Is(err, engine.ErrTaskRunning) {
+		if tasks, lerr := h.eng.MoveTasks(spec.Source); lerr == nil {
+			for _, cur := range tasks {
+				switch cur.Status {
+				case engine.TaskRunning, engine.TaskPaused, engine.TaskCancelling:
+					return &apiError{http.StatusConflict, "TaskRunning", fmt.Sprintf("%s already has an active redrive: %s", spec.Source, taskStateMessage("start another", &cur))}
+				}
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -116,33 +127,55 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 
 // getTask serves GET /sluice/v1/tasks/{id}.
 func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
-	return h.taskOp(w, r, h.eng.GetMoveTask)
+	return h.taskOp(w, r, "get", h.eng.GetMoveTask)
 }
 
 // cancelTask serves POST /sluice/v1/tasks/{id}/cancel: a RUNNING task
 // becomes CANCELLING (then CANCELLED), a PAUSED one CANCELLED; any other
 // state answers 409. Messages already moved stay moved.
 func (h *Handler) cancelTask(w http.ResponseWriter, r *http.Request) error {
-	return h.taskOp(w, r, h.eng.CancelMoveTask)
+	return h.taskOp(w, r, "cancel", h.eng.CancelMoveTask)
 }
 
 // resumeTask serves POST /sluice/v1/tasks/{id}/resume: a PAUSED task runs
 // again with a fresh safety count; any other state answers 409.
 func (h *Handler) resumeTask(w http.ResponseWriter, r *http.Request) error {
-	return h.taskOp(w, r, h.eng.ResumeMoveTask)
+	return h.taskOp(w, r, "resume", h.eng.ResumeMoveTask)
 }
 
 // pauseTask serves POST /sluice/v1/tasks/{id}/pause: an operator pauses a
 // RUNNING task (resume or cancel it later); any other state answers 409.
 func (h *Handler) pauseTask(w http.ResponseWriter, r *http.Request) error {
-	return h.taskOp(w, r, h.eng.PauseMoveTask)
+	return h.taskOp(w, r, "pause", h.eng.PauseMoveTask)
 }
 
-func (h *Handler) taskOp(w http.ResponseWriter, r *http.Request, op func(string) (engine.MoveTask, error)) error {
-	tk, err := op(r.PathValue("id"))
+func (h *Handler) taskOp(w http.ResponseWriter, r *http.Request, action string, op func(string) (engine.MoveTask, error)) error {
+	id := r.PathValue("id")
+	tk, err := op(id)
+	if errors.Is(err, engine.ErrTaskNotRunning) {
+		if cur, gerr := h.eng.GetMoveTask(id); gerr == nil {
+			return &apiError{http.StatusConflict, "InvalidTaskState", taskStateMessage(action, &cur)}
+		}
+	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, taskJSON(&tk))
 	return nil
+}
+
+// taskStateMessage explains why action does not apply to tk in its
+// current state, and what does.
+func taskStateMessage(action string, tk *engine.MoveTask) string {
+	id := tk.ID
+	switch tk.Status {
+	case engine.TaskPaused:
+		return fmt.Sprintf("cannot %s: task is PAUSED; resume it with `sluice dlq resume %s` or cancel it with `sluice dlq cancel %s`", action, id, id)
+	case engine.TaskRunning:
+		return fmt.Sprintf("cannot %s: task is RUNNING (moved %d of %d); pause it with `sluice dlq pause %s` or cancel it with `sluice dlq cancel %s`", action, tk.Moved, tk.ToMove, id, id)
+	case engine.TaskCancelling:
+		return fmt.Sprintf("cannot %s: task is CANCELLING; it stops after the batch in progress", action)
+	default:
+		return fmt.Sprintf("cannot %s: task is %s and has ended (moved %d of %d); start a new one with `sluice dlq redrive %s`", action, tk.Status, tk.Moved, tk.ToMove, tk.Source)
+	}
 }

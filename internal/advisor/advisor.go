@@ -88,6 +88,10 @@ type Finding struct {
 	Check   string  `json:"check"`
 	Verdict Verdict `json:"verdict"`
 	Reason  string  `json:"reason"`
+	// Fix names the change that resolves a yellow or red finding: the
+	// attribute and the command that sets it, or the sluice command to
+	// run. Empty on green findings.
+	Fix string `json:"fix,omitempty"`
 }
 
 // Stats is what the broker observed, for the checks that need more than
@@ -130,17 +134,14 @@ func Check(eng *engine.Engine, stats Stats) []Finding {
 	}
 	names := eng.ListQueues("")
 	infos := make(map[string]engine.QueueInfo, len(names))
-	sources := make(map[string][]string) // dlq → sources
 	for _, n := range names {
 		info, err := eng.GetQueue(n)
 		if err != nil {
 			continue // deleted since, or the store failed: nothing to advise
 		}
 		infos[n] = info
-		if d := info.Config.DeadLetter; d != nil && !d.Routed && d.Target != "" {
-			sources[d.Target] = append(sources[d.Target], n)
-		}
 	}
+	sources := eng.DeadLetterQueues() // dlq → sources, AMQP dead-letter exchanges included
 	c := &checker{eng: eng, stats: stats, now: now, infos: infos, sources: sources}
 	for _, n := range names {
 		info, ok := infos[n]
@@ -193,7 +194,11 @@ type checker struct {
 }
 
 func (c *checker) add(q, check string, v Verdict, format string, args ...any) {
-	c.out = append(c.out, Finding{Queue: q, Check: check, Verdict: v, Reason: fmt.Sprintf(format, args...)})
+	f := Finding{Queue: q, Check: check, Verdict: v, Reason: fmt.Sprintf(format, args...)}
+	if v != Green {
+		f.Fix = fixFor(check, q)
+	}
+	c.out = append(c.out, f)
 }
 
 func (c *checker) queue(info engine.QueueInfo) {

@@ -217,3 +217,19 @@ func TestFIFODLQOrderNeedsAcknowledgement(t *testing.T) {
 		t.Fatalf("dlq.fifo has no policy: %s", v)
 	}
 }
+
+// Every check's yellow and red findings name a fix; green ones none.
+func TestEveryCheckHasAFix(t *testing.T) {
+	for _, check := range []string{CheckVisibility, CheckMaxReceiveCount, CheckDLQ, CheckDLQConsumers, CheckDLQRetention,
+		CheckDLQAlert, CheckDLQOwner, CheckPrefetch, CheckFIFOGroups, CheckRetention, CheckDLQShared, CheckFIFODLQOrder} {
+		if fix := fixFor(check, "orders"); fix == "" {
+			t.Errorf("check %s has no fix", check)
+		}
+	}
+	c := &checker{}
+	c.add("q", CheckDLQOwner, Yellow, "no owner")
+	c.add("q", CheckDLQOwner, Green, "owned")
+	if !strings.Contains(c.out[0].Fix, "tag-queue") || c.out[1].Fix != "" {
+		t.Fatalf("fixes %+v", c.out)
+	}
+}

@@ -173,6 +173,7 @@ func (m *Manager) Run(ctx context.Context) {
 			h.run(ctx)
 		}()
 	}
+	m.load()
 	m.evaluate()
 	t := m.clk.NewTimer(m.opts.Interval)
 	for done := false; !done; {
@@ -185,6 +186,7 @@ func (m *Manager) Run(ctx context.Context) {
 			t.Reset(m.opts.Interval)
 		}
 	}
+	m.saveArrivals()
 	wg.Wait()
 }
 
@@ -218,9 +220,9 @@ func (m *Manager) evaluate() {
 			continue
 		}
 		infos = append(infos, info)
-		if d := info.Config.DeadLetter; d != nil {
-			dlqs[d.Target] = true
-		}
+	}
+	for dlq := range eng.DeadLetterQueues() {
+		dlqs[dlq] = true
 	}
 	// A queue missing from the list may have been created since (and
 	// already received dead letters); keep its arrivals unless the engine
@@ -261,6 +263,14 @@ func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, now time
 		}
 	}
 	if isDLQ {
+		if info.Visible+info.InFlight+info.Delayed == 0 && arrived > 0 {
+			// The operator emptied the DLQ (redrive, delete, purge): the
+			// wave it paged about is handled, so the page clears now
+			// rather than when the arrivals age out of the window, and
+			// the window counts from here.
+			m.arrivals.clear(q)
+			arrived = 0
+		}
 		if o.DLQGrowthWindow > 0 {
 			out = append(out, check{
 				key: key{q, RuleDLQGrowth, SeverityPage}, value: float64(arrived), threshold: float64(o.DLQGrowthCount),
@@ -327,8 +337,13 @@ func (m *Manager) apply(checks []check, unread map[string]bool, now time.Time) {
 			changed = append(changed, a.notification())
 		}
 	}
+	starts := make(map[key]time.Time, len(changed))
+	for _, n := range changed {
+		starts[key{n.Queue, n.Rule, n.Severity}] = n.StartsAt
+	}
 	m.mu.Unlock()
 
+	m.persist(changed, starts)
 	for _, n := range changed {
 		attrs := []any{"rule", n.Rule, "queue", n.Queue, "severity", n.Severity, "value", n.Value, "threshold", n.Threshold, "message", n.Message}
 		if n.Status == StatusFiring {

@@ -647,3 +647,71 @@ func TestNewPanicsOnInvalidOptions(t *testing.T) {
 	}()
 	New(nil, Options{}, nil, nil)
 }
+
+// A page about a poison wave clears as soon as the operator empties the
+// dead-letter queue (the overview's banner then agrees with its table),
+// and arrivals after that count from zero.
+func TestEmptiedDLQResolvesGrowthPage(t *testing.T) {
+	f := newFixture(t, nil)
+	f.withDLQ()
+	f.run()
+	f.poison(11)
+	f.stepUntil("the growth page", 5*time.Second, func() bool {
+		return f.state("dlq", RuleDLQGrowth, SeverityPage).Status == StatusFiring
+	})
+	if _, err := f.e.DeleteMatching("dlq", engine.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	took := f.stepUntil("the page resolved by the emptied DLQ", 5*time.Second, func() bool {
+		return f.state("dlq", RuleDLQGrowth, SeverityPage).Status == StatusResolved
+	})
+	if took > time.Minute {
+		t.Fatalf("the page cleared %v after the DLQ was emptied; want the next evaluation, not the end of the window", took)
+	}
+	f.poison(3)
+	f.stepUntil("3 new arrivals counted", 5*time.Second, func() bool {
+		return f.state("dlq", RuleDLQGrowth, SeverityPage).Value == 3
+	})
+	if s := f.state("dlq", RuleDLQGrowth, SeverityPage); s.Status == StatusFiring {
+		t.Fatalf("3 arrivals after the emptying fire the page: %+v", s)
+	}
+}
+
+// A firing page survives a restart of the alert manager: the new one
+// starts with it firing (no second page), keeps the growth window, and
+// resolves it (with a notification) when the condition ends.
+func TestFiringAlertSurvivesRestart(t *testing.T) {
+	wh := newHook(t, 0)
+	f := newFixture(t, func(o *Options) { o.Webhooks = []string{wh.srv.URL} })
+	f.withDLQ()
+	f.run()
+	f.poison(11)
+	f.stepUntil("the firing POST", 5*time.Second, func() bool { return len(wh.received()) == 1 })
+	first := wh.received()[0]
+	f.stop()
+
+	// A new manager over the same engine, as after a broker restart.
+	opts := DefaultOptions()
+	opts.Webhooks = []string{wh.srv.URL}
+	f.m = New(nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
+	f.m.Attach(f.e)
+	f.run()
+	eventually(t, "the first evaluation after the restart", func() bool {
+		s := f.state("dlq", RuleDLQGrowth, SeverityPage)
+		return s.Status == StatusFiring && s.Value == 11
+	})
+	if s := f.state("dlq", RuleDLQGrowth, SeverityPage); !s.Since.Equal(first.StartsAt) {
+		t.Fatalf("restored alert %+v, want firing since %v", s, first.StartsAt)
+	}
+	if n := len(wh.received()); n != 1 {
+		t.Fatalf("%d notifications after the restart; the page must not be sent again", n)
+	}
+	// Emptying the DLQ resolves it, as before the restart.
+	if _, err := f.e.DeleteMatching("dlq", engine.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	f.stepUntil("the resolved POST", 5*time.Second, func() bool { return len(wh.received()) == 2 })
+	if r := wh.received()[1]; r.Status != StatusResolved || !r.StartsAt.Equal(first.StartsAt) {
+		t.Fatalf("resolved %+v", r)
+	}
+}

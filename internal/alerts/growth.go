@@ -74,6 +74,48 @@ func (a *arrivals) count(queue string, now time.Time) (n int, known bool) {
 	return n, ok
 }
 
+// clear forgets queue's arrivals (keeping its ring, so it still counts as
+// a dead-letter queue).
+func (a *arrivals) clear(queue string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.byQueue[queue])
+}
+
+// snapshot copies every ring, for saving.
+func (a *arrivals) snapshot() map[string][]bucket {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string][]bucket, len(a.byQueue))
+	for q, ring := range a.byQueue {
+		out[q] = append([]bucket(nil), ring...)
+	}
+	return out
+}
+
+// restore installs a saved ring for queue (a ring of another size, from a
+// different window, is ignored: its buckets would land in the wrong
+// slots). Arrivals counted since start are kept.
+func (a *arrivals) restore(queue string, ring []bucket) {
+	if len(ring) != a.slots {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.byQueue[queue]
+	if cur == nil {
+		a.byQueue[queue] = append([]bucket(nil), ring...)
+		return
+	}
+	for i, b := range ring {
+		if cur[i].minute == b.minute {
+			cur[i].n += b.n
+		} else if cur[i].minute < b.minute {
+			cur[i] = b
+		}
+	}
+}
+
 // retain drops the rings of queues for which keep is false.
 func (a *arrivals) retain(keep func(queue string) bool) {
 	a.mu.Lock()

@@ -189,3 +189,109 @@ func str(t wire.Table, k string) string {
 	s, _ := asString(v)
 	return s
 }
+
+var _ engine.DeadLetterTargeter = (*Topology)(nil)
+
+// DeadLetterTargets implements engine.DeadLetterTargeter: the engine
+// queues that source's dead letters can reach through its
+// x-dead-letter-exchange. With x-dead-letter-routing-key the route is
+// exact (that key through the exchange's bindings); without it the keys
+// are the message's own, unknown here, so every queue bound to the
+// exchange (following exchange-to-exchange bindings) counts. The default
+// exchange ("") reaches the queue named by the routing key.
+func (t *Topology) DeadLetterTargets(source string) []string {
+	<-t.loaded
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	q := t.byEngine[source]
+	if q == nil || !q.settings.hasDLX {
+		return nil
+	}
+	v := t.vhosts[q.vhost]
+	x := v.exchanges[q.settings.dlx]
+	if x == nil {
+		return nil
+	}
+	var reached []*queue
+	switch {
+	case q.settings.hasDLRK:
+		reached = v.routeLocked(x, []string{q.settings.dlrk}, nil)
+	case x.name == "":
+		reached = v.routeLocked(x, []string{q.name}, nil) // RabbitMQ: back to the queue itself
+	default:
+		reached = v.boundQueuesLocked(x)
+	}
+	out := make([]string, 0, len(reached))
+	for _, r := range reached {
+		out = append(out, r.engine)
+	}
+	return out
+}
+
+// boundQueuesLocked returns every queue bound to x, directly or through
+// exchange-to-exchange bindings and alternate exchanges, whatever the
+// routing keys.
+func (v *vhost) boundQueuesLocked(x *exchange) []*queue {
+	var out []*queue
+	seenQ := make(map[*queue]bool)
+	seenX := make(map[string]bool)
+	var walk func(x *exchange)
+	walk = func(x *exchange) {
+		if x == nil || seenX[x.name] {
+			return
+		}
+		seenX[x.name] = true
+		for _, b := range x.bindings {
+			if !b.toQueue {
+				walk(v.exchanges[b.dest])
+				continue
+			}
+			if q := v.queues[b.dest]; q != nil && !seenQ[q] {
+				seenQ[q] = true
+				out = append(out, q)
+			}
+		}
+		if ae, ok := x.alternate(); ok {
+			walk(v.exchanges[ae])
+		}
+	}
+	walk(x)
+	return out
+}
+
+var _ engine.DeadLetterSourcer = (*Topology)(nil)
+
+// DeadLetterSource implements engine.DeadLetterSourcer: the queue named by
+// the most recent entry of the message's x-death header, in the DLQ's
+// vhost, when that queue exists. Only messages the engine has no
+// dead-letter record for get here (the broker's own dead letters carry
+// their source), e.g. dead letters moved over from RabbitMQ with their
+// history.
+func (t *Topology) DeadLetterSource(dlq string, env []byte) string {
+	<-t.loaded
+	e, err := decodeEnvelope(env)
+	if err != nil {
+		return ""
+	}
+	props, err := parseProps(e.props)
+	if err != nil {
+		return ""
+	}
+	deaths := deathList(props.Headers)
+	if len(deaths) == 0 {
+		return ""
+	}
+	name := str(deaths[0], "queue")
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	vh := "/"
+	if q := t.byEngine[dlq]; q != nil {
+		vh = q.vhost
+	}
+	if v := t.vhosts[vh]; v != nil {
+		if q := v.queues[name]; q != nil {
+			return q.engine
+		}
+	}
+	return ""
+}

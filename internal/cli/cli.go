@@ -53,6 +53,10 @@ type Env struct {
 	Now func() time.Time
 	// PollInterval is how often redrive --wait polls its task; 0: 500 ms.
 	PollInterval time.Duration
+	// Terminal says Stderr is a terminal: progress is drawn as a bar that
+	// redraws itself. Otherwise (pipes, CI logs, tests) each change of
+	// progress is one plain line.
+	Terminal bool
 }
 
 func (e *Env) withDefaults() *Env {

@@ -23,6 +23,9 @@ func dlqExport(ctx context.Context, args []string, env *Env) int {
 	output := c.fs.String("output", "", "write to this file instead of stdout")
 	ff := c.filterFlags()
 	return c.run(args, 1, 1, func(pos []string) int {
+		if err := ff.resolveIDs(ctx, c.client(), pos[0]); err != nil {
+			return c.fail(err)
+		}
 		q, err := ff.query(c.env.Now())
 		if err != nil {
 			return c.usageError("%v", err)

@@ -16,15 +16,40 @@ visibility and redelivery flags do not change. One page at a time; when
 there are more, the last line gives the --cursor of the next page.
 
 Example:
-  sluice dlq peek orders-dlq --error-class KeyError --since 2h
+  sluice dlq peek orders-dlq --error-class ValidationError --since 2h
+`
+
+const queuesPeekUsage = `
+Usage: sluice queues peek QUEUE [--limit N] [--cursor C] [filters] [--json]
+
+Browse any queue's messages in queue order without receiving them:
+receive counts, visibility and redelivery flags do not change. One page at
+a time; when there are more, the last line gives the --cursor of the next
+page. The filters are those of "sluice dlq peek".
+
+Example:
+  sluice queues peek orders --attribute tenant=acme --since 10m
 `
 
 func dlqPeek(ctx context.Context, args []string, env *Env) int {
-	c := newCommand(env, "sluice dlq peek", dlqPeekUsage)
+	return peek(ctx, args, env, "sluice dlq peek", dlqPeekUsage)
+}
+
+func queuesPeek(ctx context.Context, args []string, env *Env) int {
+	return peek(ctx, args, env, "sluice queues peek", queuesPeekUsage)
+}
+
+// peek is sluice dlq peek and sluice queues peek: the same browse, under
+// the name the user typed.
+func peek(ctx context.Context, args []string, env *Env, name, usage string) int {
+	c := newCommand(env, name, usage)
 	limit := c.fs.Int("limit", 20, "messages per page (1–1000)")
 	cursor := c.fs.String("cursor", "", "continue after a previous page (its next cursor)")
 	ff := c.filterFlags()
 	return c.run(args, 1, 1, func(pos []string) int {
+		if err := ff.resolveIDs(ctx, c.client(), pos[0]); err != nil {
+			return c.fail(err)
+		}
 		q, err := ff.query(c.env.Now())
 		if err != nil {
 			return c.usageError("%v", err)
@@ -58,7 +83,7 @@ func dlqPeek(ctx context.Context, args []string, env *Env) int {
 		}
 		t.flush()
 		if page.Next != "" {
-			fmt.Fprintf(c.env.Stdout, "more: sluice dlq peek %s --cursor %s\n", pos[0], page.Next)
+			fmt.Fprintf(c.env.Stdout, "more: %s %s --cursor %s\n", name, pos[0], page.Next)
 		}
 		return ExitOK
 	})

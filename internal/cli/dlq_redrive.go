@@ -39,9 +39,17 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 	threshold := c.fs.Int("safety-threshold", 0, "pause after this many returned messages (default 3)")
 	ff := c.filterFlags()
 	return c.run(args, 1, 1, func(pos []string) int {
+		if err := ff.resolveIDs(ctx, c.client(), pos[0]); err != nil {
+			return c.fail(err)
+		}
 		flt, err := ff.filter(c.env.Now())
 		if err != nil {
 			return c.usageError("%v", err)
+		}
+		rateSet := false
+		c.fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
+		if rateSet && (*rate < 1 || *rate > admin.MaxRedriveRate) {
+			return c.usageError("--rate must be between 1 and %d messages per second (leave it out for the default, 50)", admin.MaxRedriveRate)
 		}
 		if *dryRun && *wait {
 			return c.usageError("--wait has nothing to wait for with --dry-run")
@@ -121,16 +129,31 @@ func printDryRun(c *command, queue string, dry *admin.DryRun) {
 }
 
 // waitTask polls the task until it stops making progress on its own,
-// redrawing a progress bar on stderr (unless --json), then reports how it
-// ended. Interrupting the wait leaves the task running.
+// showing progress on stderr (unless --json: a bar on a terminal, a line
+// per change otherwise), then reports how it ended. Interrupting the wait leaves the task running.
 func waitTask(ctx context.Context, c *command, tk admin.Task) int {
 	cl := c.client()
 	timer := time.NewTimer(c.env.PollInterval)
 	defer timer.Stop()
-	for !tk.Finished() {
-		if !c.json {
-			fmt.Fprint(c.env.Stderr, progressBar(tk.Moved, tk.ToMove, tk.Status))
+	last := ""
+	progress := func(final bool) {
+		if c.json {
+			return
 		}
+		if c.env.Terminal {
+			fmt.Fprint(c.env.Stderr, progressBar(tk.Moved, tk.ToMove, tk.Status))
+			if final {
+				fmt.Fprintln(c.env.Stderr)
+			}
+			return
+		}
+		if line := progressLine(tk.Moved, tk.ToMove, tk.Status); line != last {
+			fmt.Fprintln(c.env.Stderr, line)
+			last = line
+		}
+	}
+	for !tk.Finished() {
+		progress(false)
 		timer.Reset(c.env.PollInterval)
 		select {
 		case <-ctx.Done():
@@ -139,15 +162,13 @@ func waitTask(ctx context.Context, c *command, tk admin.Task) int {
 		case <-timer.C:
 		}
 		if err := cl.call(ctx, "GET", taskPath(tk.ID), nil, nil, &tk); err != nil {
-			if !c.json {
+			if !c.json && c.env.Terminal {
 				fmt.Fprintln(c.env.Stderr)
 			}
 			return c.fail(err)
 		}
 	}
-	if !c.json {
-		fmt.Fprintln(c.env.Stderr, progressBar(tk.Moved, tk.ToMove, tk.Status))
-	}
+	progress(true)
 	code := ExitOK
 	if tk.Status != "COMPLETED" {
 		code = ExitFail

@@ -13,6 +13,9 @@ import (
 const dlqShowUsage = `
 Usage: sluice dlq show QUEUE ID [--json]
 
+ID may be any unique prefix of the message id (as "sluice dlq peek"
+prints it).
+
 Print one message with everything Sluice knows about it: body, attributes,
 why and when it was dead-lettered, the last failure its consumer reported
 (error class, message, trace, consumer and version), and its redrive
@@ -22,8 +25,13 @@ history. Showing a message does not receive it.
 func dlqShow(ctx context.Context, args []string, env *Env) int {
 	c := newCommand(env, "sluice dlq show", dlqShowUsage)
 	return c.run(args, 2, 2, func(pos []string) int {
+		cl := c.client()
+		id, err := resolveID(ctx, cl, pos[0], pos[1])
+		if err != nil {
+			return c.fail(err)
+		}
 		var m admin.Message
-		if err := c.client().call(ctx, "GET", queuePath(pos[0], "messages", pos[1]), nil, nil, &m); err != nil {
+		if err := cl.call(ctx, "GET", queuePath(pos[0], "messages", id), nil, nil, &m); err != nil {
 			return c.fail(err)
 		}
 		if c.json {

@@ -22,7 +22,8 @@ longer than their sources, watched by an alert, owned), prefetch, FIFO
 message groups, and messages close to their retention.
 
 Prints one line per yellow or red finding (--all adds the green ones), worst
-first. Exits 1 when any finding is red, so a deploy pipeline can gate on it.
+first, each followed by a "fix:" line naming the attribute change or the
+command that resolves it. Exits 1 when any finding is red, so a deploy pipeline can gate on it.
 `
 
 // Advice is the answer of GET /sluice/v1/advisor.
@@ -76,6 +77,9 @@ func Doctor(ctx context.Context, args []string, env *Env) int {
 				continue
 			}
 			t.row(strings.ToUpper(string(f.Verdict)), f.Queue, f.Check, f.Reason)
+			if f.Fix != "" {
+				t.row("", "", "", "fix: "+f.Fix)
+			}
 			shown++
 		}
 		if shown > 0 {

@@ -70,6 +70,10 @@ func TestDoctorRedExitsOne(t *testing.T) {
 	if strings.Contains(out, "GREEN") || !strings.Contains(out, "1 red, ") || !strings.Contains(out, "not checked: prefetch") {
 		t.Fatalf("greens shown without --all, or no summary:\n%s", out)
 	}
+	// The finding names its fix: the attribute and the command.
+	if !strings.Contains(lines[2], "fix: set VisibilityTimeout") || !strings.Contains(lines[2], "set-queue-attributes") || !strings.Contains(lines[2], "--queue-name jobs") {
+		t.Fatalf("no fix under the red finding:\n%s", out)
+	}
 	code, out, _ = doctor(t, url, "--all")
 	if code != ExitFail || !strings.Contains(out, "GREEN") || !strings.Contains(out, "dlq_owner") {
 		t.Fatalf("--all: %d\n%s", code, out)

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func (c *command) filterFlags() *filterFlags {
 	f := &filterFlags{}
-	c.fs.StringVar(&f.reason, "reason", "", "only messages dead-lettered for this reason (terminal, max_receives, …)")
+	c.fs.StringVar(&f.reason, "reason", "", "only messages dead-lettered for this reason: "+strings.Join(admin.DeadLetterReasons(), ", "))
 	c.fs.StringVar(&f.errorClass, "error-class", "", "only messages whose last reported error class is this")
 	c.fs.StringVar(&f.source, "source", "", "only messages dead-lettered from this queue")
 	c.fs.StringVar(&f.since, "since", "", "only messages sent at or after this time (RFC 3339, or a duration ago such as 2h)")
@@ -49,6 +50,9 @@ func when(s string, now time.Time) (time.Time, error) {
 
 // filter returns the selection as the API's JSON filter.
 func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
+	if rs := admin.DeadLetterReasons(); f.reason != "" && !slices.Contains(rs, f.reason) {
+		return admin.Filter{}, fmt.Errorf("unknown --reason %q: one of %s", f.reason, strings.Join(rs, ", "))
+	}
 	out := admin.Filter{Reason: f.reason, ErrorClass: f.errorClass, SourceQueue: f.source, IDs: f.ids}
 	for _, p := range []struct {
 		flag, val string

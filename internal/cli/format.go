@@ -87,4 +87,14 @@ func progressBar(done, total int, status string) string {
 	return fmt.Sprintf("\r[%s%s] %d/%d %3d%%  %-10s", strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, total, int(frac*100), status)
 }
 
+// progressLine is the plain-text progress for pipes and logs:
+// "moved 7/14 (50%) RUNNING".
+func progressLine(done, total int, status string) string {
+	pct := 100
+	if total > 0 {
+		pct = min(100, done*100/total)
+	}
+	return fmt.Sprintf("moved %d/%d (%d%%) %s", done, total, pct, status)
+}
+
 func itoa(n int) string { return strconv.Itoa(n) }

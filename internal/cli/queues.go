@@ -14,6 +14,7 @@ Usage: sluice queues [--endpoint URL] [--json]
        sluice queues create QUEUE [--fifo] [--no-dlq] [--max-receives N] [--owner TEAM] [--visibility D]
        sluice queues pause QUEUE
        sluice queues resume QUEUE
+       sluice queues peek QUEUE [filters]   browse any queue without receiving
 
 List every queue with its depth by state, the age of its oldest message,
 its dead-letter queue and receive limit, and the queues that dead-letter
@@ -28,13 +29,16 @@ its messages stay visible, e.g. while a downstream is down. resume lets
 them flow again. The state survives restarts.
 `
 
-// Queues runs `sluice queues`.
+// Queues runs `sluice queues` and `sluice queues peek`.
 func Queues(ctx context.Context, args []string, env *Env) int {
 	if len(args) > 0 && (args[0] == "pause" || args[0] == "resume") {
 		return queuesPause(ctx, args[1:], env, args[0])
 	}
 	if len(args) > 0 && args[0] == "create" {
 		return queuesCreate(ctx, args[1:], env)
+	}
+	if len(args) > 0 && args[0] == "peek" {
+		return queuesPeek(ctx, args[1:], env)
 	}
 	c := newCommand(env, "sluice queues", queuesUsage)
 	return c.run(args, 0, 0, func([]string) int {

@@ -241,29 +241,45 @@ func (d *Dashboard) overview(eng *engine.Engine, now time.Time) Overview {
 		Queues:                []QueueMeters{},
 	}
 	infos, sources := readQueues(eng)
+	routedTo := routedDLQs(sources)
 	for i := range infos {
 		info := &infos[i]
-		o.Queues = append(o.Queues, d.meters(info, sources[info.Name], now, d.opts.SparkWindow, sparkPoints))
+		m := d.meters(info, sources[info.Name], now, d.opts.SparkWindow, sparkPoints)
+		if m.DeadLetterQueue == "" {
+			m.DeadLetterQueue = routedTo[info.Name]
+		}
+		o.Queues = append(o.Queues, m)
 	}
 	return o
 }
 
+// routedDLQs maps each source queue to its first dead-letter queue (by
+// name) from the dlq → sources map, so that a queue dead-lettering through
+// an AMQP dead-letter exchange shows the queue its dead letters reach.
+func routedDLQs(sources map[string][]string) map[string]string {
+	out := make(map[string]string)
+	for dlq, srcs := range sources {
+		for _, s := range srcs {
+			if cur, ok := out[s]; !ok || dlq < cur {
+				out[s] = dlq
+			}
+		}
+	}
+	return out
+}
+
 // readQueues returns every queue's info, sorted by name, and each DLQ's
-// sources.
+// sources (AMQP dead-letter exchanges' targets included).
 func readQueues(eng *engine.Engine) ([]engine.QueueInfo, map[string][]string) {
 	var infos []engine.QueueInfo
-	sources := make(map[string][]string)
 	for _, n := range eng.ListQueues("") {
 		info, err := eng.GetQueue(n)
 		if err != nil {
 			continue
 		}
 		infos = append(infos, info)
-		if dl := info.Config.DeadLetter; dl != nil && !dl.Routed && dl.Target != "" {
-			sources[dl.Target] = append(sources[dl.Target], n)
-		}
 	}
-	return infos, sources
+	return infos, eng.DeadLetterQueues()
 }
 
 // meters builds a queue's current meters and, from the samples within
@@ -414,8 +430,12 @@ func (d *Dashboard) serveQueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "StorageFailed", err.Error())
 		return
 	}
-	srcs, _ := eng.DeadLetterSources(name)
-	writeJSON(w, d.detail(eng, &info, srcs, d.clk.Now()))
+	all := eng.DeadLetterQueues()
+	det := d.detail(eng, &info, all[name], d.clk.Now())
+	if det.DeadLetterQueue == "" {
+		det.DeadLetterQueue = routedDLQs(all)[name]
+	}
+	writeJSON(w, det)
 }
 
 func (d *Dashboard) detail(eng *engine.Engine, info *engine.QueueInfo, sources []string, now time.Time) QueueDetail {

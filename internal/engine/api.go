@@ -89,7 +89,7 @@ func (e *Engine) PurgeQueue(name string) error {
 }
 
 // DeadLetterSources returns, sorted, the queues whose DeadLetterPolicy names
-// dlq.
+// dlq, or whose Routed policy can reach it (see DeadLetterTargeter).
 func (e *Engine) DeadLetterSources(dlq string) ([]string, error) {
 	return e.deadLetterSources(dlq)
 }

@@ -914,15 +914,7 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 	if _, err := e.lookup(dlq); err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, q := range e.allQueues() {
-		q.mu.Lock()
-		if d := q.cfg.DeadLetter; d != nil && d.Target == dlq && !q.deleted {
-			out = append(out, q.name)
-		}
-		e.unlock(q)
-	}
-	return out, nil
+	return e.DeadLetterQueues()[dlq], nil
 }
 
 func (e *Engine) purgeQueue(name string) error {

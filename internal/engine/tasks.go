@@ -176,7 +176,7 @@ func (e *Engine) dryRunMove(spec MoveTaskSpec) (DryRun, error) {
 	out := DryRun{ByDestination: map[string]int{}}
 	for _, m := range q.candidatesLocked(&spec.Filter, q.nextSeq.Load()) {
 		out.Total++
-		out.ByDestination[destinationOf(spec.Destination, m)]++
+		out.ByDestination[e.redriveDestinationLocked(q, spec.Destination, m)]++
 		if len(out.Sample) < moveTaskSampleSize {
 			out.Sample = append(out.Sample, q.viewLocked(m))
 		}
@@ -542,7 +542,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 		return 0, true, ""
 	}
 	for _, m := range cands[:min(n, len(cands))] {
-		dname := destinationOf(tk.Destination, m)
+		dname := e.redriveDestinationLocked(q, tk.Destination, m)
 		d, err := e.lookup(dname)
 		if err != nil || d == q {
 			reason = "AWS.SimpleQueueService.NonExistentQueue"

@@ -97,6 +97,12 @@ type Metrics struct {
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed, unlabelled *prometheus.Desc
 	dropped, paused                                                                  *prometheus.Desc
+
+	http *httpRequests
+
+	// extra holds collectors added by options (WithBuildInfo), registered
+	// with the rest in New.
+	extra []prometheus.Collector
 }
 
 type queueMetrics struct {
@@ -127,6 +133,7 @@ func New(opts ...Option) *Metrics {
 		clk:       clock.Real{},
 		maxSeries: DefaultMaxQueueSeries,
 		byClass:   newClassCounter(),
+		http:      newHTTPRequests(),
 
 		sent:         counter("sluice_sent_total", "Messages stored by Send.", "queue"),
 		received:     counter("sluice_received_total", "Messages returned by Receive, including redeliveries.", "queue"),
@@ -154,7 +161,7 @@ func New(opts ...Option) *Metrics {
 		inFlight:    prometheus.NewDesc("sluice_queue_inflight_messages", "Messages received and not yet deleted or returned.", []string{"queue"}, nil),
 		delayed:     prometheus.NewDesc("sluice_queue_delayed_messages", "Messages not yet visible because of a delay or retry backoff.", []string{"queue"}, nil),
 		oldestAge:   prometheus.NewDesc("sluice_queue_oldest_message_age_seconds", "Age of the oldest message in the queue, in any state, from its send; 0 when empty.", []string{"queue"}, nil),
-		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue names this queue as its dead-letter queue, else 0.", []string{"queue"}, nil),
+		isDLQ:       prometheus.NewDesc("sluice_queue_is_dlq", "1 when some queue dead-letters into this queue (its dead-letter policy names it, or its AMQP dead-letter exchange routes to it), else 0.", []string{"queue"}, nil),
 		dlqTarget:   prometheus.NewDesc("sluice_queue_dead_letter_target", "1 for each queue with a dead-letter policy, labelled with its target.", []string{"queue", "target"}, nil),
 		unlabelled:  prometheus.NewDesc("sluice_metrics_unlabelled_queues", "Queues beyond the per-queue series cap, counted together under queue=\"(other)\".", nil, nil),
 		dropped:     prometheus.NewDesc("sluice_dropped_total", "Messages dropped for want of a dead-letter target (rejected without requeue, over a length limit, at the delivery limit), since the broker started.", []string{"queue"}, nil),
@@ -166,10 +173,13 @@ func New(opts ...Option) *Metrics {
 	}
 	m.reg.MustRegister(
 		queueCollector{m},
+		newTaskCollector(m),
+		m.http.vec,
 		m.walSync,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.reg.MustRegister(m.extra...)
 	return m
 }
 
@@ -351,9 +361,9 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 			continue
 		}
 		infos = append(infos, info)
-		if d := info.Config.DeadLetter; d != nil {
-			dlqs[d.Target] = true
-		}
+	}
+	for dlq := range eng.DeadLetterQueues() {
+		dlqs[dlq] = true
 	}
 	// A queue missing from the list may have been created since; only
 	// one the engine does not know now is gone.

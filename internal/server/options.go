@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
+	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -168,6 +169,22 @@ type Options struct {
 
 	// Alerts configures the built-in alert rules and their webhooks.
 	Alerts AlertsConfig `toml:"alerts"`
+
+	// Queues, Exchanges, AMQPQueues and Bindings are declared at every
+	// start, before the listeners open ([[queues]], [[exchanges]],
+	// [[amqp_queues]], [[bindings]]; see Definitions). What exists with
+	// the same settings is left alone; a declared SQS queue whose
+	// attributes changed in the file gets the new values; an AMQP object
+	// declared with different settings stops the start.
+	Queues     []QueueDeclaration        `toml:"queues"`
+	Exchanges  []amqp.ExchangeDefinition `toml:"exchanges"`
+	AMQPQueues []amqp.QueueDefinition    `toml:"amqp_queues"`
+	Bindings   []amqp.BindingDefinition  `toml:"bindings"`
+
+	// Build names the running build, for the startup log line and the
+	// sluice_build_info metric. cmd/sluice fills it from buildinfo.Read;
+	// it is not a config file setting.
+	Build buildinfo.Info `toml:"-"`
 }
 
 // AMQPUser is one [[amqp_users]] entry. PasswordHash comes from

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ import (
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
+	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -65,6 +67,10 @@ type Server struct {
 	// memHigh is the resolved memory_high_watermark (0: off).
 	memHigh int64
 	alarms  alarms
+
+	// serving is true from the moment Run has its listeners serving until
+	// shutdown begins: GET /ready answers 200 only then.
+	serving atomic.Bool
 
 	httpLn   net.Listener
 	httpSrv  *http.Server
@@ -106,9 +112,20 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 	}()
 
-	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithMaxQueueSeries(opts.MetricsMaxQueueSeries))
+	if opts.Build == (buildinfo.Info{}) {
+		opts.Build = buildinfo.Read("", "", "")
+		s.opts.Build = opts.Build
+	}
+	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithBuildInfo(opts.Build), metrics.WithMaxQueueSeries(opts.MetricsMaxQueueSeries))
 	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
-	s.dash = dashboard.New(nil, dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts})
+	// The overview's DLQ growth column counts over the same window as the
+	// dlq_growth alert shown in its banner, so the two agree.
+	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
+	if w := opts.Alerts.options().DLQGrowthWindow; w > 0 {
+		dopts.GrowthWindow = w
+		dopts.History = max(w, 15*time.Minute)
+	}
+	s.dash = dashboard.New(nil, dopts)
 	switch opts.Store {
 	case "memory":
 		s.st = memstore.New()
@@ -157,6 +174,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	s.alerts.Attach(eng)
 	s.dash.Attach(eng)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
+	if opts.Store != "memory" {
+		s.metrics.Registry().MustRegister(newDiskCollector(s))
+	}
 
 	// The AMQP server loads the topology even when no AMQP listener is
 	// configured: the engine's dead-letter routing depends on it.
@@ -192,6 +212,12 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 			Help: "Panics in AMQP connection, channel and consumer goroutines, each contained to its connection (closed with 541)."},
 			func() float64 { return float64(s.amqp.Panics()) }),
 	)
+	s.metrics.Registry().MustRegister(newAMQPCollector(s))
+	// Declarations from the config are applied after the disk check: a
+	// broker at the watermark still starts, and still refuses messages.
+	if err := s.applyDefinitions(Definitions{Queues: opts.Queues, Exchanges: opts.Exchanges, AMQPQueues: opts.AMQPQueues, Bindings: opts.Bindings}); err != nil {
+		return nil, fmt.Errorf("declarations in the config: %w", err)
+	}
 
 	s.budget = httpbody.NewBudget(opts.HTTPBodyBudget, 0, clk)
 	s.httpSrv = &http.Server{
@@ -247,7 +273,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
-	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk})
+	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest})
 	ops.Handle(admin.Prefix, adminH)
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
@@ -255,6 +281,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ops.Handle("/sluice/v1/dashboard/", s.dash)
 	ops.Handle("GET /sluice/v1/advisor", s.dash)
 	ops.Handle("GET /sluice/v1/amqp/topology", s.amqp.TopologyHandler())
+	ops.Handle("/sluice/v1/definitions", s.definitionsHandler())
 	ha := opts.HTTPAuth.options()
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
@@ -262,7 +289,8 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	// One budget for every request body buffered in memory, read once
 	// (by SigV4 when it is on, else by the SQS handler).
 	budget := s.budget
-	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget})
+	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget,
+		OnRequest: s.metrics.ObserveSQSRequest})
 	var sqsH http.Handler = sqsAPI
 	if len(opts.SQSCredentials) > 0 {
 		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk,
@@ -270,6 +298,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /ready", s.ready)
 	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
 	mux.Handle("POST /sluice/v1/failures", s.failuresRoute(adminH, guarded, budget, clk))
 	mux.Handle("GET /metrics", guarded)
@@ -335,6 +364,32 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 }
 
+// ready answers 200 when the broker can take traffic: the store is open
+// and has not failed, recovery is done (New returns only after the engine
+// has loaded every queue and message, and the AMQP topology), and the
+// listeners are serving (Run has started them and shutdown has not
+// begun). Otherwise 503, naming the check that fails. Unlike /health,
+// which says whether the process is alive and its store sound, /ready is
+// for load balancers and orchestrators deciding whether to send traffic.
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	checks := map[string]string{"store": "open", "recovery": "done", "listeners": "serving"}
+	ok := true
+	if err := s.eng.Failed(); err != nil {
+		checks["store"], ok = "failed: "+err.Error(), false
+	}
+	if !s.serving.Load() {
+		checks["listeners"], ok = "not serving", false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	status := "ready"
+	if !ok {
+		status = "not ready"
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
+}
+
 // Run serves until ctx ends, then shuts down gracefully: background loops
 // stop, listeners stop accepting, in-flight requests get a few seconds to
 // finish (long polls are ended by closing the engine), AMQP connections are
@@ -351,7 +406,8 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { s.dash.Run(bg); close(dashDone) }()
 	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
 	go func() { s.watchMemory(bg, memPollInterval); close(memDone) }()
-	s.log.Info("sluice started", "http", s.SQSAddr(), "amqp", s.AMQPAddr(), "store", s.opts.Store, "data_dir", s.opts.DataDir)
+	s.serving.Store(true)
+	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
 		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
@@ -373,10 +429,34 @@ func (s *Server) Run(ctx context.Context) error {
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
+	if err == nil {
+		s.log.Info("sluice stopped")
+	}
 	return err
 }
 
+// startedAttrs are the fields of the "sluice started" line: the build, the
+// listeners, where the dashboard is, and the store (its data directory only
+// when there is one).
+func (s *Server) startedAttrs() []any {
+	scheme := "http"
+	if s.opts.TLS.Cert != "" {
+		scheme = "https"
+	}
+	attrs := []any{
+		"version", s.opts.Build.Version, "commit", s.opts.Build.ShortCommit(),
+		"http", s.SQSAddr(), "amqp", s.AMQPAddr(),
+		"dashboard", scheme + "://" + s.SQSAddr() + "/ui/",
+		"store", s.opts.Store,
+	}
+	if s.opts.Store != "memory" {
+		attrs = append(attrs, "data_dir", s.opts.DataDir)
+	}
+	return attrs
+}
+
 func (s *Server) shutdown() {
+	s.serving.Store(false)
 	s.log.Info("sluice stopping")
 	// AMQP first: its consumers requeue their unacknowledged deliveries
 	// into the engine, which must still be open.

@@ -14,8 +14,6 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
-	"github.com/sluicemq/sluice/worker"
 )
 
 // TestWorkerReportsFailuresWithItsSQSKey: with auth on, a worker reports
@@ -57,17 +55,32 @@ func TestWorkerReportsFailuresWithItsSQSKey(t *testing.T) {
 		}
 	}
 
-	src, err := worker.NewSQSSource(wk, urls["jobs"], worker.SQSSourceOptions{WaitTime: 1e9})
-	if err != nil {
-		t.Fatal(err)
+	// The worker SDK (its own module) sends exactly this: the report,
+	// SigV4-signed with the worker's SQS key.
+	report := func(queueURL, handle string) (int, string) {
+		body := `{"queueUrl":"` + queueURL + `","receiptHandle":"` + handle + `","errorClass":"Poison","errorMessage":"cannot parse","terminal":true}`
+		req, _ := http.NewRequest("POST", "http://"+s.SQSAddr()+"/sluice/v1/failures", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		sum := sha256.Sum256([]byte(body))
+		if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: "AKIDWORKER", SecretAccessKey: "worker-secret"},
+			req, hex.EncodeToString(sum[:]), "sqs", "us-east-1", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
-	msgs, err := src.Receive(ctx, 1)
-	if err != nil || len(msgs) != 1 {
-		t.Fatalf("receive: %v %d", err, len(msgs))
+	mine, err := wk.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls["jobs"]), WaitTimeSeconds: 1})
+	if err != nil || len(mine.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
 	}
-	out, err := src.Fail(ctx, msgs[0], worker.Failure{Terminal: true, ErrorClass: "Poison", ErrorMessage: "cannot parse"})
-	if err != nil || !out.Reported || !out.DeadLettered || out.Target != "jobs-dlq" {
-		t.Fatalf("worker failure report: %+v %v", out, err)
+	if code, b := report(urls["jobs"], *mine.Messages[0].ReceiptHandle); code != http.StatusOK ||
+		!strings.Contains(b, `"deadLettered":true`) || !strings.Contains(b, `"target":"jobs-dlq"`) {
+		t.Fatalf("worker failure report: %d %s", code, b)
 	}
 
 	// The same key cannot report on a queue outside its list, and an
@@ -76,23 +89,10 @@ func TestWorkerReportsFailuresWithItsSQSKey(t *testing.T) {
 	if err != nil || len(recv.Messages) != 1 {
 		t.Fatalf("receive other: %v", err)
 	}
+	if code, b := report(urls["other"], *recv.Messages[0].ReceiptHandle); code != http.StatusForbidden || !strings.Contains(b, "AccessDenied") {
+		t.Fatalf("report on another queue: %d %s", code, b)
+	}
 	body := `{"queueUrl":"` + urls["other"] + `","receiptHandle":"` + *recv.Messages[0].ReceiptHandle + `","terminal":true}`
-	req, _ := http.NewRequest("POST", "http://"+s.SQSAddr()+"/sluice/v1/failures", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	sum := sha256.Sum256([]byte(body))
-	if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: "AKIDWORKER", SecretAccessKey: "worker-secret"},
-		req, hex.EncodeToString(sum[:]), "sqs", "us-east-1", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	signedResp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(signedResp.Body)
-	signedResp.Body.Close()
-	if signedResp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "AccessDenied") {
-		t.Fatalf("report on another queue: %d %s", signedResp.StatusCode, b)
-	}
 	resp, err := http.Post("http://"+s.SQSAddr()+"/sluice/v1/failures", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

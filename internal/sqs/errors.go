@@ -151,6 +151,10 @@ const (
 	msgTaskDoesNotExist   = "Task does not exist."
 )
 
+// msgShuttingDown answers requests the engine's close ended, parked long
+// polls above all: an expected part of a shutdown, not an error.
+const msgShuttingDown = "The service is shutting down."
+
 // errResourceNotFound is the move tasks' 404 for an ARN parameter naming a
 // queue that does not exist.
 func errResourceNotFound(param string) *apiError {
@@ -229,7 +233,7 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	case errors.Is(err, engine.ErrTooManyTags):
 		return newErr(kindInvalidParameter, "Too many tags added for queue %s.", d.queue)
 	case errors.Is(err, engine.ErrClosed):
-		return newErr(kindServiceUnavailable, "The service is shutting down.")
+		return newErr(kindServiceUnavailable, msgShuttingDown)
 	case errors.Is(err, engine.ErrDiskFull):
 		// 503 makes the SDKs back off and retry: back-pressure.
 		return newErr(kindServiceUnavailable, "The broker's disk is nearly full; new messages are refused until space returns. Retry later.")

@@ -50,6 +50,12 @@ type Options struct {
 	// requests in flight (shared with SigV4); nil: no shared bound (each
 	// body is still capped at 5 MiB and grown only as bytes arrive).
 	BodyBudget *httpbody.Budget
+	// OnRequest, if set, is called after each request is answered with
+	// the action (one of the API's action names, or "invalid" when the
+	// request named none or an unknown one, so the values are bounded)
+	// and the HTTP status. It runs on the request's goroutine: it must be
+	// fast (a counter's Inc).
+	OnRequest func(action string, status int)
 }
 
 // Handler serves the SQS API. It is safe for concurrent use and holds no
@@ -62,12 +68,14 @@ type Handler struct {
 	clock   clock.Clock
 	budget  *httpbody.Budget
 
+	onRequest func(action string, status int)
+
 	bufs sync.Pool // *[]byte response buffers (writeOutput)
 }
 
 // New returns a Handler serving eng.
 func New(eng *engine.Engine, opts Options) *Handler {
-	h := &Handler{eng: eng, account: opts.AccountID, region: opts.Region, log: opts.Logger, clock: opts.Clock, budget: opts.BodyBudget}
+	h := &Handler{eng: eng, account: opts.AccountID, region: opts.Region, log: opts.Logger, clock: opts.Clock, budget: opts.BodyBudget, onRequest: opts.OnRequest}
 	if h.account == "" {
 		h.account = "000000000000"
 	}
@@ -133,9 +141,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer c.releaseBody()
 	if err != nil {
 		c.writeError(w, err)
-		return
+	} else {
+		c.writeOutput(w, out)
 	}
-	c.writeOutput(w, out)
+	if f := h.onRequest; f != nil {
+		action, status := c.action, http.StatusOK
+		if err != nil {
+			status = err.kind.status
+			if _, _, known := lookupAction(action); !known || err.kind == kindInvalidAction {
+				action = "invalid"
+			}
+		} else if action == "" {
+			action = "invalid"
+		}
+		f(action, status)
+	}
 }
 
 func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError) {

@@ -176,9 +176,17 @@ func (h *Handler) putBuf(b *[]byte) {
 // message plus the x-amzn-query-error header, or a Query ErrorResponse.
 func (c *call) writeError(w http.ResponseWriter, err *apiError) {
 	k := err.kind
-	if k.status >= 500 {
+	switch {
+	case err.msg == msgShuttingDown:
+		// Every parked long poll ends this way at shutdown.
+		c.h.log.Debug("sqs: request ended by shutdown", "action", c.action, "request_id", c.reqID)
+	case k == kindServiceUnavailable:
+		// Back-pressure (disk nearly full): the SDKs retry; the cause is
+		// logged once where it is detected.
+		c.h.log.Warn("sqs: request refused", "action", c.action, "code", k.code, "request_id", c.reqID, "err", err.msg)
+	case k.status >= 500:
 		c.h.log.Error("sqs: request failed", "action", c.action, "code", k.code, "request_id", c.reqID, "err", err.msg)
-	} else {
+	default:
 		c.h.log.Debug("sqs: request rejected", "action", c.action, "code", k.code, "request_id", c.reqID, "err", err.msg)
 	}
 	w.Header().Set("x-amzn-query-error", k.code+";"+k.fault())

@@ -166,11 +166,19 @@ func TestOperatorJourney(t *testing.T) {
 	}
 	do(t, ctx, "set the rate", chromedp.SetValue(chromedp.CSS("#r-rate"), "20"))
 	do(t, ctx, "start the redrive", chromedp.Click(chromedp.CSS("#start-redrive")))
+	// The confirmation names what will happen, from a dry run.
+	waitJS(t, ctx, "the redrive confirmation", `document.querySelector('#confirm-dialog') && document.querySelector('#confirm-dialog').open`, 5*time.Second)
+	if s := text(t, ctx, "#confirm-text"); !strings.Contains(s, "Move 60 messages from orders-dlq (60 to orders) at 20 per second") {
+		t.Fatalf("redrive confirmation: %q", s)
+	}
+	do(t, ctx, "confirm the redrive", chromedp.Evaluate[chromedp.Void](`document.getElementById('confirm-ok').click()`))
 	waitJS(t, ctx, "the safety stop", `document.querySelector('#task [data-status="PAUSED"]') !== null`, 20*time.Second)
 	if s := text(t, ctx, "#task-reason"); !strings.Contains(s, "Safety stop") || !strings.Contains(s, "SchemaError") {
 		t.Fatalf("pause reason: %q", s)
 	}
 	waitJS(t, ctx, "the resume button", `document.getElementById('resume-task') !== null && document.getElementById('cancel-task') !== null`, 5*time.Second)
+	// While a task is active, Start says why it is disabled.
+	waitJS(t, ctx, "the disabled start button's reason", `document.getElementById('start-redrive').disabled && document.getElementById('start-why').innerText.includes('A redrive is PAUSED on this queue')`, 5*time.Second)
 	do(t, ctx, "scroll to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
 	screenshot(t, ctx, shots, "dlq.png")
 
@@ -196,6 +204,8 @@ func TestOperatorJourney(t *testing.T) {
 	do(t, ctx, "dry run again", chromedp.Click(chromedp.CSS("#dry-run")))
 	waitJS(t, ctx, "the second dry run", fmt.Sprintf(`document.getElementById('dry-run-result').innerText.includes('%d message')`, left), 5*time.Second)
 	do(t, ctx, "redrive the rest", chromedp.Click(chromedp.CSS("#start-redrive")))
+	waitJS(t, ctx, "the second confirmation", `document.querySelector('#confirm-dialog').open`, 5*time.Second)
+	do(t, ctx, "confirm the second redrive", chromedp.Evaluate[chromedp.Void](`document.getElementById('confirm-ok').click()`))
 	waitJS(t, ctx, "the second task to complete", `document.querySelector('#task [data-status="COMPLETED"] progress') !== null && document.getElementById('task-counts').innerText.startsWith('`+strconv.Itoa(left)+` of')`, 30*time.Second)
 	waitJS(t, ctx, "the DLQ meter at 0", `document.querySelector('#dlq-depth .tile-value').textContent.trim().startsWith('0')`, 15*time.Second)
 	waitJS(t, ctx, "no dead letters listed", `document.querySelectorAll('#messages tbody tr[data-id]').length === 0`, 10*time.Second)

@@ -113,9 +113,9 @@ func TestAWSCLIReadmeExample(t *testing.T) {
 			run("create-queue", "--queue-name", q, "--attributes",
 				`{"RedrivePolicy":"{\"deadLetterTargetArn\":\"arn:aws:sqs:us-east-1:000000000000:`+q+`-dlq\",\"maxReceiveCount\":\"3\"}"}`)
 			url := endpoint + "/000000000000/" + q
-			run("send-message", "--queue-url", url, "--message-body", `{"order":42}`)
+			run("send-message", "--queue-url", url, "--message-body", `{"id":"o-42","customer":"c-1","amount":420}`)
 			out := run("receive-message", "--queue-url", url, "--attribute-names", "All", "--wait-time-seconds", "5")
-			if !strings.Contains(out, `{\"order\":42}`) || !strings.Contains(out, "ApproximateReceiveCount") {
+			if !strings.Contains(out, `{\"id\":\"o-42\",\"customer\":\"c-1\",\"amount\":420}`) || !strings.Contains(out, "ApproximateReceiveCount") {
 				t.Fatalf("receive-message output:\n%s", out)
 			}
 		})

@@ -56,7 +56,7 @@ export function render(main, _param, ctx) {
       h('td', { 'data-label': 'Verdict' }, badge(f.verdict, KIND[f.verdict])),
       h('th', { scope: 'row', 'data-label': 'Queue' }, h('a', { href: `#/queue/${enc(f.queue)}` }, f.queue)),
       h('td', { 'data-label': 'Check', title: CHECKS[f.check] || '' }, h('code', {}, f.check)),
-      h('td', { 'data-label': 'Reason' }, f.reason)))
+      h('td', { 'data-label': 'Reason' }, f.reason, f.fix ? h('div', { class: 'fix small' }, h('strong', {}, 'Fix: '), h('code', {}, f.fix)) : null)))
       : h('tr', {}, h('td', { colspan: 4, class: 'empty' }, data.findings.length ? 'Every check passes.' : 'No queues to check yet.')));
     replace(gaps, (data.gaps || []).length ? h('details', {}, h('summary', {}, `Checks without data (${data.gaps.length})`),
       h('ul', {}, data.gaps.map((g) => h('li', {}, g)))) : null);

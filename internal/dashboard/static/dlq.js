@@ -2,6 +2,7 @@
 // (without receiving them), inspect and delete one, export, and redrive
 // with a dry run, a rate and the safety stop, watching the task.
 import { h, replace, api, enc, fmtInt, fmtAge, fmtTime, badge, levelBadge, notice } from './dom.js';
+import { confirmAction } from './actions.js';
 
 const REASONS = ['terminal', 'max_receives', 'delivery_limit', 'expired', 'maxlen'];
 const ACTIVE = new Set(['RUNNING', 'CANCELLING', 'PAUSED']);
@@ -42,10 +43,20 @@ export function render(main, name, ctx) {
   const search = h('input', { id: 'search', type: 'search', placeholder: 'body, error, id…', autocomplete: 'off' });
   const exportLink = h('a', { class: 'button', id: 'export', download: `${name}.jsonl` }, 'Export (JSONL)');
   const count = h('p', { class: 'muted', id: 'browse-count', role: 'status' });
+  // Selection: checkboxes per loaded message, redriven together.
+  const selected = new Set();
+  const selectAll = h('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'Select every shown message' });
+  const redriveSelectedBtn = h('button', { type: 'button', id: 'redrive-selected', disabled: true, title: 'Select messages first' }, 'Redrive selected');
+  const drawSelection = () => {
+    const n = selected.size;
+    redriveSelectedBtn.disabled = n === 0;
+    redriveSelectedBtn.title = n === 0 ? 'Select messages first (the boxes in the first column)' : '';
+    replace(redriveSelectedBtn, n ? `Redrive selected (${fmtInt(n)})` : 'Redrive selected');
+  };
   const tbody = h('tbody', {});
   const table = h('table', { class: 'messages', id: 'messages' },
     h('caption', {}, 'Dead letters, oldest first. Browsing does not receive them or change their counts.'),
-    h('thead', {}, h('tr', {}, ['Message', 'Sent', 'Dead-lettered', 'Reason', 'Error', 'Attempts', 'Consumer', 'Source', ''].map((c) =>
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, selectAll), ['Message', 'Sent', 'Dead-lettered', 'Reason', 'Error', 'Attempts', 'Consumer', 'Source', ''].map((c) =>
       h('th', { scope: 'col' }, c || h('span', { class: 'visually-hidden' }, 'Actions'))))),
     tbody);
   const more = h('button', { type: 'button', id: 'load-more', hidden: true, onclick: () => browse(false) }, 'Load more');
@@ -63,6 +74,16 @@ export function render(main, name, ctx) {
   const history = h('div', { id: 'task-history' });
   const dryBtn = h('button', { type: 'button', id: 'dry-run', onclick: () => redrive(true) }, 'Dry run');
   const startBtn = h('button', { type: 'button', id: 'start-redrive', class: 'primary', onclick: () => redrive(false) }, 'Start redrive');
+  // A disabled button says why, next to it and to screen readers.
+  const startWhy = h('small', { id: 'start-why', class: 'muted', role: 'status' });
+  startBtn.setAttribute('aria-describedby', 'start-why');
+  const blockStart = (t) => {
+    const active = !!(t && ACTIVE.has(t.status));
+    startBtn.disabled = active;
+    const why = active ? `A redrive is ${t.status} on this queue (task ${t.id.slice(0, 8)}): ${t.status === 'PAUSED' ? 'resume or cancel' : 'cancel it or let it finish'} before starting another.` : '';
+    startBtn.title = why;
+    replace(startWhy, why);
+  };
   const redriveForm = h('form', { class: 'redrive', id: 'redrive', 'aria-labelledby': 'redrive-h', onsubmit: (e) => e.preventDefault() },
     h('h2', { id: 'redrive-h' }, 'Redrive'),
     h('p', { class: 'muted small' }, 'Moves the messages selected by the filter back into service, oldest first, as new messages with a fresh receive count. ',
@@ -70,22 +91,28 @@ export function render(main, name, ctx) {
     h('div', { class: 'fields' },
       field('Destination', dest), field('Rate (messages/s)', rate, '1–500'),
       field('Safety window (s)', win), field('Safety threshold', thr, 'returns that pause the task')),
-    h('div', { class: 'actions' }, dryBtn, startBtn),
+    h('div', { class: 'actions' }, dryBtn, startBtn, startWhy),
     redriveStatus, dryResult);
 
+  // The page browses any queue; on one that is not a dead-letter queue it
+  // says so in its heading.
+  const heading = h('h1', { id: 'dlq-heading' }, 'Dead letters in ', name);
   main.append(
     h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/' }, 'Overview'), ' / ', h('a', { href: `#/queue/${enc(name)}` }, name), ' / dead letters'),
-    h('h1', {}, 'Dead letters in ', name),
+    heading,
     pageStatus, meters,
     h('section', { class: 'task-panel', 'aria-labelledby': 'task-h' }, h('h2', { id: 'task-h' }, 'Redrive task'), taskBox, history),
     filterForm,
+    // The redrive acts on the filter's selection: it sits between the
+    // filter and the list, not below a long table.
+    redriveForm,
     h('section', { 'aria-labelledby': 'msgs-h' },
       h('div', { class: 'section-head' }, h('h2', { id: 'msgs-h' }, 'Messages'),
         h('div', { class: 'inline-actions' },
           h('label', { for: 'search' }, 'Search loaded messages'), search,
-          h('button', { type: 'button', id: 'refresh', onclick: () => browse(true) }, 'Refresh'), exportLink)),
+          h('button', { type: 'button', id: 'refresh', onclick: () => browse(true) }, 'Refresh'), exportLink, redriveSelectedBtn)),
       count, h('div', { class: 'table-wrap' }, table), more),
-    redriveForm, dialog);
+    dialog);
 
   let loaded = [];
   let cursor = '';
@@ -156,7 +183,10 @@ export function render(main, name, ctx) {
     const shown = loaded.filter((m) => matches(m, text));
     replace(tbody, shown.map(row));
     replace(count, `Showing ${fmtInt(shown.length)} of ${fmtInt(loaded.length)} loaded${cursor ? ' (more to load)' : ''}.`);
-    if (loaded.length === 0) replace(tbody, h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No dead letters match.')));
+    if (loaded.length === 0) replace(tbody, h('tr', {}, h('td', { colspan: 10, class: 'empty' }, 'No dead letters match.')));
+    for (const id of [...selected]) if (!loaded.some((m) => m.id === id)) selected.delete(id);
+    selectAll.checked = shown.length > 0 && shown.every((m) => selected.has(m.id));
+    drawSelection();
   };
   search.addEventListener('input', drawRows);
 
@@ -165,7 +195,17 @@ export function render(main, name, ctx) {
     const lf = m.lastFailure || {};
     const open = h('button', { type: 'button', class: 'small', onclick: () => show(m.id) }, 'Inspect');
     open.setAttribute('aria-label', `Inspect message ${m.id}`);
+    const one = h('button', { type: 'button', class: 'small redrive-one', onclick: () => redriveIds([m.id]) }, 'Redrive');
+    one.setAttribute('aria-label', `Redrive message ${m.id}`);
+    const pick = h('input', { type: 'checkbox', class: 'pick', 'data-id': m.id, 'aria-label': `Select message ${m.id}` });
+    pick.checked = selected.has(m.id);
+    pick.addEventListener('change', () => {
+      if (pick.checked) selected.add(m.id);
+      else selected.delete(m.id);
+      drawSelection();
+    });
     return h('tr', { 'data-id': m.id },
+      h('td', {}, pick),
       h('td', { 'data-label': 'Message' }, h('code', { title: m.id }, m.id.slice(0, 8))),
       h('td', { 'data-label': 'Sent' }, fmtTime(m.sentAt)),
       h('td', { 'data-label': 'Dead-lettered' }, fmtTime(dlx.deadLetteredAt)),
@@ -174,7 +214,7 @@ export function render(main, name, ctx) {
       h('td', { 'data-label': 'Attempts' }, String(dlx.attempts || m.receiveCount || 0)),
       h('td', { 'data-label': 'Consumer' }, [lf.consumerId, lf.consumerVersion].filter(Boolean).join(' ') || '—'),
       h('td', { 'data-label': 'Source' }, dlx.sourceQueue || m.deadLetterSource || '—'),
-      h('td', {}, open));
+      h('td', { class: 'row-actions' }, open, ' ', one));
   };
 
   // show opens one message, fetched fresh, in a modal dialog.
@@ -241,6 +281,15 @@ export function render(main, name, ctx) {
     if (Number(thr.value)) req.safetyThreshold = Number(thr.value);
     dryBtn.disabled = startBtn.disabled = true;
     try {
+      if (!dryRun) {
+        // Confirm with the numbers of a dry run of the same request.
+        const dry = await api(`${qpath}/redrive`, { method: 'POST', body: { ...req, dryRun: true } });
+        if (closed) return;
+        const dests = Object.entries(dry.byDestination || {}).map(([d, n]) => `${fmtInt(n)} to ${d}`).join(', ');
+        const text = `Move ${fmtInt(dry.total)} message${dry.total === 1 ? '' : 's'} from ${name}${dests ? ` (${dests})` : ''} at ${req.rate} per second. ` +
+          `They are delivered again as new messages, so consumers must be idempotent. The task pauses itself if ${req.safetyThreshold || 3} come back within ${req.safetyWindowSeconds || 30} s.`;
+        if (!(await confirmAction({ title: 'Start redrive?', text, confirm: 'Start redrive' }))) return;
+      }
       const res = await api(`${qpath}/redrive`, { method: 'POST', body: req });
       if (closed) return;
       if (dryRun) {
@@ -260,13 +309,43 @@ export function render(main, name, ctx) {
       notice(redriveStatus, e.code === 'TaskRunning' ? 'A redrive is already active on this queue: cancel or finish it first.' : `Redrive refused: ${e.message}`, 'error');
     } finally {
       dryBtn.disabled = false;
-      startBtn.disabled = !!(task && ACTIVE.has(task.status));
+      blockStart(task);
     }
   };
 
+  // redriveIds redrives the given messages (one row's, or the selection)
+  // after a confirmation naming them, with the form's destination and rate.
+  const redriveIds = async (ids) => {
+    const req = { filter: { ids }, rate: Number(rate.value) || 50 };
+    if (dest.value) req.destination = dest.value;
+    const where = dest.value ? dest.value : ids.length === 1 ? 'the queue it came from' : 'the queues they came from';
+    const what = ids.length === 1 ? `message ${ids[0]}` : `${fmtInt(ids.length)} selected messages`;
+    const text = `Move ${what} from ${name} to ${where}, as new messages with a fresh receive count. Consumers must be idempotent.`;
+    if (!(await confirmAction({ title: ids.length === 1 ? 'Redrive this message?' : 'Redrive the selection?', text, confirm: 'Redrive' }))) return;
+    try {
+      const res = await api(`${qpath}/redrive`, { method: 'POST', body: req });
+      if (closed) return;
+      for (const id of ids) selected.delete(id);
+      drawSelection();
+      notice(redriveStatus, `Redrive started: ${fmtInt(res.toMove)} message${res.toMove === 1 ? '' : 's'}.`, 'ok');
+      setTask(res);
+    } catch (e) {
+      notice(filterStatus, e.code === 'TaskRunning' ? 'A redrive is already active on this queue: cancel or finish it first.' : `Redrive refused: ${e.message}`, 'error');
+    }
+  };
+  selectAll.addEventListener('change', () => {
+    const text = search.value.trim().toLowerCase();
+    for (const m of loaded.filter((x) => matches(x, text))) {
+      if (selectAll.checked) selected.add(m.id);
+      else selected.delete(m.id);
+    }
+    drawRows();
+  });
+  redriveSelectedBtn.addEventListener('click', () => redriveIds([...selected]));
+
   const taskAction = async (action) => {
     try {
-      setTask(await api(`/sluice/v1/tasks/${enc(task.id)}/${action}`, { method: 'POST' }));
+      setTask(await api(`/sluice/v1/tasks/${enc(task.id)}/${action}`, { method: 'POST', body: {} }));
     } catch (e) {
       notice(redriveStatus, `Cannot ${action} the task: ${e.message}`, 'error');
       pollTask();
@@ -278,7 +357,7 @@ export function render(main, name, ctx) {
     task = t;
     drawTask();
     clearTimeout(taskTimer);
-    startBtn.disabled = !!(t && ACTIVE.has(t.status));
+    blockStart(t);
     if (t && (t.status === 'RUNNING' || t.status === 'CANCELLING')) {
       taskTimer = setTimeout(pollTask, 1000);
     }
@@ -348,7 +427,10 @@ export function render(main, name, ctx) {
       return;
     }
     if (!q.isDeadLetterQueue) {
+      replace(heading, 'Messages in ', name);
       notice(pageStatus, 'No queue names this one as its dead-letter queue, so a redrive needs an explicit destination.', 'warn');
+    } else {
+      replace(heading, 'Dead letters in ', name);
     }
     const growth = q.growth ? `+${fmtInt(q.growth.arrivals)} in ${Math.max(1, Math.round(q.growth.windowSeconds / 60))}m` : '';
     replace(meters,

@@ -2,6 +2,7 @@
 // top, updated on every sample.
 import { h, replace, fmtInt, fmtAge, fmtRate, fmtTime, badge, levelBadge, enc } from './dom.js';
 import { sparkline } from './charts.js';
+import { openCreateQueue } from './actions.js';
 
 const COLUMNS = [
   { key: 'visible', label: 'Visible', title: 'Messages ready to be received' },
@@ -30,7 +31,8 @@ export function render(main, _param, ctx) {
     'No queues yet. Create one with any SQS client, e.g. ',
     h('code', {}, 'aws sqs create-queue --queue-name orders --endpoint-url ' + location.origin));
   main.append(
-    h('h1', {}, 'Queues'),
+    h('div', { class: 'page-head' }, h('h1', {}, 'Queues'),
+      h('button', { type: 'button', id: 'create-queue', class: 'primary', onclick: () => openCreateQueue(last ? last.queues : []) }, 'Create queue…')),
     alertsSection,
     summary,
     h('div', { class: 'table-wrap' }, table),

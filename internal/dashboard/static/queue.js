@@ -3,6 +3,7 @@
 // letters by reason.
 import { h, replace, api, enc, fmtInt, fmtAge, fmtRate, fmtDuration, fmtTime, fmtBytes, badge, levelBadge, notice } from './dom.js';
 import { lineChart } from './charts.js';
+import { queueActions } from './actions.js';
 
 export function render(main, name, ctx) {
   document.title = `${name} · Sluice`;
@@ -11,9 +12,10 @@ export function render(main, name, ctx) {
   const tiles = h('div', { class: 'tiles' });
   const charts = h('div', { class: 'charts' });
   const side = h('div', { class: 'side' });
+  let current = null;
   main.append(
     h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/' }, 'Overview'), ' / ', name),
-    head, status, tiles,
+    head, queueActions(name, () => current), status, tiles,
     h('div', { class: 'queue-grid' }, h('section', { 'aria-labelledby': 'charts-h' }, h('h2', { id: 'charts-h' }, 'Over time'), charts), side));
 
   let ctrl = null;
@@ -46,6 +48,7 @@ export function render(main, name, ctx) {
   let headKey = '';
   let sideKey = '';
   const draw = (q) => {
+    current = q;
     const hk = JSON.stringify([q.name, q.fifo, q.isDeadLetterQueue]);
     if (hk !== headKey) {
       headKey = hk;

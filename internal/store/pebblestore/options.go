@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -14,7 +15,11 @@ import (
 
 // Defaults for the zero values of Options.
 const (
+	// DefaultMemTableSize is the largest memtable the automatic sizing
+	// picks (a store of a gigabyte or more); MinMemTableSize the smallest
+	// (a new or small store). See Options.MemTableSize.
 	DefaultMemTableSize                = 64 << 20
+	MinMemTableSize                    = 8 << 20
 	DefaultMemTableStopWritesThreshold = 4
 	DefaultCacheSize                   = 16 << 20
 	DefaultWALBytesPerSync             = 0
@@ -55,11 +60,19 @@ type Options struct {
 	// pebble expects; a panic inside Write then fails the store.
 	OnFatal func(err error)
 
-	// MemTableSize is the size of one memtable in bytes (0 means
-	// DefaultMemTableSize, 64 MiB). Larger memtables mean fewer flushes and
+	// MemTableSize is the size of one memtable in bytes. 0 sizes it for
+	// the data at each Open: a sixteenth of the store's sstables, rounded
+	// up to a power of two, between MinMemTableSize (8 MiB) and
+	// DefaultMemTableSize (64 MiB). Larger memtables mean fewer flushes and
 	// fewer L0 files, and a longer WAL to replay at start-up; the process
 	// holds up to MemTableStopWritesThreshold of them in memory. A batch
-	// larger than half a memtable is applied as a flushable batch of its own.
+	// larger than half a memtable is applied as a flushable batch of its
+	// own.
+	//
+	// It also sets the disk the WAL takes: pebble preallocates each WAL
+	// file to 110% of the memtable size and keeps up to
+	// MemTableStopWritesThreshold+1 finished ones for reuse, so a fixed
+	// 64 MiB made a store of a thousand messages take over 200 MB.
 	MemTableSize uint64
 
 	// MemTableStopWritesThreshold is how many memtables may be queued for
@@ -115,7 +128,7 @@ func (o Options) pebbleOptions(log *slog.Logger) *pebble.Options {
 		po.FS = vfs.Default
 	}
 	if po.MemTableSize == 0 {
-		po.MemTableSize = DefaultMemTableSize
+		po.MemTableSize = DefaultMemTableSize // Open sizes it for the data
 	}
 	if po.MemTableStopWritesThreshold == 0 {
 		po.MemTableStopWritesThreshold = DefaultMemTableStopWritesThreshold
@@ -191,4 +204,26 @@ func (a slogAdapter) Fatalf(format string, args ...any) {
 		os.Exit(FatalExitCode)
 	}
 	panic(fatalError{err})
+}
+
+// memTableSizeFor is the automatic Options.MemTableSize for the store in
+// dir: a sixteenth of its sstables' bytes, rounded up to a power of two,
+// clamped to [MinMemTableSize, DefaultMemTableSize]. A directory that
+// cannot be listed (it does not exist yet) counts as empty.
+func memTableSizeFor(fs vfs.FS, dir string) uint64 {
+	var total int64
+	names, _ := fs.List(dir)
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".sst") && !strings.HasSuffix(n, ".blob") {
+			continue
+		}
+		if st, err := fs.Stat(fs.PathJoin(dir, n)); err == nil {
+			total += st.Size()
+		}
+	}
+	size := uint64(MinMemTableSize)
+	for size < DefaultMemTableSize && int64(size) < total/16 {
+		size <<= 1
+	}
+	return size
 }

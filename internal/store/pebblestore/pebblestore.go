@@ -109,6 +109,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, log: log}
 	po := opts.pebbleOptions(log)
+	if opts.MemTableSize == 0 {
+		po.MemTableSize = memTableSizeFor(po.FS, dir)
+	}
 	tail := inspectWALTail(po.FS, dir, log)
 	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { s.fail(err) }, onWALSync: opts.OnSync}
 	db, err := pebble.Open(dir, po)

@@ -1,0 +1,85 @@
+package engine
+
+import "sort"
+
+// DeadLetterTargeter may be implemented by a DeadLetterRouter to say,
+// without a message in hand, which queues a Routed source's dead letters
+// can reach (for AMQP: every queue bound, directly or through other
+// exchanges, to the source's dead-letter exchange). Those queues then count
+// as dead-letter queues everywhere a DeadLetterPolicy's Target does:
+// DeadLetterSources, DeadLetterQueues, and so move tasks (redrive), the
+// admin API, metrics, alerts and the advisor. The engine calls it without
+// any queue lock held.
+type DeadLetterTargeter interface {
+	DeadLetterTargets(source string) []string
+}
+
+// DeadLetterQueues returns every dead-letter queue with its sources,
+// sorted: the queues some queue's DeadLetterPolicy names as Target, and
+// the queues a Routed policy reaches (when the router is a
+// DeadLetterTargeter). A Routed source does not count as its own
+// dead-letter queue (a dead-letter exchange bound back to its source).
+func (e *Engine) DeadLetterQueues() map[string][]string {
+	out := make(map[string][]string)
+	var routed []string
+	for _, q := range e.allQueues() {
+		q.mu.Lock()
+		if d := q.cfg.DeadLetter; d != nil && !q.deleted {
+			switch {
+			case d.Routed:
+				routed = append(routed, q.name)
+			case d.Target != "":
+				out[d.Target] = append(out[d.Target], q.name)
+			}
+		}
+		e.unlock(q)
+	}
+	if t, ok := e.router.(DeadLetterTargeter); ok {
+		for _, src := range routed {
+			for _, dlq := range t.DeadLetterTargets(src) {
+				if dlq != src {
+					out[dlq] = append(out[dlq], src)
+				}
+			}
+		}
+	}
+	for k, v := range out {
+		sort.Strings(v)
+		out[k] = dedupSorted(v)
+	}
+	return out
+}
+
+func dedupSorted(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// DeadLetterSourcer may be implemented by a DeadLetterRouter to name the
+// queue a message in a dead-letter queue came from when the engine did not
+// record it itself: a message a client published into the DLQ with a
+// dead-letter history of its own (AMQP x-death, e.g. moved over from
+// RabbitMQ). A redrive without a destination then returns such messages to
+// that queue. It is called with dlq's lock held: it must be fast and must
+// not call the Engine. "" means unknown.
+type DeadLetterSourcer interface {
+	DeadLetterSource(dlq string, envelope []byte) string
+}
+
+// redriveDestinationLocked is where m, in dead-letter queue q, goes: the
+// task's destination; else the queue the engine recorded it came from;
+// else, through the router, the queue its own history names.
+func (e *Engine) redriveDestinationLocked(q *queue, dest string, m *message) string {
+	if d := destinationOf(dest, m); d != "" {
+		return d
+	}
+	if s, ok := e.router.(DeadLetterSourcer); ok {
+		return s.DeadLetterSource(q.name, m.envelope())
+	}
+	return ""
+}

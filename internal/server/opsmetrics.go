@@ -1,0 +1,66 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// diskCollector exports the free space of the data directory's
+// filesystem next to the minFreefree_disk watermark below which new messages
+// are refused, read at each scrape (only with the disk store).
+type diskCollector struct {
+	s             *Server
+	free, minFree *prometheus.Desc
+}
+
+func newDiskCollector(s *Server) diskCollector {
+	return diskCollector{
+		s:       s,
+		free:    prometheus.NewDesc("sluice_disk_free_bytes", "Free space on the data directory's filesystem (for unprivileged writers).", nil, nil),
+		minFree: prometheus.NewDesc("sluice_disk_min_free_bytes", "The min_free_disk watermark: below it new messages are refused (0: the watch is off).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c diskCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.free
+	ch <- c.minFree
+}
+
+// Collect implements prometheus.Collector.
+func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.minFree, prometheus.GaugeValue, float64(c.s.opts.MinFreeDisk))
+	if free, err := c.s.freeBytes(c.s.opts.DataDir); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(free))
+	}
+}
+
+// amqpCollector exports the AMQP front-end's connections, channels and
+// consumers, counted at each scrape.
+type amqpCollector struct {
+	s                                *Server
+	connections, channels, consumers *prometheus.Desc
+}
+
+func newAMQPCollector(s *Server) amqpCollector {
+	return amqpCollector{
+		s:           s,
+		connections: prometheus.NewDesc("sluice_amqp_connections", "Open AMQP client connections.", nil, nil),
+		channels:    prometheus.NewDesc("sluice_amqp_channels", "Open AMQP channels across all connections.", nil, nil),
+		consumers:   prometheus.NewDesc("sluice_amqp_consumers", "AMQP consumers (basic.consume) across all queues.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c amqpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.connections
+	ch <- c.channels
+	ch <- c.consumers
+}
+
+// Collect implements prometheus.Collector.
+func (c amqpCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.amqp.Stats()
+	ch <- prometheus.MustNewConstMetric(c.connections, prometheus.GaugeValue, float64(st.Connections))
+	ch <- prometheus.MustNewConstMetric(c.channels, prometheus.GaugeValue, float64(st.Channels))
+	ch <- prometheus.MustNewConstMetric(c.consumers, prometheus.GaugeValue, float64(st.Consumers))
+}

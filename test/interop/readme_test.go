@@ -1,0 +1,36 @@
+package interop
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestBoto3ReadmeSnippet runs the README's boto3 example as written, with
+// only its endpoint pointed at a server on a free port, and checks that
+// it sent, received and deleted the message.
+func TestBoto3ReadmeSnippet(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "**boto3**\n\n```python\n")
+	snippet, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !strings.Contains(snippet, "delete_message") {
+		t.Fatal("README.md has no boto3 snippet")
+	}
+	py := pythons()
+	need(t, "python3 with boto3", len(py) > 0)
+	endpoint := startServer(t)
+	code := strings.ReplaceAll(snippet, "http://127.0.0.1:9324", endpoint) +
+		"\nassert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=['All'])['Attributes']['ApproximateNumberOfMessages'] == '0'\nprint('snippet ok')\n"
+	for _, p := range py {
+		t.Run(p, func(t *testing.T) {
+			out, err := exec.Command(p, "-c", code).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "snippet ok") {
+				t.Fatalf("the README's boto3 snippet failed: %v\n%s", err, out)
+			}
+		})
+	}
+}
