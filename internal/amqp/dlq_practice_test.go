@@ -280,7 +280,7 @@ func TestConsumerTimeoutPerQueueAndExtension(t *testing.T) {
 	publish(t, ch, "", "t", "slow work")
 	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp091.Error, 1))
-	ds, err := ch.Consume("t", "", false, false, false, false, nil)
+	ds, err := ch.Consume("t", "", false, false, false, false, amqp091.Table{optFailureHeaders: true})
 	must(t, err)
 	d := recv(t, ds)
 	handle, _ := d.Headers[headerReceipt].(string)
