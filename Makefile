@@ -50,11 +50,11 @@ release-check: ## validate .goreleaser.yaml with goreleaser check
 bench: ## Go benchmarks (engine, store)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
-fuzz: ## run every fuzz target for FUZZTIME each
+fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-one.sh)
 	@for m in $(MODULES); do (cd $$m && \
 	for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    echo "== $$pkg $$f"; GO=$(GO) $(CURDIR)/scripts/fuzz-one.sh $$pkg $$f $(FUZZTIME) || exit 1; \
 	  done; \
 	done) || exit 1; done
 

@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -22,7 +23,9 @@ import (
 // (a RedrivePolicy naming a queue that does not exist yet fails: declare
 // the dead-letter queue first).
 func (h *Handler) DeclareQueue(name string, attrs, tags map[string]string) (created bool, err error) {
-	c := &call{h: h, proto: protoJSON, jsonOut: true}
+	// An operator's declaration (config file, definitions import): no
+	// SigV4 principal, so every queue is allowed.
+	c := &call{h: h, proto: protoJSON, jsonOut: true, ctx: context.Background()}
 	fifo := strings.HasSuffix(name, ".fifo")
 	if v, ok := attrs[attrFifoQueue]; ok {
 		b, ok := parseBool(v)
