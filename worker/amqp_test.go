@@ -14,7 +14,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/worker"
 )
 
@@ -721,17 +720,11 @@ func TestAMQPRedriveSetsOriginalID(t *testing.T) {
 	run(t, w)
 	waitFor(t, 10*time.Second, "both dead-lettered", func() bool { return b.count("orders-dlq") == 2 })
 
-	// The fix ships; the operator redrives. (A queue naming orders-dlq
-	// as its SQS dead-letter queue makes it one for move tasks.)
-	eng := b.srv.Engine()
-	if _, _, err := eng.CreateQueue("marker", engine.QueueConfig{MaxMessageSize: 1024, Retention: time.Hour, Visibility: time.Second,
-		DeadLetter: &engine.DeadLetterPolicy{Target: "orders-dlq", MaxReceiveCount: 5}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	// The fix ships; the operator redrives through the admin API (the
+	// broker is another process): a dead-letter exchange's target is a
+	// DLQ, and each message goes back to the queue its x-death names.
 	redriven.Store(true)
-	if _, err := eng.StartMoveTask(engine.MoveTaskSpec{Source: "orders-dlq", Destination: "orders", Rate: 500}); err != nil {
-		t.Fatal(err)
-	}
+	b.admin("/sluice/v1/queues/orders-dlq/redrive", `{"destination":"orders","rate":500}`)
 	waitFor(t, 10*time.Second, "both processed after the redrive", func() bool {
 		_, a := got.Load("with-id")
 		_, c := got.Load("without-id")
