@@ -97,7 +97,9 @@ func TestReady(t *testing.T) {
 	}
 	get := func() (int, string) {
 		rec := httptest.NewRecorder()
-		s.httpSrv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
+		req := httptest.NewRequest("GET", "/ready", nil)
+		req.Host = "127.0.0.1" // httptest's example.com is not an allowed host (#11)
+		s.httpSrv.Handler.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
 	if code, body := get(); code != 503 || !strings.Contains(body, `"listeners":"not serving"`) {
