@@ -26,8 +26,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/auth/password"
 	"github.com/sluicemq/sluice/internal/bench"
 	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/cli"
@@ -273,6 +273,6 @@ func runHashPassword(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice hash-password: no password on standard input (%v)\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, amqp.HashPassword(line))
+	fmt.Fprintln(stdout, password.Hash(line))
 	return 0
 }
