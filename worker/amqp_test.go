@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/worker"
 )
 
@@ -723,15 +724,15 @@ func TestAMQPRedriveSetsOriginalID(t *testing.T) {
 
 	// The fix ships; the operator redrives. (A queue naming orders-dlq
 	// as its SQS dead-letter queue makes it one for move tasks.)
-	eng := b.srv.Engine()
-	if _, _, err := eng.CreateQueue("marker", engine.QueueConfig{MaxMessageSize: 1024, Retention: time.Hour, Visibility: time.Second,
-		DeadLetter: &engine.DeadLetterPolicy{Target: "orders-dlq", MaxReceiveCount: 5}}, nil); err != nil {
+	// Through the broker's public surfaces: this module cannot reach the
+	// engine (it is another module's internal package).
+	if _, err := b.c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("marker"), Attributes: map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:orders-dlq","maxReceiveCount":5}`,
+	}}); err != nil {
 		t.Fatal(err)
 	}
 	redriven.Store(true)
-	if _, err := eng.StartMoveTask(engine.MoveTaskSpec{Source: "orders-dlq", Destination: "orders", Rate: 500}); err != nil {
-		t.Fatal(err)
-	}
+	b.admin("/sluice/v1/queues/orders-dlq/redrive", `{"destination":"orders","rate":500}`)
 	waitFor(t, 10*time.Second, "both processed after the redrive", func() bool {
 		_, a := got.Load("with-id")
 		_, c := got.Load("without-id")
