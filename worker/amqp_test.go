@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/worker"
@@ -722,15 +720,9 @@ func TestAMQPRedriveSetsOriginalID(t *testing.T) {
 	run(t, w)
 	waitFor(t, 10*time.Second, "both dead-lettered", func() bool { return b.count("orders-dlq") == 2 })
 
-	// The fix ships; the operator redrives. (A queue naming orders-dlq
-	// as its SQS dead-letter queue makes it one for move tasks.)
-	// Through the broker's public surfaces: this module cannot reach the
-	// engine (it is another module's internal package).
-	if _, err := b.c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("marker"), Attributes: map[string]string{
-		"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:orders-dlq","maxReceiveCount":5}`,
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	// The fix ships; the operator redrives through the admin API (the
+	// broker is another process): a dead-letter exchange's target is a
+	// DLQ, and each message goes back to the queue its x-death names.
 	redriven.Store(true)
 	b.admin("/sluice/v1/queues/orders-dlq/redrive", `{"destination":"orders","rate":500}`)
 	waitFor(t, 10*time.Second, "both processed after the redrive", func() bool {
