@@ -26,8 +26,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/auth/password"
 	"github.com/sluicemq/sluice/internal/bench"
 	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/cli"
@@ -84,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "definitions":
 		return runCLI(cli.Definitions, args[1:], stdout, stderr)
 	case "hash-password":
-		return runHashPassword(args[1:], stdout, stderr)
+		return runHashPassword(args[1:], os.Stdin, stdout, stderr)
 	case "repair":
 		return runRepair(args[1:], stdout, stderr)
 	case "version":
@@ -252,8 +252,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 
 // runHashPassword prints a hash for [http_auth.users] (default) or, with
 // --amqp, for [[amqp_users]] password_hash. The password is read from
-// standard input so it never appears in a process list or shell history.
-func runHashPassword(args []string, stdout, stderr io.Writer) int {
+// standard input (stdin) so it never appears in a process list or shell
+// history.
+func runHashPassword(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice hash-password", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	forAMQP := fs.Bool("amqp", false, "hash for an [[amqp_users]] entry instead of [http_auth.users]")
@@ -261,18 +262,18 @@ func runHashPassword(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if !*forAMQP {
-		if err := httpauth.HashPasswordCommand(os.Stdin, stdout); err != nil {
+		if err := httpauth.HashPasswordCommand(stdin, stdout); err != nil {
 			fmt.Fprintf(stderr, "sluice hash-password: %v\n", err)
 			return 1
 		}
 		return 0
 	}
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	line, err := bufio.NewReader(stdin).ReadString('\n')
 	line = strings.TrimRight(line, "\r\n")
 	if line == "" {
 		fmt.Fprintf(stderr, "sluice hash-password: no password on standard input (%v)\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, amqp.HashPassword(line))
+	fmt.Fprintln(stdout, password.Hash(line))
 	return 0
 }

@@ -1,33 +1,16 @@
 package amqp
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"regexp"
 	"strings"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/auth/password"
 )
-
-// HashPassword returns a PasswordHash for password with a fresh random
-// salt: "sha256:<salt-hex>:<hash-hex>", hash = SHA-256(salt || password).
-func HashPassword(password string) string {
-	salt := make([]byte, 16)
-	rand.Read(salt)
-	return "sha256:" + hex.EncodeToString(salt) + ":" + hex.EncodeToString(saltedHash(salt, password))
-}
-
-func saltedHash(salt []byte, password string) []byte {
-	h := sha256.New()
-	h.Write(salt)
-	h.Write([]byte(password))
-	return h.Sum(nil)
-}
 
 func compileUser(u User) (*user, error) {
 	if u.Name == "" {
@@ -36,16 +19,11 @@ func compileUser(u User) (*user, error) {
 	out := &user{name: u.Name, tags: u.Tags, perms: make(map[string]*perm)}
 	switch {
 	case u.PasswordHash != "":
-		parts := strings.Split(u.PasswordHash, ":")
-		if len(parts) != 3 || parts[0] != "sha256" {
-			return nil, fmt.Errorf("amqp: user %q: PasswordHash must be sha256:<salt-hex>:<hash-hex>", u.Name)
+		v, err := password.Parse(u.PasswordHash)
+		if err != nil {
+			return nil, fmt.Errorf("amqp: user %q: PasswordHash %v", u.Name, err)
 		}
-		salt, err1 := hex.DecodeString(parts[1])
-		want, err2 := hex.DecodeString(parts[2])
-		if err1 != nil || err2 != nil || len(want) != sha256.Size {
-			return nil, fmt.Errorf("amqp: user %q: PasswordHash is not valid hex", u.Name)
-		}
-		out.verifier = func(p string) bool { return subtle.ConstantTimeCompare(saltedHash(salt, p), want) == 1 }
+		out.verifier = v.Verify
 	case u.Password != "":
 		want := []byte(u.Password)
 		out.verifier = func(p string) bool { return subtle.ConstantTimeCompare([]byte(p), want) == 1 }

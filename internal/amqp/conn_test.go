@@ -12,11 +12,12 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/auth/password"
 )
 
 func TestAuthPlainAndAMQPLAIN(t *testing.T) {
 	b := startBroker(t, withOptions(Options{Users: []User{
-		{Name: "alice", PasswordHash: HashPassword("s3cret"), Permissions: map[string]Permission{"/": {".*", ".*", ".*"}}},
+		{Name: "alice", PasswordHash: password.Hash("s3cret"), Permissions: map[string]Permission{"/": {".*", ".*", ".*"}}},
 	}}))
 	addr := b.ln.Addr().String()
 	c, err := amqp091.Dial("amqp://alice:s3cret@" + addr + "/")

@@ -123,7 +123,8 @@ type Options struct {
 type User struct {
 	Name string
 	// PasswordHash is "sha256:<salt-hex>:<hash-hex>" where hash is
-	// SHA-256(salt || password); HashPassword makes one. When it is empty,
+	// SHA-256(salt || password); password.Hash (package
+	// internal/auth/password) makes one. When it is empty,
 	// Password (plaintext, for tests and development) is used instead.
 	PasswordHash string
 	Password     string
