@@ -153,6 +153,9 @@ func feAdminPost(ctx context.Context, b *feBroker, path string) error {
 	if err != nil {
 		return err
 	}
+	// The admin API refuses a state-changing request that a browser
+	// form could send cross-site (#11), as the CLI does.
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
