@@ -40,8 +40,8 @@ lint: ## gofmt, go vet, staticcheck
 
 # goreleaser v2.14.3: @latest needs Go 1.27, and v2.15–v2.17 pull a module
 # the Go proxy refuses (go.digitalxero.dev/go-msix). The first run builds
-# it (about 160 s of CPU); later runs take about a second. It needs a git
-# remote (a fresh clone or CI checkout has one).
+# it (about 160 s of CPU); later runs take about a second. The release
+# target is named in .goreleaser.yaml, so no git remote is needed.
 GORELEASER ?= github.com/goreleaser/goreleaser/v2@v2.14.3
 
 release-check: ## validate .goreleaser.yaml with goreleaser check
