@@ -636,7 +636,7 @@ func feQuietReceive(r *feRun, b *feBroker) {
 // deletes that got no answer before the last cut. No consumer runs yet, so
 // nothing can have received those messages in this life of the broker: an
 // OK must delete (docs/guarantees.md: a handle whose lease a crash lost
-// still deletes).
+// still deletes), except for a message a move task moved.
 func feRetryDeletes(ctx context.Context, r *feRun, b *feBroker) {
 	r.mu.Lock()
 	pend := r.delRetries
@@ -648,7 +648,11 @@ func feRetryDeletes(ctx context.Context, r *feRun, b *feBroker) {
 			r.liveError(ctx, "retried delete", err)
 			continue
 		}
-		if r.lostLease {
+		// A moved message (d-…) is the exception: a consumer may have
+		// received it before its move was on disk, and when the cut undid
+		// the move the message is back in the DLQ and the handle names
+		// nothing; the task moves it again (docs/guarantees.md).
+		if r.lostLease && p.ck != r.moved {
 			p.ck.DeleteRetryAcked(p.id, p.count, epoch, time.Now())
 		} else {
 			p.ck.DeleteAttempted(p.id, p.count, time.Now())
