@@ -22,8 +22,19 @@ func TestBoto3ReadmeSnippet(t *testing.T) {
 	}
 	py := pythons()
 	need(t, "python3 with boto3", len(py) > 0)
+	// The README shows the default endpoint; the test's server listens on
+	// 127.0.0.1:0. The snippet must not keep any fixed port: it would
+	// reach whatever else listens there while several servers run.
+	const readmeEndpoint = "http://127.0.0.1:9324"
+	if !strings.Contains(snippet, readmeEndpoint) {
+		t.Fatalf("the README's boto3 snippet no longer uses %s; update this test", readmeEndpoint)
+	}
 	endpoint := startServer(t)
-	code := strings.ReplaceAll(snippet, "http://127.0.0.1:9324", endpoint) +
+	code := strings.ReplaceAll(snippet, readmeEndpoint, endpoint)
+	if strings.Contains(code, ":9324") || strings.Contains(code, ":5672") {
+		t.Fatalf("the README's boto3 snippet names a fixed port besides %s:\n%s", readmeEndpoint, snippet)
+	}
+	code +=
 		"\nassert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=['All'])['Attributes']['ApproximateNumberOfMessages'] == '0'\nprint('snippet ok')\n"
 	for _, p := range py {
 		t.Run(p, func(t *testing.T) {
