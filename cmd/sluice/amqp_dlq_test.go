@@ -38,6 +38,45 @@ func runAt(t *testing.T, s *server.Server, args ...string) (string, string, int)
 	return out.String(), errb.String(), code
 }
 
+// jobsWithDLX declares the RabbitMQ poison setup: "jobs" dead-letters
+// through the fanout exchange "jobs-dlx" into "jobs-dlq".
+const jobsWithDLX = `
+[[exchanges]]
+name = "jobs-dlx"
+type = "fanout"
+durable = true
+
+[[amqp_queues]]
+name = "jobs"
+durable = true
+[amqp_queues.arguments]
+x-dead-letter-exchange = "jobs-dlx"
+
+[[amqp_queues]]
+name = "jobs-dlq"
+durable = true
+
+[[bindings]]
+source = "jobs-dlx"
+destination = "jobs-dlq"
+`
+
+// amqpChannel opens a connection to s as guest and a channel on it; both
+// close when the test ends.
+func amqpChannel(t *testing.T, s *server.Server) *amqp091.Channel {
+	t.Helper()
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 // The RabbitMQ poison walkthrough: a queue with an x-dead-letter-exchange
 // whose rejected messages land in a queue bound to that exchange. That
 // queue is a dead-letter queue everywhere (dlq list, metrics, overview,
@@ -45,15 +84,7 @@ func runAt(t *testing.T, s *server.Server, args ...string) (string, string, int)
 func TestAMQPDeadLetterQueueIsADLQ(t *testing.T) {
 	s, stop := startConfigured(t, t.TempDir(), "")
 	defer stop()
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, s)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -61,7 +92,7 @@ func TestAMQPDeadLetterQueueIsADLQ(t *testing.T) {
 		}
 	}
 	must(ch.ExchangeDeclare("jobs-dlx", "fanout", true, false, false, false, nil))
-	_, err = ch.QueueDeclare("jobs-dlq", true, false, false, false, nil)
+	_, err := ch.QueueDeclare("jobs-dlq", true, false, false, false, nil)
 	must(err)
 	must(ch.QueueBind("jobs-dlq", "", "jobs-dlx", false, nil))
 	_, err = ch.QueueDeclare("jobs", true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "jobs-dlx"})
@@ -171,36 +202,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // from RabbitMQ, say) are redriven to the queue their latest x-death entry
 // names.
 func TestRedriveByXDeath(t *testing.T) {
-	s, stop := startConfigured(t, t.TempDir(), `
-[[exchanges]]
-name = "jobs-dlx"
-type = "fanout"
-durable = true
-
-[[amqp_queues]]
-name = "jobs"
-durable = true
-[amqp_queues.arguments]
-x-dead-letter-exchange = "jobs-dlx"
-
-[[amqp_queues]]
-name = "jobs-dlq"
-durable = true
-
-[[bindings]]
-source = "jobs-dlx"
-destination = "jobs-dlq"
-`)
+	s, stop := startConfigured(t, t.TempDir(), jobsWithDLX)
 	defer stop()
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, s)
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -231,36 +235,9 @@ destination = "jobs-dlq"
 // The safety stop works for AMQP dead letters: a redrive into a consumer
 // that still rejects them pauses itself, and says so.
 func TestAMQPRedriveSafetyStop(t *testing.T) {
-	s, stop := startConfigured(t, t.TempDir(), `
-[[exchanges]]
-name = "jobs-dlx"
-type = "fanout"
-durable = true
-
-[[amqp_queues]]
-name = "jobs"
-durable = true
-[amqp_queues.arguments]
-x-dead-letter-exchange = "jobs-dlx"
-
-[[amqp_queues]]
-name = "jobs-dlq"
-durable = true
-
-[[bindings]]
-source = "jobs-dlx"
-destination = "jobs-dlq"
-`)
+	s, stop := startConfigured(t, t.TempDir(), jobsWithDLX)
 	defer stop()
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, s)
 	for i := range 10 {
 		if err := ch.PublishWithContext(context.Background(), "", "jobs", false, false,
 			amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(fmt.Sprintf("poison %d", i))}); err != nil {

@@ -121,15 +121,7 @@ func TestConfigDeclarations(t *testing.T) {
 			!strings.Contains(a["RedrivePolicy"], `"maxReceiveCount":3`) || !strings.Contains(a["SluiceRetryPolicy"], "full-jitter") {
 			t.Fatalf("orders attributes %v", a)
 		}
-		conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		ch := amqpChannel(t, s)
 		// A client declaring the same queue with the same arguments agrees
 		// with the config's declaration.
 		if _, err := ch.QueueDeclare("jobs", true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "jobs-dlx", "x-message-ttl": int32(60000)}); err != nil {
@@ -185,18 +177,13 @@ func TestDefinitionsRoundTrip(t *testing.T) {
 	b, stopB := startConfigured(t, t.TempDir(), "")
 	defer stopB()
 	// A queue and a binding created over the wire are exported too.
-	conn, err := amqp091.Dial("amqp://guest:guest@" + a.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, _ := conn.Channel()
+	ch := amqpChannel(t, a)
 	if _, err := ch.QueueDeclare("made-live", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.QueueBind("made-live", "#", "amq.topic", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	conn.Close()
 
 	file := filepath.Join(t.TempDir(), "defs.json")
 	export := func(s *server.Server, args ...string) []byte {
