@@ -11,7 +11,7 @@ SOAK_MESSAGES ?= 2000000
 # stops at a nested module, so every target that walks packages loops.
 MODULES   := . worker examples
 
-.PHONY: help build run test test-race lint bench fuzz crash faults soak perf release-check
+.PHONY: help build run test test-race lint bench bench-vs-rabbitmq fuzz crash faults soak perf release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ release-check: ## validate .goreleaser.yaml with goreleaser check
 
 bench: ## Go benchmarks (engine, store)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, as ratios (quiet machine; DURATION, REPEAT, SCENARIOS)
+	scripts/bench-vs-rabbitmq.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-one.sh)
 	@for m in $(MODULES); do (cd $$m && \
