@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 	"time"
 )
 
@@ -641,15 +643,35 @@ type receiptHandle struct {
 	mac     [receiptMACLen]byte
 }
 
-// receiptMAC is the MAC of a version 2 handle's body under key.
-func receiptMAC(key []byte, body []byte) (out [receiptMACLen]byte) {
-	h := hmac.New(sha256.New, key)
+// receiptSigner computes the MACs of version 2 handles under one key. Every
+// receive signs one handle per message, and hmac.New allocates two SHA-256
+// states and its pads each time, so keyed HMACs are kept for reuse
+// (hmac's Reset returns to the keyed state without rehashing the key).
+// Safe for concurrent use; the zero value is not usable (newReceiptSigner).
+type receiptSigner struct {
+	key  []byte
+	macs sync.Pool // of hash.Hash: HMAC-SHA256 under key
+}
+
+func newReceiptSigner(key []byte) *receiptSigner {
+	s := &receiptSigner{key: key}
+	s.macs.New = func() any { return hmac.New(sha256.New, s.key) }
+	return s
+}
+
+// mac is the MAC of a version 2 handle's body: HMAC-SHA256 under the key,
+// truncated to receiptMACLen bytes.
+func (s *receiptSigner) mac(body []byte) (out [receiptMACLen]byte) {
+	h := s.macs.Get().(hash.Hash)
+	h.Reset()
 	h.Write(body)
-	copy(out[:], h.Sum(nil))
+	var sum [sha256.Size]byte
+	copy(out[:], h.Sum(sum[:0]))
+	s.macs.Put(h)
 	return out
 }
 
-func encodeReceipt(key []byte, qid uint32, m *message) string {
+func encodeReceipt(key *receiptSigner, qid uint32, m *message) string {
 	var b [receiptV2Body + receiptMACLen]byte
 	b[0] = receiptV2
 	binary.BigEndian.PutUint32(b[1:], qid)
@@ -657,7 +679,7 @@ func encodeReceipt(key []byte, qid uint32, m *message) string {
 	binary.BigEndian.PutUint64(b[13:], m.receipt)
 	binary.BigEndian.PutUint32(b[21:], uint32(m.recvCount))
 	copy(b[25:], m.id[:8])
-	mac := receiptMAC(key, b[:receiptV2Body])
+	mac := key.mac(b[:receiptV2Body])
 	copy(b[receiptV2Body:], mac[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
@@ -692,8 +714,8 @@ func decodeReceipt(s string) (h receiptHandle, ok bool) {
 }
 
 // validMAC reports whether a version 2 handle was issued under key.
-func (h *receiptHandle) validMAC(key []byte) bool {
-	want := receiptMAC(key, h.body[:])
+func (h *receiptHandle) validMAC(key *receiptSigner) bool {
+	want := key.mac(h.body[:])
 	return h.v2 && hmac.Equal(want[:], h.mac[:])
 }
 

@@ -126,7 +126,7 @@ type Engine struct {
 
 	// receiptKey authenticates version 2 receipt handles (see
 	// encodeReceipt). It is created once per store and kept in it.
-	receiptKey []byte
+	receiptKey *receiptSigner
 
 	// unsynced is set by a write without sync and cleared by the syncer
 	// just before it syncs; syncPoke wakes the syncer.
