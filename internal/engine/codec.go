@@ -328,6 +328,7 @@ const (
 	tagEnvelope   = 5
 	tagTTL        = 6
 	tagCrashes    = 7
+	tagBodyMD5    = 8
 )
 
 func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
@@ -422,6 +423,13 @@ func decodeExt(d *decoder, m *message) {
 			m.extension().envelope = append([]byte(nil), f.b...)
 		case tagTTL:
 			m.ttlAt = f.varint()
+		case tagBodyMD5:
+			if len(f.b) != len(m.bodyMD5) {
+				f.fail()
+				break
+			}
+			copy(m.bodyMD5[:], f.b)
+			m.hasMD5 = true
 		case tagCrashes:
 			n := f.uvarint()
 			if n > uint64(len(f.b)) {
@@ -467,6 +475,10 @@ func encodeContent(m *message) []byte {
 	}
 	e.bytes(m.body)
 	encodeExt(&e, m.ext, true, true)
+	if m.hasMD5 {
+		e.uvarint(tagBodyMD5)
+		e.bytes(m.bodyMD5[:])
+	}
 	if m.ttlAt != 0 {
 		var f encoder
 		f.varint(m.ttlAt)
@@ -480,9 +492,9 @@ func encodeContent(m *message) []byte {
 // enough that encodeContent never regrows its buffer (a regrow copies the
 // body and doubles the allocation).
 func contentSizeHint(m *message) int {
-	// Fixed part: format byte, id, six varints (≤10 bytes each) and nine
-	// length prefixes.
-	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64
+	// Fixed part: format byte, id, six varints (≤10 bytes each), nine
+	// length prefixes, and the body MD5 with its tag and length.
+	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64 + 2 + 16
 	n += len(m.body) + len(m.groupID()) + len(m.dedupID) + len(m.sender) + len(m.traceHeader()) + len(m.deadLetterSource())
 	for _, a := range m.attrs {
 		n += 4*binary.MaxVarintLen64 + len(a.Name) + len(a.DataType) + len(a.StringValue) + len(a.BinaryValue)

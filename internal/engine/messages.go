@@ -141,6 +141,8 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		enqueuedAt: now,
 		visibleAt:  now + int64(delay),
 		state:      stateVisible,
+		hasMD5:     in.BodyMD5Set,
+		bodyMD5:    in.BodyMD5,
 	}
 	if in.TraceHeader != "" || len(in.Envelope) > 0 {
 		m.ext = &messageExt{trace: in.TraceHeader, envelope: in.Envelope}
@@ -437,6 +439,8 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 		DeadLetterSource: m.deadLetterSource(),
 		Envelope:         m.envelope(),
 		Redelivered:      m.recvCount > 1,
+		BodyMD5:          m.bodyMD5,
+		BodyMD5Set:       m.hasMD5,
 	}
 	if x := m.ext; x != nil {
 		d.DeadLetter, d.LastFailure, d.Redrive = x.dead, x.failure, x.redrive

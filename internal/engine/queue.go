@@ -40,7 +40,11 @@ type message struct {
 	// rather than a lease: when the wait ends it becomes visible without
 	// another backoff.
 	parked bool
-	ext    *messageExt // failure context and history; nil for most messages
+	// hasMD5 says bodyMD5 holds the body's MD5 as given at send
+	// (Message.BodyMD5), returned with every delivery.
+	hasMD5  bool
+	bodyMD5 [16]byte
+	ext     *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // index in queue.expiry
