@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/md5"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,46 @@ func FuzzDecodeContent(f *testing.F) {
 			t.Fatalf("body %q md5 %v %x became %q %v %x", m.body, m.hasMD5, m.bodyMD5, again.body, again.hasMD5, again.bodyMD5)
 		}
 	})
+}
+
+// TestBorrowedBodyIsCopied: a body lent for the call (Message.BodyBorrowed,
+// as the SQS front-end passes a slice of its request buffer) is not
+// retained: overwriting the caller's bytes after Send changes nothing that
+// is delivered, whether the engine keeps the body as a slice of its record
+// (large bodies), as a copy (small ones), or dead-letters a message a full
+// queue rejected.
+func TestBorrowedBodyIsCopied(t *testing.T) {
+	f := newFixture(t)
+	f.create("dlq", nil)
+	f.create("q", nil)
+	f.create("full", func(c *QueueConfig) {
+		c.MaxLength = 1
+		c.Overflow = OverflowRejectPublishDLX
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq"}
+	})
+	large := bytes.Repeat([]byte("L"), 4096)
+	small := []byte("small")
+	lent := func(b []byte) Message { return Message{Body: b, BodyBorrowed: true} }
+	f.send("q", lent(large), lent(small))
+	f.send("full", body("first"))
+	rejected := []byte("rejected")
+	if res, _ := f.e.Send("full", []Message{lent(rejected)}); len(res) != 1 || res[0].Err == nil {
+		t.Fatalf("the full queue took it: %+v", res)
+	}
+	for _, b := range [][]byte{large, small, rejected} {
+		for i := range b {
+			b[i] = 'X'
+		}
+	}
+	got := map[string]bool{}
+	for _, q := range []string{"q", "dlq"} {
+		for _, d := range f.recv(q, 10, time.Minute) {
+			got[string(d.Body)] = true
+		}
+	}
+	for _, want := range []string{strings.Repeat("L", 4096), "small", "rejected"} {
+		if !got[want] {
+			t.Errorf("%.10q… not delivered intact; got %d bodies", want, len(got))
+		}
+	}
 }

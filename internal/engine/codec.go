@@ -453,6 +453,13 @@ func decodeExt(d *decoder, m *message) {
 // encodeContent is the immutable part of a message: written once on send
 // (or on a dead-letter move) and deleted with the message.
 func encodeContent(m *message) []byte {
+	rec, _ := encodeContentBodyAt(m)
+	return rec
+}
+
+// encodeContentBodyAt is encodeContent that also returns where in the
+// record the body's bytes start.
+func encodeContentBodyAt(m *message) (rec []byte, bodyAt int) {
 	e := encoder{b: make([]byte, 0, contentSizeHint(m))}
 	e.b = append(e.b, recordV1)
 	e.b = append(e.b, m.id[:]...)
@@ -474,6 +481,7 @@ func encodeContent(m *message) []byte {
 		e.bytes(a.BinaryValue)
 	}
 	e.bytes(m.body)
+	bodyAt = len(e.b) - len(m.body)
 	encodeExt(&e, m.ext, true, true)
 	if m.hasMD5 {
 		e.uvarint(tagBodyMD5)
@@ -485,7 +493,7 @@ func encodeContent(m *message) []byte {
 		e.uvarint(tagTTL)
 		e.bytes(f.b)
 	}
-	return e.b
+	return e.b, bodyAt
 }
 
 // contentSizeHint bounds the encoded size of m's content record closely

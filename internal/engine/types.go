@@ -163,8 +163,15 @@ type Attribute struct {
 
 // Message is what a producer sends.
 type Message struct {
-	Body       []byte
-	Attributes []Attribute // user attributes, at most 10 on SQS; kept in the order given
+	// Body is kept by the engine as given (front-ends must not modify it
+	// after Send), unless BodyBorrowed.
+	Body []byte
+	// BodyBorrowed says Body is lent for the duration of Send only (it
+	// points into a request buffer): the engine keeps its own copy. It
+	// costs no extra copy for bodies of a few hundred bytes or more, which
+	// the engine keeps as a slice of the content record it writes anyway.
+	BodyBorrowed bool
+	Attributes   []Attribute // user attributes, at most 10 on SQS; kept in the order given
 
 	// TraceHeader is the AWSTraceHeader system attribute ("" when absent).
 	TraceHeader string
