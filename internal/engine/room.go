@@ -13,9 +13,13 @@ import "sync/atomic"
 // target's lock is published only at its unlock, so a mover and a sender
 // racing for the last slot may both win, exceeding the limit by one
 // message per racing mover.
+//
+// visible mirrors the queue's visible (receivable now) count as of its
+// last unlock, for AMQP flow control (Engine.VisibleHint).
 type roomHints struct {
 	ready, readyBytes       atomic.Int64
 	incoming, incomingBytes atomic.Int64
+	visible                 atomic.Int64
 }
 
 // publishRoomLocked updates the hints from the queue's counts.
@@ -23,6 +27,22 @@ func (q *queue) publishRoomLocked() {
 	n, b := q.readyLocked()
 	q.room.ready.Store(int64(n))
 	q.room.readyBytes.Store(b)
+	q.room.visible.Store(int64(q.nState[stateVisible]))
+}
+
+// VisibleHint returns how many messages of the named queue were visible
+// (ready to be received, ApproximateNumberOfMessages) when its lock was
+// last released, without taking the lock; false when there is no such
+// queue. It is a hint: sends and receives in progress are not counted
+// until they finish. AMQP flow control reads it on every publish batch
+// and consumer receive, where taking the queue's lock would contend with
+// exactly the traffic it measures.
+func (e *Engine) VisibleHint(name string) (int, bool) {
+	q, err := e.lookup(name)
+	if err != nil {
+		return 0, false
+	}
+	return int(q.room.visible.Load()), true
 }
 
 // pending returns the reserved, not yet inserted, moves.

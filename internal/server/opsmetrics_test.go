@@ -68,7 +68,9 @@ func TestAMQPAndDiskMetrics(t *testing.T) {
 	want("sluice_amqp_connections 1", "sluice_amqp_channels 2", "sluice_amqp_consumers 1",
 		"sluice_disk_min_free_bytes 2.68435456e+08")
 	conn.Close()
-	want("sluice_amqp_connections 0", "sluice_amqp_channels 0", "sluice_amqp_consumers 0")
+	want("sluice_amqp_connections 0", "sluice_amqp_channels 0", "sluice_amqp_consumers 0",
+		"sluice_amqp_flow_throttled_publishes_total 0", "sluice_amqp_flow_throttling_queues 0",
+		"sluice_amqp_flow_paused_connections 0")
 	if m := metricsText(t, s.SQSAddr()); !strings.Contains(m, "\nsluice_disk_free_bytes ") {
 		t.Fatal("no sluice_disk_free_bytes")
 	}
