@@ -132,6 +132,16 @@ type Options struct {
 	// A handshake must finish within 5 s.
 	AMQPMaxConnectionsPerIP int `toml:"amqp_max_connections_per_ip"`
 	AMQPMaxHandshakes       int `toml:"amqp_max_handshakes"`
+	// AMQPFlowMinBacklog, AMQPFlowCreditFactor and AMQPFlowMaxWait tune
+	// AMQP publisher flow control (docs/amqp-compat.md, "Flow control"):
+	// a queue with consumers whose ready backlog passes max(min backlog,
+	// factor × the sum of its consumers' prefetch) stops the reading of
+	// the connections publishing to it, each pause at most the max wait,
+	// until the backlog is back to half that. 0: 1000, 4 and 1s; a
+	// negative max wait turns flow control off.
+	AMQPFlowMinBacklog   int      `toml:"amqp_flow_min_backlog"`
+	AMQPFlowCreditFactor int      `toml:"amqp_flow_credit_factor"`
+	AMQPFlowMaxWait      duration `toml:"amqp_flow_max_wait"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
 	// only, as RabbitMQ.
 	AMQPUsers []AMQPUser `toml:"amqp_users"`

@@ -183,7 +183,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	s.amqp, err = amqp.New(eng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers(),
 		MaxMessageSize: opts.AMQPMaxMessageSize, Product: opts.AMQPProduct,
 		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes,
-		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes})
+		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes,
+		FlowMinBacklog: opts.AMQPFlowMinBacklog, FlowCreditFactor: opts.AMQPFlowCreditFactor,
+		FlowMaxWait: time.Duration(opts.AMQPFlowMaxWait)})
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
