@@ -247,3 +247,66 @@ func TestFlowPublishAndConsumeOnOneConnection(t *testing.T) {
 		t.Fatalf("flow stats %+v: a pause reached FlowMaxWait", st)
 	}
 }
+
+// stallQueue declares queue name with one consumer that holds prefetch
+// deliveries and acks nothing, and starts publishers confirming
+// publishers of n messages each (window 20). It returns the consumer's
+// channel and tag and the publishers' results.
+func stallQueue(t *testing.T, b *broker, name string, publishers, n int) (*amqp091.Channel, string, <-chan error) {
+	t.Helper()
+	_, cch := b.channel()
+	q, err := cch.QueueDeclare(name, true, false, false, false, nil)
+	must(t, err)
+	must(t, cch.Qos(5, 0, false))
+	const tag = "stalled"
+	_, err = cch.Consume(q.Name, tag, false, false, false, false, nil)
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	errs := make(chan error, publishers)
+	for p := 0; p < publishers; p++ {
+		_, pch := b.channel()
+		go func() { errs <- publishWindow(ctx, pch, q.Name, n, 20) }()
+	}
+	return cch, tag, errs
+}
+
+// A queue whose consumer stops taking messages without leaving does not
+// stop its publishers: each pause ends at FlowMaxWait (counted as a
+// timeout), so every publish still completes, a batch per pause.
+func TestFlowPauseIsBounded(t *testing.T) {
+	const publishers, n = 2, 400
+	o := flowOptions(100)
+	o.FlowMaxWait = 20 * time.Millisecond
+	b := startBroker(t, withOptions(o))
+	_, _, errs := stallQueue(t, b, "stuck", publishers, n)
+	for p := 0; p < publishers; p++ {
+		must(t, <-errs)
+	}
+	if got, _ := b.eng.VisibleHint("stuck"); got != publishers*n-5 {
+		t.Fatalf("ready = %d, want %d (all but the consumer's prefetch)", got, publishers*n-5)
+	}
+	if st := b.srv.FlowStats(); st.TimedOut == 0 || st.ThrottledPublishes < st.TimedOut {
+		t.Fatalf("flow stats %+v: want pauses that ended at FlowMaxWait", st)
+	}
+}
+
+// When a throttled queue loses its last consumer it holds nobody back any
+// more: the paused publishers resume at once (not at FlowMaxWait, here a
+// minute) and the gate is down.
+func TestFlowEndsWhenTheLastConsumerLeaves(t *testing.T) {
+	const publishers, n = 2, 1000
+	b := startBroker(t, withOptions(flowOptions(100)))
+	cch, tag, errs := stallQueue(t, b, "abandoned", publishers, n)
+	eventually(t, "every publisher paused by flow control", func() bool {
+		return b.srv.FlowStats().PausedConnections == publishers
+	})
+	must(t, cch.Cancel(tag, false))
+	for p := 0; p < publishers; p++ {
+		must(t, <-errs)
+	}
+	st := b.srv.FlowStats()
+	if st.TimedOut != 0 || st.ThrottlingQueues != 0 {
+		t.Fatalf("flow stats %+v: want no pause ended by time and no queue throttling", st)
+	}
+}
