@@ -380,6 +380,15 @@ func (o *Options) Validate() error {
 	if o.AMQPProduct == "" {
 		errs = append(errs, errors.New("amqp_product: must not be empty"))
 	}
+	if o.AMQPFlowMinBacklog < 0 {
+		errs = append(errs, errors.New("amqp_flow_min_backlog: must not be negative (0: the default, 1000)"))
+	}
+	if o.AMQPFlowCreditFactor < 0 {
+		errs = append(errs, errors.New("amqp_flow_credit_factor: must not be negative (0: the default, 4)"))
+	}
+	if time.Duration(o.AMQPFlowMaxWait) > time.Minute {
+		errs = append(errs, errors.New("amqp_flow_max_wait: must be at most 1m (negative turns flow control off)"))
+	}
 	if o.MinFreeDisk < 0 {
 		errs = append(errs, errors.New("min_free_disk: must not be negative"))
 	}
