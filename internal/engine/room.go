@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // roomHints let a dead-letter move or a redrive, which hold the source's
 // lock and never a second queue lock, respect a target's length limits
@@ -15,11 +18,14 @@ import "sync/atomic"
 // message per racing mover.
 //
 // visible mirrors the queue's visible (receivable now) count as of its
-// last unlock, for AMQP flow control (Engine.VisibleHint).
+// last unlock, and receivedAt the engine-clock time (Unix nanoseconds) of
+// its last receive call, for flow control (Engine.VisibleHint,
+// Engine.ReceivedAtHint).
 type roomHints struct {
 	ready, readyBytes       atomic.Int64
 	incoming, incomingBytes atomic.Int64
 	visible                 atomic.Int64
+	receivedAt              atomic.Int64
 }
 
 // publishRoomLocked updates the hints from the queue's counts.
@@ -43,6 +49,24 @@ func (e *Engine) VisibleHint(name string) (int, bool) {
 		return 0, false
 	}
 	return int(q.room.visible.Load()), true
+}
+
+// ReceivedAtHint returns when (on the engine's clock) the named queue was
+// last asked for messages by a receive (SQS ReceiveMessage, an AMQP
+// consumer's fetch, basic.get), found or not; zero when never since the
+// engine opened, false when there is no such queue. Lock-free, for flow
+// control: a queue receivers are polling is one whose backlog they are
+// expected to drain.
+func (e *Engine) ReceivedAtHint(name string) (time.Time, bool) {
+	q, err := e.lookup(name)
+	if err != nil {
+		return time.Time{}, false
+	}
+	ns := q.room.receivedAt.Load()
+	if ns == 0 {
+		return time.Time{}, true
+	}
+	return time.Unix(0, ns), true
 }
 
 // pending returns the reserved, not yet inserted, moves.

@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicemq/sluice/internal/sqs"
 )
 
 // diskCollector exports the free space of the data directory's
@@ -88,4 +90,38 @@ func (c amqpCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.throttleTimeouts, prometheus.CounterValue, float64(fs.TimedOut))
 	ch <- prometheus.MustNewConstMetric(c.throttlingQueues, prometheus.GaugeValue, float64(fs.ThrottlingQueues))
 	ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(fs.PausedConnections))
+}
+
+// sqsFlowCollector exports the SQS send back-pressure counters
+// (sqs.Handler.SendFlowStats).
+type sqsFlowCollector struct {
+	h                           *sqs.Handler
+	throttled, seconds, timeout *prometheus.Desc
+}
+
+func newSQSFlowCollector(h *sqs.Handler) sqsFlowCollector {
+	return sqsFlowCollector{
+		h: h,
+		throttled: prometheus.NewDesc("sluice_sqs_send_throttled_total",
+			"SendMessage and SendMessageBatch requests that waited for send back-pressure (sqs_send_flow_backlog).", nil, nil),
+		seconds: prometheus.NewDesc("sluice_sqs_send_throttled_seconds_total",
+			"Seconds sends waited for back-pressure, summed over requests.", nil, nil),
+		timeout: prometheus.NewDesc("sluice_sqs_send_flow_timeouts_total",
+			"Sends that waited the whole sqs_send_flow_max_wait (the backlog did not halve meanwhile).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c sqsFlowCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.throttled
+	ch <- c.seconds
+	ch <- c.timeout
+}
+
+// Collect implements prometheus.Collector.
+func (c sqsFlowCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.h.SendFlowStats()
+	ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(st.Throttled))
+	ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, st.ThrottledSeconds)
+	ch <- prometheus.MustNewConstMetric(c.timeout, prometheus.CounterValue, float64(st.TimedOut))
 }

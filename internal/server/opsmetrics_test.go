@@ -70,7 +70,7 @@ func TestAMQPAndDiskMetrics(t *testing.T) {
 	conn.Close()
 	want("sluice_amqp_connections 0", "sluice_amqp_channels 0", "sluice_amqp_consumers 0",
 		"sluice_amqp_flow_throttled_publishes_total 0", "sluice_amqp_flow_throttling_queues 0",
-		"sluice_amqp_flow_paused_connections 0")
+		"sluice_amqp_flow_paused_connections 0", "sluice_sqs_send_throttled_total 0")
 	if m := metricsText(t, s.SQSAddr()); !strings.Contains(m, "\nsluice_disk_free_bytes ") {
 		t.Fatal("no sluice_disk_free_bytes")
 	}

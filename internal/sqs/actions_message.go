@@ -81,6 +81,7 @@ func (c *call) sendMessage() (output, *apiError) {
 		return nil, err
 	}
 	fromHeader := c.traceFromHeader(&m)
+	c.h.slowSend(c.ctx, name) // back-pressure (flow.go)
 	res, serr := c.h.eng.Send(name, []engine.Message{m})
 	d := errDetail{queue: name, delay: in.DelaySeconds.Raw}
 	if serr != nil {
@@ -188,6 +189,7 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	if len(msgs) == 0 {
 		return out, nil
 	}
+	c.h.slowSend(c.ctx, name) // back-pressure (flow.go)
 	res, serr := c.h.eng.Send(name, msgs)
 	if serr != nil {
 		return nil, mapEngineErr(serr, errDetail{queue: name})
