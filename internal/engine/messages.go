@@ -257,6 +257,7 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 	expired := wait <= 0
 	for {
 		now := e.now()
+		q.room.receivedAt.Store(now)
 		b := store.Batch{Ops: make([]store.Op, 0, req.Max)}
 		q.advanceLocked(now, &b)
 		var out []Delivery

@@ -102,6 +102,7 @@ func (c *call) sendMessage() (output, *apiError) {
 	}
 	fromHeader := c.traceFromHeader(&m)
 	hashBody(&m)
+	c.h.slowSend(c.ctx, name) // back-pressure (flow.go)
 	res, serr := c.h.eng.Send(name, []engine.Message{m})
 	d := errDetail{queue: name, delay: in.DelaySeconds.Raw}
 	if serr != nil {
@@ -210,6 +211,7 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 	if len(msgs) == 0 {
 		return out, nil
 	}
+	c.h.slowSend(c.ctx, name) // back-pressure (flow.go)
 	res, serr := c.h.eng.Send(name, msgs)
 	if serr != nil {
 		return nil, mapEngineErr(serr, errDetail{queue: name})
