@@ -48,9 +48,26 @@ race: ## the race detector over the concurrent packages (bounded by RACE_TIMEOUT
 	$(GO) test -count=1 -race -short -timeout $(RACE_TIMEOUT) $(RACE_PKGS)
 	cd worker && $(GO) test -count=1 -race -short -timeout $(RACE_TIMEOUT) $(RACE_WORKER_PKGS)
 
-lint: ## gofmt, go vet, staticcheck
+# errcheck, pinned (v1.30.0 was @latest when it was added). Test files are
+# not checked (-ignoretests: about 320 dropped errors there, nearly all
+# deferred closes of test connections and bodies; a test fails on what it
+# asserts). scripts/errcheck-excludes.txt lists the few functions whose
+# errors are never checked (terminal and HTTP response writes).
+# ERRCHECK_PENDING are packages not yet clean, skipped until they are:
+# internal/amqp (41 findings) and internal/engine (2, in deadletter.go and
+# tasks.go) were being changed by other work when errcheck was added
+# (issue 16). Remove a package from the list once errcheck passes on it.
+ERRCHECK         ?= github.com/kisielk/errcheck@v1.30.0
+ERRCHECK_PENDING := internal/amqp internal/engine
+
+errcheck: ## unchecked errors in the broker module's non-test code (errcheck)
+	$(GO) run $(ERRCHECK) -ignoretests -exclude scripts/errcheck-excludes.txt \
+	  $$($(GO) list ./... | grep -vxF $(addprefix -e github.com/sluicemq/sluice/,$(ERRCHECK_PENDING)))
+
+lint: ## gofmt, go vet, staticcheck, errcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "== vet+staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...) || exit 1; done
+	@echo "== errcheck ."; $(MAKE) --no-print-directory errcheck
 
 # goreleaser v2.14.3: @latest needs Go 1.27, and v2.15–v2.17 pull a module
 # the Go proxy refuses (go.digitalxero.dev/go-msix). The first run builds
