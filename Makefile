@@ -11,7 +11,7 @@ SOAK_MESSAGES ?= 2000000
 # stops at a nested module, so every target that walks packages loops.
 MODULES   := . worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench fuzz crash faults soak perf release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq fuzz crash faults soak perf release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ release-check: ## validate .goreleaser.yaml with goreleaser check
 bench: ## Go benchmarks (engine, store)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
+bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, as ratios (quiet machine; DURATION, REPEAT, SCENARIOS)
+	scripts/bench-vs-rabbitmq.sh
+
 fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-one.sh)
 	@for m in $(MODULES); do (cd $$m && \
 	for pkg in $$($(GO) list ./...); do \
@@ -98,5 +101,5 @@ faults: ## fault-injection tests (SIGKILL, SIGSTOP, power loss, EIO/ENOSPC, WAL 
 soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DURATION, drain, disk reclamation (writes ~2 GB; SLUICE_SOAK_DIR)
 	SLUICE_SOAK=1 SLUICE_SOAK_DURATION=$(SOAK_DURATION) SLUICE_SOAK_MESSAGES=$(SOAK_MESSAGES) $(GO) test -count=1 -run TestSoak -v -timeout 120m ./test/soak/
 
-perf: ## restart time and memory with 1M queued messages (writes ~1.4 GB; SLUICE_PERF_DIR, SLUICE_PERF_PROFILE)
-	SLUICE_PERF=1 $(GO) test -count=1 -run TestRestart -v -timeout 30m ./test/perf/
+perf: ## restart time and memory with 1M queued messages, then the deep backlog (2M over AMQP, kill -9, restart, drain; writes ~5 GB; SLUICE_PERF_DIR, SLUICE_PERF_MESSAGES)
+	SLUICE_PERF=1 $(GO) test -count=1 -run 'TestRestart|TestDeepBacklog' -v -timeout 90m ./test/perf/

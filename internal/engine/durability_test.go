@@ -297,6 +297,21 @@ func TestAcknowledgedChangesSurvivePowerCut(t *testing.T) {
 		do    func() error
 		check func() string
 	}{
+		{"CreateQueue", func() error {
+			cfg := DefaultQueueConfig()
+			cfg.Visibility = 17 * time.Second
+			_, _, err := pf.e.CreateQueue("fresh", cfg, map[string]string{"k": "v"})
+			return err
+		}, func() string {
+			info, err := pf.e.GetQueue("fresh")
+			if err != nil {
+				return "created queue lost: " + err.Error()
+			}
+			if info.Config.Visibility != 17*time.Second || info.Tags["k"] != "v" {
+				return fmt.Sprintf("created queue's settings lost: %v %v", info.Config.Visibility, info.Tags)
+			}
+			return ""
+		}},
 		{"ChangeVisibility", func() error {
 			errs, err := pf.e.ChangeVisibility("q", []VisibilityChange{{ReceiptHandle: d[0].ReceiptHandle, Timeout: time.Hour}})
 			return errors.Join(err, errs[0])

@@ -51,6 +51,13 @@ type Receipt struct {
 	Epoch int
 }
 
+// Lease names one delivery of a message: its receive count and the broker
+// incarnation (Receipt.Epoch) that served it. The count alone is ambiguous:
+// after a crash that lost a lease, the next receive repeats its count, and
+// a late answer about the old lease (a retried delete refused because the
+// message is leased again) must not be pinned on the new one.
+type Lease struct{ Count, Epoch int }
+
 // delivery is a Receipt plus what happened to its lease.
 type delivery struct {
 	Receipt
@@ -203,16 +210,17 @@ func (c *Checker) Received(r Receipt) {
 	m.dels = append(m.dels, &delivery{Receipt: r})
 }
 
-// find returns the delivery of id with the given receive count, preferring
-// the most recent. Callers hold c.mu.
-func (c *Checker) find(id string, count int) (*message, *delivery) {
+// find returns the delivery of id that lease names, preferring the most
+// recent (two deliveries with one lease are already flagged as corrupt).
+// Callers hold c.mu.
+func (c *Checker) find(id string, l Lease) (*message, *delivery) {
 	m := c.msgs[id]
 	if m == nil {
 		return nil, nil
 	}
 	for i := len(m.dels) - 1; i >= 0; i-- {
-		if m.dels[i].Count == count {
-			return m, m.dels[i]
+		if d := m.dels[i]; d.Count == l.Count && d.Epoch == l.Epoch {
+			return m, d
 		}
 	}
 	return m, nil
@@ -233,30 +241,30 @@ func (m *message) releasedBefore(t time.Time) time.Time {
 	return first
 }
 
-// Released records a ChangeMessageVisibility(0) of the lease of id with
-// receive count count, attempted at at (whether or not it was
-// acknowledged): the lease may have ended from then on.
-func (c *Checker) Released(id string, count int, at time.Time) {
+// Released records a ChangeMessageVisibility(0) of lease l of id,
+// attempted at at (whether or not it was acknowledged): the lease may have
+// ended from then on.
+func (c *Checker) Released(id string, l Lease, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, d := c.find(id, count); d != nil && (d.released.IsZero() || at.Before(d.released)) {
+	if _, d := c.find(id, l); d != nil && (d.released.IsZero() || at.Before(d.released)) {
 		d.released = at
 	}
 }
 
-// DeleteAttempted records that a delete of the lease of id with receive
-// count count is about to be sent at at.
-func (c *Checker) DeleteAttempted(id string, count int, at time.Time) {
+// DeleteAttempted records that a delete of lease l of id is about to be
+// sent at at.
+func (c *Checker) DeleteAttempted(id string, l Lease, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m, d := c.find(id, count); d != nil {
+	if m, d := c.find(id, l); d != nil {
 		d.deleted = true
 		c.touch(m, at)
 	}
 }
 
-// DeleteAcked records an acknowledged delete of the lease of id with
-// receive count count, answered by broker incarnation epoch. It counts as
+// DeleteAcked records an acknowledged delete of lease l of id, answered by
+// broker incarnation epoch. It counts as
 // a certain delete, which no later receive may contradict, only when the
 // lease was certainly still valid when the broker applied it: no crash
 // since the receive (same epoch), no
@@ -264,10 +272,10 @@ func (c *Checker) DeleteAttempted(id string, count int, at time.Time) {
 // ack (see releasedBefore), and acknowledged before the lease could have
 // ended. (A standard queue acknowledges a delete with a stale handle without
 // deleting, so an ack alone proves nothing.)
-func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
+func (c *Checker) DeleteAcked(id string, l Lease, epoch int, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m, d := c.find(id, count)
+	m, d := c.find(id, l)
 	if d == nil {
 		return
 	}
@@ -282,17 +290,17 @@ func (c *Checker) DeleteAcked(id string, count, epoch int, at time.Time) {
 }
 
 // DeleteRetryAcked records an acknowledged delete, sent again after a crash
-// by broker incarnation epoch, of a lease of id with receive count count
-// that an earlier incarnation granted (the first try got no answer). The
+// by broker incarnation epoch, of lease l of id, which an earlier
+// incarnation granted (the first try got no answer). The
 // caller promises that no receive of the message could have run in this
 // incarnation before the delete was acknowledged. Then, by
 // docs/guarantees.md, the delete is certain if the lease had not ended: a
 // handle whose lease the crash lost still deletes its message, and no later
 // receive is known to have taken the message over.
-func (c *Checker) DeleteRetryAcked(id string, count, epoch int, at time.Time) {
+func (c *Checker) DeleteRetryAcked(id string, l Lease, epoch int, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m, d := c.find(id, count)
+	m, d := c.find(id, l)
 	if d == nil {
 		return
 	}
@@ -311,14 +319,14 @@ func (c *Checker) DeleteRetryAcked(id string, count, epoch int, at time.Time) {
 	}
 }
 
-// DeleteFailed records that a live broker answered the delete of the lease
-// of id with receive count count with an error (a FIFO handle whose lease
+// DeleteFailed records that a live broker answered the delete of lease l of
+// id with an error (a FIFO handle whose lease
 // ended, a refused request). Such a delete settles nothing: the message must
 // be delivered again, and a drain waits for that delivery's delete.
-func (c *Checker) DeleteFailed(id string, count int) {
+func (c *Checker) DeleteFailed(id string, l Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, d := c.find(id, count); d != nil {
+	if _, d := c.find(id, l); d != nil {
 		d.deleteFailed = true
 	}
 }
@@ -644,6 +652,30 @@ func (c *Checker) Unsettled() int {
 		}
 	}
 	return n
+}
+
+// UnsettledDetails describes up to n unsettled messages with their
+// deliveries, for a drain that ends with some (sorted by id).
+func (c *Checker) UnsettledDetails(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, m := range c.msgs {
+		if !m.acked || settled(m) {
+			continue
+		}
+		var ds []string
+		for _, d := range m.dels {
+			ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s deleted %v ok %v failed %v}", d.Epoch, d.Count, d.DLQ,
+				d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed))
+		}
+		out = append(out, fmt.Sprintf("%s group %q seq %d: %s", m.ID, m.Group, m.Seq, strings.Join(ds, " ")))
+	}
+	sort.Strings(out)
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
 }
 
 // settled: the latest delivery (in server order) was followed by an

@@ -78,7 +78,7 @@ type feExt struct {
 type fePendingDelete struct {
 	ck         *Checker
 	id, handle string
-	count      int
+	lease      Lease
 }
 
 // feRun is the state the workload carries across broker lives.
@@ -515,9 +515,9 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 				r.extensions.Add(1)
 				continue
 			}
-			ck.DeleteAttempted(id, count, time.Now())
+			ck.DeleteAttempted(id, Lease{count, epoch}, time.Now())
 			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})
-			pend = append(pend, fePendingDelete{ck: ck, id: id, handle: aws.ToString(m.ReceiptHandle), count: count})
+			pend = append(pend, fePendingDelete{ck: ck, id: id, handle: aws.ToString(m.ReceiptHandle), lease: Lease{count, epoch}})
 		}
 		if len(dels) == 0 {
 			continue
@@ -532,7 +532,7 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 					r.liveError(ctx, queue+" second delete", err)
 					return
 				}
-				p.ck.DeleteAcked(p.id, p.count, r.epochNow(), time.Now())
+				p.ck.DeleteAcked(p.id, p.lease, r.epochNow(), time.Now())
 				r.doubleDeletes.Add(1)
 				r.note(p.id, "deleted twice at once")
 			}()
@@ -551,12 +551,12 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 		now := time.Now()
 		for _, s := range dout.Successful {
 			i, _ := strconv.Atoi(aws.ToString(s.Id))
-			pend[i].ck.DeleteAcked(pend[i].id, pend[i].count, r.epochNow(), now)
+			pend[i].ck.DeleteAcked(pend[i].id, pend[i].lease, r.epochNow(), now)
 			r.deletesOK.Add(1)
 		}
 		for _, f := range dout.Failed {
 			i, _ := strconv.Atoi(aws.ToString(f.Id))
-			pend[i].ck.DeleteFailed(pend[i].id, pend[i].count)
+			pend[i].ck.DeleteFailed(pend[i].id, pend[i].lease)
 			r.liveError(ctx, queue+" delete entry", fmt.Errorf("%s %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 		}
 	}
@@ -623,10 +623,10 @@ func feQuietReceive(r *feRun, b *feBroker) {
 		ck := r.checkerFor(id, r.std)
 		ck.Received(Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: feStd, Begin: begin, End: end,
 			Count: count, Visibility: feLease, Epoch: epoch})
-		ck.DeleteAttempted(id, count, time.Now())
+		ck.DeleteAttempted(id, Lease{count, epoch}, time.Now())
 		r.mu.Lock()
 		delete(r.exts, aws.ToString(m.MessageId))
-		r.delRetries = append(r.delRetries, fePendingDelete{ck: ck, id: id, handle: aws.ToString(m.ReceiptHandle), count: count})
+		r.delRetries = append(r.delRetries, fePendingDelete{ck: ck, id: id, handle: aws.ToString(m.ReceiptHandle), lease: Lease{count, epoch}})
 		r.mu.Unlock()
 		r.quietHeld.Add(1)
 	}
@@ -653,9 +653,9 @@ func feRetryDeletes(ctx context.Context, r *feRun, b *feBroker) {
 		// the move the message is back in the DLQ and the handle names
 		// nothing; the task moves it again (docs/guarantees.md).
 		if r.lostLease && p.ck != r.moved {
-			p.ck.DeleteRetryAcked(p.id, p.count, epoch, time.Now())
+			p.ck.DeleteRetryAcked(p.id, p.lease, epoch, time.Now())
 		} else {
-			p.ck.DeleteAttempted(p.id, p.count, time.Now())
+			p.ck.DeleteAttempted(p.id, p.lease, time.Now())
 		}
 		r.retriedDeletes.Add(1)
 		r.note(p.id, "delete retried after a cut with its old handle")
@@ -751,8 +751,9 @@ func feAMQPConsume(ctx context.Context, r *feRun, b *feBroker) {
 			now := time.Now()
 			body := string(d.Body)
 			id, _, _ := strings.Cut(body, "|")
-			r.amqp.Received(Receipt{ID: id, Body: body, Queue: feAMQP, Begin: now, End: now, Count: 1, Epoch: r.epochNow()})
-			r.amqp.DeleteAttempted(id, 1, time.Now())
+			epoch := r.epochNow()
+			r.amqp.Received(Receipt{ID: id, Body: body, Queue: feAMQP, Begin: now, End: now, Count: 1, Epoch: epoch})
+			r.amqp.DeleteAttempted(id, Lease{1, epoch}, time.Now())
 			if err := d.Ack(false); err != nil {
 				return
 			}

@@ -385,7 +385,7 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 		end := time.Now()
 		var dels []types.DeleteMessageBatchRequestEntry
 		var delIDs []string
-		var delCounts []int
+		var delLeases []Lease
 		for _, m := range out.Messages {
 			body := aws.ToString(m.Body)
 			id, rest, _ := strings.Cut(body, "|")
@@ -397,7 +397,7 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 			case !dlq && poison && rng.IntN(2) == 0:
 				continue // let the lease run out
 			case !dlq && (poison || rng.IntN(100) < 3):
-				w.ck.Released(id, count, time.Now())
+				w.ck.Released(id, Lease{count, inc.epoch}, time.Now())
 				w.ops.Add(1)
 				_, err := inc.client.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
 					QueueUrl: aws.String(inc.urls[queue]), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
@@ -408,14 +408,14 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 			}
 			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})
 			delIDs = append(delIDs, id)
-			delCounts = append(delCounts, count)
+			delLeases = append(delLeases, Lease{count, inc.epoch})
 		}
 		if len(dels) == 0 {
 			continue
 		}
 		now := time.Now()
 		for i, id := range delIDs {
-			w.ck.DeleteAttempted(id, delCounts[i], now)
+			w.ck.DeleteAttempted(id, delLeases[i], now)
 		}
 		// Not canceled with ctx: a received batch is deleted even while
 		// the test stops, so the drain ends clean.
@@ -444,12 +444,12 @@ func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *ran
 			if err != nil || i < 0 || i >= len(delIDs) {
 				continue
 			}
-			w.ck.DeleteAcked(delIDs[i], delCounts[i], inc.epoch, done)
+			w.ck.DeleteAcked(delIDs[i], delLeases[i], inc.epoch, done)
 		}
 		for _, f := range dout.Failed {
 			// The delete settles nothing: the message must come back.
 			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(delIDs) {
-				w.ck.DeleteFailed(delIDs[i], delCounts[i])
+				w.ck.DeleteFailed(delIDs[i], delLeases[i])
 			}
 			// FIFO refuses a delete whose lease has ended.
 			if msg := aws.ToString(f.Message); !strings.Contains(strings.ToLower(msg), "receipt handle") {
@@ -507,7 +507,11 @@ func (w *workload) drain(t *testing.T, ctx context.Context) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s", pending, desc)
+			if desc == "" {
+				_, desc = w.queuesEmpty(ctx, w.cl.Get())
+			}
+			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
+				strings.Join(w.ck.UnsettledDetails(10), "\n"))
 			break
 		}
 		select {

@@ -188,7 +188,7 @@ func plConsume(ctx context.Context, eng *engine.Engine, ck *Checker, queue strin
 		end := time.Now()
 		var handles []string
 		var ids []string
-		var counts []int
+		var leases []Lease
 		var release []engine.VisibilityChange
 		for _, d := range ds {
 			body := string(d.Body)
@@ -196,12 +196,12 @@ func plConsume(ctx context.Context, eng *engine.Engine, ck *Checker, queue strin
 			ck.Received(Receipt{ID: id, Body: body, MessageID: d.MessageID, Queue: queue, DLQ: dlq,
 				Begin: begin, End: end, Count: d.ReceiveCount, Visibility: time.Second, Epoch: epoch})
 			if !dlq && strings.HasPrefix(rest, "P") {
-				ck.Released(id, d.ReceiveCount, time.Now())
+				ck.Released(id, Lease{d.ReceiveCount, epoch}, time.Now())
 				release = append(release, engine.VisibilityChange{ReceiptHandle: d.ReceiptHandle})
 				continue
 			}
-			ck.DeleteAttempted(id, d.ReceiveCount, time.Now())
-			handles, ids, counts = append(handles, d.ReceiptHandle), append(ids, id), append(counts, d.ReceiveCount)
+			ck.DeleteAttempted(id, Lease{d.ReceiveCount, epoch}, time.Now())
+			handles, ids, leases = append(handles, d.ReceiptHandle), append(ids, id), append(leases, Lease{d.ReceiveCount, epoch})
 		}
 		if len(release) > 0 {
 			ops.Add(1)
@@ -218,7 +218,7 @@ func plConsume(ctx context.Context, eng *engine.Engine, ck *Checker, queue strin
 		now := time.Now()
 		for i, e := range errs {
 			if e == nil {
-				ck.DeleteAcked(ids[i], counts[i], epoch, now)
+				ck.DeleteAcked(ids[i], leases[i], epoch, now)
 			}
 		}
 	}

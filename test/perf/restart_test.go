@@ -5,6 +5,8 @@
 //
 //	SLUICE_PERF=1 go test -run TestRestart -v -timeout 30m ./test/perf/
 //
+// (or `make perf`, which also runs TestDeepBacklog: see backlog_test.go).
+//
 // SLUICE_PERF_DIR puts the data directory somewhere else than the
 // repository's parent directory (keep it on a real disk, not tmpfs), and
 // SLUICE_PERF_PROFILE=path writes a CPU profile of the restart (store open
