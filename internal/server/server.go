@@ -471,7 +471,7 @@ func (s *Server) shutdown() {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.httpSrv.Shutdown(sctx); err != nil {
-		s.log.Warn("HTTP connections still open after 5 s were cut", "err", err)
+		s.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
 	}
 	if err := s.st.Close(); err != nil {
 		s.log.Error("closing store", "err", err)
