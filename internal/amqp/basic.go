@@ -192,6 +192,7 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 	}
 	results := make([]pending, len(cmds))
 	type slot struct {
+		q    *queue
 		msgs []engine.Message
 		idx  []int
 	}
@@ -253,7 +254,7 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 		for _, q := range targets {
 			sl := byQueue[q.engine]
 			if sl == nil {
-				sl = &slot{}
+				sl = &slot{q: q}
 				byQueue[q.engine] = sl
 				order = append(order, q.engine)
 			}
@@ -264,6 +265,9 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 	for _, name := range order {
 		sl := byQueue[name]
 		res, err := s.eng.Send(name, sl.msgs)
+		if err == nil {
+			c.noteRouted(sl.q) // flow control: over its high-water mark, the reader pauses
+		}
 		for j, i := range sl.idx {
 			e := err
 			if e == nil {

@@ -82,7 +82,11 @@ type conn struct {
 	readBusy  atomic.Bool  // the reader is waiting for a channel's inbox
 	lastWrite atomic.Int64
 	blocked   atomic.Bool
-	done      chan struct{} // closed when the connection ends
+	// flowDebt is the queue over its high-water mark that this
+	// connection's last routed publishes reached; the reader pays it
+	// before the next publish (flow.go).
+	flowDebt atomic.Pointer[queue]
+	done     chan struct{} // closed when the connection ends
 
 	// Content held for the client (limits.go).
 	partial int64        // partial bodies; reader-owned
@@ -405,8 +409,8 @@ func (c *conn) loop() {
 			}
 			continue
 		}
-		if f.Type == wire.FrameMethod && isPublish(f.Payload) && !c.waitAlarm() {
-			return // resource alarm (alarm.go) until the server closed
+		if f.Type == wire.FrameMethod && isPublish(f.Payload) && (!c.waitAlarm() || !c.waitFlow()) {
+			return // resource alarm (alarm.go) or flow control (flow.go) until the server closed
 		}
 		c.channelFrame(f)
 	}

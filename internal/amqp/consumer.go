@@ -60,6 +60,7 @@ func (cs *consumer) run() {
 			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
 			OnTake: cs.q.noteTaken})
 		cs.unreserve(n - len(ds))
+		s.checkFlow(cs.q) // taking messages may relieve publishers (flow.go)
 		if err != nil && len(ds) == 0 {
 			if cs.ctx.Err() != nil {
 				return
@@ -280,4 +281,5 @@ func (s *Server) removeConsumer(cs *consumer) {
 	if q.settings.expires > 0 {
 		s.wake()
 	}
+	s.checkFlow(q) // a queue without consumers holds no publisher back
 }

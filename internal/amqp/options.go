@@ -117,6 +117,18 @@ type Options struct {
 	// size N is larger than configured max size M. Messages this large
 	// are also received whole over SQS, whose own sends stay at 1 MiB.
 	MaxMessageSize int
+
+	// Publisher flow control (flow.go, docs/amqp-compat.md "Flow
+	// control"): a queue with consumers whose ready backlog exceeds
+	// max(FlowMinBacklog, FlowCreditFactor × the sum of its consumers'
+	// prefetch) pauses the reading of the connections publishing to it,
+	// each pause at most FlowMaxWait, until the backlog is back to half
+	// that mark. FlowMinBacklog defaults to 1000 and FlowCreditFactor to
+	// 4 (both at least 1); FlowMaxWait defaults to 1 s, negative turns
+	// flow control off.
+	FlowMinBacklog   int
+	FlowCreditFactor int
+	FlowMaxWait      time.Duration
 }
 
 // User is an account that may log in.
@@ -218,6 +230,15 @@ func (o *Options) withDefaults() Options {
 	if r.MaxMessageSize == 0 {
 		r.MaxMessageSize = DefaultMaxMessageSize
 	}
+	if r.FlowMinBacklog == 0 {
+		r.FlowMinBacklog = DefaultFlowMinBacklog
+	}
+	if r.FlowCreditFactor == 0 {
+		r.FlowCreditFactor = DefaultFlowCreditFactor
+	}
+	if r.FlowMaxWait == 0 {
+		r.FlowMaxWait = DefaultFlowMaxWait
+	}
 	return r
 }
 
@@ -237,6 +258,12 @@ func (o *Options) validate() (map[string]*user, error) {
 	}
 	if o.MaxMessageSize < 1 || o.MaxMessageSize > engine.MaxStoredMessageSize {
 		return nil, fmt.Errorf("amqp: MaxMessageSize must be between 1 and %d bytes", engine.MaxStoredMessageSize)
+	}
+	if o.FlowMinBacklog < 1 || o.FlowCreditFactor < 1 {
+		return nil, errors.New("amqp: FlowMinBacklog and FlowCreditFactor must be at least 1")
+	}
+	if o.FlowMaxWait > time.Minute {
+		return nil, errors.New("amqp: FlowMaxWait must be at most 1m")
 	}
 	users := make(map[string]*user)
 	if len(o.Users) == 0 {

@@ -46,6 +46,12 @@ type Server struct {
 	// without a log line and this count).
 	refused atomic.Uint64
 	panics  atomic.Uint64 // contained panics (panics.go)
+	// Publisher flow control (flow.go): reader pauses, those that ended
+	// at FlowMaxWait, the time paused, and the queues throttling now.
+	flowWaits, flowTimeouts atomic.Uint64
+	flowWaitNanos           atomic.Int64
+	flowQueues              atomic.Int64
+	flowPaused              atomic.Int64 // readers paused now
 	// failpoint, set by tests before serving, runs before each channel
 	// command (where "channel") and consumer receive ("consumer").
 	failpoint func(where string, m wire.Method)

@@ -82,6 +82,8 @@ type queue struct {
 	// declare-ok (pika's TestBasicCancelWithNonAckableConsumer). Not
 	// guarded by Topology.mu.
 	undelivered atomic.Int64
+	// flow is the publisher throttle (flow.go).
+	flow flowGate
 }
 
 // builtinExchanges exist in every vhost and are durable.

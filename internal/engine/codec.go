@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 	"time"
 )
 
@@ -326,6 +328,7 @@ const (
 	tagEnvelope   = 5
 	tagTTL        = 6
 	tagCrashes    = 7
+	tagBodyMD5    = 8
 )
 
 func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
@@ -420,6 +423,13 @@ func decodeExt(d *decoder, m *message) {
 			m.extension().envelope = append([]byte(nil), f.b...)
 		case tagTTL:
 			m.ttlAt = f.varint()
+		case tagBodyMD5:
+			if len(f.b) != len(m.bodyMD5) {
+				f.fail()
+				break
+			}
+			copy(m.bodyMD5[:], f.b)
+			m.hasMD5 = true
 		case tagCrashes:
 			n := f.uvarint()
 			if n > uint64(len(f.b)) {
@@ -443,6 +453,13 @@ func decodeExt(d *decoder, m *message) {
 // encodeContent is the immutable part of a message: written once on send
 // (or on a dead-letter move) and deleted with the message.
 func encodeContent(m *message) []byte {
+	rec, _ := encodeContentBodyAt(m)
+	return rec
+}
+
+// encodeContentBodyAt is encodeContent that also returns where in the
+// record the body's bytes start.
+func encodeContentBodyAt(m *message) (rec []byte, bodyAt int) {
 	e := encoder{b: make([]byte, 0, contentSizeHint(m))}
 	e.b = append(e.b, recordV1)
 	e.b = append(e.b, m.id[:]...)
@@ -464,23 +481,28 @@ func encodeContent(m *message) []byte {
 		e.bytes(a.BinaryValue)
 	}
 	e.bytes(m.body)
+	bodyAt = len(e.b) - len(m.body)
 	encodeExt(&e, m.ext, true, true)
+	if m.hasMD5 {
+		e.uvarint(tagBodyMD5)
+		e.bytes(m.bodyMD5[:])
+	}
 	if m.ttlAt != 0 {
 		var f encoder
 		f.varint(m.ttlAt)
 		e.uvarint(tagTTL)
 		e.bytes(f.b)
 	}
-	return e.b
+	return e.b, bodyAt
 }
 
 // contentSizeHint bounds the encoded size of m's content record closely
 // enough that encodeContent never regrows its buffer (a regrow copies the
 // body and doubles the allocation).
 func contentSizeHint(m *message) int {
-	// Fixed part: format byte, id, six varints (≤10 bytes each) and nine
-	// length prefixes.
-	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64
+	// Fixed part: format byte, id, six varints (≤10 bytes each), nine
+	// length prefixes, and the body MD5 with its tag and length.
+	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64 + 2 + 16
 	n += len(m.body) + len(m.groupID()) + len(m.dedupID) + len(m.sender) + len(m.traceHeader()) + len(m.deadLetterSource())
 	for _, a := range m.attrs {
 		n += 4*binary.MaxVarintLen64 + len(a.Name) + len(a.DataType) + len(a.StringValue) + len(a.BinaryValue)
@@ -626,6 +648,7 @@ const (
 
 	receiptV2Body = 33 // bytes before the MAC
 	receiptMACLen = 12
+	receiptV2Len  = 60 // characters of an encoded version 2 handle
 )
 
 // receiptHandle is a decoded receipt handle. count, idTag, body and mac
@@ -641,15 +664,35 @@ type receiptHandle struct {
 	mac     [receiptMACLen]byte
 }
 
-// receiptMAC is the MAC of a version 2 handle's body under key.
-func receiptMAC(key []byte, body []byte) (out [receiptMACLen]byte) {
-	h := hmac.New(sha256.New, key)
+// receiptSigner computes the MACs of version 2 handles under one key. Every
+// receive signs one handle per message, and hmac.New allocates two SHA-256
+// states and its pads each time, so keyed HMACs are kept for reuse
+// (hmac's Reset returns to the keyed state without rehashing the key).
+// Safe for concurrent use; the zero value is not usable (newReceiptSigner).
+type receiptSigner struct {
+	key  []byte
+	macs sync.Pool // of hash.Hash: HMAC-SHA256 under key
+}
+
+func newReceiptSigner(key []byte) *receiptSigner {
+	s := &receiptSigner{key: key}
+	s.macs.New = func() any { return hmac.New(sha256.New, s.key) }
+	return s
+}
+
+// mac is the MAC of a version 2 handle's body: HMAC-SHA256 under the key,
+// truncated to receiptMACLen bytes.
+func (s *receiptSigner) mac(body []byte) (out [receiptMACLen]byte) {
+	h := s.macs.Get().(hash.Hash)
+	h.Reset()
 	h.Write(body)
-	copy(out[:], h.Sum(nil))
+	var sum [sha256.Size]byte
+	copy(out[:], h.Sum(sum[:0]))
+	s.macs.Put(h)
 	return out
 }
 
-func encodeReceipt(key []byte, qid uint32, m *message) string {
+func encodeReceipt(key *receiptSigner, qid uint32, m *message) string {
 	var b [receiptV2Body + receiptMACLen]byte
 	b[0] = receiptV2
 	binary.BigEndian.PutUint32(b[1:], qid)
@@ -657,23 +700,27 @@ func encodeReceipt(key []byte, qid uint32, m *message) string {
 	binary.BigEndian.PutUint64(b[13:], m.receipt)
 	binary.BigEndian.PutUint32(b[21:], uint32(m.recvCount))
 	copy(b[25:], m.id[:8])
-	mac := receiptMAC(key, b[:receiptV2Body])
+	mac := key.mac(b[:receiptV2Body])
 	copy(b[receiptV2Body:], mac[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	// Encoded on the stack: one allocation (the string), not two.
+	var out [receiptV2Len]byte
+	base64.RawURLEncoding.Encode(out[:], b[:])
+	return string(out[:])
 }
 
 // decodeReceipt parses a handle. It does not check a version 2 handle's
 // MAC: only the lost-lease rule needs it (validMAC).
 func decodeReceipt(s string) (h receiptHandle, ok bool) {
 	var b [receiptV2Body + receiptMACLen]byte
+	var src [receiptV2Len]byte // s copied here: no allocation per handle
 	switch len(s) {
 	case 28:
-		n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
+		n, err := base64.RawURLEncoding.Decode(b[:], src[:copy(src[:], s)])
 		if err != nil || n != 21 || b[0] != receiptV1 {
 			return receiptHandle{}, false
 		}
-	case 60:
-		n, err := base64.RawURLEncoding.Decode(b[:], []byte(s))
+	case receiptV2Len:
+		n, err := base64.RawURLEncoding.Decode(b[:], src[:copy(src[:], s)])
 		if err != nil || n != len(b) || b[0] != receiptV2 {
 			return receiptHandle{}, false
 		}
@@ -692,8 +739,8 @@ func decodeReceipt(s string) (h receiptHandle, ok bool) {
 }
 
 // validMAC reports whether a version 2 handle was issued under key.
-func (h *receiptHandle) validMAC(key []byte) bool {
-	want := receiptMAC(key, h.body[:])
+func (h *receiptHandle) validMAC(key *receiptSigner) bool {
+	want := key.mac(h.body[:])
 	return h.v2 && hmac.Equal(want[:], h.mac[:])
 }
 

@@ -159,6 +159,8 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 		firstRecvAt: m.firstRecvAt,
 		recvCount:   m.recvCount,
 		state:       stateVisible,
+		hasMD5:      m.hasMD5,
+		bodyMD5:     m.bodyMD5,
 		ext: &messageExt{
 			trace:     m.traceHeader(),
 			dlqSource: q.name,

@@ -68,7 +68,7 @@ func (e *Engine) loadReceiptKey() error {
 			if len(v) != 32 {
 				return fmt.Errorf("%w: receipt key", errCorrupt)
 			}
-			e.receiptKey = append([]byte(nil), v...)
+			e.receiptKey = newReceiptSigner(append([]byte(nil), v...))
 		}
 		return nil
 	})
@@ -88,6 +88,6 @@ func (e *Engine) loadReceiptKey() error {
 	if err != nil {
 		return fmt.Errorf("engine: writing the receipt key: %w", err)
 	}
-	e.receiptKey = key
+	e.receiptKey = newReceiptSigner(key)
 	return nil
 }

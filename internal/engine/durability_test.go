@@ -222,7 +222,7 @@ func TestIdleLeaseSyncedWithinInterval(t *testing.T) {
 // engine issues, and a version 2 handle passes the MAC check only if it is
 // exactly one the key issued.
 func FuzzDecodeReceipt(f *testing.F) {
-	key := bytes.Repeat([]byte{7}, 32)
+	key := newReceiptSigner(bytes.Repeat([]byte{7}, 32))
 	m := &message{seq: 7, receipt: 99, recvCount: 3, id: newID()}
 	issued := encodeReceipt(key, 1, m)
 	f.Add(issued)
@@ -263,7 +263,7 @@ func TestForgedLostLeaseHandleDeletesNothing(t *testing.T) {
 	q, _ := pf.e.lookup("q.fifo")
 	m := q.msgs[1]
 	forged := &message{seq: 1, receipt: 12345, recvCount: 5, id: m.id}
-	if errs := pf.del("q.fifo", encodeReceipt(bytes.Repeat([]byte{1}, 32), q.id, forged)); !errors.Is(errs[0], ErrReceiptHandleExpired) {
+	if errs := pf.del("q.fifo", encodeReceipt(newReceiptSigner(bytes.Repeat([]byte{1}, 32)), q.id, forged)); !errors.Is(errs[0], ErrReceiptHandleExpired) {
 		t.Fatalf("forged handle: %v, want ErrReceiptHandleExpired", errs[0])
 	}
 	if got := pf.recv("q.fifo", 1, time.Minute); len(got) != 1 || got[0].MessageID != res[0].MessageID {

@@ -126,7 +126,7 @@ type Engine struct {
 
 	// receiptKey authenticates version 2 receipt handles (see
 	// encodeReceipt). It is created once per store and kept in it.
-	receiptKey []byte
+	receiptKey *receiptSigner
 
 	// unsynced is set by a write without sync and cleared by the syncer
 	// just before it syncs; syncPoke wakes the syncer.
@@ -539,8 +539,7 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 		// Leased or delayed: expires when that ends (above).
 	}
 	ret := int64(q.cfg.Retention)
-	for len(q.expiry) > 0 && q.expiry[0].enqueuedAt+ret <= now {
-		m := q.expiry[0]
+	for m := q.expiry.oldest(); m != nil && m.enqueuedAt+ret <= now; m = q.expiry.oldest() {
 		q.dropLocked(m, b)
 		q.stats.expired.Add(1)
 	}
@@ -985,7 +984,7 @@ func (q *queue) clearMessagesLocked() {
 	q.groups = make(map[string]*group)
 	q.available = groupList{}
 	q.timers = nil
-	q.expiry = nil
+	q.expiry = expiryOrder{}
 	q.ttl = nil
 	q.nState = [3]int{}
 	q.nBytes = [3]int64{}

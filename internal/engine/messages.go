@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -141,6 +142,8 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		enqueuedAt: now,
 		visibleAt:  now + int64(delay),
 		state:      stateVisible,
+		hasMD5:     in.BodyMD5Set,
+		bodyMD5:    in.BodyMD5,
 	}
 	if in.TraceHeader != "" || len(in.Envelope) > 0 {
 		m.ext = &messageExt{trace: in.TraceHeader, envelope: in.Envelope}
@@ -160,6 +163,9 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 			// sender is told it was not enqueued. It never joined a
 			// group of this queue.
 			m.group = &group{id: in.GroupID}
+			if in.BodyBorrowed {
+				m.body = bytes.Clone(in.Body)
+			}
 			q.eng.routeDeadLetterLocked(q, m, ReasonQueueFull, now, b)
 			return SendResult{Err: ErrQueueFull}, false
 		}
@@ -172,7 +178,11 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	m.group = q.groupLocked(in.GroupID)
 	// Encode before adding: beyond the body budget, adding drops the body
 	// from memory.
-	b.Set(messageKey(q.id, seq, kindContent), encodeContent(m))
+	rec, bodyAt := encodeContentBodyAt(m)
+	b.Set(messageKey(q.id, seq, kindContent), rec)
+	if in.BodyBorrowed {
+		m.body = ownBody(rec, bodyAt, in.Body)
+	}
 	q.addLocked(m)
 	q.enforceLimitsLocked(now, b)
 	res = SendResult{MessageID: FormatID(id)}
@@ -183,6 +193,20 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		b.Set(dedupKey(q.id, ent.group, ent.id), encodeDedup(ent))
 	}
 	return res, true
+}
+
+// ownBody is the engine's own copy of a borrowed body that was encoded at
+// rec[bodyAt:]: the record's bytes themselves (the store copies what it is
+// given, and the record is never modified), saving a copy per message,
+// unless the rest of the record is more than an eighth of the body: a
+// body kept in memory keeps its whole record alive, and the body budget
+// counts only the body.
+func ownBody(rec []byte, bodyAt int, body []byte) []byte {
+	n := len(body)
+	if n > 0 && 8*(len(rec)-n) <= n {
+		return rec[bodyAt : bodyAt+n : bodyAt+n]
+	}
+	return bytes.Clone(body)
 }
 
 // ttlFor is a new message's TTL: the smaller of its own and the queue's.
@@ -233,6 +257,7 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 	expired := wait <= 0
 	for {
 		now := e.now()
+		q.room.receivedAt.Store(now)
 		b := store.Batch{Ops: make([]store.Op, 0, req.Max)}
 		q.advanceLocked(now, &b)
 		var out []Delivery
@@ -437,6 +462,8 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 		DeadLetterSource: m.deadLetterSource(),
 		Envelope:         m.envelope(),
 		Redelivered:      m.recvCount > 1,
+		BodyMD5:          m.bodyMD5,
+		BodyMD5Set:       m.hasMD5,
 	}
 	if x := m.ext; x != nil {
 		d.DeadLetter, d.LastFailure, d.Redrive = x.dead, x.failure, x.redrive

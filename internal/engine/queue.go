@@ -40,10 +40,15 @@ type message struct {
 	// rather than a lease: when the wait ends it becomes visible without
 	// another backoff.
 	parked bool
-	ext    *messageExt // failure context and history; nil for most messages
+	// hasMD5 says bodyMD5 holds the body's MD5 as given at send
+	// (Message.BodyMD5), returned with every delivery.
+	hasMD5  bool
+	bodyMD5 [16]byte
+	ext     *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
-	expiryIdx int32 // index in queue.expiry
+	expiryIdx int32 // slot in queue.expiry's in-order slice, -1 when absent
+	lateIdx   int32 // index in queue.expiry's out-of-order heap, -1 when absent
 	ttlIdx    int32 // index in queue.ttl, -1 when absent
 	// bodyLen is len(body) even when the body is not in memory: beyond
 	// the engine's body budget, body is nil and the body is read from the
@@ -301,9 +306,8 @@ func (byTTL) less(a, b *message) bool { return a.ttlAt < b.ttlAt }
 func (byTTL) index(m *message) *int32 { return &m.ttlIdx }
 
 type (
-	timerHeap  = msgHeap[byVisibleAt]
-	expiryHeap = msgHeap[byEnqueuedAt]
-	ttlHeap    = msgHeap[byTTL]
+	timerHeap = msgHeap[byVisibleAt]
+	ttlHeap   = msgHeap[byTTL]
 )
 
 // dedupEntry remembers a FIFO deduplication id for DedupWindow. Entries of
@@ -370,7 +374,7 @@ type queue struct {
 	groups    map[string]*group
 	available groupList // groups a receive may take from now
 	timers    timerHeap
-	expiry    expiryHeap
+	expiry    expiryOrder
 	ttl       ttlHeap
 	nState    [3]int
 	nBytes    [3]int64 // body bytes per state, for MaxLengthBytes
@@ -485,7 +489,7 @@ func (q *queue) addLocked(m *message) {
 	if len(q.msgs) > q.peak {
 		q.peak = len(q.msgs)
 	}
-	m.timerIdx, m.expiryIdx, m.ttlIdx = -1, -1, -1
+	m.timerIdx, m.expiryIdx, m.lateIdx, m.ttlIdx = -1, -1, -1, -1
 	m.held = messageHeld(m)
 	q.accountLocked(int64(m.held))
 	if m.body != nil {
@@ -496,7 +500,7 @@ func (q *queue) addLocked(m *message) {
 			q.memBody += int64(len(m.body))
 		}
 	}
-	heap.Push(&q.expiry, m)
+	q.expiry.push(m)
 	if m.ttlAt != 0 {
 		heap.Push(&q.ttl, m)
 	}
@@ -529,9 +533,7 @@ func (q *queue) dropLocked(m *message, b *store.Batch) {
 // removeLocked takes a message out of memory entirely.
 func (q *queue) removeLocked(m *message) {
 	delete(q.msgs, m.seq)
-	if m.expiryIdx >= 0 {
-		heap.Remove(&q.expiry, int(m.expiryIdx))
-	}
+	q.expiry.remove(m)
 	if m.timerIdx >= 0 {
 		heap.Remove(&q.timers, int(m.timerIdx))
 	}
@@ -575,8 +577,8 @@ func (q *queue) shrinkLocked() {
 	if len(q.timers) == 0 {
 		q.timers = nil
 	}
-	if len(q.expiry) == 0 {
-		q.expiry = nil
+	if q.expiry.len() == 0 {
+		q.expiry = expiryOrder{}
 	}
 	if len(q.ttl) == 0 {
 		q.ttl = nil
@@ -654,8 +656,8 @@ func (q *queue) nextWakeLocked() int64 {
 	if len(q.timers) > 0 {
 		t = q.timers[0].visibleAt
 	}
-	if len(q.expiry) > 0 {
-		e := q.expiry[0].enqueuedAt + int64(q.cfg.Retention)
+	if m := q.expiry.oldest(); m != nil {
+		e := m.enqueuedAt + int64(q.cfg.Retention)
 		if t == 0 || e < t {
 			t = e
 		}
@@ -692,10 +694,10 @@ func (q *queue) infoLocked() QueueInfo {
 		Expired:      q.stats.expired.Load(),
 		Dropped:      q.stats.dropped.Load(),
 	}
-	if len(q.expiry) > 0 {
-		// The expiry heap's top is the oldest by enqueue time; for the
-		// oldest-message meter that is what an operator needs.
-		info.OldestSentAt = fromNanos(q.expiry[0].enqueuedAt)
+	if m := q.expiry.oldest(); m != nil {
+		// The oldest by enqueue time; for the oldest-message meter that
+		// is what an operator needs.
+		info.OldestSentAt = fromNanos(m.enqueuedAt)
 	}
 	return info
 }

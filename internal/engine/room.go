@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // roomHints let a dead-letter move or a redrive, which hold the source's
 // lock and never a second queue lock, respect a target's length limits
@@ -13,9 +16,16 @@ import "sync/atomic"
 // target's lock is published only at its unlock, so a mover and a sender
 // racing for the last slot may both win, exceeding the limit by one
 // message per racing mover.
+//
+// visible mirrors the queue's visible (receivable now) count as of its
+// last unlock, and receivedAt the engine-clock time (Unix nanoseconds) of
+// its last receive call, for flow control (Engine.VisibleHint,
+// Engine.ReceivedAtHint).
 type roomHints struct {
 	ready, readyBytes       atomic.Int64
 	incoming, incomingBytes atomic.Int64
+	visible                 atomic.Int64
+	receivedAt              atomic.Int64
 }
 
 // publishRoomLocked updates the hints from the queue's counts.
@@ -23,6 +33,40 @@ func (q *queue) publishRoomLocked() {
 	n, b := q.readyLocked()
 	q.room.ready.Store(int64(n))
 	q.room.readyBytes.Store(b)
+	q.room.visible.Store(int64(q.nState[stateVisible]))
+}
+
+// VisibleHint returns how many messages of the named queue were visible
+// (ready to be received, ApproximateNumberOfMessages) when its lock was
+// last released, without taking the lock; false when there is no such
+// queue. It is a hint: sends and receives in progress are not counted
+// until they finish. AMQP flow control reads it on every publish batch
+// and consumer receive, where taking the queue's lock would contend with
+// exactly the traffic it measures.
+func (e *Engine) VisibleHint(name string) (int, bool) {
+	q, err := e.lookup(name)
+	if err != nil {
+		return 0, false
+	}
+	return int(q.room.visible.Load()), true
+}
+
+// ReceivedAtHint returns when (on the engine's clock) the named queue was
+// last asked for messages by a receive (SQS ReceiveMessage, an AMQP
+// consumer's fetch, basic.get), found or not; zero when never since the
+// engine opened, false when there is no such queue. Lock-free, for flow
+// control: a queue receivers are polling is one whose backlog they are
+// expected to drain.
+func (e *Engine) ReceivedAtHint(name string) (time.Time, bool) {
+	q, err := e.lookup(name)
+	if err != nil {
+		return time.Time{}, false
+	}
+	ns := q.room.receivedAt.Load()
+	if ns == 0 {
+		return time.Time{}, true
+	}
+	return time.Unix(0, ns), true
 }
 
 // pending returns the reserved, not yet inserted, moves.

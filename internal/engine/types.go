@@ -163,8 +163,15 @@ type Attribute struct {
 
 // Message is what a producer sends.
 type Message struct {
-	Body       []byte
-	Attributes []Attribute // user attributes, at most 10 on SQS; kept in the order given
+	// Body is kept by the engine as given (front-ends must not modify it
+	// after Send), unless BodyBorrowed.
+	Body []byte
+	// BodyBorrowed says Body is lent for the duration of Send only (it
+	// points into a request buffer): the engine keeps its own copy. It
+	// costs no extra copy for bodies of a few hundred bytes or more, which
+	// the engine keeps as a slice of the content record it writes anyway.
+	BodyBorrowed bool
+	Attributes   []Attribute // user attributes, at most 10 on SQS; kept in the order given
 
 	// TraceHeader is the AWSTraceHeader system attribute ("" when absent).
 	TraceHeader string
@@ -188,6 +195,15 @@ type Message struct {
 	// unchanged (the AMQP front-end keeps a message's properties here). It
 	// counts towards the message's size.
 	Envelope []byte
+
+	// BodyMD5, when BodyMD5Set, is the MD5 of Body as the front-end
+	// computed it at send. The engine stores it with the message and
+	// returns it in every Delivery, so a protocol that reports the
+	// digest on receive (SQS MD5OfBody) need not hash the body again.
+	// The engine does not check it: a front-end that sets it must set
+	// md5.Sum(Body).
+	BodyMD5    [16]byte
+	BodyMD5Set bool
 }
 
 // Size is the message's size as SQS counts it against MaximumMessageSize:
@@ -264,6 +280,12 @@ type Delivery struct {
 	Envelope []byte
 	// Redelivered reports that the message was handed out before.
 	Redelivered bool
+
+	// BodyMD5 is Message.BodyMD5 of the send, when BodyMD5Set. It is
+	// not set for messages sent without one (AMQP publishes, imports,
+	// and messages stored before the digest was kept): compute it then.
+	BodyMD5    [16]byte
+	BodyMD5Set bool
 
 	// Failure context, when present (read-only, shared with the engine).
 	DeadLetter  *DeadLetterInfo

@@ -59,6 +59,11 @@ type Budget struct {
 	mu    sync.Mutex
 	used  int64
 	freed chan struct{} // closed (and replaced) whenever bytes are released
+
+	// scratchBufs holds *[]byte scratch buffers of up to maxScratch
+	// bytes for Read to reuse. Idle ones are not budgeted: there are at
+	// most a few per CPU, and the GC empties the pool.
+	scratchBufs sync.Pool
 }
 
 // NewBudget returns a budget of limit bytes (<= 0: DefaultLimit) whose
@@ -149,53 +154,105 @@ func (b *Budget) release(n int64) {
 // no longer being decoded (the bytes may live on, referenced by what was
 // decoded, but they are no longer "in flight"). On error nothing is held
 // and release is a no-op.
+//
+// The bytes arrive in a scratch buffer that grows (and is budgeted) as
+// they do, and the body is then copied into an allocation of exactly its
+// length: the returned body is the caller's, never reused, and a 10 KiB
+// body costs 10 KiB rather than the 4 + 8 + 16 KiB of a buffer doubled
+// in place (request bodies were 38% of the bytes the SQS server allocated).
+// A budget keeps scratch buffers of up to maxScratch bytes for reuse.
 func (b *Budget) Read(ctx context.Context, r io.Reader, max int64) (body []byte, release func(), err error) {
 	held := int64(0)
 	free := func() { b.release(held); held = 0 }
-	fail := func(e error) ([]byte, func(), error) { free(); return nil, func() {}, e }
 
-	size := int64(firstChunk)
-	if size > max+1 {
-		size = max + 1
+	limit := int64(firstChunk) // bytes of buf budgeted, and so readable
+	if limit > max+1 {
+		limit = max + 1
 	}
-	if err := b.acquire(ctx, size); err != nil {
+	if err := b.acquire(ctx, limit); err != nil {
 		return nil, func() {}, err
 	}
-	held = size
-	buf := make([]byte, 0, size)
+	held = limit
+	sp := b.scratch(int(limit))
+	buf := *sp
+	defer func() { *sp = buf; b.keep(sp) }()
 	for {
-		n, rerr := r.Read(buf[len(buf):cap(buf)])
+		n, rerr := r.Read(buf[len(buf):limit])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > max {
-			return fail(ErrTooLarge)
+			free()
+			return nil, func() {}, ErrTooLarge
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			return fail(rerr)
+			free()
+			return nil, func() {}, rerr
 		}
-		if len(buf) < cap(buf) {
+		if int64(len(buf)) < limit {
 			continue
 		}
 		// Full: double, but never past max+1 (one byte more than the
 		// cap is enough to see that a body is too long).
-		grow := int64(cap(buf))
-		if int64(cap(buf))+grow > max+1 {
-			grow = max + 1 - int64(cap(buf))
+		grow := limit
+		if limit+grow > max+1 {
+			grow = max + 1 - limit
 		}
-		// The old buffer is held while the new one is filled in.
-		if err := b.acquire(ctx, int64(cap(buf))+grow); err != nil {
-			return fail(err)
+		if int64(cap(buf)) >= limit+grow {
+			// The scratch buffer has the room already.
+			if err := b.acquire(ctx, grow); err != nil {
+				free()
+				return nil, func() {}, err
+			}
+		} else {
+			// The old buffer is held while the new one is filled in.
+			if err := b.acquire(ctx, limit+grow); err != nil {
+				free()
+				return nil, func() {}, err
+			}
+			next := make([]byte, len(buf), limit+grow)
+			copy(next, buf)
+			b.release(limit)
+			buf = next
 		}
-		next := make([]byte, len(buf), int64(cap(buf))+grow)
-		copy(next, buf)
-		b.release(int64(cap(buf)))
 		held += grow
-		buf = next
+		limit += grow
 	}
+	body = make([]byte, len(buf))
+	copy(body, buf)
+	// From here the budget holds the body, not the scratch buffer.
+	b.release(held - int64(len(body)))
+	held = int64(len(body))
 	var once sync.Once
-	return buf, func() { once.Do(free) }, nil
+	return body, func() { once.Do(free) }, nil
+}
+
+// maxScratch is the largest scratch buffer a Budget keeps for reuse: one
+// SQS batch of ten messages of a few KiB. Larger bodies use a buffer of
+// their own.
+const maxScratch = 64 << 10
+
+// scratch returns an empty buffer with room for at least n bytes, behind a
+// pointer so that giving it back (keep) allocates nothing.
+func (b *Budget) scratch(n int) *[]byte {
+	if b != nil {
+		if p, ok := b.scratchBufs.Get().(*[]byte); ok && cap(*p) >= n {
+			*p = (*p)[:0]
+			return p
+		}
+	}
+	buf := make([]byte, 0, n)
+	return &buf
+}
+
+// keep gives a scratch buffer back for reuse. Its contents are never seen
+// again: Read copies the body out first.
+func (b *Budget) keep(p *[]byte) {
+	if b != nil && cap(*p) <= maxScratch {
+		*p = (*p)[:0]
+		b.scratchBufs.Put(p)
+	}
 }
 
 type bodyKey struct{}

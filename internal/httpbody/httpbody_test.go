@@ -38,6 +38,31 @@ func TestReadGrowsWithData(t *testing.T) {
 	}
 }
 
+// TestReadBodyIsExactAndOwned: the body is an allocation of exactly its
+// length that no later read touches (decoders keep strings pointing into
+// it), although reads share scratch buffers.
+func TestReadBodyIsExactAndOwned(t *testing.T) {
+	b := NewBudget(1<<20, time.Second, nil)
+	first, release, err := b.Read(context.Background(), bytes.NewReader(bytes.Repeat([]byte("a"), 10_600)), 1<<20)
+	if err != nil || len(first) != 10_600 || cap(first) != len(first) || b.InUse() != 10_600 {
+		t.Fatalf("len %d cap %d held %d: %v", len(first), cap(first), b.InUse(), err)
+	}
+	release()
+	for i := 0; i < 3; i++ {
+		second, release, err := b.Read(context.Background(), bytes.NewReader(bytes.Repeat([]byte("b"), 9_000)), 1<<20)
+		if err != nil || !bytes.Equal(second, bytes.Repeat([]byte("b"), 9_000)) {
+			t.Fatal(err)
+		}
+		release()
+	}
+	if !bytes.Equal(first, bytes.Repeat([]byte("a"), 10_600)) {
+		t.Fatal("a later read changed an earlier body")
+	}
+	if b.InUse() != 0 {
+		t.Fatalf("%d held", b.InUse())
+	}
+}
+
 func TestReadTooLarge(t *testing.T) {
 	b := NewBudget(1<<20, time.Second, nil)
 	_, _, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 10_001)), 10_000)
@@ -55,21 +80,26 @@ func TestReadTooLarge(t *testing.T) {
 // TestBudgetExhausted: a read that cannot get room waits, then fails with
 // ErrBusy; room released by another read lets a waiter through.
 func TestBudgetExhausted(t *testing.T) {
-	b := NewBudget(32<<10, 50*time.Millisecond, nil)
+	b := NewBudget(48<<10, 50*time.Millisecond, nil)
 	_, release, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 12<<10)), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 12<<10)), 1<<20); !errors.Is(err, ErrBusy) {
+	if b.InUse() != 12<<10 {
+		t.Fatalf("a 12 KiB body holds %d", b.InUse())
+	}
+	// 24 KiB needs a 32 KiB buffer (4, 8, 16, 32 as bytes arrive), filled
+	// while the 16 KiB one is still held: with 12 KiB held, 60 KiB.
+	if _, _, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 24<<10)), 1<<20); !errors.Is(err, ErrBusy) {
 		t.Fatalf("got %v, want ErrBusy", err)
 	}
-	if b.InUse() != 16<<10 {
-		t.Fatalf("failed read left %d held", b.InUse())
+	if b.InUse() != 12<<10 {
+		t.Fatalf("failed read left %d held", b.InUse()-12<<10)
 	}
 	b.wait = time.Minute
 	done := make(chan error)
 	go func() {
-		_, _, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 12<<10)), 1<<20)
+		_, _, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 24<<10)), 1<<20)
 		done <- err
 	}()
 	release()

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -68,7 +69,9 @@ func TestAMQPAndDiskMetrics(t *testing.T) {
 	want("sluice_amqp_connections 1", "sluice_amqp_channels 2", "sluice_amqp_consumers 1",
 		"sluice_disk_min_free_bytes 2.68435456e+08")
 	conn.Close()
-	want("sluice_amqp_connections 0", "sluice_amqp_channels 0", "sluice_amqp_consumers 0")
+	want("sluice_amqp_connections 0", "sluice_amqp_channels 0", "sluice_amqp_consumers 0",
+		"sluice_amqp_flow_throttled_publishes_total 0", "sluice_amqp_flow_throttling_queues 0",
+		"sluice_amqp_flow_paused_connections 0", "sluice_sqs_send_throttled_total 0")
 	if m := metricsText(t, s.SQSAddr()); !strings.Contains(m, "\nsluice_disk_free_bytes ") {
 		t.Fatal("no sluice_disk_free_bytes")
 	}
@@ -194,5 +197,87 @@ func TestOverviewGrowthWindowIsTheAlertWindow(t *testing.T) {
 	}
 	if win < 240 {
 		t.Fatalf("growth window %v s after 10 minutes; want about the alert's 300 s", win)
+	}
+}
+
+// The amqp_flow_* settings reach the AMQP server: with a mark of 50 and a
+// consumer that holds its prefetch without acking, a confirming publisher
+// is paused (the gauge shows it) and stays within the mark plus its
+// window; with amqp_flow_max_wait = -1s the same load is not paused.
+func TestAMQPFlowControlSettings(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("off=%v", off), func(t *testing.T) {
+			s := startWith(t, func(o *Options) {
+				o.AMQPFlowMinBacklog, o.AMQPFlowCreditFactor, o.AMQPFlowMaxWait = 50, 1, duration(time.Minute)
+				if off {
+					o.AMQPFlowMaxWait = duration(-time.Second)
+				}
+			})
+			url := "amqp://guest:guest@" + s.AMQPAddr() + "/"
+			cc, err := amqp091.Dial(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			cch, _ := cc.Channel()
+			if _, err := cch.QueueDeclare("flow", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := cch.Qos(5, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cch.Consume("flow", "stalled", false, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			pc, err := amqp091.Dial(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			pch, _ := pc.Channel()
+			if err := pch.Confirm(false); err != nil {
+				t.Fatal(err)
+			}
+			const n, window = 300, 10
+			confirms := pch.NotifyPublish(make(chan amqp091.Confirmation, n))
+			done := make(chan int, 1)
+			go func() {
+				confirmed := 0
+				for i := 0; i < n; i++ {
+					if i-confirmed >= window {
+						if _, ok := <-confirms; !ok {
+							break
+						}
+						confirmed++
+					}
+					if pch.Publish("", "flow", false, false, amqp091.Publishing{Body: []byte("m")}) != nil {
+						break
+					}
+				}
+				done <- confirmed
+			}()
+			if off {
+				<-done // every publish went out: nothing paused the publisher
+				if m := metricsText(t, s.SQSAddr()); !strings.Contains(m, "\nsluice_amqp_flow_throttled_publishes_total 0\n") {
+					t.Fatal("a publisher was throttled with flow control off")
+				}
+				return
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(metricsText(t, s.SQSAddr()), "\nsluice_amqp_flow_paused_connections 1\n") {
+				if time.Now().After(deadline) {
+					t.Fatal("the publisher was never paused")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n, _ := s.Engine().VisibleHint("flow"); n > 50+window {
+				t.Fatalf("ready %d while paused, want at most %d", n, 50+window)
+			}
+			// The consumer leaving releases the publisher, which finishes.
+			if err := cch.Cancel("stalled", false); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+		})
 	}
 }

@@ -132,6 +132,23 @@ type Options struct {
 	// A handshake must finish within 5 s.
 	AMQPMaxConnectionsPerIP int `toml:"amqp_max_connections_per_ip"`
 	AMQPMaxHandshakes       int `toml:"amqp_max_handshakes"`
+	// AMQPFlowMinBacklog, AMQPFlowCreditFactor and AMQPFlowMaxWait tune
+	// AMQP publisher flow control (docs/amqp-compat.md, "Flow control"):
+	// a queue with consumers whose ready backlog passes max(min backlog,
+	// factor × the sum of its consumers' prefetch) stops the reading of
+	// the connections publishing to it, each pause at most the max wait,
+	// until the backlog is back to half that. 0: 1000, 4 and 1s; a
+	// negative max wait turns flow control off.
+	AMQPFlowMinBacklog   int      `toml:"amqp_flow_min_backlog"`
+	AMQPFlowCreditFactor int      `toml:"amqp_flow_credit_factor"`
+	AMQPFlowMaxWait      duration `toml:"amqp_flow_max_wait"`
+	// SQSSendFlowBacklog turns on SQS send back-pressure (0: off): a
+	// SendMessage(Batch) to a queue received from within the last second
+	// with more visible messages than this waits, before it is stored, up
+	// to SQSSendFlowMaxWait (0: 200ms; at most 1s) for the backlog to
+	// halve. It is never refused for this.
+	SQSSendFlowBacklog int      `toml:"sqs_send_flow_backlog"`
+	SQSSendFlowMaxWait duration `toml:"sqs_send_flow_max_wait"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
 	// only, as RabbitMQ.
 	AMQPUsers []AMQPUser `toml:"amqp_users"`
@@ -369,6 +386,21 @@ func (o *Options) Validate() error {
 	}
 	if o.AMQPProduct == "" {
 		errs = append(errs, errors.New("amqp_product: must not be empty"))
+	}
+	if o.AMQPFlowMinBacklog < 0 {
+		errs = append(errs, errors.New("amqp_flow_min_backlog: must not be negative (0: the default, 1000)"))
+	}
+	if o.AMQPFlowCreditFactor < 0 {
+		errs = append(errs, errors.New("amqp_flow_credit_factor: must not be negative (0: the default, 4)"))
+	}
+	if o.SQSSendFlowBacklog < 0 {
+		errs = append(errs, errors.New("sqs_send_flow_backlog: must not be negative (0: off)"))
+	}
+	if w := time.Duration(o.SQSSendFlowMaxWait); w < 0 || w > time.Second {
+		errs = append(errs, errors.New("sqs_send_flow_max_wait: must be between 0 (200ms) and 1s"))
+	}
+	if time.Duration(o.AMQPFlowMaxWait) > time.Minute {
+		errs = append(errs, errors.New("amqp_flow_max_wait: must be at most 1m (negative turns flow control off)"))
 	}
 	if o.MinFreeDisk < 0 {
 		errs = append(errs, errors.New("min_free_disk: must not be negative"))

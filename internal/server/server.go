@@ -183,7 +183,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	s.amqp, err = amqp.New(eng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers(),
 		MaxMessageSize: opts.AMQPMaxMessageSize, Product: opts.AMQPProduct,
 		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes,
-		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes})
+		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes,
+		FlowMinBacklog: opts.AMQPFlowMinBacklog, FlowCreditFactor: opts.AMQPFlowCreditFactor,
+		FlowMaxWait: time.Duration(opts.AMQPFlowMaxWait)})
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
@@ -290,7 +292,8 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	// (by SigV4 when it is on, else by the SQS handler).
 	budget := s.budget
 	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget,
-		OnRequest: s.metrics.ObserveSQSRequest})
+		OnRequest: s.metrics.ObserveSQSRequest, SendFlowBacklog: opts.SQSSendFlowBacklog, SendFlowMaxWait: time.Duration(opts.SQSSendFlowMaxWait)})
+	s.metrics.Registry().MustRegister(newSQSFlowCollector(sqsAPI))
 	var sqsH http.Handler = sqsAPI
 	if len(opts.SQSCredentials) > 0 {
 		sqsH = sigv4.Middleware(sqsH, sigv4.Options{Region: opts.Region, Credentials: opts.sigv4Credentials(), Clock: clk,

@@ -40,16 +40,36 @@ func (c *call) queueConfig(queueURL string) (string, *engine.QueueConfig, *apiEr
 	return name, cfg, nil
 }
 
-// sendOutput builds the MD5s of a sent message. sums, if not nil, has room
-// for the hex MD5 of the body (so a batch's share one allocation).
+// hashBody sets m's BodyMD5, which the engine stores with the message: the
+// send response reports it, and every ReceiveMessage returns it as
+// MD5OfBody without hashing the body again.
+func hashBody(m *engine.Message) {
+	m.BodyMD5, m.BodyMD5Set = md5.Sum(m.Body), true
+}
+
+// bodyMD5 is the MD5 of a delivered body: the one stored at send, or, for a
+// message sent without one (AMQP, an import, an older store), computed now.
+func bodyMD5(d *engine.Delivery) [md5.Size]byte {
+	if d.BodyMD5Set {
+		return d.BodyMD5
+	}
+	return md5.Sum(d.Body)
+}
+
+// sendOutput builds the MD5s of a sent message (m went through hashBody).
+// sums, if not nil, has room for the hex MD5 of the body (so a batch's share
+// one allocation).
 func sendOutput(m *engine.Message, r engine.SendResult, sums *[]byte) sendMessageOutput {
+	sum := m.BodyMD5
+	if !m.BodyMD5Set {
+		sum = md5.Sum(m.Body)
+	}
 	var bodySum string
 	if sums != nil && cap(*sums)-len(*sums) >= 2*md5.Size {
-		sum := md5.Sum(m.Body)
 		*sums = hex.AppendEncode(*sums, sum[:])
 		bodySum = bodyString((*sums)[len(*sums)-2*md5.Size:])
 	} else {
-		bodySum = md5Hex(m.Body)
+		bodySum = hex.EncodeToString(sum[:])
 	}
 	out := sendMessageOutput{
 		MessageId:              r.MessageID,
@@ -81,6 +101,8 @@ func (c *call) sendMessage() (output, *apiError) {
 		return nil, err
 	}
 	fromHeader := c.traceFromHeader(&m)
+	hashBody(&m)
+	c.h.slowSend(c.ctx, name) // back-pressure (flow.go)
 	res, serr := c.h.eng.Send(name, []engine.Message{m})
 	d := errDetail{queue: name, delay: in.DelaySeconds.Raw}
 	if serr != nil {
@@ -182,12 +204,14 @@ func (c *call) sendMessageBatch() (output, *apiError) {
 			}
 			fromHeader[i] = true
 		}
+		hashBody(&m)
 		msgs = append(msgs, m)
 		idx = append(idx, i)
 	}
 	if len(msgs) == 0 {
 		return out, nil
 	}
+	c.h.slowSend(c.ctx, name) // back-pressure (flow.go)
 	res, serr := c.h.eng.Send(name, msgs)
 	if serr != nil {
 		return nil, mapEngineErr(serr, errDetail{queue: name})
@@ -328,7 +352,7 @@ func (c *call) receiveMessage() (output, *apiError) {
 	sums := make([]byte, 0, 2*md5.Size*len(ds))
 	for i := range ds {
 		d := &ds[i]
-		sum := md5.Sum(d.Body)
+		sum := bodyMD5(d)
 		sums = hex.AppendEncode(sums, sum[:])
 		m := messageOut{
 			MessageId:     d.MessageID,

@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -56,10 +57,18 @@ type Options struct {
 	// and the HTTP status. It runs on the request's goroutine: it must be
 	// fast (a counter's Inc).
 	OnRequest func(action string, status int)
+
+	// SendFlowBacklog turns on send back-pressure (flow.go): a send to a
+	// queue with active receivers and more than this many visible
+	// messages waits up to SendFlowMaxWait (default 200 ms, at most 1 s)
+	// for the backlog to halve before it is stored. 0: off.
+	SendFlowBacklog int
+	SendFlowMaxWait time.Duration
 }
 
 // Handler serves the SQS API. It is safe for concurrent use and holds no
-// state of its own beyond its options: queues and messages live in the engine.
+// state of its own beyond its options and counters: queues and messages
+// live in the engine.
 type Handler struct {
 	eng     *engine.Engine
 	account string
@@ -69,6 +78,7 @@ type Handler struct {
 	budget  *httpbody.Budget
 
 	onRequest func(action string, status int)
+	flow      sendFlow
 
 	bufs sync.Pool // *[]byte response buffers (writeOutput)
 }
@@ -87,6 +97,13 @@ func New(eng *engine.Engine, opts Options) *Handler {
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
+	}
+	if opts.SendFlowBacklog > 0 {
+		h.flow.backlog = opts.SendFlowBacklog
+		h.flow.maxWait = min(opts.SendFlowMaxWait, MaxSendFlowMaxWait)
+		if h.flow.maxWait <= 0 {
+			h.flow.maxWait = DefaultSendFlowMaxWait
+		}
 	}
 	return h
 }

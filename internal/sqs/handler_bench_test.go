@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/httpbody"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store/memstore"
 )
@@ -43,7 +44,8 @@ func benchHotCycle(b *testing.B, query bool) {
 	if _, _, err := eng.CreateQueue("bench", engine.DefaultQueueConfig(), nil); err != nil {
 		b.Fatal(err)
 	}
-	h := sluicesqs.New(eng, sluicesqs.Options{})
+	// A body budget, as the server always gives the handler.
+	h := sluicesqs.New(eng, sluicesqs.Options{BodyBudget: httpbody.NewBudget(0, 0, nil)})
 	const qurl = "http://127.0.0.1:9324/000000000000/bench"
 
 	var send strings.Builder

@@ -252,7 +252,9 @@ func checkSendEntry(e *sendEntry, cfg *engine.QueueConfig, batch bool, sender st
 	if err := checkBody(e.MessageBody); err != nil {
 		return m, err
 	}
-	m.Body = []byte(*e.MessageBody)
+	// Lent, not copied: the body points into the request buffer (which is
+	// never modified), and the engine keeps a copy of its own.
+	m.Body, m.BodyBorrowed = unsafeSlice(*e.MessageBody), true
 	m.SenderID = sender
 	fifo := cfg.FIFO
 

@@ -24,6 +24,22 @@ const (
 	DefaultCacheSize                   = 16 << 20
 	DefaultWALBytesPerSync             = 0
 	DefaultBytesPerSync                = 512 << 10
+	DefaultValueSeparationMin          = 256
+)
+
+// Value separation settings (see Options.ValueSeparationMin). Pebble keeps
+// an sstable from referencing more than maxBlobReferenceDepth overlapping
+// blob files (beyond that a compaction copies the values into a new one),
+// and rewrites a blob file to reclaim the space of deleted values once
+// blobGarbageRatio of the blob bytes are garbage and the file is at least
+// blobRewriteMinAge old. A queue deletes its values in roughly the order
+// it wrote them, so most blob files die whole and are removed without a
+// rewrite; the rewrite bounds the disk a few long-lived messages (a dead-
+// letter queue, long delays) can pin.
+const (
+	maxBlobReferenceDepth = 10
+	blobRewriteMinAge     = 5 * time.Minute
+	blobGarbageRatio      = 0.2
 )
 
 // formatMajorVersion pins pebble's on-disk format. It is named rather than
@@ -102,6 +118,18 @@ type Options struct {
 	// flush does not end in one huge fsync that stalls the WAL's.
 	BytesPerSync int
 
+	// ValueSeparationMin is the smallest value, in bytes, that a flush or
+	// compaction writes to a blob file instead of into the sstable (0
+	// means DefaultValueSeparationMin, 256; negative keeps every value in
+	// the sstables). Message bodies are written once and deleted soon
+	// after; kept inline, every compaction that carries a message's key
+	// until its delete arrives also reads, decompresses, recompresses and
+	// rewrites its body, which under a backlog was a quarter of the
+	// server's CPU (docs/benchmarks.md). Separated, compactions move keys
+	// and small state records, and a blob file is deleted once none of
+	// its values is referenced.
+	ValueSeparationMin int
+
 	// OnSync, if set, is called after each sync of a WAL file returns
 	// (whether or not it succeeded) with how long it took: the fsync
 	// latency that every durable Write waits for. It is called on pebble's
@@ -138,6 +166,19 @@ func (o Options) pebbleOptions(log *slog.Logger) *pebble.Options {
 	}
 	if po.BytesPerSync == 0 {
 		po.BytesPerSync = DefaultBytesPerSync
+	}
+	if min := o.ValueSeparationMin; min >= 0 {
+		if min == 0 {
+			min = DefaultValueSeparationMin
+		}
+		policy := pebble.ValueSeparationPolicy{
+			Enabled:               true,
+			MinimumSize:           min,
+			MaxBlobReferenceDepth: maxBlobReferenceDepth,
+			RewriteMinimumAge:     blobRewriteMinAge,
+			TargetGarbageRatio:    blobGarbageRatio,
+		}
+		po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy { return policy }
 	}
 	if d := o.WALMinSyncInterval; d > 0 {
 		po.WALMinSyncInterval = func() time.Duration { return d }

@@ -32,7 +32,9 @@
 // # On-disk layout
 //
 // The directory is an ordinary pebble database: numbered *.log files (the
-// WAL), *.sst files (sorted tables), MANIFEST-* (the LSM's version history),
+// WAL), *.sst files (sorted tables), *.blob files (values of
+// Options.ValueSeparationMin bytes or more, referenced from the sorted
+// tables), MANIFEST-* (the LSM's version history),
 // OPTIONS-*, CURRENT-style marker files and a LOCK file that keeps two
 // processes out. Its format is pebble's, pinned to one pebble format major
 // version. How Sluice encodes its records into keys and values is the

@@ -1,0 +1,99 @@
+package sqs_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
+	"github.com/sluicemq/sluice/internal/store/memstore"
+)
+
+// Send back-pressure (opt-in): sends to a queue nobody receives from are
+// never slowed however deep it gets; once a receiver polls it, sends over
+// the mark wait (and, with nobody draining, wait the whole bound), yet
+// every one is stored and answered with success.
+func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sluicesqs.New(eng, sluicesqs.Options{Clock: clk, SendFlowBacklog: 20, SendFlowMaxWait: 10 * time.Millisecond})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		eng.Close()
+	})
+	cli := sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "AKIDSLUICETEST", SecretAccessKey: "secret"}, nil
+		}),
+		Retryer: aws.NopRetryer{},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("pressed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := out.QueueUrl
+	sendBatches := func(batches int) {
+		t.Helper()
+		for b := 0; b < batches; b++ {
+			entries := make([]types.SendMessageBatchRequestEntry, 10)
+			for i := range entries {
+				entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
+			}
+			res, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Failed) != 0 || len(res.Successful) != 10 {
+				t.Fatalf("batch: %d ok, %d failed", len(res.Successful), len(res.Failed))
+			}
+		}
+		if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String("one")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// No receiver yet: 61 messages, three times the mark, unslowed.
+	sendBatches(6)
+	if st := h.SendFlowStats(); st != (sluicesqs.SendFlowStats{}) {
+		t.Fatalf("stats %+v before any receive, want none", st)
+	}
+
+	// A receiver polls (and takes one message): the queue has active
+	// receivers and is over the mark, so the next sends wait; nobody
+	// drains it, so each waits the whole bound, and still succeeds.
+	if _, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, VisibilityTimeout: 600}); err != nil {
+		t.Fatal(err)
+	}
+	sendBatches(2)
+	st := h.SendFlowStats()
+	if st.Throttled != 3 || st.TimedOut != 3 || st.ThrottledSeconds <= 0 {
+		t.Fatalf("stats %+v, want the three sends after the receive slowed to the bound", st)
+	}
+	if n, _ := eng.VisibleHint("pressed"); n != 61+21-1 {
+		t.Fatalf("visible = %d, want %d: every send stored", n, 61+21-1)
+	}
+
+	// Receivers gone quiet (a second on the clock without a receive):
+	// sends are no longer slowed.
+	clk.Advance(2 * time.Second)
+	sendBatches(1)
+	if got := h.SendFlowStats().Throttled; got != 3 {
+		t.Fatalf("throttled = %d after the receivers went quiet, want still 3", got)
+	}
+}
