@@ -11,7 +11,7 @@ SOAK_MESSAGES ?= 2000000
 # stops at a nested module, so every target that walks packages loops.
 MODULES   := . worker examples
 
-.PHONY: help build run test test-race lint bench bench-vs-rabbitmq fuzz crash faults soak perf release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq fuzz crash faults soak perf release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,9 +34,43 @@ test: ## run the whole test suite (what CI runs), every module
 test-race: ## the test suite under the race detector, every module
 	@for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -count=1 -race -timeout 45m ./...) || exit 1; done
 
-lint: ## gofmt, go vet, staticcheck
+# The packages where concurrency lives (engine, stores, the SQS, AMQP and
+# admin front-ends, the server's wiring, listeners and watchers, the shared
+# body budget, alerts, dashboard sampler, metrics, the worker SDK's core),
+# under the race detector: what CI runs. `make test-race` is the whole
+# suite and takes far longer. -short is passed for tests that honour it;
+# none of these packages is narrowed further today (each took between 2 s
+# and 90 s of wall time on the project's 2-core machine, with the race
+# build cached; pebblestore is the slowest).
+RACE_PKGS        := ./internal/engine/ ./internal/store/... ./internal/amqp/ ./internal/sqs/ ./internal/admin/ \
+                    ./internal/server/ ./internal/httpbody/ ./internal/alerts/ ./internal/dashboard/ ./internal/metrics/
+RACE_WORKER_PKGS := . ./dlq/ ./dedup/
+RACE_TIMEOUT     ?= 15m
+
+race: ## the race detector over the concurrent packages (bounded by RACE_TIMEOUT per module)
+	$(GO) test -count=1 -race -short -timeout $(RACE_TIMEOUT) $(RACE_PKGS)
+	cd worker && $(GO) test -count=1 -race -short -timeout $(RACE_TIMEOUT) $(RACE_WORKER_PKGS)
+
+# errcheck, pinned (v1.30.0 was @latest when it was added). Test files are
+# not checked (-ignoretests: about 320 dropped errors there, nearly all
+# deferred closes of test connections and bodies; a test fails on what it
+# asserts). scripts/errcheck-excludes.txt lists the few functions whose
+# errors are never checked (terminal and HTTP response writes).
+# ERRCHECK_PENDING are packages not yet clean, skipped until they are:
+# internal/amqp (41 findings) and internal/engine (2, in deadletter.go and
+# tasks.go) were being changed by other work when errcheck was added
+# (issue 16). Remove a package from the list once errcheck passes on it.
+ERRCHECK         ?= github.com/kisielk/errcheck@v1.30.0
+ERRCHECK_PENDING := internal/amqp internal/engine
+
+errcheck: ## unchecked errors in the broker module's non-test code (errcheck)
+	$(GO) run $(ERRCHECK) -ignoretests -exclude scripts/errcheck-excludes.txt \
+	  $$($(GO) list ./... | grep -vxF $(addprefix -e github.com/sluicemq/sluice/,$(ERRCHECK_PENDING)))
+
+lint: ## gofmt, go vet, staticcheck, errcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "== vet+staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...) || exit 1; done
+	@echo "== errcheck ."; $(MAKE) --no-print-directory errcheck
 
 # goreleaser v2.14.3: @latest needs Go 1.27, and v2.15–v2.17 pull a module
 # the Go proxy refuses (go.digitalxero.dev/go-msix). The first run builds

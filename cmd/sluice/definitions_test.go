@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -77,20 +78,9 @@ func startConfigured(t *testing.T, dir, config string) (*server.Server, func()) 
 		}
 	}
 	o.DataDir = filepath.Join(dir, "data")
-	o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
-	s, err := server.New(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	return s, func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}
+	b := brokertest.Start(t, o, nil)
+	// Run's error, if any, fails the test in brokertest's cleanup.
+	return b.Server, func() { _ = b.Stop() }
 }
 
 func sqsClient(addr string) *sqs.Client {

@@ -262,7 +262,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+	_ = enc.Encode(v) // the status is sent: a client gone by now cannot be told
 }
 
 // decodeBody reads one JSON object of at most MaxRequestBody bytes into v.

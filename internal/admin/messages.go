@@ -146,7 +146,9 @@ func (h *Handler) export(w http.ResponseWriter, r *http.Request) error {
 			h.log.Info("export ended early", "queue", name, "lines", n, "err", err)
 			return nil
 		}
-		rc.Flush()
+		// Best effort: a writer that cannot flush still delivers at the
+		// end, and a client that went away fails the next page's write.
+		_ = rc.Flush()
 		if page.Next == 0 || r.Context().Err() != nil {
 			return nil
 		}

@@ -398,7 +398,8 @@ func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	json.NewEncoder(w).Encode(struct {
+	// The status is sent: a client gone by now cannot be told.
+	_ = json.NewEncoder(w).Encode(struct {
 		Alerts []State `json:"alerts"`
 	}{out})
 }

@@ -179,8 +179,9 @@ func (h *webhook) post(ctx context.Context, body []byte) (retry bool, err error)
 		}
 		return true, err
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
+	// Drained only so the connection can be reused; the status decides.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return false, nil
 	}

@@ -64,7 +64,7 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var eb admin.ErrorBody
 	if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
@@ -92,7 +92,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 	if out == nil {
 		return nil
 	}

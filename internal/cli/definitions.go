@@ -53,7 +53,7 @@ func definitionsExport(ctx context.Context, args []string, env *Env) int {
 		if err != nil {
 			return c.fail(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 		if *output == "" {
 			if _, err := io.Copy(c.env.Stdout, resp.Body); err != nil {
 				return c.fail(err)
@@ -96,14 +96,14 @@ func definitionsImport(ctx context.Context, args []string, env *Env) int {
 			if err != nil {
 				return c.fail(err)
 			}
-			defer f.Close()
+			defer func() { _ = f.Close() }() // read-only: its close error cannot matter
 			in = f
 		}
 		resp, err := c.client().send(ctx, "POST", "definitions", nil, io.NopCloser(in), "application/json")
 		if err != nil {
 			return c.fail(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 		var res definitionsResult
 		if err := decodeJSON(resp.Body, &res); err != nil {
 			return c.fail(err)

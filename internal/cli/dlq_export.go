@@ -34,14 +34,16 @@ func dlqExport(ctx context.Context, args []string, env *Env) int {
 		if err != nil {
 			return c.fail(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 		out := c.env.Stdout
 		if *output != "" {
 			f, err := os.Create(*output)
 			if err != nil {
 				return c.fail(err)
 			}
-			defer f.Close()
+			// Closed (and checked) below once written; this close is for
+			// the early returns, where the first error is the one reported.
+			defer func() { _ = f.Close() }()
 			out = f
 		}
 		bw := bufio.NewWriterSize(out, 64<<10)
@@ -50,7 +52,11 @@ func dlqExport(ctx context.Context, args []string, env *Env) int {
 			err = bw.Flush()
 		}
 		if err == nil && *output != "" {
-			err = out.(*os.File).Sync()
+			f := out.(*os.File)
+			err = f.Sync()
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
 		}
 		if err != nil {
 			return c.fail(fmt.Errorf("export stopped after %d message(s): %w", lines, err))

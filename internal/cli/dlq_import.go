@@ -28,7 +28,7 @@ func dlqImport(ctx context.Context, args []string, env *Env) int {
 			if err != nil {
 				return c.fail(err)
 			}
-			defer f.Close()
+			defer func() { _ = f.Close() }() // read-only: its close error cannot matter
 			in = f
 		}
 		var res admin.ImportResult
@@ -36,7 +36,7 @@ func dlqImport(ctx context.Context, args []string, env *Env) int {
 		if err != nil {
 			return c.fail(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 		if err := decodeJSON(resp.Body, &res); err != nil {
 			return c.fail(err)
 		}

@@ -10,7 +10,9 @@ import (
 	"unicode/utf8"
 )
 
-// table writes aligned columns; call flush when done.
+// table writes aligned columns; call flush when done. It writes to the
+// terminal (stdout): as with fmt.Fprint there, a failed write has no one
+// left to tell, so its errors are dropped on purpose.
 type table struct{ tw *tabwriter.Writer }
 
 func newTable(w io.Writer, header ...string) *table {
@@ -22,15 +24,15 @@ func newTable(w io.Writer, header ...string) *table {
 func (t *table) row(cols ...string) {
 	for i, c := range cols {
 		if i > 0 {
-			io.WriteString(t.tw, "\t")
+			_, _ = io.WriteString(t.tw, "\t")
 		}
 		// A tab or newline inside a value would break the columns.
-		io.WriteString(t.tw, strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c))
+		_, _ = io.WriteString(t.tw, strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c))
 	}
-	io.WriteString(t.tw, "\n")
+	_, _ = io.WriteString(t.tw, "\n")
 }
 
-func (t *table) flush() { t.tw.Flush() }
+func (t *table) flush() { _ = t.tw.Flush() }
 
 // age renders seconds as a short duration: 45s, 12m30s, 3h5m, 2d4h; "-"
 // for zero.

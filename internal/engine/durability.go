@@ -53,7 +53,7 @@ func (e *Engine) runSyncer() {
 			continue
 		}
 		if err := e.st.Sync(); err != nil && !errors.Is(err, store.ErrClosed) {
-			e.fail(err)
+			_ = e.fail(err) // records and logs the failure; no caller waits on this sync
 		}
 	}
 }

@@ -61,6 +61,9 @@ var allowed = map[string][]string{
 	// one API package, and then this entry loses internal/admin.
 	"internal/cli":   {"internal/admin", "internal/advisor"},
 	"internal/bench": {},
+	// Test support: starts real brokers through server, as cmd does;
+	// imported only by _test.go files.
+	"internal/brokertest": {"internal/server"},
 
 	// The engine and storage.
 	"internal/engine":            {"internal/clock", "internal/store"},

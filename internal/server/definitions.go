@@ -156,7 +156,7 @@ func (s *Server) definitionsHandler() http.Handler {
 			w.Header().Set("Cache-Control", "no-store")
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
-			enc.Encode(d)
+			_ = enc.Encode(d) // the status is sent: a client gone by now cannot be told
 		case http.MethodPost:
 			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 				writeAdminError(w, http.StatusUnsupportedMediaType, "UnsupportedMediaType", "send the definitions as Content-Type: application/json")
@@ -179,7 +179,7 @@ func (s *Server) definitionsHandler() http.Handler {
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]int{"queues": len(d.Queues), "exchanges": len(d.Exchanges),
+			_ = json.NewEncoder(w).Encode(map[string]int{"queues": len(d.Queues), "exchanges": len(d.Exchanges),
 				"amqp_queues": len(d.AMQPQueues), "bindings": len(d.Bindings)})
 		default:
 			w.Header().Set("Allow", "GET, POST")
@@ -191,5 +191,5 @@ func (s *Server) definitionsHandler() http.Handler {
 func writeAdminError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(admin.ErrorBody{Error: admin.ErrorDetail{Code: code, Message: msg}})
+	_ = json.NewEncoder(w).Encode(admin.ErrorBody{Error: admin.ErrorDetail{Code: code, Message: msg}})
 }

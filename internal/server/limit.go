@@ -86,11 +86,11 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			victim := l.oldestIdleLocked(ip)
 			l.mu.Unlock()
 			if victim == nil {
-				nc.Close()
+				_ = nc.Close() // refused before serving: nothing was sent on it
 				l.giveSlot()
 				continue
 			}
-			victim.Close()
+			_ = victim.Close() // evicting this address's oldest idle connection
 			l.mu.Lock()
 		}
 		c := &limitConn{Conn: nc, l: l, ip: ip, idle: true, since: time.Now()}
@@ -103,7 +103,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		for _, s := range stale {
-			s.Close()
+			_ = s.Close() // evicting an idle connection: its close error changes nothing
 		}
 		return c, nil
 	}
@@ -126,7 +126,7 @@ func (l *connLimiter) takeSlot() error {
 		freed := l.freed
 		l.mu.Unlock()
 		if victim != nil {
-			victim.Close()
+			_ = victim.Close() // evicting an idle connection
 			continue
 		}
 		// Every connection is busy, or too fresh to count as idle: wait

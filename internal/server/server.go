@@ -141,7 +141,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 		s.st = st
 	}
-	closers = append(closers, func() { s.st.Close() })
+	closers = append(closers, func() { _ = s.st.Close() }) // undoing a failed start: its error is the one reported
 
 	// The AMQP topology routes dead letters for queues with an AMQP
 	// dead-letter exchange; the engine needs it before it opens, since
@@ -169,7 +169,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		return nil, err
 	}
 	s.eng = eng
-	closers = append(closers, func() { eng.Close() })
+	closers = append(closers, func() { _ = eng.Close() })
 	s.metrics.Attach(eng)
 	s.alerts.Attach(eng)
 	s.dash.Attach(eng)
@@ -189,7 +189,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
-	closers = append(closers, func() { s.amqp.Close() })
+	closers = append(closers, func() { _ = s.amqp.Close() })
 	if s.diskWatched() {
 		if opts.MinFreeDisk < RestartReserve {
 			log.Warn("min_free_disk is below what a restart may need to replay the store; a broker stopped at the watermark may not start again",
@@ -238,7 +238,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("sqs_listen: %w", err)
 	}
-	closers = append(closers, func() { ln.Close() })
+	closers = append(closers, func() { _ = ln.Close() })
 	cl := newConnLimiter(ln, opts.MaxHTTPConnections, opts.MaxHTTPConnectionsPerIP)
 	s.httpSrv.ConnState = cl.connState
 	ln = cl
@@ -257,7 +257,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", l.key, err)
 		}
-		closers = append(closers, func() { aln.Close() })
+		closers = append(closers, func() { _ = aln.Close() })
 		if s.amqpAddr == "" {
 			s.amqpAddr = aln.Addr().String()
 		}
@@ -361,10 +361,10 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := s.eng.Failed(); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]string{"status": "failed", "error": err.Error()})
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "failed", "error": err.Error()})
 		return
 	}
-	json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok"}) // a prober gone by now cannot be told
 }
 
 // ready answers 200 when the broker can take traffic: the store is open
@@ -390,7 +390,7 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 		status = "not ready"
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "checks": checks})
 }
 
 // Run serves until ctx ends, then shuts down gracefully: background loops
@@ -463,13 +463,19 @@ func (s *Server) shutdown() {
 	s.log.Info("sluice stopping")
 	// AMQP first: its consumers requeue their unacknowledged deliveries
 	// into the engine, which must still be open.
-	s.amqp.Close()
+	if err := s.amqp.Close(); err != nil {
+		s.log.Warn("closing the AMQP server", "err", err)
+	}
 	// Closing the engine ends parked long polls so Shutdown does not wait
 	// out their 20 s.
-	s.eng.Close()
+	if err := s.eng.Close(); err != nil {
+		s.log.Error("closing the engine", "err", err)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.httpSrv.Shutdown(sctx)
+	if err := s.httpSrv.Shutdown(sctx); err != nil {
+		s.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
+	}
 	if err := s.st.Close(); err != nil {
 		s.log.Error("closing store", "err", err)
 	}
@@ -477,13 +483,21 @@ func (s *Server) shutdown() {
 
 // Close stops a server that was created but never Run.
 func (s *Server) Close() {
-	s.httpLn.Close()
+	// Listeners that never served: closing them can only fail if they
+	// are closed already.
+	_ = s.httpLn.Close()
 	for _, ln := range s.amqpLns {
-		ln.Close()
+		_ = ln.Close()
 	}
-	s.amqp.Close()
-	s.eng.Close()
-	s.st.Close()
+	if err := s.amqp.Close(); err != nil {
+		s.log.Warn("closing the AMQP server", "err", err)
+	}
+	if err := s.eng.Close(); err != nil {
+		s.log.Error("closing the engine", "err", err)
+	}
+	if err := s.st.Close(); err != nil {
+		s.log.Error("closing store", "err", err)
+	}
 }
 
 func writeReadyFile(path, httpAddr, amqpAddr string) error {

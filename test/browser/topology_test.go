@@ -14,7 +14,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/brokertest"
 )
 
 // scratchDir keeps screenshots that are not in the docs: in
@@ -152,24 +152,13 @@ func TestTopologyPage(t *testing.T) {
 }
 
 // TestTopologyAMQP declares a topology over AMQP on a real broker
-// (server.New, as `sluice server` runs) and checks the page draws it:
+// (brokertest: server.New, as `sluice server` runs) and checks the page draws it:
 // the exchanges, the binding keys, the queue and its dead-letter path to
 // the DLQ with its depth. It saves docs/img/topology.png.
 func TestTopologyAMQP(t *testing.T) {
 	ctx, cons := newBrowser(t)
-	opts := server.DefaultOptions()
-	opts.DataDir = t.TempDir()
-	opts.SQSListen = "127.0.0.1:0"
-	opts.AMQPListen = "127.0.0.1:0"
-	s, err := server.New(opts, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(sctx); close(done) }()
-	t.Cleanup(func() { stop(); <-done })
-	base := "http://" + s.SQSAddr()
+	broker := brokertest.Start(t, brokertest.Options(t), nil)
+	base := broker.SQSURL()
 
 	resp, err := http.Get(base + "/sluice/v1/amqp/topology")
 	if err != nil {
@@ -180,7 +169,7 @@ func TestTopologyAMQP(t *testing.T) {
 		t.Fatalf("GET /sluice/v1/amqp/topology: HTTP %d, want 200 (the server mounts amqp.(*Server).TopologyHandler there)", resp.StatusCode)
 	}
 
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	conn, err := amqp091.Dial(broker.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

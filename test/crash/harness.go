@@ -84,13 +84,13 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // the start error is the one to report
 		return nil, fmt.Errorf("crash: start %s: %w", bin, err)
 	}
 	s := &Server{PID: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		s.err = cmd.Wait()
-		logf.Close()
+		_ = logf.Close() // the process's exit status is what is reported
 		close(s.exited)
 	}()
 
@@ -134,7 +134,7 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/health", nil)
 		resp, err := hc.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // only the status is read
 			if resp.StatusCode == http.StatusOK {
 				return s, nil
 			}

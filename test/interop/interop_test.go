@@ -9,31 +9,20 @@
 package interop
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/brokertest"
 )
 
+// startServer starts a real broker for the test and returns its SQS
+// endpoint.
 func startServer(t *testing.T) string {
 	t.Helper()
-	o := server.DefaultOptions()
-	o.DataDir = t.TempDir()
-	o.SQSListen = "127.0.0.1:0"
-	o.AMQPListen = "127.0.0.1:0"
-	s, err := server.New(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + s.SQSAddr()
+	return brokertest.Start(t, brokertest.Options(t), nil).SQSURL()
 }
 
 func need(t *testing.T, what string, ok bool) {

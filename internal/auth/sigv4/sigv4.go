@@ -628,7 +628,7 @@ func (v *verifier) readBody(r *http.Request) (readBody, *authError) {
 		return readBody{}, errBodyTooLarge(v.maxBody)
 	}
 	b, release, err := v.budget.Read(r.Context(), r.Body, v.maxBody)
-	r.Body.Close()
+	_ = r.Body.Close() // read (or refused); net/http closes it again after the handler
 	switch {
 	case err == nil:
 		r.Body = io.NopCloser(bytes.NewReader(b))

@@ -115,7 +115,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		po.MemTableSize = memTableSizeFor(po.FS, dir)
 	}
 	tail := inspectWALTail(po.FS, dir, log)
-	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { s.fail(err) }, onWALSync: opts.OnSync}
+	po.FS = &watchFS{FS: po.FS, onErr: func(err error) { _ = s.fail(err) }, onWALSync: opts.OnSync}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		if tail != nil && !errors.Is(tail.err, record.ErrUnexpectedEOF) {
@@ -444,7 +444,9 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("pebblestore: get: %w", err)
 	}
 	out := append([]byte(nil), v...)
-	closer.Close()
+	if err := closer.Close(); err != nil {
+		return nil, fmt.Errorf("pebblestore: get: %w", err)
+	}
 	return out, nil
 }
 
