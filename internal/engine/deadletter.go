@@ -285,7 +285,7 @@ func (e *Engine) finishMoves(moves []move, p store.Pending) error {
 			var b store.Batch
 			t.enforceLimitsLocked(e.now(), &b)
 			if b.Len() > 0 {
-				e.write(&b, false)
+				_, _ = e.write(&b, false) // a failure fails the engine; the barrier in unlock then fails too
 			}
 			e.scheduleLocked(t)
 		}

@@ -435,7 +435,7 @@ func (e *Engine) pruneTasks(source string) {
 	}
 	e.tasks.mu.Unlock()
 	if b.Len() > 0 {
-		e.write(&b, false)
+		_, _ = e.write(&b, false) // a failure fails the engine; the records are pruned again next time
 	}
 }
 
