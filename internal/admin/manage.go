@@ -2,10 +2,7 @@ package admin
 
 import (
 	"net/http"
-	"regexp"
 	"sort"
-	"strings"
-	"time"
 
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -16,8 +13,10 @@ import (
 // confirmation naming the consequence in front of each.
 
 // NewQueueRequest is the body of POST /sluice/v1/queues, the dashboard's
-// form: the dead-letter queue, if any, is one that exists. PUT
-// /sluice/v1/queues/{name} (create.go) makes a queue with its own DLQ.
+// form. It creates the queue as PUT /sluice/v1/queues/{name} (create.go)
+// does, through the same code (createQueues), with the dead-letter queue
+// the form chose: none (the default), an existing one (DeadLetterQueue),
+// or its own (OwnDeadLetterQueue, as PUT's default).
 type NewQueueRequest struct {
 	Name string `json:"name"`
 	// FIFO requires a name ending in .fifo, as SQS.
@@ -25,7 +24,11 @@ type NewQueueRequest struct {
 	// DeadLetterQueue and MaxReceiveCount set a dead-letter policy; the
 	// dead-letter queue must exist and be of the same type.
 	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
-	MaxReceiveCount int    `json:"maxReceiveCount,omitempty"`
+	// OwnDeadLetterQueue creates the queue's own dead-letter queue,
+	// "<name>-dlq" ("<base>-dlq.fifo"), with it; MaxReceiveCount is then
+	// optional (absent: 5). Not with DeadLetterQueue.
+	OwnDeadLetterQueue bool `json:"ownDeadLetterQueue,omitempty"`
+	MaxReceiveCount    int  `json:"maxReceiveCount,omitempty"`
 	// VisibilityTimeoutSeconds: 0 keeps the default (30 s).
 	VisibilityTimeoutSeconds int `json:"visibilityTimeoutSeconds,omitempty"`
 }
@@ -50,51 +53,30 @@ type PurgeResult struct {
 	Purged int `json:"purged"`
 }
 
-// queueNameRE is the SQS rule: 1–80 letters, digits, - and _, plus .fifo.
-var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
-
-// newQueue serves POST /sluice/v1/queues: 201 and the queue, or 409
-// QueueExists when a queue of that name exists.
+// newQueue serves POST /sluice/v1/queues: 201 and the queue (the
+// warnings of createQueues are logged), or the errors of createQueues.
 func (h *Handler) newQueue(w http.ResponseWriter, r *http.Request) error {
 	var req NewQueueRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	base, isFIFOName := strings.CutSuffix(req.Name, ".fifo")
+	c := queueCreation{name: req.Name, fifo: req.FIFO, visibilitySeconds: req.VisibilityTimeoutSeconds,
+		maxReceiveCount: req.MaxReceiveCount, dlq: dlqNone}
 	switch {
-	case !queueNameRE.MatchString(base):
-		return badRequest("queue name %q: 1 to 80 letters, digits, hyphens and underscores (plus .fifo for a FIFO queue)", req.Name)
-	case req.FIFO != isFIFOName:
-		return badRequest("a FIFO queue's name ends in .fifo, and only a FIFO queue's does")
+	case req.OwnDeadLetterQueue && req.DeadLetterQueue != "":
+		return badRequest("deadLetterQueue names an existing dead-letter queue, ownDeadLetterQueue creates one: not both")
+	case req.OwnDeadLetterQueue:
+		c.dlq = dlqOwn
 	case (req.DeadLetterQueue == "") != (req.MaxReceiveCount == 0):
 		return badRequest("deadLetterQueue and maxReceiveCount go together")
-	case req.MaxReceiveCount < 0 || req.MaxReceiveCount > 1000:
-		return badRequest("maxReceiveCount must be between 1 and 1000")
-	case req.VisibilityTimeoutSeconds < 0 || req.VisibilityTimeoutSeconds > 43200:
-		return badRequest("visibilityTimeoutSeconds must be between 0 and 43200")
+	case req.DeadLetterQueue != "":
+		c.dlq, c.dlqTarget = dlqNamed, req.DeadLetterQueue
 	}
-	if _, err := h.eng.GetQueue(req.Name); err == nil {
-		return &apiError{http.StatusConflict, "QueueExists", "a queue named " + req.Name + " already exists"}
-	}
-	cfg := engine.DefaultQueueConfig()
-	cfg.FIFO = req.FIFO
-	if req.VisibilityTimeoutSeconds > 0 {
-		cfg.Visibility = time.Duration(req.VisibilityTimeoutSeconds) * time.Second
-	}
-	if req.DeadLetterQueue != "" {
-		if _, err := h.eng.GetQueue(req.DeadLetterQueue); err != nil {
-			return &apiError{http.StatusBadRequest, "DeadLetterQueueNotFound", "the dead-letter queue " + req.DeadLetterQueue + " does not exist"}
-		}
-		cfg.DeadLetter = &engine.DeadLetterPolicy{Target: req.DeadLetterQueue, MaxReceiveCount: req.MaxReceiveCount}
-	}
-	if _, _, err := h.eng.CreateQueue(req.Name, cfg, nil); err != nil {
-		return err
-	}
-	q, err := h.queue(req.Name, true)
+	out, err := h.createQueues(c)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, q)
+	writeJSON(w, http.StatusCreated, out.Queue)
 	return nil
 }
 

@@ -9,6 +9,8 @@ func FuzzManageBodies(f *testing.F) {
 	for _, seed := range []string{
 		`{"name":"orders"}`,
 		`{"name":"x.fifo","fifo":true,"deadLetterQueue":"dlq","maxReceiveCount":3,"visibilityTimeoutSeconds":60}`,
+		`{"name":"o","ownDeadLetterQueue":true,"maxReceiveCount":3}`,
+		`{"name":"o","ownDeadLetterQueue":true,"deadLetterQueue":"dlq","maxReceiveCount":3}`,
 		`{"name":"` + "\u0000" + `"}`, `{"name":"a","maxReceiveCount":-1,"deadLetterQueue":"dlq"}`,
 		`{"body":"hi","attributes":{"k":"v"},"groupId":"g","deduplicationId":"d"}`,
 		`{"body":"","attributes":{"":"v"}}`, `[]`, `{} trailing`, `{"unknown":1}`,

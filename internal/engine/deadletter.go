@@ -29,7 +29,8 @@ type DeadLetter struct {
 }
 
 // move is a dead-letter (or redrive) copy written to the store under the
-// source's lock; its target's memory is updated after that lock is released.
+// source's lock; its target's memory is updated after that lock is released
+// and after the write is durable (see finishMoves).
 type move struct {
 	target *queue
 	m      *message
@@ -40,16 +41,48 @@ type move struct {
 	size   int64 // body bytes reserved in target.room
 }
 
-// unlock releases q's lock, then inserts the copies that dead-letter moves
-// decided under it into their targets' memory. Every operation that may
-// dead-letter (receive, failure reports, expiry, overflow, requeue) unlocks
-// with it.
-func (e *Engine) unlock(q *queue) {
+// unlock releases q's lock, then publishes into their targets' memory the
+// copies that dead-letter moves decided under it, once the store has
+// synced everything written so far (a sync barrier; see finishMoves).
+// Every operation that may dead-letter (receive, failure reports, expiry,
+// overflow, requeue) writes its batch and then unlocks with it (or with
+// unlockAfter); one that fails after advanceLocked uses writeUnlock.
+func (e *Engine) unlock(q *queue) { e.unlockAfter(q, nil) }
+
+// unlockAfter is unlock for a caller whose batch, carrying q's moves, was
+// written durably as p: the copies wait for p instead of a barrier of
+// their own. A nil p means "the batch was written without a sync (or not
+// at all, after a failure)": a sync barrier is written.
+//
+// The wait happens after q's lock is released, so it holds up only the
+// caller (a receive that dead-lettered answers after one fsync; the
+// timer goroutine waits for one before its next queue).
+func (e *Engine) unlockAfter(q *queue, p store.Pending) {
 	out := q.outbox
 	q.outbox = nil
 	q.publishRoomLocked()
 	q.mu.Unlock()
-	e.finishMoves(out)
+	if len(out) == 0 {
+		return
+	}
+	if p == nil {
+		var err error
+		if p, err = e.write(&store.Batch{}, true); err != nil {
+			p = store.Done{Err: err}
+		}
+	}
+	_ = e.finishMoves(out, p) // a failure fails the engine
+}
+
+// writeUnlock is unlock for an operation that fails after advanceLocked
+// (or anything else that may have dead-lettered into b): b is written
+// without a sync first, so the moves it carries are in the store before
+// the barrier that publishes them.
+func (e *Engine) writeUnlock(q *queue, b *store.Batch) {
+	if b.Len() > 0 {
+		_, _ = e.write(b, false) // a failure fails the engine; the barrier then fails too
+	}
+	e.unlock(q)
 }
 
 // canDeadLetter reports whether q has somewhere to send dead letters.
@@ -193,30 +226,57 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 	return move{target: t, m: n, group: m.groupID(), purges: t.purges.Load()}
 }
 
-// finishMoves inserts copies into their targets' memory. Called without any
-// queue lock held.
+// finishMoves inserts copies into their targets' memory once p, the
+// durability of the write that carries them, has succeeded: a copy is
+// never receivable (SQS receive, AMQP delivery, browse) before its move
+// is on disk, so a consumer can never receive and delete a copy that a
+// power cut then puts back in its source. When p fails the engine has
+// failed: the copies are never published, their room is released and
+// the error is returned (after a restart the messages are wherever the
+// disk says). Called without any queue lock held.
 //
 // A purge of the target between the copy's write (in the source's batch)
 // and its insert here may have deleted the copy's content record: the
 // purge's range ends at the target's next sequence number, which the copy
-// had already reserved. The copy is then written again, durably, before
-// it is inserted: it arrived after the purge. Otherwise the target would
-// hold in memory a message with no record on disk, whose later state
-// records recovery could not explain.
-func (e *Engine) finishMoves(moves []move) {
+// had already reserved. The copy is then written again, durably, and
+// inserted only once that write is synced (and no purge came meanwhile):
+// it arrived after the purge. Otherwise the target would hold in memory a
+// message with no record on disk, whose later state records recovery
+// could not explain.
+func (e *Engine) finishMoves(moves []move, p store.Pending) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	if err := e.wait(p); err != nil {
+		for _, mv := range moves {
+			mv.target.mu.Lock()
+			mv.target.room.release(mv.size)
+			e.unlock(mv.target)
+		}
+		return err
+	}
+	var failed error
 	for _, mv := range moves {
 		t := mv.target
 		t.mu.Lock()
-		t.room.release(mv.size)
-		var rewrite store.Pending
-		if !t.deleted && t.purges.Load() != mv.purges {
+		for failed == nil && !t.deleted && t.purges.Load() != mv.purges {
+			mv.purges = t.purges.Load()
 			var b store.Batch
 			b.Set(messageKey(t.id, mv.m.seq, kindContent), encodeContent(mv.m))
-			var err error
-			if rewrite, err = e.write(&b, true); err != nil {
-				e.unlock(t)
-				continue // the engine has failed
+			rewrite, err := e.write(&b, true)
+			e.unlock(t)
+			if err == nil {
+				err = e.wait(rewrite)
 			}
+			if err != nil {
+				failed = err // the engine has failed
+			}
+			t.mu.Lock()
+		}
+		t.room.release(mv.size)
+		if failed != nil {
+			e.unlock(t)
+			continue
 		}
 		if !t.deleted {
 			mv.m.group = t.groupLocked(mv.group)
@@ -225,14 +285,11 @@ func (e *Engine) finishMoves(moves []move) {
 			var b store.Batch
 			t.enforceLimitsLocked(e.now(), &b)
 			if b.Len() > 0 {
-				e.write(&b, false)
+				_, _ = e.write(&b, false) // a failure fails the engine; the barrier in unlock then fails too
 			}
 			e.scheduleLocked(t)
 		}
 		e.unlock(t)
-		if rewrite != nil {
-			_ = e.wait(rewrite) // a failure fails the engine
-		}
 		if x := mv.m.ext; x != nil && x.dead != nil {
 			e.noteRefill(t.name, x.dead.DeadLetteredAt)
 			if x.redrive != nil && x.redrive.TaskID != "" {
@@ -240,6 +297,7 @@ func (e *Engine) finishMoves(moves []move) {
 			}
 		}
 	}
+	return failed
 }
 
 // expireLocked ends a message whose TTL ran out: dead-lettered

@@ -40,7 +40,7 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 		err = ErrVisibilityLimit
 	}
 	if err != nil {
-		e.unlock(q)
+		e.writeUnlock(q, &b)
 		return FailureOutcome{}, err
 	}
 	rec := &FailureRecord{
@@ -54,7 +54,7 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 	}
 	canDL := e.canDeadLetter(q)
 	if f.Terminal && !canDL {
-		e.unlock(q)
+		e.writeUnlock(q, &b)
 		return FailureOutcome{}, ErrNoDeadLetterQueue
 	}
 	m.extension().failure = rec
@@ -249,11 +249,11 @@ func (e *Engine) importViews(name string, views []View) (int, error) {
 	for i := range views {
 		v := &views[i]
 		if _, ok := parseID(v.MessageID); !ok || len(v.Body) == 0 {
-			e.unlock(q)
+			e.writeUnlock(q, &b)
 			return 0, errImport
 		}
 		if q.fifo() && v.GroupID == "" {
-			e.unlock(q)
+			e.writeUnlock(q, &b)
 			return 0, ErrMissingGroupID
 		}
 	}

@@ -273,7 +273,7 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 	if err == nil {
 		e.scheduleLocked(q)
 	}
-	e.unlock(q)
+	e.unlockAfter(q, p) // dead-letter copies in b are published once p is durable
 	if err != nil {
 		return err
 	}

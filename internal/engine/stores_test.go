@@ -149,6 +149,21 @@ func (s *powerStore) releaseSyncs(err error) {
 	s.waiters = nil
 }
 
+// releaseOne lets the i-th held durable write (in the order they were
+// held) succeed: everything written so far reaches the disk, but the other
+// waiters stay held, as when one fsync returns and the callers of another
+// have not been woken yet.
+func (s *powerStore) releaseOne(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.syncLocked(); err != nil {
+		panic(err)
+	}
+	h := s.waiters[i]
+	s.waiters = append(s.waiters[:i:i], s.waiters[i+1:]...)
+	close(h.done)
+}
+
 // pendingSync reports whether some write has not reached the disk.
 func (s *powerStore) pendingSync() bool {
 	s.mu.Lock()

@@ -37,6 +37,11 @@ type task struct {
 	UpTo uint64 `json:"upTo"` // only messages with a lower sequence number move
 	wake chan struct{}
 	win  refillWindow // guarded by taskTable.mu; not persisted
+	// batch is held by moveBatch from its start until its moved copies
+	// are published (or the batch failed), so pauseMove can wait for a
+	// batch in progress. Never taken with taskTable.mu or a queue lock
+	// held.
+	batch sync.Mutex
 }
 
 // taskRecord is the persisted form.
@@ -329,7 +334,10 @@ func (e *Engine) cancelMove(id string) (MoveTask, error) {
 
 // pauseMove pauses a running task. A batch the task had already begun
 // when the pause arrived completes (its progress record carries the
-// pause); no batch begins after the pause is saved.
+// pause); no batch begins after the pause is saved. pauseMove returns once
+// the pause is durable and that batch, if any, is over: after a pause's
+// OK no message of the task is between its source and its destination
+// (moved out of the source but not yet receivable in the destination).
 func (e *Engine) pauseMove(id string) (MoveTask, error) {
 	tk, err := e.findTask(id)
 	if err != nil {
@@ -344,6 +352,9 @@ func (e *Engine) pauseMove(id string) (MoveTask, error) {
 	if err != nil {
 		return MoveTask{}, err
 	}
+	// A batch in progress ends first (none starts after the pause).
+	tk.batch.Lock()
+	defer tk.batch.Unlock()
 	return e.snapshotTask(tk), nil
 }
 
@@ -424,7 +435,7 @@ func (e *Engine) pruneTasks(source string) {
 	}
 	e.tasks.mu.Unlock()
 	if b.Len() > 0 {
-		e.write(&b, false)
+		_, _ = e.write(&b, false) // a failure fails the engine; the records are pruned again next time
 	}
 }
 
@@ -519,6 +530,8 @@ func (e *Engine) runMove(tk *task) {
 // moveBatch moves up to n of the task's remaining messages. done reports
 // that nothing is left; reason is set when the task must fail.
 func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string) {
+	tk.batch.Lock()
+	defer tk.batch.Unlock()
 	q, err := e.lockQueue(tk.Source)
 	if err != nil {
 		return 0, false, "AWS.SimpleQueueService.NonExistentQueue"
@@ -538,7 +551,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	var moves []move
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
 	if len(cands) == 0 {
-		e.unlock(q)
+		e.writeUnlock(q, &b) // what advanceLocked changed
 		return 0, true, ""
 	}
 	for _, m := range cands[:min(n, len(cands))] {
@@ -573,16 +586,19 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	b.Set(taskKey(tk.ID), encodeTask(tk))
 	p, err := e.write(&b, true)
 	e.tasks.mu.Unlock()
-	e.scheduleLocked(q)
-	e.unlock(q)
 	if err != nil {
-		return 0, false, "storage failed"
+		p = store.Done{Err: err}
 	}
-	e.finishMoves(moves)
-	e.noteDrain(tk, len(moves), fromNanos(now))
-	if err := e.wait(p); err != nil {
+	e.scheduleLocked(q)
+	e.unlockAfter(q, p)
+	// The moved copies become receivable in their destinations only once
+	// the batch that moved them is durable: never before (a consumer
+	// could receive and delete a copy that a power cut puts back in the
+	// DLQ), and never when its sync fails.
+	if err := e.finishMoves(moves, p); err != nil {
 		return len(moves), false, "storage failed"
 	}
+	e.noteDrain(tk, len(moves), fromNanos(now))
 	return len(moves), false, reason
 }
 

@@ -29,7 +29,7 @@ func (c *call) createQueue() (output, *apiError) {
 		}
 		fifo = b == "true"
 	}
-	if !validQueueName(name) {
+	if !engine.ValidQueueName(name) {
 		if fifo {
 			return nil, newErr(kindInvalidParameter, msgFIFOQueueNameInvalid)
 		}
@@ -114,7 +114,7 @@ func (c *call) getQueueURL() (output, *apiError) {
 	if in.QueueOwnerAWSAccountId != "" && in.QueueOwnerAWSAccountId != c.h.account {
 		return nil, errQueueDoesNotExist()
 	}
-	if !validQueueName(in.QueueName) {
+	if !engine.ValidQueueName(in.QueueName) {
 		return nil, errQueueDoesNotExist()
 	}
 	if err := c.authorize(in.QueueName); err != nil {

@@ -255,7 +255,7 @@ func (h *Handler) queueNameFromARN(arn string) (string, bool) {
 	if len(parts) != 6 || parts[0] != "arn" || !strings.HasPrefix(parts[1], "aws") || parts[2] != "sqs" {
 		return "", false
 	}
-	if parts[3] != h.region || parts[4] != h.account || !validQueueName(parts[5]) {
+	if parts[3] != h.region || parts[4] != h.account || !engine.ValidQueueName(parts[5]) {
 		return "", false
 	}
 	return parts[5], true

@@ -36,7 +36,7 @@ func (h *Handler) DeclareQueue(name string, attrs, tags map[string]string) (crea
 			return false, newErr(kindInvalidParameter, msgFIFOQueueNameInvalid)
 		}
 	}
-	if !validQueueName(name) {
+	if !engine.ValidQueueName(name) {
 		return false, newErr(kindInvalidParameter, msgQueueNameInvalid)
 	}
 	info, gerr := h.eng.GetQueue(name)

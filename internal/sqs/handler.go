@@ -410,7 +410,7 @@ func (c *call) queueName(queueURL string) (string, *apiError) {
 	if acct, _ := lastSegment(rest); acct != "" && acct != c.h.account {
 		return "", errQueueDoesNotExist()
 	}
-	if !validQueueName(name) {
+	if !engine.ValidQueueName(name) {
 		return "", errQueueDoesNotExist()
 	}
 	return name, c.authorize(name)

@@ -14,19 +14,6 @@ import (
 // Validation of request members against the limits of the SQS reference
 // (§3, §4). Each check returns the error SQS documents, with its exact text.
 
-// validQueueName: 1–80 characters of [A-Za-z0-9_-], optionally ending in
-// ".fifo", which counts towards the 80.
-func validQueueName(name string) bool {
-	if len(name) == 0 || len(name) > 80 {
-		return false
-	}
-	base := strings.TrimSuffix(name, ".fifo")
-	if base == "" {
-		return false
-	}
-	return isIDChars(base)
-}
-
 // isIDChars reports whether s is only [A-Za-z0-9_-].
 func isIDChars(s string) bool {
 	for i := 0; i < len(s); i++ {

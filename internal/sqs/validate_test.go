@@ -9,22 +9,6 @@ import (
 
 func ptr(s string) *string { return &s }
 
-func TestValidQueueName(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		ok   bool
-	}{
-		{"a", true}, {"orders-1_x", true}, {"q.fifo", true}, {strings.Repeat("a", 80), true},
-		{strings.Repeat("a", 75) + ".fifo", true}, {strings.Repeat("a", 76) + ".fifo", false},
-		{strings.Repeat("a", 81), false}, {"", false}, {".fifo", false}, {"a.b", false},
-		{"a b", false}, {"a/b", false}, {"é", false},
-	} {
-		if got := validQueueName(tc.name); got != tc.ok {
-			t.Errorf("validQueueName(%q) = %v, want %v", tc.name, got, tc.ok)
-		}
-	}
-}
-
 func TestCheckBatchIDs(t *testing.T) {
 	ids := func(n int) []string {
 		out := make([]string, n)

@@ -38,7 +38,7 @@ func TestQueueActions(t *testing.T) {
 	// Create: the form, then the confirmation that names the queue, its
 	// type and its dead-letter policy.
 	do(t, ctx, "create queue", chromedp.Click(chromedp.CSS("#create-queue")))
-	waitJS(t, ctx, "the create form and the DLQ choices", `document.querySelector('#create-dialog').open && document.querySelectorAll('#cq-dlq option').length === 2`, 5*time.Second)
+	waitJS(t, ctx, "the create form and the DLQ choices", `document.querySelector('#create-dialog').open && document.querySelectorAll('#cq-dlq option').length === 3`, 5*time.Second)
 	do(t, ctx, "fill the form",
 		chromedp.SendKeys(chromedp.CSS("#cq-name"), "orders"),
 		chromedp.SetValue(chromedp.CSS("#cq-dlq"), "orders-dlq"),
@@ -106,6 +106,40 @@ func TestQueueActions(t *testing.T) {
 	}
 	// Network errors aside (this broker has no alerts endpoint), no
 	// script failed.
+	if errs := cons.errors(true); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestCreateQueueWithOwnDLQ: the create form's second dead-letter choice
+// creates the queue with its own DLQ, as `sluice queues create` does (both
+// go through the admin API's one create path), after a confirmation that
+// names both queues.
+func TestCreateQueueWithOwnDLQ(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	b := startBroker(t, false)
+	do(t, ctx, "open the overview", chromedp.Navigate(b.url+"/ui/#/"))
+	do(t, ctx, "create queue", chromedp.Click(chromedp.CSS("#create-queue")))
+	waitJS(t, ctx, "the create form", `document.querySelector('#create-dialog').open && document.querySelectorAll('#cq-dlq option').length === 2`, 5*time.Second)
+	do(t, ctx, "fill the form",
+		chromedp.SendKeys(chromedp.CSS("#cq-name"), "billing.fifo"),
+		chromedp.Click(chromedp.CSS("#cq-fifo")),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('cq-dlq').selectedIndex = 1`),
+		chromedp.SetValue(chromedp.CSS("#cq-max"), "6"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('create-dialog-submit').click()`))
+	waitJS(t, ctx, "a confirmation", `document.querySelector('#confirm-dialog') && document.querySelector('#confirm-dialog').open`, 5*time.Second)
+	if got := text(t, ctx, "#confirm-text"); !strings.Contains(got, "Create the FIFO queue billing.fifo and its dead-letter queue billing-dlq.fifo, dead-lettering into it after 6 receives") {
+		t.Fatalf("create confirmation: %q", got)
+	}
+	do(t, ctx, "confirm", chromedp.Evaluate[chromedp.Void](`document.getElementById('confirm-ok').click()`))
+	waitJS(t, ctx, "the new queue's page", `location.hash === '#/queue/billing.fifo' && !!document.querySelector('#send-message')`, 10*time.Second)
+	cfg, err := b.eng.Config("billing.fifo")
+	if err != nil || cfg.DeadLetter == nil || cfg.DeadLetter.Target != "billing-dlq.fifo" || cfg.DeadLetter.MaxReceiveCount != 6 {
+		t.Fatalf("created config %+v, %v", cfg, err)
+	}
+	if d, err := b.eng.Config("billing-dlq.fifo"); err != nil || !d.FIFO || d.Retention != 14*24*time.Hour {
+		t.Fatalf("its DLQ: %+v, %v", d, err)
+	}
 	if errs := cons.errors(true); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -170,15 +170,15 @@ func feAdminPost(ctx context.Context, b *feBroker, path string) error {
 // feCheckTasks checks the move tasks of the round just cut against the
 // restarted broker's stored tasks: a task whose start was acknowledged
 // before the cut exists; one whose pause was acknowledged is PAUSED; one
-// whose cancel was acknowledged is CANCELLING or CANCELLED. The round's
-// tasks are then forgotten.
-func feCheckTasks(t *testing.T, r *feRun, b *feBroker, cut time.Time) []string {
+// whose cancel was acknowledged is CANCELLING or CANCELLED. statuses are
+// the restarted broker's, taken before feCheck paused anything. The
+// round's tasks are then forgotten.
+func feCheckTasks(t *testing.T, r *feRun, statuses map[string]string, cut time.Time) []string {
 	t.Helper()
 	r.mu.Lock()
 	tasks := r.tasks
 	r.tasks = nil
 	r.mu.Unlock()
-	statuses := feTaskStatuses(b)
 	if statuses == nil {
 		return []string{"cannot list move tasks after the restart"}
 	}

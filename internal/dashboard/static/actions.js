@@ -79,7 +79,11 @@ function parseAttributes(text) {
 export function openCreateQueue(queues) {
   const name = h('input', { id: 'cq-name', name: 'name', type: 'text', required: true, autocomplete: 'off', placeholder: 'orders' });
   const fifo = h('input', { id: 'cq-fifo', name: 'fifo', type: 'checkbox' });
-  const dlq = h('select', { id: 'cq-dlq', name: 'deadLetterQueue' }, h('option', { value: '' }, 'none'),
+  // The second choice is the queue's own dead-letter queue, created with
+  // it (ownDeadLetterQueue); it is told by its position, not its value,
+  // since any string could be an (AMQP) queue's name.
+  const ownOption = h('option', { id: 'cq-dlq-own', value: '' }, 'its own (NAME-dlq), created with it');
+  const dlq = h('select', { id: 'cq-dlq', name: 'deadLetterQueue' }, h('option', { value: '' }, 'none'), ownOption,
     queues.map((q) => h('option', { value: q.name }, q.name)));
   const maxRecv = h('input', { id: 'cq-max', name: 'maxReceiveCount', type: 'number', min: 1, max: 1000, value: '5' });
   formDialog('create-dialog', 'Create a queue', [
@@ -89,12 +93,18 @@ export function openCreateQueue(queues) {
     field('Max receives', maxRecv, 'Used with a dead-letter queue.'),
   ], 'Create…', async (d, status) => {
     const req = { name: name.value.trim(), fifo: fifo.checked };
-    if (dlq.value) {
+    if (ownOption.selected) {
+      req.ownDeadLetterQueue = true;
+      req.maxReceiveCount = Number(maxRecv.value);
+    } else if (dlq.value) {
       req.deadLetterQueue = dlq.value;
       req.maxReceiveCount = Number(maxRecv.value);
     }
+    // The own DLQ's name, as the broker makes it (admin dlqName).
+    const own = req.fifo ? `${req.name.replace(/\.fifo$/, '')}-dlq.fifo` : `${req.name}-dlq`;
     const what = `Create the ${req.fifo ? 'FIFO' : 'standard'} queue ${req.name}` +
-      (req.deadLetterQueue ? `, dead-lettering into ${req.deadLetterQueue} after ${req.maxReceiveCount} receives.` : ', without a dead-letter queue.');
+      (req.ownDeadLetterQueue ? ` and its dead-letter queue ${own}, dead-lettering into it after ${req.maxReceiveCount} receives.`
+        : req.deadLetterQueue ? `, dead-lettering into ${req.deadLetterQueue} after ${req.maxReceiveCount} receives.` : ', without a dead-letter queue.');
     if (!(await confirmAction({ title: 'Create queue?', text: what, confirm: 'Create queue' }))) return;
     try {
       await api('/sluice/v1/queues', { method: 'POST', body: req });

@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Moved copies (dead-letter moves and move tasks) become receivable in
+// their target only once the write that moved them is durable (follow-up
+// of issue #10; docs/guarantees.md). Otherwise a consumer could receive
+// and delete a copy, be told the delete succeeded, and a power cut would
+// then put the message back in its source.
+
+// browseCount returns how many messages Browse lists in queue.
+func browseCount(t *testing.T, e *Engine, queue string) int {
+	t.Helper()
+	page, err := e.Browse(queue, Filter{}, 0, 1000)
+	if err != nil {
+		t.Fatalf("browse %s: %v", queue, err)
+	}
+	return len(page.Messages)
+}
+
+// holdMoveBatch makes the first move-task batch's fsync (and every later
+// durable write's) wait for releaseSyncs or releaseOne.
+func holdMoveBatch(pf *powerFixture) {
+	var hooked atomic.Bool
+	pf.ps.beforeWrite = func(b *store.Batch) {
+		if movesAndRecordsTask(b) != "" && hooked.CompareAndSwap(false, true) {
+			pf.ps.holdSyncs()
+		}
+	}
+}
+
+// startHeldMove starts a move task from "dlq" to "q" over moveFixture(t, 1)
+// and returns once its batch is written and waits for its fsync.
+func startHeldMove(t *testing.T) (*powerFixture, MoveTask) {
+	pf := moveFixture(t, 1)
+	holdMoveBatch(pf)
+	t.Cleanup(func() { pf.ps.releaseSyncs(nil) }) // before the engine's Close: a failed test must not hang
+	tk, err := pf.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Destination: "q", Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the move batch to wait for its fsync", func() bool { return pf.ps.held() == 1 })
+	return pf, tk
+}
+
+// TestMovedCopyNotReceivableBeforeSync: a message a move task moved is not
+// in the destination (receive, browse) until the batch that moved it is
+// synced; once it is, it is.
+func TestMovedCopyNotReceivableBeforeSync(t *testing.T) {
+	pf, _ := startHeldMove(t)
+	if d := pf.recv("q", 10, -1); len(d) != 0 {
+		t.Fatalf("moved copy %q received before its move was synced", bodies(d))
+	}
+	if n := browseCount(t, pf.e, "q"); n != 0 {
+		t.Fatalf("browse lists %d moved copies before their move was synced", n)
+	}
+	pf.ps.releaseSyncs(nil)
+	waitFor(t, "the copy to be published", func() bool { return browseCount(t, pf.e, "q") == 1 })
+	if d := pf.recv("q", 10, -1); len(d) != 1 || string(d[0].Body) != "m" {
+		t.Fatalf("after the sync, receive: %q", bodies(d))
+	}
+}
+
+// TestMovedCopyNeverAppearsAfterFailedSync: when the fsync of a move
+// batch fails, its copies are never published; after a power cut the
+// message is in the DLQ (where the disk has it) and nowhere else.
+func TestMovedCopyNeverAppearsAfterFailedSync(t *testing.T) {
+	pf, tk := startHeldMove(t)
+	pf.ps.releaseSyncs(syscall.EIO)
+	waitFor(t, "the task to fail", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskFailed })
+	if n := browseCount(t, pf.e, "q"); n != 0 {
+		t.Fatalf("after a failed sync browse lists %d moved copies", n)
+	}
+	if d, err := pf.e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true}); len(d) != 0 {
+		t.Fatalf("after a failed sync the moved copy was received: %q (%v)", bodies(d), err)
+	}
+	pf.powerCut()
+	if n := browseCount(t, pf.e, "q"); n != 0 {
+		t.Fatalf("after the power cut the destination holds %d messages", n)
+	}
+	if d := pf.recv("dlq", 10, -1); len(d) != 1 {
+		t.Fatalf("after the power cut the DLQ holds %q, want the one message", bodies(d))
+	}
+}
+
+// TestPauseWaitsForBatchInProgress: an operator's pause is answered only
+// once the batch the task had begun is over, so after a pause's OK every
+// message is receivable in one of the queues, none between them (what
+// test/faults' feCheck relies on).
+func TestPauseWaitsForBatchInProgress(t *testing.T) {
+	pf, tk := startHeldMove(t)
+	paused := make(chan error, 1)
+	go func() { _, err := pf.e.PauseMoveTask(tk.ID); paused <- err }()
+	waitFor(t, "the pause to wait for its fsync", func() bool { return pf.ps.held() == 2 })
+	// The pause's fsync returns (syncing the batch too); the batch's
+	// waiter is not woken yet.
+	pf.ps.releaseOne(1)
+	select {
+	case err := <-paused:
+		t.Fatalf("pause answered (%v) while the batch was still in progress (dlq %d, q %d)",
+			err, browseCount(t, pf.e, "dlq"), browseCount(t, pf.e, "q"))
+	case <-time.After(50 * time.Millisecond):
+	}
+	pf.ps.releaseSyncs(nil)
+	if err := <-paused; err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if d, q := browseCount(t, pf.e, "dlq"), browseCount(t, pf.e, "q"); d+q != 1 {
+		t.Fatalf("after the pause's OK: %d in dlq, %d in q; want the message in exactly one", d, q)
+	}
+}
+
+// TestDeadLetterCopyNotReceivableBeforeSync: a receive that dead-letters
+// writes the move without a sync (like a lease); the copy is published in
+// the DLQ only after a sync covers it, and never when that sync fails.
+func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		name := "synced"
+		if fail {
+			name = "sync fails"
+		}
+		t.Run(name, func(t *testing.T) {
+			pf := newPowerFixture(t, time.Hour)
+			pf.withDLQ(1, nil)
+			pf.send("q", body("poison"))
+			if d := pf.recv("q", 1, 0); len(d) != 1 {
+				t.Fatal("first receive should return the message")
+			}
+			pf.ps.holdSyncs()
+			t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
+			recvd := make(chan []Delivery, 1)
+			go func() {
+				d, _ := pf.e.Receive(context.Background(), "q", ReceiveRequest{Max: 1, WaitSet: true})
+				recvd <- d
+			}()
+			answered := false
+			waitFor(t, "the dead-lettering receive to answer or wait for a sync", func() bool {
+				if len(recvd) > 0 {
+					answered = true
+				}
+				return answered || pf.ps.held() == 1
+			})
+			if d := pf.recv("dlq", 10, -1); len(d) != 0 {
+				t.Fatalf("dead-letter copy %q received before its move was synced (receive answered: %v)", bodies(d), answered)
+			}
+			if n := browseCount(t, pf.e, "dlq"); n != 0 {
+				t.Fatalf("browse lists %d dead-letter copies before their move was synced", n)
+			}
+			if !fail {
+				pf.ps.releaseSyncs(nil)
+				if d := <-recvd; len(d) != 0 {
+					t.Fatalf("the dead-lettering receive returned %q", bodies(d))
+				}
+				if d := pf.recv("dlq", 10, -1); len(d) != 1 || string(d[0].Body) != "poison" {
+					t.Fatalf("after the sync, dlq receive: %q", bodies(d))
+				}
+				return
+			}
+			pf.ps.releaseSyncs(syscall.EIO)
+			<-recvd
+			if n := browseCount(t, pf.e, "dlq"); n != 0 {
+				t.Fatalf("after a failed sync browse lists %d dead-letter copies", n)
+			}
+			if _, err := pf.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
+				t.Fatalf("the engine did not fail with its sync: send %v", err)
+			}
+			pf.powerCut()
+			if n := browseCount(t, pf.e, "dlq"); n != 0 {
+				t.Fatalf("after the power cut the DLQ holds %d messages", n)
+			}
+			if n := browseCount(t, pf.e, "q"); n != 1 {
+				t.Fatalf("after the power cut q holds %d messages, want the one", n)
+			}
+		})
+	}
+}
