@@ -102,8 +102,10 @@ func (c *conn) updateBlocked() {
 	}
 	switch {
 	case reason != "" && c.blocked.CompareAndSwap(false, true):
-		c.sendNow(0, &wire.ConnectionBlocked{Reason: reason})
+		// Fails only once the writer has failed, and the connection is closing then.
+		_ = c.sendNow(0, &wire.ConnectionBlocked{Reason: reason})
 	case reason == "" && c.blocked.CompareAndSwap(true, false):
-		c.sendNow(0, &wire.ConnectionUnblocked{})
+		// Fails only once the writer has failed, and the connection is closing then.
+		_ = c.sendNow(0, &wire.ConnectionUnblocked{})
 	}
 }

@@ -380,7 +380,8 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	// while waiting for the socket.
 	size := c.contentSize(props, d.Body)
 	if err := c.reserve(context.Background(), size); err != nil {
-		s.eng.Requeue(q.engine, []string{d.ReceiptHandle}, true)
+		errs, rerr := s.eng.Requeue(q.engine, []string{d.ReceiptHandle}, true)
+		s.settleQuietly("requeue of an unwritten basic.get", q.engine, errs, rerr)
 		return err
 	}
 	ch.mu.Lock()
@@ -400,7 +401,8 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	}
 	ch.mu.Unlock()
 	if m.NoAck {
-		s.eng.Delete(q.engine, []string{d.ReceiptHandle})
+		errs, derr := s.eng.Delete(q.engine, []string{d.ReceiptHandle})
+		s.settleQuietly("delete of a no-ack basic.get", q.engine, errs, derr)
 	}
 	return err
 }

@@ -98,7 +98,8 @@ func (c *conn) openChannel(id uint16) {
 	c.chMu.Unlock()
 	ch.wg.Add(1)
 	go ch.run()
-	c.send(id, &wire.ChannelOpenOK{})
+	// Fails only once the writer has failed, and the connection is closing then.
+	_ = c.send(id, &wire.ChannelOpenOK{})
 }
 
 // freeChannel forgets a closed channel so its number can be reused.
@@ -225,7 +226,8 @@ func (ch *channel) raise(e *amqpError) {
 	ch.closing.Store(true)
 	ch.c.s.log.Debug("amqp: channel error", "conn", ch.c.name, "channel", ch.id, "code", e.code, "text", e.text)
 	ch.release()
-	ch.c.send(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	// Fails only once the writer has failed, and the connection is closing then.
+	_ = ch.c.send(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
 }
 
 // failAsync raises e from outside the channel goroutine (consumer
@@ -405,7 +407,8 @@ func (ch *channel) handle(cmd *command) error {
 		ch.closing.Store(true)
 		ch.release()
 		c.freeChannel(ch)
-		c.send(ch.id, &wire.ChannelCloseOK{})
+		// Fails only once the writer has failed, and the connection is closing then.
+		_ = c.send(ch.id, &wire.ChannelCloseOK{})
 		return nil
 	case *wire.ChannelCloseOK:
 		return nil

@@ -123,7 +123,7 @@ func (c *conn) serve() {
 			c.cleanup()
 			c.drainInput()
 		}
-		c.nc.Close()
+		_ = c.nc.Close() // closing: its error changes nothing
 		c.cleanup()
 		close(c.done)
 	}()
@@ -140,10 +140,12 @@ func (c *conn) serve() {
 
 // handshake negotiates the connection (spec §2); false ends it.
 func (c *conn) handshake() bool {
-	c.nc.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
+	// Fails only on a closed socket, which the next read or write reports.
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
 	if err := wire.ReadProtocolHeader(c.r); err != nil {
 		if errors.Is(err, wire.ErrBadProtocolHeader) {
-			c.write([]byte(wire.ProtocolHeader))
+			// Fails only once the writer has failed, and the connection is closing then.
+			_ = c.write([]byte(wire.ProtocolHeader))
 		}
 		return false
 	}
@@ -202,7 +204,8 @@ func (c *conn) handshake() bool {
 	if authErr != nil {
 		c.s.log.Warn("amqp: login refused", "conn", c.name, "user", name, "mechanism", so.Mechanism, "err", authErr)
 		if c.capAuth {
-			c.send(0, &wire.ConnectionClose{ReplyCode: wire.AccessRefused,
+			// Fails only once the writer has failed, and the connection is closing then.
+			_ = c.send(0, &wire.ConnectionClose{ReplyCode: wire.AccessRefused,
 				ReplyText: fmt.Sprintf("ACCESS_REFUSED - Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism)})
 		}
 		// Without authentication_failure_close the socket simply closes;
@@ -259,7 +262,8 @@ func (c *conn) handshake() bool {
 	if c.send(0, &wire.ConnectionOpenOK{}) != nil {
 		return false
 	}
-	c.nc.SetReadDeadline(time.Time{})
+	// Fails only on a closed socket, which the next read or write reports.
+	_ = c.nc.SetReadDeadline(time.Time{})
 	c.lastRead.Store(time.Now().UnixNano())
 	return true
 }
@@ -295,7 +299,8 @@ func (c *conn) readHandshake() (wire.Method, bool) {
 			}
 			if cl, ok := m.(*wire.ConnectionClose); ok {
 				_ = cl
-				c.send(0, &wire.ConnectionCloseOK{})
+				// Fails only once the writer has failed, and the connection is closing then.
+				_ = c.send(0, &wire.ConnectionCloseOK{})
 				return nil, false
 			}
 			return m, true
@@ -309,8 +314,10 @@ func (c *conn) readHandshake() (wire.Method, bool) {
 // closeHandshake sends connection.close during the handshake and waits
 // briefly for close-ok.
 func (c *conn) closeHandshake(e *amqpError) {
-	c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
-	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	// Fails only once the writer has failed, and the connection is closing then.
+	_ = c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	// Fails only on a closed socket, which the next read or write reports.
+	_ = c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 	for {
 		f, err := wire.ReadFrame(c.r, c.frameMax)
 		if err != nil {
@@ -334,8 +341,10 @@ func (c *conn) hardClose(e *amqpError) {
 		return
 	}
 	c.s.log.Info("amqp: closing connection", "conn", c.name, "code", e.code, "text", e.text)
-	c.sendNow(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
-	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	// Fails only once the writer has failed, and the connection is closing then.
+	_ = c.sendNow(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	// Fails only on a closed socket, which the next read or write reports.
+	_ = c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 }
 
 // drainInput ends the connection politely after the closing handshake:
@@ -361,7 +370,7 @@ func (c *conn) forceClose(e *amqpError) {
 	select {
 	case <-c.done:
 	case <-time.After(closeTimeout):
-		c.nc.Close()
+		_ = c.nc.Close() // closing: its error changes nothing
 		<-c.done
 	}
 }
@@ -389,7 +398,8 @@ func (c *conn) loop() {
 						c.closedCleanly = true
 						return
 					case *wire.ConnectionClose:
-						c.send(0, &wire.ConnectionCloseOK{})
+						// Fails only once the writer has failed, and the connection is closing then.
+						_ = c.send(0, &wire.ConnectionCloseOK{})
 						c.closedCleanly = true
 						return
 					}
@@ -438,7 +448,8 @@ func (c *conn) channelZero(f wire.Frame) bool {
 		c.readBusy.Store(true) // not a silent peer: keepalive must wait
 		c.cleanup()
 		c.readBusy.Store(false)
-		c.send(0, &wire.ConnectionCloseOK{})
+		// Fails only once the writer has failed, and the connection is closing then.
+		_ = c.send(0, &wire.ConnectionCloseOK{})
 		c.closedCleanly = true
 		return false
 	case *wire.ConnectionCloseOK:
@@ -454,7 +465,8 @@ func (c *conn) channelZero(f wire.Frame) bool {
 		// (amqplib's and pika's updateSecret tests). Refusing it as a
 		// wrong password closed connections of token-refreshing clients.
 		c.s.log.Debug("amqp: update-secret accepted (credentials do not expire)", "conn", c.name, "user", c.user.name, "reason", m.Reason)
-		c.send(0, &wire.ConnectionUpdateSecretOK{})
+		// Fails only once the writer has failed, and the connection is closing then.
+		_ = c.send(0, &wire.ConnectionUpdateSecretOK{})
 		return true
 	default:
 		cl, id := m.IDs()
@@ -513,7 +525,8 @@ func (c *conn) channelFrame(f wire.Frame) {
 					c.freeChannel(ch)
 				case *wire.ChannelClose:
 					c.freeChannel(ch)
-					c.send(ch.id, &wire.ChannelCloseOK{})
+					// Fails only once the writer has failed, and the connection is closing then.
+					_ = c.send(ch.id, &wire.ChannelCloseOK{})
 				}
 			}
 		}
@@ -643,11 +656,12 @@ func (c *conn) keepalive() {
 			// queue grow.
 			if now.Sub(time.Unix(0, c.lastWrite.Load())) >= c.heartbeat/2 && c.pending() == 0 {
 				hb, _ := wire.AppendFrame(nil, wire.Heartbeat())
-				c.enqueue(hb, 0)
+				// Fails only once the writer has failed, and the connection is closing then.
+				_ = c.enqueue(hb, 0)
 			}
 			if !c.readBusy.Load() && now.Sub(time.Unix(0, c.lastRead.Load())) > 2*c.heartbeat {
 				c.s.log.Warn("amqp: missed heartbeats from client", "conn", c.name, "timeout", c.heartbeat)
-				c.nc.Close()
+				_ = c.nc.Close() // closing: its error changes nothing
 				return
 			}
 		}

@@ -93,7 +93,8 @@ func (cs *consumer) run() {
 				for _, r := range ds[i:] {
 					rest = append(rest, r.ReceiptHandle)
 				}
-				s.eng.Requeue(cs.engine, rest, true)
+				errs, err := s.eng.Requeue(cs.engine, rest, true)
+				s.settleQuietly("requeue of unwritten deliveries", cs.engine, errs, err)
 				cs.q.undelivered.Add(-int64(len(rest))) // visible again
 				return
 			}
@@ -202,9 +203,11 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
 	}
 	if cs.noAck {
 		if err != nil {
-			c.s.eng.Requeue(cs.engine, []string{d.ReceiptHandle}, true)
+			errs, rerr := c.s.eng.Requeue(cs.engine, []string{d.ReceiptHandle}, true)
+			c.s.settleQuietly("requeue of an unwritten no-ack delivery", cs.engine, errs, rerr)
 		} else {
-			c.s.eng.Delete(cs.engine, []string{d.ReceiptHandle})
+			errs, derr := c.s.eng.Delete(cs.engine, []string{d.ReceiptHandle})
+			c.s.settleQuietly("delete of a no-ack delivery", cs.engine, errs, derr)
 		}
 	}
 	return err == nil
@@ -249,7 +252,8 @@ func (ch *channel) serverCancel(cs *consumer) {
 		// Without waiting: a queue delete (holding Server.adminMu) may be
 		// the caller. During this connection's own queue.delete the
 		// frame is held and goes out with the delete-ok (holdFrames).
-		ch.c.sendOrHold(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+		// Fails only once the writer has failed, and the connection is closing then.
+		_ = ch.c.sendOrHold(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
 	}
 }
 

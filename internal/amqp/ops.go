@@ -434,10 +434,14 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	cfg := engineConfig(st, s.opts.ConsumerTimeout)
 	if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); errors.Is(err, engine.ErrQueueDeletedRecently) {
 		// Only an SQS delete gets here (AMQP deletes drop the name at once).
-		s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}})
+		if err := s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}}); err != nil {
+			return "", 0, 0, storageError(err)
+		}
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
 	} else if errors.Is(err, engine.ErrTooManyQueues) {
-		s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}})
+		if err := s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}}); err != nil {
+			return "", 0, 0, storageError(err)
+		}
 		// RabbitMQ's words for its max-queues limit.
 		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())
 	} else if err != nil {

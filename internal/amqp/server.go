@@ -250,7 +250,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		ln.Close()
+		_ = ln.Close() // closing: its error changes nothing
 		return nil
 	}
 	s.listeners[ln] = struct{}{}
@@ -288,26 +288,27 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) ServeConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		// Reaps half-open peers on connections without heartbeats.
-		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: tcpKeepAliveIdle, Interval: 15 * time.Second, Count: 4})
+		// Fails only on a closed socket, which the next read or write reports.
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: tcpKeepAliveIdle, Interval: 15 * time.Second, Count: 4})
 	}
 	c := newConn(s, nc)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		nc.Close()
+		_ = nc.Close() // closing: its error changes nothing
 		return
 	}
 	admitted, evict := s.admitLocked(c)
 	if !admitted {
 		s.mu.Unlock()
-		nc.Close()
+		_ = nc.Close() // closing: its error changes nothing
 		s.log.Warn("amqp: per-address connection limit reached; socket closed", "limit", s.opts.MaxConnectionsPerIP, "remote", nc.RemoteAddr())
 		return
 	}
 	if evict != nil {
 		// Still handshaking after every newer one: its socket is
 		// closed, and its goroutine ends.
-		evict.nc.Close()
+		_ = evict.nc.Close() // closing: its error changes nothing
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -341,7 +342,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	for ln := range s.listeners {
-		ln.Close()
+		_ = ln.Close() // closing: its error changes nothing
 	}
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -433,4 +434,18 @@ func (s *Server) expireDue() time.Time {
 		s.adminMu.Unlock()
 	}
 	return next
+}
+
+// settleQuietly reports the outcome of a requeue or delete that no client
+// waits for: a no-ack delivery's delete, the requeue of a delivery that
+// could not be written. If it fails, the message stays leased and is
+// delivered again when its lease ends (at least once, never lost); the
+// failure is logged so that it is not silent.
+func (s *Server) settleQuietly(what, queue string, errs []error, err error) {
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		s.log.Warn("amqp: "+what+" failed; the message is delivered again when its lease ends", "queue", queue, "err", err)
+	}
 }

@@ -271,9 +271,10 @@ func (c *conn) writeLoop() {
 		for _, b := range bufs {
 			n += len(b)
 		}
-		c.nc.SetWriteDeadline(c.writeDeadline())
+		// Fails only on a closed socket, which the next read or write reports.
+		_ = c.nc.SetWriteDeadline(c.writeDeadline())
 		if by := c.drainBy.Load(); by != 0 {
-			c.nc.SetWriteDeadline(time.Unix(0, by)) // drainSoon may have raced the line above
+			_ = c.nc.SetWriteDeadline(time.Unix(0, by)) // drainSoon may have raced the line above; fails only on a closed socket
 		}
 		nb := net.Buffers(bufs)
 		_, err := nb.WriteTo(c.nc)
@@ -289,7 +290,7 @@ func (c *conn) writeLoop() {
 					"timeout", c.s.opts.WriteTimeout, "queued", c.pending())
 			}
 			c.failWrites(err)
-			c.nc.Close()
+			_ = c.nc.Close() // closing: its error changes nothing
 			return
 		}
 		c.lastWrite.Store(time.Now().UnixNano())
@@ -334,7 +335,8 @@ func (c *conn) drainSoon(d time.Duration) {
 			return
 		}
 		if c.drainBy.CompareAndSwap(old, by.UnixNano()) {
-			c.nc.SetWriteDeadline(by)
+			// Fails only on a closed socket, which the next read or write reports.
+			_ = c.nc.SetWriteDeadline(by)
 			return
 		}
 	}
