@@ -108,6 +108,13 @@ type Manager struct {
 	mu     sync.Mutex
 	alerts map[key]*alert
 
+	// parks counts how often Run has started waiting for its next
+	// evaluation, and nextEval is when that is due (Unix ns, on the
+	// Manager's clock): tests on a fake clock advance it only while Run
+	// waits, so that no evaluation is skipped.
+	parks    atomic.Uint64
+	nextEval atomic.Int64
+
 	firingDesc, notifyDesc *prometheus.Desc
 }
 
@@ -176,7 +183,10 @@ func (m *Manager) Run(ctx context.Context) {
 	m.load()
 	m.evaluate()
 	t := m.clk.NewTimer(m.opts.Interval)
+	next := m.clk.Now().Add(m.opts.Interval)
 	for done := false; !done; {
+		m.nextEval.Store(next.UnixNano())
+		m.parks.Add(1)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -184,6 +194,7 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-t.C():
 			m.evaluate()
 			t.Reset(m.opts.Interval)
+			next = m.clk.Now().Add(m.opts.Interval)
 		}
 	}
 	m.saveArrivals()
