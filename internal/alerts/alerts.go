@@ -213,6 +213,12 @@ type check struct {
 func (m *Manager) evaluate() {
 	eng := m.eng.Load()
 	now := m.clk.Now()
+	// Arrivals are read before the queues: the engine reports a dead
+	// letter once its copy is in the target, so every arrival counted
+	// here is in the counts read below. (Read the other way round, an
+	// arrival between the two reads looked like a DLQ the operator had
+	// emptied, and cleared the growth window.)
+	arrived := m.arrivals.counts(now)
 	names := eng.ListQueues("")
 	infos := make([]engine.QueueInfo, 0, len(names))
 	exists := make(map[string]bool, len(names))
@@ -248,16 +254,19 @@ func (m *Manager) evaluate() {
 
 	var checks []check
 	for _, info := range infos {
-		checks = m.rules(checks, info, dlqs[info.Name], now)
+		a, known := arrived[info.Name]
+		checks = m.rules(checks, info, dlqs[info.Name], a, known, now)
 	}
 	m.apply(checks, unread, now)
 }
 
 // rules appends the checks of every enabled rule for one queue.
-func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, now time.Time) []check {
+// arrived is the queue's dead-letter arrivals in the growth window, read
+// before info; known reports whether the queue has received any since the
+// Manager started.
+func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, arrived int, known bool, now time.Time) []check {
 	o := &m.opts
 	q := info.Name
-	arrived, known := m.arrivals.count(q, now)
 	isDLQ = isDLQ || known
 	depth := func(rule string, value int, warn, crit int, what string) {
 		for _, t := range []struct {

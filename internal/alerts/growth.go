@@ -61,17 +61,35 @@ func (a *arrivals) add(queue string, now time.Time) {
 // count returns the arrivals in queue during the current minute and the
 // slots-1 whole minutes before it, and whether queue has a ring at all.
 func (a *arrivals) count(queue string, now time.Time) (n int, known bool) {
-	cur := unixMinute(now)
-	first := cur - int64(a.slots) + 1
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ring, ok := a.byQueue[queue]
+	return a.sum(ring, now), ok
+}
+
+// counts returns count(queue, now) for every queue with a ring, read at
+// one moment.
+func (a *arrivals) counts(now time.Time) map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.byQueue))
+	for q, ring := range a.byQueue {
+		out[q] = a.sum(ring, now)
+	}
+	return out
+}
+
+// sum adds up the buckets of ring within the window ending at now.
+func (a *arrivals) sum(ring []bucket, now time.Time) int {
+	cur := unixMinute(now)
+	first := cur - int64(a.slots) + 1
+	n := 0
 	for _, b := range ring {
 		if b.minute >= first && b.minute <= cur {
 			n += b.n
 		}
 	}
-	return n, ok
+	return n
 }
 
 // clear forgets queue's arrivals (keeping its ring, so it still counts as

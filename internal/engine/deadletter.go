@@ -39,6 +39,18 @@ type move struct {
 	// was reserved; see finishMoves.
 	purges uint64
 	size   int64 // body bytes reserved in target.room
+	// dead is set for a dead-letter move: what Observer.DeadLettered is
+	// told once the copy is in its target (never before: an observer
+	// that reads the target then, like the alert manager's growth rule,
+	// must find the copy there).
+	dead *deadLetterEvent
+}
+
+// deadLetterEvent is one Observer.DeadLettered call, deferred to the
+// copy's insert.
+type deadLetterEvent struct {
+	source, reason string
+	age            time.Duration
 }
 
 // unlock releases q's lock, then publishes into their targets' memory the
@@ -165,9 +177,9 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	}
 	for i, t := range targets {
 		names[i] = t.name
-		e.obs.DeadLettered(q.name, t.name, reason, time.Duration(now-m.sentAt))
 		mv := e.copyDeadLetterLocked(q, m, t, reason, env, now, b)
 		mv.size = size
+		mv.dead = &deadLetterEvent{source: q.name, reason: reason, age: time.Duration(now - m.sentAt)}
 		q.outbox = append(q.outbox, mv)
 	}
 	e.log.Debug("dead-lettered", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "targets", names)
@@ -290,6 +302,9 @@ func (e *Engine) finishMoves(moves []move, p store.Pending) error {
 			e.scheduleLocked(t)
 		}
 		e.unlock(t)
+		if d := mv.dead; d != nil {
+			e.obs.DeadLettered(d.source, t.name, d.reason, d.age)
+		}
 		if x := mv.m.ext; x != nil && x.dead != nil {
 			e.noteRefill(t.name, x.dead.DeadLetteredAt)
 			if x.redrive != nil && x.redrive.TaskID != "" {

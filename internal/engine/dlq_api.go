@@ -121,7 +121,9 @@ type Observer interface {
 	// Deleted reports each deleted message's time from its last receive.
 	Deleted(queue string, processing time.Duration)
 	// DeadLettered reports a move to target, with the time from the
-	// message's send to its dead-lettering.
+	// message's send to its dead-lettering. It is called once the copy
+	// is durable and in the target (receivable, counted by GetQueue),
+	// without any queue lock held.
 	DeadLettered(queue, target, reason string, timeToDeadLetter time.Duration)
 	// Expired reports messages removed by retention.
 	Expired(queue string, n int)
