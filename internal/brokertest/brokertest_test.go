@@ -8,19 +8,22 @@ import (
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/server"
 )
 
-// TestStartServesAndStops starts a broker from options that ask for fixed
-// ports, checks that both listeners were moved to 127.0.0.1:0 and answer
+// TestStartServesAndStops starts a broker from options that ask for the
+// default listeners (server.DefaultOptions: fixed ports), checks that both listeners were moved to 127.0.0.1:0 and answer
 // (HTTP /health, an AMQP handshake), and that Stop ends Run cleanly and
 // can be called again.
 func TestStartServesAndStops(t *testing.T) {
 	o := Options(t)
-	o.SQSListen, o.AMQPListen = "127.0.0.1:9324", "127.0.0.1:5672"
+	def := server.DefaultOptions()
+	o.SQSListen, o.AMQPListen = def.SQSListen, def.AMQPListen
 	b := Start(t, o, nil)
 	for name, addr := range map[string]string{"sqs": b.Server.SQSAddr(), "amqp": b.Server.AMQPAddr()} {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil || host != "127.0.0.1" || port == "9324" || port == "5672" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" || addr == def.SQSListen || addr == def.AMQPListen {
 			t.Fatalf("%s listener on %q, want 127.0.0.1 and a port chosen by the kernel", name, addr)
 		}
 	}

@@ -1,10 +1,13 @@
 package interop
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/sluicemq/sluice/internal/server"
 )
 
 // TestBoto3ReadmeSnippet runs the README's boto3 example as written, with
@@ -25,13 +28,16 @@ func TestBoto3ReadmeSnippet(t *testing.T) {
 	// The README shows the default endpoint; the test's server listens on
 	// 127.0.0.1:0. The snippet must not keep any fixed port: it would
 	// reach whatever else listens there while several servers run.
-	const readmeEndpoint = "http://127.0.0.1:9324"
+	def := server.DefaultOptions()
+	readmeEndpoint := "http://" + def.SQSListen
 	if !strings.Contains(snippet, readmeEndpoint) {
 		t.Fatalf("the README's boto3 snippet no longer uses %s; update this test", readmeEndpoint)
 	}
 	endpoint := startServer(t)
 	code := strings.ReplaceAll(snippet, readmeEndpoint, endpoint)
-	if strings.Contains(code, ":9324") || strings.Contains(code, ":5672") {
+	_, sqsPort, _ := net.SplitHostPort(def.SQSListen)
+	_, amqpPort, _ := net.SplitHostPort(def.AMQPListen)
+	if strings.Contains(code, ":"+sqsPort) || strings.Contains(code, ":"+amqpPort) {
 		t.Fatalf("the README's boto3 snippet names a fixed port besides %s:\n%s", readmeEndpoint, snippet)
 	}
 	code +=
