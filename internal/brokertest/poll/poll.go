@@ -1,0 +1,55 @@
+// Package poll is how Sluice's tests wait for a condition: call a check
+// until it passes, never sleep a fixed time and hope. It is the one poll
+// helper of the repository (the pattern nats-server calls checkFor).
+//
+// It lives apart from brokertest, and imports nothing of Sluice, so that
+// every package's own tests can use it, including the internal tests of
+// packages that brokertest itself imports (engine, sqs, amqp, alerts...).
+package poll
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// maxPause bounds the pause between two checks.
+const maxPause = 10 * time.Millisecond
+
+// CheckFor calls check until it returns nil. If timeout passes first, it
+// fails the test with check's last error. The first check runs at once;
+// the pause between checks starts at 100µs and doubles up to 10ms, so a
+// condition that is already true costs nothing and a slow one does not
+// spin. The timeout is a bound on a hang, not a measurement: choose it
+// generously (seconds).
+//
+// Like t.Fatal, it must be called from the test's goroutine. check runs on
+// that goroutine too, so it may use t, but should report by returning an
+// error rather than failing the test itself.
+func CheckFor(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	pause := 100 * time.Microsecond
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("poll: timed out after %v: %v", timeout, err)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, maxPause)
+	}
+}
+
+// True makes a check of cond for CheckFor: nil when cond holds, else an
+// error saying that the test is waiting for what.
+func True(what string, cond func() bool) func() error {
+	return func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("waiting for %s", what)
+	}
+}
