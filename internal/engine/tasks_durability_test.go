@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"syscall"
@@ -130,11 +131,20 @@ func TestMoveTaskHeldAtDiskWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 })
+	// The task has spent its token and waits on the clock for the next
+	// one, beside the scheduler's timer.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := pf.clk.BlockUntil(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
 	pf.e.SetAdmission(ErrDiskFull)
-	// Time passes: the task's tokens would allow the rest.
+	// Time passes: the task's tokens would allow the rest. The first step
+	// wakes the task, which finds the watermark and waits off the clock
+	// for admission; nothing signals that wait, so the check below can
+	// only catch a task that went on before it runs.
 	for i := 0; i < 20; i++ {
 		pf.clk.Advance(time.Second)
-		time.Sleep(time.Millisecond)
 	}
 	if m, _ := pf.e.GetMoveTask(tk.ID); m.Moved != 1 || m.Status != TaskRunning {
 		t.Fatalf("at the watermark the task went on: %+v", m)

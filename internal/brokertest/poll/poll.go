@@ -2,7 +2,8 @@
 // until it passes, never sleep a fixed time and hope. It is the one poll
 // helper of the repository (the pattern nats-server calls checkFor).
 //
-// It lives apart from brokertest, and imports nothing of Sluice, so that
+// It lives apart from brokertest, and imports nothing of Sluice but the
+// clock, so that
 // every package's own tests can use it, including the internal tests of
 // packages that brokertest itself imports (engine, sqs, amqp, alerts...).
 package poll
@@ -11,6 +12,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/clock"
 )
 
 // maxPause bounds the pause between two checks.
@@ -51,5 +54,36 @@ func True(what string, cond func() bool) func() error {
 			return nil
 		}
 		return fmt.Errorf("waiting for %s", what)
+	}
+}
+
+// AdvanceUntil advances the fake clock clk by step until cond holds, and
+// returns the simulated time that passed. Before each step it waits (in
+// real time, up to 10 seconds, then it fails the test) until cond holds or
+// at least parked timers wait on clk: parked is how many the test's
+// goroutines hold once every one of them is idle (a scheduler, a move
+// task waiting for tokens...). So each step reaches goroutines that have
+// finished the work of the previous one; it never sleeps and hopes.
+//
+// A goroutine that ends instead of parking again (a task that completes)
+// must make cond true, or the wait fails naming the count it saw.
+func AdvanceUntil(t testing.TB, clk *clock.Fake, step time.Duration, parked int, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := clk.Now()
+	for {
+		held := false
+		CheckFor(t, 10*time.Second, func() error {
+			if held = cond(); held {
+				return nil
+			}
+			if n := clk.Timers(); n < parked {
+				return fmt.Errorf("waiting for %s: %d timers parked on the clock, want %d (%v simulated)", what, n, parked, clk.Now().Sub(start))
+			}
+			return nil
+		})
+		if held {
+			return clk.Now().Sub(start)
+		}
+		clk.Advance(step)
 	}
 }
