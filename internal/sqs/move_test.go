@@ -13,24 +13,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
-// stepUntil advances the fake clock in small steps until cond holds,
-// giving the engine's goroutines (a move task's pacing loop) real time to
-// run between steps. It returns the simulated time that passed. It polls;
-// it never sleeps a fixed time and hopes.
+// stepUntil advances the fake clock in small steps until cond holds and
+// returns the simulated time that passed. Before each step it waits until
+// cond holds or the engine's scheduler and the move task are parked on the
+// clock (poll.AdvanceUntil), so each step finds the task done with the
+// last one. cond may be called more than once per step.
 func (e *env) stepUntil(what string, step time.Duration, cond func() bool) time.Duration {
 	e.t.Helper()
-	start := e.clk.Now()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s (%v simulated)", what, e.clk.Now().Sub(start))
-		}
-		e.clk.Advance(step)
-		time.Sleep(time.Millisecond)
-	}
-	return e.clk.Now().Sub(start)
+	return poll.AdvanceUntil(e.t, e.clk, step, 2, what, cond)
 }
 
 // withDLQ creates a dead-letter queue and sources that dead-letter on the
