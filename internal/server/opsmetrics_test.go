@@ -164,11 +164,18 @@ func TestOverviewGrowthWindowIsTheAlertWindow(t *testing.T) {
 	if _, _, err := s.Engine().CreateQueue("q", cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Step the clock 10 minutes; the growth window must stop at 5.
+	// Step the clock 10 minutes; the growth window must stop at 5. Each
+	// step waits until the alerts evaluator and the dashboard's sampler
+	// are parked on the clock, done with the previous step.
 	var win float64
 	for range 120 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := clk.BlockUntil(ctx, 2)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
 		clk.Advance(5 * time.Second)
-		time.Sleep(2 * time.Millisecond)
 		resp, err := http.Get("http://" + s.SQSAddr() + "/sluice/v1/dashboard/overview")
 		if err != nil {
 			t.Fatal(err)
