@@ -116,7 +116,7 @@ func TestDeadLetterExpiredAndRetryLadder(t *testing.T) {
 		}
 		must(t, d.Reject(false))
 		eventually(t, "message in retry", func() bool { i, _ := inspect(ch, "retry"); return i.Messages == 1 })
-		b.advance(1100 * time.Millisecond)
+		b.advance(1100*time.Millisecond, 1)
 	}
 	d := getOne(t, ch, "work")
 	ds := deaths(t, d)
@@ -147,12 +147,12 @@ func TestDeadLetterCycleDropped(t *testing.T) {
 	must(t, ch.QueueBind("other", "", "fan", false, nil))
 	publish(t, ch, "", "loop", "l")
 	publish(t, ch, "", "a", "m")
-	b.advance(time.Second)
+	b.advance(time.Second, 1)
 	d := getOne(t, ch, "other")
 	if ds := deaths(t, d); len(ds) != 1 || ds[0]["reason"] != "expired" || ds[0]["queue"] != "a" {
 		t.Fatalf("x-death %v", ds)
 	}
-	b.advance(time.Second)
+	b.advance(time.Second, 1)
 	for _, q := range []string{"loop", "a"} {
 		if i, _ := inspect(ch, q); i.Messages != 0 {
 			t.Fatalf("%s still holds %d messages: the cycle was not broken", q, i.Messages)

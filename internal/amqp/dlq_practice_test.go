@@ -83,7 +83,7 @@ func TestCrashLoopQuarantine(t *testing.T) {
 	publish(t, ch, "", "work", "crashes the consumer")
 	for i := 0; i < 2; i++ {
 		crashOnce(t, b, "work")
-		b.advance(10 * time.Second)
+		b.advance(10*time.Second, 1)
 	}
 	if info, _ := b.eng.GetQueue("dlq"); info.Visible != 0 {
 		t.Fatal("quarantined after two crashes")
@@ -113,7 +113,7 @@ func TestCrashLoopWindowAndVerdictsAreSeparate(t *testing.T) {
 	// Three crashes, but never three within 60 s.
 	for i := 0; i < 3; i++ {
 		crashOnce(t, b, "work")
-		b.advance(31 * time.Second)
+		b.advance(31*time.Second, 1)
 	}
 	// Ordinary failures (nack with requeue) are not crashes.
 	for i := 0; i < 3; i++ {
@@ -221,7 +221,7 @@ func TestRequeuePolicy(t *testing.T) {
 	if info.Visible+info.Delayed != 1 {
 		t.Fatalf("after nack: %+v", info)
 	}
-	b.advance(2 * time.Second)
+	b.advance(2*time.Second, 1)
 	d := getOne(t, ch, "rq-delayed")
 	if !d.Redelivered {
 		t.Fatal("not marked redelivered")
@@ -247,11 +247,12 @@ func TestRequeueDelayedBackoffFromPolicy(t *testing.T) {
 	}))
 	publish(t, ch, "", "slow", "A")
 	must(t, getOne(t, ch, "slow").Nack(false, true))
-	b.advance(50 * time.Second)
+	roundTrip(t, ch) // the nack has taken effect before the clock moves
+	b.advance(50*time.Second, 1)
 	if _, ok, _ := ch.Get("slow", false); ok {
 		t.Fatal("delivered before the fixed one-minute backoff")
 	}
-	b.advance(15 * time.Second)
+	b.advance(15*time.Second, 1)
 	must(t, getOne(t, ch, "slow").Ack(false))
 }
 
@@ -292,13 +293,13 @@ func TestConsumerTimeoutPerQueueAndExtension(t *testing.T) {
 	errs, err := b.eng.ChangeVisibility("t", []engine.VisibilityChange{{ReceiptHandle: handle, Timeout: 3 * time.Minute}})
 	must(t, err)
 	must(t, errs[0])
-	b.advance(6 * time.Second)
-	checkTimeoutsNow(b) // what the keepalive tick does, run now
+	b.advance(6*time.Second, 2) // the scheduler and the consumer's wait
+	checkTimeoutsNow(b)         // what the keepalive tick does, run now
 	// A round trip behind any close the check queued on the channel.
 	if _, err := inspect(ch, "t"); err != nil {
 		t.Fatalf("channel closed despite the extension: %v", err)
 	}
-	b.advance(2 * time.Minute)
+	b.advance(2*time.Minute, 2)
 	checkTimeoutsNow(b)
 	var got *amqp091.Error
 	eventually(t, "the consumer timeout", func() bool {

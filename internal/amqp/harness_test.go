@@ -129,17 +129,31 @@ func (b *broker) channel() (*amqp091.Connection, *amqp091.Channel) {
 	return c, ch
 }
 
-// advance moves the fake clock in small steps with tiny real pauses, so
-// the engine's scheduler and the consumers run between steps.
-func (b *broker) advance(d time.Duration) {
+// advance moves the fake clock forward by d in ten steps. Before each step
+// and after the last it waits until at least parked timers wait on the
+// clock: parked is how many the broker holds when it is idle (the engine's
+// scheduler while a queue holds a message, a consumer's wait for
+// deliveries, the x-expires sweeper while such a queue exists). So every
+// step finds the scheduler and the consumers done with the previous one,
+// and when advance returns the broker has acted on the new time.
+func (b *broker) advance(d time.Duration, parked int) {
+	b.t.Helper()
 	step := d / 10
 	if step == 0 {
 		step = d
 	}
-	for moved := time.Duration(0); moved < d; moved += step {
-		b.fake.Advance(min(step, d-moved))
-		time.Sleep(2 * time.Millisecond)
+	wait := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.fake.BlockUntil(ctx, parked); err != nil {
+			b.t.Fatalf("advance: %v", err)
+		}
 	}
+	for moved := time.Duration(0); moved < d; moved += step {
+		wait()
+		b.fake.Advance(min(step, d-moved))
+	}
+	wait()
 }
 
 // eventually polls cond until it holds or 5 seconds pass.

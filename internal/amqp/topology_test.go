@@ -328,11 +328,11 @@ func TestQueueExpires(t *testing.T) {
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("temp", false, false, false, false, amqp091.Table{"x-expires": int32(5000)})
 	must(t, err)
-	b.advance(3 * time.Second)
+	b.advance(3*time.Second, 1) // the x-expires sweeper
 	if _, err := ch.QueueDeclarePassive("temp", false, false, false, false, nil); err != nil {
 		t.Fatal("expired early")
 	}
-	b.advance(3 * time.Second)
+	b.advance(3*time.Second, 0) // the sweeper deletes the queue and parks no more
 	eventually(t, "queue expired", func() bool {
 		_, err := ch.QueueDeclarePassive("temp", false, false, false, false, nil)
 		if err != nil {
