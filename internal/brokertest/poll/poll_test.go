@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/clock"
 )
 
 // fatalT records what CheckFor reports instead of ending the test.
@@ -81,5 +84,26 @@ func TestTrue(t *testing.T) {
 	}
 	if msg := run(t, time.Millisecond, True("never", func() bool { return false })); !strings.HasSuffix(msg, "waiting for never") {
 		t.Fatalf("reported %q", msg)
+	}
+}
+
+// TestAdvanceUntilStepsOnlyParkedGoroutines: a goroutine that does work
+// after each tick and then parks again sees every step: five ticks take
+// exactly five steps, however slowly it runs, and the goroutine ending
+// after the fifth does not leave AdvanceUntil waiting for it to park.
+func TestAdvanceUntilStepsOnlyParkedGoroutines(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var ticks atomic.Int32
+	go func() {
+		for range 5 {
+			tm := clk.NewTimer(time.Second)
+			<-tm.C()
+			time.Sleep(time.Millisecond) // slow work between ticks
+			ticks.Add(1)
+		}
+	}()
+	took := AdvanceUntil(t, clk, time.Second, 1, "five ticks", func() bool { return ticks.Load() == 5 })
+	if took != 5*time.Second {
+		t.Fatalf("five ticks took %v of simulated time, want 5s: a step ran ahead of the goroutine", took)
 	}
 }
