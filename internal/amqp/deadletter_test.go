@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // death returns the delivery's x-death entries.
@@ -115,7 +117,7 @@ func TestDeadLetterExpiredAndRetryLadder(t *testing.T) {
 			}
 		}
 		must(t, d.Reject(false))
-		eventually(t, "message in retry", func() bool { i, _ := inspect(ch, "retry"); return i.Messages == 1 })
+		poll.CheckFor(t, 5*time.Second, poll.True("message in retry", func() bool { i, _ := inspect(ch, "retry"); return i.Messages == 1 }))
 		b.advance(1100*time.Millisecond, 1)
 	}
 	d := getOne(t, ch, "work")
@@ -201,8 +203,8 @@ func TestDeadLetterMissingDLXDrops(t *testing.T) {
 	must(t, err)
 	publish(t, ch, "", "src", "x")
 	must(t, getOne(t, ch, "src").Reject(false))
-	eventually(t, "dropped", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("dropped", func() bool {
 		info, _ := b.eng.GetQueue("src")
 		return info.Visible+info.InFlight == 0 && info.Dropped == 1
-	})
+	}))
 }

@@ -9,6 +9,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -68,10 +69,10 @@ func crashOnce(t *testing.T, b *broker, q string) amqp091.Delivery {
 	must(t, c.Close())
 	// The broker has settled the abandoned delivery once nothing is
 	// unacknowledged any more.
-	eventually(t, "the abandoned delivery to return", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the abandoned delivery to return", func() bool {
 		info, err := b.eng.GetQueue(q)
 		return err == nil && info.InFlight == 0
-	})
+	}))
 	return d
 }
 
@@ -302,14 +303,14 @@ func TestConsumerTimeoutPerQueueAndExtension(t *testing.T) {
 	b.advance(2*time.Minute, 2)
 	checkTimeoutsNow(b)
 	var got *amqp091.Error
-	eventually(t, "the consumer timeout", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the consumer timeout", func() bool {
 		select {
 		case got = <-chClosed:
 			return true
 		default:
 			return false
 		}
-	})
+	}))
 	if got == nil || got.Code != amqp091.PreconditionFailed {
 		t.Fatalf("close %v", got)
 	}
@@ -461,10 +462,10 @@ func TestCrashLoopSparesPrefetchedMessages(t *testing.T) {
 			recv(t, ds)
 		}
 		must(t, c.Close())
-		eventually(t, "the deliveries to return", func() bool {
+		poll.CheckFor(t, 5*time.Second, poll.True("the deliveries to return", func() bool {
 			info, _ := b.eng.GetQueue("work")
 			return info.InFlight == 0
-		})
+		}))
 	}
 	dl := getOne(t, ch, "dlq")
 	if string(dl.Body) != "poison" {

@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -156,18 +157,6 @@ func (b *broker) advance(d time.Duration, parked int) {
 	wait()
 }
 
-// eventually polls cond until it holds or 5 seconds pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -207,13 +196,13 @@ func publish(t *testing.T, ch *amqp091.Channel, exchange, key string, body strin
 func getOne(t *testing.T, ch *amqp091.Channel, q string) amqp091.Delivery {
 	t.Helper()
 	var d amqp091.Delivery
-	eventually(t, "a message on "+q, func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("a message on "+q, func() bool {
 		var ok bool
 		var err error
 		d, ok, err = ch.Get(q, false)
 		must(t, err)
 		return ok
-	})
+	}))
 	return d
 }
 

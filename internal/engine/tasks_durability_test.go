@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -33,13 +34,13 @@ func TestPauseMoveAnsweredOnlyWhenSaved(t *testing.T) {
 	}
 	// The first batch (one message) moves at once; the task then waits
 	// for a token on the fake clock, which does not advance.
-	waitFor(t, "the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 }))
 	pf.ps.holdSyncs()
 	paused := make(chan error, 1)
 	go func() { _, err := pf.e.PauseMoveTask(tk.ID); paused <- err }()
 	var early error
 	answered := false
-	waitFor(t, "the pause to answer or wait for its fsync", func() bool {
+	poll.CheckFor(t, 20*time.Second, poll.True("the pause to answer or wait for its fsync", func() bool {
 		select {
 		case early = <-paused:
 			answered = true
@@ -47,7 +48,7 @@ func TestPauseMoveAnsweredOnlyWhenSaved(t *testing.T) {
 		default:
 			return pf.ps.held() == 1
 		}
-	})
+	}))
 	if answered {
 		t.Fatalf("pause answered (%v) before its record was synced", early)
 	}
@@ -88,7 +89,7 @@ func TestPausedMoveStaysPausedAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pause", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskPaused })
+	poll.CheckFor(t, 20*time.Second, poll.True("the pause", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskPaused }))
 	pf.ps.beforeWrite = nil
 	pf.e.Close()
 	pf.reopen()
@@ -130,7 +131,7 @@ func TestMoveTaskHeldAtDiskWatermark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 }))
 	// The task has spent its token and waits on the clock for the next
 	// one, beside the scheduler's timer.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -56,10 +56,10 @@ func (e *env) deadLetter(src, dlq string, bodies ...string) []string {
 	}
 	e.clk.Advance(31 * time.Second)
 	want := strconv.Itoa(before + len(bodies))
-	eventually(e.t, "messages in "+dlq, func() bool {
+	poll.CheckFor(e.t, 5*time.Second, poll.True("messages in "+dlq, func() bool {
 		e.receive(e.url(src))
 		return e.attr(e.url(dlq), "ApproximateNumberOfMessages") == want
-	})
+	}))
 	return ids
 }
 
@@ -217,7 +217,7 @@ func TestCatalogueMoveTasks(t *testing.T) {
 			t.Fatalf("cancel reported %d moved", out.ApproximateNumberOfMessagesMoved)
 		}
 		var after types.ListMessageMoveTasksResultEntry
-		eventually(t, "CANCELLED", func() bool { after = e.latest("dlq"); return *after.Status == "CANCELLED" })
+		poll.CheckFor(t, 5*time.Second, poll.True("CANCELLED", func() bool { after = e.latest("dlq"); return *after.Status == "CANCELLED" }))
 		if after.TaskHandle != nil || after.MaxNumberOfMessagesPerSecond == nil || *after.MaxNumberOfMessagesPerSecond != 1 ||
 			after.ApproximateNumberOfMessagesMoved < out.ApproximateNumberOfMessagesMoved || *after.ApproximateNumberOfMessagesToMove != 10 {
 			t.Fatalf("after cancel: %+v", after)
@@ -412,7 +412,7 @@ func TestMoveTasksQuery(t *testing.T) {
 	if err := xml.Unmarshal([]byte(body), &cancel); err != nil || resp.StatusCode != 200 || cancel.Moved == nil {
 		t.Fatalf("cancel: %d %s %v", resp.StatusCode, body, err)
 	}
-	eventually(t, "CANCELLED", func() bool { return *e.latest("dlq").Status == "CANCELLED" })
+	poll.CheckFor(t, 5*time.Second, poll.True("CANCELLED", func() bool { return *e.latest("dlq").Status == "CANCELLED" }))
 	_, body = e.query("/", url.Values{"Action": {"ListMessageMoveTasks"}, "SourceArn": {e.arn("dlq")}})
 	if strings.Contains(body, "<TaskHandle>") || !strings.Contains(body, "<Status>CANCELLED</Status>") {
 		t.Fatalf("after cancel: %s", body)
