@@ -143,18 +143,11 @@ func (b *broker) advance(d time.Duration, parked int) {
 	if step == 0 {
 		step = d
 	}
-	wait := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.fake.BlockUntil(ctx, parked); err != nil {
-			b.t.Fatalf("advance: %v", err)
-		}
-	}
 	for moved := time.Duration(0); moved < d; moved += step {
-		wait()
+		poll.Parked(b.t, b.fake, parked)
 		b.fake.Advance(min(step, d-moved))
 	}
-	wait()
+	poll.Parked(b.t, b.fake, parked)
 }
 
 func must(t *testing.T, err error) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"syscall"
@@ -134,11 +133,7 @@ func TestMoveTaskHeldAtDiskWatermark(t *testing.T) {
 	poll.CheckFor(t, 20*time.Second, poll.True("the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 }))
 	// The task has spent its token and waits on the clock for the next
 	// one, beside the scheduler's timer.
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := pf.clk.BlockUntil(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
+	poll.Parked(t, pf.clk, 2)
 	pf.e.SetAdmission(ErrDiskFull)
 	// Time passes: the task's tokens would allow the rest. The first step
 	// wakes the task, which finds the watermark and waits off the clock

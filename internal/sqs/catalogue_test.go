@@ -128,7 +128,7 @@ func TestCatalogue(t *testing.T) {
 			out, _ := e.cli.ReceiveMessage(e.ctx, &sqs.ReceiveMessageInput{QueueUrl: &q, WaitTimeSeconds: 20})
 			done <- out
 		}()
-		poll.CheckFor(t, 5*time.Second, poll.True("long poll to park", func() bool { return e.clk.Timers() > 0 }))
+		poll.Parked(t, e.clk, 1) // the long poll
 		e.send(q, "two")
 		select {
 		case out := <-done:

@@ -9,6 +9,7 @@
 package poll
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -85,5 +86,18 @@ func AdvanceUntil(t testing.TB, clk *clock.Fake, step time.Duration, parked int,
 			return clk.Now().Sub(start)
 		}
 		clk.Advance(step)
+	}
+}
+
+// Parked waits until at least n timers wait on the fake clock clk, that
+// is until the goroutines the test drives are parked on it (see
+// clock.Fake.BlockUntil), and fails the test, naming the count it saw, if
+// that takes more than 10 seconds. Call it from the test's goroutine.
+func Parked(t testing.TB, clk *clock.Fake, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntil(ctx, n); err != nil {
+		t.Fatalf("poll: %v", err)
 	}
 }
