@@ -358,7 +358,7 @@ func TestDeadLetterRespectsFullDLQ(t *testing.T) {
 // nothing and basic.get answers get-empty while the message stays ready;
 // resuming delivers it to the waiting consumer (DLQ-41).
 func TestPausedQueueHoldsAMQPConsumers(t *testing.T) {
-	b := startBroker(t)
+	b := startBroker(t, withFakeClock())
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("p", true, false, false, false, nil)
 	must(t, err)
@@ -370,7 +370,16 @@ func TestPausedQueueHoldsAMQPConsumers(t *testing.T) {
 	}
 	ds, err := ch.Consume("p", "", false, false, false, false, nil)
 	must(t, err)
-	noDelivery(t, ds, 50*time.Millisecond)
+	// The consumer has looked and waits in the engine: its long poll is
+	// parked on the clock beside the scheduler's timer (the held message's
+	// retention). A consumer that had taken the message took it before
+	// parking: it would be leased, not ready, below.
+	poll.Parked(t, b.fake, 2)
+	select {
+	case d := <-ds:
+		t.Fatalf("a paused queue delivered %q", d.Body)
+	default:
+	}
 	if q, _ := inspect(ch, "p"); q.Messages != 1 {
 		t.Fatalf("ready %d", q.Messages)
 	}
