@@ -951,7 +951,7 @@ func (e *Engine) releaseInFlight(name string) (int, error) {
 		m.visibleAt = now
 		m.parked = true
 		q.setStateLocked(m, stateVisible)
-		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		q.writeStateLocked(m, &b)
 		n++
 	}
 	return n, e.commitUnlock(q, &b)
