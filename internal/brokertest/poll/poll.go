@@ -3,9 +3,9 @@
 // helper of the repository (the pattern nats-server calls checkFor).
 //
 // It lives apart from brokertest, and imports nothing of Sluice but the
-// clock, so that
-// every package's own tests can use it, including the internal tests of
-// packages that brokertest itself imports (engine, sqs, amqp, alerts...).
+// clock, so that every package's own tests can use it, including the
+// internal tests of packages that brokertest itself imports (engine, sqs,
+// amqp, alerts...), which could not import brokertest.
 package poll
 
 import (
