@@ -168,3 +168,60 @@ func TestSendManyConcurrentOverlappingQueues(t *testing.T) {
 		t.Fatalf("a %d+%d, b %d, dlq %d+%d; want b=%d and a+dlq=%d", a.Visible, a.InFlight, b.Visible, d.Visible, d.InFlight, total, 2*total)
 	}
 }
+
+// TestCreateQueueWithMetaIsOneWrite: a queue and its front-end metadata
+// are one batch: while its fsync is held one durable write waits, holding
+// both; a power cut loses both, a released sync keeps both; an existing
+// queue writes no metadata; a bad namespace is refused before anything.
+func TestCreateQueueWithMetaIsOneWrite(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		pf := newPowerFixture(t, time.Hour)
+		pf.ps.holdSyncs()
+		done := make(chan error, 1)
+		go func() {
+			_, created, err := pf.e.CreateQueueWithMeta("q", DefaultQueueConfig(), nil, []MetaRecord{{Namespace: "amqp.queue", Key: "/\x00q", Value: []byte("rec")}})
+			if err == nil && !created {
+				err = errors.New("not created")
+			}
+			done <- err
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for pf.ps.held() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the create's durable write never reached the store")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		meta := func() int {
+			n := 0
+			if err := pf.e.ScanMeta("amqp.queue", func(string, []byte) error { n++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if cut {
+			pf.powerCut()
+			if _, err := pf.e.GetQueue("q"); !errors.Is(err, ErrQueueNotFound) || meta() != 0 {
+				t.Fatalf("after a power cut during the create's sync: queue %v, %d metadata records; want neither", err, meta())
+			}
+			continue
+		}
+		pf.ps.releaseSyncs(nil)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		pf.powerCut()
+		if _, err := pf.e.GetQueue("q"); err != nil || meta() != 1 {
+			t.Fatalf("after the acknowledged create and a power cut: queue %v, %d metadata records; want both", err, meta())
+		}
+		if _, created, err := pf.e.CreateQueueWithMeta("q", DefaultQueueConfig(), nil, []MetaRecord{{Namespace: "amqp.queue", Key: "other", Value: []byte("x")}}); err != nil || created || meta() != 1 {
+			t.Fatalf("existing queue: created %v, err %v, %d records", created, err, meta())
+		}
+		if _, _, err := pf.e.CreateQueueWithMeta("r", DefaultQueueConfig(), nil, []MetaRecord{{Namespace: ""}}); err == nil {
+			t.Fatal("an empty namespace was accepted")
+		}
+		if _, err := pf.e.GetQueue("r"); !errors.Is(err, ErrQueueNotFound) {
+			t.Fatalf("a refused create made the queue: %v", err)
+		}
+	}
+}
