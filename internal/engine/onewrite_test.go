@@ -185,13 +185,7 @@ func TestCreateQueueWithMetaIsOneWrite(t *testing.T) {
 			}
 			done <- err
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for pf.ps.held() != 1 {
-			if time.Now().After(deadline) {
-				t.Fatal("the create's durable write never reached the store")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		poll.CheckFor(t, 10*time.Second, poll.True("the create's durable write to reach the store", func() bool { return pf.ps.held() == 1 }))
 		meta := func() int {
 			n := 0
 			if err := pf.e.ScanMeta("amqp.queue", func(string, []byte) error { n++; return nil }); err != nil {
