@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -148,6 +149,7 @@ type Node struct {
 // proposal is a queued entry.
 type proposal struct {
 	data []byte
+	term uint64 // the leadership it was accepted in
 	w    *waiter
 }
 
@@ -176,7 +178,16 @@ func (w *waiter) Wait() error {
 // cfg.Dir, replays nothing by itself (Raft hands the committed entries
 // after the stored applied index to the loop, which applies them) and
 // starts the transport and the Raft loop.
-func Open(cfg Config) (*Node, error) {
+//
+// Open takes the listener: Close closes it, and so does a failed Open.
+func Open(cfg Config) (n *Node, err error) {
+	if cfg.Listener != nil {
+		defer func() {
+			if err != nil {
+				_ = cfg.Listener.Close()
+			}
+		}()
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -190,7 +201,7 @@ func Open(cfg Config) (*Node, error) {
 	log = log.With("node", cfg.ID)
 	var eb [8]byte
 	_, _ = rand.Read(eb[:])
-	n := &Node{
+	n = &Node{
 		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
 		recvc:      make(chan *pb.Message, 1024),
 		propc:      make(chan struct{}, 1),
@@ -205,7 +216,6 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raftstore: %w", err)
 	}
-	var err error
 	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log}); err != nil {
 		return nil, fmt.Errorf("raftstore: state store: %w", err)
 	}
@@ -299,6 +309,7 @@ func (n *Node) load() error {
 		if err := n.rn.Campaign(); err != nil {
 			return fail(fmt.Errorf("raftstore: %w", err))
 		}
+		n.checkRole()
 	}
 	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.cfg.Peers, n.log, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied}
@@ -364,6 +375,7 @@ func (n *Node) run() {
 			return
 		case <-ticker.C:
 			n.rn.Tick()
+			n.checkRole()
 		case m := <-n.recvc:
 			n.step(m)
 			for more := true; more; {
@@ -374,6 +386,7 @@ func (n *Node) run() {
 					more = false
 				}
 			}
+			n.checkRole()
 		case <-n.propc:
 			n.proposeQueued()
 		}
@@ -406,6 +419,14 @@ func (n *Node) proposeQueued() {
 	n.props = nil
 	n.mu.Unlock()
 	for _, p := range props {
+		n.mu.Lock()
+		stale := p.term != n.leaderTerm
+		n.mu.Unlock()
+		if stale {
+			// Accepted for a leadership that has ended since; failAll
+			// has already failed its waiter.
+			continue
+		}
 		if err := n.rn.Propose(p.data); err != nil {
 			n.mu.Lock()
 			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
@@ -443,10 +464,10 @@ func (n *Node) broadcastLocked() {
 // handleReadies runs etcd raft's Ready cycle until nothing is ready.
 func (n *Node) handleReadies() error {
 	for n.rn.HasReady() {
+		// Advance steps this node's own votes and append acks, so the
+		// role can change there too: check it before applying.
+		n.checkRole()
 		rd := n.rn.Ready()
-		if rd.SoftState != nil {
-			n.roleChange(rd.SoftState)
-		}
 		if err := n.rl.save(rd.Entries, rd.HardState, rd.MustSync); err != nil {
 			return err
 		}
@@ -458,25 +479,34 @@ func (n *Node) handleReadies() error {
 		}
 		n.rn.Advance(rd)
 	}
+	n.checkRole()
 	n.updateStatus()
 	return nil
 }
 
-// roleChange reacts to a change of leader or role.
-func (n *Node) roleChange(ss *raft.SoftState) {
+// checkRole notices a change of this node's leadership from Raft's own
+// state, not from Ready.SoftState: a leader that loses its term and wins
+// the next one between two Readies keeps the same SoftState, yet every
+// proposal of the old term must fail. Raft's state changes in Step, Tick
+// and Advance (which steps the node's own votes), so run calls checkRole
+// after each of them, before it proposes anything and before it applies
+// a Ready's committed entries.
+func (n *Node) checkRole() {
+	bs := n.rn.BasicStatus()
+	isLeader := bs.RaftState == raft.StateLeader
+	term := bs.GetTerm()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	isLeader := ss.RaftState == raft.StateLeader
-	if n.leaderTerm != 0 && !isLeader {
+	if n.leaderTerm != 0 && (!isLeader || term != n.leaderTerm) {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
 		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
 		n.leaderTerm, n.ready = 0, false
 		n.broadcastLocked()
 	}
-	if n.leaderTerm == 0 && isLeader {
-		n.leaderTerm = n.rn.BasicStatus().GetTerm()
+	if n.leaderTerm == 0 && isLeader && n.err == nil && !n.closed {
+		n.leaderTerm = term
 		n.ready = false
-		n.log.Info("raftstore: became leader", "term", n.leaderTerm)
+		n.log.Info("raftstore: became leader", "term", term)
 		n.broadcastLocked()
 	}
 }
@@ -600,7 +630,11 @@ func (n *Node) stopOnError(err error) {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.status
+	st := n.status
+	if st.Match != nil {
+		st.Match = maps.Clone(st.Match)
+	}
+	return st
 }
 
 // Changes delivers the node's Status after every change of leader or role.
@@ -655,7 +689,7 @@ func (n *Node) propose(kind byte, term uint64, encode func([]byte) ([]byte, erro
 	n.seq++
 	w := newWaiter()
 	n.waiters[id.seq] = w
-	n.props = append(n.props, proposal{data: data, w: w})
+	n.props = append(n.props, proposal{data: data, term: n.leaderTerm, w: w})
 	n.last = w
 	select {
 	case n.propc <- struct{}{}:
