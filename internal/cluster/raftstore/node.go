@@ -32,7 +32,8 @@
 //
 // One Raft group for everything, static membership from Config.Peers, no
 // snapshots and no log truncation (the log grows; a node that was down
-// catches up from the leader's full log), no authentication between nodes.
+// catches up from the leader's full log, read back from pebble: only the
+// newest entries are kept in memory), no authentication between nodes.
 package raftstore
 
 import (
@@ -50,6 +51,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -73,6 +75,10 @@ type Config struct {
 	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
+	// FS is the filesystem of the Raft log and the state store; nil means
+	// the operating system's. Tests pass vfs.NewCrashableMem to cut power
+	// (a CrashClone keeps only what was synced).
+	FS vfs.FS
 }
 
 // Defaults.
@@ -213,10 +219,12 @@ func Open(cfg Config) (n *Node, err error) {
 		changed:    make(chan struct{}),
 		advertised: map[uint64][]byte{},
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("raftstore: %w", err)
+	if cfg.FS == nil {
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("raftstore: %w", err)
+		}
 	}
-	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log}); err != nil {
+	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log, FS: cfg.FS}); err != nil {
 		return nil, fmt.Errorf("raftstore: state store: %w", err)
 	}
 	if err := n.load(); err != nil {
@@ -254,7 +262,7 @@ func (n *Node) load() error {
 	for _, p := range n.cfg.Peers {
 		voters = append(voters, p.ID)
 	}
-	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), voters, n.log); err != nil {
+	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), voters, n.cfg.FS, n.log); err != nil {
 		return err
 	}
 	fail := func(err error) error {
@@ -269,26 +277,16 @@ func (n *Node) load() error {
 	// of the stored commit index after a crash. Every applied entry was
 	// committed and is in this node's fsynced log, so raising the commit
 	// index to it is true.
-	hs, _, err := n.rl.mem.InitialState()
-	if err != nil {
-		return fail(err)
-	}
-	if n.applied > bootIndex && hs.GetCommit() < n.applied {
-		if hs == nil {
-			hs = &pb.HardState{}
-		} else {
-			hs = proto.CloneOf(hs)
-		}
+	if n.applied > bootIndex && n.rl.hs.GetCommit() < n.applied {
+		hs := proto.CloneOf(n.rl.hs)
 		hs.Commit = new(n.applied)
-		if err := n.rl.mem.SetHardState(hs); err != nil {
-			return fail(err)
-		}
+		n.rl.hs = hs
 	}
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        n.cfg.ID,
 		ElectionTick:              electionTicks,
 		HeartbeatTick:             heartbeatTicks,
-		Storage:                   n.rl.mem,
+		Storage:                   n.rl,
 		Applied:                   n.applied,
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
@@ -478,6 +476,10 @@ func (n *Node) handleReadies() error {
 			return err
 		}
 		n.rn.Advance(rd)
+		n.mu.Lock()
+		applied := n.applied
+		n.mu.Unlock()
+		n.rl.trim(applied)
 	}
 	n.checkRole()
 	n.updateStatus()
