@@ -176,7 +176,9 @@ func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, 
 	}
 	defer e.unlock(q)
 	var b store.Batch
-	q.advanceLocked(e.now(), &b)
+	now := e.now()
+	q.advanceLocked(now, &b)
+	q.loadAllColdLocked(now, &b) // browsing pages through every message
 	if b.Len() > 0 {
 		if _, err := e.write(&b, false); err != nil {
 			return Page{}, err
@@ -205,6 +207,7 @@ func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
 	now := e.now()
 	var b store.Batch
 	q.advanceLocked(now, &b)
+	q.loadAllColdLocked(now, &b)
 	n := 0
 	for _, m := range q.msgs { // order does not matter for a delete
 		if !f.matches(m) {

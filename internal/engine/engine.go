@@ -81,6 +81,12 @@ type Options struct {
 	MaxQueues        int
 	MaxQueueMessages int
 	MaxQueueBytes    int64
+	// ReadyWindow is how many visible messages a standard queue keeps in
+	// memory before the rest of its backlog stays only in the store
+	// ("cold", see cold.go): 0: DefaultReadyWindow; negative: no limit
+	// (every message in memory, as before Engine v2). FIFO queues and
+	// delayed sends are always held in memory.
+	ReadyWindow int
 	// LogDrops logs every message dropped for want of a dead-letter
 	// target (a reject without requeue and without a DLQ, an overflow or
 	// expiry with nowhere to go) at Info with its id, instead of Debug.
@@ -90,6 +96,9 @@ type Options struct {
 
 // DefaultSyncInterval is the default Options.SyncInterval.
 const DefaultSyncInterval = 100 * time.Millisecond
+
+// DefaultReadyWindow is the default Options.ReadyWindow.
+const DefaultReadyWindow = 2048
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
 const DefaultBodyMemoryBudget = 512 << 20
@@ -114,6 +123,7 @@ type Engine struct {
 
 	logDrops   bool         // see Options.LogDrops
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
+	window     int          // see Options.ReadyWindow; 0: none
 	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 	memHeld    atomic.Int64 // bytes of index, attributes, envelopes and dedup entries (memory.go)
@@ -200,6 +210,12 @@ func Open(opts Options) (*Engine, error) {
 	e.logDrops = opts.LogDrops
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
+	}
+	switch {
+	case opts.ReadyWindow == 0:
+		e.window = DefaultReadyWindow
+	case opts.ReadyWindow > 0:
+		e.window = opts.ReadyWindow
 	}
 	e.tasks.init()
 	start := time.Now()
@@ -966,12 +982,21 @@ func (e *Engine) purgeReady(name string) (int, error) {
 	var b store.Batch
 	q.advanceLocked(now, &b)
 	n := 0
-	for _, m := range q.msgs {
-		if m.state == stateInFlight {
-			continue
+	for {
+		for _, m := range q.msgs {
+			if m.state == stateInFlight {
+				continue
+			}
+			q.dropLocked(m, &b)
+			n++
 		}
-		q.dropLocked(m, &b)
-		n++
+		if !q.cold.on || e.failed.Load() != nil {
+			break
+		}
+		// The cold backlog, a window at a time, so that memory holds
+		// at most a window (and what is in flight) while it runs.
+		q.refillLocked(now)
+		q.advanceLocked(now, &b)
 	}
 	q.stats.deleted.Add(uint64(n))
 	return n, e.commitUnlock(q, &b)
@@ -991,6 +1016,7 @@ func (q *queue) clearMessagesLocked() {
 	q.dedup = make(map[string]*dedupEntry)
 	q.dedupOrder = nil
 	q.attempts = nil
+	q.forgetColdLocked()
 }
 
 // sortedKeys returns m's keys in order (for deterministic encodings).

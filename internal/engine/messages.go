@@ -175,6 +175,16 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	}
 	seq := q.nextSeq.Add(1) - 1
 	m.seq = seq
+	if q.goesColdLocked(m) {
+		// Only in the store until a refill reads it (cold.go). It
+		// never joins a group of this queue while cold.
+		m.group = &group{id: in.GroupID}
+		rec := encodeContent(m)
+		b.Set(messageKey(q.id, seq, kindContent), rec)
+		q.addColdLocked(seq, len(rec))
+		q.enforceLimitsLocked(now, b)
+		return SendResult{MessageID: FormatID(id)}, true
+	}
 	m.group = q.groupLocked(in.GroupID)
 	// Encode before adding: beyond the body budget, adding drops the body
 	// from memory.
@@ -403,6 +413,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		if q.nState[stateInFlight] >= MaxInFlight {
 			return nil, true
 		}
+		q.topUpLocked(now, b)
 		// Round-robin over groups: one message from each in turn.
 		for len(out) < req.Max {
 			g := q.available.head
@@ -487,6 +498,9 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool
 		return nil, false, false, ErrReceiptHandleInvalid
 	}
 	m = q.msgs[h.seq]
+	if m == nil {
+		m = q.promoteColdLocked(h.seq)
+	}
 	if m == nil {
 		return nil, false, false, nil
 	}

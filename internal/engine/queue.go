@@ -379,6 +379,10 @@ type queue struct {
 	nState    [3]int
 	nBytes    [3]int64 // body bytes per state, for MaxLengthBytes
 
+	// cold is the part of a standard queue's backlog that is only in the
+	// store (cold.go).
+	cold coldPart
+
 	// peak is the most messages held since the queue last drained; a
 	// queue that drains after a large peak releases its index memory.
 	peak int
@@ -683,7 +687,7 @@ func (q *queue) infoLocked() QueueInfo {
 		Tags:         cloneMap(q.tags),
 		CreatedAt:    fromNanos(q.createdAt),
 		ModifiedAt:   fromNanos(q.modifiedAt),
-		Visible:      q.nState[stateVisible],
+		Visible:      q.nState[stateVisible] + q.cold.n,
 		InFlight:     q.nState[stateInFlight],
 		Delayed:      q.nState[stateDelayed],
 		Sent:         q.stats.sent.Load(),

@@ -177,7 +177,9 @@ func (e *Engine) dryRunMove(spec MoveTaskSpec) (DryRun, error) {
 	if err != nil {
 		return DryRun{}, err
 	}
-	defer e.unlock(q)
+	var b store.Batch
+	defer e.writeUnlock(q, &b)
+	q.loadAllColdLocked(e.now(), &b)
 	out := DryRun{ByDestination: map[string]int{}}
 	for _, m := range q.candidatesLocked(&spec.Filter, q.nextSeq.Load()) {
 		out.Total++
@@ -208,9 +210,11 @@ func (e *Engine) startMove(spec MoveTaskSpec) (MoveTask, error) {
 	if err != nil {
 		return MoveTask{}, err
 	}
+	var b store.Batch
+	q.loadAllColdLocked(e.now(), &b)
 	upTo := q.nextSeq.Load()
 	toMove := len(q.candidatesLocked(&spec.Filter, upTo))
-	e.unlock(q)
+	e.writeUnlock(q, &b)
 	now := e.clock.Now()
 	tk := &task{
 		MoveTask: MoveTask{
@@ -548,6 +552,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	now := e.now()
 	var b store.Batch
 	q.advanceLocked(now, &b)
+	q.loadAllColdLocked(now, &b)
 	var moves []move
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
 	if len(cands) == 0 {
@@ -632,6 +637,7 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	if d.isFIFO {
 		n.dedupID = FormatID(id)
 	}
+	d.cold.addPending(n.seq) // not refilled before finishMoves inserts it
 	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
 	return move{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}

@@ -1,0 +1,314 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Hot and cold (Engine v2, ADR 0002 step 3, first part).
+//
+// A standard queue keeps in memory ("hot") at most about Options.ReadyWindow
+// visible messages. A send that finds the hot visible count at the window
+// makes the queue cold: from then on every immediately visible send is
+// written to the store as before but not inserted into memory; the queue
+// only counts it (coldPart). Every message with a sequence number below
+// coldPart.from that exists is hot; a message at or above it is cold unless
+// it is in q.msgs (a delayed send, which always stays hot, or a moved copy
+// inserted by finishMoves) or is a moved copy not yet inserted
+// (coldPart.pending).
+//
+// A receive that finds fewer than half a window visible refills: it reads
+// the next cold messages from the store in sequence order from
+// coldPart.from (content and state records, decoded exactly as recovery
+// does), at most a window at a time, and advances from past what it read.
+// When a refill reaches the end of the queue's records the queue is hot
+// again. Open loads only the first window of a standard queue and counts
+// the rest from keys and value lengths (store.ScanLengths) without
+// reading them. FIFO queues are always fully hot.
+
+// coldPart is the part of a standard queue's backlog that is only in the
+// store. n and bytes count cold messages and the bytes of their content
+// records; send, refill, delete and recovery all count a message by the
+// length of its content record, so the counts agree however a message
+// became cold. Guarded by the queue's lock, except pending.
+type coldPart struct {
+	on    bool   // some messages at or above from may be only in the store
+	from  uint64 // no message below from is cold
+	n     int    // cold messages
+	bytes int64  // their content records' bytes
+
+	// pending holds the sequence numbers of copies that dead-letter moves
+	// and redrives wrote into this queue's key range but finishMoves has
+	// not inserted yet: a refill must not load them (they are receivable
+	// only once their batch is durable). Reserved under the source's lock,
+	// so it has its own.
+	mu      sync.Mutex
+	pending map[uint64]struct{}
+}
+
+func (c *coldPart) addPending(seq uint64) {
+	c.mu.Lock()
+	if c.pending == nil {
+		c.pending = make(map[uint64]struct{})
+	}
+	c.pending[seq] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *coldPart) donePending(seq uint64) {
+	c.mu.Lock()
+	delete(c.pending, seq)
+	c.mu.Unlock()
+}
+
+func (c *coldPart) isPending(seq uint64) bool {
+	c.mu.Lock()
+	_, ok := c.pending[seq]
+	c.mu.Unlock()
+	return ok
+}
+
+// forgetColdLocked makes the queue hot with nothing cold: its records are
+// being deleted wholesale (purge, delete).
+func (q *queue) forgetColdLocked() {
+	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
+}
+
+// goesColdLocked reports whether the new message m stays only in the store.
+func (q *queue) goesColdLocked(m *message) bool {
+	w := q.eng.window
+	return w > 0 && !q.fifo() && m.state == stateVisible &&
+		(q.cold.on || q.nState[stateVisible] >= w)
+}
+
+// addColdLocked counts a message whose content record (of recLen bytes)
+// was written at seq without inserting it into memory.
+func (q *queue) addColdLocked(seq uint64, recLen int) {
+	if !q.cold.on {
+		q.cold.on, q.cold.from = true, seq
+	}
+	q.cold.n++
+	q.cold.bytes += int64(recLen)
+	q.wakeLocked()
+}
+
+// lowWater is the hot visible count under which a receive refills.
+func (q *queue) lowWater() int { return max(q.eng.window/2, 1) }
+
+// topUpLocked refills a cold queue whose hot visible count is under the low
+// water mark, at most maxRefills windows, and brings what it loaded to time
+// now (ended leases, retention, TTL) like any other message: cold messages
+// past their retention are dropped here, when a receive reaches them.
+func (q *queue) topUpLocked(now int64, b *store.Batch) {
+	const maxRefills = 16
+	for i := 0; i < maxRefills && q.cold.on && q.nState[stateVisible] < q.lowWater() && q.eng.failed.Load() == nil; i++ {
+		if q.refillLocked(now) == 0 && q.cold.on {
+			continue
+		}
+		q.advanceLocked(now, b)
+	}
+}
+
+// loadAllColdLocked makes the queue entirely hot. Operator paths that
+// enumerate a queue's messages (DLQ browse, export, delete-matching, move
+// tasks) use it: correct, but their memory grows with the backlog while
+// they run (see docs/architecture.md).
+func (q *queue) loadAllColdLocked(now int64, b *store.Batch) {
+	for q.cold.on {
+		if q.refillLocked(now) == 0 && q.eng.failed.Load() != nil {
+			return
+		}
+	}
+	q.advanceLocked(now, b)
+}
+
+// refillLocked loads up to a window of cold messages, in sequence order from
+// cold.from, and returns how many it loaded. When it reaches the end of the
+// queue's records the queue is hot again. A record that fails to decode
+// fails the engine (the store lost data it acknowledged); the queue then
+// stays as it was.
+func (q *queue) refillLocked(now int64) int {
+	if !q.cold.on {
+		return 0
+	}
+	e := q.eng
+	limit := max(e.window, 1)
+	var (
+		cur      *message
+		curGroup string
+		curLen   int
+		loaded   int
+		visited  int
+		next     = q.cold.from
+		stopped  bool
+		loadedN  int
+		loadedB  int64
+		restored []*message
+		groups   []string
+	)
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		restored = append(restored, cur)
+		groups = append(groups, curGroup)
+		loadedN++
+		loadedB += int64(curLen)
+		loaded++
+		cur = nil
+	}
+	start := messageKey(q.id, q.cold.from, kindContent)
+	end := qidPrefix(prefixMessage, q.id+1)
+	err := e.st.ScanRange(start, end, func(k, v []byte) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			flush()
+			if loaded >= limit || visited >= 4*limit {
+				next, stopped = seq, true
+				return store.ErrStopScan
+			}
+			visited++
+			next = seq + 1
+			if q.msgs[seq] != nil || q.cold.isPending(seq) {
+				return nil // hot already, or a move's copy on its way in
+			}
+			cur = &message{seq: seq}
+			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
+			g, err := decodeContentBody(cur, v, keep)
+			if err != nil {
+				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
+			}
+			curGroup, curLen = g, len(v)
+		case kindState:
+			next = seq + 1
+			if cur != nil && cur.seq == seq {
+				if err := decodeState(cur, v); err != nil {
+					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
+				}
+			}
+		default:
+			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
+		}
+		return nil
+	})
+	if err != nil {
+		_ = e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
+		return 0
+	}
+	flush()
+	for i, m := range restored {
+		q.restoreLocked(m, groups[i], now)
+	}
+	q.cold.n -= loadedN
+	q.cold.bytes -= loadedB
+	if stopped {
+		q.cold.from = next
+		return loaded
+	}
+	if q.cold.n != 0 || q.cold.bytes != 0 {
+		e.log.Warn("cold message count disagreed with the store; corrected",
+			"queue", q.name, "messages", q.cold.n, "bytes", q.cold.bytes)
+	}
+	q.forgetColdLocked()
+	return loaded
+}
+
+// promoteColdLocked brings into memory the cold message seq that a receipt
+// handle names (a standard queue's message that a restart left cold while
+// a consumer held it), so that a delete, a visibility change or a failure
+// report by that handle works as for a hot message. It returns nil when
+// seq is not a cold message (then the caller's lookup finds nothing, as
+// for a message deleted meanwhile). A read failure fails the engine.
+func (q *queue) promoteColdLocked(seq uint64) *message {
+	if !q.cold.on || seq < q.cold.from || q.msgs[seq] != nil || q.cold.isPending(seq) {
+		return nil
+	}
+	e := q.eng
+	v, err := e.st.Get(messageKey(q.id, seq, kindContent))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // deleted
+	}
+	if err != nil {
+		_ = e.fail(fmt.Errorf("reading cold message %d of queue %q: %w", seq, q.name, err))
+		return nil
+	}
+	m := &message{seq: seq}
+	keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
+	g, err := decodeContentBody(m, v, keep)
+	if err != nil {
+		_ = e.fail(fmt.Errorf("message %d of queue %q: %w", seq, q.name, err))
+		return nil
+	}
+	sv, err := e.st.Get(messageKey(q.id, seq, kindState))
+	switch {
+	case err == nil:
+		err = decodeState(m, sv)
+	case errors.Is(err, store.ErrNotFound):
+		err = nil
+	}
+	if err != nil {
+		_ = e.fail(fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err))
+		return nil
+	}
+	q.cold.n--
+	q.cold.bytes -= int64(len(v))
+	q.restoreLocked(m, g, e.now())
+	return m
+}
+
+// insertMovedLocked inserts a dead-letter or redrive copy whose batch is
+// durable (finishMoves): into memory, or, when the queue is cold or its
+// window is full, into the cold count (its record is already written).
+// A copy whose number a refill has already passed (it skipped it while
+// pending) goes into memory: the refill will not come back for it.
+func (q *queue) insertMovedLocked(m *message, groupID string) {
+	if q.goesColdLocked(m) && (!q.cold.on || m.seq >= q.cold.from) {
+		q.addColdLocked(m.seq, len(encodeContent(m)))
+		return
+	}
+	m.group = q.groupLocked(groupID)
+	q.addLocked(m)
+}
+
+// countColdLocked is recovery's count of a standard queue's messages from
+// seq from on, from keys and value lengths only: the queue's first window
+// is loaded, the rest is cold. It checks what it can without the values
+// (key shape, a state record after its content) and raises nextSeq.
+func (q *queue) countColdLocked(from uint64, audit *recoveryAudit) error {
+	var lastContent uint64
+	haveContent := false
+	err := q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			if !q.cold.on {
+				q.cold.on, q.cold.from = true, seq
+			}
+			q.cold.n++
+			q.cold.bytes += int64(n)
+			lastContent, haveContent = seq, true
+		case kindState:
+			if !haveContent || lastContent != seq {
+				audit.stateWithoutContent(k, q.name, seq)
+			}
+		default:
+			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
+		}
+		if seq >= q.nextSeq.Load() {
+			q.nextSeq.Store(seq + 1)
+		}
+		return nil
+	})
+	return err
+}
