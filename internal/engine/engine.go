@@ -8,8 +8,10 @@
 //
 // # State and durability
 //
-// All indexes live in memory; the store (package store) holds a durable copy
-// that is read only by Open. Every change is applied to memory and written to
+// Indexes live in memory, except the cold part of a standard queue's backlog
+// (cold.go), which is read from the store a window at a time as receives
+// need it; the store (package store) holds a durable copy of everything,
+// which Open reads back. Every change is applied to memory and written to
 // the store under the queue's lock, so the store's log order is the order in
 // which changes were applied. Methods that acknowledge a change to a client
 // (Send, Delete, ChangeVisibility, queue administration) wait for the store's
