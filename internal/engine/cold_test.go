@@ -480,3 +480,58 @@ func TestColdRetention(t *testing.T) {
 		}
 	})
 }
+
+// TestColdOpensStoreWrittenWithoutWindow: a store written by an engine
+// that held everything in memory (ReadyWindow -1, as releases before the
+// window did; the record layout is the same) opens with a window: every
+// message, state and count is kept, FIFO queues are loaded in full, and
+// pre-restart receipt handles still delete.
+func TestColdOpensStoreWrittenWithoutWindow(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.e.Close()
+		old, err := Open(Options{Store: f.st, Clock: f.clk, ReadyWindow: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.e = old
+		f.create("q", nil)
+		f.create("f.fifo", func(c *QueueConfig) { c.FIFO = true; c.ContentBasedDedup = true })
+		f.sendN("q", 0, 200)
+		for i := 0; i < 100; i++ {
+			f.send("f.fifo", Message{Body: []byte(fmt.Sprintf("f%03d", i)), GroupID: fmt.Sprint(i % 3)})
+		}
+		if q := old.queues["q"]; q.cold.on || len(q.msgs) != 200 {
+			t.Fatalf("window -1: cold %v, %d in memory", q.cold.on, len(q.msgs))
+		}
+		var held []string
+		for len(held) < 50 {
+			for _, d := range f.recv("q", min(10, 50-len(held)), time.Hour) {
+				held = append(held, d.ReceiptHandle)
+			}
+		}
+		f.del("q", held[:10]...)
+		f.restartCold()
+		info, _ := f.e.GetQueue("q")
+		if info.Visible+info.InFlight != 190 {
+			t.Fatalf("after reopening with a window: %+v", info)
+		}
+		if q := f.e.queues["q"]; !q.cold.on || len(q.msgs) != coldWindow {
+			t.Fatalf("with a window: cold %v, %d in memory", q.cold.on, len(q.msgs))
+		}
+		if c := f.count("f.fifo"); c != 100 || len(f.e.queues["f.fifo"].msgs) != 100 {
+			t.Fatalf("fifo count %d", c)
+		}
+		for _, err := range f.del("q", held[10:]...) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []string
+		for i := 0; i < 30; i++ {
+			got = append(got, bodies(f.recv("q", 10, time.Hour))...)
+		}
+		if len(got) != 150 || got[0] != "m00050" || got[149] != "m00199" {
+			t.Fatalf("received %d after reopening", len(got))
+		}
+	})
+}
