@@ -113,19 +113,6 @@ func (q *queue) topUpLocked(now int64, b *store.Batch) {
 	}
 }
 
-// loadAllColdLocked makes the queue entirely hot. Operator paths that
-// enumerate a queue's messages (DLQ browse, export, delete-matching, move
-// tasks) use it: correct, but their memory grows with the backlog while
-// they run (see docs/architecture.md).
-func (q *queue) loadAllColdLocked(now int64, b *store.Batch) {
-	for q.cold.on {
-		if q.refillLocked(now) == 0 && q.eng.failed.Load() != nil {
-			return
-		}
-	}
-	q.advanceLocked(now, b)
-}
-
 // refillLocked loads up to a window of cold messages, in sequence order from
 // cold.from, and returns how many it loaded. When it reaches the end of the
 // queue's records the queue is hot again. A record that fails to decode
@@ -276,6 +263,76 @@ func (q *queue) insertMovedLocked(m *message, groupID string) {
 	}
 	m.group = q.groupLocked(groupID)
 	q.addLocked(m)
+}
+
+// scanColdLocked calls fn, in sequence order, for each cold message with a
+// sequence number above after, decoded from its records but not inserted
+// into memory: m.group is detached, m.state is what restoreLocked would
+// give it at now, and its body is read only with keepBody. contentLen is
+// its content record's length (what coldPart counts). fn may stop the scan
+// with store.ErrStopScan. Operator paths (DLQ browse, delete-matching, move
+// task counts) use it so that their memory stays bounded by what they
+// return, not by the backlog; it reads under the queue's lock, so it is
+// not for hot paths.
+func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m *message, contentLen int) error) error {
+	if !q.cold.on {
+		return nil
+	}
+	e := q.eng
+	var cur *message
+	var curLen int
+	emit := func() error {
+		if cur == nil {
+			return nil
+		}
+		m := cur
+		cur = nil
+		m.state = restoredState(m, now)
+		return fn(m, curLen)
+	}
+	start := messageKey(q.id, max(after+1, q.cold.from), kindContent)
+	err := e.st.ScanRange(start, qidPrefix(prefixMessage, q.id+1), func(k, v []byte) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			if err := emit(); err != nil {
+				return err
+			}
+			if q.msgs[seq] != nil || q.cold.isPending(seq) {
+				return nil
+			}
+			m := &message{seq: seq}
+			g, err := decodeContentBody(m, v, keepBody)
+			if err != nil {
+				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
+			}
+			m.group = &group{id: g}
+			if keepBody {
+				m.bodyLen = int32(len(m.body))
+			}
+			cur, curLen = m, len(v)
+		case kindState:
+			if cur != nil && cur.seq == seq {
+				if err := decodeState(cur, v); err != nil {
+					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = emit()
+	}
+	if errors.Is(err, store.ErrStopScan) {
+		return nil
+	}
+	if err != nil {
+		return e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
+	}
+	return nil
 }
 
 // countColdLocked is recovery's count of a standard queue's messages from

@@ -394,12 +394,28 @@ func TestColdDeadLetterQueueOperations(t *testing.T) {
 		if len(all) != 300 || all[0].DeadLetter == nil || all[0].DeadLetter.SourceQueue != "q" {
 			t.Fatalf("browsed %d", len(all))
 		}
+		seen := map[string]bool{}
+		for _, v := range all {
+			seen[v.MessageID] = true
+		}
+		if len(seen) != 300 {
+			t.Fatalf("browsed %d distinct messages", len(seen))
+		}
+		// Browsing, deleting by filter and counting read the cold part
+		// without loading it.
+		if held := f.e.MemoryHeld(); held > coldMemBound {
+			t.Fatalf("after browsing: %d bytes held, bound %d", held, coldMemBound)
+		}
 		n, err := f.e.DeleteMatching("dlq", Filter{AttributeName: "tenant", AttributeValue: "0"})
 		if err != nil || n != 100 {
 			t.Fatalf("DeleteMatching = %d, %v", n, err)
 		}
 		if c := f.count("dlq"); c != 200 {
 			t.Fatalf("dlq count %d", c)
+		}
+		left, err := f.e.Browse("dlq", Filter{AttributeName: "tenant", AttributeValue: "0"}, 0, 1000)
+		if err != nil || len(left.Messages) != 0 {
+			t.Fatalf("after DeleteMatching, %d still match (%v)", len(left.Messages), err)
 		}
 		f.restartCold()
 		spec := MoveTaskSpec{Source: "dlq", Rate: MaxMoveRate, Filter: Filter{AttributeName: "tenant", AttributeValue: "1"}}
@@ -409,6 +425,9 @@ func TestColdDeadLetterQueueOperations(t *testing.T) {
 		}
 		if c := f.count("dlq"); c != 200 {
 			t.Fatalf("dry run changed the dlq: %d", c)
+		}
+		if held := f.e.MemoryHeld(); held > coldMemBound {
+			t.Fatalf("after a dry run: %d bytes held, bound %d", held, coldMemBound)
 		}
 		tk, err := f.e.StartMoveTask(spec)
 		if err != nil || tk.ToMove != 100 {

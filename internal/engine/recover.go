@@ -253,19 +253,24 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 // A lease that ended while the broker was down ends now; one still running
 // keeps running. (Recovery runs before any other goroutine sees q.)
 func (q *queue) restoreLocked(m *message, groupID string, now int64) {
+	m.state = restoredState(m, now)
+	m.group = q.groupLocked(groupID)
+	q.addLocked(m)
+}
+
+// restoredState is the state a message read from the store is in at now.
+func restoredState(m *message, now int64) uint8 {
 	switch {
 	case m.receipt != 0 && m.leaseAt != 0 && !m.parked:
 		// A lease, running or ended while the broker was down: the
 		// first advance ends it exactly as it would have (including a
 		// retry backoff).
-		m.state = stateInFlight
+		return stateInFlight
 	case m.visibleAt <= now:
-		m.state = stateVisible
+		return stateVisible
 	default:
-		m.state = stateDelayed
+		return stateDelayed
 	}
-	m.group = q.groupLocked(groupID)
-	q.addLocked(m)
 }
 
 func sortDedup(s []*dedupEntry) {
