@@ -41,6 +41,14 @@ type coldPart struct {
 	n     int    // cold messages
 	bytes int64  // their content records' bytes
 
+	// gone holds the sequence numbers at or above from of hot messages
+	// dropped while the queue was cold (dropLocked). Their records are
+	// deleted in the operation's batch, which is written only when the
+	// operation ends: a refill (or a scan) later in the same operation
+	// would otherwise read them as cold messages. Entries below from are
+	// pruned by refills.
+	gone map[uint64]struct{}
+
 	// pending holds the sequence numbers of copies that dead-letter moves
 	// and redrives wrote into this queue's key range but finishMoves has
 	// not inserted yet: a refill must not load them (they are receivable
@@ -76,6 +84,31 @@ func (c *coldPart) isPending(seq uint64) bool {
 // being deleted wholesale (purge, delete).
 func (q *queue) forgetColdLocked() {
 	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
+	q.cold.gone = nil
+}
+
+// noteDroppedLocked is told that m leaves memory with its records deleted
+// in the current batch (see coldPart.gone).
+func (q *queue) noteDroppedLocked(m *message) {
+	if q.cold.on && m.seq >= q.cold.from {
+		if q.cold.gone == nil {
+			q.cold.gone = make(map[uint64]struct{})
+		}
+		q.cold.gone[m.seq] = struct{}{}
+	}
+}
+
+// notColdLocked reports whether the record at seq (at or above cold.from)
+// is not a cold message: hot, dropped in this operation, or a move's copy
+// not yet published.
+func (q *queue) notColdLocked(seq uint64) bool {
+	if q.msgs[seq] != nil {
+		return true
+	}
+	if _, ok := q.cold.gone[seq]; ok {
+		return true
+	}
+	return q.cold.isPending(seq)
 }
 
 // goesColdLocked reports whether the new message m stays only in the store.
@@ -164,8 +197,8 @@ func (q *queue) refillLocked(now int64) int {
 			}
 			visited++
 			next = seq + 1
-			if q.msgs[seq] != nil || q.cold.isPending(seq) {
-				return nil // hot already, or a move's copy on its way in
+			if q.notColdLocked(seq) {
+				return nil // hot, dropped, or a move's copy on its way in
 			}
 			cur = &message{seq: seq}
 			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
@@ -198,6 +231,11 @@ func (q *queue) refillLocked(now int64) int {
 	q.cold.bytes -= loadedB
 	if stopped {
 		q.cold.from = next
+		for s := range q.cold.gone {
+			if s < next {
+				delete(q.cold.gone, s)
+			}
+		}
 		return loaded
 	}
 	if q.cold.n != 0 || q.cold.bytes != 0 {
@@ -215,7 +253,7 @@ func (q *queue) refillLocked(now int64) int {
 // seq is not a cold message (then the caller's lookup finds nothing, as
 // for a message deleted meanwhile). A read failure fails the engine.
 func (q *queue) promoteColdLocked(seq uint64) *message {
-	if !q.cold.on || seq < q.cold.from || q.msgs[seq] != nil || q.cold.isPending(seq) {
+	if !q.cold.on || seq < q.cold.from || q.notColdLocked(seq) {
 		return nil
 	}
 	e := q.eng
@@ -301,7 +339,7 @@ func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m
 			if err := emit(); err != nil {
 				return err
 			}
-			if q.msgs[seq] != nil || q.cold.isPending(seq) {
+			if q.notColdLocked(seq) {
 				return nil
 			}
 			m := &message{seq: seq}

@@ -554,3 +554,44 @@ func TestColdOpensStoreWrittenWithoutWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestColdRefillSkipsMessagesDroppedInTheSameOperation: a hot message
+// above the cold boundary (a delayed send while the queue was cold) that
+// expires in a receive's advance has its records deleted only when that
+// receive's batch is written; the refill the same receive makes must not
+// read it back as a cold message.
+func TestColdRefillSkipsMessagesDroppedInTheSameOperation(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", nil)
+		f.sendN("q", 0, coldWindow+2)
+		f.send("q", Message{Body: []byte("short-lived"), Delay: time.Second, DelaySet: true, TTL: 2 * time.Second, TTLSet: true})
+		f.sendN("q", 100, 10)
+		// One receive takes the hot window below the low-water mark
+		// (refills happen at the start of a receive), so the next
+		// receive expires the delayed message and then refills.
+		if d := f.recv("q", coldWindow/2+1, time.Hour); len(d) != coldWindow/2+1 {
+			t.Fatalf("first receive: %d", len(d))
+		}
+		f.clk.Advance(3 * time.Second)
+		var got []string
+		for i := 0; i < 10; i++ {
+			got = append(got, bodies(f.recv("q", 10, time.Hour))...)
+		}
+		for _, b := range got {
+			if b == "short-lived" {
+				t.Fatal("an expired message was read back by a refill and delivered")
+			}
+		}
+		if len(got) != coldWindow/2-1+12 {
+			t.Fatalf("received %d after the first receive, want %d", len(got), coldWindow/2-1+12)
+		}
+		info, _ := f.e.GetQueue("q")
+		if info.Expired != 1 || f.count("q") != coldWindow+12 {
+			t.Fatalf("after the expiry: %+v", info)
+		}
+		f.restartCold()
+		if c := f.count("q"); c != coldWindow+12 {
+			t.Fatalf("after restart: count %d", c)
+		}
+	})
+}

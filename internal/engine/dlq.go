@@ -242,6 +242,7 @@ func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
 	var coldBytes int64
 	err = q.scanColdLocked(0, now, false, func(m *message, contentLen int) error {
 		if f.matches(m) {
+			q.noteDroppedLocked(m)
 			b.Delete(messageKey(q.id, m.seq, kindContent))
 			b.Delete(messageKey(q.id, m.seq, kindState))
 			coldN++

@@ -529,6 +529,7 @@ func (q *queue) addLocked(m *message) {
 // dropLocked removes m from memory and deletes its records in b: the end
 // of a message's life (delete, expiry, purge, or a move elsewhere).
 func (q *queue) dropLocked(m *message, b *store.Batch) {
+	q.noteDroppedLocked(m)
 	q.removeLocked(m)
 	b.Delete(messageKey(q.id, m.seq, kindContent))
 	b.Delete(messageKey(q.id, m.seq, kindState))
