@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -592,6 +593,39 @@ func TestColdRefillSkipsMessagesDroppedInTheSameOperation(t *testing.T) {
 		f.restartCold()
 		if c := f.count("q"); c != coldWindow+12 {
 			t.Fatalf("after restart: count %d", c)
+		}
+	})
+}
+
+// TestColdLongPollReadsPastExpiredWindows: when the cold part begins with
+// more expired messages than one receive's refills read, a long poll keeps
+// reading instead of waiting for a send that may never come.
+func TestColdLongPollReadsPastExpiredWindows(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", func(c *QueueConfig) { c.Retention = time.Minute })
+		f.sendN("q", 0, 40*coldWindow) // more than 16 windows
+		f.clk.Advance(30 * time.Second)
+		f.sendN("q", 10000, 3)
+		f.clk.Advance(31 * time.Second)
+		type result struct {
+			d   []Delivery
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			// The fake clock does not advance: a poll that waited
+			// would wait for ever.
+			d, err := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, Wait: 20 * time.Second, WaitSet: true})
+			done <- result{d, err}
+		}()
+		select {
+		case r := <-done:
+			if r.err != nil || len(r.d) != 3 || string(r.d[0].Body) != "m10000" {
+				t.Fatalf("long poll returned %q, %v", bodies(r.d), r.err)
+			}
+		case <-time.After(10 * time.Second):
+			f.e.Close() // ends the poll
+			t.Fatal("the long poll waited although receivable messages were cold")
 		}
 	})
 }

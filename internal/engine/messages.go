@@ -292,7 +292,15 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		}
 		e.scheduleLocked(q)
 		var ch <-chan struct{}
-		if len(out) == 0 && !expired {
+		switch {
+		case len(out) == 0 && !expired && q.cold.on && !q.cfg.Paused && !overLimit && e.failed.Load() == nil:
+			// The refills found only messages that were not receivable
+			// (expired, in flight, delayed) and more are cold: a long
+			// poll reads on rather than waiting for a send.
+			again := make(chan struct{})
+			close(again)
+			ch = again
+		case len(out) == 0 && !expired:
 			ch = q.waitChanLocked()
 		}
 		e.unlock(q)
