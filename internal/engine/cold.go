@@ -113,9 +113,14 @@ func (q *queue) notColdLocked(seq uint64) bool {
 
 // goesColdLocked reports whether the new message m stays only in the store.
 func (q *queue) goesColdLocked(m *message) bool {
-	w := q.eng.window
+	w, wb := q.eng.window, q.eng.windowB
 	return w > 0 && !q.fifo() && m.state == stateVisible &&
-		(q.cold.on || q.nState[stateVisible] >= w)
+		(q.cold.on || q.nState[stateVisible] >= w || (wb > 0 && q.nBytes[stateVisible] >= wb))
+}
+
+// windowFull reports whether n messages of bodies bytes fill a window.
+func (e *Engine) windowFull(n int, bodies int64) bool {
+	return n >= max(e.window, 1) || (e.windowB > 0 && bodies >= e.windowB)
 }
 
 // addColdLocked counts a message whose content record (of recLen bytes)
@@ -129,8 +134,14 @@ func (q *queue) addColdLocked(seq uint64, recLen int) {
 	q.wakeLocked()
 }
 
-// lowWater is the hot visible count under which a receive refills.
-func (q *queue) lowWater() int { return max(q.eng.window/2, 1) }
+// lowLocked reports whether the hot visible messages are under the low
+// water mark (half a window, by count and by bytes) at which a receive
+// refills.
+func (q *queue) lowLocked() bool {
+	e := q.eng
+	return q.nState[stateVisible] < max(e.window/2, 1) &&
+		(e.windowB <= 0 || q.nBytes[stateVisible] < e.windowB/2)
+}
 
 // topUpLocked refills a cold queue whose hot visible count is under the low
 // water mark, at most maxRefills windows, and brings what it loaded to time
@@ -138,7 +149,7 @@ func (q *queue) lowWater() int { return max(q.eng.window/2, 1) }
 // past their retention are dropped here, when a receive reaches them.
 func (q *queue) topUpLocked(now int64, b *store.Batch) {
 	const maxRefills = 16
-	for i := 0; i < maxRefills && q.cold.on && q.nState[stateVisible] < q.lowWater() && q.eng.failed.Load() == nil; i++ {
+	for i := 0; i < maxRefills && q.cold.on && q.lowLocked() && q.eng.failed.Load() == nil; i++ {
 		if q.refillLocked(now) == 0 && q.cold.on {
 			continue
 		}
@@ -156,7 +167,7 @@ func (q *queue) refillLocked(now int64) int {
 		return 0
 	}
 	e := q.eng
-	limit := max(e.window, 1)
+	var loadedBody int64
 	var (
 		cur      *message
 		curGroup string
@@ -176,6 +187,7 @@ func (q *queue) refillLocked(now int64) int {
 		}
 		restored = append(restored, cur)
 		groups = append(groups, curGroup)
+		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
 		loadedN++
 		loadedB += int64(curLen)
 		loaded++
@@ -191,7 +203,7 @@ func (q *queue) refillLocked(now int64) int {
 		switch k[13] {
 		case kindContent:
 			flush()
-			if loaded >= limit || visited >= 4*limit {
+			if e.windowFull(loaded, loadedBody) || visited >= 4*max(e.window, 1) {
 				next, stopped = seq, true
 				return store.ErrStopScan
 			}

@@ -23,6 +23,8 @@ type coldFixture struct {
 	*fixture
 	reopenStore func() store.Store
 	closeStore  func()
+	window      int   // ReadyWindow (0: coldWindow)
+	windowBytes int64 // ReadyWindowBytes
 }
 
 func coldStores(t *testing.T, run func(t *testing.T, f *coldFixture)) {
@@ -65,7 +67,11 @@ func newColdFixture(t *testing.T, open func() store.Store, closeStore func()) *c
 
 func (f *coldFixture) openCold() {
 	f.t.Helper()
-	e, err := Open(Options{Store: f.st, Clock: f.clk, ReadyWindow: coldWindow})
+	w := f.window
+	if w == 0 {
+		w = coldWindow
+	}
+	e, err := Open(Options{Store: f.st, Clock: f.clk, ReadyWindow: w, ReadyWindowBytes: f.windowBytes})
 	if err != nil {
 		f.t.Fatalf("open: %v", err)
 	}
@@ -626,6 +632,54 @@ func TestColdLongPollReadsPastExpiredWindows(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			f.e.Close() // ends the poll
 			t.Fatal("the long poll waited although receivable messages were cold")
+		}
+	})
+}
+
+// TestColdWindowBytes: the window is bounded by body bytes too, so a queue
+// of large messages keeps few of them in memory, after sends, refills and
+// a restart alike.
+func TestColdWindowBytes(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.window, f.windowBytes = 1000, 64<<10
+		f.restartCold()
+		f.create("q", nil)
+		const n, size = 200, 8 << 10
+		for i := 0; i < n; i++ {
+			b := make([]byte, size)
+			copy(b, fmt.Sprintf("m%05d", i))
+			f.send("q", Message{Body: b})
+		}
+		// About two windows (one hot, one refill) of 8 KiB bodies, far
+		// below the 1.6 MiB sent.
+		const bound = 3 * (64<<10 + 8*(MessageOverhead+size))
+		if held := f.e.MemoryHeld(); held > bound {
+			t.Fatalf("after the sends: %d bytes held, bound %d", held, bound)
+		}
+		seen := map[string]bool{}
+		for len(seen) < n {
+			d := f.recv("q", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("received %d of %d", len(seen), n)
+			}
+			var hs []string
+			for _, m := range d {
+				seen[string(m.Body[:6])] = true
+				hs = append(hs, m.ReceiptHandle)
+			}
+			f.del("q", hs...)
+			if held := f.e.MemoryHeld(); held > bound {
+				t.Fatalf("after %d received: %d bytes held, bound %d", len(seen), held, bound)
+			}
+			if len(seen) == n/2 {
+				f.restartCold()
+				if held := f.e.MemoryHeld(); held > bound {
+					t.Fatalf("after restart: %d bytes held, bound %d", held, bound)
+				}
+			}
+		}
+		if c := f.count("q"); c != 0 {
+			t.Fatalf("count %d at the end", c)
 		}
 	})
 }

@@ -87,8 +87,12 @@ type Options struct {
 	// memory before the rest of its backlog stays only in the store
 	// ("cold", see cold.go): 0: DefaultReadyWindow; negative: no limit
 	// (every message in memory, as before Engine v2). FIFO queues and
-	// delayed sends are always held in memory.
-	ReadyWindow int
+	// delayed sends are always held in memory. ReadyWindowBytes bounds
+	// the same window by the body bytes of its visible messages (0:
+	// DefaultReadyWindowBytes; negative: no bound), so a queue of large
+	// messages keeps fewer of them.
+	ReadyWindow      int
+	ReadyWindowBytes int64
 	// LogDrops logs every message dropped for want of a dead-letter
 	// target (a reject without requeue and without a DLQ, an overflow or
 	// expiry with nowhere to go) at Info with its id, instead of Debug.
@@ -99,8 +103,11 @@ type Options struct {
 // DefaultSyncInterval is the default Options.SyncInterval.
 const DefaultSyncInterval = 100 * time.Millisecond
 
-// DefaultReadyWindow is the default Options.ReadyWindow.
-const DefaultReadyWindow = 2048
+// Defaults of Options.ReadyWindow and Options.ReadyWindowBytes.
+const (
+	DefaultReadyWindow      = 2048
+	DefaultReadyWindowBytes = 4 << 20
+)
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
 const DefaultBodyMemoryBudget = 512 << 20
@@ -126,6 +133,7 @@ type Engine struct {
 	logDrops   bool         // see Options.LogDrops
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
 	window     int          // see Options.ReadyWindow; 0: none
+	windowB    int64        // see Options.ReadyWindowBytes; 0: none
 	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 	memHeld    atomic.Int64 // bytes of index, attributes, envelopes and dedup entries (memory.go)
@@ -218,6 +226,12 @@ func Open(opts Options) (*Engine, error) {
 		e.window = DefaultReadyWindow
 	case opts.ReadyWindow > 0:
 		e.window = opts.ReadyWindow
+	}
+	switch {
+	case opts.ReadyWindowBytes == 0:
+		e.windowB = DefaultReadyWindowBytes
+	case opts.ReadyWindowBytes > 0:
+		e.windowB = opts.ReadyWindowBytes
 	}
 	e.tasks.init()
 	start := time.Now()

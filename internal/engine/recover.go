@@ -182,12 +182,10 @@ func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, n
 // of one message are adjacent (kind 0 then 1), so one pass rebuilds each
 // message.
 func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64) (int, error) {
-	limit := -1
-	if e.window > 0 && !q.fifo() {
-		limit = e.window
-	}
+	windowed := e.window > 0 && !q.fifo()
 	var cur *message
 	var curGroup string
+	var loadedBody int64
 	loaded := 0
 	var stopAt uint64
 	stopped := false
@@ -195,6 +193,7 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 		if cur == nil {
 			return
 		}
+		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
 		q.restoreLocked(cur, curGroup, now)
 		loaded++
 		cur = nil
@@ -207,7 +206,7 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 		switch k[13] {
 		case kindContent:
 			flush()
-			if limit >= 0 && loaded >= limit {
+			if windowed && e.windowFull(loaded, loadedBody) {
 				stopAt, stopped = seq, true
 				return store.ErrStopScan
 			}
