@@ -2,9 +2,8 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
-	"testing"
-	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -55,8 +54,12 @@ func copyBatch(b *store.Batch) store.Batch {
 			c.Set(k, v)
 		case store.OpDelete:
 			c.Delete(k)
+		case store.OpSingleDelete:
+			c.SingleDelete(k)
 		case store.OpDeleteRange:
 			c.DeleteRange(k, v)
+		default:
+			panic(fmt.Sprintf("copyBatch: unknown operation kind %d", op.Kind))
 		}
 	}
 	return c
@@ -197,17 +200,4 @@ func (s *powerStore) crash() *powerStore {
 		panic(err)
 	}
 	return n
-}
-
-// waitFor polls cond until it holds, failing the test after a generous
-// deadline (a hang, not a slow machine).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
