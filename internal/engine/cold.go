@@ -12,13 +12,15 @@ import (
 // Hot and cold (Engine v2, ADR 0002 step 3, first part).
 //
 // A standard queue keeps in memory ("hot") at most about Options.ReadyWindow
-// visible messages. A send that finds the hot visible count at the window
-// makes the queue cold: from then on every immediately visible send is
+// visible messages and Options.ReadyWindowBytes of their bodies. A send that
+// finds the hot visible messages at either bound makes the queue cold: from then on every immediately visible send is
 // written to the store as before but not inserted into memory; the queue
 // only counts it (coldPart). Every message with a sequence number below
 // coldPart.from that exists is hot; a message at or above it is cold unless
-// it is in q.msgs (a delayed send, which always stays hot, or a moved copy
-// inserted by finishMoves) or is a moved copy not yet inserted
+// it is in q.msgs (a delayed send, which always stays hot, a moved copy
+// inserted by finishMoves while the window had room, an import, or a
+// message a receipt handle promoted), was dropped earlier in the same
+// operation (coldPart.gone), or is a moved copy not yet inserted
 // (coldPart.pending).
 //
 // A receive that finds fewer than half a window visible refills: it reads
@@ -167,19 +169,18 @@ func (q *queue) refillLocked(now int64) int {
 		return 0
 	}
 	e := q.eng
-	var loadedBody int64
 	var (
-		cur      *message
-		curGroup string
-		curLen   int
-		loaded   int
-		visited  int
-		next     = q.cold.from
-		stopped  bool
-		loadedN  int
-		loadedB  int64
-		restored []*message
-		groups   []string
+		cur        *message
+		curGroup   string
+		curLen     int
+		loaded     int   // messages read
+		loadedB    int64 // their content records' bytes (coldPart.bytes)
+		loadedBody int64 // their bodies' bytes (the window's bound)
+		visited    int
+		next       = q.cold.from
+		stopped    bool
+		restored   []*message
+		groups     []string
 	)
 	flush := func() {
 		if cur == nil {
@@ -188,7 +189,6 @@ func (q *queue) refillLocked(now int64) int {
 		restored = append(restored, cur)
 		groups = append(groups, curGroup)
 		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
-		loadedN++
 		loadedB += int64(curLen)
 		loaded++
 		cur = nil
@@ -239,7 +239,7 @@ func (q *queue) refillLocked(now int64) int {
 	for i, m := range restored {
 		q.restoreLocked(m, groups[i], now)
 	}
-	q.cold.n -= loadedN
+	q.cold.n -= loaded
 	q.cold.bytes -= loadedB
 	if stopped {
 		q.cold.from = next
