@@ -77,8 +77,8 @@ type Store interface {
 	// (pebble's value separation) answers it without reading them.
 	ScanLengths(start, end []byte, fn func(key []byte, valueLen int) error) error
 	// Get returns a copy of key's latest value, or ErrNotFound. The engine
-	// reads at run time only for message bodies it keeps on disk beyond
-	// its memory budget.
+	// reads at run time message bodies it keeps on disk beyond its memory
+	// budget, and single cold messages a receipt handle names.
 	Get(key []byte) ([]byte, error)
 	// Sync makes every write so far durable.
 	Sync() error

@@ -7,7 +7,10 @@
 // Nothing survives the process.
 //
 // Keys live in a hash map and are sorted only when scanned, because the
-// engine writes constantly and scans only when it opens.
+// engine writes constantly and scans rarely: when it opens, and a ready
+// window at a time for a standard queue's cold backlog. Each scan sorts the
+// matching keys, so a deep cold backlog is slow here; the server runs the
+// memory store without a ready window.
 package memstore
 
 import (
