@@ -32,6 +32,24 @@ import (
 // the rest from keys and value lengths (store.ScanLengths) without
 // reading them. FIFO queues are always fully hot.
 
+// resolveWindow returns the ready window in force (count, body bytes; 0:
+// none) for o.
+func resolveWindow(o *Options) (n int, bytes int64) {
+	switch {
+	case o.ReadyWindow == 0:
+		n = DefaultReadyWindow
+	case o.ReadyWindow > 0:
+		n = o.ReadyWindow
+	}
+	switch {
+	case o.ReadyWindowBytes == 0:
+		bytes = DefaultReadyWindowBytes
+	case o.ReadyWindowBytes > 0:
+		bytes = o.ReadyWindowBytes
+	}
+	return n, bytes
+}
+
 // coldPart is the part of a standard queue's backlog that is only in the
 // store. n and bytes count cold messages and the bytes of their content
 // records; send, refill, delete and recovery all count a message by the

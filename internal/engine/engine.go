@@ -221,18 +221,7 @@ func Open(opts Options) (*Engine, error) {
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
 	}
-	switch {
-	case opts.ReadyWindow == 0:
-		e.window = DefaultReadyWindow
-	case opts.ReadyWindow > 0:
-		e.window = opts.ReadyWindow
-	}
-	switch {
-	case opts.ReadyWindowBytes == 0:
-		e.windowB = DefaultReadyWindowBytes
-	case opts.ReadyWindowBytes > 0:
-		e.windowB = opts.ReadyWindowBytes
-	}
+	e.window, e.windowB = resolveWindow(&opts)
 	e.tasks.init()
 	start := time.Now()
 	n, err := e.recover()
