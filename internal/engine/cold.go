@@ -237,12 +237,14 @@ func (q *queue) refillLocked(now int64) int {
 				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
 			}
 			curGroup, curLen = g, len(v)
+			cur.stateRec = stateRecNone // until a state record shows up (see recover)
 		case kindState:
 			next = seq + 1
 			if cur != nil && cur.seq == seq {
 				if err := decodeState(cur, v); err != nil {
 					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
 				}
+				cur.stateRec = stateRecUnknown
 			}
 		default:
 			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])

@@ -220,6 +220,10 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
 			}
 			curGroup = g
+			// Content comes before state in key order: until a state
+			// record shows up, the store holds none for this message,
+			// so its end needs no delete for one (dropLocked).
+			cur.stateRec = stateRecNone
 		case kindState:
 			if cur == nil || cur.seq != seq {
 				audit.stateWithoutContent(k, q.name, seq)
@@ -228,6 +232,7 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 			if err := decodeState(cur, v); err != nil {
 				return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
 			}
+			cur.stateRec = stateRecUnknown // written before, how often is unknown
 		default:
 			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
 		}
