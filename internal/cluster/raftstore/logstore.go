@@ -32,7 +32,7 @@ import (
 // lagging follower needs, are read back from pebble. So memory does not
 // grow with the log.
 const (
-	entryKeyPrefix = "e"
+	entryKeyPrefix = "e" // "f" is the first key after every entry
 	hardStateKey   = "h"
 )
 
@@ -79,7 +79,8 @@ func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raf
 	}
 	l := &raftLog{db: db, hs: &pb.HardState{}, cs: &pb.ConfState{Voters: voters}, last: bootIndex,
 		maxEntries: tailMaxEntries, maxBytes: tailMaxBytes}
-	err = db.Scan([]byte(entryKeyPrefix), func(k, _ []byte) error {
+	// Key lengths only: values of separated entries are not read.
+	err = db.ScanLengths([]byte(entryKeyPrefix), []byte("f"), func(k []byte, _ int) error {
 		if len(k) != len(entryKeyPrefix)+8 {
 			return fmt.Errorf("raftstore: raft log key %x", k)
 		}

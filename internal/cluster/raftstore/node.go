@@ -14,7 +14,7 @@
 // that leadership fails all later writes: the engine above it must be torn
 // down and opened again on the next leader, exactly as after a crash.
 //
-// Reads (Get, Scan) serve this node's state store after waiting until
+// Reads (Get, Scan, ScanRange, ScanLengths) serve this node's state store after waiting until
 // every entry this node proposed has been applied or has failed
 // (read-your-writes). On a follower they may lag the leader.
 //
