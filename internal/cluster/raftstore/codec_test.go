@@ -79,6 +79,11 @@ func TestWriteRefusesBadBatch(t *testing.T) {
 	if _, err := s.Write(&store.Batch{Ops: []store.Op{{Kind: 99, Key: []byte("k")}}}, true); !errors.Is(err, store.ErrFailed) {
 		t.Fatalf("unknown kind: %v, want store.ErrFailed", err)
 	}
+	var big store.Batch
+	big.Set([]byte("big"), make([]byte, MaxEntrySize))
+	if _, err := c.nodes[0].Store().Write(&big, true); !errors.Is(err, ErrEntryTooLarge) {
+		t.Fatalf("oversized batch: %v, want ErrEntryTooLarge", err)
+	}
 	// The node is fine; a new view writes.
 	if err := writeKV(c.nodes[0].Store(), "k", "v"); err != nil {
 		t.Fatal(err)

@@ -88,7 +88,14 @@ const (
 	heartbeatTicks      = 1
 	// MaxAdvertiseSize bounds the info Advertise replicates.
 	MaxAdvertiseSize = 64 << 10
+	// MaxEntrySize bounds one encoded write batch (32 MiB): half of
+	// MaxFrameSize, so an entry always fits in a message to a peer.
+	MaxEntrySize = MaxFrameSize / 2
 )
+
+// ErrEntryTooLarge is returned (wrapped) by a Write whose encoded batch
+// exceeds MaxEntrySize; nothing is proposed.
+var ErrEntryTooLarge = errors.New("raftstore: write batch exceeds the 32 MiB entry limit")
 
 // Status is a node's view of the group.
 type Status struct {
@@ -626,6 +633,12 @@ func (n *Node) stopOnError(err error) {
 	n.leaderTerm, n.ready = 0, false
 	n.status.Role, n.status.Leader = "follower", 0
 	n.broadcastLocked()
+	// Tell Changes' reader (the cluster wiring tears its server down).
+	select {
+	case <-n.changes:
+	default:
+	}
+	n.changes <- n.status
 }
 
 // Status returns the node's latest view of the group.
@@ -639,8 +652,9 @@ func (n *Node) Status() Status {
 	return st
 }
 
-// Changes delivers the node's Status after every change of leader or role.
-// Only the latest value is kept: a slow reader sees the newest state, not
+// Changes delivers the node's Status after every change of leader or role,
+// and once more (role "follower", no leader) if the node stops on an error
+// it cannot continue past. Only the latest value is kept: a slow reader sees the newest state, not
 // every step.
 func (n *Node) Changes() <-chan Status { return n.changes }
 
@@ -687,6 +701,9 @@ func (n *Node) propose(kind byte, term uint64, encode func([]byte) ([]byte, erro
 	data, err := encode(appendHeader(nil, kind, id))
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > MaxEntrySize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrEntryTooLarge, len(data))
 	}
 	n.seq++
 	w := newWaiter()
