@@ -383,13 +383,16 @@ func (n *Node) run() {
 			n.checkRole()
 		case m := <-n.recvc:
 			n.step(m)
-			for more := true; more; {
+			// Step what else has arrived before one Ready covers it all,
+			// bounded so a busy link cannot starve ticks and proposals.
+			for more := 255; more > 0; more-- {
 				select {
 				case m := <-n.recvc:
 					n.step(m)
+					continue
 				default:
-					more = false
 				}
+				break
 			}
 			n.checkRole()
 		case <-n.propc:
@@ -412,6 +415,10 @@ func (n *Node) run() {
 // from the network, a message for another group) are dropped, as Raft
 // tolerates lost messages.
 func (n *Node) step(m *pb.Message) {
+	if m.GetTo() != n.cfg.ID {
+		n.log.Warn("raftstore: dropped a message for another node (peer lists differ?)", "to", m.GetTo(), "from", m.GetFrom())
+		return
+	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}
