@@ -44,6 +44,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/sluicemq/sluice/api v0.0.0
 	github.com/twmb/franz-go/pkg/kadm v1.19.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	go.opencensus.io v0.24.0 // indirect
@@ -71,3 +72,5 @@ require (
 
 // The examples build against the worker module in this repository.
 replace github.com/sluicemq/sluice/worker => ../worker
+
+replace github.com/sluicemq/sluice/api => ../api

@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/amqp"
@@ -276,7 +277,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
 	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest})
-	ops.Handle(admin.Prefix, adminH)
+	ops.Handle(api.Prefix, adminH)
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	ops.Handle("/ui/", s.dash)
@@ -302,7 +303,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /ready", s.ready)
-	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
+	mux.Handle(api.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
 	mux.Handle("POST /sluice/v1/failures", s.failuresRoute(adminH, guarded, budget, clk))
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)

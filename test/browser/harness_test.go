@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/dashboard"
@@ -83,7 +84,7 @@ func startBrokerWith(t *testing.T, withAlerts bool, extra map[string]http.Handle
 	}
 	dash.Attach(eng)
 	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.New(eng, admin.Options{}))
+	mux.Handle(api.Prefix, admin.New(eng, admin.Options{}))
 	mux.Handle("/ui/", dash)
 	mux.Handle("/sluice/v1/dashboard/", dash)
 	mux.Handle("/sluice/v1/advisor", dash)
@@ -212,7 +213,7 @@ func (w *worker) run(ctx context.Context, t *testing.T) {
 }
 
 func (w *worker) fail(ctx context.Context, t *testing.T, handle string) {
-	body, _ := json.Marshal(admin.FailureReport{
+	body, _ := json.Marshal(api.FailureReport{
 		QueueURL: w.b.urls[w.queue], ReceiptHandle: handle,
 		ErrorClass: "SchemaError", ErrorMessage: "order v3: field 'customer_id' is missing",
 		Trace:      "Traceback (most recent call last):\n  File \"worker.py\", line 42, in handle\n    customer = order[\"customer_id\"]\nKeyError: 'customer_id'",
