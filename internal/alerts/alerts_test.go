@@ -42,14 +42,14 @@ func newFixture(t *testing.T, mod func(*Options)) *fixture {
 		mod(&opts)
 	}
 	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	f.m = New(nil, opts, f.clk, log)
-	e, err := engine.Open(engine.Options{Store: memstore.New(), Clock: f.clk, Observer: f.m.Observer()})
+	arr := NewArrivals(opts, f.clk)
+	e, err := engine.Open(engine.Options{Store: memstore.New(), Clock: f.clk, Observer: arr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
 	f.e = e
-	f.m.Attach(e)
+	f.m = New(e, arr, opts, f.clk, log)
 	return f
 }
 
@@ -589,7 +589,7 @@ func TestArrivalsWindow(t *testing.T) {
 }
 
 func TestBackoffIsFullJitterCapped(t *testing.T) {
-	m := New(nil, DefaultOptions(), nil, nil)
+	m := New(nil, nil, DefaultOptions(), nil, nil)
 	h := newWebhook(m, 0, "http://example.invalid/")
 	for attempt := 1; attempt <= 12; attempt++ {
 		ceil := min(time.Second<<(attempt-1), time.Minute)
@@ -660,7 +660,21 @@ func TestNewPanicsOnInvalidOptions(t *testing.T) {
 			t.Fatal("New accepted invalid options")
 		}
 	}()
-	New(nil, Options{}, nil, nil)
+	New(nil, nil, Options{}, nil, nil)
+}
+
+// TestNewPanicsOnArrivalsForAnotherWindow: the Arrivals the engine feeds
+// and the Manager's growth rule must count over the same window.
+func TestNewPanicsOnArrivalsForAnotherWindow(t *testing.T) {
+	o := DefaultOptions()
+	arr := NewArrivals(o, nil)
+	o.DLQGrowthWindow *= 2
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New accepted Arrivals made for another window")
+		}
+	}()
+	New(nil, arr, o, nil, nil)
 }
 
 // A page about a poison wave clears as soon as the operator empties the
@@ -713,8 +727,7 @@ func TestFiringAlertSurvivesRestart(t *testing.T) {
 	// A new manager over the same engine, as after a broker restart.
 	opts := DefaultOptions()
 	opts.Webhooks = []string{wh.srv.URL}
-	f.m = New(nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
-	f.m.Attach(f.e)
+	f.m = New(f.e, nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
 	f.run()
 	eventually(t, "the first evaluation after the restart", func() bool {
 		s := f.state("dlq", RuleDLQGrowth, SeverityPage)

@@ -117,16 +117,15 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		opts.Build = buildinfo.Read("", "", "")
 		s.opts.Build = opts.Build
 	}
+	// Construction follows the dependencies: the engine's observers
+	// (metrics, the alerts' dead-letter arrivals, the dashboard's
+	// recorder) need no engine and are made first, since the engine
+	// reports to them from Open on; the store reports its syncs to
+	// metrics; then the engine; then what reads it (below).
 	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithBuildInfo(opts.Build), metrics.WithMaxQueueSeries(opts.MetricsMaxQueueSeries))
-	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
-	// The overview's DLQ growth column counts over the same window as the
-	// dlq_growth alert shown in its banner, so the two agree.
-	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
-	if w := opts.Alerts.options().DLQGrowthWindow; w > 0 {
-		dopts.GrowthWindow = w
-		dopts.History = max(w, 15*time.Minute)
-	}
-	s.dash = dashboard.New(nil, dopts)
+	alertOpts := opts.Alerts.options()
+	arrivals := alerts.NewArrivals(alertOpts, clk)
+	dashRec := dashboard.NewRecorder(clk)
 	switch opts.Store {
 	case "memory":
 		s.st = memstore.New()
@@ -157,7 +156,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Store:            s.st,
 		Clock:            clk,
 		Logger:           log.With("component", "engine"),
-		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
+		Observer:         metrics.Multi(s.metrics, arrivals, dashRec),
 		DeadLetterRouter: topo,
 		BodyMemoryBudget: opts.BodyMemoryBudget,
 		MaxQueues:        opts.MaxQueues,
@@ -171,9 +170,16 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.eng = eng
 	closers = append(closers, func() { _ = eng.Close() })
-	s.metrics.Attach(eng)
-	s.alerts.Attach(eng)
-	s.dash.Attach(eng)
+	s.metrics.Registry().MustRegister(s.metrics.QueueCollector(eng))
+	s.alerts = alerts.New(eng, arrivals, alertOpts, clk, log.With("component", "alerts"))
+	// The overview's DLQ growth column counts over the same window as the
+	// dlq_growth alert shown in its banner, so the two agree.
+	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
+	if w := alertOpts.DLQGrowthWindow; w > 0 {
+		dopts.GrowthWindow = w
+		dopts.History = max(w, 15*time.Minute)
+	}
+	s.dash = dashboard.New(eng, dashRec, dopts)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
 	if opts.Store != "memory" {
 		s.metrics.Registry().MustRegister(newDiskCollector(s))
