@@ -1,7 +1,6 @@
 package alerts
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // fixture is a real engine over memstore, on a fake clock, with a Manager
@@ -28,7 +28,7 @@ type fixture struct {
 	clk  *clock.Fake
 	e    *engine.Engine
 	m    *Manager
-	logs *syncBuffer
+	logs *testlog.Buffer
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -36,7 +36,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, mod func(*Options)) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), logs: &syncBuffer{}}
+	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), logs: &testlog.Buffer{}}
 	opts := DefaultOptions()
 	if mod != nil {
 		mod(&opts)
@@ -220,23 +220,6 @@ func (h *hook) count() (requests, delivered int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.requests, len(h.got)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestPoisonWaveFiresGrowthThenResolves(t *testing.T) {
