@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,6 +71,22 @@ func TestParseMachineStat(t *testing.T) {
 	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n"} {
 		if _, err := parseMachineStat([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestCPUUseJSON: both results inline CPUUse's fields last, under the names
+// and in the order the two result types wrote out before they shared it.
+func TestCPUUseJSON(t *testing.T) {
+	u := CPUUse{ServerCPU: 1, ServerCPUPer100k: 2, ClientCPU: 3, ClientCPUPer100k: 4, MachineCPU: 5, OtherCPU: 6}
+	const tail = `"server_cpu_ns":1,"server_cpu_s_per_100k":2,"client_cpu_ns":3,"client_cpu_s_per_100k":4,"machine_cpu_ns":5,"other_cpu_ns":6}`
+	for _, v := range []any{SQSResult{CPUUse: u}, AMQPResult{CPUUse: u}} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(string(b), tail) {
+			t.Errorf("%T: %s\ndoes not end with %s", v, b, tail)
 		}
 	}
 }
