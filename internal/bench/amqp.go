@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -149,14 +148,8 @@ func RunAMQP(ctx context.Context, o AMQPOptions, out io.Writer) (AMQPResult, err
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return res, err
 	}
-	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if werr := enc.Encode(res); werr != nil {
-			return res, werr
-		}
-	} else {
-		res.WriteTable(out)
+	if werr := writeResult(out, o.JSON, &res); werr != nil {
+		return res, werr
 	}
 	return res, err
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -87,6 +88,24 @@ func TestCPUUseJSON(t *testing.T) {
 		}
 		if !strings.HasSuffix(string(b), tail) {
 			t.Errorf("%T: %s\ndoes not end with %s", v, b, tail)
+		}
+	}
+}
+
+// TestWriteResult: --json writes the result as indented JSON that reads
+// back; otherwise the table.
+func TestWriteResult(t *testing.T) {
+	for _, res := range []interface{ WriteTable(io.Writer) }{&SQSResult{Sent: 3}, &AMQPResult{Published: 3}} {
+		var js, table strings.Builder
+		if err := writeResult(&js, true, res); err != nil {
+			t.Fatal(err)
+		}
+		var back map[string]any
+		if err := json.Unmarshal([]byte(js.String()), &back); err != nil || !strings.Contains(js.String(), "\n  \"") {
+			t.Errorf("%T: not indented JSON (%v):\n%s", res, err, js.String())
+		}
+		if err := writeResult(&table, false, res); err != nil || strings.HasPrefix(table.String(), "{") || table.Len() == 0 {
+			t.Errorf("%T: table %q, %v", res, table.String(), err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -22,6 +23,18 @@ func printLatencies(w io.Writer, ls ...namedLatency) {
 		fmt.Fprintf(w, "  %-12s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n", l.name,
 			fmtDur(l.s.P50), fmtDur(l.s.P90), fmtDur(l.s.P99), fmtDur(l.s.P999), fmtDur(l.s.Max), fmtDur(l.s.Mean))
 	}
+}
+
+// writeResult writes a run's result to out: indented JSON, or the
+// human-readable table.
+func writeResult(out io.Writer, asJSON bool, res interface{ WriteTable(io.Writer) }) error {
+	if !asJSON {
+		res.WriteTable(out)
+		return nil
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
 }
 
 // printCPU prints the CPU lines of a report (zero values are not printed).

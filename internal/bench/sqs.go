@@ -97,14 +97,8 @@ func RunSQS(ctx context.Context, o SQSOptions, out io.Writer) (SQSResult, error)
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return res, err
 	}
-	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if werr := enc.Encode(res); werr != nil {
-			return res, werr
-		}
-	} else {
-		res.WriteTable(out)
+	if werr := writeResult(out, o.JSON, &res); werr != nil {
+		return res, werr
 	}
 	return res, err
 }
