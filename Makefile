@@ -30,8 +30,9 @@ build: ## build ./bin/sluice, stamped with version, commit and date
 run: ## run the broker on its embedded default store (./sluice-data)
 	$(GO) run ./cmd/sluice server
 
-test: ## run the whole test suite (what CI runs), every module
+test: ## run the whole test suite (what CI runs), every module; the engine suite once more on pebble
 	@for m in $(MODULES); do echo "== go test $$m"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || exit 1; done
+	@echo "== go test ./internal/engine/ on the pebble store"; SLUICE_ENGINE_STORE=pebble $(GO) test -count=1 -timeout 10m ./internal/engine/
 
 test-race: ## the test suite under the race detector, every module
 	@for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -count=1 -race -timeout 45m ./...) || exit 1; done

@@ -177,13 +177,13 @@ func parseExpiration(s string) (time.Duration, bool) {
 // route delivers publishes (in order) to every queue each reaches (each
 // queue at most once per message), returns a mandatory message that
 // reaches none, and in confirm mode confirms each once every queue has it
-// durably (engine.Send returned), strictly in publish order. Messages for
-// the same queue go to the engine in one Send, so a burst of publishes
-// shares one fsync. A queue at its limit with reject-publish overflow, a
-// nearly full disk or a failed store refuses a publish: in confirm mode it
-// earns a basic.nack; otherwise it is counted (Server.RefusedPublishes) and
-// logged, and refused reports how many publishes were, so that tx.commit
-// can fail.
+// durably (engine.Send or SendMany returned), strictly in publish order.
+// Messages for the same queue go to the engine together, and a burst
+// routed to several queues goes as one SendMany: one batch, one fsync. A
+// queue at its limit with reject-publish overflow, a nearly full disk or a
+// failed store refuses a publish: in confirm mode it earns a basic.nack;
+// otherwise it is counted (Server.RefusedPublishes) and logged, and refused
+// reports how many publishes were, so that tx.commit can fail.
 func (ch *channel) route(cmds ...*command) (refused int, err error) {
 	c, s := ch.c, ch.c.s
 	type pending struct {
@@ -262,9 +262,30 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 			sl.idx = append(sl.idx, i)
 		}
 	}
-	for _, name := range order {
+	// One queue: Send. Several (a fan-out, CC/BCC, a burst to many
+	// queues): one SendMany, so the publish is one batch and one fsync,
+	// and a crash keeps it in every queue or in none.
+	var many []engine.QueueSendResult
+	var manyErr error
+	if len(order) > 1 {
+		sends := make([]engine.QueueSend, len(order))
+		for k, name := range order {
+			sends[k] = engine.QueueSend{Queue: name, Msgs: byQueue[name].msgs}
+		}
+		many, manyErr = s.eng.SendMany(sends)
+	}
+	for k, name := range order {
 		sl := byQueue[name]
-		res, err := s.eng.Send(name, sl.msgs)
+		var res []engine.SendResult
+		var err error
+		switch {
+		case len(order) == 1:
+			res, err = s.eng.Send(name, sl.msgs)
+		case manyErr != nil:
+			err = manyErr
+		default:
+			res, err = many[k].Results, many[k].Err
+		}
 		if err == nil {
 			c.noteRouted(sl.q) // flow control: over its high-water mark, the reader pauses
 		}

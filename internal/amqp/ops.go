@@ -426,26 +426,27 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	if q.exclusive {
 		q.owner = c
 	}
-	// The record goes first: after a crash a non-durable queue's record
-	// is what lets the next start delete its engine queue.
-	if err := s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), queueRecord(q, false)}}); err != nil {
-		return "", 0, 0, err
-	}
+	// The engine queue and its topology record are one batch, one fsync:
+	// after a crash both exist or neither does (a non-durable queue's
+	// record is what lets the next start delete its engine queue).
 	cfg := engineConfig(st, s.opts.ConsumerTimeout)
-	if _, _, err := s.eng.CreateQueue(q.engine, cfg, nil); errors.Is(err, engine.ErrQueueDeletedRecently) {
+	rec := engine.MetaRecord{Namespace: metaQueues, Key: metaKey(vh, name), Value: queueRecord(q, false)}
+	_, created, err := s.eng.CreateQueueWithMeta(q.engine, cfg, nil, []engine.MetaRecord{rec})
+	switch {
+	case errors.Is(err, engine.ErrQueueDeletedRecently):
 		// Only an SQS delete gets here (AMQP deletes drop the name at once).
-		if err := s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}}); err != nil {
-			return "", 0, 0, storageError(err)
-		}
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
-	} else if errors.Is(err, engine.ErrTooManyQueues) {
-		if err := s.applyMeta([]metaOp{{metaQueues, metaKey(vh, name), nil}}); err != nil {
-			return "", 0, 0, storageError(err)
-		}
+	case errors.Is(err, engine.ErrTooManyQueues):
 		// RabbitMQ's words for its max-queues limit.
 		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())
-	} else if err != nil {
+	case err != nil:
 		return "", 0, 0, storageError(err)
+	case !created:
+		// An SQS client created the engine queue since the lookup
+		// above: record the AMQP side on its own.
+		if err := s.applyMeta([]metaOp{{rec.Namespace, rec.Key, rec.Value}}); err != nil {
+			return "", 0, 0, err
+		}
 	}
 	t.mu.Lock()
 	t.vhosts[vh].queues[name] = q

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 )
 
 // The Engine's public methods. Every method is safe for concurrent use.
@@ -18,7 +19,22 @@ import (
 // NameReuseDelay of a delete of the same name, and with a *ConfigError for
 // out-of-range settings.
 func (e *Engine) CreateQueue(name string, cfg QueueConfig, tags map[string]string) (info QueueInfo, created bool, err error) {
-	return e.createQueue(name, cfg, tags)
+	return e.createQueue(name, cfg, tags, nil)
+}
+
+// CreateQueueWithMeta is CreateQueue that also stores front-end metadata
+// records (PutMeta's) in the same batch as the queue's own record, with
+// one fsync: after a crash both exist or neither does (an AMQP
+// queue.declare and its topology record). The records are written only
+// when the queue is created; with created=false nothing is written and
+// the caller decides what to record.
+func (e *Engine) CreateQueueWithMeta(name string, cfg QueueConfig, tags map[string]string, meta []MetaRecord) (info QueueInfo, created bool, err error) {
+	for _, m := range meta {
+		if m.Namespace == "" || strings.IndexByte(m.Namespace, 0) >= 0 {
+			return QueueInfo{}, false, errMetaName
+		}
+	}
+	return e.createQueue(name, cfg, tags, meta)
 }
 
 // GetQueue returns a snapshot of the queue's settings and counters.

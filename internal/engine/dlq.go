@@ -91,7 +91,7 @@ func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, 
 			}
 		}
 		out.VisibleAt = fromNanos(m.visibleAt)
-		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		q.writeStateLocked(m, &b)
 	}
 	out.Target = strings.Join(targets, ",")
 	if err := e.commitUnlock(q, &b); err != nil {

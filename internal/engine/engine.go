@@ -691,7 +691,7 @@ func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) 
 	return nil
 }
 
-func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]string) (QueueInfo, bool, error) {
+func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]string, meta []MetaRecord) (QueueInfo, bool, error) {
 	if name == "" || len(name) > 255 {
 		return QueueInfo{}, false, &ConfigError{Setting: "QueueName", Reason: "must be 1 to 255 bytes"}
 	}
@@ -730,6 +730,9 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	var b store.Batch
 	b.Set(queueKey(name), encodeQueue(rec))
 	b.Set([]byte{prefixNextID}, binary.BigEndian.AppendUint32(nil, rec.ID+1))
+	for _, m := range meta {
+		b.Set(metaKey(m.Namespace, m.Key), m.Value)
+	}
 	p, err := e.write(&b, true)
 	if err == nil {
 		err = e.wait(p)
@@ -951,7 +954,7 @@ func (e *Engine) releaseInFlight(name string) (int, error) {
 		m.visibleAt = now
 		m.parked = true
 		q.setStateLocked(m, stateVisible)
-		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		q.writeStateLocked(m, &b)
 		n++
 	}
 	return n, e.commitUnlock(q, &b)

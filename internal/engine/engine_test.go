@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/memstore"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 type fixture struct {
@@ -17,13 +20,44 @@ type fixture struct {
 	st  store.Store
 	clk *clock.Fake
 	e   *Engine
+	// noCheck skips the consistency check when the test ends (see
+	// invariant_test.go): for tests that break the store on purpose.
+	noCheck bool
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{t: t, st: memstore.New(), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	f := &fixture{t: t, st: newTestStore(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	f.open()
 	return f
+}
+
+// envStore names the store the engine suite runs on: "memory" (the
+// default) or "pebble" (`make test` runs the package once with each).
+const envStore = "SLUICE_ENGINE_STORE"
+
+// newTestStore opens the store the suite runs on, closed when the test
+// ends.
+func newTestStore(t *testing.T) store.Store {
+	t.Helper()
+	switch v := os.Getenv(envStore); v {
+	case "", "memory":
+		return memstore.New()
+	case "pebble":
+		st, err := pebblestore.Open(t.TempDir(), pebblestore.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("open pebble store: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := st.Close(); err != nil {
+				t.Errorf("close pebble store: %v", err)
+			}
+		})
+		return st
+	default:
+		t.Fatalf("%s=%q: want memory or pebble", envStore, v)
+		return nil
+	}
 }
 
 func (f *fixture) open() {
@@ -34,6 +68,13 @@ func (f *fixture) open() {
 	}
 	f.e = e
 	f.t.Cleanup(func() { e.Close() })
+	// Runs before the Close above (cleanups run last-in first-out), and
+	// only for the engine that is current when the test ends.
+	f.t.Cleanup(func() {
+		if f.e == e {
+			f.checkReopen()
+		}
+	})
 }
 
 // restart simulates a process restart: a new engine over the same store.
@@ -488,6 +529,10 @@ func TestMessageSizeLimit(t *testing.T) {
 }
 
 func TestStorageFailureStopsWrites(t *testing.T) {
+	// Failing on demand is a memory-store facility: this test runs on it
+	// whichever store the suite runs on (the pebble store's fail-stop
+	// has its own tests in pebblestore and the fault harness).
+	t.Setenv(envStore, "memory")
 	f := newFixture(t)
 	f.create("q", nil)
 	f.st.(*memstore.Store).Fail(errors.New("EIO"))

@@ -180,6 +180,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	// from memory.
 	rec, bodyAt := encodeContentBodyAt(m)
 	b.Set(messageKey(q.id, seq, kindContent), rec)
+	m.stateRec = stateRecNone // a fresh sequence number: no state record yet
 	if in.BodyBorrowed {
 		m.body = ownBody(rec, bodyAt, in.Body)
 	}
@@ -377,7 +378,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		m.leaseAt = now
 		m.visibleAt = now + int64(vis)
 		q.setStateLocked(m, stateInFlight)
-		b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+		q.writeStateLocked(m, b)
 		d, err := q.deliveryLocked(m)
 		if err != nil {
 			return // the engine has failed; the lease runs out
@@ -589,7 +590,7 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 			} else {
 				q.setStateLocked(m, stateInFlight)
 			}
-			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+			q.writeStateLocked(m, &b)
 		}
 	}
 	if err := e.commitUnlock(q, &b); err != nil {

@@ -23,6 +23,13 @@ func metaKey(ns, key string) []byte {
 	return append(k, key...)
 }
 
+// MetaRecord is one front-end metadata record: Value stored under
+// (Namespace, Key), as PutMeta stores it.
+type MetaRecord struct {
+	Namespace, Key string
+	Value          []byte
+}
+
 // PutMeta durably stores value under (namespace, key), replacing any
 // previous value. It returns once the write is synced.
 func (e *Engine) PutMeta(namespace, key string, value []byte) error {

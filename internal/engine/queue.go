@@ -44,7 +44,11 @@ type message struct {
 	// (Message.BodyMD5), returned with every delivery.
 	hasMD5  bool
 	bodyMD5 [16]byte
-	ext     *messageExt // failure context and history; nil for most messages
+	// stateRec is what this process knows of the message's state record
+	// (stateRecUnknown for messages it did not create), so that the end
+	// of its life deletes it as cheaply as is safe (dropLocked).
+	stateRec uint8
+	ext      *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // slot in queue.expiry's in-order slice, -1 when absent
@@ -522,12 +526,47 @@ func (q *queue) addLocked(m *message) {
 	}
 }
 
+// What the engine knows of a message's state record (message.stateRec).
+const (
+	stateRecUnknown uint8 = iota // recovered, loaded or copied: it may exist and have been set many times
+	stateRecNone                 // created by this process and never received: there is none
+	stateRecOnce                 // set exactly once since the message was created
+	stateRecMany                 // set more than once
+)
+
+// writeStateLocked writes m's state record (receive count, lease, failure
+// context) in b and notes that it did.
+func (q *queue) writeStateLocked(m *message, b *store.Batch) {
+	b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+	switch m.stateRec {
+	case stateRecNone:
+		m.stateRec = stateRecOnce
+	case stateRecOnce:
+		m.stateRec = stateRecMany
+	}
+}
+
 // dropLocked removes m from memory and deletes its records in b: the end
 // of a message's life (delete, expiry, purge, or a move elsewhere).
+//
+// A content record is written once per sequence number (sequence numbers
+// are never reused; the one rewrite, of a moved copy whose target was
+// purged, follows the purge's range delete), so it is single-deleted:
+// pebble drops the record and its delete together when they meet, and a
+// message consumed before its memtable is flushed leaves nothing on disk.
+// The state record is single-deleted when this process wrote it exactly
+// once, not deleted at all when it never wrote one for a message it
+// created, and deleted otherwise.
 func (q *queue) dropLocked(m *message, b *store.Batch) {
 	q.removeLocked(m)
-	b.Delete(messageKey(q.id, m.seq, kindContent))
-	b.Delete(messageKey(q.id, m.seq, kindState))
+	b.SingleDelete(messageKey(q.id, m.seq, kindContent))
+	switch m.stateRec {
+	case stateRecNone:
+	case stateRecOnce:
+		b.SingleDelete(messageKey(q.id, m.seq, kindState))
+	default:
+		b.Delete(messageKey(q.id, m.seq, kindState))
+	}
 }
 
 // removeLocked takes a message out of memory entirely.

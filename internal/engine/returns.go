@@ -177,7 +177,7 @@ func (e *Engine) returnLeases(name string, handles []string, kind returnKind) ([
 			q.expireLocked(m, now, &b)
 		default:
 			q.placeReturnedLocked(m, kind, now)
-			b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+			q.writeStateLocked(m, &b)
 		}
 	}
 	q.enforceLimitsLocked(now, &b)
@@ -298,7 +298,7 @@ func (q *queue) leaseEndedLocked(m *message, now int64, b *store.Batch) bool {
 		q.eng.quarantineLocked(q, m, now, b)
 		return true
 	}
-	b.Set(messageKey(q.id, m.seq, kindState), encodeState(m))
+	q.writeStateLocked(m, b)
 	return false
 }
 

@@ -34,12 +34,21 @@ func TestRedriveWaitsForRoomInDestination(t *testing.T) {
 			if got := bodies(f.recv("small", 1, time.Minute)); got[0] != "resident" {
 				t.Fatalf("the destination's own message was pushed out: %v", got)
 			}
-			// A consumer makes room; the task moves on, one at a time.
+			// A consumer makes room; the task moves on as it does. The
+			// consumer keeps consuming while the clock steps: a moved
+			// copy becomes receivable only once its batch is durable,
+			// which on a real disk is after the task says it moved it.
 			for moved := 2; moved <= 5; moved++ {
-				for _, d := range f.recv("small", 10, time.Minute) {
-					f.del("small", d.ReceiptHandle)
-				}
-				f.stepUntil("the next move", 10*time.Millisecond, func() bool { c, _ := f.e.GetMoveTask(tk.ID); return c.Moved >= moved })
+				f.stepUntil("the next move", 10*time.Millisecond, func() bool {
+					for _, d := range f.recv("small", 10, time.Minute) {
+						f.del("small", d.ReceiptHandle)
+					}
+					if info, _ := f.e.GetQueue("small"); info.Visible > 2 {
+						t.Fatalf("destination past its limit: %+v", info)
+					}
+					c, _ := f.e.GetMoveTask(tk.ID)
+					return c.Moved >= moved
+				})
 			}
 			f.stepUntil("completion", 10*time.Millisecond, func() bool { c, _ := f.e.GetMoveTask(tk.ID); return c.Status == TaskCompleted })
 		})

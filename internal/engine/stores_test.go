@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -55,8 +56,12 @@ func copyBatch(b *store.Batch) store.Batch {
 			c.Set(k, v)
 		case store.OpDelete:
 			c.Delete(k)
+		case store.OpSingleDelete:
+			c.SingleDelete(k)
 		case store.OpDeleteRange:
 			c.DeleteRange(k, v)
+		default:
+			panic(fmt.Sprintf("copyBatch: unknown operation kind %d", op.Kind))
 		}
 	}
 	return c

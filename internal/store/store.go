@@ -83,6 +83,13 @@ const (
 	OpSet         OpKind = 1 // set Key to Value
 	OpDelete      OpKind = 2 // delete Key
 	OpDeleteRange OpKind = 3 // delete every key in [Key, Value)
+	// OpSingleDelete deletes Key, which must have been set at most once
+	// since it was last deleted (by any delete) or created. The store
+	// may then drop the set and the delete together when they meet
+	// (pebble's SingleDelete), so a write-once record costs no lasting
+	// tombstone. Using it on a key set more than once is a caller bug
+	// whose outcome is undefined: an older value may reappear.
+	OpSingleDelete OpKind = 4
 )
 
 // Op is one operation of a batch.
@@ -109,6 +116,13 @@ func (b *Batch) Set(key, value []byte) {
 // Delete appends a delete of key.
 func (b *Batch) Delete(key []byte) {
 	b.Ops = append(b.Ops, Op{Kind: OpDelete, Key: key})
+	b.size += len(key)
+}
+
+// SingleDelete appends a delete of key under OpSingleDelete's contract:
+// key was set at most once since it was last deleted.
+func (b *Batch) SingleDelete(key []byte) {
+	b.Ops = append(b.Ops, Op{Kind: OpSingleDelete, Key: key})
 	b.size += len(key)
 }
 

@@ -50,7 +50,7 @@ func (s *Store) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	}
 	for _, op := range b.Ops {
 		switch op.Kind {
-		case store.OpSet, store.OpDelete, store.OpDeleteRange:
+		case store.OpSet, store.OpDelete, store.OpSingleDelete, store.OpDeleteRange:
 		default:
 			s.failed = fmt.Errorf("%w: memstore: unknown operation kind %d", store.ErrFailed, op.Kind)
 			return nil, s.failed
@@ -60,7 +60,7 @@ func (s *Store) Write(b *store.Batch, durable bool) (store.Pending, error) {
 		switch op.Kind {
 		case store.OpSet:
 			s.data[string(op.Key)] = append([]byte{}, op.Value...)
-		case store.OpDelete:
+		case store.OpDelete, store.OpSingleDelete:
 			delete(s.data, string(op.Key))
 		case store.OpDeleteRange:
 			if bytes.Compare(op.Key, op.Value) >= 0 {

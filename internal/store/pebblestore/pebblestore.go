@@ -320,6 +320,11 @@ func fill(pb *pebble.Batch, b *store.Batch) error {
 				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
 			}
 			err = pb.Delete(op.Key, nil)
+		case store.OpSingleDelete:
+			if reserved(op.Key) {
+				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
+			}
+			err = pb.SingleDelete(op.Key, nil)
 		case store.OpDeleteRange:
 			err = deleteRange(pb, op.Key, op.Value)
 		default:

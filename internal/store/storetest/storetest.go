@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Overwrite", testOverwrite},
 		{"Delete", testDelete},
 		{"DeleteRange", testDeleteRange},
+		{"SingleDelete", testSingleDelete},
 		{"OpsOrderWithinBatch", testOpsOrderWithinBatch},
 		{"PrefixBoundaries", testPrefixBoundaries},
 		{"ScanStops", testScanStops},
@@ -197,6 +198,36 @@ func testDelete(t *testing.T, s store.Store) {
 	expect(t, s, nil, "b=2")
 	set(t, s, "a", "3")
 	expect(t, s, nil, "a=3", "b=2")
+}
+
+// testSingleDelete: a key set once and single-deleted is gone, in the same
+// batch or a later one; a key deleted (point or range) and set again may
+// be single-deleted; a single delete of a missing key is harmless.
+func testSingleDelete(t *testing.T, s store.Store) {
+	set(t, s, "a", "1", "b", "2", "c", "3")
+	var b store.Batch
+	b.SingleDelete([]byte("a"))
+	b.SingleDelete([]byte("missing"))
+	write(t, s, &b, true)
+	expect(t, s, nil, "b=2", "c=3")
+
+	b.Reset()
+	b.Set([]byte("d"), []byte("4"))
+	b.SingleDelete([]byte("d"))
+	write(t, s, &b, true)
+	expect(t, s, nil, "b=2", "c=3")
+
+	// Set, delete, set again: one set since the last delete.
+	b.Reset()
+	b.Delete([]byte("b"))
+	b.DeleteRange([]byte("c"), []byte("d"))
+	write(t, s, &b, false)
+	set(t, s, "b", "5", "c", "6")
+	b.Reset()
+	b.SingleDelete([]byte("b"))
+	b.SingleDelete([]byte("c"))
+	write(t, s, &b, true)
+	expect(t, s, nil)
 }
 
 func testDeleteRange(t *testing.T, s store.Store) {
@@ -581,7 +612,7 @@ func (m *model) apply(b *store.Batch) {
 		switch op.Kind {
 		case store.OpSet:
 			m.m[string(op.Key)] = string(op.Value)
-		case store.OpDelete:
+		case store.OpDelete, store.OpSingleDelete:
 			delete(m.m, string(op.Key))
 		case store.OpDeleteRange:
 			for k := range m.m {
