@@ -69,10 +69,6 @@ var allowed = map[string][]string{
 	// Test support: starts real brokers through server, as cmd does;
 	// imported only by _test.go files.
 	"internal/brokertest": {"internal/server"},
-	// Test support: a log sink safe for concurrent writes. No entry lists
-	// it, so only _test.go files (which this table does not check) may
-	// import it.
-	"internal/testlog": {},
 
 	// The engine and storage.
 	"internal/engine":            {"internal/clock", "internal/store"},
@@ -83,6 +79,11 @@ var allowed = map[string][]string{
 	"internal/clock":             {},
 	"internal/buildinfo":         {},
 	"internal/lint":              {},
+
+	// Test support: a log sink safe for concurrent writes. No entry lists
+	// it, so only _test.go files (which this table does not check) may
+	// import it.
+	"internal/testlog": {},
 
 	// Test-only packages: all their code is in _test.go files.
 	"test/browser":  {},
