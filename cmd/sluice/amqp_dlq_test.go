@@ -14,6 +14,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/api"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -120,7 +121,7 @@ func TestAMQPDeadLetterQueueIsADLQ(t *testing.T) {
 	must(ch.Cancel("poison", false))
 
 	// dlq list names jobs-dlq with its source.
-	waitFor(t, "jobs-dlq in dlq list with 3 messages", func() bool {
+	poll.CheckFor(t, 10*time.Second, poll.True("jobs-dlq in dlq list with 3 messages", func() bool {
 		out, _, code := runAt(t, s, "dlq", "list", "--json")
 		var l api.QueueList
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
@@ -128,7 +129,7 @@ func TestAMQPDeadLetterQueueIsADLQ(t *testing.T) {
 		}
 		return len(l.Queues) == 1 && l.Queues[0].Name == "jobs-dlq" && l.Queues[0].Visible == 3 &&
 			strings.Join(l.Queues[0].Sources, ",") == "jobs"
-	})
+	}))
 	base := "http://" + s.SQSAddr()
 	if m := getBody(t, base+"/metrics"); !strings.Contains(m, `sluice_queue_is_dlq{queue="jobs-dlq"} 1`) {
 		t.Fatal("sluice_queue_is_dlq is not 1 for jobs-dlq")
@@ -183,18 +184,6 @@ func TestAMQPDeadLetterQueueIsADLQ(t *testing.T) {
 	}
 	if !got[`{"job":0}`] || !got[`{"job":2}`] {
 		t.Fatalf("redriven bodies %v", got)
-	}
-}
-
-// waitFor polls cond until it holds, failing after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -254,10 +243,10 @@ func TestAMQPRedriveSafetyStop(t *testing.T) {
 			d.Nack(false, false)
 		}
 	}()
-	waitFor(t, "10 dead letters", func() bool {
+	poll.CheckFor(t, 10*time.Second, poll.True("10 dead letters", func() bool {
 		info, err := s.Engine().GetQueue("jobs-dlq")
 		return err == nil && info.Visible == 10
-	})
+	}))
 	out, errs, code := runAt(t, s, "dlq", "redrive", "jobs-dlq", "--rate", "20", "--safety-threshold", "2", "--wait")
 	if code != 1 || !strings.Contains(errs, "ended PAUSED") || !strings.Contains(errs, "sluice dlq resume ") {
 		t.Fatalf("redrive into a rejecting consumer: exit %d\n%s\n%s", code, out, errs)

@@ -67,6 +67,15 @@ destination = "jobs-dlq"
 // dir and returns it with a stop function.
 func startConfigured(t *testing.T, dir, config string) (*server.Server, func()) {
 	t.Helper()
+	b := brokertest.Start(t, configured(t, dir, config), nil)
+	// Run's error, if any, fails the test in brokertest's cleanup.
+	return b.Server, func() { _ = b.Stop() }
+}
+
+// configured is the broker options of config (TOML, may be "") with the
+// data directory in dir.
+func configured(t *testing.T, dir, config string) server.Options {
+	t.Helper()
 	o := server.DefaultOptions()
 	if config != "" {
 		path := filepath.Join(dir, "sluice.toml")
@@ -78,9 +87,7 @@ func startConfigured(t *testing.T, dir, config string) (*server.Server, func()) 
 		}
 	}
 	o.DataDir = filepath.Join(dir, "data")
-	b := brokertest.Start(t, o, nil)
-	// Run's error, if any, fails the test in brokertest's cleanup.
-	return b.Server, func() { _ = b.Stop() }
+	return o
 }
 
 func sqsClient(addr string) *sqs.Client {
@@ -92,8 +99,7 @@ func sqsClient(addr string) *sqs.Client {
 // start, with their dead-letter, redrive and retry policies, and a restart
 // with the same config applies them again without error.
 func TestConfigDeclarations(t *testing.T) {
-	dir := t.TempDir()
-	s, stop := startConfigured(t, dir, declaredConfig)
+	b := brokertest.Start(t, configured(t, t.TempDir(), declaredConfig), nil)
 	check := func(s *server.Server) {
 		t.Helper()
 		ctx := context.Background()
@@ -121,11 +127,9 @@ func TestConfigDeclarations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check(s)
-	stop()
-	s, stop = startConfigured(t, dir, declaredConfig)
-	check(s)
-	stop()
+	check(b.Server)
+	b.Restart()
+	check(b.Server)
 }
 
 // A broken declaration stops the start with a message naming it.

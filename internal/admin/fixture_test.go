@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/api"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -167,18 +168,13 @@ func (f *fixture) wantError(method, path string, body any, status int, code stri
 	return e
 }
 
-// stepUntil advances the fake clock until cond holds, giving goroutines
-// parked on the clock a moment between steps.
+// stepUntil advances the fake clock until cond holds. Before each step it
+// waits until cond holds or the engine's scheduler and the move task are
+// parked on the clock (poll.AdvanceUntil), so each step finds the task
+// done with the last one. cond may be called more than once per step.
 func (f *fixture) stepUntil(what string, step time.Duration, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-		f.clk.Advance(step)
-		time.Sleep(time.Millisecond)
-	}
+	poll.AdvanceUntil(f.t, f.clk, step, 2, what, cond)
 }
 
 func (f *fixture) task(id string) api.Task {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -107,18 +108,6 @@ func (f *fixture) stepUntil(what string, step time.Duration, cond func() bool) t
 		time.Sleep(100 * time.Microsecond) // let webhook senders and the engine's timers run
 	}
 	return f.clk.Now().Sub(start)
-}
-
-// eventually polls cond in real time, without moving the clock.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func (f *fixture) create(name string, mod func(*engine.QueueConfig)) {
@@ -410,7 +399,7 @@ func TestWebhookRetriedUntilDelivered(t *testing.T) {
 	if n := strings.Count(f.logs.String(), "will retry"); n != 3 {
 		t.Fatalf("%d retries logged, want 3", n)
 	}
-	eventually(t, "the delivered counter", func() bool { return notifications(t, reg, "delivered") == 1 })
+	poll.CheckFor(t, 10*time.Second, poll.True("the delivered counter", func() bool { return notifications(t, reg, "delivered") == 1 }))
 }
 
 func notifications(t *testing.T, reg *prometheus.Registry, result string) float64 {
@@ -494,8 +483,8 @@ func TestShutdownDrainsQueuedNotifications(t *testing.T) {
 	// never ends.
 	f.poison(1)
 	f.run()
-	eventually(t, "the first failed attempt", func() bool { r, _ := wh.count(); return r >= 1 })
-	eventually(t, "the healthy hook's POST", func() bool { return len(ok.received()) == 1 })
+	poll.CheckFor(t, 10*time.Second, poll.True("the first failed attempt", func() bool { r, _ := wh.count(); return r >= 1 }))
+	poll.CheckFor(t, 10*time.Second, poll.True("the healthy hook's POST", func() bool { return len(ok.received()) == 1 }))
 	f.stop()
 	// The failing hook gets one last attempt at shutdown, then the
 	// notification is dropped and logged.
@@ -712,10 +701,10 @@ func TestFiringAlertSurvivesRestart(t *testing.T) {
 	opts.Webhooks = []string{wh.srv.URL}
 	f.m = New(f.e, nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
 	f.run()
-	eventually(t, "the first evaluation after the restart", func() bool {
+	poll.CheckFor(t, 10*time.Second, poll.True("the first evaluation after the restart", func() bool {
 		s := f.state("dlq", RuleDLQGrowth, SeverityPage)
 		return s.Status == StatusFiring && s.Value == 11
-	})
+	}))
 	if s := f.state("dlq", RuleDLQGrowth, SeverityPage); !s.Since.Equal(first.StartsAt) {
 		t.Fatalf("restored alert %+v, want firing since %v", s, first.StartsAt)
 	}

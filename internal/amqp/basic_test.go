@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 func TestPublishConsumeAck(t *testing.T) {
@@ -26,10 +28,10 @@ func TestPublishConsumeAck(t *testing.T) {
 		t.Fatalf("delivery %+v", d)
 	}
 	must(t, d.Ack(false))
-	eventually(t, "queue empty", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("queue empty", func() bool {
 		info, _ := b.eng.GetQueue("work")
 		return info.Visible == 0 && info.InFlight == 0
-	})
+	}))
 }
 
 func TestPrefetch(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // close-ok must follow the connection's cleanup: a client reconnecting as
@@ -122,8 +124,8 @@ func TestAckBatchStopsAtUnknownTag(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("channel not closed")
 	}
-	eventually(t, "two messages requeued", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("two messages requeued", func() bool {
 		info, _ := b.eng.GetQueue(q)
 		return info.Visible == 2 && info.InFlight == 0
-	})
+	}))
 }

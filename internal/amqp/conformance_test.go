@@ -14,6 +14,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -203,7 +204,7 @@ func TestPassiveDeclareCountsTakenUndelivered(t *testing.T) {
 	}
 	// The client reads nothing more.
 	var count, want int
-	eventually(t, "the declare-ok count to include taken messages", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the declare-ok count to include taken messages", func() bool {
 		info, err := b.eng.GetQueue("taken")
 		must(t, err)
 		q, err := ch.QueueDeclarePassive("taken", false, false, false, false, nil)
@@ -212,7 +213,7 @@ func TestPassiveDeclareCountsTakenUndelivered(t *testing.T) {
 		must(t, err)
 		count, want = q.Messages, info.Visible+info.InFlight
 		return info.InFlight > 0 && info.InFlight == info2.InFlight && info.Visible == info2.Visible && count == want
-	})
+	}))
 }
 
 // An unknown exchange type is a 406 PRECONDITION_FAILED channel error, as

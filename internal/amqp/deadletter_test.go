@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // death returns the delivery's x-death entries.
@@ -115,8 +117,8 @@ func TestDeadLetterExpiredAndRetryLadder(t *testing.T) {
 			}
 		}
 		must(t, d.Reject(false))
-		eventually(t, "message in retry", func() bool { i, _ := inspect(ch, "retry"); return i.Messages == 1 })
-		b.advance(1100 * time.Millisecond)
+		poll.CheckFor(t, 5*time.Second, poll.True("message in retry", func() bool { i, _ := inspect(ch, "retry"); return i.Messages == 1 }))
+		b.advance(1100*time.Millisecond, 1)
 	}
 	d := getOne(t, ch, "work")
 	ds := deaths(t, d)
@@ -147,12 +149,12 @@ func TestDeadLetterCycleDropped(t *testing.T) {
 	must(t, ch.QueueBind("other", "", "fan", false, nil))
 	publish(t, ch, "", "loop", "l")
 	publish(t, ch, "", "a", "m")
-	b.advance(time.Second)
+	b.advance(time.Second, 1)
 	d := getOne(t, ch, "other")
 	if ds := deaths(t, d); len(ds) != 1 || ds[0]["reason"] != "expired" || ds[0]["queue"] != "a" {
 		t.Fatalf("x-death %v", ds)
 	}
-	b.advance(time.Second)
+	b.advance(time.Second, 1)
 	for _, q := range []string{"loop", "a"} {
 		if i, _ := inspect(ch, q); i.Messages != 0 {
 			t.Fatalf("%s still holds %d messages: the cycle was not broken", q, i.Messages)
@@ -201,8 +203,8 @@ func TestDeadLetterMissingDLXDrops(t *testing.T) {
 	must(t, err)
 	publish(t, ch, "", "src", "x")
 	must(t, getOne(t, ch, "src").Reject(false))
-	eventually(t, "dropped", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("dropped", func() bool {
 		info, _ := b.eng.GetQueue("src")
 		return info.Visible+info.InFlight == 0 && info.Dropped == 1
-	})
+	}))
 }

@@ -9,6 +9,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -68,10 +69,10 @@ func crashOnce(t *testing.T, b *broker, q string) amqp091.Delivery {
 	must(t, c.Close())
 	// The broker has settled the abandoned delivery once nothing is
 	// unacknowledged any more.
-	eventually(t, "the abandoned delivery to return", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the abandoned delivery to return", func() bool {
 		info, err := b.eng.GetQueue(q)
 		return err == nil && info.InFlight == 0
-	})
+	}))
 	return d
 }
 
@@ -83,7 +84,7 @@ func TestCrashLoopQuarantine(t *testing.T) {
 	publish(t, ch, "", "work", "crashes the consumer")
 	for i := 0; i < 2; i++ {
 		crashOnce(t, b, "work")
-		b.advance(10 * time.Second)
+		b.advance(10*time.Second, 1)
 	}
 	if info, _ := b.eng.GetQueue("dlq"); info.Visible != 0 {
 		t.Fatal("quarantined after two crashes")
@@ -113,7 +114,7 @@ func TestCrashLoopWindowAndVerdictsAreSeparate(t *testing.T) {
 	// Three crashes, but never three within 60 s.
 	for i := 0; i < 3; i++ {
 		crashOnce(t, b, "work")
-		b.advance(31 * time.Second)
+		b.advance(31*time.Second, 1)
 	}
 	// Ordinary failures (nack with requeue) are not crashes.
 	for i := 0; i < 3; i++ {
@@ -221,7 +222,7 @@ func TestRequeuePolicy(t *testing.T) {
 	if info.Visible+info.Delayed != 1 {
 		t.Fatalf("after nack: %+v", info)
 	}
-	b.advance(2 * time.Second)
+	b.advance(2*time.Second, 1)
 	d := getOne(t, ch, "rq-delayed")
 	if !d.Redelivered {
 		t.Fatal("not marked redelivered")
@@ -247,11 +248,12 @@ func TestRequeueDelayedBackoffFromPolicy(t *testing.T) {
 	}))
 	publish(t, ch, "", "slow", "A")
 	must(t, getOne(t, ch, "slow").Nack(false, true))
-	b.advance(50 * time.Second)
+	roundTrip(t, ch) // the nack has taken effect before the clock moves
+	b.advance(50*time.Second, 1)
 	if _, ok, _ := ch.Get("slow", false); ok {
 		t.Fatal("delivered before the fixed one-minute backoff")
 	}
-	b.advance(15 * time.Second)
+	b.advance(15*time.Second, 1)
 	must(t, getOne(t, ch, "slow").Ack(false))
 }
 
@@ -292,23 +294,23 @@ func TestConsumerTimeoutPerQueueAndExtension(t *testing.T) {
 	errs, err := b.eng.ChangeVisibility("t", []engine.VisibilityChange{{ReceiptHandle: handle, Timeout: 3 * time.Minute}})
 	must(t, err)
 	must(t, errs[0])
-	b.advance(6 * time.Second)
-	checkTimeoutsNow(b) // what the keepalive tick does, run now
+	b.advance(6*time.Second, 2) // the scheduler and the consumer's wait
+	checkTimeoutsNow(b)         // what the keepalive tick does, run now
 	// A round trip behind any close the check queued on the channel.
 	if _, err := inspect(ch, "t"); err != nil {
 		t.Fatalf("channel closed despite the extension: %v", err)
 	}
-	b.advance(2 * time.Minute)
+	b.advance(2*time.Minute, 2)
 	checkTimeoutsNow(b)
 	var got *amqp091.Error
-	eventually(t, "the consumer timeout", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the consumer timeout", func() bool {
 		select {
 		case got = <-chClosed:
 			return true
 		default:
 			return false
 		}
-	})
+	}))
 	if got == nil || got.Code != amqp091.PreconditionFailed {
 		t.Fatalf("close %v", got)
 	}
@@ -356,7 +358,7 @@ func TestDeadLetterRespectsFullDLQ(t *testing.T) {
 // nothing and basic.get answers get-empty while the message stays ready;
 // resuming delivers it to the waiting consumer (DLQ-41).
 func TestPausedQueueHoldsAMQPConsumers(t *testing.T) {
-	b := startBroker(t)
+	b := startBroker(t, withFakeClock())
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("p", true, false, false, false, nil)
 	must(t, err)
@@ -368,7 +370,16 @@ func TestPausedQueueHoldsAMQPConsumers(t *testing.T) {
 	}
 	ds, err := ch.Consume("p", "", false, false, false, false, nil)
 	must(t, err)
-	noDelivery(t, ds, 50*time.Millisecond)
+	// The consumer has looked and waits in the engine: its long poll is
+	// parked on the clock beside the scheduler's timer (the held message's
+	// retention). A consumer that had taken the message took it before
+	// parking: it would be leased, not ready, below.
+	poll.Parked(t, b.fake, 2)
+	select {
+	case d := <-ds:
+		t.Fatalf("a paused queue delivered %q", d.Body)
+	default:
+	}
 	if q, _ := inspect(ch, "p"); q.Messages != 1 {
 		t.Fatalf("ready %d", q.Messages)
 	}
@@ -460,10 +471,10 @@ func TestCrashLoopSparesPrefetchedMessages(t *testing.T) {
 			recv(t, ds)
 		}
 		must(t, c.Close())
-		eventually(t, "the deliveries to return", func() bool {
+		poll.CheckFor(t, 5*time.Second, poll.True("the deliveries to return", func() bool {
 			info, _ := b.eng.GetQueue("work")
 			return info.InFlight == 0
-		})
+		}))
 	}
 	dl := getOne(t, ch, "dlq")
 	if string(dl.Body) != "poison" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -105,10 +106,10 @@ func TestFailureReportFromAMQPConsumer(t *testing.T) {
 		t.Fatalf("channel closed: %v", e)
 	default:
 	}
-	eventually(t, "4 dead letters", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("4 dead letters", func() bool {
 		p, err := b.eng.Browse("work.dlq", engine.Filter{}, 0, 10)
 		return err == nil && len(p.Messages) == 4
-	})
+	}))
 	p, err := b.eng.Browse("work.dlq", engine.Filter{}, 0, 10)
 	must(t, err)
 	for _, v := range p.Messages {

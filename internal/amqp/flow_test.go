@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // flowOptions make the high-water mark small and exact: with factor 1 it
@@ -124,10 +126,10 @@ func TestFlowThrottlesPublishersOfAConsumedQueue(t *testing.T) {
 
 	// Stalled consumer: it holds its prefetch and acks nothing. Every
 	// publisher ends up paused, with the queue over its mark.
-	eventually(t, "every publisher paused by flow control", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("every publisher paused by flow control", func() bool {
 		st := b.srv.FlowStats()
 		return st.PausedConnections == publishers && st.ThrottlingQueues == 1
-	})
+	}))
 	hw := minBacklog // max(minBacklog, 1 × prefetch)
 	bound := hw + publishers*window
 	if n, _ := b.eng.VisibleHint(q.Name); n <= hw || n > bound {
@@ -167,10 +169,10 @@ func TestFlowThrottlesPublishersOfAConsumedQueue(t *testing.T) {
 	if st.TimedOut != 0 {
 		t.Errorf("flow stats %+v: a pause reached FlowMaxWait", st)
 	}
-	eventually(t, "the gate open", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the gate open", func() bool {
 		st := b.srv.FlowStats()
 		return st.ThrottlingQueues == 0 && st.PausedConnections == 0
-	})
+	}))
 }
 
 // A backlog for absent consumers is the normal case: a queue without
@@ -298,9 +300,9 @@ func TestFlowEndsWhenTheLastConsumerLeaves(t *testing.T) {
 	const publishers, n = 2, 1000
 	b := startBroker(t, withOptions(flowOptions(100)))
 	cch, tag, errs := stallQueue(t, b, "abandoned", publishers, n)
-	eventually(t, "every publisher paused by flow control", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("every publisher paused by flow control", func() bool {
 		return b.srv.FlowStats().PausedConnections == publishers
-	})
+	}))
 	must(t, cch.Cancel(tag, false))
 	for p := 0; p < publishers; p++ {
 		must(t, <-errs)

@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // rawClient is a hand-driven AMQP client.
@@ -66,14 +67,14 @@ func TestMaxConnections(t *testing.T) {
 	raw := rawDial(t, b, wire.ConnectionTuneOK{ChannelMax: 2047, FrameMax: 131072})
 	raw.expectClose(530, "NOT_ALLOWED - connection refused: node connection limit (2) is reached")
 	c1.Close()
-	eventually(t, "a free connection slot", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("a free connection slot", func() bool {
 		c, err := amqp091.Dial(b.url)
 		if err != nil {
 			return false
 		}
 		c.Close()
 		return true
-	})
+	}))
 }
 
 func TestChannelMaxExceeded(t *testing.T) {
@@ -260,10 +261,10 @@ func TestStalledConsumer(t *testing.T) {
 		t.Fatal("server side of the stalled client not found")
 	}
 	var peak int
-	eventually(t, "the stalled connection's queue to fill", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the stalled connection's queue to fill", func() bool {
 		peak = max(peak, srv.pending())
 		return srv.pending() > buffer/2
-	})
+	}))
 
 	// Another connection works normally meanwhile, in bounded time:
 	// topology changes (including deleting the stalled consumer's queue),
@@ -295,27 +296,15 @@ func TestStalledConsumer(t *testing.T) {
 
 	// The stalled connection is closed after WriteTimeout, and what it
 	// held goes back to "big".
-	eventually10(t, "the stalled connection to be closed", func() bool {
+	poll.CheckFor(t, 10*time.Second, poll.True("the stalled connection to be closed", func() bool {
 		peak = max(peak, srv.pending())
 		return b.serverConn(raw.nc) == nil
-	})
+	}))
 	if peak > buffer+msgSize+4096 {
 		t.Fatalf("outgoing queue reached %d bytes (limit %d)", peak, buffer)
 	}
-	eventually10(t, "its deliveries to be requeued", func() bool {
+	poll.CheckFor(t, 10*time.Second, poll.True("its deliveries to be requeued", func() bool {
 		info, err := b.eng.GetQueue("big")
 		return err == nil && info.InFlight == 0 && info.Visible == count
-	})
-}
-
-// eventually10 is eventually with 10 seconds.
-func eventually10(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}))
 }

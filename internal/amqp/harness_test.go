@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -129,29 +130,24 @@ func (b *broker) channel() (*amqp091.Connection, *amqp091.Channel) {
 	return c, ch
 }
 
-// advance moves the fake clock in small steps with tiny real pauses, so
-// the engine's scheduler and the consumers run between steps.
-func (b *broker) advance(d time.Duration) {
+// advance moves the fake clock forward by d in ten steps. Before each step
+// and after the last it waits until at least parked timers wait on the
+// clock: parked is how many the broker holds when it is idle (the engine's
+// scheduler while a queue holds a message, a consumer's wait for
+// deliveries, the x-expires sweeper while such a queue exists). So every
+// step finds the scheduler and the consumers done with the previous one,
+// and when advance returns the broker has acted on the new time.
+func (b *broker) advance(d time.Duration, parked int) {
+	b.t.Helper()
 	step := d / 10
 	if step == 0 {
 		step = d
 	}
 	for moved := time.Duration(0); moved < d; moved += step {
+		poll.Parked(b.t, b.fake, parked)
 		b.fake.Advance(min(step, d-moved))
-		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// eventually polls cond until it holds or 5 seconds pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Parked(b.t, b.fake, parked)
 }
 
 func must(t *testing.T, err error) {
@@ -193,13 +189,13 @@ func publish(t *testing.T, ch *amqp091.Channel, exchange, key string, body strin
 func getOne(t *testing.T, ch *amqp091.Channel, q string) amqp091.Delivery {
 	t.Helper()
 	var d amqp091.Delivery
-	eventually(t, "a message on "+q, func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("a message on "+q, func() bool {
 		var ok bool
 		var err error
 		d, ok, err = ch.Get(q, false)
 		must(t, err)
 		return ok
-	})
+	}))
 	return d
 }
 

@@ -8,6 +8,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // liveHeap is the heap still referenced after a collection.
@@ -57,7 +58,7 @@ func TestTxBytesCapPerConnection(t *testing.T) {
 	if grew := liveHeap() - base; grew > 3*capBytes {
 		t.Fatalf("live heap grew %d MiB offering %d MiB in a transaction with a %d MiB cap", grew>>20, sent/4, capBytes>>20)
 	}
-	eventually(t, "the transaction's bytes to be released", func() bool { return sc.txHeld.Load() == 0 })
+	poll.CheckFor(t, 5*time.Second, poll.True("the transaction's bytes to be released", func() bool { return sc.txHeld.Load() == 0 }))
 	// Nothing of the refused transaction reached the queue; the
 	// connection still works, and a transaction under the cap commits.
 	ch2, err := conn.Channel()
@@ -72,10 +73,10 @@ func TestTxBytesCapPerConnection(t *testing.T) {
 		must(t, ch2.Publish("", "tx", false, false, amqp091.Publishing{Body: body}))
 	}
 	must(t, ch2.TxCommit())
-	eventually(t, "the committed messages", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("the committed messages", func() bool {
 		q, err := inspect(ch2, "tx")
 		return err == nil && q.Messages == 3
-	})
+	}))
 	if sc.txHeld.Load() != 0 {
 		t.Fatalf("%d bytes still counted after commit", sc.txHeld.Load())
 	}
@@ -146,7 +147,7 @@ func TestPartialBodyCapPerConnection(t *testing.T) {
 	if closeMsg == nil || closeMsg.ReplyCode != 506 {
 		t.Fatalf("connection.close: %+v, want 506", closeMsg)
 	}
-	eventually(t, "the connection to end", func() bool { return b.serverConn(c.nc) == nil })
+	poll.CheckFor(t, 5*time.Second, poll.True("the connection to end", func() bool { return b.serverConn(c.nc) == nil }))
 	if grew := liveHeap() - base; grew > 3*capBytes {
 		t.Fatalf("live heap grew %d MiB with a %d MiB partial-body cap", grew>>20, capBytes>>20)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // TestSilentSocketsDoNotBlockLogin is the security issue's AMQP slot
@@ -20,7 +22,7 @@ func TestSilentSocketsDoNotBlockLogin(t *testing.T) {
 		must(t, err)
 		defer nc.Close()
 	}
-	eventually(t, "the silent sockets to be accepted", func() bool { return b.srv.nextConn.Load() >= 100 })
+	poll.CheckFor(t, 5*time.Second, poll.True("the silent sockets to be accepted", func() bool { return b.srv.nextConn.Load() >= 100 }))
 	b.srv.mu.Lock()
 	if n := len(b.srv.slots.handshaking); n > 8 {
 		t.Errorf("%d connections handshaking, cap 8", n)
@@ -66,12 +68,12 @@ func TestMaxConnectionsPerIP(t *testing.T) {
 		t.Fatal("a fourth connection from one address was accepted")
 	}
 	must(t, conns[0].Close())
-	eventually(t, "a slot to free", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("a slot to free", func() bool {
 		c, err := amqp091.Dial(b.url)
 		if err != nil {
 			return false
 		}
 		c.Close()
 		return true
-	})
+	}))
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // drain returns the bodies of every message now in q, sorted.
@@ -81,11 +83,11 @@ func TestExchangeRouting(t *testing.T) {
 	}
 	for q, w := range want {
 		var got []string
-		eventually(t, "messages in "+q, func() bool {
+		poll.CheckFor(t, 5*time.Second, poll.True("messages in "+q, func() bool {
 			got = append(got, drain(t, ch, q)...)
 			sort.Strings(got)
 			return fmt.Sprint(got) == w
-		})
+		}))
 	}
 }
 
@@ -125,8 +127,8 @@ func TestExchangeToExchangeAndAlternate(t *testing.T) {
 	must(t, ch.QueueBind("loop", "known", "main", false, nil))
 	publish(t, ch, "main", "known", "routed")
 	publish(t, ch, "main", "unknown", "alternate")
-	eventually(t, "e2e", func() bool { return fmt.Sprint(drain(t, ch, "e2e")) == "[via-e2e]" })
-	eventually(t, "AE", func() bool { return fmt.Sprint(drain(t, ch, "orphans")) == "[alternate]" })
+	poll.CheckFor(t, 5*time.Second, poll.True("e2e", func() bool { return fmt.Sprint(drain(t, ch, "e2e")) == "[via-e2e]" }))
+	poll.CheckFor(t, 5*time.Second, poll.True("AE", func() bool { return fmt.Sprint(drain(t, ch, "orphans")) == "[alternate]" }))
 	if got := drain(t, ch, "loop"); fmt.Sprint(got) != "[routed]" {
 		t.Fatal(got)
 	}
@@ -223,7 +225,7 @@ func TestDeclareErrors(t *testing.T) {
 	must(t, err)
 	// Delete if-unused / if-empty.
 	publish(t, ch, "", "qq", "m")
-	eventually(t, "qq has a message", func() bool { i, _ := inspect(ch, "qq"); return i.Messages == 1 })
+	poll.CheckFor(t, 5*time.Second, poll.True("qq has a message", func() bool { i, _ := inspect(ch, "qq"); return i.Messages == 1 }))
 	_, err = ch.QueueDelete("qq", false, true, false)
 	if e := amqpErr(t, err); e.Code != 406 || e.Reason != "PRECONDITION_FAILED - queue 'qq' in vhost '/' not empty" {
 		t.Fatalf("got %v", e)
@@ -267,14 +269,14 @@ func TestExclusiveQueue(t *testing.T) {
 	}
 	c1.Close()
 	_, ch3 := b.channel()
-	eventually(t, "exclusive queue gone", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("exclusive queue gone", func() bool {
 		_, err := ch3.QueueDeclarePassive("mine", false, false, false, false, nil)
 		if err != nil {
 			_, ch3 = b.channel()
 			return true
 		}
 		return false
-	})
+	}))
 }
 
 func TestQueueDeleteCancelsConsumers(t *testing.T) {
@@ -313,14 +315,14 @@ func TestExclusiveConsumerAndAutoDelete(t *testing.T) {
 	// Auto-delete: the queue goes with its last consumer.
 	must(t, ch.Cancel("first", false))
 	_, ch3 := b.channel()
-	eventually(t, "auto-delete", func() bool {
+	poll.CheckFor(t, 5*time.Second, poll.True("auto-delete", func() bool {
 		_, err := ch3.QueueDeclarePassive("solo", false, true, false, false, nil)
 		if err != nil {
 			_, ch3 = b.channel()
 			return true
 		}
 		return false
-	})
+	}))
 }
 
 func TestQueueExpires(t *testing.T) {
@@ -328,17 +330,17 @@ func TestQueueExpires(t *testing.T) {
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("temp", false, false, false, false, amqp091.Table{"x-expires": int32(5000)})
 	must(t, err)
-	b.advance(3 * time.Second)
+	b.advance(3*time.Second, 1) // the x-expires sweeper
 	if _, err := ch.QueueDeclarePassive("temp", false, false, false, false, nil); err != nil {
 		t.Fatal("expired early")
 	}
-	b.advance(3 * time.Second)
-	eventually(t, "queue expired", func() bool {
+	b.advance(3*time.Second, 0) // the sweeper deletes the queue and parks no more
+	poll.CheckFor(t, 5*time.Second, poll.True("queue expired", func() bool {
 		_, err := ch.QueueDeclarePassive("temp", false, false, false, false, nil)
 		if err != nil {
 			_, ch = b.channel()
 			return true
 		}
 		return false
-	})
+	}))
 }

@@ -2,9 +2,11 @@ package amqp
 
 import (
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -49,10 +51,10 @@ func TestRefusedPublishCounted(t *testing.T) {
 	must(t, err)
 	publish(t, ch, "", "full", "one")
 	publish(t, ch, "", "full", "two")
-	eventually(t, "the full queue's refusal to be counted", func() bool { return b.srv.RefusedPublishes() == 1 })
+	poll.CheckFor(t, 5*time.Second, poll.True("the full queue's refusal to be counted", func() bool { return b.srv.RefusedPublishes() == 1 }))
 	b.eng.SetAdmission(engine.ErrDiskFull)
 	publish(t, ch, "", "full", "three")
-	eventually(t, "the disk watermark's refusal to be counted", func() bool { return b.srv.RefusedPublishes() == 2 })
+	poll.CheckFor(t, 5*time.Second, poll.True("the disk watermark's refusal to be counted", func() bool { return b.srv.RefusedPublishes() == 2 }))
 	b.eng.SetAdmission(nil)
 	if i, _ := inspect(ch, "full"); i.Messages != 1 {
 		t.Fatalf("queue holds %d, want 1", i.Messages)

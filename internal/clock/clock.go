@@ -6,6 +6,8 @@
 package clock
 
 import (
+	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -47,14 +49,22 @@ func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
 // Fake is a manually advanced clock for tests. Its timers fire, in deadline
 // order, when Advance moves the time past their deadline. The zero value is
 // not usable; call NewFake.
+//
+// A goroutine is parked on a Fake when it holds a timer that is waiting
+// (made by NewTimer or Reset, not yet fired, not stopped). Tests that
+// advance the clock while other goroutines wait on it call BlockUntil
+// first, so each Advance reaches goroutines that have finished their work
+// and parked, instead of sleeping and hoping they have.
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
+	// changed is closed, and replaced, whenever len(timers) changes.
+	changed chan struct{}
 }
 
 // NewFake returns a Fake clock reading start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
 // Now returns the fake time.
 func (f *Fake) Now() time.Time {
@@ -87,6 +97,9 @@ func (f *Fake) Advance(d time.Duration) {
 		}
 	}
 	f.timers = kept
+	if len(due) > 0 {
+		f.changedLocked()
+	}
 	f.mu.Unlock()
 	sort.Slice(due, func(i, j int) bool { return due[i].when.Before(due[j].when) })
 	for _, t := range due {
@@ -103,6 +116,37 @@ func (f *Fake) Timers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.timers)
+}
+
+// BlockUntil blocks until at least n timers are waiting on f (see Fake:
+// n goroutines are parked) and returns nil, or until ctx ends and returns
+// an error that names n, how many timers were waiting, and ctx's error.
+// A test that expects the wrong count therefore fails with that message
+// when its deadline passes instead of hanging.
+//
+// At least n: timers that other goroutines hold count too, so n is the
+// number the test knows must be parked once every goroutine it drives is
+// idle.
+func (f *Fake) BlockUntil(ctx context.Context, n int) error {
+	for {
+		f.mu.Lock()
+		have, changed := len(f.timers), f.changed
+		f.mu.Unlock()
+		if have >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("clock: %d timers waiting, want at least %d: %w", f.Timers(), n, ctx.Err())
+		}
+	}
+}
+
+// changedLocked wakes every BlockUntil; f.mu is held.
+func (f *Fake) changedLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 type fakeTimer struct {
@@ -128,6 +172,7 @@ func (t *fakeTimer) stopLocked() bool {
 	for i, o := range t.f.timers {
 		if o == t {
 			t.f.timers = append(t.f.timers[:i], t.f.timers[i+1:]...)
+			t.f.changedLocked()
 			break
 		}
 	}
@@ -148,6 +193,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	}
 	t.active = true
 	t.f.timers = append(t.f.timers, t)
+	t.f.changedLocked()
 	t.f.mu.Unlock()
 	return was
 }

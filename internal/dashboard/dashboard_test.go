@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/alerts"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -344,9 +345,7 @@ func TestEventsStream(t *testing.T) {
 	}
 	// The next sample pushes the next event.
 	f.send("orders", 4)
-	for f.clk.Timers() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Parked(t, f.clk, 1) // the sampler
 	f.clk.Advance(5 * time.Second)
 	if ov := next(); f.queue(ov, "orders").Visible != 4 {
 		t.Fatalf("second event: %+v", f.queue(ov, "orders"))

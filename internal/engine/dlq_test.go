@@ -5,23 +5,19 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
-// stepUntil advances the fake clock in steps until cond holds, giving
-// goroutines parked on the clock a moment between steps. It returns the
-// simulated time that passed.
+// stepUntil advances the fake clock in steps until cond holds. Before
+// each step it waits until cond holds or the two goroutines that move on
+// the clock in these tests are parked on it (the scheduler, whose queues
+// always hold a message with a retention deadline, and the move task
+// waiting for tokens), so each step finds them done with the last one. It
+// returns the simulated time that passed.
 func (f *fixture) stepUntil(what string, step time.Duration, cond func() bool) time.Duration {
 	f.t.Helper()
-	start := f.clk.Now()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-		f.clk.Advance(step)
-		time.Sleep(time.Millisecond)
-	}
-	return f.clk.Now().Sub(start)
+	return poll.AdvanceUntil(f.t, f.clk, step, 2, what, cond)
 }
 
 func (f *fixture) withDLQ(maxReceives int, mod func(*QueueConfig)) {

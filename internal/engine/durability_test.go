@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 )
 
@@ -61,7 +62,7 @@ func TestDedupHitWaitsForOriginalSync(t *testing.T) {
 	msg := Message{Body: []byte("a"), GroupID: "g", DedupID: "d1"}
 	first := make(chan error, 1)
 	go func() { _, err := pf.e.Send("q.fifo", []Message{msg}); first <- err }()
-	waitFor(t, "the first send to wait for its fsync", func() bool { return pf.ps.held() == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the first send to wait for its fsync", func() bool { return pf.ps.held() == 1 }))
 	second := make(chan error, 1)
 	go func() {
 		res, err := pf.e.Send("q.fifo", []Message{msg})
@@ -73,7 +74,7 @@ func TestDedupHitWaitsForOriginalSync(t *testing.T) {
 	// Either the duplicate answered (the bug) or it waits for a sync.
 	var secondErr error
 	answered := false
-	waitFor(t, "the duplicate to answer or wait", func() bool {
+	poll.CheckFor(t, 20*time.Second, poll.True("the duplicate to answer or wait", func() bool {
 		select {
 		case secondErr = <-second:
 			answered = true
@@ -81,7 +82,7 @@ func TestDedupHitWaitsForOriginalSync(t *testing.T) {
 		default:
 			return pf.ps.held() == 2
 		}
-	})
+	}))
 	if answered {
 		t.Fatalf("duplicate acknowledged (err=%v) while the original's fsync was still pending", secondErr)
 	}
@@ -106,12 +107,12 @@ func TestRetriedDeleteWaitsForSync(t *testing.T) {
 	pf.ps.holdSyncs()
 	first := make(chan error, 1)
 	go func() { _, err := pf.e.Delete("q", []string{d[0].ReceiptHandle}); first <- err }()
-	waitFor(t, "the first delete to wait for its fsync", func() bool { return pf.ps.held() == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the first delete to wait for its fsync", func() bool { return pf.ps.held() == 1 }))
 	retry := make(chan error, 1)
 	go func() { _, err := pf.e.Delete("q", []string{d[0].ReceiptHandle}); retry <- err }()
 	answered := false
 	var retryErr error
-	waitFor(t, "the retried delete to answer or wait", func() bool {
+	poll.CheckFor(t, 20*time.Second, poll.True("the retried delete to answer or wait", func() bool {
 		select {
 		case retryErr = <-retry:
 			answered = true
@@ -119,7 +120,7 @@ func TestRetriedDeleteWaitsForSync(t *testing.T) {
 		default:
 			return pf.ps.held() == 2
 		}
-	})
+	}))
 	if answered {
 		t.Fatalf("retried delete acknowledged (err=%v) before the delete's fsync", retryErr)
 	}
@@ -205,7 +206,7 @@ func TestIdleLeaseSyncedWithinInterval(t *testing.T) {
 	if got := pf.recv("q", 1, time.Minute); len(got) != 1 {
 		t.Fatalf("received %d", len(got))
 	}
-	waitFor(t, "the background sync", func() bool { return !pf.ps.pendingSync() })
+	poll.CheckFor(t, 20*time.Second, poll.True("the background sync", func() bool { return !pf.ps.pendingSync() }))
 	pf.powerCut()
 	if got := pf.recv("q", 1, -1); len(got) != 0 {
 		t.Fatalf("lease lost although it was synced: received %v", bodies(got))

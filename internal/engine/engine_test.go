@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -259,9 +260,7 @@ func TestLongPollWakesOnArrival(t *testing.T) {
 		done <- d
 	}()
 	// Wait until the receiver has parked on the clock, then send.
-	for f.clk.Timers() < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Parked(t, f.clk, 1)
 	f.send("q", body("x"))
 	select {
 	case d := <-done:
@@ -283,9 +282,7 @@ func TestLongPollWakesOnLeaseExpiry(t *testing.T) {
 		d, _ := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 1, Wait: 20 * time.Second, WaitSet: true})
 		done <- d
 	}()
-	for f.clk.Timers() < 2 { // the scheduler's timer and the poll's
-		time.Sleep(time.Millisecond)
-	}
+	poll.Parked(t, f.clk, 2) // the scheduler's timer and the poll's
 	f.clk.Advance(3 * time.Second)
 	select {
 	case d := <-done:

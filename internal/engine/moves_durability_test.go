@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -48,7 +49,7 @@ func startHeldMove(t *testing.T) (*powerFixture, MoveTask) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the move batch to wait for its fsync", func() bool { return pf.ps.held() == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the move batch to wait for its fsync", func() bool { return pf.ps.held() == 1 }))
 	return pf, tk
 }
 
@@ -64,7 +65,7 @@ func TestMovedCopyNotReceivableBeforeSync(t *testing.T) {
 		t.Fatalf("browse lists %d moved copies before their move was synced", n)
 	}
 	pf.ps.releaseSyncs(nil)
-	waitFor(t, "the copy to be published", func() bool { return browseCount(t, pf.e, "q") == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the copy to be published", func() bool { return browseCount(t, pf.e, "q") == 1 }))
 	if d := pf.recv("q", 10, -1); len(d) != 1 || string(d[0].Body) != "m" {
 		t.Fatalf("after the sync, receive: %q", bodies(d))
 	}
@@ -76,7 +77,7 @@ func TestMovedCopyNotReceivableBeforeSync(t *testing.T) {
 func TestMovedCopyNeverAppearsAfterFailedSync(t *testing.T) {
 	pf, tk := startHeldMove(t)
 	pf.ps.releaseSyncs(syscall.EIO)
-	waitFor(t, "the task to fail", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskFailed })
+	poll.CheckFor(t, 20*time.Second, poll.True("the task to fail", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskFailed }))
 	if n := browseCount(t, pf.e, "q"); n != 0 {
 		t.Fatalf("after a failed sync browse lists %d moved copies", n)
 	}
@@ -100,7 +101,7 @@ func TestPauseWaitsForBatchInProgress(t *testing.T) {
 	pf, tk := startHeldMove(t)
 	paused := make(chan error, 1)
 	go func() { _, err := pf.e.PauseMoveTask(tk.ID); paused <- err }()
-	waitFor(t, "the pause to wait for its fsync", func() bool { return pf.ps.held() == 2 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the pause to wait for its fsync", func() bool { return pf.ps.held() == 2 }))
 	// The pause's fsync returns (syncing the batch too); the batch's
 	// waiter is not woken yet.
 	pf.ps.releaseOne(1)
@@ -143,12 +144,12 @@ func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
 				recvd <- d
 			}()
 			answered := false
-			waitFor(t, "the dead-lettering receive to answer or wait for a sync", func() bool {
+			poll.CheckFor(t, 20*time.Second, poll.True("the dead-lettering receive to answer or wait for a sync", func() bool {
 				if len(recvd) > 0 {
 					answered = true
 				}
 				return answered || pf.ps.held() == 1
-			})
+			}))
 			if d := pf.recv("dlq", 10, -1); len(d) != 0 {
 				t.Fatalf("dead-letter copy %q received before its move was synced (receive answered: %v)", bodies(d), answered)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -77,13 +78,7 @@ func TestSendManyIsOneDurableWrite(t *testing.T) {
 			})
 			done <- err
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for pf.ps.held() != 1 {
-			if time.Now().After(deadline) {
-				t.Fatal("SendMany's durable write never reached the store")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		poll.CheckFor(t, 10*time.Second, poll.True("SendMany's durable write to reach the store", func() bool { return pf.ps.held() == 1 }))
 		mu.Lock()
 		contents := map[uint32]int{}
 		for _, b := range batches {
@@ -190,13 +185,7 @@ func TestCreateQueueWithMetaIsOneWrite(t *testing.T) {
 			}
 			done <- err
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for pf.ps.held() != 1 {
-			if time.Now().After(deadline) {
-				t.Fatal("the create's durable write never reached the store")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		poll.CheckFor(t, 10*time.Second, poll.True("the create's durable write to reach the store", func() bool { return pf.ps.held() == 1 }))
 		meta := func() int {
 			n := 0
 			if err := pf.e.ScanMeta("amqp.queue", func(string, []byte) error { n++; return nil }); err != nil {

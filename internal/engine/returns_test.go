@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // crashQueues creates dlq and work, work quarantining crash loops (3 in
@@ -182,12 +184,7 @@ func TestPauseHoldsDeliveryAcrossRestart(t *testing.T) {
 		ds, _ := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 1, Wait: MaxWait, WaitSet: true})
 		got <- ds
 	}()
-	for deadline := time.Now().Add(5 * time.Second); f.clk.Timers() <= base; {
-		if time.Now().After(deadline) {
-			t.Fatal("the long poll did not park")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Parked(t, f.clk, base+1) // the long poll
 	if err := f.e.SetPaused("q", false); err != nil {
 		t.Fatal(err)
 	}

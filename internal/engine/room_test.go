@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // TestRedriveWaitsForRoomInDestination: a redrive into a destination at
@@ -21,8 +23,15 @@ func TestRedriveWaitsForRoomInDestination(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.stepUntil("one message moved", 10*time.Millisecond, func() bool { c, _ := f.e.GetMoveTask(tk.ID); return c.Moved == 1 })
+			// The first copy is moved and, once its batch is durable,
+			// counted in the destination.
+			f.stepUntil("one message moved", 10*time.Millisecond, func() bool {
+				c, _ := f.e.GetMoveTask(tk.ID)
+				info, _ := f.e.GetQueue("small")
+				return c.Moved == 1 && info.Visible == 2
+			})
 			f.clk.Advance(time.Second) // many tokens, no room
+			poll.Parked(t, f.clk, 2)   // the task looked for room and waits again
 			f.e.GetQueue("small")
 			if c, _ := f.e.GetMoveTask(tk.ID); c.Moved != 1 || c.Status != TaskRunning {
 				t.Fatalf("task %+v", c)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"sync"
-	"testing"
-	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -194,17 +192,4 @@ func (s *powerStore) crash() *powerStore {
 		panic(err)
 	}
 	return n
-}
-
-// waitFor polls cond until it holds, failing the test after a generous
-// deadline (a hang, not a slow machine).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

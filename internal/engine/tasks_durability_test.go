@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -32,13 +33,13 @@ func TestPauseMoveAnsweredOnlyWhenSaved(t *testing.T) {
 	}
 	// The first batch (one message) moves at once; the task then waits
 	// for a token on the fake clock, which does not advance.
-	waitFor(t, "the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 }))
 	pf.ps.holdSyncs()
 	paused := make(chan error, 1)
 	go func() { _, err := pf.e.PauseMoveTask(tk.ID); paused <- err }()
 	var early error
 	answered := false
-	waitFor(t, "the pause to answer or wait for its fsync", func() bool {
+	poll.CheckFor(t, 20*time.Second, poll.True("the pause to answer or wait for its fsync", func() bool {
 		select {
 		case early = <-paused:
 			answered = true
@@ -46,7 +47,7 @@ func TestPauseMoveAnsweredOnlyWhenSaved(t *testing.T) {
 		default:
 			return pf.ps.held() == 1
 		}
-	})
+	}))
 	if answered {
 		t.Fatalf("pause answered (%v) before its record was synced", early)
 	}
@@ -87,7 +88,7 @@ func TestPausedMoveStaysPausedAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pause", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskPaused })
+	poll.CheckFor(t, 20*time.Second, poll.True("the pause", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Status == TaskPaused }))
 	pf.ps.beforeWrite = nil
 	pf.e.Close()
 	pf.reopen()
@@ -129,12 +130,17 @@ func TestMoveTaskHeldAtDiskWatermark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 })
+	poll.CheckFor(t, 20*time.Second, poll.True("the first batch", func() bool { m, _ := pf.e.GetMoveTask(tk.ID); return m.Moved == 1 }))
+	// The task has spent its token and waits on the clock for the next
+	// one, beside the scheduler's timer.
+	poll.Parked(t, pf.clk, 2)
 	pf.e.SetAdmission(ErrDiskFull)
-	// Time passes: the task's tokens would allow the rest.
+	// Time passes: the task's tokens would allow the rest. The first step
+	// wakes the task, which finds the watermark and waits off the clock
+	// for admission; nothing signals that wait, so the check below can
+	// only catch a task that went on before it runs.
 	for i := 0; i < 20; i++ {
 		pf.clk.Advance(time.Second)
-		time.Sleep(time.Millisecond)
 	}
 	if m, _ := pf.e.GetMoveTask(tk.ID); m.Moved != 1 || m.Status != TaskRunning {
 		t.Fatalf("at the watermark the task went on: %+v", m)

@@ -69,6 +69,9 @@ var allowed = map[string][]string{
 	// Test support: starts real brokers through server, as cmd does;
 	// imported only by _test.go files.
 	"internal/brokertest": {"internal/server"},
+	// The one poll helper of every package's tests; it imports only the
+	// clock so that internal tests of brokertest's imports can use it.
+	"internal/brokertest/poll": {"internal/clock"},
 
 	// The engine and storage.
 	"internal/engine":            {"internal/clock", "internal/store"},

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -275,14 +276,11 @@ func TestExpiredCounter(t *testing.T) {
 	f := newFixture(t)
 	f.create("short", func(c *engine.QueueConfig) { c.Retention = engine.MinRetention })
 	f.send("short", "a", "b")
-	deadline := time.Now().Add(10 * time.Second)
-	for f.scrape().value("sluice_expired_total", "queue", "short") != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for the retention to expire the messages")
-		}
-		f.clk.Advance(5 * time.Second)
-		time.Sleep(time.Millisecond)
-	}
+	// Each step waits until the engine's scheduler is parked on the clock
+	// (or the count is reached).
+	poll.AdvanceUntil(t, f.clk, 5*time.Second, 1, "the retention to expire the messages", func() bool {
+		return f.scrape().value("sluice_expired_total", "queue", "short") == 2
+	})
 	expect(t, f.scrape(), 0, "sluice_queue_visible_messages", "queue", "short")
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -76,17 +77,13 @@ func TestRestartAtDiskWatermark(t *testing.T) {
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	free.Store(10 << 30)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.CheckFor(t, 20*time.Second, func() error {
 		_, err := eng.Send("q", []engine.Message{{Body: []byte("new")}})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, engine.ErrDiskFull) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, engine.ErrDiskFull) {
 			t.Fatalf("send after space returned: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err // ErrDiskFull until the watcher sees the space
+	})
 }
 
 // TestDropCountersExported: the counts of dropped records and refused AMQP

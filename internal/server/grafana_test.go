@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -79,17 +81,14 @@ func exportedMetricNames(t *testing.T) map[string]bool {
 	if _, err := s.Engine().StartMoveTask(engine.MoveTaskSpec{Source: "orders-dlq"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		names := scrapeNames(t, "http://"+s.SQSAddr()+"/metrics")
-		if names["sluice_alert_firing"] {
-			return names
+	var names map[string]bool
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if names = scrapeNames(t, "http://"+s.SQSAddr()+"/metrics"); !names["sluice_alert_firing"] {
+			return errors.New("the DLQ depth alert never fired")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the DLQ depth alert never fired")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return names
 }
 
 func scrapeNames(t *testing.T, url string) map[string]bool {

@@ -15,19 +15,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-)
 
-// checkFor polls cond every few milliseconds until it holds or d passes.
-func checkFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
 
 // liveHeap is the heap still referenced after a collection.
 func liveHeap() int64 {
@@ -88,9 +78,9 @@ func TestBodyMemoryBoundedBeforeAuth(t *testing.T) {
 			}
 			// Every request is now waiting for its body, holding only a
 			// first small buffer.
-			checkFor(t, 10*time.Second, "every request to start reading its body", func() bool {
+			poll.CheckFor(t, 10*time.Second, poll.True("every request to start reading its body", func() bool {
 				return s.BufferedRequestBytes() >= conns*4096
-			})
+			}))
 			if held := s.BufferedRequestBytes(); held > conns*8192 {
 				t.Fatalf("headers alone hold %d bytes of buffers", held)
 			}
@@ -115,12 +105,12 @@ func TestBodyMemoryBoundedBeforeAuth(t *testing.T) {
 					}
 				}()
 			}
-			checkFor(t, 20*time.Second, "most over-budget requests to be refused with 503", func() bool {
+			poll.CheckFor(t, 20*time.Second, poll.True("most over-budget requests to be refused with 503", func() bool {
 				if b := s.BufferedRequestBytes(); b > peak.Load() {
 					peak.Store(b)
 				}
 				return got503.Load() >= conns/2
-			})
+			}))
 			if p := peak.Load(); p > budget {
 				t.Fatalf("buffered %d bytes, over the %d budget", p, budget)
 			}
@@ -133,7 +123,7 @@ func TestBodyMemoryBoundedBeforeAuth(t *testing.T) {
 				c.Close()
 			}
 			wg.Wait()
-			checkFor(t, 10*time.Second, "every buffer to be released", func() bool { return s.BufferedRequestBytes() == 0 })
+			poll.CheckFor(t, 10*time.Second, poll.True("every buffer to be released", func() bool { return s.BufferedRequestBytes() == 0 }))
 
 			// Real clients are served afterwards.
 			if !signed {

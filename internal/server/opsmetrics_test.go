@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -50,21 +51,15 @@ func TestAMQPAndDiskMetrics(t *testing.T) {
 	}
 	want := func(lines ...string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.CheckFor(t, 10*time.Second, func() error {
 			m := metricsText(t, s.SQSAddr())
-			ok := true
 			for _, l := range lines {
-				ok = ok && strings.Contains(m, "\n"+l+"\n")
+				if !strings.Contains(m, "\n"+l+"\n") {
+					return fmt.Errorf("metrics lack %q (of %q)", l, lines)
+				}
 			}
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("metrics lack %q", lines)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	want("sluice_amqp_connections 1", "sluice_amqp_channels 2", "sluice_amqp_consumers 1",
 		"sluice_disk_min_free_bytes 2.68435456e+08")
@@ -164,11 +159,13 @@ func TestOverviewGrowthWindowIsTheAlertWindow(t *testing.T) {
 	if _, _, err := s.Engine().CreateQueue("q", cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Step the clock 10 minutes; the growth window must stop at 5.
+	// Step the clock 10 minutes; the growth window must stop at 5. Each
+	// step waits until the alerts evaluator and the dashboard's sampler
+	// are parked on the clock, done with the previous step.
 	var win float64
 	for range 120 {
+		poll.Parked(t, clk, 2)
 		clk.Advance(5 * time.Second)
-		time.Sleep(2 * time.Millisecond)
 		resp, err := http.Get("http://" + s.SQSAddr() + "/sluice/v1/dashboard/overview")
 		if err != nil {
 			t.Fatal(err)
@@ -263,13 +260,9 @@ func TestAMQPFlowControlSettings(t *testing.T) {
 				}
 				return
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(metricsText(t, s.SQSAddr()), "\nsluice_amqp_flow_paused_connections 1\n") {
-				if time.Now().After(deadline) {
-					t.Fatal("the publisher was never paused")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			poll.CheckFor(t, 10*time.Second, poll.True("the publisher to be paused", func() bool {
+				return strings.Contains(metricsText(t, s.SQSAddr()), "\nsluice_amqp_flow_paused_connections 1\n")
+			}))
 			if n, _ := s.Engine().VisibleHint("flow"); n > 50+window {
 				t.Fatalf("ready %d while paused, want at most %d", n, 50+window)
 			}

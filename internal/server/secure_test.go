@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -27,6 +28,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 func startWith(t *testing.T, mod func(*Options)) *Server {
@@ -353,18 +356,14 @@ func TestDiskNearlyFullBackPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	free.Store(100 << 20) // below the 1 GiB watermark
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.CheckFor(t, 10*time.Second, func() error {
 		err := send()
 		var ae smithy.APIError
 		if errors.As(err, &ae) && ae.ErrorCode() == "ServiceUnavailable" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sends not refused on a nearly full disk: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("sends not refused on a nearly full disk: %v", err)
+	})
 	// Receives and deletes, which free space, still work.
 	out, err := c.ReceiveMessage(bg, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10})
 	if err != nil || len(out.Messages) == 0 {
@@ -374,11 +373,12 @@ func TestDiskNearlyFullBackPressure(t *testing.T) {
 		t.Fatalf("delete while refusing sends: %v", err)
 	}
 	free.Store(10 << 30) // space is back
-	for deadline = time.Now().Add(10 * time.Second); send() != nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("sends still refused after space returned")
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if err := send(); err != nil {
+			return fmt.Errorf("sends still refused after space returned: %w", err)
 		}
-	}
+		return nil
+	})
 }
 
 // TestOversizedHeadersRefused: a request whose headers exceed the 64 KiB

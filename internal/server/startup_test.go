@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/testlog"
 )
@@ -89,24 +91,21 @@ func TestReady(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.CheckFor(t, 10*time.Second, func() error {
 		resp, err := http.Get("http://" + s.SQSAddr() + "/ready")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				if !strings.Contains(string(body), `"status":"ready"`) || !strings.Contains(string(body), `"recovery":"done"`) {
-					t.Fatalf("ready body %s", body)
-				}
-				break
-			}
+		if err != nil {
+			return fmt.Errorf("never ready: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("never ready")
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("never ready: %d %s", resp.StatusCode, body)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		if !strings.Contains(string(body), `"status":"ready"`) || !strings.Contains(string(body), `"recovery":"done"`) {
+			t.Fatalf("ready body %s", body)
+		}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

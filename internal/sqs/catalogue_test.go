@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // TestCatalogue drives the conformance catalogue of the SQS reference (§10)
@@ -126,7 +128,7 @@ func TestCatalogue(t *testing.T) {
 			out, _ := e.cli.ReceiveMessage(e.ctx, &sqs.ReceiveMessageInput{QueueUrl: &q, WaitTimeSeconds: 20})
 			done <- out
 		}()
-		eventually(t, "long poll to park", func() bool { return e.clk.Timers() > 0 })
+		poll.Parked(t, e.clk, 1) // the long poll
 		e.send(q, "two")
 		select {
 		case out := <-done:

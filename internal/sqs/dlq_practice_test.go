@@ -145,18 +145,22 @@ func TestMoveTaskStopsWhenRefillExceedsDrain(t *testing.T) {
 	e.deadLetter("live", "dlq", bodies("old", 60)...)
 	e.startMove("dlq", "parking", 1)
 	live := e.url("live")
+	var refilled time.Time // the simulated second that has had its refill
 	e.stepUntil("the refill rule to pause the task", time.Second, func() bool {
 		// Each simulated second, two new poison messages land in the
 		// DLQ: received once, released, and moved by the next receive.
-		e.send(live, "new")
-		e.send(live, "new")
-		for _, m := range e.receive(live).Messages {
-			if _, err := e.cli.ChangeMessageVisibility(e.ctx, &sqs.ChangeMessageVisibilityInput{
-				QueueUrl: &live, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
-				t.Fatal(err)
+		if now := e.clk.Now(); !now.Equal(refilled) {
+			refilled = now
+			e.send(live, "new")
+			e.send(live, "new")
+			for _, m := range e.receive(live).Messages {
+				if _, err := e.cli.ChangeMessageVisibility(e.ctx, &sqs.ChangeMessageVisibilityInput{
+					QueueUrl: &live, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
+					t.Fatal(err)
+				}
 			}
+			e.receive(live)
 		}
-		e.receive(live)
 		return e.latest("dlq").Status != nil && *e.latest("dlq").Status == "PAUSED"
 	})
 	tk := e.latest("dlq")

@@ -194,16 +194,3 @@ func (e *env) wantQueryError(resp *http.Response, body string, status int, code,
 		e.t.Fatalf("got %d %+v, want %d %s %q", resp.StatusCode, qe, status, code, msg)
 	}
 }
-
-// eventually polls cond (the engine works synchronously, so this rarely
-// loops); it never sleeps a fixed time before checking.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

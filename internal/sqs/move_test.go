@@ -13,24 +13,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
-// stepUntil advances the fake clock in small steps until cond holds,
-// giving the engine's goroutines (a move task's pacing loop) real time to
-// run between steps. It returns the simulated time that passed. It polls;
-// it never sleeps a fixed time and hopes.
+// stepUntil advances the fake clock in small steps until cond holds and
+// returns the simulated time that passed. Before each step it waits until
+// cond holds or the engine's scheduler and the move task are parked on the
+// clock (poll.AdvanceUntil), so each step finds the task done with the
+// last one. cond may be called more than once per step.
 func (e *env) stepUntil(what string, step time.Duration, cond func() bool) time.Duration {
 	e.t.Helper()
-	start := e.clk.Now()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s (%v simulated)", what, e.clk.Now().Sub(start))
-		}
-		e.clk.Advance(step)
-		time.Sleep(time.Millisecond)
-	}
-	return e.clk.Now().Sub(start)
+	return poll.AdvanceUntil(e.t, e.clk, step, 2, what, cond)
 }
 
 // withDLQ creates a dead-letter queue and sources that dead-letter on the
@@ -62,10 +56,10 @@ func (e *env) deadLetter(src, dlq string, bodies ...string) []string {
 	}
 	e.clk.Advance(31 * time.Second)
 	want := strconv.Itoa(before + len(bodies))
-	eventually(e.t, "messages in "+dlq, func() bool {
+	poll.CheckFor(e.t, 5*time.Second, poll.True("messages in "+dlq, func() bool {
 		e.receive(e.url(src))
 		return e.attr(e.url(dlq), "ApproximateNumberOfMessages") == want
-	})
+	}))
 	return ids
 }
 
@@ -223,7 +217,7 @@ func TestCatalogueMoveTasks(t *testing.T) {
 			t.Fatalf("cancel reported %d moved", out.ApproximateNumberOfMessagesMoved)
 		}
 		var after types.ListMessageMoveTasksResultEntry
-		eventually(t, "CANCELLED", func() bool { after = e.latest("dlq"); return *after.Status == "CANCELLED" })
+		poll.CheckFor(t, 5*time.Second, poll.True("CANCELLED", func() bool { after = e.latest("dlq"); return *after.Status == "CANCELLED" }))
 		if after.TaskHandle != nil || after.MaxNumberOfMessagesPerSecond == nil || *after.MaxNumberOfMessagesPerSecond != 1 ||
 			after.ApproximateNumberOfMessagesMoved < out.ApproximateNumberOfMessagesMoved || *after.ApproximateNumberOfMessagesToMove != 10 {
 			t.Fatalf("after cancel: %+v", after)
@@ -418,7 +412,7 @@ func TestMoveTasksQuery(t *testing.T) {
 	if err := xml.Unmarshal([]byte(body), &cancel); err != nil || resp.StatusCode != 200 || cancel.Moved == nil {
 		t.Fatalf("cancel: %d %s %v", resp.StatusCode, body, err)
 	}
-	eventually(t, "CANCELLED", func() bool { return *e.latest("dlq").Status == "CANCELLED" })
+	poll.CheckFor(t, 5*time.Second, poll.True("CANCELLED", func() bool { return *e.latest("dlq").Status == "CANCELLED" }))
 	_, body = e.query("/", url.Values{"Action": {"ListMessageMoveTasks"}, "SourceArn": {e.arn("dlq")}})
 	if strings.Contains(body, "<TaskHandle>") || !strings.Contains(body, "<Status>CANCELLED</Status>") {
 		t.Fatalf("after cancel: %s", body)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
@@ -47,13 +48,7 @@ func TestShutdownEndsLongPollWithoutErrorLog(t *testing.T) {
 		_, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 20})
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for clk.Timers() <= timers { // the long poll's timer: it is parked
-		if time.Now().After(deadline) {
-			t.Fatal("the long poll never parked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Parked(t, clk, timers+1) // the long poll's timer: it is parked
 	eng.Close()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "ServiceUnavailable") {
 		t.Fatalf("parked receive at shutdown: %v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/storetest"
 )
@@ -51,19 +52,6 @@ func TestReopen(t *testing.T) {
 	storetest.RunReopen(t, func(t *testing.T, dir string) store.Store {
 		return mustOpen(t, dir, Options{})
 	})
-}
-
-// poll calls cond until it is true, failing the test after a generous
-// deadline.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
 }
 
 func write(t testing.TB, s store.Store, durable bool, kv ...string) {
@@ -286,7 +274,7 @@ func powerLossTrial(t *testing.T, rng *rand.Rand, unsyncedPct int) {
 	}()
 
 	target := int64(50 + rng.IntN(1500))
-	poll(t, "acknowledged writes", func() bool { return acked.Load() >= target || len(errc) > 0 })
+	poll.CheckFor(t, 30*time.Second, poll.True("acknowledged writes", func() bool { return acked.Load() >= target || len(errc) > 0 }))
 	mustSurvive := acked.Load()
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsyncedPct, RNG: rng})
 	close(stop)
@@ -420,7 +408,7 @@ func TestSyncFailureConcurrent(t *testing.T) {
 			}
 		}()
 	}
-	poll(t, "writes to start", func() bool { return started.Load() > 200 })
+	poll.CheckFor(t, 30*time.Second, poll.True("writes to start", func() bool { return started.Load() > 200 }))
 	failing.Store(true)
 	wg.Wait()
 	_ = s.Close()
