@@ -22,79 +22,73 @@ func truncate(s string, n int) string {
 }
 
 func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return FailureOutcome{}, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	m, current, _, err := q.lookupLeaseLocked(handle)
-	switch {
-	case err != nil:
-	case m == nil || !current:
-		err = ErrMessageNotAvailable
-	case m.state != stateInFlight:
-		err = ErrMessageNotInflight
-	case f.RetryAfterSet && (f.RetryAfter < 0 || f.RetryAfter > MaxVisibility):
-		err = ErrVisibilityLimit
-	}
-	if err != nil {
-		e.writeUnlock(q, &b)
-		return FailureOutcome{}, err
-	}
-	rec := &FailureRecord{
-		ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
-		Message:         truncate(f.Message, MaxErrorText),
-		Trace:           truncate(f.Trace, MaxTrace),
-		ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
-		ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
-		ReportedAt:      fromNanos(now),
-		Attempt:         int(m.recvCount),
-	}
-	canDL := e.canDeadLetter(q)
-	if f.Terminal && !canDL {
-		e.writeUnlock(q, &b)
-		return FailureOutcome{}, ErrNoDeadLetterQueue
-	}
-	m.extension().failure = rec
 	var out FailureOutcome
-	var targets []string
-	dl := q.cfg.DeadLetter
-	switch {
-	case f.Terminal:
-		targets = e.deadLetterLocked(q, m, ReasonTerminal, now, &b)
-		out.DeadLettered = true
-	case canDL && dl.MaxReceiveCount > 0 && int(m.recvCount) >= dl.MaxReceiveCount:
-		// The threshold is checked when the failure is recorded, before
-		// any retry: the last attempt failed, so there is no next one.
-		targets = e.deadLetterLocked(q, m, ReasonMaxReceives, now, &b)
-		out.DeadLettered = true
-	default:
-		var delay time.Duration
-		park := true
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		m, current, _, err := q.lookupLeaseLocked(handle)
 		switch {
-		case f.RetryAfterSet:
-			delay = f.RetryAfter
-		case q.cfg.Retry != nil:
-			delay = q.cfg.Retry.Backoff(m.id, int(m.recvCount))
+		case err != nil:
+		case m == nil || !current:
+			err = ErrMessageNotAvailable
+		case m.state != stateInFlight:
+			err = ErrMessageNotInflight
+		case f.RetryAfterSet && (f.RetryAfter < 0 || f.RetryAfter > MaxVisibility):
+			err = ErrVisibilityLimit
+		}
+		if err != nil {
+			return err
+		}
+		rec := &FailureRecord{
+			ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
+			Message:         truncate(f.Message, MaxErrorText),
+			Trace:           truncate(f.Trace, MaxTrace),
+			ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
+			ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
+			ReportedAt:      fromNanos(now),
+			Attempt:         int(m.recvCount),
+		}
+		canDL := e.canDeadLetter(q)
+		if f.Terminal && !canDL {
+			return ErrNoDeadLetterQueue
+		}
+		m.extension().failure = rec
+		var targets []string
+		dl := q.cfg.DeadLetter
+		switch {
+		case f.Terminal:
+			targets = e.deadLetterLocked(q, m, ReasonTerminal, now, b)
+			out.DeadLettered = true
+		case canDL && dl.MaxReceiveCount > 0 && int(m.recvCount) >= dl.MaxReceiveCount:
+			// The threshold is checked when the failure is recorded, before
+			// any retry: the last attempt failed, so there is no next one.
+			targets = e.deadLetterLocked(q, m, ReasonMaxReceives, now, b)
+			out.DeadLettered = true
 		default:
-			park = false // plain SQS: the lease runs to its end
-		}
-		if park {
-			m.visibleAt = now + int64(delay)
-			m.parked = true
-			if delay == 0 {
-				q.setStateLocked(m, stateVisible)
-			} else {
-				q.setStateLocked(m, stateDelayed)
+			var delay time.Duration
+			park := true
+			switch {
+			case f.RetryAfterSet:
+				delay = f.RetryAfter
+			case q.cfg.Retry != nil:
+				delay = q.cfg.Retry.Backoff(m.id, int(m.recvCount))
+			default:
+				park = false // plain SQS: the lease runs to its end
 			}
+			if park {
+				m.visibleAt = now + int64(delay)
+				m.parked = true
+				if delay == 0 {
+					q.setStateLocked(m, stateVisible)
+				} else {
+					q.setStateLocked(m, stateDelayed)
+				}
+			}
+			out.VisibleAt = fromNanos(m.visibleAt)
+			q.writeStateLocked(m, b)
 		}
-		out.VisibleAt = fromNanos(m.visibleAt)
-		q.writeStateLocked(m, &b)
-	}
-	out.Target = strings.Join(targets, ",")
-	if err := e.commitUnlock(q, &b); err != nil {
+		out.Target = strings.Join(targets, ",")
+		return nil
+	})
+	if err != nil {
 		return FailureOutcome{}, err
 	}
 	return out, nil

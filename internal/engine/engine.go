@@ -301,6 +301,28 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 	return e.wait(p)
 }
 
+// update is the path every operation that changes one queue's messages
+// takes: lock the queue, bring it to now (advanceLocked: due timers,
+// expiries, refills), let fn change it into b, then write b durably,
+// release the lock (inserting any dead-letter copy the change decided,
+// once b is on disk: unlockAfter) and wait for the sync. When fn fails,
+// what the advance wrote is still written (without a sync) and fn's error
+// is returned; fn must not have changed memory it did not also write.
+func (e *Engine) update(name string, fn func(q *queue, now int64, b *store.Batch) error) error {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	if err := fn(q, now, &b); err != nil {
+		e.writeUnlock(q, &b)
+		return err
+	}
+	return e.commitUnlock(q, &b)
+}
+
 // wait waits for a pending write, failing the engine on error.
 func (e *Engine) wait(p store.Pending) error {
 	if err := p.Wait(); err != nil {
@@ -959,55 +981,46 @@ func (e *Engine) purgeQueue(name string) error {
 	return e.commitUnlock(q, &b)
 }
 
-func (e *Engine) releaseInFlight(name string) (int, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return 0, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	n := 0
-	for _, m := range q.msgs {
-		if m.state != stateInFlight {
-			continue
-		}
-		m.visibleAt = now
-		m.parked = true
-		q.setStateLocked(m, stateVisible)
-		q.writeStateLocked(m, &b)
-		n++
-	}
-	return n, e.commitUnlock(q, &b)
-}
-
-func (e *Engine) purgeReady(name string) (int, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return 0, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	n := 0
-	for {
+func (e *Engine) releaseInFlight(name string) (n int, err error) {
+	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
 		for _, m := range q.msgs {
-			if m.state == stateInFlight {
+			if m.state != stateInFlight {
 				continue
 			}
-			q.dropLocked(m, &b)
+			m.visibleAt = now
+			m.parked = true
+			q.setStateLocked(m, stateVisible)
+			q.writeStateLocked(m, b)
 			n++
 		}
-		if !q.cold.on || e.failed.Load() != nil {
-			break
+		return nil
+	})
+	return n, err
+}
+
+func (e *Engine) purgeReady(name string) (n int, err error) {
+	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		for {
+			for _, m := range q.msgs {
+				if m.state == stateInFlight {
+					continue
+				}
+				q.dropLocked(m, b)
+				n++
+			}
+			if !q.cold.on || e.failed.Load() != nil {
+				break
+			}
+			// The cold backlog, a window at a time, so that memory
+			// holds at most a window (and what is in flight) while it
+			// runs.
+			q.refillLocked(now)
+			q.advanceLocked(now, b)
 		}
-		// The cold backlog, a window at a time, so that memory holds
-		// at most a window (and what is in flight) while it runs.
-		q.refillLocked(now)
-		q.advanceLocked(now, &b)
-	}
-	q.stats.deleted.Add(uint64(n))
-	return n, e.commitUnlock(q, &b)
+		q.stats.deleted.Add(uint64(n))
+		return nil
+	})
+	return n, err
 }
 
 // clearMessagesLocked forgets every message and dedup entry.

@@ -531,14 +531,19 @@ func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) 
 // deleteMessagesIf deletes by receipt handle; leasedOnly restricts it to
 // messages still in flight under that very lease (see DeleteLeased).
 func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool) ([]error, error) {
-	q, err := e.lockQueue(name)
+	errs := make([]error, len(handles))
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		e.deleteLocked(q, handles, leasedOnly, errs, now, b)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	now := e.now()
-	b := store.Batch{Ops: make([]store.Op, 0, 2*len(handles))}
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(handles))
+	return errs, nil
+}
+
+// deleteLocked deletes by receipt handle, one error per handle in errs.
+func (e *Engine) deleteLocked(q *queue, handles []string, leasedOnly bool, errs []error, now int64, b *store.Batch) {
 	deleted := 0
 	for i, h := range handles {
 		m, current, lost, err := q.lookupLeaseLocked(h)
@@ -554,7 +559,7 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 			// delete it asks for is honoured. On a FIFO queue only
 			// while no one else holds the message: once it is leased
 			// again its group is in other hands (below).
-			q.dropLocked(m, &b)
+			q.dropLocked(m, b)
 			deleted++
 		case leasedOnly && (!current || m.state != stateInFlight):
 			// The lease this ack belongs to was ended (a failure
@@ -567,7 +572,7 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 			// again since. Succeed without deleting another
 			// consumer's lease.
 		default:
-			q.dropLocked(m, &b)
+			q.dropLocked(m, b)
 			deleted++
 			if m.leaseAt != 0 {
 				e.obs.Deleted(q.name, time.Duration(now-m.leaseAt))
@@ -575,21 +580,22 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 		}
 	}
 	q.stats.deleted.Add(uint64(deleted))
-	if err := e.commitUnlock(q, &b); err != nil {
+}
+
+func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]error, error) {
+	errs := make([]error, len(changes))
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		q.changeVisibilityLocked(changes, errs, now, b)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return errs, nil
 }
 
-func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]error, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return nil, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(changes))
+// changeVisibilityLocked applies changes, one error per change in errs.
+func (q *queue) changeVisibilityLocked(changes []VisibilityChange, errs []error, now int64, b *store.Batch) {
 	for i, c := range changes {
 		m, current, _, err := q.lookupLeaseLocked(c.ReceiptHandle)
 		switch {
@@ -612,13 +618,9 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 			} else {
 				q.setStateLocked(m, stateInFlight)
 			}
-			q.writeStateLocked(m, &b)
+			q.writeStateLocked(m, b)
 		}
 	}
-	if err := e.commitUnlock(q, &b); err != nil {
-		return nil, err
-	}
-	return errs, nil
 }
 
 // noteReturn tells a move task that a message it moved was dead-lettered
