@@ -575,7 +575,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	now := e.now()
 	var b store.Batch
 	q.advanceLocked(now, &b)
-	var moves []move
+	var moves []pendingCopy
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
 	// The source's cold part is loaded as the task reaches it, a window
 	// at a time (messages the filter leaves stay in memory, as loaded).
@@ -629,7 +629,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	// the batch that moved them is durable: never before (a consumer
 	// could receive and delete a copy that a power cut puts back in the
 	// DLQ), and never when its sync fails.
-	if err := e.finishMoves(moves, p); err != nil {
+	if err := e.insertCopies(moves, p); err != nil {
 		return len(moves), false, "storage failed"
 	}
 	e.noteDrain(tk, len(moves), fromNanos(now))
@@ -639,7 +639,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 // redriveOutLocked moves m from q into d as a new message: a new
 // MessageId, a fresh receive count and retention clock, at the back of d.
 // Its original id and the number of redrives travel in RedriveInfo.
-func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) move {
+func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) pendingCopy {
 	q.dropLocked(m, b)
 	orig, count := FormatID(m.id), 1
 	if m.ext != nil && m.ext.redrive != nil {
@@ -666,10 +666,10 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	if d.isFIFO {
 		n.dedupID = FormatID(id)
 	}
-	d.cold.addPending(n.seq) // not refilled before finishMoves inserts it
+	d.cold.addPending(n.seq) // not refilled before insertCopies inserts it
 	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
-	return move{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}
+	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}
 }
 
 // recoverMoveTasks loads task records. RUNNING tasks resume (their
