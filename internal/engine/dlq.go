@@ -21,7 +21,23 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, error) {
+// ReportFailure records a consumer's failure for the delivery whose lease
+// handle is given, and settles what happens next:
+//
+//   - Terminal, or the receive count has reached the queue's
+//     maxReceiveCount: the message is dead-lettered now, with its context.
+//     Terminal on a queue without a dead-letter queue fails with
+//     ErrNoDeadLetterQueue and changes nothing.
+//   - Otherwise the lease ends and the message becomes visible again after
+//     RetryAfter if given, else after the queue's RetryPolicy backoff; with
+//     neither, the lease simply runs to its end (plain SQS behaviour), with
+//     the context recorded.
+//
+// The context (error class, message, trace, consumer) is kept with the
+// message and travels with it to the dead-letter queue. A stale or invalid
+// handle fails like ChangeVisibility does. The change is durable when
+// ReportFailure returns.
+func (e *Engine) ReportFailure(name, handle string, f Failure) (FailureOutcome, error) {
 	var out FailureOutcome
 	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
 		m, current, _, err := q.lookupLeaseLocked(handle)
@@ -160,7 +176,9 @@ func (q *queue) viewLocked(m *message) View {
 	return v
 }
 
-func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, error) {
+// Browse lists messages in queue order without changing them (no receive
+// count, no visibility change). limit is capped at 1000.
+func (e *Engine) Browse(name string, f Filter, cursor uint64, limit int) (Page, error) {
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
@@ -215,7 +233,10 @@ func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, 
 	return page, nil
 }
 
-func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
+// DeleteMatching deletes the messages that match f, in any state (an
+// operator's delete from a dead-letter queue). It returns how many were
+// deleted; the deletes are durable when it returns.
+func (e *Engine) DeleteMatching(name string, f Filter) (int, error) {
 	q, err := e.lockQueue(name)
 	if err != nil {
 		return 0, err
@@ -271,7 +292,10 @@ func parseID(s string) ([16]byte, bool) {
 // errImport describes an unusable imported message.
 var errImport = errors.New("engine: imported message needs a MessageId in UUID form and a body")
 
-func (e *Engine) importViews(name string, views []View) (int, error) {
+// Import adds messages to queue as they were exported: keeping their
+// MessageId, send time, receive count and failure context. Used to restore
+// a dead-letter queue from an export.
+func (e *Engine) Import(name string, views []View) (int, error) {
 	if err := e.admit(); err != nil {
 		return 0, err
 	}

@@ -42,7 +42,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -798,22 +797,6 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	return q.infoLocked(), true, nil
 }
 
-func (e *Engine) getQueue(name string) (QueueInfo, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return QueueInfo{}, err
-	}
-	defer e.unlock(q)
-	var b store.Batch
-	q.advanceLocked(e.now(), &b)
-	if b.Len() > 0 {
-		if _, err := e.write(&b, false); err != nil {
-			return QueueInfo{}, err
-		}
-	}
-	return q.infoLocked(), nil
-}
-
 // persistQueueLocked writes q's record durably and waits.
 func (e *Engine) persistQueueLocked(q *queue) error {
 	rec := &queueRecord{ID: q.id, Name: q.name, Config: q.cfg, Tags: q.tags, CreatedAt: q.createdAt, ModifiedAt: q.modifiedAt}
@@ -894,56 +877,6 @@ func (e *Engine) tagQueue(name string, add map[string]string, remove []string) e
 	return nil
 }
 
-func (e *Engine) deleteQueue(name string) error { return e.removeQueue(name, true) }
-
-// removeQueue deletes a queue; block keeps its name from being reused for
-// NameReuseDelay (SQS semantics).
-func (e *Engine) removeQueue(name string, block bool) error {
-	e.adminMu.Lock()
-	defer e.adminMu.Unlock()
-	q, err := e.lookup(name)
-	if err != nil {
-		return err
-	}
-	var b store.Batch
-	b.Delete(queueKey(name))
-	for _, p := range []byte{prefixMessage, prefixDedup, prefixSeq} {
-		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
-	}
-	p, err := e.write(&b, true)
-	if err == nil {
-		err = e.wait(p)
-	}
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
-	delete(e.queues, name)
-	if block {
-		e.deleted[name] = e.now()
-	}
-	e.mu.Unlock()
-	q.mu.Lock()
-	q.deleted = true
-	q.unaccountAllLocked()
-	q.wakeLocked()
-	q.mu.Unlock()
-	return nil
-}
-
-func (e *Engine) listQueues(prefix string) []string {
-	e.mu.RLock()
-	names := make([]string, 0, len(e.queues))
-	for n := range e.queues {
-		if strings.HasPrefix(n, prefix) {
-			names = append(names, n)
-		}
-	}
-	e.mu.RUnlock()
-	sort.Strings(names)
-	return names
-}
-
 func (e *Engine) allQueues() []*queue {
 	e.mu.RLock()
 	qs := make([]*queue, 0, len(e.queues))
@@ -960,67 +893,6 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 		return nil, err
 	}
 	return e.DeadLetterQueues()[dlq], nil
-}
-
-func (e *Engine) purgeQueue(name string) error {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return err
-	}
-	now := e.now()
-	if q.lastPurge != 0 && now-q.lastPurge < int64(PurgeInterval) {
-		e.unlock(q)
-		return ErrPurgeInProgress
-	}
-	var b store.Batch
-	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
-	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
-	q.lastPurge = now
-	q.purges.Add(1)
-	q.clearMessagesLocked()
-	return e.commitUnlock(q, &b)
-}
-
-func (e *Engine) releaseInFlight(name string) (n int, err error) {
-	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
-		for _, m := range q.msgs {
-			if m.state != stateInFlight {
-				continue
-			}
-			m.visibleAt = now
-			m.parked = true
-			q.setStateLocked(m, stateVisible)
-			q.writeStateLocked(m, b)
-			n++
-		}
-		return nil
-	})
-	return n, err
-}
-
-func (e *Engine) purgeReady(name string) (n int, err error) {
-	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
-		for {
-			for _, m := range q.msgs {
-				if m.state == stateInFlight {
-					continue
-				}
-				q.dropLocked(m, b)
-				n++
-			}
-			if !q.cold.on || e.failed.Load() != nil {
-				break
-			}
-			// The cold backlog, a window at a time, so that memory
-			// holds at most a window (and what is in flight) while it
-			// runs.
-			q.refillLocked(now)
-			q.advanceLocked(now, b)
-		}
-		q.stats.deleted.Add(uint64(n))
-		return nil
-	})
-	return n, err
 }
 
 // clearMessagesLocked forgets every message and dedup entry.

@@ -55,9 +55,15 @@ func newReceipt() uint64 {
 	}
 }
 
-// send implements Send. The bodies and attributes of msgs are retained:
-// callers must not modify them afterwards.
-func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
+// Send stores messages in the queue. Each message gets its own SendResult;
+// a message that fails validation (size, FIFO ids, delay) fails alone. The
+// returned error is for the whole call (queue missing, storage failed).
+//
+// When Send returns, every successful message is durable: it survives a
+// crash and will be delivered at least once (unless deleted, purged or
+// expired). A FIFO message whose deduplication id was seen within
+// DedupWindow is accepted (with the original MessageID) but not stored again.
+func (e *Engine) Send(name string, msgs []Message) ([]SendResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -249,7 +255,13 @@ func (q *queue) rememberDedupLocked(ent *dedupEntry) {
 	q.dedupOrder = append(q.dedupOrder, ent)
 }
 
-func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) ([]Delivery, error) {
+// Receive leases up to req.Max messages. It waits up to the long-poll time
+// for the first message and returns as soon as at least one is available.
+// Every receive issues a new receipt handle and increments the message's
+// receive count. A message whose receive count has already reached its
+// queue's DeadLetterPolicy.MaxReceiveCount is moved to the dead-letter queue
+// instead of being returned. An empty result is not an error.
+func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) ([]Delivery, error) {
 	if req.Max < 1 {
 		req.Max = 1
 	}
@@ -524,7 +536,13 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool
 	return m, false, h.v2 && int64(h.count) > int64(m.recvCount) && h.validMAC(q.eng.receiptKey), nil
 }
 
-func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) {
+// Delete removes the messages leased with the given receipt handles. The
+// result has one entry per handle (nil on success). Deleting an already
+// deleted message succeeds. A stale handle (the message was leased again
+// since) succeeds without deleting on a standard queue; on a FIFO queue a
+// handle whose lease has expired fails with ErrReceiptHandleExpired. When
+// Delete returns, successful deletes are durable.
+func (e *Engine) Delete(name string, handles []string) ([]error, error) {
 	return e.deleteMessagesIf(name, handles, false)
 }
 
@@ -582,7 +600,16 @@ func (e *Engine) deleteLocked(q *queue, handles []string, leasedOnly bool, errs 
 	q.stats.deleted.Add(uint64(deleted))
 }
 
-func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]error, error) {
+// ChangeVisibility sets, counting from now, the remaining lease of each
+// message to its Timeout; 0 makes it visible at once. As on SQS it works
+// after the lease lapsed (a visible message is leased again for Timeout,
+// so a worker that extends late keeps its job), and on a standard queue
+// any receipt handle of the message applies to its current state, even
+// one from an earlier receive. On a FIFO queue a handle from an earlier
+// receive fails with ErrMessageNotAvailable, as does any handle of a
+// deleted message; a message waiting out a retry backoff fails with
+// ErrMessageNotInflight.
+func (e *Engine) ChangeVisibility(name string, changes []VisibilityChange) ([]error, error) {
 	errs := make([]error, len(changes))
 	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
 		q.changeVisibilityLocked(changes, errs, now, b)
