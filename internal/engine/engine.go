@@ -2,9 +2,17 @@
 // FIFO queues, delays, leases (visibility timeouts), long polling, receive
 // counts, dead-letter moves, retention, deduplication and purge.
 //
-// The engine knows nothing of HTTP, SQS or AMQP. Front-ends translate their
-// protocol to the methods in api.go and map the sentinel errors in errors.go
-// back to protocol errors.
+// The engine imports nothing of HTTP, SQS or AMQP. Front-ends translate their
+// protocol to its methods and map the sentinel errors in errors.go back to
+// protocol errors. Some operations exist because one protocol needs their
+// semantics (DropQueue: delete without the name-reuse delay; PurgeReady:
+// purge only what is not in flight; DeleteLeased: delete only under the
+// current lease; ReleaseInFlight: end every lease at once; SendMany: one
+// atomic write across queues); each is specified by what it does, not by
+// who calls it. Two hooks reach back into a front-end: the DeadLetterRouter, which
+// resolves an AMQP dead-letter exchange under the source queue's lock (it
+// must only read its own topology and never call the engine), and the
+// Observer, called with no lock held.
 //
 // # State and durability
 //
