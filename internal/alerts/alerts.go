@@ -219,25 +219,11 @@ func (m *Manager) evaluate() {
 	// arrival between the two reads looked like a DLQ the operator had
 	// emptied, and cleared the growth window.)
 	arrived := m.arrivals.counts(now)
-	names := eng.ListQueues("")
-	infos := make([]engine.QueueInfo, 0, len(names))
-	exists := make(map[string]bool, len(names))
+	// A queue the snapshot could not read (the store has failed) keeps
+	// its alerts as they are: that is not a reason to resolve them.
+	snap := eng.Snapshot()
+	infos, exists, unread := snap.Infos, snap.Exists, snap.Unread
 	dlqs := make(map[string]bool)
-	unread := make(map[string]bool) // queues whose alerts stay as they are
-	for _, name := range names {
-		info, err := eng.GetQueue(name)
-		if errors.Is(err, engine.ErrQueueNotFound) {
-			continue // deleted since ListQueues
-		}
-		exists[name] = true
-		if err != nil {
-			// The store has failed; that is not a reason to resolve
-			// the queue's alerts.
-			unread[name] = true
-			continue
-		}
-		infos = append(infos, info)
-	}
 	for dlq := range eng.DeadLetterQueues() {
 		dlqs[dlq] = true
 	}

@@ -201,19 +201,16 @@ func (d *Dashboard) Run(ctx context.Context) {
 func (d *Dashboard) tick() {
 	eng := d.eng
 	now := d.clk.Now()
-	names := eng.ListQueues("")
+	snap := eng.Snapshot()
 	capacity := min(maxSamples, int(d.opts.History/d.opts.SampleInterval)+2)
-	exists := make(map[string]bool, len(names))
-	var taken []sample
-	var takenNames []string
-	for _, n := range names {
-		info, err := eng.GetQueue(n)
-		if err != nil {
-			continue
-		}
-		exists[n] = true
-		taken = append(taken, sampleOf(&info, now))
-		takenNames = append(takenNames, n)
+	// Queues the snapshot could not read (a failed store) keep their
+	// history: they exist, only this sample is missing.
+	exists := snap.Exists
+	taken := make([]sample, 0, len(snap.Infos))
+	takenNames := make([]string, 0, len(snap.Infos))
+	for i := range snap.Infos {
+		taken = append(taken, sampleOf(&snap.Infos[i], now))
+		takenNames = append(takenNames, snap.Infos[i].Name)
 	}
 	d.mu.Lock()
 	for i, n := range takenNames {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"sort"
 	"strings"
 
@@ -152,4 +153,43 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	q.wakeLocked()
 	q.mu.Unlock()
 	return nil
+}
+
+// Snapshot is every queue's QueueInfo read in one pass, for the surfaces
+// that watch all queues (metrics, alerts, dashboard, advisor).
+type Snapshot struct {
+	// Infos are the queues that could be read, in name order.
+	Infos []QueueInfo
+	// Exists names every queue that existed when it was read, including
+	// those that could not be read. A queue deleted between the listing
+	// and its read is in neither.
+	Exists map[string]bool
+	// Unread names the queues that exist but could not be read: the store
+	// has failed (Failed says why). Their state is unknown, not empty.
+	Unread map[string]bool
+}
+
+// Snapshot reads every queue, one queue lock at a time (it is not an
+// atomic cut across queues: a message moving between two queues may be
+// counted in both or neither).
+func (e *Engine) Snapshot() Snapshot {
+	names := e.ListQueues("")
+	s := Snapshot{
+		Infos:  make([]QueueInfo, 0, len(names)),
+		Exists: make(map[string]bool, len(names)),
+		Unread: make(map[string]bool),
+	}
+	for _, name := range names {
+		info, err := e.GetQueue(name)
+		if errors.Is(err, ErrQueueNotFound) {
+			continue // deleted since the listing
+		}
+		s.Exists[name] = true
+		if err != nil {
+			s.Unread[name] = true
+			continue
+		}
+		s.Infos = append(s.Infos, info)
+	}
+	return s
 }

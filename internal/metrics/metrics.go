@@ -368,23 +368,11 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 	}
 	ch <- prometheus.MustNewConstMetric(m.storeFailed, prometheus.GaugeValue, failed)
 
-	names := eng.ListQueues("")
-	infos := make([]engine.QueueInfo, 0, len(names))
-	exists := make(map[string]bool, len(names))
+	// A queue the snapshot could not read (the store has failed, and
+	// sluice_store_failed says so) keeps its counters but has no gauges.
+	snap := eng.Snapshot()
+	infos, exists := snap.Infos, snap.Exists
 	dlqs := make(map[string]bool)
-	for _, name := range names {
-		info, err := eng.GetQueue(name)
-		if errors.Is(err, engine.ErrQueueNotFound) {
-			continue // deleted since ListQueues
-		}
-		exists[name] = true
-		if err != nil {
-			// The store has failed (sluice_store_failed says so): the
-			// queue keeps its counters but has no gauges.
-			continue
-		}
-		infos = append(infos, info)
-	}
 	for dlq := range eng.DeadLetterQueues() {
 		dlqs[dlq] = true
 	}
