@@ -17,6 +17,7 @@ import (
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store"
 )
 
 // Options configure a Sluice server. Start from DefaultOptions, then apply a
@@ -35,6 +36,14 @@ type Options struct {
 	// vfs.NewCrashableMem to cut power under the real front-ends
 	// (test/faults). Not settable from a config file.
 	StoreFS vfs.FS `toml:"-"`
+	// InjectedStore, when set, is the store the server runs on instead of
+	// opening one: Store and StoreFS then choose nothing, and DataDir
+	// should name the directory the store's files live in (the free-disk
+	// watch, min_free_disk, checks it). The server closes it when it stops, as it closes a store it opened;
+	// the owner must keep whatever lies beneath (cluster mode passes its
+	// replicated store, whose Close ends the view, not the Raft node).
+	// Not settable from a config file.
+	InjectedStore store.Store `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

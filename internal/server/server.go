@@ -126,8 +126,10 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		dopts.History = max(w, 15*time.Minute)
 	}
 	s.dash = dashboard.New(nil, dopts)
-	switch opts.Store {
-	case "memory":
+	switch {
+	case opts.InjectedStore != nil:
+		s.st = opts.InjectedStore
+	case opts.Store == "memory":
 		s.st = memstore.New()
 	default:
 		if opts.StoreFS == nil {
@@ -451,6 +453,9 @@ func (s *Server) startedAttrs() []any {
 		"http", s.SQSAddr(), "amqp", s.AMQPAddr(),
 		"dashboard", scheme + "://" + s.SQSAddr() + "/ui/",
 		"store", s.opts.Store,
+	}
+	if s.opts.InjectedStore != nil {
+		attrs[len(attrs)-1] = "injected"
 	}
 	if s.opts.Store != "memory" {
 		attrs = append(attrs, "data_dir", s.opts.DataDir)
