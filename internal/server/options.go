@@ -207,6 +207,11 @@ type Options struct {
 	AMQPQueues []amqp.QueueDefinition    `toml:"amqp_queues"`
 	Bindings   []amqp.BindingDefinition  `toml:"bindings"`
 
+	// Cluster is the [cluster] section (cluster_options.go): when present,
+	// cmd/sluice runs this node as a member of a Raft group
+	// (internal/cluster) instead of calling New directly.
+	Cluster ClusterConfig `toml:"cluster"`
+
 	// Build names the running build, for the startup log line and the
 	// sluice_build_info metric. cmd/sluice fills it from buildinfo.Read;
 	// it is not a config file setting.
@@ -252,7 +257,8 @@ type TLSConfig struct {
 	Key  string `toml:"key"`
 }
 
-func (c HTTPAuthConfig) options() httpauth.Options {
+// Options converts the section to the httpauth middleware's options.
+func (c HTTPAuthConfig) Options() httpauth.Options {
 	return httpauth.Options{Tokens: c.Tokens, Users: c.Users, Realm: c.Realm}
 }
 
@@ -380,7 +386,7 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("store: %q is not one of disk, memory", o.Store))
 	}
-	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.options().Enabled()
+	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.Options().Enabled()
 	errs = append(errs, o.checkListen("sqs_listen", o.SQSListen, false, httpSecured,
 		"configure [[sqs_credentials]] and [http_auth]")...)
 	errs = append(errs, o.checkListen("amqp_listen", o.AMQPListen, true, len(o.AMQPUsers) > 0,
@@ -438,7 +444,7 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("sqs_credentials: %w", err))
 		}
 	}
-	if err := o.HTTPAuth.options().Validate(); err != nil {
+	if err := o.HTTPAuth.Options().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("http_auth: %w", err))
 	}
 	if len(o.AccountID) != 12 || strings.Trim(o.AccountID, "0123456789") != "" {
@@ -460,6 +466,7 @@ func (o *Options) Validate() error {
 	if err := o.Alerts.options().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("alerts: %w", err))
 	}
+	errs = append(errs, o.validateCluster()...)
 	return errors.Join(errs...)
 }
 

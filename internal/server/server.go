@@ -286,7 +286,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ops.Handle("GET /sluice/v1/advisor", s.dash)
 	ops.Handle("GET /sluice/v1/amqp/topology", s.amqp.TopologyHandler())
 	ops.Handle("/sluice/v1/definitions", s.definitionsHandler())
-	ha := opts.HTTPAuth.options()
+	ha := opts.HTTPAuth.Options()
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
 
