@@ -14,7 +14,9 @@ require (
 	github.com/prometheus/client_model v0.3.0
 	github.com/prometheus/common v0.42.0
 	github.com/rabbitmq/amqp091-go v1.14.0
+	go.etcd.io/raft/v3 v3.7.0
 	golang.org/x/sys v0.18.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
@@ -47,5 +49,4 @@ require (
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/text v0.14.0 // indirect
-	google.golang.org/protobuf v1.33.0 // indirect
 )

@@ -1,0 +1,390 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/storetest"
+)
+
+// testTick keeps elections short (250-500 ms) but well above an fsync on a
+// loaded machine.
+const testTick = 25 * time.Millisecond
+
+// cluster is n real nodes in this process, talking over loopback TCP.
+type cluster struct {
+	t     *testing.T
+	peers []Peer
+	dirs  []string
+	nodes []*Node // nil while a node is down
+}
+
+// newCluster binds n listeners on 127.0.0.1:0 and opens n nodes.
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{t: t, nodes: make([]*Node, n)}
+	lns := make([]net.Listener, n)
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+		c.peers = append(c.peers, Peer{ID: uint64(i + 1), RaftAddr: ln.Addr().String()})
+		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint("node", i+1)))
+	}
+	for i := range n {
+		c.openWith(i, lns[i])
+	}
+	t.Cleanup(func() {
+		for i, nd := range c.nodes {
+			if nd != nil {
+				_ = nd.Close()
+				c.nodes[i] = nil
+			}
+		}
+	})
+	return c
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func (c *cluster) openWith(i int, ln net.Listener) {
+	c.t.Helper()
+	nd, err := Open(Config{
+		ID: uint64(i + 1), Peers: c.peers, Dir: c.dirs[i], Listener: ln,
+		TickInterval: testTick, Logger: quietLogger(),
+	})
+	if err != nil {
+		c.t.Fatalf("open node %d: %v", i+1, err)
+	}
+	c.nodes[i] = nd
+}
+
+// restart opens node i again on its directory and address.
+func (c *cluster) restart(i int) {
+	c.t.Helper()
+	var ln net.Listener
+	poll.CheckFor(c.t, 10*time.Second, func() error {
+		var err error
+		ln, err = net.Listen("tcp", c.peers[i].RaftAddr)
+		return err
+	})
+	c.openWith(i, ln)
+}
+
+// stop closes node i.
+func (c *cluster) stop(i int) {
+	c.t.Helper()
+	if err := c.nodes[i].Close(); err != nil {
+		c.t.Fatalf("close node %d: %v", i+1, err)
+	}
+	c.nodes[i] = nil
+}
+
+// leader waits for exactly one ready leader among the running nodes
+// (skipping except) and returns its index.
+func (c *cluster) leader(except int) int {
+	c.t.Helper()
+	idx := -1
+	poll.CheckFor(c.t, 15*time.Second, func() error {
+		idx = -1
+		for i, nd := range c.nodes {
+			if nd == nil || i == except {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			err := nd.WaitLeaderReady(ctx)
+			cancel()
+			if err == nil {
+				if idx >= 0 {
+					return fmt.Errorf("nodes %d and %d both ready leaders", idx+1, i+1)
+				}
+				idx = i
+			}
+		}
+		if idx < 0 {
+			return errors.New("no ready leader")
+		}
+		return nil
+	})
+	return idx
+}
+
+// writeKV writes one set on s and waits for it.
+func writeKV(s store.Store, k, v string) error {
+	var b store.Batch
+	b.Set([]byte(k), []byte(v))
+	p, err := s.Write(&b, true)
+	if err != nil {
+		return err
+	}
+	return p.Wait()
+}
+
+// stateHas reports whether node nd's state store holds k=v.
+func stateHas(nd *Node, k, v string) error {
+	got, err := nd.state.Get([]byte(k))
+	if err != nil {
+		return fmt.Errorf("node %d: %s: %w", nd.cfg.ID, k, err)
+	}
+	if string(got) != v {
+		return fmt.Errorf("node %d: %s=%q, want %q", nd.cfg.ID, k, got, v)
+	}
+	return nil
+}
+
+func TestThreeNodesReplicate(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	s := c.nodes[li].Store()
+	for i := range 20 {
+		if err := writeKV(s, fmt.Sprint("k", i), fmt.Sprint("v", i)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if v, err := s.Get([]byte("k19")); err != nil || string(v) != "v19" {
+		t.Fatalf("leader Get(k19) = %q, %v", v, err)
+	}
+	for _, nd := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, func() error {
+			for i := range 20 {
+				if err := stateHas(nd, fmt.Sprint("k", i), fmt.Sprint("v", i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	fi := (li + 1) % 3
+	fs := c.nodes[fi].Store()
+	if err := writeKV(fs, "x", "y"); !errors.Is(err, ErrNotLeader) || !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("follower write: %v, want ErrNotLeader wrapping store.ErrFailed", err)
+	}
+	// A follower view reads its own state.
+	if v, err := fs.Get([]byte("k0")); err != nil || string(v) != "v0" {
+		t.Fatalf("follower Get(k0) = %q, %v", v, err)
+	}
+	st := c.nodes[li].Status()
+	if st.Role != "leader" || st.Leader != uint64(li+1) || len(st.Match) != 3 {
+		t.Fatalf("leader status %+v", st)
+	}
+	if got := c.nodes[fi].Status(); got.Role != "follower" || got.Leader != uint64(li+1) {
+		t.Fatalf("follower status %+v", got)
+	}
+}
+
+func TestAdvertise(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	if err := c.nodes[li].Advertise([]byte(`{"sqs":"127.0.0.1:1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	fi := (li + 1) % 3
+	if err := c.nodes[fi].Advertise([]byte("x")); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower Advertise: %v, want ErrNotLeader", err)
+	}
+	for _, nd := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, poll.True("advertised info", func() bool {
+			return string(nd.Advertised(uint64(li+1))) == `{"sqs":"127.0.0.1:1"}`
+		}))
+	}
+	// It survives a restart of a follower.
+	c.stop(fi)
+	c.restart(fi)
+	if got := c.nodes[fi].Advertised(uint64(li + 1)); string(got) != `{"sqs":"127.0.0.1:1"}` {
+		t.Fatalf("after restart Advertised = %q", got)
+	}
+}
+
+// TestFailoverKeepsAcknowledgedWrites closes the leader after acknowledged
+// writes; a new leader must hold every one of them, accept new writes, and
+// the old node must catch up when it comes back.
+func TestFailoverKeepsAcknowledgedWrites(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	s := c.nodes[li].Store()
+	const n = 50
+	for i := range n {
+		if err := writeKV(s, fmt.Sprint("a", i), fmt.Sprint(i)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	c.stop(li)
+	if _, err := s.Write(&store.Batch{}, true); err == nil {
+		t.Fatal("write on a closed node's view succeeded")
+	}
+	nl := c.leader(li)
+	ns := c.nodes[nl].Store()
+	for i := range n {
+		if v, err := ns.Get([]byte(fmt.Sprint("a", i))); err != nil || string(v) != fmt.Sprint(i) {
+			t.Fatalf("new leader lost acknowledged write a%d: %q, %v", i, v, err)
+		}
+	}
+	for i := range 10 {
+		if err := writeKV(ns, fmt.Sprint("b", i), "after"); err != nil {
+			t.Fatalf("write on new leader: %v", err)
+		}
+	}
+	c.restart(li)
+	poll.CheckFor(t, 15*time.Second, func() error {
+		for i := range n {
+			if err := stateHas(c.nodes[li], fmt.Sprint("a", i), fmt.Sprint(i)); err != nil {
+				return err
+			}
+		}
+		for i := range 10 {
+			if err := stateHas(c.nodes[li], fmt.Sprint("b", i), "after"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// TestPartitionedLeaderFailsPending cuts the leader off; a write it took
+// cannot commit, so its Wait must return an error (never nil), and the
+// view must refuse later writes.
+func TestPartitionedLeaderFailsPending(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	s := c.nodes[li].Store()
+	if err := writeKV(s, "before", "1"); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[li].tr.setBlocked(true)
+	var b store.Batch
+	b.Set([]byte("during"), []byte("1"))
+	p, err := s.Write(&b, true)
+	if err != nil {
+		t.Fatalf("write on the partitioned leader: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	var werr error
+	poll.CheckFor(t, 15*time.Second, func() error {
+		select {
+		case werr = <-done:
+			return nil
+		default:
+			return errors.New("pending still waiting")
+		}
+	})
+	if werr == nil || !errors.Is(werr, ErrNotLeader) {
+		t.Fatalf("Wait on a partitioned leader = %v, want ErrNotLeader", werr)
+	}
+	if _, err := s.Write(&b, true); !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("write after lost leadership: %v, want store.ErrFailed", err)
+	}
+	nl := c.leader(li)
+	c.nodes[li].tr.setBlocked(false)
+	if err := writeKV(c.nodes[nl].Store(), "after", "1"); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 15*time.Second, func() error { return stateHas(c.nodes[li], "after", "1") })
+}
+
+// TestRestartAll closes every node and opens them again: every
+// acknowledged write is still there, and the applied index makes
+// re-applying harmless.
+func TestRestartAll(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	s := c.nodes[li].Store()
+	for i := range 30 {
+		var b store.Batch
+		b.Set([]byte(fmt.Sprint("r", i)), []byte("1"))
+		if i > 0 {
+			b.Delete([]byte(fmt.Sprint("r", i-1)))
+		}
+		p, err := s.Write(&b, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied := make([]uint64, 3)
+	for i := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[i], "r29", "1") })
+		applied[i] = c.nodes[i].Status().Applied
+		c.stop(i)
+	}
+	for i := range c.nodes {
+		c.restart(i)
+		if got := c.nodes[i].Status().Applied; got < applied[i] {
+			t.Fatalf("node %d reopened with applied %d < %d", i+1, got, applied[i])
+		}
+	}
+	li = c.leader(-1)
+	s = c.nodes[li].Store()
+	n := 0
+	if err := s.Scan([]byte("r"), func(k, v []byte) error {
+		n++
+		if string(k) != "r29" {
+			return fmt.Errorf("unexpected key %q after restart", k)
+		}
+		return nil
+	}); err != nil || n != 1 {
+		t.Fatalf("scan after restart: %d keys, %v", n, err)
+	}
+	if err := writeKV(s, "post", "1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConformance runs the store suite over a one-node cluster's store.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		c := newCluster(t, 1)
+		c.leader(-1)
+		return c.nodes[0].Store()
+	})
+}
+
+func TestConformanceReopen(t *testing.T) {
+	storetest.RunReopen(t, func(t *testing.T, dir string) store.Store {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd, err := Open(Config{ID: 1, Peers: []Peer{{ID: 1, RaftAddr: ln.Addr().String()}}, Dir: dir,
+			Listener: ln, TickInterval: testTick, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := nd.WaitLeaderReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return &closingView{view: nd.Store().(*view), n: nd}
+	})
+}
+
+// closingView closes its node with the view, so RunReopen can open the
+// same directory again.
+type closingView struct {
+	*view
+	n *Node
+}
+
+func (c *closingView) Close() error {
+	err := c.view.Close()
+	if err == nil {
+		err = c.n.Close()
+	}
+	return err
+}

@@ -1,0 +1,732 @@
+// Package raftstore is Sluice's replicated store: a store.Store whose write
+// batches are replicated through one Raft group (go.etcd.io/raft/v3) and
+// applied, in log order, to a pebble state store on every node.
+//
+// # Contract
+//
+// Only the leader writes. A Write on the leader encodes the batch, queues it
+// for the Raft loop and returns without touching the network; its Pending's
+// Wait returns nil only once the entry is committed (in the fsynced Raft
+// logs of a majority) and applied to this node's state store. A Write on a
+// follower fails with ErrNotLeader. When the leader loses leadership, every
+// Pending still waiting fails (the entry may or may not commit later: the
+// caller must treat it as not acknowledged), and every store view bound to
+// that leadership fails all later writes: the engine above it must be torn
+// down and opened again on the next leader, exactly as after a crash.
+//
+// Reads (Get, Scan) serve this node's state store after waiting until
+// every entry this node proposed has been applied or has failed
+// (read-your-writes). On a follower they may lag the leader.
+//
+// # Durability
+//
+// The Raft log is the write-ahead log: entries and the HardState are
+// fsynced in Config.Dir/raft before any message that depends on them is
+// sent (etcd raft's Ready contract: persist, send, apply, advance). The
+// state store in Config.Dir/state is written without fsync; each applied
+// batch carries the applied index in the same pebble batch, so after a
+// crash the node replays exactly the committed entries after the index it
+// finds there, and applying an entry twice cannot happen.
+//
+// # Limits of this slice
+//
+// One Raft group for everything, static membership from Config.Peers, no
+// snapshots and no log truncation (the log grows; a node that was down
+// catches up from the leader's full log), no authentication between nodes.
+package raftstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
+)
+
+// Peer is one member of the cluster.
+type Peer struct {
+	ID       uint64 // 1..n, never reused
+	RaftAddr string // host:port other nodes dial for Raft traffic
+}
+
+// Config configures a node.
+type Config struct {
+	ID           uint64
+	Peers        []Peer        // every member, including this node
+	Dir          string        // this node's directory: raft log + state store live under it
+	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
+	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
+	Logger       *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultTickInterval = 100 * time.Millisecond
+	electionTicks       = 10
+	heartbeatTicks      = 1
+	// MaxAdvertiseSize bounds the info Advertise replicates.
+	MaxAdvertiseSize = 64 << 10
+)
+
+// Status is a node's view of the group.
+type Status struct {
+	ID      uint64
+	Term    uint64
+	Leader  uint64 // 0 if unknown
+	Commit  uint64
+	Applied uint64
+	Role    string            // "leader", "follower" or "candidate"
+	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
+}
+
+// ErrNotLeader is returned by writes on a node that is not the leader, and
+// (wrapped) by the Wait of a write whose leader lost leadership first.
+var ErrNotLeader = errors.New("raftstore: not the leader")
+
+// ErrNodeClosed is returned by operations on a closed node, and by the Wait
+// of a write still waiting when the node closed.
+var ErrNodeClosed = errors.New("raftstore: node closed")
+
+// Meta record names in the state store.
+const (
+	metaApplied   = "applied"
+	metaAdvPrefix = "adv/"
+)
+
+// Node is one member of the Raft group. Its methods are safe for
+// concurrent use. One goroutine (run) owns the RawNode; others reach it
+// through the proposal queue and channels.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	epoch uint64 // random per Open: makes proposal ids unique across restarts
+	rl    *raftLog
+	state *pebblestore.Store
+	rn    *raft.RawNode // run's only
+	tr    *transport
+
+	recvc   chan *pb.Message
+	propc   chan struct{} // a proposal is queued (buffered 1)
+	stopc   chan struct{}
+	donec   chan struct{} // run has returned
+	changes chan Status   // latest wins, buffered 1
+
+	unreachMu sync.Mutex
+	unreach   map[uint64]bool
+
+	// mu guards everything below. Lock order: a view's mu before n.mu.
+	mu         sync.Mutex
+	props      []proposal
+	waiters    map[uint64]*waiter // own proposals (this epoch) by seq
+	seq        uint64
+	last       *waiter // the last proposal, for read-your-writes
+	leaderTerm uint64  // the term this node leads, 0 when not leader
+	ready      bool    // leader and applied every entry before its term
+	changed    chan struct{}
+	applied    uint64
+	status     Status
+	advertised map[uint64][]byte
+	err        error // the loop stopped on this error
+	closed     bool
+}
+
+// proposal is a queued entry.
+type proposal struct {
+	data []byte
+	w    *waiter
+}
+
+// waiter is the Pending of one proposal.
+type waiter struct {
+	done chan struct{}
+	err  error
+}
+
+func newWaiter() *waiter { return &waiter{done: make(chan struct{})} }
+
+// finishLocked completes w with err; n.mu must be held.
+func (w *waiter) finishLocked(err error) {
+	w.err = err
+	close(w.done)
+}
+
+// Wait blocks until the entry is applied locally (nil) or can no longer be
+// acknowledged (an error).
+func (w *waiter) Wait() error {
+	<-w.done
+	return w.err
+}
+
+// Open starts a node: it loads the Raft log and the state store from
+// cfg.Dir, replays nothing by itself (Raft hands the committed entries
+// after the stored applied index to the loop, which applies them) and
+// starts the transport and the Raft loop.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = DefaultTickInterval
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("node", cfg.ID)
+	var eb [8]byte
+	_, _ = rand.Read(eb[:])
+	n := &Node{
+		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
+		recvc:      make(chan *pb.Message, 1024),
+		propc:      make(chan struct{}, 1),
+		stopc:      make(chan struct{}),
+		donec:      make(chan struct{}),
+		changes:    make(chan Status, 1),
+		unreach:    map[uint64]bool{},
+		waiters:    map[uint64]*waiter{},
+		changed:    make(chan struct{}),
+		advertised: map[uint64][]byte{},
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	var err error
+	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log}); err != nil {
+		return nil, fmt.Errorf("raftstore: state store: %w", err)
+	}
+	if err := n.load(); err != nil {
+		_ = n.state.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// load reads the state store's meta records and the Raft log, builds the
+// RawNode and starts the goroutines. On error the caller closes n.state.
+func (n *Node) load() error {
+	n.applied = bootIndex
+	switch v, err := n.state.GetMeta(metaApplied); {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("raftstore: state store: %w", err)
+	case len(v) != 8:
+		return fmt.Errorf("raftstore: state store: applied index of %d bytes", len(v))
+	default:
+		n.applied = binary.BigEndian.Uint64(v)
+	}
+	err := n.state.ScanMeta(metaAdvPrefix, func(name string, v []byte) error {
+		id, err := strconv.ParseUint(name[len(metaAdvPrefix):], 10, 64)
+		if err != nil {
+			return fmt.Errorf("raftstore: state store: bad record %q", name)
+		}
+		n.advertised[id] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	voters := make([]uint64, 0, len(n.cfg.Peers))
+	for _, p := range n.cfg.Peers {
+		voters = append(voters, p.ID)
+	}
+	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), voters, n.log); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		_ = n.rl.close()
+		return err
+	}
+	if n.applied > n.rl.last {
+		return fail(fmt.Errorf("raftstore: state store applied index %d is beyond the raft log's last entry %d", n.applied, n.rl.last))
+	}
+	// The state store and the HardState are both written without fsync
+	// when only the commit index moved, so the applied index may be ahead
+	// of the stored commit index after a crash. Every applied entry was
+	// committed and is in this node's fsynced log, so raising the commit
+	// index to it is true.
+	hs, _, err := n.rl.mem.InitialState()
+	if err != nil {
+		return fail(err)
+	}
+	if n.applied > bootIndex && hs.GetCommit() < n.applied {
+		if hs == nil {
+			hs = &pb.HardState{}
+		} else {
+			hs = proto.CloneOf(hs)
+		}
+		hs.Commit = new(n.applied)
+		if err := n.rl.mem.SetHardState(hs); err != nil {
+			return fail(err)
+		}
+	}
+	n.rn, err = raft.NewRawNode(&raft.Config{
+		ID:                        n.cfg.ID,
+		ElectionTick:              electionTicks,
+		HeartbeatTick:             heartbeatTicks,
+		Storage:                   n.rl.mem,
+		Applied:                   n.applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           256,
+		MaxUncommittedEntriesSize: 1 << 30,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		// Only the leader stamps proposal ids it waits for; a follower
+		// refuses writes instead of forwarding them.
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{n.log},
+	})
+	if err != nil {
+		return fail(fmt.Errorf("raftstore: %w", err))
+	}
+	if len(n.cfg.Peers) == 1 {
+		// A single node is its own majority: no reason to wait out an
+		// election timeout.
+		if err := n.rn.Campaign(); err != nil {
+			return fail(fmt.Errorf("raftstore: %w", err))
+		}
+	}
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.cfg.Peers, n.log, n.deliver, n.reportUnreachable)
+	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied}
+	n.tr.start()
+	go n.run()
+	return nil
+}
+
+// validate checks the configuration.
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return errors.New("raftstore: node ID must be positive")
+	}
+	if c.Dir == "" {
+		return errors.New("raftstore: no directory")
+	}
+	if c.Listener == nil {
+		return errors.New("raftstore: no listener")
+	}
+	seen := map[uint64]bool{}
+	for _, p := range c.Peers {
+		if p.ID == 0 {
+			return errors.New("raftstore: peer ID must be positive")
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("raftstore: peer %d listed twice", p.ID)
+		}
+		if p.ID != c.ID && p.RaftAddr == "" {
+			return fmt.Errorf("raftstore: peer %d has no raft address", p.ID)
+		}
+		seen[p.ID] = true
+	}
+	if !seen[c.ID] {
+		return fmt.Errorf("raftstore: node %d is not in its peer list", c.ID)
+	}
+	return nil
+}
+
+// deliver hands a received message to the loop (transport goroutines).
+func (n *Node) deliver(m *pb.Message) {
+	select {
+	case n.recvc <- m:
+	case <-n.stopc:
+	case <-n.donec:
+	}
+}
+
+// reportUnreachable records that a message to id was lost (transport).
+func (n *Node) reportUnreachable(id uint64) {
+	n.unreachMu.Lock()
+	n.unreach[id] = true
+	n.unreachMu.Unlock()
+}
+
+// run is the Raft loop: the one goroutine that touches the RawNode.
+func (n *Node) run() {
+	defer close(n.donec)
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-n.stopc:
+			return
+		case <-ticker.C:
+			n.rn.Tick()
+		case m := <-n.recvc:
+			n.step(m)
+			for more := true; more; {
+				select {
+				case m := <-n.recvc:
+					n.step(m)
+				default:
+					more = false
+				}
+			}
+		case <-n.propc:
+			n.proposeQueued()
+		}
+		n.unreachMu.Lock()
+		for id := range n.unreach {
+			n.rn.ReportUnreachable(id)
+		}
+		clear(n.unreach)
+		n.unreachMu.Unlock()
+		if err := n.handleReadies(); err != nil {
+			n.stopOnError(err)
+			return
+		}
+	}
+}
+
+// step feeds one received message to Raft. Errors (a local message type
+// from the network, a message for another group) are dropped, as Raft
+// tolerates lost messages.
+func (n *Node) step(m *pb.Message) {
+	if err := n.rn.Step(m); err != nil {
+		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
+	}
+}
+
+// proposeQueued hands the queued proposals to Raft.
+func (n *Node) proposeQueued() {
+	n.mu.Lock()
+	props := n.props
+	n.props = nil
+	n.mu.Unlock()
+	for _, p := range props {
+		if err := n.rn.Propose(p.data); err != nil {
+			n.mu.Lock()
+			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
+			n.mu.Unlock()
+		}
+	}
+}
+
+// failLocked fails one waiter if it still waits.
+func (n *Node) failLocked(w *waiter, err error) {
+	for seq, x := range n.waiters {
+		if x == w {
+			delete(n.waiters, seq)
+			w.finishLocked(err)
+			return
+		}
+	}
+}
+
+// failAllLocked fails every waiting proposal and drops queued ones.
+func (n *Node) failAllLocked(err error) {
+	for _, w := range n.waiters {
+		w.finishLocked(err)
+	}
+	clear(n.waiters)
+	n.props = nil
+}
+
+// broadcastLocked wakes everyone waiting for a state change.
+func (n *Node) broadcastLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
+// handleReadies runs etcd raft's Ready cycle until nothing is ready.
+func (n *Node) handleReadies() error {
+	for n.rn.HasReady() {
+		rd := n.rn.Ready()
+		if rd.SoftState != nil {
+			n.roleChange(rd.SoftState)
+		}
+		if err := n.rl.save(rd.Entries, rd.HardState, rd.MustSync); err != nil {
+			return err
+		}
+		for _, m := range rd.Messages {
+			n.tr.send(m)
+		}
+		if err := n.apply(rd.CommittedEntries); err != nil {
+			return err
+		}
+		n.rn.Advance(rd)
+	}
+	n.updateStatus()
+	return nil
+}
+
+// roleChange reacts to a change of leader or role.
+func (n *Node) roleChange(ss *raft.SoftState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	isLeader := ss.RaftState == raft.StateLeader
+	if n.leaderTerm != 0 && !isLeader {
+		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
+		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
+		n.leaderTerm, n.ready = 0, false
+		n.broadcastLocked()
+	}
+	if n.leaderTerm == 0 && isLeader {
+		n.leaderTerm = n.rn.BasicStatus().GetTerm()
+		n.ready = false
+		n.log.Info("raftstore: became leader", "term", n.leaderTerm)
+		n.broadcastLocked()
+	}
+}
+
+// apply applies committed entries to the state store in one batch, with
+// the applied index, then completes this node's waiters.
+func (n *Node) apply(ents []*pb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	n.mu.Lock()
+	leaderTerm := n.leaderTerm
+	applied := n.applied
+	n.mu.Unlock()
+	var b store.Batch
+	var meta []pebblestore.Meta
+	var mine []uint64
+	adv := map[uint64][]byte{}
+	last, becameReady := uint64(0), false
+	for _, e := range ents {
+		if e.GetIndex() <= applied {
+			continue // applied before a restart; Raft should not hand it out again
+		}
+		last = e.GetIndex()
+		if leaderTerm != 0 && e.GetTerm() == leaderTerm {
+			// The first entry of this leader's term: everything committed
+			// before the term is now applied.
+			becameReady = true
+		}
+		if e.GetType() != pb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			continue
+		}
+		kind, id, body, err := decodeHeader(e.GetData())
+		if err == nil && kind == entryBatch {
+			err = decodeBatch(body, &b)
+		}
+		if err != nil {
+			return fmt.Errorf("raftstore: committed entry %d cannot be applied: %w", e.GetIndex(), err)
+		}
+		if kind == entryAdvertise {
+			adv[id.node] = body
+			meta = append(meta, pebblestore.Meta{Name: metaAdvPrefix + strconv.FormatUint(id.node, 10), Value: body})
+		}
+		if id.node == n.cfg.ID && id.epoch == n.epoch {
+			mine = append(mine, id.seq)
+		}
+	}
+	if last == 0 {
+		return nil
+	}
+	meta = append(meta, pebblestore.Meta{Name: metaApplied, Value: binary.BigEndian.AppendUint64(nil, last)})
+	if _, err := n.state.WriteMeta(&b, meta, false); err != nil {
+		return fmt.Errorf("raftstore: applying entries up to %d: %w", last, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.applied = last
+	for id, v := range adv {
+		n.advertised[id] = append([]byte(nil), v...)
+	}
+	for _, seq := range mine {
+		if w := n.waiters[seq]; w != nil {
+			delete(n.waiters, seq)
+			w.finishLocked(nil)
+		}
+	}
+	if becameReady && !n.ready && n.leaderTerm == leaderTerm {
+		n.ready = true
+		n.log.Info("raftstore: leader ready", "term", leaderTerm, "applied", last)
+		n.broadcastLocked()
+	}
+	return nil
+}
+
+// updateStatus refreshes the status snapshot and publishes a change of
+// leader or role on Changes.
+func (n *Node) updateStatus() {
+	bs := n.rn.BasicStatus()
+	st := Status{ID: n.cfg.ID, Term: bs.GetTerm(), Leader: bs.Lead, Commit: bs.GetCommit()}
+	switch bs.RaftState {
+	case raft.StateLeader:
+		st.Role = "leader"
+		st.Match = map[uint64]uint64{}
+		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			st.Match[id] = pr.Match
+		})
+	case raft.StateCandidate, raft.StatePreCandidate:
+		st.Role = "candidate"
+	default:
+		st.Role = "follower"
+	}
+	n.mu.Lock()
+	st.Applied = n.applied
+	prev := n.status
+	n.status = st
+	n.mu.Unlock()
+	if prev.Leader != st.Leader || prev.Role != st.Role {
+		select {
+		case <-n.changes:
+		default:
+		}
+		n.changes <- st
+	}
+}
+
+// stopOnError stops the node after an error the loop cannot continue
+// past (a failed raft log write, an entry it cannot apply): it must not
+// vote or acknowledge again with a log or state it cannot trust.
+func (n *Node) stopOnError(err error) {
+	n.log.Error("raftstore: node stopped", "err", err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.err = fmt.Errorf("%w: %w", store.ErrFailed, err)
+	n.failAllLocked(n.err)
+	n.leaderTerm, n.ready = 0, false
+	n.status.Role, n.status.Leader = "follower", 0
+	n.broadcastLocked()
+}
+
+// Status returns the node's latest view of the group.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status
+}
+
+// Changes delivers the node's Status after every change of leader or role.
+// Only the latest value is kept: a slow reader sees the newest state, not
+// every step.
+func (n *Node) Changes() <-chan Status { return n.changes }
+
+// WaitLeaderReady waits until this node is the leader and has applied
+// every entry committed before its term: its state store is then the whole
+// committed state, and an engine may open on it. It returns ctx's error, or
+// an error if the node stops.
+func (n *Node) WaitLeaderReady(ctx context.Context) error {
+	for {
+		n.mu.Lock()
+		ready, ch, err, closed := n.ready, n.changed, n.err, n.closed
+		n.mu.Unlock()
+		switch {
+		case closed:
+			return ErrNodeClosed
+		case err != nil:
+			return err
+		case ready:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// propose queues an entry of the given kind; encode appends its body. term,
+// when not 0, is the leadership term the caller writes in: a proposal made
+// for an earlier leadership of this node is refused.
+func (n *Node) propose(kind byte, term uint64, encode func([]byte) ([]byte, error)) (*waiter, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.closed:
+		return nil, ErrNodeClosed
+	case n.err != nil:
+		return nil, n.err
+	case n.leaderTerm == 0, term != 0 && term != n.leaderTerm:
+		return nil, ErrNotLeader
+	}
+	id := proposalID{node: n.cfg.ID, epoch: n.epoch, seq: n.seq + 1}
+	data, err := encode(appendHeader(nil, kind, id))
+	if err != nil {
+		return nil, err
+	}
+	n.seq++
+	w := newWaiter()
+	n.waiters[id.seq] = w
+	n.props = append(n.props, proposal{data: data, w: w})
+	n.last = w
+	select {
+	case n.propc <- struct{}{}:
+	default:
+	}
+	return w, nil
+}
+
+// lastProposal returns the waiter of this node's last proposal, or nil.
+func (n *Node) lastProposal() *waiter {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.last
+}
+
+// Advertise replicates "node n serves clients at info" and waits until it
+// is applied here. Only the leader may advertise.
+func (n *Node) Advertise(info []byte) error {
+	if len(info) > MaxAdvertiseSize {
+		return fmt.Errorf("raftstore: advertised info of %d bytes exceeds %d", len(info), MaxAdvertiseSize)
+	}
+	w, err := n.propose(entryAdvertise, 0, func(dst []byte) ([]byte, error) { return append(dst, info...), nil })
+	if err != nil {
+		return err
+	}
+	return w.Wait()
+}
+
+// Advertised returns a copy of the latest info node id advertised, or nil.
+// It survives restarts (it is kept in the state store).
+func (n *Node) Advertised(id uint64) []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if v, ok := n.advertised[id]; ok {
+		return append([]byte(nil), v...)
+	}
+	return nil
+}
+
+// Close stops the node: every waiting Pending fails with ErrNodeClosed,
+// the loop and transport stop, and the raft log and state store close. A
+// second Close returns ErrNodeClosed.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrNodeClosed
+	}
+	n.closed = true
+	n.failAllLocked(ErrNodeClosed)
+	n.leaderTerm, n.ready = 0, false
+	n.broadcastLocked()
+	n.mu.Unlock()
+	close(n.stopc)
+	<-n.donec
+	n.tr.close()
+	return errors.Join(n.state.Close(), n.rl.close())
+}
+
+// raftLogger sends etcd raft's log lines to slog: its chatter at Debug.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Fatal(v ...any)              { r.Panic(v...) }
+func (r raftLogger) Fatalf(f string, v ...any)   { r.Panicf(f, v...) }
+func (r raftLogger) Panic(v ...any)              { s := fmt.Sprint(v...); r.l.Error(s); panic(s) }
+func (r raftLogger) Panicf(f string, v ...any)   { s := fmt.Sprintf(f, v...); r.l.Error(s); panic(s) }

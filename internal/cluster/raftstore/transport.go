@@ -1,0 +1,305 @@
+package raftstore
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Wire format between nodes. A connection carries frames one way, from the
+// dialling node to the listening one:
+//
+//	length   4 bytes big-endian, the size of msg (at most MaxFrameSize)
+//	msg      a protobuf-marshalled raftpb.Message
+//
+// A node dials one connection to each peer and reads the connections its
+// peers dial to it. There is no handshake: every Message names its sender.
+// The listener is meant for a private network between the nodes; it has no
+// authentication in this slice.
+
+// MaxFrameSize is the largest frame a node sends or accepts (64 MiB). A
+// larger incoming frame closes the connection with ErrFrameTooLarge; a
+// larger outgoing message is dropped (Raft resends).
+const MaxFrameSize = 64 << 20
+
+// ErrFrameTooLarge is returned by the frame decoder for a length over
+// MaxFrameSize.
+var ErrFrameTooLarge = errors.New("raftstore: frame exceeds the 64 MiB limit")
+
+// sendQueueLen bounds the frames queued for one peer. When it is full, new
+// messages to that peer are dropped and the peer is reported unreachable:
+// Raft tolerates lost messages and resends.
+const sendQueueLen = 4096
+
+// Reconnect backoff after a failed dial or write.
+const (
+	dialTimeout = time.Second
+	minBackoff  = 50 * time.Millisecond
+	maxBackoff  = time.Second
+)
+
+// appendFrame appends m's frame to dst.
+func appendFrame(dst []byte, m *pb.Message) ([]byte, error) {
+	body, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: marshal message: %w", err)
+	}
+	if len(body) > MaxFrameSize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(body))
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(body)))
+	return append(dst, body...), nil
+}
+
+// readFrame reads one frame from r and decodes its message. It returns
+// io.EOF at a clean end between frames, and an error for a truncated
+// frame, a length over MaxFrameSize or a body that is not a Message.
+func readFrame(r io.Reader, buf []byte) (*pb.Message, []byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, buf, fmt.Errorf("raftstore: truncated frame header: %w", err)
+		}
+		return nil, buf, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrameSize {
+		return nil, buf, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, buf, fmt.Errorf("raftstore: truncated frame of %d bytes: %w", n, err)
+	}
+	m := &pb.Message{}
+	if err := proto.Unmarshal(buf, m); err != nil {
+		return nil, buf, fmt.Errorf("raftstore: bad message frame: %w", err)
+	}
+	return m, buf, nil
+}
+
+// transport moves Raft messages between nodes.
+type transport struct {
+	id    uint64
+	ln    net.Listener
+	log   *slog.Logger
+	recv  func(*pb.Message) // hands a received message to the loop
+	unrch func(id uint64)   // reports a peer unreachable to the loop
+	peers map[uint64]*peerConn
+
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	blocked bool // tests: drop everything in and out (a partition)
+	closed  bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// peerConn is the outgoing side to one peer.
+type peerConn struct {
+	id   uint64
+	addr string
+	q    chan []byte
+}
+
+func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
+	recv func(*pb.Message), unreachable func(uint64)) *transport {
+	t := &transport{
+		id: id, ln: ln, log: log, recv: recv, unrch: unreachable,
+		peers: map[uint64]*peerConn{},
+		conns: map[net.Conn]struct{}{},
+		stop:  make(chan struct{}),
+	}
+	for _, p := range peers {
+		if p.ID == id {
+			continue
+		}
+		t.peers[p.ID] = &peerConn{id: p.ID, addr: p.RaftAddr, q: make(chan []byte, sendQueueLen)}
+	}
+	return t
+}
+
+// start runs the accept loop and one sender per peer.
+func (t *transport) start() {
+	t.wg.Add(1)
+	go t.accept()
+	for _, p := range t.peers {
+		t.wg.Add(1)
+		go t.sendLoop(p)
+	}
+}
+
+// isBlocked reports whether the transport drops all traffic (tests).
+func (t *transport) isBlocked() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.blocked
+}
+
+// setBlocked makes the transport drop every message in both directions
+// (blocked) or deliver again. Tests use it to partition a node.
+func (t *transport) setBlocked(b bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.blocked = b
+}
+
+// send queues m for its recipient, never blocking. It is called by the
+// loop only, after the Ready's entries and HardState are durable.
+func (t *transport) send(m *pb.Message) {
+	p := t.peers[m.GetTo()]
+	if p == nil {
+		return
+	}
+	f, err := appendFrame(nil, m)
+	if err != nil {
+		t.log.Warn("raftstore: dropping a message", "to", p.id, "err", err)
+		t.unrch(p.id)
+		return
+	}
+	select {
+	case p.q <- f:
+	default:
+		t.unrch(p.id)
+	}
+}
+
+// sendLoop keeps a connection to p and writes its queued frames.
+func (t *transport) sendLoop(p *peerConn) {
+	defer t.wg.Done()
+	backoff := minBackoff
+	var conn net.Conn
+	var w *bufio.Writer
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	for {
+		var f []byte
+		select {
+		case <-t.stop:
+			return
+		case f = <-p.q:
+		}
+		if t.isBlocked() {
+			continue
+		}
+		if conn == nil {
+			c, err := net.DialTimeout("tcp", p.addr, dialTimeout)
+			if err != nil {
+				t.unrch(p.id)
+				select {
+				case <-t.stop:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, maxBackoff)
+				continue
+			}
+			backoff = minBackoff
+			conn, w = c, bufio.NewWriterSize(c, 64<<10)
+		}
+		_, err := w.Write(f)
+		// Write what else is queued before flushing, so a burst costs one
+		// syscall.
+		for err == nil && len(p.q) > 0 {
+			_, err = w.Write(<-p.q)
+		}
+		if err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			t.log.Debug("raftstore: peer connection failed", "peer", p.id, "err", err)
+			t.unrch(p.id)
+			_ = conn.Close()
+			conn, w = nil, nil
+		}
+	}
+}
+
+// accept reads every incoming connection until the transport closes.
+func (t *transport) accept() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if !closed {
+				t.log.Error("raftstore: raft listener failed", "err", err)
+			}
+			return
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		t.conns[c] = struct{}{}
+		t.mu.Unlock()
+		t.wg.Add(1)
+		go t.read(c)
+	}
+}
+
+// read delivers the frames of one incoming connection.
+func (t *transport) read(c net.Conn) {
+	defer t.wg.Done()
+	defer func() {
+		_ = c.Close()
+		t.mu.Lock()
+		delete(t.conns, c)
+		t.mu.Unlock()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	var buf []byte
+	for {
+		m, b, err := readFrame(r, buf)
+		buf = b
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.log.Warn("raftstore: closing a peer connection", "remote", c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		if t.isBlocked() {
+			continue
+		}
+		t.recv(m)
+	}
+}
+
+// close stops the listener, every connection and every sender.
+func (t *transport) close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	for c := range t.conns {
+		_ = c.Close()
+	}
+	t.mu.Unlock()
+	close(t.stop)
+	_ = t.ln.Close()
+	t.wg.Wait()
+}
