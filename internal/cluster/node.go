@@ -18,7 +18,7 @@
 //     or the leader changes.
 //
 // While there is no leader (an election), a request or connection waits up
-// to HoldTimeout for one, then gets 503 (HTTP) or is closed (AMQP); SDKs and
+// to Options.HoldTimeout (5 s) for one, then gets 503 (HTTP) or is closed (AMQP); SDKs and
 // AMQP clients retry. When this node stops leading, its server is shut
 // down: its connections drop, and clients reconnect to the new leader
 // through any node.
@@ -30,6 +30,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,9 +50,9 @@ import (
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// HoldTimeout is how long a request or connection waits for a leader (or
-// for the leader's advertised addresses) before it is refused.
-const HoldTimeout = 5 * time.Second
+// DefaultHoldTimeout is how long a request or connection waits for a
+// leader (or for the leader's advertised addresses) before it is refused.
+const DefaultHoldTimeout = 5 * time.Second
 
 // MaxRelayedAMQP caps the AMQP connections one node relays; one more is
 // closed at accept.
@@ -67,6 +68,9 @@ type Options struct {
 	Logger *slog.Logger
 	// TickInterval is the Raft tick (0: raftstore's default, 100 ms).
 	TickInterval time.Duration
+	// HoldTimeout bounds how long a client waits for a leader (0:
+	// DefaultHoldTimeout).
+	HoldTimeout time.Duration
 }
 
 // Advertisement is what a leader replicates about itself (raftstore's
@@ -85,6 +89,7 @@ type Node struct {
 	opts server.Options
 	log  *slog.Logger
 	raft *raftstore.Node
+	hold time.Duration
 
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
@@ -112,7 +117,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -163,7 +168,12 @@ func New(opts Options) (_ *Node, err error) {
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true,
 	}
+	// The connection caps apply here, where the clients' addresses are
+	// known (the leader's internal listener sees only nodes).
+	var connState func(net.Conn, http.ConnState)
+	n.httpLn, connState = server.LimitHTTPConnections(n.httpLn, o.MaxHTTPConnections, o.MaxHTTPConnectionsPerIP)
 	n.httpSrv = &http.Server{
+		ConnState:         connState,
 		Handler:           n.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
@@ -379,7 +389,8 @@ func (n *Node) internalOptions() server.Options {
 	o.ReadyFile = ""
 	// Every forwarded request and relayed connection comes from a node's
 	// address: per-IP caps there would cap the whole cluster. The public
-	// AMQP relay applies amqp_max_connections_per_ip per client instead.
+	// listeners apply max_http_connections_per_ip and
+	// amqp_max_connections_per_ip per client instead.
 	o.MaxHTTPConnectionsPerIP = 0
 	o.AMQPMaxConnectionsPerIP = -1
 	// Clients address any node: its Host header must pass the leader's
@@ -463,7 +474,7 @@ func (n *Node) routes() http.Handler {
 		},
 	}
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), HoldTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
 		ad, _, err := n.route(ctx)
 		cancel()
 		if err != nil {

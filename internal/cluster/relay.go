@@ -92,11 +92,11 @@ func remoteIP(c net.Conn) string {
 	return c.RemoteAddr().String()
 }
 
-// relayAMQP waits (up to HoldTimeout) for a leader, dials its internal
+// relayAMQP waits (up to the hold timeout) for a leader, dials its internal
 // AMQP listener and copies bytes both ways until either side closes or
 // the leader changes.
 func (n *Node) relayAMQP(c net.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), HoldTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.hold)
 	ad, leader, err := n.route(ctx)
 	if err == nil && ad.AMQP == "" {
 		err = errors.New("the leader serves no AMQP")

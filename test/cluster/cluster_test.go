@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -336,7 +337,9 @@ func countIn(want, got map[string]bool) int {
 
 // TestAMQPThroughFollowers publishes with confirms through one follower
 // and consumes through another: both connections are relayed to the
-// leader.
+// leader. Then it publishes more, kills the leader, sees both relayed
+// connections closed, and consumes every confirmed message through a
+// survivor from the new leader.
 func TestAMQPThroughFollowers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
@@ -346,52 +349,88 @@ func TestAMQPThroughFollowers(t *testing.T) {
 	nodes := startCluster(t, ctx, 3)
 	leader := awaitLeader(t, ctx, nodes, 0)
 	var followers []*node
+	var victim *node
 	for _, n := range nodes {
 		if n.id != leader {
 			followers = append(followers, n)
+		} else {
+			victim = n
 		}
 	}
 	pub, con := followers[0], followers[1]
-
-	pc, err := amqp.Dial("amqp://guest:guest@" + pub.amqp + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pc.Close() }() // the test's outcome is decided by then
-	ch, err := pc.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const q = "cluster-amqp"
-	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+
+	pc, pch := amqpChannel(t, pub)
+	if _, err := pch.QueueDeclare(q, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Confirm(false); err != nil {
+	if err := pch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	const total = 50
+	publishConfirmed(t, ctx, pch, q, "a", 50)
+	cc, cch := amqpChannel(t, con)
+	consumeAll(t, ctx, cch, q, "a", 50)
+	t.Logf("published 50 with confirms through node %d, consumed them through node %d (leader: node %d)", pub.id, con.id, leader)
+
+	// Confirmed but not yet consumed when the leader dies.
+	publishConfirmed(t, ctx, pch, q, "b", 30)
+	if err := cch.Cancel("", false); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		t.Fatal(err)
+	}
+	pClosed, cClosed := pc.NotifyClose(make(chan *amqp.Error, 1)), cc.NotifyClose(make(chan *amqp.Error, 1))
+	if err := victim.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for what, ch := range map[string]chan *amqp.Error{"publisher": pClosed, "consumer": cClosed} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("the %s's connection relayed to the killed leader was not closed", what)
+		}
+	}
+	newLeader := awaitLeader(t, ctx, followers, leader)
+	_, cch2 := amqpChannel(t, con)
+	consumeAll(t, ctx, cch2, q, "b", 30)
+	t.Logf("killed node %d: both relayed connections closed; the 30 confirmed-but-unconsumed messages consumed through node %d from new leader node %d", leader, con.id, newLeader)
+}
+
+// amqpChannel connects to n's public AMQP listener (relayed to the
+// leader) and opens a channel.
+func amqpChannel(t *testing.T, n *node) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	c, err := amqp.Dial("amqp://guest:guest@" + n.amqp + "/")
+	if err != nil {
+		t.Fatalf("node %d: %v", n.id, err)
+	}
+	t.Cleanup(func() { _ = c.Close() }) // may be closed already; the outcome is decided
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ch
+}
+
+// publishConfirmed publishes prefix-0 … prefix-(total-1), each persistent,
+// waiting for its confirm.
+func publishConfirmed(t *testing.T, ctx context.Context, ch *amqp.Channel, q, prefix string, total int) {
+	t.Helper()
 	for i := range total {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false,
-			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("a-" + strconv.Itoa(i))})
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(prefix + "-" + strconv.Itoa(i))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := dc.WaitContext(ctx)
-		if err != nil || !ok {
-			t.Fatalf("publish %d through node %d: confirmed=%v err=%v", i, pub.id, ok, err)
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			t.Fatalf("publish %s-%d: confirmed=%v err=%v", prefix, i, ok, err)
 		}
 	}
+}
 
-	cc, err := amqp.Dial("amqp://guest:guest@" + con.amqp + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }() // the test's outcome is decided by then
-	cch, err := cc.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := cch.Consume(q, "", false, false, false, false, nil)
+// consumeAll consumes (and acks) until prefix-0 … prefix-(total-1) have
+// all arrived; anything else is a message never published.
+func consumeAll(t *testing.T, ctx context.Context, ch *amqp.Channel, q, prefix string, total int) {
+	t.Helper()
+	deliveries, err := ch.Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +441,7 @@ func TestAMQPThroughFollowers(t *testing.T) {
 			if !ok {
 				t.Fatalf("deliveries closed after %d of %d", len(seen), total)
 			}
-			if !strings.HasPrefix(string(d.Body), "a-") {
+			if n, err := strconv.Atoi(strings.TrimPrefix(string(d.Body), prefix+"-")); err != nil || n < 0 || n >= total {
 				t.Fatalf("unknown message %q", d.Body)
 			}
 			seen[string(d.Body)] = true
@@ -410,10 +449,9 @@ func TestAMQPThroughFollowers(t *testing.T) {
 				t.Fatal(err)
 			}
 		case <-ctx.Done():
-			t.Fatalf("consumed %d of %d through node %d: %v", len(seen), total, con.id, ctx.Err())
+			t.Fatalf("consumed %d of %d %s-* messages: %v", len(seen), total, prefix, ctx.Err())
 		}
 	}
-	t.Logf("published %d with confirms through node %d, consumed them through node %d (leader: node %d)", total, pub.id, con.id, leader)
 }
 
 // checkStatusCommand runs `sluice cluster status` against n and checks it

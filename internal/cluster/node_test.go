@@ -1,0 +1,126 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// reservePorts binds n ports on 127.0.0.1 and closes them: peers must know
+// each other's Raft addresses before they start, the one reason to reserve
+// a port this way.
+func reservePorts(t *testing.T, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = ln.Addr().String()
+		if err := ln.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// lonelyNode starts node 1 of a three-node group whose other members never
+// start: it can never have a leader.
+func lonelyNode(t *testing.T, hold time.Duration) *Node {
+	t.Helper()
+	raft := reservePorts(t, 3)
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}}
+	n, err := New(Options{Server: o, HoldTimeout: hold, TickInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return n
+}
+
+// TestNoLeaderHoldsThenRefuses: without a leader, a request waits for one
+// for the hold timeout, then gets 503 (which SDKs retry), and an AMQP
+// connection is closed; the node's own status still answers.
+func TestNoLeaderHoldsThenRefuses(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	n := lonelyNode(t, hold)
+
+	start := time.Now()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close() // only the status matters
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("without a leader: status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if waited := time.Since(start); waited < hold {
+		t.Fatalf("refused after %v, before the hold of %v", waited, hold)
+	}
+
+	c, err := net.Dial("tcp", n.AMQPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }() // already closed by the node, if the test passes
+	if _, err := c.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Closed with the protocol header unread: EOF or a reset, either way
+	// nothing sent and no read timeout.
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if len(b) != 0 || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("AMQP without a leader: read %q, %v; want the connection closed with nothing sent", b, err)
+	}
+
+	resp, err = http.Get("http://" + n.HTTPAddr() + "/sluice/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	var rep Report
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("status: %d %v", resp.StatusCode, err)
+	}
+	if rep.Node.ID != 1 || rep.Node.Leader != 0 || rep.Node.Role == "leader" || len(rep.Peers) != 3 || rep.Public.HTTP != n.HTTPAddr() {
+		t.Fatalf("status of a node without a leader: %+v", rep)
+	}
+}
+
+// TestNewNeedsCluster: New refuses options without a [cluster] section,
+// and bad cluster settings, before binding anything.
+func TestNewNeedsCluster(t *testing.T) {
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	if _, err := New(Options{Server: o}); err == nil {
+		t.Fatal("New without [cluster] succeeded")
+	}
+	o.Cluster = server.ClusterConfig{NodeID: 4, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}}}
+	if _, err := New(Options{Server: o}); err == nil {
+		t.Fatal("New with a node id missing from peers succeeded")
+	}
+}
