@@ -311,6 +311,9 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 			return
 		case <-retry.C:
 		}
+		if ctx.Err() != nil {
+			return // both were ready: stopping wins
+		}
 		retry.Reset(time.Second)
 		if err := n.raft.WaitLeaderReady(ctx); err != nil {
 			if ctx.Err() == nil {
@@ -340,23 +343,36 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
 	log.Info("serving as leader", "internal_http", ad.SQS, "internal_amqp", ad.AMQP)
-	advertised := false
+	// Advertise waits for its entry to commit, and takes no context: it
+	// runs on its own, so stopping never waits for a quorum. It returns
+	// when the entry commits, leadership ends or the Raft node closes.
+	go func() {
+		b, _ := json.Marshal(ad) // a struct of strings and a number always encodes
+		for {
+			err := n.raft.Advertise(b)
+			if err == nil || sctx.Err() != nil {
+				return
+			}
+			log.Warn("cannot advertise the leader's addresses yet; retrying", "err", err)
+			t := time.NewTimer(time.Second)
+			select {
+			case <-sctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for running := true; running; {
-		if !advertised {
-			b, _ := json.Marshal(ad) // a struct of strings and a number always encodes
-			if err := n.raft.Advertise(b); err != nil {
-				log.Warn("cannot advertise the leader's addresses yet; retrying", "err", err)
-			} else {
-				advertised = true
-			}
-		}
 		select {
 		case <-ctx.Done():
 			running = false
 		case err := <-done:
-			log.Error("the leader's server stopped", "err", err)
+			if ctx.Err() == nil {
+				log.Error("the leader's server stopped on its own", "err", err)
+			}
 			done <- err
 			running = false
 		case <-tick.C:

@@ -1,15 +1,24 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -122,5 +131,103 @@ func TestNewNeedsCluster(t *testing.T) {
 	o.Cluster = server.ClusterConfig{NodeID: 4, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}}}
 	if _, err := New(Options{Server: o}); err == nil {
 		t.Fatal("New with a node id missing from peers succeeded")
+	}
+}
+
+// syncBuffer is a log destination tests read while the node writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), sub)
+}
+
+// soloNode starts a one-member cluster (it leads at once) and waits until
+// it serves; stop cancels Run and returns its error.
+func soloNode(t *testing.T, logs io.Writer) (n *Node, stop func() error) {
+	t.Helper()
+	raft := reservePorts(t, 1)
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: raft[0]}}}
+	n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() { _ = stop() }) // a test that stops it itself checks the error
+	poll.CheckFor(t, 20*time.Second, poll.True("the node serves", func() bool { _, _, ok := n.target(); return ok }))
+	return n, stop
+}
+
+// TestSoloNodeServesAndStops: a one-member cluster leads, serves SQS
+// through its public listener on the replicated store, and Run returns
+// when its context ends.
+func TestSoloNodeServesAndStops(t *testing.T) {
+	n, stop := soloNode(t, io.Discard)
+	ctx := context.Background()
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("solo")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queue URLs name the address the client used: the Host header is
+	// forwarded as it came.
+	if want := "http://" + n.HTTPAddr() + "/000000000000/solo"; *q.QueueUrl != want {
+		t.Fatalf("queue URL %s, want %s", *q.QueueUrl, want)
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("one")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 5})
+	if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "one" {
+		t.Fatalf("receive: %+v %v", out, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeadStopsWhenAsked: lead called with its context already ended
+// starts no server. Before the fix, a retry timer that had fired raced the
+// ended context in a select, and half the time a fresh server started
+// after the node had been told to stop (seen as "serving as leader" after
+// "sluice cluster node stopping", and a shutdown held up by Advertise
+// waiting for a quorum that was gone).
+func TestLeadStopsWhenAsked(t *testing.T) {
+	logs := &syncBuffer{}
+	n, _ := soloNode(t, logs)
+	before := logs.count("serving as leader")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 32 {
+		n.lead(ctx, n.raft.Status().Term)
+	}
+	if after := logs.count("serving as leader"); after != before {
+		t.Fatalf("lead with an ended context started %d servers", after-before)
 	}
 }
