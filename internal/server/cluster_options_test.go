@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -97,4 +98,26 @@ func TestParsePeers(t *testing.T) {
 			t.Errorf("ParsePeers(%q) accepted", bad)
 		}
 	}
+}
+
+// FuzzParsePeers: --peers never panics, and what it accepts round-trips:
+// printing the peers back and parsing again gives the same list.
+func FuzzParsePeers(f *testing.F) {
+	for _, s := range []string{"1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103", "", ",,", "1=", "=x", "18446744073709551616=a:1", " 2 = [::1]:7102 ", "1=a=b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		peers, err := ParsePeers(s)
+		if err != nil {
+			return
+		}
+		var parts []string
+		for _, p := range peers {
+			parts = append(parts, strconv.FormatUint(p.ID, 10)+"="+p.Raft)
+		}
+		again, err := ParsePeers(strings.Join(parts, ","))
+		if err != nil || (len(peers) > 0 || len(again) > 0) && !reflect.DeepEqual(again, peers) {
+			t.Fatalf("%q parsed to %+v, which reparses to %+v, %v", s, peers, again, err)
+		}
+	})
 }
