@@ -534,3 +534,41 @@ func TestLaggingFollowerCatchesUpFromDisk(t *testing.T) {
 		return nil
 	})
 }
+
+// TestChangesReportsLeader checks that Changes carries the latest leader
+// to every node, and a new one after the leader goes away.
+func TestChangesReportsLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	latest := make([]Status, 3)
+	seen := func(i int, want func(Status) bool) func() error {
+		return func() error {
+			select {
+			case st := <-c.nodes[i].Changes():
+				latest[i] = st
+			default:
+			}
+			if !want(latest[i]) {
+				return fmt.Errorf("node %d: latest change %+v", i+1, latest[i])
+			}
+			return nil
+		}
+	}
+	for i := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, seen(i, func(st Status) bool {
+			role := "follower"
+			if i == li {
+				role = "leader"
+			}
+			return st.Leader == uint64(li+1) && st.Role == role
+		}))
+	}
+	c.stop(li)
+	nl := c.leader(li)
+	for i := range c.nodes {
+		if i == li {
+			continue
+		}
+		poll.CheckFor(t, 10*time.Second, seen(i, func(st Status) bool { return st.Leader == uint64(nl+1) }))
+	}
+}
