@@ -165,9 +165,10 @@ func (s *Server) deleteExchangeLocked(vh string, x *exchange) error {
 	return nil
 }
 
-// bind adds a binding from source to a queue or exchange.
-func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, args wire.Table) error {
-	vh := c.vhost
+// checkBindAccess is what bind and unbind check before the topology: the
+// default exchange takes no bindings, the user may write the destination
+// and read the source.
+func checkBindAccess(c *conn, source, dest string, toQueue bool) error {
 	destKind := "exchange"
 	if toQueue {
 		destKind = "queue"
@@ -175,10 +176,16 @@ func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, ar
 	if source == "" || (!toQueue && dest == "") {
 		return errDefaultExchange()
 	}
-	if err := c.user.check(vh, permWrite, destKind, dest); err != nil {
+	if err := c.user.check(c.vhost, permWrite, destKind, dest); err != nil {
 		return err
 	}
-	if err := c.user.check(vh, permRead, "exchange", source); err != nil {
+	return c.user.check(c.vhost, permRead, "exchange", source)
+}
+
+// bind adds a binding from source to a queue or exchange.
+func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, args wire.Table) error {
+	vh := c.vhost
+	if err := checkBindAccess(c, source, dest, toQueue); err != nil {
 		return err
 	}
 	s.adminMu.Lock()
@@ -232,17 +239,7 @@ func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, ar
 // a missing queue or exchange is 404.
 func (s *Server) unbind(c *conn, source, dest string, toQueue bool, key string, args wire.Table) error {
 	vh := c.vhost
-	destKind := "exchange"
-	if toQueue {
-		destKind = "queue"
-	}
-	if source == "" || (!toQueue && dest == "") {
-		return errDefaultExchange()
-	}
-	if err := c.user.check(vh, permWrite, destKind, dest); err != nil {
-		return err
-	}
-	if err := c.user.check(vh, permRead, "exchange", source); err != nil {
+	if err := checkBindAccess(c, source, dest, toQueue); err != nil {
 		return err
 	}
 	s.adminMu.Lock()
