@@ -6,6 +6,7 @@
 //	sluice dlq <command>        inspect, export, import and redrive dead-letter queues
 //	sluice repair --data-dir D  drop records that stop the broker from starting (--dry-run first)
 //	sluice definitions …        export and import declared queues, exchanges and bindings
+//	sluice cluster status       a cluster node's Raft status and the leader's addresses
 //	sluice version              print the version
 //
 // main only parses flags and calls into internal packages; no broker logic
@@ -58,6 +59,8 @@ Usage:
   sluice repair --data-dir DIR [--dry-run]
                               list (--dry-run) or drop the records that make the broker
                               refuse to start; the broker must be stopped
+  sluice cluster status [--endpoint URL]
+                              a cluster node's Raft status and where the leader serves
   sluice version              print the version
 `
 
@@ -87,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runHashPassword(args[1:], os.Stdin, stdout, stderr)
 	case "repair":
 		return runRepair(args[1:], stdout, stderr)
+	case "cluster":
+		return runCLI(cli.Cluster, args[1:], stdout, stderr)
 	case "version":
 		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
@@ -119,6 +124,9 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
 	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
+	nodeID := fs.Uint64("node-id", 0, "cluster mode: this node's id among --peers (the [cluster] section's node_id)")
+	raftListen := fs.String("raft-listen", "", "cluster mode: address for Raft traffic from peers (default: this node's address in --peers)")
+	peers := fs.String("peers", "", "cluster mode: every member as id=host:port of its Raft listener, comma-separated, e.g. 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103")
 	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -170,14 +178,29 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.LogFormat = *logFormat
 		case "allow-non-loopback":
 			opts.AllowNonLoopback = *nonLoopback
+		case "node-id":
+			opts.Cluster.NodeID = *nodeID
+		case "raft-listen":
+			opts.Cluster.RaftListen = *raftListen
 		}
 	})
+	if *peers != "" {
+		ps, err := server.ParsePeers(*peers)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice server: --%v\n", err)
+			return 2
+		}
+		opts.Cluster.Peers = ps
+	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintf(stderr, "sluice server: invalid configuration:\n%v\n", err)
 		return 2
 	}
 	opts.Build = buildinfo.Read(version, commit, date)
 	log := newLogger(stderr, opts.LogLevel, opts.LogFormat)
+	if opts.Cluster.Enabled() {
+		return runClusterNode(opts, log, stderr)
+	}
 	srv, err := server.New(opts, log, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice server: %v\n", err)

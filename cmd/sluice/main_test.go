@@ -19,6 +19,11 @@ func TestBadInvocationsExitWithMessages(t *testing.T) {
 		{[]string{"server", "--config", "/nonexistent/sluice.toml"}, 2, "config"},
 		{[]string{"server", "extra"}, 2, "unexpected argument"},
 		{[]string{"bench"}, 2, "usage"},
+		{[]string{"server", "--node-id", "4", "--peers", "1=127.0.0.1:7101,2=127.0.0.1:7102"}, 2, "cluster.node_id: 4 is not among cluster.peers"},
+		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101,1=127.0.0.1:7102"}, 2, "id 1 is listed twice"},
+		{[]string{"server", "--node-id", "1", "--peers", "one=127.0.0.1:7101"}, 2, "the id is not a number"},
+		{[]string{"cluster"}, 2, "missing command"},
+		{[]string{"cluster", "frobnicate"}, 2, "unknown command"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

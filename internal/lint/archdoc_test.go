@@ -32,11 +32,13 @@ var archDocNotCode = map[string]bool{
 
 // archDocExternal are names from the standard library and pebble.
 var archDocExternal = map[string]bool{
-	"http.Server.Serve":  true,
-	"http.ServeMux":      true,
-	"tls.NewListener":    true,
-	"DB.ApplyNoSyncWait": true, // pebble
-	"Batch.SyncWait":     true, // pebble
+	"http.Server.Serve":     true,
+	"http.ServeMux":         true,
+	"tls.NewListener":       true,
+	"httputil.ReverseProxy": true,
+	"io.Copy":               true,
+	"DB.ApplyNoSyncWait":    true, // pebble
+	"Batch.SyncWait":        true, // pebble
 }
 
 // goDecls is what the module's non-test Go files declare.

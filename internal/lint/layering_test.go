@@ -28,7 +28,12 @@ const mod = "github.com/sluicemq/sluice/"
 var allowed = map[string][]string{
 	// cmd reaches the broker only through server; the other imports are
 	// its client-side subcommands.
-	"cmd/sluice": {"internal/auth/httpauth", "internal/auth/password", "internal/bench", "internal/buildinfo", "internal/cli", "internal/server"},
+	"cmd/sluice": {"internal/auth/httpauth", "internal/auth/password", "internal/bench", "internal/buildinfo", "internal/cli", "internal/cluster", "internal/server"},
+
+	// Cluster mode: a Raft member that runs server on the replicated
+	// store while it leads and forwards clients to the leader; above
+	// server, below cmd.
+	"internal/cluster": {"internal/auth/httpauth", "internal/cluster/raftstore", "internal/server"},
 
 	// Wiring: the one package that knows every other.
 	"internal/server": {
@@ -93,6 +98,7 @@ var allowed = map[string][]string{
 
 	// Test-only packages: all their code is in _test.go files.
 	"test/browser":  {},
+	"test/cluster":  {},
 	"test/crash":    {},
 	"test/faults":   {},
 	"test/hostile":  {},

@@ -42,6 +42,13 @@ type browserGuard struct {
 	cop   *http.CrossOriginProtection
 }
 
+// BrowserGuard wraps next in the same defences as the server's own HTTP
+// listener (DNS rebinding, cross-site requests), for HTTP surfaces served
+// beside it: a cluster node's own endpoints on its public listener.
+func BrowserGuard(next http.Handler, allowedHosts []string) http.Handler {
+	return newBrowserGuard(next, allowedHosts)
+}
+
 func newBrowserGuard(next http.Handler, allowed []string) *browserGuard {
 	return &browserGuard{next: next, hosts: newHostList(allowed), cop: http.NewCrossOriginProtection()}
 }

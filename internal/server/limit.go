@@ -45,6 +45,16 @@ const (
 	newGrace     = 500 * time.Millisecond
 )
 
+// LimitHTTPConnections applies the HTTP listener's connection caps
+// (max_http_connections, max_http_connections_per_ip; 0: no cap) to l, for
+// an HTTP listener served beside the server's own: a cluster node's public
+// listener, where the clients' addresses are known. The http.Server that
+// serves the returned listener must report to connState (its ConnState).
+func LimitHTTPConnections(l net.Listener, max, perIP int) (_ net.Listener, connState func(net.Conn, http.ConnState)) {
+	cl := newConnLimiter(l, max, perIP)
+	return cl, cl.connState
+}
+
 func newConnLimiter(l net.Listener, max, perIP int) *connLimiter {
 	cl := &connLimiter{Listener: l, max: max, perIP: perIP,
 		conns: map[*limitConn]struct{}{}, byIP: map[string]int{}, freed: make(chan struct{})}

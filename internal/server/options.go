@@ -17,6 +17,7 @@ import (
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store"
 )
 
 // Options configure a Sluice server. Start from DefaultOptions, then apply a
@@ -35,6 +36,14 @@ type Options struct {
 	// vfs.NewCrashableMem to cut power under the real front-ends
 	// (test/faults). Not settable from a config file.
 	StoreFS vfs.FS `toml:"-"`
+	// InjectedStore, when set, is the store the server runs on instead of
+	// opening one: Store and StoreFS then choose nothing, and DataDir
+	// should name the directory the store's files live in (the free-disk
+	// watch, min_free_disk, checks it). The server closes it when it stops, as it closes a store it opened;
+	// the owner must keep whatever lies beneath (cluster mode passes its
+	// replicated store, whose Close ends the view, not the Raft node).
+	// Not settable from a config file.
+	InjectedStore store.Store `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`
@@ -198,6 +207,11 @@ type Options struct {
 	AMQPQueues []amqp.QueueDefinition    `toml:"amqp_queues"`
 	Bindings   []amqp.BindingDefinition  `toml:"bindings"`
 
+	// Cluster is the [cluster] section (cluster_options.go): when present,
+	// cmd/sluice runs this node as a member of a Raft group
+	// (internal/cluster) instead of calling New directly.
+	Cluster ClusterConfig `toml:"cluster"`
+
 	// Build names the running build, for the startup log line and the
 	// sluice_build_info metric. cmd/sluice fills it from buildinfo.Read;
 	// it is not a config file setting.
@@ -243,7 +257,8 @@ type TLSConfig struct {
 	Key  string `toml:"key"`
 }
 
-func (c HTTPAuthConfig) options() httpauth.Options {
+// Options converts the section to the httpauth middleware's options.
+func (c HTTPAuthConfig) Options() httpauth.Options {
 	return httpauth.Options{Tokens: c.Tokens, Users: c.Users, Realm: c.Realm}
 }
 
@@ -371,7 +386,7 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("store: %q is not one of disk, memory", o.Store))
 	}
-	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.options().Enabled()
+	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.Options().Enabled()
 	errs = append(errs, o.checkListen("sqs_listen", o.SQSListen, false, httpSecured,
 		"configure [[sqs_credentials]] and [http_auth]")...)
 	errs = append(errs, o.checkListen("amqp_listen", o.AMQPListen, true, len(o.AMQPUsers) > 0,
@@ -429,7 +444,7 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("sqs_credentials: %w", err))
 		}
 	}
-	if err := o.HTTPAuth.options().Validate(); err != nil {
+	if err := o.HTTPAuth.Options().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("http_auth: %w", err))
 	}
 	if len(o.AccountID) != 12 || strings.Trim(o.AccountID, "0123456789") != "" {
@@ -451,6 +466,7 @@ func (o *Options) Validate() error {
 	if err := o.Alerts.options().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("alerts: %w", err))
 	}
+	errs = append(errs, o.validateCluster()...)
 	return errors.Join(errs...)
 }
 

@@ -126,8 +126,10 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	alertOpts := opts.Alerts.options()
 	arrivals := alerts.NewArrivals(alertOpts, clk)
 	dashRec := dashboard.NewRecorder(clk)
-	switch opts.Store {
-	case "memory":
+	switch {
+	case opts.InjectedStore != nil:
+		s.st = opts.InjectedStore
+	case opts.Store == "memory":
 		s.st = memstore.New()
 	default:
 		if opts.StoreFS == nil {
@@ -299,7 +301,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	ops.Handle("GET /sluice/v1/advisor", s.dash)
 	ops.Handle("GET /sluice/v1/amqp/topology", s.amqp.TopologyHandler())
 	ops.Handle("/sluice/v1/definitions", s.definitionsHandler())
-	ha := opts.HTTPAuth.options()
+	ha := opts.HTTPAuth.Options()
 	ha.Logger = s.log.With("component", "httpauth")
 	guarded := httpauth.Middleware(ops, ha)
 
@@ -466,6 +468,9 @@ func (s *Server) startedAttrs() []any {
 		"http", s.SQSAddr(), "amqp", s.AMQPAddr(),
 		"dashboard", scheme + "://" + s.SQSAddr() + "/ui/",
 		"store", s.opts.Store,
+	}
+	if s.opts.InjectedStore != nil {
+		attrs[len(attrs)-1] = "injected"
 	}
 	if s.opts.Store != "memory" {
 		attrs = append(attrs, "data_dir", s.opts.DataDir)

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicemq/sluice/internal/cluster"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// runClusterNode runs `sluice server` with a [cluster] section (or
+// --node-id/--peers): this process is one member of the Raft group.
+func runClusterNode(opts server.Options, log *slog.Logger, stderr io.Writer) int {
+	n, err := cluster.New(cluster.Options{Server: opts, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice server: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := n.Run(ctx); err != nil {
+		log.Error("cluster node stopped", "err", err)
+		return 1
+	}
+	return 0
+}

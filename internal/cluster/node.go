@@ -1,0 +1,530 @@
+// Package cluster runs `sluice server` as one member of a Raft group: any
+// node serves any client, and the broker stays writable when a minority of
+// nodes dies.
+//
+// The design is in docs/adr/0011-replicated-store.md. Raft replicates the
+// store's write batches (internal/cluster/raftstore); only the leader runs
+// an engine, a full in-process server.Server on the replicated store, with
+// its own listeners on port 0 of the host of this node's Raft address. Every
+// node owns the public listeners a client dials (sqs_listen, amqp_listen):
+//
+//   - HTTP: each request is forwarded, as it is (the client's Host header
+//     kept, so SigV4 signatures and queue URLs still match), to the
+//     leader's internal HTTP listener, except GET /sluice/v1/cluster, which
+//     this node answers itself (its Raft status and the addresses the
+//     leader advertised).
+//   - AMQP: each connection is relayed as raw TCP, both ways, to the
+//     leader's internal AMQP listener, and closed when either side closes
+//     or the leader changes.
+//
+// While there is no leader (an election), a request or connection waits up
+// to Options.HoldTimeout (5 s) for one, then gets 503 (HTTP) or is closed (AMQP); SDKs and
+// AMQP clients retry. When this node stops leading, its server is shut
+// down: its connections drop, and clients reconnect to the new leader
+// through any node.
+//
+// Goroutines: Run's role loop (reads raftstore's Changes), the public HTTP
+// server, the AMQP accept loop and two copy goroutines per relayed
+// connection, and while this node leads, one leader goroutine that starts,
+// watches and stops the local server.
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// DefaultHoldTimeout is how long a request or connection waits for a
+// leader (or for the leader's advertised addresses) before it is refused.
+const DefaultHoldTimeout = 5 * time.Second
+
+// MaxRelayedAMQP caps the AMQP connections one node relays; one more is
+// closed at accept.
+const MaxRelayedAMQP = 4096
+
+// Options configure a cluster node.
+type Options struct {
+	// Server is this node's configuration, [cluster] included: the public
+	// listeners (sqs_listen, amqp_listen), data_dir (the Raft log and the
+	// state store live under it) and everything the leader's server uses.
+	Server server.Options
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// TickInterval is the Raft tick (0: raftstore's default, 100 ms).
+	TickInterval time.Duration
+	// HoldTimeout bounds how long a client waits for a leader (0:
+	// DefaultHoldTimeout).
+	HoldTimeout time.Duration
+}
+
+// Advertisement is what a leader replicates about itself (raftstore's
+// Advertise): where its internal server listens, for the term it leads.
+// Followers relay only to an advertisement of the current term, so an
+// address left from an earlier term is never dialled.
+type Advertisement struct {
+	Term uint64 `json:"term"`
+	SQS  string `json:"sqs"`
+	AMQP string `json:"amqp,omitempty"`
+}
+
+// Node is one running cluster member. New binds its listeners and opens
+// its Raft node; Run serves until its context ends.
+type Node struct {
+	opts server.Options
+	log  *slog.Logger
+	raft *raftstore.Node
+	hold time.Duration
+
+	httpLn, amqpLn net.Listener
+	httpSrv        *http.Server
+	transport      *http.Transport
+
+	mu      sync.Mutex
+	changed chan struct{}  // closed and replaced whenever routing may have changed
+	local   *Advertisement // this node's server while it leads and serves
+	relays  map[*relay]struct{}
+	perIP   map[string]int
+	done    bool // Run has begun shutting down: no new relays
+}
+
+// New validates opts, binds the Raft, public HTTP and public AMQP
+// listeners, and opens the Raft node. On error everything opened is closed.
+func New(opts Options) (_ *Node, err error) {
+	o := opts.Server
+	if !o.Cluster.Enabled() {
+		return nil, errors.New("cluster: no [cluster] section")
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	raftListen := o.Cluster.RaftListen
+	if raftListen == "" {
+		raftListen = o.Cluster.Self().Raft
+	}
+	rln, err := net.Listen("tcp", raftListen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.raft_listen: %w", err)
+	}
+	closers = append(closers, func() { _ = rln.Close() })
+	n.httpLn, err = net.Listen("tcp", o.SQSListen)
+	if err != nil {
+		return nil, fmt.Errorf("sqs_listen: %w", err)
+	}
+	closers = append(closers, func() { _ = n.httpLn.Close() })
+	if o.AMQPListen != "" {
+		n.amqpLn, err = net.Listen("tcp", o.AMQPListen)
+		if err != nil {
+			return nil, fmt.Errorf("amqp_listen: %w", err)
+		}
+		closers = append(closers, func() { _ = n.amqpLn.Close() })
+	}
+	peers := make([]raftstore.Peer, len(o.Cluster.Peers))
+	for i, p := range o.Cluster.Peers {
+		peers[i] = raftstore.Peer{ID: p.ID, RaftAddr: p.Raft}
+	}
+	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln,
+		TickInterval: opts.TickInterval, Logger: log.With("component", "raft")})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.transport = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		// Below the internal server's 120 s idle timeout, so the
+		// transport drops a connection before the server does.
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true,
+	}
+	// The connection caps apply here, where the clients' addresses are
+	// known (the leader's internal listener sees only nodes).
+	var connState func(net.Conn, http.ConnState)
+	n.httpLn, connState = server.LimitHTTPConnections(n.httpLn, o.MaxHTTPConnections, o.MaxHTTPConnectionsPerIP)
+	n.httpSrv = &http.Server{
+		ConnState:         connState,
+		Handler:           n.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return n, nil
+}
+
+// HTTPAddr is the public HTTP listener's address (SQS API and the rest,
+// forwarded to the leader).
+func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
+
+// AMQPAddr is the public AMQP listener's address, "" when off.
+func (n *Node) AMQPAddr() string {
+	if n.amqpLn == nil {
+		return ""
+	}
+	return n.amqpLn.Addr().String()
+}
+
+// Run serves until ctx ends, then stops the public listeners, the relayed
+// connections, the local server if this node leads, and the Raft node.
+func (n *Node) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- n.httpSrv.Serve(n.httpLn) }()
+	if n.amqpLn != nil {
+		go func() { errc <- n.serveAMQP(n.amqpLn) }()
+	}
+	n.log.Info("sluice cluster node started", "node_id", n.opts.Cluster.NodeID, "http", n.HTTPAddr(), "amqp", n.AMQPAddr(),
+		"raft", n.opts.Cluster.Self().Raft, "peers", len(n.opts.Cluster.Peers), "data_dir", n.opts.DataDir)
+	if n.opts.ReadyFile != "" {
+		if err := writeReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr()); err != nil {
+			n.log.Error("cannot write ready file", "err", err)
+		}
+	}
+
+	var (
+		stopLead  context.CancelFunc
+		leadDone  chan struct{}
+		leadTerm  uint64
+		runErr    error
+		endLeader = func() {
+			if stopLead != nil {
+				stopLead()
+				<-leadDone
+				stopLead = nil
+			}
+		}
+	)
+	onStatus := func(st raftstore.Status) {
+		n.rerouted(st.Leader)
+		if st.Role == "leader" && st.Leader == st.ID {
+			if stopLead != nil && leadTerm == st.Term {
+				return
+			}
+			endLeader()
+			n.log.Info("leading", "term", st.Term)
+			lctx, cancel := context.WithCancel(ctx)
+			stopLead, leadDone, leadTerm = cancel, make(chan struct{}), st.Term
+			go func() { defer close(leadDone); n.lead(lctx, st.Term) }()
+			return
+		}
+		if stopLead != nil {
+			n.log.Info("no longer leading; closing the local server", "term", st.Term, "leader", st.Leader)
+		}
+		endLeader()
+	}
+	onStatus(n.raft.Status())
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case st := <-n.raft.Changes():
+			onStatus(st)
+		case err := <-errc:
+			if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				runErr = err
+			}
+			break loop
+		}
+	}
+	n.log.Info("sluice cluster node stopping")
+	_ = n.httpLn.Close() // stop accepting; Shutdown below reports what matters
+	if n.amqpLn != nil {
+		_ = n.amqpLn.Close()
+	}
+	n.mu.Lock()
+	n.done = true
+	n.mu.Unlock()
+	n.closeRelays(func(uint64) bool { return true })
+	endLeader()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.httpSrv.Shutdown(sctx); err != nil {
+		n.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
+	}
+	n.transport.CloseIdleConnections()
+	if err := n.raft.Close(); err != nil {
+		n.log.Error("closing the Raft node", "err", err)
+		if runErr == nil {
+			runErr = err
+		}
+	}
+	return runErr
+}
+
+// rerouted records a leader change: requests waiting for a leader look
+// again, relays to any other node are closed (their clients reconnect to
+// the new leader), and pooled HTTP connections to the old one are dropped.
+func (n *Node) rerouted(leader uint64) {
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+	n.closeRelays(func(to uint64) bool { return to != leader })
+	n.transport.CloseIdleConnections()
+}
+
+// lead runs this node's server while it leads term: once the Raft node has
+// applied everything committed before the term (WaitLeaderReady), it opens
+// the engine on the replicated store (exactly crash recovery), serves on
+// internal listeners and advertises them. A server whose engine failed (a
+// write the Raft node could not commit) is replaced by a fresh one while
+// the term lasts. It returns when ctx ends, with the server shut down.
+func (n *Node) lead(ctx context.Context, term uint64) {
+	log := n.log.With("term", term)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-retry.C:
+		}
+		if ctx.Err() != nil {
+			return // both were ready: stopping wins
+		}
+		retry.Reset(time.Second)
+		if err := n.raft.WaitLeaderReady(ctx); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("not ready to lead", "err", err)
+			}
+			continue
+		}
+		srv, err := server.New(n.internalOptions(), log.With("component", "server"), nil)
+		if err != nil {
+			log.Error("cannot start the leader's server", "err", err)
+			continue
+		}
+		n.serveLocal(ctx, srv, term, log)
+	}
+}
+
+// serveLocal runs srv until ctx ends or its engine fails, advertising its
+// addresses meanwhile, and shuts it down.
+func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, log *slog.Logger) {
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
+	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr()}
+	n.mu.Lock()
+	n.local = &ad
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+	log.Info("serving as leader", "internal_http", ad.SQS, "internal_amqp", ad.AMQP)
+	// Advertise waits for its entry to commit, and takes no context: it
+	// runs on its own, so stopping never waits for a quorum. It returns
+	// when the entry commits, leadership ends or the Raft node closes.
+	go func() {
+		b, _ := json.Marshal(ad) // a struct of strings and a number always encodes
+		for {
+			err := n.raft.Advertise(b)
+			if err == nil || sctx.Err() != nil {
+				return
+			}
+			log.Warn("cannot advertise the leader's addresses yet; retrying", "err", err)
+			t := time.NewTimer(time.Second)
+			select {
+			case <-sctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case err := <-done:
+			if ctx.Err() == nil {
+				log.Error("the leader's server stopped on its own", "err", err)
+			}
+			done <- err
+			running = false
+		case <-tick.C:
+			if err := srv.Engine().Failed(); err != nil {
+				log.Warn("the leader's engine failed; starting a fresh one", "err", err)
+				running = false
+			}
+		}
+	}
+	n.mu.Lock()
+	n.local = nil
+	n.mu.Unlock()
+	stop()
+	if err := <-done; err != nil {
+		log.Warn("the leader's server stopped with an error", "err", err)
+	}
+}
+
+// internalOptions are the leader's server settings: this node's, on the
+// replicated store, with listeners on port 0 of the Raft address's host
+// (peers reach them there).
+func (n *Node) internalOptions() server.Options {
+	o := n.opts
+	o.InjectedStore = n.raft.Store()
+	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
+	o.SQSListen = net.JoinHostPort(host, "0")
+	if o.AMQPListen != "" {
+		o.AMQPListen = net.JoinHostPort(host, "0")
+	}
+	o.ReadyFile = ""
+	// Every forwarded request and relayed connection comes from a node's
+	// address: per-IP caps there would cap the whole cluster. The public
+	// listeners apply max_http_connections_per_ip and
+	// amqp_max_connections_per_ip per client instead.
+	o.MaxHTTPConnectionsPerIP = 0
+	o.AMQPMaxConnectionsPerIP = -1
+	// Clients address any node: its Host header must pass the leader's
+	// allow-list (IP literals always do; names here).
+	hosts := []string{}
+	for _, p := range o.Cluster.Peers {
+		if h, _, err := net.SplitHostPort(p.Raft); err == nil && net.ParseIP(h) == nil {
+			hosts = append(hosts, h)
+		}
+	}
+	if h, _, err := net.SplitHostPort(n.opts.SQSListen); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h)
+	}
+	o.AllowedHosts = slices.Concat(o.AllowedHosts, hosts)
+	return o
+}
+
+// route returns where to send a client now: the leader's advertised
+// addresses (this node's own server when it leads), waiting up to the
+// deadline of ctx while there is no leader or it has not advertised yet.
+func (n *Node) route(ctx context.Context) (Advertisement, uint64, error) {
+	tick := time.NewTicker(20 * time.Millisecond) // advertisements apply without a notification
+	defer tick.Stop()
+	for {
+		n.mu.Lock()
+		changed := n.changed
+		n.mu.Unlock()
+		if ad, leader, ok := n.target(); ok {
+			return ad, leader, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Advertisement{}, 0, errNoLeader
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+var errNoLeader = errors.New("cluster: no leader serving")
+
+// target is route without waiting.
+func (n *Node) target() (Advertisement, uint64, bool) {
+	st := n.raft.Status()
+	if st.Leader == 0 {
+		return Advertisement{}, 0, false
+	}
+	if st.Leader == st.ID {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.local != nil && n.local.Term == st.Term {
+			return *n.local, st.Leader, true
+		}
+		return Advertisement{}, 0, false
+	}
+	var ad Advertisement
+	if b := n.raft.Advertised(st.Leader); b == nil || json.Unmarshal(b, &ad) != nil || ad.Term != st.Term {
+		return Advertisement{}, 0, false
+	}
+	return ad, st.Leader, true
+}
+
+// routes is the public HTTP surface: GET /sluice/v1/cluster answered here,
+// everything else forwarded to the leader.
+func (n *Node) routes() http.Handler {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			ad, _ := r.In.Context().Value(targetKey{}).(Advertisement)
+			r.Out.URL.Scheme = "http"
+			r.Out.URL.Host = ad.SQS
+			// The client's Host: SigV4 signed it, queue URLs are built
+			// from it, and the leader's allow-list checks it.
+			r.Out.Host = r.In.Host
+		},
+		Transport:     n.transport,
+		FlushInterval: -1, // dashboard event streams and long polls pass through at once
+		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
+			unavailable(w, "the leader could not be reached; retry")
+		},
+	}
+	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
+		ad, _, err := n.route(ctx)
+		cancel()
+		if err != nil {
+			unavailable(w, "no cluster leader is serving yet; retry")
+			return
+		}
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
+	})
+	ha := n.opts.HTTPAuth.Options()
+	ha.Logger = n.log.With("component", "httpauth")
+	mux := http.NewServeMux()
+	// The node's own status is an operator surface: behind [http_auth]
+	// when configured, and the browser defences, like /metrics.
+	mux.Handle("GET /sluice/v1/cluster", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveStatus), ha), n.opts.AllowedHosts))
+	mux.Handle("/", forward)
+	return mux
+}
+
+type targetKey struct{}
+
+// unavailable answers 503, which SDKs retry, in the admin API's error
+// shape.
+func unavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "ServiceUnavailable", "message": msg}}) // a client gone cannot be told
+}
+
+func writeReadyFile(path, httpAddr, amqpAddr string) error {
+	data, _ := json.Marshal(map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()})
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,258 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// reservePorts binds n ports on 127.0.0.1 and closes them: peers must know
+// each other's Raft addresses before they start, the one reason to reserve
+// a port this way.
+func reservePorts(t *testing.T, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = ln.Addr().String()
+		if err := ln.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// lonelyNode starts node 1 of a three-node group whose other members never
+// start: it can never have a leader.
+func lonelyNode(t *testing.T, hold time.Duration) *Node {
+	t.Helper()
+	raft := reservePorts(t, 3)
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}}
+	n, err := New(Options{Server: o, HoldTimeout: hold, TickInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return n
+}
+
+// TestNoLeaderHoldsThenRefuses: without a leader, a request waits for one
+// for the hold timeout, then gets 503 (which SDKs retry), and an AMQP
+// connection is closed; the node's own status still answers.
+func TestNoLeaderHoldsThenRefuses(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	n := lonelyNode(t, hold)
+
+	start := time.Now()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close() // only the status matters
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("without a leader: status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if waited := time.Since(start); waited < hold {
+		t.Fatalf("refused after %v, before the hold of %v", waited, hold)
+	}
+
+	c, err := net.Dial("tcp", n.AMQPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }() // already closed by the node, if the test passes
+	if _, err := c.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Closed with the protocol header unread: EOF or a reset, either way
+	// nothing sent and no read timeout.
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if len(b) != 0 || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("AMQP without a leader: read %q, %v; want the connection closed with nothing sent", b, err)
+	}
+
+	resp, err = http.Get("http://" + n.HTTPAddr() + "/sluice/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	var rep Report
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("status: %d %v", resp.StatusCode, err)
+	}
+	if rep.Node.ID != 1 || rep.Node.Leader != 0 || rep.Node.Role == "leader" || len(rep.Peers) != 3 || rep.Public.HTTP != n.HTTPAddr() {
+		t.Fatalf("status of a node without a leader: %+v", rep)
+	}
+}
+
+// TestNewNeedsCluster: New refuses options without a [cluster] section,
+// and bad cluster settings, before binding anything.
+func TestNewNeedsCluster(t *testing.T) {
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	if _, err := New(Options{Server: o}); err == nil {
+		t.Fatal("New without [cluster] succeeded")
+	}
+	o.Cluster = server.ClusterConfig{NodeID: 4, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}}}
+	if _, err := New(Options{Server: o}); err == nil {
+		t.Fatal("New with a node id missing from peers succeeded")
+	}
+}
+
+// syncBuffer is a log destination tests read while the node writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), sub)
+}
+
+// soloNode starts a one-member cluster (it leads at once) and waits until
+// it serves; stop cancels Run and returns its error.
+func soloNode(t *testing.T, logs io.Writer, edit ...func(*server.Options)) (n *Node, stop func() error) {
+	t.Helper()
+	raft := reservePorts(t, 1)
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = "127.0.0.1:0"
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: raft[0]}}}
+	for _, e := range edit {
+		e(&o)
+	}
+	n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() { _ = stop() }) // a test that stops it itself checks the error
+	poll.CheckFor(t, 20*time.Second, poll.True("the node serves", func() bool { _, _, ok := n.target(); return ok }))
+	return n, stop
+}
+
+// TestSoloNodeServesAndStops: a one-member cluster leads, serves SQS
+// through its public listener on the replicated store, and Run returns
+// when its context ends.
+func TestSoloNodeServesAndStops(t *testing.T) {
+	n, stop := soloNode(t, io.Discard)
+	ctx := context.Background()
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("solo")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queue URLs name the address the client used: the Host header is
+	// forwarded as it came.
+	if want := "http://" + n.HTTPAddr() + "/000000000000/solo"; *q.QueueUrl != want {
+		t.Fatalf("queue URL %s, want %s", *q.QueueUrl, want)
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("one")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 5})
+	if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "one" {
+		t.Fatalf("receive: %+v %v", out, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeadStopsWhenAsked: lead called with its context already ended
+// starts no server. Before the fix, a retry timer that had fired raced the
+// ended context in a select, and half the time a fresh server started
+// after the node had been told to stop (seen as "serving as leader" after
+// "sluice cluster node stopping", and a shutdown held up by Advertise
+// waiting for a quorum that was gone).
+func TestLeadStopsWhenAsked(t *testing.T) {
+	logs := &syncBuffer{}
+	n, _ := soloNode(t, logs)
+	before := logs.count("serving as leader")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 32 {
+		n.lead(ctx, n.raft.Status().Term)
+	}
+	if after := logs.count("serving as leader"); after != before {
+		t.Fatalf("lead with an ended context started %d servers", after-before)
+	}
+}
+
+// TestSigV4ThroughTheNode: with SQS credentials configured, a request signed
+// for the address the client used verifies at the leader's server behind
+// the node (the Host header it signed is forwarded unchanged), and one
+// signed with a wrong secret is refused there.
+func TestSigV4ThroughTheNode(t *testing.T) {
+	n, _ := soloNode(t, io.Discard, func(o *server.Options) {
+		o.SQSCredentials = []server.SQSCredential{{AccessKeyID: "AKIDCLUSTER", SecretAccessKey: "cluster-secret-key"}}
+	})
+	ctx := context.Background()
+	client := func(secret string) *sqs.Client {
+		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+			Credentials: credentials.NewStaticCredentialsProvider("AKIDCLUSTER", secret, "")})
+	}
+	if _, err := client("cluster-secret-key").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("signed")}); err != nil {
+		t.Fatalf("signed request through the node: %v", err)
+	}
+	_, err := client("not-the-secret").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("forged")})
+	if err == nil || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
+		t.Fatalf("wrongly signed request: %v, want SignatureDoesNotMatch", err)
+	}
+}

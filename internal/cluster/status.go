@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Report is the answer of GET /sluice/v1/cluster on any node's public
+// HTTP listener: that node's own view, not forwarded to the leader.
+type Report struct {
+	// Node is this node's Raft status.
+	Node NodeStatus `json:"node"`
+	// Public are this node's public listeners (what clients dial).
+	Public Addresses `json:"public"`
+	// Peers are every member, with the Raft address from the config and
+	// the internal addresses it last advertised as leader (if ever).
+	Peers []PeerReport `json:"peers"`
+}
+
+// NodeStatus is raftstore's Status in JSON.
+type NodeStatus struct {
+	ID      uint64 `json:"id"`
+	Role    string `json:"role"` // leader, follower or candidate
+	Term    uint64 `json:"term"`
+	Leader  uint64 `json:"leader"` // 0: none known
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+	// Match is, on the leader only, each peer's replicated log index.
+	Match map[string]uint64 `json:"match,omitempty"`
+}
+
+// Addresses are a node's HTTP and AMQP listeners.
+type Addresses struct {
+	HTTP string `json:"http"`
+	AMQP string `json:"amqp,omitempty"`
+}
+
+// PeerReport is one member as this node sees it.
+type PeerReport struct {
+	ID         uint64         `json:"id"`
+	Raft       string         `json:"raft"`
+	Advertised *Advertisement `json:"advertised,omitempty"`
+}
+
+// Status is this node's Report.
+func (n *Node) Status() Report {
+	st := n.raft.Status()
+	rep := Report{
+		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied},
+		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr()},
+	}
+	if len(st.Match) > 0 {
+		rep.Node.Match = make(map[string]uint64, len(st.Match))
+		for id, m := range st.Match {
+			rep.Node.Match[strconv.FormatUint(id, 10)] = m
+		}
+	}
+	for _, p := range n.opts.Cluster.Peers {
+		pr := PeerReport{ID: p.ID, Raft: p.Raft}
+		if b := n.raft.Advertised(p.ID); b != nil {
+			var ad Advertisement
+			if json.Unmarshal(b, &ad) == nil {
+				pr.Advertised = &ad
+			}
+		}
+		rep.Peers = append(rep.Peers, pr)
+	}
+	return rep
+}
+
+func (n *Node) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(n.Status()) // a client gone cannot be told
+}

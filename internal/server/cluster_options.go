@@ -1,0 +1,141 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// ClusterConfig is the [cluster] section. Without it (node_id 0, no
+// peers) Sluice is one node, exactly as before. With it, `sluice server`
+// runs as one member of a Raft group (internal/cluster): every node owns
+// the public SQS/HTTP and AMQP listeners and hands each connection to the
+// current leader, the only node that runs the engine.
+//
+//	[cluster]
+//	node_id = 1
+//	raft_listen = "127.0.0.1:7101"
+//	peers = [{id = 1, raft = "127.0.0.1:7101"},
+//	         {id = 2, raft = "127.0.0.1:7102"},
+//	         {id = 3, raft = "127.0.0.1:7103"}]
+type ClusterConfig struct {
+	// NodeID is this node's id among Peers (1 or more; never reused).
+	NodeID uint64 `toml:"node_id"`
+	// RaftListen is where this node listens for Raft traffic from its
+	// peers. "": its own address in Peers. It may differ from that
+	// address (e.g. 0.0.0.0:7101 behind an advertised name).
+	RaftListen string `toml:"raft_listen"`
+	// Peers are every member of the group, this node included, each with
+	// the address the others dial for its Raft traffic. Every node must
+	// list the same peers. The group is fixed: no runtime membership
+	// changes in this version.
+	Peers []ClusterPeer `toml:"peers"`
+}
+
+// ClusterPeer is one member of the Raft group.
+type ClusterPeer struct {
+	ID   uint64 `toml:"id"`
+	Raft string `toml:"raft"`
+}
+
+// Enabled reports whether the section is present (any field set).
+func (c ClusterConfig) Enabled() bool {
+	return c.NodeID != 0 || c.RaftListen != "" || len(c.Peers) > 0
+}
+
+// Self is this node's entry in Peers (the zero value when it is missing,
+// which Validate reports).
+func (c ClusterConfig) Self() ClusterPeer {
+	for _, p := range c.Peers {
+		if p.ID == c.NodeID {
+			return p
+		}
+	}
+	return ClusterPeer{}
+}
+
+// ParsePeers parses the --peers flag: "1=host:port,2=host:port,...".
+func ParsePeers(s string) ([]ClusterPeer, error) {
+	var out []ClusterPeer
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("peers: %q is not id=host:port", f)
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(id), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("peers: %q: the id is not a number", f)
+		}
+		out = append(out, ClusterPeer{ID: n, Raft: strings.TrimSpace(addr)})
+	}
+	return out, nil
+}
+
+// validateCluster checks the [cluster] section, and the settings cluster
+// mode does not support yet, when the section is present.
+func (o *Options) validateCluster() []error {
+	c := o.Cluster
+	if !c.Enabled() {
+		return nil
+	}
+	var errs []error
+	if c.NodeID == 0 {
+		errs = append(errs, errors.New("cluster.node_id: must be 1 or more"))
+	}
+	if len(c.Peers) == 0 {
+		errs = append(errs, errors.New("cluster.peers: must list every member, this node included"))
+	}
+	ids, addrs := map[uint64]bool{}, map[string]bool{}
+	self := false
+	for _, p := range c.Peers {
+		if p.ID == 0 {
+			errs = append(errs, fmt.Errorf("cluster.peers: %q has id 0; ids are 1 or more", p.Raft))
+		}
+		if ids[p.ID] {
+			errs = append(errs, fmt.Errorf("cluster.peers: id %d is listed twice", p.ID))
+		}
+		ids[p.ID] = true
+		if _, _, err := net.SplitHostPort(p.Raft); err != nil || strings.HasSuffix(p.Raft, ":0") {
+			errs = append(errs, fmt.Errorf("cluster.peers: id %d: raft %q is not host:port with a fixed port", p.ID, p.Raft))
+		}
+		if addrs[p.Raft] {
+			errs = append(errs, fmt.Errorf("cluster.peers: raft address %q is listed twice", p.Raft))
+		}
+		addrs[p.Raft] = true
+		self = self || p.ID == c.NodeID
+	}
+	if c.NodeID != 0 && len(c.Peers) > 0 && !self {
+		errs = append(errs, fmt.Errorf("cluster.node_id: %d is not among cluster.peers", c.NodeID))
+	}
+	listen := c.RaftListen
+	if listen == "" {
+		listen = c.Self().Raft
+	}
+	if listen != "" {
+		host, _, err := net.SplitHostPort(listen)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("cluster.raft_listen: %q is not host:port: %v", listen, err))
+		case !isLoopback(host) && !o.AllowNonLoopback:
+			// Raft traffic is neither authenticated nor encrypted yet:
+			// whoever reaches the port can write into the log.
+			errs = append(errs, fmt.Errorf("cluster.raft_listen: %q is not a loopback address; Raft traffic is not authenticated or encrypted in this version, so listen beyond loopback only on a private network, on purpose, with allow_non_loopback (--allow-non-loopback)", listen))
+		}
+	}
+	if o.Store != "disk" {
+		errs = append(errs, fmt.Errorf("store: %q is not supported with [cluster]: a cluster node keeps its Raft log and state on disk", o.Store))
+	}
+	if o.StoreFS != nil {
+		errs = append(errs, errors.New("store_fs: not supported with [cluster]"))
+	}
+	if o.TLS.Cert != "" || o.AMQPSListen != "" {
+		errs = append(errs, errors.New("tls, amqps_listen: not supported with [cluster] yet"))
+	}
+	return errs
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func clusterOptions(c ClusterConfig) Options {
+	o := DefaultOptions()
+	o.Cluster = c
+	return o
+}
+
+var threePeers = []ClusterPeer{{1, "127.0.0.1:7101"}, {2, "127.0.0.1:7102"}, {3, "127.0.0.1:7103"}}
+
+// TestClusterValidate: a good [cluster] section passes; each mistake is
+// reported with the setting it concerns.
+func TestClusterValidate(t *testing.T) {
+	if err := (&Options{}).validateCluster(); err != nil {
+		t.Fatalf("no [cluster]: %v", err)
+	}
+	good := clusterOptions(ClusterConfig{NodeID: 2, Peers: threePeers})
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(o *Options)
+		want string
+	}{
+		{"no node id", func(o *Options) { o.Cluster.NodeID = 0 }, "cluster.node_id: must be 1 or more"},
+		{"node not a peer", func(o *Options) { o.Cluster.NodeID = 4 }, "cluster.node_id: 4 is not among cluster.peers"},
+		{"no peers", func(o *Options) { o.Cluster.Peers = nil }, "cluster.peers: must list every member"},
+		{"duplicate id", func(o *Options) {
+			o.Cluster.Peers = []ClusterPeer{{1, "127.0.0.1:1"}, {2, "127.0.0.1:2"}, {2, "127.0.0.1:3"}}
+		}, "id 2 is listed twice"},
+		{"duplicate address", func(o *Options) { o.Cluster.Peers = []ClusterPeer{{1, "127.0.0.1:1"}, {2, "127.0.0.1:1"}} }, `raft address "127.0.0.1:1" is listed twice`},
+		{"id zero", func(o *Options) { o.Cluster.Peers = append(o.Cluster.Peers, ClusterPeer{0, "127.0.0.1:9"}) }, "has id 0"},
+		{"bad address", func(o *Options) { o.Cluster.Peers[0].Raft = "nowhere" }, `raft "nowhere" is not host:port`},
+		{"port 0", func(o *Options) { o.Cluster.Peers[0].Raft = "127.0.0.1:0" }, "with a fixed port"},
+		{"raft beyond loopback", func(o *Options) { o.Cluster.RaftListen = "0.0.0.0:7102" }, "cluster.raft_listen: \"0.0.0.0:7102\" is not a loopback address"},
+		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
+		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := clusterOptions(ClusterConfig{NodeID: 2, Peers: append([]ClusterPeer(nil), threePeers...)})
+			tc.edit(&o)
+			err := o.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	o := clusterOptions(ClusterConfig{NodeID: 2, RaftListen: "0.0.0.0:7102", Peers: threePeers})
+	o.AllowNonLoopback = true
+	if err := o.Validate(); err != nil {
+		t.Fatalf("raft beyond loopback with allow_non_loopback: %v", err)
+	}
+}
+
+// TestClusterConfigFile: the [cluster] section of the README's example
+// loads into ClusterConfig.
+func TestClusterConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node1.toml")
+	if err := os.WriteFile(path, []byte(`
+data_dir = "./node1"
+[cluster]
+node_id = 1
+raft_listen = "127.0.0.1:7101"
+peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {id = 3, raft = "127.0.0.1:7103"}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	if err := o.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers}
+	if !reflect.DeepEqual(o.Cluster, want) || o.Validate() != nil {
+		t.Fatalf("got %+v (%v), want %+v", o.Cluster, o.Validate(), want)
+	}
+	if o.Cluster.Self() != threePeers[0] {
+		t.Fatalf("Self = %+v", o.Cluster.Self())
+	}
+}
+
+func TestParsePeers(t *testing.T) {
+	got, err := ParsePeers("1=127.0.0.1:7101, 2=127.0.0.1:7102,3=127.0.0.1:7103")
+	if err != nil || !reflect.DeepEqual(got, threePeers) {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	for _, bad := range []string{"1:127.0.0.1:7101", "x=127.0.0.1:7101"} {
+		if _, err := ParsePeers(bad); err == nil {
+			t.Errorf("ParsePeers(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzParsePeers: --peers never panics, and what it accepts round-trips:
+// printing the peers back and parsing again gives the same list.
+func FuzzParsePeers(f *testing.F) {
+	for _, s := range []string{"1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103", "", ",,", "1=", "=x", "18446744073709551616=a:1", " 2 = [::1]:7102 ", "1=a=b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		peers, err := ParsePeers(s)
+		if err != nil {
+			return
+		}
+		var parts []string
+		for _, p := range peers {
+			parts = append(parts, strconv.FormatUint(p.ID, 10)+"="+p.Raft)
+		}
+		again, err := ParsePeers(strings.Join(parts, ","))
+		if err != nil || (len(peers) > 0 || len(again) > 0) && !reflect.DeepEqual(again, peers) {
+			t.Fatalf("%q parsed to %+v, which reparses to %+v, %v", s, peers, again, err)
+		}
+	})
+}
