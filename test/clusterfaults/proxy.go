@@ -128,6 +128,13 @@ func (l *Link) Set(mode Mode, delay time.Duration) {
 	}
 }
 
+// Conns is the number of connections the Link holds open.
+func (l *Link) Conns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
 // Heal is Set(Pass, 0).
 func (l *Link) Heal() { l.Set(Pass, 0) }
 
