@@ -256,6 +256,18 @@ func (c *testCluster) isolate(i int, out, in bool, mode Mode, delay time.Duratio
 	}
 }
 
+// split sets mode on every link between a node with in[i] and one
+// without, both ways.
+func (c *testCluster) split(in []bool, mode Mode) {
+	for i := range c.nodes {
+		for j := range c.nodes {
+			if i != j && in[i] != in[j] {
+				c.links[i][j].Set(mode, 0)
+			}
+		}
+	}
+}
+
 // healLinks returns every Link to Pass without delay.
 func (c *testCluster) healLinks() {
 	for _, row := range c.links {

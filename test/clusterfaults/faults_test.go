@@ -77,8 +77,17 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, leader int)
 	kind := faultKinds[rng.IntN(len(faultKinds))]
 	switch kind {
 	case "partition":
-		return fault{kind, fmt.Sprintf("partition node %d from the others (%v)", id, mode),
-			func() error { c.isolate(i, true, true, mode, 0); return nil }, healLinks}
+		// A minority (one node of three; one or two of five) cut off from
+		// the rest, both ways; links inside each side stay up.
+		group := rng.Perm(n)[:1+rng.IntN((n-1)/2)]
+		var ids []string
+		in := make([]bool, n)
+		for _, g := range group {
+			in[g] = true
+			ids = append(ids, strconv.FormatUint(c.nodes[g].id, 10))
+		}
+		return fault{kind, fmt.Sprintf("partition nodes {%s} from the others (%v)", strings.Join(ids, ","), mode),
+			func() error { c.split(in, mode); return nil }, healLinks}
 	case "one-way":
 		out := rng.IntN(2) == 0
 		dir := "its messages to the others"

@@ -3,6 +3,7 @@ package clusterfaults
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -149,6 +151,10 @@ func (w *workload) pick(ctx context.Context, rng *rand.Rand, queue string) (*mem
 // reported, not judged (only what was acknowledged is owed).
 func (w *workload) note(op string, err error) {
 	msg := err.Error()
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		op += fmt.Sprintf(" (HTTP %d)", re.HTTPStatusCode())
+	}
 	if i := strings.LastIndex(msg, "api error "); i >= 0 {
 		msg = msg[i:]
 	} else if i := strings.LastIndex(msg, ": "); i >= 0 {
