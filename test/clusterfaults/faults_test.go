@@ -17,6 +17,7 @@ const (
 	envDuration = "SLUICE_CLUSTER_FAULTS_DURATION" // time under load and faults (default 45s)
 	envNodes    = "SLUICE_CLUSTER_FAULTS_NODES"    // cluster size (default 3)
 	envSeed     = "SLUICE_FAULT_SEED"              // reproduce a run's random choices
+	envFIFO     = "SLUICE_CLUSTER_FAULTS_FIFO"     // 1: FIFO queues (default standard)
 )
 
 const defaultDuration = 45 * time.Second
@@ -132,7 +133,9 @@ func TestClusterFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	mo := c.startMonitor(ctx)
-	w := newWorkload(c, strconv.FormatUint(seed%100000, 10))
+	fifo := os.Getenv(envFIFO) == "1"
+	t.Logf("%s=%v", envFIFO, fifo)
+	w := newWorkload(c, strconv.FormatUint(seed%100000, 10), fifo)
 	if err := w.createQueues(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func TestHarnessCatchesLoss(t *testing.T) {
 	if _, err := c.awaitStable(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	w := newWorkload(c, "loss")
+	w := newWorkload(c, "loss", false)
 	if err := w.createQueues(ctx); err != nil {
 		t.Fatal(err)
 	}

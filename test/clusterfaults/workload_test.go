@@ -31,6 +31,8 @@ const (
 	maxReceiveCount = 3
 	bodyPad         = 160
 	maxBacklog      = 3000
+	maxBacklogFIFO  = 600 // a poison message holds its group for up to three leases
+	groups          = 8   // FIFO message groups per producer
 )
 
 // newClient is an SDK client with one attempt per call (a retry would blur
@@ -78,11 +80,13 @@ type ackedDelete struct {
 // acknowledged delete is made certain only after the run, when the
 // monitor proves the receive and the delete were served in one term.
 type workload struct {
-	c    *testCluster
-	ck   *faults.Checker
-	run  string
-	main string
-	dlq  string
+	c       *testCluster
+	ck      *faults.Checker
+	run     string
+	fifo    bool
+	main    string
+	dlq     string
+	backlog int // producers pause while the Checker's backlog exceeds it
 
 	epochs atomic.Int64 // the last delivery epoch handed out
 
@@ -97,15 +101,23 @@ type workload struct {
 	pwg, cwg                 sync.WaitGroup
 }
 
-func newWorkload(c *testCluster, run string) *workload {
-	return &workload{c: c, ck: faults.NewChecker(false, maxReceiveCount), run: run, main: "cf", dlq: "cf-dlq"}
+func newWorkload(c *testCluster, run string, fifo bool) *workload {
+	w := &workload{c: c, ck: faults.NewChecker(fifo, maxReceiveCount), run: run, fifo: fifo, main: "cf", dlq: "cf-dlq", backlog: maxBacklog}
+	if fifo {
+		w.main, w.dlq, w.backlog = "cf.fifo", "cf-dlq.fifo", maxBacklogFIFO
+	}
+	return w
 }
 
 // createQueues makes the DLQ and the source queue (with its redrive
 // policy) through node 1.
 func (w *workload) createQueues(ctx context.Context) error {
 	_, client := w.c.nodes[0].current()
-	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.dlq)})
+	attrs := map[string]string{}
+	if w.fifo {
+		attrs["FifoQueue"] = "true"
+	}
+	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.dlq), Attributes: attrs})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", w.dlq, err)
 	}
@@ -118,8 +130,8 @@ func (w *workload) createQueues(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.main),
-		Attributes: map[string]string{"RedrivePolicy": string(policy)}})
+	attrs["RedrivePolicy"] = string(policy)
+	_, err = client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.main), Attributes: attrs})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", w.main, err)
 	}
@@ -222,13 +234,15 @@ func (w *workload) stopConsumers() {
 }
 
 // produce sends batches of 10 unique bodies "id|flags|padding" (flags P:
-// poison, about 3%; 5% are delayed 1 s) through random nodes until ctx
-// ends.
+// poison, about 3%; on standard queues 5% are delayed 1 s; on FIFO queues
+// each goes to one of the producer's groups, deduplicated by its id)
+// through random nodes until ctx ends.
 func (w *workload) produce(ctx context.Context, p int, rng *rand.Rand) {
 	pad := strings.Repeat(".", bodyPad)
 	seq := 0
+	groupSeq := make([]int, groups)
 	for ctx.Err() == nil {
-		if w.ck.Backlog() > maxBacklog {
+		if w.ck.Backlog() > w.backlog {
 			sleepCtx(ctx, 5*time.Millisecond) // pacing, not synchronisation
 			continue
 		}
@@ -248,7 +262,13 @@ func (w *workload) produce(ctx context.Context, p int, rng *rand.Rand) {
 			}
 			s.Body = id + "|" + flags + "|" + pad[:bodyPad-len(id)-3]
 			e := types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(s.Body)}
-			if rng.IntN(100) < 5 {
+			if w.fifo {
+				g := rng.IntN(groups)
+				groupSeq[g]++
+				s.Group, s.Seq = fmt.Sprintf("g%d-%d", p, g), groupSeq[g]
+				e.MessageGroupId = aws.String(s.Group)
+				e.MessageDeduplicationId = aws.String(id)
+			} else if rng.IntN(100) < 5 {
 				s.Delay = time.Second
 				e.DelaySeconds = 1
 			}
