@@ -22,11 +22,13 @@ type broker struct {
 	clk  clock.Clock
 	fake *clock.Fake
 	opts Options
-	eng  *engine.Engine
-	srv  *Server
-	ln   net.Listener
-	url  string
-	errc chan error
+	// window is the engine's Options.ReadyWindow (0: its default).
+	window int
+	eng    *engine.Engine
+	srv    *Server
+	ln     net.Listener
+	url    string
+	errc   chan error
 }
 
 type brokerOpt func(*broker)
@@ -39,6 +41,10 @@ func withFakeClock() brokerOpt {
 }
 
 func withOptions(o Options) brokerOpt { return func(b *broker) { b.opts = o } }
+
+// withReadyWindow opens the engine with a ready window of n messages, so a
+// queue's backlog beyond it stays only in the store.
+func withReadyWindow(n int) brokerOpt { return func(b *broker) { b.window = n } }
 
 func startBroker(t testing.TB, opts ...brokerOpt) *broker {
 	t.Helper()
@@ -54,7 +60,7 @@ func startBroker(t testing.TB, opts ...brokerOpt) *broker {
 func (b *broker) start() {
 	b.t.Helper()
 	topo := NewTopology()
-	eng, err := engine.Open(engine.Options{Store: b.st, Clock: b.clk, DeadLetterRouter: topo})
+	eng, err := engine.Open(engine.Options{Store: b.st, Clock: b.clk, DeadLetterRouter: topo, ReadyWindow: b.window})
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -154,7 +154,7 @@ func (s *syncBuffer) count(sub string) int {
 
 // soloNode starts a one-member cluster (it leads at once) and waits until
 // it serves; stop cancels Run and returns its error.
-func soloNode(t *testing.T, logs io.Writer) (n *Node, stop func() error) {
+func soloNode(t *testing.T, logs io.Writer, edit ...func(*server.Options)) (n *Node, stop func() error) {
 	t.Helper()
 	raft := reservePorts(t, 1)
 	o := server.DefaultOptions()
@@ -162,6 +162,9 @@ func soloNode(t *testing.T, logs io.Writer) (n *Node, stop func() error) {
 	o.SQSListen = "127.0.0.1:0"
 	o.AMQPListen = "127.0.0.1:0"
 	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: raft[0]}}}
+	for _, e := range edit {
+		e(&o)
+	}
 	n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -229,5 +232,27 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 	}
 	if after := logs.count("serving as leader"); after != before {
 		t.Fatalf("lead with an ended context started %d servers", after-before)
+	}
+}
+
+// TestSigV4ThroughTheNode: with SQS credentials configured, a request signed
+// for the address the client used verifies at the leader's server behind
+// the node (the Host header it signed is forwarded unchanged), and one
+// signed with a wrong secret is refused there.
+func TestSigV4ThroughTheNode(t *testing.T) {
+	n, _ := soloNode(t, io.Discard, func(o *server.Options) {
+		o.SQSCredentials = []server.SQSCredential{{AccessKeyID: "AKIDCLUSTER", SecretAccessKey: "cluster-secret-key"}}
+	})
+	ctx := context.Background()
+	client := func(secret string) *sqs.Client {
+		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+			Credentials: credentials.NewStaticCredentialsProvider("AKIDCLUSTER", secret, "")})
+	}
+	if _, err := client("cluster-secret-key").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("signed")}); err != nil {
+		t.Fatalf("signed request through the node: %v", err)
+	}
+	_, err := client("not-the-secret").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("forged")})
+	if err == nil || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
+		t.Fatalf("wrongly signed request: %v, want SignatureDoesNotMatch", err)
 	}
 }

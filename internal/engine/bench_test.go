@@ -116,7 +116,7 @@ func TestMemoryPerMessage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates 200k messages")
 	}
-	e, err := Open(Options{Store: discardStore{}, BodyMemoryBudget: -1})
+	e, err := Open(Options{Store: discardStore{}, BodyMemoryBudget: -1, ReadyWindow: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,14 +155,18 @@ type discardStore struct{}
 
 func (discardStore) Write(*store.Batch, bool) (store.Pending, error)  { return store.Done{}, nil }
 func (discardStore) Scan([]byte, func(key, value []byte) error) error { return nil }
-func (discardStore) Sync() error                                      { return nil }
-func (discardStore) Get([]byte) ([]byte, error)                       { return nil, store.ErrNotFound }
-func (discardStore) Close() error                                     { return nil }
+func (discardStore) ScanRange(_, _ []byte, _ func(key, value []byte) error) error {
+	return nil
+}
+func (discardStore) ScanLengths(_, _ []byte, _ func(key []byte, n int) error) error { return nil }
+func (discardStore) Sync() error                                                    { return nil }
+func (discardStore) Get([]byte) ([]byte, error)                                     { return nil, store.ErrNotFound }
+func (discardStore) Close() error                                                   { return nil }
 
 // TestDrainedQueueReleasesMemory: a queue that held many messages and
 // drained gives its index memory back (Go maps never shrink by themselves).
 func TestDrainedQueueReleasesMemory(t *testing.T) {
-	e, err := Open(Options{Store: discardStore{}, BodyMemoryBudget: -1})
+	e, err := Open(Options{Store: discardStore{}, BodyMemoryBudget: -1, ReadyWindow: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

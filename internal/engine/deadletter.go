@@ -233,6 +233,7 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 		n.ttlAt = now + int64(t.cfg.MessageTTL)
 	}
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
+	t.cold.addPending(n.seq)          // not refilled before finishMoves inserts it
 	b.Set(messageKey(t.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
 	return move{target: t, m: n, group: m.groupID(), purges: t.purges.Load()}
@@ -262,6 +263,7 @@ func (e *Engine) finishMoves(moves []move, p store.Pending) error {
 	if err := e.wait(p); err != nil {
 		for _, mv := range moves {
 			mv.target.mu.Lock()
+			mv.target.cold.donePending(mv.m.seq)
 			mv.target.room.release(mv.size)
 			e.unlock(mv.target)
 		}
@@ -286,13 +288,13 @@ func (e *Engine) finishMoves(moves []move, p store.Pending) error {
 			t.mu.Lock()
 		}
 		t.room.release(mv.size)
+		t.cold.donePending(mv.m.seq)
 		if failed != nil {
 			e.unlock(t)
 			continue
 		}
 		if !t.deleted {
-			mv.m.group = t.groupLocked(mv.group)
-			t.addLocked(mv.m)
+			t.insertMovedLocked(mv.m, mv.group)
 			t.stats.sent.Add(1)
 			var b store.Batch
 			t.enforceLimitsLocked(e.now(), &b)
@@ -331,9 +333,11 @@ func (q *queue) expireLocked(m *message, now int64, b *store.Batch) {
 func (m *message) ttlDue(now int64) bool { return m.ttlAt != 0 && m.ttlAt <= now }
 
 // readyLocked returns the number and body bytes of ready messages (visible
-// or delayed; not in flight), which length limits count.
+// or delayed; not in flight), which length limits count. Cold messages
+// count as ready, by their records' size (see coldPart).
 func (q *queue) readyLocked() (int, int64) {
-	return q.nState[stateVisible] + q.nState[stateDelayed], q.nBytes[stateVisible] + q.nBytes[stateDelayed]
+	return q.nState[stateVisible] + q.nState[stateDelayed] + q.cold.n,
+		q.nBytes[stateVisible] + q.nBytes[stateDelayed] + q.cold.bytes
 }
 
 // fullLocked reports whether adding size bytes would break a length limit.
@@ -361,6 +365,9 @@ func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 			return
 		}
 		m := q.oldestReadyLocked()
+		if m == nil && q.cold.on && q.refillLocked(now) > 0 {
+			m = q.oldestReadyLocked()
+		}
 		if m == nil {
 			return
 		}

@@ -176,17 +176,41 @@ func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, 
 	}
 	defer e.unlock(q)
 	var b store.Batch
-	q.advanceLocked(e.now(), &b)
+	now := e.now()
+	q.advanceLocked(now, &b)
 	if b.Len() > 0 {
 		if _, err := e.write(&b, false); err != nil {
 			return Page{}, err
 		}
 	}
-	var page Page
+	// Up to limit+1 matches from memory and as many from the cold part
+	// (read from the store, not loaded), merged in queue order.
+	var hot, cold []*message
 	for _, s := range q.sortedSeqsLocked(cursor) {
-		m := q.msgs[s]
-		if !f.matches(m) {
-			continue
+		if m := q.msgs[s]; f.matches(m) {
+			if hot = append(hot, m); len(hot) > limit {
+				break
+			}
+		}
+	}
+	err = q.scanColdLocked(cursor, now, true, func(m *message, _ int) error {
+		if f.matches(m) {
+			if cold = append(cold, m); len(cold) > limit {
+				return store.ErrStopScan
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Page{}, err
+	}
+	var page Page
+	for len(hot)+len(cold) > 0 {
+		var m *message
+		if len(cold) == 0 || (len(hot) > 0 && hot[0].seq < cold[0].seq) {
+			m, hot = hot[0], hot[1:]
+		} else {
+			m, cold = cold[0], cold[1:]
 		}
 		if len(page.Messages) == limit {
 			page.Next = page.Messages[len(page.Messages)-1].cursor
@@ -213,6 +237,26 @@ func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
 		q.dropLocked(m, &b)
 		n++
 	}
+	// Cold messages are deleted where they are, without loading them.
+	var coldN int
+	var coldBytes int64
+	err = q.scanColdLocked(0, now, false, func(m *message, contentLen int) error {
+		if f.matches(m) {
+			q.noteDroppedLocked(m)
+			b.Delete(messageKey(q.id, m.seq, kindContent))
+			b.Delete(messageKey(q.id, m.seq, kindState))
+			coldN++
+			coldBytes += int64(contentLen)
+		}
+		return nil
+	})
+	if err != nil {
+		e.writeUnlock(q, &b)
+		return 0, err
+	}
+	q.cold.n -= coldN
+	q.cold.bytes -= coldBytes
+	n += coldN
 	q.stats.deleted.Add(uint64(n))
 	return n, e.commitUnlock(q, &b)
 }

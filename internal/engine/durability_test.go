@@ -18,8 +18,9 @@ import (
 // fail them, and cut the power.
 type powerFixture struct {
 	*fixture
-	ps   *powerStore
-	sync time.Duration
+	ps     *powerStore
+	sync   time.Duration
+	window int // Options.ReadyWindow
 }
 
 // newPowerFixture opens an engine whose background sync runs every
@@ -34,7 +35,7 @@ func newPowerFixture(t *testing.T, syncEvery time.Duration) *powerFixture {
 
 func (pf *powerFixture) reopen() {
 	pf.t.Helper()
-	e, err := Open(Options{Store: pf.ps, Clock: pf.clk, SyncInterval: pf.sync})
+	e, err := Open(Options{Store: pf.ps, Clock: pf.clk, SyncInterval: pf.sync, ReadyWindow: pf.window})
 	if err != nil {
 		pf.t.Fatalf("open: %v", err)
 	}

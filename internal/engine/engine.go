@@ -8,8 +8,10 @@
 //
 // # State and durability
 //
-// All indexes live in memory; the store (package store) holds a durable copy
-// that is read only by Open. Every change is applied to memory and written to
+// Indexes live in memory, except the cold part of a standard queue's backlog
+// (cold.go), which is read from the store a window at a time as receives
+// need it; the store (package store) holds a durable copy of everything,
+// which Open reads back. Every change is applied to memory and written to
 // the store under the queue's lock, so the store's log order is the order in
 // which changes were applied. Methods that acknowledge a change to a client
 // (Send, Delete, ChangeVisibility, queue administration) wait for the store's
@@ -81,6 +83,16 @@ type Options struct {
 	MaxQueues        int
 	MaxQueueMessages int
 	MaxQueueBytes    int64
+	// ReadyWindow is how many visible messages a standard queue keeps in
+	// memory before the rest of its backlog stays only in the store
+	// ("cold", see cold.go): 0: DefaultReadyWindow; negative: no limit
+	// (every message in memory, as before Engine v2). FIFO queues and
+	// delayed sends are always held in memory. ReadyWindowBytes bounds
+	// the same window by the body bytes of its visible messages (0:
+	// DefaultReadyWindowBytes; negative: no bound), so a queue of large
+	// messages keeps fewer of them.
+	ReadyWindow      int
+	ReadyWindowBytes int64
 	// LogDrops logs every message dropped for want of a dead-letter
 	// target (a reject without requeue and without a DLQ, an overflow or
 	// expiry with nowhere to go) at Info with its id, instead of Debug.
@@ -90,6 +102,12 @@ type Options struct {
 
 // DefaultSyncInterval is the default Options.SyncInterval.
 const DefaultSyncInterval = 100 * time.Millisecond
+
+// Defaults of Options.ReadyWindow and Options.ReadyWindowBytes.
+const (
+	DefaultReadyWindow      = 2048
+	DefaultReadyWindowBytes = 4 << 20
+)
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
 const DefaultBodyMemoryBudget = 512 << 20
@@ -114,6 +132,8 @@ type Engine struct {
 
 	logDrops   bool         // see Options.LogDrops
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
+	window     int          // see Options.ReadyWindow; 0: none
+	windowB    int64        // see Options.ReadyWindowBytes; 0: none
 	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 	memHeld    atomic.Int64 // bytes of index, attributes, envelopes and dedup entries (memory.go)
@@ -201,6 +221,7 @@ func Open(opts Options) (*Engine, error) {
 	if e.bodyBudget == 0 {
 		e.bodyBudget = DefaultBodyMemoryBudget
 	}
+	e.window, e.windowB = resolveWindow(&opts)
 	e.tasks.init()
 	start := time.Now()
 	n, err := e.recover()
@@ -969,12 +990,21 @@ func (e *Engine) purgeReady(name string) (int, error) {
 	var b store.Batch
 	q.advanceLocked(now, &b)
 	n := 0
-	for _, m := range q.msgs {
-		if m.state == stateInFlight {
-			continue
+	for {
+		for _, m := range q.msgs {
+			if m.state == stateInFlight {
+				continue
+			}
+			q.dropLocked(m, &b)
+			n++
 		}
-		q.dropLocked(m, &b)
-		n++
+		if !q.cold.on || e.failed.Load() != nil {
+			break
+		}
+		// The cold backlog, a window at a time, so that memory holds
+		// at most a window (and what is in flight) while it runs.
+		q.refillLocked(now)
+		q.advanceLocked(now, &b)
 	}
 	q.stats.deleted.Add(uint64(n))
 	return n, e.commitUnlock(q, &b)
@@ -994,6 +1024,7 @@ func (q *queue) clearMessagesLocked() {
 	q.dedup = make(map[string]*dedupEntry)
 	q.dedupOrder = nil
 	q.attempts = nil
+	q.forgetColdLocked()
 }
 
 // sortedKeys returns m's keys in order (for deterministic encodings).

@@ -64,14 +64,13 @@ func (e *Engine) MaxQueues() int { return e.limits.maxQueues }
 
 // overCapLocked reports whether a message of size bytes would pass the
 // engine-wide per-queue caps, counting every message the queue holds
-// (ready, delayed and in flight). q.mu is held.
+// (ready, delayed and in flight, hot or cold). q.mu is held.
 func (q *queue) overCapLocked(size int) bool {
 	l := &q.eng.limits
 	if l.maxQueueMessages == 0 && l.maxQueueBytes == 0 {
 		return false
 	}
-	var n int
-	var bytes int64
+	n, bytes := q.cold.n, q.cold.bytes
 	for i := range q.nState {
 		n += q.nState[i]
 		bytes += q.nBytes[i]

@@ -1,8 +1,10 @@
 package engine
 
-// Memory accounting. The engine keeps every live message's index entry in
-// memory (and its body while the body budget allows), so its memory grows
-// with the backlog. It counts what it holds so that the server can refuse
+// Memory accounting. The engine keeps the index entry of every message it
+// holds in memory (and its body while the body budget allows): every FIFO
+// message, every delayed or in-flight one, and up to about a window of each
+// standard queue's ready messages (cold messages, cold.go, cost nothing
+// here), so its memory grows with FIFO and delayed backlogs. It counts what it holds so that the server can refuse
 // new messages before the process runs out of memory (see
 // Engine.MemoryHeld and the server's memory_high_watermark).
 //

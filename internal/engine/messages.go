@@ -175,6 +175,16 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	}
 	seq := q.nextSeq.Add(1) - 1
 	m.seq = seq
+	if q.goesColdLocked(m) {
+		// Only in the store until a refill reads it (cold.go). It
+		// never joins a group of this queue while cold.
+		m.group = &group{id: in.GroupID}
+		rec := encodeContent(m)
+		b.Set(messageKey(q.id, seq, kindContent), rec)
+		q.addColdLocked(seq, len(rec))
+		q.enforceLimitsLocked(now, b)
+		return SendResult{MessageID: FormatID(id)}, true
+	}
 	m.group = q.groupLocked(in.GroupID)
 	// Encode before adding: beyond the body budget, adding drops the body
 	// from memory.
@@ -283,7 +293,15 @@ func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) (
 		}
 		e.scheduleLocked(q)
 		var ch <-chan struct{}
-		if len(out) == 0 && !expired {
+		switch {
+		case len(out) == 0 && !expired && q.cold.on && !q.cfg.Paused && !overLimit && e.failed.Load() == nil:
+			// The refills found only messages that were not receivable
+			// (expired, in flight, delayed) and more are cold: a long
+			// poll reads on rather than waiting for a send.
+			again := make(chan struct{})
+			close(again)
+			ch = again
+		case len(out) == 0 && !expired:
 			ch = q.waitChanLocked()
 		}
 		e.unlock(q)
@@ -404,6 +422,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		if q.nState[stateInFlight] >= MaxInFlight {
 			return nil, true
 		}
+		q.topUpLocked(now, b)
 		// Round-robin over groups: one message from each in turn.
 		for len(out) < req.Max {
 			g := q.available.head
@@ -488,6 +507,9 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool
 		return nil, false, false, ErrReceiptHandleInvalid
 	}
 	m = q.msgs[h.seq]
+	if m == nil {
+		m = q.promoteColdLocked(h.seq)
+	}
 	if m == nil {
 		return nil, false, false, nil
 	}

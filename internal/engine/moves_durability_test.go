@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -182,5 +184,44 @@ func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
 				t.Fatalf("after the power cut q holds %d messages, want the one", n)
 			}
 		})
+	}
+}
+
+// TestMovedCopyIntoColdQueueNotReceivableBeforeSync: a move's copy into a
+// queue whose backlog is cold is written in the queue's key range before
+// its batch is synced; refills that pass over it (receives draining the
+// cold part) and browsing must not see it until finishMoves publishes it.
+func TestMovedCopyIntoColdQueueNotReceivableBeforeSync(t *testing.T) {
+	pf := &powerFixture{ps: newPowerStore(), sync: time.Hour, window: 4}
+	pf.fixture = &fixture{t: t, st: pf.ps, clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	pf.reopen()
+	pf.withDLQ(3, nil)
+	for i := 0; i < 20; i++ {
+		pf.send("q", body(fmt.Sprintf("q%02d", i)))
+	}
+	if q := pf.e.queues["q"]; !q.cold.on {
+		t.Fatal("q is not cold")
+	}
+	pf.send("dlq", body("m"))
+	holdMoveBatch(pf)
+	t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
+	if _, err := pf.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Destination: "q", Rate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, poll.True("the move batch to wait for its fsync", func() bool { return pf.ps.held() == 1 }))
+	if n := browseCount(t, pf.e, "q"); n != 20 {
+		t.Fatalf("browse lists %d messages before the move was synced, want 20", n)
+	}
+	var got []string
+	for i := 0; i < 10; i++ {
+		got = append(got, bodies(pf.recv("q", 10, time.Hour))...)
+	}
+	if len(got) != 20 {
+		t.Fatalf("received %d (%q) before the move was synced, want the 20 sent", len(got), got)
+	}
+	pf.ps.releaseSyncs(nil)
+	poll.CheckFor(t, 20*time.Second, poll.True("the copy to be published", func() bool { return browseCount(t, pf.e, "q") == 21 }))
+	if d := pf.recv("q", 10, -1); len(d) != 1 || string(d[0].Body) != "m" {
+		t.Fatalf("after the sync, receive: %q", bodies(d))
 	}
 }

@@ -383,6 +383,10 @@ type queue struct {
 	nState    [3]int
 	nBytes    [3]int64 // body bytes per state, for MaxLengthBytes
 
+	// cold is the part of a standard queue's backlog that is only in the
+	// store (cold.go).
+	cold coldPart
+
 	// peak is the most messages held since the queue last drained; a
 	// queue that drains after a large peak releases its index memory.
 	peak int
@@ -558,6 +562,7 @@ func (q *queue) writeStateLocked(m *message, b *store.Batch) {
 // once, not deleted at all when it never wrote one for a message it
 // created, and deleted otherwise.
 func (q *queue) dropLocked(m *message, b *store.Batch) {
+	q.noteDroppedLocked(m)
 	q.removeLocked(m)
 	b.SingleDelete(messageKey(q.id, m.seq, kindContent))
 	switch m.stateRec {
@@ -722,7 +727,7 @@ func (q *queue) infoLocked() QueueInfo {
 		Tags:         cloneMap(q.tags),
 		CreatedAt:    fromNanos(q.createdAt),
 		ModifiedAt:   fromNanos(q.modifiedAt),
-		Visible:      q.nState[stateVisible],
+		Visible:      q.nState[stateVisible] + q.cold.n,
 		InFlight:     q.nState[stateInFlight],
 		Delayed:      q.nState[stateDelayed],
 		Sent:         q.stats.sent.Load(),

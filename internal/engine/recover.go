@@ -60,69 +60,16 @@ func (e *Engine) recover() (int, error) {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
 
-	// Messages: content and state records of one message are adjacent
-	// (kind 0 then 1), so one pass rebuilds each message. Records that
-	// cannot be attached are classified (see recoveryAudit): leftovers of
-	// deleted queues are dropped below, loudly; anything else stops the
-	// start before anything is changed.
+	// Messages (recoverMessages). Records that cannot be attached are
+	// classified (see recoveryAudit): leftovers of deleted queues are
+	// dropped below, loudly; anything else stops the start before
+	// anything is changed.
 	audit := newRecoveryAudit(e.nextQID)
 	var orphans store.Batch // expired dedup entries
-	var cur *message
-	var curQ *queue
-	var curGroup string
-	loaded := 0
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		curQ.restoreLocked(cur, curGroup, now)
-		loaded++
-		cur = nil
-	}
-	err = e.st.Scan([]byte{prefixMessage}, func(k, v []byte) error {
-		if len(k) != 14 {
-			return fmt.Errorf("%w: message key %x", errCorrupt, k)
-		}
-		qid := binary.BigEndian.Uint32(k[1:])
-		seq := binary.BigEndian.Uint64(k[5:])
-		q := byID[qid]
-		if q == nil {
-			audit.unknownQueue(k, qid)
-			return nil
-		}
-		switch k[13] {
-		case kindContent:
-			flush()
-			cur, curQ = &message{seq: seq}, q
-			// Oldest messages come first in key order: they keep their
-			// bodies in memory until the budget is used; the rest stay
-			// on disk (and are not even copied).
-			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
-			g, err := decodeContentBody(cur, v, keep)
-			if err != nil {
-				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
-			}
-			curGroup = g
-		case kindState:
-			if cur == nil || cur.seq != seq || curQ != q {
-				audit.stateWithoutContent(k, q.name, seq)
-				return nil
-			}
-			if err := decodeState(cur, v); err != nil {
-				return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
-			}
-		default:
-			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
-		}
-		if seq >= q.nextSeq.Load() {
-			q.nextSeq.Store(seq + 1)
-		}
-		return nil
-	})
+	loaded, err := e.recoverMessages(byID, audit, now)
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
-	flush()
 
 	err = e.st.Scan([]byte{prefixDedup}, func(k, v []byte) error {
 		if len(k) < 6 {
@@ -192,23 +139,142 @@ func (e *Engine) recover() (int, error) {
 	return loaded, nil
 }
 
+// recoverMessages loads each queue's messages: all of a FIFO queue's, the
+// first window of a standard queue's (the rest is counted as cold from keys
+// and value lengths, see cold.go). Key ranges between known queues are
+// read key by key for the audit (records of deleted or unknown queues).
+func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, now int64) (int, error) {
+	ids := make([]uint32, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	gap := func(lo, hi []byte) error {
+		return e.st.ScanLengths(lo, hi, func(k []byte, _ int) error {
+			if len(k) != 14 {
+				return fmt.Errorf("%w: message key %x", errCorrupt, k)
+			}
+			audit.unknownQueue(k, binary.BigEndian.Uint32(k[1:]))
+			return nil
+		})
+	}
+	loaded := 0
+	lo := []byte{prefixMessage}
+	for _, id := range ids {
+		if err := gap(lo, qidPrefix(prefixMessage, id)); err != nil {
+			return 0, err
+		}
+		n, err := e.recoverQueueMessages(byID[id], audit, now)
+		if err != nil {
+			return 0, err
+		}
+		loaded += n
+		lo = qidPrefix(prefixMessage, id+1)
+	}
+	if err := gap(lo, []byte{prefixMessage + 1}); err != nil {
+		return 0, err
+	}
+	return loaded, nil
+}
+
+// recoverQueueMessages loads q's messages (all, or the first window of a
+// standard queue) and counts the rest as cold. Content and state records
+// of one message are adjacent (kind 0 then 1), so one pass rebuilds each
+// message.
+func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64) (int, error) {
+	windowed := e.window > 0 && !q.fifo()
+	var cur *message
+	var curGroup string
+	var loadedBody int64
+	loaded := 0
+	var stopAt uint64
+	stopped := false
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
+		q.restoreLocked(cur, curGroup, now)
+		loaded++
+		cur = nil
+	}
+	err := e.st.ScanRange(qidPrefix(prefixMessage, q.id), qidPrefix(prefixMessage, q.id+1), func(k, v []byte) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			flush()
+			if windowed && e.windowFull(loaded, loadedBody) {
+				stopAt, stopped = seq, true
+				return store.ErrStopScan
+			}
+			cur = &message{seq: seq}
+			// Oldest messages come first in key order: they keep their
+			// bodies in memory until the budget is used; the rest stay
+			// on disk (and are not even copied).
+			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
+			g, err := decodeContentBody(cur, v, keep)
+			if err != nil {
+				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
+			}
+			curGroup = g
+			// Content comes before state in key order: until a state
+			// record shows up, the store holds none for this message,
+			// so its end needs no delete for one (dropLocked).
+			cur.stateRec = stateRecNone
+		case kindState:
+			if cur == nil || cur.seq != seq {
+				audit.stateWithoutContent(k, q.name, seq)
+				return nil
+			}
+			if err := decodeState(cur, v); err != nil {
+				return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
+			}
+			cur.stateRec = stateRecUnknown // written before, how often is unknown
+		default:
+			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
+		}
+		if seq >= q.nextSeq.Load() {
+			q.nextSeq.Store(seq + 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	flush()
+	if stopped {
+		if err := q.countColdLocked(stopAt, audit); err != nil {
+			return 0, err
+		}
+	}
+	return loaded, nil
+}
+
 // restoreLocked inserts a recovered message in the state its times imply.
 // A lease that ended while the broker was down ends now; one still running
 // keeps running. (Recovery runs before any other goroutine sees q.)
 func (q *queue) restoreLocked(m *message, groupID string, now int64) {
+	m.state = restoredState(m, now)
+	m.group = q.groupLocked(groupID)
+	q.addLocked(m)
+}
+
+// restoredState is the state a message read from the store is in at now.
+func restoredState(m *message, now int64) uint8 {
 	switch {
 	case m.receipt != 0 && m.leaseAt != 0 && !m.parked:
 		// A lease, running or ended while the broker was down: the
 		// first advance ends it exactly as it would have (including a
 		// retry backoff).
-		m.state = stateInFlight
+		return stateInFlight
 	case m.visibleAt <= now:
-		m.state = stateVisible
+		return stateVisible
 	default:
-		m.state = stateDelayed
+		return stateDelayed
 	}
-	m.group = q.groupLocked(groupID)
-	q.addLocked(m)
 }
 
 func sortDedup(s []*dedupEntry) {

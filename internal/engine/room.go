@@ -33,7 +33,7 @@ func (q *queue) publishRoomLocked() {
 	n, b := q.readyLocked()
 	q.room.ready.Store(int64(n))
 	q.room.readyBytes.Store(b)
-	q.room.visible.Store(int64(q.nState[stateVisible]))
+	q.room.visible.Store(int64(q.nState[stateVisible] + q.cold.n))
 }
 
 // VisibleHint returns how many messages of the named queue were visible

@@ -37,8 +37,8 @@ func (s *opLog) Write(b *store.Batch, durable bool) (store.Pending, error) {
 // and its state record only when this process wrote that record exactly
 // once; a state record written twice, or one a restart left behind, gets
 // a plain delete (a single delete over two sets could bring the older
-// one back), and a message never received deletes no state record at
-// all. Every single delete in the log is checked against the sets the
+// one back), and a message without one (never received, before or after
+// a restart) deletes no state record at all. Every single delete in the log is checked against the sets the
 // store saw for that key.
 func TestSingleDeleteOnlyForWriteOnceRecords(t *testing.T) {
 	st := &opLog{Store: memstore.New(), deletes: map[string][]store.OpKind{}, sets: map[string]int{}}
@@ -61,8 +61,8 @@ func TestSingleDeleteOnlyForWriteOnceRecords(t *testing.T) {
 	}
 	f.del("q", byBody["once"].ReceiptHandle, again[0].ReceiptHandle)
 	// "never" is never deleted by a consumer and "idle" never received;
-	// both end after the restart (DeleteMatching), when the engine no
-	// longer knows how often their state records were written.
+	// both end after the restart (DeleteMatching): "never" has a state
+	// record written before it (how often is unknown), "idle" has none.
 	f.send("q", body("idle"))
 	f.restart()
 	f.del("q", byBody["restart"].ReceiptHandle)
@@ -91,7 +91,7 @@ func TestSingleDeleteOnlyForWriteOnceRecords(t *testing.T) {
 		{"twice", single, plain},   // state written twice
 		{"restart", single, plain}, // state written before a restart
 		{"never", single, plain},   // received before the restart: unknown after it
-		{"idle", single, plain},    // sent before the restart: unknown after it
+		{"idle", single, nil},      // never received: the restart found no state record
 	} {
 		if got := kinds(c.msg, kindContent); !equalKinds(got, c.content) {
 			t.Errorf("%s: content record deleted with %v, want %v", c.msg, got, c.content)

@@ -106,6 +106,14 @@ func (s *powerStore) Scan(prefix []byte, fn func(key, value []byte) error) error
 	return s.live.Scan(prefix, fn)
 }
 
+func (s *powerStore) ScanRange(start, end []byte, fn func(key, value []byte) error) error {
+	return s.live.ScanRange(start, end, fn)
+}
+
+func (s *powerStore) ScanLengths(start, end []byte, fn func(key []byte, valueLen int) error) error {
+	return s.live.ScanLengths(start, end, fn)
+}
+
 func (s *powerStore) Get(key []byte) ([]byte, error) { return s.live.Get(key) }
 
 func (s *powerStore) Sync() error {

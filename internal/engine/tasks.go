@@ -101,8 +101,24 @@ func (e *Engine) isDeadLetterQueue(name string) bool {
 	return err == nil && len(src) > 0
 }
 
-// candidates lists the source's messages that a task with spec would move
-// now: matching, below upTo, not in flight (a consumer holds those).
+// coldCandidatesLocked calls fn for each cold message that a task with
+// filter f would move (see candidatesLocked), reading the store without
+// loading the messages.
+func (q *queue) coldCandidatesLocked(f *Filter, upTo uint64, now int64, keepBody bool, fn func(m *message)) error {
+	return q.scanColdLocked(0, now, keepBody, func(m *message, _ int) error {
+		if m.seq >= upTo {
+			return store.ErrStopScan
+		}
+		if m.state != stateInFlight && f.matches(m) {
+			fn(m)
+		}
+		return nil
+	})
+}
+
+// candidates lists the source's messages in memory that a task with spec
+// would move now: matching, below upTo, not in flight (a consumer holds
+// those).
 func (q *queue) candidatesLocked(f *Filter, upTo uint64) []*message {
 	var out []*message
 	for _, s := range q.sortedSeqsLocked(0) {
@@ -179,12 +195,19 @@ func (e *Engine) dryRunMove(spec MoveTaskSpec) (DryRun, error) {
 	}
 	defer e.unlock(q)
 	out := DryRun{ByDestination: map[string]int{}}
-	for _, m := range q.candidatesLocked(&spec.Filter, q.nextSeq.Load()) {
+	count := func(m *message) {
 		out.Total++
 		out.ByDestination[e.redriveDestinationLocked(q, spec.Destination, m)]++
 		if len(out.Sample) < moveTaskSampleSize {
 			out.Sample = append(out.Sample, q.viewLocked(m))
 		}
+	}
+	upTo := q.nextSeq.Load()
+	for _, m := range q.candidatesLocked(&spec.Filter, upTo) {
+		count(m)
+	}
+	if err := q.coldCandidatesLocked(&spec.Filter, upTo, e.now(), true, count); err != nil {
+		return DryRun{}, err
 	}
 	return out, nil
 }
@@ -210,7 +233,11 @@ func (e *Engine) startMove(spec MoveTaskSpec) (MoveTask, error) {
 	}
 	upTo := q.nextSeq.Load()
 	toMove := len(q.candidatesLocked(&spec.Filter, upTo))
+	err = q.coldCandidatesLocked(&spec.Filter, upTo, e.now(), false, func(*message) { toMove++ })
 	e.unlock(q)
+	if err != nil {
+		return MoveTask{}, err
+	}
 	now := e.clock.Now()
 	tk := &task{
 		MoveTask: MoveTask{
@@ -550,9 +577,16 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	q.advanceLocked(now, &b)
 	var moves []move
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
+	// The source's cold part is loaded as the task reaches it, a window
+	// at a time (messages the filter leaves stay in memory, as loaded).
+	for i := 0; i < 16 && len(cands) < n && q.cold.on && q.cold.from < tk.UpTo && e.failed.Load() == nil; i++ {
+		q.refillLocked(now)
+		q.advanceLocked(now, &b)
+		cands = q.candidatesLocked(&tk.Filter, tk.UpTo)
+	}
 	if len(cands) == 0 {
 		e.writeUnlock(q, &b) // what advanceLocked changed
-		return 0, true, ""
+		return 0, !(q.cold.on && q.cold.from < tk.UpTo), ""
 	}
 	for _, m := range cands[:min(n, len(cands))] {
 		dname := e.redriveDestinationLocked(q, tk.Destination, m)
@@ -632,6 +666,7 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	if d.isFIFO {
 		n.dedupID = FormatID(id)
 	}
+	d.cold.addPending(n.seq) // not refilled before finishMoves inserts it
 	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
 	return move{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}

@@ -149,11 +149,18 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// dead-letter exchange; the engine needs it before it opens, since
 	// its timers may dead-letter at once.
 	topo := amqp.NewTopology()
-	// Recovery allocates every queued message at once; with the default GC
-	// target the collector runs over and over on a heap that only grows.
-	// Relax it while loading, then restore it.
+	// Recovery allocates every message it loads at once (FIFO queues'
+	// backlogs, each standard queue's window; all of them with the memory
+	// store); with the default GC target the collector runs over and over
+	// on a heap that only grows. Relax it while loading, then restore it.
 	limitRuntimeMemory()
 	gc := debug.SetGCPercent(400)
+	// With the memory store a backlog is in memory wherever it is kept,
+	// and its range reads sort every key: no ready window.
+	readyWindow := 0
+	if opts.Store == "memory" {
+		readyWindow = -1
+	}
 	eng, err := engine.Open(engine.Options{
 		Store:            s.st,
 		Clock:            clk,
@@ -165,6 +172,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		MaxQueueMessages: opts.MaxQueueMessages,
 		MaxQueueBytes:    opts.MaxQueueBytes,
 		LogDrops:         opts.LogDrops,
+		ReadyWindow:      readyWindow,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {

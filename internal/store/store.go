@@ -3,9 +3,11 @@
 //
 // The store knows nothing of queues or protocols. The engine encodes its
 // state into keys and values, writes one Batch per state change, and reads
-// everything back with Scan when it opens. At run time the engine never reads
-// from the store: its indexes live in memory, so the store is write-mostly and
-// tombstones left by deletes are never on the hot path.
+// back with Scan when it opens. At run time it reads bodies kept beyond its
+// memory budget (Get) and the cold part of a standard queue's backlog, a
+// bounded key range at a time (ScanRange), in sequence order from the
+// queue's first cold message: deletes leave tombstones only behind that
+// point, so a refill does not walk over them.
 //
 // # Durability contract
 //
@@ -40,6 +42,10 @@ var ErrClosed = errors.New("store: closed")
 // ErrNotFound is returned by Get for a key that is not in the store.
 var ErrNotFound = errors.New("store: not found")
 
+// ErrStopScan, returned by the callback of ScanRange or ScanLengths, stops
+// the scan early; the scan then returns nil.
+var ErrStopScan = errors.New("store: stop scan")
+
 // ErrFailed wraps the first I/O error after which the store accepts no more
 // writes. Once an fsync has failed, the kernel may have dropped the dirty
 // pages, so nothing written since the last good sync can be trusted to reach
@@ -58,9 +64,21 @@ type Store interface {
 	// during the call. A non-nil error from fn stops the scan and is
 	// returned.
 	Scan(prefix []byte, fn func(key, value []byte) error) error
+	// ScanRange calls fn for every key k with start <= k < end (a nil end:
+	// no upper bound), in ascending key order, with the latest value
+	// written. It reads only that range (it never walks from the first
+	// key of the store), so the engine can read a queue's cold messages a
+	// window at a time. key and value are valid only during the call. If
+	// fn returns ErrStopScan the scan stops and returns nil; any other
+	// non-nil error stops it and is returned.
+	ScanRange(start, end []byte, fn func(key, value []byte) error) error
+	// ScanLengths is ScanRange that gives each value's length instead of
+	// the value. A store that keeps large values apart from their keys
+	// (pebble's value separation) answers it without reading them.
+	ScanLengths(start, end []byte, fn func(key []byte, valueLen int) error) error
 	// Get returns a copy of key's latest value, or ErrNotFound. The engine
-	// reads at run time only for message bodies it keeps on disk beyond
-	// its memory budget.
+	// reads at run time message bodies it keeps on disk beyond its memory
+	// budget, and single cold messages a receipt handle names.
 	Get(key []byte) ([]byte, error)
 	// Sync makes every write so far durable.
 	Sync() error

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/storetest"
@@ -25,13 +27,26 @@ type cluster struct {
 	t     *testing.T
 	peers []Peer
 	dirs  []string
-	nodes []*Node // nil while a node is down
+	nodes []*Node      // nil while a node is down
+	fss   []*vfs.MemFS // crashable filesystems (newCrashCluster), else nil
 }
 
 // newCluster binds n listeners on 127.0.0.1:0 and opens n nodes.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	c := &cluster{t: t, nodes: make([]*Node, n)}
+	return startCluster(t, n, false)
+}
+
+// newCrashCluster is newCluster with every node on its own crashable
+// in-memory filesystem, so a test can cut a node's power.
+func newCrashCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	return startCluster(t, n, true)
+}
+
+func startCluster(t *testing.T, n int, crashable bool) *cluster {
+	t.Helper()
+	c := &cluster{t: t, nodes: make([]*Node, n), fss: make([]*vfs.MemFS, n)}
 	lns := make([]net.Listener, n)
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -41,6 +56,9 @@ func newCluster(t *testing.T, n int) *cluster {
 		lns[i] = ln
 		c.peers = append(c.peers, Peer{ID: uint64(i + 1), RaftAddr: ln.Addr().String()})
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint("node", i+1)))
+		if crashable {
+			c.fss[i] = vfs.NewCrashableMem()
+		}
 	}
 	for i := range n {
 		c.openWith(i, lns[i])
@@ -62,10 +80,14 @@ func quietLogger() *slog.Logger {
 
 func (c *cluster) openWith(i int, ln net.Listener) {
 	c.t.Helper()
-	nd, err := Open(Config{
+	cfg := Config{
 		ID: uint64(i + 1), Peers: c.peers, Dir: c.dirs[i], Listener: ln,
 		TickInterval: testTick, Logger: quietLogger(),
-	})
+	}
+	if c.fss[i] != nil {
+		cfg.FS = c.fss[i]
+	}
+	nd, err := Open(cfg)
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", i+1, err)
 	}
@@ -90,6 +112,16 @@ func (c *cluster) stop(i int) {
 	if err := c.nodes[i].Close(); err != nil {
 		c.t.Fatalf("close node %d: %v", i+1, err)
 	}
+	c.nodes[i] = nil
+}
+
+// crash cuts node i's power: its filesystem keeps only what was synced.
+// The node's goroutines are then stopped with Close, whose writes land on
+// the discarded filesystem.
+func (c *cluster) crash(i int) {
+	c.t.Helper()
+	c.fss[i] = c.fss[i].CrashClone(vfs.CrashCloneCfg{})
+	_ = c.nodes[i].Close()
 	c.nodes[i] = nil
 }
 
@@ -387,4 +419,156 @@ func (c *closingView) Close() error {
 		err = c.n.Close()
 	}
 	return err
+}
+
+// TestCrashKeepsAcknowledgedWrites cuts the power of the leader, then of
+// every node at once. The state stores are never synced, so what survives
+// is the fsynced Raft logs: every acknowledged write must come back from
+// them, applied once.
+func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
+	c := newCrashCluster(t, 3)
+	li := c.leader(-1)
+	s := c.nodes[li].Store()
+	const n = 40
+	for i := range n {
+		var b store.Batch
+		b.Set([]byte(fmt.Sprint("c", i)), []byte(fmt.Sprint(i)))
+		b.Delete([]byte(fmt.Sprint("c", i-1, "x")))
+		b.Set([]byte(fmt.Sprint("c", i, "x")), []byte("tmp"))
+		p, err := s.Write(&b, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	check := func(s store.Store, upTo int) {
+		t.Helper()
+		var got []string
+		if err := s.Scan([]byte("c"), func(k, v []byte) error {
+			got = append(got, string(k)+"="+string(v))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]bool{fmt.Sprint("c", upTo-1, "x=tmp"): true}
+		for i := range upTo {
+			want[fmt.Sprint("c", i, "=", i)] = true
+		}
+		if len(got) != len(want) {
+			t.Fatalf("after crash: %d keys %v, want %d", len(got), got, len(want))
+		}
+		for _, kv := range got {
+			if !want[kv] {
+				t.Fatalf("after crash: unexpected %s", kv)
+			}
+		}
+	}
+	c.crash(li)
+	nl := c.leader(li)
+	check(c.nodes[nl].Store(), n)
+	ns := c.nodes[nl].Store()
+	for i := n; i < n+10; i++ {
+		var b store.Batch
+		b.Set([]byte(fmt.Sprint("c", i)), []byte(fmt.Sprint(i)))
+		b.Delete([]byte(fmt.Sprint("c", i-1, "x")))
+		b.Set([]byte(fmt.Sprint("c", i, "x")), []byte("tmp"))
+		p, err := ns.Write(&b, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.restart(li)
+	poll.CheckFor(t, 15*time.Second, func() error { return stateHas(c.nodes[li], fmt.Sprint("c", n+9), fmt.Sprint(n+9)) })
+	for i := range c.nodes {
+		c.crash(i)
+	}
+	for i := range c.nodes {
+		c.restart(i)
+	}
+	li = c.leader(-1)
+	check(c.nodes[li].Store(), n+10)
+	if err := writeKV(c.nodes[li].Store(), "after", "1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLaggingFollowerCatchesUpFromDisk keeps a follower down while the
+// others take writes, then restarts those others, so the entries the
+// follower lacks are in no node's memory: the leader must read them back
+// from its Raft log in pebble to send them.
+func TestLaggingFollowerCatchesUpFromDisk(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	fi := (li + 1) % 3
+	c.stop(fi)
+	s := c.nodes[li].Store()
+	for i := range 30 {
+		if err := writeKV(s, fmt.Sprint("lag", i), fmt.Sprint(i)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	for i := range c.nodes {
+		if i != fi {
+			c.stop(i)
+		}
+	}
+	for i := range c.nodes {
+		if i != fi {
+			c.restart(i)
+		}
+	}
+	// A reopened log starts with an empty in-memory tail (openRaftLog),
+	// so entries up to here are on disk only.
+	c.restart(fi)
+	poll.CheckFor(t, 15*time.Second, func() error {
+		for i := range 30 {
+			if err := stateHas(c.nodes[fi], fmt.Sprint("lag", i), fmt.Sprint(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// TestChangesReportsLeader checks that Changes carries the latest leader
+// to every node, and a new one after the leader goes away.
+func TestChangesReportsLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	latest := make([]Status, 3)
+	seen := func(i int, want func(Status) bool) func() error {
+		return func() error {
+			select {
+			case st := <-c.nodes[i].Changes():
+				latest[i] = st
+			default:
+			}
+			if !want(latest[i]) {
+				return fmt.Errorf("node %d: latest change %+v", i+1, latest[i])
+			}
+			return nil
+		}
+	}
+	for i := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, seen(i, func(st Status) bool {
+			role := "follower"
+			if i == li {
+				role = "leader"
+			}
+			return st.Leader == uint64(li+1) && st.Role == role
+		}))
+	}
+	c.stop(li)
+	nl := c.leader(li)
+	for i := range c.nodes {
+		if i == li {
+			continue
+		}
+		poll.CheckFor(t, 10*time.Second, seen(i, func(st Status) bool { return st.Leader == uint64(nl+1) }))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -20,13 +21,18 @@ import (
 //	"h"                               the HardState, protobuf-marshalled
 //
 // There are no snapshots and no truncation in this slice: the log grows for
-// the life of the cluster and is loaded whole into a raft.MemoryStorage at
-// Open. Every node starts from the same synthetic snapshot at index 1, term
-// 1, whose ConfState is Config.Peers (membership is static), so the first
-// real entry has index 2; the snapshot is not stored because every Open
-// builds it again from the configuration.
+// the life of the cluster. Every node starts from the same synthetic
+// snapshot at index 1, term 1, whose ConfState is Config.Peers (membership
+// is static), so the first real entry has index 2; the snapshot is not
+// stored because every Open builds it again from the configuration.
+//
+// raftLog is the raft.Storage the RawNode reads. Only the newest entries
+// are kept in memory (a tail bounded by tailMaxEntries and tailMaxBytes,
+// never dropping an entry not yet applied); older ones, which only a
+// lagging follower needs, are read back from pebble. So memory does not
+// grow with the log.
 const (
-	entryKeyPrefix = "e"
+	entryKeyPrefix = "e" // "f" is the first key after every entry
 	hardStateKey   = "h"
 )
 
@@ -36,50 +42,55 @@ const (
 	bootTerm  = 1
 )
 
+// Bounds of the in-memory tail of the log.
+const (
+	tailMaxEntries = 4096
+	tailMaxBytes   = 64 << 20
+)
+
 func entryKey(i uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte(entryKeyPrefix), i)
 }
 
-// raftLog is the durable Raft log and its in-memory copy.
+// raftLog is the durable Raft log and the raft.Storage over it. It is used
+// by the Raft loop only (RawNode calls it from the loop's goroutine).
 type raftLog struct {
 	db   *pebblestore.Store
-	mem  *raft.MemoryStorage
-	last uint64 // index of the last stored entry
+	hs   *pb.HardState
+	cs   *pb.ConfState
+	last uint64 // index of the last stored entry (bootIndex if none)
+
+	tail      []*pb.Entry // entries tailFirst..last, also on disk
+	tailFirst uint64
+	tailBytes int
+	// The tail's bounds: tailMaxEntries and tailMaxBytes (tests lower
+	// them to read from disk).
+	maxEntries, maxBytes int
 }
 
-// openRaftLog opens the log in dir and loads it, with the HardState, into a
-// MemoryStorage whose ConfState lists voters.
-func openRaftLog(dir string, voters []uint64, log *slog.Logger) (*raftLog, error) {
-	db, err := pebblestore.Open(dir, pebblestore.Options{Logger: log, MemTableSize: pebblestore.MinMemTableSize})
+var _ raft.Storage = (*raftLog)(nil)
+
+// openRaftLog opens the log in dir and finds its last entry; voters is the
+// membership.
+func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raftLog, error) {
+	db, err := pebblestore.Open(dir, pebblestore.Options{Logger: log, FS: fs, MemTableSize: pebblestore.MinMemTableSize})
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: raft log: %w", err)
 	}
-	l := &raftLog{db: db, mem: raft.NewMemoryStorage(), last: bootIndex}
-	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
-		Index:     new(uint64(bootIndex)),
-		Term:      new(uint64(bootTerm)),
-		ConfState: &pb.ConfState{Voters: voters},
-	}}
-	if err := l.mem.ApplySnapshot(snap); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("raftstore: raft log: %w", err)
-	}
-	var ents []*pb.Entry
-	err = db.Scan([]byte(entryKeyPrefix), func(k, v []byte) error {
-		e := &pb.Entry{}
-		if err := proto.Unmarshal(v, e); err != nil {
-			return fmt.Errorf("raftstore: raft log entry %x: %w", k, err)
+	l := &raftLog{db: db, hs: &pb.HardState{}, cs: &pb.ConfState{Voters: voters}, last: bootIndex,
+		maxEntries: tailMaxEntries, maxBytes: tailMaxBytes}
+	// Key lengths only: values of separated entries are not read.
+	err = db.ScanLengths([]byte(entryKeyPrefix), []byte("f"), func(k []byte, _ int) error {
+		if len(k) != len(entryKeyPrefix)+8 {
+			return fmt.Errorf("raftstore: raft log key %x", k)
 		}
-		if want := l.last + 1; e.GetIndex() != want {
-			return fmt.Errorf("raftstore: raft log has entry %d where %d belongs", e.GetIndex(), want)
+		i := binary.BigEndian.Uint64(k[len(entryKeyPrefix):])
+		if want := l.last + 1; i != want {
+			return fmt.Errorf("raftstore: raft log has entry %d where %d belongs", i, want)
 		}
-		l.last = e.GetIndex()
-		ents = append(ents, e)
+		l.last = i
 		return nil
 	})
-	if err == nil && len(ents) > 0 {
-		err = l.mem.Append(ents)
-	}
 	if err == nil {
 		var hsb []byte
 		hsb, err = db.Get([]byte(hardStateKey))
@@ -87,27 +98,28 @@ func openRaftLog(dir string, voters []uint64, log *slog.Logger) (*raftLog, error
 		case errors.Is(err, store.ErrNotFound):
 			err = nil
 		case err == nil:
-			hs := &pb.HardState{}
-			if err = proto.Unmarshal(hsb, hs); err == nil {
-				err = l.mem.SetHardState(hs)
-			}
+			err = proto.Unmarshal(hsb, l.hs)
 		}
 	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("raftstore: raft log %s: %w", dir, err)
 	}
+	l.tailFirst = l.last + 1
 	return l, nil
 }
 
 // save persists entries (replacing any stored entries at or after the
 // first one's index) and the HardState, waiting for the fsync when sync is
-// set, then adds them to the in-memory log. Raft's Ready contract needs
-// this done before the Ready's messages are sent.
+// set. Raft's Ready contract needs this done before the Ready's messages
+// are sent.
 func (l *raftLog) save(ents []*pb.Entry, hs *pb.HardState, sync bool) error {
 	var b store.Batch
 	if len(ents) > 0 {
 		first := ents[0].GetIndex()
+		if first <= bootIndex || first > l.last+1 {
+			return fmt.Errorf("raftstore: raft log: appending entry %d after %d", first, l.last)
+		}
 		if first <= l.last {
 			b.DeleteRange(entryKey(first), entryKey(l.last+1))
 		}
@@ -137,17 +149,130 @@ func (l *raftLog) save(ents []*pb.Entry, hs *pb.HardState, sync bool) error {
 		return fmt.Errorf("raftstore: raft log: %w", err)
 	}
 	if len(ents) > 0 {
-		if err := l.mem.Append(ents); err != nil {
-			return fmt.Errorf("raftstore: raft log: %w", err)
-		}
-		l.last = ents[len(ents)-1].GetIndex()
+		l.appendTail(ents)
 	}
 	if !raft.IsEmptyHardState(hs) {
-		if err := l.mem.SetHardState(hs); err != nil {
-			return fmt.Errorf("raftstore: raft log: %w", err)
-		}
+		l.hs = hs
 	}
 	return nil
+}
+
+// appendTail adds saved entries to the in-memory tail, cutting off any
+// entries they replace.
+func (l *raftLog) appendTail(ents []*pb.Entry) {
+	first := ents[0].GetIndex()
+	if first < l.tailFirst {
+		l.tail, l.tailFirst, l.tailBytes = nil, first, 0
+	} else if cut := int(first - l.tailFirst); cut < len(l.tail) {
+		for _, e := range l.tail[cut:] {
+			l.tailBytes -= len(e.GetData())
+		}
+		clear(l.tail[cut:])
+		l.tail = l.tail[:cut]
+	}
+	for _, e := range ents {
+		l.tail = append(l.tail, e)
+		l.tailBytes += len(e.GetData())
+	}
+	l.last = ents[len(ents)-1].GetIndex()
+}
+
+// trim drops entries at or below applied from the front of the tail while
+// it is over its bounds.
+func (l *raftLog) trim(applied uint64) {
+	n := 0
+	for n < len(l.tail) && l.tailFirst+uint64(n) <= applied &&
+		(len(l.tail)-n > l.maxEntries || l.tailBytes > l.maxBytes) {
+		l.tailBytes -= len(l.tail[n].GetData())
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	clear(l.tail[:n])
+	l.tail = l.tail[n:]
+	l.tailFirst += uint64(n)
+	if len(l.tail) == 0 {
+		l.tail = nil
+	}
+}
+
+// entry returns entry i (bootIndex < i <= last).
+func (l *raftLog) entry(i uint64) (*pb.Entry, error) {
+	if i >= l.tailFirst {
+		return l.tail[i-l.tailFirst], nil
+	}
+	v, err := l.db.Get(entryKey(i))
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: raft log entry %d: %w", i, err)
+	}
+	e := &pb.Entry{}
+	if err := proto.Unmarshal(v, e); err != nil {
+		return nil, fmt.Errorf("raftstore: raft log entry %d: %w", i, err)
+	}
+	return e, nil
+}
+
+// InitialState implements raft.Storage.
+func (l *raftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	return l.hs, l.cs, nil
+}
+
+// Entries implements raft.Storage: entries [lo, hi), at least one, at
+// most maxSize bytes beyond the first.
+func (l *raftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	if lo <= bootIndex {
+		return nil, raft.ErrCompacted
+	}
+	if hi > l.last+1 || lo > hi {
+		return nil, fmt.Errorf("raftstore: raft log: entries [%d, %d) beyond last %d", lo, hi, l.last)
+	}
+	var out []*pb.Entry
+	var size uint64
+	for i := lo; i < hi; i++ {
+		e, err := l.entry(i)
+		if err != nil {
+			return nil, err
+		}
+		size += uint64(proto.Size(e))
+		if len(out) > 0 && size > maxSize {
+			break
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Term implements raft.Storage.
+func (l *raftLog) Term(i uint64) (uint64, error) {
+	switch {
+	case i == bootIndex:
+		return bootTerm, nil
+	case i < bootIndex:
+		return 0, raft.ErrCompacted
+	case i > l.last:
+		return 0, raft.ErrUnavailable
+	}
+	e, err := l.entry(i)
+	if err != nil {
+		return 0, err
+	}
+	return e.GetTerm(), nil
+}
+
+// LastIndex implements raft.Storage.
+func (l *raftLog) LastIndex() (uint64, error) { return l.last, nil }
+
+// FirstIndex implements raft.Storage.
+func (l *raftLog) FirstIndex() (uint64, error) { return bootIndex + 1, nil }
+
+// Snapshot implements raft.Storage: the synthetic boot snapshot, which
+// every node has; Raft never needs another while the log is not
+// truncated.
+func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
+	return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
+		Index: new(uint64(bootIndex)), Term: new(uint64(bootTerm)), ConfState: l.cs,
+	}}, nil
 }
 
 // close closes the durable log.

@@ -14,7 +14,7 @@
 // that leadership fails all later writes: the engine above it must be torn
 // down and opened again on the next leader, exactly as after a crash.
 //
-// Reads (Get, Scan) serve this node's state store after waiting until
+// Reads (Get, Scan, ScanRange, ScanLengths) serve this node's state store after waiting until
 // every entry this node proposed has been applied or has failed
 // (read-your-writes). On a follower they may lag the leader.
 //
@@ -32,7 +32,8 @@
 //
 // One Raft group for everything, static membership from Config.Peers, no
 // snapshots and no log truncation (the log grows; a node that was down
-// catches up from the leader's full log), no authentication between nodes.
+// catches up from the leader's full log, read back from pebble: only the
+// newest entries are kept in memory), no authentication between nodes.
 package raftstore
 
 import (
@@ -42,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -49,6 +51,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -72,6 +75,10 @@ type Config struct {
 	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
+	// FS is the filesystem of the Raft log and the state store; nil means
+	// the operating system's. Tests pass vfs.NewCrashableMem to cut power
+	// (a CrashClone keeps only what was synced).
+	FS vfs.FS
 }
 
 // Defaults.
@@ -81,7 +88,14 @@ const (
 	heartbeatTicks      = 1
 	// MaxAdvertiseSize bounds the info Advertise replicates.
 	MaxAdvertiseSize = 64 << 10
+	// MaxEntrySize bounds one encoded write batch (32 MiB): half of
+	// MaxFrameSize, so an entry always fits in a message to a peer.
+	MaxEntrySize = MaxFrameSize / 2
 )
+
+// ErrEntryTooLarge is returned (wrapped) by a Write whose encoded batch
+// exceeds MaxEntrySize; nothing is proposed.
+var ErrEntryTooLarge = errors.New("raftstore: write batch exceeds the 32 MiB entry limit")
 
 // Status is a node's view of the group.
 type Status struct {
@@ -148,6 +162,7 @@ type Node struct {
 // proposal is a queued entry.
 type proposal struct {
 	data []byte
+	term uint64 // the leadership it was accepted in
 	w    *waiter
 }
 
@@ -176,7 +191,16 @@ func (w *waiter) Wait() error {
 // cfg.Dir, replays nothing by itself (Raft hands the committed entries
 // after the stored applied index to the loop, which applies them) and
 // starts the transport and the Raft loop.
-func Open(cfg Config) (*Node, error) {
+//
+// Open takes the listener: Close closes it, and so does a failed Open.
+func Open(cfg Config) (n *Node, err error) {
+	if cfg.Listener != nil {
+		defer func() {
+			if err != nil {
+				_ = cfg.Listener.Close()
+			}
+		}()
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -190,7 +214,7 @@ func Open(cfg Config) (*Node, error) {
 	log = log.With("node", cfg.ID)
 	var eb [8]byte
 	_, _ = rand.Read(eb[:])
-	n := &Node{
+	n = &Node{
 		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
 		recvc:      make(chan *pb.Message, 1024),
 		propc:      make(chan struct{}, 1),
@@ -202,11 +226,12 @@ func Open(cfg Config) (*Node, error) {
 		changed:    make(chan struct{}),
 		advertised: map[uint64][]byte{},
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("raftstore: %w", err)
+	if cfg.FS == nil {
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("raftstore: %w", err)
+		}
 	}
-	var err error
-	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log}); err != nil {
+	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log, FS: cfg.FS}); err != nil {
 		return nil, fmt.Errorf("raftstore: state store: %w", err)
 	}
 	if err := n.load(); err != nil {
@@ -244,7 +269,7 @@ func (n *Node) load() error {
 	for _, p := range n.cfg.Peers {
 		voters = append(voters, p.ID)
 	}
-	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), voters, n.log); err != nil {
+	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), voters, n.cfg.FS, n.log); err != nil {
 		return err
 	}
 	fail := func(err error) error {
@@ -259,26 +284,16 @@ func (n *Node) load() error {
 	// of the stored commit index after a crash. Every applied entry was
 	// committed and is in this node's fsynced log, so raising the commit
 	// index to it is true.
-	hs, _, err := n.rl.mem.InitialState()
-	if err != nil {
-		return fail(err)
-	}
-	if n.applied > bootIndex && hs.GetCommit() < n.applied {
-		if hs == nil {
-			hs = &pb.HardState{}
-		} else {
-			hs = proto.CloneOf(hs)
-		}
+	if n.applied > bootIndex && n.rl.hs.GetCommit() < n.applied {
+		hs := proto.CloneOf(n.rl.hs)
 		hs.Commit = new(n.applied)
-		if err := n.rl.mem.SetHardState(hs); err != nil {
-			return fail(err)
-		}
+		n.rl.hs = hs
 	}
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:                        n.cfg.ID,
 		ElectionTick:              electionTicks,
 		HeartbeatTick:             heartbeatTicks,
-		Storage:                   n.rl.mem,
+		Storage:                   n.rl,
 		Applied:                   n.applied,
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
@@ -299,6 +314,7 @@ func (n *Node) load() error {
 		if err := n.rn.Campaign(); err != nil {
 			return fail(fmt.Errorf("raftstore: %w", err))
 		}
+		n.checkRole()
 	}
 	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.cfg.Peers, n.log, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied}
@@ -364,16 +380,21 @@ func (n *Node) run() {
 			return
 		case <-ticker.C:
 			n.rn.Tick()
+			n.checkRole()
 		case m := <-n.recvc:
 			n.step(m)
-			for more := true; more; {
+			// Step what else has arrived before one Ready covers it all,
+			// bounded so a busy link cannot starve ticks and proposals.
+			for more := 255; more > 0; more-- {
 				select {
 				case m := <-n.recvc:
 					n.step(m)
+					continue
 				default:
-					more = false
 				}
+				break
 			}
+			n.checkRole()
 		case <-n.propc:
 			n.proposeQueued()
 		}
@@ -394,6 +415,10 @@ func (n *Node) run() {
 // from the network, a message for another group) are dropped, as Raft
 // tolerates lost messages.
 func (n *Node) step(m *pb.Message) {
+	if m.GetTo() != n.cfg.ID {
+		n.log.Warn("raftstore: dropped a message for another node (peer lists differ?)", "to", m.GetTo(), "from", m.GetFrom())
+		return
+	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}
@@ -406,6 +431,14 @@ func (n *Node) proposeQueued() {
 	n.props = nil
 	n.mu.Unlock()
 	for _, p := range props {
+		n.mu.Lock()
+		stale := p.term != n.leaderTerm
+		n.mu.Unlock()
+		if stale {
+			// Accepted for a leadership that has ended since; failAll
+			// has already failed its waiter.
+			continue
+		}
 		if err := n.rn.Propose(p.data); err != nil {
 			n.mu.Lock()
 			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
@@ -443,10 +476,10 @@ func (n *Node) broadcastLocked() {
 // handleReadies runs etcd raft's Ready cycle until nothing is ready.
 func (n *Node) handleReadies() error {
 	for n.rn.HasReady() {
+		// Advance steps this node's own votes and append acks, so the
+		// role can change there too: check it before applying.
+		n.checkRole()
 		rd := n.rn.Ready()
-		if rd.SoftState != nil {
-			n.roleChange(rd.SoftState)
-		}
 		if err := n.rl.save(rd.Entries, rd.HardState, rd.MustSync); err != nil {
 			return err
 		}
@@ -457,26 +490,39 @@ func (n *Node) handleReadies() error {
 			return err
 		}
 		n.rn.Advance(rd)
+		n.mu.Lock()
+		applied := n.applied
+		n.mu.Unlock()
+		n.rl.trim(applied)
 	}
+	n.checkRole()
 	n.updateStatus()
 	return nil
 }
 
-// roleChange reacts to a change of leader or role.
-func (n *Node) roleChange(ss *raft.SoftState) {
+// checkRole notices a change of this node's leadership from Raft's own
+// state, not from Ready.SoftState: a leader that loses its term and wins
+// the next one between two Readies keeps the same SoftState, yet every
+// proposal of the old term must fail. Raft's state changes in Step, Tick
+// and Advance (which steps the node's own votes), so run calls checkRole
+// after each of them, before it proposes anything and before it applies
+// a Ready's committed entries.
+func (n *Node) checkRole() {
+	bs := n.rn.BasicStatus()
+	isLeader := bs.RaftState == raft.StateLeader
+	term := bs.GetTerm()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	isLeader := ss.RaftState == raft.StateLeader
-	if n.leaderTerm != 0 && !isLeader {
+	if n.leaderTerm != 0 && (!isLeader || term != n.leaderTerm) {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
 		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
 		n.leaderTerm, n.ready = 0, false
 		n.broadcastLocked()
 	}
-	if n.leaderTerm == 0 && isLeader {
-		n.leaderTerm = n.rn.BasicStatus().GetTerm()
+	if n.leaderTerm == 0 && isLeader && n.err == nil && !n.closed {
+		n.leaderTerm = term
 		n.ready = false
-		n.log.Info("raftstore: became leader", "term", n.leaderTerm)
+		n.log.Info("raftstore: became leader", "term", term)
 		n.broadcastLocked()
 	}
 }
@@ -594,17 +640,28 @@ func (n *Node) stopOnError(err error) {
 	n.leaderTerm, n.ready = 0, false
 	n.status.Role, n.status.Leader = "follower", 0
 	n.broadcastLocked()
+	// Tell Changes' reader (the cluster wiring tears its server down).
+	select {
+	case <-n.changes:
+	default:
+	}
+	n.changes <- n.status
 }
 
 // Status returns the node's latest view of the group.
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.status
+	st := n.status
+	if st.Match != nil {
+		st.Match = maps.Clone(st.Match)
+	}
+	return st
 }
 
-// Changes delivers the node's Status after every change of leader or role.
-// Only the latest value is kept: a slow reader sees the newest state, not
+// Changes delivers the node's Status after every change of leader or role,
+// and once more (role "follower", no leader) if the node stops on an error
+// it cannot continue past. Only the latest value is kept: a slow reader sees the newest state, not
 // every step.
 func (n *Node) Changes() <-chan Status { return n.changes }
 
@@ -652,10 +709,13 @@ func (n *Node) propose(kind byte, term uint64, encode func([]byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
+	if len(data) > MaxEntrySize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrEntryTooLarge, len(data))
+	}
 	n.seq++
 	w := newWaiter()
 	n.waiters[id.seq] = w
-	n.props = append(n.props, proposal{data: data, w: w})
+	n.props = append(n.props, proposal{data: data, term: n.leaderTerm, w: w})
 	n.last = w
 	select {
 	case n.propc <- struct{}{}:

@@ -115,6 +115,24 @@ func (v *view) Get(key []byte) ([]byte, error) {
 	return v.n.state.Get(key)
 }
 
+// ScanRange reads a key range of the local state store after
+// read-your-writes.
+func (v *view) ScanRange(start, end []byte, fn func(key, value []byte) error) error {
+	if err := v.readable(); err != nil {
+		return err
+	}
+	return v.n.state.ScanRange(start, end, fn)
+}
+
+// ScanLengths reads a key range's value lengths from the local state store
+// after read-your-writes.
+func (v *view) ScanLengths(start, end []byte, fn func(key []byte, valueLen int) error) error {
+	if err := v.readable(); err != nil {
+		return err
+	}
+	return v.n.state.ScanLengths(start, end, fn)
+}
+
 // Sync proposes an empty batch, a barrier, and waits for it to apply.
 func (v *view) Sync() error {
 	p, err := v.Write(&store.Batch{}, true)

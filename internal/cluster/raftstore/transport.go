@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -106,8 +107,10 @@ type transport struct {
 	blocked bool // tests: drop everything in and out (a partition)
 	closed  bool
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop   chan struct{}
+	ctx    context.Context // cancelled by close: ends a dial in progress
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // peerConn is the outgoing side to one peer.
@@ -125,6 +128,7 @@ func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
 		conns: map[net.Conn]struct{}{},
 		stop:  make(chan struct{}),
 	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for _, p := range peers {
 		if p.ID == id {
 			continue
@@ -187,7 +191,7 @@ func (t *transport) sendLoop(p *peerConn) {
 	var w *bufio.Writer
 	defer func() {
 		if conn != nil {
-			_ = conn.Close()
+			t.forget(conn)
 		}
 	}()
 	for {
@@ -201,7 +205,7 @@ func (t *transport) sendLoop(p *peerConn) {
 			continue
 		}
 		if conn == nil {
-			c, err := net.DialTimeout("tcp", p.addr, dialTimeout)
+			c, err := t.dial(p.addr)
 			if err != nil {
 				t.unrch(p.id)
 				select {
@@ -227,10 +231,36 @@ func (t *transport) sendLoop(p *peerConn) {
 		if err != nil {
 			t.log.Debug("raftstore: peer connection failed", "peer", p.id, "err", err)
 			t.unrch(p.id)
-			_ = conn.Close()
+			t.forget(conn)
 			conn, w = nil, nil
 		}
 	}
+}
+
+// dial connects to addr and registers the connection, so that close can
+// unblock a write stuck on a peer that does not read.
+func (t *transport) dial(addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	c, err := d.DialContext(t.ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	t.conns[c] = struct{}{}
+	return c, nil
+}
+
+// forget closes c and unregisters it.
+func (t *transport) forget(c net.Conn) {
+	_ = c.Close()
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
 }
 
 // accept reads every incoming connection until the transport closes.
@@ -263,12 +293,7 @@ func (t *transport) accept() {
 // read delivers the frames of one incoming connection.
 func (t *transport) read(c net.Conn) {
 	defer t.wg.Done()
-	defer func() {
-		_ = c.Close()
-		t.mu.Lock()
-		delete(t.conns, c)
-		t.mu.Unlock()
-	}()
+	defer t.forget(c)
 	r := bufio.NewReaderSize(c, 64<<10)
 	var buf []byte
 	for {
@@ -299,6 +324,7 @@ func (t *transport) close() {
 		_ = c.Close()
 	}
 	t.mu.Unlock()
+	t.cancel()
 	close(t.stop)
 	_ = t.ln.Close()
 	t.wg.Wait()

@@ -456,20 +456,67 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 }
 
 func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) (err error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return store.ErrClosed
-	}
 	if len(prefix) == 0 {
 		// A nil bound, not an empty one: pebble's invariant checks (on in
 		// race builds) index a non-nil seek key without a length check.
 		prefix = nil
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{
-		LowerBound: prefix,
-		UpperBound: prefixEnd(prefix),
+	return s.iterate(prefix, prefixEnd(prefix), func(it *pebble.Iterator) error {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("pebblestore: scan: %w", err)
+		}
+		return fn(it.Key(), v)
 	})
+}
+
+// ScanRange calls fn for every key in [start, end) in ascending order; see
+// store.Store. The iterator is bounded by start and end, so it never visits
+// keys (or tombstones) outside the range.
+func (s *Store) ScanRange(start, end []byte, fn func(key, value []byte) error) error {
+	err := s.iterate(nilIfEmpty(start), nilIfEmpty(end), func(it *pebble.Iterator) error {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("pebblestore: scan: %w", err)
+		}
+		return fn(it.Key(), v)
+	})
+	if errors.Is(err, store.ErrStopScan) {
+		return nil
+	}
+	return err
+}
+
+// ScanLengths is ScanRange with each value's length only. Values of 256
+// bytes or more are separated from their keys (see options.go); the
+// iterator's LazyValue knows their length without fetching them, so
+// counting a backlog of 1 KiB messages reads keys and value handles only.
+func (s *Store) ScanLengths(start, end []byte, fn func(key []byte, valueLen int) error) error {
+	err := s.iterate(nilIfEmpty(start), nilIfEmpty(end), func(it *pebble.Iterator) error {
+		lv := it.LazyValue()
+		return fn(it.Key(), lv.Len())
+	})
+	if errors.Is(err, store.ErrStopScan) {
+		return nil
+	}
+	return err
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// iterate runs visit on every unreserved key in [lower, upper).
+func (s *Store) iterate(lower, upper []byte, visit func(it *pebble.Iterator) error) (err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("pebblestore: scan: %w", err)
 	}
@@ -479,15 +526,10 @@ func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) (err error
 		}
 	}()
 	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		if reserved(k) {
+		if reserved(it.Key()) {
 			continue
 		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return fmt.Errorf("pebblestore: scan: %w", err)
-		}
-		if err := fn(k, v); err != nil {
+		if err := visit(it); err != nil {
 			return err
 		}
 	}

@@ -413,3 +413,52 @@ func TestSyncFailureConcurrent(t *testing.T) {
 	wg.Wait()
 	_ = s.Close()
 }
+
+// TestScanLengthsOfSeparatedValues: after a flush, values of
+// ValueSeparationMin bytes or more live in blob files; ScanLengths must
+// still report their lengths (from the value handle, without fetching
+// them), and ScanRange must still return them.
+func TestScanLengthsOfSeparatedValues(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	defer s.Close()
+	var b store.Batch
+	want := map[string]int{}
+	for i := 0; i < 200; i++ {
+		k := fmt.Sprintf("m%04d", i)
+		n := 100 + 37*i // from below to well above the separation minimum
+		want[k] = n
+		b.Set([]byte(k), []byte(strings.Repeat("x", n)))
+	}
+	p, err := s.Write(&b, true)
+	if err == nil {
+		err = p.Wait()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	err = s.ScanLengths([]byte("m"), []byte("n"), func(k []byte, n int) error {
+		if n != want[string(k)] {
+			t.Errorf("%s: length %d, want %d", k, n, want[string(k)])
+		}
+		got++
+		return nil
+	})
+	if err != nil || got != len(want) {
+		t.Fatalf("ScanLengths saw %d keys (%v), want %d", got, err, len(want))
+	}
+	got = 0
+	err = s.ScanRange([]byte("m0100"), []byte("m0110"), func(k, v []byte) error {
+		if len(v) != want[string(k)] {
+			t.Errorf("%s: value of %d bytes, want %d", k, len(v), want[string(k)])
+		}
+		got++
+		return nil
+	})
+	if err != nil || got != 10 {
+		t.Fatalf("ScanRange saw %d keys (%v), want 10", got, err)
+	}
+}

@@ -7,6 +7,7 @@
 package storetest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -34,6 +35,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OpsOrderWithinBatch", testOpsOrderWithinBatch},
 		{"PrefixBoundaries", testPrefixBoundaries},
 		{"ScanStops", testScanStops},
+		{"ScanRange", testScanRange},
+		{"ScanLengths", testScanLengths},
 		{"WriteDoesNotAlias", testWriteDoesNotAlias},
 		{"BatchAtomicity", testBatchAtomicity},
 		{"WriteOrder", testWriteOrder},
@@ -323,6 +326,99 @@ func testScanStops(t *testing.T, s store.Store) {
 	}
 	if !slices.Equal(seen, []string{"a", "b"}) {
 		t.Fatalf("Scan visited %q after the callback failed", seen)
+	}
+}
+
+// testScanRange checks ScanRange's bounds (start inclusive, end exclusive,
+// nil end unbounded), that deleted keys (point and range) are not seen,
+// that ErrStopScan stops it without an error and another error is
+// returned.
+func testScanRange(t *testing.T, s store.Store) {
+	set(t, s, "a", "1", "b", "2", "b\x00", "3", "c", "4", "d", "5", "e", "6")
+	var b store.Batch
+	b.Delete([]byte("c"))
+	b.DeleteRange([]byte("d"), []byte("e"))
+	write(t, s, &b, true)
+	scan := func(start, end []byte, stopAt string) ([]string, error) {
+		var seen []string
+		err := s.ScanRange(start, end, func(k, v []byte) error {
+			seen = append(seen, string(k)+"="+string(v))
+			if string(k) == stopAt {
+				return store.ErrStopScan
+			}
+			return nil
+		})
+		return seen, err
+	}
+	for _, tc := range []struct {
+		start, end []byte
+		stop       string
+		want       []string
+	}{
+		{[]byte("b"), []byte("e"), "", []string{"b=2", "b\x00=3"}},
+		{[]byte("b"), []byte("e\x00"), "", []string{"b=2", "b\x00=3", "e=6"}},
+		{[]byte("a\x00"), nil, "", []string{"b=2", "b\x00=3", "e=6"}},
+		{nil, []byte("b"), "", []string{"a=1"}},
+		{[]byte("a"), nil, "b", []string{"a=1", "b=2"}},
+		{[]byte("f"), nil, "", nil},
+		{[]byte("c"), []byte("c"), "", nil},
+	} {
+		got, err := scan(tc.start, tc.end, tc.stop)
+		if err != nil {
+			t.Fatalf("ScanRange(%q, %q): %v", tc.start, tc.end, err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("ScanRange(%q, %q) stopping at %q = %q, want %q", tc.start, tc.end, tc.stop, got, tc.want)
+		}
+	}
+	boom := errors.New("boom")
+	if err := s.ScanRange(nil, nil, func(k, v []byte) error { return boom }); err != boom {
+		t.Fatalf("ScanRange returned %v, want the callback's error", err)
+	}
+}
+
+// testScanLengths checks that ScanLengths reports each value's length,
+// small and large (a store may keep large values apart from their keys),
+// within the same bounds as ScanRange.
+func testScanLengths(t *testing.T, s store.Store) {
+	var b store.Batch
+	sizes := map[string]int{"k1": 0, "k2": 10, "k3": 255, "k4": 256, "k5": 4096, "k6": 70000, "z": 7}
+	for k, n := range sizes {
+		b.Set([]byte(k), bytes.Repeat([]byte{'v'}, n))
+	}
+	b.Delete([]byte("k2"))
+	write(t, s, &b, true)
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	var order []string
+	err := s.ScanLengths([]byte("k"), []byte("l"), func(k []byte, n int) error {
+		got[string(k)] = n
+		order = append(order, string(k))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ScanLengths: %v", err)
+	}
+	if !slices.Equal(order, []string{"k1", "k3", "k4", "k5", "k6"}) {
+		t.Fatalf("ScanLengths visited %q", order)
+	}
+	for _, k := range order {
+		if got[k] != sizes[k] {
+			t.Errorf("ScanLengths: %s has length %d, want %d", k, got[k], sizes[k])
+		}
+	}
+	n := 0
+	err = s.ScanLengths(nil, nil, func(k []byte, _ int) error {
+		n++
+		if n == 2 {
+			return store.ErrStopScan
+		}
+		return nil
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("ScanLengths stopped after %d keys with %v, want 2 and nil", n, err)
 	}
 }
 

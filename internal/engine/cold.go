@@ -1,0 +1,441 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Hot and cold (Engine v2, ADR 0002 step 3, first part).
+//
+// A standard queue keeps in memory ("hot") at most about Options.ReadyWindow
+// visible messages and Options.ReadyWindowBytes of their bodies. A send that
+// finds the hot visible messages at either bound makes the queue cold: from then on every immediately visible send is
+// written to the store as before but not inserted into memory; the queue
+// only counts it (coldPart). Every message with a sequence number below
+// coldPart.from that exists is hot; a message at or above it is cold unless
+// it is in q.msgs (a delayed send, which always stays hot, a moved copy
+// inserted by finishMoves while the window had room, an import, or a
+// message a receipt handle promoted), was dropped earlier in the same
+// operation (coldPart.gone), or is a moved copy not yet inserted
+// (coldPart.pending).
+//
+// A receive that finds fewer than half a window visible refills: it reads
+// the next cold messages from the store in sequence order from
+// coldPart.from (content and state records, decoded exactly as recovery
+// does), at most a window at a time, and advances from past what it read.
+// When a refill reaches the end of the queue's records the queue is hot
+// again. Open loads only the first window of a standard queue and counts
+// the rest from keys and value lengths (store.ScanLengths) without
+// reading them. FIFO queues are always fully hot.
+
+// resolveWindow returns the ready window in force (count, body bytes; 0:
+// none) for o.
+func resolveWindow(o *Options) (n int, bytes int64) {
+	switch {
+	case o.ReadyWindow == 0:
+		n = DefaultReadyWindow
+	case o.ReadyWindow > 0:
+		n = o.ReadyWindow
+	}
+	switch {
+	case o.ReadyWindowBytes == 0:
+		bytes = DefaultReadyWindowBytes
+	case o.ReadyWindowBytes > 0:
+		bytes = o.ReadyWindowBytes
+	}
+	return n, bytes
+}
+
+// coldPart is the part of a standard queue's backlog that is only in the
+// store. n and bytes count cold messages and the bytes of their content
+// records; send, refill, delete and recovery all count a message by the
+// length of its content record, so the counts agree however a message
+// became cold. Guarded by the queue's lock, except pending.
+type coldPart struct {
+	on    bool   // some messages at or above from may be only in the store
+	from  uint64 // no message below from is cold
+	n     int    // cold messages
+	bytes int64  // their content records' bytes
+
+	// gone holds the sequence numbers at or above from of hot messages
+	// dropped while the queue was cold (dropLocked). Their records are
+	// deleted in the operation's batch, which is written only when the
+	// operation ends: a refill (or a scan) later in the same operation
+	// would otherwise read them as cold messages. Entries below from are
+	// pruned by refills.
+	gone map[uint64]struct{}
+
+	// pending holds the sequence numbers of copies that dead-letter moves
+	// and redrives wrote into this queue's key range but finishMoves has
+	// not inserted yet: a refill must not load them (they are receivable
+	// only once their batch is durable). Reserved under the source's lock,
+	// so it has its own.
+	mu      sync.Mutex
+	pending map[uint64]struct{}
+}
+
+func (c *coldPart) addPending(seq uint64) {
+	c.mu.Lock()
+	if c.pending == nil {
+		c.pending = make(map[uint64]struct{})
+	}
+	c.pending[seq] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *coldPart) donePending(seq uint64) {
+	c.mu.Lock()
+	delete(c.pending, seq)
+	c.mu.Unlock()
+}
+
+func (c *coldPart) isPending(seq uint64) bool {
+	c.mu.Lock()
+	_, ok := c.pending[seq]
+	c.mu.Unlock()
+	return ok
+}
+
+// forgetColdLocked makes the queue hot with nothing cold: its records are
+// being deleted wholesale (purge, delete).
+func (q *queue) forgetColdLocked() {
+	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
+	q.cold.gone = nil
+}
+
+// noteDroppedLocked is told that m leaves memory with its records deleted
+// in the current batch (see coldPart.gone).
+func (q *queue) noteDroppedLocked(m *message) {
+	if q.cold.on && m.seq >= q.cold.from {
+		if q.cold.gone == nil {
+			q.cold.gone = make(map[uint64]struct{})
+		}
+		q.cold.gone[m.seq] = struct{}{}
+	}
+}
+
+// notColdLocked reports whether the record at seq (at or above cold.from)
+// is not a cold message: hot, dropped in this operation, or a move's copy
+// not yet published.
+func (q *queue) notColdLocked(seq uint64) bool {
+	if q.msgs[seq] != nil {
+		return true
+	}
+	if _, ok := q.cold.gone[seq]; ok {
+		return true
+	}
+	return q.cold.isPending(seq)
+}
+
+// goesColdLocked reports whether the new message m stays only in the store.
+func (q *queue) goesColdLocked(m *message) bool {
+	w, wb := q.eng.window, q.eng.windowB
+	return w > 0 && !q.fifo() && m.state == stateVisible &&
+		(q.cold.on || q.nState[stateVisible] >= w || (wb > 0 && q.nBytes[stateVisible] >= wb))
+}
+
+// windowFull reports whether n messages of bodies bytes fill a window.
+func (e *Engine) windowFull(n int, bodies int64) bool {
+	return n >= max(e.window, 1) || (e.windowB > 0 && bodies >= e.windowB)
+}
+
+// addColdLocked counts a message whose content record (of recLen bytes)
+// was written at seq without inserting it into memory.
+func (q *queue) addColdLocked(seq uint64, recLen int) {
+	if !q.cold.on {
+		q.cold.on, q.cold.from = true, seq
+	}
+	q.cold.n++
+	q.cold.bytes += int64(recLen)
+	q.wakeLocked()
+}
+
+// lowLocked reports whether the hot visible messages are under the low
+// water mark (half a window, by count and by bytes) at which a receive
+// refills.
+func (q *queue) lowLocked() bool {
+	e := q.eng
+	return q.nState[stateVisible] < max(e.window/2, 1) &&
+		(e.windowB <= 0 || q.nBytes[stateVisible] < e.windowB/2)
+}
+
+// topUpLocked refills a cold queue whose hot visible count is under the low
+// water mark, at most maxRefills windows, and brings what it loaded to time
+// now (ended leases, retention, TTL) like any other message: cold messages
+// past their retention are dropped here, when a receive reaches them.
+func (q *queue) topUpLocked(now int64, b *store.Batch) {
+	const maxRefills = 16
+	for i := 0; i < maxRefills && q.cold.on && q.lowLocked() && q.eng.failed.Load() == nil; i++ {
+		if q.refillLocked(now) == 0 && q.cold.on {
+			continue
+		}
+		q.advanceLocked(now, b)
+	}
+}
+
+// refillLocked loads up to a window of cold messages, in sequence order from
+// cold.from, and returns how many it loaded. When it reaches the end of the
+// queue's records the queue is hot again. A record that fails to decode
+// fails the engine (the store lost data it acknowledged); the queue then
+// stays as it was.
+func (q *queue) refillLocked(now int64) int {
+	if !q.cold.on {
+		return 0
+	}
+	e := q.eng
+	var (
+		cur        *message
+		curGroup   string
+		curLen     int
+		loaded     int   // messages read
+		loadedB    int64 // their content records' bytes (coldPart.bytes)
+		loadedBody int64 // their bodies' bytes (the window's bound)
+		visited    int
+		next       = q.cold.from
+		stopped    bool
+		restored   []*message
+		groups     []string
+	)
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		restored = append(restored, cur)
+		groups = append(groups, curGroup)
+		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
+		loadedB += int64(curLen)
+		loaded++
+		cur = nil
+	}
+	start := messageKey(q.id, q.cold.from, kindContent)
+	end := qidPrefix(prefixMessage, q.id+1)
+	err := e.st.ScanRange(start, end, func(k, v []byte) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			flush()
+			if e.windowFull(loaded, loadedBody) || visited >= 4*max(e.window, 1) {
+				next, stopped = seq, true
+				return store.ErrStopScan
+			}
+			visited++
+			next = seq + 1
+			if q.notColdLocked(seq) {
+				return nil // hot, dropped, or a move's copy on its way in
+			}
+			cur = &message{seq: seq}
+			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
+			g, err := decodeContentBody(cur, v, keep)
+			if err != nil {
+				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
+			}
+			curGroup, curLen = g, len(v)
+			cur.stateRec = stateRecNone // until a state record shows up (see recover)
+		case kindState:
+			next = seq + 1
+			if cur != nil && cur.seq == seq {
+				if err := decodeState(cur, v); err != nil {
+					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
+				}
+				cur.stateRec = stateRecUnknown
+			}
+		default:
+			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
+		}
+		return nil
+	})
+	if err != nil {
+		_ = e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
+		return 0
+	}
+	flush()
+	for i, m := range restored {
+		q.restoreLocked(m, groups[i], now)
+	}
+	q.cold.n -= loaded
+	q.cold.bytes -= loadedB
+	if stopped {
+		q.cold.from = next
+		for s := range q.cold.gone {
+			if s < next {
+				delete(q.cold.gone, s)
+			}
+		}
+		return loaded
+	}
+	if q.cold.n != 0 || q.cold.bytes != 0 {
+		e.log.Warn("cold message count disagreed with the store; corrected",
+			"queue", q.name, "messages", q.cold.n, "bytes", q.cold.bytes)
+	}
+	q.forgetColdLocked()
+	return loaded
+}
+
+// promoteColdLocked brings into memory the cold message seq that a receipt
+// handle names (a standard queue's message that a restart left cold while
+// a consumer held it), so that a delete, a visibility change or a failure
+// report by that handle works as for a hot message. It returns nil when
+// seq is not a cold message (then the caller's lookup finds nothing, as
+// for a message deleted meanwhile). A read failure fails the engine.
+func (q *queue) promoteColdLocked(seq uint64) *message {
+	if !q.cold.on || seq < q.cold.from || q.notColdLocked(seq) {
+		return nil
+	}
+	e := q.eng
+	v, err := e.st.Get(messageKey(q.id, seq, kindContent))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // deleted
+	}
+	if err != nil {
+		_ = e.fail(fmt.Errorf("reading cold message %d of queue %q: %w", seq, q.name, err))
+		return nil
+	}
+	m := &message{seq: seq}
+	keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
+	g, err := decodeContentBody(m, v, keep)
+	if err != nil {
+		_ = e.fail(fmt.Errorf("message %d of queue %q: %w", seq, q.name, err))
+		return nil
+	}
+	sv, err := e.st.Get(messageKey(q.id, seq, kindState))
+	switch {
+	case err == nil:
+		err = decodeState(m, sv)
+	case errors.Is(err, store.ErrNotFound):
+		err = nil
+	}
+	if err != nil {
+		_ = e.fail(fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err))
+		return nil
+	}
+	q.cold.n--
+	q.cold.bytes -= int64(len(v))
+	q.restoreLocked(m, g, e.now())
+	return m
+}
+
+// insertMovedLocked inserts a dead-letter or redrive copy whose batch is
+// durable (finishMoves): into memory, or, when the queue is cold or its
+// window is full, into the cold count (its record is already written).
+// A copy whose number a refill has already passed (it skipped it while
+// pending) goes into memory: the refill will not come back for it.
+func (q *queue) insertMovedLocked(m *message, groupID string) {
+	if q.goesColdLocked(m) && (!q.cold.on || m.seq >= q.cold.from) {
+		q.addColdLocked(m.seq, len(encodeContent(m)))
+		return
+	}
+	m.group = q.groupLocked(groupID)
+	q.addLocked(m)
+}
+
+// scanColdLocked calls fn, in sequence order, for each cold message with a
+// sequence number above after, decoded from its records but not inserted
+// into memory: m.group is detached, m.state is what restoreLocked would
+// give it at now, and its body is read only with keepBody. contentLen is
+// its content record's length (what coldPart counts). fn may stop the scan
+// with store.ErrStopScan. Operator paths (DLQ browse, delete-matching, move
+// task counts) use it so that their memory stays bounded by what they
+// return, not by the backlog; it reads under the queue's lock, so it is
+// not for hot paths.
+func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m *message, contentLen int) error) error {
+	if !q.cold.on {
+		return nil
+	}
+	e := q.eng
+	var cur *message
+	var curLen int
+	emit := func() error {
+		if cur == nil {
+			return nil
+		}
+		m := cur
+		cur = nil
+		m.state = restoredState(m, now)
+		return fn(m, curLen)
+	}
+	start := messageKey(q.id, max(after+1, q.cold.from), kindContent)
+	err := e.st.ScanRange(start, qidPrefix(prefixMessage, q.id+1), func(k, v []byte) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			if err := emit(); err != nil {
+				return err
+			}
+			if q.notColdLocked(seq) {
+				return nil
+			}
+			m := &message{seq: seq}
+			g, err := decodeContentBody(m, v, keepBody)
+			if err != nil {
+				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
+			}
+			m.group = &group{id: g}
+			if keepBody {
+				m.bodyLen = int32(len(m.body))
+			}
+			cur, curLen = m, len(v)
+		case kindState:
+			if cur != nil && cur.seq == seq {
+				if err := decodeState(cur, v); err != nil {
+					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = emit()
+	}
+	if errors.Is(err, store.ErrStopScan) {
+		return nil
+	}
+	if err != nil {
+		return e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
+	}
+	return nil
+}
+
+// countColdLocked is recovery's count of a standard queue's messages from
+// seq from on, from keys and value lengths only: the queue's first window
+// is loaded, the rest is cold. It checks what it can without the values
+// (key shape, a state record after its content) and raises nextSeq.
+func (q *queue) countColdLocked(from uint64, audit *recoveryAudit) error {
+	var lastContent uint64
+	haveContent := false
+	err := q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
+		if len(k) != 14 {
+			return fmt.Errorf("%w: message key %x", errCorrupt, k)
+		}
+		seq := binary.BigEndian.Uint64(k[5:])
+		switch k[13] {
+		case kindContent:
+			if !q.cold.on {
+				q.cold.on, q.cold.from = true, seq
+			}
+			q.cold.n++
+			q.cold.bytes += int64(n)
+			lastContent, haveContent = seq, true
+		case kindState:
+			if !haveContent || lastContent != seq {
+				audit.stateWithoutContent(k, q.name, seq)
+			}
+		default:
+			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
+		}
+		if seq >= q.nextSeq.Load() {
+			q.nextSeq.Store(seq + 1)
+		}
+		return nil
+	})
+	return err
+}
