@@ -419,11 +419,11 @@ func (mo *monitor) termBefore(t time.Time) uint64 {
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
 	var low uint64
-	for i, os := range mo.obs {
-		k := sort.Search(len(os), func(k int) bool { return !os[k].end.Before(t) })
+	for i, seen := range mo.obs {
+		k := sort.Search(len(seen), func(k int) bool { return !seen[k].end.Before(t) })
 		var term uint64
 		if k > 0 {
-			term = os[k-1].term
+			term = seen[k-1].term
 		}
 		if i == 0 || term < low {
 			low = term
@@ -442,11 +442,11 @@ func (mo *monitor) termAfter(t time.Time) (uint64, bool) {
 	defer mo.mu.Unlock()
 	var high uint64
 	n := 0
-	for _, os := range mo.obs {
-		k := sort.Search(len(os), func(k int) bool { return os[k].start.After(t) })
-		if k < len(os) {
+	for _, seen := range mo.obs {
+		k := sort.Search(len(seen), func(k int) bool { return seen[k].start.After(t) })
+		if k < len(seen) {
 			n++
-			high = max(high, os[k].term)
+			high = max(high, seen[k].term)
 		}
 	}
 	return high, n > len(mo.obs)/2
@@ -466,8 +466,8 @@ func (mo *monitor) leaderViolations() (viol []string, observations int, terms in
 // any node named for it; there must be at most one.
 func leaderViolations(obs [][]observation) (viol []string, observations int, terms int) {
 	leaders := map[uint64]map[uint64]bool{} // term → leaders
-	for i, os := range obs {
-		for _, o := range os {
+	for i, seen := range obs {
+		for _, o := range seen {
 			observations++
 			if leaders[o.term] == nil {
 				leaders[o.term] = map[uint64]bool{}

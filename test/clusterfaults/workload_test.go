@@ -146,6 +146,7 @@ func (w *workload) pick(ctx context.Context, rng *rand.Rand, queue string) (*mem
 		m := w.c.nodes[rng.IntN(len(w.c.nodes))]
 		srv, client := m.current()
 		if srv == nil {
+			sleepCtx(ctx, time.Millisecond) // no spinning while nodes are down
 			continue
 		}
 		u, err := m.queueURL(ctx, queue)
