@@ -64,9 +64,11 @@ type fault struct {
 // faultKinds, in the order the schedule draws from them.
 var faultKinds = []string{"partition", "one-way", "delay", "kill", "kill-leader", "pause"}
 
-// nextFault draws a fault for a cluster whose every node is up and whose
-// leader is leader (index into c.nodes).
-func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, leader int) fault {
+// nextFault draws the k-th fault (from 0) for a cluster whose every node
+// is up and whose leader is leader (index into c.nodes). The first two are
+// always kill-leader and a partition of the leader, so that every run, even
+// a short one, loses a leader both ways; the rest are drawn from the RNG.
+func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader int) fault {
 	n := len(c.nodes)
 	i := rng.IntN(n)
 	id := c.nodes[i].id
@@ -76,11 +78,20 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, leader int)
 	}
 	healLinks := func() error { c.healLinks(); return nil }
 	kind := faultKinds[rng.IntN(len(faultKinds))]
+	switch k {
+	case 0:
+		kind = "kill-leader"
+	case 1:
+		kind = "partition"
+	}
 	switch kind {
 	case "partition":
 		// A minority (one node of three; one or two of five) cut off from
 		// the rest, both ways; links inside each side stay up.
 		group := rng.Perm(n)[:1+rng.IntN((n-1)/2)]
+		if k == 1 {
+			group = []int{leader}
+		}
 		var ids []string
 		in := make([]bool, n)
 		for _, g := range group {
@@ -146,7 +157,7 @@ func TestClusterFaults(t *testing.T) {
 	end := time.Now().Add(dur)
 	sleepCtx(ctx, time.Second) // load before the first fault
 	for time.Now().Before(end) && ctx.Err() == nil {
-		f := c.nextFault(ctx, rng, int(leader-1))
+		f := c.nextFault(ctx, rng, len(injected), int(leader-1))
 		hold := time.Duration(1000+rng.IntN(4000)) * time.Millisecond
 		t.Logf("%s: %s for %v", time.Now().Format("15:04:05.000"), f.name, hold.Round(time.Millisecond))
 		if err := f.apply(); err != nil {
