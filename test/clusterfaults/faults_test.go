@@ -56,14 +56,11 @@ func settings(t *testing.T) (time.Duration, int, uint64) {
 
 // fault is one injected fault: apply starts it, heal ends it.
 type fault struct {
-	kind  string // one of faultKinds
+	kind  string // partition, one-way, delay, kill, kill-leader or pause
 	name  string
 	apply func() error
 	heal  func() error
 }
-
-// faultKinds, in the order the schedule draws from them.
-var faultKinds = []string{"partition", "one-way", "delay", "kill", "kill-leader", "pause"}
 
 // nextFault draws the k-th fault (from 0) for a cluster whose every node
 // is up and whose leader is leader (index into c.nodes). The first two are
@@ -78,7 +75,8 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 		mode = Reset
 	}
 	healLinks := func() error { c.healLinks(); return nil }
-	kind := faultKinds[rng.IntN(len(faultKinds))]
+	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "pause"}
+	kind := kinds[rng.IntN(len(kinds))]
 	switch k {
 	case 0:
 		kind = "kill-leader"
