@@ -20,6 +20,8 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The wire types are a module of their own, replaced by ./api in go.mod.
+COPY api/go.mod ./api/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

@@ -6,11 +6,13 @@ FAULTS_BUDGET ?= 5m
 CLUSTER_FAULTS_DURATION ?= 5m
 SOAK_DURATION ?= 10m
 SOAK_MESSAGES ?= 2000000
-# Go modules in this repository: the broker (root), the worker SDK (its own
-# module, so SDK users do not inherit the broker's dependencies) and the
-# examples (built against ../worker through a replace). `go test ./...`
-# stops at a nested module, so every target that walks packages loops.
-MODULES   := . worker examples
+# Go modules in this repository: the broker (root), the HTTP API's wire
+# types (api, no dependencies; shared by the broker and the worker SDK), the
+# worker SDK (its own module, so SDK users do not inherit the broker's
+# dependencies) and the examples (built against ../worker through a
+# replace). `go test ./...` stops at a nested module, so every target that
+# walks packages loops.
+MODULES   := . api worker examples
 
 .PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq fuzz crash faults cluster-faults soak perf release-check
 

@@ -47,6 +47,12 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/procfs v0.10.1 // indirect
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
+	github.com/sluicemq/sluice/api v0.0.0
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/text v0.14.0 // indirect
 )
+
+// The wire types of Sluice's HTTP API are their own module, shared with the
+// worker SDK (docs/adr/0011-wire-types-module.md); the broker builds
+// against the copy in this repository.
+replace github.com/sluicemq/sluice/api => ./api

@@ -44,6 +44,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/sluicemq/sluice/api v0.0.0 // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.19.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	go.opencensus.io v0.24.0 // indirect
@@ -69,5 +70,8 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-// The examples build against the worker module in this repository.
+// The examples build against the worker module in this repository, and so
+// against its wire-types module (docs/adr/0011-wire-types-module.md).
 replace github.com/sluicemq/sluice/worker => ../worker
+
+replace github.com/sluicemq/sluice/api => ../api

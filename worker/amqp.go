@@ -15,6 +15,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/api"
 )
 
 // Headers Sluice puts on the AMQP deliveries of a consumer that asks for
@@ -671,24 +673,11 @@ func (s *AMQPSource) useExtension(r *amqpDelivery) bool {
 	return s.extState.due(s.now())
 }
 
-// amqpFailureReport is the extension's request body for an AMQP delivery.
-type amqpFailureReport struct {
-	Queue             string   `json:"queue"`
-	ReceiptHandle     string   `json:"receiptHandle"`
-	ErrorClass        string   `json:"errorClass,omitempty"`
-	ErrorMessage      string   `json:"errorMessage,omitempty"`
-	Trace             string   `json:"trace,omitempty"`
-	ConsumerID        string   `json:"consumerId,omitempty"`
-	ConsumerVersion   string   `json:"consumerVersion,omitempty"`
-	Terminal          bool     `json:"terminal"`
-	RetryAfterSeconds *float64 `json:"retryAfterSeconds,omitempty"`
-}
-
 // report posts a failure report. present says whether the extension
 // answered (successfully or with its own error body). A transient failure
 // always carries the worker's backoff as retryAfterSeconds.
 func (s *AMQPSource) report(ctx context.Context, r *amqpDelivery, f Failure) (Outcome, bool, error) {
-	body := amqpFailureReport{
+	body := api.FailureReport{
 		Queue: r.queue, ReceiptHandle: r.handle, Terminal: f.Terminal,
 		ErrorClass: f.ErrorClass, ErrorMessage: truncate(f.ErrorMessage, MaxErrorMessage), Trace: truncate(f.Trace, MaxTrace),
 		ConsumerID: f.ConsumerID, ConsumerVersion: f.ConsumerVersion,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/api"
 )
 
 // httpDoer is what both sources' HTTP clients provide.
@@ -47,13 +49,21 @@ func postFailure(ctx context.Context, hc httpDoer, url string, report any) (out 
 	}
 	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
 	if resp.StatusCode == http.StatusOK && isJSON {
-		var o failureOutcome
-		if json.Unmarshal(raw, &o) == nil && o.DeadLettered != nil {
-			return Outcome{DeadLettered: *o.DeadLettered, Target: o.Target, VisibleAt: o.VisibleAt, Reported: true}, true, nil
+		// An answer is the extension's when it has deadLettered; a
+		// foreign JSON 200 (a proxy, another service) has not.
+		var o api.FailureOutcome
+		var has map[string]json.RawMessage
+		if json.Unmarshal(raw, &has) == nil && has["deadLettered"] != nil && string(has["deadLettered"]) != "null" &&
+			json.Unmarshal(raw, &o) == nil {
+			out := Outcome{DeadLettered: o.DeadLettered, Target: o.Target, Reported: true}
+			if o.VisibleAt != nil {
+				out.VisibleAt = *o.VisibleAt
+			}
+			return out, true, nil
 		}
 	}
-	var ee extError
-	if isJSON && json.Unmarshal(raw, &ee) == nil && ee.Error != nil && ee.Error.Code != "" && ee.Error.Code != "NotFound" {
+	var ee api.ErrorBody
+	if isJSON && json.Unmarshal(raw, &ee) == nil && ee.Error.Code != "" && ee.Error.Code != "NotFound" {
 		e := &ExtensionError{Status: resp.StatusCode, Code: ee.Error.Code, Message: ee.Error.Message}
 		switch e.Code {
 		case "NoDeadLetterQueue":

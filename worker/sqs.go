@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/sluicemq/sluice/api"
 )
 
 // SQSSourceOptions configure an SQSSource.
@@ -368,33 +370,6 @@ func (s *SQSSource) useExtension(info queueInfo) bool {
 	return s.extState.due(s.now())
 }
 
-// failureReport is the extension's request body.
-type failureReport struct {
-	QueueURL          string   `json:"queueUrl"`
-	ReceiptHandle     string   `json:"receiptHandle"`
-	ErrorClass        string   `json:"errorClass,omitempty"`
-	ErrorMessage      string   `json:"errorMessage,omitempty"`
-	Trace             string   `json:"trace,omitempty"`
-	ConsumerID        string   `json:"consumerId,omitempty"`
-	ConsumerVersion   string   `json:"consumerVersion,omitempty"`
-	Terminal          bool     `json:"terminal"`
-	RetryAfterSeconds *float64 `json:"retryAfterSeconds,omitempty"`
-}
-
-// failureOutcome is the extension's answer; extError its error body.
-type failureOutcome struct {
-	DeadLettered *bool     `json:"deadLettered"`
-	Target       string    `json:"target"`
-	VisibleAt    time.Time `json:"visibleAt"`
-}
-
-type extError struct {
-	Error *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // ExtensionError is an error answer of the failure-report extension.
 type ExtensionError struct {
 	Status  int
@@ -409,7 +384,7 @@ func (e *ExtensionError) Error() string {
 // report posts a failure report. present says whether the extension
 // answered (successfully or with its own error body).
 func (s *SQSSource) report(ctx context.Context, m *Message, f Failure, info queueInfo) (Outcome, bool, error) {
-	body := failureReport{
+	body := api.FailureReport{
 		QueueURL: s.url, ReceiptHandle: receipt(m), Terminal: f.Terminal,
 		ErrorClass: f.ErrorClass, ErrorMessage: truncate(f.ErrorMessage, MaxErrorMessage), Trace: truncate(f.Trace, MaxTrace),
 		ConsumerID: f.ConsumerID, ConsumerVersion: f.ConsumerVersion,

@@ -13,7 +13,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 )
@@ -123,7 +123,7 @@ func TestAMQPDeadLetterQueueIsADLQ(t *testing.T) {
 	// dlq list names jobs-dlq with its source.
 	poll.CheckFor(t, 10*time.Second, poll.True("jobs-dlq in dlq list with 3 messages", func() bool {
 		out, _, code := runAt(t, s, "dlq", "list", "--json")
-		var l admin.QueueList
+		var l api.QueueList
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
 			return false
 		}

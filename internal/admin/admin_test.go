@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -26,8 +27,8 @@ func TestPoisonMessageReachesDLQWithFullContext(t *testing.T) {
 	})
 	f.clk.Advance(2 * time.Second)
 	d := f.receive("q", 1)
-	var out FailureOutcome
-	f.doJSON("POST", "/sluice/v1/failures", FailureReport{
+	var out api.FailureOutcome
+	f.doJSON("POST", "/sluice/v1/failures", api.FailureReport{
 		QueueURL: "http://127.0.0.1:9324/000000000000/q", ReceiptHandle: d[0].ReceiptHandle,
 		ErrorClass: "KeyError", ErrorMessage: "no customer 42", Trace: "worker.go:17",
 		ConsumerID: "worker-1", ConsumerVersion: "v1.4.2", Terminal: true,
@@ -36,7 +37,7 @@ func TestPoisonMessageReachesDLQWithFullContext(t *testing.T) {
 		t.Fatalf("outcome %+v", out)
 	}
 
-	var list QueueList
+	var list api.QueueList
 	f.doJSON("GET", "/sluice/v1/queues", nil, http.StatusOK, &list)
 	if len(list.Queues) != 2 {
 		t.Fatalf("queues %+v", list)
@@ -49,7 +50,7 @@ func TestPoisonMessageReachesDLQWithFullContext(t *testing.T) {
 		t.Fatalf("q %+v", q)
 	}
 
-	var page Page
+	var page api.Page
 	f.doJSON("GET", "/sluice/v1/queues/dlq/messages", nil, http.StatusOK, &page)
 	if len(page.Messages) != 1 || page.Next != "" {
 		t.Fatalf("page %+v", page)
@@ -70,12 +71,12 @@ func TestPoisonMessageReachesDLQWithFullContext(t *testing.T) {
 		t.Fatalf("lastFailure %+v", lf)
 	}
 	// Browsing changed nothing, and show returns the same message.
-	var one Message
+	var one api.Message
 	f.doJSON("GET", "/sluice/v1/queues/dlq/messages/"+ids[0], nil, http.StatusOK, &one)
 	if one.ID != m.ID || one.ReceiveCount != 1 || one.LastFailure.ErrorClass != "KeyError" {
 		t.Fatalf("show %+v", one)
 	}
-	var detail Queue
+	var detail api.Queue
 	f.doJSON("GET", "/sluice/v1/queues/q", nil, http.StatusOK, &detail)
 	if detail.Config == nil || detail.Config.DeadLetter.Target != "dlq" || detail.Config.VisibilitySeconds != 30 || detail.CreatedAt == nil {
 		t.Fatalf("detail %+v", detail)
@@ -89,25 +90,25 @@ func TestFailureReportRetriesAndRefusals(t *testing.T) {
 	f.send("q", engine.Message{Body: []byte("x")})
 	d := f.receive("q", 1)
 	retry := 7.5
-	var out FailureOutcome
-	f.doJSON("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle, ErrorClass: "Timeout", RetryAfterSeconds: &retry}, http.StatusOK, &out)
+	var out api.FailureOutcome
+	f.doJSON("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle, ErrorClass: "Timeout", RetryAfterSeconds: &retry}, http.StatusOK, &out)
 	if out.DeadLettered || out.VisibleAt == nil || !out.VisibleAt.Equal(f.clk.Now().Add(7500*time.Millisecond)) {
 		t.Fatalf("retry outcome %+v", out)
 	}
 	// The handle is stale now: the lease ended with the report.
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle}, http.StatusConflict, "MessageNotInflight")
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: "garbage"}, http.StatusBadRequest, "ReceiptHandleInvalid")
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "nope", ReceiptHandle: "x"}, http.StatusNotFound, "QueueNotFound")
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{ReceiptHandle: "x"}, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "q"}, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "q", QueueURL: "http://h/1/other", ReceiptHandle: "x"}, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle}, http.StatusConflict, "MessageNotInflight")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: "garbage"}, http.StatusBadRequest, "ReceiptHandleInvalid")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "nope", ReceiptHandle: "x"}, http.StatusNotFound, "QueueNotFound")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{ReceiptHandle: "x"}, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q"}, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", QueueURL: "http://h/1/other", ReceiptHandle: "x"}, http.StatusBadRequest, "InvalidRequest")
 	f.wantError("POST", "/sluice/v1/failures", `{"queue":"q","receiptHandle":"x","termnal":true}`, http.StatusBadRequest, "InvalidRequest")
 	neg := -1.0
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: "x", RetryAfterSeconds: &neg}, http.StatusBadRequest, "InvalidRetryAfter")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: "x", RetryAfterSeconds: &neg}, http.StatusBadRequest, "InvalidRetryAfter")
 	// Terminal on a queue without a DLQ leaves the message alone.
 	f.send("plain", engine.Message{Body: []byte("y")})
 	d = f.receive("plain", 1)
-	f.wantError("POST", "/sluice/v1/failures", FailureReport{Queue: "plain", ReceiptHandle: d[0].ReceiptHandle, Terminal: true}, http.StatusConflict, "NoDeadLetterQueue")
+	f.wantError("POST", "/sluice/v1/failures", api.FailureReport{Queue: "plain", ReceiptHandle: d[0].ReceiptHandle, Terminal: true}, http.StatusConflict, "NoDeadLetterQueue")
 	if info, _ := f.eng.GetQueue("plain"); info.InFlight != 1 {
 		t.Fatalf("message disturbed: %+v", info)
 	}
@@ -122,11 +123,11 @@ func TestBrowseFiltersAndPaging(t *testing.T) {
 	timeoutIDs := f.poison(3, "TimeoutError")
 	f.send("q", engine.Message{Body: []byte("tagged"), Attributes: []engine.Attribute{{Name: "tenant", DataType: "String", StringValue: "acme"}}})
 	d := f.receive("q", 1)
-	f.doJSON("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle, ErrorClass: "Other", Terminal: true}, http.StatusOK, nil)
+	f.doJSON("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle, ErrorClass: "Other", Terminal: true}, http.StatusOK, nil)
 
 	browse := func(query string) []string {
 		t.Helper()
-		var p Page
+		var p api.Page
 		f.doJSON("GET", "/sluice/v1/queues/dlq/messages?"+query, nil, http.StatusOK, &p)
 		var ids []string
 		for _, m := range p.Messages {
@@ -163,7 +164,7 @@ func TestBrowseFiltersAndPaging(t *testing.T) {
 	cursor := ""
 	pages := 0
 	for {
-		var p Page
+		var p api.Page
 		f.doJSON("GET", "/sluice/v1/queues/dlq/messages?limit=4&cursor="+cursor, nil, http.StatusOK, &p)
 		pages++
 		for _, m := range p.Messages {
@@ -193,7 +194,7 @@ func TestDeleteOneByFilterAndRefuseEmpty(t *testing.T) {
 	keyIDs := f.poison(3, "KeyError")
 	f.poison(2, "TimeoutError")
 
-	var res DeleteResult
+	var res api.DeleteResult
 	f.doJSON("DELETE", "/sluice/v1/queues/dlq/messages/"+keyIDs[0], nil, http.StatusOK, &res)
 	if res.Deleted != 1 {
 		t.Fatalf("delete one: %+v", res)
@@ -201,21 +202,21 @@ func TestDeleteOneByFilterAndRefuseEmpty(t *testing.T) {
 	f.wantError("DELETE", "/sluice/v1/queues/dlq/messages/"+keyIDs[0], nil, http.StatusNotFound, "MessageNotFound")
 
 	// An empty filter is refused, however it is spelt.
-	for _, body := range []any{`{}`, `{"filter":{}}`, DeleteRequest{}, `{"all":false}`} {
+	for _, body := range []any{`{}`, `{"filter":{}}`, api.DeleteRequest{}, `{"all":false}`} {
 		f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", body, http.StatusBadRequest, "EmptyFilter")
 	}
 	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", ``, http.StatusBadRequest, "InvalidRequest")
 	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", `{"filter":{"errorClas":"KeyError"}}`, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", DeleteRequest{All: true, Filter: Filter{ErrorClass: "KeyError"}}, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", api.DeleteRequest{All: true, Filter: api.Filter{ErrorClass: "KeyError"}}, http.StatusBadRequest, "InvalidRequest")
 	if info, _ := f.eng.GetQueue("dlq"); info.Visible != 4 {
 		t.Fatalf("refused deletes deleted: %+v", info)
 	}
 
-	f.doJSON("POST", "/sluice/v1/queues/dlq/messages:delete", DeleteRequest{Filter: Filter{ErrorClass: "KeyError"}}, http.StatusOK, &res)
+	f.doJSON("POST", "/sluice/v1/queues/dlq/messages:delete", api.DeleteRequest{Filter: api.Filter{ErrorClass: "KeyError"}}, http.StatusOK, &res)
 	if res.Deleted != 2 {
 		t.Fatalf("delete by filter: %+v", res)
 	}
-	f.doJSON("POST", "/sluice/v1/queues/dlq/messages:delete", DeleteRequest{All: true}, http.StatusOK, &res)
+	f.doJSON("POST", "/sluice/v1/queues/dlq/messages:delete", api.DeleteRequest{All: true}, http.StatusOK, &res)
 	if res.Deleted != 2 {
 		t.Fatalf("delete all: %+v", res)
 	}
@@ -232,7 +233,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	// A binary body survives as base64.
 	f.send("q", engine.Message{Body: []byte{0xff, 0x00, 0xfe}, Attributes: []engine.Attribute{{Name: "bin", DataType: "Binary", BinaryValue: []byte{1, 2}}}})
 	d := f.receive("q", 1)
-	f.doJSON("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle, ErrorClass: "Decode", Terminal: true}, http.StatusOK, nil)
+	f.doJSON("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: d[0].ReceiptHandle, ErrorClass: "Decode", Terminal: true}, http.StatusOK, nil)
 	ids = append(ids, d[0].MessageID)
 
 	code, export := f.do("GET", "/sluice/v1/queues/dlq/export", nil)
@@ -243,9 +244,9 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("export has %d lines:\n%s", len(lines), export)
 	}
-	var exported []Message
+	var exported []api.Message
 	for _, l := range lines {
-		var m Message
+		var m api.Message
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatal(err)
 		}
@@ -260,12 +261,12 @@ func TestExportImportRoundTrip(t *testing.T) {
 		t.Fatalf("filtered export: %d lines", n)
 	}
 
-	var res ImportResult
+	var res api.ImportResult
 	f.doJSON("POST", "/sluice/v1/queues/restored/import", export, http.StatusOK, &res)
 	if res.Imported != 4 {
 		t.Fatalf("import %+v", res)
 	}
-	var page Page
+	var page api.Page
 	f.doJSON("GET", "/sluice/v1/queues/restored/messages", nil, http.StatusOK, &page)
 	if len(page.Messages) != 4 {
 		t.Fatalf("restored %+v", page)
@@ -325,7 +326,7 @@ func TestExportStreamsEveryPage(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	i := 0
 	for sc.Scan() {
-		var m Message
+		var m api.Message
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Body != fmt.Sprintf("m%04d", i) {
 			t.Fatalf("line %d: %s %v", i+1, sc.Bytes(), err)
 		}
@@ -342,12 +343,12 @@ func TestRedriveDryRunThenDrain(t *testing.T) {
 	f.create("fixed", nil)
 	ids := f.poison(6, "KeyError")
 
-	var dry DryRun
-	f.doJSON("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{DryRun: true}, http.StatusOK, &dry)
+	var dry api.DryRun
+	f.doJSON("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{DryRun: true}, http.StatusOK, &dry)
 	if !dry.DryRun || dry.Total != 6 || dry.ByDestination["q"] != 6 || len(dry.Sample) != 6 || dry.Sample[0].ID != ids[0] {
 		t.Fatalf("dry run %+v", dry)
 	}
-	f.doJSON("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{DryRun: true, Destination: "fixed", Filter: Filter{IDs: ids[:2]}}, http.StatusOK, &dry)
+	f.doJSON("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{DryRun: true, Destination: "fixed", Filter: api.Filter{IDs: ids[:2]}}, http.StatusOK, &dry)
 	if dry.Total != 2 || dry.ByDestination["fixed"] != 2 {
 		t.Fatalf("filtered dry run %+v", dry)
 	}
@@ -355,12 +356,12 @@ func TestRedriveDryRunThenDrain(t *testing.T) {
 		t.Fatal("dry run moved messages")
 	}
 
-	var tk Task
-	code, body := f.do("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Rate: 100})
+	var tk api.Task
+	code, body := f.do("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{Rate: 100})
 	if code != http.StatusAccepted || json.Unmarshal(body, &tk) != nil || tk.Status != engine.TaskRunning || tk.ToMove != 6 || tk.Rate != 100 {
 		t.Fatalf("start: %d %s", code, body)
 	}
-	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{}, http.StatusConflict, "TaskRunning")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{}, http.StatusConflict, "TaskRunning")
 	f.stepUntil("the redrive to complete", 20*time.Millisecond, func() bool { return f.task(tk.ID).Status == engine.TaskCompleted })
 	done := f.task(tk.ID)
 	if done.Moved != 6 || done.Finished() != true {
@@ -369,12 +370,12 @@ func TestRedriveDryRunThenDrain(t *testing.T) {
 	if info, _ := f.eng.GetQueue("dlq"); info.Visible != 0 {
 		t.Fatalf("dlq not drained: %+v", info)
 	}
-	var page Page
+	var page api.Page
 	f.doJSON("GET", "/sluice/v1/queues/q/messages", nil, http.StatusOK, &page)
 	if len(page.Messages) != 6 || page.Messages[0].Redrive == nil || page.Messages[0].Redrive.OriginalMessageID != ids[0] || page.Messages[0].Redrive.TaskID != tk.ID {
 		t.Fatalf("redriven messages %+v", page.Messages)
 	}
-	var tasks TaskList
+	var tasks api.TaskList
 	f.doJSON("GET", "/sluice/v1/tasks?source=dlq", nil, http.StatusOK, &tasks)
 	if len(tasks.Tasks) != 1 || tasks.Tasks[0].ID != tk.ID {
 		t.Fatalf("tasks %+v", tasks)
@@ -392,15 +393,15 @@ func TestRedriveBeforeFixPausesThenCancelResume(t *testing.T) {
 	f := newFixture(t)
 	f.withDLQ(5)
 	f.poison(10, "KeyError")
-	var tk Task
-	f.doJSON("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Rate: 50, SafetyThreshold: 3, SafetyWindowSeconds: 60}, http.StatusAccepted, &tk)
+	var tk api.Task
+	f.doJSON("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{Rate: 50, SafetyThreshold: 3, SafetyWindowSeconds: 60}, http.StatusAccepted, &tk)
 	if tk.SafetyThreshold != 3 || tk.SafetyWindowSeconds != 60 {
 		t.Fatalf("task %+v", tk)
 	}
 	// The consumer is still broken: everything redriven fails terminally.
 	failAll := func() {
 		for _, d := range f.receive("q", 10) {
-			f.doJSON("POST", "/sluice/v1/failures", FailureReport{Queue: "q", ReceiptHandle: d.ReceiptHandle, ErrorClass: "KeyError", Terminal: true}, http.StatusOK, nil)
+			f.doJSON("POST", "/sluice/v1/failures", api.FailureReport{Queue: "q", ReceiptHandle: d.ReceiptHandle, ErrorClass: "KeyError", Terminal: true}, http.StatusOK, nil)
 		}
 	}
 	f.stepUntil("the safety stop", 10*time.Millisecond, func() bool {
@@ -412,15 +413,15 @@ func TestRedriveBeforeFixPausesThenCancelResume(t *testing.T) {
 		t.Fatalf("paused %+v", paused)
 	}
 	// A paused task still blocks a second redrive of the same source.
-	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{}, http.StatusConflict, "TaskRunning")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{}, http.StatusConflict, "TaskRunning")
 	// Resume (the operator says it is fixed), then cancel.
-	var resumed Task
+	var resumed api.Task
 	f.doJSON("POST", "/sluice/v1/tasks/"+tk.ID+"/resume", nil, http.StatusOK, &resumed)
 	if resumed.Status != engine.TaskRunning || resumed.FailureReason != "" || resumed.Returned != 0 {
 		t.Fatalf("resumed %+v", resumed)
 	}
 	f.wantError("POST", "/sluice/v1/tasks/"+tk.ID+"/resume", nil, http.StatusConflict, "InvalidTaskState")
-	var cancelled Task
+	var cancelled api.Task
 	f.doJSON("POST", "/sluice/v1/tasks/"+tk.ID+"/cancel", nil, http.StatusOK, &cancelled)
 	if cancelled.Status != engine.TaskCancelling && cancelled.Status != engine.TaskCancelled && cancelled.Status != engine.TaskCompleted {
 		t.Fatalf("cancelled %+v", cancelled)
@@ -440,15 +441,15 @@ func TestErrorStatuses(t *testing.T) {
 	f.wantError("GET", "/sluice/v1/nothing", nil, http.StatusNotFound, "NotFound")
 	f.wantError("PUT", "/sluice/v1/queues", nil, http.StatusMethodNotAllowed, "MethodNotAllowed")
 	f.wantError("GET", "/sluice/v1/queues?x=1", nil, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/queues/q/redrive", RedriveRequest{}, http.StatusBadRequest, "NotDeadLetterQueue")
-	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Destination: "nope"}, http.StatusBadRequest, "DestinationNotFound")
+	f.wantError("POST", "/sluice/v1/queues/q/redrive", api.RedriveRequest{}, http.StatusBadRequest, "NotDeadLetterQueue")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{Destination: "nope"}, http.StatusBadRequest, "DestinationNotFound")
 	// DLQ-91: an empty destination is an error, not "to origin".
 	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", `{"destination":""}`, http.StatusBadRequest, "InvalidRequest")
 	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", `{"destination":"","dryRun":true}`, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Destination: "fifo.fifo"}, http.StatusBadRequest, "InvalidParameter")
-	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{Rate: 501}, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", RedriveRequest{SafetyThreshold: -1}, http.StatusBadRequest, "InvalidRequest")
-	f.wantError("POST", "/sluice/v1/queues/nope/redrive", RedriveRequest{}, http.StatusNotFound, "QueueNotFound")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{Destination: "fifo.fifo"}, http.StatusBadRequest, "InvalidParameter")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{Rate: 501}, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/queues/dlq/redrive", api.RedriveRequest{SafetyThreshold: -1}, http.StatusBadRequest, "InvalidRequest")
+	f.wantError("POST", "/sluice/v1/queues/nope/redrive", api.RedriveRequest{}, http.StatusNotFound, "QueueNotFound")
 	f.wantError("POST", "/sluice/v1/failures", strings.Repeat(" ", MaxRequestBody+1), http.StatusRequestEntityTooLarge, "RequestTooLarge")
 	// The alerts endpoint belongs to another handler.
 	if code, body := f.do("GET", "/sluice/v1/alerts", nil); code != http.StatusOK || string(body) != "alerts" {
@@ -457,7 +458,7 @@ func TestErrorStatuses(t *testing.T) {
 	// A failed store answers 503 to changes.
 	f.poison(1, "KeyError")
 	f.st.Fail(errors.New("disk on fire"))
-	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", DeleteRequest{All: true}, http.StatusServiceUnavailable, "StorageFailed")
+	f.wantError("POST", "/sluice/v1/queues/dlq/messages:delete", api.DeleteRequest{All: true}, http.StatusServiceUnavailable, "StorageFailed")
 }
 
 // TestExportFilenameInjection: a queue name with quotes and semicolons

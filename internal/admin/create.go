@@ -5,35 +5,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/engine"
 )
-
-// CreateQueueRequest is the body of PUT /sluice/v1/queues/{name}. Every
-// field is optional.
-type CreateQueueRequest struct {
-	FIFO bool `json:"fifo,omitempty"`
-	// VisibilityTimeoutSeconds: 0 or absent is 30.
-	VisibilityTimeoutSeconds int `json:"visibilityTimeoutSeconds,omitempty"`
-	// DeadLetterQueue: absent or true creates the queue's own DLQ,
-	// "<name>-dlq" ("<base>-dlq.fifo" for FIFO), with a 14-day retention
-	// and the queue's owner (DLQ-62, DLQ-80); false opts out (a warning
-	// says so).
-	DeadLetterQueue *bool `json:"deadLetterQueue,omitempty"`
-	// MaxReceiveCount: 0 or absent is 5 (DLQ-02).
-	MaxReceiveCount int `json:"maxReceiveCount,omitempty"`
-	// Owner is the team that triages the DLQ: the "owner" tag of both.
-	Owner string            `json:"owner,omitempty"`
-	Tags  map[string]string `json:"tags,omitempty"`
-}
-
-// CreateQueueResponse is the answer: the queue, its DLQ (absent when
-// opted out) and the configuration checks that are not green (DLQ-151).
-type CreateQueueResponse struct {
-	Queue           Queue             `json:"queue"`
-	DeadLetterQueue *Queue            `json:"deadLetterQueue,omitempty"`
-	Warnings        []advisor.Finding `json:"warnings"`
-}
 
 // Defaults of a queue created through the admin API.
 const (
@@ -80,8 +55,8 @@ type queueCreation struct {
 // DeadLetterQueueNotFound, a name in use (the queue's or its own DLQ's)
 // 409 QueueAlreadyExists. The dead-letter checks that are not green are
 // logged and returned (DLQ-151).
-func (h *Handler) createQueues(c queueCreation) (CreateQueueResponse, error) {
-	var out CreateQueueResponse
+func (h *Handler) createQueues(c queueCreation) (api.CreateQueueResponse, error) {
+	var out api.CreateQueueResponse
 	switch {
 	case !engine.ValidQueueName(c.name):
 		return out, badRequest("queue name %q: 1 to %d letters, digits, hyphens and underscores, the .fifo suffix of a FIFO queue included", c.name, engine.MaxQueueNameLength)
@@ -159,14 +134,12 @@ func (h *Handler) createQueues(c queueCreation) (CreateQueueResponse, error) {
 		}
 		out.DeadLetterQueue = &d
 	}
-	out.Warnings = advisor.CreationWarnings(h.eng, c.name)
+	warnings := advisor.CreationWarnings(h.eng, c.name)
 	if c.dlq == dlqNone {
-		out.Warnings = append(out.Warnings, advisor.Finding{Queue: c.name, Check: advisor.CheckDLQ, Verdict: advisor.Yellow,
+		warnings = append(warnings, advisor.Finding{Queue: c.name, Check: advisor.CheckDLQ, Verdict: advisor.Yellow,
 			Reason: "created without a dead-letter queue: a poison message would be redelivered until retention drops it"})
 	}
-	if out.Warnings == nil {
-		out.Warnings = []advisor.Finding{}
-	}
+	out.Warnings = findingsJSON(warnings)
 	for _, f := range out.Warnings {
 		h.log.Warn("queue configuration warning", "queue", c.name, "subject", f.Queue, "check", f.Check, "reason", f.Reason)
 	}
@@ -177,7 +150,7 @@ func (h *Handler) createQueues(c queueCreation) (CreateQueueResponse, error) {
 // it creates a queue and, unless asked not to, its own dead-letter queue
 // (see createQueues), then answers 201 with both and the warnings.
 func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request) error {
-	var req CreateQueueRequest
+	var req api.CreateQueueRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -192,4 +165,14 @@ func (h *Handler) createQueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// findingsJSON renders advisor findings; never nil, so that "warnings" is
+// always a list.
+func findingsJSON(fs []advisor.Finding) []api.Finding {
+	out := make([]api.Finding, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, api.Finding{Queue: f.Queue, Check: f.Check, Verdict: string(f.Verdict), Reason: f.Reason, Fix: f.Fix})
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -18,7 +19,7 @@ import (
 // or its receive count has reached maxReceiveCount) or schedules its next
 // delivery. See engine.ReportFailure for the exact rules.
 func (h *Handler) reportFailure(w http.ResponseWriter, r *http.Request) error {
-	var req FailureReport
+	var req api.FailureReport
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -35,7 +36,7 @@ func (h *Handler) reportFailure(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res := FailureOutcome{DeadLettered: out.DeadLettered, Target: out.Target}
+	res := api.FailureOutcome{DeadLettered: out.DeadLettered, Target: out.Target}
 	if !out.DeadLettered {
 		res.VisibleAt = timePtr(out.VisibleAt)
 	}
@@ -45,7 +46,7 @@ func (h *Handler) reportFailure(w http.ResponseWriter, r *http.Request) error {
 
 // decodeFailure validates a report and returns the queue name and the
 // engine's Failure.
-func decodeFailure(req *FailureReport) (string, engine.Failure, error) {
+func decodeFailure(req *api.FailureReport) (string, engine.Failure, error) {
 	queue := req.Queue
 	if req.QueueURL != "" {
 		name, err := queueFromURL(req.QueueURL)

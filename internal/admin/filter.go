@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -24,12 +25,11 @@ const (
 	paramID          = "id"
 )
 
-// Browse page sizes.
+// Browse page sizes (the public ones are api.DefaultPageSize and
+// api.MaxPageSize).
 const (
-	DefaultPageSize = 100
-	MaxPageSize     = 1000
-	exportPageSize  = 500
-	maxFilterIDs    = 1000
+	exportPageSize = 500
+	maxFilterIDs   = 1000
 )
 
 // browseQuery is a decoded browse or export query.
@@ -42,7 +42,7 @@ type browseQuery struct {
 // parseBrowseQuery decodes the query of GET …/messages and …/export. With
 // paging false (export), cursor and limit are refused.
 func parseBrowseQuery(q url.Values, paging bool) (browseQuery, error) {
-	out := browseQuery{limit: DefaultPageSize}
+	out := browseQuery{limit: api.DefaultPageSize}
 	for k, vs := range q {
 		switch k {
 		case paramReason, paramErrorClass, paramSourceQueue, paramSentAfter, paramSentBefore, paramAttribute:
@@ -64,7 +64,7 @@ func parseBrowseQuery(q url.Values, paging bool) (browseQuery, error) {
 			return out, badRequest("unknown query parameter %q", k)
 		}
 	}
-	f := Filter{
+	f := api.Filter{
 		Reason:      q.Get(paramReason),
 		ErrorClass:  q.Get(paramErrorClass),
 		SourceQueue: q.Get(paramSourceQueue),
@@ -86,7 +86,7 @@ func parseBrowseQuery(q url.Values, paging bool) (browseQuery, error) {
 	}
 	if a, ok := q[paramAttribute]; ok {
 		name, value, _ := strings.Cut(a[0], "=")
-		f.Attribute = &AttributeFilter{Name: name, Value: value}
+		f.Attribute = &api.AttributeFilter{Name: name, Value: value}
 	}
 	ef, err := engineFilter(&f)
 	if err != nil {
@@ -102,29 +102,18 @@ func parseBrowseQuery(q url.Values, paging bool) (browseQuery, error) {
 	}
 	if s := q.Get(paramLimit); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxPageSize {
-			return out, badRequest("limit must be between 1 and %d", MaxPageSize)
+		if err != nil || n < 1 || n > api.MaxPageSize {
+			return out, badRequest("limit must be between 1 and %d", api.MaxPageSize)
 		}
 		out.limit = n
 	}
 	return out, nil
 }
 
-// MaxRedriveRate is the highest rate a redrive accepts, in messages per
-// second (a request's rate 0 means the default, 50).
-const MaxRedriveRate = engine.MaxMoveRate
-
-// DeadLetterReasons are the values of a reason filter: why a message was
-// dead-lettered (SQS: max_receives, terminal; AMQP also expired, maxlen,
-// delivery_limit).
-func DeadLetterReasons() []string {
-	return []string{engine.ReasonMaxReceives, engine.ReasonTerminal, engine.ReasonExpired, engine.ReasonQueueFull, engine.ReasonDeliveryLimit}
-}
-
 // engineFilter validates a wire filter and converts it. Ids must be in
 // the UUID form Sluice issues; an id that cannot exist is a mistake, not a
 // filter that matches nothing.
-func engineFilter(f *Filter) (engine.Filter, error) {
+func engineFilter(f *api.Filter) (engine.Filter, error) {
 	out := engine.Filter{
 		Reason:      f.Reason,
 		ErrorClass:  f.ErrorClass,
@@ -132,7 +121,7 @@ func engineFilter(f *Filter) (engine.Filter, error) {
 		SentAfter:   timeVal(f.SentAfter),
 		SentBefore:  timeVal(f.SentBefore),
 	}
-	if rs := DeadLetterReasons(); f.Reason != "" && !slices.Contains(rs, f.Reason) {
+	if rs := api.DeadLetterReasons(); f.Reason != "" && !slices.Contains(rs, f.Reason) {
 		return out, badRequest("unknown reason %q: one of %s", f.Reason, strings.Join(rs, ", "))
 	}
 	if !out.SentAfter.IsZero() && !out.SentBefore.IsZero() && !out.SentAfter.Before(out.SentBefore) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -35,7 +36,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.eng = eng
 	mux := http.NewServeMux()
-	mux.Handle(Prefix, New(eng, Options{Clock: f.clk}))
+	mux.Handle(api.Prefix, New(eng, Options{Clock: f.clk}))
 	mux.HandleFunc("/sluice/v1/alerts", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "alerts") })
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(func() { f.srv.Close(); eng.Close() })
@@ -96,8 +97,8 @@ func (f *fixture) poison(n int, class string) []string {
 		f.clk.Advance(time.Millisecond)
 	}
 	for _, d := range f.receive("q", n) {
-		var out FailureOutcome
-		f.doJSON("POST", "/sluice/v1/failures", FailureReport{
+		var out api.FailureOutcome
+		f.doJSON("POST", "/sluice/v1/failures", api.FailureReport{
 			Queue: "q", ReceiptHandle: d.ReceiptHandle, ErrorClass: class, Terminal: true,
 		}, http.StatusOK, &out)
 		if !out.DeadLettered {
@@ -157,10 +158,10 @@ func (f *fixture) doJSON(method, path string, body any, status int, out any) {
 }
 
 // wantError checks an error response's status and code.
-func (f *fixture) wantError(method, path string, body any, status int, code string) ErrorBody {
+func (f *fixture) wantError(method, path string, body any, status int, code string) api.ErrorBody {
 	f.t.Helper()
 	got, data := f.do(method, path, body)
-	var e ErrorBody
+	var e api.ErrorBody
 	if err := json.Unmarshal(data, &e); err != nil || got != status || e.Error.Code != code || e.Error.Message == "" {
 		f.t.Fatalf("%s %s: %d %s; want %d with code %s", method, path, got, data, status, code)
 	}
@@ -176,9 +177,9 @@ func (f *fixture) stepUntil(what string, step time.Duration, cond func() bool) {
 	poll.AdvanceUntil(f.t, f.clk, step, 2, what, cond)
 }
 
-func (f *fixture) task(id string) Task {
+func (f *fixture) task(id string) api.Task {
 	f.t.Helper()
-	var tk Task
+	var tk api.Task
 	f.doJSON("GET", "/sluice/v1/tasks/"+id, nil, http.StatusOK, &tk)
 	return tk
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -56,7 +57,7 @@ func checkResponse(t *testing.T, rec *httptest.ResponseRecorder) {
 		t.Fatalf("status %d for bad input: %s", rec.Code, rec.Body)
 	}
 	if rec.Code >= 400 {
-		var e ErrorBody
+		var e api.ErrorBody
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 			t.Fatalf("status %d without a JSON error: %q", rec.Code, rec.Body)
 		}
@@ -126,7 +127,7 @@ func FuzzImportLine(f *testing.F) {
 			rec := serve(h, "POST", "/sluice/v1/queues/"+q+"/import", line)
 			checkResponse(t, rec)
 			if rec.Code == http.StatusOK {
-				var res ImportResult
+				var res api.ImportResult
 				if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Imported > strings.Count(line, "\n")+1 {
 					t.Fatalf("import answer %q", rec.Body)
 				}

@@ -27,12 +27,10 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 )
-
-// Prefix is where the lead mounts the handler: mux.Handle(Prefix, h).
-const Prefix = "/sluice/v1/"
 
 // Request body limits. An import carries a whole exported dead-letter queue
 // (bodies up to 1 MiB each, plus JSON escaping); every other body is a
@@ -63,7 +61,8 @@ type Handler struct {
 
 var _ http.Handler = (*Handler)(nil)
 
-// New returns a Handler serving eng.
+// New returns a Handler serving eng, to be mounted at api.Prefix:
+// mux.Handle(api.Prefix, h).
 func New(eng *engine.Engine, opts Options) *Handler {
 	h := &Handler{eng: eng, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
 	if h.log == nil {
@@ -253,7 +252,7 @@ func (h *Handler) mapError(err error) *apiError {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	writeJSON(w, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.message}})
+	writeJSON(w, e.status, api.ErrorBody{Error: api.ErrorDetail{Code: e.code, Message: e.message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -19,7 +20,7 @@ func TestManageQueues(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, body)
 	}
-	var q Queue
+	var q api.Queue
 	if err := json.Unmarshal(body, &q); err != nil || q.DeadLetterQueue != "dlq" || q.MaxReceiveCount != 4 || q.Config.VisibilitySeconds != 60 {
 		t.Fatalf("created %s", body)
 	}
@@ -89,9 +90,9 @@ func TestManageQueues(t *testing.T) {
 func TestCreateRoutesShareOneLogic(t *testing.T) {
 	f := newFixture(t)
 	// Own DLQ: PUT's default, POST's ownDeadLetterQueue.
-	var put CreateQueueResponse
-	f.doJSON("PUT", "/sluice/v1/queues/a", CreateQueueRequest{MaxReceiveCount: 4, VisibilityTimeoutSeconds: 60}, http.StatusCreated, &put)
-	var post Queue
+	var put api.CreateQueueResponse
+	f.doJSON("PUT", "/sluice/v1/queues/a", api.CreateQueueRequest{MaxReceiveCount: 4, VisibilityTimeoutSeconds: 60}, http.StatusCreated, &put)
+	var post api.Queue
 	f.doJSON("POST", "/sluice/v1/queues", NewQueueRequest{Name: "b", OwnDeadLetterQueue: true, MaxReceiveCount: 4, VisibilityTimeoutSeconds: 60}, http.StatusCreated, &post)
 	if put.Queue.DeadLetterQueue != "a-dlq" || post.DeadLetterQueue != "b-dlq" || post.MaxReceiveCount != 4 {
 		t.Fatalf("own DLQs: PUT %+v, POST %+v", put.Queue, post)
@@ -133,23 +134,23 @@ func TestCreateRoutesShareOneLogic(t *testing.T) {
 		status     int
 		code, text string
 	}{
-		{"bad name", CreateQueueRequest{}, NewQueueRequest{Name: "bad name"}, 400, "InvalidRequest", "letters, digits"},
-		{"a.b", CreateQueueRequest{}, NewQueueRequest{Name: "a.b"}, 400, "InvalidRequest", "letters, digits"},
-		{long + "x", CreateQueueRequest{}, NewQueueRequest{Name: long + "x"}, 400, "InvalidRequest", "letters, digits"},
-		{"e.fifo", CreateQueueRequest{}, NewQueueRequest{Name: "e.fifo"}, 400, "InvalidRequest", ".fifo"},
-		{"a", CreateQueueRequest{}, NewQueueRequest{Name: "a", OwnDeadLetterQueue: true}, 409, "QueueAlreadyExists", "queue a already exists"},
+		{"bad name", api.CreateQueueRequest{}, NewQueueRequest{Name: "bad name"}, 400, "InvalidRequest", "letters, digits"},
+		{"a.b", api.CreateQueueRequest{}, NewQueueRequest{Name: "a.b"}, 400, "InvalidRequest", "letters, digits"},
+		{long + "x", api.CreateQueueRequest{}, NewQueueRequest{Name: long + "x"}, 400, "InvalidRequest", "letters, digits"},
+		{"e.fifo", api.CreateQueueRequest{}, NewQueueRequest{Name: "e.fifo"}, 400, "InvalidRequest", ".fifo"},
+		{"a", api.CreateQueueRequest{}, NewQueueRequest{Name: "a", OwnDeadLetterQueue: true}, 409, "QueueAlreadyExists", "queue a already exists"},
 		{"a-dlq", map[string]any{"deadLetterQueue": false}, NewQueueRequest{Name: "a-dlq"}, 409, "QueueAlreadyExists", "a-dlq"},
 		// The queue's name is free, its own DLQ's is not: nothing is created.
-		{"h", CreateQueueRequest{}, NewQueueRequest{Name: "h", OwnDeadLetterQueue: true}, 409, "QueueAlreadyExists", "queue h-dlq already exists"},
-		{long, CreateQueueRequest{}, NewQueueRequest{Name: long, OwnDeadLetterQueue: true}, 400, "InvalidRequest", "too long for its own dead-letter queue"},
-		{"f", CreateQueueRequest{MaxReceiveCount: 1001}, NewQueueRequest{Name: "f", OwnDeadLetterQueue: true, MaxReceiveCount: 1001}, 400, "InvalidRequest", "maxReceiveCount"},
-		{"g", CreateQueueRequest{VisibilityTimeoutSeconds: 43201}, NewQueueRequest{Name: "g", VisibilityTimeoutSeconds: 43201}, 400, "InvalidRequest", "visibilityTimeoutSeconds"},
+		{"h", api.CreateQueueRequest{}, NewQueueRequest{Name: "h", OwnDeadLetterQueue: true}, 409, "QueueAlreadyExists", "queue h-dlq already exists"},
+		{long, api.CreateQueueRequest{}, NewQueueRequest{Name: long, OwnDeadLetterQueue: true}, 400, "InvalidRequest", "too long for its own dead-letter queue"},
+		{"f", api.CreateQueueRequest{MaxReceiveCount: 1001}, NewQueueRequest{Name: "f", OwnDeadLetterQueue: true, MaxReceiveCount: 1001}, 400, "InvalidRequest", "maxReceiveCount"},
+		{"g", api.CreateQueueRequest{VisibilityTimeoutSeconds: 43201}, NewQueueRequest{Name: "g", VisibilityTimeoutSeconds: 43201}, 400, "InvalidRequest", "visibilityTimeoutSeconds"},
 	} {
-		for route, do := range map[string]func() ErrorBody{
-			"PUT": func() ErrorBody {
+		for route, do := range map[string]func() api.ErrorBody{
+			"PUT": func() api.ErrorBody {
 				return f.wantError("PUT", "/sluice/v1/queues/"+url.PathEscape(tc.name), tc.put, tc.status, tc.code)
 			},
-			"POST": func() ErrorBody { return f.wantError("POST", "/sluice/v1/queues", tc.post, tc.status, tc.code) },
+			"POST": func() api.ErrorBody { return f.wantError("POST", "/sluice/v1/queues", tc.post, tc.status, tc.code) },
 		} {
 			if e := do(); !strings.Contains(e.Error.Message, tc.text) {
 				t.Errorf("%s %q: %q, want it to mention %q", route, tc.name, e.Error.Message, tc.text)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -30,7 +31,7 @@ func (h *Handler) browse(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := Page{Messages: make([]Message, 0, len(page.Messages))}
+	out := api.Page{Messages: make([]api.Message, 0, len(page.Messages))}
 	for i := range page.Messages {
 		out.Messages = append(out.Messages, messageJSON(&page.Messages[i]))
 	}
@@ -81,14 +82,14 @@ func (h *Handler) deleteMessage(w http.ResponseWriter, r *http.Request) error {
 	if n == 0 {
 		return errMessageNotFound
 	}
-	writeJSON(w, http.StatusOK, DeleteResult{Deleted: n})
+	writeJSON(w, http.StatusOK, api.DeleteResult{Deleted: n})
 	return nil
 }
 
 // deleteMessages serves POST /sluice/v1/queues/{name}/messages:delete with
 // a DeleteRequest. An empty filter deletes nothing unless all is true.
 func (h *Handler) deleteMessages(w http.ResponseWriter, r *http.Request) error {
-	var req DeleteRequest
+	var req api.DeleteRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (h *Handler) deleteMessages(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("admin delete", "queue", r.PathValue("name"), "deleted", n, "all", req.All)
-	writeJSON(w, http.StatusOK, DeleteResult{Deleted: n})
+	writeJSON(w, http.StatusOK, api.DeleteResult{Deleted: n})
 	return nil
 }
 
@@ -192,7 +193,7 @@ func (h *Handler) importMessages(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("admin import", "queue", name, "imported", n)
-	writeJSON(w, http.StatusOK, ImportResult{Imported: n})
+	writeJSON(w, http.StatusOK, api.ImportResult{Imported: n})
 	return nil
 }
 
@@ -200,7 +201,7 @@ func (h *Handler) importMessages(w http.ResponseWriter, r *http.Request) error {
 // settings cfg. It checks everything the engine would refuse, so that an
 // import either stores every line or none.
 func decodeImportLine(line []byte, cfg *engine.QueueConfig) (engine.View, error) {
-	var m Message
+	var m api.Message
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -13,7 +14,7 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 	if len(r.URL.Query()) > 0 {
 		return badRequest("GET /queues takes no query parameters")
 	}
-	out := QueueList{Queues: []Queue{}}
+	out := api.QueueList{Queues: []api.Queue{}}
 	for _, name := range h.eng.ListQueues("") {
 		q, err := h.queue(name, false)
 		if errors.Is(err, engine.ErrQueueNotFound) {
@@ -39,10 +40,10 @@ func (h *Handler) getQueue(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (h *Handler) queue(name string, detail bool) (Queue, error) {
+func (h *Handler) queue(name string, detail bool) (api.Queue, error) {
 	info, err := h.eng.GetQueue(name)
 	if err != nil {
-		return Queue{}, err
+		return api.Queue{}, err
 	}
 	all := h.eng.DeadLetterQueues()
 	sources := all[name]
@@ -50,7 +51,7 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 		sources = []string{}
 	}
 	c := &info.Config
-	q := Queue{
+	q := api.Queue{
 		Name:              info.Name,
 		FIFO:              c.FIFO,
 		Visible:           info.Visible,
@@ -58,7 +59,7 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 		Delayed:           info.Delayed,
 		IsDeadLetterQueue: len(sources) > 0,
 		Sources:           sources,
-		Counters: Counters{
+		Counters: api.Counters{
 			Sent: info.Sent, Received: info.Received, Redelivered: info.Redelivered,
 			Deleted: info.Deleted, DeadLettered: info.DeadLettered, Expired: info.Expired,
 		},
@@ -83,7 +84,7 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 	if !detail {
 		return q, nil
 	}
-	cfg := &QueueConfig{
+	cfg := &api.QueueConfig{
 		FIFO:                c.FIFO,
 		ContentBasedDedup:   c.ContentBasedDedup,
 		FifoThroughputLimit: c.FifoThroughputLimit,
@@ -102,10 +103,10 @@ func (h *Handler) queue(name string, detail bool) (Queue, error) {
 		}
 	}
 	if dl := c.DeadLetter; dl != nil {
-		cfg.DeadLetter = &DeadLetterPolicy{Target: dl.Target, MaxReceiveCount: dl.MaxReceiveCount}
+		cfg.DeadLetter = &api.DeadLetterPolicy{Target: dl.Target, MaxReceiveCount: dl.MaxReceiveCount}
 	}
 	if ra := c.RedriveAllow; ra != nil {
-		cfg.RedriveAllow = &RedriveAllowPolicy{Permission: ra.Permission, SourceQueues: ra.SourceQueues}
+		cfg.RedriveAllow = &api.RedriveAllowPolicy{Permission: ra.Permission, SourceQueues: ra.SourceQueues}
 	}
 	q.Config = cfg
 	q.Tags = info.Tags

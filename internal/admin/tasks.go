@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -19,7 +20,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 	// destination can be told from an absent one (DLQ-91: "" is an
 	// error, never "to origin" by accident).
 	var body struct {
-		RedriveRequest
+		api.RedriveRequest
 		Destination *string `json:"destination,omitempty"`
 	}
 	if err := decodeBody(w, r, &body); err != nil {
@@ -58,7 +59,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		out := DryRun{DryRun: true, Total: dry.Total, ByDestination: dry.ByDestination, Sample: make([]Message, 0, len(dry.Sample))}
+		out := api.DryRun{DryRun: true, Total: dry.Total, ByDestination: dry.ByDestination, Sample: make([]api.Message, 0, len(dry.Sample))}
 		if out.ByDestination == nil {
 			out.ByDestination = map[string]int{}
 		}
@@ -83,7 +84,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	h.log.Info("admin redrive started", "task", tk.ID, "source", tk.Source, "destination", tk.Destination, "rate", tk.Rate, "to_move", tk.ToMove)
-	w.Header().Set("Location", Prefix+"tasks/"+tk.ID)
+	w.Header().Set("Location", api.Prefix+"tasks/"+tk.ID)
 	writeJSON(w, http.StatusAccepted, taskJSON(&tk))
 	return nil
 }
@@ -117,7 +118,7 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 		}
 		slices.SortStableFunc(all, func(a, b engine.MoveTask) int { return b.StartedAt.Compare(a.StartedAt) })
 	}
-	out := TaskList{Tasks: make([]Task, 0, len(all))}
+	out := api.TaskList{Tasks: make([]api.Task, 0, len(all))}
 	for i := range all {
 		out.Tasks = append(out.Tasks, taskJSON(&all[i]))
 	}

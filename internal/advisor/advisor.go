@@ -132,14 +132,14 @@ func Check(eng *engine.Engine, stats Stats) []Finding {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	names := eng.ListQueues("")
-	infos := make(map[string]engine.QueueInfo, len(names))
-	for _, n := range names {
-		info, err := eng.GetQueue(n)
-		if err != nil {
-			continue // deleted since, or the store failed: nothing to advise
-		}
-		infos[n] = info
+	// Queues deleted since the listing, or unread because the store
+	// failed, get no advice.
+	snap := eng.Snapshot()
+	names := make([]string, 0, len(snap.Infos))
+	infos := make(map[string]engine.QueueInfo, len(snap.Infos))
+	for _, info := range snap.Infos {
+		names = append(names, info.Name)
+		infos[info.Name] = info
 	}
 	sources := eng.DeadLetterQueues() // dlq → sources, AMQP dead-letter exchanges included
 	c := &checker{eng: eng, stats: stats, now: now, infos: infos, sources: sources}

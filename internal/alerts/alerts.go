@@ -6,7 +6,7 @@
 //
 // Each rule is evaluated per queue, every Options.Interval, from
 // engine.GetQueue (constant-time counts; messages are never scanned) and
-// from the dead-letter arrivals the Manager's Observer counts:
+// from the dead-letter arrivals that Arrivals, the engine's Observer, counts:
 //
 //	rule                severity           fires when                           queues
 //	dlq_growth          page               arrivals in window > DLQGrowthCount   dead-letter queues
@@ -97,7 +97,7 @@ type alert struct {
 
 // Manager evaluates the rules and keeps the alerts. Create it with New.
 type Manager struct {
-	eng  atomic.Pointer[engine.Engine]
+	eng  *engine.Engine
 	opts Options
 	clk  clock.Clock
 	log  *slog.Logger
@@ -118,14 +118,17 @@ type Manager struct {
 	firingDesc, notifyDesc *prometheus.Desc
 }
 
-// New returns a Manager for eng. opts must pass Validate (New panics
-// otherwise: checking the configuration is the caller's job, at start-up,
-// where a bad one stops the broker with a clear message). clk nil means
-// the wall clock, log nil discards.
+// New returns a Manager for eng, whose dlq_growth rule reads arr, the
+// Arrivals given to eng's Observer (nil: a counter of its own, which no
+// engine feeds, for a Manager whose growth rule sees no arrivals). opts
+// must pass Validate and arr must have been made with the same
+// DLQGrowthWindow (New panics otherwise: both are the caller's mistakes,
+// caught at start-up, where a bad configuration stops the broker with a
+// clear message). clk nil means the wall clock, log nil discards.
 //
-// eng may be nil when the Manager's Observer must be handed to
-// engine.Open: then call Attach with the opened engine before Run.
-func New(eng *engine.Engine, opts Options, clk clock.Clock, log *slog.Logger) *Manager {
+// eng may be nil only for a Manager that never runs (one asked for its
+// Collector's descriptions).
+func New(eng *engine.Engine, arr *Arrivals, opts Options, clk clock.Clock, log *slog.Logger) *Manager {
 	if err := opts.Validate(); err != nil {
 		panic(err)
 	}
@@ -135,11 +138,18 @@ func New(eng *engine.Engine, opts Options, clk clock.Clock, log *slog.Logger) *M
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if arr == nil {
+		arr = NewArrivals(opts, clk)
+	}
+	if arr.window != opts.DLQGrowthWindow {
+		panic(fmt.Sprintf("alerts: Arrivals made for a %v window, Options say %v", arr.window, opts.DLQGrowthWindow))
+	}
 	m := &Manager{
+		eng:      eng,
 		opts:     opts,
 		clk:      clk,
 		log:      log,
-		arrivals: newArrivals(opts.DLQGrowthWindow),
+		arrivals: arr.a,
 		alerts:   make(map[key]*alert),
 		firingDesc: prometheus.NewDesc("sluice_alert_firing",
 			"1 while the built-in alert is firing, else 0.", []string{"queue", "rule", "severity"}, nil),
@@ -147,30 +157,20 @@ func New(eng *engine.Engine, opts Options, clk clock.Clock, log *slog.Logger) *M
 			"Webhook notifications by outcome: delivered, failed (attempts used up or refused), dropped (queue full or shutdown).",
 			[]string{"result"}, nil),
 	}
-	m.eng.Store(eng)
 	for i, u := range opts.Webhooks {
 		m.hooks = append(m.hooks, newWebhook(m, i, u))
 	}
 	return m
 }
 
-// Attach sets the engine whose queues are evaluated, for a Manager
-// created with a nil engine. Call it before Run.
-func (m *Manager) Attach(eng *engine.Engine) { m.eng.Store(eng) }
-
-// Observer returns the engine.Observer that counts dead-letter arrivals for
-// the growth rule. Give it to engine.Options (with metrics.Multi when there
-// are other observers). Its arrivals count even before Run starts.
-func (m *Manager) Observer() engine.Observer { return observer{m: m} }
-
 // Run evaluates the rules at once and then every Options.Interval of the
 // Manager's clock, until ctx ends. It also runs the webhook senders; on
 // return they have delivered what they could within WebhookDrainTimeout
-// and logged what they dropped. Call Run once, with an engine set (by New
-// or Attach).
+// and logged what they dropped. Call Run once, on a Manager made with an
+// engine.
 func (m *Manager) Run(ctx context.Context) {
-	if m.eng.Load() == nil {
-		panic("alerts: Run without an engine; call Attach first")
+	if m.eng == nil {
+		panic("alerts: Run on a Manager made without an engine")
 	}
 	var wg sync.WaitGroup
 	for _, h := range m.hooks {
@@ -211,7 +211,7 @@ type check struct {
 
 // evaluate runs every rule on every queue and applies the transitions.
 func (m *Manager) evaluate() {
-	eng := m.eng.Load()
+	eng := m.eng
 	now := m.clk.Now()
 	// Arrivals are read before the queues: the engine reports a dead
 	// letter once its copy is in the target, so every arrival counted
@@ -219,25 +219,11 @@ func (m *Manager) evaluate() {
 	// arrival between the two reads looked like a DLQ the operator had
 	// emptied, and cleared the growth window.)
 	arrived := m.arrivals.counts(now)
-	names := eng.ListQueues("")
-	infos := make([]engine.QueueInfo, 0, len(names))
-	exists := make(map[string]bool, len(names))
+	// A queue the snapshot could not read (the store has failed) keeps
+	// its alerts as they are: that is not a reason to resolve them.
+	snap := eng.Snapshot()
+	infos, exists, unread := snap.Infos, snap.Exists, snap.Unread
 	dlqs := make(map[string]bool)
-	unread := make(map[string]bool) // queues whose alerts stay as they are
-	for _, name := range names {
-		info, err := eng.GetQueue(name)
-		if errors.Is(err, engine.ErrQueueNotFound) {
-			continue // deleted since ListQueues
-		}
-		exists[name] = true
-		if err != nil {
-			// The store has failed; that is not a reason to resolve
-			// the queue's alerts.
-			unread[name] = true
-			continue
-		}
-		infos = append(infos, info)
-	}
 	for dlq := range eng.DeadLetterQueues() {
 		dlqs[dlq] = true
 	}

@@ -1,7 +1,6 @@
 package alerts
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // fixture is a real engine over memstore, on a fake clock, with a Manager
@@ -29,7 +29,7 @@ type fixture struct {
 	clk  *clock.Fake
 	e    *engine.Engine
 	m    *Manager
-	logs *syncBuffer
+	logs *testlog.Buffer
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -37,20 +37,20 @@ type fixture struct {
 
 func newFixture(t *testing.T, mod func(*Options)) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), logs: &syncBuffer{}}
+	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), logs: &testlog.Buffer{}}
 	opts := DefaultOptions()
 	if mod != nil {
 		mod(&opts)
 	}
 	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	f.m = New(nil, opts, f.clk, log)
-	e, err := engine.Open(engine.Options{Store: memstore.New(), Clock: f.clk, Observer: f.m.Observer()})
+	arr := NewArrivals(opts, f.clk)
+	e, err := engine.Open(engine.Options{Store: memstore.New(), Clock: f.clk, Observer: arr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
 	f.e = e
-	f.m.Attach(e)
+	f.m = New(e, arr, opts, f.clk, log)
 	return f
 }
 
@@ -209,23 +209,6 @@ func (h *hook) count() (requests, delivered int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.requests, len(h.got)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestPoisonWaveFiresGrowthThenResolves(t *testing.T) {
@@ -578,7 +561,7 @@ func TestArrivalsWindow(t *testing.T) {
 }
 
 func TestBackoffIsFullJitterCapped(t *testing.T) {
-	m := New(nil, DefaultOptions(), nil, nil)
+	m := New(nil, nil, DefaultOptions(), nil, nil)
 	h := newWebhook(m, 0, "http://example.invalid/")
 	for attempt := 1; attempt <= 12; attempt++ {
 		ceil := min(time.Second<<(attempt-1), time.Minute)
@@ -649,7 +632,21 @@ func TestNewPanicsOnInvalidOptions(t *testing.T) {
 			t.Fatal("New accepted invalid options")
 		}
 	}()
-	New(nil, Options{}, nil, nil)
+	New(nil, nil, Options{}, nil, nil)
+}
+
+// TestNewPanicsOnArrivalsForAnotherWindow: the Arrivals the engine feeds
+// and the Manager's growth rule must count over the same window.
+func TestNewPanicsOnArrivalsForAnotherWindow(t *testing.T) {
+	o := DefaultOptions()
+	arr := NewArrivals(o, nil)
+	o.DLQGrowthWindow *= 2
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New accepted Arrivals made for another window")
+		}
+	}()
+	New(nil, arr, o, nil, nil)
 }
 
 // A page about a poison wave clears as soon as the operator empties the
@@ -702,8 +699,7 @@ func TestFiringAlertSurvivesRestart(t *testing.T) {
 	// A new manager over the same engine, as after a broker restart.
 	opts := DefaultOptions()
 	opts.Webhooks = []string{wh.srv.URL}
-	f.m = New(nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
-	f.m.Attach(f.e)
+	f.m = New(f.e, nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
 	f.run()
 	poll.CheckFor(t, 10*time.Second, poll.True("the first evaluation after the restart", func() bool {
 		s := f.state("dlq", RuleDLQGrowth, SeverityPage)

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -145,14 +146,30 @@ func (a *arrivals) retain(keep func(queue string) bool) {
 	}
 }
 
-// observer feeds the arrivals from the engine's events. DeadLettered takes
-// one short mutex and reads the clock; nothing else is done on the
-// engine's path.
-type observer struct {
+// Arrivals is the engine.Observer that counts dead-letter arrivals for the
+// dlq_growth rule. It needs no engine, so it is made first and handed to
+// engine.Options.Observer (with metrics.Multi when there are other
+// observers); then New takes it with the opened engine. It counts from the
+// engine's first event, before Run starts. DeadLettered takes one short
+// mutex and reads the clock; nothing else is done on the engine's path.
+type Arrivals struct {
 	engine.NopObserver
-	m *Manager
+	clk    clock.Clock
+	window time.Duration
+	a      *arrivals
 }
 
-func (o observer) DeadLettered(_, target, _ string, _ time.Duration) {
-	o.m.arrivals.add(target, o.m.clk.Now())
+// NewArrivals returns the arrivals counter for a Manager with opts (only
+// DLQGrowthWindow is read; New refuses a counter made for another window).
+// clk nil means the wall clock; give it the Manager's clock.
+func NewArrivals(opts Options, clk clock.Clock) *Arrivals {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Arrivals{clk: clk, window: opts.DLQGrowthWindow, a: newArrivals(opts.DLQGrowthWindow)}
+}
+
+// DeadLettered implements engine.Observer.
+func (o *Arrivals) DeadLettered(_, target, _ string, _ time.Duration) {
+	o.a.add(target, o.clk.Now())
 }

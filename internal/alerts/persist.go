@@ -47,7 +47,7 @@ func metaAlertKey(k key) string { return k.queue + "\x00" + k.rule + "\x00" + k.
 
 // persist records the firing alerts among changed and forgets the others.
 func (m *Manager) persist(changed []Notification, starts map[key]time.Time) {
-	eng := m.eng.Load()
+	eng := m.eng
 	if eng == nil {
 		return
 	}
@@ -72,7 +72,7 @@ func (m *Manager) persist(changed []Notification, starts map[key]time.Time) {
 // load reads back the firing alerts and the saved arrivals. Bad records
 // are skipped with a warning: alert state is a convenience, not data.
 func (m *Manager) load() {
-	eng := m.eng.Load()
+	eng := m.eng
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	err := eng.ScanMeta(metaAlerts, func(k string, v []byte) error {
@@ -102,7 +102,7 @@ func (m *Manager) load() {
 
 // saveArrivals writes the growth rule's arrivals, at the end of Run.
 func (m *Manager) saveArrivals() {
-	eng := m.eng.Load()
+	eng := m.eng
 	for q, ring := range m.arrivals.snapshot() {
 		rec, _ := json.Marshal(arrivalsRecord{V: 1, Buckets: ring})
 		if err := eng.PutMeta(metaArrivals, q, rec); err != nil {

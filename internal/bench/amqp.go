@@ -3,13 +3,11 @@ package bench
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -92,14 +90,9 @@ type AMQPResult struct {
 
 	Errors map[string]uint64 `json:"errors"`
 
-	// As in SQSResult: the broker's (with -pid) and this process's CPU
-	// time, per 100,000 acked messages, and the machine's busy time.
-	ServerCPU        time.Duration `json:"server_cpu_ns,omitempty"`
-	ServerCPUPer100k float64       `json:"server_cpu_s_per_100k,omitempty"`
-	ClientCPU        time.Duration `json:"client_cpu_ns,omitempty"`
-	ClientCPUPer100k float64       `json:"client_cpu_s_per_100k,omitempty"`
-	MachineCPU       time.Duration `json:"machine_cpu_ns,omitempty"`
-	OtherCPU         time.Duration `json:"other_cpu_ns,omitempty"`
+	// CPU is the broker's (with -pid), this process's and the machine's
+	// CPU time during the run, per 100,000 acked messages.
+	CPUUse
 }
 
 // AMQPCommand is `sluice bench amqp [flags]`: it parses args, runs, and
@@ -155,14 +148,8 @@ func RunAMQP(ctx context.Context, o AMQPOptions, out io.Writer) (AMQPResult, err
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return res, err
 	}
-	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if werr := enc.Encode(res); werr != nil {
-			return res, werr
-		}
-	} else {
-		res.WriteTable(out)
+	if werr := writeResult(out, o.JSON, &res); werr != nil {
+		return res, werr
 	}
 	return res, err
 }
@@ -229,15 +216,10 @@ func (r *amqpRun) maybeStop() {
 
 func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 	o := r.o
-	var cpu0 time.Duration
-	if o.PID > 0 {
-		var err error
-		if cpu0, err = ProcCPU(o.PID); err != nil {
-			return AMQPResult{}, err
-		}
+	cpu, err := startCPU(o.PID)
+	if err != nil {
+		return AMQPResult{}, err
 	}
-	self0, selfErr := ProcCPU(os.Getpid())
-	machine0, machineErr := MachineCPU()
 
 	consumeCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -301,27 +283,8 @@ func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 	if res.Elapsed > 0 {
 		res.Throughput = float64(res.Acked) / res.Elapsed.Seconds()
 	}
-	per100k := func(d time.Duration) float64 {
-		if res.Acked == 0 {
-			return 0
-		}
-		return d.Seconds() / float64(res.Acked) * 1e5
-	}
-	if o.PID > 0 {
-		cpu1, err := ProcCPU(o.PID)
-		if err != nil {
-			return res, err
-		}
-		res.ServerCPU = cpu1 - cpu0
-		res.ServerCPUPer100k = per100k(res.ServerCPU)
-	}
-	if self1, err := ProcCPU(os.Getpid()); err == nil && selfErr == nil {
-		res.ClientCPU = self1 - self0
-		res.ClientCPUPer100k = per100k(res.ClientCPU)
-	}
-	if machine1, err := MachineCPU(); err == nil && machineErr == nil {
-		res.MachineCPU = machine1 - machine0
-		res.OtherCPU = max(0, res.MachineCPU-res.ServerCPU-res.ClientCPU)
+	if res.CPUUse, err = cpu.stop(res.Acked); err != nil {
+		return res, err
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -571,7 +534,6 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %10d  (other messages, acked)\n", "stale", res.Stale)
 	}
 	printLatencies(w, namedLatency{"latency", res.Latency}, namedLatency{"confirm rtt", res.ConfirmRTT})
-	printCPU(w, cpuFigures{server: res.ServerCPU, serverPer100k: res.ServerCPUPer100k, client: res.ClientCPU,
-		clientPer100k: res.ClientCPUPer100k, machine: res.MachineCPU, other: res.OtherCPU, elapsed: res.Elapsed})
+	printCPU(w, res.CPUUse, res.Elapsed)
 	printErrors(w, res.Errors)
 }

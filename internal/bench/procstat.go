@@ -94,3 +94,76 @@ func parseMachineStat(b []byte) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * (time.Second / clockTicks), nil
 }
+
+// CPUUse is a run's CPU time, in both load tools' results (its JSON
+// fields are inlined there).
+type CPUUse struct {
+	// ServerCPU is the broker's utime+stime during the run (with -pid);
+	// ServerCPUPer100k is that in seconds per 100,000 messages (deleted
+	// for SQS, acked for AMQP).
+	ServerCPU        time.Duration `json:"server_cpu_ns,omitempty"`
+	ServerCPUPer100k float64       `json:"server_cpu_s_per_100k,omitempty"`
+	// ClientCPU is the load generator's own CPU time, to judge how much of
+	// the machine the measurement took.
+	ClientCPU        time.Duration `json:"client_cpu_ns,omitempty"`
+	ClientCPUPer100k float64       `json:"client_cpu_s_per_100k,omitempty"`
+	// MachineCPU is the busy time of all CPUs during the run and OtherCPU
+	// what is left of it after the broker (with -pid) and the load
+	// generator: other processes, and the kernel work not charged to
+	// either. A large OtherCPU means the figures are disturbed.
+	MachineCPU time.Duration `json:"machine_cpu_ns,omitempty"`
+	OtherCPU   time.Duration `json:"other_cpu_ns,omitempty"`
+}
+
+// cpuMeter holds the CPU readings taken when a run starts.
+type cpuMeter struct {
+	pid                      int
+	server0, self0, machine0 time.Duration
+	selfErr, machineErr      error
+}
+
+// startCPU takes the start readings: the broker's (pid > 0), this
+// process's and the machine's. Only the broker's must be readable, since
+// the run was asked to report it; the others are left out of the result
+// when they cannot be read.
+func startCPU(pid int) (cpuMeter, error) {
+	m := cpuMeter{pid: pid}
+	if pid > 0 {
+		var err error
+		if m.server0, err = ProcCPU(pid); err != nil {
+			return m, err
+		}
+	}
+	m.self0, m.selfErr = ProcCPU(os.Getpid())
+	m.machine0, m.machineErr = MachineCPU()
+	return m, nil
+}
+
+// stop takes the end readings and returns the run's CPUUse; n is the
+// number of messages the per-100k figures divide by.
+func (m cpuMeter) stop(n uint64) (CPUUse, error) {
+	per100k := func(d time.Duration) float64 {
+		if n == 0 {
+			return 0
+		}
+		return d.Seconds() / float64(n) * 1e5
+	}
+	var u CPUUse
+	if m.pid > 0 {
+		cpu1, err := ProcCPU(m.pid)
+		if err != nil {
+			return u, err
+		}
+		u.ServerCPU = cpu1 - m.server0
+		u.ServerCPUPer100k = per100k(u.ServerCPU)
+	}
+	if self1, err := ProcCPU(os.Getpid()); err == nil && m.selfErr == nil {
+		u.ClientCPU = self1 - m.self0
+		u.ClientCPUPer100k = per100k(u.ClientCPU)
+	}
+	if machine1, err := MachineCPU(); err == nil && m.machineErr == nil {
+		u.MachineCPU = machine1 - m.machine0
+		u.OtherCPU = max(0, u.MachineCPU-u.ServerCPU-u.ClientCPU)
+	}
+	return u, nil
+}

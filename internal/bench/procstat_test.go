@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"encoding/json"
+	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,6 +72,40 @@ func TestParseMachineStat(t *testing.T) {
 	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n"} {
 		if _, err := parseMachineStat([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestCPUUseJSON: both results inline CPUUse's fields last, under the names
+// and in the order the two result types wrote out before they shared it.
+func TestCPUUseJSON(t *testing.T) {
+	u := CPUUse{ServerCPU: 1, ServerCPUPer100k: 2, ClientCPU: 3, ClientCPUPer100k: 4, MachineCPU: 5, OtherCPU: 6}
+	const tail = `"server_cpu_ns":1,"server_cpu_s_per_100k":2,"client_cpu_ns":3,"client_cpu_s_per_100k":4,"machine_cpu_ns":5,"other_cpu_ns":6}`
+	for _, v := range []any{SQSResult{CPUUse: u}, AMQPResult{CPUUse: u}} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(string(b), tail) {
+			t.Errorf("%T: %s\ndoes not end with %s", v, b, tail)
+		}
+	}
+}
+
+// TestWriteResult: --json writes the result as indented JSON that reads
+// back; otherwise the table.
+func TestWriteResult(t *testing.T) {
+	for _, res := range []interface{ WriteTable(io.Writer) }{&SQSResult{Sent: 3}, &AMQPResult{Published: 3}} {
+		var js, table strings.Builder
+		if err := writeResult(&js, true, res); err != nil {
+			t.Fatal(err)
+		}
+		var back map[string]any
+		if err := json.Unmarshal([]byte(js.String()), &back); err != nil || !strings.Contains(js.String(), "\n  \"") {
+			t.Errorf("%T: not indented JSON (%v):\n%s", res, err, js.String())
+		}
+		if err := writeResult(&table, false, res); err != nil || strings.HasPrefix(table.String(), "{") || table.Len() == 0 {
+			t.Errorf("%T: table %q, %v", res, table.String(), err)
 		}
 	}
 }

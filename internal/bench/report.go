@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -24,23 +25,29 @@ func printLatencies(w io.Writer, ls ...namedLatency) {
 	}
 }
 
-// cpuFigures are the CPU lines of a report (zero values are not printed).
-type cpuFigures struct {
-	server, client, machine, other time.Duration
-	serverPer100k, clientPer100k   float64
-	elapsed                        time.Duration
+// writeResult writes a run's result to out: indented JSON, or the
+// human-readable table.
+func writeResult(out io.Writer, asJSON bool, res interface{ WriteTable(io.Writer) }) error {
+	if !asJSON {
+		res.WriteTable(out)
+		return nil
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
 }
 
-func printCPU(w io.Writer, c cpuFigures) {
-	if c.server > 0 {
-		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "server cpu", c.server.Seconds(), c.serverPer100k)
+// printCPU prints the CPU lines of a report (zero values are not printed).
+func printCPU(w io.Writer, c CPUUse, elapsed time.Duration) {
+	if c.ServerCPU > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "server cpu", c.ServerCPU.Seconds(), c.ServerCPUPer100k)
 	}
-	if c.client > 0 {
-		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "bench cpu", c.client.Seconds(), c.clientPer100k)
+	if c.ClientCPU > 0 {
+		fmt.Fprintf(w, "  %-12s %8.2f s   %6.3f CPU-s per 100k messages\n", "bench cpu", c.ClientCPU.Seconds(), c.ClientCPUPer100k)
 	}
-	if c.machine > 0 && c.elapsed > 0 {
+	if c.MachineCPU > 0 && elapsed > 0 {
 		fmt.Fprintf(w, "  %-12s %8.2f s   busy on average %.2f CPUs; %.2f s not the broker's or bench's\n", "machine cpu",
-			c.machine.Seconds(), c.machine.Seconds()/c.elapsed.Seconds(), c.other.Seconds())
+			c.MachineCPU.Seconds(), c.MachineCPU.Seconds()/elapsed.Seconds(), c.OtherCPU.Seconds())
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -51,20 +50,9 @@ type SQSResult struct {
 	// code; "transport" is a connection-level failure.
 	Errors map[string]uint64 `json:"errors"`
 
-	// ServerCPU is the broker's utime+stime during the run (with -pid);
-	// ServerCPUPer100k is that in seconds per 100,000 deleted messages.
-	ServerCPU        time.Duration `json:"server_cpu_ns,omitempty"`
-	ServerCPUPer100k float64       `json:"server_cpu_s_per_100k,omitempty"`
-	// ClientCPU is the load generator's own CPU time, to judge how much of
-	// the machine the measurement took.
-	ClientCPU        time.Duration `json:"client_cpu_ns,omitempty"`
-	ClientCPUPer100k float64       `json:"client_cpu_s_per_100k,omitempty"`
-	// MachineCPU is the busy time of all CPUs during the run and OtherCPU
-	// what is left of it after the broker (with -pid) and the load
-	// generator: other processes, and the kernel work not charged to
-	// either. A large OtherCPU means the figures are disturbed.
-	MachineCPU time.Duration `json:"machine_cpu_ns,omitempty"`
-	OtherCPU   time.Duration `json:"other_cpu_ns,omitempty"`
+	// CPU is the broker's (with -pid), this process's and the machine's
+	// CPU time during the run, per 100,000 deleted messages.
+	CPUUse
 }
 
 // LatencySummary is a digest of a Histogram.
@@ -109,14 +97,8 @@ func RunSQS(ctx context.Context, o SQSOptions, out io.Writer) (SQSResult, error)
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return res, err
 	}
-	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if werr := enc.Encode(res); werr != nil {
-			return res, werr
-		}
-	} else {
-		res.WriteTable(out)
+	if werr := writeResult(out, o.JSON, &res); werr != nil {
+		return res, werr
 	}
 	return res, err
 }
@@ -161,15 +143,10 @@ func (w *worker) countErr(code string, n uint64) {
 
 func (r *run) do(ctx context.Context) (SQSResult, error) {
 	o := r.o
-	var cpu0, self0 time.Duration
-	var err error
-	if o.PID > 0 {
-		if cpu0, err = ProcCPU(o.PID); err != nil {
-			return SQSResult{}, err
-		}
+	cpu, err := startCPU(o.PID)
+	if err != nil {
+		return SQSResult{}, err
 	}
-	self0, selfErr := ProcCPU(os.Getpid())
-	machine0, machineErr := MachineCPU()
 
 	consumeCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -237,27 +214,8 @@ func (r *run) do(ctx context.Context) (SQSResult, error) {
 		}
 	}
 	res.Latency, res.SendRTT, res.DeleteRTT = summarize(&h), summarize(&send), summarize(&del)
-	per100k := func(d time.Duration) float64 {
-		if res.Deleted == 0 {
-			return 0
-		}
-		return d.Seconds() / float64(res.Deleted) * 1e5
-	}
-	if o.PID > 0 {
-		cpu1, err := ProcCPU(o.PID)
-		if err != nil {
-			return res, err
-		}
-		res.ServerCPU = cpu1 - cpu0
-		res.ServerCPUPer100k = per100k(res.ServerCPU)
-	}
-	if self1, err := ProcCPU(os.Getpid()); err == nil && selfErr == nil {
-		res.ClientCPU = self1 - self0
-		res.ClientCPUPer100k = per100k(res.ClientCPU)
-	}
-	if machine1, err := MachineCPU(); err == nil && machineErr == nil {
-		res.MachineCPU = machine1 - machine0
-		res.OtherCPU = max(0, res.MachineCPU-res.ServerCPU-res.ClientCPU)
+	if res.CPUUse, err = cpu.stop(res.Deleted); err != nil {
+		return res, err
 	}
 	return res, ctx.Err()
 }
@@ -557,7 +515,6 @@ func (res *SQSResult) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %10d  (messages of earlier runs, deleted)\n", "stale", res.Stale)
 	}
 	printLatencies(w, namedLatency{"latency", res.Latency}, namedLatency{"send rtt", res.SendRTT}, namedLatency{"delete rtt", res.DeleteRTT})
-	printCPU(w, cpuFigures{server: res.ServerCPU, serverPer100k: res.ServerCPUPer100k, client: res.ClientCPU,
-		clientPer100k: res.ClientCPUPer100k, machine: res.MachineCPU, other: res.OtherCPU, elapsed: res.Elapsed})
+	printCPU(w, res.CPUUse, res.Elapsed)
 	printErrors(w, res.Errors)
 }

@@ -1,7 +1,8 @@
 // Package cli implements Sluice's operator commands, `sluice queues` and
-// `sluice dlq …`, as clients of the admin HTTP API (internal/admin,
-// docs/admin-api.md). Each subcommand lives in its own file; cmd/sluice
-// only dispatches to Queues and DLQ.
+// `sluice dlq …`, as clients of the admin HTTP API (docs/admin-api.md),
+// whose wire types they share with the broker through package
+// github.com/sluicemq/sluice/api. Each subcommand lives in its own file;
+// cmd/sluice only dispatches to Queues and DLQ.
 //
 // Every command prints a human-readable table by default and the API's JSON
 // with --json, for scripts. Exit codes: 0 success, 1 the command failed

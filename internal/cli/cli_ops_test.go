@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -42,7 +42,7 @@ func TestQueuesPeek(t *testing.T) {
 	}
 	r := f.run(Queues, "", "peek", "other")
 	wantOK(t, r, res[0].MessageID)
-	page := decode[admin.Page](t, f.run(Queues, "", "peek", "other", "--json"))
+	page := decode[api.Page](t, f.run(Queues, "", "peek", "other", "--json"))
 	if len(page.Messages) != 1 || page.Messages[0].ReceiveCount != 0 {
 		t.Fatalf("peek changed the message or missed it: %+v", page)
 	}
@@ -82,7 +82,7 @@ func TestMessageIDPrefixes(t *testing.T) {
 func TestPauseResumeContinues(t *testing.T) {
 	f := newFixture(t)
 	f.poison(40, "KeyError")
-	tk := decode[admin.Task](t, f.dlq("", "redrive", "dlq", "--rate", "20", "--json"))
+	tk := decode[api.Task](t, f.dlq("", "redrive", "dlq", "--rate", "20", "--json"))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		cur, err := f.eng.GetMoveTask(tk.ID)
@@ -97,7 +97,7 @@ func TestPauseResumeContinues(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	paused := decode[admin.Task](t, f.dlq("", "pause", tk.ID, "--json"))
+	paused := decode[api.Task](t, f.dlq("", "pause", tk.ID, "--json"))
 	if paused.Status != engine.TaskPaused || paused.Moved == 0 {
 		t.Fatalf("pause: %+v", paused)
 	}
@@ -126,7 +126,7 @@ func TestPauseResumeContinues(t *testing.T) {
 func TestIDFilterPrefixes(t *testing.T) {
 	f := newFixture(t)
 	ids := f.poison(3, "KeyError")
-	page := decode[admin.Page](t, f.dlq("", "peek", "dlq", "--id", ids[1][:13], "--json"))
+	page := decode[api.Page](t, f.dlq("", "peek", "dlq", "--id", ids[1][:13], "--json"))
 	if len(page.Messages) != 1 || page.Messages[0].ID != ids[1] {
 		t.Fatalf("peek --id prefix: %+v", page)
 	}
@@ -139,7 +139,7 @@ func TestIDFilterPrefixes(t *testing.T) {
 func TestRedriveWhileActiveNamesTheTask(t *testing.T) {
 	f := newFixture(t)
 	f.poison(30, "KeyError")
-	tk := decode[admin.Task](t, f.dlq("", "redrive", "dlq", "--rate", "1", "--json"))
+	tk := decode[api.Task](t, f.dlq("", "redrive", "dlq", "--rate", "1", "--json"))
 	wantOK(t, f.dlq("", "pause", tk.ID), "PAUSED")
 	r := f.dlq("", "redrive", "dlq")
 	wantExit(t, r, ExitFail, "dlq already has an active redrive: cannot start another: task is PAUSED; resume it with `sluice dlq resume "+tk.ID+"`")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/memstore"
@@ -33,7 +34,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.New(eng, admin.Options{}))
+	mux.Handle(api.Prefix, admin.New(eng, admin.Options{}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { srv.Close(); eng.Close() })
 	f := &fixture{t: t, eng: eng, url: srv.URL}
@@ -160,7 +161,7 @@ func TestQueuesAndDLQList(t *testing.T) {
 	if len(ls) != 4 || !strings.HasPrefix(ls[1], "dlq ") || !strings.Contains(ls[3], "dlq") || !strings.Contains(ls[1], " q") {
 		t.Fatalf("queues table:\n%s", r.stdout)
 	}
-	list := decode[admin.QueueList](t, f.run(Queues, "", "--json"))
+	list := decode[api.QueueList](t, f.run(Queues, "", "--json"))
 	if len(list.Queues) != 3 || list.Queues[0].Visible != 3 || !list.Queues[0].IsDeadLetterQueue {
 		t.Fatalf("queues json %+v", list)
 	}
@@ -171,7 +172,7 @@ func TestQueuesAndDLQList(t *testing.T) {
 	if len(ls) != 2 || !strings.HasPrefix(ls[1], "dlq ") || !strings.HasSuffix(ls[1], " q") || !strings.Contains(ls[1], " 3 ") {
 		t.Fatalf("dlq list table:\n%s", r.stdout)
 	}
-	dlqs := decode[admin.QueueList](t, f.dlq("", "list", "--json"))
+	dlqs := decode[api.QueueList](t, f.dlq("", "list", "--json"))
 	if len(dlqs.Queues) != 1 || dlqs.Queues[0].Name != "dlq" || dlqs.Queues[0].Depth() != 3 {
 		t.Fatalf("dlq list json %+v", dlqs)
 	}
@@ -194,7 +195,7 @@ func TestPeekAndShow(t *testing.T) {
 		t.Fatalf("filter or limit ignored:\n%s", r.stdout)
 	}
 	cursor := strings.TrimSpace(r.stdout[strings.LastIndex(r.stdout, "--cursor ")+len("--cursor "):])
-	page := decode[admin.Page](t, f.dlq("", "peek", "dlq", "--error-class", "KeyError", "--cursor", cursor, "--json"))
+	page := decode[api.Page](t, f.dlq("", "peek", "dlq", "--error-class", "KeyError", "--cursor", cursor, "--json"))
 	if len(page.Messages) != 1 || page.Messages[0].ID != keys[2] || page.Next != "" {
 		t.Fatalf("second page %+v", page)
 	}
@@ -206,7 +207,7 @@ func TestPeekAndShow(t *testing.T) {
 
 	r = f.dlq("", "show", "dlq", keys[0])
 	wantOK(t, r, "id:", keys[0], "reason:", "terminal", "error class:", "KeyError", "version:", "v2", "    at main.go:3", "tenant (String) = acme", "body:\norder for KeyError")
-	m := decode[admin.Message](t, f.dlq("", "show", "dlq", keys[0], "--json"))
+	m := decode[api.Message](t, f.dlq("", "show", "dlq", keys[0], "--json"))
 	if m.LastFailure == nil || m.LastFailure.Trace != "at worker.go:10\nat main.go:3" {
 		t.Fatalf("show json %+v", m)
 	}
@@ -227,7 +228,7 @@ func TestDelete(t *testing.T) {
 	}
 	wantOK(t, f.dlq("", "delete", "dlq", keys[0]), "deleted 1 message(s) from dlq")
 	wantExit(t, f.dlq("", "delete", "dlq", keys[0]), ExitFail, "MessageNotFound")
-	res := decode[admin.DeleteResult](t, f.dlq("", "delete", "dlq", "--error-class", "KeyError", "--json"))
+	res := decode[api.DeleteResult](t, f.dlq("", "delete", "dlq", "--error-class", "KeyError", "--json"))
 	if res.Deleted != 2 {
 		t.Fatalf("delete by filter %+v", res)
 	}
@@ -246,7 +247,7 @@ func TestExportImport(t *testing.T) {
 		t.Fatalf("export has %d lines", n)
 	}
 	wantOK(t, f.dlq(export, "import", "other"), "imported 4 message(s) into other")
-	page := decode[admin.Page](t, f.dlq("", "peek", "other", "--json"))
+	page := decode[api.Page](t, f.dlq("", "peek", "other", "--json"))
 	if len(page.Messages) != 4 {
 		t.Fatalf("imported %+v", page)
 	}
@@ -272,7 +273,7 @@ func TestRedriveDryRunThenWait(t *testing.T) {
 	f.poison(25, "KeyError")
 	r := f.dlq("", "redrive", "dlq", "--dry-run")
 	wantOK(t, r, "dry run: 25 message(s) in dlq would move", "to q: 25", "sample:", "nothing was moved")
-	dry := decode[admin.DryRun](t, f.dlq("", "redrive", "dlq", "--dry-run", "--to", "other", "--json"))
+	dry := decode[api.DryRun](t, f.dlq("", "redrive", "dlq", "--dry-run", "--to", "other", "--json"))
 	if dry.Total != 25 || dry.ByDestination["other"] != 25 {
 		t.Fatalf("dry run json %+v", dry)
 	}
@@ -295,7 +296,7 @@ func TestRedriveDryRunThenWait(t *testing.T) {
 	}
 	r = f.dlq("", "tasks", "dlq")
 	wantOK(t, r, "COMPLETED", "25/25")
-	tasks := decode[admin.TaskList](t, f.dlq("", "tasks", "dlq", "--json"))
+	tasks := decode[api.TaskList](t, f.dlq("", "tasks", "dlq", "--json"))
 	if len(tasks.Tasks) != 1 || tasks.Tasks[0].Status != engine.TaskCompleted {
 		t.Fatalf("tasks %+v", tasks)
 	}
@@ -330,7 +331,7 @@ func TestRedriveWaitPausedBySafetyStop(t *testing.T) {
 	if !strings.Contains(r.stderr, "SafetyStop") || !strings.Contains(r.stderr, "KeyError") || !strings.Contains(r.stderr, "sluice dlq resume ") {
 		t.Fatalf("reason missing: %q", r.stderr)
 	}
-	tasks := decode[admin.TaskList](t, f.dlq("", "tasks", "dlq", "--json"))
+	tasks := decode[api.TaskList](t, f.dlq("", "tasks", "dlq", "--json"))
 	if len(tasks.Tasks) != 1 || tasks.Tasks[0].Status != engine.TaskPaused {
 		t.Fatalf("tasks %+v", tasks)
 	}
@@ -341,7 +342,7 @@ func TestRedriveWaitPausedBySafetyStop(t *testing.T) {
 	wantOK(t, f.dlq("", "resume", id), "task "+id+": RUNNING")
 	wantExit(t, f.dlq("", "resume", id), ExitFail, "InvalidTaskState")
 	r = f.dlq("", "cancel", id, "--json")
-	tk := decode[admin.Task](t, r)
+	tk := decode[api.Task](t, r)
 	if tk.Status != engine.TaskCancelling && tk.Status != engine.TaskCancelled && tk.Status != engine.TaskCompleted {
 		t.Fatalf("cancel %+v", tk)
 	}

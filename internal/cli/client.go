@@ -11,7 +11,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 // client calls the admin API at base (scheme://host:port, without the
@@ -37,7 +37,7 @@ func (e *APIError) Error() string {
 // transport error naming the endpoint). body is sent as is with
 // contentType; the caller closes the response body.
 func (c *client) send(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string) (*http.Response, error) {
-	u := c.base + admin.Prefix + path
+	u := c.base + api.Prefix + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -66,7 +66,7 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	}
 	defer func() { _ = resp.Body.Close() }() // read-only: its close error cannot matter
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var eb admin.ErrorBody
+	var eb api.ErrorBody
 	if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
 		msg := strings.TrimSpace(string(data))
 		if msg == "" {

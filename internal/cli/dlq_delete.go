@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqDeleteUsage = `
@@ -30,7 +30,7 @@ func dlqDelete(ctx context.Context, args []string, env *Env) int {
 		if err != nil {
 			return c.usageError("%v", err)
 		}
-		var res admin.DeleteResult
+		var res api.DeleteResult
 		cl := c.client()
 		switch {
 		case len(pos) == 2:
@@ -46,7 +46,7 @@ func dlqDelete(ctx context.Context, args []string, env *Env) int {
 		case !*all && flt.IsZero():
 			return c.usageError("refusing to delete every message: give a message id, filters, or --all")
 		default:
-			err = cl.call(ctx, "POST", queuePath(pos[0], "messages:delete"), nil, admin.DeleteRequest{Filter: flt, All: *all}, &res)
+			err = cl.call(ctx, "POST", queuePath(pos[0], "messages:delete"), nil, api.DeleteRequest{Filter: flt, All: *all}, &res)
 		}
 		if err != nil {
 			return c.fail(err)

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqImportUsage = `
@@ -31,7 +31,7 @@ func dlqImport(ctx context.Context, args []string, env *Env) int {
 			defer func() { _ = f.Close() }() // read-only: its close error cannot matter
 			in = f
 		}
-		var res admin.ImportResult
+		var res api.ImportResult
 		resp, err := c.client().send(ctx, "POST", queuePath(pos[0], "import"), nil, io.NopCloser(in), "application/x-ndjson")
 		if err != nil {
 			return c.fail(err)

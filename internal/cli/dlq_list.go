@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqListUsage = `
@@ -21,11 +21,11 @@ messages that need a decision.
 func dlqList(ctx context.Context, args []string, env *Env) int {
 	c := newCommand(env, "sluice dlq list", dlqListUsage)
 	return c.run(args, 0, 0, func([]string) int {
-		var list admin.QueueList
+		var list api.QueueList
 		if err := c.client().call(ctx, "GET", "queues", nil, nil, &list); err != nil {
 			return c.fail(err)
 		}
-		dlqs := admin.QueueList{Queues: []admin.Queue{}}
+		dlqs := api.QueueList{Queues: []api.Queue{}}
 		for _, q := range list.Queues {
 			if q.IsDeadLetterQueue {
 				dlqs.Queues = append(dlqs.Queues, q)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqPeekUsage = `
@@ -58,7 +58,7 @@ func peek(ctx context.Context, args []string, env *Env, name, usage string) int 
 		if *cursor != "" {
 			q.Set("cursor", *cursor)
 		}
-		var page admin.Page
+		var page api.Page
 		if err := c.client().call(ctx, "GET", queuePath(pos[0], "messages"), q, nil, &page); err != nil {
 			return c.fail(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqRedriveUsage = `
@@ -48,8 +48,8 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 		}
 		rateSet := false
 		c.fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
-		if rateSet && (*rate < 1 || *rate > admin.MaxRedriveRate) {
-			return c.usageError("--rate must be between 1 and %d messages per second (leave it out for the default, 50)", admin.MaxRedriveRate)
+		if rateSet && (*rate < 1 || *rate > api.MaxRedriveRate) {
+			return c.usageError("--rate must be between 1 and %d messages per second (leave it out for the default, 50)", api.MaxRedriveRate)
 		}
 		if *dryRun && *wait {
 			return c.usageError("--wait has nothing to wait for with --dry-run")
@@ -59,13 +59,13 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 		if toSet && *to == "" {
 			return c.usageError("--to needs a queue name; leave it out to return each message to the queue it came from")
 		}
-		req := admin.RedriveRequest{
+		req := api.RedriveRequest{
 			Destination: *to, Rate: *rate, Filter: flt, DryRun: *dryRun,
 			SafetyWindowSeconds: window.Seconds(), SafetyThreshold: *threshold,
 		}
 		path := queuePath(pos[0], "redrive")
 		if *dryRun {
-			var dry admin.DryRun
+			var dry api.DryRun
 			if err := c.client().call(ctx, "POST", path, nil, req, &dry); err != nil {
 				return c.fail(err)
 			}
@@ -75,7 +75,7 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 			printDryRun(c, pos[0], &dry)
 			return ExitOK
 		}
-		var tk admin.Task
+		var tk api.Task
 		if err := c.client().call(ctx, "POST", path, nil, req, &tk); err != nil {
 			return c.fail(err)
 		}
@@ -92,14 +92,14 @@ func dlqRedrive(ctx context.Context, args []string, env *Env) int {
 	})
 }
 
-func destination(tk *admin.Task) string {
+func destination(tk *api.Task) string {
 	if tk.Destination == "" {
 		return "their source queues"
 	}
 	return tk.Destination
 }
 
-func printDryRun(c *command, queue string, dry *admin.DryRun) {
+func printDryRun(c *command, queue string, dry *api.DryRun) {
 	w := c.env.Stdout
 	fmt.Fprintf(w, "dry run: %d message(s) in %s would move\n", dry.Total, queue)
 	dests := make([]string, 0, len(dry.ByDestination))
@@ -131,7 +131,7 @@ func printDryRun(c *command, queue string, dry *admin.DryRun) {
 // waitTask polls the task until it stops making progress on its own,
 // showing progress on stderr (unless --json: a bar on a terminal, a line
 // per change otherwise), then reports how it ended. Interrupting the wait leaves the task running.
-func waitTask(ctx context.Context, c *command, tk admin.Task) int {
+func waitTask(ctx context.Context, c *command, tk api.Task) int {
 	cl := c.client()
 	timer := time.NewTimer(c.env.PollInterval)
 	defer timer.Stop()
@@ -170,7 +170,7 @@ func waitTask(ctx context.Context, c *command, tk admin.Task) int {
 	}
 	progress(true)
 	code := ExitOK
-	if tk.Status != "COMPLETED" {
+	if tk.Status != api.TaskCompleted {
 		code = ExitFail
 		msg := fmt.Sprintf("task %s ended %s after moving %d of %d message(s)", tk.ID, tk.Status, tk.Moved, tk.ToMove)
 		if tk.StopRule != "" {
@@ -179,7 +179,7 @@ func waitTask(ctx context.Context, c *command, tk admin.Task) int {
 		if tk.FailureReason != "" {
 			msg += ": " + tk.FailureReason
 		}
-		if tk.Status == "PAUSED" {
+		if tk.Status == api.TaskPaused {
 			msg += "\nresume it with: sluice dlq resume " + tk.ID + "   or cancel it with: sluice dlq cancel " + tk.ID
 		}
 		fmt.Fprintln(c.env.Stderr, msg)

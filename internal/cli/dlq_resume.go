@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqResumeUsage = `
@@ -36,7 +36,7 @@ func dlqResume(ctx context.Context, args []string, env *Env) int {
 		if !*wait {
 			return taskAction(ctx, c, pos[0], "resume")
 		}
-		var tk admin.Task
+		var tk api.Task
 		if err := c.client().call(ctx, "POST", taskPath(pos[0], "resume"), nil, nil, &tk); err != nil {
 			return c.fail(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqShowUsage = `
@@ -30,7 +30,7 @@ func dlqShow(ctx context.Context, args []string, env *Env) int {
 		if err != nil {
 			return c.fail(err)
 		}
-		var m admin.Message
+		var m api.Message
 		if err := cl.call(ctx, "GET", queuePath(pos[0], "messages", id), nil, nil, &m); err != nil {
 			return c.fail(err)
 		}
@@ -43,7 +43,7 @@ func dlqShow(ctx context.Context, args []string, env *Env) int {
 }
 
 // printMessage writes m as "key: value" lines, sections for the context.
-func printMessage(w io.Writer, m *admin.Message) {
+func printMessage(w io.Writer, m *api.Message) {
 	kv := func(indent, k, v string) {
 		if v != "" && v != "-" {
 			fmt.Fprintf(w, "%s%-17s %s\n", indent, k+":", v)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const dlqTasksUsage = `
@@ -20,7 +20,7 @@ why a task failed or paused.
 func dlqTasks(ctx context.Context, args []string, env *Env) int {
 	c := newCommand(env, "sluice dlq tasks", dlqTasksUsage)
 	return c.run(args, 0, 1, func(pos []string) int {
-		var list admin.TaskList
+		var list api.TaskList
 		var q url.Values
 		what := "any queue"
 		if len(pos) == 1 {
@@ -49,7 +49,7 @@ func dlqTasks(ctx context.Context, args []string, env *Env) int {
 // taskAction posts a task action (cancel, resume) and prints the task's
 // new state.
 func taskAction(ctx context.Context, c *command, id, action string) int {
-	var tk admin.Task
+	var tk api.Task
 	if err := c.client().call(ctx, "POST", taskPath(id, action), nil, nil, &tk); err != nil {
 		return c.fail(err)
 	}

@@ -20,12 +20,12 @@ import (
 // messages take 3 s against a 1 s visibility timeout.
 func doctorBroker(t *testing.T, slow bool) string {
 	t.Helper()
-	d := dashboard.New(nil, dashboard.Options{})
-	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: d.Observer()})
+	rec := dashboard.NewRecorder(nil)
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Attach(eng)
+	d := dashboard.New(eng, rec, dashboard.Options{})
 	srv := httptest.NewServer(d)
 	t.Cleanup(func() { srv.Close(); eng.Close() })
 	dlq := engine.DefaultQueueConfig()
@@ -44,7 +44,7 @@ func doctorBroker(t *testing.T, slow bool) string {
 		hold = 3 * time.Second
 	}
 	for range 30 {
-		d.Observer().Deleted("jobs", hold)
+		rec.Deleted("jobs", hold)
 	}
 	return srv.URL
 }
@@ -112,12 +112,12 @@ func TestDoctorWithoutAdvisor(t *testing.T) {
 // which it reads); sources tagged with one consumer-group are fine
 // (DLQ-60).
 func TestDoctorFlagsSharedDLQ(t *testing.T) {
-	d := dashboard.New(nil, dashboard.Options{})
-	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: d.Observer()})
+	rec := dashboard.NewRecorder(nil)
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Attach(eng)
+	d := dashboard.New(eng, rec, dashboard.Options{})
 	srv := httptest.NewServer(d)
 	t.Cleanup(func() { srv.Close(); eng.Close() })
 	dlq := engine.DefaultQueueConfig()

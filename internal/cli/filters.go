@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 // filterFlags are the message selection flags shared by peek, delete,
@@ -27,7 +27,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func (c *command) filterFlags() *filterFlags {
 	f := &filterFlags{}
-	c.fs.StringVar(&f.reason, "reason", "", "only messages dead-lettered for this reason: "+strings.Join(admin.DeadLetterReasons(), ", "))
+	c.fs.StringVar(&f.reason, "reason", "", "only messages dead-lettered for this reason: "+strings.Join(api.DeadLetterReasons(), ", "))
 	c.fs.StringVar(&f.errorClass, "error-class", "", "only messages whose last reported error class is this")
 	c.fs.StringVar(&f.source, "source", "", "only messages dead-lettered from this queue")
 	c.fs.StringVar(&f.since, "since", "", "only messages sent at or after this time (RFC 3339, or a duration ago such as 2h)")
@@ -49,11 +49,11 @@ func when(s string, now time.Time) (time.Time, error) {
 }
 
 // filter returns the selection as the API's JSON filter.
-func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
-	if rs := admin.DeadLetterReasons(); f.reason != "" && !slices.Contains(rs, f.reason) {
-		return admin.Filter{}, fmt.Errorf("unknown --reason %q: one of %s", f.reason, strings.Join(rs, ", "))
+func (f *filterFlags) filter(now time.Time) (api.Filter, error) {
+	if rs := api.DeadLetterReasons(); f.reason != "" && !slices.Contains(rs, f.reason) {
+		return api.Filter{}, fmt.Errorf("unknown --reason %q: one of %s", f.reason, strings.Join(rs, ", "))
 	}
-	out := admin.Filter{Reason: f.reason, ErrorClass: f.errorClass, SourceQueue: f.source, IDs: f.ids}
+	out := api.Filter{Reason: f.reason, ErrorClass: f.errorClass, SourceQueue: f.source, IDs: f.ids}
 	for _, p := range []struct {
 		flag, val string
 		dst       **time.Time
@@ -69,7 +69,7 @@ func (f *filterFlags) filter(now time.Time) (admin.Filter, error) {
 	}
 	if f.attribute != "" {
 		name, value, _ := strings.Cut(f.attribute, "=")
-		out.Attribute = &admin.AttributeFilter{Name: name, Value: value}
+		out.Attribute = &api.AttributeFilter{Name: name, Value: value}
 	}
 	return out, nil
 }

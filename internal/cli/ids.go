@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 // fullIDLen is the length of a message id as Sluice issues it (a UUID).
@@ -32,11 +32,11 @@ func resolveID(ctx context.Context, cl *client, queue, prefix string) (string, e
 	var matches []string
 	cursor := ""
 	for {
-		q := url.Values{"limit": {strconv.Itoa(admin.MaxPageSize)}}
+		q := url.Values{"limit": {strconv.Itoa(api.MaxPageSize)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var page admin.Page
+		var page api.Page
 		if err := cl.call(ctx, "GET", queuePath(queue, "messages"), q, nil, &page); err != nil {
 			return "", err
 		}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 const queuesUsage = `
@@ -42,7 +42,7 @@ func Queues(ctx context.Context, args []string, env *Env) int {
 	}
 	c := newCommand(env, "sluice queues", queuesUsage)
 	return c.run(args, 0, 0, func([]string) int {
-		var list admin.QueueList
+		var list api.QueueList
 		if err := c.client().call(ctx, "GET", "queues", nil, nil, &list); err != nil {
 			return c.fail(err)
 		}
@@ -74,7 +74,7 @@ func Queues(ctx context.Context, args []string, env *Env) int {
 func queuesPause(ctx context.Context, args []string, env *Env, verb string) int {
 	c := newCommand(env, "sluice queues "+verb, queuesUsage)
 	return c.run(args, 1, 1, func(pos []string) int {
-		var q admin.Queue
+		var q api.Queue
 		if err := c.client().call(ctx, "POST", queuePath(pos[0], verb), nil, nil, &q); err != nil {
 			return c.fail(err)
 		}
@@ -99,13 +99,13 @@ func queuesCreate(ctx context.Context, args []string, env *Env) int {
 	owner := c.fs.String("owner", "", "the team that triages the dead-letter queue (the owner tag)")
 	vis := c.fs.Duration("visibility", 0, "visibility timeout (default 30s)")
 	return c.run(args, 1, 1, func(pos []string) int {
-		req := admin.CreateQueueRequest{FIFO: *fifo, MaxReceiveCount: *maxRecv, Owner: *owner,
+		req := api.CreateQueueRequest{FIFO: *fifo, MaxReceiveCount: *maxRecv, Owner: *owner,
 			VisibilityTimeoutSeconds: int(vis.Seconds())}
 		if *noDLQ {
 			no := false
 			req.DeadLetterQueue = &no
 		}
-		var out admin.CreateQueueResponse
+		var out api.CreateQueueResponse
 		if err := c.client().call(ctx, "PUT", queuePath(pos[0]), nil, req, &out); err != nil {
 			return c.fail(err)
 		}

@@ -221,11 +221,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
-	eng, err := d.engine()
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "NotReady", err.Error())
-		return
-	}
+	eng := d.eng
 	writeJSON(w, d.overview(eng, d.clk.Now()))
 }
 
@@ -415,11 +411,7 @@ func round(v float64) float64 {
 }
 
 func (d *Dashboard) serveQueue(w http.ResponseWriter, r *http.Request) {
-	eng, err := d.engine()
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "NotReady", err.Error())
-		return
-	}
+	eng := d.eng
 	name := r.PathValue("name")
 	info, err := eng.GetQueue(name)
 	if err != nil {
@@ -451,7 +443,7 @@ func (d *Dashboard) detail(eng *engine.Engine, info *engine.QueueInfo, sources [
 		ArrivalsByReason:    map[string]uint64{},
 	}
 	from := now.Add(-d.opts.History)
-	if o, ok := d.obs.Load(info.Name); ok {
+	if o, ok := d.rec.obs.Load(info.Name); ok {
 		ob := o.(*observed)
 		q.Processing = processingOf(ob.processing(from), d.opts.History)
 		q.DeadLettersByReason, q.ArrivalsByReason = ob.reasons()

@@ -47,7 +47,6 @@ import (
 	"net/http"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/alerts"
@@ -127,13 +126,12 @@ func (o Options) withDefaults() Options {
 
 // Dashboard records queue history and serves the UI. Create it with New.
 type Dashboard struct {
-	eng  atomic.Pointer[engine.Engine]
+	eng  *engine.Engine
+	rec  *Recorder
 	opts Options
 	log  *slog.Logger
 	clk  clock.Clock
 	mux  *http.ServeMux
-
-	obs sync.Map // queue name → *observed
 
 	mu      sync.Mutex
 	series  map[string]*ring
@@ -144,12 +142,25 @@ type Dashboard struct {
 
 var _ http.Handler = (*Dashboard)(nil)
 
-// New returns a Dashboard for eng. eng may be nil when the Dashboard's
-// Observer must be handed to engine.Open first: then call Attach with the
-// opened engine before Run or serving.
-func New(eng *engine.Engine, opts Options) *Dashboard {
+// New returns a Dashboard for eng, whose processing times and dead letters
+// by reason come from rec, the Recorder given to eng's Observer (nil: a
+// Recorder of its own, which no engine feeds). rec must run on
+// opts.Clock. New panics on a nil engine or a Recorder on another clock:
+// both are wiring mistakes.
+func New(eng *engine.Engine, rec *Recorder, opts Options) *Dashboard {
+	if eng == nil {
+		panic("dashboard: New without an engine")
+	}
 	opts = opts.withDefaults()
+	if rec == nil {
+		rec = NewRecorder(opts.Clock)
+	}
+	if rec.clk != opts.Clock {
+		panic("dashboard: the Recorder runs on another clock than Options.Clock")
+	}
 	d := &Dashboard{
+		eng:    eng,
+		rec:    rec,
 		opts:   opts,
 		log:    opts.Logger,
 		clk:    opts.Clock,
@@ -157,28 +168,8 @@ func New(eng *engine.Engine, opts Options) *Dashboard {
 		subs:   make(map[chan []byte]struct{}),
 		done:   make(chan struct{}),
 	}
-	d.eng.Store(eng)
 	d.routes()
 	return d
-}
-
-// Attach sets the engine, for a Dashboard created with a nil one.
-func (d *Dashboard) Attach(eng *engine.Engine) { d.eng.Store(eng) }
-
-// constError is an error that can be a constant.
-type constError string
-
-func (e constError) Error() string { return string(e) }
-
-// errNoEngine answers requests served before Attach.
-const errNoEngine = constError("dashboard: no engine attached")
-
-func (d *Dashboard) engine() (*engine.Engine, error) {
-	e := d.eng.Load()
-	if e == nil {
-		return nil, errNoEngine
-	}
-	return e, nil
 }
 
 // Run samples every queue at once and then every SampleInterval until ctx
@@ -208,24 +199,18 @@ func (d *Dashboard) Run(ctx context.Context) {
 
 // tick takes one sample of every queue and notifies the streams.
 func (d *Dashboard) tick() {
-	eng := d.eng.Load()
-	if eng == nil {
-		return
-	}
+	eng := d.eng
 	now := d.clk.Now()
-	names := eng.ListQueues("")
+	snap := eng.Snapshot()
 	capacity := min(maxSamples, int(d.opts.History/d.opts.SampleInterval)+2)
-	exists := make(map[string]bool, len(names))
-	var taken []sample
-	var takenNames []string
-	for _, n := range names {
-		info, err := eng.GetQueue(n)
-		if err != nil {
-			continue
-		}
-		exists[n] = true
-		taken = append(taken, sampleOf(&info, now))
-		takenNames = append(takenNames, n)
+	// Queues the snapshot could not read (a failed store) keep their
+	// history: they exist, only this sample is missing.
+	exists := snap.Exists
+	taken := make([]sample, 0, len(snap.Infos))
+	takenNames := make([]string, 0, len(snap.Infos))
+	for i := range snap.Infos {
+		taken = append(taken, sampleOf(&snap.Infos[i], now))
+		takenNames = append(takenNames, snap.Infos[i].Name)
 	}
 	d.mu.Lock()
 	for i, n := range takenNames {
@@ -243,9 +228,9 @@ func (d *Dashboard) tick() {
 	}
 	streams := len(d.subs)
 	d.mu.Unlock()
-	d.obs.Range(func(k, _ any) bool {
+	d.rec.obs.Range(func(k, _ any) bool {
 		if n := k.(string); !exists[n] && gone(eng, n) {
-			d.obs.Delete(n)
+			d.rec.obs.Delete(n)
 		}
 		return true
 	})
@@ -332,7 +317,7 @@ func (r *ring) baseline(t time.Time) (sample, bool) {
 	return r.at(i - 1), true
 }
 
-// observed is what the Observer records for one queue.
+// observed is what the Recorder records for one queue.
 type observed struct {
 	mu   sync.Mutex
 	proc []procTime // ring of maxProcessing
@@ -347,11 +332,11 @@ type procTime struct {
 	d  time.Duration
 }
 
-func (d *Dashboard) observed(q string) *observed {
-	if o, ok := d.obs.Load(q); ok {
+func (r *Recorder) observed(q string) *observed {
+	if o, ok := r.obs.Load(q); ok {
 		return o.(*observed)
 	}
-	o, _ := d.obs.LoadOrStore(q, &observed{deadByReason: map[string]uint64{}, arrivedByReason: map[string]uint64{}})
+	o, _ := r.obs.LoadOrStore(q, &observed{deadByReason: map[string]uint64{}, arrivedByReason: map[string]uint64{}})
 	return o.(*observed)
 }
 
@@ -382,19 +367,41 @@ func (o *observed) reasons() (dead, arrived map[string]uint64) {
 	return dead, arrived
 }
 
-// Observer returns the engine.Observer that records processing times and
-// dead letters by reason. It records even before Run starts.
-func (d *Dashboard) Observer() engine.Observer { return observer{d} }
+// Recorder is the engine.Observer that records, per queue, processing
+// times and dead letters by reason, for the dashboard and the advisor. It
+// needs no engine, so it is made first and handed to
+// engine.Options.Observer (with metrics.Multi when there are other
+// observers); then New takes it with the opened engine. It records from
+// the engine's first event, before Run starts.
+type Recorder struct {
+	clk clock.Clock
+	obs sync.Map // queue name → *observed
+}
 
-type observer struct{ d *Dashboard }
+// NewRecorder returns an empty Recorder on clk (nil: clock.Real); give it
+// the clock of the Dashboard's Options.
+func NewRecorder(clk clock.Clock) *Recorder {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Recorder{clk: clk}
+}
 
-func (observer) Sent(string, int)          {}
-func (observer) Received(string, int, int) {}
-func (observer) Expired(string, int)       {}
+var _ engine.Observer = (*Recorder)(nil)
 
-func (o observer) Deleted(queue string, processing time.Duration) {
-	ob := o.d.observed(queue)
-	now := o.d.clk.Now()
+// Sent implements engine.Observer; the Recorder ignores it.
+func (*Recorder) Sent(string, int) {}
+
+// Received implements engine.Observer; the Recorder ignores it.
+func (*Recorder) Received(string, int, int) {}
+
+// Expired implements engine.Observer; the Recorder ignores it.
+func (*Recorder) Expired(string, int) {}
+
+// Deleted implements engine.Observer: it records the processing time.
+func (r *Recorder) Deleted(queue string, processing time.Duration) {
+	ob := r.observed(queue)
+	now := r.clk.Now()
 	ob.mu.Lock()
 	if len(ob.proc) < maxProcessing {
 		ob.proc = append(ob.proc, procTime{now, processing})
@@ -405,15 +412,17 @@ func (o observer) Deleted(queue string, processing time.Duration) {
 	ob.mu.Unlock()
 }
 
-func (o observer) DeadLettered(queue, target, reason string, _ time.Duration) {
-	src := o.d.observed(queue)
+// DeadLettered implements engine.Observer: it counts the dead letter by
+// reason, at its source and at its target.
+func (r *Recorder) DeadLettered(queue, target, reason string, _ time.Duration) {
+	src := r.observed(queue)
 	src.mu.Lock()
 	src.deadByReason[reason]++
 	src.mu.Unlock()
 	if target == "" {
 		return
 	}
-	dst := o.d.observed(target)
+	dst := r.observed(target)
 	dst.mu.Lock()
 	dst.arrivedByReason[reason]++
 	dst.mu.Unlock()

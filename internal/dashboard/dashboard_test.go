@@ -36,12 +36,12 @@ func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
 	clk := clock.NewFake(start)
 	opts.Clock = clk
-	d := New(nil, opts)
-	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk, Observer: d.Observer()})
+	rec := NewRecorder(clk)
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk, Observer: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Attach(eng)
+	d := New(eng, rec, opts)
 	srv := httptest.NewServer(d)
 	t.Cleanup(func() { srv.Close(); eng.Close() })
 	f := &fixture{t: t, clk: clk, eng: eng, d: d, srv: srv}
@@ -251,7 +251,7 @@ func TestDLQLevelsAndHistoryBounds(t *testing.T) {
 	f.d.mu.Lock()
 	_, kept := f.d.series["orders"]
 	f.d.mu.Unlock()
-	if _, obs := f.d.obs.Load("orders"); kept || obs {
+	if _, obs := f.d.rec.obs.Load("orders"); kept || obs {
 		t.Fatalf("deleted queue kept: series %v, observations %v", kept, obs)
 	}
 }
@@ -295,11 +295,11 @@ func TestPercentile(t *testing.T) {
 
 func TestObserverBounded(t *testing.T) {
 	f := newFixture(t, Options{})
-	obs := f.d.Observer()
+	obs := f.d.rec
 	for range maxProcessing + 100 {
 		obs.Deleted("q", time.Second)
 	}
-	o := f.d.observed("q")
+	o := f.d.rec.observed("q")
 	if len(o.proc) != maxProcessing {
 		t.Fatalf("%d processing times kept", len(o.proc))
 	}
@@ -472,22 +472,4 @@ func TestAdvisorEndpoint(t *testing.T) {
 	if qs := st.Queues["orders"]; qs.P99 != 3*time.Second || qs.ProcessingSamples != 30 || qs.Received != 30 {
 		t.Fatalf("stats: %+v", qs)
 	}
-}
-
-func TestNoEngineYet(t *testing.T) {
-	d := New(nil, Options{})
-	for _, p := range []string{"/sluice/v1/dashboard/overview", "/sluice/v1/dashboard/events", "/sluice/v1/advisor", "/sluice/v1/dashboard/queues/x"} {
-		w := httptest.NewRecorder()
-		d.ServeHTTP(w, httptest.NewRequest("GET", p, nil))
-		if p == "/sluice/v1/dashboard/queues/x" {
-			if w.Code != http.StatusServiceUnavailable {
-				t.Errorf("%s: %d", p, w.Code)
-			}
-			continue
-		}
-		if w.Code != http.StatusServiceUnavailable {
-			t.Errorf("%s: %d", p, w.Code)
-		}
-	}
-	d.tick() // no engine: nothing to do, no panic
 }

@@ -42,11 +42,7 @@ func (d *Dashboard) static() http.Handler {
 // events, one per sample; the first at once). The app falls back to
 // polling the overview when the stream fails.
 func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
-	eng, err := d.engine()
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "NotReady", err.Error())
-		return
-	}
+	eng := d.eng
 	ch, ok := d.subscribe()
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, "TooManyStreams", "too many event streams; poll /sluice/v1/dashboard/overview")
@@ -102,11 +98,7 @@ type Advice struct {
 }
 
 func (d *Dashboard) serveAdvisor(w http.ResponseWriter, r *http.Request) {
-	eng, err := d.engine()
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "NotReady", err.Error())
-		return
-	}
+	eng := d.eng
 	now := d.clk.Now()
 	stats := d.Stats(now)
 	findings := advisor.Check(eng, stats)
@@ -131,7 +123,7 @@ func (d *Dashboard) serveAdvisor(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) Stats(now time.Time) advisor.Stats {
 	st := advisor.Stats{Now: now, Queues: map[string]advisor.QueueStats{}}
 	from := now.Add(-d.opts.History)
-	eng := d.eng.Load()
+	eng := d.eng
 	d.mu.Lock()
 	type base struct {
 		s  sample
@@ -167,7 +159,7 @@ func (d *Dashboard) Stats(now time.Time) advisor.Stats {
 		// Nothing sampled over any span: receives are not known.
 		st.Queues = map[string]advisor.QueueStats{}
 	}
-	d.obs.Range(func(k, v any) bool {
+	d.rec.obs.Range(func(k, v any) bool {
 		name := k.(string)
 		times := v.(*observed).processing(from)
 		if len(times) == 0 {

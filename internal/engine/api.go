@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"strings"
 )
 
@@ -37,11 +36,6 @@ func (e *Engine) CreateQueueWithMeta(name string, cfg QueueConfig, tags map[stri
 	return e.createQueue(name, cfg, tags, meta)
 }
 
-// GetQueue returns a snapshot of the queue's settings and counters.
-func (e *Engine) GetQueue(name string) (QueueInfo, error) {
-	return e.getQueue(name)
-}
-
 // Config returns the queue's current settings without taking the queue's
 // lock; front-ends use it to validate requests on the hot path. The result
 // is shared: callers must not modify it (or its maps and pointers).
@@ -61,29 +55,11 @@ func (e *Engine) UpdateQueue(name string, fn func(cfg *QueueConfig) error) error
 	return e.updateQueue(name, fn)
 }
 
-// DeleteQueue removes the queue and all its messages. The name cannot be
-// reused for NameReuseDelay.
-func (e *Engine) DeleteQueue(name string) error {
-	return e.deleteQueue(name)
-}
-
 // DropQueue deletes the queue like DeleteQueue but without blocking its
 // name for NameReuseDelay: AMQP clients redeclare a queue right after
 // deleting it, which RabbitMQ allows.
 func (e *Engine) DropQueue(name string) error {
 	return e.removeQueue(name, false)
-}
-
-// PurgeReady deletes the queue's ready messages (visible and delayed, not
-// those in flight) with no rate limit, as AMQP's queue.purge does, and
-// returns how many. The deletes are durable when it returns.
-func (e *Engine) PurgeReady(name string) (int, error) {
-	return e.purgeReady(name)
-}
-
-// ListQueues returns the names of all queues starting with prefix, sorted.
-func (e *Engine) ListQueues(prefix string) []string {
-	return e.listQueues(prefix)
 }
 
 // TagQueue adds or replaces tags; more than MaxTags in all fails with
@@ -97,49 +73,10 @@ func (e *Engine) UntagQueue(name string, keys []string) error {
 	return e.tagQueue(name, nil, keys)
 }
 
-// PurgeQueue deletes every message (visible, in flight and delayed) and
-// clears the FIFO deduplication cache. At most once per PurgeInterval:
-// otherwise ErrPurgeInProgress.
-func (e *Engine) PurgeQueue(name string) error {
-	return e.purgeQueue(name)
-}
-
 // DeadLetterSources returns, sorted, the queues whose DeadLetterPolicy names
 // dlq, or whose Routed policy can reach it (see DeadLetterTargeter).
 func (e *Engine) DeadLetterSources(dlq string) ([]string, error) {
 	return e.deadLetterSources(dlq)
-}
-
-// Send stores messages in the queue. Each message gets its own SendResult;
-// a message that fails validation (size, FIFO ids, delay) fails alone. The
-// returned error is for the whole call (queue missing, storage failed).
-//
-// When Send returns, every successful message is durable: it survives a
-// crash and will be delivered at least once (unless deleted, purged or
-// expired). A FIFO message whose deduplication id was seen within
-// DedupWindow is accepted (with the original MessageID) but not stored again.
-func (e *Engine) Send(queue string, msgs []Message) ([]SendResult, error) {
-	return e.send(queue, msgs)
-}
-
-// Receive leases up to req.Max messages. It waits up to the long-poll time
-// for the first message and returns as soon as at least one is available.
-// Every receive issues a new receipt handle and increments the message's
-// receive count. A message whose receive count has already reached its
-// queue's DeadLetterPolicy.MaxReceiveCount is moved to the dead-letter queue
-// instead of being returned. An empty result is not an error.
-func (e *Engine) Receive(ctx context.Context, queue string, req ReceiveRequest) ([]Delivery, error) {
-	return e.receive(ctx, queue, req)
-}
-
-// Delete removes the messages leased with the given receipt handles. The
-// result has one entry per handle (nil on success). Deleting an already
-// deleted message succeeds. A stale handle (the message was leased again
-// since) succeeds without deleting on a standard queue; on a FIFO queue a
-// handle whose lease has expired fails with ErrReceiptHandleExpired. When
-// Delete returns, successful deletes are durable.
-func (e *Engine) Delete(queue string, handles []string) ([]error, error) {
-	return e.deleteMessages(queue, handles)
 }
 
 // DeleteLeased deletes the messages only while the given lease is current
@@ -150,28 +87,4 @@ func (e *Engine) Delete(queue string, handles []string) ([]error, error) {
 // it returns.
 func (e *Engine) DeleteLeased(queue string, handles []string) ([]error, error) {
 	return e.deleteMessagesIf(queue, handles, true)
-}
-
-// ReleaseInFlight ends every lease of the queue now: in-flight messages
-// become visible again at once (no retry backoff), keeping their receive
-// counts. The AMQP front-end calls it at start-up: its deliveries' leases
-// last as long as the consumer timeout, but every AMQP connection died with
-// the previous process, so their unacknowledged messages must be requeued
-// at once, as RabbitMQ does. It returns how many were released; durable
-// when it returns.
-func (e *Engine) ReleaseInFlight(queue string) (int, error) {
-	return e.releaseInFlight(queue)
-}
-
-// ChangeVisibility sets, counting from now, the remaining lease of each
-// message to its Timeout; 0 makes it visible at once. As on SQS it works
-// after the lease lapsed (a visible message is leased again for Timeout,
-// so a worker that extends late keeps its job), and on a standard queue
-// any receipt handle of the message applies to its current state, even
-// one from an earlier receive. On a FIFO queue a handle from an earlier
-// receive fails with ErrMessageNotAvailable, as does any handle of a
-// deleted message; a message waiting out a retry backoff fails with
-// ErrMessageNotInflight.
-func (e *Engine) ChangeVisibility(queue string, changes []VisibilityChange) ([]error, error) {
-	return e.changeVisibility(queue, changes)
 }

@@ -18,7 +18,7 @@ import (
 // only counts it (coldPart). Every message with a sequence number below
 // coldPart.from that exists is hot; a message at or above it is cold unless
 // it is in q.msgs (a delayed send, which always stays hot, a moved copy
-// inserted by finishMoves while the window had room, an import, or a
+// inserted by insertCopies while the window had room, an import, or a
 // message a receipt handle promoted), was dropped earlier in the same
 // operation (coldPart.gone), or is a moved copy not yet inserted
 // (coldPart.pending).
@@ -70,7 +70,7 @@ type coldPart struct {
 	gone map[uint64]struct{}
 
 	// pending holds the sequence numbers of copies that dead-letter moves
-	// and redrives wrote into this queue's key range but finishMoves has
+	// and redrives wrote into this queue's key range but insertCopies has
 	// not inserted yet: a refill must not load them (they are receivable
 	// only once their batch is durable). Reserved under the source's lock,
 	// so it has its own.
@@ -322,7 +322,7 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 }
 
 // insertMovedLocked inserts a dead-letter or redrive copy whose batch is
-// durable (finishMoves): into memory, or, when the queue is cold or its
+// durable (insertCopies): into memory, or, when the queue is cold or its
 // window is full, into the cold count (its record is already written).
 // A copy whose number a refill has already passed (it skipped it while
 // pending) goes into memory: the refill will not come back for it.

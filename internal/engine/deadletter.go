@@ -28,15 +28,18 @@ type DeadLetter struct {
 	Time         time.Time
 }
 
-// move is a dead-letter (or redrive) copy written to the store under the
-// source's lock; its target's memory is updated after that lock is released
-// and after the write is durable (see finishMoves).
-type move struct {
+// pendingCopy is a message copied into another queue — a dead letter into
+// its dead-letter queue, or a redrive (move task) into its destination —
+// written to the store under the source's lock; the target's memory is
+// updated after that lock is released and after the write is durable (see
+// insertCopies). ("Move task" names only the operator's redrive; the
+// engine calls the per-message step a copy.)
+type pendingCopy struct {
 	target *queue
 	m      *message
 	group  string
 	// purges is the target's purge count when the copy's sequence number
-	// was reserved; see finishMoves.
+	// was reserved; see insertCopies.
 	purges uint64
 	size   int64 // body bytes reserved in target.room
 	// dead is set for a dead-letter move: what Observer.DeadLettered is
@@ -55,7 +58,7 @@ type deadLetterEvent struct {
 
 // unlock releases q's lock, then publishes into their targets' memory the
 // copies that dead-letter moves decided under it, once the store has
-// synced everything written so far (a sync barrier; see finishMoves).
+// synced everything written so far (a sync barrier; see insertCopies).
 // Every operation that may dead-letter (receive, failure reports, expiry,
 // overflow, requeue) writes its batch and then unlocks with it (or with
 // unlockAfter); one that fails after advanceLocked uses writeUnlock.
@@ -83,7 +86,7 @@ func (e *Engine) unlockAfter(q *queue, p store.Pending) {
 			p = store.Done{Err: err}
 		}
 	}
-	_ = e.finishMoves(out, p) // a failure fails the engine
+	_ = e.insertCopies(out, p) // a failure fails the engine
 }
 
 // writeUnlock is unlock for an operation that fails after advanceLocked
@@ -189,7 +192,7 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 // copyDeadLetterLocked writes m's copy for target t, keeping its
 // MessageId, body, attributes, send time and receive count and adding its
 // dead-letter context.
-func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason string, env []byte, now int64, b *store.Batch) move {
+func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason string, env []byte, now int64, b *store.Batch) pendingCopy {
 	body, _ := q.bodyLocked(m) // a failed read fails the engine
 	n := &message{
 		seq:         t.nextSeq.Add(1) - 1,
@@ -233,13 +236,13 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 		n.ttlAt = now + int64(t.cfg.MessageTTL)
 	}
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
-	t.cold.addPending(n.seq)          // not refilled before finishMoves inserts it
+	t.cold.addPending(n.seq)          // not refilled before insertCopies inserts it
 	b.Set(messageKey(t.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	return move{target: t, m: n, group: m.groupID(), purges: t.purges.Load()}
+	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load()}
 }
 
-// finishMoves inserts copies into their targets' memory once p, the
+// insertCopies inserts copies into their targets' memory once p, the
 // durability of the write that carries them, has succeeded: a copy is
 // never receivable (SQS receive, AMQP delivery, browse) before its move
 // is on disk, so a consumer can never receive and delete a copy that a
@@ -256,7 +259,7 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 // it arrived after the purge. Otherwise the target would hold in memory a
 // message with no record on disk, whose later state records recovery
 // could not explain.
-func (e *Engine) finishMoves(moves []move, p store.Pending) error {
+func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 	if len(moves) == 0 {
 		return nil
 	}

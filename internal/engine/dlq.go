@@ -21,80 +21,90 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-func (e *Engine) reportFailure(name, handle string, f Failure) (FailureOutcome, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return FailureOutcome{}, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	m, current, _, err := q.lookupLeaseLocked(handle)
-	switch {
-	case err != nil:
-	case m == nil || !current:
-		err = ErrMessageNotAvailable
-	case m.state != stateInFlight:
-		err = ErrMessageNotInflight
-	case f.RetryAfterSet && (f.RetryAfter < 0 || f.RetryAfter > MaxVisibility):
-		err = ErrVisibilityLimit
-	}
-	if err != nil {
-		e.writeUnlock(q, &b)
-		return FailureOutcome{}, err
-	}
-	rec := &FailureRecord{
-		ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
-		Message:         truncate(f.Message, MaxErrorText),
-		Trace:           truncate(f.Trace, MaxTrace),
-		ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
-		ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
-		ReportedAt:      fromNanos(now),
-		Attempt:         int(m.recvCount),
-	}
-	canDL := e.canDeadLetter(q)
-	if f.Terminal && !canDL {
-		e.writeUnlock(q, &b)
-		return FailureOutcome{}, ErrNoDeadLetterQueue
-	}
-	m.extension().failure = rec
+// ReportFailure records a consumer's failure for the delivery whose lease
+// handle is given, and settles what happens next:
+//
+//   - Terminal, or the receive count has reached the queue's
+//     maxReceiveCount: the message is dead-lettered now, with its context.
+//     Terminal on a queue without a dead-letter queue fails with
+//     ErrNoDeadLetterQueue and changes nothing.
+//   - Otherwise the lease ends and the message becomes visible again after
+//     RetryAfter if given, else after the queue's RetryPolicy backoff; with
+//     neither, the lease simply runs to its end (plain SQS behaviour), with
+//     the context recorded.
+//
+// The context (error class, message, trace, consumer) is kept with the
+// message and travels with it to the dead-letter queue. A stale or invalid
+// handle fails like ChangeVisibility does. The change is durable when
+// ReportFailure returns.
+func (e *Engine) ReportFailure(name, handle string, f Failure) (FailureOutcome, error) {
 	var out FailureOutcome
-	var targets []string
-	dl := q.cfg.DeadLetter
-	switch {
-	case f.Terminal:
-		targets = e.deadLetterLocked(q, m, ReasonTerminal, now, &b)
-		out.DeadLettered = true
-	case canDL && dl.MaxReceiveCount > 0 && int(m.recvCount) >= dl.MaxReceiveCount:
-		// The threshold is checked when the failure is recorded, before
-		// any retry: the last attempt failed, so there is no next one.
-		targets = e.deadLetterLocked(q, m, ReasonMaxReceives, now, &b)
-		out.DeadLettered = true
-	default:
-		var delay time.Duration
-		park := true
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		m, current, _, err := q.lookupLeaseLocked(handle)
 		switch {
-		case f.RetryAfterSet:
-			delay = f.RetryAfter
-		case q.cfg.Retry != nil:
-			delay = q.cfg.Retry.Backoff(m.id, int(m.recvCount))
+		case err != nil:
+		case m == nil || !current:
+			err = ErrMessageNotAvailable
+		case m.state != stateInFlight:
+			err = ErrMessageNotInflight
+		case f.RetryAfterSet && (f.RetryAfter < 0 || f.RetryAfter > MaxVisibility):
+			err = ErrVisibilityLimit
+		}
+		if err != nil {
+			return err
+		}
+		rec := &FailureRecord{
+			ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
+			Message:         truncate(f.Message, MaxErrorText),
+			Trace:           truncate(f.Trace, MaxTrace),
+			ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
+			ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
+			ReportedAt:      fromNanos(now),
+			Attempt:         int(m.recvCount),
+		}
+		canDL := e.canDeadLetter(q)
+		if f.Terminal && !canDL {
+			return ErrNoDeadLetterQueue
+		}
+		m.extension().failure = rec
+		var targets []string
+		dl := q.cfg.DeadLetter
+		switch {
+		case f.Terminal:
+			targets = e.deadLetterLocked(q, m, ReasonTerminal, now, b)
+			out.DeadLettered = true
+		case canDL && dl.MaxReceiveCount > 0 && int(m.recvCount) >= dl.MaxReceiveCount:
+			// The threshold is checked when the failure is recorded, before
+			// any retry: the last attempt failed, so there is no next one.
+			targets = e.deadLetterLocked(q, m, ReasonMaxReceives, now, b)
+			out.DeadLettered = true
 		default:
-			park = false // plain SQS: the lease runs to its end
-		}
-		if park {
-			m.visibleAt = now + int64(delay)
-			m.parked = true
-			if delay == 0 {
-				q.setStateLocked(m, stateVisible)
-			} else {
-				q.setStateLocked(m, stateDelayed)
+			var delay time.Duration
+			park := true
+			switch {
+			case f.RetryAfterSet:
+				delay = f.RetryAfter
+			case q.cfg.Retry != nil:
+				delay = q.cfg.Retry.Backoff(m.id, int(m.recvCount))
+			default:
+				park = false // plain SQS: the lease runs to its end
 			}
+			if park {
+				m.visibleAt = now + int64(delay)
+				m.parked = true
+				if delay == 0 {
+					q.setStateLocked(m, stateVisible)
+				} else {
+					q.setStateLocked(m, stateDelayed)
+				}
+			}
+			out.VisibleAt = fromNanos(m.visibleAt)
+			q.writeStateLocked(m, b)
 		}
-		out.VisibleAt = fromNanos(m.visibleAt)
-		q.writeStateLocked(m, &b)
-	}
-	out.Target = strings.Join(targets, ",")
-	if err := e.commitUnlock(q, &b); err != nil {
+		out.Target = strings.Join(targets, ",")
+		return nil
+	})
+	if err != nil {
 		return FailureOutcome{}, err
 	}
 	return out, nil
@@ -166,7 +176,9 @@ func (q *queue) viewLocked(m *message) View {
 	return v
 }
 
-func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, error) {
+// Browse lists messages in queue order without changing them (no receive
+// count, no visibility change). limit is capped at 1000.
+func (e *Engine) Browse(name string, f Filter, cursor uint64, limit int) (Page, error) {
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
@@ -221,7 +233,10 @@ func (e *Engine) browse(name string, f Filter, cursor uint64, limit int) (Page, 
 	return page, nil
 }
 
-func (e *Engine) deleteMatching(name string, f Filter) (int, error) {
+// DeleteMatching deletes the messages that match f, in any state (an
+// operator's delete from a dead-letter queue). It returns how many were
+// deleted; the deletes are durable when it returns.
+func (e *Engine) DeleteMatching(name string, f Filter) (int, error) {
 	q, err := e.lockQueue(name)
 	if err != nil {
 		return 0, err
@@ -277,7 +292,10 @@ func parseID(s string) ([16]byte, bool) {
 // errImport describes an unusable imported message.
 var errImport = errors.New("engine: imported message needs a MessageId in UUID form and a body")
 
-func (e *Engine) importViews(name string, views []View) (int, error) {
+// Import adds messages to queue as they were exported: keeping their
+// MessageId, send time, receive count and failure context. Used to restore
+// a dead-letter queue from an export.
+func (e *Engine) Import(name string, views []View) (int, error) {
 	if err := e.admit(); err != nil {
 		return 0, err
 	}

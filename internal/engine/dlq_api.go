@@ -147,89 +147,9 @@ func (NopObserver) Deleted(string, time.Duration)                      {}
 func (NopObserver) DeadLettered(string, string, string, time.Duration) {}
 func (NopObserver) Expired(string, int)                                {}
 
-// ReportFailure records a consumer's failure for the delivery whose lease
-// handle is given, and settles what happens next:
-//
-//   - Terminal, or the receive count has reached the queue's
-//     maxReceiveCount: the message is dead-lettered now, with its context.
-//     Terminal on a queue without a dead-letter queue fails with
-//     ErrNoDeadLetterQueue and changes nothing.
-//   - Otherwise the lease ends and the message becomes visible again after
-//     RetryAfter if given, else after the queue's RetryPolicy backoff; with
-//     neither, the lease simply runs to its end (plain SQS behaviour), with
-//     the context recorded.
-//
-// The context (error class, message, trace, consumer) is kept with the
-// message and travels with it to the dead-letter queue. A stale or invalid
-// handle fails like ChangeVisibility does. The change is durable when
-// ReportFailure returns.
-func (e *Engine) ReportFailure(queue, handle string, f Failure) (FailureOutcome, error) {
-	return e.reportFailure(queue, handle, f)
-}
-
 // FailureOutcome says what a failure report did.
 type FailureOutcome struct {
 	DeadLettered bool
 	Target       string    // the dead-letter queue, when DeadLettered
 	VisibleAt    time.Time // when the message will be delivered again, otherwise
-}
-
-// Browse lists messages in queue order without changing them (no receive
-// count, no visibility change). limit is capped at 1000.
-func (e *Engine) Browse(queue string, f Filter, cursor uint64, limit int) (Page, error) {
-	return e.browse(queue, f, cursor, limit)
-}
-
-// DeleteMatching deletes the messages that match f, in any state (an
-// operator's delete from a dead-letter queue). It returns how many were
-// deleted; the deletes are durable when it returns.
-func (e *Engine) DeleteMatching(queue string, f Filter) (int, error) {
-	return e.deleteMatching(queue, f)
-}
-
-// Import adds messages to queue as they were exported: keeping their
-// MessageId, send time, receive count and failure context. Used to restore
-// a dead-letter queue from an export.
-func (e *Engine) Import(queue string, views []View) (int, error) {
-	return e.importViews(queue, views)
-}
-
-// DryRunMoveTask reports what StartMoveTask would move, and where.
-func (e *Engine) DryRunMoveTask(spec MoveTaskSpec) (DryRun, error) {
-	return e.dryRunMove(spec)
-}
-
-// StartMoveTask starts a redrive. Only one task may be active (RUNNING,
-// CANCELLING or PAUSED) per source. Tasks are persisted: after a restart a
-// RUNNING task resumes.
-func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
-	return e.startMove(spec)
-}
-
-// CancelMoveTask cancels a RUNNING or PAUSED task; messages already moved
-// stay moved.
-func (e *Engine) CancelMoveTask(id string) (MoveTask, error) {
-	return e.cancelMove(id)
-}
-
-// PauseMoveTask pauses a RUNNING task (an operator's pause); ResumeMoveTask
-// continues it.
-func (e *Engine) PauseMoveTask(id string) (MoveTask, error) {
-	return e.pauseMove(id)
-}
-
-// ResumeMoveTask resumes a PAUSED task.
-func (e *Engine) ResumeMoveTask(id string) (MoveTask, error) {
-	return e.resumeMove(id)
-}
-
-// MoveTasks lists the tasks of a source, newest first (at most
-// MoveTasksKeptPerSource are kept).
-func (e *Engine) MoveTasks(source string) ([]MoveTask, error) {
-	return e.listMoves(source)
-}
-
-// GetMoveTask returns one task.
-func (e *Engine) GetMoveTask(id string) (MoveTask, error) {
-	return e.getMove(id)
 }

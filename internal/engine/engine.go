@@ -2,9 +2,17 @@
 // FIFO queues, delays, leases (visibility timeouts), long polling, receive
 // counts, dead-letter moves, retention, deduplication and purge.
 //
-// The engine knows nothing of HTTP, SQS or AMQP. Front-ends translate their
-// protocol to the methods in api.go and map the sentinel errors in errors.go
-// back to protocol errors.
+// The engine imports nothing of HTTP, SQS or AMQP. Front-ends translate their
+// protocol to its methods and map the sentinel errors in errors.go back to
+// protocol errors. Some operations exist because one protocol needs their
+// semantics (DropQueue: delete without the name-reuse delay; PurgeReady:
+// purge only what is not in flight; DeleteLeased: delete only under the
+// current lease; ReleaseInFlight: end every lease at once; SendMany: one
+// atomic write across queues); each is specified by what it does, not by
+// who calls it. Two hooks reach back into a front-end: the DeadLetterRouter, which
+// resolves an AMQP dead-letter exchange under the source queue's lock (it
+// must only read its own topology and never call the engine), and the
+// Observer, called with no lock held.
 //
 // # State and durability
 //
@@ -42,7 +50,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,6 +306,28 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 		return err
 	}
 	return e.wait(p)
+}
+
+// update is the path every operation that changes one queue's messages
+// takes: lock the queue, bring it to now (advanceLocked: due timers,
+// expiries, refills), let fn change it into b, then write b durably,
+// release the lock (inserting any dead-letter copy the change decided,
+// once b is on disk: unlockAfter) and wait for the sync. When fn fails,
+// what the advance wrote is still written (without a sync) and fn's error
+// is returned; fn must not have changed memory it did not also write.
+func (e *Engine) update(name string, fn func(q *queue, now int64, b *store.Batch) error) error {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	if err := fn(q, now, &b); err != nil {
+		e.writeUnlock(q, &b)
+		return err
+	}
+	return e.commitUnlock(q, &b)
 }
 
 // wait waits for a pending write, failing the engine on error.
@@ -776,22 +805,6 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	return q.infoLocked(), true, nil
 }
 
-func (e *Engine) getQueue(name string) (QueueInfo, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return QueueInfo{}, err
-	}
-	defer e.unlock(q)
-	var b store.Batch
-	q.advanceLocked(e.now(), &b)
-	if b.Len() > 0 {
-		if _, err := e.write(&b, false); err != nil {
-			return QueueInfo{}, err
-		}
-	}
-	return q.infoLocked(), nil
-}
-
 // persistQueueLocked writes q's record durably and waits.
 func (e *Engine) persistQueueLocked(q *queue) error {
 	rec := &queueRecord{ID: q.id, Name: q.name, Config: q.cfg, Tags: q.tags, CreatedAt: q.createdAt, ModifiedAt: q.modifiedAt}
@@ -872,56 +885,6 @@ func (e *Engine) tagQueue(name string, add map[string]string, remove []string) e
 	return nil
 }
 
-func (e *Engine) deleteQueue(name string) error { return e.removeQueue(name, true) }
-
-// removeQueue deletes a queue; block keeps its name from being reused for
-// NameReuseDelay (SQS semantics).
-func (e *Engine) removeQueue(name string, block bool) error {
-	e.adminMu.Lock()
-	defer e.adminMu.Unlock()
-	q, err := e.lookup(name)
-	if err != nil {
-		return err
-	}
-	var b store.Batch
-	b.Delete(queueKey(name))
-	for _, p := range []byte{prefixMessage, prefixDedup, prefixSeq} {
-		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
-	}
-	p, err := e.write(&b, true)
-	if err == nil {
-		err = e.wait(p)
-	}
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
-	delete(e.queues, name)
-	if block {
-		e.deleted[name] = e.now()
-	}
-	e.mu.Unlock()
-	q.mu.Lock()
-	q.deleted = true
-	q.unaccountAllLocked()
-	q.wakeLocked()
-	q.mu.Unlock()
-	return nil
-}
-
-func (e *Engine) listQueues(prefix string) []string {
-	e.mu.RLock()
-	names := make([]string, 0, len(e.queues))
-	for n := range e.queues {
-		if strings.HasPrefix(n, prefix) {
-			names = append(names, n)
-		}
-	}
-	e.mu.RUnlock()
-	sort.Strings(names)
-	return names
-}
-
 func (e *Engine) allQueues() []*queue {
 	e.mu.RLock()
 	qs := make([]*queue, 0, len(e.queues))
@@ -938,76 +901,6 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 		return nil, err
 	}
 	return e.DeadLetterQueues()[dlq], nil
-}
-
-func (e *Engine) purgeQueue(name string) error {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return err
-	}
-	now := e.now()
-	if q.lastPurge != 0 && now-q.lastPurge < int64(PurgeInterval) {
-		e.unlock(q)
-		return ErrPurgeInProgress
-	}
-	var b store.Batch
-	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
-	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
-	q.lastPurge = now
-	q.purges.Add(1)
-	q.clearMessagesLocked()
-	return e.commitUnlock(q, &b)
-}
-
-func (e *Engine) releaseInFlight(name string) (int, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return 0, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	n := 0
-	for _, m := range q.msgs {
-		if m.state != stateInFlight {
-			continue
-		}
-		m.visibleAt = now
-		m.parked = true
-		q.setStateLocked(m, stateVisible)
-		q.writeStateLocked(m, &b)
-		n++
-	}
-	return n, e.commitUnlock(q, &b)
-}
-
-func (e *Engine) purgeReady(name string) (int, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return 0, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	n := 0
-	for {
-		for _, m := range q.msgs {
-			if m.state == stateInFlight {
-				continue
-			}
-			q.dropLocked(m, &b)
-			n++
-		}
-		if !q.cold.on || e.failed.Load() != nil {
-			break
-		}
-		// The cold backlog, a window at a time, so that memory holds
-		// at most a window (and what is in flight) while it runs.
-		q.refillLocked(now)
-		q.advanceLocked(now, &b)
-	}
-	q.stats.deleted.Add(uint64(n))
-	return n, e.commitUnlock(q, &b)
 }
 
 // clearMessagesLocked forgets every message and dedup entry.

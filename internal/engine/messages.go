@@ -55,9 +55,15 @@ func newReceipt() uint64 {
 	}
 }
 
-// send implements Send. The bodies and attributes of msgs are retained:
-// callers must not modify them afterwards.
-func (e *Engine) send(name string, msgs []Message) ([]SendResult, error) {
+// Send stores messages in the queue. Each message gets its own SendResult;
+// a message that fails validation (size, FIFO ids, delay) fails alone. The
+// returned error is for the whole call (queue missing, storage failed).
+//
+// When Send returns, every successful message is durable: it survives a
+// crash and will be delivered at least once (unless deleted, purged or
+// expired). A FIFO message whose deduplication id was seen within
+// DedupWindow is accepted (with the original MessageID) but not stored again.
+func (e *Engine) Send(name string, msgs []Message) ([]SendResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -249,7 +255,13 @@ func (q *queue) rememberDedupLocked(ent *dedupEntry) {
 	q.dedupOrder = append(q.dedupOrder, ent)
 }
 
-func (e *Engine) receive(ctx context.Context, name string, req ReceiveRequest) ([]Delivery, error) {
+// Receive leases up to req.Max messages. It waits up to the long-poll time
+// for the first message and returns as soon as at least one is available.
+// Every receive issues a new receipt handle and increments the message's
+// receive count. A message whose receive count has already reached its
+// queue's DeadLetterPolicy.MaxReceiveCount is moved to the dead-letter queue
+// instead of being returned. An empty result is not an error.
+func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) ([]Delivery, error) {
 	if req.Max < 1 {
 		req.Max = 1
 	}
@@ -524,21 +536,32 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool
 	return m, false, h.v2 && int64(h.count) > int64(m.recvCount) && h.validMAC(q.eng.receiptKey), nil
 }
 
-func (e *Engine) deleteMessages(name string, handles []string) ([]error, error) {
+// Delete removes the messages leased with the given receipt handles. The
+// result has one entry per handle (nil on success). Deleting an already
+// deleted message succeeds. A stale handle (the message was leased again
+// since) succeeds without deleting on a standard queue; on a FIFO queue a
+// handle whose lease has expired fails with ErrReceiptHandleExpired. When
+// Delete returns, successful deletes are durable.
+func (e *Engine) Delete(name string, handles []string) ([]error, error) {
 	return e.deleteMessagesIf(name, handles, false)
 }
 
 // deleteMessagesIf deletes by receipt handle; leasedOnly restricts it to
 // messages still in flight under that very lease (see DeleteLeased).
 func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool) ([]error, error) {
-	q, err := e.lockQueue(name)
+	errs := make([]error, len(handles))
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		e.deleteLocked(q, handles, leasedOnly, errs, now, b)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	now := e.now()
-	b := store.Batch{Ops: make([]store.Op, 0, 2*len(handles))}
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(handles))
+	return errs, nil
+}
+
+// deleteLocked deletes by receipt handle, one error per handle in errs.
+func (e *Engine) deleteLocked(q *queue, handles []string, leasedOnly bool, errs []error, now int64, b *store.Batch) {
 	deleted := 0
 	for i, h := range handles {
 		m, current, lost, err := q.lookupLeaseLocked(h)
@@ -554,7 +577,7 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 			// delete it asks for is honoured. On a FIFO queue only
 			// while no one else holds the message: once it is leased
 			// again its group is in other hands (below).
-			q.dropLocked(m, &b)
+			q.dropLocked(m, b)
 			deleted++
 		case leasedOnly && (!current || m.state != stateInFlight):
 			// The lease this ack belongs to was ended (a failure
@@ -567,7 +590,7 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 			// again since. Succeed without deleting another
 			// consumer's lease.
 		default:
-			q.dropLocked(m, &b)
+			q.dropLocked(m, b)
 			deleted++
 			if m.leaseAt != 0 {
 				e.obs.Deleted(q.name, time.Duration(now-m.leaseAt))
@@ -575,21 +598,31 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 		}
 	}
 	q.stats.deleted.Add(uint64(deleted))
-	if err := e.commitUnlock(q, &b); err != nil {
+}
+
+// ChangeVisibility sets, counting from now, the remaining lease of each
+// message to its Timeout; 0 makes it visible at once. As on SQS it works
+// after the lease lapsed (a visible message is leased again for Timeout,
+// so a worker that extends late keeps its job), and on a standard queue
+// any receipt handle of the message applies to its current state, even
+// one from an earlier receive. On a FIFO queue a handle from an earlier
+// receive fails with ErrMessageNotAvailable, as does any handle of a
+// deleted message; a message waiting out a retry backoff fails with
+// ErrMessageNotInflight.
+func (e *Engine) ChangeVisibility(name string, changes []VisibilityChange) ([]error, error) {
+	errs := make([]error, len(changes))
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		q.changeVisibilityLocked(changes, errs, now, b)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return errs, nil
 }
 
-func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]error, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return nil, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(changes))
+// changeVisibilityLocked applies changes, one error per change in errs.
+func (q *queue) changeVisibilityLocked(changes []VisibilityChange, errs []error, now int64, b *store.Batch) {
 	for i, c := range changes {
 		m, current, _, err := q.lookupLeaseLocked(c.ReceiptHandle)
 		switch {
@@ -612,13 +645,9 @@ func (e *Engine) changeVisibility(name string, changes []VisibilityChange) ([]er
 			} else {
 				q.setStateLocked(m, stateInFlight)
 			}
-			q.writeStateLocked(m, &b)
+			q.writeStateLocked(m, b)
 		}
 	}
-	if err := e.commitUnlock(q, &b); err != nil {
-		return nil, err
-	}
-	return errs, nil
 }
 
 // noteReturn tells a move task that a message it moved was dead-lettered

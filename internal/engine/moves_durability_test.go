@@ -190,7 +190,7 @@ func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
 // TestMovedCopyIntoColdQueueNotReceivableBeforeSync: a move's copy into a
 // queue whose backlog is cold is written in the queue's key range before
 // its batch is synced; refills that pass over it (receives draining the
-// cold part) and browsing must not see it until finishMoves publishes it.
+// cold part) and browsing must not see it until insertCopies publishes it.
 func TestMovedCopyIntoColdQueueNotReceivableBeforeSync(t *testing.T) {
 	pf := &powerFixture{ps: newPowerStore(), sync: time.Hour, window: 4}
 	pf.fixture = &fixture{t: t, st: pf.ps, clk: clock.NewFake(time.Unix(1_700_000_000, 0))}

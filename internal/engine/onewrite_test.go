@@ -219,3 +219,19 @@ func TestCreateQueueWithMetaIsOneWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotReadsEveryQueue: Snapshot lists every queue's info in name
+// order, with the counts GetQueue gives, and marks each as existing.
+func TestSnapshotReadsEveryQueue(t *testing.T) {
+	f := newFixture(t)
+	f.create("b", nil)
+	f.create("a", nil)
+	f.send("b", body("1"), body("2"))
+	s := f.e.Snapshot()
+	if len(s.Infos) != 2 || s.Infos[0].Name != "a" || s.Infos[1].Name != "b" || s.Infos[1].Visible != 2 {
+		t.Fatalf("infos %+v", s.Infos)
+	}
+	if !s.Exists["a"] || !s.Exists["b"] || len(s.Unread) != 0 {
+		t.Fatalf("exists %v unread %v", s.Exists, s.Unread)
+	}
+}

@@ -371,7 +371,7 @@ type queue struct {
 	deleted    bool
 	lastPurge  int64
 	// purges counts PurgeQueue calls (written under mu, read by
-	// dead-letter moves under their source's lock: see finishMoves).
+	// dead-letter moves under their source's lock: see insertCopies).
 	purges atomic.Uint64
 
 	msgs      map[uint64]*message
@@ -397,7 +397,7 @@ type queue struct {
 
 	// outbox holds dead-letter moves decided under the lock; unlock
 	// (Engine.unlock) writes them into their targets' memory.
-	outbox []move
+	outbox []pendingCopy
 
 	dedup      map[string]*dedupEntry
 	dedupOrder []*dedupEntry // in expiry order (the window is constant)

@@ -105,29 +105,25 @@ func (e *Engine) Abandon(queue string, handles []string) ([]error, error) {
 // else at Debug): a drop is data loss and must be visible. Only current,
 // in-flight leases are dropped; other handles are settled without effect.
 // Durable when it returns.
-func (e *Engine) Drop(queue string, handles []string) ([]error, error) {
-	q, err := e.lockQueue(queue)
-	if err != nil {
-		return nil, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
+func (e *Engine) Drop(name string, handles []string) ([]error, error) {
 	errs := make([]error, len(handles))
-	for i, h := range handles {
-		m, current, _, err := q.lookupLeaseLocked(h)
-		switch {
-		case err != nil:
-			errs[i] = err
-		case m == nil || !current || m.state != stateInFlight:
-			// Already settled (dead-lettered by a report, expired):
-			// nothing to drop.
-		default:
-			q.dropLocked(m, &b)
-			e.countDropLocked(q, m, ReasonTerminal) // rejected, with no target
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		for i, h := range handles {
+			m, current, _, err := q.lookupLeaseLocked(h)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case m == nil || !current || m.state != stateInFlight:
+				// Already settled (dead-lettered by a report,
+				// expired): nothing to drop.
+			default:
+				q.dropLocked(m, b)
+				e.countDropLocked(q, m, ReasonTerminal) // rejected, with no target
+			}
 		}
-	}
-	if err := e.commitUnlock(q, &b); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return errs, nil
@@ -146,14 +142,20 @@ func (e *Engine) countDropLocked(q *queue, m *message, reason string) {
 
 // returnLeases implements Requeue, Nack and Abandon.
 func (e *Engine) returnLeases(name string, handles []string, kind returnKind) ([]error, error) {
-	q, err := e.lockQueue(name)
+	errs := make([]error, len(handles))
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		e.returnLeasesLocked(q, handles, kind, errs, now, b)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(handles))
+	return errs, nil
+}
+
+// returnLeasesLocked returns (or dead-letters) each handle's delivery, one
+// error per handle in errs.
+func (e *Engine) returnLeasesLocked(q *queue, handles []string, kind returnKind, errs []error, now int64, b *store.Batch) {
 	limit := 0
 	if p := q.cfg.DeadLetter; p != nil {
 		limit = p.MaxReceiveCount
@@ -168,23 +170,19 @@ func (e *Engine) returnLeases(name string, handles []string, kind returnKind) ([
 		case m.state != stateInFlight:
 			errs[i] = ErrMessageNotInflight
 		case kind == returnAbandon && q.noteCrashLocked(m, now) && e.canDeadLetter(q):
-			e.quarantineLocked(q, m, now, &b)
+			e.quarantineLocked(q, m, now, b)
 		case kind == returnNack && q.cfg.UnknownFailure == UnknownDeadLetter && e.canDeadLetter(q):
-			e.deadLetterLocked(q, m, ReasonTerminal, now, &b)
+			e.deadLetterLocked(q, m, ReasonTerminal, now, b)
 		case limit > 0 && int(m.recvCount) >= limit:
-			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, &b)
+			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, b)
 		case m.ttlDue(now):
-			q.expireLocked(m, now, &b)
+			q.expireLocked(m, now, b)
 		default:
 			q.placeReturnedLocked(m, kind, now)
-			q.writeStateLocked(m, &b)
+			q.writeStateLocked(m, b)
 		}
 	}
-	q.enforceLimitsLocked(now, &b)
-	if err := e.commitUnlock(q, &b); err != nil {
-		return nil, err
-	}
-	return errs, nil
+	q.enforceLimitsLocked(now, b)
 }
 
 // placeReturnedLocked makes a returned in-flight message ready again where

@@ -135,7 +135,7 @@ func (e *Engine) SendMany(sends []QueueSend) ([]QueueSendResult, error) {
 // lock is released before any dead-letter copy they decided is inserted
 // (inserting takes the target's lock, which may be one of them).
 func (e *Engine) unlockAllAfter(qs []*queue, p store.Pending) {
-	var moves []move
+	var moves []pendingCopy
 	for _, q := range qs {
 		moves = append(moves, q.outbox...)
 		q.outbox = nil
@@ -151,5 +151,5 @@ func (e *Engine) unlockAllAfter(qs []*queue, p store.Pending) {
 			p = store.Done{Err: err}
 		}
 	}
-	_ = e.finishMoves(moves, p) // a failure fails the engine
+	_ = e.insertCopies(moves, p) // a failure fails the engine
 }

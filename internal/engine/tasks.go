@@ -185,7 +185,8 @@ func (e *Engine) checkMoveSpec(spec *MoveTaskSpec) error {
 	return nil
 }
 
-func (e *Engine) dryRunMove(spec MoveTaskSpec) (DryRun, error) {
+// DryRunMoveTask reports what StartMoveTask would move, and where.
+func (e *Engine) DryRunMoveTask(spec MoveTaskSpec) (DryRun, error) {
 	if err := e.checkMoveSpec(&spec); err != nil {
 		return DryRun{}, err
 	}
@@ -220,7 +221,10 @@ func newTaskID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (e *Engine) startMove(spec MoveTaskSpec) (MoveTask, error) {
+// StartMoveTask starts a redrive. Only one task may be active (RUNNING,
+// CANCELLING or PAUSED) per source. Tasks are persisted: after a restart a
+// RUNNING task resumes.
+func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
 	if err := e.checkMoveSpec(&spec); err != nil {
 		return MoveTask{}, err
 	}
@@ -339,7 +343,9 @@ func (e *Engine) findTask(id string) (*task, error) {
 	return tk, nil
 }
 
-func (e *Engine) cancelMove(id string) (MoveTask, error) {
+// CancelMoveTask cancels a RUNNING or PAUSED task; messages already moved
+// stay moved.
+func (e *Engine) CancelMoveTask(id string) (MoveTask, error) {
 	tk, err := e.findTask(id)
 	if err != nil {
 		return MoveTask{}, err
@@ -359,13 +365,9 @@ func (e *Engine) cancelMove(id string) (MoveTask, error) {
 	return e.snapshotTask(tk), nil
 }
 
-// pauseMove pauses a running task. A batch the task had already begun
-// when the pause arrived completes (its progress record carries the
-// pause); no batch begins after the pause is saved. pauseMove returns once
-// the pause is durable and that batch, if any, is over: after a pause's
-// OK no message of the task is between its source and its destination
-// (moved out of the source but not yet receivable in the destination).
-func (e *Engine) pauseMove(id string) (MoveTask, error) {
+// PauseMoveTask pauses a RUNNING task (an operator's pause); ResumeMoveTask
+// continues it.
+func (e *Engine) PauseMoveTask(id string) (MoveTask, error) {
 	tk, err := e.findTask(id)
 	if err != nil {
 		return MoveTask{}, err
@@ -385,7 +387,8 @@ func (e *Engine) pauseMove(id string) (MoveTask, error) {
 	return e.snapshotTask(tk), nil
 }
 
-func (e *Engine) resumeMove(id string) (MoveTask, error) {
+// ResumeMoveTask resumes a PAUSED task.
+func (e *Engine) ResumeMoveTask(id string) (MoveTask, error) {
 	tk, err := e.findTask(id)
 	if err != nil {
 		return MoveTask{}, err
@@ -409,7 +412,9 @@ func (e *Engine) resumeMove(id string) (MoveTask, error) {
 	return e.snapshotTask(tk), nil
 }
 
-func (e *Engine) listMoves(source string) ([]MoveTask, error) {
+// MoveTasks lists the tasks of a source, newest first (at most
+// MoveTasksKeptPerSource are kept).
+func (e *Engine) MoveTasks(source string) ([]MoveTask, error) {
 	if _, err := e.lookup(source); err != nil {
 		return nil, err
 	}
@@ -424,7 +429,8 @@ func (e *Engine) listMoves(source string) ([]MoveTask, error) {
 	return out, nil
 }
 
-func (e *Engine) getMove(id string) (MoveTask, error) {
+// GetMoveTask returns one task.
+func (e *Engine) GetMoveTask(id string) (MoveTask, error) {
 	e.tasks.mu.Lock()
 	tk := e.tasks.byID[id]
 	e.tasks.mu.Unlock()
@@ -575,7 +581,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	now := e.now()
 	var b store.Batch
 	q.advanceLocked(now, &b)
-	var moves []move
+	var moves []pendingCopy
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
 	// The source's cold part is loaded as the task reaches it, a window
 	// at a time (messages the filter leaves stay in memory, as loaded).
@@ -629,7 +635,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	// the batch that moved them is durable: never before (a consumer
 	// could receive and delete a copy that a power cut puts back in the
 	// DLQ), and never when its sync fails.
-	if err := e.finishMoves(moves, p); err != nil {
+	if err := e.insertCopies(moves, p); err != nil {
 		return len(moves), false, "storage failed"
 	}
 	e.noteDrain(tk, len(moves), fromNanos(now))
@@ -639,7 +645,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 // redriveOutLocked moves m from q into d as a new message: a new
 // MessageId, a fresh receive count and retention clock, at the back of d.
 // Its original id and the number of redrives travel in RedriveInfo.
-func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) move {
+func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) pendingCopy {
 	q.dropLocked(m, b)
 	orig, count := FormatID(m.id), 1
 	if m.ext != nil && m.ext.redrive != nil {
@@ -666,10 +672,10 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	if d.isFIFO {
 		n.dedupID = FormatID(id)
 	}
-	d.cold.addPending(n.seq) // not refilled before finishMoves inserts it
+	d.cold.addPending(n.seq) // not refilled before insertCopies inserts it
 	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
-	return move{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}
+	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}
 }
 
 // recoverMoveTasks loads task records. RUNNING tasks resume (their

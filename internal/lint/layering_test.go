@@ -13,8 +13,9 @@ import (
 const mod = "github.com/sluicemq/sluice/"
 
 // allowed is the layering as an allow-list: every package of the module
-// (cmd/, internal/, test/) is listed with the Sluice packages its non-test
-// files may import, relative to the module path. The standard library and
+// (cmd/, internal/, test/), and of the api module that `go list` reaches
+// through it, is listed with the Sluice packages its non-test files may
+// import, relative to the module path. The standard library and
 // third-party modules need no listing (but see banned). A package missing
 // from this table fails TestLayering, so a new package states its place in
 // the layering when it is added; an entry naming a package that no longer
@@ -36,7 +37,7 @@ var allowed = map[string][]string{
 
 	// Wiring: the one package that knows every other.
 	"internal/server": {
-		"internal/admin", "internal/alerts", "internal/amqp", "internal/auth/httpauth", "internal/auth/sigv4",
+		"api", "internal/admin", "internal/alerts", "internal/amqp", "internal/auth/httpauth", "internal/auth/sigv4",
 		"internal/buildinfo", "internal/clock", "internal/dashboard", "internal/engine", "internal/httpbody",
 		"internal/metrics", "internal/sqs", "internal/store", "internal/store/memstore", "internal/store/pebblestore",
 	},
@@ -54,17 +55,21 @@ var allowed = map[string][]string{
 
 	// Operator surfaces read the engine; never storage, server or a
 	// protocol front-end.
-	"internal/admin":     {"internal/advisor", "internal/auth/sigv4", "internal/clock", "internal/engine"},
+	"internal/admin":     {"api", "internal/advisor", "internal/auth/sigv4", "internal/clock", "internal/engine"},
 	"internal/advisor":   {"internal/engine"},
 	"internal/alerts":    {"internal/clock", "internal/engine"},
 	"internal/dashboard": {"internal/advisor", "internal/alerts", "internal/clock", "internal/engine"},
 	"internal/metrics":   {"internal/buildinfo", "internal/clock", "internal/engine"},
 
-	// Client side (the admin CLI). Importing internal/admin, a server-side
-	// package, for its JSON wire types is a known exception: issue 16
-	// item 4 moves the wire types shared by cli, worker and admin into
-	// one API package, and then this entry loses internal/admin.
-	"internal/cli":   {"internal/admin", "internal/advisor"},
+	// The JSON wire types of the HTTP API (/sluice/v1/), shared by the
+	// broker (admin), the CLI and the worker SDK. Its own module with no
+	// dependency, so it imports nothing of Sluice either
+	// (docs/adr/0011-wire-types-module.md).
+	"api": {},
+
+	// Client side (the admin CLI): the wire types, never the server-side
+	// admin package.
+	"internal/cli":   {"api", "internal/advisor"},
 	"internal/bench": {},
 	// Test support: starts real brokers through server, as cmd does;
 	// imported only by _test.go files.
@@ -85,6 +90,11 @@ var allowed = map[string][]string{
 	"internal/clock":             {},
 	"internal/buildinfo":         {},
 	"internal/lint":              {},
+
+	// Test support: a log sink safe for concurrent writes. No entry lists
+	// it, so only _test.go files (which this table does not check) may
+	// import it.
+	"internal/testlog": {},
 
 	// Test-only packages: all their code is in _test.go files.
 	"test/browser":       {},

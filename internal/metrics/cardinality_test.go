@@ -20,7 +20,7 @@ func TestQueueSeriesCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	m.Attach(eng)
+	m.Registry().MustRegister(m.QueueCollector(eng))
 	scrape := func() string {
 		rec := httptest.NewRecorder()
 		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

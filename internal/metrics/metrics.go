@@ -69,14 +69,14 @@ var (
 // failure reports produce).
 var initReasons = [...]string{engine.ReasonMaxReceives, engine.ReasonTerminal}
 
-// Metrics collects Sluice's metrics. It implements engine.Observer; pass it
-// (or Multi of it and other observers) as engine.Options.Observer, then
-// call Attach with the opened engine. All methods are safe for concurrent
-// use.
+// Metrics collects Sluice's metrics. It needs no engine: it implements
+// engine.Observer, so it is made first and passed (or Multi of it and
+// other observers) as engine.Options.Observer; then the collector of
+// QueueCollector, made with the opened engine, is registered in Registry.
+// All methods are safe for concurrent use.
 type Metrics struct {
 	reg *prometheus.Registry
 	clk clock.Clock
-	eng atomic.Pointer[engine.Engine]
 
 	sent, received, redelivered, deleted, expired *prometheus.CounterVec
 	deadLettered                                  *prometheus.CounterVec
@@ -121,9 +121,10 @@ func WithClock(clk clock.Clock) Option {
 	return func(m *Metrics) { m.clk = clk }
 }
 
-// New returns a Metrics with its own registry, holding Sluice's metrics and
-// the Go runtime and process collectors. Until Attach is called it exports
-// only what the Observer and ObserveSync feed it.
+// New returns a Metrics with its own registry, holding the store's sync
+// latency, HTTP requests, build information and the Go runtime and process
+// collectors. The per-queue metrics are exported once
+// Registry().MustRegister(m.QueueCollector(eng)) has been called.
 func New(opts ...Option) *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -172,8 +173,6 @@ func New(opts ...Option) *Metrics {
 		o(m)
 	}
 	m.reg.MustRegister(
-		queueCollector{m},
-		newTaskCollector(m),
 		m.http.vec,
 		m.walSync,
 		collectors.NewGoCollector(),
@@ -183,9 +182,32 @@ func New(opts ...Option) *Metrics {
 	return m
 }
 
-// Attach makes the per-queue gauges read eng at every scrape and enables
-// the removal of deleted queues' series. Call it once, after engine.Open.
-func (m *Metrics) Attach(eng *engine.Engine) { m.eng.Store(eng) }
+// QueueCollector returns the collector of the per-queue metrics: the
+// counters and histograms this Metrics records as eng's Observer, and the
+// gauges and redrive tasks read from eng at every scrape, which also drops
+// the series of deleted queues. Register it once, in Registry, after
+// engine.Open.
+func (m *Metrics) QueueCollector(eng *engine.Engine) prometheus.Collector {
+	return engineCollector{queueCollector{m, eng}, newTaskCollector(eng)}
+}
+
+// engineCollector is QueueCollector's collector: the queues' and the tasks'.
+type engineCollector struct {
+	queues queueCollector
+	tasks  taskCollector
+}
+
+// Describe implements prometheus.Collector.
+func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.queues.Describe(ch)
+	c.tasks.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.queues.Collect(ch)
+	c.tasks.Collect(ch)
+}
 
 // Registry returns the registry holding Sluice's metrics, for registering
 // more collectors (such as the alert manager's).
@@ -308,7 +330,10 @@ func (m *Metrics) prune(isGone func(queue string) bool) {
 // queueCollector is registered in place of the vectors, so that within one
 // scrape the pruning of deleted queues happens before the vectors are
 // collected, and the gauges are read from the engine.
-type queueCollector struct{ m *Metrics }
+type queueCollector struct {
+	m   *Metrics
+	eng *engine.Engine
+}
 
 func (c queueCollector) vectors() []prometheus.Collector {
 	m := c.m
@@ -330,9 +355,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 // with engine.GetQueue (constant time per queue, no message scan).
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
-	if eng := m.eng.Load(); eng != nil {
-		m.collectQueues(eng, ch)
-	}
+	m.collectQueues(c.eng, ch)
 	for _, v := range c.vectors() {
 		v.Collect(ch)
 	}
@@ -345,23 +368,11 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 	}
 	ch <- prometheus.MustNewConstMetric(m.storeFailed, prometheus.GaugeValue, failed)
 
-	names := eng.ListQueues("")
-	infos := make([]engine.QueueInfo, 0, len(names))
-	exists := make(map[string]bool, len(names))
+	// A queue the snapshot could not read (the store has failed, and
+	// sluice_store_failed says so) keeps its counters but has no gauges.
+	snap := eng.Snapshot()
+	infos, exists := snap.Infos, snap.Exists
 	dlqs := make(map[string]bool)
-	for _, name := range names {
-		info, err := eng.GetQueue(name)
-		if errors.Is(err, engine.ErrQueueNotFound) {
-			continue // deleted since ListQueues
-		}
-		exists[name] = true
-		if err != nil {
-			// The store has failed (sluice_store_failed says so): the
-			// queue keeps its counters but has no gauges.
-			continue
-		}
-		infos = append(infos, info)
-	}
 	for dlq := range eng.DeadLetterQueues() {
 		dlqs[dlq] = true
 	}

@@ -37,7 +37,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { e.Close() })
 	f.e = e
-	f.m.Attach(e)
+	f.m.Registry().MustRegister(f.m.QueueCollector(e))
 	f.srv = httptest.NewServer(f.m.Handler())
 	t.Cleanup(f.srv.Close)
 	return f
@@ -333,9 +333,25 @@ func TestDeletedQueueSeriesDisappear(t *testing.T) {
 	expect(t, fs, 1, "sluice_queue_dead_letter_target", "queue", "src", "target", "dlq")
 }
 
-func TestNotAttached(t *testing.T) {
+// TestCountsBeforeQueueCollector: what the Observer records before the
+// engine exists (during engine.Open, say) is exported once the queue
+// collector, made with the engine, is registered; before that the
+// per-queue series are not exported at all.
+func TestCountsBeforeQueueCollector(t *testing.T) {
 	m := New()
 	m.Sent("q", 2)
+	if got := testutilValue(t, m, "sluice_sent_total"); !math.IsNaN(got) {
+		t.Fatalf("sent exported without a queue collector: %v", got)
+	}
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if _, _, err := eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	m.Registry().MustRegister(m.QueueCollector(eng))
 	if got := testutilValue(t, m, "sluice_sent_total"); got != 2 {
 		t.Fatalf("sent %v", got)
 	}

@@ -127,9 +127,9 @@ func exportedNames(t *testing.T) map[string]bool {
 	m := New()
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		queueCollector{m}.Describe(ch)
+		m.QueueCollector(nil).Describe(ch) // Describe reads no engine
 		m.walSync.Describe(ch)
-		alerts.New(nil, alerts.DefaultOptions(), nil, nil).Collector().Describe(ch)
+		alerts.New(nil, nil, alerts.DefaultOptions(), nil, nil).Collector().Describe(ch)
 		close(ch)
 	}()
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)

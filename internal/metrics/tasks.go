@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // taskCollector exports the progress of redrive (move) tasks, read from
@@ -11,14 +13,14 @@ import (
 // with its source queue, id and status. A dashboard shows a running
 // redrive's progress as moved / to_move; an alert can watch for PAUSED.
 type taskCollector struct {
-	m                         *Metrics
+	eng                       *engine.Engine
 	moved, toMove, returnedTo *prometheus.Desc
 }
 
-func newTaskCollector(m *Metrics) taskCollector {
+func newTaskCollector(eng *engine.Engine) taskCollector {
 	labels := []string{"source", "task", "status"}
 	return taskCollector{
-		m:          m,
+		eng:        eng,
 		moved:      prometheus.NewDesc("sluice_redrive_task_moved_messages", "Messages a redrive task has moved so far.", labels, nil),
 		toMove:     prometheus.NewDesc("sluice_redrive_task_to_move_messages", "Messages a redrive task set out to move (fixed when it starts).", labels, nil),
 		returnedTo: prometheus.NewDesc("sluice_redrive_task_returned_messages", "Moved messages that came back to the dead-letter queue within the task's safety window.", labels, nil),
@@ -34,12 +36,8 @@ func (c taskCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c taskCollector) Collect(ch chan<- prometheus.Metric) {
-	eng := c.m.eng.Load()
-	if eng == nil {
-		return
-	}
-	for _, name := range eng.ListQueues("") {
-		tasks, err := eng.MoveTasks(name)
+	for _, name := range c.eng.ListQueues("") {
+		tasks, err := c.eng.MoveTasks(name)
 		if err != nil {
 			continue // deleted since ListQueues
 		}

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/api"
 )
 
 // Browser defences for the HTTP listener, needed even on the default
@@ -67,7 +67,7 @@ func (g *browserGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, "CrossOriginRequest", "cross-origin state-changing requests are refused")
 		return
 	}
-	if !safeMethod(r.Method) && strings.HasPrefix(r.URL.Path, admin.Prefix) && !jsonContent(r) {
+	if !safeMethod(r.Method) && strings.HasPrefix(r.URL.Path, api.Prefix) && !jsonContent(r) {
 		refuse(w, http.StatusUnsupportedMediaType, "UnsupportedMediaType",
 			"a "+r.Method+" to the admin API needs Content-Type: application/json")
 		return
@@ -97,7 +97,7 @@ func refuse(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(admin.ErrorBody{Error: admin.ErrorDetail{Code: code, Message: msg}})
+	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }
 
 func quoteClip(s string) string {

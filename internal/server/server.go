@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/amqp"
@@ -116,16 +117,15 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		opts.Build = buildinfo.Read("", "", "")
 		s.opts.Build = opts.Build
 	}
+	// Construction follows the dependencies: the engine's observers
+	// (metrics, the alerts' dead-letter arrivals, the dashboard's
+	// recorder) need no engine and are made first, since the engine
+	// reports to them from Open on; the store reports its syncs to
+	// metrics; then the engine; then what reads it (below).
 	s.metrics = metrics.New(metrics.WithClock(clk), metrics.WithBuildInfo(opts.Build), metrics.WithMaxQueueSeries(opts.MetricsMaxQueueSeries))
-	s.alerts = alerts.New(nil, opts.Alerts.options(), clk, log.With("component", "alerts"))
-	// The overview's DLQ growth column counts over the same window as the
-	// dlq_growth alert shown in its banner, so the two agree.
-	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
-	if w := opts.Alerts.options().DLQGrowthWindow; w > 0 {
-		dopts.GrowthWindow = w
-		dopts.History = max(w, 15*time.Minute)
-	}
-	s.dash = dashboard.New(nil, dopts)
+	alertOpts := opts.Alerts.options()
+	arrivals := alerts.NewArrivals(alertOpts, clk)
+	dashRec := dashboard.NewRecorder(clk)
 	switch {
 	case opts.InjectedStore != nil:
 		s.st = opts.InjectedStore
@@ -165,7 +165,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Store:            s.st,
 		Clock:            clk,
 		Logger:           log.With("component", "engine"),
-		Observer:         metrics.Multi(s.metrics, s.alerts.Observer(), s.dash.Observer()),
+		Observer:         metrics.Multi(s.metrics, arrivals, dashRec),
 		DeadLetterRouter: topo,
 		BodyMemoryBudget: opts.BodyMemoryBudget,
 		MaxQueues:        opts.MaxQueues,
@@ -180,9 +180,16 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.eng = eng
 	closers = append(closers, func() { _ = eng.Close() })
-	s.metrics.Attach(eng)
-	s.alerts.Attach(eng)
-	s.dash.Attach(eng)
+	s.metrics.Registry().MustRegister(s.metrics.QueueCollector(eng))
+	s.alerts = alerts.New(eng, arrivals, alertOpts, clk, log.With("component", "alerts"))
+	// The overview's DLQ growth column counts over the same window as the
+	// dlq_growth alert shown in its banner, so the two agree.
+	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
+	if w := alertOpts.DLQGrowthWindow; w > 0 {
+		dopts.GrowthWindow = w
+		dopts.History = max(w, 15*time.Minute)
+	}
+	s.dash = dashboard.New(eng, dashRec, dopts)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
 	if opts.Store != "memory" {
 		s.metrics.Registry().MustRegister(newDiskCollector(s))
@@ -286,7 +293,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
 	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest})
-	ops.Handle(admin.Prefix, adminH)
+	ops.Handle(api.Prefix, adminH)
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	ops.Handle("/ui/", s.dash)
@@ -312,7 +319,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /ready", s.ready)
-	mux.Handle(admin.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
+	mux.Handle(api.Prefix, guarded) // also /sluice/v1/alerts, /dashboard/, /advisor
 	mux.Handle("POST /sluice/v1/failures", s.failuresRoute(adminH, guarded, budget, clk))
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)

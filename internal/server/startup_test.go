@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,31 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/buildinfo"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The build named in Options reaches the startup log and sluice_build_info;
 // the log line names the dashboard URL, no data directory for the memory
@@ -43,7 +24,7 @@ func TestStartupLogAndBuildInfo(t *testing.T) {
 	o.Store = "memory"
 	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
 	o.Build = buildinfo.Info{Version: "v9.8.7", Commit: "0123456789abcdef", Date: "2026-11-24T15:00:00Z", GoVersion: "go1.26.0"}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	s, err := New(o, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	if err != nil {
 		t.Fatal(err)

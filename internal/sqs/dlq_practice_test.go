@@ -1,13 +1,11 @@
 package sqs_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store/memstore"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // Dead-letter practice contract over SQS, through aws-sdk-go-v2
@@ -179,7 +178,7 @@ func TestMoveTaskStopsWhenRefillExceedsDrain(t *testing.T) {
 // a maxReceiveCount outside 3–10, and logs a warning for each (DLQ-151,
 // DLQ-60); a sound configuration logs nothing.
 func TestCreationWarnings(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
 	if err != nil {
@@ -206,24 +205,6 @@ func TestCreationWarnings(t *testing.T) {
 	if !strings.Contains(s, "check=dlq_shared") || !strings.Contains(s, "check=max_receive_count") {
 		t.Fatalf("no warnings: %s", s)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestSluiceRetryBudget: over SQS, leases that run out count as retries:

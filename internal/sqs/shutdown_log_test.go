@@ -1,12 +1,10 @@
 package sqs_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,8 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store/memstore"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A long poll parked when the broker shuts down ends with 503
 // ServiceUnavailable, as before, but is not logged as an ERROR: every
@@ -47,7 +29,7 @@ func TestShutdownEndsLongPollWithoutErrorLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewServer(sluicesqs.New(eng, sluicesqs.Options{Clock: clk, Logger: log}))
 	defer srv.Close()

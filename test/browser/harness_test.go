@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/dashboard"
@@ -65,25 +66,21 @@ func startBroker(t *testing.T, withAlerts bool) *broker {
 func startBrokerWith(t *testing.T, withAlerts bool, extra map[string]http.Handler) *broker {
 	t.Helper()
 	dopts := dashboard.Options{SampleInterval: 500 * time.Millisecond, History: 15 * time.Minute, SparkWindow: 5 * time.Minute}
-	var am *alerts.Manager
-	if withAlerts {
-		ao := alerts.DefaultOptions()
-		ao.Interval = 250 * time.Millisecond
-		am = alerts.New(nil, ao, nil, nil)
-		dopts.Alerts = am
-	}
-	dash := dashboard.New(nil, dopts)
-	observers := []engine.Observer{dash.Observer()}
-	if am != nil {
-		observers = append(observers, am.Observer())
-	}
-	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: metrics.Multi(observers...)})
+	ao := alerts.DefaultOptions()
+	ao.Interval = 250 * time.Millisecond
+	rec, arrivals := dashboard.NewRecorder(nil), alerts.NewArrivals(ao, nil)
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Observer: metrics.Multi(rec, arrivals)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dash.Attach(eng)
+	var am *alerts.Manager
+	if withAlerts {
+		am = alerts.New(eng, arrivals, ao, nil, nil)
+		dopts.Alerts = am
+	}
+	dash := dashboard.New(eng, rec, dopts)
 	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.New(eng, admin.Options{}))
+	mux.Handle(api.Prefix, admin.New(eng, admin.Options{}))
 	mux.Handle("/ui/", dash)
 	mux.Handle("/sluice/v1/dashboard/", dash)
 	mux.Handle("/sluice/v1/advisor", dash)
@@ -93,7 +90,6 @@ func startBrokerWith(t *testing.T, withAlerts bool, extra map[string]http.Handle
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	if am != nil {
-		am.Attach(eng)
 		mux.Handle("/sluice/v1/alerts", am)
 		wg.Go(func() { am.Run(ctx) })
 	}
@@ -212,7 +208,7 @@ func (w *worker) run(ctx context.Context, t *testing.T) {
 }
 
 func (w *worker) fail(ctx context.Context, t *testing.T, handle string) {
-	body, _ := json.Marshal(admin.FailureReport{
+	body, _ := json.Marshal(api.FailureReport{
 		QueueURL: w.b.urls[w.queue], ReceiptHandle: handle,
 		ErrorClass: "SchemaError", ErrorMessage: "order v3: field 'customer_id' is missing",
 		Trace:      "Traceback (most recent call last):\n  File \"worker.py\", line 42, in handle\n    customer = order[\"customer_id\"]\nKeyError: 'customer_id'",

@@ -3,6 +3,7 @@ package httpauth
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/sluicemq/sluice/internal/testlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,23 +18,6 @@ const (
 	token    = "tok-0123456789abcdef-SECRET"
 	password = "correct horse battery staple"
 )
-
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // testHash is a cheap hash (tests need not pay 600,000 iterations).
 func testHash(t *testing.T, pw string) string {
@@ -51,9 +35,9 @@ type seen struct {
 	query string
 }
 
-func newServer(t *testing.T, opts Options) (*httptest.Server, *logBuf, *seen) {
+func newServer(t *testing.T, opts Options) (*httptest.Server, *testlog.Buffer, *seen) {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &testlog.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := &seen{}
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,6 @@
 package sigv4_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -30,6 +29,7 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store/memstore"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 const (
@@ -39,28 +39,10 @@ const (
 	account = "000000000000"
 )
 
-// logBuf collects log output safely across goroutines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type env struct {
 	t    *testing.T
 	srv  *httptest.Server
-	logs *logBuf
+	logs *testlog.Buffer
 	ctx  context.Context
 	// seen is the principal the wrapped handler last saw.
 	mu   sync.Mutex
@@ -71,7 +53,7 @@ type env struct {
 // logger and clock filled in when unset).
 func newEnv(t *testing.T, next http.Handler, opts sigv4.Options) *env {
 	t.Helper()
-	e := &env{t: t, logs: &logBuf{}}
+	e := &env{t: t, logs: &testlog.Buffer{}}
 	if opts.Credentials == nil {
 		opts.Credentials = []sigv4.Credentials{{AccessKeyID: akid, SecretAccessKey: secret, Account: account}}
 	}

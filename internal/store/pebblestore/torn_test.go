@@ -1,7 +1,6 @@
 package pebblestore
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -9,12 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // These tests damage the files of a store on the real disk and check what
@@ -24,28 +23,7 @@ import (
 // leaves behind (every write was synced, and pebble writes nothing in the
 // background at this size).
 
-// logBuffer collects a logger's output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func captureLogger() (*slog.Logger, *logBuffer) {
-	var b logBuffer
-	return slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug})), &b
-}
+func captureLogger() (*slog.Logger, *testlog.Buffer) { return testlog.New(slog.LevelDebug) }
 
 // tornKey and tornValue name the i-th key of batch n. Values are large
 // enough that the WAL spans several 32 KiB blocks.

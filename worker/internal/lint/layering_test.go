@@ -1,7 +1,9 @@
 // Package lint holds tests that enforce the worker module's layering: the
 // transports build on the worker core and the shared dlq package, never on
 // each other, and nothing imports the broker's module (the worker SDK is a
-// client; it talks to Sluice over the wire only).
+// client; it talks to Sluice over the wire only). The wire types themselves
+// are shared: github.com/sluicemq/sluice/api is a module of its own with no
+// dependency (docs/adr/0011-wire-types-module.md).
 package lint
 
 import (
@@ -17,7 +19,8 @@ const mod = "github.com/sluicemq/sluice/worker"
 // allowed lists every package of the worker module ("." is the module's
 // root package) with the worker packages its non-test files may import.
 // The standard library and third-party modules need no listing; the
-// broker's own module (github.com/sluicemq/sluice/...) is never allowed. A
+// broker's own module (github.com/sluicemq/sluice/...) is never allowed (the
+// wire-types module apiModule is not the broker's: see apiUsers). A
 // package missing from the table fails TestLayering.
 var allowed = map[string][]string{
 	".":           {},
@@ -32,6 +35,12 @@ var allowed = map[string][]string{
 	"cmd/sluice-dlq": {"dlq", "gcppubsub", "kafka", "natsjs", "redisstream"},
 	"internal/lint":  {},
 }
+
+// apiModule is the wire-types module, the one Sluice import the worker may
+// have; apiUsers lists the worker packages that may import it.
+const apiModule = "github.com/sluicemq/sluice/api"
+
+var apiUsers = []string{"."}
 
 // rel returns path relative to the worker module ("." for its root) and
 // whether it is in the module at all.
@@ -71,6 +80,10 @@ func TestLayering(t *testing.T) {
 			if ir, ok := rel(imp); ok {
 				if !slices.Contains(may, ir) {
 					t.Errorf("%s imports %s: not allowed by the layering table", pkg, imp)
+				}
+			} else if imp == apiModule {
+				if !slices.Contains(apiUsers, r) {
+					t.Errorf("%s imports %s: only %q may use the wire types (apiUsers)", pkg, imp, apiUsers)
 				}
 			} else if strings.HasPrefix(imp, "github.com/sluicemq/sluice/") || imp == "github.com/sluicemq/sluice" {
 				t.Errorf("%s imports %s: the worker SDK must not depend on the broker's module", pkg, imp)

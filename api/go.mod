@@ -1,0 +1,3 @@
+module github.com/sluicemq/sluice/api
+
+go 1.26

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"errors"
+	"sort"
+	"strings"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Queue-level operations of the engine's API: look up, list, delete and purge
+// queues, and the AMQP-style bulk operations on a queue's messages.
+
+// PurgeQueue deletes every message (visible, in flight and delayed) and
+// clears the FIFO deduplication cache. At most once per PurgeInterval:
+// otherwise ErrPurgeInProgress.
+func (e *Engine) PurgeQueue(name string) error {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	if q.lastPurge != 0 && now-q.lastPurge < int64(PurgeInterval) {
+		e.unlock(q)
+		return ErrPurgeInProgress
+	}
+	var b store.Batch
+	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
+	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
+	q.lastPurge = now
+	q.purges.Add(1)
+	q.clearMessagesLocked()
+	return e.commitUnlock(q, &b)
+}
+
+// ReleaseInFlight ends every lease of the queue now: in-flight messages
+// become visible again at once (no retry backoff), keeping their receive
+// counts. The AMQP front-end calls it at start-up: its deliveries' leases
+// last as long as the consumer timeout, but every AMQP connection died with
+// the previous process, so their unacknowledged messages must be requeued
+// at once, as RabbitMQ does. It returns how many were released; durable
+// when it returns.
+func (e *Engine) ReleaseInFlight(name string) (n int, err error) {
+	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		for _, m := range q.msgs {
+			if m.state != stateInFlight {
+				continue
+			}
+			m.visibleAt = now
+			m.parked = true
+			q.setStateLocked(m, stateVisible)
+			q.writeStateLocked(m, b)
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// PurgeReady deletes the queue's ready messages (visible and delayed, not
+// those in flight) with no rate limit, as AMQP's queue.purge does, and
+// returns how many. The deletes are durable when it returns.
+func (e *Engine) PurgeReady(name string) (n int, err error) {
+	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		for {
+			for _, m := range q.msgs {
+				if m.state == stateInFlight {
+					continue
+				}
+				q.dropLocked(m, b)
+				n++
+			}
+			if !q.cold.on || e.failed.Load() != nil {
+				break
+			}
+			// The cold backlog, a window at a time, so that memory
+			// holds at most a window (and what is in flight) while it
+			// runs.
+			q.refillLocked(now)
+			q.advanceLocked(now, b)
+		}
+		q.stats.deleted.Add(uint64(n))
+		return nil
+	})
+	return n, err
+}
+
+// GetQueue returns a snapshot of the queue's settings and counters.
+func (e *Engine) GetQueue(name string) (QueueInfo, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	defer e.unlock(q)
+	var b store.Batch
+	q.advanceLocked(e.now(), &b)
+	if b.Len() > 0 {
+		if _, err := e.write(&b, false); err != nil {
+			return QueueInfo{}, err
+		}
+	}
+	return q.infoLocked(), nil
+}
+
+// ListQueues returns the names of all queues starting with prefix, sorted.
+func (e *Engine) ListQueues(prefix string) []string {
+	e.mu.RLock()
+	names := make([]string, 0, len(e.queues))
+	for n := range e.queues {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	e.mu.RUnlock()
+	sort.Strings(names)
+	return names
+}
+
+// DeleteQueue removes the queue and all its messages. The name cannot be
+// reused for NameReuseDelay.
+func (e *Engine) DeleteQueue(name string) error { return e.removeQueue(name, true) }
+
+// removeQueue deletes a queue; block keeps its name from being reused for
+// NameReuseDelay (SQS semantics).
+func (e *Engine) removeQueue(name string, block bool) error {
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	q, err := e.lookup(name)
+	if err != nil {
+		return err
+	}
+	var b store.Batch
+	b.Delete(queueKey(name))
+	for _, p := range []byte{prefixMessage, prefixDedup, prefixSeq} {
+		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
+	}
+	p, err := e.write(&b, true)
+	if err == nil {
+		err = e.wait(p)
+	}
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	delete(e.queues, name)
+	if block {
+		e.deleted[name] = e.now()
+	}
+	e.mu.Unlock()
+	q.mu.Lock()
+	q.deleted = true
+	q.unaccountAllLocked()
+	q.wakeLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+// Snapshot is every queue's QueueInfo read in one pass, for the surfaces
+// that watch all queues (metrics, alerts, dashboard, advisor).
+type Snapshot struct {
+	// Infos are the queues that could be read, in name order.
+	Infos []QueueInfo
+	// Exists names every queue that existed when it was read, including
+	// those that could not be read. A queue deleted between the listing
+	// and its read is in neither.
+	Exists map[string]bool
+	// Unread names the queues that exist but could not be read: the store
+	// has failed (Failed says why). Their state is unknown, not empty.
+	Unread map[string]bool
+}
+
+// Snapshot reads every queue, one queue lock at a time (it is not an
+// atomic cut across queues: a message moving between two queues may be
+// counted in both or neither).
+func (e *Engine) Snapshot() Snapshot {
+	names := e.ListQueues("")
+	s := Snapshot{
+		Infos:  make([]QueueInfo, 0, len(names)),
+		Exists: make(map[string]bool, len(names)),
+		Unread: make(map[string]bool),
+	}
+	for _, name := range names {
+		info, err := e.GetQueue(name)
+		if errors.Is(err, ErrQueueNotFound) {
+			continue // deleted since the listing
+		}
+		s.Exists[name] = true
+		if err != nil {
+			s.Unread[name] = true
+			continue
+		}
+		s.Infos = append(s.Infos, info)
+	}
+	return s
+}
