@@ -3,6 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 CRASH_ITERATIONS ?= 200
 FAULTS_BUDGET ?= 5m
+CLUSTER_FAULTS_DURATION ?= 5m
 SOAK_DURATION ?= 10m
 SOAK_MESSAGES ?= 2000000
 # Go modules in this repository: the broker (root), the HTTP API's wire
@@ -13,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq fuzz crash faults soak perf release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq fuzz crash faults cluster-faults soak perf release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -99,6 +100,11 @@ crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
 
 faults: ## fault-injection tests (SIGKILL, SIGSTOP, power loss, EIO/ENOSPC, WAL bit flips) for FAULTS_BUDGET of load
 	SLUICE_FAULTS_BUDGET=$(FAULTS_BUDGET) $(GO) test -count=1 -timeout 60m -run . -v ./test/faults/
+
+cluster-faults: ## cluster fault harness (partitions, one-way, delay, kill -9, SIGSTOP): 3 nodes, 3 nodes FIFO, 5 nodes, CLUSTER_FAULTS_DURATION each (SLUICE_FAULT_SEED reproduces)
+	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=3 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
+	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=3 SLUICE_CLUSTER_FAULTS_FIFO=1 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
+	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 
 soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DURATION, drain, disk reclamation (writes ~2 GB; SLUICE_SOAK_DIR)
 	SLUICE_SOAK=1 SLUICE_SOAK_DURATION=$(SOAK_DURATION) SLUICE_SOAK_MESSAGES=$(SOAK_MESSAGES) $(GO) test -count=1 -run TestSoak -v -timeout 120m ./test/soak/

@@ -97,15 +97,16 @@ var allowed = map[string][]string{
 	"internal/testlog": {},
 
 	// Test-only packages: all their code is in _test.go files.
-	"test/browser":  {},
-	"test/cluster":  {},
-	"test/crash":    {},
-	"test/faults":   {},
-	"test/hostile":  {},
-	"test/interop":  {},
-	"test/perf":     {},
-	"test/scenario": {},
-	"test/soak":     {},
+	"test/browser":       {},
+	"test/cluster":       {},
+	"test/clusterfaults": {},
+	"test/crash":         {},
+	"test/faults":        {},
+	"test/hostile":       {},
+	"test/interop":       {},
+	"test/perf":          {},
+	"test/scenario":      {},
+	"test/soak":          {},
 }
 
 // banned maps a package prefix (relative to the module; it covers the

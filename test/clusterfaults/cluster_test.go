@@ -1,0 +1,495 @@
+package clusterfaults
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/cluster"
+	"github.com/sluicemq/sluice/test/crash"
+)
+
+const envBinary = "SLUICE_BIN" // the sluice binary (built by TestMain if unset)
+
+// TestMain builds the server once unless -short or SLUICE_BIN is set.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() || os.Getenv(envBinary) != "" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "sluice-clusterfaults-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin, err := crash.Build(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		_ = os.RemoveAll(dir) // exiting with the build error
+		os.Exit(1)
+	}
+	_ = os.Setenv(envBinary, bin) // read back by binary(); cannot fail for a valid name
+	code := m.Run()
+	_ = os.RemoveAll(dir) // a temp dir left behind changes no result
+	os.Exit(code)
+}
+
+// member is one node of the cluster: its process (replaced at each
+// restart) and the SQS client bound to its public listener.
+type member struct {
+	id   uint64
+	dir  string
+	raft string // its real Raft listener; peers reach it only through Links
+
+	mu     sync.Mutex
+	srv    *crash.Server     // nil while killed
+	client *sqs.Client       // bound to srv's public listener
+	urls   map[string]string // queue name → URL, asked through this node
+	paused bool              // SIGSTOPped
+}
+
+// current returns the node's process and client (nil while killed).
+func (m *member) current() (*crash.Server, *sqs.Client) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.srv, m.client
+}
+
+// queueURL returns the URL of queue as this node names it, asking the
+// node once per process.
+func (m *member) queueURL(ctx context.Context, queue string) (string, error) {
+	m.mu.Lock()
+	srv, client, u := m.srv, m.client, m.urls[queue]
+	m.mu.Unlock()
+	if u != "" {
+		return u, nil
+	}
+	if srv == nil {
+		return "", fmt.Errorf("node %d is down", m.id)
+	}
+	out, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	if m.srv == srv {
+		m.urls[queue] = aws.ToString(out.QueueUrl)
+	}
+	m.mu.Unlock()
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// testCluster is n sluice processes whose Raft links all pass through
+// Links: links[i][j] carries node i's messages to node j.
+type testCluster struct {
+	t       *testing.T
+	bin     string
+	nodes   []*member
+	links   [][]*Link
+	timeout time.Duration // SQS client request timeout
+}
+
+// reservePort binds 127.0.0.1:0 and closes it: a node's real Raft
+// address must be known before the Links and the peers' flags are made.
+// (Another process could take the port in between; on a test machine that
+// is rare and fails loudly at start.)
+func reservePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// startCluster starts size nodes with their Links and waits until every
+// node answers /health (through a leader).
+func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
+	t.Helper()
+	bin := os.Getenv(envBinary)
+	if bin == "" {
+		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
+	}
+	c := &testCluster{t: t, bin: bin, timeout: timeout}
+	for i := range size {
+		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: reservePort(t)})
+	}
+	c.links = make([][]*Link, size)
+	for i := range size {
+		c.links[i] = make([]*Link, size)
+		for j := range size {
+			if i == j {
+				continue
+			}
+			l, err := Listen(c.nodes[j].raft)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.links[i][j] = l
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range c.nodes {
+			m.mu.Lock()
+			if m.paused && m.srv != nil {
+				_ = syscall.Kill(m.srv.PID, syscall.SIGCONT) // so that SIGKILL ends it
+			}
+			if m.srv != nil {
+				_ = m.srv.Kill() // the test is over; its outcome is decided
+			}
+			m.mu.Unlock()
+		}
+		for _, row := range c.links {
+			for _, l := range row {
+				if l != nil {
+					_ = l.Close() // as above
+				}
+			}
+		}
+		if t.Failed() {
+			for _, m := range c.nodes {
+				t.Logf("node %d log:\n%s", m.id, crash.Tail(m.dir))
+			}
+		}
+	})
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = c.start(ctx, i) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+	return c
+}
+
+// peers is node i's --peers: itself at its real address, every other node
+// at the Link from i to it.
+func (c *testCluster) peers(i int) string {
+	var out []string
+	for j, m := range c.nodes {
+		addr := m.raft
+		if j != i {
+			addr = c.links[i][j].Addr()
+		}
+		out = append(out, fmt.Sprintf("%d=%s", m.id, addr))
+	}
+	return strings.Join(out, ",")
+}
+
+// start (re)starts node i on its data directory and waits for /health.
+func (c *testCluster) start(ctx context.Context, i int) error {
+	m := c.nodes[i]
+	srv, err := crash.Start(ctx, c.bin, m.dir, 60*time.Second,
+		"--node-id", strconv.FormatUint(m.id, 10), "--raft-listen", m.raft, "--peers", c.peers(i))
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.srv, m.client, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), map[string]string{}, false
+	m.mu.Unlock()
+	return nil
+}
+
+// kill SIGKILLs node i (SIGCONT first if paused) and marks it down.
+func (c *testCluster) kill(i int) error {
+	m := c.nodes[i]
+	m.mu.Lock()
+	srv, paused := m.srv, m.paused
+	m.srv, m.client, m.urls, m.paused = nil, nil, nil, false
+	m.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if paused {
+		_ = syscall.Kill(srv.PID, syscall.SIGCONT) // SIGKILL works on a stopped process too; this is tidiness
+	}
+	return srv.Kill()
+}
+
+// signal sends SIGSTOP or SIGCONT to node i.
+func (c *testCluster) signal(i int, sig syscall.Signal) error {
+	m := c.nodes[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.srv == nil {
+		return fmt.Errorf("node %d is down", m.id)
+	}
+	m.paused = sig == syscall.SIGSTOP
+	return syscall.Kill(m.srv.PID, sig)
+}
+
+// isolate sets every link from (out) and to (in) node i.
+func (c *testCluster) isolate(i int, out, in bool, mode Mode, delay time.Duration) {
+	for j := range c.nodes {
+		if j == i {
+			continue
+		}
+		if out {
+			c.links[i][j].Set(mode, delay)
+		}
+		if in {
+			c.links[j][i].Set(mode, delay)
+		}
+	}
+}
+
+// split sets mode on every link between a node with in[i] and one
+// without, both ways.
+func (c *testCluster) split(in []bool, mode Mode) {
+	for i := range c.nodes {
+		for j := range c.nodes {
+			if i != j && in[i] != in[j] {
+				c.links[i][j].Set(mode, 0)
+			}
+		}
+	}
+}
+
+// healLinks returns every Link to Pass without delay.
+func (c *testCluster) healLinks() {
+	for _, row := range c.links {
+		for _, l := range row {
+			if l != nil {
+				l.Heal()
+			}
+		}
+	}
+}
+
+// status reads node m's own GET /sluice/v1/cluster.
+func status(ctx context.Context, hc *http.Client, url string) (cluster.Report, error) {
+	var rep cluster.Report
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/sluice/v1/cluster", nil)
+	if err != nil {
+		return rep, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	if resp.StatusCode != http.StatusOK {
+		return rep, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return rep, json.NewDecoder(resp.Body).Decode(&rep)
+}
+
+// stable reports whether every node is up and names the same leader in
+// the same term, and that leader has advertised for it.
+func (c *testCluster) stable(ctx context.Context) (uint64, error) {
+	hc := &http.Client{Timeout: time.Second}
+	var leader, term uint64
+	for _, m := range c.nodes {
+		srv, _ := m.current()
+		if srv == nil {
+			return 0, fmt.Errorf("node %d is down", m.id)
+		}
+		rep, err := status(ctx, hc, srv.URL())
+		if err != nil {
+			return 0, fmt.Errorf("node %d: %v", m.id, err)
+		}
+		l := rep.Node.Leader
+		switch {
+		case l == 0:
+			return 0, fmt.Errorf("node %d knows no leader", m.id)
+		case leader != 0 && (l != leader || rep.Node.Term != term):
+			return 0, fmt.Errorf("node %d: leader %d term %d, others say %d term %d", m.id, l, rep.Node.Term, leader, term)
+		}
+		leader, term = l, rep.Node.Term
+		for _, p := range rep.Peers {
+			if p.ID == l && (p.Advertised == nil || p.Advertised.Term != term) {
+				return 0, fmt.Errorf("node %d: leader %d has not advertised for term %d", m.id, l, term)
+			}
+		}
+	}
+	return leader, nil
+}
+
+// awaitStable polls stable for up to d.
+func (c *testCluster) awaitStable(ctx context.Context, d time.Duration) (uint64, error) {
+	deadline := time.Now().Add(d)
+	for {
+		leader, err := c.stable(ctx)
+		if err == nil {
+			return leader, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("no stable leader after %v: %v", d, err)
+		}
+		sleepCtx(ctx, 50*time.Millisecond) // polling interval
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// observation is one answer of a node's /sluice/v1/cluster: the poll
+// began at start and was answered at end.
+type observation struct {
+	start, end time.Time
+	term       uint64
+	role       string
+	leader     uint64
+}
+
+// monitor polls every node's /sluice/v1/cluster and keeps every answer.
+// From them it checks that no term had two leaders, and bounds the term
+// that served a request (termBefore, termAfter).
+type monitor struct {
+	c    *testCluster
+	mu   sync.Mutex
+	obs  [][]observation // per node, in poll order (so by start and end)
+	errs int
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+}
+
+const pollInterval = 50 * time.Millisecond
+
+func (c *testCluster) startMonitor(ctx context.Context) *monitor {
+	ctx, stop := context.WithCancel(ctx)
+	mo := &monitor{c: c, obs: make([][]observation, len(c.nodes)), stop: stop}
+	for i, m := range c.nodes {
+		mo.wg.Add(1)
+		go func() {
+			defer mo.wg.Done()
+			hc := &http.Client{Timeout: 500 * time.Millisecond}
+			for ctx.Err() == nil {
+				if srv, _ := m.current(); srv != nil {
+					start := time.Now()
+					rep, err := status(ctx, hc, srv.URL())
+					end := time.Now()
+					mo.mu.Lock()
+					if err != nil {
+						mo.errs++
+					} else {
+						mo.obs[i] = append(mo.obs[i], observation{start: start, end: end, term: rep.Node.Term, role: rep.Node.Role, leader: rep.Node.Leader})
+					}
+					mo.mu.Unlock()
+				}
+				sleepCtx(ctx, pollInterval)
+			}
+		}()
+	}
+	return mo
+}
+
+// close stops the pollers.
+func (mo *monitor) close() {
+	mo.stop()
+	mo.wg.Wait()
+}
+
+// termBefore is a lower bound on the term of any node at t: the least,
+// over the nodes, of each node's last term observed by a poll answered
+// before t (0 for a node never observed). A node's term never decreases
+// (it is on disk), so whichever node served a request begun at t had at
+// least this term.
+func (mo *monitor) termBefore(t time.Time) uint64 {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	var low uint64
+	for i, seen := range mo.obs {
+		k := sort.Search(len(seen), func(k int) bool { return !seen[k].end.Before(t) })
+		var term uint64
+		if k > 0 {
+			term = seen[k-1].term
+		}
+		if i == 0 || term < low {
+			low = term
+		}
+	}
+	return low
+}
+
+// termAfter is an upper bound on the term of the leader that acknowledged
+// a durable write before t, or false when the polls cannot give one. A
+// leader of term T commits only on a majority of nodes already at term T
+// or later, so the first polls begun after t of any majority of the nodes
+// include one such node: the greatest term they saw bounds T.
+func (mo *monitor) termAfter(t time.Time) (uint64, bool) {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	var high uint64
+	n := 0
+	for _, seen := range mo.obs {
+		k := sort.Search(len(seen), func(k int) bool { return seen[k].start.After(t) })
+		if k < len(seen) {
+			n++
+			high = max(high, seen[k].term)
+		}
+	}
+	return high, n > len(mo.obs)/2
+}
+
+// leaderViolations lists every term for which two nodes said they led, or
+// nodes named two different leaders; and returns how many observations and
+// terms it judged.
+func (mo *monitor) leaderViolations() (viol []string, observations int, terms int) {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	return leaderViolations(mo.obs)
+}
+
+// leaderViolations judges per-node observations (see monitor): the
+// leaders of a term are the nodes that said they led in it and the leaders
+// any node named for it; there must be at most one.
+func leaderViolations(obs [][]observation) (viol []string, observations int, terms int) {
+	leaders := map[uint64]map[uint64]bool{} // term → leaders
+	for i, seen := range obs {
+		for _, o := range seen {
+			observations++
+			if leaders[o.term] == nil {
+				leaders[o.term] = map[uint64]bool{}
+			}
+			if o.role == "leader" {
+				leaders[o.term][uint64(i+1)] = true
+			}
+			if o.leader != 0 {
+				leaders[o.term][o.leader] = true
+			}
+		}
+	}
+	for term, set := range leaders {
+		if len(set) > 1 {
+			var ids []uint64
+			for id := range set {
+				ids = append(ids, id)
+			}
+			sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+			viol = append(viol, fmt.Sprintf("term %d: leaders %v", term, ids))
+		}
+	}
+	sort.Strings(viol)
+	return viol, observations, len(leaders)
+}

@@ -1,0 +1,226 @@
+package clusterfaults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment knobs. `make cluster-faults` sets the first two.
+const (
+	envDuration = "SLUICE_CLUSTER_FAULTS_DURATION" // time under load and faults (default 45s)
+	envNodes    = "SLUICE_CLUSTER_FAULTS_NODES"    // cluster size (default 3)
+	envSeed     = "SLUICE_FAULT_SEED"              // reproduce a run's random choices
+	envFIFO     = "SLUICE_CLUSTER_FAULTS_FIFO"     // 1: FIFO queues (default standard)
+	envDrain    = "SLUICE_CLUSTER_FAULTS_DRAIN"    // how long the drain may take (default 2m)
+)
+
+const defaultDuration = 45 * time.Second
+
+// settings reads the run's duration, size and seed (logged).
+func settings(t *testing.T) (time.Duration, int, uint64) {
+	t.Helper()
+	d := defaultDuration
+	if s := os.Getenv(envDuration); s != "" {
+		v, err := time.ParseDuration(s)
+		if err != nil || v <= 0 {
+			t.Fatalf("%s=%q: want a positive duration", envDuration, s)
+		}
+		d = v
+	}
+	n := 3
+	if s := os.Getenv(envNodes); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 3 || v%2 == 0 {
+			t.Fatalf("%s=%q: want an odd number, 3 or more", envNodes, s)
+		}
+		n = v
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(envSeed); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, s, err)
+		}
+		seed = v
+	}
+	t.Logf("%s=%d %s=%v %s=%d", envSeed, seed, envDuration, d, envNodes, n)
+	return d, n, seed
+}
+
+// fault is one injected fault: apply starts it, heal ends it.
+type fault struct {
+	kind  string // partition, one-way, delay, kill, kill-leader or pause
+	name  string
+	apply func() error
+	heal  func() error
+}
+
+// nextFault draws the k-th fault (from 0) for a cluster whose every node
+// is up and whose leader is leader (index into c.nodes). The first two are
+// always kill-leader and a partition of the leader, so that every run, even
+// a short one, loses a leader both ways; the rest are drawn from the RNG.
+func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader int) fault {
+	n := len(c.nodes)
+	i := rng.IntN(n)
+	id := c.nodes[i].id
+	mode := Blackhole
+	if rng.IntN(2) == 0 {
+		mode = Reset
+	}
+	healLinks := func() error { c.healLinks(); return nil }
+	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "pause"}
+	kind := kinds[rng.IntN(len(kinds))]
+	switch k {
+	case 0:
+		kind = "kill-leader"
+	case 1:
+		kind = "partition"
+	}
+	switch kind {
+	case "partition":
+		// A minority (one node of three; one or two of five) cut off from
+		// the rest, both ways; links inside each side stay up.
+		group := rng.Perm(n)[:1+rng.IntN((n-1)/2)]
+		if k == 1 {
+			group = []int{leader}
+		}
+		var ids []string
+		in := make([]bool, n)
+		for _, g := range group {
+			in[g] = true
+			ids = append(ids, strconv.FormatUint(c.nodes[g].id, 10))
+		}
+		return fault{kind, fmt.Sprintf("partition nodes {%s} from the others (%v)", strings.Join(ids, ","), mode),
+			func() error { c.split(in, mode); return nil }, healLinks}
+	case "one-way":
+		out := rng.IntN(2) == 0
+		dir := "its messages to the others"
+		if !out {
+			dir = "the others' messages to it"
+		}
+		return fault{kind, fmt.Sprintf("one-way partition of node %d: drop %s (%v)", id, dir, mode),
+			func() error { c.isolate(i, out, !out, mode, 0); return nil }, healLinks}
+	case "delay":
+		d := time.Duration(50+rng.IntN(400)) * time.Millisecond
+		return fault{kind, fmt.Sprintf("delay node %d's links both ways by %v", id, d),
+			func() error { c.isolate(i, true, true, Pass, d); return nil }, healLinks}
+	case "kill", "kill-leader":
+		if kind == "kill-leader" {
+			i, id = leader, c.nodes[leader].id
+		}
+		return fault{kind, fmt.Sprintf("%s: SIGKILL node %d, restart it", kind, id),
+			func() error { return c.kill(i) }, func() error { return c.start(ctx, i) }}
+	default: // pause
+		return fault{kind, fmt.Sprintf("SIGSTOP node %d, then SIGCONT", id),
+			func() error { return c.signal(i, syscall.SIGSTOP) }, func() error { return c.signal(i, syscall.SIGCONT) }}
+	}
+}
+
+// TestClusterFaults runs the workload through every node of a cluster
+// while a seeded schedule injects one fault at a time (held 1–5 s, healed,
+// then 1–2 s of calm once the cluster has a leader again), drains after
+// healing everything, and fails on any violation the Checker finds, on a
+// term with two leaders, and on a cluster that does not recover.
+func TestClusterFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of server processes under faults for tens of seconds")
+	}
+	dur, size, seed := settings(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
+	defer cancel()
+
+	c := startCluster(t, ctx, size, 8*time.Second)
+	leader, err := c.awaitStable(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo := c.startMonitor(ctx)
+	fifo := os.Getenv(envFIFO) == "1"
+	t.Logf("%s=%v", envFIFO, fifo)
+	w := newWorkload(c, strconv.FormatUint(seed%100000, 10), fifo)
+	if err := w.createQueues(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.start(ctx, rng)
+
+	var injected []string
+	kinds := map[string]int{}
+	end := time.Now().Add(dur)
+	sleepCtx(ctx, time.Second) // load before the first fault
+	for time.Now().Before(end) && ctx.Err() == nil {
+		f := c.nextFault(ctx, rng, len(injected), int(leader-1))
+		hold := time.Duration(1000+rng.IntN(4000)) * time.Millisecond
+		t.Logf("%s: %s for %v", time.Now().Format("15:04:05.000"), f.name, hold.Round(time.Millisecond))
+		if err := f.apply(); err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		w.ck.Fault()
+		injected = append(injected, f.name)
+		kinds[f.kind]++
+		sleepCtx(ctx, hold)
+		if err := f.heal(); err != nil {
+			t.Fatalf("healing %s: %v", f.name, err)
+		}
+		if leader, err = c.awaitStable(ctx, 30*time.Second); err != nil {
+			t.Errorf("after %s: %v", f.name, err)
+			break
+		}
+		sleepCtx(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
+	}
+
+	// Heal everything (the loop already did; a failed recovery may not
+	// have), then drain through any node.
+	c.healLinks()
+	for i, m := range c.nodes {
+		m.mu.Lock()
+		down, paused := m.srv == nil, m.paused
+		m.mu.Unlock()
+		if paused {
+			_ = c.signal(i, syscall.SIGCONT) // best effort: awaitStable judges
+		}
+		if down {
+			if err := c.start(ctx, i); err != nil {
+				t.Errorf("restart node %d: %v", m.id, err)
+			}
+		}
+	}
+	if _, err := c.awaitStable(ctx, 60*time.Second); err != nil {
+		t.Errorf("after healing: %v", err)
+	}
+	drainLimit := 2 * time.Minute
+	if s := os.Getenv(envDrain); s != "" {
+		// The mutation check shortens it: a broken broker never drains.
+		if drainLimit, err = time.ParseDuration(s); err != nil || drainLimit <= 0 {
+			t.Fatalf("%s=%q: want a positive duration", envDrain, s)
+		}
+	}
+	w.drain(t, ctx, drainLimit)
+	mo.close()
+
+	certain, deletes := w.settleCertainty(mo)
+	r := w.ck.Report()
+	viol, observations, terms := mo.leaderViolations()
+	t.Logf("%d nodes, %v under faults, %d faults injected %v", size, dur, len(injected), kinds)
+	t.Logf("%s; requests %d (errors %d); acknowledged deletes %d, of which %d proven in one term (checked for resurrection)",
+		r, w.ops.Load(), w.nerrs.Load(), deletes, certain)
+	t.Logf("leader per term: %d observations of /sluice/v1/cluster over %d terms (%d polls failed), %d violations",
+		observations, terms, mo.errs, len(viol))
+	t.Logf("errors (expected under faults): %s", w.errorSummary())
+	if r.Violations() > 0 {
+		t.Errorf("the checker found violations:\n%s", r.Details(10))
+	}
+	if len(viol) > 0 {
+		t.Errorf("more than one leader in a term:\n%s", strings.Join(viol, "\n"))
+	}
+	if r.Acked == 0 || len(injected) == 0 {
+		t.Errorf("acknowledged %d sends under %d faults: the run proves nothing", r.Acked, len(injected))
+	}
+}
