@@ -2,7 +2,7 @@
 // node serves any client, and the broker stays writable when a minority of
 // nodes dies.
 //
-// The design is in docs/adr/0011-replicated-store.md. Raft replicates the
+// The design is in docs/adr/0012-replicated-store.md. Raft replicates the
 // store's write batches (internal/cluster/raftstore); only the leader runs
 // an engine, a full in-process server.Server on the replicated store, with
 // its own listeners on port 0 of the host of this node's Raft address. Every
