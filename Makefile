@@ -39,7 +39,8 @@ test-race: ## the test suite under the race detector, every module
 	@for m in $(MODULES); do echo "== go test -race $$m"; (cd $$m && $(GO) test -count=1 -race -timeout 45m ./...) || exit 1; done
 
 # The packages where concurrency lives (engine, stores, the SQS, AMQP and
-# admin front-ends, the server's wiring, listeners and watchers, the shared
+# admin front-ends, the server's wiring, listeners and watchers, the cluster
+# node and its replicated store, the shared
 # body budget, alerts, dashboard sampler, metrics, the worker SDK's core),
 # under the race detector: what CI runs. `make test-race` is the whole
 # suite and takes far longer. -short is passed for tests that honour it;
@@ -47,7 +48,8 @@ test-race: ## the test suite under the race detector, every module
 # and 90 s of wall time on the project's 2-core machine, with the race
 # build cached; pebblestore is the slowest).
 RACE_PKGS        := ./internal/engine/ ./internal/store/... ./internal/amqp/ ./internal/sqs/ ./internal/admin/ \
-                    ./internal/server/ ./internal/httpbody/ ./internal/alerts/ ./internal/dashboard/ ./internal/metrics/
+                    ./internal/server/ ./internal/httpbody/ ./internal/alerts/ ./internal/dashboard/ ./internal/metrics/ \
+                    ./internal/cluster/...
 RACE_WORKER_PKGS := . ./dlq/ ./dedup/
 RACE_TIMEOUT     ?= 15m
 
