@@ -56,15 +56,17 @@ type deadLetterEvent struct {
 	age            time.Duration
 }
 
-// unlock releases q's lock, then publishes into their targets' memory the
-// copies that dead-letter moves decided under it, once the store has
-// synced everything written so far (a sync barrier; see insertCopies).
-// Every operation that may dead-letter (receive, failure reports, expiry,
-// overflow, requeue) writes its batch and then unlocks with it (or with
-// unlockAfter); one that fails after advanceLocked uses writeUnlock.
-func (e *Engine) unlock(q *queue) { e.unlockAfter(q, nil) }
+// unlockAndInsertCopies releases q's lock, then inserts into their targets'
+// memory the copies (dead letters, redrives: pendingCopy) decided under it,
+// once the store has synced everything written so far (a sync barrier; see
+// insertCopies). Every operation that may dead-letter (receive, failure
+// reports, expiry, overflow, requeue — anything that ran advanceLocked)
+// writes its batch and then unlocks with it (or with
+// unlockAndInsertCopiesAfter); one that fails after advanceLocked uses
+// writeUnlock.
+func (e *Engine) unlockAndInsertCopies(q *queue) { e.unlockAndInsertCopiesAfter(q, nil) }
 
-// unlockAfter is unlock for a caller whose batch, carrying q's moves, was
+// unlockAndInsertCopiesAfter is unlockAndInsertCopies for a caller whose batch, carrying q's moves, was
 // written durably as p: the copies wait for p instead of a barrier of
 // their own. A nil p means "the batch was written without a sync (or not
 // at all, after a failure)": a sync barrier is written.
@@ -72,7 +74,7 @@ func (e *Engine) unlock(q *queue) { e.unlockAfter(q, nil) }
 // The wait happens after q's lock is released, so it holds up only the
 // caller (a receive that dead-lettered answers after one fsync; the
 // timer goroutine waits for one before its next queue).
-func (e *Engine) unlockAfter(q *queue, p store.Pending) {
+func (e *Engine) unlockAndInsertCopiesAfter(q *queue, p store.Pending) {
 	out := q.outbox
 	q.outbox = nil
 	q.publishRoomLocked()
@@ -89,7 +91,7 @@ func (e *Engine) unlockAfter(q *queue, p store.Pending) {
 	_ = e.insertCopies(out, p) // a failure fails the engine
 }
 
-// writeUnlock is unlock for an operation that fails after advanceLocked
+// writeUnlock is unlockAndInsertCopies for an operation that fails after advanceLocked
 // (or anything else that may have dead-lettered into b): b is written
 // without a sync first, so the moves it carries are in the store before
 // the barrier that publishes them.
@@ -97,7 +99,7 @@ func (e *Engine) writeUnlock(q *queue, b *store.Batch) {
 	if b.Len() > 0 {
 		_, _ = e.write(b, false) // a failure fails the engine; the barrier then fails too
 	}
-	e.unlock(q)
+	e.unlockAndInsertCopies(q)
 }
 
 // canDeadLetter reports whether q has somewhere to send dead letters.
@@ -268,7 +270,7 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 			mv.target.mu.Lock()
 			mv.target.cold.donePending(mv.m.seq)
 			mv.target.room.release(mv.size)
-			e.unlock(mv.target)
+			e.unlockAndInsertCopies(mv.target)
 		}
 		return err
 	}
@@ -281,7 +283,7 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 			var b store.Batch
 			b.Set(messageKey(t.id, mv.m.seq, kindContent), encodeContent(mv.m))
 			rewrite, err := e.write(&b, true)
-			e.unlock(t)
+			e.unlockAndInsertCopies(t)
 			if err == nil {
 				err = e.wait(rewrite)
 			}
@@ -293,7 +295,7 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 		t.room.release(mv.size)
 		t.cold.donePending(mv.m.seq)
 		if failed != nil {
-			e.unlock(t)
+			e.unlockAndInsertCopies(t)
 			continue
 		}
 		if !t.deleted {
@@ -302,11 +304,11 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 			var b store.Batch
 			t.enforceLimitsLocked(e.now(), &b)
 			if b.Len() > 0 {
-				_, _ = e.write(&b, false) // a failure fails the engine; the barrier in unlock then fails too
+				_, _ = e.write(&b, false) // a failure fails the engine; the barrier in unlockAndInsertCopies then fails too
 			}
 			e.scheduleLocked(t)
 		}
-		e.unlock(t)
+		e.unlockAndInsertCopies(t)
 		if d := mv.dead; d != nil {
 			e.obs.DeadLettered(d.source, t.name, d.reason, d.age)
 		}

@@ -186,7 +186,7 @@ func (e *Engine) Browse(name string, f Filter, cursor uint64, limit int) (Page, 
 	if err != nil {
 		return Page{}, err
 	}
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	var b store.Batch
 	now := e.now()
 	q.advanceLocked(now, &b)

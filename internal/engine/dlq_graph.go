@@ -32,7 +32,7 @@ func (e *Engine) DeadLetterQueues() map[string][]string {
 				out[d.Target] = append(out[d.Target], q.name)
 			}
 		}
-		e.unlock(q)
+		e.unlockAndInsertCopies(q)
 	}
 	if t, ok := e.router.(DeadLetterTargeter); ok {
 		for _, src := range routed {

@@ -301,7 +301,7 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 	if err == nil {
 		e.scheduleLocked(q)
 	}
-	e.unlockAfter(q, p) // dead-letter copies in b are published once p is durable
+	e.unlockAndInsertCopiesAfter(q, p) // dead-letter copies in b are published once p is durable
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 // takes: lock the queue, bring it to now (advanceLocked: due timers,
 // expiries, refills), let fn change it into b, then write b durably,
 // release the lock (inserting any dead-letter copy the change decided,
-// once b is on disk: unlockAfter) and wait for the sync. When fn fails,
+// once b is on disk: unlockAndInsertCopiesAfter) and wait for the sync. When fn fails,
 // what the advance wrote is still written (without a sync) and fn's error
 // is returned; fn must not have changed memory it did not also write.
 func (e *Engine) update(name string, fn func(q *queue, now int64, b *store.Batch) error) error {
@@ -520,7 +520,7 @@ func (e *Engine) runScheduler() {
 // tick runs q's due timers.
 func (e *Engine) tick(q *queue, now int64) {
 	q.mu.Lock()
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	if q.schedAt != 0 && q.schedAt <= now {
 		q.schedAt = 0
 	}
@@ -755,7 +755,7 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	if q, _ := e.lookup(name); q != nil {
 		e.adminMu.Unlock()
 		q.mu.Lock()
-		defer e.unlock(q)
+		defer e.unlockAndInsertCopies(q)
 		return q.infoLocked(), false, nil
 	}
 	defer e.adminMu.Unlock()
@@ -801,7 +801,7 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	delete(e.deleted, name)
 	e.mu.Unlock()
 	q.mu.Lock()
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	return q.infoLocked(), true, nil
 }
 
@@ -822,7 +822,7 @@ func (e *Engine) updateQueue(name string, fn func(*QueueConfig) error) error {
 	if err != nil {
 		return err
 	}
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	cfg := cloneConfig(q.cfg)
 	if err := fn(&cfg); err != nil {
 		return err
@@ -862,7 +862,7 @@ func (e *Engine) tagQueue(name string, add map[string]string, remove []string) e
 	if err != nil {
 		return err
 	}
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	tags := cloneMap(q.tags)
 	if tags == nil {
 		tags = make(map[string]string)

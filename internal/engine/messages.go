@@ -299,7 +299,7 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 			// visible early and its receive count one lower, which
 			// at-least-once delivery allows.
 			if _, err := e.write(&b, false); err != nil {
-				e.unlock(q)
+				e.unlockAndInsertCopies(q)
 				return nil, err
 			}
 		}
@@ -316,7 +316,7 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 		case len(out) == 0 && !expired:
 			ch = q.waitChanLocked()
 		}
-		e.unlock(q)
+		e.unlockAndInsertCopies(q)
 		if len(out) > 0 {
 			return out, nil
 		}
@@ -342,7 +342,7 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 		}
 		q.mu.Lock()
 		if q.deleted {
-			e.unlock(q)
+			e.unlockAndInsertCopies(q)
 			return nil, ErrQueueNotFound
 		}
 	}

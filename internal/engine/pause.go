@@ -20,7 +20,7 @@ func (e *Engine) SetPaused(queue string, paused bool) error {
 		return err
 	}
 	q.wakeLocked()
-	e.unlock(q)
+	e.unlockAndInsertCopies(q)
 	e.log.Info("queue delivery resumed", "queue", queue)
 	return nil
 }

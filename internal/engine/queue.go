@@ -395,8 +395,8 @@ type queue struct {
 	// messages wholesale (purge, delete) can return them.
 	memHeld, memBody int64
 
-	// outbox holds dead-letter moves decided under the lock; unlock
-	// (Engine.unlock) writes them into their targets' memory.
+	// outbox holds the copies (pendingCopy) decided under the lock;
+	// Engine.unlockAndInsertCopies inserts them into their targets' memory.
 	outbox []pendingCopy
 
 	dedup      map[string]*dedupEntry

@@ -21,7 +21,7 @@ func (e *Engine) PurgeQueue(name string) error {
 	}
 	now := e.now()
 	if q.lastPurge != 0 && now-q.lastPurge < int64(PurgeInterval) {
-		e.unlock(q)
+		e.unlockAndInsertCopies(q)
 		return ErrPurgeInProgress
 	}
 	var b store.Batch
@@ -91,7 +91,7 @@ func (e *Engine) GetQueue(name string) (QueueInfo, error) {
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	var b store.Batch
 	q.advanceLocked(e.now(), &b)
 	if b.Len() > 0 {

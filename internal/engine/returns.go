@@ -311,7 +311,7 @@ func (e *Engine) LeaseEnd(queue, handle string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	m, current, _, err := q.lookupLeaseLocked(handle)
 	switch {
 	case err != nil:

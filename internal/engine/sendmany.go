@@ -131,7 +131,7 @@ func (e *Engine) SendMany(sends []QueueSend) ([]QueueSendResult, error) {
 	return out, nil
 }
 
-// unlockAllAfter is unlockAfter for several queues locked together: every
+// unlockAllAfter is unlockAndInsertCopiesAfter for several queues locked together: every
 // lock is released before any dead-letter copy they decided is inserted
 // (inserting takes the target's lock, which may be one of them).
 func (e *Engine) unlockAllAfter(qs []*queue, p store.Pending) {

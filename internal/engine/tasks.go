@@ -194,7 +194,7 @@ func (e *Engine) DryRunMoveTask(spec MoveTaskSpec) (DryRun, error) {
 	if err != nil {
 		return DryRun{}, err
 	}
-	defer e.unlock(q)
+	defer e.unlockAndInsertCopies(q)
 	out := DryRun{ByDestination: map[string]int{}}
 	count := func(m *message) {
 		out.Total++
@@ -238,7 +238,7 @@ func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
 	upTo := q.nextSeq.Load()
 	toMove := len(q.candidatesLocked(&spec.Filter, upTo))
 	err = q.coldCandidatesLocked(&spec.Filter, upTo, e.now(), false, func(*message) { toMove++ })
-	e.unlock(q)
+	e.unlockAndInsertCopies(q)
 	if err != nil {
 		return MoveTask{}, err
 	}
@@ -575,7 +575,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	running := tk.Status == TaskRunning
 	e.tasks.mu.Unlock()
 	if !running {
-		e.unlock(q)
+		e.unlockAndInsertCopies(q)
 		return 0, false, ""
 	}
 	now := e.now()
@@ -630,7 +630,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 		p = store.Done{Err: err}
 	}
 	e.scheduleLocked(q)
-	e.unlockAfter(q, p)
+	e.unlockAndInsertCopiesAfter(q, p)
 	// The moved copies become receivable in their destinations only once
 	// the batch that moved them is durable: never before (a consumer
 	// could receive and delete a copy that a power cut puts back in the
