@@ -33,8 +33,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +44,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -486,7 +489,7 @@ func (n *Node) routes() http.Handler {
 		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
-			unavailable(w, "the leader could not be reached; retry")
+			unavailable(w, r, "the leader could not be reached; retry")
 		},
 	}
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -494,7 +497,7 @@ func (n *Node) routes() http.Handler {
 		ad, _, err := n.route(ctx)
 		cancel()
 		if err != nil {
-			unavailable(w, "no cluster leader is serving yet; retry")
+			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}
 		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
@@ -511,13 +514,30 @@ func (n *Node) routes() http.Handler {
 
 type targetKey struct{}
 
-// unavailable answers 503, which SDKs retry, in the admin API's error
-// shape.
-func unavailable(w http.ResponseWriter, msg string) {
-	w.Header().Set("Content-Type", "application/json")
+// unavailable answers 503 with Retry-After, which SDKs retry, in the shape
+// the request's API uses: an SQS JSON error (x-amzn-query-error, __type) for
+// the JSON protocol, an SQS Query ErrorResponse for form requests, and the
+// admin API's error object for /sluice/ paths, so that clients report
+// ServiceUnavailable rather than an unknown error.
+func unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 	w.Header().Set("Retry-After", "1")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "ServiceUnavailable", "message": msg}}) // a client gone cannot be told
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/sluice/"):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "ServiceUnavailable", "message": msg}}) // a client gone cannot be told
+	case r.Header.Get("X-Amz-Target") != "" || strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-amz-json"):
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("x-amzn-query-error", "ServiceUnavailable;Receiver")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#ServiceUnavailable", "message": msg}) // a client gone cannot be told
+	default:
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		var b strings.Builder
+		_ = xml.EscapeText(&b, []byte(msg))                                                                                                                                                                                                 // a strings.Builder does not fail
+		_, _ = io.WriteString(w, "<ErrorResponse><Error><Type>Receiver</Type><Code>ServiceUnavailable</Code><Message>"+b.String()+"</Message><Detail/></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>") // a client gone cannot be told
+	}
 }
 
 func writeReadyFile(path, httpAddr, amqpAddr string) error {

@@ -256,3 +256,31 @@ func TestSigV4ThroughTheNode(t *testing.T) {
 		t.Fatalf("wrongly signed request: %v, want SignatureDoesNotMatch", err)
 	}
 }
+
+// TestNoLeaderAnswersInTheRequestsShape: the 503 a node gives while there
+// is no leader is an SQS error the client understands: aws-sdk-go-v2
+// (JSON protocol) reports ServiceUnavailable, not an unknown error, and a
+// Query request gets an ErrorResponse with that code.
+func TestNoLeaderAnswersInTheRequestsShape(t *testing.T) {
+	n := lonelyNode(t, 100*time.Millisecond)
+	cli := sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String("http://" + n.HTTPAddr()),
+		Credentials:  credentials.NewStaticCredentialsProvider("x", "x", ""),
+		Retryer:      aws.NopRetryer{},
+	})
+	_, err := cli.ListQueues(context.Background(), &sqs.ListQueuesInput{})
+	var ae interface{ ErrorCode() string }
+	if !errors.As(err, &ae) || ae.ErrorCode() != "ServiceUnavailable" {
+		t.Fatalf("SDK error %v; want the code ServiceUnavailable", err)
+	}
+	resp, err := http.Post("http://"+n.HTTPAddr()+"/", "application/x-www-form-urlencoded", strings.NewReader("Action=ListQueues&Version=2012-11-05"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body) // a short read shows in the check below
+	_ = resp.Body.Close()            // only the body matters
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "<Code>ServiceUnavailable</Code>") {
+		t.Fatalf("Query request: %d %s", resp.StatusCode, body)
+	}
+}
