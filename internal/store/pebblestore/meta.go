@@ -31,36 +31,7 @@ type Meta struct {
 // describe can never disagree after a crash. Meta records are invisible to
 // Scan and Get and unreachable by batch operations; GetMeta reads them.
 func (s *Store) WriteMeta(b *store.Batch, meta []Meta, durable bool) (store.Pending, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, store.ErrClosed
-	}
-	if err := s.failure(); err != nil {
-		return nil, err
-	}
-	pb := s.db.NewBatchWithSize(b.Size() + 16*b.Len() + 16)
-	if err := fill(pb, b); err != nil {
-		_ = pb.Close()
-		return nil, s.fail(err)
-	}
-	for _, m := range meta {
-		if err := pb.Set([]byte(metaPrefix+m.Name), m.Value, nil); err != nil {
-			_ = pb.Close()
-			return nil, s.fail(err)
-		}
-	}
-	if pb.Empty() {
-		_ = pb.LogData(nil, nil)
-	}
-	if err := s.apply(pb, durable); err != nil {
-		return nil, err
-	}
-	if !durable {
-		_ = pb.Close()
-		return store.Done{}, nil
-	}
-	return &pending{s: s, b: pb}, nil
+	return s.write(b, meta, durable)
 }
 
 // GetMeta returns a copy of the meta record name, or store.ErrNotFound.

@@ -271,6 +271,12 @@ func (s *Store) checkFormat() error {
 // an unknown operation kind, or one that sets or deletes a reserved key, is
 // rejected whole. Any error except store.ErrClosed fails the store.
 func (s *Store) Write(b *store.Batch, durable bool) (store.Pending, error) {
+	return s.write(b, nil, durable)
+}
+
+// write is Write with the store's own meta records (WriteMeta) set in the
+// same pebble batch.
+func (s *Store) write(b *store.Batch, meta []Meta, durable bool) (store.Pending, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -283,6 +289,12 @@ func (s *Store) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	if err := fill(pb, b); err != nil {
 		_ = pb.Close()
 		return nil, s.fail(err)
+	}
+	for _, m := range meta {
+		if err := pb.Set([]byte(metaPrefix+m.Name), m.Value, nil); err != nil {
+			_ = pb.Close()
+			return nil, s.fail(err)
+		}
 	}
 	if !durable {
 		if pb.Empty() {
