@@ -42,7 +42,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -210,7 +209,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("sluice cluster node started", "node_id", n.opts.Cluster.NodeID, "http", n.HTTPAddr(), "amqp", n.AMQPAddr(),
 		"raft", n.opts.Cluster.Self().Raft, "peers", len(n.opts.Cluster.Peers), "data_dir", n.opts.DataDir)
 	if n.opts.ReadyFile != "" {
-		if err := writeReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr()); err != nil {
+		if err := server.WriteReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr()); err != nil {
 			n.log.Error("cannot write ready file", "err", err)
 		}
 	}
@@ -538,13 +537,4 @@ func unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 		_ = xml.EscapeText(&b, []byte(msg))                                                                                                                                                                                                 // a strings.Builder does not fail
 		_, _ = io.WriteString(w, "<ErrorResponse><Error><Type>Receiver</Type><Code>ServiceUnavailable</Code><Message>"+b.String()+"</Message><Detail/></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>") // a client gone cannot be told
 	}
-}
-
-func writeReadyFile(path, httpAddr, amqpAddr string) error {
-	data, _ := json.Marshal(map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()})
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

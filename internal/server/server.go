@@ -429,7 +429,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
-		if err := writeReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
+		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
 		}
 	}
@@ -520,7 +520,10 @@ func (s *Server) Close() {
 	}
 }
 
-func writeReadyFile(path, httpAddr, amqpAddr string) error {
+// WriteReadyFile writes, atomically (a temporary file renamed into place),
+// the JSON {"sqs":…,"amqp":…,"pid":…} that tests and scripts read to find a
+// broker started on port 0. Cluster nodes write theirs with it too.
+func WriteReadyFile(path, httpAddr, amqpAddr string) error {
 	data, _ := json.Marshal(map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()})
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
