@@ -101,8 +101,9 @@ type Node struct {
 	changed chan struct{}  // closed and replaced whenever routing may have changed
 	local   *Advertisement // this node's server while it leads and serves
 	relays  map[*relay]struct{}
-	perIP   map[string]int
-	done    bool // Run has begun shutting down: no new relays
+	perIP   map[string]int // relayed AMQP connections per client IP
+	relayed int            // their sum
+	done    bool           // Run has begun shutting down: no new relays
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func reservePorts(t *testing.T, n int) []string {
 
 // lonelyNode starts node 1 of a three-node group whose other members never
 // start: it can never have a leader.
-func lonelyNode(t *testing.T, hold time.Duration) *Node {
+func lonelyNode(t *testing.T, hold time.Duration, mods ...func(*server.Options)) *Node {
 	t.Helper()
 	raft := reservePorts(t, 3)
 	o := server.DefaultOptions()
@@ -51,6 +52,9 @@ func lonelyNode(t *testing.T, hold time.Duration) *Node {
 	o.SQSListen = "127.0.0.1:0"
 	o.AMQPListen = "127.0.0.1:0"
 	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}}
+	for _, mod := range mods {
+		mod(&o)
+	}
 	n, err := New(Options{Server: o, HoldTimeout: hold, TickInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -282,5 +286,50 @@ func TestNoLeaderAnswersInTheRequestsShape(t *testing.T) {
 	_ = resp.Body.Close()            // only the body matters
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "<Code>ServiceUnavailable</Code>") {
 		t.Fatalf("Query request: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestRelayRefusesPastThePerIPCap: a node relays at most
+// amqp_max_connections_per_ip AMQP connections from one address; the next
+// one is closed at accept (docs/security.md), while those admitted wait for
+// a leader.
+func TestRelayRefusesPastThePerIPCap(t *testing.T) {
+	n := lonelyNode(t, time.Minute, func(o *server.Options) { o.AMQPMaxConnectionsPerIP = 2 })
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close() // the test is over
+		}
+	}()
+	for range 2 {
+		c, err := net.Dial("tcp", n.AMQPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	// The two admitted connections are counted before a third is accepted:
+	// wait until the node holds both.
+	poll.CheckFor(t, 10*time.Second, poll.True("two relayed connections held", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.relayed == 2
+	}))
+	c, err := net.Dial("tcp", n.AMQPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, c)
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("third connection from one address: read %v, want it closed at accept", err)
+	}
+	n.mu.Lock()
+	relayed := n.relayed
+	n.mu.Unlock()
+	if relayed != 2 {
+		t.Fatalf("relayed %d after the refusal, want 2", relayed)
 	}
 }

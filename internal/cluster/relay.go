@@ -66,20 +66,18 @@ func (n *Node) admit(ip string) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	total := 0
-	for _, c := range n.perIP {
-		total += c
-	}
-	if n.done || total >= MaxRelayedAMQP || (perIP > 0 && n.perIP[ip] >= perIP) {
+	if n.done || n.relayed >= MaxRelayedAMQP || (perIP > 0 && n.perIP[ip] >= perIP) {
 		return false
 	}
 	n.perIP[ip]++
+	n.relayed++
 	return true
 }
 
 func (n *Node) release(ip string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.relayed--
 	if n.perIP[ip]--; n.perIP[ip] <= 0 {
 		delete(n.perIP, ip)
 	}
