@@ -188,74 +188,35 @@ func (q *queue) refillLocked(now int64) int {
 	}
 	e := q.eng
 	var (
-		cur        *message
-		curGroup   string
-		curLen     int
 		loaded     int   // messages read
 		loadedB    int64 // their content records' bytes (coldPart.bytes)
 		loadedBody int64 // their bodies' bytes (the window's bound)
 		visited    int
-		next       = q.cold.from
-		stopped    bool
 		restored   []*message
 		groups     []string
 	)
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		restored = append(restored, cur)
-		groups = append(groups, curGroup)
-		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
-		loadedB += int64(curLen)
-		loaded++
-		cur = nil
-	}
-	start := messageKey(q.id, q.cold.from, kindContent)
-	end := qidPrefix(prefixMessage, q.id+1)
-	err := e.st.ScanRange(start, end, func(k, v []byte) error {
-		if len(k) != 14 {
-			return fmt.Errorf("%w: message key %x", errCorrupt, k)
-		}
-		seq := binary.BigEndian.Uint64(k[5:])
-		switch k[13] {
-		case kindContent:
-			flush()
+	next, stopped, err := q.scanRecords(messageKey(q.id, q.cold.from, kindContent), qidPrefix(prefixMessage, q.id+1), recordScan{
+		content: func(seq uint64) (skip, stop bool) {
 			if e.windowFull(loaded, loadedBody) || visited >= 4*max(e.window, 1) {
-				next, stopped = seq, true
-				return store.ErrStopScan
+				return false, true
 			}
 			visited++
-			next = seq + 1
-			if q.notColdLocked(seq) {
-				return nil // hot, dropped, or a move's copy on its way in
-			}
-			cur = &message{seq: seq}
-			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
-			g, err := decodeContentBody(cur, v, keep)
-			if err != nil {
-				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
-			}
-			curGroup, curLen = g, len(v)
-			cur.stateRec = stateRecNone // until a state record shows up (see recover)
-		case kindState:
-			next = seq + 1
-			if cur != nil && cur.seq == seq {
-				if err := decodeState(cur, v); err != nil {
-					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
-				}
-				cur.stateRec = stateRecUnknown
-			}
-		default:
-			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
-		}
-		return nil
+			return q.notColdLocked(seq), false // hot, dropped, or a move's copy on its way in
+		},
+		keepBody: e.keepBodies,
+		message: func(m *message, group string, contentLen int) error {
+			restored = append(restored, m)
+			groups = append(groups, group)
+			loadedBody += int64(max(m.bodyLen, int32(len(m.body))))
+			loadedB += int64(contentLen)
+			loaded++
+			return nil
+		},
 	})
 	if err != nil {
 		_ = e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
 		return 0
 	}
-	flush()
 	for i, m := range restored {
 		q.restoreLocked(m, groups[i], now)
 	}
@@ -289,35 +250,26 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 		return nil
 	}
 	e := q.eng
-	v, err := e.st.Get(messageKey(q.id, seq, kindContent))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // deleted
-	}
+	var m *message
+	var group string
+	var contentLen int
+	_, _, err := q.scanRecords(messageKey(q.id, seq, kindContent), messageKey(q.id, seq+1, kindContent), recordScan{
+		keepBody: e.keepBodies,
+		message: func(found *message, g string, n int) error {
+			m, group, contentLen = found, g, n
+			return nil
+		},
+	})
 	if err != nil {
 		_ = e.fail(fmt.Errorf("reading cold message %d of queue %q: %w", seq, q.name, err))
 		return nil
 	}
-	m := &message{seq: seq}
-	keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
-	g, err := decodeContentBody(m, v, keep)
-	if err != nil {
-		_ = e.fail(fmt.Errorf("message %d of queue %q: %w", seq, q.name, err))
-		return nil
-	}
-	sv, err := e.st.Get(messageKey(q.id, seq, kindState))
-	switch {
-	case err == nil:
-		err = decodeState(m, sv)
-	case errors.Is(err, store.ErrNotFound):
-		err = nil
-	}
-	if err != nil {
-		_ = e.fail(fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err))
-		return nil
+	if m == nil {
+		return nil // deleted
 	}
 	q.cold.n--
-	q.cold.bytes -= int64(len(v))
-	q.restoreLocked(m, g, e.now())
+	q.cold.bytes -= int64(contentLen)
+	q.restoreLocked(m, group, e.now())
 	return m
 }
 
@@ -325,10 +277,11 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 // durable (insertCopies): into memory, or, when the queue is cold or its
 // window is full, into the cold count (its record is already written).
 // A copy whose number a refill has already passed (it skipped it while
-// pending) goes into memory: the refill will not come back for it.
-func (q *queue) insertMovedLocked(m *message, groupID string) {
+// pending) goes into memory: the refill will not come back for it. recLen
+// is the length of the content record the copy's batch wrote.
+func (q *queue) insertMovedLocked(m *message, groupID string, recLen int) {
 	if q.goesColdLocked(m) && (!q.cold.on || m.seq >= q.cold.from) {
-		q.addColdLocked(m.seq, len(encodeContent(m)))
+		q.addColdLocked(m.seq, recLen)
 		return
 	}
 	m.group = q.groupLocked(groupID)
@@ -348,59 +301,23 @@ func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m
 	if !q.cold.on {
 		return nil
 	}
-	e := q.eng
-	var cur *message
-	var curLen int
-	emit := func() error {
-		if cur == nil {
-			return nil
-		}
-		m := cur
-		cur = nil
-		m.state = restoredState(m, now)
-		return fn(m, curLen)
-	}
-	start := messageKey(q.id, max(after+1, q.cold.from), kindContent)
-	err := e.st.ScanRange(start, qidPrefix(prefixMessage, q.id+1), func(k, v []byte) error {
-		if len(k) != 14 {
-			return fmt.Errorf("%w: message key %x", errCorrupt, k)
-		}
-		seq := binary.BigEndian.Uint64(k[5:])
-		switch k[13] {
-		case kindContent:
-			if err := emit(); err != nil {
-				return err
-			}
-			if q.notColdLocked(seq) {
-				return nil
-			}
-			m := &message{seq: seq}
-			g, err := decodeContentBody(m, v, keepBody)
-			if err != nil {
-				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
-			}
+	_, _, err := q.scanRecords(messageKey(q.id, max(after+1, q.cold.from), kindContent), qidPrefix(prefixMessage, q.id+1), recordScan{
+		content:  func(seq uint64) (skip, stop bool) { return q.notColdLocked(seq), false },
+		keepBody: func() bool { return keepBody },
+		message: func(m *message, g string, contentLen int) error {
 			m.group = &group{id: g}
 			if keepBody {
 				m.bodyLen = int32(len(m.body))
 			}
-			cur, curLen = m, len(v)
-		case kindState:
-			if cur != nil && cur.seq == seq {
-				if err := decodeState(cur, v); err != nil {
-					return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
-				}
-			}
-		}
-		return nil
+			m.state = restoredState(m, now)
+			return fn(m, contentLen)
+		},
 	})
-	if err == nil {
-		err = emit()
-	}
 	if errors.Is(err, store.ErrStopScan) {
 		return nil
 	}
 	if err != nil {
-		return e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
+		return q.eng.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
 	}
 	return nil
 }

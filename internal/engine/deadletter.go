@@ -42,6 +42,7 @@ type pendingCopy struct {
 	// was reserved; see insertCopies.
 	purges uint64
 	size   int64 // body bytes reserved in target.room
+	recLen int   // length of the content record written (what a cold target counts)
 	// dead is set for a dead-letter move: what Observer.DeadLettered is
 	// told once the copy is in its target (never before: an observer
 	// that reads the target then, like the alert manager's growth rule,
@@ -66,8 +67,8 @@ type deadLetterEvent struct {
 // writeUnlock.
 func (e *Engine) unlockAndInsertCopies(q *queue) { e.unlockAndInsertCopiesAfter(q, nil) }
 
-// unlockAndInsertCopiesAfter is unlockAndInsertCopies for a caller whose batch, carrying q's moves, was
-// written durably as p: the copies wait for p instead of a barrier of
+// unlockAndInsertCopiesAfter is unlockAndInsertCopies for a caller whose
+// batch, carrying q's copies, was written durably as p: the copies wait for p instead of a barrier of
 // their own. A nil p means "the batch was written without a sync (or not
 // at all, after a failure)": a sync barrier is written.
 //
@@ -79,7 +80,14 @@ func (e *Engine) unlockAndInsertCopiesAfter(q *queue, p store.Pending) {
 	q.outbox = nil
 	q.publishRoomLocked()
 	q.mu.Unlock()
-	if len(out) == 0 {
+	e.insertCopiesAfter(out, p)
+}
+
+// insertCopiesAfter inserts copies decided under locks already released,
+// once p is durable; a nil p writes a sync barrier first (the batch that
+// carried them was written without a sync, or not at all).
+func (e *Engine) insertCopiesAfter(copies []pendingCopy, p store.Pending) {
+	if len(copies) == 0 {
 		return
 	}
 	if p == nil {
@@ -88,7 +96,7 @@ func (e *Engine) unlockAndInsertCopiesAfter(q *queue, p store.Pending) {
 			p = store.Done{Err: err}
 		}
 	}
-	_ = e.insertCopies(out, p) // a failure fails the engine
+	_ = e.insertCopies(copies, p) // a failure fails the engine
 }
 
 // writeUnlock is unlockAndInsertCopies for an operation that fails after advanceLocked
@@ -239,9 +247,10 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 	}
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
 	t.cold.addPending(n.seq)          // not refilled before insertCopies inserts it
-	b.Set(messageKey(t.id, n.seq, kindContent), encodeContent(n))
+	rec := encodeContent(n)
+	b.Set(messageKey(t.id, n.seq, kindContent), rec)
 	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load()}
+	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load(), recLen: len(rec)}
 }
 
 // insertCopies inserts copies into their targets' memory once p, the
@@ -281,7 +290,9 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 		for failed == nil && !t.deleted && t.purges.Load() != mv.purges {
 			mv.purges = t.purges.Load()
 			var b store.Batch
-			b.Set(messageKey(t.id, mv.m.seq, kindContent), encodeContent(mv.m))
+			rec := encodeContent(mv.m)
+			mv.recLen = len(rec)
+			b.Set(messageKey(t.id, mv.m.seq, kindContent), rec)
 			rewrite, err := e.write(&b, true)
 			e.unlockAndInsertCopies(t)
 			if err == nil {
@@ -299,7 +310,7 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 			continue
 		}
 		if !t.deleted {
-			t.insertMovedLocked(mv.m, mv.group)
+			t.insertMovedLocked(mv.m, mv.group, mv.recLen)
 			t.stats.sent.Add(1)
 			var b store.Batch
 			t.enforceLimitsLocked(e.now(), &b)

@@ -183,68 +183,27 @@ func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, n
 // message.
 func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64) (int, error) {
 	windowed := e.window > 0 && !q.fifo()
-	var cur *message
-	var curGroup string
 	var loadedBody int64
 	loaded := 0
-	var stopAt uint64
-	stopped := false
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		loadedBody += int64(max(cur.bodyLen, int32(len(cur.body))))
-		q.restoreLocked(cur, curGroup, now)
-		loaded++
-		cur = nil
-	}
-	err := e.st.ScanRange(qidPrefix(prefixMessage, q.id), qidPrefix(prefixMessage, q.id+1), func(k, v []byte) error {
-		if len(k) != 14 {
-			return fmt.Errorf("%w: message key %x", errCorrupt, k)
-		}
-		seq := binary.BigEndian.Uint64(k[5:])
-		switch k[13] {
-		case kindContent:
-			flush()
-			if windowed && e.windowFull(loaded, loadedBody) {
-				stopAt, stopped = seq, true
-				return store.ErrStopScan
+	stopAt, stopped, err := q.scanRecords(qidPrefix(prefixMessage, q.id), qidPrefix(prefixMessage, q.id+1), recordScan{
+		content: func(uint64) (skip, stop bool) {
+			return false, windowed && e.windowFull(loaded, loadedBody)
+		},
+		keepBody: e.keepBodies,
+		message: func(m *message, group string, _ int) error {
+			if m.seq >= q.nextSeq.Load() {
+				q.nextSeq.Store(m.seq + 1)
 			}
-			cur = &message{seq: seq}
-			// Oldest messages come first in key order: they keep their
-			// bodies in memory until the budget is used; the rest stay
-			// on disk (and are not even copied).
-			keep := e.bodyBudget < 0 || e.memBodies.Load() < e.bodyBudget
-			g, err := decodeContentBody(cur, v, keep)
-			if err != nil {
-				return fmt.Errorf("message %d of queue %q: %w", seq, q.name, err)
-			}
-			curGroup = g
-			// Content comes before state in key order: until a state
-			// record shows up, the store holds none for this message,
-			// so its end needs no delete for one (dropLocked).
-			cur.stateRec = stateRecNone
-		case kindState:
-			if cur == nil || cur.seq != seq {
-				audit.stateWithoutContent(k, q.name, seq)
-				return nil
-			}
-			if err := decodeState(cur, v); err != nil {
-				return fmt.Errorf("message state %d of queue %q: %w", seq, q.name, err)
-			}
-			cur.stateRec = stateRecUnknown // written before, how often is unknown
-		default:
-			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
-		}
-		if seq >= q.nextSeq.Load() {
-			q.nextSeq.Store(seq + 1)
-		}
-		return nil
+			loadedBody += int64(max(m.bodyLen, int32(len(m.body))))
+			q.restoreLocked(m, group, now)
+			loaded++
+			return nil
+		},
+		orphanState: func(k []byte, seq uint64) { audit.stateWithoutContent(k, q.name, seq) },
 	})
 	if err != nil {
 		return 0, err
 	}
-	flush()
 	if stopped {
 		if err := q.countColdLocked(stopAt, audit); err != nil {
 			return 0, err

@@ -131,25 +131,16 @@ func (e *Engine) SendMany(sends []QueueSend) ([]QueueSendResult, error) {
 	return out, nil
 }
 
-// unlockAllAfter is unlockAndInsertCopiesAfter for several queues locked together: every
-// lock is released before any dead-letter copy they decided is inserted
-// (inserting takes the target's lock, which may be one of them).
+// unlockAllAfter is unlockAndInsertCopiesAfter for several queues locked
+// together: every lock is released before any copy they decided is
+// inserted (inserting takes the target's lock, which may be one of them).
 func (e *Engine) unlockAllAfter(qs []*queue, p store.Pending) {
-	var moves []pendingCopy
+	var copies []pendingCopy
 	for _, q := range qs {
-		moves = append(moves, q.outbox...)
+		copies = append(copies, q.outbox...)
 		q.outbox = nil
 		q.publishRoomLocked()
 		q.mu.Unlock()
 	}
-	if len(moves) == 0 {
-		return
-	}
-	if p == nil {
-		var err error
-		if p, err = e.write(&store.Batch{}, true); err != nil {
-			p = store.Done{Err: err}
-		}
-	}
-	_ = e.insertCopies(moves, p) // a failure fails the engine
+	e.insertCopiesAfter(copies, p)
 }

@@ -673,9 +673,10 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 		n.dedupID = FormatID(id)
 	}
 	d.cold.addPending(n.seq) // not refilled before insertCopies inserts it
-	b.Set(messageKey(d.id, n.seq, kindContent), encodeContent(n))
+	rec := encodeContent(n)
+	b.Set(messageKey(d.id, n.seq, kindContent), rec)
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
-	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load()}
+	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load(), recLen: len(rec)}
 }
 
 // recoverMoveTasks loads task records. RUNNING tasks resume (their
