@@ -100,10 +100,13 @@ type Node struct {
 	mu      sync.Mutex
 	changed chan struct{}  // closed and replaced whenever routing may have changed
 	local   *Advertisement // this node's server while it leads and serves
-	relays  map[*relay]struct{}
-	perIP   map[string]int // relayed AMQP connections per client IP
-	relayed int            // their sum
-	done    bool           // Run has begun shutting down: no new relays
+	// localHTTP is that server's HTTP handler: requests on this node's
+	// public listener call it directly rather than through the loopback.
+	localHTTP http.Handler
+	relays    map[*relay]struct{}
+	perIP     map[string]int // relayed AMQP connections per client IP
+	relayed   int            // their sum
+	done      bool           // Run has begun shutting down: no new relays
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -342,6 +345,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr()}
 	n.mu.Lock()
 	n.local = &ad
+	n.localHTTP = srv.Handler()
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
@@ -387,6 +391,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	}
 	n.mu.Lock()
 	n.local = nil
+	n.localHTTP = nil
 	n.mu.Unlock()
 	stop()
 	if err := <-done; err != nil {
@@ -451,6 +456,17 @@ func (n *Node) route(ctx context.Context) (Advertisement, uint64, error) {
 
 var errNoLeader = errors.New("cluster: no leader serving")
 
+// localHandler returns this node's own server's HTTP handler when ad is
+// that server's advertisement (this node leads and serves), else nil.
+func (n *Node) localHandler(ad Advertisement) http.Handler {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.local != nil && *n.local == ad {
+		return n.localHTTP
+	}
+	return nil
+}
+
 // target is route without waiting.
 func (n *Node) target() (Advertisement, uint64, bool) {
 	st := n.raft.Status()
@@ -498,6 +514,10 @@ func (n *Node) routes() http.Handler {
 		cancel()
 		if err != nil {
 			unavailable(w, r, "no cluster leader is serving yet; retry")
+			return
+		}
+		if h := n.localHandler(ad); h != nil {
+			h.ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}
 		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))

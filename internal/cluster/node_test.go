@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -239,25 +240,75 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 	}
 }
 
+// threeNodes starts a three-member cluster in this process (edit applies
+// to every member's options) and returns its nodes once one of them
+// leads and serves.
+func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
+	t.Helper()
+	raft := reservePorts(t, 3)
+	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
+	nodes := make([]*Node, 3)
+	for i := range nodes {
+		o := server.DefaultOptions()
+		o.DataDir = t.TempDir()
+		o.SQSListen = "127.0.0.1:0"
+		o.AMQPListen = "127.0.0.1:0"
+		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		edit(&o)
+		n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("node %d: run: %v", i+1, err)
+			}
+		})
+		nodes[i] = n
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("every node routes to a serving leader", func() bool {
+		for _, n := range nodes {
+			if _, _, ok := n.target(); !ok {
+				return false
+			}
+		}
+		return true
+	}))
+	return nodes
+}
+
 // TestSigV4ThroughTheNode: with SQS credentials configured, a request signed
-// for the address the client used verifies at the leader's server behind
-// the node (the Host header it signed is forwarded unchanged), and one
-// signed with a wrong secret is refused there.
+// for the address the client used verifies at the leader's server, whether
+// the node it reached leads (it serves the request itself) or follows (it
+// forwards it, the Host header the client signed unchanged); one signed
+// with a wrong secret is refused either way.
 func TestSigV4ThroughTheNode(t *testing.T) {
-	n, _ := soloNode(t, io.Discard, func(o *server.Options) {
+	nodes := threeNodes(t, func(o *server.Options) {
 		o.SQSCredentials = []server.SQSCredential{{AccessKeyID: "AKIDCLUSTER", SecretAccessKey: "cluster-secret-key"}}
 	})
 	ctx := context.Background()
-	client := func(secret string) *sqs.Client {
-		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
-			Credentials: credentials.NewStaticCredentialsProvider("AKIDCLUSTER", secret, "")})
-	}
-	if _, err := client("cluster-secret-key").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("signed")}); err != nil {
-		t.Fatalf("signed request through the node: %v", err)
-	}
-	_, err := client("not-the-secret").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("forged")})
-	if err == nil || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
-		t.Fatalf("wrongly signed request: %v, want SignatureDoesNotMatch", err)
+	for _, n := range nodes {
+		st := n.raft.Status()
+		role := "follower"
+		if st.Leader == st.ID {
+			role = "leader"
+		}
+		client := func(secret string) *sqs.Client {
+			return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 3,
+				Credentials: credentials.NewStaticCredentialsProvider("AKIDCLUSTER", secret, "")})
+		}
+		name := fmt.Sprintf("signed-%d", st.ID)
+		if _, err := client("cluster-secret-key").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
+			t.Fatalf("signed request through node %d (%s): %v", st.ID, role, err)
+		}
+		_, err := client("not-the-secret").CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("forged")})
+		if err == nil || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
+			t.Fatalf("wrongly signed request through node %d (%s): %v, want SignatureDoesNotMatch", st.ID, role, err)
+		}
 	}
 }
 

@@ -520,6 +520,12 @@ func (s *Server) Close() {
 	}
 }
 
+// Handler is the HTTP API (SQS, admin, dashboard, metrics, health) as the
+// server's own listener serves it. A cluster node that leads calls it
+// directly for requests on its public listener instead of forwarding them
+// to that listener over loopback.
+func (s *Server) Handler() http.Handler { return s.httpSrv.Handler }
+
 // WriteReadyFile writes, atomically (a temporary file renamed into place),
 // the JSON {"sqs":…,"amqp":…,"pid":…} that tests and scripts read to find a
 // broker started on port 0. Cluster nodes write theirs with it too.
