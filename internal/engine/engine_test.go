@@ -21,9 +21,6 @@ type fixture struct {
 	st  store.Store
 	clk *clock.Fake
 	e   *Engine
-	// noCheck skips the consistency check when the test ends (see
-	// invariant_test.go): for tests that break the store on purpose.
-	noCheck bool
 }
 
 func newFixture(t *testing.T) *fixture {

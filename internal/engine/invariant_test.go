@@ -90,7 +90,7 @@ func dumpEngine(t *testing.T, e *Engine) engineDump {
 func (f *fixture) checkReopen() {
 	t := f.t
 	t.Helper()
-	if t.Failed() || f.e == nil || f.e.Failed() != nil || f.noCheck {
+	if t.Failed() || f.e == nil || f.e.Failed() != nil {
 		return
 	}
 	before := dumpEngine(t, f.e)
