@@ -53,19 +53,8 @@ func (n *node) sqs() *sqs.Client {
 // status reads the node's own GET /sluice/v1/cluster.
 func (n *node) status(ctx context.Context) (cluster.Report, error) {
 	var rep cluster.Report
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.srv.URL()+"/sluice/v1/cluster", nil)
-	if err != nil {
-		return rep, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return rep, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	if resp.StatusCode != http.StatusOK {
-		return rep, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return rep, json.NewDecoder(resp.Body).Decode(&rep)
+	err := crash.GetJSON(ctx, http.DefaultClient, n.srv.URL()+"/sluice/v1/cluster", &rep)
+	return rep, err
 }
 
 // startCluster builds the binary and starts a three-node cluster, each node

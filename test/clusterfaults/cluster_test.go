@@ -2,8 +2,6 @@ package clusterfaults
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,29 +21,9 @@ import (
 	"github.com/sluicemq/sluice/test/crash"
 )
 
-const envBinary = "SLUICE_BIN" // the sluice binary (built by TestMain if unset)
-
 // TestMain builds the server once unless -short or SLUICE_BIN is set.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() || os.Getenv(envBinary) != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "sluice-clusterfaults-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := crash.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = os.RemoveAll(dir) // exiting with the build error
-		os.Exit(1)
-	}
-	_ = os.Setenv(envBinary, bin) // read back by binary(); cannot fail for a valid name
-	code := m.Run()
-	_ = os.RemoveAll(dir) // a temp dir left behind changes no result
-	os.Exit(code)
+	os.Exit(crash.Main(m, "sluice-clusterfaults-bin-"))
 }
 
 // member is one node of the cluster: its process (replaced at each
@@ -124,10 +102,7 @@ func reservePort(t *testing.T) string {
 // node answers /health (through a leader).
 func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
-	bin := os.Getenv(envBinary)
-	if bin == "" {
-		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
-	}
+	bin := crash.Binary(t)
 	c := &testCluster{t: t, bin: bin, timeout: timeout}
 	for i := range size {
 		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: reservePort(t)})
@@ -282,19 +257,8 @@ func (c *testCluster) healLinks() {
 // status reads node m's own GET /sluice/v1/cluster.
 func status(ctx context.Context, hc *http.Client, url string) (cluster.Report, error) {
 	var rep cluster.Report
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/sluice/v1/cluster", nil)
-	if err != nil {
-		return rep, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return rep, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	if resp.StatusCode != http.StatusOK {
-		return rep, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return rep, json.NewDecoder(resp.Body).Decode(&rep)
+	err := crash.GetJSON(ctx, hc, url+"/sluice/v1/cluster", &rep)
+	return rep, err
 }
 
 // stable reports whether every node is up and names the same leader in

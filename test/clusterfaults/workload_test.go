@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/test/crash"
 	"github.com/sluicemq/sluice/test/faults"
 )
 
@@ -38,22 +37,7 @@ const (
 // newClient is an SDK client with one attempt per call (a retry would blur
 // which sends were acknowledged) and the given request timeout.
 func newClient(url string, timeout time.Duration) *sqs.Client {
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: producers + consumers + 4,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	return sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "clusterfaults", SecretAccessKey: "clusterfaults"}, nil
-		}),
-		RetryMaxAttempts: 1,
-		Retryer:          aws.NopRetryer{},
-		HTTPClient:       &http.Client{Transport: tr, Timeout: timeout},
-	})
+	return crash.NewClient(url, "clusterfaults", producers+consumers+4, timeout)
 }
 
 // ackedDelete is an acknowledged delete whose certainty is decided after

@@ -3,11 +3,8 @@ package faults
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -27,7 +24,6 @@ import (
 const (
 	envBudget = "SLUICE_FAULTS_BUDGET" // total load time shared by the tests (default 90s)
 	envSeed   = "SLUICE_FAULTS_SEED"   // reproduce a run's random choices
-	envBinary = "SLUICE_BIN"           // the sluice binary (built by TestMain if unset)
 	envChild  = "SLUICE_FAULTS_CHILD"  // set in the disk-fault child process
 )
 
@@ -40,25 +36,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) != "" {
 		os.Exit(runDiskChild(os.Args[1:]))
 	}
-	flag.Parse()
-	if testing.Short() || os.Getenv(envBinary) != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "sluice-faults-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := crash.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv(envBinary, bin)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(crash.Main(m, "sluice-faults-bin-"))
 }
 
 // budget returns this test's share of SLUICE_FAULTS_BUDGET: the time it
@@ -96,11 +74,7 @@ func seed(t *testing.T) uint64 {
 
 func binary(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv(envBinary)
-	if bin == "" {
-		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
-	}
-	return bin
+	return crash.Binary(t)
 }
 
 // Workload shape.
@@ -126,22 +100,7 @@ func (inc *incarnation) Dead() <-chan struct{} { return inc.dead }
 // newClient is an SDK client with one attempt per call (a retry would blur
 // which sends were acknowledged) and the given request timeout.
 func newClient(url string, timeout time.Duration) *sqs.Client {
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: producers + consumers + 4,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	return sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "faults", SecretAccessKey: "faults"}, nil
-		}),
-		RetryMaxAttempts: 1,
-		Retryer:          aws.NopRetryer{},
-		HTTPClient:       &http.Client{Transport: tr, Timeout: timeout},
-	})
+	return crash.NewClient(url, "faults", producers+consumers+4, timeout)
 }
 
 // workload drives producers and consumers against a cluster and records
