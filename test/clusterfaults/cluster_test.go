@@ -3,7 +3,6 @@ package clusterfaults
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/test/crash"
 )
@@ -81,31 +81,17 @@ type testCluster struct {
 	timeout time.Duration // SQS client request timeout
 }
 
-// reservePort binds 127.0.0.1:0 and closes it: a node's real Raft
-// address must be known before the Links and the peers' flags are made.
-// (Another process could take the port in between; on a test machine that
-// is rare and fails loudly at start.)
-func reservePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // startCluster starts size nodes with their Links and waits until every
 // node answers /health (through a leader).
 func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
 	bin := crash.Binary(t)
 	c := &testCluster{t: t, bin: bin, timeout: timeout}
+	// A node's real Raft address must be known before the Links and the
+	// peers' flags are made.
+	raft := brokertest.ReservePorts(t, size)
 	for i := range size {
-		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: reservePort(t)})
+		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]})
 	}
 	c.links = make([][]*Link, size)
 	for i := range size {
