@@ -19,6 +19,7 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/test/crash"
+	"github.com/sluicemq/sluice/test/faults"
 )
 
 // TestMain builds the server once unless -short or SLUICE_BIN is set.
@@ -289,17 +290,7 @@ func (c *testCluster) awaitStable(ctx context.Context, d time.Duration) (uint64,
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, fmt.Errorf("no stable leader after %v: %v", d, err)
 		}
-		sleepCtx(ctx, 50*time.Millisecond) // polling interval
-	}
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+		faults.SleepCtx(ctx, 50*time.Millisecond) // polling interval
 	}
 }
 
@@ -347,7 +338,7 @@ func (c *testCluster) startMonitor(ctx context.Context) *monitor {
 					}
 					mo.mu.Unlock()
 				}
-				sleepCtx(ctx, pollInterval)
+				faults.SleepCtx(ctx, pollInterval)
 			}
 		}()
 	}
