@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/test/crash"
 	"github.com/sluicemq/sluice/test/faults"
@@ -129,18 +127,11 @@ func (w *workload) pick(ctx context.Context, rng *rand.Rand, queue string) (*mem
 // note counts an error by kind. Faults make errors expected; they are
 // reported, not judged (only what was acknowledged is owed).
 func (w *workload) note(op string, err error) {
-	msg := err.Error()
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) {
 		op += fmt.Sprintf(" (HTTP %d)", re.HTTPStatusCode())
 	}
-	if i := strings.LastIndex(msg, "api error "); i >= 0 {
-		msg = msg[i:]
-	} else if i := strings.LastIndex(msg, ": "); i >= 0 {
-		msg = msg[i+2:]
-	}
-	msg = op + ": " + msg[:min(len(msg), 80)]
-	v, _ := w.errs.LoadOrStore(msg, new(atomic.Int64))
+	v, _ := w.errs.LoadOrStore(faults.ErrorKind(op, err, 80), new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	w.nerrs.Add(1)
 }
@@ -200,59 +191,21 @@ func (w *workload) queuesEmpty(ctx context.Context, rng *rand.Rand) (bool, strin
 		if err != nil {
 			return false, err.Error()
 		}
-		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(url),
-			AttributeNames: []types.QueueAttributeName{
-				types.QueueAttributeNameApproximateNumberOfMessages,
-				types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-				types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-			},
-		})
+		e, d, err := faults.QueueCounts(ctx, client, url, name)
 		if err != nil {
 			return false, err.Error()
 		}
-		a := out.Attributes
-		desc = append(desc, fmt.Sprintf("%s visible=%s inflight=%s delayed=%s", name, a["ApproximateNumberOfMessages"],
-			a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"]))
-		for _, k := range []string{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"} {
-			if a[k] != "0" {
-				empty = false
-			}
-		}
+		desc = append(desc, d)
+		empty = empty && e
 	}
 	return empty, strings.Join(desc, "; ")
 }
 
 // drain stops the producers, lets the consumers settle every acknowledged
-// message (poison ones through the DLQ) until both queues are empty, then
-// stops the consumers. It fails the test if that takes longer than limit.
+// message until both queues are empty (faults.Workload.Drain, for up to
+// limit), then stops the consumers.
 func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration) {
 	t.Helper()
-	w.StopProducers()
 	rng := rand.New(rand.NewPCG(1, 2))
-	deadline := time.Now().Add(limit)
-	for {
-		pending := w.Ck.Unsettled()
-		var desc string
-		if pending == 0 {
-			var empty bool
-			empty, desc = w.queuesEmpty(ctx, rng)
-			if empty {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			if desc == "" {
-				_, desc = w.queuesEmpty(ctx, rng)
-			}
-			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
-				strings.Join(w.Ck.UnsettledDetails(10), "\n"))
-			break
-		}
-		faults.SleepCtx(ctx, 100*time.Millisecond) // polling interval
-		if ctx.Err() != nil {
-			t.Fatal(ctx.Err())
-		}
-	}
-	w.StopConsumers()
+	w.Drain(t, ctx, limit, func() (bool, string) { return w.queuesEmpty(ctx, rng) })
 }

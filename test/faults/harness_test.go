@@ -14,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/test/crash"
 )
@@ -164,14 +163,7 @@ func (w *workload) liveError(inc *incarnation, op string, err error) {
 		return // the broker was killed under this request
 	default:
 	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, "api error "); i >= 0 {
-		msg = msg[i:]
-	} else if i := strings.LastIndex(msg, ": "); i >= 0 {
-		msg = msg[i+2:]
-	}
-	msg = op + ": " + msg[:min(len(msg), 100)]
-	v, _ := w.errs.LoadOrStore(msg, new(atomic.Int64))
+	v, _ := w.errs.LoadOrStore(ErrorKind(op, err, 100), new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	w.liveErrs.Add(1)
 }
@@ -194,63 +186,22 @@ func (w *workload) queuesEmpty(ctx context.Context, inc *incarnation) (bool, str
 	var desc []string
 	empty := true
 	for _, name := range []string{w.Main, w.DLQ} {
-		out, err := inc.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(inc.urls[name]),
-			AttributeNames: []types.QueueAttributeName{
-				types.QueueAttributeNameApproximateNumberOfMessages,
-				types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-				types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-			},
-		})
+		e, d, err := QueueCounts(ctx, inc.client, inc.urls[name], name)
 		if err != nil {
 			return false, err.Error()
 		}
-		a := out.Attributes
-		desc = append(desc, fmt.Sprintf("%s visible=%s inflight=%s delayed=%s", name, a["ApproximateNumberOfMessages"],
-			a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"]))
-		for _, k := range []string{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"} {
-			if a[k] != "0" {
-				empty = false
-			}
-		}
+		desc = append(desc, d)
+		empty = empty && e
 	}
 	return empty, strings.Join(desc, "; ")
 }
 
 // drain stops the producers, lets the consumers settle every acknowledged
-// message (poison ones through the DLQ) until both queues are empty, then
-// stops the consumers. It polls the checker and the broker's counters.
+// message until both queues are empty (Workload.Drain, for up to 90 s),
+// then stops the consumers.
 func (w *workload) drain(t *testing.T, ctx context.Context) {
 	t.Helper()
-	w.StopProducers()
-	deadline := time.Now().Add(90 * time.Second)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		pending := w.Ck.Unsettled()
-		var desc string
-		if pending == 0 {
-			var empty bool
-			empty, desc = w.queuesEmpty(ctx, w.cl.Get())
-			if empty {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			if desc == "" {
-				_, desc = w.queuesEmpty(ctx, w.cl.Get())
-			}
-			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
-				strings.Join(w.Ck.UnsettledDetails(10), "\n"))
-			break
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-	w.StopConsumers()
+	w.Drain(t, ctx, 90*time.Second, func() (bool, string) { return w.queuesEmpty(ctx, w.cl.Get()) })
 }
 
 // verdict logs the figures and fails the test on any violation.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -326,6 +327,84 @@ func (w *Workload[N]) consume(ctx context.Context, queue string, dlq bool, rng *
 			}
 		}
 	}
+}
+
+// QueueCounts asks the broker, through client, for the counts of queue
+// name at url: empty is true when it has no visible, in-flight or delayed
+// message, and desc names the three counts.
+func QueueCounts(ctx context.Context, client *sqs.Client, url, name string) (empty bool, desc string, err error) {
+	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		},
+	})
+	if err != nil {
+		return false, "", err
+	}
+	a := out.Attributes
+	desc = fmt.Sprintf("%s visible=%s inflight=%s delayed=%s", name, a["ApproximateNumberOfMessages"],
+		a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"])
+	empty = true
+	for _, k := range []string{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"} {
+		if a[k] != "0" {
+			empty = false
+		}
+	}
+	return empty, desc, nil
+}
+
+// Drain stops the producers, lets the consumers settle every acknowledged
+// message (poison ones through the DLQ) until the Checker has nothing
+// unsettled and queuesEmpty reports both queues empty, then stops the
+// consumers. It polls every 100 ms; past limit it logs what is left and
+// stops waiting (the verdict then judges it).
+func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string)) {
+	t.Helper()
+	w.StopProducers()
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		pending := w.Ck.Unsettled()
+		var desc string
+		if pending == 0 {
+			var empty bool
+			empty, desc = queuesEmpty()
+			if empty {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			if desc == "" {
+				_, desc = queuesEmpty()
+			}
+			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
+				strings.Join(w.Ck.UnsettledDetails(10), "\n"))
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	w.StopConsumers()
+}
+
+// ErrorKind is the key under which like errors are counted: op, then the
+// end of err's message (from its last "api error ", else after its last
+// ": "), cut to width bytes.
+func ErrorKind(op string, err error, width int) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "api error "); i >= 0 {
+		msg = msg[i:]
+	} else if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return op + ": " + msg[:min(len(msg), width)]
 }
 
 // SleepCtx waits d (pacing or a random fault timing, not a
