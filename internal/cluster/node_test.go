@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,34 +18,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
-
-// reservePorts binds n ports on 127.0.0.1 and closes them: peers must know
-// each other's Raft addresses before they start, the one reason to reserve
-// a port this way.
-func reservePorts(t *testing.T, n int) []string {
-	t.Helper()
-	out := make([]string, n)
-	for i := range out {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = ln.Addr().String()
-		if err := ln.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
 
 // lonelyNode starts node 1 of a three-node group whose other members never
 // start: it can never have a leader.
 func lonelyNode(t *testing.T, hold time.Duration, mods ...func(*server.Options)) *Node {
 	t.Helper()
-	raft := reservePorts(t, 3)
+	raft := brokertest.ReservePorts(t, 3)
 	o := server.DefaultOptions()
 	o.DataDir = t.TempDir()
 	o.SQSListen = "127.0.0.1:0"
@@ -139,29 +120,11 @@ func TestNewNeedsCluster(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination tests read while the node writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
-
 // soloNode starts a one-member cluster (it leads at once) and waits until
 // it serves; stop cancels Run and returns its error.
 func soloNode(t *testing.T, logs io.Writer, edit ...func(*server.Options)) (n *Node, stop func() error) {
 	t.Helper()
-	raft := reservePorts(t, 1)
+	raft := brokertest.ReservePorts(t, 1)
 	o := server.DefaultOptions()
 	o.DataDir = t.TempDir()
 	o.SQSListen = "127.0.0.1:0"
@@ -227,15 +190,15 @@ func TestSoloNodeServesAndStops(t *testing.T) {
 // "sluice cluster node stopping", and a shutdown held up by Advertise
 // waiting for a quorum that was gone).
 func TestLeadStopsWhenAsked(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	n, _ := soloNode(t, logs)
-	before := logs.count("serving as leader")
+	before := strings.Count(logs.String(), "serving as leader")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 32 {
 		n.lead(ctx, n.raft.Status().Term)
 	}
-	if after := logs.count("serving as leader"); after != before {
+	if after := strings.Count(logs.String(), "serving as leader"); after != before {
 		t.Fatalf("lead with an ended context started %d servers", after-before)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,11 +24,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/test/crash"
 )
+
+// TestMain builds the server once unless -short or SLUICE_BIN is set.
+func TestMain(m *testing.M) { os.Exit(crash.Main(m, "sluice-cluster-bin-")) }
 
 // node is one member process.
 type node struct {
@@ -53,44 +56,18 @@ func (n *node) sqs() *sqs.Client {
 // status reads the node's own GET /sluice/v1/cluster.
 func (n *node) status(ctx context.Context) (cluster.Report, error) {
 	var rep cluster.Report
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.srv.URL()+"/sluice/v1/cluster", nil)
-	if err != nil {
-		return rep, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return rep, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	if resp.StatusCode != http.StatusOK {
-		return rep, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return rep, json.NewDecoder(resp.Body).Decode(&rep)
+	err := crash.GetJSON(ctx, http.DefaultClient, n.srv.URL()+"/sluice/v1/cluster", &rep)
+	return rep, err
 }
 
-// startCluster builds the binary and starts a three-node cluster, each node
+// startCluster starts a three-node cluster, each node
 // with its own temp data directory and public listeners on port 0.
 func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 	t.Helper()
-	bin, err := crash.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := crash.Binary(t)
 	// Peers must know each other's Raft addresses before any of them
-	// starts, so this is the one place a port is reserved by binding
-	// 127.0.0.1:0 and closing it again (another process could take it in
-	// between; on a test machine that is rare and fails loudly).
-	raft := make([]string, size)
-	for i := range raft {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raft[i] = ln.Addr().String()
-		if err := ln.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// starts: the one place a port is reserved rather than passed as 0.
+	raft := brokertest.ReservePorts(t, size)
 	var peers []string
 	for i, a := range raft {
 		peers = append(peers, fmt.Sprintf("%d=%s", i+1, a))

@@ -2,10 +2,7 @@ package clusterfaults
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -19,33 +16,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/test/crash"
+	"github.com/sluicemq/sluice/test/faults"
 )
-
-const envBinary = "SLUICE_BIN" // the sluice binary (built by TestMain if unset)
 
 // TestMain builds the server once unless -short or SLUICE_BIN is set.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() || os.Getenv(envBinary) != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "sluice-clusterfaults-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := crash.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = os.RemoveAll(dir) // exiting with the build error
-		os.Exit(1)
-	}
-	_ = os.Setenv(envBinary, bin) // read back by binary(); cannot fail for a valid name
-	code := m.Run()
-	_ = os.RemoveAll(dir) // a temp dir left behind changes no result
-	os.Exit(code)
+	os.Exit(crash.Main(m, "sluice-clusterfaults-bin-"))
 }
 
 // member is one node of the cluster: its process (replaced at each
@@ -103,34 +82,17 @@ type testCluster struct {
 	timeout time.Duration // SQS client request timeout
 }
 
-// reservePort binds 127.0.0.1:0 and closes it: a node's real Raft
-// address must be known before the Links and the peers' flags are made.
-// (Another process could take the port in between; on a test machine that
-// is rare and fails loudly at start.)
-func reservePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // startCluster starts size nodes with their Links and waits until every
 // node answers /health (through a leader).
 func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
-	bin := os.Getenv(envBinary)
-	if bin == "" {
-		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
-	}
+	bin := crash.Binary(t)
 	c := &testCluster{t: t, bin: bin, timeout: timeout}
+	// A node's real Raft address must be known before the Links and the
+	// peers' flags are made.
+	raft := brokertest.ReservePorts(t, size)
 	for i := range size {
-		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: reservePort(t)})
+		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]})
 	}
 	c.links = make([][]*Link, size)
 	for i := range size {
@@ -282,19 +244,8 @@ func (c *testCluster) healLinks() {
 // status reads node m's own GET /sluice/v1/cluster.
 func status(ctx context.Context, hc *http.Client, url string) (cluster.Report, error) {
 	var rep cluster.Report
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/sluice/v1/cluster", nil)
-	if err != nil {
-		return rep, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return rep, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	if resp.StatusCode != http.StatusOK {
-		return rep, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return rep, json.NewDecoder(resp.Body).Decode(&rep)
+	err := crash.GetJSON(ctx, hc, url+"/sluice/v1/cluster", &rep)
+	return rep, err
 }
 
 // stable reports whether every node is up and names the same leader in
@@ -339,17 +290,7 @@ func (c *testCluster) awaitStable(ctx context.Context, d time.Duration) (uint64,
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, fmt.Errorf("no stable leader after %v: %v", d, err)
 		}
-		sleepCtx(ctx, 50*time.Millisecond) // polling interval
-	}
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+		faults.SleepCtx(ctx, 50*time.Millisecond) // polling interval
 	}
 }
 
@@ -397,7 +338,7 @@ func (c *testCluster) startMonitor(ctx context.Context) *monitor {
 					}
 					mo.mu.Unlock()
 				}
-				sleepCtx(ctx, pollInterval)
+				faults.SleepCtx(ctx, pollInterval)
 			}
 		}()
 	}

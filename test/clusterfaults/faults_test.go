@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/test/faults"
 )
 
 // Environment knobs. `make cluster-faults` sets the first two.
@@ -149,12 +151,12 @@ func TestClusterFaults(t *testing.T) {
 	if err := w.createQueues(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.start(ctx, rng)
+	w.Start(ctx, rng)
 
 	var injected []string
 	kinds := map[string]int{}
 	end := time.Now().Add(dur)
-	sleepCtx(ctx, time.Second) // load before the first fault
+	faults.SleepCtx(ctx, time.Second) // load before the first fault
 	for time.Now().Before(end) && ctx.Err() == nil {
 		f := c.nextFault(ctx, rng, len(injected), int(leader-1))
 		hold := time.Duration(1000+rng.IntN(4000)) * time.Millisecond
@@ -162,10 +164,10 @@ func TestClusterFaults(t *testing.T) {
 		if err := f.apply(); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
 		}
-		w.ck.Fault()
+		w.Ck.Fault()
 		injected = append(injected, f.name)
 		kinds[f.kind]++
-		sleepCtx(ctx, hold)
+		faults.SleepCtx(ctx, hold)
 		if err := f.heal(); err != nil {
 			t.Fatalf("healing %s: %v", f.name, err)
 		}
@@ -173,7 +175,7 @@ func TestClusterFaults(t *testing.T) {
 			t.Errorf("after %s: %v", f.name, err)
 			break
 		}
-		sleepCtx(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
+		faults.SleepCtx(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
 	}
 
 	// Heal everything (the loop already did; a failed recovery may not
@@ -206,11 +208,11 @@ func TestClusterFaults(t *testing.T) {
 	mo.close()
 
 	certain, deletes := w.settleCertainty(mo)
-	r := w.ck.Report()
+	r := w.Ck.Report()
 	viol, observations, terms := mo.leaderViolations()
 	t.Logf("%d nodes, %v under faults, %d faults injected %v", size, dur, len(injected), kinds)
 	t.Logf("%s; requests %d (errors %d); acknowledged deletes %d, of which %d proven in one term (checked for resurrection)",
-		r, w.ops.Load(), w.nerrs.Load(), deletes, certain)
+		r, w.Ops.Load(), w.nerrs.Load(), deletes, certain)
 	t.Logf("leader per term: %d observations of /sluice/v1/cluster over %d terms (%d polls failed), %d violations",
 		observations, terms, mo.errs, len(viol))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())

@@ -61,19 +61,20 @@ func TestLeaderViolations(t *testing.T) {
 func TestCertainDeletesNeedOneTerm(t *testing.T) {
 	run := func(obs [][]observation) faults.Report {
 		mo := &monitor{obs: obs}
-		w := &workload{ck: faults.NewChecker(false, 0)}
-		w.ck.Attempt(faults.Send{ID: "m1", Body: "m1|-|"}, at(0))
-		w.ck.Acked("m1", "id1", at(10))
-		w.ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(500), End: at(510), Count: 1, Visibility: 30 * time.Second, Epoch: 1})
+		w := &workload{}
+		w.Ck = faults.NewChecker(false, 0)
+		w.Ck.Attempt(faults.Send{ID: "m1", Body: "m1|-|"}, at(0))
+		w.Ck.Acked("m1", "id1", at(10))
+		w.Ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(500), End: at(510), Count: 1, Visibility: 30 * time.Second, Epoch: 1})
 		l := faults.Lease{Count: 1, Epoch: 1}
-		w.ck.DeleteAttempted("m1", l, at(520))
-		w.ck.DeleteAcked("m1", l, -1, at(600))
+		w.Ck.DeleteAttempted("m1", l, at(520))
+		w.Ck.DeleteAcked("m1", l, -1, at(600))
 		w.deletes = append(w.deletes, ackedDelete{id: "m1", lease: l, receiveBegin: at(500), ackedAt: at(600)})
 		// The message comes back, and is deleted again.
-		w.ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(1000), End: at(1010), Count: 2, Visibility: 30 * time.Second, Epoch: 2})
-		w.ck.DeleteAcked("m1", faults.Lease{Count: 2, Epoch: 2}, -1, at(1100))
+		w.Ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(1000), End: at(1010), Count: 2, Visibility: 30 * time.Second, Epoch: 2})
+		w.Ck.DeleteAcked("m1", faults.Lease{Count: 2, Epoch: 2}, -1, at(1100))
 		w.settleCertainty(mo)
-		return w.ck.Report()
+		return w.Ck.Report()
 	}
 	steady := func(int) uint64 { return 7 }
 	elected := func(ms int) uint64 { // term 8 from 550 ms on
@@ -114,13 +115,13 @@ func TestHarnessCatchesLoss(t *testing.T) {
 	if err := w.createQueues(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.start(ctx, rand.New(rand.NewPCG(1, 2)))
-	poll.CheckFor(t, 30*time.Second, poll.True("some sends acknowledged", func() bool { return w.ck.Report().Acked >= 200 }))
+	w.Start(ctx, rand.New(rand.NewPCG(1, 2)))
+	poll.CheckFor(t, 30*time.Second, poll.True("some sends acknowledged", func() bool { return w.Ck.Report().Acked >= 200 }))
 
 	// The rogue consumer, through node 2.
 	m := c.nodes[1]
 	_, client := m.current()
-	url, err := m.queueURL(ctx, w.main)
+	url, err := m.queueURL(ctx, w.Main)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,10 +145,10 @@ func TestHarnessCatchesLoss(t *testing.T) {
 	})
 	// Drain until everything but the stolen messages is settled, so that
 	// the verdict does not depend on how fast the drain is.
-	w.stopProducers()
+	w.StopProducers()
 	rng := rand.New(rand.NewPCG(3, 4))
 	poll.CheckFor(t, 2*time.Minute, func() error {
-		if n := w.ck.Unsettled(); n > len(stolen) {
+		if n := w.Ck.Unsettled(); n > len(stolen) {
 			return fmt.Errorf("%d unsettled, %d stolen", n, len(stolen))
 		}
 		if empty, desc := w.queuesEmpty(ctx, rng); !empty {
@@ -155,8 +156,8 @@ func TestHarnessCatchesLoss(t *testing.T) {
 		}
 		return nil
 	})
-	w.stopConsumers()
-	r := w.ck.Report()
+	w.StopConsumers()
+	r := w.Ck.Report()
 	t.Logf("%d messages deleted behind the checker's back; %s", len(stolen), r)
 	// (A stolen message is only reported settled if a consumer's delete
 	// took longer than its lease and landed after the theft: in a run

@@ -71,10 +71,7 @@ func TestAMQPCrash(t *testing.T) {
 		seed = n
 	}
 	t.Logf("%s=%d %s=%d", envIterations, iterations, envSeed, seed)
-	bin := os.Getenv(envBinary)
-	if bin == "" {
-		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
-	}
+	bin := Binary(t)
 	runAMQPCrash(t, bin, iterations, seed)
 }
 

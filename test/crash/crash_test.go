@@ -3,10 +3,8 @@ package crash
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -26,7 +24,6 @@ import (
 const (
 	envIterations = "SLUICE_CRASH_ITERATIONS" // kills per subtest (default 20)
 	envSeed       = "SLUICE_CRASH_SEED"       // reproduce a run's kill timings
-	envBinary     = "SLUICE_BIN"              // use this binary instead of building ./cmd/sluice
 )
 
 const (
@@ -38,27 +35,7 @@ const (
 
 // TestMain builds the server once and hands its path to the tests through
 // SLUICE_BIN (so a prebuilt binary can be passed the same way).
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() || os.Getenv(envBinary) != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "sluice-crash-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv(envBinary, bin)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(Main(m, "sluice-crash-bin-")) }
 
 // TestCrash kills the server with SIGKILL at random moments under load,
 // restarts it on the same data directory, and then checks by message id that
@@ -105,30 +82,11 @@ type incarnation struct {
 func (inc *incarnation) Dead() <-chan struct{} { return inc.dead }
 
 func newClient(url string) *sqs.Client {
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: producers + consumers + 2,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	return sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "crash", SecretAccessKey: "crash"}, nil
-		}),
-		// One attempt: an SDK retry would blur which sends were acknowledged.
-		RetryMaxAttempts: 1,
-		Retryer:          aws.NopRetryer{},
-		HTTPClient:       &http.Client{Transport: tr, Timeout: 30 * time.Second},
-	})
+	return NewClient(url, "crash", producers+consumers+2, 30*time.Second)
 }
 
 func runCrash(t *testing.T, fifo bool, iterations int, seed uint64) {
-	bin := os.Getenv(envBinary)
-	if bin == "" {
-		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
-	}
+	bin := Binary(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5111ce))
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -18,7 +18,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,8 +28,91 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
+
+// EnvBinary names the sluice binary the tests run; Main builds one into it
+// unless it is already set.
+const EnvBinary = "SLUICE_BIN"
+
+// Main is the body of a TestMain that runs the real broker: unless -short
+// or SLUICE_BIN is set, it builds the server once into a temporary
+// directory (named with prefix), hands its path to the tests through
+// SLUICE_BIN, runs m and removes the directory. It returns the exit code.
+func Main(m *testing.M, prefix string) int {
+	flag.Parse()
+	if testing.Short() || os.Getenv(EnvBinary) != "" {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }() // a temp dir left behind changes no result
+	bin, err := Build(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = os.Setenv(EnvBinary, bin) // cannot fail for a valid name
+	return m.Run()
+}
+
+// Binary returns the path in SLUICE_BIN, failing t when Main has not set it.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv(EnvBinary)
+	if bin == "" {
+		t.Fatalf("%s not set: TestMain did not build the server", EnvBinary)
+	}
+	return bin
+}
+
+// NewClient is an SDK client of the endpoint url with one attempt per call
+// (an SDK retry would blur which sends were acknowledged), idle idle
+// connections per host, the given request timeout, and key as both access
+// key and secret.
+func NewClient(url, key string, idle int, timeout time.Duration) *sqs.Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: idle,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	return sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(url),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: key, SecretAccessKey: key}, nil
+		}),
+		RetryMaxAttempts: 1,
+		Retryer:          aws.NopRetryer{},
+		HTTPClient:       &http.Client{Transport: tr, Timeout: timeout},
+	})
+}
+
+// GetJSON decodes the JSON answer of GET url into v, failing on any
+// status but 200.
+func GetJSON(ctx context.Context, hc *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
 
 // Build compiles ./cmd/sluice of the enclosing module into dir and returns
 // the binary's path.

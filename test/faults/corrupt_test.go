@@ -43,7 +43,7 @@ func TestBitFlipInWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := newClient(srv.URL(), 10*time.Second)
-	if err := w.createQueues(ctx, client); err != nil {
+	if err := w.CreateQueues(ctx, client); err != nil {
 		_ = srv.Kill()
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestBitFlipInWAL(t *testing.T) {
 		for i := range entries {
 			entries[i] = types.SendMessageBatchRequestEntry{Id: ptr(strconv.Itoa(i)), MessageBody: ptr(strconv.Itoa(acked+i) + body)}
 		}
-		out, err := inc.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: ptr(inc.urls[w.main]), Entries: entries})
+		out, err := inc.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: ptr(inc.urls[w.Main]), Entries: entries})
 		if err != nil {
 			_ = srv.Kill()
 			t.Fatal(err)
@@ -107,7 +107,7 @@ func TestBitFlipInWAL(t *testing.T) {
 	}
 	defer func() { _ = srv2.Stop(10 * time.Second) }()
 	c2 := newClient(srv2.URL(), 10*time.Second)
-	out, err := c2.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: ptr(strings.Replace(inc.urls[w.main], srv.Addr, srv2.Addr, 1)),
+	out, err := c2.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: ptr(strings.Replace(inc.urls[w.Main], srv.Addr, srv2.Addr, 1)),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
 	if err != nil {
 		t.Fatal(err)

@@ -230,7 +230,7 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 	w := newWorkload(false, fmt.Sprintf("%x", s&0xffffff), 5*time.Second)
 
 	srv := startChild(t, ctx, dir)
-	if err := w.createQueues(ctx, newClient(srv.URL(), 10*time.Second)); err != nil {
+	if err := w.CreateQueues(ctx, newClient(srv.URL(), 10*time.Second)); err != nil {
 		_ = srv.Kill()
 		t.Fatal(err)
 	}
@@ -241,13 +241,13 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 	}
 	w.cl.Set(inc)
 	defer stopBroker(t, w)
-	w.start(ctx, rng)
+	w.Start(ctx, rng)
 
 	// Load, then the fault at a random moment.
-	sleepCtx(ctx, load/2+time.Duration(rng.Int64N(int64(load/2)+1)))
-	acksBefore := w.sends.Load()
+	SleepCtx(ctx, load/2+time.Duration(rng.Int64N(int64(load/2)+1)))
+	acksBefore := w.Sends.Load()
 	control(t, srv, http.MethodPost, "/faults/inject?op="+op+"&err="+errName)
-	w.ck.Fault()
+	w.Ck.Fault()
 
 	// Poll until the broker reports the failure, or exits.
 	deadline := time.Now().Add(20 * time.Second)
@@ -265,9 +265,9 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/health still not 503 20 s after the fault (acks %d → %d)\n%s", acksBefore, w.sends.Load(), crash.Tail(dir))
+			t.Fatalf("/health still not 503 20 s after the fault (acks %d → %d)\n%s", acksBefore, w.Sends.Load(), crash.Tail(dir))
 		}
-		sleepCtx(ctx, 10*time.Millisecond)
+		SleepCtx(ctx, 10*time.Millisecond)
 	}
 	var first time.Time
 	if !exited {
@@ -283,11 +283,11 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 
 	// Keep the producers going a little: every send must now fail.
 	failing := w.liveErrs.Load()
-	sleepCtx(ctx, 500*time.Millisecond)
+	SleepCtx(ctx, 500*time.Millisecond)
 	if !exited {
 		// The SQS API answers every send with a 5xx.
 		client := newClient(srv.URL(), 5*time.Second)
-		_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: ptr(inc.urls[w.main]), MessageBody: ptr("after the failure")})
+		_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: ptr(inc.urls[w.Main]), MessageBody: ptr("after the failure")})
 		var code string
 		if err == nil {
 			t.Errorf("SendMessage after the failure was acknowledged")
@@ -295,7 +295,7 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 			t.Errorf("SendMessage after the failure: %v, want InternalFailure or ServiceUnavailable", err)
 		}
 		t.Logf("a send after the failure: %s (%d client errors while failing)", code, w.liveErrs.Load()-failing)
-		if late := w.ck.AckedAttemptedAfter(first); len(late) > 0 {
+		if late := w.Ck.AckedAttemptedAfter(first); len(late) > 0 {
 			t.Errorf("%d sends begun after the first injected error were acknowledged, e.g. %v", len(late), head(late))
 		}
 	}
@@ -305,7 +305,7 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 		until := time.Now().Add(3 * time.Second)
 		for time.Now().Before(until) && !resumed {
 			resumed = health(srv.URL()) == http.StatusOK
-			sleepCtx(ctx, 50*time.Millisecond)
+			SleepCtx(ctx, 50*time.Millisecond)
 		}
 		t.Logf("space returned: service resumed without a restart = %v (known gap when false: docs/reliability.md)", resumed)
 	}

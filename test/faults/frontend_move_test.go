@@ -68,7 +68,7 @@ func feMoveTasks(ctx context.Context, r *feRun, b *feBroker, rng *rand.Rand) {
 	r.tasks = append(r.tasks, tk)
 	idx := len(r.tasks) - 1
 	r.mu.Unlock()
-	sleepCtx(ctx, time.Duration(20+rng.IntN(200))*time.Millisecond)
+	SleepCtx(ctx, time.Duration(20+rng.IntN(200))*time.Millisecond)
 	op := []string{"", "pause", "cancel"}[rng.IntN(3)]
 	switch op {
 	case "pause":

@@ -219,7 +219,7 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		sleepCtx(context.Background(), time.Duration(rng.IntN(600))*time.Millisecond)
+		SleepCtx(context.Background(), time.Duration(rng.IntN(600))*time.Millisecond)
 		cfg := vfs.CrashCloneCfg{}
 		if rng.IntN(2) == 0 {
 			cfg = vfs.CrashCloneCfg{UnsyncedDataPercent: 1 + rng.IntN(99), RNG: rand.New(rand.NewPCG(rng.Uint64(), 7))}
@@ -487,7 +487,7 @@ func feConsume(ctx context.Context, r *feRun, b *feBroker, queue string, rng *ra
 		}
 		end := time.Now()
 		if len(out.Messages) == 0 {
-			sleepCtx(ctx, 5*time.Millisecond)
+			SleepCtx(ctx, 5*time.Millisecond)
 			continue
 		}
 		var dels []types.DeleteMessageBatchRequestEntry

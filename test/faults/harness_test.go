@@ -2,12 +2,8 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -18,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/test/crash"
 )
@@ -27,7 +22,6 @@ import (
 const (
 	envBudget = "SLUICE_FAULTS_BUDGET" // total load time shared by the tests (default 90s)
 	envSeed   = "SLUICE_FAULTS_SEED"   // reproduce a run's random choices
-	envBinary = "SLUICE_BIN"           // the sluice binary (built by TestMain if unset)
 	envChild  = "SLUICE_FAULTS_CHILD"  // set in the disk-fault child process
 )
 
@@ -40,25 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) != "" {
 		os.Exit(runDiskChild(os.Args[1:]))
 	}
-	flag.Parse()
-	if testing.Short() || os.Getenv(envBinary) != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "sluice-faults-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := crash.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv(envBinary, bin)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(crash.Main(m, "sluice-faults-bin-"))
 }
 
 // budget returns this test's share of SLUICE_FAULTS_BUDGET: the time it
@@ -96,21 +72,8 @@ func seed(t *testing.T) uint64 {
 
 func binary(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv(envBinary)
-	if bin == "" {
-		t.Fatalf("%s not set: TestMain did not build the server", envBinary)
-	}
-	return bin
+	return crash.Binary(t)
 }
-
-// Workload shape.
-const (
-	producers       = 3
-	consumers       = 3
-	leaseTime       = 2 * time.Second // VisibilityTimeout of every receive
-	maxReceiveCount = 3
-	bodyPad         = 160
-)
 
 // incarnation is one life of the broker and the client bound to it.
 type incarnation struct {
@@ -126,88 +89,56 @@ func (inc *incarnation) Dead() <-chan struct{} { return inc.dead }
 // newClient is an SDK client with one attempt per call (a retry would blur
 // which sends were acknowledged) and the given request timeout.
 func newClient(url string, timeout time.Duration) *sqs.Client {
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: producers + consumers + 4,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	return sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(url),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "faults", SecretAccessKey: "faults"}, nil
-		}),
-		RetryMaxAttempts: 1,
-		Retryer:          aws.NopRetryer{},
-		HTTPClient:       &http.Client{Transport: tr, Timeout: timeout},
-	})
+	return crash.NewClient(url, "faults", Producers+Consumers+4, timeout)
 }
 
-// workload drives producers and consumers against a cluster and records
-// everything in a Checker. The source queue has a DLQ with
-// maxReceiveCount 3; about 3% of messages are poison (never deleted, so
-// they must reach the DLQ), 3% are released early with
-// ChangeMessageVisibility(0), and on standard queues 5% are delayed 1 s.
+// workload is the shared Workload against one broker process that the
+// test kills and restarts: requests go to the current incarnation, and a
+// delivery's epoch is the number of crashes before its incarnation.
 type workload struct {
-	fifo    bool
-	run     string
+	Workload[*incarnation]
 	timeout time.Duration // client request timeout
-	ck      *Checker
 	cl      *crash.Lives[*incarnation]
-
-	main, dlq string
-	crashes   int // kills so far; the next incarnation's epoch
-	backlog   int // producers pause while the Checker's backlog exceeds it
+	crashes int // kills so far; the next incarnation's epoch
 
 	errs     sync.Map // "op: message" → *atomic.Int64, errors on live incarnations
 	liveErrs atomic.Int64
-	sends    atomic.Int64 // acknowledged sends
-	ops      atomic.Int64 // requests made
-
-	stopProduce, stopConsume context.CancelFunc
-	pwg, cwg                 sync.WaitGroup
 }
 
 func newWorkload(fifo bool, run string, timeout time.Duration) *workload {
-	w := &workload{fifo: fifo, run: run, timeout: timeout, ck: NewChecker(fifo, maxReceiveCount), cl: crash.NewLives[*incarnation](),
-		main: "faults", dlq: "faults-dlq", backlog: 5000}
+	w := &workload{timeout: timeout, cl: crash.NewLives[*incarnation]()}
+	w.FIFO, w.Run, w.Ck = fifo, run, NewChecker(fifo, MaxReceiveCount)
+	w.Main, w.DLQ, w.Backlog = "faults", "faults-dlq", 5000
 	if fifo {
-		w.main, w.dlq, w.backlog = "faults.fifo", "faults-dlq.fifo", 600
+		w.Main, w.DLQ, w.Backlog = "faults.fifo", "faults-dlq.fifo", 600
+	}
+	w.Hooks = Hooks[*incarnation]{
+		Pick: func(ctx context.Context, _ *rand.Rand, queue string) (Target[*incarnation], error) {
+			inc, err := w.cl.Current(ctx)
+			if err != nil {
+				return Target[*incarnation]{}, err
+			}
+			return Target[*incarnation]{Client: inc.client, URL: inc.urls[queue], Node: inc}, nil
+		},
+		Note:  func(t Target[*incarnation], op string, err error) { w.liveError(t.Node, op, err) },
+		Pause: func(ctx context.Context, t Target[*incarnation]) { w.cl.AfterError(ctx, t.Node) },
+		// A handle whose lease has ended is refused (FIFO refuses such a
+		// delete too): expected, not an error of the broker.
+		Refused: func(op, msg string) bool {
+			return strings.Contains(strings.ToLower(msg), "receipt handle") || op == "release" && strings.Contains(msg, "MessageNotInflight")
+		},
+		Epoch: func(t Target[*incarnation]) int { return t.Node.epoch },
+		DeleteAcked: func(t Target[*incarnation], id string, l Lease, _, at time.Time) {
+			w.Ck.DeleteAcked(id, l, t.Node.epoch, at)
+		},
 	}
 	return w
-}
-
-// createQueues makes the DLQ and the source queue on a fresh broker.
-func (w *workload) createQueues(ctx context.Context, client *sqs.Client) error {
-	attrs := map[string]string{}
-	if w.fifo {
-		attrs["FifoQueue"] = "true"
-	}
-	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.dlq), Attributes: attrs})
-	if err != nil {
-		return fmt.Errorf("create %s: %w", w.dlq, err)
-	}
-	ga, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: out.QueueUrl,
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		return err
-	}
-	policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": ga.Attributes["QueueArn"], "maxReceiveCount": maxReceiveCount})
-	main := map[string]string{"RedrivePolicy": string(policy)}
-	for k, v := range attrs {
-		main[k] = v
-	}
-	if _, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.main), Attributes: main}); err != nil {
-		return fmt.Errorf("create %s: %w", w.main, err)
-	}
-	return nil
 }
 
 // connect makes an incarnation for srv, looking up the queue URLs.
 func (w *workload) connect(ctx context.Context, srv *crash.Server) (*incarnation, error) {
 	inc := &incarnation{srv: srv, client: newClient(srv.URL(), w.timeout), urls: map[string]string{}, dead: make(chan struct{}), epoch: w.crashes}
-	for _, name := range []string{w.main, w.dlq} {
+	for _, name := range []string{w.Main, w.DLQ} {
 		out, err := inc.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 		if err != nil {
 			return nil, fmt.Errorf("GetQueueUrl %s: %w", name, err)
@@ -226,49 +157,13 @@ func (w *workload) down() *incarnation {
 	return old
 }
 
-func (w *workload) start(ctx context.Context, rng *rand.Rand) {
-	pctx, stopP := context.WithCancel(ctx)
-	cctx, stopC := context.WithCancel(ctx)
-	w.stopProduce, w.stopConsume = stopP, stopC
-	for p := range producers {
-		w.pwg.Add(1)
-		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(p)))
-		go func() { defer w.pwg.Done(); w.produce(pctx, p, r) }()
-	}
-	for c := range consumers {
-		w.cwg.Add(1)
-		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(100+c)))
-		go func() { defer w.cwg.Done(); w.consume(cctx, w.main, false, r) }()
-	}
-	w.cwg.Add(1)
-	r := rand.New(rand.NewPCG(rng.Uint64(), 999))
-	go func() { defer w.cwg.Done(); w.consume(cctx, w.dlq, true, r) }()
-}
-
-func (w *workload) stopProducers() {
-	w.stopProduce()
-	w.pwg.Wait()
-}
-
-func (w *workload) stopConsumers() {
-	w.stopConsume()
-	w.cwg.Wait()
-}
-
 func (w *workload) liveError(inc *incarnation, op string, err error) {
 	select {
 	case <-inc.dead:
 		return // the broker was killed under this request
 	default:
 	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, "api error "); i >= 0 {
-		msg = msg[i:]
-	} else if i := strings.LastIndex(msg, ": "); i >= 0 {
-		msg = msg[i+2:]
-	}
-	msg = op + ": " + msg[:min(len(msg), 100)]
-	v, _ := w.errs.LoadOrStore(msg, new(atomic.Int64))
+	v, _ := w.errs.LoadOrStore(ErrorKind(op, err, 100), new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	w.liveErrs.Add(1)
 }
@@ -286,248 +181,34 @@ func (w *workload) errorSummary() string {
 	return strings.Join(parts, ", ")
 }
 
-// produce sends batches of 10 unique bodies until ctx ends. A body is
-// "id|flags|padding"; flags P = poison. FIFO: eight groups per producer.
-func (w *workload) produce(ctx context.Context, p int, rng *rand.Rand) {
-	pad := strings.Repeat(".", bodyPad)
-	seq := 0
-	groupSeq := make([]int, 8)
-	for ctx.Err() == nil {
-		if w.ck.Backlog() > w.backlog {
-			sleepCtx(ctx, 5*time.Millisecond) // pacing, not synchronisation
-			continue
-		}
-		inc, err := w.cl.Current(ctx)
-		if err != nil {
-			return
-		}
-		sends := make([]Send, 10)
-		entries := make([]types.SendMessageBatchRequestEntry, 10)
-		for i := range entries {
-			seq++
-			id := fmt.Sprintf("m-%s-%d-%07d", w.run, p, seq)
-			s := Send{ID: id, Poison: rng.IntN(100) < 3}
-			flags := "-"
-			if s.Poison {
-				flags = "P"
-			}
-			s.Body = id + "|" + flags + "|" + pad[:bodyPad-len(id)-3]
-			e := types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(s.Body)}
-			if w.fifo {
-				g := rng.IntN(len(groupSeq))
-				groupSeq[g]++
-				s.Group, s.Seq = fmt.Sprintf("g%d-%d", p, g), groupSeq[g]
-				e.MessageGroupId = aws.String(s.Group)
-				e.MessageDeduplicationId = aws.String(id)
-			} else if rng.IntN(100) < 5 {
-				s.Delay = time.Second
-				e.DelaySeconds = 1
-			}
-			sends[i], entries[i] = s, e
-		}
-		now := time.Now()
-		for _, s := range sends {
-			w.ck.Attempt(s, now)
-		}
-		w.ops.Add(1)
-		out, err := inc.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(inc.urls[w.main]), Entries: entries})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			w.liveError(inc, "send", err)
-			w.cl.AfterError(ctx, inc)
-			continue
-		}
-		done := time.Now()
-		for _, s := range out.Successful {
-			i, err := strconv.Atoi(aws.ToString(s.Id))
-			if err != nil || i < 0 || i >= len(sends) {
-				w.liveError(inc, "send", fmt.Errorf("bad Successful Id %q", aws.ToString(s.Id)))
-				continue
-			}
-			w.ck.Acked(sends[i].ID, aws.ToString(s.MessageId), done)
-			w.sends.Add(1)
-		}
-		for _, f := range out.Failed {
-			w.liveError(inc, "send", fmt.Errorf("entry failed: %s", aws.ToString(f.Code)))
-		}
-	}
-}
-
-// consume receives from queue, records each delivery and settles it:
-// deletes it, or releases it with ChangeMessageVisibility(0) (3% of
-// messages, and half the receives of poison ones), or leaves a poison
-// message to its lease. In the DLQ everything is deleted.
-func (w *workload) consume(ctx context.Context, queue string, dlq bool, rng *rand.Rand) {
-	for ctx.Err() == nil {
-		inc, err := w.cl.Current(ctx)
-		if err != nil {
-			return
-		}
-		begin := time.Now()
-		w.ops.Add(1)
-		out, err := inc.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(inc.urls[queue]),
-			MaxNumberOfMessages:         10,
-			WaitTimeSeconds:             1,
-			VisibilityTimeout:           int32(leaseTime / time.Second),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			w.liveError(inc, "receive", err)
-			w.cl.AfterError(ctx, inc)
-			continue
-		}
-		end := time.Now()
-		var dels []types.DeleteMessageBatchRequestEntry
-		var delIDs []string
-		var delLeases []Lease
-		for _, m := range out.Messages {
-			body := aws.ToString(m.Body)
-			id, rest, _ := strings.Cut(body, "|")
-			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
-			w.ck.Received(Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: queue, DLQ: dlq,
-				Begin: begin, End: end, Count: count, Visibility: leaseTime, Epoch: inc.epoch})
-			poison := strings.HasPrefix(rest, "P")
-			switch {
-			case !dlq && poison && rng.IntN(2) == 0:
-				continue // let the lease run out
-			case !dlq && (poison || rng.IntN(100) < 3):
-				w.ck.Released(id, Lease{count, inc.epoch}, time.Now())
-				w.ops.Add(1)
-				_, err := inc.client.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
-					QueueUrl: aws.String(inc.urls[queue]), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
-				if err != nil && !strings.Contains(strings.ToLower(err.Error()), "receipt handle") && !strings.Contains(err.Error(), "MessageNotInflight") {
-					w.liveError(inc, "release", err)
-				}
-				continue
-			}
-			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})
-			delIDs = append(delIDs, id)
-			delLeases = append(delLeases, Lease{count, inc.epoch})
-		}
-		if len(dels) == 0 {
-			continue
-		}
-		now := time.Now()
-		for i, id := range delIDs {
-			w.ck.DeleteAttempted(id, delLeases[i], now)
-		}
-		// Not canceled with ctx: a received batch is deleted even while
-		// the test stops, so the drain ends clean.
-		w.ops.Add(1)
-		dout, err := inc.client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(inc.urls[queue]), Entries: dels})
-		// A delete settles its message only when answered (Checker:
-		// settled), so a delete the broker did not answer is sent again,
-		// with the same handles, as an SDK retries it: on the next
-		// incarnation if this one died. It gives up only when the test
-		// stops.
-		for err != nil {
-			w.liveError(inc, "delete", err)
-			w.cl.AfterError(ctx, inc)
-			if ctx.Err() != nil {
-				return
-			}
-			if inc, err = w.cl.Current(ctx); err != nil {
-				return
-			}
-			w.ops.Add(1)
-			dout, err = inc.client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(inc.urls[queue]), Entries: dels})
-		}
-		done := time.Now()
-		for _, s := range dout.Successful {
-			i, err := strconv.Atoi(aws.ToString(s.Id))
-			if err != nil || i < 0 || i >= len(delIDs) {
-				continue
-			}
-			w.ck.DeleteAcked(delIDs[i], delLeases[i], inc.epoch, done)
-		}
-		for _, f := range dout.Failed {
-			// The delete settles nothing: the message must come back.
-			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(delIDs) {
-				w.ck.DeleteFailed(delIDs[i], delLeases[i])
-			}
-			// FIFO refuses a delete whose lease has ended.
-			if msg := aws.ToString(f.Message); !strings.Contains(strings.ToLower(msg), "receipt handle") {
-				w.liveError(inc, "delete", fmt.Errorf("entry failed: %s %s", aws.ToString(f.Code), msg))
-			}
-		}
-	}
-}
-
 // queuesEmpty reports whether the broker counts no message in either queue.
 func (w *workload) queuesEmpty(ctx context.Context, inc *incarnation) (bool, string) {
 	var desc []string
 	empty := true
-	for _, name := range []string{w.main, w.dlq} {
-		out, err := inc.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(inc.urls[name]),
-			AttributeNames: []types.QueueAttributeName{
-				types.QueueAttributeNameApproximateNumberOfMessages,
-				types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-				types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-			},
-		})
+	for _, name := range []string{w.Main, w.DLQ} {
+		e, d, err := QueueCounts(ctx, inc.client, inc.urls[name], name)
 		if err != nil {
 			return false, err.Error()
 		}
-		a := out.Attributes
-		desc = append(desc, fmt.Sprintf("%s visible=%s inflight=%s delayed=%s", name, a["ApproximateNumberOfMessages"],
-			a["ApproximateNumberOfMessagesNotVisible"], a["ApproximateNumberOfMessagesDelayed"]))
-		for _, k := range []string{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"} {
-			if a[k] != "0" {
-				empty = false
-			}
-		}
+		desc = append(desc, d)
+		empty = empty && e
 	}
 	return empty, strings.Join(desc, "; ")
 }
 
 // drain stops the producers, lets the consumers settle every acknowledged
-// message (poison ones through the DLQ) until both queues are empty, then
-// stops the consumers. It polls the checker and the broker's counters.
+// message until both queues are empty (Workload.Drain, for up to 90 s),
+// then stops the consumers.
 func (w *workload) drain(t *testing.T, ctx context.Context) {
 	t.Helper()
-	w.stopProducers()
-	deadline := time.Now().Add(90 * time.Second)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		pending := w.ck.Unsettled()
-		var desc string
-		if pending == 0 {
-			var empty bool
-			empty, desc = w.queuesEmpty(ctx, w.cl.Get())
-			if empty {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			if desc == "" {
-				_, desc = w.queuesEmpty(ctx, w.cl.Get())
-			}
-			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
-				strings.Join(w.ck.UnsettledDetails(10), "\n"))
-			break
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-	w.stopConsumers()
+	w.Drain(t, ctx, 90*time.Second, func() (bool, string) { return w.queuesEmpty(ctx, w.cl.Get()) })
 }
 
 // verdict logs the figures and fails the test on any violation.
 func (w *workload) verdict(t *testing.T, extra string) Report {
 	t.Helper()
-	r := w.ck.Report()
-	t.Logf("%s; requests %d; %s", r, w.ops.Load(), extra)
+	r := w.Ck.Report()
+	t.Logf("%s; requests %d; %s", r, w.Ops.Load(), extra)
 	t.Logf("errors on live incarnations: %s", w.errorSummary())
 	if r.Violations() > 0 {
 		t.Errorf("the checker found violations:\n%s", r.Details(10))

@@ -42,7 +42,7 @@ func TestPowerLoss(t *testing.T) {
 	load := budget(t, 0.15)
 	s := seed(t)
 	rng := rand.New(rand.NewPCG(s, 0x9017))
-	ck := NewChecker(false, maxReceiveCount)
+	ck := NewChecker(false, MaxReceiveCount)
 	mem := vfs.NewCrashableMem()
 	open := func(fs vfs.FS) (*engine.Engine, func()) {
 		t.Helper()
@@ -63,7 +63,7 @@ func TestPowerLoss(t *testing.T) {
 		if _, _, err := eng.CreateQueue(q.dlq, cfg, nil); err != nil {
 			t.Fatal(err)
 		}
-		cfg.DeadLetter = &engine.DeadLetterPolicy{Target: q.dlq, MaxReceiveCount: maxReceiveCount}
+		cfg.DeadLetter = &engine.DeadLetterPolicy{Target: q.dlq, MaxReceiveCount: MaxReceiveCount}
 		if _, _, err := eng.CreateQueue(q.name, cfg, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestPowerLoss(t *testing.T) {
 			}
 		}
 		// Random moment to cut the power.
-		sleepCtx(context.Background(), time.Duration(100+rng.IntN(700))*time.Millisecond)
+		SleepCtx(context.Background(), time.Duration(100+rng.IntN(700))*time.Millisecond)
 		cfg := vfs.CrashCloneCfg{}
 		if rng.IntN(2) == 0 {
 			cfg = vfs.CrashCloneCfg{UnsyncedDataPercent: 1 + rng.IntN(99), RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}
@@ -135,7 +135,7 @@ func plProduce(ctx context.Context, eng *engine.Engine, ck *Checker, q plQueue, 
 	pad := strings.Repeat("~", 100)
 	for ctx.Err() == nil {
 		if ck.Backlog() > 20000 {
-			sleepCtx(ctx, 2*time.Millisecond) // pacing
+			SleepCtx(ctx, 2*time.Millisecond) // pacing
 			continue
 		}
 		sends := make([]Send, 10)

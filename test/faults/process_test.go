@@ -36,7 +36,7 @@ func startBroker(t *testing.T, ctx context.Context, w *workload, bin, dir string
 		t.Fatal(err)
 	}
 	if create {
-		if err := w.createQueues(ctx, newClient(srv.URL(), 10*time.Second)); err != nil {
+		if err := w.CreateQueues(ctx, newClient(srv.URL(), 10*time.Second)); err != nil {
 			_ = srv.Kill()
 			t.Fatalf("%v\n%s", err, crash.Tail(dir))
 		}
@@ -67,7 +67,7 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 	w := newWorkload(fifo, fmt.Sprintf("%x", s&0xffffff), 10*time.Second)
 	w.cl.Set(startBroker(t, ctx, w, bin, dir, true))
 	defer stopBroker(t, w)
-	w.start(ctx, rng)
+	w.Start(ctx, rng)
 
 	began := time.Now()
 	kills := 0
@@ -84,7 +84,7 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 			t.Fatalf("kill: %v", err)
 		}
 		w.crashes++
-		w.ck.Fault()
+		w.Ck.Fault()
 		kills++
 		old.client.Options().HTTPClient.(*http.Client).CloseIdleConnections()
 		down := time.Now()
@@ -110,25 +110,25 @@ func TestSIGSTOP(t *testing.T) {
 	defer cancel()
 
 	w := newWorkload(s%2 == 0, fmt.Sprintf("%x", s&0xffffff), 2500*time.Millisecond)
-	t.Logf("fifo=%v", w.fifo)
+	t.Logf("fifo=%v", w.FIFO)
 	inc := startBroker(t, ctx, w, bin, dir, true)
 	w.cl.Set(inc)
 	defer stopBroker(t, w)
-	w.start(ctx, rng)
+	w.Start(ctx, rng)
 
 	began := time.Now()
 	pauses := 0
 	var frozen time.Duration
 	hc := &http.Client{Timeout: time.Second}
 	for pauses < 3 || time.Since(began) < load {
-		sleepCtx(ctx, time.Duration(200+rng.IntN(1300))*time.Millisecond)
+		SleepCtx(ctx, time.Duration(200+rng.IntN(1300))*time.Millisecond)
 		pause := time.Duration(500+rng.IntN(4500)) * time.Millisecond
 		if err := syscall.Kill(inc.srv.PID, syscall.SIGSTOP); err != nil {
 			t.Fatalf("SIGSTOP: %v", err)
 		}
-		w.ck.Fault()
+		w.Ck.Fault()
 		pauses++
-		sleepCtx(ctx, pause)
+		SleepCtx(ctx, pause)
 		if err := syscall.Kill(inc.srv.PID, syscall.SIGCONT); err != nil {
 			t.Fatalf("SIGCONT: %v", err)
 		}
@@ -146,7 +146,7 @@ func TestSIGSTOP(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("broker not healthy 10 s after SIGCONT: %v\n%s", err, crash.Tail(dir))
 			}
-			sleepCtx(ctx, 10*time.Millisecond)
+			SleepCtx(ctx, 10*time.Millisecond)
 		}
 	}
 	w.drain(t, ctx)
@@ -155,16 +155,5 @@ func TestSIGSTOP(t *testing.T) {
 	case <-inc.srv.Exited():
 		t.Fatalf("the broker exited\n%s", crash.Tail(dir))
 	default:
-	}
-}
-
-// sleepCtx waits d (a random fault timing, not a synchronisation) or until
-// ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/test/crash"
 )
 
 // The deep-backlog scenario of issue #13, against the real binary over
@@ -100,10 +102,9 @@ func meets(ok bool) string {
 // buildBinary builds cmd/sluice into a temporary directory.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sluicemq/sluice/cmd/sluice")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := crash.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
