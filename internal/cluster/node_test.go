@@ -208,7 +208,7 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 // leads and serves.
 func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 	t.Helper()
-	raft := reservePorts(t, 3)
+	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	nodes := make([]*Node, 3)
 	for i := range nodes {
