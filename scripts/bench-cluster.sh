@@ -32,9 +32,9 @@ LP=$(sqsport $L); FP=$(sqsport $F)
 LPID=$(cat $W/n$L.pid)
 sleep 2
 echo "== through the leader (node $L), 4P/4C 20s"
-$bin bench sqs -endpoint http://127.0.0.1:$LP -duration 20s -queue b1 -pid $LPID 2>&1 | grep -E "sent |deleted|latency|server cpu|not the broker"
+$bin bench sqs -endpoint http://127.0.0.1:$LP -duration 20s -queue b1 -pid $LPID 2>&1 | grep -E "sent |deleted|latency|server cpu|not the broker|errors|error"
 echo "== through a follower (node $F), 4P/4C 20s"
-$bin bench sqs -endpoint http://127.0.0.1:$FP -duration 20s -queue b2 -pid $LPID 2>&1 | grep -E "sent |deleted|latency|server cpu|not the broker"
+$bin bench sqs -endpoint http://127.0.0.1:$FP -duration 20s -queue b2 -pid $LPID 2>&1 | grep -E "sent |deleted|latency|server cpu|not the broker|errors|error"
 echo "== through the leader, 1P/1C at 1000 msg/s 20s"
 $bin bench sqs -endpoint http://127.0.0.1:$LP -duration 20s -queue b3 -producers 1 -consumers 1 -rate 1000 -pid $LPID 2>&1 | grep -E "deleted|latency|server cpu"
 echo "== failover: kill -9 the leader (node $L), time until a send through node $F succeeds"
