@@ -171,7 +171,7 @@ type Node struct {
 	status     Status
 	advertised map[uint64][]byte
 	mem        membership // written by the loop only (see membership.go)
-	err        error // the loop stopped on this error
+	err        error      // the loop stopped on this error
 	closed     bool
 }
 

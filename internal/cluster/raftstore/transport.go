@@ -98,8 +98,8 @@ type transport struct {
 	id    uint64
 	ln    net.Listener
 	log   *slog.Logger
-	recv  func(*pb.Message) // hands a received message to the loop
-	unrch func(id uint64)   // reports a peer unreachable to the loop
+	recv  func(*pb.Message)    // hands a received message to the loop
+	unrch func(id uint64)      // reports a peer unreachable to the loop
 	peers map[uint64]*peerConn // the loop's only, once started
 
 	mu      sync.Mutex
