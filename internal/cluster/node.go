@@ -83,6 +83,9 @@ type Advertisement struct {
 	Term uint64 `json:"term"`
 	SQS  string `json:"sqs"`
 	AMQP string `json:"amqp,omitempty"`
+	// Public is the leader's public HTTP listener, where followers forward
+	// the membership admin requests (members.go).
+	Public string `json:"public,omitempty"`
 }
 
 // Node is one running cluster member. New binds its listeners and opens
@@ -160,7 +163,7 @@ func New(opts Options) (_ *Node, err error) {
 	for i, p := range o.Cluster.Peers {
 		peers[i] = raftstore.Peer{ID: p.ID, RaftAddr: p.Raft}
 	}
-	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln,
+	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft")})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -342,7 +345,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
-	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr()}
+	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers()}
 	n.mu.Lock()
 	n.local = &ad
 	n.localHTTP = srv.Handler()
@@ -528,6 +531,7 @@ func (n *Node) routes() http.Handler {
 	// The node's own status is an operator surface: behind [http_auth]
 	// when configured, and the browser defences, like /metrics.
 	mux.Handle("GET /sluice/v1/cluster", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveStatus), ha), n.opts.AllowedHosts))
+	n.memberRoutes(mux, ha)
 	mux.Handle("/", forward)
 	return mux
 }
