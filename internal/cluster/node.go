@@ -11,8 +11,10 @@
 //   - HTTP: each request is forwarded, as it is (the client's Host header
 //     kept, so SigV4 signatures and queue URLs still match), to the
 //     leader's internal HTTP listener, except GET /sluice/v1/cluster, which
-//     this node answers itself (its Raft status and the addresses the
-//     leader advertised).
+//     this node answers itself (its Raft status, the replicated membership
+//     and the addresses the leader advertised), and the membership changes
+//     (members.go), which the leader runs on its Raft node and a follower
+//     forwards to the leader's public listener.
 //   - AMQP: each connection is relayed as raw TCP, both ways, to the
 //     leader's internal AMQP listener, and closed when either side closes
 //     or the leader changes.

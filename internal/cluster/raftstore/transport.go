@@ -158,7 +158,8 @@ func (t *transport) addPeer(p Peer) {
 	go t.sendLoop(pc)
 }
 
-// removePeer stops sending to id and closes its connection. Loop only.
+// removePeer stops sending to id, after what is queued for it, and closes
+// its connection. Loop only.
 func (t *transport) removePeer(id uint64) {
 	if p := t.peers[id]; p != nil {
 		close(p.stop)
@@ -228,6 +229,16 @@ func (t *transport) sendLoop(p *peerConn) {
 		case <-t.stop:
 			return
 		case <-p.stop:
+			// Removed: what is queued still goes out (best effort), above
+			// all the commit index that tells the peer of its removal.
+			if conn != nil && !t.isBlocked() {
+				for len(p.q) > 0 {
+					if _, err := w.Write(<-p.q); err != nil {
+						return
+					}
+				}
+				_ = w.Flush() // best effort: the peer is gone from the group
+			}
 			return
 		case f = <-p.q:
 		}
