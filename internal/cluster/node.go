@@ -425,8 +425,15 @@ func (n *Node) internalOptions() server.Options {
 	// Clients address any node: its Host header must pass the leader's
 	// allow-list (IP literals always do; names here).
 	hosts := []string{}
+	raftAddrs := []string{}
 	for _, p := range o.Cluster.Peers {
-		if h, _, err := net.SplitHostPort(p.Raft); err == nil && net.ParseIP(h) == nil {
+		raftAddrs = append(raftAddrs, p.Raft)
+	}
+	for _, m := range n.raft.Members() { // members added at runtime too
+		raftAddrs = append(raftAddrs, m.RaftAddr)
+	}
+	for _, a := range raftAddrs {
+		if h, _, err := net.SplitHostPort(a); err == nil && net.ParseIP(h) == nil && !slices.Contains(hosts, h) {
 			hosts = append(hosts, h)
 		}
 	}
