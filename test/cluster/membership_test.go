@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -93,16 +94,25 @@ func TestReplaceANode(t *testing.T) {
 	peers = append(peers, "4="+raft4)
 	n4 := &node{id: 4, dir: t.TempDir()}
 	bin := crash.Binary(t)
-	started := make(chan error, 1)
+	type startResult struct {
+		srv *crash.Server
+		err error
+	}
+	started := make(chan startResult, 1)
+	received := false // started was read (by the test, or by the cleanup)
 	go func() {
 		// Start returns once /health answers, which needs the leader: only
 		// after the add below.
-		var err error
-		n4.srv, err = crash.Start(ctx, bin, n4.dir, 60*time.Second,
+		srv, err := crash.Start(ctx, bin, n4.dir, 60*time.Second,
 			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--log-level", "debug")
-		started <- err
+		started <- startResult{srv, err}
 	}()
 	t.Cleanup(func() {
+		if !received {
+			// The test failed before node 4 was up: wait for Start, which
+			// kills the process itself when it gives up.
+			n4.srv = (<-started).srv
+		}
 		if n4.srv != nil {
 			_ = n4.srv.Kill() // the test is over
 		}
@@ -124,9 +134,12 @@ func TestReplaceANode(t *testing.T) {
 		t.Fatalf("sluice cluster add: exit %d\n%s%s", code, out, stderr)
 	}
 	t.Logf("sluice cluster add:\n%s", out)
-	if err := <-started; err != nil {
-		t.Fatalf("node 4: %v", err)
+	res := <-started
+	received = true
+	if res.err != nil {
+		t.Fatalf("node 4: %v", res.err)
 	}
+	n4.srv = res.srv
 	all := append(slices.Clone(nodes), n4)
 	for _, n := range all {
 		poll.CheckFor(t, 20*time.Second, func() error {
@@ -159,9 +172,15 @@ func TestReplaceANode(t *testing.T) {
 	newLeader := awaitLeader(t, ctx, rest, leader)
 	t.Logf("killed node %d; new leader: node %d", leader, newLeader)
 	poll.CheckFor(t, 20*time.Second, func() error {
-		code, out, stderr := clusterCLI(ctx, n4, "remove", strconv.FormatUint(leader, 10))
+		code, out, stderr := clusterCLI(ctx, n4, "remove", strconv.FormatUint(leader, 10), "--json")
 		if code != cli.ExitOK {
 			return fmt.Errorf("sluice cluster remove: exit %d %s%s", code, out, stderr)
+		}
+		var ans struct {
+			Members []struct{ ID uint64 } `json:"members"`
+		}
+		if err := json.Unmarshal([]byte(out), &ans); err != nil || len(ans.Members) != 3 {
+			t.Fatalf("sluice cluster remove --json printed %s (%v)", out, err)
 		}
 		return nil
 	})
