@@ -112,7 +112,7 @@ type Status struct {
 	Leader  uint64 // 0 if unknown
 	Commit  uint64
 	Applied uint64
-	Role    string            // "leader", "follower" or "candidate"
+	Role    string            // "leader", "follower", "candidate" or "removed"
 	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
 	// Members is the applied membership (from the replicated log, not the
 	// configuration), sorted by id.
