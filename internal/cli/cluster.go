@@ -41,6 +41,7 @@ type clusterReport struct {
 		Commit  uint64            `json:"commit"`
 		Applied uint64            `json:"applied"`
 		Match   map[string]uint64 `json:"match"`
+		Joining bool              `json:"joining"`
 	} `json:"node"`
 	Public struct {
 		HTTP string `json:"http"`
@@ -145,6 +146,9 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			leader = strconv.FormatUint(n.Leader, 10)
 		}
 		fmt.Fprintf(w, "node %d: %s, term %d, leader %s, commit %d, applied %d\n", n.ID, n.Role, n.Term, leader, n.Commit, n.Applied)
+		if n.Joining {
+			fmt.Fprintf(w, "joining: waiting to be added (sluice cluster add %d <its raft address>, run against a member)\n", n.ID)
+		}
 		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })
 		t := newTable(w, "ID", "RAFT", "LEADER", "MATCH", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
