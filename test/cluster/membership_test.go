@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cli"
+	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/test/crash"
 )
 
@@ -119,6 +123,29 @@ func TestReplaceANode(t *testing.T) {
 		if t.Failed() {
 			t.Logf("node 4 log:\n%s", crash.Tail(n4.dir))
 		}
+	})
+
+	// Until it is added, node 4 answers for itself: joining, no members,
+	// no leader.
+	poll.CheckFor(t, 30*time.Second, func() error {
+		b, err := os.ReadFile(filepath.Join(n4.dir, "ready.json"))
+		if err != nil {
+			return err
+		}
+		var rf struct {
+			SQS string `json:"sqs"`
+		}
+		if err := json.Unmarshal(b, &rf); err != nil {
+			return err
+		}
+		var rep cluster.Report
+		if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+rf.SQS+"/sluice/v1/cluster", &rep); err != nil {
+			return err
+		}
+		if !rep.Node.Joining || rep.Node.Leader != 0 || len(rep.Peers) != 0 {
+			t.Fatalf("node 4 before it is added: %+v", rep)
+		}
+		return nil
 	})
 
 	// Add it through a follower (forwarded to the leader).
