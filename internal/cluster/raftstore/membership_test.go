@@ -271,3 +271,65 @@ func TestLeaderRemovesItself(t *testing.T) {
 		t.Fatalf("removed leader status %+v", st)
 	}
 }
+
+// TestMembershipChangeThatCannotCommit: a change the leader cannot commit
+// (its followers cut off) fails, by its context or with the leadership,
+// and leaves no pending change behind; while one is pending a second is
+// refused with ErrChangePending; after healing, a change goes through.
+func TestMembershipChangeThatCannotCommit(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	for i, nd := range c.nodes {
+		if i != li {
+			nd.tr.setBlocked(true)
+		}
+	}
+	lead := c.nodes[li]
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// Id 9 at an address nobody listens on: it may still apply after the
+	// healing below (a failed change is not known not to apply), which a
+	// group of three live voters survives.
+	if err := lead.AddMember(ctx, 9, "127.0.0.1:1"); err == nil {
+		t.Fatal("a change without a quorum succeeded")
+	}
+	lead.mu.Lock()
+	pending := lead.mem.ccID
+	lead.mu.Unlock()
+	if pending != 0 {
+		t.Fatal("a failed change left a pending change behind")
+	}
+	// The pending check itself (a change this leader proposed and is
+	// waiting for): forced, since a real one would race leadership loss.
+	lead.mu.Lock()
+	wasReady, wasTerm := lead.ready, lead.leaderTerm
+	lead.mem.ccID, lead.ready, lead.leaderTerm = 1, true, max(lead.leaderTerm, 1)
+	lead.mu.Unlock()
+	if err := lead.AddMember(context.Background(), 5, "127.0.0.1:2"); !errors.Is(err, ErrChangePending) {
+		t.Fatalf("second change while one is pending: %v, want ErrChangePending", err)
+	}
+	lead.mu.Lock()
+	lead.mem.ccID, lead.ready, lead.leaderTerm = 0, wasReady, wasTerm
+	lead.mu.Unlock()
+
+	for _, nd := range c.nodes {
+		nd.tr.setBlocked(false)
+	}
+	ji := c.addJoiner()
+	poll.CheckFor(t, 20*time.Second, func() error {
+		li := c.leader(ji)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := c.nodes[li].AddMember(ctx, uint64(ji+1), c.peers[ji].RaftAddr)
+		if errors.Is(err, ErrMemberExists) { // an earlier try applied after its timeout
+			return nil
+		}
+		return err
+	})
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if got := memberIDs(c.nodes[ji]); len(got) < 4 {
+			return fmt.Errorf("joined node members %v", got)
+		}
+		return nil
+	})
+}
