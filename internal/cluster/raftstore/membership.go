@@ -81,8 +81,13 @@ type membership struct {
 	conf    *pb.ConfState
 	addrs   map[uint64]string // every member's (and configured peer's) Raft address; "" = removed
 	joining bool              // Config.Join and the boot snapshot not received yet
-	ccID    uint64            // the change this node proposed and waits for, 0 if none
-	ccSeq   uint64            // its waiter's key in n.waiters
+	// ccID is the change this node proposed in its current leadership and
+	// has not applied yet, 0 if none: set by changeMembership, cleared when
+	// it applies, when its proposal fails, or when the leadership ends.
+	// It outlives a caller that gave up waiting, because the change may
+	// still commit and Raft allows one unapplied change at a time.
+	ccID  uint64
+	ccSeq uint64 // its waiter's key in n.waiters
 }
 
 // isMember reports whether id is a voter or learner of cs.
@@ -270,18 +275,11 @@ func (n *Node) changeMembership(ctx context.Context, cc *pb.ConfChange, checkLoc
 	select {
 	case <-w.done:
 	case <-ctx.Done():
+		// The change stays pending (ccID): it may still commit.
 		n.mu.Lock()
 		n.failLocked(w, ctx.Err())
-		if n.mem.ccID == cc.GetId() {
-			n.mem.ccID = 0
-		}
 		n.mu.Unlock()
 	}
-	n.mu.Lock()
-	if n.mem.ccID == cc.GetId() {
-		n.mem.ccID = 0 // failed with the leadership or the node
-	}
-	n.mu.Unlock()
 	if err := w.Wait(); err != nil {
 		return fmt.Errorf("raftstore: membership change not confirmed (it may still apply): %w", err)
 	}

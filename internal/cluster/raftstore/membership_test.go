@@ -272,19 +272,32 @@ func TestLeaderRemovesItself(t *testing.T) {
 	}
 }
 
-// TestMembershipChangeThatCannotCommit: a change the leader cannot commit
-// (its followers cut off) fails, by its context or with the leadership,
-// and leaves no pending change behind; while one is pending a second is
-// refused with ErrChangePending; after healing, a change goes through.
+// TestMembershipChangeThatCannotCommit: while a change is pending a second
+// is refused with ErrChangePending; a change the leader cannot commit (its
+// followers cut off) fails by its context, stays pending until the
+// leadership ends, and after healing a change goes through.
 func TestMembershipChangeThatCannotCommit(t *testing.T) {
 	c := newCluster(t, 3)
 	li := c.leader(-1)
+	// The pending check (a change this leader proposed and still waits
+	// for), forced on the stable leader: a real pending change would race
+	// the leadership loss below.
+	lead := c.nodes[li]
+	lead.mu.Lock()
+	lead.mem.ccID = 1
+	lead.mu.Unlock()
+	if err := lead.AddMember(context.Background(), 5, "127.0.0.1:2"); !errors.Is(err, ErrChangePending) {
+		t.Fatalf("second change while one is pending: %v, want ErrChangePending", err)
+	}
+	lead.mu.Lock()
+	lead.mem.ccID = 0
+	lead.mu.Unlock()
+
 	for i, nd := range c.nodes {
 		if i != li {
 			nd.tr.setBlocked(true)
 		}
 	}
-	lead := c.nodes[li]
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	// Id 9 at an address nobody listens on: it may still apply after the
@@ -293,25 +306,13 @@ func TestMembershipChangeThatCannotCommit(t *testing.T) {
 	if err := lead.AddMember(ctx, 9, "127.0.0.1:1"); err == nil {
 		t.Fatal("a change without a quorum succeeded")
 	}
-	lead.mu.Lock()
-	pending := lead.mem.ccID
-	lead.mu.Unlock()
-	if pending != 0 {
-		t.Fatal("a failed change left a pending change behind")
-	}
-	// The pending check itself (a change this leader proposed and is
-	// waiting for): forced, since a real one would race leadership loss.
-	lead.mu.Lock()
-	wasReady, wasTerm := lead.ready, lead.leaderTerm
-	lead.mem.ccID, lead.ready, lead.leaderTerm = 1, true, max(lead.leaderTerm, 1)
-	lead.mu.Unlock()
-	if err := lead.AddMember(context.Background(), 5, "127.0.0.1:2"); !errors.Is(err, ErrChangePending) {
-		t.Fatalf("second change while one is pending: %v, want ErrChangePending", err)
-	}
-	lead.mu.Lock()
-	lead.mem.ccID, lead.ready, lead.leaderTerm = 0, wasReady, wasTerm
-	lead.mu.Unlock()
-
+	// The change stays pending while it may commit: until this leadership
+	// ends (the leader, cut off, steps down).
+	poll.CheckFor(t, 10*time.Second, poll.True("the pending change to end with the leadership", func() bool {
+		lead.mu.Lock()
+		defer lead.mu.Unlock()
+		return lead.mem.ccID == 0 && lead.leaderTerm == 0
+	}))
 	for _, nd := range c.nodes {
 		nd.tr.setBlocked(false)
 	}

@@ -479,6 +479,9 @@ func (n *Node) proposeQueued() {
 		}
 		if err != nil {
 			n.mu.Lock()
+			if p.cc != nil {
+				n.mem.ccID = 0
+			}
 			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
 			n.mu.Unlock()
 		}
@@ -560,6 +563,7 @@ func (n *Node) checkRole() {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
 		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
 		n.leaderTerm, n.ready = 0, false
+		n.mem.ccID = 0 // a next leadership starts not ready: it applies that change first, if committed
 		n.broadcastLocked()
 	}
 	if n.leaderTerm == 0 && isLeader && n.err == nil && !n.closed {
