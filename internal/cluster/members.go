@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -108,20 +109,33 @@ func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
 }
 
 func (n *Node) addMember(w http.ResponseWriter, r *http.Request) {
-	var req MemberRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, MaxMemberRequestSize))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		memberError(w, http.StatusBadRequest, "InvalidRequest", "the body must be {\"id\": <node id>, \"raft\": \"host:port\"}: "+err.Error())
-		return
-	}
-	if req.ID == 0 {
-		memberError(w, http.StatusBadRequest, "InvalidRequest", "id: node ids are 1 or more")
+	req, err := decodeMemberRequest(r.Body)
+	if err != nil {
+		memberError(w, http.StatusBadRequest, "InvalidRequest", err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
 	defer cancel()
 	n.membershipDone(w, r, n.raft.AddMember(ctx, req.ID, req.Raft))
+}
+
+// decodeMemberRequest reads the body of POST /sluice/v1/cluster/members:
+// one JSON object {"id", "raft"} within MaxMemberRequestSize, no other
+// fields, id 1 or more. raft is checked by raftstore.AddMember.
+func decodeMemberRequest(body io.Reader) (MemberRequest, error) {
+	var req MemberRequest
+	dec := json.NewDecoder(io.LimitReader(body, MaxMemberRequestSize))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return MemberRequest{}, fmt.Errorf("the body must be {\"id\": <node id>, \"raft\": \"host:port\"}: %w", err)
+	}
+	if dec.More() {
+		return MemberRequest{}, errors.New("the body must be one JSON object")
+	}
+	if req.ID == 0 {
+		return MemberRequest{}, errors.New("id: node ids are 1 or more")
+	}
+	return req, nil
 }
 
 func (n *Node) removeMember(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -89,4 +90,26 @@ func TestRemoveTheOnlyMemberRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), `"LastVoter"`) {
 		t.Fatalf("removing the only member: %d %s", resp.StatusCode, b)
 	}
+}
+
+// FuzzDecodeMemberRequest: any body is either refused or decodes to a
+// request with an id of 1 or more; nothing panics.
+func FuzzDecodeMemberRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"id": 4, "raft": "127.0.0.1:7104"}`,
+		`{"id": 0, "raft": "x"}`,
+		`{"id": -1}`,
+		`{"id": 18446744073709551616}`,
+		`{"id": 4, "raft": "a", "extra": 1}`,
+		`{"id": 4} {"id": 5}`,
+		`[]`, `null`, ``, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := decodeMemberRequest(bytes.NewReader(b))
+		if err == nil && req.ID == 0 {
+			t.Fatalf("accepted %q with id 0", b)
+		}
+	})
 }
