@@ -30,7 +30,27 @@ import (
 // When a refill reaches the end of the queue's records the queue is hot
 // again. Open loads only the first window of a standard queue and counts
 // the rest from keys and value lengths (store.ScanLengths) without
-// reading them. FIFO queues are always fully hot.
+// reading them.
+//
+// FIFO queues go cold the same way, with one more rule: while a FIFO queue
+// is cold every new message goes cold, delayed (the queue's DelaySeconds)
+// or not, and the window bounds its visible and delayed messages together
+// (waitingLocked). So the hot messages are exactly those below cold.from
+// (plus promoted messages and moved copies a refill had passed), and every
+// cold message of a group comes after every hot one of that group: a
+// group's list in memory is always a prefix of the group, and the group
+// lock (a FIFO group whose head is in flight or delayed delivers nothing)
+// holds across refills and restarts, since a refill only appends to a
+// group's list. A refill reads in sequence order from cold.from, so a
+// receive considers only the groups of the messages in the window: when
+// the window is full of messages of locked groups, messages of other
+// groups further back wait until those groups' messages are deleted and
+// the window moves on (SQS documents the same limit with 120,000 messages:
+// "FIFO queues scan the first 120,000 messages to determine available
+// message groups"). A group at the head that is processed always lets the
+// window advance: its deletes bring the window under its low water mark.
+// Deduplication entries are separate records (dedupKey), kept in memory for
+// DedupWindow whether their message is hot or cold.
 
 // resolveWindow returns the ready window in force (count, body bytes; 0:
 // none) for o.
@@ -132,10 +152,29 @@ func (q *queue) notColdLocked(seq uint64) bool {
 }
 
 // goesColdLocked reports whether the new message m stays only in the store.
+// On a standard queue only an immediately visible message does (a delayed
+// one stays hot). On a FIFO queue any new message does while the queue is
+// cold, delayed or not: every message of a group that is cold must follow,
+// in sequence order, every hot message of that group (see FIFO queues above).
 func (q *queue) goesColdLocked(m *message) bool {
 	w, wb := q.eng.window, q.eng.windowB
-	return w > 0 && !q.fifo() && m.state == stateVisible &&
-		(q.cold.on || q.nState[stateVisible] >= w || (wb > 0 && q.nBytes[stateVisible] >= wb))
+	if w <= 0 || (!q.fifo() && m.state != stateVisible) {
+		return false
+	}
+	n, bytes := q.waitingLocked()
+	return q.cold.on || n >= w || (wb > 0 && bytes >= wb)
+}
+
+// waitingLocked returns the number and body bytes of the hot messages that
+// the window bounds: the visible ones, and on a FIFO queue the delayed ones
+// too (which, unlike a standard queue's, a refill may load).
+func (q *queue) waitingLocked() (int, int64) {
+	n, bytes := q.nState[stateVisible], q.nBytes[stateVisible]
+	if q.fifo() {
+		n += q.nState[stateDelayed]
+		bytes += q.nBytes[stateDelayed]
+	}
+	return n, bytes
 }
 
 // windowFull reports whether n messages of bodies bytes fill a window.
@@ -159,8 +198,8 @@ func (q *queue) addColdLocked(seq uint64, recLen int) {
 // refills.
 func (q *queue) lowLocked() bool {
 	e := q.eng
-	return q.nState[stateVisible] < max(e.window/2, 1) &&
-		(e.windowB <= 0 || q.nBytes[stateVisible] < e.windowB/2)
+	n, bytes := q.waitingLocked()
+	return n < max(e.window/2, 1) && (e.windowB <= 0 || bytes < e.windowB/2)
 }
 
 // topUpLocked refills a cold queue whose hot visible count is under the low

@@ -1,0 +1,474 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Tests of a FIFO queue's cold backlog (cold.go), on the memory store and
+// on pebble, with a window of coldWindow messages.
+
+// fifoColdMsgBound is how many messages a FIFO queue with a window of
+// coldWindow may hold in memory while a consumer drains it ten at a time:
+// under half a window before a refill, one window a refill loads, and a
+// batch in flight.
+const fifoColdMsgBound = 2*coldWindow + 10
+
+// held is the number of messages q holds in memory.
+func (f *coldFixture) held(name string) int {
+	f.t.Helper()
+	q, err := f.e.lockQueue(name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer f.e.unlockAndInsertCopies(q)
+	return len(q.msgs)
+}
+
+// createFIFO creates a FIFO queue with content-based deduplication.
+func (f *coldFixture) createFIFO(name string, mod func(*QueueConfig)) {
+	f.t.Helper()
+	f.create(name, func(c *QueueConfig) {
+		c.FIFO, c.ContentBasedDedup = true, true
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// groupOrder checks that a FIFO queue's deliveries come, per group, in the
+// order they were sent, each exactly once. Bodies are "<group>/<n>".
+type groupOrder struct {
+	t    *testing.T
+	next map[string]int
+	n    int
+}
+
+func (o *groupOrder) see(d Delivery) {
+	o.t.Helper()
+	var g string
+	var n int
+	if _, err := fmt.Sscanf(string(d.Body), "g%s", &g); err != nil {
+		o.t.Fatalf("body %q: %v", d.Body, err)
+	}
+	if _, err := fmt.Sscanf(g[3:], "%d", &n); err != nil {
+		o.t.Fatalf("body %q: %v", d.Body, err)
+	}
+	g = g[:2]
+	if d.GroupID != "g"+g {
+		o.t.Fatalf("body %q in group %q", d.Body, d.GroupID)
+	}
+	if want := o.next[g]; n != want {
+		o.t.Fatalf("group %s: got message %d, want %d (received %d so far)", g, n, want, o.n)
+	}
+	o.next[g] = n + 1
+	o.n++
+}
+
+// fifoBody is message n of group g: "gGG/NNNNN".
+func fifoBody(g, n int) Message {
+	return Message{Body: []byte(fmt.Sprintf("g%02d/%05d", g, n)), GroupID: fmt.Sprintf("g%02d", g)}
+}
+
+// TestFIFOColdBacklogDrainWithRestarts: 3,000 messages in 30 groups
+// through a FIFO queue whose window is 16, drained with two restarts, one
+// of them with a batch in flight that is deleted by its pre-restart
+// receipt handles. Every message is delivered exactly once and, per group,
+// in order; the counts include the cold part; the queue holds at most
+// about two windows and a batch of messages at every step, and its
+// accounted memory stays bounded once the deduplication window has passed.
+func TestFIFOColdBacklogDrainWithRestarts(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		const n, groups = 3000, 30
+		f.createFIFO("q.fifo", nil)
+		for i := 0; i < n; i += 10 {
+			var batch []Message
+			for j := i; j < i+10; j++ {
+				batch = append(batch, fifoBody(j%groups, j/groups))
+			}
+			res := f.send("q.fifo", batch...)
+			if res[9].SequenceNumber == "" {
+				t.Fatalf("send %d: no sequence number", i)
+			}
+			if h := f.held("q.fifo"); h > coldWindow {
+				t.Fatalf("after %d sends: %d messages held", i+10, h)
+			}
+		}
+		if got := f.count("q.fifo"); got != n {
+			t.Fatalf("count %d, want %d", got, n)
+		}
+		// The deduplication entries (separate records, in memory for
+		// five minutes) expire; what is left is bounded by the window.
+		f.clk.Advance(DedupWindow + time.Second)
+		if got := f.count("q.fifo"); got != n {
+			t.Fatalf("count %d after the dedup window, want %d", got, n)
+		}
+		if mem := f.e.MemoryHeld(); mem > coldMemBound {
+			t.Fatalf("%d bytes held, bound %d", mem, coldMemBound)
+		}
+		order := &groupOrder{t: t, next: map[string]int{}}
+		deleted := 0
+		step := 0
+		for deleted < n {
+			step++
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("nothing received with %d of %d deleted (count %d)", deleted, n, f.count("q.fifo"))
+			}
+			var hs []string
+			for _, m := range d {
+				order.see(m)
+				hs = append(hs, m.ReceiptHandle)
+			}
+			if step == 100 {
+				// A restart with this batch in flight: it stays
+				// leased (its groups locked) and its pre-restart
+				// handles delete it.
+				f.restartCold()
+				if got := f.count("q.fifo"); got != n-deleted {
+					t.Fatalf("after restart: count %d, want %d", got, n-deleted)
+				}
+				info, _ := f.e.GetQueue("q.fifo")
+				if info.InFlight != len(d) {
+					t.Fatalf("after restart: %d in flight, want %d", info.InFlight, len(d))
+				}
+			}
+			for _, err := range f.del("q.fifo", hs...) {
+				if err != nil {
+					t.Fatalf("delete: %v", err)
+				}
+			}
+			deleted += len(d)
+			if step == 200 {
+				f.restartCold()
+			}
+			if got := f.count("q.fifo"); got != n-deleted {
+				t.Fatalf("after %d deletes: count %d", deleted, got)
+			}
+			if h := f.held("q.fifo"); h > fifoColdMsgBound {
+				t.Fatalf("after %d deletes: %d messages held, bound %d", deleted, h, fifoColdMsgBound)
+			}
+			if mem := f.e.MemoryHeld(); mem > coldMemBound {
+				t.Fatalf("after %d deletes: %d bytes held, bound %d", deleted, mem, coldMemBound)
+			}
+		}
+		if order.n != n {
+			t.Fatalf("received %d, want %d", order.n, n)
+		}
+		if d := f.recv("q.fifo", 10, time.Hour); len(d) != 0 {
+			t.Fatalf("left over: %v", bodies(d))
+		}
+		if q := f.e.queues["q.fifo"]; q.cold.on {
+			t.Fatal("drained queue still cold")
+		}
+	})
+}
+
+// TestFIFOColdGroupLockAcrossRefill: a group's head is in flight while the
+// rest of the group is cold; refills (and a restart) load the group's later
+// messages behind it, and none of them is delivered until the head is
+// deleted; then they come in order.
+func TestFIFOColdGroupLockAcrossRefill(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", nil)
+		// g00: 0–2 hot, 3–39 cold, behind 60 messages of g01.
+		f.send("q.fifo", fifoBody(0, 0), fifoBody(0, 1), fifoBody(0, 2))
+		for i := 0; i < 60; i++ {
+			f.send("q.fifo", fifoBody(1, i))
+		}
+		for i := 3; i < 40; i++ {
+			f.send("q.fifo", fifoBody(0, i))
+		}
+		order := &groupOrder{t: t, next: map[string]int{}}
+		head := f.recv("q.fifo", 1, time.Hour)
+		if len(head) != 1 || string(head[0].Body) != "g00/00000" {
+			t.Fatalf("first receive: %v", bodies(head))
+		}
+		order.see(head[0])
+		others := 0
+		for others < 60 {
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("nothing received after %d of g01", others)
+			}
+			for _, m := range d {
+				if m.GroupID != "g01" {
+					t.Fatalf("%s delivered while g00/00000 is in flight", m.Body)
+				}
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+				others++
+			}
+			if others == 30 {
+				f.restartCold()
+			}
+		}
+		// g01 is drained; the window now holds g00's later messages,
+		// locked behind its head.
+		if d := f.recv("q.fifo", 10, time.Hour); len(d) != 0 {
+			t.Fatalf("delivered while the group's head is in flight: %v", bodies(d))
+		}
+		if h := f.held("q.fifo"); h < coldWindow/2 {
+			t.Fatalf("window not refilled: %d held", h)
+		}
+		f.del("q.fifo", head[0].ReceiptHandle)
+		for order.next["00"] < 40 {
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("g00 stuck at %d", order.next["00"])
+			}
+			for _, m := range d {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+		}
+		if got := f.count("q.fifo"); got != 0 {
+			t.Fatalf("count %d", got)
+		}
+	})
+}
+
+// TestFIFOColdRedeliveryKeepsGroupOrder: the head of a group whose later
+// messages are cold comes back after its lease expires and after a failure
+// report (with its retry backoff), across a restart, before any later
+// message of its group.
+func TestFIFOColdRedeliveryKeepsGroupOrder(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", nil)
+		f.send("q.fifo", fifoBody(0, 0))
+		for i := 0; i < 30; i++ {
+			f.send("q.fifo", fifoBody(1, i))
+		}
+		for i := 1; i < 20; i++ {
+			f.send("q.fifo", fifoBody(0, i))
+		}
+		d := f.recv("q.fifo", 1, 30*time.Second)
+		if len(d) != 1 || string(d[0].Body) != "g00/00000" {
+			t.Fatalf("first receive: %v", bodies(d))
+		}
+		// Drain g01, which brings g00's later messages into memory.
+		for got := 0; got < 30; {
+			batch := f.recv("q.fifo", 10, time.Hour)
+			if len(batch) == 0 {
+				t.Fatalf("g01 stuck at %d", got)
+			}
+			for _, m := range batch {
+				if m.GroupID != "g01" {
+					t.Fatalf("%s while g00/00000 is in flight", m.Body)
+				}
+				f.del("q.fifo", m.ReceiptHandle)
+				got++
+			}
+		}
+		// The lease expires: the head comes back, alone (Max 1).
+		f.clk.Advance(31 * time.Second)
+		d = f.recv("q.fifo", 1, time.Hour)
+		if len(d) != 1 || string(d[0].Body) != "g00/00000" || d[0].ReceiveCount != 2 {
+			t.Fatalf("after expiry: %v", d)
+		}
+		// A failure report schedules a retry: the group stays locked
+		// while it waits, across a restart.
+		out, err := f.e.ReportFailure("q.fifo", d[0].ReceiptHandle, Failure{ErrorClass: "Timeout"})
+		if err != nil || out.DeadLettered {
+			t.Fatalf("report: %+v %v", out, err)
+		}
+		f.restartCold()
+		if got := f.recv("q.fifo", 10, time.Hour); len(got) != 0 {
+			t.Fatalf("delivered while the head waits out its retry: %v", bodies(got))
+		}
+		var again []Delivery
+		for i := 0; len(again) == 0; i++ {
+			if i == 3600 {
+				t.Fatal("no retry within an hour")
+			}
+			f.clk.Advance(time.Second)
+			again = f.recv("q.fifo", 1, time.Hour)
+		}
+		if string(again[0].Body) != "g00/00000" || again[0].ReceiveCount != 3 {
+			t.Fatalf("retry: %s (receive count %d)", again[0].Body, again[0].ReceiveCount)
+		}
+		f.del("q.fifo", again[0].ReceiptHandle)
+		order := &groupOrder{t: t, next: map[string]int{"00": 1}}
+		for order.next["00"] < 20 {
+			batch := f.recv("q.fifo", 10, time.Hour)
+			if len(batch) == 0 {
+				t.Fatalf("g00 stuck at %d", order.next["00"])
+			}
+			for _, m := range batch {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+		}
+	})
+}
+
+// TestFIFOColdDeadLetterKeepsOrder: messages of one group, most of them
+// cold, are dead-lettered one by one (max receive count 1) into a FIFO
+// dead-letter queue that goes cold too; the dead-letter queue delivers
+// them in the source's order, across a restart.
+func TestFIFOColdDeadLetterKeepsOrder(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		const n = 60
+		f.createFIFO("dlq.fifo", nil)
+		f.createFIFO("q.fifo", func(c *QueueConfig) {
+			c.DeadLetter = &DeadLetterPolicy{Target: "dlq.fifo", MaxReceiveCount: 1}
+		})
+		for i := 0; i < n; i++ {
+			f.send("q.fifo", fifoBody(0, i))
+		}
+		// Each receive dead-letters the expired head and leases the
+		// next message.
+		for i := 0; i <= n; i++ {
+			d := f.recv("q.fifo", 1, time.Second)
+			if i < n && (len(d) != 1 || string(d[0].Body) != string(fifoBody(0, i).Body)) {
+				t.Fatalf("receive %d: %v", i, bodies(d))
+			}
+			f.clk.Advance(2 * time.Second)
+			if i == n/2 {
+				f.restartCold()
+			}
+		}
+		if got := f.count("q.fifo"); got != 0 {
+			t.Fatalf("source count %d", got)
+		}
+		if got := f.count("dlq.fifo"); got != n {
+			t.Fatalf("dead-letter queue count %d", got)
+		}
+		if h := f.held("dlq.fifo"); h > coldWindow {
+			t.Fatalf("dead-letter queue holds %d messages", h)
+		}
+		f.restartCold()
+		order := &groupOrder{t: t, next: map[string]int{}}
+		for order.n < n {
+			d := f.recv("dlq.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("dead-letter queue stuck at %d", order.n)
+			}
+			for _, m := range d {
+				order.see(m)
+				f.del("dlq.fifo", m.ReceiptHandle)
+			}
+		}
+	})
+}
+
+// TestFIFOColdPurgeAndDeleteQueue: a purge removes the cold part too (and,
+// as on SQS, the deduplication cache); a deleted cold FIFO queue leaves no
+// records.
+func TestFIFOColdPurgeAndDeleteQueue(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", nil)
+		for i := 0; i < 300; i++ {
+			f.send("q.fifo", fifoBody(i%7, i/7))
+		}
+		if err := f.e.PurgeQueue("q.fifo"); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.count("q.fifo"); got != 0 {
+			t.Fatalf("after purge: count %d", got)
+		}
+		f.send("q.fifo", fifoBody(0, 0))
+		if d := bodies(f.recv("q.fifo", 10, time.Hour)); fmt.Sprint(d) != "[g00/00000]" {
+			t.Fatalf("after purge: %v", d)
+		}
+		f.restartCold()
+		if got := f.count("q.fifo"); got != 1 {
+			t.Fatalf("after purge and restart: count %d", got)
+		}
+		f.createFIFO("gone.fifo", nil)
+		for i := 0; i < 300; i++ {
+			f.send("gone.fifo", fifoBody(i%7, i/7))
+		}
+		if err := f.e.DeleteQueue("gone.fifo"); err != nil {
+			t.Fatal(err)
+		}
+		f.restartCold()
+		if f.e.RecoveryDropped() != 0 {
+			t.Fatalf("recovery dropped %d records", f.e.RecoveryDropped())
+		}
+		if got := f.count("q.fifo"); got != 1 {
+			t.Fatalf("after deleting the other queue: count %d", got)
+		}
+	})
+}
+
+// TestFIFOColdDedup: resending the deduplication id of a cold message
+// within the deduplication window is accepted without storing it again
+// (the original message id and sequence number), before and after a
+// restart; once the window has passed it is a new message.
+func TestFIFOColdDedup(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q.fifo", func(c *QueueConfig) { c.FIFO = true })
+		var first []SendResult
+		for i := 0; i < 100; i++ {
+			m := fifoBody(i%3, i/3)
+			m.DedupID = fmt.Sprint("d", i)
+			first = append(first, f.send("q.fifo", m)...)
+		}
+		if q := f.e.queues["q.fifo"]; !q.cold.on || q.msgs[80] != nil {
+			t.Fatal("message 80 is not cold")
+		}
+		resend := func(i int) SendResult {
+			m := fifoBody(i%3, i/3)
+			m.DedupID = fmt.Sprint("d", i)
+			return f.send("q.fifo", m)[0]
+		}
+		check := func(when string) {
+			t.Helper()
+			r := resend(80)
+			if r.MessageID != first[80].MessageID || r.SequenceNumber != first[80].SequenceNumber || first[80].SequenceNumber == "" {
+				t.Fatalf("%s: resend got %+v, first %+v", when, r, first[80])
+			}
+			if got := f.count("q.fifo"); got != 100 {
+				t.Fatalf("%s: count %d", when, got)
+			}
+		}
+		check("before restart")
+		f.restartCold()
+		check("after restart")
+		f.clk.Advance(DedupWindow + time.Second)
+		if r := resend(80); r.MessageID == first[80].MessageID {
+			t.Fatal("deduplicated after the window")
+		}
+		if got := f.count("q.fifo"); got != 101 {
+			t.Fatalf("after the window: count %d", got)
+		}
+	})
+}
+
+// TestFIFOColdQueueDelay: on a FIFO queue with DelaySeconds, messages sent
+// while it is cold go cold delayed; refills load them delayed, and they
+// come in per-group order once the delay has passed.
+func TestFIFOColdQueueDelay(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", func(c *QueueConfig) { c.Delay = 10 * time.Second })
+		for i := 0; i < 100; i++ {
+			f.send("q.fifo", fifoBody(i%4, i/4))
+		}
+		if h := f.held("q.fifo"); h > coldWindow {
+			t.Fatalf("%d messages held", h)
+		}
+		if d := f.recv("q.fifo", 10, time.Hour); len(d) != 0 {
+			t.Fatalf("delivered during the delay: %v", bodies(d))
+		}
+		if h := f.held("q.fifo"); h > 2*coldWindow {
+			t.Fatalf("%d messages held after a receive", h)
+		}
+		f.clk.Advance(11 * time.Second)
+		order := &groupOrder{t: t, next: map[string]int{}}
+		for order.n < 100 {
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("stuck at %d", order.n)
+			}
+			for _, m := range d {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+			if h := f.held("q.fifo"); h > fifoColdMsgBound {
+				t.Fatalf("%d messages held", h)
+			}
+		}
+	})
+}
