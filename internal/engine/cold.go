@@ -41,16 +41,16 @@ import (
 // group's list in memory is always a prefix of the group, and the group
 // lock (a FIFO group whose head is in flight or delayed delivers nothing)
 // holds across refills and restarts, since a refill only appends to a
-// group's list. A refill reads in sequence order from cold.from, so a
-// receive considers only the groups of the messages in the window: when
-// the window is full of messages of locked groups, messages of other
-// groups further back wait until those groups' messages are deleted and
-// the window moves on (SQS documents the same limit with 120,000 messages:
-// "FIFO queues scan the first 120,000 messages to determine available
-// message groups"). A group at the head that is processed always lets the
-// window advance: its deletes bring the window under its low water mark.
-// Deduplication entries are separate records (dedupKey), kept in memory for
-// DedupWindow whether their message is hot or cold.
+// group's list. A refill reads in sequence order from cold.from; when every
+// group in the window is locked, a receive looks further back, bounded,
+// for messages of other groups (fifocold.go). Past that bound (four
+// windows of records) messages of other groups wait until the window
+// moves on, as SQS documents for its own FIFO queues with 120,000
+// messages ("FIFO queues scan the first 120,000 messages to determine
+// available message groups"). A group at the head that is processed
+// always lets the window advance: its deletes bring the window under its
+// low water mark. Deduplication entries are separate records (dedupKey),
+// kept in memory for DedupWindow whether their message is hot or cold.
 
 // resolveWindow returns the ready window in force (count, body bytes; 0:
 // none) for o.
@@ -86,7 +86,8 @@ type coldPart struct {
 	// deleted in the operation's batch, which is written only when the
 	// operation ends: a refill (or a scan) later in the same operation
 	// would otherwise read them as cold messages. Entries below from are
-	// pruned by refills.
+	// pruned by refills and cleared once the operation's batch is
+	// written (settled).
 	gone map[uint64]struct{}
 
 	// pending holds the sequence numbers of copies that dead-letter moves
@@ -96,6 +97,19 @@ type coldPart struct {
 	// so it has its own.
 	mu      sync.Mutex
 	pending map[uint64]struct{}
+}
+
+// settled is told that the queue's operation has written its batch: the
+// records of the messages it dropped are deleted in the store (a scan sees
+// the latest write), so gone, needed only until then, is cleared. Without
+// this, a FIFO queue whose window is stuck behind a locked group would
+// keep one entry per message its look-ahead loaded and a consumer deleted
+// (fifocold.go) until refills pass them. Called under the queue's lock
+// right after the write.
+func (c *coldPart) settled() {
+	if len(c.gone) != 0 {
+		c.gone = nil
+	}
 }
 
 func (c *coldPart) addPending(seq uint64) {

@@ -472,3 +472,97 @@ func TestFIFOColdQueueDelay(t *testing.T) {
 		}
 	})
 }
+
+// TestFIFOColdLookAheadPastLockedGroups: the window (16) holds only
+// messages of group g00, whose head is in flight. Receives look past the
+// window and deliver the other groups' messages (at most
+// lookAheadPerGroup of a group at a time, each group in order), never a
+// later g00 message, across a restart; memory stays bounded. Once g00's
+// head is deleted, g00 drains in order.
+func TestFIFOColdLookAheadPastLockedGroups(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", nil)
+		for i := 0; i < 40; i++ {
+			f.send("q.fifo", fifoBody(0, i))
+		}
+		// Groups 1–4, interleaved, then more of g00, then more of them.
+		const per = 30
+		for i := 0; i < per; i++ {
+			for g := 1; g <= 4; g++ {
+				f.send("q.fifo", fifoBody(g, i))
+			}
+			if i == per/2 {
+				for j := 40; j < 50; j++ {
+					f.send("q.fifo", fifoBody(0, j))
+				}
+			}
+		}
+		order := &groupOrder{t: t, next: map[string]int{}}
+		head := f.recv("q.fifo", 1, time.Hour)
+		if len(head) != 1 || string(head[0].Body) != "g00/00000" {
+			t.Fatalf("first receive: %v", bodies(head))
+		}
+		order.see(head[0])
+		others := 0
+		for step := 0; others < 4*per; step++ {
+			if step > 1000 {
+				t.Fatalf("stuck with %d of %d other messages received", others, 4*per)
+			}
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("nothing received past the locked window (%d of %d other messages received)", others, 4*per)
+			}
+			var hs []string
+			for _, m := range d {
+				if m.GroupID == "g00" {
+					t.Fatalf("%s delivered while g00/00000 is in flight", m.Body)
+				}
+				order.see(m)
+				hs = append(hs, m.ReceiptHandle)
+				others++
+			}
+			if step == 5 {
+				f.restartCold() // the batch stays in flight; its handles still delete
+			}
+			for _, err := range f.del("q.fifo", hs...) {
+				if err != nil {
+					t.Fatalf("delete: %v", err)
+				}
+			}
+			if h := f.held("q.fifo"); h > 3*coldWindow+10 {
+				t.Fatalf("%d messages held, bound %d", h, 3*coldWindow+10)
+			}
+			// Deleted look-ahead messages lie above the stuck
+			// window's boundary: nothing of them stays in memory.
+			q, err := f.e.lockQueue("q.fifo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gone := len(q.cold.gone)
+			f.e.unlockAndInsertCopies(q)
+			if gone != 0 {
+				t.Fatalf("%d entries for dropped messages kept after their deletes were written", gone)
+			}
+		}
+		if d := f.recv("q.fifo", 10, time.Hour); len(d) != 0 {
+			t.Fatalf("delivered while g00/00000 is in flight: %v", bodies(d))
+		}
+		f.del("q.fifo", head[0].ReceiptHandle)
+		for order.next["00"] < 50 {
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("g00 stuck at %d", order.next["00"])
+			}
+			for _, m := range d {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+		}
+		if got := f.count("q.fifo"); got != 0 {
+			t.Fatalf("count %d", got)
+		}
+		if q := f.e.queues["q.fifo"]; q.cold.on || len(q.cold.gone) != 0 {
+			t.Fatalf("drained: cold %v, %d gone entries", q.cold.on, len(q.cold.gone))
+		}
+	})
+}

@@ -301,6 +301,7 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 				e.unlockAndInsertCopies(q)
 				return nil, err
 			}
+			q.cold.settled()
 		}
 		e.scheduleLocked(q)
 		var ch <-chan struct{}
@@ -421,10 +422,18 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 	}
 	if q.fifo() {
 		q.topUpLocked(now, b) // the window, in sequence order (cold.go)
+		looked := false
 		for len(out) < req.Max {
 			g := q.available.head
 			if g == nil {
-				break
+				// Every group in memory is locked: look past the
+				// window for other groups (fifocold.go), once.
+				if looked || len(out) > 0 || !q.cold.on || q.lookAheadLocked(now) == 0 {
+					break
+				}
+				looked = true
+				q.advanceLocked(now, b)
+				continue
 			}
 			for m := g.msgs.head; m != nil && m.state == stateVisible && len(out) < req.Max; {
 				next := m.next
