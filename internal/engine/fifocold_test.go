@@ -566,3 +566,52 @@ func TestFIFOColdLookAheadPastLockedGroups(t *testing.T) {
 		}
 	})
 }
+
+// TestFIFOColdRedriveIntoColdQueue: a move task from a cold FIFO
+// dead-letter queue into a cold FIFO queue: the moved messages go cold
+// behind the queue's backlog, and the queue delivers every group in order
+// (its own messages, then the moved ones, in the dead-letter queue's
+// order), with memory bounded.
+func TestFIFOColdRedriveIntoColdQueue(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("dlq.fifo", nil)
+		f.createFIFO("q.fifo", func(c *QueueConfig) {
+			c.DeadLetter = &DeadLetterPolicy{Target: "dlq.fifo", MaxReceiveCount: 5}
+		})
+		for i := 0; i < 40; i++ {
+			f.send("q.fifo", fifoBody(0, i))
+		}
+		for i := 0; i < 30; i++ {
+			f.send("dlq.fifo", fifoBody(0, 40+i), fifoBody(1, i))
+		}
+		tk, err := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq.fifo", Destination: "q.fifo", Rate: MaxMoveRate})
+		if err != nil || tk.ToMove != 60 {
+			t.Fatalf("start %+v %v", tk, err)
+		}
+		f.fixture.stepUntil("the move", 50*time.Millisecond, func() bool {
+			cur, _ := f.e.GetMoveTask(tk.ID)
+			return cur.Status == TaskCompleted
+		})
+		if c, d := f.count("q.fifo"), f.count("dlq.fifo"); c != 100 || d != 0 {
+			t.Fatalf("after the move: q %d, dlq %d", c, d)
+		}
+		if h := f.held("q.fifo"); h > 2*coldWindow {
+			t.Fatalf("%d messages held after the move", h)
+		}
+		f.restartCold()
+		order := &groupOrder{t: t, next: map[string]int{}}
+		for order.n < 100 {
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("stuck at %d", order.n)
+			}
+			for _, m := range d {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+		}
+		if order.next["00"] != 70 || order.next["01"] != 30 {
+			t.Fatalf("drained %v", order.next)
+		}
+	})
+}
