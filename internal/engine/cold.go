@@ -17,9 +17,10 @@ import (
 // written to the store as before but not inserted into memory; the queue
 // only counts it (coldPart). Every message with a sequence number below
 // coldPart.from that exists is hot; a message at or above it is cold unless
-// it is in q.msgs (a delayed send, which always stays hot, a moved copy
-// inserted by insertCopies while the window had room, an import, or a
-// message a receipt handle promoted), was dropped earlier in the same
+// it is in q.msgs (a standard queue's delayed send, which always stays
+// hot, a moved copy inserted by insertCopies while the window had room, an
+// import into a standard queue, a message a receipt handle promoted, or a
+// FIFO look-ahead's message), was dropped earlier in the same
 // operation (coldPart.gone), or is a moved copy not yet inserted
 // (coldPart.pending).
 //

@@ -344,6 +344,16 @@ func (e *Engine) Import(name string, views []View) (int, error) {
 			m.ext = &messageExt{dead: v.DeadLetter, failure: v.LastFailure, redrive: v.Redrive,
 				trace: v.TraceHeader, dlqSource: v.DeadLetterSource, envelope: v.Envelope}
 		}
+		if q.fifo() && q.goesColdLocked(m) {
+			// Behind a cold FIFO backlog: cold too, so that it follows
+			// the cold messages of its group (cold.go).
+			m.group = &group{id: v.GroupID}
+			rec := encodeContent(m)
+			b.Set(messageKey(q.id, m.seq, kindContent), rec)
+			q.addColdLocked(m.seq, len(rec))
+			n++
+			continue
+		}
 		m.group = q.groupLocked(v.GroupID)
 		b.Set(messageKey(q.id, m.seq, kindContent), encodeContent(m))
 		q.addLocked(m)

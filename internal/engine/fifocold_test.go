@@ -615,3 +615,36 @@ func TestFIFOColdRedriveIntoColdQueue(t *testing.T) {
 		}
 	})
 }
+
+// TestFIFOColdImportFollowsColdBacklog: messages imported into a cold FIFO
+// queue (a dead-letter queue restored from an export) come after the cold
+// messages of their group, not before them.
+func TestFIFOColdImportFollowsColdBacklog(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", nil)
+		for i := 0; i < 40; i++ {
+			f.send("q.fifo", fifoBody(0, i))
+		}
+		var views []View
+		for i := 40; i < 45; i++ {
+			views = append(views, View{Delivery: Delivery{MessageID: FormatID(newID()), Body: fifoBody(0, i).Body, GroupID: "g00"}})
+		}
+		if n, err := f.e.Import("q.fifo", views); err != nil || n != 5 {
+			t.Fatalf("import: %d %v", n, err)
+		}
+		if h := f.held("q.fifo"); h > coldWindow {
+			t.Fatalf("%d messages held after the import", h)
+		}
+		order := &groupOrder{t: t, next: map[string]int{}}
+		for order.n < 45 {
+			d := f.recv("q.fifo", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("stuck at %d", order.n)
+			}
+			for _, m := range d {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+		}
+	})
+}
