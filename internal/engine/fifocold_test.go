@@ -648,3 +648,31 @@ func TestFIFOColdImportFollowsColdBacklog(t *testing.T) {
 		}
 	})
 }
+
+// TestFIFOColdRetention: cold FIFO messages past their retention are
+// dropped when a receive reaches them; the group's later, unexpired
+// messages are then delivered in order.
+func TestFIFOColdRetention(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.createFIFO("q.fifo", func(c *QueueConfig) { c.Retention = time.Minute })
+		for i := 0; i < 100; i++ {
+			f.send("q.fifo", fifoBody(i%2, i/2))
+		}
+		f.clk.Advance(30 * time.Second)
+		for i := 100; i < 120; i++ {
+			f.send("q.fifo", fifoBody(i%2, i/2))
+		}
+		f.clk.Advance(31 * time.Second)
+		order := &groupOrder{t: t, next: map[string]int{"00": 50, "01": 50}}
+		for i := 0; i < 10 && order.n < 20; i++ {
+			for _, m := range f.recv("q.fifo", 10, time.Hour) {
+				order.see(m)
+				f.del("q.fifo", m.ReceiptHandle)
+			}
+		}
+		info, _ := f.e.GetQueue("q.fifo")
+		if order.n != 20 || info.Expired != 100 || info.Visible+info.InFlight != 0 {
+			t.Fatalf("received %d; after retention: %+v", order.n, info)
+		}
+	})
+}
