@@ -16,7 +16,8 @@ import (
 // list in memory stays a prefix of the group (every cold message of a group
 // still follows every hot one). A message of a group that has messages in
 // memory (locked, since none is available) is skipped, and so is every
-// later message of a group one of whose messages was skipped. The
+// message of a group past the first lookAheadPerGroup; both rules, once
+// they skip a group's message, skip all its later ones in the scan. The
 // look-ahead reads at most lookAheadWindows windows of records, loads at
 // most lookAheadPerGroup messages of one group, and loads only while the
 // queue's hot visible and delayed messages are fewer than two windows: the
@@ -31,7 +32,7 @@ import (
 
 const (
 	// lookAheadWindows bounds the records one look-ahead reads, in
-	// windows (2,048 messages by default: 8,192 records).
+	// windows (2,048 messages by default: 8,192 messages read).
 	lookAheadWindows = 4
 	// lookAheadPerGroup is the most messages of one group a look-ahead
 	// loads: a full receive batch.
@@ -72,8 +73,7 @@ func (q *queue) lookAheadLocked(now int64) int {
 		loadedBody int64 // bodies' bytes (the room's bound)
 		restored   []*message
 		groups     []string
-		fresh      = make(map[string]int)      // groups this look-ahead loads, and how many of each
-		blocked    = make(map[string]struct{}) // groups with a message left cold in this scan
+		fresh      = make(map[string]int) // groups this look-ahead loads, and how many of each
 	)
 	_, _, err := q.scanRecords(messageKey(q.id, q.cold.from, kindContent), end, recordScan{
 		content: func(seq uint64) (skip, stop bool) {
@@ -85,12 +85,12 @@ func (q *queue) lookAheadLocked(now int64) int {
 		},
 		keepBody: e.keepBodies,
 		message: func(m *message, g string, contentLen int) error {
-			if _, ok := blocked[g]; ok {
-				return nil
-			}
+			// Both conditions hold for the rest of the scan once they
+			// hold, so a group whose message stays cold here has all
+			// its later messages stay cold too: what is loaded of a
+			// group is always its first cold messages, without gaps.
 			n, isFresh := fresh[g]
 			if (!isFresh && q.groups[g] != nil) || n >= lookAheadPerGroup {
-				blocked[g] = struct{}{} // its later messages must stay cold too
 				return nil
 			}
 			fresh[g] = n + 1

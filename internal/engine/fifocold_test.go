@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -673,6 +674,111 @@ func TestFIFOColdRetention(t *testing.T) {
 		info, _ := f.e.GetQueue("q.fifo")
 		if order.n != 20 || info.Expired != 100 || info.Visible+info.InFlight != 0 {
 			t.Fatalf("received %d; after retention: %+v", order.n, info)
+		}
+	})
+}
+
+// TestFIFOColdRandomWorkload: a seeded random mix of sends (one group
+// much busier than the others), receives of 1–10 messages, deletes,
+// leases kept, released (visibility 0) or left to expire, and restarts,
+// over a FIFO queue with a window of 16. At every receive, each delivered
+// message's earlier messages of its group that are not deleted must be in
+// the same batch, before it (the group lock and per-group order, look-ahead
+// included); memory stays bounded by the window plus what is in flight;
+// at the end every message has been deleted exactly once.
+func TestFIFOColdRandomWorkload(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		rng := rand.New(rand.NewPCG(13, 6))
+		f.createFIFO("q.fifo", func(c *QueueConfig) { c.Retention = 14 * 24 * time.Hour })
+		const groups = 12
+		sent := make([]int, groups)                // messages sent per group
+		deleted := map[string]bool{}               // bodies deleted
+		leased := map[string]string{}              // body → latest receipt handle
+		undeleted := func(g, below int) []string { // bodies of g before below not deleted
+			var out []string
+			for k := 0; k < below; k++ {
+				if b := string(fifoBody(g, k).Body); !deleted[b] {
+					out = append(out, b)
+				}
+			}
+			return out
+		}
+		total := 0
+		for step := 0; step < 2500; step++ {
+			switch r := rng.IntN(100); {
+			case r < 35:
+				var batch []Message
+				for i := rng.IntN(10); i >= 0; i-- {
+					g := 0
+					if rng.IntN(2) == 0 {
+						g = 1 + rng.IntN(groups-1)
+					}
+					batch = append(batch, fifoBody(g, sent[g]))
+					sent[g]++
+				}
+				f.send("q.fifo", batch...)
+				total += len(batch)
+			case r < 90:
+				d := f.recv("q.fifo", 1+rng.IntN(10), 30*time.Second)
+				inBatch := map[string]bool{}
+				for _, m := range d {
+					var g, n int
+					if _, err := fmt.Sscanf(string(m.Body), "g%02d/%05d", &g, &n); err != nil {
+						t.Fatal(err)
+					}
+					for _, b := range undeleted(g, n) {
+						if !inBatch[b] {
+							t.Fatalf("step %d: %s delivered while %s (earlier in its group) is not deleted and not before it in the batch", step, m.Body, b)
+						}
+					}
+					if deleted[string(m.Body)] {
+						t.Fatalf("step %d: %s delivered after its delete", step, m.Body)
+					}
+					inBatch[string(m.Body)] = true
+					leased[string(m.Body)] = m.ReceiptHandle
+					switch rng.IntN(10) {
+					case 0, 1, 2, 3, 4, 5, 6:
+						if errs := f.del("q.fifo", m.ReceiptHandle); errs[0] != nil {
+							t.Fatalf("step %d: delete %s: %v", step, m.Body, errs[0])
+						}
+						deleted[string(m.Body)] = true
+						delete(leased, string(m.Body))
+					case 7:
+						f.changeVis("q.fifo", m.ReceiptHandle, 0)
+					}
+				}
+			case r < 99:
+				f.clk.Advance(time.Duration(rng.IntN(10_000)) * time.Millisecond)
+			default:
+				f.restartCold()
+			}
+			if h, limit := f.held("q.fifo"), 3*coldWindow+len(leased)+10; h > limit {
+				t.Fatalf("step %d: %d messages held, bound %d", step, h, limit)
+			}
+		}
+		// Drain: every lease ends, everything is received and deleted.
+		f.clk.Advance(time.Minute)
+		for stuck := 0; len(deleted) < total; {
+			d := f.recv("q.fifo", 10, 30*time.Second)
+			if len(d) == 0 {
+				if stuck++; stuck > 3 {
+					t.Fatalf("%d of %d deleted; count %d", len(deleted), total, f.count("q.fifo"))
+				}
+				f.clk.Advance(time.Minute)
+				continue
+			}
+			for _, m := range d {
+				if deleted[string(m.Body)] {
+					t.Fatalf("%s delivered after its delete", m.Body)
+				}
+				if errs := f.del("q.fifo", m.ReceiptHandle); errs[0] != nil {
+					t.Fatalf("delete %s: %v", m.Body, errs[0])
+				}
+				deleted[string(m.Body)] = true
+			}
+		}
+		if got := f.count("q.fifo"); got != 0 {
+			t.Fatalf("count %d after deleting all %d", got, total)
 		}
 	})
 }
