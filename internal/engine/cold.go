@@ -29,15 +29,15 @@ import (
 // coldPart.from (content and state records, decoded exactly as recovery
 // does), at most a window at a time, and advances from past what it read.
 // When a refill reaches the end of the queue's records the queue is hot
-// again. Open loads only the first window of a standard queue and counts
-// the rest from keys and value lengths (store.ScanLengths) without
-// reading them.
+// again. Open loads only the first window of a queue and counts the rest
+// from keys and value lengths (store.ScanLengths) without reading them.
 //
 // FIFO queues go cold the same way, with one more rule: while a FIFO queue
 // is cold every new message goes cold, delayed (the queue's DelaySeconds)
 // or not, and the window bounds its visible and delayed messages together
 // (waitingLocked). So the hot messages are exactly those below cold.from
-// (plus promoted messages and moved copies a refill had passed), and every
+// (plus promoted messages, moved copies a refill had passed, and a
+// look-ahead's messages, which are their groups' first cold ones), and every
 // cold message of a group comes after every hot one of that group: a
 // group's list in memory is always a prefix of the group, and the group
 // lock (a FIFO group whose head is in flight or delayed delivers nothing)
@@ -376,7 +376,7 @@ func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m
 	return nil
 }
 
-// countColdLocked is recovery's count of a standard queue's messages from
+// countColdLocked is recovery's count of a queue's messages from
 // seq from on, from keys and value lengths only: the queue's first window
 // is loaded, the rest is cold. It checks what it can without the values
 // (key shape, a state record after its content) and raises nextSeq.

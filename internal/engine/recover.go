@@ -139,9 +139,10 @@ func (e *Engine) recover() (int, error) {
 	return loaded, nil
 }
 
-// recoverMessages loads the first window of each queue's messages (the rest
-// is counted as cold from keys and value lengths, see cold.go). Key ranges between known queues are
-// read key by key for the audit (records of deleted or unknown queues).
+// recoverMessages loads the first window of each queue's messages (the
+// rest is counted as cold from keys and value lengths, see cold.go). Key
+// ranges between known queues are read key by key for the audit (records
+// of deleted or unknown queues).
 func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, now int64) (int, error) {
 	ids := make([]uint32, 0, len(byID))
 	for id := range byID {
