@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -91,6 +92,14 @@ type coldPart struct {
 	// written (settled).
 	gone map[uint64]struct{}
 
+	// delayed counts the cold messages sent with a delay (a FIFO queue's
+	// DelaySeconds; a standard queue's delayed sends stay hot), by the
+	// second their delay ends, rounded up, so that the counts can tell
+	// them from visible ones (delayedAt). At most one entry per second of
+	// MaxDelay. Not rebuilt by Open: after a restart every cold message
+	// counts as visible.
+	delayed map[int64]int
+
 	// pending holds the sequence numbers of copies that dead-letter moves
 	// and redrives wrote into this queue's key range but insertCopies has
 	// not inserted yet: a refill must not load them (they are receivable
@@ -98,6 +107,54 @@ type coldPart struct {
 	// so it has its own.
 	mu      sync.Mutex
 	pending map[uint64]struct{}
+}
+
+// delaySecond is the key of coldPart.delayed for a delay ending at t.
+func delaySecond(t int64) int64 { return (t + int64(time.Second) - 1) / int64(time.Second) }
+
+// addDelayed counts a cold message sent at now whose delay ends at
+// visibleAt. Now and then it forgets delays that have ended, so that the
+// map holds about MaxDelay's seconds at most.
+func (c *coldPart) addDelayed(visibleAt, now int64) {
+	if c.delayed == nil {
+		c.delayed = make(map[int64]int)
+	}
+	if len(c.delayed) > 2*int(MaxDelay/time.Second) {
+		for k := range c.delayed {
+			if k*int64(time.Second) <= now {
+				delete(c.delayed, k)
+			}
+		}
+	}
+	c.delayed[delaySecond(visibleAt)]++
+}
+
+// leftCold is told that the cold message m leaves the cold part (loaded or
+// deleted). A message sent with a delay has a content visibleAt after its
+// enqueuedAt; the entry of one whose delay has ended no longer counts.
+func (c *coldPart) leftCold(m *message) {
+	if len(c.delayed) == 0 || m.visibleAt <= m.enqueuedAt {
+		return
+	}
+	k := delaySecond(m.visibleAt)
+	switch n := c.delayed[k]; {
+	case n > 1:
+		c.delayed[k] = n - 1
+	case n == 1:
+		delete(c.delayed, k)
+	}
+}
+
+// delayedAt returns how many cold messages are still delayed at now (at
+// most the cold count).
+func (c *coldPart) delayedAt(now int64) int {
+	n := 0
+	for k, v := range c.delayed {
+		if k*int64(time.Second) > now {
+			n += v
+		}
+	}
+	return min(n, c.n)
 }
 
 // settled is told that the queue's operation has written its batch: the
@@ -139,7 +196,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 // being deleted wholesale (purge, delete).
 func (q *queue) forgetColdLocked() {
 	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
-	q.cold.gone = nil
+	q.cold.gone, q.cold.delayed = nil, nil
 }
 
 // noteDroppedLocked is told that m leaves memory with its records deleted
@@ -259,6 +316,7 @@ func (q *queue) refillLocked(now int64) int {
 		},
 		keepBody: e.keepBodies,
 		message: func(m *message, group string, contentLen int) error {
+			q.cold.leftCold(m)
 			restored = append(restored, m)
 			groups = append(groups, group)
 			loadedBody += int64(max(m.bodyLen, int32(len(m.body))))
@@ -321,6 +379,7 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 	if m == nil {
 		return nil // deleted
 	}
+	q.cold.leftCold(m)
 	q.cold.n--
 	q.cold.bytes -= int64(contentLen)
 	q.restoreLocked(m, group, e.now())

@@ -257,6 +257,7 @@ func (e *Engine) DeleteMatching(name string, f Filter) (int, error) {
 	var coldBytes int64
 	err = q.scanColdLocked(0, now, false, func(m *message, contentLen int) error {
 		if f.matches(m) {
+			q.cold.leftCold(m)
 			q.noteDroppedLocked(m)
 			b.Delete(messageKey(q.id, m.seq, kindContent))
 			b.Delete(messageKey(q.id, m.seq, kindState))

@@ -94,6 +94,7 @@ func (q *queue) lookAheadLocked(now int64) int {
 				return nil
 			}
 			fresh[g] = n + 1
+			q.cold.leftCold(m)
 			restored = append(restored, m)
 			groups = append(groups, g)
 			loaded++

@@ -439,8 +439,8 @@ func TestFIFOColdDedup(t *testing.T) {
 }
 
 // TestFIFOColdQueueDelay: on a FIFO queue with DelaySeconds, messages sent
-// while it is cold go cold delayed; refills load them delayed, and they
-// come in per-group order once the delay has passed.
+// while it is cold go cold delayed and count as delayed; refills load them
+// delayed, and they come in per-group order once the delay has passed.
 func TestFIFOColdQueueDelay(t *testing.T) {
 	coldStores(t, func(t *testing.T, f *coldFixture) {
 		f.createFIFO("q.fifo", func(c *QueueConfig) { c.Delay = 10 * time.Second })
@@ -456,7 +456,15 @@ func TestFIFOColdQueueDelay(t *testing.T) {
 		if h := f.held("q.fifo"); h > 2*coldWindow {
 			t.Fatalf("%d messages held after a receive", h)
 		}
+		// The cold messages count as delayed while their delay runs,
+		// then as visible.
+		if info, _ := f.e.GetQueue("q.fifo"); info.Delayed != 100 || info.Visible != 0 {
+			t.Fatalf("during the delay: %d visible, %d delayed", info.Visible, info.Delayed)
+		}
 		f.clk.Advance(11 * time.Second)
+		if info, _ := f.e.GetQueue("q.fifo"); info.Delayed != 0 || info.Visible != 100 {
+			t.Fatalf("after the delay: %d visible, %d delayed", info.Visible, info.Delayed)
+		}
 		order := &groupOrder{t: t, next: map[string]int{}}
 		for order.n < 100 {
 			d := f.recv("q.fifo", 10, time.Hour)
@@ -469,6 +477,9 @@ func TestFIFOColdQueueDelay(t *testing.T) {
 			}
 			if h := f.held("q.fifo"); h > fifoColdMsgBound {
 				t.Fatalf("%d messages held", h)
+			}
+			if info, _ := f.e.GetQueue("q.fifo"); info.Visible != 100-order.n || info.Delayed != 0 {
+				t.Fatalf("after %d deletes: %d visible, %d delayed", order.n, info.Visible, info.Delayed)
 			}
 		}
 	})

@@ -188,6 +188,9 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		rec := encodeContent(m)
 		b.Set(messageKey(q.id, seq, kindContent), rec)
 		q.addColdLocked(seq, len(rec))
+		if m.state == stateDelayed {
+			q.cold.addDelayed(m.visibleAt, now)
+		}
 	} else {
 		m.group = q.groupLocked(in.GroupID)
 		// Encode before adding: beyond the body budget, adding drops
