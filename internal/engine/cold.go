@@ -130,10 +130,13 @@ func (c *coldPart) addDelayed(visibleAt, now int64) {
 }
 
 // leftCold is told that the cold message m leaves the cold part (loaded or
-// deleted). A message sent with a delay has a content visibleAt after its
-// enqueuedAt; the entry of one whose delay has ended no longer counts.
+// deleted). A message sent with a delay, never received, has a visibleAt
+// after its enqueuedAt; the entry of one whose delay has ended no longer
+// counts. (A redriven copy may look the same, enqueued long before: it then
+// takes one off a second's count that is not its own, which the counts
+// tolerate: they are approximate, and the entry ends with its second.)
 func (c *coldPart) leftCold(m *message) {
-	if len(c.delayed) == 0 || m.visibleAt <= m.enqueuedAt {
+	if len(c.delayed) == 0 || m.recvCount != 0 || m.visibleAt <= m.enqueuedAt {
 		return
 	}
 	k := delaySecond(m.visibleAt)
