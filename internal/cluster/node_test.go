@@ -208,6 +208,13 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 // leads and serves.
 func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 	t.Helper()
+	return threeNodesWith(t, edit, nil)
+}
+
+// threeNodesWith is threeNodes with prepare, when not nil, called on each
+// node after New and before Run (tests install hooks there).
+func threeNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node)) []*Node {
+	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	nodes := make([]*Node, 3)
@@ -221,6 +228,9 @@ func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 		n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if prepare != nil {
+			prepare(n)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
