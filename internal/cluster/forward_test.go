@@ -254,3 +254,62 @@ func TestForwardedReceivesLoseNoMessage(t *testing.T) {
 			follower.raft.Status().ID, len(never), never, len(twice), twice, errs)
 	}
 }
+
+// TestTermHeader: every response the leader's server gives carries
+// X-Sluice-Term (the term of the leadership whose engine served it) and
+// X-Sluice-Node (the leader), whether the client reached the leader or a
+// follower that forwarded it; a node's own status answer carries neither.
+func TestTermHeader(t *testing.T) {
+	nodes := threeNodes(t, func(*server.Options) {})
+	var leader *Node
+	for _, n := range nodes {
+		if st := n.raft.Status(); st.Leader == st.ID {
+			leader = n
+		}
+	}
+	st := leader.raft.Status()
+	ad, _, ok := leader.target()
+	if !ok || ad.Term != st.Term {
+		t.Fatalf("leader %d serves %+v in term %d", st.ID, ad, st.Term)
+	}
+	wantTerm, wantNode := fmt.Sprint(ad.Term), fmt.Sprint(st.ID)
+	for _, n := range nodes {
+		role := "follower"
+		if n == leader {
+			role = "leader"
+		}
+		for _, req := range []struct{ method, path, target, body string }{
+			{"POST", "/", "AmazonSQS.ListQueues", "{}"},
+			{"POST", "/", "AmazonSQS.GetQueueUrl", `{"QueueName":"missing"}`}, // an error answer too
+			{"GET", "/health", "", ""},
+			{"GET", "/metrics", "", ""},
+		} {
+			r, err := http.NewRequest(req.method, "http://"+n.HTTPAddr()+req.path, strings.NewReader(req.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.target != "" {
+				r.Header.Set("X-Amz-Target", req.target)
+				r.Header.Set("Content-Type", "application/x-amz-json-1.0")
+			}
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body) // only the headers matter
+			_ = resp.Body.Close()
+			if got, node := resp.Header.Get(HeaderTerm), resp.Header.Get(HeaderNode); got != wantTerm || node != wantNode {
+				t.Errorf("%s %s %s through the %s: status %d, %s %q, %s %q; want %s, %s",
+					req.method, req.path, req.target, role, resp.StatusCode, HeaderTerm, got, HeaderNode, node, wantTerm, wantNode)
+			}
+		}
+		resp, err := http.Get("http://" + n.HTTPAddr() + "/sluice/v1/cluster")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close() // only the headers matter
+		if resp.Header.Get(HeaderTerm) != "" {
+			t.Errorf("the %s's own status answer carries %s %q", role, HeaderTerm, resp.Header.Get(HeaderTerm))
+		}
+	}
+}

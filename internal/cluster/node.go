@@ -43,6 +43,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -327,12 +328,22 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 			}
 			continue
 		}
-		srv, err := server.New(n.internalOptions(), log.With("component", "server"), nil)
+		// The view is bound to the leadership this node holds now: the
+		// term its engine writes in, stamped on every response.
+		st := n.raft.Store()
+		viewTerm := raftstore.LeaderTerm(st)
+		if viewTerm == 0 {
+			_ = st.Close() // a follower's view, never used
+			continue
+		}
+		o := n.internalOptions(viewTerm)
+		o.InjectedStore = st
+		srv, err := server.New(o, log.With("component", "server"), nil)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)
 			continue
 		}
-		n.serveLocal(ctx, srv, term, log)
+		n.serveLocal(ctx, srv, viewTerm, log)
 	}
 }
 
@@ -399,12 +410,21 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	}
 }
 
-// internalOptions are the leader's server settings: this node's, on the
-// replicated store, with listeners on port 0 of the Raft address's host
-// (peers reach them there).
-func (n *Node) internalOptions() server.Options {
+// Response headers of every HTTP response a leader's server writes: the
+// Raft term of the leadership whose engine served it, and the leader's
+// node id. A checker orders acknowledgements by them.
+const (
+	HeaderTerm = "X-Sluice-Term"
+	HeaderNode = "X-Sluice-Node"
+)
+
+// internalOptions are the leader's server settings for the leadership of
+// term: this node's, with listeners on port 0 of the Raft address's host
+// (peers reach them there). The caller sets InjectedStore to the
+// replicated store bound to that leadership.
+func (n *Node) internalOptions(term uint64) server.Options {
 	o := n.opts
-	o.InjectedStore = n.raft.Store()
+	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
 	o.SQSListen = net.JoinHostPort(host, "0")
 	if o.AMQPListen != "" {

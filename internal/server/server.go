@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -333,7 +334,22 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		}
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
-	return newBrowserGuard(mux, opts.AllowedHosts)
+	return withHeaders(newBrowserGuard(mux, opts.AllowedHosts), opts.ResponseHeaders)
+}
+
+// withHeaders sets hdr on every response of h (h itself when hdr is
+// empty).
+func withHeaders(h http.Handler, hdr http.Header) http.Handler {
+	if len(hdr) == 0 {
+		return h
+	}
+	hdr = hdr.Clone()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range hdr {
+			w.Header()[k] = slices.Clone(v)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // failuresRoute serves POST /sluice/v1/failures. Besides an operator
