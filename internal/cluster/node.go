@@ -48,6 +48,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
@@ -97,6 +99,7 @@ type Node struct {
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
 	transport      *http.Transport
+	metrics        nodeMetrics
 
 	mu      sync.Mutex
 	changed chan struct{}  // closed and replaced whenever routing may have changed
@@ -108,6 +111,9 @@ type Node struct {
 	perIP     map[string]int // relayed AMQP connections per client IP
 	relayed   int            // their sum
 	done      bool           // Run has begun shutting down: no new relays
+
+	// localMetrics gathers that server's metrics (GET /metrics).
+	localMetrics prometheus.Gatherer
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -166,6 +172,11 @@ func New(opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help:        "Always 1; the labels name the running build (version, commit, date, go_version).",
+		ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "date": o.Build.Date, "go_version": o.Build.GoVersion}})
+	build.Set(1)
+	n.metrics = newNodeMetrics(n.raft.Status, build)
 	n.transport = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        1024,
@@ -357,6 +368,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.mu.Lock()
 	n.local = &ad
 	n.localHTTP = srv.Handler()
+	n.localMetrics = srv.MetricsGatherer()
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
@@ -403,6 +415,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.mu.Lock()
 	n.local = nil
 	n.localHTTP = nil
+	n.localMetrics = nil
 	n.mu.Unlock()
 	stop()
 	if err := <-done; err != nil {
@@ -560,6 +573,9 @@ func (n *Node) routes() http.Handler {
 	// The node's own status is an operator surface: behind [http_auth]
 	// when configured, and the browser defences, like /metrics.
 	mux.Handle("GET /sluice/v1/cluster", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveStatus), ha), n.opts.AllowedHosts))
+	// Each node's own Raft metrics, with the engine's on the leader
+	// (metrics.go).
+	mux.Handle("GET /metrics", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveMetrics), ha), n.opts.AllowedHosts))
 	mux.Handle("/", forward)
 	return mux
 }

@@ -542,6 +542,11 @@ func (s *Server) Close() {
 // to that listener over loopback.
 func (s *Server) Handler() http.Handler { return s.httpSrv.Handler }
 
+// MetricsGatherer gathers the metrics GET /metrics serves: the engine's,
+// the APIs', the store's and the process's. A cluster node that leads
+// serves them beside its own Raft metrics.
+func (s *Server) MetricsGatherer() prometheus.Gatherer { return s.metrics.Registry() }
+
 // WriteReadyFile writes, atomically (a temporary file renamed into place),
 // the JSON {"sqs":…,"amqp":…,"pid":…} that tests and scripts read to find a
 // broker started on port 0. Cluster nodes write theirs with it too.

@@ -106,6 +106,16 @@ type Status struct {
 	Applied uint64
 	Role    string            // "leader", "follower" or "candidate"
 	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
+	// FirstIndex and LastIndex bound the entries this node's Raft log
+	// holds (LastIndex < FirstIndex: none).
+	FirstIndex, LastIndex uint64
+	// LeaderChanges counts, since Open, the times this node learned of a
+	// new leader (itself included).
+	LeaderChanges uint64
+	// FailedProposals counts, since Open, the writes this node proposed as
+	// leader and failed because it lost the leadership (or Raft dropped
+	// them) before they applied.
+	FailedProposals uint64
 }
 
 // ErrNotLeader is returned by writes on a node that is not the leader, and
@@ -157,6 +167,9 @@ type Node struct {
 	advertised map[uint64][]byte
 	err        error // the loop stopped on this error
 	closed     bool
+
+	// Counters for Status (metrics).
+	leaderChanges, failedProposals uint64
 }
 
 // proposal is a queued entry.
@@ -441,6 +454,7 @@ func (n *Node) proposeQueued() {
 		}
 		if err := n.rn.Propose(p.data); err != nil {
 			n.mu.Lock()
+			n.failedProposals++
 			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
 			n.mu.Unlock()
 		}
@@ -515,6 +529,7 @@ func (n *Node) checkRole() {
 	defer n.mu.Unlock()
 	if n.leaderTerm != 0 && (!isLeader || term != n.leaderTerm) {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
+		n.failedProposals += uint64(len(n.waiters))
 		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
 		n.leaderTerm, n.ready = 0, false
 		n.broadcastLocked()
@@ -614,9 +629,15 @@ func (n *Node) updateStatus() {
 	default:
 		st.Role = "follower"
 	}
+	st.FirstIndex, _ = n.rl.FirstIndex() // never fails
+	st.LastIndex, _ = n.rl.LastIndex()   // never fails
 	n.mu.Lock()
 	st.Applied = n.applied
 	prev := n.status
+	if st.Leader != 0 && st.Leader != prev.Leader {
+		n.leaderChanges++
+	}
+	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	n.status = st
 	n.mu.Unlock()
 	if prev.Leader != st.Leader || prev.Role != st.Role {
@@ -653,6 +674,7 @@ func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.status
+	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	if st.Match != nil {
 		st.Match = maps.Clone(st.Match)
 	}
