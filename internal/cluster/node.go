@@ -114,6 +114,9 @@ type Node struct {
 
 	// localMetrics gathers that server's metrics (GET /metrics).
 	localMetrics prometheus.Gatherer
+	// reports are the followers' latest statuses, while this node leads
+	// (members.go).
+	reports map[uint64]reported
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -130,7 +133,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -262,6 +265,9 @@ func (n *Node) Run(ctx context.Context) error {
 		endLeader()
 	}
 	onStatus(n.raft.Status())
+	rctx, stopReports := context.WithCancel(ctx)
+	reportsDone := make(chan struct{})
+	go func() { defer close(reportsDone); n.reportLoop(rctx) }()
 loop:
 	for {
 		select {
@@ -277,6 +283,8 @@ loop:
 		}
 	}
 	n.log.Info("sluice cluster node stopping")
+	stopReports()
+	<-reportsDone
 	_ = n.httpLn.Close() // stop accepting; Shutdown below reports what matters
 	if n.amqpLn != nil {
 		_ = n.amqpLn.Close()
@@ -437,6 +445,7 @@ const (
 // replicated store bound to that leadership.
 func (n *Node) internalOptions(term uint64) server.Options {
 	o := n.opts
+	o.InternalHandler = n.internalHandler()
 	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
 	o.SQSListen = net.JoinHostPort(host, "0")
@@ -576,6 +585,7 @@ func (n *Node) routes() http.Handler {
 	// Each node's own Raft metrics, with the engine's on the leader
 	// (metrics.go).
 	mux.Handle("GET /metrics", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveMetrics), ha), n.opts.AllowedHosts))
+	mux.Handle(internalPrefix, http.NotFoundHandler()) // the Raft network's only (members.go)
 	mux.Handle("/", forward)
 	return mux
 }

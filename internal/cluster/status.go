@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Report is the answer of GET /sluice/v1/cluster on any node's public
@@ -16,6 +18,10 @@ type Report struct {
 	// Peers are every member, with the Raft address from the config and
 	// the internal addresses it last advertised as leader (if ever).
 	Peers []PeerReport `json:"peers"`
+	// Members is the leader's view of every member (members.go): fetched
+	// from the leader when this node follows; absent while no leader
+	// serves it.
+	Members *ClusterView `json:"members,omitempty"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
@@ -69,8 +75,14 @@ func (n *Node) Status() Report {
 	return rep
 }
 
-func (n *Node) serveStatus(w http.ResponseWriter, _ *http.Request) {
+func (n *Node) serveStatus(w http.ResponseWriter, r *http.Request) {
+	rep := n.Status()
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	if v, err := n.leaderView(ctx); err == nil {
+		rep.Members = &v
+	}
+	cancel()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(n.Status()) // a client gone cannot be told
+	_ = json.NewEncoder(w).Encode(rep) // a client gone cannot be told
 }

@@ -325,6 +325,9 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)
 	mux.Handle("/", sqsH)
+	if opts.InternalHandler != nil {
+		mux.Handle("/sluice/internal/", opts.InternalHandler)
+	}
 	// A browser opening the root gets the dashboard; an SQS Query GET
 	// (it always has a query string) still reaches the SQS API.
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
