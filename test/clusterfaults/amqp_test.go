@@ -36,6 +36,12 @@ const (
 	amqpPrefetch   = 20
 	amqpConfirmMax = 8 * time.Second // a confirm not in by then: the connection is given up
 	amqpHeartbeat  = time.Second     // a stopped or cut-off node's connection dies in a few
+	// While publishers run, consumers hold off while fewer confirmed
+	// messages than this wait unconsumed: a backlog that a leader's loss
+	// of acknowledged writes shows in (consumers that kept up would take
+	// every message as soon as it was confirmed, settling it, and a lost
+	// write would never be missed).
+	amqpMinBacklog = 500
 )
 
 // readyAMQP is the amqp:// URL of the public AMQP listener named by the
@@ -74,6 +80,7 @@ type amqpLoad struct {
 	AMQPDels  atomic.Int64 // deliveries to AMQP consumers
 	SQSDels   atomic.Int64 // deliveries to the SQS consumer
 
+	publishing               atomic.Bool // see amqpMinBacklog
 	stopPublish, stopConsume context.CancelFunc
 	pwg, cwg                 sync.WaitGroup
 }
@@ -134,6 +141,7 @@ func (a *amqpLoad) Start(ctx context.Context, rng *rand.Rand) {
 	pctx, stopP := context.WithCancel(ctx)
 	cctx, stopC := context.WithCancel(ctx)
 	a.stopPublish, a.stopConsume = stopP, stopC
+	a.publishing.Store(true)
 	for p := range amqpPublishers {
 		a.pwg.Add(1)
 		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(200+p)))
@@ -153,6 +161,15 @@ func (a *amqpLoad) Start(ctx context.Context, rng *rand.Rand) {
 func (a *amqpLoad) StopPublishers() {
 	a.stopPublish()
 	a.pwg.Wait()
+	a.publishing.Store(false)
+}
+
+// holdOff waits while publishers run and the backlog is under
+// amqpMinBacklog (pacing, not synchronisation), or until ctx ends.
+func (a *amqpLoad) holdOff(ctx context.Context) {
+	for ctx.Err() == nil && a.publishing.Load() && a.Ck.Backlog() < amqpMinBacklog {
+		faults.SleepCtx(ctx, 5*time.Millisecond)
+	}
 }
 
 // StopConsumers stops the consumers and waits for them.
@@ -288,6 +305,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	for {
+		a.holdOff(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -327,6 +345,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 	w := a.w
 	for ctx.Err() == nil {
+		a.holdOff(ctx)
 		_, client, url, err := w.pick(ctx, rng, amqpQueue)
 		if err != nil {
 			return

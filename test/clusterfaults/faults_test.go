@@ -173,6 +173,7 @@ func TestClusterFaults(t *testing.T) {
 			t.Fatalf("%s: %v", f.name, err)
 		}
 		w.Ck.Fault()
+		a.Ck.Fault()
 		injected = append(injected, f.name)
 		kinds[f.kind]++
 		faults.SleepCtx(ctx, hold)
