@@ -280,6 +280,13 @@ loop:
 		n.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
 	}
 	n.transport.CloseIdleConnections()
+	// A graceful stop of the leader hands leadership over, so the cluster
+	// is writable again at once rather than after an election timeout.
+	tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	if err := n.raft.TransferLeadership(tctx); err != nil {
+		n.log.Warn("leadership not handed over before stopping; the others will elect a leader", "err", err)
+	}
+	tcancel()
 	if err := n.raft.Close(); err != nil {
 		n.log.Error("closing the Raft node", "err", err)
 		if runErr == nil {

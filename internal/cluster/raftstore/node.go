@@ -134,11 +134,12 @@ type Node struct {
 	rn    *raft.RawNode // run's only
 	tr    *transport
 
-	recvc   chan *pb.Message
-	propc   chan struct{} // a proposal is queued (buffered 1)
-	stopc   chan struct{}
-	donec   chan struct{} // run has returned
-	changes chan Status   // latest wins, buffered 1
+	recvc     chan *pb.Message
+	propc     chan struct{} // a proposal is queued (buffered 1)
+	transferc chan uint64   // TransferLeadership's target, for the loop
+	stopc     chan struct{}
+	donec     chan struct{} // run has returned
+	changes   chan Status   // latest wins, buffered 1
 
 	unreachMu sync.Mutex
 	unreach   map[uint64]bool
@@ -218,6 +219,7 @@ func Open(cfg Config) (n *Node, err error) {
 		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
 		recvc:      make(chan *pb.Message, 1024),
 		propc:      make(chan struct{}, 1),
+		transferc:  make(chan uint64),
 		stopc:      make(chan struct{}),
 		donec:      make(chan struct{}),
 		changes:    make(chan Status, 1),
@@ -397,6 +399,8 @@ func (n *Node) run() {
 			n.checkRole()
 		case <-n.propc:
 			n.proposeQueued()
+		case to := <-n.transferc:
+			n.rn.TransferLeader(to)
 		}
 		n.unreachMu.Lock()
 		for id := range n.unreach {
