@@ -1,202 +1,205 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"slices"
+	"net/http/httputil"
 	"strconv"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// The cluster view (the dashboard's cluster page, GET /sluice/v1/cluster's
-// "members"): every member with its role, term, commit and applied index,
-// and, from the leader's Raft progress, how far its log is behind.
+// Membership admin endpoints on every node's public HTTP listener, behind
+// the same guards as GET /sluice/v1/cluster:
 //
-// Only a node knows its own applied index, so each follower reports its
-// status to the leader once every reportInterval, on the leader's
-// internal listener (POST /sluice/internal/v1/status: the Raft network,
-// unauthenticated like Raft traffic; the values are shown, never acted
-// on). The leader assembles the view (GET /sluice/internal/v1/members); a
-// follower asked for its status fetches the view from the leader. A
-// node's public listeners answer 404 under /sluice/internal/.
+//	POST   /sluice/v1/cluster/members        {"id": 4, "raft": "host:port"}
+//	DELETE /sluice/v1/cluster/members/{id}
+//
+// The leader applies the change (raftstore's AddMember/RemoveMember) and
+// answers once it has applied it, with the new membership
+// ({"members": [{"id":…,"raft":…}, …]}). A follower forwards the request,
+// as it is, to the leader's public listener (its advertisement's Public);
+// a request that was already forwarded once is not forwarded again.
+//
+// Errors ({"error": {"code", "message"}}):
+//
+//	400 InvalidRequest      a body that is not {"id", "raft"} or an id that is not a number
+//	400 InvalidAddress      raft is not host:port with a fixed port, or a member uses it
+//	404 MemberNotFound      no member has that id (remove)
+//	409 MemberExists        the id is a member already (add)
+//	409 IDRemoved           the id belonged to a removed member; ids are never reused
+//	409 LastVoter           removing it would leave no voting member
+//	409 ChangeInProgress    another membership change is being applied; retry
+//	503 ServiceUnavailable  no leader, or leadership moved meanwhile; retry
+//	504 Timeout             not applied within MembershipTimeout; read GET /sluice/v1/cluster
 
-const (
-	internalPrefix  = "/sluice/internal/"
-	internalStatus  = "/sluice/internal/v1/status"
-	internalMembers = "/sluice/internal/v1/members"
-	// reportInterval is how often a follower reports to the leader.
-	reportInterval = time.Second
-	// maxStatusBody bounds a reported status.
-	maxStatusBody = 64 << 10
-)
+// MembershipTimeout bounds how long a membership request waits for the
+// change to apply.
+const MembershipTimeout = 30 * time.Second
 
-// ClusterView is the leader's view of every member.
-type ClusterView struct {
-	Leader    uint64   `json:"leader"`
-	Term      uint64   `json:"term"`
-	LastIndex uint64   `json:"last_index"` // the leader's last log index
-	Members   []Member `json:"members"`
-}
+// MaxMemberRequestSize bounds the body of POST /sluice/v1/cluster/members.
+const MaxMemberRequestSize = 4 << 10
 
-// Member is one member in ClusterView.
-type Member struct {
+// forwardedHeader marks a membership request a follower forwarded.
+const forwardedHeader = "X-Sluice-Forwarded"
+
+// MemberRequest is the body of POST /sluice/v1/cluster/members.
+type MemberRequest struct {
 	ID   uint64 `json:"id"`
 	Raft string `json:"raft"`
-	// Role, Term, Commit and Applied are what the member last reported
-	// (the leader's own, for the leader); Role is "" when it never did.
-	Role    string `json:"role"`
-	Term    uint64 `json:"term"`
-	Commit  uint64 `json:"commit"`
-	Applied uint64 `json:"applied"`
-	// ReportedMsAgo is the age of that report in milliseconds (0 for the
-	// leader), absent when the member never reported to this leader.
-	ReportedMsAgo *int64 `json:"reported_ms_ago,omitempty"`
-	// Match is the highest log index the leader knows on the member; Lag
-	// is the leader's last index minus Match (entries not yet on it).
-	Match uint64 `json:"match"`
-	Lag   uint64 `json:"lag"`
 }
 
-// reported is a follower's last status as the leader received it.
-type reported struct {
-	st NodeStatus
-	at time.Time
+// MembersResponse answers a membership change: the membership after it.
+type MembersResponse struct {
+	Members []raftstore.Member `json:"members"`
 }
 
-// view assembles the ClusterView; ok is false unless this node leads.
-func (n *Node) view() (ClusterView, bool) {
-	st := n.raft.Status()
-	if st.Role != "leader" {
-		return ClusterView{}, false
+// memberRoutes registers the membership endpoints on mux.
+func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			ad, _ := r.In.Context().Value(targetKey{}).(Advertisement)
+			r.Out.URL.Scheme = "http"
+			r.Out.URL.Host = ad.Public
+			r.Out.Host = r.In.Host // the leader's guards check the client's Host
+			r.Out.Header.Set(forwardedHeader, "1")
+		},
+		Transport: n.transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
+			unavailable(w, r, "the leader could not be reached; retry")
+		},
 	}
-	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex}
-	now := time.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, p := range n.opts.Cluster.Peers {
-		m := Member{ID: p.ID, Raft: p.Raft, Match: st.Match[p.ID]}
-		m.Lag = lag(st.LastIndex, m.Match)
-		switch r, ok := n.reports[p.ID]; {
-		case p.ID == st.ID:
-			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
-			m.ReportedMsAgo = new(int64)
-		case ok:
-			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
-			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
-		}
-		v.Members = append(v.Members, m)
+	guard := func(h http.HandlerFunc) http.Handler {
+		return server.BrowserGuard(httpauth.Middleware(n.onLeader(proxy, h), ha), n.opts.AllowedHosts)
 	}
-	return v, true
+	mux.Handle("POST /sluice/v1/cluster/members", guard(n.addMember))
+	mux.Handle("DELETE /sluice/v1/cluster/members/{id}", guard(n.removeMember))
 }
 
-// internalHandler serves /sluice/internal/ on the leader's server: the
-// followers' reports, and the view for followers asked for it.
-func (n *Node) internalHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+internalStatus, func(w http.ResponseWriter, r *http.Request) {
-		var st NodeStatus
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxStatusBody)).Decode(&st); err != nil {
-			http.Error(w, "bad status: "+err.Error(), http.StatusBadRequest)
+// onLeader runs h when this node leads, and otherwise forwards the request
+// to the leader's public listener (once).
+func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st := n.raft.Status(); st.Leader == st.ID && st.Role == "leader" {
+			h(w, r)
 			return
 		}
-		member := slices.ContainsFunc(n.opts.Cluster.Peers, func(p server.ClusterPeer) bool { return p.ID == st.ID })
-		if !member || st.ID == n.opts.Cluster.NodeID {
-			http.Error(w, "not another member of this cluster: "+strconv.FormatUint(st.ID, 10), http.StatusBadRequest)
+		if r.Header.Get(forwardedHeader) != "" {
+			unavailable(w, r, "this node no longer leads; retry")
 			return
 		}
-		n.mu.Lock()
-		n.reports[st.ID] = reported{st: st, at: time.Now()}
-		n.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("GET "+internalMembers, func(w http.ResponseWriter, _ *http.Request) {
-		v, ok := n.view()
-		if !ok {
-			http.Error(w, "this node does not lead", http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v) // a client gone cannot be told
-	})
-	return mux
-}
-
-// errNotServing: no leader serves a view yet.
-var errNotServing = errors.New("cluster: no leader serves the cluster view")
-
-// leaderView returns the ClusterView: this node's when it leads, else the
-// leader's, fetched from its internal listener.
-func (n *Node) leaderView(ctx context.Context) (ClusterView, error) {
-	if v, ok := n.view(); ok {
-		return v, nil
-	}
-	ad, leader, ok := n.target()
-	if !ok || leader == n.opts.Cluster.NodeID {
-		return ClusterView{}, errNotServing
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ad.SQS+internalMembers, nil)
-	if err != nil {
-		return ClusterView{}, err
-	}
-	resp, err := n.transport.RoundTrip(req)
-	if err != nil {
-		return ClusterView{}, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	if resp.StatusCode != http.StatusOK {
-		return ClusterView{}, fmt.Errorf("cluster: the leader answered %d", resp.StatusCode)
-	}
-	var v ClusterView
-	err = json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(&v)
-	return v, err
-}
-
-// report sends this node's status to the leader, when another node leads.
-func (n *Node) report(ctx context.Context) error {
-	ad, leader, ok := n.target()
-	if !ok || leader == n.opts.Cluster.NodeID {
-		return nil
-	}
-	b, _ := json.Marshal(n.Status().Node) // numbers and strings always encode
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ad.SQS+internalStatus, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := n.transport.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body) // for the connection's reuse
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("cluster: the leader answered %d to a status report", resp.StatusCode)
-	}
-	return nil
-}
-
-// reportLoop reports this node's status to the leader every
-// reportInterval until ctx ends.
-func (n *Node) reportLoop(ctx context.Context) {
-	tick := time.NewTicker(reportInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, reportInterval)
-		if err := n.report(rctx); err != nil && ctx.Err() == nil {
-			n.log.Debug("cannot report this node's status to the leader", "err", err)
-		}
+		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
+		ad, _, err := n.route(ctx)
 		cancel()
+		if err != nil || ad.Public == "" {
+			unavailable(w, r, "no cluster leader is serving yet; retry")
+			return
+		}
+		// Full duplex, as for every forwarded request (routes' forward).
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			n.log.Warn("cannot forward in full duplex", "err", err)
+		}
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
+	})
+}
+
+func (n *Node) addMember(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeMemberRequest(r.Body)
+	if err != nil {
+		memberError(w, http.StatusBadRequest, "InvalidRequest", err.Error())
+		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	n.membershipDone(w, r, n.raft.AddMember(ctx, req.ID, req.Raft))
+}
+
+// decodeMemberRequest reads the body of POST /sluice/v1/cluster/members:
+// one JSON object {"id", "raft"} within MaxMemberRequestSize, no other
+// fields, id 1 or more. raft is checked by raftstore.AddMember.
+func decodeMemberRequest(body io.Reader) (MemberRequest, error) {
+	var req MemberRequest
+	dec := json.NewDecoder(io.LimitReader(body, MaxMemberRequestSize))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return MemberRequest{}, fmt.Errorf("the body must be {\"id\": <node id>, \"raft\": \"host:port\"}: %w", err)
+	}
+	if dec.More() {
+		return MemberRequest{}, errors.New("the body must be one JSON object")
+	}
+	if req.ID == 0 {
+		return MemberRequest{}, errors.New("id: node ids are 1 or more")
+	}
+	return req, nil
+}
+
+func (n *Node) removeMember(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		memberError(w, http.StatusBadRequest, "InvalidRequest", "the node id must be a number of 1 or more")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	n.membershipDone(w, r, n.raft.RemoveMember(ctx, id))
+}
+
+// membershipDone answers a change: the new membership, or its error.
+func (n *Node) membershipDone(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case err == nil:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(MembersResponse{Members: n.raft.Members()}) // a client gone cannot be told
+	case errors.Is(err, raftstore.ErrBadAddress):
+		memberError(w, http.StatusBadRequest, "InvalidAddress", err.Error())
+	case errors.Is(err, raftstore.ErrUnknownMember):
+		memberError(w, http.StatusNotFound, "MemberNotFound", err.Error())
+	case errors.Is(err, raftstore.ErrMemberExists):
+		memberError(w, http.StatusConflict, "MemberExists", err.Error())
+	case errors.Is(err, raftstore.ErrIDRemoved):
+		memberError(w, http.StatusConflict, "IDRemoved", err.Error())
+	case errors.Is(err, raftstore.ErrLastVoter):
+		memberError(w, http.StatusConflict, "LastVoter", err.Error())
+	case errors.Is(err, raftstore.ErrChangePending):
+		w.Header().Set("Retry-After", "1")
+		memberError(w, http.StatusConflict, "ChangeInProgress", err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		memberError(w, http.StatusGatewayTimeout, "Timeout", "the change was not applied in time; it may still apply: check sluice cluster status")
+	default:
+		n.log.Info("membership change failed", "err", err)
+		unavailable(w, r, "the change could not be applied ("+err.Error()+"); retry")
+	}
+}
+
+// memberError answers an admin API error object.
+func memberError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}}) // a client gone cannot be told
+}
+
+// publicForPeers is this node's public HTTP address as other nodes dial it:
+// an unspecified host (0.0.0.0, ::) is replaced by the host of its Raft
+// address.
+func (n *Node) publicForPeers() string {
+	host, port, err := net.SplitHostPort(n.HTTPAddr())
+	if err != nil {
+		return n.HTTPAddr()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, _, err := net.SplitHostPort(n.opts.Cluster.Self().Raft); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -1,104 +1,115 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
-	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-func getReport(n *Node) (Report, error) {
-	resp, err := http.Get("http://" + n.HTTPAddr() + "/sluice/v1/cluster")
-	if err != nil {
-		return Report{}, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	var rep Report
-	if resp.StatusCode != http.StatusOK {
-		return rep, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return rep, json.NewDecoder(resp.Body).Decode(&rep)
-}
-
-// TestClusterView: GET /sluice/v1/cluster on any node carries the leader's
-// view of every member (the dashboard's cluster page reads it): the
-// leader, the term, each member's role, commit and applied index as it
-// reported them, and how far its log is behind the leader's. The
-// node-to-node routes behind it answer only on the leader's internal
-// listener, and take reports from members only.
-func TestClusterView(t *testing.T) {
-	nodes := threeNodes(t, func(*server.Options) {})
-	var leader *Node
-	for _, n := range nodes {
-		if st := n.raft.Status(); st.Leader == st.ID {
-			leader = n
-		}
-	}
-	lst := leader.raft.Status()
-	for _, n := range nodes {
-		var rep Report
-		poll.CheckFor(t, 20*time.Second, func() error {
-			var err error
-			if rep, err = getReport(n); err != nil {
-				return err
-			}
-			v := rep.Members
-			if v == nil || len(v.Members) != 3 {
-				return fmt.Errorf("node %d: members %+v", n.opts.Cluster.NodeID, v)
-			}
-			for _, m := range v.Members {
-				if m.Role == "" || m.ReportedMsAgo == nil {
-					return fmt.Errorf("node %d: member %d has not reported yet: %+v", n.opts.Cluster.NodeID, m.ID, m)
-				}
-			}
-			return nil
-		})
-		v := rep.Members
-		if v.Leader != lst.ID || v.Term != lst.Term || v.LastIndex == 0 {
-			t.Fatalf("node %d: view of leader %d term %d last %d; want leader %d term %d", n.opts.Cluster.NodeID, v.Leader, v.Term, v.LastIndex, lst.ID, lst.Term)
-		}
-		for i, m := range v.Members {
-			wantRole := "follower"
-			if m.ID == lst.ID {
-				wantRole = "leader"
-			}
-			if m.ID != uint64(i+1) || m.Raft != n.opts.Cluster.Peers[i].Raft || m.Role != wantRole || m.Term != lst.Term ||
-				m.Commit == 0 || m.Applied == 0 || m.Match == 0 || m.Lag != v.LastIndex-m.Match {
-				t.Errorf("node %d's view, member %d: %+v", n.opts.Cluster.NodeID, i+1, m)
-			}
-		}
-		// The node-to-node routes are not on the public listeners.
-		for _, req := range []struct{ method, path string }{{"GET", internalMembers}, {"POST", internalStatus}} {
-			r, _ := http.NewRequest(req.method, "http://"+n.HTTPAddr()+req.path, strings.NewReader(`{"id":2,"role":"leader"}`))
-			resp, err := http.DefaultClient.Do(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = resp.Body.Close() // only the status matters
-			if resp.StatusCode != http.StatusNotFound {
-				t.Errorf("%s %s on node %d's public listener: %d, want 404", req.method, req.path, n.opts.Cluster.NodeID, resp.StatusCode)
-			}
-		}
-	}
-	ad, _, _ := leader.target()
-	for body, want := range map[string]int{
-		`{"id":9,"role":"leader"}`:                  http.StatusBadRequest, // not a member
-		fmt.Sprintf(`{"id":%d,"role":"x"}`, lst.ID): http.StatusBadRequest, // the leader itself
-		`{"id":`: http.StatusBadRequest,
-		strings.Repeat(" ", maxStatusBody) + `{"id":2}`: http.StatusBadRequest, // too long
-	} {
-		resp, err := http.Post("http://"+ad.SQS+internalStatus, "application/json", strings.NewReader(body))
+// TestMembershipEndpointsRefuse: every refusal of the membership endpoints
+// answers its documented status and code, through the leader and through a
+// follower (which forwards to the leader), and only with the [http_auth]
+// credentials.
+func TestMembershipEndpointsRefuse(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	nodes := threeNodes(t, func(o *server.Options) { o.HTTPAuth.Tokens = []string{token} })
+	member2 := nodes[1].raft.Members()[1].RaftAddr
+	do := func(n *Node, method, path, body string, auth bool) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+n.HTTPAddr()+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close() // only the status matters
-		if resp.StatusCode != want {
-			t.Errorf("report %.40q: %d, want %d", body, resp.StatusCode, want)
+		req.Header.Set("Content-Type", "application/json")
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }() // read below
+		b, _ := io.ReadAll(resp.Body)
+		var eb struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		_ = json.Unmarshal(b, &eb) // an answer without a code fails the comparison
+		return resp.StatusCode, eb.Error.Code
+	}
+	for _, n := range nodes {
+		for _, tc := range []struct {
+			method, path, body string
+			auth               bool
+			status             int
+			code               string
+		}{
+			{"POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "127.0.0.1:7999"}`, false, http.StatusUnauthorized, "Unauthorized"},
+			{"DELETE", "/sluice/v1/cluster/members/2", "", false, http.StatusUnauthorized, "Unauthorized"},
+			{"POST", "/sluice/v1/cluster/members", `{"id": 4, "addr": "x"}`, true, http.StatusBadRequest, "InvalidRequest"},
+			{"POST", "/sluice/v1/cluster/members", `{"id": 0, "raft": "127.0.0.1:7999"}`, true, http.StatusBadRequest, "InvalidRequest"},
+			{"POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "127.0.0.1:0"}`, true, http.StatusBadRequest, "InvalidAddress"},
+			{"POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "` + member2 + `"}`, true, http.StatusBadRequest, "InvalidAddress"},
+			{"POST", "/sluice/v1/cluster/members", `{"id": 2, "raft": "127.0.0.1:7999"}`, true, http.StatusConflict, "MemberExists"},
+			{"POST", "/sluice/v1/cluster/members", strings.Repeat(" ", MaxMemberRequestSize) + `{}`, true, http.StatusBadRequest, "InvalidRequest"},
+			{"DELETE", "/sluice/v1/cluster/members/x", "", true, http.StatusBadRequest, "InvalidRequest"},
+			{"DELETE", "/sluice/v1/cluster/members/9", "", true, http.StatusNotFound, "MemberNotFound"},
+		} {
+			if status, code := do(n, tc.method, tc.path, tc.body, tc.auth); status != tc.status || code != tc.code {
+				t.Errorf("node %d (%s): %s %s %s: %d %q, want %d %q", n.raft.Status().ID, n.raft.Status().Role,
+					tc.method, tc.path, tc.body[:min(len(tc.body), 60)], status, code, tc.status, tc.code)
+			}
 		}
 	}
+	for _, n := range nodes {
+		if got := len(n.raft.Members()); got != 3 {
+			t.Fatalf("node %d: %d members after refused changes", n.raft.Status().ID, got)
+		}
+	}
+}
+
+// TestRemoveTheOnlyMemberRefused: a one-member cluster refuses to remove
+// its only voter with 409 LastVoter.
+func TestRemoveTheOnlyMemberRefused(t *testing.T) {
+	n, _ := soloNode(t, io.Discard)
+	req, err := http.NewRequest("DELETE", "http://"+n.HTTPAddr()+"/sluice/v1/cluster/members/1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read below
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), `"LastVoter"`) {
+		t.Fatalf("removing the only member: %d %s", resp.StatusCode, b)
+	}
+}
+
+// FuzzDecodeMemberRequest: any body is either refused or decodes to a
+// request with an id of 1 or more; nothing panics.
+func FuzzDecodeMemberRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"id": 4, "raft": "127.0.0.1:7104"}`,
+		`{"id": 0, "raft": "x"}`,
+		`{"id": -1}`,
+		`{"id": 18446744073709551616}`,
+		`{"id": 4, "raft": "a", "extra": 1}`,
+		`{"id": 4} {"id": 5}`,
+		`[]`, `null`, ``, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := decodeMemberRequest(bytes.NewReader(b))
+		if err == nil && req.ID == 0 {
+			t.Fatalf("accepted %q with id 0", b)
+		}
+	})
 }

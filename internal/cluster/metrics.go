@@ -29,8 +29,9 @@ type raftCollector struct {
 }
 
 // roles are the values of sluice_raft_role's role label, all exported so
-// that a node's series set does not change with its role.
-var roles = [...]string{"leader", "follower", "candidate"}
+// that a node's series set does not change with its role ("removed": this
+// node was removed from the group).
+var roles = [...]string{"leader", "follower", "candidate", "removed"}
 
 func newRaftCollector(status func() raftstore.Status) *raftCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
@@ -45,7 +46,7 @@ func newRaftCollector(status func() raftstore.Status) *raftCollector {
 		first:           d("sluice_raft_log_first_index", "The first index this node's Raft log holds."),
 		last:            d("sluice_raft_log_last_index", "The last index this node's Raft log holds."),
 		leader:          d("sluice_raft_leader_id", "The node id of the leader this node knows, 0 when it knows none."),
-		role:            d("sluice_raft_role", "1 for this node's Raft role (leader, follower or candidate), 0 for the others.", "role"),
+		role:            d("sluice_raft_role", "1 for this node's Raft role (leader, follower, candidate, or removed from the group), 0 for the others.", "role"),
 		leaderChanges:   d("sluice_raft_leader_changes_total", "Times this node learned of a new leader (itself included), since it started."),
 		failedProposals: d("sluice_raft_proposals_failed_total", "Writes this node proposed as leader that failed because it lost the leadership before they applied (their clients got an error), since it started."),
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -192,6 +193,11 @@ func TestSoloNodeServesAndStops(t *testing.T) {
 func TestLeadStopsWhenAsked(t *testing.T) {
 	logs := &testlog.Buffer{}
 	n, _ := soloNode(t, logs)
+	// soloNode returns once the node routes to its server, which is a
+	// moment before that server's "serving as leader" line is written.
+	poll.CheckFor(t, 10*time.Second, poll.True("the node's own server logged", func() bool {
+		return strings.Contains(logs.String(), "serving as leader")
+	}))
 	before := strings.Count(logs.String(), "serving as leader")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -208,16 +214,33 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 // leads and serves.
 func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 	t.Helper()
-	return threeNodesWith(t, edit, nil)
+	nodes, _ := threeStoppableNodesWith(t, edit, nil)
+	return nodes
 }
 
 // threeNodesWith is threeNodes with prepare, when not nil, called on each
 // node after New and before Run (tests install hooks there).
 func threeNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node)) []*Node {
 	t.Helper()
+	nodes, _ := threeStoppableNodesWith(t, edit, prepare)
+	return nodes
+}
+
+// threeStoppableNodes is threeNodes that also returns a function stopping
+// member i gracefully (Run's context ends) and returning Run's error.
+func threeStoppableNodes(t *testing.T, edit func(*server.Options)) ([]*Node, func(i int) error) {
+	t.Helper()
+	return threeStoppableNodesWith(t, edit, nil)
+}
+
+// threeStoppableNodesWith is threeStoppableNodes with threeNodesWith's
+// prepare.
+func threeStoppableNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node)) ([]*Node, func(i int) error) {
+	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	nodes := make([]*Node, 3)
+	stops := make([]func() error, 3)
 	for i := range nodes {
 		o := server.DefaultOptions()
 		o.DataDir = t.TempDir()
@@ -235,9 +258,14 @@ func threeNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- n.Run(ctx) }()
+		var once sync.Once
+		var runErr error
+		stops[i] = func() error {
+			once.Do(func() { cancel(); runErr = <-done })
+			return runErr
+		}
 		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
+			if err := stops[i](); err != nil {
 				t.Errorf("node %d: run: %v", i+1, err)
 			}
 		})
@@ -251,7 +279,52 @@ func threeNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node
 		}
 		return true
 	}))
-	return nodes
+	return nodes, func(i int) error { return stops[i]() }
+}
+
+// TestGracefulStopHandsLeadershipOver: a leader stopped gracefully (a
+// rolling restart) hands its leadership to a follower before its Raft node
+// closes, so when Run returns another member already leads — without it
+// the others would only start an election after their timeout — and the
+// cluster serves through a survivor.
+func TestGracefulStopHandsLeadershipOver(t *testing.T) {
+	nodes, stop := threeStoppableNodes(t, func(*server.Options) {})
+	li := -1
+	for i, n := range nodes {
+		if st := n.raft.Status(); st.Role == "leader" {
+			li = i
+		}
+	}
+	if li < 0 {
+		t.Fatal("no leader")
+	}
+	old := nodes[li].raft.Status()
+	if err := stop(li); err != nil {
+		t.Fatal(err)
+	}
+	// No polling: the hand-over completed before Run returned.
+	led := false
+	for i, n := range nodes {
+		if i == li {
+			continue
+		}
+		st := n.raft.Status()
+		if st.Leader != 0 && st.Leader != old.ID && st.Term > old.Term {
+			led = true
+		}
+	}
+	if !led {
+		t.Fatalf("when the old leader (node %d, term %d) stopped, no survivor led yet: %+v / %+v",
+			old.ID, old.Term, nodes[(li+1)%3].raft.Status(), nodes[(li+2)%3].raft.Status())
+	}
+	s := nodes[(li+1)%3]
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + s.HTTPAddr()), Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("after-handover")}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestSigV4ThroughTheNode: with SQS credentials configured, a request signed

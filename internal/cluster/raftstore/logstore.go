@@ -57,8 +57,11 @@ func entryKey(i uint64) []byte {
 type raftLog struct {
 	db   *pebblestore.Store
 	hs   *pb.HardState
-	cs   *pb.ConfState
-	last uint64 // index of the last stored entry (bootIndex if none)
+	cs   *pb.ConfState // the node's ConfState (the loop updates it as conf changes apply)
+	last uint64        // index of the last stored entry (bootIndex if none)
+	// joining: a node joining a group has no boot position yet (last is
+	// 0) until the leader's boot snapshot arrives (acceptBoot).
+	joining bool
 
 	tail      []*pb.Entry // entries tailFirst..last, also on disk
 	tailFirst uint64
@@ -213,6 +216,20 @@ func (l *raftLog) entry(i uint64) (*pb.Entry, error) {
 	return e, nil
 }
 
+// startJoining empties the log's boot position: the node is joining and
+// must receive the boot snapshot (with the membership) from the leader.
+func (l *raftLog) startJoining() {
+	l.joining, l.last, l.tailFirst = true, 0, 1
+}
+
+// acceptBoot records the leader's boot snapshot: the log now starts after
+// index 1, with cs as membership.
+func (l *raftLog) acceptBoot(cs *pb.ConfState) {
+	l.joining, l.cs = false, cs
+	l.last, l.tailFirst = bootIndex, bootIndex+1
+	l.tail, l.tailBytes = nil, 0
+}
+
 // InitialState implements raft.Storage.
 func (l *raftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return l.hs, l.cs, nil
@@ -221,6 +238,9 @@ func (l *raftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 // Entries implements raft.Storage: entries [lo, hi), at least one, at
 // most maxSize bytes beyond the first.
 func (l *raftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	if l.joining {
+		return nil, raft.ErrUnavailable
+	}
 	if lo <= bootIndex {
 		return nil, raft.ErrCompacted
 	}
@@ -246,6 +266,10 @@ func (l *raftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 // Term implements raft.Storage.
 func (l *raftLog) Term(i uint64) (uint64, error) {
 	switch {
+	case l.joining && i == 0:
+		return 0, nil
+	case l.joining:
+		return 0, raft.ErrUnavailable
 	case i == bootIndex:
 		return bootTerm, nil
 	case i < bootIndex:
@@ -264,12 +288,23 @@ func (l *raftLog) Term(i uint64) (uint64, error) {
 func (l *raftLog) LastIndex() (uint64, error) { return l.last, nil }
 
 // FirstIndex implements raft.Storage.
-func (l *raftLog) FirstIndex() (uint64, error) { return bootIndex + 1, nil }
+func (l *raftLog) FirstIndex() (uint64, error) {
+	if l.joining {
+		return 1, nil
+	}
+	return bootIndex + 1, nil
+}
 
 // Snapshot implements raft.Storage: the synthetic boot snapshot, which
 // every node has; Raft never needs another while the log is not
 // truncated.
+//
+// Its ConfState is the node's current one, not the boot membership: a
+// joining node must find itself in it to accept it (membership.go).
 func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
+	if l.joining {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
 		Index: new(uint64(bootIndex)), Term: new(uint64(bootTerm)), ConfState: l.cs,
 	}}, nil

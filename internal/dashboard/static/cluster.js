@@ -41,7 +41,7 @@ export function render(main, _param, ctx) {
 
   const draw = (rep) => {
     const me = rep.node;
-    const v = rep.members;
+    const v = rep.view;
     const leader = v ? v.leader : me.leader;
     replace(summary,
       h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'This node'),
