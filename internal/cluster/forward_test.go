@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -259,13 +260,15 @@ func TestForwardedReceivesLoseNoMessage(t *testing.T) {
 // X-Sluice-Term (the term of the leadership whose engine served it) and
 // X-Sluice-Node (the leader), whether the client reached the leader or a
 // follower that forwarded it; a node's own status answer carries neither
-// (nor does /metrics, each node's own: TestRaftMetrics).
+// (nor does /metrics, each node's own: TestRaftMetrics). When the
+// leadership moves, answers name the new leader and its later term.
 func TestTermHeader(t *testing.T) {
-	nodes := threeNodes(t, func(*server.Options) {})
+	nodes, stop := threeStoppableNodes(t, func(*server.Options) {})
 	var leader *Node
-	for _, n := range nodes {
+	li := -1
+	for i, n := range nodes {
 		if st := n.raft.Status(); st.Leader == st.ID {
-			leader = n
+			leader, li = n, i
 		}
 	}
 	st := leader.raft.Status()
@@ -313,4 +316,37 @@ func TestTermHeader(t *testing.T) {
 			t.Errorf("the %s's own status answer carries %s %q", role, HeaderTerm, resp.Header.Get(HeaderTerm))
 		}
 	}
+
+	// Stop the leader (gracefully: it hands its leadership over). Through
+	// a survivor, answers come from the new leader's engine, stamped with
+	// the term it leads, a later one.
+	if err := stop(li); err != nil {
+		t.Fatal(err)
+	}
+	survivor := nodes[(li+1)%3]
+	poll.CheckFor(t, 30*time.Second, func() error {
+		resp, err := http.Get("http://" + survivor.HTTPAddr() + "/health")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close() // only the headers matter
+		term, node := resp.Header.Get(HeaderTerm), resp.Header.Get(HeaderNode)
+		if node == "" || node == wantNode {
+			return fmt.Errorf("answered by node %q (term %q), the old leader or none", node, term)
+		}
+		var nl *Node
+		for _, n := range nodes {
+			if fmt.Sprint(n.opts.Cluster.NodeID) == node {
+				nl = n
+			}
+		}
+		if nl == nil {
+			return fmt.Errorf("answered by node %q, no member", node)
+		}
+		nad, _, ok := nl.target()
+		if st := nl.raft.Status(); !ok || st.Leader != st.ID || term != fmt.Sprint(nad.Term) || nad.Term <= ad.Term {
+			return fmt.Errorf("answered by node %s in term %s; it leads %t in term %d, serves term %d; the old term %d", node, term, st.Leader == st.ID, st.Term, nad.Term, ad.Term)
+		}
+		return nil
+	})
 }
