@@ -93,6 +93,12 @@ func (n *Node) view() (ClusterView, bool) {
 		}
 		v.Members = append(v.Members, m)
 	}
+	// Forget the reports of members removed since.
+	for id := range n.reports {
+		if !slices.ContainsFunc(st.Members, func(p raftstore.Member) bool { return p.ID == id }) {
+			delete(n.reports, id)
+		}
+	}
 	return v, true
 }
 
