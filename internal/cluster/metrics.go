@@ -104,11 +104,19 @@ func lag(a, b uint64) uint64 {
 // server exports the process's itself).
 type nodeMetrics struct {
 	raft, process *prometheus.Registry
+	// forwardErrors counts requests this node could not forward to the
+	// leader (answered 503): expected around a leader change, a sign of
+	// trouble between the nodes otherwise.
+	forwardErrors prometheus.Counter
 }
 
 func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) nodeMetrics {
-	m := nodeMetrics{raft: prometheus.NewRegistry(), process: prometheus.NewRegistry()}
-	m.raft.MustRegister(newRaftCollector(status))
+	m := nodeMetrics{raft: prometheus.NewRegistry(), process: prometheus.NewRegistry(),
+		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_cluster_forward_errors_total",
+			Help: "HTTP requests this node could not hand to a leader (no leader within the hold, or the leader unreachable), answered 503.",
+		})}
+	m.raft.MustRegister(newRaftCollector(status), m.forwardErrors)
 	m.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 	return m
 }

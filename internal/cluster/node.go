@@ -565,6 +565,7 @@ func (n *Node) routes() http.Handler {
 		FlushInterval: -1, // dashboard event streams and long polls pass through at once
 		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			n.metrics.forwardErrors.Inc()
 			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
 			unavailable(w, r, "the leader could not be reached; retry")
 		},
@@ -574,6 +575,7 @@ func (n *Node) routes() http.Handler {
 		ad, _, err := n.route(ctx)
 		cancel()
 		if err != nil {
+			n.metrics.forwardErrors.Inc()
 			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}

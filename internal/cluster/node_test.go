@@ -384,6 +384,16 @@ func TestNoLeaderAnswersInTheRequestsShape(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "<Code>ServiceUnavailable</Code>") {
 		t.Fatalf("Query request: %d %s", resp.StatusCode, body)
 	}
+	// Both refusals are counted in the node's own metrics.
+	resp, err = http.Get("http://" + n.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body) // a short read shows in the check below
+	_ = resp.Body.Close()
+	if !strings.Contains(string(body), "\nsluice_cluster_forward_errors_total 2\n") {
+		t.Fatalf("/metrics does not count the two refused requests:\n%s", body)
+	}
 }
 
 // TestRelayRefusesPastThePerIPCap: a node relays at most
