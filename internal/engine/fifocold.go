@@ -25,6 +25,14 @@ import (
 // It does not move cold.from: a later refill skips what it loaded (the
 // messages are in memory, or were dropped: coldPart.gone).
 //
+// A standard queue looks ahead too, when its window holds no visible
+// message (only delayed ones, whose delays have not ended): it loads the
+// cold messages that are not delayed at now, skipping the delayed ones,
+// which stay cold (a standard queue's hot messages need not be a prefix of
+// anything). The same bounds apply: it reads at most lookAheadWindows
+// windows of records and loads only while the hot waiting messages are
+// fewer than two windows.
+//
 // A copy that a dead-letter move or redrive is writing into the queue
 // (coldPart.pending) has a group the look-ahead cannot know before the
 // copy's record is readable, so the look-ahead reads only up to the lowest
@@ -39,13 +47,14 @@ const (
 	lookAheadPerGroup = MaxBatch
 )
 
-// lookAheadLocked is a FIFO receive's look past the window: it loads
-// messages of groups that have nothing in memory from further back in the
-// cold part, and returns how many it loaded. The caller calls it only when
-// no group in memory is available. A read failure fails the engine.
+// lookAheadLocked is a receive's look past the window: on a FIFO queue it
+// loads messages of groups that have nothing in memory from further back
+// in the cold part, on a standard queue messages not delayed at now; it
+// returns how many it loaded. The caller calls it only when no group in
+// memory is available. A read failure fails the engine.
 func (q *queue) lookAheadLocked(now int64) int {
 	e := q.eng
-	if !q.fifo() || !q.cold.on || e.window <= 0 || e.failed.Load() != nil {
+	if !q.cold.on || e.window <= 0 || e.failed.Load() != nil {
 		return 0
 	}
 	waiting, waitingB := q.waitingLocked()
@@ -85,6 +94,18 @@ func (q *queue) lookAheadLocked(now int64) int {
 		},
 		keepBody: e.keepBodies,
 		message: func(m *message, g string, contentLen int) error {
+			if !q.fifo() {
+				if delayedAt(m, now) {
+					return nil // stays cold, and counted as delayed
+				}
+				q.cold.leftCold(m)
+				restored = append(restored, m)
+				groups = append(groups, g)
+				loaded++
+				loadedB += int64(contentLen)
+				loadedBody += int64(max(m.bodyLen, int32(len(m.body))))
+				return nil
+			}
 			// Both conditions hold for the rest of the scan once they
 			// hold, so a group whose message stays cold here has all
 			// its later messages stay cold too: what is loaded of a
@@ -113,6 +134,13 @@ func (q *queue) lookAheadLocked(now int64) int {
 	q.cold.n -= loaded
 	q.cold.bytes -= loadedB
 	return loaded
+}
+
+// delayedAt reports whether the message m read from the store would be
+// delayed at now once loaded (restoredState), without changing m.
+func delayedAt(m *message, now int64) bool {
+	c := *m
+	return restoredState(&c, now) == stateDelayed
 }
 
 // lowestPending returns the lowest sequence number of a copy not yet

@@ -450,6 +450,11 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 			return nil, true
 		}
 		q.topUpLocked(now, b)
+		if q.available.head == nil && q.cold.on && q.lookAheadLocked(now) > 0 {
+			// The window holds only delayed messages: cold ones whose
+			// delay has ended are loaded from past it (fifocold.go).
+			q.advanceLocked(now, b)
+		}
 		// Round-robin over groups: one message from each in turn.
 		for len(out) < req.Max {
 			g := q.available.head
