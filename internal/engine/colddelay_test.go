@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -51,6 +52,12 @@ func (f *coldFixture) counts(q string) (visible, delayed, inFlight int) {
 // at every step.
 func (f *coldFixture) drainOnce(q string, want int, seen map[string]bool) {
 	f.t.Helper()
+	f.drainBounded(q, want, seen, stdColdMsgBound)
+}
+
+// drainBounded is drainOnce with a bound of bound messages held.
+func (f *coldFixture) drainBounded(q string, want int, seen map[string]bool, bound int) {
+	f.t.Helper()
 	got := 0
 	for got < want {
 		d := f.recv(q, 10, time.Hour)
@@ -64,7 +71,7 @@ func (f *coldFixture) drainOnce(q string, want int, seen map[string]bool) {
 			seen[string(m.Body)] = true
 			got++
 		}
-		if h := f.held(q); h > stdColdMsgBound {
+		if h := f.held(q); h > bound {
 			f.t.Fatalf("%d messages held after %d received", h, got)
 		}
 		for _, m := range d {
@@ -285,6 +292,146 @@ func TestColdDelayEndWakesLongPoll(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			f.e.Close() // ends the poll
 			t.Fatal("the long poll was not woken when the cold messages' delay ended")
+		}
+	})
+}
+
+// TestColdDelayedRandomWorkload: random sends (a third delayed, up to two
+// minutes), receives, deletes, failure reports with a retry backoff,
+// visibility changes, clock steps and restarts on a standard queue whose
+// window is 16. No message is delivered before its delay, backoff or lease
+// ends, none after its delete; the counts always add up to what is
+// undeleted; memory holds at most two windows besides leases and
+// backoffs; at the end every message is delivered and deleted.
+func TestColdDelayedRandomWorkload(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		rng := rand.New(rand.NewPCG(13, 4))
+		f.create("q", func(c *QueueConfig) { c.Retention = 14 * 24 * time.Hour })
+		notBefore := map[string]int64{} // body → earliest delivery (unix nanos)
+		deleted := map[string]bool{}
+		backoff := map[string]bool{} // bodies waiting out a retry backoff
+		leased := map[string]bool{}
+		now := func() int64 { return f.clk.Now().UnixNano() }
+		total := 0
+		check := func(step int, d Delivery) {
+			b := string(d.Body)
+			if deleted[b] {
+				t.Fatalf("step %d: %s delivered after its delete", step, b)
+			}
+			if nb := notBefore[b]; now() < nb {
+				t.Fatalf("step %d: %s delivered %v early", step, b, time.Duration(nb-now()))
+			}
+		}
+		for step := 0; step < 3000; step++ {
+			switch r := rng.IntN(100); {
+			case r < 35:
+				var batch []Message
+				for i := rng.IntN(10); i >= 0; i-- {
+					m := body(fmt.Sprintf("m%05d", total))
+					notBefore[string(m.Body)] = now()
+					if rng.IntN(3) == 0 {
+						d := time.Duration(1+rng.IntN(120)) * time.Second
+						m.Delay, m.DelaySet = d, true
+						notBefore[string(m.Body)] = now() + int64(d)
+					}
+					batch = append(batch, m)
+					total++
+				}
+				f.send("q", batch...)
+			case r < 85:
+				for _, m := range f.recv("q", 1+rng.IntN(10), 30*time.Second) {
+					check(step, m)
+					b := string(m.Body)
+					delete(backoff, b)
+					leased[b] = true
+					notBefore[b] = now() + int64(30*time.Second)
+					switch rng.IntN(10) {
+					case 0, 1, 2, 3, 4, 5:
+						if errs := f.del("q", m.ReceiptHandle); errs[0] != nil {
+							t.Fatalf("step %d: delete %s: %v", step, b, errs[0])
+						}
+						deleted[b] = true
+						delete(leased, b)
+					case 6, 7:
+						d := time.Duration(1+rng.IntN(60)) * time.Second
+						if _, err := f.e.ReportFailure("q", m.ReceiptHandle, Failure{RetryAfter: d, RetryAfterSet: true}); err != nil {
+							t.Fatalf("step %d: report %s: %v", step, b, err)
+						}
+						notBefore[b] = now() + int64(d)
+						delete(leased, b)
+						backoff[b] = true
+					case 8:
+						f.changeVis("q", m.ReceiptHandle, 0)
+						notBefore[b] = now()
+						delete(leased, b)
+					}
+				}
+			case r < 99:
+				f.clk.Advance(time.Duration(rng.IntN(20_000)) * time.Millisecond)
+			default:
+				f.restartCold()
+			}
+			if got, want := f.count("q"), total-len(deleted); got != want {
+				t.Fatalf("step %d: count %d, want %d", step, got, want)
+			}
+			if h, limit := f.held("q"), 2*coldWindow+len(leased)+len(backoff)+10; h > limit {
+				t.Fatalf("step %d: %d messages held, bound %d", step, h, limit)
+			}
+		}
+		f.clk.Advance(3 * time.Minute)
+		for stuck := 0; len(deleted) < total; {
+			d := f.recv("q", 10, 30*time.Second)
+			if len(d) == 0 {
+				if stuck++; stuck > 3 {
+					t.Fatalf("%d of %d deleted; count %d", len(deleted), total, f.count("q"))
+				}
+				f.clk.Advance(time.Minute)
+				continue
+			}
+			for _, m := range d {
+				check(-1, m)
+				if errs := f.del("q", m.ReceiptHandle); errs[0] != nil {
+					t.Fatalf("delete %s: %v", m.Body, errs[0])
+				}
+				deleted[string(m.Body)] = true
+			}
+		}
+		if got := f.count("q"); got != 0 {
+			t.Fatalf("count %d after deleting all %d", got, total)
+		}
+	})
+}
+
+// TestColdRetryBackoffsOutsideWindow: received messages waiting out a
+// retry backoff stay in memory outside the window (like leases): however
+// many there are, receives go on loading and delivering the cold backlog
+// behind them, and the backoffs count as delayed.
+func TestColdRetryBackoffsOutsideWindow(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", nil)
+		f.sendN("q", 0, 300)
+		failed := 0
+		for failed < 4*coldWindow {
+			d := f.recv("q", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("nothing delivered with %d messages in a retry backoff", failed)
+			}
+			for _, m := range d {
+				if _, err := f.e.ReportFailure("q", m.ReceiptHandle, Failure{RetryAfter: 10 * time.Minute, RetryAfterSet: true}); err != nil {
+					t.Fatal(err)
+				}
+				failed++
+			}
+		}
+		seen := map[string]bool{}
+		f.drainBounded("q", 300-failed, seen, stdColdMsgBound+failed)
+		if v, d, fl := f.counts("q"); v != 0 || d != failed || fl != 0 {
+			t.Fatalf("backoffs left: %d visible, %d delayed, %d in flight; want %d delayed", v, d, fl, failed)
+		}
+		f.clk.Advance(11 * time.Minute)
+		f.drainBounded("q", failed, seen, stdColdMsgBound+failed)
+		if len(seen) != 300 {
+			t.Fatalf("%d distinct messages", len(seen))
 		}
 	})
 }
