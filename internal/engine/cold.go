@@ -113,6 +113,14 @@ type coldPart struct {
 	// a refill loads it (it is still not delivered before its delay ends).
 	delayed map[int64]int
 
+	// ready counts the messages added to the cold part that were not
+	// delayed, and gen the cold messages that left it (leftCold): with
+	// from, what a standard queue's look-ahead that found nothing to load
+	// remembers (idle), so that it does not read the same records again
+	// until something it skipped may have become receivable.
+	ready, gen uint64
+	idle       lookAheadIdle
+
 	// pending holds the sequence numbers of copies that dead-letter moves
 	// and redrives wrote into this queue's key range but insertCopies has
 	// not inserted yet: a refill must not load them (they are receivable
@@ -149,6 +157,7 @@ func (c *coldPart) addDelayed(visibleAt, now int64) {
 // takes one off a second's count that is not its own, which the counts
 // tolerate: they are approximate, and the entry ends with its second.)
 func (c *coldPart) leftCold(m *message) {
+	c.gen++
 	if len(c.delayed) == 0 || m.recvCount != 0 || m.visibleAt <= m.enqueuedAt {
 		return
 	}
@@ -226,6 +235,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 func (q *queue) forgetColdLocked() {
 	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
 	q.cold.gone, q.cold.delayed = nil, nil
+	q.cold.idle = lookAheadIdle{}
 }
 
 // noteDroppedLocked is told that m leaves memory with its records deleted
@@ -292,10 +302,15 @@ func (e *Engine) windowFull(n int, bodies int64) bool {
 }
 
 // addColdLocked counts a message whose content record (of recLen bytes)
-// was written at seq without inserting it into memory.
-func (q *queue) addColdLocked(seq uint64, recLen int) {
+// was written at seq without inserting it into memory; delayed tells
+// whether it was sent with a delay (the caller counts that delay:
+// coldPart.addDelayed).
+func (q *queue) addColdLocked(seq uint64, recLen int, delayed bool) {
 	if !q.cold.on {
 		q.cold.on, q.cold.from = true, seq
+	}
+	if !delayed {
+		q.cold.ready++
 	}
 	q.cold.n++
 	q.cold.bytes += int64(recLen)
@@ -431,7 +446,7 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 // is the length of the content record the copy's batch wrote.
 func (q *queue) insertMovedLocked(m *message, groupID string, recLen int) {
 	if q.goesColdLocked(m) && (!q.cold.on || m.seq >= q.cold.from) {
-		q.addColdLocked(m.seq, recLen)
+		q.addColdLocked(m.seq, recLen, m.state == stateDelayed)
 		if m.state == stateDelayed {
 			q.cold.addDelayed(m.visibleAt, q.eng.now())
 		}

@@ -435,3 +435,34 @@ func TestColdRetryBackoffsOutsideWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestColdLookAheadIdleSeesNewSends: a look-ahead that found only delayed
+// messages remembers it (lookAheadIdle), but a message sent after it that
+// is not delayed and the end of a skipped delay each make the next receive
+// look again.
+func TestColdLookAheadIdleSeesNewSends(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", nil)
+		f.sendDelayed("q", "late", 0, 2*coldWindow, 15*time.Minute)
+		f.sendDelayed("q", "soon", 0, 3, time.Minute)
+		for i := 0; i < 3; i++ {
+			if d := f.recv("q", 10, time.Hour); len(d) != 0 {
+				t.Fatalf("delivered during the delays: %v", bodies(d))
+			}
+		}
+		f.send("q", body("now"))
+		if d := bodies(f.recv("q", 10, time.Hour)); fmt.Sprint(d) != "[now]" {
+			t.Fatalf("after a send: %v", d)
+		}
+		if d := f.recv("q", 10, time.Hour); len(d) != 0 {
+			t.Fatalf("delivered during the delays: %v", bodies(d))
+		}
+		f.clk.Advance(time.Minute)
+		if d := bodies(f.recv("q", 10, time.Hour)); len(d) != 3 || d[0][:4] != "soon" {
+			t.Fatalf("after the short delay: %v", d)
+		}
+		if v, d, fl := f.counts("q"); v != 0 || d != 2*coldWindow || fl != 4 {
+			t.Fatalf("counts: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 )
 
 // A FIFO queue's look-ahead past its window (cold.go).
@@ -57,6 +58,9 @@ func (q *queue) lookAheadLocked(now int64) int {
 	if !q.cold.on || e.window <= 0 || e.failed.Load() != nil {
 		return 0
 	}
+	if !q.fifo() && q.cold.stillIdle(now) {
+		return 0
+	}
 	waiting, waitingB := q.waitingLocked()
 	room, roomB := 2*e.window-waiting, int64(0)
 	if e.windowB > 0 {
@@ -83,8 +87,9 @@ func (q *queue) lookAheadLocked(now int64) int {
 		restored   []*message
 		groups     []string
 		fresh      = make(map[string]int) // groups this look-ahead loads, and how many of each
+		until      = int64(math.MaxInt64) // the earliest end of a delay skipped (standard queues)
 	)
-	_, _, err := q.scanRecords(messageKey(q.id, q.cold.from, kindContent), end, recordScan{
+	_, stopped, err := q.scanRecords(messageKey(q.id, q.cold.from, kindContent), end, recordScan{
 		content: func(seq uint64) (skip, stop bool) {
 			if loaded >= room || (roomB > 0 && loadedBody >= roomB) || visited >= lookAheadWindows*e.window {
 				return false, true
@@ -96,6 +101,7 @@ func (q *queue) lookAheadLocked(now int64) int {
 		message: func(m *message, g string, contentLen int) error {
 			if !q.fifo() {
 				if delayedAt(m, now) {
+					until = min(until, m.visibleAt)
 					return nil // stays cold, and counted as delayed
 				}
 				q.cold.leftCold(m)
@@ -128,6 +134,11 @@ func (q *queue) lookAheadLocked(now int64) int {
 		_ = e.fail(fmt.Errorf("reading cold messages of queue %q: %w", q.name, err))
 		return 0
 	}
+	q.cold.idle = lookAheadIdle{}
+	if !q.fifo() && loaded == 0 {
+		q.cold.idle = lookAheadIdle{on: true, toEnd: !stopped,
+			from: q.cold.from, ready: q.cold.ready, gen: q.cold.gen, until: until}
+	}
 	for i, m := range restored {
 		q.restoreLocked(m, groups[i], now)
 	}
@@ -141,6 +152,31 @@ func (q *queue) lookAheadLocked(now int64) int {
 func delayedAt(m *message, now int64) bool {
 	c := *m
 	return restoredState(&c, now) == stateDelayed
+}
+
+// lookAheadIdle is what a standard queue's look-ahead that loaded nothing
+// remembers: the records it read are all delayed (or hot), and stay so
+// until the earliest of their delays ends (until), the window moves
+// (from), a cold message leaves the cold part (gen: the records in reach
+// change), or, if it read to the end of the queue's records (toEnd), a
+// message that is not delayed is added (ready). Until one of these
+// happens a look-ahead would read the same records and load nothing, so
+// it does not read them: without this, every send to a queue whose window
+// and look-ahead hold only delayed messages would make each parked long
+// poll read four windows of records again.
+type lookAheadIdle struct {
+	on         bool
+	toEnd      bool
+	from       uint64
+	ready, gen uint64
+	until      int64
+}
+
+// stillIdle reports whether a look-ahead at now would load nothing for
+// the reasons c.idle remembers.
+func (c *coldPart) stillIdle(now int64) bool {
+	i := &c.idle
+	return i.on && i.from == c.from && i.gen == c.gen && now < i.until && (!i.toEnd || i.ready == c.ready)
 }
 
 // lowestPending returns the lowest sequence number of a copy not yet

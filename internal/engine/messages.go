@@ -187,7 +187,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		m.group = &group{id: in.GroupID}
 		rec := encodeContent(m)
 		b.Set(messageKey(q.id, seq, kindContent), rec)
-		q.addColdLocked(seq, len(rec))
+		q.addColdLocked(seq, len(rec), m.state == stateDelayed)
 		if m.state == stateDelayed {
 			q.cold.addDelayed(m.visibleAt, now)
 		}
