@@ -1,6 +1,6 @@
 module github.com/sluicemq/sluice
 
-go 1.26.0
+go 1.26
 
 require (
 	github.com/BurntSushi/toml v1.6.0
@@ -14,15 +14,9 @@ require (
 	github.com/prometheus/client_model v0.3.0
 	github.com/prometheus/common v0.42.0
 	github.com/rabbitmq/amqp091-go v1.14.0
-	github.com/valyala/fasthttp v1.78.0
 	go.etcd.io/raft/v3 v3.7.0
-	golang.org/x/sys v0.49.0
+	golang.org/x/sys v0.18.0
 	google.golang.org/protobuf v1.36.11
-)
-
-require (
-	github.com/molecule-man/go-brrr v1.3.1 // indirect
-	github.com/valyala/bytebufferpool v1.0.0 // indirect
 )
 
 require (
@@ -45,7 +39,7 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.3 // indirect
 	github.com/golang/snappy v0.0.5-0.20231225225746-43d5d4cd4e0e // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.17.11 // indirect
 	github.com/kr/pretty v0.3.1 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/matttproud/golang_protobuf_extensions v1.0.4 // indirect
@@ -55,7 +49,7 @@ require (
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	github.com/sluicemq/sluice/api v0.0.0
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/text v0.14.0 // indirect
 )
 
 // The wire types of Sluice's HTTP API are their own module, shared with the

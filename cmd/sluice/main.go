@@ -150,8 +150,6 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 		fmt.Fprintf(stderr, "sluice server: %s=%q: use 1 or true (or unset it)\n", AllowNonLoopbackEnv, v)
 		return 2
 	}
-	// EXPERIMENT (issue 13): the HTTP server implementation, for A/B runs.
-	opts.ExperimentalHTTPServer = getenv("SLUICE_EXPERIMENT_HTTP_SERVER")
 	// Flags given on the command line win over the config file.
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {

@@ -31,7 +31,6 @@ func TestProfileServer(t *testing.T) {
 	opts.SQSListen = "127.0.0.1:0"
 	opts.AMQPListen = "127.0.0.1:0"
 	opts.ReadyFile = filepath.Join(dir, "ready.json")
-	opts.ExperimentalHTTPServer = os.Getenv("SLUICE_EXPERIMENT_HTTP_SERVER")
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}

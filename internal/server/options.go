@@ -55,10 +55,6 @@ type Options struct {
 	// public listeners never pass those paths on). Not settable from a
 	// config file.
 	InternalHandler http.Handler `toml:"-"`
-	// ExperimentalHTTPServer (EXPERIMENT, issue 13): "" is net/http;
-	// "fasthttp" or "fasthttp-thin" serve the same handler with fasthttp.
-	// Set from SLUICE_EXPERIMENT_HTTP_SERVER by sluice server only.
-	ExperimentalHTTPServer string `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

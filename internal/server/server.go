@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/valyala/fasthttp"
 	"log/slog"
 	"net"
 	"net/http"
@@ -77,7 +76,6 @@ type Server struct {
 
 	httpLn   net.Listener
 	httpSrv  *http.Server
-	fastSrv  *fasthttp.Server
 	amqpLns  []net.Listener // plain, then TLS
 	amqpAddr string
 }
@@ -437,12 +435,7 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 // closed with connection.close, then the engine and the store close.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1+len(s.amqpLns))
-	if s.opts.ExperimentalHTTPServer != "" {
-		s.fastSrv = newFastServer(s.opts.ExperimentalHTTPServer, s.httpSrv.Handler)
-		go func() { errc <- s.fastSrv.Serve(s.httpLn) }()
-	} else {
-		go func() { errc <- s.httpSrv.Serve(s.httpLn) }()
-	}
+	go func() { errc <- s.httpSrv.Serve(s.httpLn) }()
 	for _, ln := range s.amqpLns {
 		go func() { errc <- s.amqp.Serve(ln) }()
 	}
@@ -519,11 +512,7 @@ func (s *Server) shutdown() {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s.fastSrv != nil {
-		if err := s.fastSrv.ShutdownWithContext(sctx); err != nil {
-			s.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
-		}
-	} else if err := s.httpSrv.Shutdown(sctx); err != nil {
+	if err := s.httpSrv.Shutdown(sctx); err != nil {
 		s.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
 	}
 	if err := s.st.Close(); err != nil {
