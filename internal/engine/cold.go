@@ -185,10 +185,17 @@ func (c *coldPart) delayedAt(now int64) int {
 // nextDelayEnd returns the earliest end, after now, of a cold message's
 // delay (0: none), at which long polls are woken: a message that was
 // delayed on disk may be receivable then (a look-ahead or refill loads it).
+// It forgets the entries of delays that have ended, which no longer count
+// (delayedAt), so that a queue whose cold delays have all ended is not
+// woken again for them.
 func (c *coldPart) nextDelayEnd(now int64) int64 {
 	var t int64
 	for k := range c.delayed {
-		if e := k * int64(time.Second); e > now && (t == 0 || e < t) {
+		e := k * int64(time.Second)
+		switch {
+		case e <= now:
+			delete(c.delayed, k)
+		case t == 0 || e < t:
 			t = e
 		}
 	}

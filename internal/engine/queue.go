@@ -748,7 +748,7 @@ func (q *queue) nextWakeLocked() int64 {
 			t = e
 		}
 	}
-	if q.cold.on {
+	if q.cold.on && len(q.cold.delayed) != 0 {
 		if e := q.cold.nextDelayEnd(q.eng.now()); e != 0 && (t == 0 || e < t) {
 			t = e
 		}
