@@ -130,8 +130,8 @@ func (o ownBodies) Do(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		// No GetBody, as before: net/http replays nothing on its own.
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	return o.c.Do(req)
 }
