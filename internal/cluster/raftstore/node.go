@@ -37,6 +37,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -79,6 +80,21 @@ type Config struct {
 	// the operating system's. Tests pass vfs.NewCrashableMem to cut power
 	// (a CrashClone keeps only what was synced).
 	FS vfs.FS
+	// Log truncation (see logstore.go): the log is cut once the applied
+	// index is CompactEntries entries, or CompactBytes bytes of applied
+	// entries, past the log's start, keeping KeepEntries applied entries.
+	// Zero means the default (DefaultCompactEntries, DefaultCompactBytes,
+	// DefaultKeepEntries); tests lower them.
+	CompactEntries uint64
+	CompactBytes   uint64
+	KeepEntries    uint64
+	// SnapshotChunkSize is the target size of one chunk of a snapshot sent
+	// to a lagging follower; 0 means DefaultSnapshotChunkSize.
+	SnapshotChunkSize int
+
+	// installStep, when set, is called at each step of a snapshot install
+	// (tests cut the power there; snapshot.go).
+	installStep func(step string) error
 }
 
 // Defaults.
@@ -91,6 +107,11 @@ const (
 	// MaxEntrySize bounds one encoded write batch (32 MiB): half of
 	// MaxFrameSize, so an entry always fits in a message to a peer.
 	MaxEntrySize = MaxFrameSize / 2
+	// Log truncation and snapshot defaults (Config).
+	DefaultCompactEntries    = 10_000
+	DefaultCompactBytes      = 64 << 20
+	DefaultKeepEntries       = 5_000
+	DefaultSnapshotChunkSize = 1 << 20
 )
 
 // ErrEntryTooLarge is returned (wrapped) by a Write whose encoded batch
@@ -130,9 +151,16 @@ type Node struct {
 	log   *slog.Logger
 	epoch uint64 // random per Open: makes proposal ids unique across restarts
 	rl    *raftLog
-	state *pebblestore.Store
-	rn    *raft.RawNode // run's only
-	tr    *transport
+	// state is the state store. The loop uses it freely; install
+	// (snapshot.go), on the loop, replaces it holding stateMu, so every
+	// other goroutine reads it through withState.
+	stateMu sync.RWMutex
+	state   *pebblestore.Store
+	rn      *raft.RawNode // run's only
+	tr      *transport
+
+	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
+	snaps        snapshots // snapshots streamed out and received (snapshot.go)
 
 	recvc   chan *pb.Message
 	propc   chan struct{} // a proposal is queued (buffered 1)
@@ -207,6 +235,10 @@ func Open(cfg Config) (n *Node, err error) {
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = DefaultTickInterval
 	}
+	cfg.CompactEntries = cmp.Or(cfg.CompactEntries, DefaultCompactEntries)
+	cfg.CompactBytes = cmp.Or(cfg.CompactBytes, DefaultCompactBytes)
+	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
+	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -231,18 +263,29 @@ func Open(cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("raftstore: %w", err)
 		}
 	}
-	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log, FS: cfg.FS}); err != nil {
-		return nil, fmt.Errorf("raftstore: state store: %w", err)
+	voters := make([]uint64, 0, len(cfg.Peers))
+	for _, p := range cfg.Peers {
+		voters = append(voters, p.ID)
+	}
+	if n.rl, err = openRaftLog(filepath.Join(cfg.Dir, "raft"), voters, cfg.FS, log); err != nil {
+		return nil, err
+	}
+	// The state store is opened after the log: a snapshot install cut
+	// short by a crash is finished first (snapshot.go).
+	if err := n.openState(); err != nil {
+		_ = n.rl.close()
+		return nil, err
 	}
 	if err := n.load(); err != nil {
 		_ = n.state.Close()
+		_ = n.rl.close()
 		return nil, err
 	}
 	return n, nil
 }
 
-// load reads the state store's meta records and the Raft log, builds the
-// RawNode and starts the goroutines. On error the caller closes n.state.
+// load reads the state store's meta records, builds the RawNode and starts
+// the goroutines. On error the caller closes n.state and n.rl.
 func (n *Node) load() error {
 	n.applied = bootIndex
 	switch v, err := n.state.GetMeta(metaApplied); {
@@ -265,19 +308,12 @@ func (n *Node) load() error {
 	if err != nil {
 		return err
 	}
-	voters := make([]uint64, 0, len(n.cfg.Peers))
-	for _, p := range n.cfg.Peers {
-		voters = append(voters, p.ID)
+	if n.applied < n.rl.compacted {
+		return fmt.Errorf("raftstore: state store applied index %d is behind the raft log's compaction point %d", n.applied, n.rl.compacted)
 	}
-	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), voters, n.cfg.FS, n.log); err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		_ = n.rl.close()
-		return err
-	}
+	n.rl.applied = n.applied
 	if n.applied > n.rl.last {
-		return fail(fmt.Errorf("raftstore: state store applied index %d is beyond the raft log's last entry %d", n.applied, n.rl.last))
+		return fmt.Errorf("raftstore: state store applied index %d is beyond the raft log's last entry %d", n.applied, n.rl.last)
 	}
 	// The state store and the HardState are both written without fsync
 	// when only the commit index moved, so the applied index may be ahead
@@ -306,13 +342,13 @@ func (n *Node) load() error {
 		Logger:                    raftLogger{n.log},
 	})
 	if err != nil {
-		return fail(fmt.Errorf("raftstore: %w", err))
+		return fmt.Errorf("raftstore: %w", err)
 	}
 	if len(n.cfg.Peers) == 1 {
 		// A single node is its own majority: no reason to wait out an
 		// election timeout.
 		if err := n.rn.Campaign(); err != nil {
-			return fail(fmt.Errorf("raftstore: %w", err))
+			return fmt.Errorf("raftstore: %w", err)
 		}
 		n.checkRole()
 	}
@@ -355,6 +391,13 @@ func (c *Config) validate() error {
 
 // deliver hands a received message to the loop (transport goroutines).
 func (n *Node) deliver(m *pb.Message) {
+	if m.GetType() == pb.MessageType_MsgSnap {
+		// A chunk of a snapshot: Raft sees the message once all of it is
+		// here (snapshot.go).
+		if m = n.receiveSnapshot(m); m == nil {
+			return
+		}
+	}
 	select {
 	case n.recvc <- m:
 	case <-n.stopc:
@@ -404,6 +447,7 @@ func (n *Node) run() {
 		}
 		clear(n.unreach)
 		n.unreachMu.Unlock()
+		n.reportSnapshots()
 		if err := n.handleReadies(); err != nil {
 			n.stopOnError(err)
 			return
@@ -480,10 +524,19 @@ func (n *Node) handleReadies() error {
 		// role can change there too: check it before applying.
 		n.checkRole()
 		rd := n.rn.Ready()
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			if err := n.installSnapshot(rd.Snapshot); err != nil {
+				return err
+			}
+		}
 		if err := n.rl.save(rd.Entries, rd.HardState, rd.MustSync); err != nil {
 			return err
 		}
 		for _, m := range rd.Messages {
+			if m.GetType() == pb.MessageType_MsgSnap {
+				n.sendSnapshot(m)
+				continue
+			}
 			n.tr.send(m)
 		}
 		if err := n.apply(rd.CommittedEntries); err != nil {
@@ -493,7 +546,11 @@ func (n *Node) handleReadies() error {
 		n.mu.Lock()
 		applied := n.applied
 		n.mu.Unlock()
+		n.rl.applied = applied
 		n.rl.trim(applied)
+	}
+	if err := n.maybeCompact(); err != nil {
+		return err
 	}
 	n.checkRole()
 	n.updateStatus()
@@ -547,6 +604,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			continue // applied before a restart; Raft should not hand it out again
 		}
 		last = e.GetIndex()
+		n.appliedBytes += uint64(len(e.GetData()))
 		if leaderTerm != 0 && e.GetTerm() == leaderTerm {
 			// The first entry of this leader's term: everything committed
 			// before the term is now applied.
@@ -772,6 +830,7 @@ func (n *Node) Close() error {
 	close(n.stopc)
 	<-n.donec
 	n.tr.close()
+	n.abortReceives()
 	return errors.Join(n.state.Close(), n.rl.close())
 }
 

@@ -237,6 +237,68 @@ func (t *transport) sendLoop(p *peerConn) {
 	}
 }
 
+// errBlocked fails a snapshot stream while the transport drops all
+// traffic (tests).
+var errBlocked = errors.New("raftstore: transport blocked")
+
+// stream writes the frames produce makes to peer to on a connection of its
+// own, in a goroutine, and then calls done with the outcome (also when the
+// transport is closed, immediately). A snapshot goes this way: its frames
+// come from a generator, one at a time, and TCP's flow control slows the
+// generator down, so the peer's send queue neither fills with nor delays
+// for it. Closing the transport ends a stream in progress.
+func (t *transport) stream(to uint64, produce func(write func(*pb.Message) error) error, done func(error)) {
+	p := t.peers[to]
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	switch {
+	case closed:
+		done(net.ErrClosed)
+		return
+	case p == nil:
+		t.wg.Done()
+		done(fmt.Errorf("raftstore: no peer %d", to))
+		return
+	}
+	go func() {
+		defer t.wg.Done()
+		done(t.writeStream(p, produce))
+	}()
+}
+
+// writeStream is stream's goroutine.
+func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message) error) error) error {
+	if t.isBlocked() {
+		return errBlocked
+	}
+	c, err := t.dial(p.addr)
+	if err != nil {
+		return err
+	}
+	defer t.forget(c)
+	w := bufio.NewWriterSize(c, 64<<10)
+	var frame []byte
+	err = produce(func(m *pb.Message) error {
+		if t.isBlocked() {
+			return errBlocked
+		}
+		var err error
+		if frame, err = appendFrame(frame[:0], m); err != nil {
+			return err
+		}
+		_, err = w.Write(frame)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
 // dial connects to addr and registers the connection, so that close can
 // unblock a write stuck on a peer that does not read.
 func (t *transport) dial(addr string) (net.Conn, error) {

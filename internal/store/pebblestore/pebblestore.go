@@ -94,6 +94,7 @@ type Store struct {
 	// by Close, because pebble forbids using a DB during or after Close.
 	mu     sync.RWMutex
 	closed bool
+	snaps  map[*Snapshot]struct{} // open Snapshots; Close closes them
 
 	// failed holds the first write error, wrapped in store.ErrFailed.
 	failed atomic.Pointer[error]
@@ -584,6 +585,9 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
+	for sn := range s.snaps {
+		_ = sn.closeLocked()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebblestore: close %s: %w", s.dir, err)
 	}
