@@ -195,9 +195,13 @@ func records(b []byte) iter.Seq2[[]byte, []byte] {
 type snapshots struct {
 	mu      sync.Mutex
 	reports map[uint64]raft.SnapshotStatus // by peer, for the loop
-	recv    map[uint64]*snapRecv           // by sending peer
 	// installed counts the snapshots installed since Open (tests).
 	installed int
+
+	// recvMu guards recv. It is held while a chunk is written, so it is
+	// not mu: the loop never waits for a receiver's disk.
+	recvMu sync.Mutex
+	recv   map[uint64]*snapRecv // by sending peer
 }
 
 // Steps of a snapshot install, passed to Config.installStep (tests cut the
@@ -421,8 +425,8 @@ func (n *Node) reportSnapshots() {
 func (n *Node) receiveSnapshot(m *pb.Message) *pb.Message {
 	from, md := m.GetFrom(), m.GetSnapshot().GetMetadata()
 	c, err := decodeChunk(m.GetSnapshot().GetData())
-	n.snaps.mu.Lock()
-	defer n.snaps.mu.Unlock()
+	n.snaps.recvMu.Lock()
+	defer n.snaps.recvMu.Unlock()
 	if n.snaps.recv == nil {
 		n.snaps.recv = map[uint64]*snapRecv{}
 	}
@@ -511,7 +515,7 @@ func (n *Node) finishReceive(r *snapRecv) error {
 	return n.installStep(installReceived)
 }
 
-// abortLocked drops a snapshot being received; n.snaps.mu is held.
+// abortLocked drops a snapshot being received; n.snaps.recvMu is held.
 func (n *Node) abortLocked(from uint64, r *snapRecv) {
 	if r.st != nil {
 		_ = r.st.Close()
@@ -526,8 +530,8 @@ func (n *Node) abortLocked(from uint64, r *snapRecv) {
 // abortReceives drops every snapshot being received (Close, after the
 // transport stopped).
 func (n *Node) abortReceives() {
-	n.snaps.mu.Lock()
-	defer n.snaps.mu.Unlock()
+	n.snaps.recvMu.Lock()
+	defer n.snaps.recvMu.Unlock()
 	for from, r := range n.snaps.recv {
 		n.abortLocked(from, r)
 	}

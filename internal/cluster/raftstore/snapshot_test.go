@@ -193,12 +193,18 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.restart(fi)
+	// Readers of the follower's store keep going through the install's
+	// swap of its state store.
+	readers := readWhile(t, c.nodes[fi].Store())
 	poll.CheckFor(t, 20*time.Second, func() error {
 		if installed(c.nodes[fi]) == 0 {
 			return errors.New("no snapshot installed yet")
 		}
 		return sameState(c.nodes[li], c.nodes[fi])
 	})
+	if reads := readers(); reads == 0 {
+		t.Fatal("no reads ran during the catch-up")
+	}
 	if got := c.nodes[fi].Advertised(c.peers[li].ID); string(got) != "leader info" {
 		t.Fatalf("follower's advertised info of the leader: %q", got)
 	}
@@ -210,6 +216,40 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 	c.restart(fi)
 	if err := stateHas(c.nodes[fi], "b149", value(149)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readWhile reads s (a follower's store holding a0..a9) in a loop until
+// the returned function is called, which returns how many reads
+// succeeded. Every read must succeed with the right value.
+func readWhile(t *testing.T, s store.Store) func() int {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		reads := 0
+		defer func() { done <- reads }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if v, err := s.Get([]byte("a5")); err != nil || string(v) != value(5) {
+				t.Errorf("read during catch-up: a5 = %.10q, %v", v, err)
+				return
+			}
+			n := 0
+			err := s.Scan([]byte("a"), func(k, v []byte) error { n++; return nil })
+			if err != nil || n != 10 {
+				t.Errorf("scan during catch-up: %d keys, %v", n, err)
+				return
+			}
+			reads++
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-done
 	}
 }
 
