@@ -28,12 +28,21 @@
 // crash the node replays exactly the committed entries after the index it
 // finds there, and applying an entry twice cannot happen.
 //
+// # Log truncation and snapshots
+//
+// Every node cuts its own log once its applied index is far enough past
+// the log's start (Config.CompactEntries, CompactBytes), after syncing the
+// state store, and keeps Config.KeepEntries applied entries (logstore.go).
+// A follower that needs entries the leader has cut gets a copy of the
+// leader's state store instead, streamed in chunks and installed by a
+// directory swap that survives a crash (snapshot.go). While a follower
+// installs one, reads of its store views wait for the swap.
+//
 // # Limits of this slice
 //
-// One Raft group for everything, static membership from Config.Peers, no
-// snapshots and no log truncation (the log grows; a node that was down
-// catches up from the leader's full log, read back from pebble: only the
-// newest entries are kept in memory), no authentication between nodes.
+// One Raft group for everything, static membership from Config.Peers, a
+// snapshot is the whole state (no increments), no authentication between
+// nodes.
 package raftstore
 
 import (

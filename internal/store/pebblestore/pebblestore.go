@@ -575,8 +575,8 @@ func (s *Store) Sync() error {
 	return p.Wait()
 }
 
-// Close closes the database, syncing the WAL unless the store is failed.
-// Pendings of earlier writes remain valid. Later operations, including a
+// Close closes the database, syncing the WAL unless the store is failed,
+// and every Snapshot still open. Pendings of earlier writes remain valid. Later operations, including a
 // second Close, return store.ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
