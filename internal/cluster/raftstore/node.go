@@ -101,9 +101,9 @@ type Config struct {
 	// to a lagging follower; 0 means DefaultSnapshotChunkSize.
 	SnapshotChunkSize int
 
-	// installStep, when set, is called at each step of a snapshot install
-	// (tests cut the power there; snapshot.go).
-	installStep func(step string) error
+	// crashPoint, when set, is called at each step of a compaction and of
+	// a snapshot install (tests cut the power there; snapshot.go).
+	crashPoint func(step string) error
 }
 
 // Defaults.

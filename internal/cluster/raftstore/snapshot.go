@@ -204,23 +204,31 @@ type snapshots struct {
 	recv   map[uint64]*snapRecv // by sending peer
 }
 
-// Steps of a snapshot install, passed to Config.installStep (tests cut the
-// power there).
+// Steps of a compaction and of a snapshot install, passed to
+// Config.crashPoint (tests cut the power there).
 const (
+	compactSynced = "compact-synced" // the state store is synced, the log not yet cut
+	compactDone   = "compacted"      // the log is cut
+
 	installReceived = "received" // the received copy is durable, Raft not told yet
 	installLogged   = "logged"   // the raft log has recorded the snapshot
 	installMoved    = "moved"    // state renamed to state.old
 	installSwapped  = "swapped"  // the copy renamed to state, state.old not yet removed
 )
 
-// installStep reports an install step to the test hook, if any; an error
-// from it stops the install there (a test's power cut: nothing after it may
-// happen, not even a message to a peer).
-func (n *Node) installStep(name string) error {
-	if n.cfg.installStep != nil {
-		return n.cfg.installStep(name)
+// crashPoint reports a step to the test hook, if any. An error from it is
+// a test's power cut: the step fails (which stops the node) and the
+// transport drops everything from then on, since a node without power
+// sends nothing.
+func (n *Node) crashPoint(name string) error {
+	if n.cfg.crashPoint == nil {
+		return nil
 	}
-	return nil
+	err := n.cfg.crashPoint(name)
+	if err != nil && n.tr != nil {
+		n.tr.setBlocked(true)
+	}
+	return err
 }
 
 // snapRecv is one snapshot being received.
@@ -270,7 +278,13 @@ func (n *Node) maybeCompact() error {
 	if err := n.state.Sync(); err != nil {
 		return fmt.Errorf("raftstore: syncing the state store before compaction: %w", err)
 	}
+	if err := n.crashPoint(compactSynced); err != nil {
+		return err
+	}
 	if err := l.compact(l.applied - keep); err != nil {
+		return err
+	}
+	if err := n.crashPoint(compactDone); err != nil {
 		return err
 	}
 	n.appliedBytes = 0
@@ -512,7 +526,7 @@ func (n *Node) finishReceive(r *snapRecv) error {
 	if err := syncDir(n.fs(), n.cfg.Dir); err != nil {
 		return err
 	}
-	return n.installStep(installReceived)
+	return n.crashPoint(installReceived)
 }
 
 // abortLocked drops a snapshot being received; n.snaps.recvMu is held.
@@ -548,7 +562,7 @@ func (n *Node) installSnapshot(s *pb.Snapshot) error {
 	if err := n.rl.installSnapshot(md); err != nil {
 		return err
 	}
-	if err := n.installStep(installLogged); err != nil {
+	if err := n.crashPoint(installLogged); err != nil {
 		return err
 	}
 	n.stateMu.Lock()
@@ -664,7 +678,7 @@ func (n *Node) swapState(dir string) error {
 		if err := syncDir(fs, n.cfg.Dir); err != nil {
 			return err
 		}
-		if err := n.installStep(installMoved); err != nil {
+		if err := n.crashPoint(installMoved); err != nil {
 			return err
 		}
 	}
@@ -674,7 +688,7 @@ func (n *Node) swapState(dir string) error {
 	if err := syncDir(fs, n.cfg.Dir); err != nil {
 		return err
 	}
-	if err := n.installStep(installSwapped); err != nil {
+	if err := n.crashPoint(installSwapped); err != nil {
 		return err
 	}
 	return fs.RemoveAll(old)

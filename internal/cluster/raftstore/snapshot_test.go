@@ -304,6 +304,59 @@ func TestCrashDuringCompaction(t *testing.T) {
 	}
 }
 
+// TestCrashAtCompactionSteps cuts a follower's power right after it
+// synced its state store for a compaction, and right after it cut its
+// log: either way it reopens with every entry its state store lacks, and
+// goes on.
+func TestCrashAtCompactionSteps(t *testing.T) {
+	for _, step := range []string{compactSynced, compactDone} {
+		t.Run(step, func(t *testing.T) {
+			var (
+				mu     sync.Mutex
+				target = -1
+				clone  *vfs.MemFS
+			)
+			var c *cluster
+			c = newTunedCluster(t, 3, true, func(i int, cfg *Config) {
+				lowThresholds(i, cfg)
+				cfg.crashPoint = func(s string) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if i == target && s == step && clone == nil {
+						clone = c.fss[i].CrashClone(vfs.CrashCloneCfg{})
+						return errors.New("power cut")
+					}
+					return nil
+				}
+			})
+			li := c.leader(-1)
+			fi := (li + 1) % 3
+			mu.Lock()
+			target = fi
+			mu.Unlock()
+			writeMany(t, c.nodes[li].Store(), "a", 3*(testCompactEntries+testKeepEntries))
+			poll.CheckFor(t, 10*time.Second, func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if clone == nil {
+					return fmt.Errorf("no compaction reached step %s", step)
+				}
+				return nil
+			})
+			_ = c.nodes[fi].Close()
+			c.nodes[fi] = nil
+			mu.Lock()
+			target = -1
+			c.fss[fi] = clone
+			mu.Unlock()
+			c.restart(fi)
+			poll.CheckFor(t, 20*time.Second, func() error { return sameState(c.nodes[li], c.nodes[fi]) })
+			writeMany(t, c.nodes[li].Store(), "b", 5)
+			poll.CheckFor(t, 10*time.Second, func() error { return sameState(c.nodes[li], c.nodes[fi]) })
+		})
+	}
+}
+
 // TestCrashDuringSnapshotInstall cuts a lagging follower's power at each
 // step of a snapshot install: the node must reopen (finishing the install
 // or starting over from its old state) and end with the leader's state.
@@ -318,7 +371,7 @@ func TestCrashDuringSnapshotInstall(t *testing.T) {
 			var c *cluster
 			c = newTunedCluster(t, 3, true, func(i int, cfg *Config) {
 				lowThresholds(i, cfg)
-				cfg.installStep = func(s string) error {
+				cfg.crashPoint = func(s string) error {
 					mu.Lock()
 					defer mu.Unlock()
 					if i == target && s == step && clone == nil {
