@@ -192,6 +192,11 @@ func TestSoloNodeServesAndStops(t *testing.T) {
 func TestLeadStopsWhenAsked(t *testing.T) {
 	logs := &testlog.Buffer{}
 	n, _ := soloNode(t, logs)
+	// soloNode returns once the node routes to its server, which is a
+	// moment before that server's "serving as leader" line is written.
+	poll.CheckFor(t, 10*time.Second, poll.True("the node's own server logged", func() bool {
+		return strings.Contains(logs.String(), "serving as leader")
+	}))
 	before := strings.Count(logs.String(), "serving as leader")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

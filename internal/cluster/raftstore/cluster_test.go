@@ -370,9 +370,14 @@ func TestRestartAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Every node must have applied the last write before any stops: a
+	// follower learns the commit index from the leader's next message, so
+	// stopping the others first could leave it behind for good.
 	applied := make([]uint64, 3)
 	for i := range c.nodes {
 		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[i], "r29", "1") })
+	}
+	for i := range c.nodes {
 		applied[i] = c.nodes[i].Status().Applied
 		c.stop(i)
 	}
