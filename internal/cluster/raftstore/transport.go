@@ -237,6 +237,12 @@ func (t *transport) sendLoop(p *peerConn) {
 	}
 }
 
+// streamWriteTimeout bounds the write of one frame of a stream: a peer
+// that reads nothing for that long (a partition that keeps the connection
+// open, a stopped process) fails the stream, so that Raft hears of the
+// failure and tries again, instead of waiting on it forever.
+const streamWriteTimeout = 10 * time.Second
+
 // errBlocked fails a snapshot stream while the transport drops all
 // traffic (tests).
 var errBlocked = errors.New("raftstore: transport blocked")
@@ -290,10 +296,16 @@ func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message
 		if frame, err = appendFrame(frame[:0], m); err != nil {
 			return err
 		}
+		if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+			return err
+		}
 		_, err = w.Write(frame)
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
 		return err
 	}
 	return w.Flush()
