@@ -398,13 +398,16 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// deliver hands a received message to the loop (transport goroutines).
-func (n *Node) deliver(m *pb.Message) {
+// deliver hands a received message to the loop (transport goroutines). Its
+// result is the acknowledgement of a snapshot stream's last chunk, else
+// nil.
+func (n *Node) deliver(m *pb.Message) []byte {
+	var ack []byte
 	if m.GetType() == pb.MessageType_MsgSnap {
 		// A chunk of a snapshot: Raft sees the message once all of it is
 		// here (snapshot.go).
-		if m = n.receiveSnapshot(m); m == nil {
-			return
+		if m, ack = n.receiveSnapshot(m); m == nil {
+			return ack
 		}
 	}
 	select {
@@ -412,6 +415,7 @@ func (n *Node) deliver(m *pb.Message) {
 	case <-n.stopc:
 	case <-n.donec:
 	}
+	return ack
 }
 
 // reportUnreachable records that a message to id was lost (transport).

@@ -97,6 +97,12 @@ const snapMetaConf = "conf"
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
+// The receiver's answer to a stream's end chunk.
+const (
+	ackTaken   byte = 0 // received, verified and durable
+	ackRefused byte = 1
+)
+
 // errBadChunk is wrapped by every chunk decoding error.
 var errBadChunk = errors.New("raftstore: bad snapshot chunk")
 
@@ -435,8 +441,9 @@ func (n *Node) reportSnapshots() {
 // receiveSnapshot takes one MsgSnap frame from the transport (on the
 // reading goroutine of its connection, so chunks arrive in order and a slow
 // disk slows the sender). It returns the message for Raft once the whole
-// snapshot is received, verified and durable, else nil.
-func (n *Node) receiveSnapshot(m *pb.Message) *pb.Message {
+// snapshot is received, verified and durable, else nil; and for the last
+// chunk the acknowledgement the sender waits for (ackTaken or ackRefused).
+func (n *Node) receiveSnapshot(m *pb.Message) (*pb.Message, []byte) {
 	from, md := m.GetFrom(), m.GetSnapshot().GetMetadata()
 	c, err := decodeChunk(m.GetSnapshot().GetData())
 	n.snaps.recvMu.Lock()
@@ -445,12 +452,15 @@ func (n *Node) receiveSnapshot(m *pb.Message) *pb.Message {
 		n.snaps.recv = map[uint64]*snapRecv{}
 	}
 	r := n.snaps.recv[from]
-	fail := func(err error) *pb.Message {
+	fail := func(err error) (*pb.Message, []byte) {
 		n.log.Warn("raftstore: dropping a snapshot being received", "from", from, "index", md.GetIndex(), "err", err)
 		if r != nil {
 			n.abortLocked(from, r)
 		}
-		return nil
+		if c.kind == chunkEnd {
+			return nil, []byte{ackRefused}
+		}
+		return nil, nil
 	}
 	if err != nil {
 		return fail(err)
@@ -475,7 +485,7 @@ func (n *Node) receiveSnapshot(m *pb.Message) *pb.Message {
 		if err := r.st.Import(records(c.records), false); err != nil {
 			return fail(err)
 		}
-		return nil
+		return nil, nil
 	}
 	if c.count != r.count || c.size != r.size || c.crc != r.crc {
 		return fail(fmt.Errorf("%w: received %d records, %d bytes, crc %08x; sender sent %d, %d, %08x",
@@ -488,7 +498,7 @@ func (n *Node) receiveSnapshot(m *pb.Message) *pb.Message {
 	n.log.Info("raftstore: received a snapshot", "from", from, "index", r.index, "records", r.count, "bytes", r.size)
 	out := proto.CloneOf(m)
 	out.Snapshot.Data = nil
-	return out
+	return out, []byte{ackTaken}
 }
 
 // startReceive creates the store a snapshot is received into.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -439,31 +440,43 @@ func TestSnapshotReceiveRefusesBadStream(t *testing.T) {
 	}
 	recvDir := nd.snapDir(100, 2) + recvSuffix
 	// Out of order: chunk 2 after chunk 0.
-	if out := nd.receiveSnapshot(msg(data)); out != nil {
-		t.Fatal("a data chunk reached Raft")
+	if out, ack := nd.receiveSnapshot(msg(data)); out != nil || ack != nil {
+		t.Fatalf("a data chunk reached Raft or was acknowledged (%v)", ack)
 	}
 	if !exists(nd.fs(), recvDir) {
 		t.Fatal("no receive directory after the first chunk")
 	}
-	if out := nd.receiveSnapshot(msg(end(2, 1, 0, 0))); out != nil {
-		t.Fatal("an out-of-order end reached Raft")
+	if out, ack := nd.receiveSnapshot(msg(end(2, 1, 0, 0))); out != nil || !bytes.Equal(ack, []byte{ackRefused}) {
+		t.Fatalf("an out-of-order end reached Raft or was not refused (%v)", ack)
 	}
 	if exists(nd.fs(), recvDir) {
 		t.Fatal("receive directory left after a dropped stream")
 	}
 	// A wrong checksum.
-	if out := nd.receiveSnapshot(msg(data)); out != nil {
+	if out, _ := nd.receiveSnapshot(msg(data)); out != nil {
 		t.Fatal("a data chunk reached Raft")
 	}
-	if out := nd.receiveSnapshot(msg(end(1, 1, uint64(len(data)-chunkHeaderLen), 12345))); out != nil {
-		t.Fatal("a stream with a bad checksum reached Raft")
+	if out, ack := nd.receiveSnapshot(msg(end(1, 1, uint64(len(data)-chunkHeaderLen), 12345))); out != nil || !bytes.Equal(ack, []byte{ackRefused}) {
+		t.Fatalf("a stream with a bad checksum reached Raft or was not refused (%v)", ack)
 	}
 	if exists(nd.fs(), recvDir) || exists(nd.fs(), nd.snapDir(100, 2)) {
 		t.Fatal("directory left after a bad checksum")
 	}
 	// Garbage.
-	if out := nd.receiveSnapshot(msg([]byte("junk"))); out != nil {
+	if out, _ := nd.receiveSnapshot(msg([]byte("junk"))); out != nil {
 		t.Fatal("garbage reached Raft")
+	}
+	// A good stream is acknowledged, and reaches Raft without its data.
+	crc := crc32.Update(0, crcTable, data[chunkHeaderLen:])
+	if out, _ := nd.receiveSnapshot(msg(data)); out != nil {
+		t.Fatal("a data chunk reached Raft")
+	}
+	out, ack := nd.receiveSnapshot(msg(end(1, 1, uint64(len(data)-chunkHeaderLen), crc)))
+	if out == nil || len(out.GetSnapshot().GetData()) != 0 || out.GetSnapshot().GetMetadata().GetIndex() != 100 || !bytes.Equal(ack, []byte{ackTaken}) {
+		t.Fatalf("a good stream: %v, ack %v", out, ack)
+	}
+	if !exists(nd.fs(), nd.snapDir(100, 2)) || exists(nd.fs(), recvDir) {
+		t.Fatal("a good stream is not under its final name")
 	}
 }
 

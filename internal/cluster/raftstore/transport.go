@@ -95,11 +95,14 @@ func readFrame(r io.Reader, buf []byte) (*pb.Message, []byte, error) {
 
 // transport moves Raft messages between nodes.
 type transport struct {
-	id    uint64
-	ln    net.Listener
-	log   *slog.Logger
-	recv  func(*pb.Message) // hands a received message to the loop
-	unrch func(id uint64)   // reports a peer unreachable to the loop
+	id  uint64
+	ln  net.Listener
+	log *slog.Logger
+	// recv hands a received message to the loop; a non-nil result is
+	// written back on the message's connection (the acknowledgement that
+	// ends a stream).
+	recv  func(*pb.Message) []byte
+	unrch func(id uint64) // reports a peer unreachable to the loop
 	peers map[uint64]*peerConn
 
 	mu      sync.Mutex
@@ -121,7 +124,7 @@ type peerConn struct {
 }
 
 func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
-	recv func(*pb.Message), unreachable func(uint64)) *transport {
+	recv func(*pb.Message) []byte, unreachable func(uint64)) *transport {
 	t := &transport{
 		id: id, ln: ln, log: log, recv: recv, unrch: unreachable,
 		peers: map[uint64]*peerConn{},
@@ -243,13 +246,23 @@ func (t *transport) sendLoop(p *peerConn) {
 // failure and tries again, instead of waiting on it forever.
 const streamWriteTimeout = 10 * time.Second
 
+// streamAckTimeout bounds the wait for a stream's acknowledgement once it
+// is written: the receiver syncs everything it received before answering.
+const streamAckTimeout = time.Minute
+
+// errStreamRefused is returned by a stream the peer answered with a
+// refusal.
+var errStreamRefused = errors.New("raftstore: the peer refused the stream")
+
 // errBlocked fails a snapshot stream while the transport drops all
 // traffic (tests).
 var errBlocked = errors.New("raftstore: transport blocked")
 
 // stream writes the frames produce makes to peer to on a connection of its
-// own, in a goroutine, and then calls done with the outcome (also when the
-// transport is closed, immediately). A snapshot goes this way: its frames
+// own, in a goroutine, waits for the peer's one-byte acknowledgement (0:
+// it has taken everything; anything else: it refused the stream), and
+// then calls done with the outcome (also when the transport is closed,
+// immediately). A snapshot goes this way: its frames
 // come from a generator, one at a time, and TCP's flow control slows the
 // generator down, so the peer's send queue neither fills with nor delays
 // for it. Closing the transport ends a stream in progress.
@@ -308,7 +321,20 @@ func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message
 	if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
 		return err
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := c.SetReadDeadline(time.Now().Add(streamAckTimeout)); err != nil {
+		return err
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("raftstore: no acknowledgement of the stream: %w", err)
+	}
+	if ack[0] != 0 {
+		return errStreamRefused
+	}
+	return nil
 }
 
 // dial connects to addr and registers the connection, so that close can
@@ -382,7 +408,15 @@ func (t *transport) read(c net.Conn) {
 		if t.isBlocked() {
 			continue
 		}
-		t.recv(m)
+		if reply := t.recv(m); reply != nil {
+			if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+				return
+			}
+			if _, err := c.Write(reply); err != nil {
+				t.log.Debug("raftstore: cannot acknowledge a stream", "remote", c.RemoteAddr().String(), "err", err)
+				return
+			}
+		}
 	}
 }
 
