@@ -43,10 +43,12 @@ import (
 //     snapshot as its compaction point and drops every entry (one synced
 //     batch), then the state store directory is swapped for the received
 //     one (swapState), and applied, conf and adv/ are loaded from it.
-//   - The leader reports SnapshotFinish to Raft once the stream is written
-//     (SnapshotFailure if it fails); the follower's acknowledgement is its
-//     append response at the snapshot's index, which moves the leader's
-//     progress on to replication.
+//   - The follower answers the end chunk with one byte on the stream's
+//     connection: taken (received, verified, durable) or refused. The
+//     leader reports SnapshotFinish to Raft on "taken", SnapshotFailure on
+//     a refusal, a failed write (or none read for 10 s) or no answer
+//     within a minute. The follower's append response at the snapshot's
+//     index, once it has installed it, moves the leader on to replication.
 //
 // Crash cases of an install (Open finishes what a crash cut short,
 // openState):

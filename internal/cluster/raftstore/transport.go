@@ -24,6 +24,9 @@ import (
 //
 // A node dials one connection to each peer and reads the connections its
 // peers dial to it. There is no handshake: every Message names its sender.
+// A snapshot goes on a connection of its own (stream), which the receiver
+// answers with one byte after the snapshot's last frame: 0 taken, 1
+// refused.
 // The listener is meant for a private network between the nodes; it has no
 // authentication in this slice.
 
