@@ -310,7 +310,7 @@ func (n *Node) sendSnapshot(m *pb.Message) {
 	sn, md, err := n.snapshotState()
 	if err != nil {
 		n.log.Warn("raftstore: cannot take a snapshot for a follower", "to", to, "err", err)
-		n.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		n.reportSnapshot(to, raft.SnapshotFailure)
 		return
 	}
 	m = proto.CloneOf(m)
@@ -330,13 +330,19 @@ func (n *Node) sendSnapshot(m *pb.Message) {
 			st = raft.SnapshotFailure
 			n.log.Warn("raftstore: sending a snapshot failed", "to", to, "err", err)
 		}
-		n.snaps.mu.Lock()
-		if n.snaps.reports == nil {
-			n.snaps.reports = map[uint64]raft.SnapshotStatus{}
-		}
-		n.snaps.reports[to] = st
-		n.snaps.mu.Unlock()
+		n.reportSnapshot(to, st)
 	})
+}
+
+// reportSnapshot records how a snapshot to a peer ended, for the loop to
+// tell Raft (reportSnapshots).
+func (n *Node) reportSnapshot(to uint64, st raft.SnapshotStatus) {
+	n.snaps.mu.Lock()
+	defer n.snaps.mu.Unlock()
+	if n.snaps.reports == nil {
+		n.snaps.reports = map[uint64]raft.SnapshotStatus{}
+	}
+	n.snaps.reports[to] = st
 }
 
 // snapshotState takes a pebble snapshot of the state store and describes

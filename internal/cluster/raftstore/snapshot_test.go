@@ -408,10 +408,16 @@ func TestCrashDuringSnapshotInstall(t *testing.T) {
 			c.fss[fi] = clone
 			mu.Unlock()
 			c.restart(fi)
-			poll.CheckFor(t, 20*time.Second, func() error { return sameState(c.nodes[li], c.nodes[fi]) })
 			// Once the raft log has recorded the snapshot, Open finishes
 			// the install itself; before that, the leader sends it again.
-			if n, again := installed(c.nodes[fi]), step == installReceived; (n > 0) != again {
+			again := step == installReceived
+			poll.CheckFor(t, 20*time.Second, func() error {
+				if again && installed(c.nodes[fi]) == 0 {
+					return errors.New("no snapshot installed after reopening")
+				}
+				return sameState(c.nodes[li], c.nodes[fi])
+			})
+			if n := installed(c.nodes[fi]); !again && n > 0 {
 				t.Fatalf("after a cut at %s the node installed %d snapshots after reopening", step, n)
 			}
 			writeMany(t, c.nodes[li].Store(), "c", 5)

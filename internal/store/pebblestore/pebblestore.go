@@ -94,7 +94,9 @@ type Store struct {
 	// by Close, because pebble forbids using a DB during or after Close.
 	mu     sync.RWMutex
 	closed bool
-	snaps  map[*Snapshot]struct{} // open Snapshots; Close closes them
+
+	snapMu sync.Mutex
+	snaps  map[*Snapshot]struct{} // open Snapshots (Close closes them); guarded by snapMu
 
 	// failed holds the first write error, wrapped in store.ErrFailed.
 	failed atomic.Pointer[error]
@@ -585,9 +587,11 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
+	s.snapMu.Lock()
 	for sn := range s.snaps {
 		_ = sn.closeLocked()
 	}
+	s.snapMu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebblestore: close %s: %w", s.dir, err)
 	}

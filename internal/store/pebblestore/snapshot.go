@@ -16,23 +16,27 @@ import (
 // receiver). It keeps the files it needs alive until Close, so hold one only
 // as long as a copy runs.
 //
-// Every method takes the store's shared lock and fails with
-// store.ErrClosed once the store is closed: Store.Close closes every open
-// Snapshot first, so a copy still running when its store closes ends with
-// an error rather than reading a closed database.
+// A Snapshot is used by one goroutine at a time. Every method takes the
+// store's shared lock and fails with store.ErrClosed once the store is
+// closed: Store.Close closes every open Snapshot first, so a copy still
+// running when its store closes ends with an error rather than reading a
+// closed database.
 type Snapshot struct {
 	s    *Store
-	snap *pebble.Snapshot // nil once closed
+	snap *pebble.Snapshot // nil once closed; guarded by s.snapMu
 }
 
-// NewSnapshot returns a Snapshot of the store as it is now.
+// NewSnapshot returns a Snapshot of the store as it is now. It takes only
+// the store's shared lock, so it does not wait for readers.
 func (s *Store) NewSnapshot() (*Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, store.ErrClosed
 	}
 	sn := &Snapshot{s: s, snap: s.db.NewSnapshot()}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
 	if s.snaps == nil {
 		s.snaps = map[*Snapshot]struct{}{}
 	}
@@ -40,15 +44,23 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 	return sn, nil
 }
 
+// pebbleSnap returns the open pebble snapshot, or nil.
+func (sn *Snapshot) pebbleSnap() *pebble.Snapshot {
+	sn.s.snapMu.Lock()
+	defer sn.s.snapMu.Unlock()
+	return sn.snap
+}
+
 // GetMeta returns a copy of meta record name as of the snapshot, or
 // store.ErrNotFound.
 func (sn *Snapshot) GetMeta(name string) ([]byte, error) {
 	sn.s.mu.RLock()
 	defer sn.s.mu.RUnlock()
-	if sn.snap == nil {
+	snap := sn.pebbleSnap()
+	if snap == nil {
 		return nil, store.ErrClosed
 	}
-	v, closer, err := sn.snap.Get([]byte(metaPrefix + name))
+	v, closer, err := snap.Get([]byte(metaPrefix + name))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, store.ErrNotFound
 	}
@@ -72,10 +84,11 @@ func (sn *Snapshot) GetMeta(name string) ([]byte, error) {
 func (sn *Snapshot) Export(start []byte, fn func(key, value []byte) error) (err error) {
 	sn.s.mu.RLock()
 	defer sn.s.mu.RUnlock()
-	if sn.snap == nil {
+	snap := sn.pebbleSnap()
+	if snap == nil {
 		return store.ErrClosed
 	}
-	it, err := sn.snap.NewIter(&pebble.IterOptions{LowerBound: nilIfEmpty(start)})
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: nilIfEmpty(start)})
 	if err != nil {
 		return fmt.Errorf("pebblestore: export: %w", err)
 	}
@@ -108,12 +121,15 @@ func (sn *Snapshot) Export(start []byte, fn func(key, value []byte) error) (err 
 // Close releases the snapshot. A second Close, or one after the store
 // closed, returns nil.
 func (sn *Snapshot) Close() error {
-	sn.s.mu.Lock()
-	defer sn.s.mu.Unlock()
+	sn.s.mu.RLock()
+	defer sn.s.mu.RUnlock()
+	sn.s.snapMu.Lock()
+	defer sn.s.snapMu.Unlock()
 	return sn.closeLocked()
 }
 
-// closeLocked closes the snapshot; the store's lock is held exclusively.
+// closeLocked closes the snapshot; the store's snapMu is held, and its mu
+// (shared, or exclusively by Close).
 func (sn *Snapshot) closeLocked() error {
 	if sn.snap == nil {
 		return nil
