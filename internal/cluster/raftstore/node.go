@@ -98,7 +98,8 @@ type Config struct {
 	CompactBytes   uint64
 	KeepEntries    uint64
 	// SnapshotChunkSize is the target size of one chunk of a snapshot sent
-	// to a lagging follower; 0 means DefaultSnapshotChunkSize.
+	// to a lagging follower, at most MaxSnapshotChunkSize; 0 means
+	// DefaultSnapshotChunkSize.
 	SnapshotChunkSize int
 
 	// crashPoint, when set, is called at each step of a compaction and of
@@ -121,6 +122,10 @@ const (
 	DefaultCompactBytes      = 64 << 20
 	DefaultKeepEntries       = 5_000
 	DefaultSnapshotChunkSize = 1 << 20
+	// MaxSnapshotChunkSize bounds Config.SnapshotChunkSize (16 MiB), so
+	// that a chunk and one more record of up to MaxEntrySize fit in a
+	// frame.
+	MaxSnapshotChunkSize = MaxFrameSize / 4
 )
 
 // ErrEntryTooLarge is returned (wrapped) by a Write whose encoded batch
@@ -378,6 +383,9 @@ func (c *Config) validate() error {
 	}
 	if c.Listener == nil {
 		return errors.New("raftstore: no listener")
+	}
+	if c.SnapshotChunkSize < 0 || c.SnapshotChunkSize > MaxSnapshotChunkSize {
+		return fmt.Errorf("raftstore: snapshot chunk size %d is outside 0..%d", c.SnapshotChunkSize, MaxSnapshotChunkSize)
 	}
 	seen := map[uint64]bool{}
 	for _, p := range c.Peers {

@@ -30,14 +30,15 @@ import (
 //     records: "applied", "conf", "adv/") at its applied index, which is at
 //     least its compaction point, and streams it on a connection of its own
 //     to the follower as MsgSnap frames, each carrying one chunk of the
-//     encoding below in Snapshot.Data (at most Config.SnapshotChunkSize
-//     plus one record, so frames stay under MaxFrameSize). Only one chunk
+//     encoding below in Snapshot.Data (at most Config.SnapshotChunkSize,
+//     itself at most MaxSnapshotChunkSize, plus one record of at most
+//     MaxEntrySize, so frames stay under MaxFrameSize). Only one chunk
 //     is in memory on either side.
 //   - The follower writes the chunks into a new pebble store in
-//     Config.Dir/snap-<index>-<term>.recv, checks the count, length and
-//     CRC of the whole stream against the end chunk, syncs and closes the
-//     store, renames the directory to snap-<index>-<term> (synced), and
-//     only then hands the MsgSnap (without data) to Raft.
+//     Config.Dir/snap-<index>-<term>.<sender>.recv, checks the count,
+//     length and CRC of the whole stream against the end chunk, syncs and
+//     closes the store, renames the directory to snap-<index>-<term>
+//     (synced), and only then hands the MsgSnap (without data) to Raft.
 //   - When Raft hands the snapshot back in Ready.Snapshot, the follower
 //     installs it (installSnapshot): first the raft log store records the
 //     snapshot as its compaction point and drops every entry (one synced
@@ -92,7 +93,7 @@ const (
 	recvSuffix      = ".recv"
 )
 
-// metaConf is the state store's ConfState record (a protobuf-marshalled
+// snapMetaConf is the state store's ConfState record (a protobuf-marshalled
 // raftpb.ConfState), written by runtime membership changes; a snapshot's
 // ConfState is read from it when present.
 const snapMetaConf = "conf"
@@ -477,7 +478,7 @@ func (n *Node) receiveSnapshot(m *pb.Message) (*pb.Message, []byte) {
 		if r != nil {
 			n.abortLocked(from, r)
 		}
-		if r, err = n.startReceive(md); err != nil {
+		if r, err = n.startReceive(from, md); err != nil {
 			return fail(err)
 		}
 		n.snaps.recv[from] = r
@@ -510,9 +511,11 @@ func (n *Node) receiveSnapshot(m *pb.Message) (*pb.Message, []byte) {
 }
 
 // startReceive creates the store a snapshot is received into.
-func (n *Node) startReceive(md *pb.SnapshotMetadata) (*snapRecv, error) {
+// Each sender has a directory of its own: two leaders, one after the
+// other, may both be sending the same snapshot.
+func (n *Node) startReceive(from uint64, md *pb.SnapshotMetadata) (*snapRecv, error) {
 	r := &snapRecv{index: md.GetIndex(), term: md.GetTerm()}
-	r.dir = n.snapDir(r.index, r.term) + recvSuffix
+	r.dir = fmt.Sprintf("%s.%d%s", n.snapDir(r.index, r.term), from, recvSuffix)
 	if err := n.fs().RemoveAll(r.dir); err != nil {
 		return nil, err
 	}
@@ -525,6 +528,9 @@ func (n *Node) startReceive(md *pb.SnapshotMetadata) (*snapRecv, error) {
 }
 
 // finishReceive makes a received snapshot durable under its final name.
+// If a copy of the same snapshot (same index and term, so the same
+// committed state) is already there, from another sender, that one is
+// kept: it may be being installed.
 func (n *Node) finishReceive(r *snapRecv) error {
 	err := r.st.Import(records(nil), true) // syncs every chunk's writes
 	if cerr := r.st.Close(); err == nil {
@@ -535,8 +541,11 @@ func (n *Node) finishReceive(r *snapRecv) error {
 		return err
 	}
 	final := n.snapDir(r.index, r.term)
-	if err := n.fs().RemoveAll(final); err != nil {
-		return err
+	if exists(n.fs(), final) {
+		if err := n.fs().RemoveAll(r.dir); err != nil {
+			return err
+		}
+		return n.crashPoint(installReceived)
 	}
 	if err := n.fs().Rename(r.dir, final); err != nil {
 		return err

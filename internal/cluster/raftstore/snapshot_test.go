@@ -444,7 +444,7 @@ func TestSnapshotReceiveRefusesBadStream(t *testing.T) {
 		b = appendU64(b, size)
 		return append(b, byte(crc>>24), byte(crc>>16), byte(crc>>8), byte(crc))
 	}
-	recvDir := nd.snapDir(100, 2) + recvSuffix
+	recvDir := nd.snapDir(100, 2) + ".7" + recvSuffix
 	// Out of order: chunk 2 after chunk 0.
 	if out, ack := nd.receiveSnapshot(msg(data)); out != nil || ack != nil {
 		t.Fatalf("a data chunk reached Raft or was acknowledged (%v)", ack)
