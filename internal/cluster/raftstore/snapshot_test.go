@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -533,4 +534,34 @@ func FuzzSnapshotChunk(f *testing.F) {
 			t.Fatalf("re-encoded %x, decoded from %x", out, b)
 		}
 	})
+}
+
+// TestCompactionByBytes checks the byte threshold: with the entry count
+// threshold out of reach, 1 KiB writes past CompactBytes still cut the log.
+func TestCompactionByBytes(t *testing.T) {
+	c := newTunedCluster(t, 1, false, func(_ int, cfg *Config) {
+		cfg.CompactEntries = 1 << 40
+		cfg.CompactBytes = 16 << 10
+		cfg.KeepEntries = testKeepEntries
+	})
+	writeMany(t, c.nodes[c.leader(-1)].Store(), "k", 40)
+	c.stop(0)
+	l := c.openLogOf(0)
+	if l.compacted <= bootIndex || l.last-l.compacted > 30 {
+		t.Fatalf("40 writes of 1 KiB with a 16 KiB threshold: compaction point %d, last %d", l.compacted, l.last)
+	}
+}
+
+// TestSnapshotChunkSizeLimit checks that a chunk size that would not fit
+// in a frame is refused at Open.
+func TestSnapshotChunkSizeLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(Config{ID: 1, Peers: []Peer{{ID: 1}}, Dir: t.TempDir(), Listener: ln,
+		SnapshotChunkSize: MaxSnapshotChunkSize + 1, Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "snapshot chunk size") {
+		t.Fatalf("Open with a chunk size over the limit: %v", err)
+	}
 }
