@@ -48,7 +48,7 @@ import (
 //     connection: taken (received, verified, durable) or refused. The
 //     leader reports SnapshotFinish to Raft on "taken", SnapshotFailure on
 //     a refusal, a failed write (or none read for 10 s) or no answer
-//     within a minute. The follower's append response at the snapshot's
+//     within 20 s. The follower's append response at the snapshot's
 //     index, once it has installed it, moves the leader on to replication.
 //
 // Crash cases of an install (Open finishes what a crash cut short,

@@ -250,8 +250,11 @@ func (t *transport) sendLoop(p *peerConn) {
 const streamWriteTimeout = 10 * time.Second
 
 // streamAckTimeout bounds the wait for a stream's acknowledgement once it
-// is written: the receiver syncs everything it received before answering.
-const streamAckTimeout = time.Minute
+// is written: the receiver syncs what it received before answering (its
+// WAL tail: the rest is in sorted tables pebble synced as it flushed
+// them). A stream lost on the way (a partition that swallows it) costs
+// this long before Raft hears of the failure and tries again.
+const streamAckTimeout = 20 * time.Second
 
 // errStreamRefused is returned by a stream the peer answered with a
 // refusal.
