@@ -14,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq fuzz crash faults cluster-faults soak perf release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum fuzz crash faults cluster-faults soak perf release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -88,6 +88,9 @@ bench: ## Go benchmarks (engine, store)
 
 bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, as ratios (quiet machine; DURATION, REPEAT, SCENARIOS)
 	scripts/bench-vs-rabbitmq.sh
+
+bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS)
+	scripts/bench-quorum.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-one.sh)
 	@for m in $(MODULES); do (cd $$m && \

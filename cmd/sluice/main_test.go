@@ -24,6 +24,8 @@ func TestBadInvocationsExitWithMessages(t *testing.T) {
 		{[]string{"server", "--node-id", "1", "--peers", "one=127.0.0.1:7101"}, 2, "the id is not a number"},
 		{[]string{"cluster"}, 2, "missing command"},
 		{[]string{"cluster", "frobnicate"}, 2, "unknown command"},
+		{[]string{"server", "--join", "--node-id", "4", "--peers", "4=127.0.0.1:7104"}, 2, "cluster.join: a joining node lists itself and at least one current member"},
+		{[]string{"cluster", "add", "4"}, 2, "missing argument"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

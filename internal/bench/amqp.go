@@ -53,18 +53,19 @@ func parseAMQPBody(b []byte) (run uint32, stamp time.Duration, ok bool) {
 // AMQPResult is what one RunAMQP measured. Durations are in nanoseconds in
 // JSON.
 type AMQPResult struct {
-	URL           string  `json:"url"` // password redacted
-	Queue         string  `json:"queue"`
-	Producers     int     `json:"producers"`
-	Consumers     int     `json:"consumers"`
-	Size          int     `json:"size_bytes"`
-	Rate          float64 `json:"target_rate"` // 0 = as fast as possible
-	ConfirmWindow int     `json:"confirm_window"`
-	Prefetch      int     `json:"prefetch"`
-	AckEvery      int     `json:"ack_every"`
-	Persistent    bool    `json:"persistent"`
-	Product       string  `json:"server_product"` // server-properties product and version
-	Purged        int     `json:"purged"`         // messages left in the queue by earlier runs
+	URL           string         `json:"url"` // password redacted
+	Queue         string         `json:"queue"`
+	QueueArgs     map[string]any `json:"queue_args,omitempty"` // the declare's arguments
+	Producers     int            `json:"producers"`
+	Consumers     int            `json:"consumers"`
+	Size          int            `json:"size_bytes"`
+	Rate          float64        `json:"target_rate"` // 0 = as fast as possible
+	ConfirmWindow int            `json:"confirm_window"`
+	Prefetch      int            `json:"prefetch"`
+	AckEvery      int            `json:"ack_every"`
+	Persistent    bool           `json:"persistent"`
+	Product       string         `json:"server_product"` // server-properties product and version
+	Purged        int            `json:"purged"`         // messages left in the queue by earlier runs
 
 	Published   uint64 `json:"published"`   // basic.publish calls that were written
 	Confirmed   uint64 `json:"confirmed"`   // publisher confirms (basic.ack)
@@ -133,7 +134,7 @@ func RunAMQP(ctx context.Context, o AMQPOptions, out io.Writer) (AMQPResult, err
 	product := fmt.Sprint(setup.Properties["product"], " ", setup.Properties["version"])
 	ch, err := setup.Channel()
 	if err == nil {
-		_, err = ch.QueueDeclare(o.Queue, true, false, false, false, nil)
+		_, err = ch.QueueDeclare(o.Queue, true, false, false, false, amqp.Table(o.QueueArgs))
 	}
 	purged := 0
 	if err == nil {
@@ -263,7 +264,7 @@ func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 	drain.Stop()
 
 	res := AMQPResult{
-		URL: redactURL(o.URL), Queue: o.Queue, Producers: o.Producers, Consumers: o.Consumers,
+		URL: redactURL(o.URL), Queue: o.Queue, QueueArgs: o.QueueArgs, Producers: o.Producers, Consumers: o.Consumers,
 		Size: o.Size, Rate: o.Rate, ConfirmWindow: o.ConfirmWindow, Prefetch: o.Prefetch, AckEvery: o.AckEvery, Persistent: o.Persistent,
 		Published: r.published.Load(), Confirmed: r.confirmed.Load(), Nacked: r.nacked.Load(),
 		Received: r.received.Load(), Redelivered: r.redelivered.Load(), Acked: r.acked.Load(), Stale: r.stale.Load(),
@@ -520,8 +521,12 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	if res.Rate > 0 {
 		rate = strconv.FormatFloat(res.Rate, 'f', -1, 64) + " msg/s"
 	}
+	queue := res.Queue
+	if len(res.QueueArgs) > 0 {
+		queue += fmt.Sprint(res.QueueArgs)
+	}
 	fmt.Fprintf(w, "sluice bench amqp: %s (%s) queue=%s producers=%d consumers=%d size=%dB persistent=%t confirm-window=%d prefetch=%d ack-every=%d rate=%s\n",
-		res.URL, res.Product, res.Queue, res.Producers, res.Consumers, res.Size, res.Persistent, res.ConfirmWindow, res.Prefetch, res.AckEvery, rate)
+		res.URL, res.Product, queue, res.Producers, res.Consumers, res.Size, res.Persistent, res.ConfirmWindow, res.Prefetch, res.AckEvery, rate)
 	if res.Purged > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (left by earlier runs)\n", "purged", res.Purged)
 	}

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -14,9 +17,13 @@ import (
 type AMQPOptions struct {
 	// URL is the broker, amqp://user:pass@host:port/vhost.
 	URL string
-	// Queue is declared as a durable classic queue (no arguments) and
-	// purged before the run.
+	// Queue is declared as a durable queue with QueueArgs (none: a
+	// classic queue) and purged before the run.
 	Queue string
+	// QueueArgs are the queue.declare arguments, e.g. x-queue-type=quorum
+	// for a RabbitMQ quorum queue (flag -queue-arg key=value, repeatable;
+	// see ParseQueueArg for the value types).
+	QueueArgs map[string]any
 	// Producers and Consumers each hold their own connection and channel.
 	Producers int
 	Consumers int
@@ -71,11 +78,22 @@ func DefaultAMQPOptions() AMQPOptions {
 // RegisterFlags defines one flag per option on fs with o's values as
 // defaults; a zero AMQPOptions is first replaced by DefaultAMQPOptions.
 func (o *AMQPOptions) RegisterFlags(fs *flag.FlagSet) {
-	if *o == (AMQPOptions{}) {
+	if reflect.ValueOf(*o).IsZero() {
 		*o = DefaultAMQPOptions()
 	}
 	fs.StringVar(&o.URL, "url", o.URL, "broker URL amqp://user:pass@host:port/vhost")
 	fs.StringVar(&o.Queue, "queue", o.Queue, "durable queue to declare, purge and use")
+	fs.Func("queue-arg", "queue.declare argument key=value, repeatable (e.g. x-queue-type=quorum; an integer value is sent as a long)", func(s string) error {
+		k, v, err := ParseQueueArg(s)
+		if err != nil {
+			return err
+		}
+		if o.QueueArgs == nil {
+			o.QueueArgs = map[string]any{}
+		}
+		o.QueueArgs[k] = v
+		return nil
+	})
 	fs.IntVar(&o.Producers, "producers", o.Producers, "publishing connections")
 	fs.IntVar(&o.Consumers, "consumers", o.Consumers, "consuming connections")
 	fs.IntVar(&o.Size, "size", o.Size, fmt.Sprintf("message body size in bytes (>= %d)", AMQPPrefixLen))
@@ -88,6 +106,20 @@ func (o *AMQPOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.PID, "pid", o.PID, "broker PID: report its CPU-seconds per 100,000 messages")
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the result as JSON")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "how long consumers wait for confirmed messages after the last publish")
+}
+
+// ParseQueueArg parses one -queue-arg, key=value: a value that is a
+// decimal integer becomes an int64 (an AMQP long, as x-max-length wants),
+// any other a string (x-queue-type=quorum). The key must be 1-255 bytes.
+func ParseQueueArg(s string) (string, any, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" || len(k) > 255 {
+		return "", nil, fmt.Errorf("bench: -queue-arg %q: want key=value with a 1-255 byte key", s)
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return k, n, nil
+	}
+	return k, v, nil
 }
 
 // Validate reports the first invalid option.

@@ -3,11 +3,16 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/bench"
 	"github.com/sluicemq/sluice/test/crash"
@@ -45,10 +50,16 @@ func TestRunAMQPAgainstServer(t *testing.T) {
 		t.Fatalf("ready file %q: no amqp address (%v)", b, err)
 	}
 
+	url := "amqp://guest:guest@" + rf.AMQP + "/"
 	for _, ackEvery := range []int{1, 10} {
 		o := bench.DefaultAMQPOptions()
-		o.URL, o.Duration, o.Producers, o.Consumers, o.PID = "amqp://guest:guest@"+rf.AMQP+"/", time.Second, 2, 2, srv.PID
+		o.URL, o.Duration, o.Producers, o.Consumers, o.PID = url, time.Second, 2, 2, srv.PID
 		o.Rate, o.AckEvery = 2000, ackEvery
+		if ackEvery == 10 {
+			// The declare carries -queue-arg (a quorum queue, as
+			// scripts/bench-quorum.sh asks RabbitMQ for).
+			o.Queue, o.QueueArgs = "bench-quorum", map[string]any{"x-queue-type": "quorum"}
+		}
 		var out strings.Builder
 		res, err := bench.RunAMQP(context.Background(), o, &out)
 		t.Logf("ack-every=%d\n%s", ackEvery, out.String())
@@ -66,6 +77,48 @@ func TestRunAMQPAgainstServer(t *testing.T) {
 		}
 		if res.ServerCPU <= 0 || !strings.HasPrefix(res.Product, "Sluice") {
 			t.Errorf("server cpu %v, product %q", res.ServerCPU, res.Product)
+		}
+	}
+	// The broker recorded the argument: a classic redeclare is refused.
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ch.QueueDeclare("bench-quorum", true, false, false, false, amqp.Table{"x-queue-type": "classic"})
+	if err == nil || !strings.Contains(err.Error(), "x-queue-type") {
+		t.Fatalf("redeclare of the quorum queue as classic: %v, want 406 inequivalent arg 'x-queue-type'", err)
+	}
+}
+
+// TestAMQPQueueArgFlag: -queue-arg is repeatable, integers become longs,
+// and a malformed one is refused.
+func TestAMQPQueueArgFlag(t *testing.T) {
+	var o bench.AMQPOptions
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-queue-arg", "x-queue-type=quorum", "-queue-arg", "x-max-length=10", "-queue-arg", "x-note=a=b"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"x-queue-type": "quorum", "x-max-length": int64(10), "x-note": "a=b"}
+	if !reflect.DeepEqual(o.QueueArgs, want) {
+		t.Fatalf("QueueArgs %#v, want %#v", o.QueueArgs, want)
+	}
+	if o.Queue != "bench" || o.Producers != 4 {
+		t.Fatalf("defaults lost: %+v", o)
+	}
+	for _, bad := range []string{"x-queue-type", "=quorum"} {
+		var o bench.AMQPOptions
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.RegisterFlags(fs)
+		if err := fs.Parse([]string{"-queue-arg", bad}); err == nil {
+			t.Errorf("-queue-arg %q: want an error", bad)
 		}
 	}
 }

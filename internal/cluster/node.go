@@ -11,8 +11,10 @@
 //   - HTTP: each request is forwarded, as it is (the client's Host header
 //     kept, so SigV4 signatures and queue URLs still match), to the
 //     leader's internal HTTP listener, except GET /sluice/v1/cluster, which
-//     this node answers itself (its Raft status and the addresses the
-//     leader advertised).
+//     this node answers itself (its Raft status, the replicated membership
+//     and the addresses the leader advertised), and the membership changes
+//     (members.go), which the leader runs on its Raft node and a follower
+//     forwards to the leader's public listener.
 //   - AMQP: each connection is relayed as raw TCP, both ways, to the
 //     leader's internal AMQP listener, and closed when either side closes
 //     or the leader changes.
@@ -83,6 +85,9 @@ type Advertisement struct {
 	Term uint64 `json:"term"`
 	SQS  string `json:"sqs"`
 	AMQP string `json:"amqp,omitempty"`
+	// Public is the leader's public HTTP listener, where followers forward
+	// the membership admin requests (members.go).
+	Public string `json:"public,omitempty"`
 }
 
 // Node is one running cluster member. New binds its listeners and opens
@@ -160,7 +165,7 @@ func New(opts Options) (_ *Node, err error) {
 	for i, p := range o.Cluster.Peers {
 		peers[i] = raftstore.Peer{ID: p.ID, RaftAddr: p.Raft}
 	}
-	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln,
+	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft")})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -280,6 +285,13 @@ loop:
 		n.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
 	}
 	n.transport.CloseIdleConnections()
+	// A graceful stop of the leader hands leadership over, so the cluster
+	// is writable again at once rather than after an election timeout.
+	tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	if err := n.raft.TransferLeadership(tctx); err != nil {
+		n.log.Warn("leadership not handed over before stopping; the others will elect a leader", "err", err)
+	}
+	tcancel()
 	if err := n.raft.Close(); err != nil {
 		n.log.Error("closing the Raft node", "err", err)
 		if runErr == nil {
@@ -342,7 +354,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
-	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr()}
+	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers()}
 	n.mu.Lock()
 	n.local = &ad
 	n.localHTTP = srv.Handler()
@@ -420,8 +432,15 @@ func (n *Node) internalOptions() server.Options {
 	// Clients address any node: its Host header must pass the leader's
 	// allow-list (IP literals always do; names here).
 	hosts := []string{}
+	raftAddrs := []string{}
 	for _, p := range o.Cluster.Peers {
-		if h, _, err := net.SplitHostPort(p.Raft); err == nil && net.ParseIP(h) == nil {
+		raftAddrs = append(raftAddrs, p.Raft)
+	}
+	for _, m := range n.raft.Members() { // members added at runtime too
+		raftAddrs = append(raftAddrs, m.RaftAddr)
+	}
+	for _, a := range raftAddrs {
+		if h, _, err := net.SplitHostPort(a); err == nil && net.ParseIP(h) == nil && !slices.Contains(hosts, h) {
 			hosts = append(hosts, h)
 		}
 	}
@@ -528,6 +547,7 @@ func (n *Node) routes() http.Handler {
 	// The node's own status is an operator surface: behind [http_auth]
 	// when configured, and the browser defences, like /metrics.
 	mux.Handle("GET /sluice/v1/cluster", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveStatus), ha), n.opts.AllowedHosts))
+	n.memberRoutes(mux, ha)
 	mux.Handle("/", forward)
 	return mux
 }

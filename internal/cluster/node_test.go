@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -213,9 +214,18 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 // leads and serves.
 func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 	t.Helper()
+	nodes, _ := threeStoppableNodes(t, edit)
+	return nodes
+}
+
+// threeStoppableNodes is threeNodes that also returns a function stopping
+// member i gracefully (Run's context ends) and returning Run's error.
+func threeStoppableNodes(t *testing.T, edit func(*server.Options)) ([]*Node, func(i int) error) {
+	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	nodes := make([]*Node, 3)
+	stops := make([]func() error, 3)
 	for i := range nodes {
 		o := server.DefaultOptions()
 		o.DataDir = t.TempDir()
@@ -230,9 +240,14 @@ func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- n.Run(ctx) }()
+		var once sync.Once
+		var runErr error
+		stops[i] = func() error {
+			once.Do(func() { cancel(); runErr = <-done })
+			return runErr
+		}
 		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
+			if err := stops[i](); err != nil {
 				t.Errorf("node %d: run: %v", i+1, err)
 			}
 		})
@@ -246,7 +261,52 @@ func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 		}
 		return true
 	}))
-	return nodes
+	return nodes, func(i int) error { return stops[i]() }
+}
+
+// TestGracefulStopHandsLeadershipOver: a leader stopped gracefully (a
+// rolling restart) hands its leadership to a follower before its Raft node
+// closes, so when Run returns another member already leads — without it
+// the others would only start an election after their timeout — and the
+// cluster serves through a survivor.
+func TestGracefulStopHandsLeadershipOver(t *testing.T) {
+	nodes, stop := threeStoppableNodes(t, func(*server.Options) {})
+	li := -1
+	for i, n := range nodes {
+		if st := n.raft.Status(); st.Role == "leader" {
+			li = i
+		}
+	}
+	if li < 0 {
+		t.Fatal("no leader")
+	}
+	old := nodes[li].raft.Status()
+	if err := stop(li); err != nil {
+		t.Fatal(err)
+	}
+	// No polling: the hand-over completed before Run returned.
+	led := false
+	for i, n := range nodes {
+		if i == li {
+			continue
+		}
+		st := n.raft.Status()
+		if st.Leader != 0 && st.Leader != old.ID && st.Term > old.Term {
+			led = true
+		}
+	}
+	if !led {
+		t.Fatalf("when the old leader (node %d, term %d) stopped, no survivor led yet: %+v / %+v",
+			old.ID, old.Term, nodes[(li+1)%3].raft.Status(), nodes[(li+2)%3].raft.Status())
+	}
+	s := nodes[(li+1)%3]
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + s.HTTPAddr()), Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("after-handover")}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestSigV4ThroughTheNode: with SQS credentials configured, a request signed

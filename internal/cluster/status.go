@@ -13,21 +13,26 @@ type Report struct {
 	Node NodeStatus `json:"node"`
 	// Public are this node's public listeners (what clients dial).
 	Public Addresses `json:"public"`
-	// Peers are every member, with the Raft address from the config and
-	// the internal addresses it last advertised as leader (if ever).
+	// Peers are every member of the replicated membership (as this node
+	// has applied it: the configuration's peers until the first `sluice
+	// cluster add/remove`), with its Raft address and the internal
+	// addresses it last advertised as leader (if ever).
 	Peers []PeerReport `json:"peers"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
 type NodeStatus struct {
 	ID      uint64 `json:"id"`
-	Role    string `json:"role"` // leader, follower or candidate
+	Role    string `json:"role"` // leader, follower, candidate or removed
 	Term    uint64 `json:"term"`
 	Leader  uint64 `json:"leader"` // 0: none known
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
 	// Match is, on the leader only, each peer's replicated log index.
 	Match map[string]uint64 `json:"match,omitempty"`
+	// Joining: started with join = true and not yet added by the leader
+	// (`sluice cluster add`); it has no membership yet.
+	Joining bool `json:"joining,omitempty"`
 }
 
 // Addresses are a node's HTTP and AMQP listeners.
@@ -47,7 +52,7 @@ type PeerReport struct {
 func (n *Node) Status() Report {
 	st := n.raft.Status()
 	rep := Report{
-		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied},
+		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied, Joining: st.Joining},
 		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr()},
 	}
 	if len(st.Match) > 0 {
@@ -56,8 +61,8 @@ func (n *Node) Status() Report {
 			rep.Node.Match[strconv.FormatUint(id, 10)] = m
 		}
 	}
-	for _, p := range n.opts.Cluster.Peers {
-		pr := PeerReport{ID: p.ID, Raft: p.Raft}
+	for _, p := range st.Members {
+		pr := PeerReport{ID: p.ID, Raft: p.RaftAddr}
 		if b := n.raft.Advertised(p.ID); b != nil {
 			var ad Advertisement
 			if json.Unmarshal(b, &ad) == nil {

@@ -20,6 +20,11 @@ import (
 //	peers = [{id = 1, raft = "127.0.0.1:7101"},
 //	         {id = 2, raft = "127.0.0.1:7102"},
 //	         {id = 3, raft = "127.0.0.1:7103"}]
+//
+// Membership can change at runtime (`sluice cluster add/remove`): a node
+// being added starts with join = true, and every node then keeps the
+// replicated membership in its data_dir, which wins over peers at the next
+// start.
 type ClusterConfig struct {
 	// NodeID is this node's id among Peers (1 or more; never reused).
 	NodeID uint64 `toml:"node_id"`
@@ -27,11 +32,20 @@ type ClusterConfig struct {
 	// peers. "": its own address in Peers. It may differ from that
 	// address (e.g. 0.0.0.0:7101 behind an advertised name).
 	RaftListen string `toml:"raft_listen"`
-	// Peers are every member of the group, this node included, each with
-	// the address the others dial for its Raft traffic. Every node must
-	// list the same peers. The group is fixed: no runtime membership
-	// changes in this version.
+	// Peers are the members of the group when it first starts, this node
+	// included, each with the address the others dial for its Raft
+	// traffic; every founding node lists the same peers. After the first
+	// start the membership replicated through Raft (changed by `sluice
+	// cluster add/remove`) is kept in data_dir and wins: peers then only
+	// supplies addresses it lacks. A joining node (Join) lists itself and
+	// the current members it can reach.
 	Peers []ClusterPeer `toml:"peers"`
+	// Join starts a node that is being added to a running group: it starts
+	// with no membership, never campaigns on its own, and waits until an
+	// operator runs `sluice cluster add <node_id> <raft address>` against
+	// the cluster, then receives the whole log from the leader. Ignored
+	// once the node has joined (its data_dir has the membership).
+	Join bool `toml:"join"`
 }
 
 // ClusterPeer is one member of the Raft group.
@@ -42,7 +56,7 @@ type ClusterPeer struct {
 
 // Enabled reports whether the section is present (any field set).
 func (c ClusterConfig) Enabled() bool {
-	return c.NodeID != 0 || c.RaftListen != "" || len(c.Peers) > 0
+	return c.NodeID != 0 || c.RaftListen != "" || len(c.Peers) > 0 || c.Join
 }
 
 // Self is this node's entry in Peers (the zero value when it is missing,
@@ -112,6 +126,9 @@ func (o *Options) validateCluster() []error {
 	}
 	if c.NodeID != 0 && len(c.Peers) > 0 && !self {
 		errs = append(errs, fmt.Errorf("cluster.node_id: %d is not among cluster.peers", c.NodeID))
+	}
+	if c.Join && len(c.Peers) < 2 {
+		errs = append(errs, errors.New("cluster.join: a joining node lists itself and at least one current member in cluster.peers"))
 	}
 	listen := c.RaftListen
 	if listen == "" {

@@ -45,6 +45,7 @@ func TestClusterValidate(t *testing.T) {
 		{"raft beyond loopback", func(o *Options) { o.Cluster.RaftListen = "0.0.0.0:7102" }, "cluster.raft_listen: \"0.0.0.0:7102\" is not a loopback address"},
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
 		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
+		{"join alone", func(o *Options) { o.Cluster.Join, o.Cluster.Peers = true, threePeers[1:2] }, "cluster.join: a joining node lists itself and at least one current member"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := clusterOptions(ClusterConfig{NodeID: 2, Peers: append([]ClusterPeer(nil), threePeers...)})
@@ -54,6 +55,9 @@ func TestClusterValidate(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+	if o := clusterOptions(ClusterConfig{NodeID: 4, Join: true, Peers: append([]ClusterPeer{{4, "127.0.0.1:7104"}}, threePeers...)}); o.Validate() != nil {
+		t.Fatalf("joining node refused: %v", o.Validate())
 	}
 	o := clusterOptions(ClusterConfig{NodeID: 2, RaftListen: "0.0.0.0:7102", Peers: threePeers})
 	o.AllowNonLoopback = true

@@ -37,6 +37,7 @@ type member struct {
 	mu     sync.Mutex
 	srv    *crash.Server     // nil while killed
 	client *sqs.Client       // bound to srv's public listener
+	amqp   string            // amqp:// URL of srv's public AMQP listener
 	urls   map[string]string // queue name → URL, asked through this node
 	paused bool              // SIGSTOPped
 }
@@ -169,8 +170,13 @@ func (c *testCluster) start(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	amqpURL, err := readyAMQP(m.dir)
+	if err != nil {
+		_ = srv.Kill() // the ready file's error is the one to report
+		return err
+	}
 	m.mu.Lock()
-	m.srv, m.client, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), map[string]string{}, false
+	m.srv, m.client, m.amqp, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), amqpURL, map[string]string{}, false
 	m.mu.Unlock()
 	return nil
 }
@@ -180,7 +186,7 @@ func (c *testCluster) kill(i int) error {
 	m := c.nodes[i]
 	m.mu.Lock()
 	srv, paused := m.srv, m.paused
-	m.srv, m.client, m.urls, m.paused = nil, nil, nil, false
+	m.srv, m.client, m.amqp, m.urls, m.paused = nil, nil, "", nil, false
 	m.mu.Unlock()
 	if srv == nil {
 		return nil

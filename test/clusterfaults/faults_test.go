@@ -126,10 +126,13 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 }
 
 // TestClusterFaults runs the workload through every node of a cluster
-// while a seeded schedule injects one fault at a time (held 1–5 s, healed,
-// then 1–2 s of calm once the cluster has a leader again), drains after
-// healing everything, and fails on any violation the Checker finds, on a
-// term with two leaders, and on a cluster that does not recover.
+// (SQS producers and consumers on the source queue and its DLQ, and AMQP
+// publishers with confirms and AMQP and SQS consumers on an AMQP queue:
+// amqpLoad) while a seeded schedule injects one fault at a time (held
+// 1–5 s, healed, then 1–2 s of calm once the cluster has a leader again),
+// drains after healing everything, and fails on any violation either
+// Checker finds, on a term with two leaders, and on a cluster that does
+// not recover.
 func TestClusterFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of server processes under faults for tens of seconds")
@@ -151,7 +154,12 @@ func TestClusterFaults(t *testing.T) {
 	if err := w.createQueues(ctx); err != nil {
 		t.Fatal(err)
 	}
+	a := newAMQPLoad(w)
+	if err := a.declare(); err != nil {
+		t.Fatal(err)
+	}
 	w.Start(ctx, rng)
+	a.Start(ctx, rng)
 
 	var injected []string
 	kinds := map[string]int{}
@@ -165,6 +173,7 @@ func TestClusterFaults(t *testing.T) {
 			t.Fatalf("%s: %v", f.name, err)
 		}
 		w.Ck.Fault()
+		a.Ck.Fault()
 		injected = append(injected, f.name)
 		kinds[f.kind]++
 		faults.SleepCtx(ctx, hold)
@@ -204,7 +213,9 @@ func TestClusterFaults(t *testing.T) {
 			t.Fatalf("%s=%q: want a positive duration", envDrain, s)
 		}
 	}
-	w.drain(t, ctx, drainLimit)
+	a.StopPublishers()
+	w.drain(t, ctx, drainLimit, a.drained)
+	a.StopConsumers()
 	mo.close()
 
 	certain, deletes := w.settleCertainty(mo)
@@ -215,9 +226,17 @@ func TestClusterFaults(t *testing.T) {
 		r, w.Ops.Load(), w.nerrs.Load(), deletes, certain)
 	t.Logf("leader per term: %d observations of /sluice/v1/cluster over %d terms (%d polls failed), %d violations",
 		observations, terms, mo.errs, len(viol))
+	ra := a.Ck.Report()
+	t.Logf("%s", a.summary(ra))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())
 	if r.Violations() > 0 {
 		t.Errorf("the checker found violations:\n%s", r.Details(10))
+	}
+	if ra.Violations() > 0 {
+		t.Errorf("the checker found violations on the AMQP queue:\n%s", ra.Details(10))
+	}
+	if ra.Acked == 0 {
+		t.Errorf("no AMQP publish was confirmed: the AMQP half of the run proves nothing")
 	}
 	if len(viol) > 0 {
 		t.Errorf("more than one leader in a term:\n%s", strings.Join(viol, "\n"))

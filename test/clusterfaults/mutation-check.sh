@@ -44,9 +44,11 @@ fi
 out=$(SLUICE_BIN="$work/sluice" SLUICE_CLUSTER_FAULTS_DURATION="$duration" SLUICE_CLUSTER_FAULTS_DRAIN=20s \
   go test -count=1 -timeout 15m -run '^TestClusterFaults$' -v ./test/clusterfaults/ 2>&1)
 summary=$(grep -m1 -E 'ops: sends attempted' <<<"$out" | sed 's/^ *//' | cut -c1-400)
+amqp=$(grep -m1 -E 'AMQP queue cf-amqp' <<<"$out" | sed 's/^ *//' | cut -c1-400)
 if grep -q -- '--- FAIL' <<<"$out" && grep -q -E 'lost [1-9]' <<<"$out"; then
   echo "ok   ack-before-commit mutant failed TestClusterFaults, as it must:"
   echo "       $summary"
+  echo "       $amqp"
   exit 0
 fi
 if grep -q -E '^(ok|PASS)' <<<"$out"; then

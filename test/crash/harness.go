@@ -168,6 +168,7 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 	}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close() // the start error is the one to report
 		return nil, fmt.Errorf("crash: start %s: %w", bin, err)

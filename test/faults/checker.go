@@ -73,6 +73,10 @@ type delivery struct {
 	// deleteFailed: a live broker answered the delete with an error, so
 	// it settles nothing (see DeleteFailed).
 	deleteFailed bool
+	// consumed: the consumer acknowledged this delivery in a protocol
+	// whose acknowledgement the broker never answers (AMQP basic.ack):
+	// it settles the message, never certainly (see Consumed).
+	consumed bool
 }
 
 type message struct {
@@ -319,6 +323,23 @@ func (c *Checker) DeleteRetryAcked(id string, l Lease, epoch int, at time.Time) 
 	}
 }
 
+// Consumed records that a consumer acknowledged lease l of id at at in a
+// protocol whose acknowledgement the broker does not answer (AMQP
+// basic.ack, written to a live connection). It settles the message, as the
+// delivery it acknowledges shows the message reached a consumer, unless the
+// message is delivered again (a lost ack makes the broker redeliver it,
+// and that delivery must then be settled in turn). It is never a certain
+// delete: nothing tells the client the ack was applied, so no later
+// delivery is called a resurrection because of it.
+func (c *Checker) Consumed(id string, l Lease, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, d := c.find(id, l); d != nil {
+		d.deleted, d.consumed = true, true
+		c.touch(m, at)
+	}
+}
+
 // DeleteFailed records that a live broker answered the delete of lease l of
 // id with an error (a FIFO handle whose lease
 // ended, a refused request). Such a delete settles nothing: the message must
@@ -392,7 +413,8 @@ func (r Report) Details(n int) string {
 // Report judges the history. Call it after a drain that left every queue
 // empty: a message is then lost when it was acknowledged and either never
 // delivered (from its queue or the DLQ), or its last delivery was not
-// followed by a delete (it vanished while leased or visible).
+// followed by an acknowledged delete or a consumer ack (Consumed): it
+// vanished while leased or visible.
 func (c *Checker) Report() Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -431,10 +453,10 @@ func (c *Checker) Report() Report {
 
 // judge checks one message's deliveries, in server order.
 func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
-	if m.acked && (len(dels) == 0 || !dels[len(dels)-1].deleteOK || dels[len(dels)-1].deleteFailed) {
+	if m.acked && (len(dels) == 0 || !settles(dels[len(dels)-1])) {
 		what := "never delivered nor dead-lettered"
 		if len(dels) > 0 {
-			what = fmt.Sprintf("delivered %d times, then gone without an acknowledged delete", len(dels))
+			what = fmt.Sprintf("delivered %d times, then gone without an acknowledged delete or consumer ack", len(dels))
 		}
 		r.Lost = append(r.Lost, fmt.Sprintf("%s (MessageId %s, acked %s): %s", m.ID, m.messageID, m.ackAt.Format(time.StampMicro), what))
 	}
@@ -666,8 +688,8 @@ func (c *Checker) UnsettledDetails(n int) []string {
 		}
 		var ds []string
 		for _, d := range m.dels {
-			ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s deleted %v ok %v failed %v}", d.Epoch, d.Count, d.DLQ,
-				d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed))
+			ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s deleted %v ok %v failed %v consumed %v}", d.Epoch, d.Count, d.DLQ,
+				d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed, d.consumed))
 		}
 		out = append(out, fmt.Sprintf("%s group %q seq %d: %s", m.ID, m.Group, m.Seq, strings.Join(ds, " ")))
 	}
@@ -678,8 +700,16 @@ func (c *Checker) UnsettledDetails(n int) []string {
 	return out
 }
 
+// settles reports whether what followed delivery d settles its message:
+// an acknowledged delete that no answer refused, or a consumer ack (see
+// Consumed).
+func settles(d *delivery) bool {
+	return (d.deleteOK || d.consumed) && !d.deleteFailed
+}
+
 // settled: the latest delivery (in server order) was followed by an
-// acknowledged delete (an attempt whose answer never came settles nothing).
+// acknowledged delete or a consumer ack (a delete whose answer never came
+// settles nothing).
 func settled(m *message) bool {
 	if len(m.dels) == 0 {
 		return false
@@ -690,7 +720,7 @@ func settled(m *message) bool {
 			last = d
 		}
 	}
-	return last.deleteOK && !last.deleteFailed
+	return settles(last)
 }
 
 // AckedAttemptedAfter lists acknowledged messages whose send began after t:

@@ -447,3 +447,40 @@ func TestCheckerRefusedRetryOfALostLease(t *testing.T) {
 	h.c.DeleteFailed("a", Lease{1, 0})
 	expect(t, h.c.Report(), map[string]int{"lost": 1})
 }
+
+func TestCheckerConsumedSettlesNotCertainly(t *testing.T) {
+	// An AMQP-style consumer ack (no answer from the broker) settles its
+	// delivery: a confirmed publish consumed once is not lost.
+	h := newHist(false)
+	h.send("a", 0)
+	h.recv("a", 10, 1, false)
+	h.c.Consumed("a", h.lease(1), at(20))
+	expect(t, h.c.Report(), nil)
+	if n := h.c.Unsettled(); n != 0 {
+		t.Errorf("Unsettled = %d, want 0", n)
+	}
+	// The ack was lost: the message comes back. That delivery must be
+	// settled in turn; until then the message is unsettled, and gone
+	// without it, lost.
+	h.recv("a", 2100, 2, false)
+	if n := h.c.Unsettled(); n != 1 {
+		t.Errorf("Unsettled after a redelivery = %d, want 1", n)
+	}
+	expect(t, h.c.Report(), map[string]int{"lost": 1})
+	h.c.Consumed("a", h.lease(2), at(2120))
+	r := h.c.Report()
+	expect(t, r, nil)
+	// Never certain: a delivery after a consumer ack is no resurrection.
+	h.recv("a", 5000, 3, false)
+	h.c.Consumed("a", h.lease(3), at(5020))
+	expect(t, h.c.Report(), nil)
+	// A confirmed publish never delivered is lost; a consumer ack of a
+	// delivery whose delete a live broker refused settles nothing.
+	h = newHist(false)
+	h.send("never", 0)
+	h.send("refused", 0)
+	h.recv("refused", 10, 1, false)
+	h.c.Consumed("refused", h.lease(1), at(20))
+	h.c.DeleteFailed("refused", h.lease(1))
+	expect(t, h.c.Report(), map[string]int{"lost": 2})
+}

@@ -599,3 +599,42 @@ func TestChangesReportsLeader(t *testing.T) {
 		poll.CheckFor(t, 10*time.Second, seen(i, func(st Status) bool { return st.Leader == uint64(nl+1) }))
 	}
 }
+
+// TestTransferLeadership: the leader hands over to a follower; once the
+// call returns another member leads, the old leader's store refuses writes
+// and the new one's commits them. A lone node has no one to hand over to.
+func TestTransferLeadership(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	if err := writeKV(c.nodes[li].Store(), "before", "1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[li].TransferLeadership(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := c.nodes[li].Status()
+	if st.Leader == 0 || st.Leader == st.ID || st.Role == "leader" {
+		t.Fatalf("after the transfer the old leader reports %+v", st)
+	}
+	if err := writeKV(c.nodes[li].Store(), "stale", "1"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("write on the old leader: %v, want ErrNotLeader", err)
+	}
+	ni := c.leader(li)
+	if err := writeKV(c.nodes[ni].Store(), "after", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"before", "after"} {
+		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[li], k, "1") })
+	}
+
+	solo := newCluster(t, 1)
+	poll.CheckFor(t, 10*time.Second, poll.True("the lone node leads", func() bool { return solo.nodes[0].Status().Role == "leader" }))
+	if err := solo.nodes[0].TransferLeadership(ctx); err != nil {
+		t.Fatalf("a lone node: %v", err)
+	}
+	if st := solo.nodes[0].Status(); st.Role != "leader" {
+		t.Fatalf("a lone node gave up leading: %+v", st)
+	}
+}

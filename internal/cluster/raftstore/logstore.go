@@ -84,14 +84,17 @@ func entryKey(i uint64) []byte {
 type raftLog struct {
 	db   *pebblestore.Store
 	hs   *pb.HardState
-	cs   *pb.ConfState
-	last uint64 // index of the last stored entry (compacted if none)
+	cs   *pb.ConfState // the node's ConfState (the loop updates it as conf changes apply)
+	last uint64        // index of the last stored entry (compacted if none)
 	// The compaction point: entries at or below compacted are gone;
 	// compactedTerm is the term of entry compacted.
 	compacted, compactedTerm uint64
 	// applied is the state store's applied index, set by the loop after
 	// each apply: Snapshot describes the state store at it.
 	applied uint64
+	// joining: a node joining a group has no position yet (last is 0)
+	// until the leader's snapshot arrives (installSnapshot).
+	joining bool
 
 	tail      []*pb.Entry // entries tailFirst..last, also on disk
 	tailFirst uint64
@@ -254,6 +257,12 @@ func (l *raftLog) entry(i uint64) (*pb.Entry, error) {
 	return e, nil
 }
 
+// startJoining empties the log's boot position: the node is joining and
+// must receive a snapshot (with the membership) from the leader.
+func (l *raftLog) startJoining() {
+	l.joining, l.last, l.tailFirst = true, 0, 1
+}
+
 // InitialState implements raft.Storage.
 func (l *raftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return l.hs, l.cs, nil
@@ -262,6 +271,9 @@ func (l *raftLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 // Entries implements raft.Storage: entries [lo, hi), at least one, at
 // most maxSize bytes beyond the first.
 func (l *raftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	if l.joining {
+		return nil, raft.ErrUnavailable
+	}
 	if lo <= l.compacted {
 		return nil, raft.ErrCompacted
 	}
@@ -287,6 +299,10 @@ func (l *raftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 // Term implements raft.Storage.
 func (l *raftLog) Term(i uint64) (uint64, error) {
 	switch {
+	case l.joining && i == 0:
+		return 0, nil
+	case l.joining:
+		return 0, raft.ErrUnavailable
 	case i == l.compacted:
 		return l.compactedTerm, nil
 	case i < l.compacted:
@@ -305,14 +321,23 @@ func (l *raftLog) Term(i uint64) (uint64, error) {
 func (l *raftLog) LastIndex() (uint64, error) { return l.last, nil }
 
 // FirstIndex implements raft.Storage.
-func (l *raftLog) FirstIndex() (uint64, error) { return l.compacted + 1, nil }
+func (l *raftLog) FirstIndex() (uint64, error) {
+	if l.joining {
+		return 1, nil
+	}
+	return l.compacted + 1, nil
+}
 
 // Snapshot implements raft.Storage: Raft asks for it when a follower needs
-// entries at or below the compaction point. It describes the state store
-// at its applied index (at least the compaction point): the data itself is
-// not in it but streamed to the follower by the node (snapshot.go), which
-// checks that the state store's copy is at exactly this index.
+// entries at or below the compaction point (or, joining, has none at all).
+// It describes the state store at its applied index (at least the
+// compaction point): the data itself is not in it but streamed to the
+// follower by the node (snapshot.go), which checks that the state store's
+// copy is at exactly this index, and takes its ConfState from the copy.
 func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
+	if l.joining {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	term, err := l.Term(l.applied)
 	if err != nil {
 		return nil, err
@@ -395,6 +420,7 @@ func (l *raftLog) installSnapshot(md *pb.SnapshotMetadata) error {
 	if err := l.setCompaction(md, true); err != nil {
 		return err
 	}
+	l.joining = false
 	l.cs = md.GetConfState()
 	l.applied = md.GetIndex()
 	return nil

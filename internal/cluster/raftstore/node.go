@@ -40,8 +40,9 @@
 //
 // # Limits of this slice
 //
-// One Raft group for everything, static membership from Config.Peers, a
-// snapshot is the whole state (no increments), no authentication between
+// One Raft group for everything; membership from Config.Peers at first,
+// changed at runtime by AddMember and RemoveMember (membership.go); a
+// snapshot is the whole state (no increments); no authentication between
 // nodes.
 package raftstore
 
@@ -57,6 +58,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +87,12 @@ type Config struct {
 	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
+	// Join starts a node that is being added to a running group: it
+	// boots with an empty membership and log, never campaigns on its own,
+	// and learns everything from the leader once a member ran AddMember
+	// for it. Peers lists this node and members it can reach. Ignored
+	// once the node has joined (its membership records win).
+	Join bool
 	// FS is the filesystem of the Raft log and the state store; nil means
 	// the operating system's. Tests pass vfs.NewCrashableMem to cut power
 	// (a CrashClone keeps only what was synced).
@@ -139,8 +147,15 @@ type Status struct {
 	Leader  uint64 // 0 if unknown
 	Commit  uint64
 	Applied uint64
-	Role    string            // "leader", "follower" or "candidate"
+	Role    string            // "leader", "follower", "candidate" or "removed"
 	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
+	// Members is the applied membership (from the replicated log, not the
+	// configuration), sorted by id.
+	Members []Member
+	// Joining: started with Config.Join, the leader has not sent the
+	// membership yet. Removed: this node was removed from the group (Role
+	// is then "removed"); it neither votes nor campaigns.
+	Joining, Removed bool
 }
 
 // ErrNotLeader is returned by writes on a node that is not the leader, and
@@ -176,11 +191,12 @@ type Node struct {
 	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
 	snaps        snapshots // snapshots streamed out and received (snapshot.go)
 
-	recvc   chan *pb.Message
-	propc   chan struct{} // a proposal is queued (buffered 1)
-	stopc   chan struct{}
-	donec   chan struct{} // run has returned
-	changes chan Status   // latest wins, buffered 1
+	recvc     chan *pb.Message
+	propc     chan struct{} // a proposal is queued (buffered 1)
+	transferc chan uint64   // TransferLeadership's target, for the loop
+	stopc     chan struct{}
+	donec     chan struct{} // run has returned
+	changes   chan Status   // latest wins, buffered 1
 
 	unreachMu sync.Mutex
 	unreach   map[uint64]bool
@@ -197,14 +213,16 @@ type Node struct {
 	applied    uint64
 	status     Status
 	advertised map[uint64][]byte
-	err        error // the loop stopped on this error
+	mem        membership // written by the loop only (see membership.go)
+	err        error      // the loop stopped on this error
 	closed     bool
 }
 
 // proposal is a queued entry.
 type proposal struct {
 	data []byte
-	term uint64 // the leadership it was accepted in
+	cc   *pb.ConfChange // a membership change instead of data
+	term uint64         // the leadership it was accepted in
 	w    *waiter
 }
 
@@ -264,6 +282,7 @@ func Open(cfg Config) (n *Node, err error) {
 		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
 		recvc:      make(chan *pb.Message, 1024),
 		propc:      make(chan struct{}, 1),
+		transferc:  make(chan uint64),
 		stopc:      make(chan struct{}),
 		donec:      make(chan struct{}),
 		changes:    make(chan Status, 1),
@@ -322,8 +341,19 @@ func (n *Node) load() error {
 	if err != nil {
 		return err
 	}
+	if err := n.loadMembership(); err != nil {
+		return err
+	}
+	n.rl.cs = n.mem.conf
 	if n.applied < n.rl.compacted {
 		return fmt.Errorf("raftstore: state store applied index %d is behind the raft log's compaction point %d", n.applied, n.rl.compacted)
+	}
+	if n.mem.joining {
+		if n.rl.last != bootIndex || n.rl.compacted != bootIndex {
+			return fmt.Errorf("raftstore: join: the raft log has entries but the state store has no membership record")
+		}
+		n.rl.startJoining()
+		n.applied = 0
 	}
 	n.rl.applied = n.applied
 	if n.applied > n.rl.last {
@@ -353,12 +383,13 @@ func (n *Node) load() error {
 		// Only the leader stamps proposal ids it waits for; a follower
 		// refuses writes instead of forwarding them.
 		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
 		Logger:                    raftLogger{n.log},
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: %w", err)
 	}
-	if len(n.cfg.Peers) == 1 {
+	if v := n.mem.conf.GetVoters(); len(v) == 1 && v[0] == n.cfg.ID {
 		// A single node is its own majority: no reason to wait out an
 		// election timeout.
 		if err := n.rn.Campaign(); err != nil {
@@ -366,8 +397,8 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.cfg.Peers, n.log, n.deliver, n.reportUnreachable)
-	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied}
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, n.deliver, n.reportUnreachable)
+	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()
 	return nil
@@ -461,6 +492,8 @@ func (n *Node) run() {
 			n.checkRole()
 		case <-n.propc:
 			n.proposeQueued()
+		case to := <-n.transferc:
+			n.rn.TransferLeader(to)
 		}
 		n.unreachMu.Lock()
 		for id := range n.unreach {
@@ -484,6 +517,9 @@ func (n *Node) step(m *pb.Message) {
 		n.log.Warn("raftstore: dropped a message for another node (peer lists differ?)", "to", m.GetTo(), "from", m.GetFrom())
 		return
 	}
+	if n.removedPeer(m.GetFrom()) {
+		return // a removed node that has not learnt it yet
+	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}
@@ -504,8 +540,17 @@ func (n *Node) proposeQueued() {
 			// has already failed its waiter.
 			continue
 		}
-		if err := n.rn.Propose(p.data); err != nil {
+		var err error
+		if p.cc != nil {
+			err = n.rn.ProposeConfChange(p.cc)
+		} else {
+			err = n.rn.Propose(p.data)
+		}
+		if err != nil {
 			n.mu.Lock()
+			if p.cc != nil {
+				n.mem.ccID = 0
+			}
 			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
 			n.mu.Unlock()
 		}
@@ -595,6 +640,7 @@ func (n *Node) checkRole() {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
 		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
 		n.leaderTerm, n.ready = 0, false
+		n.mem.ccID = 0 // a next leadership starts not ready: it applies that change first, if committed
 		n.broadcastLocked()
 	}
 	if n.leaderTerm == 0 && isLeader && n.err == nil && !n.closed {
@@ -619,6 +665,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	var meta []pebblestore.Meta
 	var mine []uint64
 	adv := map[uint64][]byte{}
+	var ca confApply
 	last, becameReady := uint64(0), false
 	for _, e := range ents {
 		if e.GetIndex() <= applied {
@@ -630,6 +677,12 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			// The first entry of this leader's term: everything committed
 			// before the term is now applied.
 			becameReady = true
+		}
+		if t := e.GetType(); t == pb.EntryType_EntryConfChange || t == pb.EntryType_EntryConfChangeV2 {
+			if err := n.applyConfEntry(&ca, e); err != nil {
+				return err
+			}
+			continue
 		}
 		if e.GetType() != pb.EntryType_EntryNormal || len(e.GetData()) == 0 {
 			continue
@@ -652,6 +705,11 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	if last == 0 {
 		return nil
 	}
+	cm, err := ca.meta(n)
+	if err != nil {
+		return err
+	}
+	meta = append(meta, cm...)
 	meta = append(meta, pebblestore.Meta{Name: metaApplied, Value: binary.BigEndian.AppendUint64(nil, last)})
 	if _, err := n.state.WriteMeta(&b, meta, false); err != nil {
 		return fmt.Errorf("raftstore: applying entries up to %d: %w", last, err)
@@ -659,6 +717,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied = last
+	n.commitConfLocked(&ca)
 	for id, v := range adv {
 		n.advertised[id] = append([]byte(nil), v...)
 	}
@@ -695,6 +754,11 @@ func (n *Node) updateStatus() {
 	}
 	n.mu.Lock()
 	st.Applied = n.applied
+	st.Members = n.membersLocked()
+	st.Joining, st.Removed = n.mem.joining, n.removedLocked()
+	if st.Removed {
+		st.Role = raftStateRemoved
+	}
 	prev := n.status
 	n.status = st
 	n.mu.Unlock()
@@ -735,6 +799,7 @@ func (n *Node) Status() Status {
 	if st.Match != nil {
 		st.Match = maps.Clone(st.Match)
 	}
+	st.Members = slices.Clone(st.Members)
 	return st
 }
 

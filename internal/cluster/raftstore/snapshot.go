@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"iter"
+	"maps"
 	"math/bits"
 	"path/filepath"
 	"strconv"
@@ -92,11 +93,6 @@ const (
 	snapDirPrefix   = "snap-"
 	recvSuffix      = ".recv"
 )
-
-// snapMetaConf is the state store's ConfState record (a protobuf-marshalled
-// raftpb.ConfState), written by runtime membership changes; a snapshot's
-// ConfState is read from it when present.
-const snapMetaConf = "conf"
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -377,7 +373,7 @@ func (n *Node) describe(sn *pebblestore.Snapshot) (*pb.SnapshotMetadata, error) 
 		return nil, fmt.Errorf("raftstore: term of applied index %d: %w", applied, err)
 	}
 	cs := n.rl.cs
-	switch v, err := sn.GetMeta(snapMetaConf); {
+	switch v, err := sn.GetMeta(metaConf); {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return nil, err
@@ -611,6 +607,9 @@ func (n *Node) installSnapshot(s *pb.Snapshot) error {
 	if applied != md.GetIndex() {
 		return fmt.Errorf("raftstore: installed snapshot's applied index is %d, not %d", applied, md.GetIndex())
 	}
+	if err := n.adoptMembership(md.GetConfState()); err != nil {
+		return err
+	}
 	n.removeSnapDirs(applied)
 	n.appliedBytes = 0
 	n.snaps.mu.Lock()
@@ -621,6 +620,32 @@ func (n *Node) installSnapshot(s *pb.Snapshot) error {
 	n.advertised = adv
 	n.mu.Unlock()
 	n.log.Info("raftstore: installed a snapshot", "index", applied, "term", md.GetTerm())
+	return nil
+}
+
+// adoptMembership takes the membership of a snapshot just installed
+// (loop only): cs, and the member addresses the copy records over the
+// configured ones; the transport's peers follow, and a joining node has
+// joined. The copy is left exactly the leader's: a copy sent to a joining
+// node always has a "conf" record, since the leader starts replicating to
+// a new member only once it has applied (and recorded) its addition.
+func (n *Node) adoptMembership(cs *pb.ConfState) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := maps.Clone(n.mem.addrs)
+	if err := n.loadMembership(); err != nil {
+		return err
+	}
+	n.mem.conf, n.mem.joining = cs, false
+	for id, addr := range n.mem.addrs {
+		switch prev, known := old[id]; {
+		case id == n.cfg.ID, known && prev == addr:
+		case addr == "":
+			n.tr.removePeer(id)
+		default:
+			n.tr.addPeer(Peer{ID: id, RaftAddr: addr})
+		}
+	}
 	return nil
 }
 

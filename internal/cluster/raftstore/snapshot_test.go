@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -564,4 +565,37 @@ func TestSnapshotChunkSizeLimit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "snapshot chunk size") {
 		t.Fatalf("Open with a chunk size over the limit: %v", err)
 	}
+}
+
+// TestJoinAfterCompaction adds a node to a group whose logs no longer
+// start at index 2: the joiner gets the leader's state as a snapshot, with
+// the membership in it, goes on from there, and restarts as a member.
+func TestJoinAfterCompaction(t *testing.T) {
+	c := newTunedCluster(t, 3, false, lowThresholds)
+	li := c.leader(-1)
+	writeMany(t, c.nodes[li].Store(), "k", 100)
+	ji := c.addJoiner()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.nodes[li].AddMember(ctx, c.peers[ji].ID, c.peers[ji].RaftAddr); err != nil {
+		t.Fatalf("AddMember: %v", err)
+	}
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if installed(c.nodes[ji]) == 0 {
+			return errors.New("the joiner has installed no snapshot")
+		}
+		return sameState(c.nodes[li], c.nodes[ji])
+	})
+	if st := c.nodes[ji].Status(); st.Joining || len(st.Members) != 4 {
+		t.Fatalf("joined node status %+v", st)
+	}
+	writeMany(t, c.nodes[li].Store(), "m", 10)
+	poll.CheckFor(t, 10*time.Second, func() error { return sameState(c.nodes[li], c.nodes[ji]) })
+	c.stop(ji)
+	c.restart(ji)
+	if st := c.nodes[ji].Status(); st.Joining || len(st.Members) != 4 {
+		t.Fatalf("restarted joined node status %+v", st)
+	}
+	writeMany(t, c.nodes[li].Store(), "n", 10)
+	poll.CheckFor(t, 10*time.Second, func() error { return sameState(c.nodes[li], c.nodes[ji]) })
 }

@@ -105,8 +105,8 @@ type transport struct {
 	// written back on the message's connection (the acknowledgement that
 	// ends a stream).
 	recv  func(*pb.Message) []byte
-	unrch func(id uint64) // reports a peer unreachable to the loop
-	peers map[uint64]*peerConn
+	unrch func(id uint64)      // reports a peer unreachable to the loop
+	peers map[uint64]*peerConn // the loop's only, once started
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -124,6 +124,7 @@ type peerConn struct {
 	id   uint64
 	addr string
 	q    chan []byte
+	stop chan struct{} // closed when the peer is removed
 }
 
 func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
@@ -139,9 +140,37 @@ func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
 		if p.ID == id {
 			continue
 		}
-		t.peers[p.ID] = &peerConn{id: p.ID, addr: p.RaftAddr, q: make(chan []byte, sendQueueLen)}
+		t.peers[p.ID] = newPeerConn(p)
 	}
 	return t
+}
+
+func newPeerConn(p Peer) *peerConn {
+	return &peerConn{id: p.ID, addr: p.RaftAddr, q: make(chan []byte, sendQueueLen), stop: make(chan struct{})}
+}
+
+// addPeer starts sending to p (a member added at runtime), replacing a
+// sender to another address. Loop only, after start.
+func (t *transport) addPeer(p Peer) {
+	if old := t.peers[p.ID]; old != nil {
+		if old.addr == p.RaftAddr {
+			return
+		}
+		close(old.stop)
+	}
+	pc := newPeerConn(p)
+	t.peers[p.ID] = pc
+	t.wg.Add(1)
+	go t.sendLoop(pc)
+}
+
+// removePeer stops sending to id, after what is queued for it, and closes
+// its connection. Loop only.
+func (t *transport) removePeer(id uint64) {
+	if p := t.peers[id]; p != nil {
+		close(p.stop)
+		delete(t.peers, id)
+	}
 }
 
 // start runs the accept loop and one sender per peer.
@@ -205,6 +234,18 @@ func (t *transport) sendLoop(p *peerConn) {
 		select {
 		case <-t.stop:
 			return
+		case <-p.stop:
+			// Removed: what is queued still goes out (best effort), above
+			// all the commit index that tells the peer of its removal.
+			if conn != nil && !t.isBlocked() {
+				for len(p.q) > 0 {
+					if _, err := w.Write(<-p.q); err != nil {
+						return
+					}
+				}
+				_ = w.Flush() // best effort: the peer is gone from the group
+			}
+			return
 		case f = <-p.q:
 		}
 		if t.isBlocked() {
@@ -216,6 +257,8 @@ func (t *transport) sendLoop(p *peerConn) {
 				t.unrch(p.id)
 				select {
 				case <-t.stop:
+					return
+				case <-p.stop:
 					return
 				case <-time.After(backoff):
 				}

@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// Membership admin endpoints on every node's public HTTP listener, behind
+// the same guards as GET /sluice/v1/cluster:
+//
+//	POST   /sluice/v1/cluster/members        {"id": 4, "raft": "host:port"}
+//	DELETE /sluice/v1/cluster/members/{id}
+//
+// The leader applies the change (raftstore's AddMember/RemoveMember) and
+// answers once it has applied it, with the new membership
+// ({"members": [{"id":…,"raft":…}, …]}). A follower forwards the request,
+// as it is, to the leader's public listener (its advertisement's Public);
+// a request that was already forwarded once is not forwarded again.
+//
+// Errors ({"error": {"code", "message"}}):
+//
+//	400 InvalidRequest      a body that is not {"id", "raft"} or an id that is not a number
+//	400 InvalidAddress      raft is not host:port with a fixed port, or a member uses it
+//	404 MemberNotFound      no member has that id (remove)
+//	409 MemberExists        the id is a member already (add)
+//	409 IDRemoved           the id belonged to a removed member; ids are never reused
+//	409 LastVoter           removing it would leave no voting member
+//	409 ChangeInProgress    another membership change is being applied; retry
+//	503 ServiceUnavailable  no leader, or leadership moved meanwhile; retry
+//	504 Timeout             not applied within MembershipTimeout; read GET /sluice/v1/cluster
+
+// MembershipTimeout bounds how long a membership request waits for the
+// change to apply.
+const MembershipTimeout = 30 * time.Second
+
+// MaxMemberRequestSize bounds the body of POST /sluice/v1/cluster/members.
+const MaxMemberRequestSize = 4 << 10
+
+// forwardedHeader marks a membership request a follower forwarded.
+const forwardedHeader = "X-Sluice-Forwarded"
+
+// MemberRequest is the body of POST /sluice/v1/cluster/members.
+type MemberRequest struct {
+	ID   uint64 `json:"id"`
+	Raft string `json:"raft"`
+}
+
+// MembersResponse answers a membership change: the membership after it.
+type MembersResponse struct {
+	Members []raftstore.Member `json:"members"`
+}
+
+// memberRoutes registers the membership endpoints on mux.
+func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			ad, _ := r.In.Context().Value(targetKey{}).(Advertisement)
+			r.Out.URL.Scheme = "http"
+			r.Out.URL.Host = ad.Public
+			r.Out.Host = r.In.Host // the leader's guards check the client's Host
+			r.Out.Header.Set(forwardedHeader, "1")
+		},
+		Transport: n.transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
+			unavailable(w, r, "the leader could not be reached; retry")
+		},
+	}
+	guard := func(h http.HandlerFunc) http.Handler {
+		return server.BrowserGuard(httpauth.Middleware(n.onLeader(proxy, h), ha), n.opts.AllowedHosts)
+	}
+	mux.Handle("POST /sluice/v1/cluster/members", guard(n.addMember))
+	mux.Handle("DELETE /sluice/v1/cluster/members/{id}", guard(n.removeMember))
+}
+
+// onLeader runs h when this node leads, and otherwise forwards the request
+// to the leader's public listener (once).
+func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st := n.raft.Status(); st.Leader == st.ID && st.Role == "leader" {
+			h(w, r)
+			return
+		}
+		if r.Header.Get(forwardedHeader) != "" {
+			unavailable(w, r, "this node no longer leads; retry")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
+		ad, _, err := n.route(ctx)
+		cancel()
+		if err != nil || ad.Public == "" {
+			unavailable(w, r, "no cluster leader is serving yet; retry")
+			return
+		}
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
+	})
+}
+
+func (n *Node) addMember(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeMemberRequest(r.Body)
+	if err != nil {
+		memberError(w, http.StatusBadRequest, "InvalidRequest", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	n.membershipDone(w, r, n.raft.AddMember(ctx, req.ID, req.Raft))
+}
+
+// decodeMemberRequest reads the body of POST /sluice/v1/cluster/members:
+// one JSON object {"id", "raft"} within MaxMemberRequestSize, no other
+// fields, id 1 or more. raft is checked by raftstore.AddMember.
+func decodeMemberRequest(body io.Reader) (MemberRequest, error) {
+	var req MemberRequest
+	dec := json.NewDecoder(io.LimitReader(body, MaxMemberRequestSize))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return MemberRequest{}, fmt.Errorf("the body must be {\"id\": <node id>, \"raft\": \"host:port\"}: %w", err)
+	}
+	if dec.More() {
+		return MemberRequest{}, errors.New("the body must be one JSON object")
+	}
+	if req.ID == 0 {
+		return MemberRequest{}, errors.New("id: node ids are 1 or more")
+	}
+	return req, nil
+}
+
+func (n *Node) removeMember(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		memberError(w, http.StatusBadRequest, "InvalidRequest", "the node id must be a number of 1 or more")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	n.membershipDone(w, r, n.raft.RemoveMember(ctx, id))
+}
+
+// membershipDone answers a change: the new membership, or its error.
+func (n *Node) membershipDone(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case err == nil:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(MembersResponse{Members: n.raft.Members()}) // a client gone cannot be told
+	case errors.Is(err, raftstore.ErrBadAddress):
+		memberError(w, http.StatusBadRequest, "InvalidAddress", err.Error())
+	case errors.Is(err, raftstore.ErrUnknownMember):
+		memberError(w, http.StatusNotFound, "MemberNotFound", err.Error())
+	case errors.Is(err, raftstore.ErrMemberExists):
+		memberError(w, http.StatusConflict, "MemberExists", err.Error())
+	case errors.Is(err, raftstore.ErrIDRemoved):
+		memberError(w, http.StatusConflict, "IDRemoved", err.Error())
+	case errors.Is(err, raftstore.ErrLastVoter):
+		memberError(w, http.StatusConflict, "LastVoter", err.Error())
+	case errors.Is(err, raftstore.ErrChangePending):
+		w.Header().Set("Retry-After", "1")
+		memberError(w, http.StatusConflict, "ChangeInProgress", err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		memberError(w, http.StatusGatewayTimeout, "Timeout", "the change was not applied in time; it may still apply: check sluice cluster status")
+	default:
+		n.log.Info("membership change failed", "err", err)
+		unavailable(w, r, "the change could not be applied ("+err.Error()+"); retry")
+	}
+}
+
+// memberError answers an admin API error object.
+func memberError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}}) // a client gone cannot be told
+}
+
+// publicForPeers is this node's public HTTP address as other nodes dial it:
+// an unspecified host (0.0.0.0, ::) is replaced by the host of its Raft
+// address.
+func (n *Node) publicForPeers() string {
+	host, port, err := net.SplitHostPort(n.HTTPAddr())
+	if err != nil {
+		return n.HTTPAddr()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, _, err := net.SplitHostPort(n.opts.Cluster.Self().Raft); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}

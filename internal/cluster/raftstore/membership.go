@@ -1,0 +1,406 @@
+package raftstore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
+)
+
+// Runtime membership.
+//
+// A change is one etcd raft ConfChange (V1: one node added or removed at a
+// time, which is safe without joint consensus and is all the CLI offers),
+// proposed by the leader, with the added node's Raft address in its
+// Context. Every node applies it when it commits: RawNode.ApplyConfChange,
+// then the transport's peer set, and the state store's meta records in the
+// same WriteMeta batch as the applied index:
+//
+//	"conf"          the ConfState after the change, protobuf-marshalled
+//	"member/<id>"   a member's Raft address; "" once it was removed
+//	                (a tombstone: ids are never reused)
+//
+// At Open these records win over Config.Peers, so a restarted node comes
+// back with the membership it had applied, whatever its configuration
+// file still says. Config.Peers then only supplies addresses the records
+// lack (the boot members' before the first change).
+//
+// A node that joins (Config.Join) starts with an empty ConfState and an
+// empty log (not even the boot position, index 1): it can never campaign
+// on its own. The leader, finding nothing to append to, sends it a
+// snapshot of its state store (snapshot.go), whose ConfState (the "conf"
+// record of the copy) includes the new node; the joiner installs it and
+// takes its membership (adoptMembership), then receives the entries after
+// it.
+const (
+	metaConf         = "conf"
+	metaMemberPrefix = "member/"
+)
+
+// Member is one member of the replicated membership.
+type Member struct {
+	ID       uint64 `json:"id"`
+	RaftAddr string `json:"raft"`
+}
+
+// Errors of AddMember and RemoveMember (besides ErrNotLeader and
+// ErrNodeClosed).
+var (
+	// ErrChangePending: a membership change is being applied (or the leader
+	// has not applied its predecessors' entries yet); retry after it.
+	ErrChangePending = errors.New("raftstore: a membership change is already in progress")
+	// ErrMemberExists: the id is already a member.
+	ErrMemberExists = errors.New("raftstore: the id is already a member")
+	// ErrIDRemoved: the id belonged to a removed member; ids are never reused.
+	ErrIDRemoved = errors.New("raftstore: the id belonged to a removed member; ids are never reused")
+	// ErrUnknownMember: the id is not a member.
+	ErrUnknownMember = errors.New("raftstore: no member has this id")
+	// ErrLastVoter: removing the member would leave the group without a voter.
+	ErrLastVoter = errors.New("raftstore: cannot remove the last voting member")
+	// ErrBadAddress: the Raft address is not host:port with a fixed port, or
+	// another member uses it.
+	ErrBadAddress = errors.New("raftstore: bad raft address")
+)
+
+// membership is a node's applied membership. The loop writes it (under
+// n.mu); others read it under n.mu.
+type membership struct {
+	conf    *pb.ConfState
+	addrs   map[uint64]string // every member's (and configured peer's) Raft address; "" = removed
+	joining bool              // Config.Join and no snapshot installed yet
+	// ccID is the change this node proposed in its current leadership and
+	// has not applied yet, 0 if none: set by changeMembership, cleared when
+	// it applies, when its proposal fails, or when the leadership ends.
+	// It outlives a caller that gave up waiting, because the change may
+	// still commit and Raft allows one unapplied change at a time.
+	ccID  uint64
+	ccSeq uint64 // its waiter's key in n.waiters
+}
+
+// isMember reports whether id is a voter or learner of cs.
+func isMember(cs *pb.ConfState, id uint64) bool {
+	return slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id)
+}
+
+// loadMembership reads the membership records at Open: the ConfState
+// ("conf", else Config.Peers' ids, else empty for a joining node) and the
+// addresses (Config.Peers overlaid by "member/" records).
+func (n *Node) loadMembership() error {
+	m := &n.mem
+	m.addrs = map[uint64]string{}
+	for _, p := range n.cfg.Peers {
+		m.addrs[p.ID] = p.RaftAddr
+	}
+	err := n.state.ScanMeta(metaMemberPrefix, func(name string, v []byte) error {
+		id, err := strconv.ParseUint(name[len(metaMemberPrefix):], 10, 64)
+		if err != nil {
+			return fmt.Errorf("raftstore: state store: bad record %q", name)
+		}
+		m.addrs[id] = string(v)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	v, err := n.state.GetMeta(metaConf)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		if n.cfg.Join {
+			m.joining = true
+			m.conf = &pb.ConfState{}
+			return nil
+		}
+		voters := make([]uint64, 0, len(n.cfg.Peers))
+		for _, p := range n.cfg.Peers {
+			voters = append(voters, p.ID)
+		}
+		m.conf = &pb.ConfState{Voters: voters}
+		return nil
+	case err != nil:
+		return fmt.Errorf("raftstore: state store: %w", err)
+	}
+	cs := &pb.ConfState{}
+	if err := proto.Unmarshal(v, cs); err != nil {
+		return fmt.Errorf("raftstore: state store: bad conf record: %w", err)
+	}
+	m.conf = cs
+	return nil
+}
+
+// transportPeers are the peers the transport starts with: every known,
+// not removed address but this node's.
+func (n *Node) transportPeers() []Peer {
+	var out []Peer
+	for id, addr := range n.mem.addrs {
+		if id != n.cfg.ID && addr != "" {
+			out = append(out, Peer{ID: id, RaftAddr: addr})
+		}
+	}
+	return out
+}
+
+// removedPeer reports whether id was removed from the group (the loop
+// drops its messages). Loop only.
+func (n *Node) removedPeer(id uint64) bool {
+	addr, ok := n.mem.addrs[id]
+	return ok && addr == ""
+}
+
+// membersLocked lists the applied membership, sorted by id.
+func (n *Node) membersLocked() []Member {
+	var out []Member
+	for _, id := range slices.Concat(n.mem.conf.GetVoters(), n.mem.conf.GetLearners()) {
+		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id]})
+	}
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// removedLocked reports whether this node was removed from the group.
+func (n *Node) removedLocked() bool {
+	addr, ok := n.mem.addrs[n.cfg.ID]
+	return ok && addr == ""
+}
+
+// Members returns the applied membership, sorted by id.
+func (n *Node) Members() []Member {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.membersLocked()
+}
+
+// AddMember adds node id, reachable for Raft traffic at raftAddr, as a
+// voter, and waits until this node (the leader) has applied the change.
+// The new node must be started with Config.Join (it then learns the log
+// from the leader). It fails with ErrNotLeader on a follower,
+// ErrChangePending while another change is in progress, ErrMemberExists,
+// ErrIDRemoved or ErrBadAddress; with ctx's error if ctx ends first (the
+// change may still apply: read Members).
+func (n *Node) AddMember(ctx context.Context, id uint64, raftAddr string) error {
+	if id == 0 {
+		return fmt.Errorf("%w: node ids are 1 or more", ErrUnknownMember)
+	}
+	if _, port, err := net.SplitHostPort(raftAddr); err != nil || port == "0" || port == "" {
+		return fmt.Errorf("%w: %q is not host:port with a fixed port", ErrBadAddress, raftAddr)
+	}
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id), Context: []byte(raftAddr)}
+	return n.changeMembership(ctx, cc, func() error {
+		switch addr, known := n.mem.addrs[id]; {
+		case isMember(n.mem.conf, id):
+			return fmt.Errorf("%w: node %d", ErrMemberExists, id)
+		case known && addr == "":
+			return fmt.Errorf("%w: node %d", ErrIDRemoved, id)
+		}
+		for _, m := range n.membersLocked() {
+			if m.RaftAddr == raftAddr {
+				return fmt.Errorf("%w: node %d already uses %s", ErrBadAddress, m.ID, raftAddr)
+			}
+		}
+		return nil
+	})
+}
+
+// RemoveMember removes node id from the group and waits until this node
+// (the leader) has applied the change. Removing the leader itself is
+// allowed: it steps down once the change applies, and the others elect a
+// new one. It fails with ErrNotLeader on a follower, ErrChangePending,
+// ErrUnknownMember or ErrLastVoter; with ctx's error if ctx ends first.
+func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: new(id)}
+	return n.changeMembership(ctx, cc, func() error {
+		switch cs := n.mem.conf; {
+		case !isMember(cs, id):
+			return fmt.Errorf("%w: node %d", ErrUnknownMember, id)
+		case len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == id:
+			return fmt.Errorf("%w: node %d", ErrLastVoter, id)
+		}
+		return nil
+	})
+}
+
+// changeMembership queues cc on the leader after checkLocked accepts it,
+// and waits until it applies here.
+func (n *Node) changeMembership(ctx context.Context, cc *pb.ConfChange, checkLocked func() error) error {
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	cc.Id = new(binary.BigEndian.Uint64(idb[:]) | 1) // never 0
+	n.mu.Lock()
+	switch {
+	case n.closed:
+		n.mu.Unlock()
+		return ErrNodeClosed
+	case n.err != nil:
+		err := n.err
+		n.mu.Unlock()
+		return err
+	case n.leaderTerm == 0:
+		n.mu.Unlock()
+		return ErrNotLeader
+	case !n.ready:
+		// Entries of earlier terms, a conf change among them perhaps, are
+		// not applied yet; raft would silently drop a second change.
+		n.mu.Unlock()
+		return fmt.Errorf("%w: the leader is still applying its predecessors' entries", ErrChangePending)
+	case n.mem.ccID != 0:
+		n.mu.Unlock()
+		return ErrChangePending
+	}
+	if err := checkLocked(); err != nil {
+		n.mu.Unlock()
+		return err
+	}
+	n.seq++
+	w := newWaiter()
+	n.waiters[n.seq] = w
+	n.mem.ccID, n.mem.ccSeq = cc.GetId(), n.seq
+	n.props = append(n.props, proposal{cc: cc, term: n.leaderTerm, w: w})
+	select {
+	case n.propc <- struct{}{}:
+	default:
+	}
+	n.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		// The change stays pending (ccID): it may still commit.
+		n.mu.Lock()
+		n.failLocked(w, ctx.Err())
+		n.mu.Unlock()
+	}
+	if err := w.Wait(); err != nil {
+		return fmt.Errorf("raftstore: membership change not confirmed (it may still apply): %w", err)
+	}
+	return nil
+}
+
+// confApply collects the conf changes of one applied batch (loop only).
+type confApply struct {
+	cs      *pb.ConfState     // the ConfState after the last change, nil if none
+	addrs   map[uint64]string // address changes; "" = removed
+	mineSeq uint64            // this node's waiter to complete, 0 if none
+}
+
+// applyConfEntry applies one committed conf-change entry to Raft and records its
+// effect for the batch's meta records.
+func (n *Node) applyConfEntry(ca *confApply, e *pb.Entry) error {
+	var cc pb.ConfChangeI
+	if e.GetType() == pb.EntryType_EntryConfChange {
+		v1 := &pb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return fmt.Errorf("raftstore: conf change entry %d: %w", e.GetIndex(), err)
+		}
+		cc = v1
+		n.mu.Lock()
+		if n.mem.ccID != 0 && v1.GetId() == n.mem.ccID {
+			ca.mineSeq = n.mem.ccSeq
+		}
+		n.mu.Unlock()
+	} else {
+		v2 := &pb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
+			return fmt.Errorf("raftstore: conf change entry %d: %w", e.GetIndex(), err)
+		}
+		cc = v2
+	}
+	if ca.addrs == nil {
+		ca.addrs = map[uint64]string{}
+	}
+	for _, c := range cc.AsV2().GetChanges() {
+		switch c.GetType() {
+		case pb.ConfChangeType_ConfChangeAddNode, pb.ConfChangeType_ConfChangeAddLearnerNode:
+			if addr := string(cc.AsV2().GetContext()); addr != "" {
+				ca.addrs[c.GetNodeId()] = addr
+			}
+		case pb.ConfChangeType_ConfChangeRemoveNode:
+			ca.addrs[c.GetNodeId()] = ""
+		}
+	}
+	ca.cs = n.rn.ApplyConfChange(cc)
+	n.rl.cs = ca.cs
+	return nil
+}
+
+// meta returns the records a batch with conf changes writes with its
+// applied index: "conf" and every changed or current member's address.
+func (ca *confApply) meta(n *Node) ([]pebblestore.Meta, error) {
+	if ca.cs == nil {
+		return nil, nil
+	}
+	return confMeta(n, ca.cs, ca.addrs)
+}
+
+// confMeta encodes cs and the member addresses (known ones, overlaid by
+// changed) as meta records.
+func confMeta(n *Node, cs *pb.ConfState, changed map[uint64]string) ([]pebblestore.Meta, error) {
+	b, err := proto.Marshal(cs)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: marshal conf state: %w", err)
+	}
+	meta := []pebblestore.Meta{{Name: metaConf, Value: b}}
+	addr := func(id uint64) (string, bool) {
+		if a, ok := changed[id]; ok {
+			return a, true
+		}
+		a, ok := n.mem.addrs[id] // written by the loop only: no lock needed here
+		return a, ok
+	}
+	for _, id := range slices.Concat(cs.GetVoters(), cs.GetLearners()) {
+		if a, ok := addr(id); ok && a != "" {
+			meta = append(meta, pebblestore.Meta{Name: metaMemberPrefix + strconv.FormatUint(id, 10), Value: []byte(a)})
+		}
+	}
+	for id, a := range changed {
+		if a == "" {
+			meta = append(meta, pebblestore.Meta{Name: metaMemberPrefix + strconv.FormatUint(id, 10), Value: nil})
+		}
+	}
+	return meta, nil
+}
+
+// commitConfLocked publishes an applied batch's conf changes: the
+// membership, the transport's peers, and this node's waiter. n.mu held.
+func (n *Node) commitConfLocked(ca *confApply) {
+	if ca.cs == nil {
+		return
+	}
+	n.mem.conf = ca.cs
+	for id, addr := range ca.addrs {
+		if _, known := n.mem.addrs[id]; known && n.mem.addrs[id] == addr {
+			continue
+		}
+		n.mem.addrs[id] = addr
+		if id == n.cfg.ID {
+			if addr == "" {
+				n.log.Warn("raftstore: this node was removed from the group; it no longer votes or campaigns")
+			}
+			continue
+		}
+		if addr == "" {
+			n.tr.removePeer(id)
+		} else {
+			n.tr.addPeer(Peer{ID: id, RaftAddr: addr})
+		}
+	}
+	n.log.Info("raftstore: membership changed", "voters", ca.cs.GetVoters(), "learners", ca.cs.GetLearners())
+	if ca.mineSeq != 0 {
+		if w := n.waiters[ca.mineSeq]; w != nil {
+			delete(n.waiters, ca.mineSeq)
+			w.finishLocked(nil)
+		}
+		n.mem.ccID = 0
+	}
+}
+
+// raftStateRemoved is Status.Role for a node removed from the group.
+const raftStateRemoved = "removed"

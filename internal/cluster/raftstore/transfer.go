@@ -1,0 +1,73 @@
+package raftstore
+
+import (
+	"context"
+	"time"
+)
+
+// TransferLeadership hands this node's leadership to the member whose
+// log is most up to date, and waits until another member leads or ctx
+// ends. It is meant for a graceful stop (a rolling restart): the new
+// leader takes over at once instead of after an election timeout. It
+// returns nil at once if this node does not lead or is the only member.
+//
+// The caller must have stopped writing: while the transfer runs, Raft
+// refuses proposals, and once it completes, every write still waiting
+// fails with ErrNotLeader (never a false success). If the target does not
+// take over within Raft's election timeout, Raft abandons the transfer and
+// this node keeps leading; TransferLeadership then waits on until ctx
+// ends and returns ctx's error.
+func (n *Node) TransferLeadership(ctx context.Context) error {
+	to := n.transferTarget()
+	if to == 0 {
+		return nil
+	}
+	select {
+	case n.transferc <- to:
+	case <-n.donec:
+		return ErrNodeClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	n.log.Info("raftstore: transferring leadership", "to", to)
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		n.mu.Lock()
+		st, ch, closed := n.status, n.changed, n.closed
+		n.mu.Unlock()
+		switch {
+		case closed:
+			return ErrNodeClosed
+		case st.Leader != 0 && st.Leader != n.cfg.ID:
+			return nil
+		}
+		// Leadership ending is broadcast on changed; the new leader's id
+		// arrives with its first message, between two broadcasts.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.donec:
+			return ErrNodeClosed
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// transferTarget is the member with the highest replicated index, if this
+// node leads and has another member; 0 otherwise.
+func (n *Node) transferTarget() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.leaderTerm == 0 || n.status.Role != "leader" {
+		return 0
+	}
+	var best, bestMatch uint64
+	for id, m := range n.status.Match {
+		if id != n.cfg.ID && (best == 0 || m > bestMatch || (m == bestMatch && id < best)) {
+			best, bestMatch = id, m
+		}
+	}
+	return best
+}

@@ -1,0 +1,439 @@
+package clusterfaults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/test/faults"
+)
+
+// The AMQP part of the workload: its own standard queue, declared over
+// AMQP (so that every new leader requeues what the old leader's AMQP
+// connections held unacknowledged, as a restarted single node does), fed
+// by AMQP publishers with publisher confirms and drained by AMQP consumers
+// (manual acks) and one SQS consumer, all through random nodes.
+const (
+	amqpQueue      = "cf-amqp"
+	amqpPublishers = 2
+	amqpConsumers  = 2
+	amqpRate       = 100 // publishes per second per publisher, at most
+	amqpWindow     = 32  // unconfirmed publishes per publisher
+	amqpPrefetch   = 20
+	amqpConfirmMax = 8 * time.Second // a confirm not in by then: the connection is given up
+	amqpHeartbeat  = time.Second     // a stopped or cut-off node's connection dies in a few
+	// While publishers run, consumers hold off while fewer confirmed
+	// messages than this wait unconsumed: a backlog that a leader's loss
+	// of acknowledged writes shows in (consumers that kept up would take
+	// every message as soon as it was confirmed, settling it, and a lost
+	// write would never be missed).
+	amqpMinBacklog = 500
+)
+
+// readyAMQP is the amqp:// URL of the public AMQP listener named by the
+// ready file in dir (crash.Start waited for it).
+func readyAMQP(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "ready.json"))
+	if err != nil {
+		return "", err
+	}
+	var rf struct {
+		AMQP string `json:"amqp"`
+	}
+	if err := json.Unmarshal(b, &rf); err != nil || rf.AMQP == "" {
+		return "", fmt.Errorf("ready file %q names no amqp address (%v)", b, err)
+	}
+	return "amqp://guest:guest@" + rf.AMQP + "/", nil
+}
+
+// amqpLoad drives the AMQP queue and records its history in its own
+// Checker. What it can judge is less than on the SQS queues (see
+// docs/reliability.md): a publish counts as acknowledged only when its
+// basic.ack confirm arrives, so every confirmed message must be delivered
+// and its last delivery settled (a consumer ack, or an acknowledged SQS
+// delete); nothing may be delivered that was never published, or with
+// another body. A basic.ack gets no answer, so no delete is ever certain
+// (no resurrection check), and a queue declared over AMQP has its leases
+// ended by every new leader, so no lease is checked either.
+type amqpLoad struct {
+	w  *workload // the SQS workload: node picking and error counts
+	Ck *faults.Checker
+
+	seq       atomic.Int64 // message ids
+	epochs    atomic.Int64 // one per delivery, as on the SQS queues
+	Publishes atomic.Int64 // publishes written
+	Confirms  atomic.Int64 // basic.ack confirms
+	AMQPDels  atomic.Int64 // deliveries to AMQP consumers
+	SQSDels   atomic.Int64 // deliveries to the SQS consumer
+
+	publishing               atomic.Bool // see amqpMinBacklog
+	stopPublish, stopConsume context.CancelFunc
+	pwg, cwg                 sync.WaitGroup
+}
+
+func newAMQPLoad(w *workload) *amqpLoad {
+	return &amqpLoad{w: w, Ck: faults.NewChecker(false, 0)}
+}
+
+// declare declares the durable queue through node 1's AMQP listener.
+func (a *amqpLoad) declare() error {
+	m := a.w.c.nodes[0]
+	m.mu.Lock()
+	url := m.amqp
+	m.mu.Unlock()
+	conn, ch, err := amqpDial(url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := ch.QueueDeclare(amqpQueue, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare %s: %w", amqpQueue, err)
+	}
+	return nil
+}
+
+// amqpDial connects with a short dial timeout and heartbeat, and opens a
+// channel.
+func amqpDial(url string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: amqpHeartbeat, Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close() // the channel's error is the one to report
+		return nil, nil, err
+	}
+	return conn, ch, nil
+}
+
+// pickAMQP returns the AMQP URL of a random node that is not killed.
+func (a *amqpLoad) pickAMQP(ctx context.Context, rng *rand.Rand) (string, error) {
+	for ctx.Err() == nil {
+		m := a.w.c.nodes[rng.IntN(len(a.w.c.nodes))]
+		m.mu.Lock()
+		url := m.amqp
+		m.mu.Unlock()
+		if url != "" {
+			return url, nil
+		}
+		faults.SleepCtx(ctx, time.Millisecond) // no spinning while nodes are down
+	}
+	return "", ctx.Err()
+}
+
+// Start starts the publishers, the AMQP consumers and the SQS consumer.
+func (a *amqpLoad) Start(ctx context.Context, rng *rand.Rand) {
+	pctx, stopP := context.WithCancel(ctx)
+	cctx, stopC := context.WithCancel(ctx)
+	a.stopPublish, a.stopConsume = stopP, stopC
+	a.publishing.Store(true)
+	for p := range amqpPublishers {
+		a.pwg.Add(1)
+		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(200+p)))
+		go func() { defer a.pwg.Done(); a.publishLoop(pctx, p, r) }()
+	}
+	for c := range amqpConsumers {
+		a.cwg.Add(1)
+		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(300+c)))
+		go func() { defer a.cwg.Done(); a.consumeLoop(cctx, r) }()
+	}
+	a.cwg.Add(1)
+	r := rand.New(rand.NewPCG(rng.Uint64(), 399))
+	go func() { defer a.cwg.Done(); a.sqsConsume(cctx, r) }()
+}
+
+// StopPublishers stops the publishers and waits for them.
+func (a *amqpLoad) StopPublishers() {
+	a.stopPublish()
+	a.pwg.Wait()
+	a.publishing.Store(false)
+}
+
+// holdOff waits while publishers run and the backlog is under
+// amqpMinBacklog (pacing, not synchronisation), or until ctx ends.
+func (a *amqpLoad) holdOff(ctx context.Context) {
+	for ctx.Err() == nil && a.publishing.Load() && a.Ck.Backlog() < amqpMinBacklog {
+		faults.SleepCtx(ctx, 5*time.Millisecond)
+	}
+}
+
+// StopConsumers stops the consumers and waits for them.
+func (a *amqpLoad) StopConsumers() {
+	a.stopConsume()
+	a.cwg.Wait()
+}
+
+// publishLoop publishes through one connection at a time, reconnecting to
+// a random node after any failure, until ctx ends.
+func (a *amqpLoad) publishLoop(ctx context.Context, p int, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		url, err := a.pickAMQP(ctx, rng)
+		if err != nil {
+			return
+		}
+		if err := a.publish(ctx, url, p); err != nil && ctx.Err() == nil {
+			a.w.note("amqp publish", err)
+			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
+		}
+	}
+}
+
+// publish publishes persistent messages with publisher confirms on one
+// connection, at most amqpWindow unconfirmed and amqpRate a second. A
+// message is attempted before its publish is written and acknowledged only
+// when its basic.ack arrives; a nack, or a connection that ends first,
+// leaves it unknown (amqp091-go reports both as a negative confirm). It
+// returns when the connection fails or ctx ends, after the confirms in
+// flight are settled or given up.
+func (a *amqpLoad) publish(ctx context.Context, url string, p int) error {
+	conn, ch, err := amqpDial(url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	type inflight struct {
+		id string
+		dc *amqp.DeferredConfirmation
+	}
+	window := make(chan inflight, amqpWindow)
+	failed := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for f := range window {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), amqpConfirmMax)
+			ok, err := f.dc.WaitContext(wctx)
+			cancel()
+			switch {
+			case err != nil:
+				select {
+				case failed <- fmt.Errorf("no confirm in %v", amqpConfirmMax):
+				default:
+				}
+				_ = conn.Close() // give the connection up; its publishes stay unknown
+			case ok:
+				a.Ck.Acked(f.id, "", time.Now())
+				a.Confirms.Add(1)
+			case !conn.IsClosed():
+				a.w.note("amqp confirm", errors.New("basic.nack"))
+			}
+		}
+	}()
+	defer func() { close(window); <-done }()
+	tick := time.NewTicker(time.Second / amqpRate)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return err
+		case <-tick.C:
+		}
+		if a.Ck.Backlog() > maxBacklog {
+			continue
+		}
+		id := fmt.Sprintf("a-%s-%d-%07d", a.w.Run, p, a.seq.Add(1))
+		body := faults.Body(id, false)
+		a.Ck.Attempt(faults.Send{ID: id, Body: body}, time.Now())
+		a.w.Ops.Add(1)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", amqpQueue, false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
+		if err != nil {
+			return err
+		}
+		a.Publishes.Add(1)
+		select {
+		case window <- inflight{id, dc}:
+		case err := <-failed:
+			return err
+		}
+	}
+}
+
+// consumeLoop consumes through one connection at a time, reconnecting to
+// a random node after any failure, until ctx ends.
+func (a *amqpLoad) consumeLoop(ctx context.Context, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		url, err := a.pickAMQP(ctx, rng)
+		if err != nil {
+			return
+		}
+		if err := a.consume(ctx, url); err != nil && ctx.Err() == nil {
+			a.w.note("amqp consume", err)
+			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
+		}
+	}
+}
+
+// consume consumes with manual acks on one connection. Each delivery is
+// recorded as begun when the consumer was started (the broker may have
+// handed it out any time since) with no lease to check, and acked; an ack
+// written to a live connection is recorded with Checker.Consumed.
+func (a *amqpLoad) consume(ctx context.Context, url string) error {
+	conn, ch, err := amqpDial(url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := ch.Qos(amqpPrefetch, 0, false); err != nil {
+		return err
+	}
+	begin := time.Now()
+	a.w.Ops.Add(1)
+	ds, err := ch.ConsumeWithContext(ctx, amqpQueue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	for {
+		a.holdOff(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-closed:
+			if e == nil {
+				return errors.New("connection closed")
+			}
+			return e
+		case d, ok := <-ds:
+			if !ok {
+				return errors.New("deliveries ended")
+			}
+			end := time.Now()
+			body := string(d.Body)
+			id, _ := faults.ParseBody(body)
+			count := 1
+			if n, ok := d.Headers["x-delivery-count"].(int64); ok {
+				count += int(n)
+			}
+			lease := faults.Lease{Count: count, Epoch: int(a.epochs.Add(1))}
+			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: "", Queue: amqpQueue,
+				Begin: begin, End: end, Count: count, Epoch: lease.Epoch})
+			a.AMQPDels.Add(1)
+			if err := d.Ack(false); err != nil {
+				return err // not written: the message must come back
+			}
+			a.Ck.Consumed(id, lease, time.Now())
+		}
+	}
+}
+
+// sqsConsume receives the AMQP queue over SQS through random nodes and
+// deletes what it receives, sending a delete the broker did not answer
+// again as the SQS workload does. Deletes settle messages but are never
+// certain here (the leases of an AMQP-declared queue end at every new
+// leader).
+func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
+	w := a.w
+	for ctx.Err() == nil {
+		a.holdOff(ctx)
+		_, client, url, err := w.pick(ctx, rng, amqpQueue)
+		if err != nil {
+			return
+		}
+		begin := time.Now()
+		w.Ops.Add(1)
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			VisibilityTimeout:           int32(faults.LeaseTime / time.Second),
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.note("amqp queue: receive", err)
+			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
+			continue
+		}
+		end := time.Now()
+		var dels []types.DeleteMessageBatchRequestEntry
+		var ids []string
+		var leases []faults.Lease
+		for _, m := range out.Messages {
+			body := aws.ToString(m.Body)
+			id, _ := faults.ParseBody(body)
+			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+			l := faults.Lease{Count: count, Epoch: int(a.epochs.Add(1))}
+			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: amqpQueue,
+				Begin: begin, End: end, Count: count, Epoch: l.Epoch})
+			a.SQSDels.Add(1)
+			a.Ck.DeleteAttempted(id, l, time.Now())
+			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})
+			ids, leases = append(ids, id), append(leases, l)
+		}
+		if len(dels) == 0 {
+			continue
+		}
+		w.Ops.Add(1)
+		dout, err := client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: dels})
+		for err != nil {
+			w.note("amqp queue: delete", err)
+			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
+			if ctx.Err() != nil {
+				return
+			}
+			if _, client, url, err = w.pick(ctx, rng, amqpQueue); err != nil {
+				return
+			}
+			w.Ops.Add(1)
+			dout, err = client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: dels})
+		}
+		done := time.Now()
+		for _, s := range dout.Successful {
+			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(ids) {
+				a.Ck.DeleteAcked(ids[i], leases[i], -1, done) // epoch -1: settles, never certain
+			}
+		}
+		for _, f := range dout.Failed {
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(ids) {
+				a.Ck.DeleteFailed(ids[i], leases[i])
+			}
+			w.note("amqp queue: delete", fmt.Errorf("entry failed: %s %s", aws.ToString(f.Code), aws.ToString(f.Message)))
+		}
+	}
+}
+
+// summary describes the AMQP queue's counts and verdict r, for the test
+// log.
+func (a *amqpLoad) summary(r faults.Report) string {
+	return fmt.Sprintf("AMQP queue %s: publishes %d, confirms %d; deliveries to AMQP consumers %d, to the SQS consumer %d; %s",
+		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.SQSDels.Load(), r)
+}
+
+// drained reports whether every confirmed message of the AMQP queue is
+// settled and the broker, asked through any live node, counts no message
+// in it (for the drain).
+func (a *amqpLoad) drained(ctx context.Context, rng *rand.Rand) (bool, string) {
+	if n := a.Ck.Unsettled(); n > 0 {
+		return false, fmt.Sprintf("%s: %d confirmed messages unsettled: %s", amqpQueue, n, strings.Join(a.Ck.UnsettledDetails(3), "; "))
+	}
+	_, client, url, err := a.w.pick(ctx, rng, amqpQueue)
+	if err != nil {
+		return false, err.Error()
+	}
+	empty, desc, err := faults.QueueCounts(ctx, client, url, amqpQueue)
+	if err != nil {
+		return false, err.Error()
+	}
+	return empty, desc
+}
