@@ -24,8 +24,9 @@ import (
 )
 
 // Snapshots: log truncation (logstore.go) deletes entries a follower that
-// was down may still need. Raft then asks for a snapshot (raftLog.Snapshot,
-// a MsgSnap in Ready.Messages) and this file moves one:
+// was down may still need, and a node that joins (membership.go) has no
+// log at all. Raft then asks for a snapshot (raftLog.Snapshot, a MsgSnap in
+// Ready.Messages) and this file moves one:
 //
 //   - The leader takes a pebble snapshot of its state store (data and meta
 //     records: "applied", "conf", "adv/") at its applied index, which is at
@@ -44,7 +45,8 @@ import (
 //     installs it (installSnapshot): first the raft log store records the
 //     snapshot as its compaction point and drops every entry (one synced
 //     batch), then the state store directory is swapped for the received
-//     one (swapState), and applied, conf and adv/ are loaded from it.
+//     one (swapState), and applied, adv/ and the membership (conf,
+//     member/: adoptMembership) are loaded from it.
 //   - The follower answers the end chunk with one byte on the stream's
 //     connection: taken (received, verified, durable) or refused. The
 //     leader reports SnapshotFinish to Raft on "taken", SnapshotFailure on
