@@ -384,7 +384,8 @@ func (ch *channel) get(m *wire.BasicGet) error {
 		}
 	}
 	ds, err := s.eng.Receive(context.Background(), q.engine, engine.ReceiveRequest{
-		Max: 1, Visibility: leaseFor(q.settings.timeout(s.opts.ConsumerTimeout)), VisibilitySet: true, Wait: 0, WaitSet: true})
+		Max: 1, Visibility: leaseFor(q.settings.timeout(s.opts.ConsumerTimeout)), VisibilitySet: true, Wait: 0, WaitSet: true,
+		Session: true})
 	if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 		return storageError(err)
 	}

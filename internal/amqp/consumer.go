@@ -58,7 +58,7 @@ func (cs *consumer) run() {
 		s.fail("consumer", nil)
 		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
 			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
-			OnTake: cs.q.noteTaken})
+			OnTake: cs.q.noteTaken, Session: true})
 		cs.unreserve(n - len(ds))
 		s.checkFlow(cs.q) // taking messages may relieve publishers (flow.go)
 		if err != nil && len(ds) == 0 {

@@ -210,7 +210,6 @@ func (s *Server) load() error {
 			return err
 		}
 	}
-	requeued := 0
 	for _, q := range keep {
 		info, created, err := s.eng.CreateQueue(q.engine, engineConfig(q.settings, s.opts.ConsumerTimeout), nil)
 		if err != nil {
@@ -226,17 +225,11 @@ func (s *Server) load() error {
 				return fmt.Errorf("amqp: restoring queue %q: %w", q.engine, err)
 			}
 		}
-		// Every AMQP connection died with the previous process: its
-		// unacknowledged deliveries go back to their queues now, as
-		// RabbitMQ does, instead of waiting out the consumer timeout.
-		n, err := s.eng.ReleaseInFlight(q.engine)
-		if err != nil {
-			return fmt.Errorf("amqp: requeueing unacknowledged messages of %q: %w", q.engine, err)
-		}
-		requeued += n
-	}
-	if requeued > 0 {
-		s.log.Info("amqp: requeued messages left unacknowledged by the previous run", "messages", requeued)
+		// Every AMQP connection died with the previous process. Their
+		// unacknowledged deliveries were leased as a connection's
+		// (ReceiveRequest.Session), so the engine made them visible
+		// again when it opened, on every queue, as RabbitMQ requeues
+		// them; SQS leases on the same queue run their course.
 	}
 	if len(drop)+len(keep) > 0 {
 		s.log.Info("amqp topology loaded", "queues", len(keep), "removed", len(drop))

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -340,26 +341,82 @@ func TestDeleteLeasedOnlyDeletesTheLiveLease(t *testing.T) {
 	}
 }
 
-func TestReleaseInFlight(t *testing.T) {
+// TestSessionLeasesEndWithTheEngine: leases taken for a connection
+// (ReceiveRequest.Session: AMQP deliveries) end when the engine that
+// granted them is gone — visible at once on reopen, no retry backoff,
+// receive counts kept — on any queue, however it was created; leases taken
+// with a visibility timeout (SQS) on the same queue run their course.
+func TestSessionLeasesEndWithTheEngine(t *testing.T) {
 	f := newFixture(t)
 	f.create("q", func(c *QueueConfig) {
 		c.Retry = &RetryPolicy{Strategy: RetryFixed, Base: time.Hour, Cap: time.Hour}
 	})
 	f.send("q", body("1"), body("2"), body("3"))
-	f.recv("q", 2, 30*time.Minute)
-	f.restart() // leases survive a restart…
-	n, err := f.e.ReleaseInFlight("q")
-	if err != nil || n != 2 {
-		t.Fatalf("released %d, %v", n, err)
+	amqp, err := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 2, Visibility: 30 * time.Minute, VisibilitySet: true, WaitSet: true, Session: true})
+	if err != nil || len(amqp) != 2 {
+		t.Fatalf("session receive: %d, %v", len(amqp), err)
 	}
-	// …and released ones are visible at once (no backoff), counts kept.
+	sqs := f.recv("q", 1, 30*time.Minute)
+	if len(sqs) != 1 {
+		t.Fatalf("sqs receive: %d", len(sqs))
+	}
+	f.restart()
+	if info, _ := f.e.GetQueue("q"); info.Visible != 2 || info.InFlight != 1 {
+		t.Fatalf("after the restart: visible %d, in flight %d; want 2 and 1", info.Visible, info.InFlight)
+	}
 	d := f.recv("q", 10, time.Minute)
-	if len(d) != 3 {
-		t.Fatalf("got %d", len(d))
+	if len(d) != 2 {
+		t.Fatalf("got %d messages after the restart, want the 2 session-leased ones", len(d))
 	}
 	for _, m := range d {
-		if string(m.Body) != "3" && m.ReceiveCount != 2 {
-			t.Fatalf("receive count lost: %+v", m)
+		if string(m.Body) == string(sqs[0].Body) || m.ReceiveCount != 2 {
+			t.Fatalf("redelivered %q with receive count %d", m.Body, m.ReceiveCount)
 		}
 	}
+	// The SQS lease is still the one issued before the restart.
+	if errs := f.del("q", sqs[0].ReceiptHandle); errs[0] != nil {
+		t.Fatalf("the SQS lease did not survive: %v", errs[0])
+	}
+	f.del("q", d[0].ReceiptHandle, d[1].ReceiptHandle)
+}
+
+// TestColdSessionLeasesEnd: a connection's lease on a message that is
+// beyond the ready window when the engine reopens ends when a refill reads
+// it, as one inside the window ends at open.
+func TestColdSessionLeasesEnd(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", nil)
+		const n = 5 * coldWindow
+		for i := range n {
+			f.send("q", body(fmt.Sprint(i)))
+		}
+		held := 0
+		for held < 3*coldWindow {
+			d, err := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, Visibility: time.Hour, VisibilitySet: true, WaitSet: true, Session: true})
+			if err != nil || len(d) == 0 {
+				t.Fatalf("session receive after %d: %d, %v", held, len(d), err)
+			}
+			held += len(d)
+		}
+		f.e.Close()
+		f.closeStore()
+		f.st = f.reopenStore()
+		f.openCold()
+		seen := map[string]bool{}
+		for len(seen) < n {
+			d := f.recv("q", 10, time.Hour)
+			if len(d) == 0 {
+				t.Fatalf("after the restart only %d of %d messages were receivable; %d were leased to a connection", len(seen), n, held)
+			}
+			for _, m := range d {
+				if seen[string(m.Body)] {
+					t.Fatalf("%q delivered twice", m.Body)
+				}
+				seen[string(m.Body)] = true
+				if errs := f.del("q", m.ReceiptHandle); errs[0] != nil {
+					t.Fatal(errs[0])
+				}
+			}
+		}
+	})
 }

@@ -329,6 +329,7 @@ const (
 	tagTTL        = 6
 	tagCrashes    = 7
 	tagBodyMD5    = 8
+	tagSession    = 9 // state record: the lease is a connection's (message.session)
 )
 
 func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
@@ -419,6 +420,8 @@ func decodeExt(d *decoder, m *message) {
 			}
 		case tagParked:
 			m.parked = true
+		case tagSession:
+			m.session = true
 		case tagEnvelope:
 			m.extension().envelope = append([]byte(nil), f.b...)
 		case tagTTL:
@@ -585,6 +588,10 @@ func encodeState(m *message) []byte {
 		e.uvarint(tagParked)
 		e.bytes(nil)
 	}
+	if m.session {
+		e.uvarint(tagSession)
+		e.bytes(nil)
+	}
 	return e.b
 }
 
@@ -598,7 +605,7 @@ func decodeState(m *message, b []byte) error {
 	m.visibleAt = d.varint()
 	m.leaseAt = d.varint()
 	m.receipt = d.uvarint()
-	m.parked = false
+	m.parked, m.session = false, false
 	decodeExt(&d, m)
 	return d.err
 }

@@ -7,8 +7,8 @@
 // protocol errors. Some operations exist because one protocol needs their
 // semantics (DropQueue: delete without the name-reuse delay; PurgeReady:
 // purge only what is not in flight; DeleteLeased: delete only under the
-// current lease; ReleaseInFlight: end every lease at once; SendMany: one
-// atomic write across queues); each is specified by what it does, not by
+// current lease; ReceiveRequest.Session: leases that end with the engine;
+// SendMany: one atomic write across queues); each is specified by what it does, not by
 // who calls it. Two hooks reach back into a front-end: the DeadLetterRouter, which
 // resolves an AMQP dead-letter exchange under the source queue's lock (it
 // must only read its own topology and never call the engine), and the

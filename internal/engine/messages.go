@@ -400,6 +400,7 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 			q.noteFirstDeliveryLocked(now)
 		}
 		m.parked = false
+		m.session = req.Session
 		m.recvCount++
 		if m.firstRecvAt == 0 {
 			m.firstRecvAt = now

@@ -40,6 +40,11 @@ type message struct {
 	// rather than a lease: when the wait ends it becomes visible without
 	// another backoff.
 	parked bool
+	// session is set while the current lease belongs to a connection
+	// (ReceiveRequest.Session: an AMQP delivery) rather than to a
+	// visibility timeout: such a lease dies with the engine that granted
+	// it, so a restart or a failover makes the message visible at once.
+	session bool
 	// hasMD5 says bodyMD5 holds the body's MD5 as given at send
 	// (Message.BodyMD5), returned with every delivery.
 	hasMD5  bool

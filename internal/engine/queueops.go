@@ -33,30 +33,6 @@ func (e *Engine) PurgeQueue(name string) error {
 	return e.commitUnlock(q, &b)
 }
 
-// ReleaseInFlight ends every lease of the queue now: in-flight messages
-// become visible again at once (no retry backoff), keeping their receive
-// counts. The AMQP front-end calls it at start-up: its deliveries' leases
-// last as long as the consumer timeout, but every AMQP connection died with
-// the previous process, so their unacknowledged messages must be requeued
-// at once, as RabbitMQ does. It returns how many were released; durable
-// when it returns.
-func (e *Engine) ReleaseInFlight(name string) (n int, err error) {
-	err = e.update(name, func(q *queue, now int64, b *store.Batch) error {
-		for _, m := range q.msgs {
-			if m.state != stateInFlight {
-				continue
-			}
-			m.visibleAt = now
-			m.parked = true
-			q.setStateLocked(m, stateVisible)
-			q.writeStateLocked(m, b)
-			n++
-		}
-		return nil
-	})
-	return n, err
-}
-
 // PurgeReady deletes the queue's ready messages (visible and delayed, not
 // those in flight) with no rate limit, as AMQP's queue.purge does, and
 // returns how many. The deletes are durable when it returns.

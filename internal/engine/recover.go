@@ -119,6 +119,10 @@ func (e *Engine) recover() (int, error) {
 		return 0, fmt.Errorf("%w: %d record(s): %s; nothing was changed: see what `sluice repair --data-dir DIR --dry-run` would drop, then run it without --dry-run",
 			ErrNeedsRepair, len(audit.unexplained), audit.describe(10))
 	}
+	if audit.sessions > 0 {
+		e.log.Info("requeued deliveries whose connections ended with the previous run (AMQP unacknowledged messages)",
+			"messages", audit.sessions)
+	}
 	for qid, n := range audit.perQueue {
 		e.log.Warn("recovery dropped records of a deleted queue (writes that raced its delete)",
 			"queue_id", qid, "records", n)
@@ -195,7 +199,9 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 				q.nextSeq.Store(m.seq + 1)
 			}
 			loadedBody += int64(max(m.bodyLen, int32(len(m.body))))
-			q.restoreLocked(m, group, now)
+			if q.restoreLocked(m, group, now) {
+				audit.sessions++
+			}
 			loaded++
 			return nil
 		},
@@ -214,16 +220,29 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 
 // restoreLocked inserts a recovered message in the state its times imply.
 // A lease that ended while the broker was down ends now; one still running
-// keeps running. (Recovery runs before any other goroutine sees q.)
-func (q *queue) restoreLocked(m *message, groupID string, now int64) {
+// keeps running, unless it was a connection's (restoredState). It reports
+// whether it ended a connection's lease. (Recovery runs before any other
+// goroutine sees q.)
+func (q *queue) restoreLocked(m *message, groupID string, now int64) (endedSession bool) {
+	session := m.session
 	m.state = restoredState(m, now)
 	m.group = q.groupLocked(groupID)
 	q.addLocked(m)
+	return session && !m.session
 }
 
 // restoredState is the state a message read from the store is in at now.
+// A connection's lease (message.session) was granted by an engine that is
+// gone, with its connections: it ends now, visible at once without a
+// retry backoff (parked), its receive count kept. Nothing is written: a
+// later restart that finds the same record ends it again.
 func restoredState(m *message, now int64) uint8 {
 	switch {
+	case m.receipt != 0 && m.leaseAt != 0 && !m.parked && m.session:
+		m.session = false
+		m.parked = true
+		m.visibleAt = now
+		return stateVisible
 	case m.receipt != 0 && m.leaseAt != 0 && !m.parked:
 		// A lease, running or ended while the broker was down: the
 		// first advance ends it exactly as it would have (including a

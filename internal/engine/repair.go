@@ -44,6 +44,7 @@ type recoveryAudit struct {
 	leftovers   store.Batch       // records of deleted queues
 	perQueue    map[uint32]int    // leftovers by queue id
 	unexplained []unexplainedItem // see ErrNeedsRepair
+	sessions    int               // connections' leases ended (restoredState)
 }
 
 type unexplainedItem struct {

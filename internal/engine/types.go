@@ -253,6 +253,15 @@ type ReceiveRequest struct {
 	// never sees a message neither visible nor counted. It must not call
 	// the engine.
 	OnTake func(n int)
+
+	// Session marks the leases as a connection's (AMQP deliveries, whose
+	// connection requeues them when it closes) rather than a visibility
+	// timeout's (SQS): the engine that granted them is the only one that
+	// can see them settled, so after a restart or a failover they end at
+	// once, on every queue, keeping the receive count and with no retry
+	// backoff, as RabbitMQ requeues a dead connection's unacknowledged
+	// messages. SQS leases run their course, as in SQS.
+	Session bool
 }
 
 // Delivery is one received message.

@@ -1,0 +1,132 @@
+package crash
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// TestAMQPDeliveriesRequeuedAfterKill: a queue created over SQS and
+// consumed over AMQP. After kill -9, the messages an AMQP consumer held
+// unacknowledged are deliverable again as soon as the server is back (their
+// connection died with it, as RabbitMQ requeues them), not after the
+// consumer timeout (30 minutes); a message an SQS client received keeps
+// its visibility timeout, as in SQS.
+func TestAMQPDeliveriesRequeuedAfterKill(t *testing.T) {
+	bin := Binary(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, bin, dir, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Kill() })
+	c := NewClient(srv.URL(), "session", 2, 30*time.Second)
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("sqs-made")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"a1", "a2", "s1"} {
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two deliveries to an AMQP consumer, never acknowledged.
+	addr, err := amqpReadyAddr(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial("amqp://guest:guest@" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(2, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume("sqs-made", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for len(held) < 2 {
+		select {
+		case d := <-ds:
+			held[string(d.Body)] = true
+		case <-ctx.Done():
+			t.Fatalf("AMQP consumer got %d of 2 deliveries", len(held))
+		}
+	}
+	// The third to an SQS receive with a long visibility timeout.
+	var sqsHeld string
+	for sqsHeld == "" {
+		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, VisibilityTimeout: 3600, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 1 {
+			sqsHeld = *out.Messages[0].Body
+		}
+	}
+	if held[sqsHeld] {
+		t.Fatalf("%q delivered to both consumers", sqsHeld)
+	}
+	// Leases are written without a sync; a send is synced, and the log is
+	// sequential, so after it the three leases are on disk too and the
+	// kill cannot undo them.
+	other, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("barrier")})
+	if err == nil {
+		_, err = c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: other.QueueUrl, MessageBody: aws.String("sync")})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = Start(ctx, bin, dir, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = NewClient(srv.URL(), "session", 2, 30*time.Second)
+	u, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("sqs-made")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: u.QueueUrl,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, nv := attrs.Attributes["ApproximateNumberOfMessages"], attrs.Attributes["ApproximateNumberOfMessagesNotVisible"]; v != "2" || nv != "1" {
+		t.Fatalf("after the restart: %s visible, %s not visible; want the 2 AMQP deliveries visible and the SQS lease running", v, nv)
+	}
+	got := map[string]bool{}
+	for len(got) < 2 {
+		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: u.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			if !held[*m.Body] {
+				t.Fatalf("received %q after the restart; the SQS lease on %q should still run", *m.Body, sqsHeld)
+			}
+			if rc := m.Attributes["ApproximateReceiveCount"]; rc != "2" {
+				t.Fatalf("%q: receive count %s after the requeue, want 2", *m.Body, rc)
+			}
+			got[*m.Body] = true
+		}
+	}
+}
