@@ -45,9 +45,12 @@ import (
 	"net/http/httputil"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
@@ -101,6 +104,7 @@ type Node struct {
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
 	transport      *http.Transport
+	metrics        nodeMetrics
 
 	mu      sync.Mutex
 	changed chan struct{}  // closed and replaced whenever routing may have changed
@@ -112,6 +116,12 @@ type Node struct {
 	perIP     map[string]int // relayed AMQP connections per client IP
 	relayed   int            // their sum
 	done      bool           // Run has begun shutting down: no new relays
+
+	// localMetrics gathers that server's metrics (GET /metrics).
+	localMetrics prometheus.Gatherer
+	// reports are the followers' latest statuses, while this node leads
+	// (clusterview.go).
+	reports map[uint64]reported
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -128,7 +138,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -170,6 +180,11 @@ func New(opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help:        "Always 1; the labels name the running build (version, commit, date, go_version).",
+		ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "date": o.Build.Date, "go_version": o.Build.GoVersion}})
+	build.Set(1)
+	n.metrics = newNodeMetrics(n.raft.Status, build)
 	n.transport = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        1024,
@@ -255,6 +270,9 @@ func (n *Node) Run(ctx context.Context) error {
 		endLeader()
 	}
 	onStatus(n.raft.Status())
+	rctx, stopReports := context.WithCancel(ctx)
+	reportsDone := make(chan struct{})
+	go func() { defer close(reportsDone); n.reportLoop(rctx) }()
 loop:
 	for {
 		select {
@@ -270,6 +288,8 @@ loop:
 		}
 	}
 	n.log.Info("sluice cluster node stopping")
+	stopReports()
+	<-reportsDone
 	_ = n.httpLn.Close() // stop accepting; Shutdown below reports what matters
 	if n.amqpLn != nil {
 		_ = n.amqpLn.Close()
@@ -339,12 +359,22 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 			}
 			continue
 		}
-		srv, err := server.New(n.internalOptions(), log.With("component", "server"), nil)
+		// The view is bound to the leadership this node holds now: the
+		// term its engine writes in, stamped on every response.
+		st := n.raft.Store()
+		viewTerm := raftstore.LeaderTerm(st)
+		if viewTerm == 0 {
+			_ = st.Close() // a follower's view, never used
+			continue
+		}
+		o := n.internalOptions(viewTerm)
+		o.InjectedStore = st
+		srv, err := server.New(o, log.With("component", "server"), nil)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)
 			continue
 		}
-		n.serveLocal(ctx, srv, term, log)
+		n.serveLocal(ctx, srv, viewTerm, log)
 	}
 }
 
@@ -358,6 +388,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.mu.Lock()
 	n.local = &ad
 	n.localHTTP = srv.Handler()
+	n.localMetrics = srv.MetricsGatherer()
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
@@ -404,6 +435,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.mu.Lock()
 	n.local = nil
 	n.localHTTP = nil
+	n.localMetrics = nil
 	n.mu.Unlock()
 	stop()
 	if err := <-done; err != nil {
@@ -411,12 +443,22 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	}
 }
 
-// internalOptions are the leader's server settings: this node's, on the
-// replicated store, with listeners on port 0 of the Raft address's host
-// (peers reach them there).
-func (n *Node) internalOptions() server.Options {
+// Response headers of every HTTP response a leader's server writes: the
+// Raft term of the leadership whose engine served it, and the leader's
+// node id. A checker orders acknowledgements by them.
+const (
+	HeaderTerm = "X-Sluice-Term"
+	HeaderNode = "X-Sluice-Node"
+)
+
+// internalOptions are the leader's server settings for the leadership of
+// term: this node's, with listeners on port 0 of the Raft address's host
+// (peers reach them there). The caller sets InjectedStore to the
+// replicated store bound to that leadership.
+func (n *Node) internalOptions(term uint64) server.Options {
 	o := n.opts
-	o.InjectedStore = n.raft.Store()
+	o.InternalHandler = n.internalHandler()
+	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
 	o.SQSListen = net.JoinHostPort(host, "0")
 	if o.AMQPListen != "" {
@@ -523,6 +565,7 @@ func (n *Node) routes() http.Handler {
 		FlushInterval: -1, // dashboard event streams and long polls pass through at once
 		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			n.metrics.forwardErrors.Inc()
 			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
 			unavailable(w, r, "the leader could not be reached; retry")
 		},
@@ -532,12 +575,25 @@ func (n *Node) routes() http.Handler {
 		ad, _, err := n.route(ctx)
 		cancel()
 		if err != nil {
+			n.metrics.forwardErrors.Inc()
 			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}
 		if h := n.localHandler(ad); h != nil {
 			h.ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
+		}
+		// The Transport reads the request body once more after sending
+		// its declared length, possibly after the leader has answered
+		// and the answer is being copied out. Without full duplex,
+		// net/http's server closes an unread request body when the
+		// response header is written; that extra read then fails, the
+		// Transport drops the connection to the leader mid-answer, and
+		// the client gets a cut response while the messages it received
+		// stay in flight (the follower-path tail of issue #14,
+		// golang/go#40747; TestForwardedReceivesLoseNoMessage).
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			n.log.Warn("cannot forward in full duplex", "err", err)
 		}
 		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
 	})
@@ -547,6 +603,10 @@ func (n *Node) routes() http.Handler {
 	// The node's own status is an operator surface: behind [http_auth]
 	// when configured, and the browser defences, like /metrics.
 	mux.Handle("GET /sluice/v1/cluster", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveStatus), ha), n.opts.AllowedHosts))
+	// Each node's own Raft metrics, with the engine's on the leader
+	// (metrics.go).
+	mux.Handle("GET /metrics", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveMetrics), ha), n.opts.AllowedHosts))
+	mux.Handle(internalPrefix, http.NotFoundHandler()) // the Raft network's only (clusterview.go)
 	n.memberRoutes(mux, ha)
 	mux.Handle("/", forward)
 	return mux

@@ -214,13 +214,28 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 // leads and serves.
 func threeNodes(t *testing.T, edit func(*server.Options)) []*Node {
 	t.Helper()
-	nodes, _ := threeStoppableNodes(t, edit)
+	nodes, _ := threeStoppableNodesWith(t, edit, nil)
+	return nodes
+}
+
+// threeNodesWith is threeNodes with prepare, when not nil, called on each
+// node after New and before Run (tests install hooks there).
+func threeNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node)) []*Node {
+	t.Helper()
+	nodes, _ := threeStoppableNodesWith(t, edit, prepare)
 	return nodes
 }
 
 // threeStoppableNodes is threeNodes that also returns a function stopping
 // member i gracefully (Run's context ends) and returning Run's error.
 func threeStoppableNodes(t *testing.T, edit func(*server.Options)) ([]*Node, func(i int) error) {
+	t.Helper()
+	return threeStoppableNodesWith(t, edit, nil)
+}
+
+// threeStoppableNodesWith is threeStoppableNodes with threeNodesWith's
+// prepare.
+func threeStoppableNodesWith(t *testing.T, edit func(*server.Options), prepare func(*Node)) ([]*Node, func(i int) error) {
 	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
@@ -236,6 +251,9 @@ func threeStoppableNodes(t *testing.T, edit func(*server.Options)) ([]*Node, fun
 		n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if prepare != nil {
+			prepare(n)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -365,6 +383,16 @@ func TestNoLeaderAnswersInTheRequestsShape(t *testing.T) {
 	_ = resp.Body.Close()            // only the body matters
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "<Code>ServiceUnavailable</Code>") {
 		t.Fatalf("Query request: %d %s", resp.StatusCode, body)
+	}
+	// Both refusals are counted in the node's own metrics.
+	resp, err = http.Get("http://" + n.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body) // a short read shows in the check below
+	_ = resp.Body.Close()
+	if !strings.Contains(string(body), "\nsluice_cluster_forward_errors_total 2\n") {
+		t.Fatalf("/metrics does not count the two refused requests:\n%s", body)
 	}
 }
 

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Report is the answer of GET /sluice/v1/cluster on any node's public
@@ -18,6 +20,10 @@ type Report struct {
 	// cluster add/remove`), with its Raft address and the internal
 	// addresses it last advertised as leader (if ever).
 	Peers []PeerReport `json:"peers"`
+	// View is the leader's view of every member (clusterview.go): fetched
+	// from the leader when this node follows; absent while no leader
+	// serves it.
+	View *ClusterView `json:"view,omitempty"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
@@ -74,8 +80,14 @@ func (n *Node) Status() Report {
 	return rep
 }
 
-func (n *Node) serveStatus(w http.ResponseWriter, _ *http.Request) {
+func (n *Node) serveStatus(w http.ResponseWriter, r *http.Request) {
+	rep := n.Status()
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	if v, err := n.leaderView(ctx); err == nil {
+		rep.View = &v
+	}
+	cancel()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(n.Status()) // a client gone cannot be told
+	_ = json.NewEncoder(w).Encode(rep) // a client gone cannot be told
 }

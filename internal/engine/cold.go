@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -17,9 +18,10 @@ import (
 // written to the store as before but not inserted into memory; the queue
 // only counts it (coldPart). Every message with a sequence number below
 // coldPart.from that exists is hot; a message at or above it is cold unless
-// it is in q.msgs (a delayed send, which always stays hot, a moved copy
-// inserted by insertCopies while the window had room, an import, or a
-// message a receipt handle promoted), was dropped earlier in the same
+// it is in q.msgs (a standard queue's delayed send, which always stays
+// hot, a moved copy inserted by insertCopies while the window had room, an
+// import into a standard queue, a message a receipt handle promoted, or a
+// FIFO look-ahead's message), was dropped earlier in the same
 // operation (coldPart.gone), or is a moved copy not yet inserted
 // (coldPart.pending).
 //
@@ -28,9 +30,29 @@ import (
 // coldPart.from (content and state records, decoded exactly as recovery
 // does), at most a window at a time, and advances from past what it read.
 // When a refill reaches the end of the queue's records the queue is hot
-// again. Open loads only the first window of a standard queue and counts
-// the rest from keys and value lengths (store.ScanLengths) without
-// reading them. FIFO queues are always fully hot.
+// again. Open loads only the first window of a queue and counts the rest
+// from keys and value lengths (store.ScanLengths) without reading them.
+//
+// FIFO queues go cold the same way, with one more rule: while a FIFO queue
+// is cold every new message goes cold, delayed (the queue's DelaySeconds)
+// or not, and the window bounds its visible and delayed messages together
+// (waitingLocked). So the hot messages are exactly those below cold.from
+// (plus promoted messages, moved copies a refill had passed, and a
+// look-ahead's messages, which are their groups' first cold ones), and every
+// cold message of a group comes after every hot one of that group: a
+// group's list in memory is always a prefix of the group, and the group
+// lock (a FIFO group whose head is in flight or delayed delivers nothing)
+// holds across refills and restarts, since a refill only appends to a
+// group's list. A refill reads in sequence order from cold.from; when every
+// group in the window is locked, a receive looks further back, bounded,
+// for messages of other groups (fifocold.go). Past that bound (four
+// windows of records) messages of other groups wait until the window
+// moves on, as SQS documents for its own FIFO queues with 120,000
+// messages ("FIFO queues scan the first 120,000 messages to determine
+// available message groups"). A group at the head that is processed
+// always lets the window advance: its deletes bring the window under its
+// low water mark. Deduplication entries are separate records (dedupKey),
+// kept in memory for DedupWindow whether their message is hot or cold.
 
 // resolveWindow returns the ready window in force (count, body bytes; 0:
 // none) for o.
@@ -66,8 +88,17 @@ type coldPart struct {
 	// deleted in the operation's batch, which is written only when the
 	// operation ends: a refill (or a scan) later in the same operation
 	// would otherwise read them as cold messages. Entries below from are
-	// pruned by refills.
+	// pruned by refills and cleared once the operation's batch is
+	// written (settled).
 	gone map[uint64]struct{}
+
+	// delayed counts the cold messages sent with a delay (a FIFO queue's
+	// DelaySeconds; a standard queue's delayed sends stay hot), by the
+	// second their delay ends, rounded up, so that the counts can tell
+	// them from visible ones (delayedAt). At most one entry per second of
+	// MaxDelay. Not rebuilt by Open: after a restart every cold message
+	// counts as visible.
+	delayed map[int64]int
 
 	// pending holds the sequence numbers of copies that dead-letter moves
 	// and redrives wrote into this queue's key range but insertCopies has
@@ -76,6 +107,70 @@ type coldPart struct {
 	// so it has its own.
 	mu      sync.Mutex
 	pending map[uint64]struct{}
+}
+
+// delaySecond is the key of coldPart.delayed for a delay ending at t.
+func delaySecond(t int64) int64 { return (t + int64(time.Second) - 1) / int64(time.Second) }
+
+// addDelayed counts a cold message sent at now whose delay ends at
+// visibleAt. Now and then it forgets delays that have ended, so that the
+// map holds about MaxDelay's seconds at most.
+func (c *coldPart) addDelayed(visibleAt, now int64) {
+	if c.delayed == nil {
+		c.delayed = make(map[int64]int)
+	}
+	if len(c.delayed) > 2*int(MaxDelay/time.Second) {
+		for k := range c.delayed {
+			if k*int64(time.Second) <= now {
+				delete(c.delayed, k)
+			}
+		}
+	}
+	c.delayed[delaySecond(visibleAt)]++
+}
+
+// leftCold is told that the cold message m leaves the cold part (loaded or
+// deleted). A message sent with a delay, never received, has a visibleAt
+// after its enqueuedAt; the entry of one whose delay has ended no longer
+// counts. (A redriven copy may look the same, enqueued long before: it then
+// takes one off a second's count that is not its own, which the counts
+// tolerate: they are approximate, and the entry ends with its second.)
+func (c *coldPart) leftCold(m *message) {
+	if len(c.delayed) == 0 || m.recvCount != 0 || m.visibleAt <= m.enqueuedAt {
+		return
+	}
+	k := delaySecond(m.visibleAt)
+	switch n := c.delayed[k]; {
+	case n > 1:
+		c.delayed[k] = n - 1
+	case n == 1:
+		delete(c.delayed, k)
+	}
+}
+
+// delayedAt returns how many cold messages are still delayed at now (at
+// most the cold count).
+func (c *coldPart) delayedAt(now int64) int {
+	n := 0
+	for k, v := range c.delayed {
+		if k*int64(time.Second) > now {
+			n += v
+		}
+	}
+	return min(n, c.n)
+}
+
+// settled is told that the queue's operation has written its batch: the
+// records of the messages it dropped are deleted in the store (a scan sees
+// the latest write), so gone, needed only until then, is cleared. Without
+// this, a FIFO queue whose window is stuck behind a locked group would
+// keep one entry per message its look-ahead loaded and a consumer deleted
+// (fifocold.go) until refills pass them. Called under the queue's lock
+// right after the write.
+func (c *coldPart) settled() {
+	if len(c.gone) != 0 {
+		c.gone = nil
+	}
 }
 
 func (c *coldPart) addPending(seq uint64) {
@@ -104,7 +199,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 // being deleted wholesale (purge, delete).
 func (q *queue) forgetColdLocked() {
 	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
-	q.cold.gone = nil
+	q.cold.gone, q.cold.delayed = nil, nil
 }
 
 // noteDroppedLocked is told that m leaves memory with its records deleted
@@ -132,10 +227,29 @@ func (q *queue) notColdLocked(seq uint64) bool {
 }
 
 // goesColdLocked reports whether the new message m stays only in the store.
+// On a standard queue only an immediately visible message does (a delayed
+// one stays hot). On a FIFO queue any new message does while the queue is
+// cold, delayed or not: every message of a group that is cold must follow,
+// in sequence order, every hot message of that group (see FIFO queues above).
 func (q *queue) goesColdLocked(m *message) bool {
 	w, wb := q.eng.window, q.eng.windowB
-	return w > 0 && !q.fifo() && m.state == stateVisible &&
-		(q.cold.on || q.nState[stateVisible] >= w || (wb > 0 && q.nBytes[stateVisible] >= wb))
+	if w <= 0 || (!q.fifo() && m.state != stateVisible) {
+		return false
+	}
+	n, bytes := q.waitingLocked()
+	return q.cold.on || n >= w || (wb > 0 && bytes >= wb)
+}
+
+// waitingLocked returns the number and body bytes of the hot messages that
+// the window bounds: the visible ones, and on a FIFO queue the delayed ones
+// too (which, unlike a standard queue's, a refill may load).
+func (q *queue) waitingLocked() (int, int64) {
+	n, bytes := q.nState[stateVisible], q.nBytes[stateVisible]
+	if q.fifo() {
+		n += q.nState[stateDelayed]
+		bytes += q.nBytes[stateDelayed]
+	}
+	return n, bytes
 }
 
 // windowFull reports whether n messages of bodies bytes fill a window.
@@ -159,8 +273,8 @@ func (q *queue) addColdLocked(seq uint64, recLen int) {
 // refills.
 func (q *queue) lowLocked() bool {
 	e := q.eng
-	return q.nState[stateVisible] < max(e.window/2, 1) &&
-		(e.windowB <= 0 || q.nBytes[stateVisible] < e.windowB/2)
+	n, bytes := q.waitingLocked()
+	return n < max(e.window/2, 1) && (e.windowB <= 0 || bytes < e.windowB/2)
 }
 
 // topUpLocked refills a cold queue whose hot visible count is under the low
@@ -205,6 +319,7 @@ func (q *queue) refillLocked(now int64) int {
 		},
 		keepBody: e.keepBodies,
 		message: func(m *message, group string, contentLen int) error {
+			q.cold.leftCold(m)
 			restored = append(restored, m)
 			groups = append(groups, group)
 			loadedBody += int64(max(m.bodyLen, int32(len(m.body))))
@@ -267,6 +382,7 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 	if m == nil {
 		return nil // deleted
 	}
+	q.cold.leftCold(m)
 	q.cold.n--
 	q.cold.bytes -= int64(contentLen)
 	q.restoreLocked(m, group, e.now())
@@ -322,7 +438,7 @@ func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m
 	return nil
 }
 
-// countColdLocked is recovery's count of a standard queue's messages from
+// countColdLocked is recovery's count of a queue's messages from
 // seq from on, from keys and value lengths only: the queue's first window
 // is loaded, the rest is cold. It checks what it can without the values
 // (key shape, a state record after its content) and raises nextSeq.

@@ -510,8 +510,9 @@ func TestColdRetention(t *testing.T) {
 // TestColdOpensStoreWrittenWithoutWindow: a store written by an engine
 // that held everything in memory (ReadyWindow -1, as releases before the
 // window did; the record layout is the same) opens with a window: every
-// message, state and count is kept, FIFO queues are loaded in full, and
-// pre-restart receipt handles still delete.
+// message, state and count is kept, FIFO queues too are loaded a window at
+// a time (in per-group order), and pre-restart receipt handles still
+// delete.
 func TestColdOpensStoreWrittenWithoutWindow(t *testing.T) {
 	coldStores(t, func(t *testing.T, f *coldFixture) {
 		f.e.Close()
@@ -544,8 +545,8 @@ func TestColdOpensStoreWrittenWithoutWindow(t *testing.T) {
 		if q := f.e.queues["q"]; !q.cold.on || len(q.msgs) != coldWindow {
 			t.Fatalf("with a window: cold %v, %d in memory", q.cold.on, len(q.msgs))
 		}
-		if c := f.count("f.fifo"); c != 100 || len(f.e.queues["f.fifo"].msgs) != 100 {
-			t.Fatalf("fifo count %d", c)
+		if c := f.count("f.fifo"); c != 100 || len(f.e.queues["f.fifo"].msgs) != coldWindow {
+			t.Fatalf("fifo count %d, %d in memory", c, len(f.e.queues["f.fifo"].msgs))
 		}
 		for _, err := range f.del("q", held[10:]...) {
 			if err != nil {
@@ -558,6 +559,29 @@ func TestColdOpensStoreWrittenWithoutWindow(t *testing.T) {
 		}
 		if len(got) != 150 || got[0] != "m00050" || got[149] != "m00199" {
 			t.Fatalf("received %d after reopening", len(got))
+		}
+		// The FIFO queue, loaded a window at a time, in order.
+		var fifo []string
+		for i := 0; i < 30; i++ {
+			d := f.recv("f.fifo", 10, time.Hour)
+			for _, m := range d {
+				fifo = append(fifo, string(m.Body))
+				f.del("f.fifo", m.ReceiptHandle)
+			}
+		}
+		if len(fifo) != 100 {
+			t.Fatalf("fifo: received %d after reopening", len(fifo))
+		}
+		last := map[int]int{0: -1, 1: -1, 2: -1}
+		for _, b := range fifo {
+			var n int
+			if _, err := fmt.Sscanf(b, "f%03d", &n); err != nil {
+				t.Fatal(err)
+			}
+			if last[n%3] >= n {
+				t.Fatalf("fifo: %s after f%03d in its group", b, last[n%3])
+			}
+			last[n%3] = n
 		}
 	})
 }

@@ -257,6 +257,7 @@ func (e *Engine) DeleteMatching(name string, f Filter) (int, error) {
 	var coldBytes int64
 	err = q.scanColdLocked(0, now, false, func(m *message, contentLen int) error {
 		if f.matches(m) {
+			q.cold.leftCold(m)
 			q.noteDroppedLocked(m)
 			b.Delete(messageKey(q.id, m.seq, kindContent))
 			b.Delete(messageKey(q.id, m.seq, kindState))
@@ -343,6 +344,16 @@ func (e *Engine) Import(name string, views []View) (int, error) {
 		if v.DeadLetter != nil || v.LastFailure != nil || v.Redrive != nil || v.TraceHeader != "" || v.DeadLetterSource != "" || len(v.Envelope) > 0 {
 			m.ext = &messageExt{dead: v.DeadLetter, failure: v.LastFailure, redrive: v.Redrive,
 				trace: v.TraceHeader, dlqSource: v.DeadLetterSource, envelope: v.Envelope}
+		}
+		if q.fifo() && q.goesColdLocked(m) {
+			// Behind a cold FIFO backlog: cold too, so that it follows
+			// the cold messages of its group (cold.go).
+			m.group = &group{id: v.GroupID}
+			rec := encodeContent(m)
+			b.Set(messageKey(q.id, m.seq, kindContent), rec)
+			q.addColdLocked(m.seq, len(rec))
+			n++
+			continue
 		}
 		m.group = q.groupLocked(v.GroupID)
 		b.Set(messageKey(q.id, m.seq, kindContent), encodeContent(m))

@@ -299,6 +299,7 @@ func (e *Engine) write(b *store.Batch, durable bool) (store.Pending, error) {
 func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 	p, err := e.write(b, true)
 	if err == nil {
+		q.cold.settled()
 		e.scheduleLocked(q)
 	}
 	e.unlockAndInsertCopiesAfter(q, p) // dead-letter copies in b are published once p is durable

@@ -188,19 +188,21 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		rec := encodeContent(m)
 		b.Set(messageKey(q.id, seq, kindContent), rec)
 		q.addColdLocked(seq, len(rec))
-		q.enforceLimitsLocked(now, b)
-		return SendResult{MessageID: FormatID(id)}, true
+		if m.state == stateDelayed {
+			q.cold.addDelayed(m.visibleAt, now)
+		}
+	} else {
+		m.group = q.groupLocked(in.GroupID)
+		// Encode before adding: beyond the body budget, adding drops
+		// the body from memory.
+		rec, bodyAt := encodeContentBodyAt(m)
+		b.Set(messageKey(q.id, seq, kindContent), rec)
+		m.stateRec = stateRecNone // a fresh sequence number: no state record yet
+		if in.BodyBorrowed {
+			m.body = ownBody(rec, bodyAt, in.Body)
+		}
+		q.addLocked(m)
 	}
-	m.group = q.groupLocked(in.GroupID)
-	// Encode before adding: beyond the body budget, adding drops the body
-	// from memory.
-	rec, bodyAt := encodeContentBodyAt(m)
-	b.Set(messageKey(q.id, seq, kindContent), rec)
-	m.stateRec = stateRecNone // a fresh sequence number: no state record yet
-	if in.BodyBorrowed {
-		m.body = ownBody(rec, bodyAt, in.Body)
-	}
-	q.addLocked(m)
 	q.enforceLimitsLocked(now, b)
 	res = SendResult{MessageID: FormatID(id)}
 	if q.fifo() {
@@ -302,14 +304,17 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 				e.unlockAndInsertCopies(q)
 				return nil, err
 			}
+			q.cold.settled()
 		}
 		e.scheduleLocked(q)
 		var ch <-chan struct{}
 		switch {
-		case len(out) == 0 && !expired && q.cold.on && !q.cfg.Paused && !overLimit && e.failed.Load() == nil:
+		case len(out) == 0 && !expired && q.cold.on && q.lowLocked() && !q.cfg.Paused && !overLimit && e.failed.Load() == nil:
 			// The refills found only messages that were not receivable
 			// (expired, in flight, delayed) and more are cold: a long
-			// poll reads on rather than waiting for a send.
+			// poll reads on rather than waiting for a send. Not when the
+			// window is full (a FIFO queue's window of locked groups):
+			// no refill would read more until something changes.
 			again := make(chan struct{})
 			close(again)
 			ch = again
@@ -420,10 +425,19 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		}
 	}
 	if q.fifo() {
+		q.topUpLocked(now, b) // the window, in sequence order (cold.go)
+		looked := false
 		for len(out) < req.Max {
 			g := q.available.head
 			if g == nil {
-				break
+				// Every group in memory is locked: look past the
+				// window for other groups (fifocold.go), once.
+				if looked || len(out) > 0 || !q.cold.on || q.lookAheadLocked(now) == 0 {
+					break
+				}
+				looked = true
+				q.advanceLocked(now, b)
+				continue
 			}
 			for m := g.msgs.head; m != nil && m.state == stateVisible && len(out) < req.Max; {
 				next := m.next

@@ -726,15 +726,16 @@ func (q *queue) nextWakeLocked() int64 {
 
 // info snapshots the queue.
 func (q *queue) infoLocked() QueueInfo {
+	coldDelayed := q.cold.delayedAt(q.eng.now())
 	info := QueueInfo{
 		Name:         q.name,
 		Config:       cloneConfig(q.cfg),
 		Tags:         cloneMap(q.tags),
 		CreatedAt:    fromNanos(q.createdAt),
 		ModifiedAt:   fromNanos(q.modifiedAt),
-		Visible:      q.nState[stateVisible] + q.cold.n,
+		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed,
 		InFlight:     q.nState[stateInFlight],
-		Delayed:      q.nState[stateDelayed],
+		Delayed:      q.nState[stateDelayed] + coldDelayed,
 		Sent:         q.stats.sent.Load(),
 		Received:     q.stats.received.Load(),
 		Redelivered:  q.stats.redelivered.Load(),

@@ -143,10 +143,10 @@ func (e *Engine) recover() (int, error) {
 	return loaded, nil
 }
 
-// recoverMessages loads each queue's messages: all of a FIFO queue's, the
-// first window of a standard queue's (the rest is counted as cold from keys
-// and value lengths, see cold.go). Key ranges between known queues are
-// read key by key for the audit (records of deleted or unknown queues).
+// recoverMessages loads the first window of each queue's messages (the
+// rest is counted as cold from keys and value lengths, see cold.go). Key
+// ranges between known queues are read key by key for the audit (records
+// of deleted or unknown queues).
 func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, now int64) (int, error) {
 	ids := make([]uint32, 0, len(byID))
 	for id := range byID {
@@ -181,12 +181,12 @@ func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, n
 	return loaded, nil
 }
 
-// recoverQueueMessages loads q's messages (all, or the first window of a
-// standard queue) and counts the rest as cold. Content and state records
+// recoverQueueMessages loads q's messages (the first window, or all when
+// no window is set) and counts the rest as cold. Content and state records
 // of one message are adjacent (kind 0 then 1), so one pass rebuilds each
 // message.
 func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64) (int, error) {
-	windowed := e.window > 0 && !q.fifo()
+	windowed := e.window > 0
 	var loadedBody int64
 	loaded := 0
 	stopAt, stopped, err := q.scanRecords(qidPrefix(prefixMessage, q.id), qidPrefix(prefixMessage, q.id+1), recordScan{

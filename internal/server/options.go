@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -44,6 +45,16 @@ type Options struct {
 	// replicated store, whose Close ends the view, not the Raft node).
 	// Not settable from a config file.
 	InjectedStore store.Store `toml:"-"`
+	// ResponseHeaders, when set, are set on every HTTP response the
+	// server's handler writes (a cluster leader's server stamps
+	// X-Sluice-Term and X-Sluice-Node). Not settable from a config file.
+	ResponseHeaders http.Header `toml:"-"`
+	// InternalHandler, when set, serves the paths under /sluice/internal/
+	// without [http_auth]: node-to-node routes of a cluster leader's
+	// server, whose listener is on the Raft network (a cluster node's
+	// public listeners never pass those paths on). Not settable from a
+	// config file.
+	InternalHandler http.Handler `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

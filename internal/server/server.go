@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -324,6 +325,9 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	mux.Handle("GET /metrics", guarded)
 	mux.Handle("/ui/", guarded)
 	mux.Handle("/", sqsH)
+	if opts.InternalHandler != nil {
+		mux.Handle("/sluice/internal/", opts.InternalHandler)
+	}
 	// A browser opening the root gets the dashboard; an SQS Query GET
 	// (it always has a query string) still reaches the SQS API.
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -333,7 +337,22 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		}
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
-	return newBrowserGuard(mux, opts.AllowedHosts)
+	return withHeaders(newBrowserGuard(mux, opts.AllowedHosts), opts.ResponseHeaders)
+}
+
+// withHeaders sets hdr on every response of h (h itself when hdr is
+// empty).
+func withHeaders(h http.Handler, hdr http.Header) http.Handler {
+	if len(hdr) == 0 {
+		return h
+	}
+	hdr = hdr.Clone()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range hdr {
+			w.Header()[k] = slices.Clone(v)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // failuresRoute serves POST /sluice/v1/failures. Besides an operator
@@ -525,6 +544,11 @@ func (s *Server) Close() {
 // directly for requests on its public listener instead of forwarding them
 // to that listener over loopback.
 func (s *Server) Handler() http.Handler { return s.httpSrv.Handler }
+
+// MetricsGatherer gathers the metrics GET /metrics serves: the engine's,
+// the APIs', the store's and the process's. A cluster node that leads
+// serves them beside its own Raft metrics.
+func (s *Server) MetricsGatherer() prometheus.Gatherer { return s.metrics.Registry() }
 
 // WriteReadyFile writes, atomically (a temporary file renamed into place),
 // the JSON {"sqs":…,"amqp":…,"pid":…} that tests and scripts read to find a

@@ -338,6 +338,9 @@ func TestPartitionedLeaderFailsPending(t *testing.T) {
 	if werr == nil || !errors.Is(werr, ErrNotLeader) {
 		t.Fatalf("Wait on a partitioned leader = %v, want ErrNotLeader", werr)
 	}
+	if st := c.nodes[li].Status(); st.FailedProposals != 1 {
+		t.Fatalf("FailedProposals = %d after one write failed for lost leadership, want 1", st.FailedProposals)
+	}
 	if _, err := s.Write(&b, true); !errors.Is(err, store.ErrFailed) {
 		t.Fatalf("write after lost leadership: %v, want store.ErrFailed", err)
 	}
@@ -347,6 +350,13 @@ func TestPartitionedLeaderFailsPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.CheckFor(t, 15*time.Second, func() error { return stateHas(c.nodes[li], "after", "1") })
+	// It saw itself lead, then the new leader.
+	poll.CheckFor(t, 15*time.Second, func() error {
+		if st := c.nodes[li].Status(); st.LeaderChanges < 2 || st.Leader != c.nodes[nl].cfg.ID {
+			return fmt.Errorf("old leader: %d leader changes, leader %d; want at least 2, %d", st.LeaderChanges, st.Leader, c.nodes[nl].cfg.ID)
+		}
+		return nil
+	})
 }
 
 // TestRestartAll closes every node and opens them again: every

@@ -149,6 +149,16 @@ type Status struct {
 	Applied uint64
 	Role    string            // "leader", "follower", "candidate" or "removed"
 	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
+	// FirstIndex and LastIndex bound the entries this node's Raft log
+	// holds (LastIndex < FirstIndex: none).
+	FirstIndex, LastIndex uint64
+	// LeaderChanges counts, since Open, the times this node learned of a
+	// new leader (itself included).
+	LeaderChanges uint64
+	// FailedProposals counts, since Open, the writes this node proposed as
+	// leader and failed because it lost the leadership (or Raft dropped
+	// them) before they applied.
+	FailedProposals uint64
 	// Members is the applied membership (from the replicated log, not the
 	// configuration), sorted by id.
 	Members []Member
@@ -216,6 +226,9 @@ type Node struct {
 	mem        membership // written by the loop only (see membership.go)
 	err        error      // the loop stopped on this error
 	closed     bool
+
+	// Counters for Status (metrics).
+	leaderChanges, failedProposals uint64
 }
 
 // proposal is a queued entry.
@@ -548,6 +561,7 @@ func (n *Node) proposeQueued() {
 		}
 		if err != nil {
 			n.mu.Lock()
+			n.failedProposals++
 			if p.cc != nil {
 				n.mem.ccID = 0
 			}
@@ -638,6 +652,7 @@ func (n *Node) checkRole() {
 	defer n.mu.Unlock()
 	if n.leaderTerm != 0 && (!isLeader || term != n.leaderTerm) {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
+		n.failedProposals += uint64(len(n.waiters))
 		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
 		n.leaderTerm, n.ready = 0, false
 		n.mem.ccID = 0 // a next leadership starts not ready: it applies that change first, if committed
@@ -752,6 +767,8 @@ func (n *Node) updateStatus() {
 	default:
 		st.Role = "follower"
 	}
+	st.FirstIndex, _ = n.rl.FirstIndex() // never fails
+	st.LastIndex, _ = n.rl.LastIndex()   // never fails
 	n.mu.Lock()
 	st.Applied = n.applied
 	st.Members = n.membersLocked()
@@ -760,6 +777,10 @@ func (n *Node) updateStatus() {
 		st.Role = raftStateRemoved
 	}
 	prev := n.status
+	if st.Leader != 0 && st.Leader != prev.Leader {
+		n.leaderChanges++
+	}
+	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	n.status = st
 	n.mu.Unlock()
 	if prev.Leader != st.Leader || prev.Role != st.Role {
@@ -796,6 +817,7 @@ func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.status
+	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	if st.Match != nil {
 		st.Match = maps.Clone(st.Match)
 	}

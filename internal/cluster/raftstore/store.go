@@ -34,6 +34,16 @@ func (n *Node) Store() store.Store {
 	return &view{n: n, term: n.leaderTerm}
 }
 
+// LeaderTerm returns the leadership term a store from Node.Store is bound
+// to: 0 for a follower's view (or a store of another kind). The engine
+// opened on that store can only ever write in that term.
+func LeaderTerm(s store.Store) uint64 {
+	if v, ok := s.(*view); ok {
+		return v.term
+	}
+	return 0
+}
+
 // failLocked records err as the view's failure and returns it.
 func (v *view) failLocked(err error) error {
 	if v.err == nil {

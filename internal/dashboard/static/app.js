@@ -7,6 +7,7 @@ import * as queue from './queue.js';
 import * as dlq from './dlq.js';
 import * as advisor from './advisor.js';
 import * as topology from './topology.js';
+import * as cluster from './cluster.js';
 
 const EVENTS = '/sluice/v1/dashboard/events';
 const OVERVIEW = '/sluice/v1/dashboard/overview';
@@ -153,6 +154,7 @@ const routes = [
   { re: /^#\/dlq\/(.+)$/, page: dlq, nav: 'overview' },
   { re: /^#\/advisor$/, page: advisor, nav: 'advisor' },
   { re: /^#\/topology$/, page: topology, nav: 'topology' },
+  { re: /^#\/cluster$/, page: cluster, nav: 'cluster' },
 ];
 
 function setMode(mode) {
@@ -202,6 +204,15 @@ function main() {
   window.addEventListener('hashchange', route);
   route();
   live.start();
+  // The Cluster page is in the nav only in cluster mode, where every
+  // answer of the leader's server names its term (X-Sluice-Term), this
+  // app's own files included.
+  const navCluster = document.getElementById('nav-cluster');
+  fetch('favicon.svg', { method: 'HEAD', cache: 'no-store' }).then((r) => {
+    if (r.headers.get('X-Sluice-Term')) navCluster.hidden = false;
+  }, () => {}).finally(() => {
+    navCluster.dataset.probed = '1';
+  });
 }
 
 main();

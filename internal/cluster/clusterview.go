@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+)
+
+// The cluster view (the dashboard's cluster page, GET /sluice/v1/cluster's
+// "view"): every member with its role, term, commit and applied index,
+// and, from the leader's Raft progress, how far its log is behind.
+//
+// Only a node knows its own applied index, so each follower reports its
+// status to the leader once every reportInterval, on the leader's
+// internal listener (POST /sluice/internal/v1/status: the Raft network,
+// unauthenticated like Raft traffic; the values are shown, never acted
+// on). The leader assembles the view (GET /sluice/internal/v1/members); a
+// follower asked for its status fetches the view from the leader. A
+// node's public listeners answer 404 under /sluice/internal/.
+
+const (
+	internalPrefix  = "/sluice/internal/"
+	internalStatus  = "/sluice/internal/v1/status"
+	internalMembers = "/sluice/internal/v1/members"
+	// reportInterval is how often a follower reports to the leader.
+	reportInterval = time.Second
+	// maxStatusBody bounds a reported status.
+	maxStatusBody = 64 << 10
+)
+
+// ClusterView is the leader's view of every member.
+type ClusterView struct {
+	Leader    uint64       `json:"leader"`
+	Term      uint64       `json:"term"`
+	LastIndex uint64       `json:"last_index"` // the leader's last log index
+	Members   []MemberView `json:"members"`
+}
+
+// MemberView is one member in ClusterView.
+type MemberView struct {
+	ID   uint64 `json:"id"`
+	Raft string `json:"raft"`
+	// Role, Term, Commit and Applied are what the member last reported
+	// (the leader's own, for the leader); Role is "" when it never did.
+	Role    string `json:"role"`
+	Term    uint64 `json:"term"`
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+	// ReportedMsAgo is the age of that report in milliseconds (0 for the
+	// leader), absent when the member never reported to this leader.
+	ReportedMsAgo *int64 `json:"reported_ms_ago,omitempty"`
+	// Match is the highest log index the leader knows on the member; Lag
+	// is the leader's last index minus Match (entries not yet on it).
+	Match uint64 `json:"match"`
+	Lag   uint64 `json:"lag"`
+}
+
+// reported is a follower's last status as the leader received it.
+type reported struct {
+	st NodeStatus
+	at time.Time
+}
+
+// view assembles the ClusterView; ok is false unless this node leads.
+func (n *Node) view() (ClusterView, bool) {
+	st := n.raft.Status()
+	if st.Role != "leader" {
+		return ClusterView{}, false
+	}
+	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range st.Members {
+		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Match: st.Match[p.ID]}
+		m.Lag = lag(st.LastIndex, m.Match)
+		switch r, ok := n.reports[p.ID]; {
+		case p.ID == st.ID:
+			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
+			m.ReportedMsAgo = new(int64)
+		case ok:
+			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
+			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
+		}
+		v.Members = append(v.Members, m)
+	}
+	// Forget the reports of members removed since.
+	for id := range n.reports {
+		if !slices.ContainsFunc(st.Members, func(p raftstore.Member) bool { return p.ID == id }) {
+			delete(n.reports, id)
+		}
+	}
+	return v, true
+}
+
+// internalHandler serves /sluice/internal/ on the leader's server: the
+// followers' reports, and the view for followers asked for it.
+func (n *Node) internalHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+internalStatus, func(w http.ResponseWriter, r *http.Request) {
+		var st NodeStatus
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxStatusBody)).Decode(&st); err != nil {
+			http.Error(w, "bad status: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		member := slices.ContainsFunc(n.raft.Status().Members, func(p raftstore.Member) bool { return p.ID == st.ID })
+		if !member || st.ID == n.opts.Cluster.NodeID {
+			http.Error(w, "not another member of this cluster: "+strconv.FormatUint(st.ID, 10), http.StatusBadRequest)
+			return
+		}
+		n.mu.Lock()
+		n.reports[st.ID] = reported{st: st, at: time.Now()}
+		n.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET "+internalMembers, func(w http.ResponseWriter, _ *http.Request) {
+		v, ok := n.view()
+		if !ok {
+			http.Error(w, "this node does not lead", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v) // a client gone cannot be told
+	})
+	return mux
+}
+
+// errNotServing: no leader serves a view yet.
+var errNotServing = errors.New("cluster: no leader serves the cluster view")
+
+// leaderView returns the ClusterView: this node's when it leads, else the
+// leader's, fetched from its internal listener.
+func (n *Node) leaderView(ctx context.Context) (ClusterView, error) {
+	if v, ok := n.view(); ok {
+		return v, nil
+	}
+	ad, leader, ok := n.target()
+	if !ok || leader == n.opts.Cluster.NodeID {
+		return ClusterView{}, errNotServing
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ad.SQS+internalMembers, nil)
+	if err != nil {
+		return ClusterView{}, err
+	}
+	resp, err := n.transport.RoundTrip(req)
+	if err != nil {
+		return ClusterView{}, err
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	if resp.StatusCode != http.StatusOK {
+		return ClusterView{}, fmt.Errorf("cluster: the leader answered %d", resp.StatusCode)
+	}
+	var v ClusterView
+	err = json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(&v)
+	return v, err
+}
+
+// report sends this node's status to the leader, when another node leads.
+func (n *Node) report(ctx context.Context) error {
+	ad, leader, ok := n.target()
+	if !ok || leader == n.opts.Cluster.NodeID {
+		return nil
+	}
+	b, _ := json.Marshal(n.Status().Node) // numbers and strings always encode
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ad.SQS+internalStatus, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body) // for the connection's reuse
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("cluster: the leader answered %d to a status report", resp.StatusCode)
+	}
+	return nil
+}
+
+// reportLoop reports this node's status to the leader every
+// reportInterval until ctx ends.
+func (n *Node) reportLoop(ctx context.Context) {
+	tick := time.NewTicker(reportInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, reportInterval)
+		if err := n.report(rctx); err != nil && ctx.Err() == nil {
+			n.log.Debug("cannot report this node's status to the leader", "err", err)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,96 @@
+// Cluster (#/cluster): in cluster mode, every member with its role, term,
+// commit and applied index, and how far its Raft log is behind the
+// leader's. The data is GET /sluice/v1/cluster, which the node this
+// browser talks to answers itself (with the leader's view of the
+// members); a single node answers 404 and the page says so.
+import { h, replace, api, fmtInt, badge, notice } from './dom.js';
+
+export const CLUSTER = '/sluice/v1/cluster';
+
+const COLUMNS = [
+  ['Node', ''],
+  ['Role', 'As the member last reported it'],
+  ['Raft address', ''],
+  ['Term', 'The Raft term the member is in'],
+  ['Commit', 'Highest log index the member knows committed'],
+  ['Applied', 'Highest log index applied to the member’s state'],
+  ['Match', 'Highest log index the leader knows is on the member'],
+  ['Lag', 'Entries the member’s log is behind the leader’s last index'],
+  ['Reported', 'Age of the member’s last report to the leader'],
+];
+
+function ago(ms) {
+  if (ms === undefined || ms === null) return 'never';
+  if (ms < 1000) return 'now';
+  return `${Math.round(ms / 1000)}s ago`;
+}
+
+export function render(main, _param, ctx) {
+  document.title = 'Cluster · Sluice';
+  const status = h('div', { class: 'status-slot' });
+  const summary = h('div', { class: 'tiles', id: 'cluster-summary' });
+  const tbody = h('tbody', {});
+  const table = h('table', { class: 'findings members', id: 'cluster-members' },
+    h('caption', {}, 'Every member, as the leader sees it. Lag counts log entries not yet on the member.'),
+    h('thead', {}, h('tr', {}, COLUMNS.map(([c, title]) => h('th', { scope: 'col', title }, c)))), tbody);
+  main.append(
+    h('div', { class: 'page-head' }, h('h1', {}, 'Cluster')),
+    h('p', { class: 'muted' }, 'The Raft group this broker runs in, from ', h('code', {}, 'GET /sluice/v1/cluster'),
+      '. Each node’s own view: ', h('code', {}, 'sluice cluster status'), ' and its ', h('code', {}, 'sluice_raft_*'), ' metrics.'),
+    status, summary, h('div', { class: 'table-wrap' }, table));
+
+  const draw = (rep) => {
+    const me = rep.node;
+    const v = rep.view;
+    const leader = v ? v.leader : me.leader;
+    replace(summary,
+      h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'This node'),
+        h('span', { class: 'tile-value', id: 'cluster-self' }, `${me.id} (${me.role})`)),
+      h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'Leader'),
+        h('span', { class: 'tile-value', id: 'cluster-leader' }, leader ? String(leader) : 'none')),
+      h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'Term'),
+        h('span', { class: 'tile-value', id: 'cluster-term' }, String(v ? v.term : me.term))),
+      h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'Leader’s last index'),
+        h('span', { class: 'tile-value' }, v ? fmtInt(v.last_index) : '—')));
+    if (!v) {
+      notice(status, 'No leader serves the cluster view yet (an election, or the leader is unreachable); this node’s own status is above.', 'error');
+      replace(tbody);
+      return;
+    }
+    notice(status, '');
+    replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
+      h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
+      h('td', { 'data-label': 'Role', class: 'm-role' }, m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
+      h('td', { 'data-label': 'Raft address' }, h('code', {}, m.raft)),
+      h('td', { 'data-label': 'Term', class: 'm-term' }, m.role ? String(m.term) : '—'),
+      h('td', { 'data-label': 'Commit', class: 'm-commit' }, m.role ? fmtInt(m.commit) : '—'),
+      h('td', { 'data-label': 'Applied', class: 'm-applied' }, m.role ? fmtInt(m.applied) : '—'),
+      h('td', { 'data-label': 'Match', class: 'm-match' }, fmtInt(m.match)),
+      h('td', { 'data-label': 'Lag', class: `m-lag${m.lag > 0 ? ' lagging' : ''}` }, fmtInt(m.lag)),
+      h('td', { 'data-label': 'Reported', class: 'm-reported' }, ago(m.reported_ms_ago)))));
+  };
+
+  let closed = false;
+  let busy = false;
+  const load = async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const rep = await api(CLUSTER);
+      if (!closed) draw(rep);
+    } catch (e) {
+      if (!closed) {
+        notice(status, e.status === 404 ? 'This broker is a single node: it runs no cluster.' : `Cannot read the cluster status: ${e.message}`, 'error');
+      }
+    } finally {
+      busy = false;
+    }
+  };
+  load();
+  // Refreshed with every overview sample, like the other pages.
+  const un = ctx.live.subscribe(load);
+  return () => {
+    closed = true;
+    un();
+  };
+}

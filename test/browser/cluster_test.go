@@ -1,0 +1,131 @@
+package browser
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// startCluster runs three cluster nodes in this process (cluster.New, as
+// `sluice server` with a [cluster] section does) and returns them once
+// every node routes to a serving leader.
+func startCluster(t *testing.T) []*cluster.Node {
+	t.Helper()
+	raft := brokertest.ReservePorts(t, 3)
+	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
+	nodes := make([]*cluster.Node, 3)
+	for i := range nodes {
+		o := server.DefaultOptions()
+		o.DataDir = t.TempDir()
+		o.SQSListen = "127.0.0.1:0"
+		o.AMQPListen = ""
+		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		n, err := cluster.New(cluster.Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("node %d: %v", i+1, err)
+			}
+		})
+		nodes[i] = n
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("every node sees a leader", func() bool {
+		for _, n := range nodes {
+			if st := n.Status(); st.Node.Leader == 0 {
+				return false
+			}
+		}
+		return true
+	}))
+	return nodes
+}
+
+// TestClusterPage opens the dashboard through a follower of a real
+// three-node cluster: the Cluster page (in the nav only in cluster mode)
+// lists the three members with the leader marked, the term, each member's
+// commit and applied index and its lag behind the leader's log, and keeps
+// them current. A single node's dashboard has no Cluster link.
+func TestClusterPage(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	nodes := startCluster(t)
+	var follower *cluster.Node
+	var leader uint64
+	for _, n := range nodes {
+		if st := n.Status(); st.Node.Leader != st.Node.ID {
+			follower = n
+			leader = st.Node.Leader
+		}
+	}
+	do(t, ctx, "open the cluster page through a follower", chromedp.Navigate("http://"+follower.HTTPAddr()+"/ui/#/cluster"))
+	waitJS(t, ctx, "three members, each reported", `document.querySelectorAll('#cluster-members tr[data-member]').length === 3 &&
+		[...document.querySelectorAll('#cluster-members .m-reported')].every((c) => c.innerText !== 'never')`, 20*time.Second)
+	waitJS(t, ctx, "the Cluster link in the nav", `!document.getElementById('nav-cluster').hidden &&
+		document.querySelector('[data-nav="cluster"]').getAttribute('aria-current') === 'page'`, 10*time.Second)
+
+	check := func(what, expr string) {
+		t.Helper()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err != nil || !ok {
+			text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('main').innerText`))
+			t.Errorf("%s: %v (%s)\npage text:\n%s", what, err, expr, text)
+		}
+	}
+	st := follower.Status().Node
+	check("the leader tile", `document.getElementById('cluster-leader').innerText === '`+itoa(leader)+`'`)
+	check("this node's tile", `document.getElementById('cluster-self').innerText === '`+itoa(st.ID)+` (follower)'`)
+	check("the term tile", `document.getElementById('cluster-term').innerText === '`+itoa(st.Term)+`'`)
+	check("the leader's row says leader, the others follower", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
+		r.querySelector('.m-role').innerText.toLowerCase() === (r.dataset.member === '`+itoa(leader)+`' ? 'leader' : 'follower'))`)
+	check("this node's row is marked", `document.querySelector('#cluster-members tr.self').dataset.member === '`+itoa(st.ID)+`'`)
+	check("every member has a term, a commit and an applied index, a match and a lag",
+		`[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) => ['.m-term', '.m-commit', '.m-applied', '.m-match', '.m-lag']
+			.every((c) => /^[0-9,]+$/.test(r.querySelector(c).innerText)) && +r.querySelector('.m-commit').innerText.replace(/,/g, '') > 0)`)
+
+	// Writes move the indexes; the page follows without a reload.
+	before := text(t, ctx, `#cluster-members tr[data-member="`+itoa(leader)+`"] .m-commit`)
+	b := startClusterClient(t, follower)
+	for i := range 3 {
+		b.createQueue(t, "q"+itoa(uint64(i)), nil, nil)
+	}
+	waitJS(t, ctx, "the leader's commit index moves", `document.querySelector('#cluster-members tr[data-member="`+itoa(leader)+`"] .m-commit').innerText !== '`+before+`'`, 20*time.Second)
+	screenshot(t, ctx, shotDir(t), "cluster.png")
+	if errs := cons.errors(false); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+
+	// A single node: no Cluster link.
+	single := startBroker(t, false)
+	do(t, ctx, "open a single node's dashboard", chromedp.Navigate(single.url+"/ui/#/"))
+	waitJS(t, ctx, "the overview", `document.getElementById('overview-summary') !== null`, 10*time.Second)
+	waitJS(t, ctx, "the cluster-mode probe", `document.getElementById('nav-cluster').dataset.probed === '1'`, 10*time.Second)
+	check("no Cluster link on a single node", `document.getElementById('nav-cluster').hidden`)
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// startClusterClient is a broker handle for SQS calls through node n.
+func startClusterClient(t *testing.T, n *cluster.Node) *broker {
+	t.Helper()
+	url := "http://" + n.HTTPAddr()
+	return &broker{url: url, urls: map[string]string{}, sqs: sqs.New(sqs.Options{BaseEndpoint: aws.String(url), Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})}
+}
