@@ -24,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
@@ -56,9 +57,13 @@ type Budget struct {
 	wait  time.Duration
 	clk   clock.Clock
 
-	mu    sync.Mutex
-	used  int64
-	freed chan struct{} // closed (and replaced) whenever bytes are released
+	mu   sync.Mutex
+	used int64
+	// freed is closed (and replaced) when bytes are released while
+	// readers wait for room (waiters counts them); a release nobody waits
+	// for leaves it alone, so the common case allocates no channel.
+	freed   chan struct{}
+	waiters int
 
 	// scratchBufs holds *[]byte scratch buffers of up to maxScratch
 	// bytes for Read to reuse. Idle ones are not budgeted: there are at
@@ -122,16 +127,24 @@ func (b *Budget) acquire(ctx context.Context, n int64) error {
 			b.mu.Unlock()
 			return nil
 		}
+		b.waiters++
 		freed := b.freed
 		b.mu.Unlock()
 		if timer == nil {
 			timer = b.clk.NewTimer(b.wait)
 		}
+		busy := false
 		select {
 		case <-freed:
 		case <-timer.C():
-			return ErrBusy
+			busy = true
 		case <-ctx.Done():
+			busy = true
+		}
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+		if busy {
 			return ErrBusy
 		}
 	}
@@ -143,9 +156,25 @@ func (b *Budget) release(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.waiters > 0 {
+		// Every waiter took b.freed under b.mu when it counted itself.
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
 	b.mu.Unlock()
+}
+
+// holding is what a successful Read still holds of the budget; its release
+// gives it back once, however often it is called.
+type holding struct {
+	b *Budget
+	n atomic.Int64
+}
+
+func (h *holding) release() {
+	if n := h.n.Swap(0); n != 0 {
+		h.b.release(n)
+	}
 }
 
 // Read reads r to its end into memory, at most max bytes, taking the
@@ -162,9 +191,10 @@ func (b *Budget) release(n int64) {
 // in place (request bodies were 38% of the bytes the SQS server allocated).
 // A budget keeps scratch buffers of up to maxScratch bytes for reuse.
 func (b *Budget) Read(ctx context.Context, r io.Reader, max int64) (body []byte, release func(), err error) {
+	// held counts the bytes taken so far, given back on error. (A plain
+	// local, not a closure: a successful read allocates only the body,
+	// its holding and the release func.)
 	held := int64(0)
-	free := func() { b.release(held); held = 0 }
-
 	limit := int64(firstChunk) // bytes of buf budgeted, and so readable
 	if limit > max+1 {
 		limit = max + 1
@@ -180,14 +210,14 @@ func (b *Budget) Read(ctx context.Context, r io.Reader, max int64) (body []byte,
 		n, rerr := r.Read(buf[len(buf):limit])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > max {
-			free()
+			b.release(held)
 			return nil, func() {}, ErrTooLarge
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			free()
+			b.release(held)
 			return nil, func() {}, rerr
 		}
 		if int64(len(buf)) < limit {
@@ -202,13 +232,13 @@ func (b *Budget) Read(ctx context.Context, r io.Reader, max int64) (body []byte,
 		if int64(cap(buf)) >= limit+grow {
 			// The scratch buffer has the room already.
 			if err := b.acquire(ctx, grow); err != nil {
-				free()
+				b.release(held)
 				return nil, func() {}, err
 			}
 		} else {
 			// The old buffer is held while the new one is filled in.
 			if err := b.acquire(ctx, limit+grow); err != nil {
-				free()
+				b.release(held)
 				return nil, func() {}, err
 			}
 			next := make([]byte, len(buf), limit+grow)
@@ -223,9 +253,12 @@ func (b *Budget) Read(ctx context.Context, r io.Reader, max int64) (body []byte,
 	copy(body, buf)
 	// From here the budget holds the body, not the scratch buffer.
 	b.release(held - int64(len(body)))
-	held = int64(len(body))
-	var once sync.Once
-	return body, func() { once.Do(free) }, nil
+	if b == nil || len(body) == 0 {
+		return body, func() {}, nil
+	}
+	h := &holding{b: b}
+	h.n.Store(int64(len(body)))
+	return body, h.release, nil
 }
 
 // maxScratch is the largest scratch buffer a Budget keeps for reuse: one

@@ -230,11 +230,14 @@ func (c *call) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiErr
 		return nil, nil
 	}
 	body, release, err := c.h.budget.Read(r.Context(), http.MaxBytesReader(w, r.Body, maxRequestBody), maxRequestBody)
-	var tooBig *http.MaxBytesError
-	switch {
-	case err == nil:
+	if err == nil {
 		c.releaseBody = release
 		return body, nil
+	}
+	// Declared only on the error path: errors.As takes its address, which
+	// would move it to the heap on every request.
+	var tooBig *http.MaxBytesError
+	switch {
 	case errors.Is(err, httpbody.ErrTooLarge) || errors.As(err, &tooBig):
 		return nil, newErr(kindTooLarge, "Request body is larger than %d bytes.", maxRequestBody)
 	case errors.Is(err, httpbody.ErrBusy):
