@@ -14,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum fuzz crash faults cluster-faults soak perf release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum fuzz crash faults cluster-faults soak perf perf-fifo release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -116,3 +116,6 @@ soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DUR
 
 perf: ## restart time and memory with 1M queued messages, then the deep backlog (2M over AMQP, kill -9, restart, drain; writes ~5 GB; SLUICE_PERF_DIR, SLUICE_PERF_MESSAGES)
 	SLUICE_PERF=1 $(GO) test -count=1 -run 'TestRestart|TestDeepBacklog' -v -timeout 90m ./test/perf/
+
+perf-fifo: ## the deep backlog on a FIFO queue over SQS (2M in 64 groups, kill -9, restart, drain; SLUICE_PERF_DIR, SLUICE_PERF_MESSAGES, SLUICE_PERF_FIFO_GROUPS)
+	SLUICE_PERF=1 SLUICE_PERF_FIFO=1 $(GO) test -count=1 -run 'TestDeepBacklogFIFO$$' -v -timeout 90m ./test/perf/

@@ -13,30 +13,42 @@ import (
 // Hot and cold (Engine v2, ADR 0002 step 3, first part).
 //
 // A standard queue keeps in memory ("hot") at most about Options.ReadyWindow
-// visible messages and Options.ReadyWindowBytes of their bodies. A send that
-// finds the hot visible messages at either bound makes the queue cold: from then on every immediately visible send is
-// written to the store as before but not inserted into memory; the queue
-// only counts it (coldPart). Every message with a sequence number below
-// coldPart.from that exists is hot; a message at or above it is cold unless
-// it is in q.msgs (a standard queue's delayed send, which always stays
-// hot, a moved copy inserted by insertCopies while the window had room, an
-// import into a standard queue, a message a receipt handle promoted, or a
-// FIFO look-ahead's message), was dropped earlier in the same
-// operation (coldPart.gone), or is a moved copy not yet inserted
-// (coldPart.pending).
+// waiting messages and Options.ReadyWindowBytes of their bodies, where
+// waiting means visible or delayed by a send's delay (waitingLocked; a
+// received message's retry backoff, like a lease, is outside the window).
+// A send that finds the waiting messages at either bound makes the queue
+// cold: from then on every send, delayed or not, is written to the store
+// as before but not inserted into memory; the queue only counts it
+// (coldPart), and counts a delayed one by the second its delay ends
+// (coldPart.delayed) so that Delayed and Visible stay right. Every message
+// with a sequence number below coldPart.from that exists is hot; a message
+// at or above it is cold unless it is in q.msgs (a moved copy inserted by
+// insertCopies while the window had room, an import into a standard
+// queue, a message a receipt handle promoted, or a look-ahead's message),
+// was dropped earlier in the same operation (coldPart.gone), or is a moved
+// copy not yet inserted (coldPart.pending).
 //
-// A receive that finds fewer than half a window visible refills: it reads
+// A receive that finds fewer than half a window waiting refills: it reads
 // the next cold messages from the store in sequence order from
 // coldPart.from (content and state records, decoded exactly as recovery
 // does), at most a window at a time, and advances from past what it read.
 // When a refill reaches the end of the queue's records the queue is hot
 // again. Open loads only the first window of a queue and counts the rest
 // from keys and value lengths (store.ScanLengths) without reading them.
+// A refill loads a message whose delay has not ended as delayed
+// (restoredState): it is never delivered before its delay. It may be
+// delivered later than its delay's end when a backlog is ahead of it in
+// sequence order: a standard queue promises no order, and a delay is a
+// minimum. When the window holds delayed messages and nothing visible, a
+// receive looks ahead past it (fifocold.go) for cold messages whose delay
+// has ended, and long polls are woken when a cold delay ends
+// (nextDelayEnd), so a window of delayed messages does not hold back the
+// visible ones behind it.
 //
-// FIFO queues go cold the same way, with one more rule: while a FIFO queue
-// is cold every new message goes cold, delayed (the queue's DelaySeconds)
-// or not, and the window bounds its visible and delayed messages together
-// (waitingLocked). So the hot messages are exactly those below cold.from
+// FIFO queues go cold the same way (every new message goes cold while the
+// queue is cold, delayed or not), with one difference: the window bounds
+// all of a FIFO queue's visible and delayed messages together, retry
+// backoffs included (waitingLocked). So the hot messages are exactly those below cold.from
 // (plus promoted messages, moved copies a refill had passed, and a
 // look-ahead's messages, which are their groups' first cold ones), and every
 // cold message of a group comes after every hot one of that group: a
@@ -92,13 +104,22 @@ type coldPart struct {
 	// written (settled).
 	gone map[uint64]struct{}
 
-	// delayed counts the cold messages sent with a delay (a FIFO queue's
-	// DelaySeconds; a standard queue's delayed sends stay hot), by the
-	// second their delay ends, rounded up, so that the counts can tell
-	// them from visible ones (delayedAt). At most one entry per second of
-	// MaxDelay. Not rebuilt by Open: after a restart every cold message
-	// counts as visible.
+	// delayed counts the cold messages sent with a delay (DelaySeconds,
+	// the queue's or the message's), by the second their delay ends,
+	// rounded up, so that the counts can tell them from visible ones
+	// (delayedAt) and the scheduler can wake long polls when they end
+	// (nextDelayEnd). About one entry per second of MaxDelay. Not rebuilt
+	// by Open: after a restart every cold message counts as visible until
+	// a refill loads it (it is still not delivered before its delay ends).
 	delayed map[int64]int
+
+	// ready counts the messages added to the cold part that were not
+	// delayed, and gen the cold messages that left it (leftCold): with
+	// from, what a standard queue's look-ahead that found nothing to load
+	// remembers (idle), so that it does not read the same records again
+	// until something it skipped may have become receivable.
+	ready, gen uint64
+	idle       lookAheadIdle
 
 	// pending holds the sequence numbers of copies that dead-letter moves
 	// and redrives wrote into this queue's key range but insertCopies has
@@ -136,6 +157,7 @@ func (c *coldPart) addDelayed(visibleAt, now int64) {
 // takes one off a second's count that is not its own, which the counts
 // tolerate: they are approximate, and the entry ends with its second.)
 func (c *coldPart) leftCold(m *message) {
+	c.gen++
 	if len(c.delayed) == 0 || m.recvCount != 0 || m.visibleAt <= m.enqueuedAt {
 		return
 	}
@@ -158,6 +180,26 @@ func (c *coldPart) delayedAt(now int64) int {
 		}
 	}
 	return min(n, c.n)
+}
+
+// nextDelayEnd returns the earliest end, after now, of a cold message's
+// delay (0: none), at which long polls are woken: a message that was
+// delayed on disk may be receivable then (a look-ahead or refill loads it).
+// It forgets the entries of delays that have ended, which no longer count
+// (delayedAt), so that a queue whose cold delays have all ended is not
+// woken again for them.
+func (c *coldPart) nextDelayEnd(now int64) int64 {
+	var t int64
+	for k := range c.delayed {
+		e := k * int64(time.Second)
+		switch {
+		case e <= now:
+			delete(c.delayed, k)
+		case t == 0 || e < t:
+			t = e
+		}
+	}
+	return t
 }
 
 // settled is told that the queue's operation has written its batch: the
@@ -200,6 +242,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 func (q *queue) forgetColdLocked() {
 	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
 	q.cold.gone, q.cold.delayed = nil, nil
+	q.cold.idle = lookAheadIdle{}
 }
 
 // noteDroppedLocked is told that m leaves memory with its records deleted
@@ -226,14 +269,15 @@ func (q *queue) notColdLocked(seq uint64) bool {
 	return q.cold.isPending(seq)
 }
 
-// goesColdLocked reports whether the new message m stays only in the store.
-// On a standard queue only an immediately visible message does (a delayed
-// one stays hot). On a FIFO queue any new message does while the queue is
-// cold, delayed or not: every message of a group that is cold must follow,
-// in sequence order, every hot message of that group (see FIFO queues above).
+// goesColdLocked reports whether the new message m stays only in the store:
+// while the queue is cold, or when the hot messages the window bounds fill
+// it, any new message does, delayed or not. On a FIFO queue this keeps
+// every cold message of a group after every hot one of that group (see
+// FIFO queues above); on a standard queue it keeps a backlog of delayed
+// sends on disk like any other.
 func (q *queue) goesColdLocked(m *message) bool {
 	w, wb := q.eng.window, q.eng.windowB
-	if w <= 0 || (!q.fifo() && m.state != stateVisible) {
+	if w <= 0 {
 		return false
 	}
 	n, bytes := q.waitingLocked()
@@ -241,13 +285,20 @@ func (q *queue) goesColdLocked(m *message) bool {
 }
 
 // waitingLocked returns the number and body bytes of the hot messages that
-// the window bounds: the visible ones, and on a FIFO queue the delayed ones
-// too (which, unlike a standard queue's, a refill may load).
+// the window bounds: the visible ones and the delayed ones a refill may
+// load. On a FIFO queue that is every delayed message (a retry backoff
+// locks its group, so the window must hold it); on a standard queue it is
+// the delayed messages never received (freshDelayed): a received
+// message's retry backoff stays in memory outside the window, like a
+// lease, and does not hold back the cold messages behind it.
 func (q *queue) waitingLocked() (int, int64) {
 	n, bytes := q.nState[stateVisible], q.nBytes[stateVisible]
 	if q.fifo() {
 		n += q.nState[stateDelayed]
 		bytes += q.nBytes[stateDelayed]
+	} else {
+		n += q.nFresh
+		bytes += q.nFreshB
 	}
 	return n, bytes
 }
@@ -258,10 +309,15 @@ func (e *Engine) windowFull(n int, bodies int64) bool {
 }
 
 // addColdLocked counts a message whose content record (of recLen bytes)
-// was written at seq without inserting it into memory.
-func (q *queue) addColdLocked(seq uint64, recLen int) {
+// was written at seq without inserting it into memory; delayed tells
+// whether it was sent with a delay (the caller counts that delay:
+// coldPart.addDelayed).
+func (q *queue) addColdLocked(seq uint64, recLen int, delayed bool) {
 	if !q.cold.on {
 		q.cold.on, q.cold.from = true, seq
+	}
+	if !delayed {
+		q.cold.ready++
 	}
 	q.cold.n++
 	q.cold.bytes += int64(recLen)
@@ -397,7 +453,10 @@ func (q *queue) promoteColdLocked(seq uint64) *message {
 // is the length of the content record the copy's batch wrote.
 func (q *queue) insertMovedLocked(m *message, groupID string, recLen int) {
 	if q.goesColdLocked(m) && (!q.cold.on || m.seq >= q.cold.from) {
-		q.addColdLocked(m.seq, recLen)
+		q.addColdLocked(m.seq, recLen, m.state == stateDelayed)
+		if m.state == stateDelayed {
+			q.cold.addDelayed(m.visibleAt, q.eng.now())
+		}
 		return
 	}
 	m.group = q.groupLocked(groupID)

@@ -351,7 +351,7 @@ func (e *Engine) Import(name string, views []View) (int, error) {
 			m.group = &group{id: v.GroupID}
 			rec := encodeContent(m)
 			b.Set(messageKey(q.id, m.seq, kindContent), rec)
-			q.addColdLocked(m.seq, len(rec))
+			q.addColdLocked(m.seq, len(rec), false)
 			n++
 			continue
 		}

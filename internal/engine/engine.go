@@ -531,6 +531,11 @@ func (e *Engine) tick(q *queue, now int64) {
 	var b store.Batch
 	expired := q.stats.expired.Load()
 	q.advanceLocked(now, &b)
+	if q.cold.on && len(q.cold.delayed) != 0 {
+		// A cold message's delay may have ended (coldPart.nextDelayEnd):
+		// long polls look again (a spurious wake costs one receive pass).
+		q.wakeLocked()
+	}
 	if b.Len() > 0 {
 		// Expiry deletes need not be synced: if lost in a crash, the
 		// messages expire again on recovery.

@@ -187,7 +187,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		m.group = &group{id: in.GroupID}
 		rec := encodeContent(m)
 		b.Set(messageKey(q.id, seq, kindContent), rec)
-		q.addColdLocked(seq, len(rec))
+		q.addColdLocked(seq, len(rec), m.state == stateDelayed)
 		if m.state == stateDelayed {
 			q.cold.addDelayed(m.visibleAt, now)
 		}
@@ -450,6 +450,11 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 			return nil, true
 		}
 		q.topUpLocked(now, b)
+		if q.available.head == nil && q.cold.on && q.lookAheadLocked(now) > 0 {
+			// The window holds only delayed messages: cold ones whose
+			// delay has ended are loaded from past it (fifocold.go).
+			q.advanceLocked(now, b)
+		}
 		// Round-robin over groups: one message from each in turn.
 		for len(out) < req.Max {
 			g := q.available.head

@@ -388,6 +388,13 @@ type queue struct {
 	nState    [3]int
 	nBytes    [3]int64 // body bytes per state, for MaxLengthBytes
 
+	// nFresh and nFreshB count the delayed messages never received (a
+	// send's delay, not a retry backoff: freshDelayed) and their body
+	// bytes: with the visible ones, what a standard queue's ready window
+	// bounds (waitingLocked).
+	nFresh  int
+	nFreshB int64
+
 	// cold is the part of a standard queue's backlog that is only in the
 	// store (cold.go).
 	cold coldPart
@@ -519,6 +526,7 @@ func (q *queue) addLocked(m *message) {
 	}
 	q.nState[m.state]++
 	q.nBytes[m.state] += int64(m.bodyLen)
+	q.countFreshLocked(m, 1)
 	if m.state != stateVisible {
 		heap.Push(&q.timers, m)
 	}
@@ -591,6 +599,7 @@ func (q *queue) removeLocked(m *message) {
 	}
 	q.nState[m.state]--
 	q.nBytes[m.state] -= int64(m.bodyLen)
+	q.countFreshLocked(m, -1)
 	q.accountLocked(-int64(m.held))
 	if m.body != nil {
 		q.eng.memBodies.Add(-int64(len(m.body)))
@@ -649,7 +658,9 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 	q.nState[s]++
 	q.nBytes[old] -= int64(m.bodyLen)
 	q.nBytes[s] += int64(m.bodyLen)
+	q.countFreshLocked(m, -1)
 	m.state = s
+	q.countFreshLocked(m, 1)
 	switch {
 	case s == stateVisible && m.timerIdx >= 0:
 		heap.Remove(&q.timers, int(m.timerIdx))
@@ -672,6 +683,22 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 	q.updateGroupLocked(g)
 	if s == stateVisible {
 		q.wakeLocked()
+	}
+}
+
+// freshDelayed reports whether m is a delayed message never received: a
+// send's (or a recovered send's) delay, which a standard queue's window
+// bounds, rather than a received message's retry backoff, which stays in
+// memory like a lease. A message's receive count changes only while it is
+// visible (take), so the answer changes only with its state.
+func freshDelayed(m *message) bool { return m.state == stateDelayed && m.recvCount == 0 }
+
+// countFreshLocked adds sign times m to nFresh and nFreshB if m is
+// freshDelayed.
+func (q *queue) countFreshLocked(m *message, sign int) {
+	if freshDelayed(m) {
+		q.nFresh += sign
+		q.nFreshB += int64(sign) * int64(m.bodyLen)
 	}
 }
 
@@ -718,6 +745,11 @@ func (q *queue) nextWakeLocked() int64 {
 	}
 	if len(q.ttl) > 0 {
 		if e := q.ttl[0].ttlAt; t == 0 || e < t {
+			t = e
+		}
+	}
+	if q.cold.on && len(q.cold.delayed) != 0 {
+		if e := q.cold.nextDelayEnd(q.eng.now()); e != 0 && (t == 0 || e < t) {
 			t = e
 		}
 	}

@@ -40,6 +40,14 @@ const envMessages = "SLUICE_PERF_MESSAGES"
 
 func TestDeepBacklog(t *testing.T) {
 	skipUnlessPerf(t)
+	runDeepBacklog(t, "",
+		func(b *broker, total int) int { return publishAll(t, b.amqpURL, total) },
+		func(b *broker, want int) int { return drainAll(t, b.amqpURL, want) })
+}
+
+// perfMessages is SLUICE_PERF_MESSAGES, or 2,000,000.
+func perfMessages(t *testing.T) int {
+	t.Helper()
 	total := 2_000_000
 	if v := os.Getenv(envMessages); v != "" {
 		n, err := strconv.Atoi(v)
@@ -48,17 +56,26 @@ func TestDeepBacklog(t *testing.T) {
 		}
 		total = n
 	}
+	return total
+}
+
+// runDeepBacklog is the deep-backlog scenario with the given publish and
+// drain (AMQP, or SQS on a FIFO queue: fifobacklog_test.go): publish
+// returns how many messages were acknowledged, drain how many were
+// consumed once. label prefixes the reported lines.
+func runDeepBacklog(t *testing.T, label string, publish func(b *broker, total int) int, drain func(b *broker, want int) int) {
+	total := perfMessages(t)
 	bin := buildBinary(t)
 	dir := dataDir(t)
 
 	b := startBroker(t, bin, dir)
 	rss := watchRSS(b.cmd.Process.Pid)
 	start := time.Now()
-	confirmed := publishAll(t, b.amqpURL, total)
+	confirmed := publish(b, total)
 	elapsed := time.Since(start)
 	pubPeak := rss.stop()
-	t.Logf("published %d (confirmed %d) in %v: %.0f msg/s; broker peak RSS while publishing %.0f MiB (%.0f B per queued message)",
-		total, confirmed, elapsed.Round(time.Millisecond), float64(confirmed)/elapsed.Seconds(), mib(pubPeak), float64(pubPeak)/float64(confirmed))
+	t.Logf("%spublished %d (confirmed %d) in %v: %.0f msg/s; broker peak RSS while publishing %.0f MiB (%.0f B per queued message)",
+		label, total, confirmed, elapsed.Round(time.Millisecond), float64(confirmed)/elapsed.Seconds(), mib(pubPeak), float64(pubPeak)/float64(confirmed))
 
 	// kill -9, then restart and time /health.
 	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -66,25 +83,25 @@ func TestDeepBacklog(t *testing.T) {
 	}
 	_ = b.cmd.Wait()
 	du, files := diskUsage(t, dir)
-	t.Logf("data dir after kill -9: %d files, %.0f MiB allocated", files, mib(du.allocated))
+	t.Logf("%sdata dir after kill -9: %d files, %.0f MiB allocated", label, files, mib(du.allocated))
 
 	restartAt := time.Now()
 	b = startBroker(t, bin, dir)
 	healthy := waitHealth(t, b.httpAddr)
 	restart := healthy.Sub(restartAt)
 	rss = watchRSS(b.cmd.Process.Pid)
-	t.Logf("restart (exec → /health 200): %v (target ≤ 2 s: %s); ready file after %v",
-		restart.Round(time.Millisecond), meets(restart <= 2*time.Second), b.readyAfter.Round(time.Millisecond))
+	t.Logf("%srestart (exec → /health 200): %v (target ≤ 2 s: %s); ready file after %v",
+		label, restart.Round(time.Millisecond), meets(restart <= 2*time.Second), b.readyAfter.Round(time.Millisecond))
 
 	start = time.Now()
-	drained := drainAll(t, b.amqpURL, confirmed)
-	drain := time.Since(start)
+	drained := drain(b, confirmed)
+	dur := time.Since(start)
 	drainPeak := rss.stop()
-	rate := float64(drained) / drain.Seconds()
-	t.Logf("drained %d in %v: %.0f msg/s (target ≥ 40,000: %s); broker peak RSS after restart and while draining %.0f MiB",
-		drained, drain.Round(time.Millisecond), rate, meets(rate >= 40_000), mib(drainPeak))
+	rate := float64(drained) / dur.Seconds()
+	t.Logf("%sdrained %d in %v: %.0f msg/s (target ≥ 40,000: %s); broker peak RSS after restart and while draining %.0f MiB",
+		label, drained, dur.Round(time.Millisecond), rate, meets(rate >= 40_000), mib(drainPeak))
 	peak := max(pubPeak, drainPeak)
-	t.Logf("peak RSS %.0f MiB (target ≤ 256 MiB at any depth: %s)", mib(peak), meets(peak <= 256<<20))
+	t.Logf("%speak RSS %.0f MiB (target ≤ 256 MiB at any depth: %s)", label, mib(peak), meets(peak <= 256<<20))
 	if drained < confirmed {
 		t.Errorf("drained %d of %d confirmed messages", drained, confirmed)
 	}
