@@ -284,6 +284,10 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.CompactBytes = cmp.Or(cfg.CompactBytes, DefaultCompactBytes)
 	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
 	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
+	if cfg.KeepEntries >= cfg.CompactEntries {
+		// Every Ready would compact (and sync the state store) for nothing.
+		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
