@@ -43,9 +43,18 @@ type ClusterConfig struct {
 	// Join starts a node that is being added to a running group: it starts
 	// with no membership, never campaigns on its own, and waits until an
 	// operator runs `sluice cluster add <node_id> <raft address>` against
-	// the cluster, then receives the whole log from the leader. Ignored
-	// once the node has joined (its data_dir has the membership).
+	// the cluster, then receives the leader's state (a snapshot) and the
+	// log after it. Ignored once the node has joined (its data_dir has
+	// the membership).
 	Join bool `toml:"join"`
+	// LogCompactEntries and LogKeepEntries tune Raft log truncation: a
+	// node cuts its log once its applied index is LogCompactEntries past
+	// the log's start, keeping the last LogKeepEntries applied entries for
+	// followers that lag briefly (one further behind gets a snapshot). 0:
+	// the defaults (10,000 and 5,000). LogKeepEntries must be below
+	// LogCompactEntries.
+	LogCompactEntries uint64 `toml:"log_compact_entries"`
+	LogKeepEntries    uint64 `toml:"log_keep_entries"`
 }
 
 // ClusterPeer is one member of the Raft group.
@@ -126,6 +135,10 @@ func (o *Options) validateCluster() []error {
 	}
 	if c.NodeID != 0 && len(c.Peers) > 0 && !self {
 		errs = append(errs, fmt.Errorf("cluster.node_id: %d is not among cluster.peers", c.NodeID))
+	}
+	if c.LogCompactEntries != 0 && c.LogKeepEntries >= c.LogCompactEntries {
+		// With defaults on one side, raftstore.Open checks the pair.
+		errs = append(errs, fmt.Errorf("cluster.log_keep_entries: %d must be below cluster.log_compact_entries (%d)", c.LogKeepEntries, c.LogCompactEntries))
 	}
 	if c.Join && len(c.Peers) < 2 {
 		errs = append(errs, errors.New("cluster.join: a joining node lists itself and at least one current member in cluster.peers"))

@@ -45,6 +45,7 @@ func TestClusterValidate(t *testing.T) {
 		{"raft beyond loopback", func(o *Options) { o.Cluster.RaftListen = "0.0.0.0:7102" }, "cluster.raft_listen: \"0.0.0.0:7102\" is not a loopback address"},
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
 		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
+		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},
 		{"join alone", func(o *Options) { o.Cluster.Join, o.Cluster.Peers = true, threePeers[1:2] }, "cluster.join: a joining node lists itself and at least one current member"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,10 +1,12 @@
 package clusterfaults
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,6 +85,28 @@ type testCluster struct {
 	timeout time.Duration // SQS client request timeout
 }
 
+// snapshotSummary counts, from the nodes' logs, the snapshots they sent
+// and installed (the low truncation thresholds of clusterTOML are meant to
+// make the faults exercise them).
+func (c *testCluster) snapshotSummary() string {
+	var sent, installed int
+	for _, m := range c.nodes {
+		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
+		if err != nil {
+			continue // a node's log is only read for this report
+		}
+		sent += bytes.Count(b, []byte("raftstore: sending a snapshot"))
+		installed += bytes.Count(b, []byte("raftstore: installed a snapshot"))
+	}
+	return fmt.Sprintf("snapshots sent %d, installed %d", sent, installed)
+}
+
+// clusterTOML is every node's config file; the flags supply the rest.
+const clusterTOML = `[cluster]
+log_compact_entries = 1000
+log_keep_entries = 100
+`
+
 // startCluster starts size nodes with their Links and waits until every
 // node answers /health (through a leader).
 func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
@@ -93,7 +117,15 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
 	for i := range size {
-		c.nodes = append(c.nodes, &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]})
+		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
+		// Raft log truncation far below its defaults (10,000 / 5,000
+		// entries), so that the run compacts every few seconds and a node
+		// that was down or cut off catches up by a snapshot, not only from
+		// the log: the faults then exercise snapshot streaming and install.
+		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(clusterTOML), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, m)
 	}
 	c.links = make([][]*Link, size)
 	for i := range size {
@@ -166,6 +198,7 @@ func (c *testCluster) peers(i int) string {
 func (c *testCluster) start(ctx context.Context, i int) error {
 	m := c.nodes[i]
 	srv, err := crash.Start(ctx, c.bin, m.dir, 60*time.Second,
+		"--config", filepath.Join(m.dir, "cluster.toml"),
 		"--node-id", strconv.FormatUint(m.id, 10), "--raft-listen", m.raft, "--peers", c.peers(i))
 	if err != nil {
 		return err

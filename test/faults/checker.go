@@ -77,6 +77,11 @@ type delivery struct {
 	// whose acknowledgement the broker never answers (AMQP basic.ack):
 	// it settles the message, never certainly (see Consumed).
 	consumed bool
+	// afterCut: the receive returned at or after a power cut of the
+	// incarnation that served it (see PowerCut), so the crash image may
+	// have been taken before the broker chose this delivery: what it
+	// delivered need not be in the image (see DeleteRetryAcked).
+	afterCut bool
 }
 
 type message struct {
@@ -89,9 +94,13 @@ type message struct {
 	// deleteAckAt is the first delete acknowledgement that certainly
 	// deleted the message (see DeleteAcked); zero if none.
 	deleteAckAt time.Time
-	touched     bool      // a delete was attempted
-	delTriedAt  time.Time // the first delete attempt (see PowerCut)
-	retried     bool      // sent again by a client retry (see Retried)
+	// copyDeleteAt: MessageId → the first delete acknowledgement that
+	// certainly deleted that copy of the message, and only that copy
+	// (see DeleteRetryAcked); nil if none.
+	copyDeleteAt map[string]time.Time
+	touched      bool      // a delete was attempted
+	delTriedAt   time.Time // the first delete attempt (see PowerCut)
+	retried      bool      // sent again by a client retry (see Retried)
 }
 
 // Checker records a history of operations and judges it against the
@@ -301,6 +310,25 @@ func (c *Checker) DeleteAcked(id string, l Lease, epoch int, at time.Time) {
 // docs/guarantees.md, the delete is certain if the lease had not ended: a
 // handle whose lease the crash lost still deletes its message, and no later
 // receive is known to have taken the message over.
+//
+// What the handle names is the message as that receive delivered it: one
+// copy, with its MessageId. When the receive returned after a power cut
+// (PowerCut: the test took the crash image, then let the dying broker
+// answer until it closed), that copy need not be in the image at all.
+// A copy a move task made is receivable once its move is synced
+// (docs/guarantees.md), but that sync may have come after the image was
+// taken: the restarted broker then has the message back in the dead-letter
+// queue, the retried delete rightly finds nothing to delete, and a later
+// move delivers a new copy, with a new MessageId. (A real power cut stops
+// the broker, so no client sees such a delivery; a receive that returned
+// before the cut proves its copy's move was in the image.) So such a
+// delete is certain only for the copy it names: a later delivery of that
+// MessageId is a resurrection, one of another MessageId is not. This
+// gives up nothing the image can show: had the image held the named copy
+// and the dead-letter original both, CheckSnapshot would report the
+// message as duplicated; and a message sent by a producer keeps its
+// MessageId in every copy the broker may deliver (a client retry's second
+// copy is exempt anyway, see Retried).
 func (c *Checker) DeleteRetryAcked(id string, l Lease, epoch int, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -318,9 +346,31 @@ func (c *Checker) DeleteRetryAcked(id string, l Lease, epoch int, at time.Time) 
 	if d.Epoch >= epoch || !m.releasedBefore(at).IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
 		return
 	}
+	if d.afterCut {
+		if m.copyDeleteAt == nil {
+			m.copyDeleteAt = map[string]time.Time{}
+		}
+		if old, ok := m.copyDeleteAt[d.MessageID]; !ok || at.Before(old) {
+			m.copyDeleteAt[d.MessageID] = at
+		}
+		return
+	}
 	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
 		m.deleteAckAt = at
 	}
+}
+
+// certainDelete returns the first certain delete of m that a delivery of
+// the copy messageID begun at begin contradicts (zero: none), and whether
+// there is one. A zero begin asks about any time (a stored copy).
+func (m *message) certainDelete(messageID string, begin time.Time) (time.Time, bool) {
+	if !m.deleteAckAt.IsZero() && (begin.IsZero() || begin.After(m.deleteAckAt)) {
+		return m.deleteAckAt, true
+	}
+	if at, ok := m.copyDeleteAt[messageID]; ok && (begin.IsZero() || begin.After(at)) {
+		return at, true
+	}
+	return time.Time{}, false
 }
 
 // Consumed records that a consumer acknowledged lease l of id at at in a
@@ -482,9 +532,9 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 				r.Duplicates++
 			}
 		}
-		if !m.deleteAckAt.IsZero() && d.Begin.After(m.deleteAckAt) && (c.FIFO || !m.retried) {
+		if del, ok := m.certainDelete(d.MessageID, d.Begin); ok && (c.FIFO || !m.retried) {
 			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s, delete acknowledged %s",
-				m.ID, d.Begin.Format(time.StampMicro), m.deleteAckAt.Format(time.StampMicro)))
+				m.ID, d.Begin.Format(time.StampMicro), del.Format(time.StampMicro)))
 		}
 		if m.Delay > 0 && d.End.Before(m.attemptAt.Add(m.Delay-c.Slack)) {
 			r.Early = append(r.Early, fmt.Sprintf("%s: delivered %v after its send began, delay %v",
@@ -585,11 +635,24 @@ type Stored struct {
 // PowerCut records a power loss at cut: sends and deletes acknowledged at
 // or after it may or may not have survived, so from now on they count as
 // never acknowledged (an acknowledgement recorded a little after the call
-// returned only makes this more lenient). Call it before CheckSnapshot.
+// returned only makes this more lenient), and deliveries whose receive
+// returned at or after it are marked as possibly unknown to the image
+// (see DeleteRetryAcked). Call it before CheckSnapshot, once the broker
+// that was cut has answered its last request.
 func (c *Checker) PowerCut(cut time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.msgs {
+		for _, d := range m.dels {
+			if !d.End.Before(cut) {
+				d.afterCut = true
+			}
+		}
+		for mid, at := range m.copyDeleteAt {
+			if !at.Before(cut) {
+				delete(m.copyDeleteAt, mid)
+			}
+		}
 		if m.acked && !m.ackAt.Before(cut) {
 			m.acked = false
 			c.acked--
@@ -621,6 +684,7 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 	s := Snapshot{Present: len(stored)}
 	seen := map[string]int{}
 	lastSeq := map[string]*message{} // FIFO group → last stored message
+	resurrected := map[string]bool{}
 	for _, st := range stored {
 		seen[st.ID]++
 		m := c.msgs[st.ID]
@@ -646,7 +710,8 @@ func (c *Checker) CheckSnapshot(stored []Stored) Snapshot {
 		}
 		// (A retried standard send may be stored twice: deleting one
 		// copy leaves the other.)
-		if !m.deleteAckAt.IsZero() && seen[st.ID] == 1 && (c.FIFO || !m.retried) {
+		if _, ok := m.certainDelete(st.MessageID, time.Time{}); ok && !resurrected[st.ID] && (c.FIFO || !m.retried) {
+			resurrected[st.ID] = true
 			s.Resurrected = append(s.Resurrected, st.ID)
 		}
 	}

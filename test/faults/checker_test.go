@@ -377,6 +377,45 @@ func TestCheckerRetriedDeleteAfterCrash(t *testing.T) {
 	expect(t, h.c.Report(), nil)
 }
 
+func TestCheckerRetriedDeleteOfACopyReceivedAfterTheCut(t *testing.T) {
+	// TestFrontEndPowerLossLostLease's history: a move task's copy of d
+	// (MessageId mid-x) is received at 110 from the broker whose power
+	// was cut at 100 (the image was taken then; the broker answered until
+	// it closed), so the copy's move may not be in the image. The delete,
+	// retried with that handle on the next incarnation, finds nothing and
+	// is acknowledged; d, back in the DLQ in the image, is moved again as
+	// mid-y and delivered. Only mid-x was certainly deleted.
+	run := func(recvAt int, second string) Report {
+		h := newHist(false)
+		h.c.Attempt(Send{ID: "d", Body: "body d"}, at(0))
+		h.c.Acked("d", "", at(5)) // a move gives it a new MessageId
+		recv := func(mid string, ms int) {
+			h.c.Received(Receipt{ID: "d", Body: "body d", MessageID: mid, Begin: at(ms), End: at(ms + 10), Count: 1,
+				Visibility: vis, Epoch: *h.epoch})
+		}
+		recv("mid-x", recvAt)
+		h.c.DeleteAttempted("d", h.lease(1), at(recvAt+15))
+		h.c.PowerCut(at(100))
+		h.crash()
+		h.c.DeleteRetryAcked("d", Lease{1, 0}, *h.epoch, at(300))
+		s := h.c.CheckSnapshot([]Stored{{ID: "d", Body: "body d", MessageID: second}})
+		recv(second, 400)
+		h.del("d", 420, 1)
+		r := h.c.Report()
+		if len(s.Resurrected) != len(r.Resurrected) {
+			t.Errorf("received at %d, then %s: snapshot resurrected %v, deliveries resurrected %v", recvAt, second, s.Resurrected, r.Resurrected)
+		}
+		return r
+	}
+	expect(t, run(110, "mid-y"), nil)
+	// The copy the retried delete named, delivered again: resurrected.
+	expect(t, run(110, "mid-x"), map[string]int{"resurrected": 1})
+	// Received before the cut, the copy was in the image (its move was
+	// synced before it was receivable): the delete is certain for the
+	// message, and a new copy is a resurrection.
+	expect(t, run(50, "mid-y"), map[string]int{"resurrected": 1})
+}
+
 func TestCheckerRetriedStandardCopies(t *testing.T) {
 	// A retried standard send stored twice: each copy is received with
 	// its own MessageId and receive count, and deleting one leaves the

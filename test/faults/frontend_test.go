@@ -160,7 +160,9 @@ func TestFrontEndPowerLoss(t *testing.T) {
 // TestFrontEndPowerLossLostLease is TestFrontEndPowerLoss where a delete
 // retried after a power cut with its old receipt handle (no receive ran
 // since) must delete when it is acknowledged, also when the cut lost the
-// lease the handle names (docs/guarantees.md).
+// lease the handle names (docs/guarantees.md). (The copy the handle names,
+// that is: see Checker.DeleteRetryAcked for a handle the cut broker issued
+// after the image was taken.)
 func TestFrontEndPowerLossLostLease(t *testing.T) {
 	frontEndPowerLoss(t, budget(t, 0.05), true)
 }
@@ -574,13 +576,15 @@ func (r *feRun) note(id, how string) {
 	r.how[id] = how
 }
 
-// explain annotates ids with how their deletes were made.
-func (r *feRun) explain(ids []string) []string {
+// explain annotates entries with how their messages' deletes were made.
+// An entry is a body id, or a Report line that begins with one ("id: …").
+func (r *feRun) explain(entries []string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = id
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e
+		id, _, _ := strings.Cut(e, ":")
 		if h := r.how[id]; h != "" {
 			out[i] += " (" + h + ")"
 		}
@@ -652,7 +656,9 @@ func feRetryDeletes(ctx context.Context, r *feRun, b *feBroker) {
 		}
 		// Moved messages (d-…) too: a moved copy is receivable only once
 		// its move is durable (docs/guarantees.md), so a cut cannot undo
-		// the move of a message a consumer received.
+		// the move of a copy a consumer received before it. (One received
+		// from the cut broker after the image was taken may not be in it:
+		// the checker then holds the delete to that copy alone.)
 		if p.ck == r.moved {
 			r.movedRetried.Add(1)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 	"github.com/sluicemq/sluice/internal/store/storetest"
 )
 
@@ -29,6 +30,8 @@ type cluster struct {
 	dirs  []string
 	nodes []*Node      // nil while a node is down
 	fss   []*vfs.MemFS // crashable filesystems (newCrashCluster), else nil
+	// tune, when set, adjusts node i's configuration at every open.
+	tune func(i int, cfg *Config)
 }
 
 // newCluster binds n listeners on 127.0.0.1:0 and opens n nodes.
@@ -46,7 +49,14 @@ func newCrashCluster(t *testing.T, n int) *cluster {
 
 func startCluster(t *testing.T, n int, crashable bool) *cluster {
 	t.Helper()
-	c := &cluster{t: t, nodes: make([]*Node, n), fss: make([]*vfs.MemFS, n)}
+	return startClusterTuned(t, n, crashable, nil)
+}
+
+// startClusterTuned is startCluster with tune applied to every node's
+// configuration at every open.
+func startClusterTuned(t *testing.T, n int, crashable bool, tune func(int, *Config)) *cluster {
+	t.Helper()
+	c := &cluster{t: t, nodes: make([]*Node, n), fss: make([]*vfs.MemFS, n), tune: tune}
 	lns := make([]net.Listener, n)
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -87,6 +97,9 @@ func (c *cluster) openWith(i int, ln net.Listener) {
 	if c.fss[i] != nil {
 		cfg.FS = c.fss[i]
 	}
+	if c.tune != nil {
+		c.tune(i, &cfg)
+	}
 	nd, err := Open(cfg)
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", i+1, err)
@@ -117,9 +130,13 @@ func (c *cluster) stop(i int) {
 
 // crash cuts node i's power: its filesystem keeps only what was synced.
 // The node's goroutines are then stopped with Close, whose writes land on
-// the discarded filesystem.
+// the discarded filesystem. Its transport is blocked first: a node without
+// power sends nothing, and an acknowledgement sent after the cut for an
+// entry synced after it would make its peers believe it holds an entry it
+// lost (Raft panics on that, rightly).
 func (c *cluster) crash(i int) {
 	c.t.Helper()
+	c.nodes[i].tr.setBlocked(true)
 	c.fss[i] = c.fss[i].CrashClone(vfs.CrashCloneCfg{})
 	_ = c.nodes[i].Close()
 	c.nodes[i] = nil
@@ -167,7 +184,12 @@ func writeKV(s store.Store, k, v string) error {
 
 // stateHas reports whether node nd's state store holds k=v.
 func stateHas(nd *Node, k, v string) error {
-	got, err := nd.state.Get([]byte(k))
+	var got []byte
+	err := nd.withState(func(st *pebblestore.Store) error {
+		var err error
+		got, err = st.Get([]byte(k))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("node %d: %s: %w", nd.cfg.ID, k, err)
 	}

@@ -17,22 +17,49 @@ import (
 
 // The Raft log lives in its own pebble store under Config.Dir/raft:
 //
+//	"c"                               the compaction point: a protobuf-marshalled
+//	                                  raftpb.SnapshotMetadata (index, term,
+//	                                  ConfState); absent until the first one
 //	"e" + index (8 bytes big-endian)  one entry, protobuf-marshalled
 //	"h"                               the HardState, protobuf-marshalled
 //
-// There are no snapshots and no truncation in this slice: the log grows for
-// the life of the cluster. Every node starts from the same synthetic
-// snapshot at index 1, term 1, whose ConfState is Config.Peers (membership
-// is static), so the first real entry has index 2; the snapshot is not
-// stored because every Open builds it again from the configuration.
+// Every node starts from the same synthetic snapshot at index 1, term 1,
+// whose ConfState is Config.Peers, so the first real entry has index 2;
+// that boot point is not stored because every Open builds it again from the
+// configuration. Later compaction points are stored in "c": the log holds
+// exactly the entries after it, up to the last one.
+//
+// # Truncation
+//
+// The log is cut (compact) once the applied index has moved
+// Config.CompactEntries entries, or Config.CompactBytes bytes of entries,
+// past the log's start, keeping Config.KeepEntries applied entries so that
+// a briefly lagging follower still catches up from the log. The order is
+// the whole safety argument:
+//
+//  1. The state store, written without fsync, is synced: everything up to
+//     the applied index is durable there.
+//  2. One atomic, synced batch of the raft log store sets "c" to the new
+//     point (ci, its term, the ConfState) and range-deletes every entry at
+//     or below ci.
+//
+// A crash before 2 leaves the old point and every entry; a crash after it
+// leaves a log starting after ci, and a state store whose applied index is
+// at least ci (step 1), so no entry the state store lacks was deleted. The
+// node installs a leader's snapshot instead when it lags past a leader's
+// compaction point (snapshot.go); that also moves "c" (to the snapshot's
+// index) and deletes every entry in the same batch.
 //
 // raftLog is the raft.Storage the RawNode reads. Only the newest entries
 // are kept in memory (a tail bounded by tailMaxEntries and tailMaxBytes,
 // never dropping an entry not yet applied); older ones, which only a
 // lagging follower needs, are read back from pebble. So memory does not
-// grow with the log.
+// grow with the log, and Open reads only the keys after the compaction
+// point (a range deletion's tombstone covers the rest).
 const (
+	compactKey     = "c"
 	entryKeyPrefix = "e" // "f" is the first key after every entry
+	entryKeyEnd    = "f"
 	hardStateKey   = "h"
 )
 
@@ -58,9 +85,15 @@ type raftLog struct {
 	db   *pebblestore.Store
 	hs   *pb.HardState
 	cs   *pb.ConfState // the node's ConfState (the loop updates it as conf changes apply)
-	last uint64        // index of the last stored entry (bootIndex if none)
-	// joining: a node joining a group has no boot position yet (last is
-	// 0) until the leader's boot snapshot arrives (acceptBoot).
+	last uint64        // index of the last stored entry (compacted if none)
+	// The compaction point: entries at or below compacted are gone;
+	// compactedTerm is the term of entry compacted.
+	compacted, compactedTerm uint64
+	// applied is the state store's applied index, set by the loop after
+	// each apply: Snapshot describes the state store at it.
+	applied uint64
+	// joining: a node joining a group has no position yet (last is 0)
+	// until the leader's snapshot arrives (installSnapshot).
 	joining bool
 
 	tail      []*pb.Entry // entries tailFirst..last, also on disk
@@ -80,20 +113,27 @@ func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raf
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: raft log: %w", err)
 	}
-	l := &raftLog{db: db, hs: &pb.HardState{}, cs: &pb.ConfState{Voters: voters}, last: bootIndex,
+	l := &raftLog{db: db, hs: &pb.HardState{}, cs: &pb.ConfState{Voters: voters},
+		compacted: bootIndex, compactedTerm: bootTerm,
 		maxEntries: tailMaxEntries, maxBytes: tailMaxBytes}
-	// Key lengths only: values of separated entries are not read.
-	err = db.ScanLengths([]byte(entryKeyPrefix), []byte("f"), func(k []byte, _ int) error {
-		if len(k) != len(entryKeyPrefix)+8 {
-			return fmt.Errorf("raftstore: raft log key %x", k)
-		}
-		i := binary.BigEndian.Uint64(k[len(entryKeyPrefix):])
-		if want := l.last + 1; i != want {
-			return fmt.Errorf("raftstore: raft log has entry %d where %d belongs", i, want)
-		}
-		l.last = i
-		return nil
-	})
+	err = l.loadCompaction()
+	if err == nil {
+		l.last = l.compacted
+		// Key lengths only: values of separated entries are not read. The
+		// scan starts after the compaction point, so it reads the short
+		// log only.
+		err = db.ScanLengths(entryKey(l.compacted+1), []byte(entryKeyEnd), func(k []byte, _ int) error {
+			if len(k) != len(entryKeyPrefix)+8 {
+				return fmt.Errorf("raftstore: raft log key %x", k)
+			}
+			i := binary.BigEndian.Uint64(k[len(entryKeyPrefix):])
+			if want := l.last + 1; i != want {
+				return fmt.Errorf("raftstore: raft log has entry %d where %d belongs", i, want)
+			}
+			l.last = i
+			return nil
+		})
+	}
 	if err == nil {
 		var hsb []byte
 		hsb, err = db.Get([]byte(hardStateKey))
@@ -108,6 +148,7 @@ func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raf
 		_ = db.Close()
 		return nil, fmt.Errorf("raftstore: raft log %s: %w", dir, err)
 	}
+	l.applied = l.compacted
 	l.tailFirst = l.last + 1
 	return l, nil
 }
@@ -120,7 +161,7 @@ func (l *raftLog) save(ents []*pb.Entry, hs *pb.HardState, sync bool) error {
 	var b store.Batch
 	if len(ents) > 0 {
 		first := ents[0].GetIndex()
-		if first <= bootIndex || first > l.last+1 {
+		if first <= l.compacted || first > l.last+1 {
 			return fmt.Errorf("raftstore: raft log: appending entry %d after %d", first, l.last)
 		}
 		if first <= l.last {
@@ -217,17 +258,9 @@ func (l *raftLog) entry(i uint64) (*pb.Entry, error) {
 }
 
 // startJoining empties the log's boot position: the node is joining and
-// must receive the boot snapshot (with the membership) from the leader.
+// must receive a snapshot (with the membership) from the leader.
 func (l *raftLog) startJoining() {
 	l.joining, l.last, l.tailFirst = true, 0, 1
-}
-
-// acceptBoot records the leader's boot snapshot: the log now starts after
-// index 1, with cs as membership.
-func (l *raftLog) acceptBoot(cs *pb.ConfState) {
-	l.joining, l.cs = false, cs
-	l.last, l.tailFirst = bootIndex, bootIndex+1
-	l.tail, l.tailBytes = nil, 0
 }
 
 // InitialState implements raft.Storage.
@@ -241,7 +274,7 @@ func (l *raftLog) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	if l.joining {
 		return nil, raft.ErrUnavailable
 	}
-	if lo <= bootIndex {
+	if lo <= l.compacted {
 		return nil, raft.ErrCompacted
 	}
 	if hi > l.last+1 || lo > hi {
@@ -270,9 +303,9 @@ func (l *raftLog) Term(i uint64) (uint64, error) {
 		return 0, nil
 	case l.joining:
 		return 0, raft.ErrUnavailable
-	case i == bootIndex:
-		return bootTerm, nil
-	case i < bootIndex:
+	case i == l.compacted:
+		return l.compactedTerm, nil
+	case i < l.compacted:
 		return 0, raft.ErrCompacted
 	case i > l.last:
 		return 0, raft.ErrUnavailable
@@ -292,22 +325,123 @@ func (l *raftLog) FirstIndex() (uint64, error) {
 	if l.joining {
 		return 1, nil
 	}
-	return bootIndex + 1, nil
+	return l.compacted + 1, nil
 }
 
-// Snapshot implements raft.Storage: the synthetic boot snapshot, which
-// every node has; Raft never needs another while the log is not
-// truncated.
-//
-// Its ConfState is the node's current one, not the boot membership: a
-// joining node must find itself in it to accept it (membership.go).
+// Snapshot implements raft.Storage: Raft asks for it when a follower needs
+// entries at or below the compaction point (or, joining, has none at all).
+// It describes the state store at its applied index (at least the
+// compaction point): the data itself is not in it but streamed to the
+// follower by the node (snapshot.go), which checks that the state store's
+// copy is at exactly this index, and takes its ConfState from the copy.
 func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
 	if l.joining {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
 	}
+	term, err := l.Term(l.applied)
+	if err != nil {
+		return nil, err
+	}
 	return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
-		Index: new(uint64(bootIndex)), Term: new(uint64(bootTerm)), ConfState: l.cs,
+		Index: new(l.applied), Term: new(term), ConfState: l.cs,
 	}}, nil
+}
+
+// loadCompaction reads the compaction point, if one is stored.
+func (l *raftLog) loadCompaction() error {
+	v, err := l.db.Get([]byte(compactKey))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	md := &pb.SnapshotMetadata{}
+	if err := proto.Unmarshal(v, md); err != nil {
+		return fmt.Errorf("compaction point: %w", err)
+	}
+	if md.GetIndex() < bootIndex {
+		return fmt.Errorf("compaction point at index %d", md.GetIndex())
+	}
+	l.compacted, l.compactedTerm = md.GetIndex(), md.GetTerm()
+	return nil
+}
+
+// setCompaction writes the compaction point md and deletes every entry at
+// or below it (every entry, when all is set), in one synced batch; then it
+// updates the in-memory view.
+func (l *raftLog) setCompaction(md *pb.SnapshotMetadata, all bool) error {
+	v, err := proto.Marshal(md)
+	if err != nil {
+		return fmt.Errorf("raftstore: marshal compaction point: %w", err)
+	}
+	var b store.Batch
+	b.Set([]byte(compactKey), v)
+	end := entryKey(md.GetIndex() + 1)
+	if all {
+		end = []byte(entryKeyEnd)
+	}
+	b.DeleteRange([]byte(entryKeyPrefix), end)
+	p, err := l.db.Write(&b, true)
+	if err == nil {
+		err = p.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("raftstore: raft log: compaction to %d: %w", md.GetIndex(), err)
+	}
+	l.compacted, l.compactedTerm = md.GetIndex(), md.GetTerm()
+	if all || l.last < l.compacted {
+		l.last = l.compacted
+		clear(l.tail)
+		l.tail, l.tailFirst, l.tailBytes = nil, l.compacted+1, 0
+		return nil
+	}
+	l.dropTail(l.compacted)
+	return nil
+}
+
+// compact moves the compaction point to ci (compacted < ci <= applied,
+// and the state store durable up to applied: the caller synced it).
+func (l *raftLog) compact(ci uint64) error {
+	if ci <= l.compacted || ci > l.applied || ci > l.last {
+		return fmt.Errorf("raftstore: raft log: compaction to %d outside (%d, %d]", ci, l.compacted, min(l.applied, l.last))
+	}
+	term, err := l.Term(ci)
+	if err != nil {
+		return err
+	}
+	return l.setCompaction(&pb.SnapshotMetadata{Index: new(ci), Term: new(term), ConfState: l.cs}, false)
+}
+
+// installSnapshot makes the log start after md's index: every entry is
+// deleted (Raft hands a snapshot over only when the log does not already
+// hold its index with its term), the point and the ConfState are md's.
+func (l *raftLog) installSnapshot(md *pb.SnapshotMetadata) error {
+	if err := l.setCompaction(md, true); err != nil {
+		return err
+	}
+	l.joining = false
+	l.cs = md.GetConfState()
+	l.applied = md.GetIndex()
+	return nil
+}
+
+// dropTail drops the in-memory entries at or below i.
+func (l *raftLog) dropTail(i uint64) {
+	if i < l.tailFirst {
+		return
+	}
+	n := min(int(i-l.tailFirst+1), len(l.tail))
+	for _, e := range l.tail[:n] {
+		l.tailBytes -= len(e.GetData())
+	}
+	clear(l.tail[:n])
+	l.tail = l.tail[n:]
+	l.tailFirst += uint64(n)
+	if len(l.tail) == 0 {
+		l.tail = nil
+		l.tailFirst = l.last + 1
+	}
 }
 
 // close closes the durable log.

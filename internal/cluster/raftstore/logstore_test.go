@@ -108,3 +108,82 @@ func TestRaftLog(t *testing.T) {
 		t.Fatalf("reopened state %v %v", gotHS, cs)
 	}
 }
+
+// TestRaftLogCompaction covers the log's compaction point: entries at or
+// below it are gone (ErrCompacted), its term is kept, a reopen starts after
+// it, and installing a snapshot empties the log.
+func TestRaftLogCompaction(t *testing.T) {
+	dir := t.TempDir()
+	l, err := openRaftLog(dir, []uint64{1, 2, 3}, nil, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.maxEntries = 10
+	var ents []*pb.Entry
+	for i := uint64(2); i <= 50; i++ {
+		ents = append(ents, ent(i, 1+i/20))
+	}
+	if err := l.save(ents, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	l.applied = 45
+	l.trim(45)
+	if err := l.compact(46); err == nil {
+		t.Fatal("compaction beyond the applied index accepted")
+	}
+	if err := l.compact(30); err != nil {
+		t.Fatal(err)
+	}
+	check := func(l *raftLog) {
+		t.Helper()
+		if fi, _ := l.FirstIndex(); fi != 31 {
+			t.Fatalf("FirstIndex = %d, want 31", fi)
+		}
+		if tm, err := l.Term(30); err != nil || tm != 2 {
+			t.Fatalf("Term(30) = %d, %v", tm, err)
+		}
+		if _, err := l.Term(29); !errors.Is(err, raft.ErrCompacted) {
+			t.Fatalf("Term(29): %v", err)
+		}
+		if _, err := l.Entries(30, 40, 1<<20); !errors.Is(err, raft.ErrCompacted) {
+			t.Fatalf("Entries(30, 40): %v", err)
+		}
+		checkEntries(t, l, 31, 51, func(i uint64) string { return fmt.Sprintf("e%d.%d", i, 1+i/20) })
+	}
+	check(l)
+	if err := l.save([]*pb.Entry{ent(30, 9)}, nil, true); err == nil {
+		t.Fatal("an append at the compaction point was accepted")
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = openRaftLog(dir, []uint64{1, 2, 3}, nil, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.close() }()
+	if l.compacted != 30 || l.last != 50 {
+		t.Fatalf("reopened: compaction point %d, last %d", l.compacted, l.last)
+	}
+	check(l)
+	md := &pb.SnapshotMetadata{Index: new(uint64(80)), Term: new(uint64(7)), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3, 4}}}
+	if err := l.installSnapshot(md); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := l.FirstIndex(); fi != 81 {
+		t.Fatalf("after a snapshot FirstIndex = %d", fi)
+	}
+	if li, _ := l.LastIndex(); li != 80 {
+		t.Fatalf("after a snapshot LastIndex = %d", li)
+	}
+	if tm, err := l.Term(80); err != nil || tm != 7 {
+		t.Fatalf("after a snapshot Term(80) = %d, %v", tm, err)
+	}
+	if s, err := l.Snapshot(); err != nil || s.GetMetadata().GetIndex() != 80 || len(s.GetMetadata().GetConfState().GetVoters()) != 4 {
+		t.Fatalf("Snapshot() = %v, %v", s, err)
+	}
+	if err := l.save([]*pb.Entry{ent(81, 7)}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, l, 81, 82, func(i uint64) string { return fmt.Sprintf("e%d.7", i) })
+}

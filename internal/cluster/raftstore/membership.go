@@ -38,13 +38,11 @@ import (
 //
 // A node that joins (Config.Join) starts with an empty ConfState and an
 // empty log (not even the boot position, index 1): it can never campaign
-// on its own. The leader, finding nothing to append to, sends it its boot
-// snapshot (index 1, carrying the leader's current ConfState, which
-// includes the new node); the joiner records it (acceptBootSnapshot) and
-// then receives every entry from index 2. Replaying the conf changes of the
-// log over the current ConfState is harmless: adding a member again and
-// removing a non-member change nothing, and ids are never reused, so the
-// joiner ends with the leader's membership.
+// on its own. The leader, finding nothing to append to, sends it a
+// snapshot of its state store (snapshot.go), whose ConfState (the "conf"
+// record of the copy) includes the new node; the joiner installs it and
+// takes its membership (adoptMembership), then receives the entries after
+// it.
 const (
 	metaConf         = "conf"
 	metaMemberPrefix = "member/"
@@ -80,7 +78,7 @@ var (
 type membership struct {
 	conf    *pb.ConfState
 	addrs   map[uint64]string // every member's (and configured peer's) Raft address; "" = removed
-	joining bool              // Config.Join and the boot snapshot not received yet
+	joining bool              // Config.Join and no snapshot installed yet
 	// ccID is the change this node proposed in its current leadership and
 	// has not applied yet, 0 if none: set by changeMembership, cleared when
 	// it applies, when its proposal fails, or when the leadership ends.
@@ -402,42 +400,6 @@ func (n *Node) commitConfLocked(ca *confApply) {
 		}
 		n.mem.ccID = 0
 	}
-}
-
-// acceptBootSnapshot handles the snapshot of a Ready before its entries
-// are saved. This build has no real snapshots: the only one a leader sends
-// is the boot snapshot (index 1, the leader's ConfState), to a node that
-// joins with an empty log. Nothing is installed; its ConfState and the
-// applied index 1 are written to the state store, durably, so a restart
-// does not ask for it again.
-func (n *Node) acceptBootSnapshot(s *pb.Snapshot) error {
-	md := s.GetMetadata()
-	if md.GetIndex() != bootIndex {
-		return fmt.Errorf("raftstore: received a snapshot at index %d; this build installs only the boot snapshot", md.GetIndex())
-	}
-	cs := md.GetConfState()
-	if cs == nil {
-		cs = &pb.ConfState{}
-	}
-	meta, err := confMeta(n, cs, nil)
-	if err != nil {
-		return err
-	}
-	meta = append(meta, pebblestore.Meta{Name: metaApplied, Value: binary.BigEndian.AppendUint64(nil, bootIndex)})
-	p, err := n.state.WriteMeta(&store.Batch{}, meta, true)
-	if err == nil {
-		err = p.Wait()
-	}
-	if err != nil {
-		return fmt.Errorf("raftstore: recording the boot snapshot: %w", err)
-	}
-	n.rl.acceptBoot(cs)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.mem.conf, n.mem.joining = cs, false
-	n.applied = bootIndex
-	n.log.Info("raftstore: joined the group", "voters", cs.GetVoters())
-	return nil
 }
 
 // raftStateRemoved is Status.Role for a node removed from the group.

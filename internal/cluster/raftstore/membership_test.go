@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // addJoiner binds a listener and opens a new node in join mode; its
@@ -49,9 +50,11 @@ func memberIDs(nd *Node) []uint64 {
 // stateDump is every key and value of nd's state store.
 func stateDump(nd *Node) (map[string]string, error) {
 	out := map[string]string{}
-	err := nd.state.Scan(nil, func(k, v []byte) error {
-		out[string(k)] = string(v)
-		return nil
+	err := nd.withState(func(st *pebblestore.Store) error {
+		return st.Scan(nil, func(k, v []byte) error {
+			out[string(k)] = string(v)
+			return nil
+		})
 	})
 	return out, err
 }

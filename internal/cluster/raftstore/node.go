@@ -28,16 +28,26 @@
 // crash the node replays exactly the committed entries after the index it
 // finds there, and applying an entry twice cannot happen.
 //
+// # Log truncation and snapshots
+//
+// Every node cuts its own log once its applied index is far enough past
+// the log's start (Config.CompactEntries, CompactBytes), after syncing the
+// state store, and keeps Config.KeepEntries applied entries (logstore.go).
+// A follower that needs entries the leader has cut gets a copy of the
+// leader's state store instead, streamed in chunks and installed by a
+// directory swap that survives a crash (snapshot.go). While a follower
+// installs one, reads of its store views wait for the swap.
+//
 // # Limits of this slice
 //
 // One Raft group for everything; membership from Config.Peers at first,
-// changed at runtime by AddMember and RemoveMember (membership.go); no
-// snapshots and no log truncation (the log grows; a node that was down
-// catches up from the leader's full log, read back from pebble: only the
-// newest entries are kept in memory), no authentication between nodes.
+// changed at runtime by AddMember and RemoveMember (membership.go); a
+// snapshot is the whole state (no increments); no authentication between
+// nodes.
 package raftstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -87,6 +97,22 @@ type Config struct {
 	// the operating system's. Tests pass vfs.NewCrashableMem to cut power
 	// (a CrashClone keeps only what was synced).
 	FS vfs.FS
+	// Log truncation (see logstore.go): the log is cut once the applied
+	// index is CompactEntries entries, or CompactBytes bytes of applied
+	// entries, past the log's start, keeping KeepEntries applied entries.
+	// Zero means the default (DefaultCompactEntries, DefaultCompactBytes,
+	// DefaultKeepEntries); tests lower them.
+	CompactEntries uint64
+	CompactBytes   uint64
+	KeepEntries    uint64
+	// SnapshotChunkSize is the target size of one chunk of a snapshot sent
+	// to a lagging follower, at most MaxSnapshotChunkSize; 0 means
+	// DefaultSnapshotChunkSize.
+	SnapshotChunkSize int
+
+	// crashPoint, when set, is called at each step of a compaction and of
+	// a snapshot install (tests cut the power there; snapshot.go).
+	crashPoint func(step string) error
 }
 
 // Defaults.
@@ -99,6 +125,15 @@ const (
 	// MaxEntrySize bounds one encoded write batch (32 MiB): half of
 	// MaxFrameSize, so an entry always fits in a message to a peer.
 	MaxEntrySize = MaxFrameSize / 2
+	// Log truncation and snapshot defaults (Config).
+	DefaultCompactEntries    = 10_000
+	DefaultCompactBytes      = 64 << 20
+	DefaultKeepEntries       = 5_000
+	DefaultSnapshotChunkSize = 1 << 20
+	// MaxSnapshotChunkSize bounds Config.SnapshotChunkSize (16 MiB), so
+	// that a chunk and one more record of up to MaxEntrySize fit in a
+	// frame.
+	MaxSnapshotChunkSize = MaxFrameSize / 4
 )
 
 // ErrEntryTooLarge is returned (wrapped) by a Write whose encoded batch
@@ -155,9 +190,16 @@ type Node struct {
 	log   *slog.Logger
 	epoch uint64 // random per Open: makes proposal ids unique across restarts
 	rl    *raftLog
-	state *pebblestore.Store
-	rn    *raft.RawNode // run's only
-	tr    *transport
+	// state is the state store. The loop uses it freely; install
+	// (snapshot.go), on the loop, replaces it holding stateMu, so every
+	// other goroutine reads it through withState.
+	stateMu sync.RWMutex
+	state   *pebblestore.Store
+	rn      *raft.RawNode // run's only
+	tr      *transport
+
+	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
+	snaps        snapshots // snapshots streamed out and received (snapshot.go)
 
 	recvc     chan *pb.Message
 	propc     chan struct{} // a proposal is queued (buffered 1)
@@ -238,6 +280,14 @@ func Open(cfg Config) (n *Node, err error) {
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = DefaultTickInterval
 	}
+	cfg.CompactEntries = cmp.Or(cfg.CompactEntries, DefaultCompactEntries)
+	cfg.CompactBytes = cmp.Or(cfg.CompactBytes, DefaultCompactBytes)
+	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
+	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
+	if cfg.KeepEntries >= cfg.CompactEntries {
+		// Every Ready would compact (and sync the state store) for nothing.
+		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -263,18 +313,29 @@ func Open(cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("raftstore: %w", err)
 		}
 	}
-	if n.state, err = pebblestore.Open(filepath.Join(cfg.Dir, "state"), pebblestore.Options{Logger: log, FS: cfg.FS}); err != nil {
-		return nil, fmt.Errorf("raftstore: state store: %w", err)
+	voters := make([]uint64, 0, len(cfg.Peers))
+	for _, p := range cfg.Peers {
+		voters = append(voters, p.ID)
+	}
+	if n.rl, err = openRaftLog(filepath.Join(cfg.Dir, "raft"), voters, cfg.FS, log); err != nil {
+		return nil, err
+	}
+	// The state store is opened after the log: a snapshot install cut
+	// short by a crash is finished first (snapshot.go).
+	if err := n.openState(); err != nil {
+		_ = n.rl.close()
+		return nil, err
 	}
 	if err := n.load(); err != nil {
 		_ = n.state.Close()
+		_ = n.rl.close()
 		return nil, err
 	}
 	return n, nil
 }
 
-// load reads the state store's meta records and the Raft log, builds the
-// RawNode and starts the goroutines. On error the caller closes n.state.
+// load reads the state store's meta records, builds the RawNode and starts
+// the goroutines. On error the caller closes n.state and n.rl.
 func (n *Node) load() error {
 	n.applied = bootIndex
 	switch v, err := n.state.GetMeta(metaApplied); {
@@ -300,23 +361,20 @@ func (n *Node) load() error {
 	if err := n.loadMembership(); err != nil {
 		return err
 	}
-	if n.rl, err = openRaftLog(filepath.Join(n.cfg.Dir, "raft"), n.mem.conf.GetVoters(), n.cfg.FS, n.log); err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		_ = n.rl.close()
-		return err
-	}
 	n.rl.cs = n.mem.conf
+	if n.applied < n.rl.compacted {
+		return fmt.Errorf("raftstore: state store applied index %d is behind the raft log's compaction point %d", n.applied, n.rl.compacted)
+	}
 	if n.mem.joining {
-		if n.rl.last != bootIndex {
-			return fail(fmt.Errorf("raftstore: join: the raft log has entries but the state store has no membership record"))
+		if n.rl.last != bootIndex || n.rl.compacted != bootIndex {
+			return fmt.Errorf("raftstore: join: the raft log has entries but the state store has no membership record")
 		}
 		n.rl.startJoining()
 		n.applied = 0
 	}
+	n.rl.applied = n.applied
 	if n.applied > n.rl.last {
-		return fail(fmt.Errorf("raftstore: state store applied index %d is beyond the raft log's last entry %d", n.applied, n.rl.last))
+		return fmt.Errorf("raftstore: state store applied index %d is beyond the raft log's last entry %d", n.applied, n.rl.last)
 	}
 	// The state store and the HardState are both written without fsync
 	// when only the commit index moved, so the applied index may be ahead
@@ -346,13 +404,13 @@ func (n *Node) load() error {
 		Logger:                    raftLogger{n.log},
 	})
 	if err != nil {
-		return fail(fmt.Errorf("raftstore: %w", err))
+		return fmt.Errorf("raftstore: %w", err)
 	}
 	if v := n.mem.conf.GetVoters(); len(v) == 1 && v[0] == n.cfg.ID {
 		// A single node is its own majority: no reason to wait out an
 		// election timeout.
 		if err := n.rn.Campaign(); err != nil {
-			return fail(fmt.Errorf("raftstore: %w", err))
+			return fmt.Errorf("raftstore: %w", err)
 		}
 		n.checkRole()
 	}
@@ -374,6 +432,9 @@ func (c *Config) validate() error {
 	if c.Listener == nil {
 		return errors.New("raftstore: no listener")
 	}
+	if c.SnapshotChunkSize < 0 || c.SnapshotChunkSize > MaxSnapshotChunkSize {
+		return fmt.Errorf("raftstore: snapshot chunk size %d is outside 0..%d", c.SnapshotChunkSize, MaxSnapshotChunkSize)
+	}
 	seen := map[uint64]bool{}
 	for _, p := range c.Peers {
 		if p.ID == 0 {
@@ -393,13 +454,24 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// deliver hands a received message to the loop (transport goroutines).
-func (n *Node) deliver(m *pb.Message) {
+// deliver hands a received message to the loop (transport goroutines). Its
+// result is the acknowledgement of a snapshot stream's last chunk, else
+// nil.
+func (n *Node) deliver(m *pb.Message) []byte {
+	var ack []byte
+	if m.GetType() == pb.MessageType_MsgSnap {
+		// A chunk of a snapshot: Raft sees the message once all of it is
+		// here (snapshot.go).
+		if m, ack = n.receiveSnapshot(m); m == nil {
+			return ack
+		}
+	}
 	select {
 	case n.recvc <- m:
 	case <-n.stopc:
 	case <-n.donec:
 	}
+	return ack
 }
 
 // reportUnreachable records that a message to id was lost (transport).
@@ -446,6 +518,7 @@ func (n *Node) run() {
 		}
 		clear(n.unreach)
 		n.unreachMu.Unlock()
+		n.reportSnapshots()
 		if err := n.handleReadies(); err != nil {
 			n.stopOnError(err)
 			return
@@ -536,7 +609,7 @@ func (n *Node) handleReadies() error {
 		n.checkRole()
 		rd := n.rn.Ready()
 		if !raft.IsEmptySnap(rd.Snapshot) {
-			if err := n.acceptBootSnapshot(rd.Snapshot); err != nil {
+			if err := n.installSnapshot(rd.Snapshot); err != nil {
 				return err
 			}
 		}
@@ -544,6 +617,10 @@ func (n *Node) handleReadies() error {
 			return err
 		}
 		for _, m := range rd.Messages {
+			if m.GetType() == pb.MessageType_MsgSnap {
+				n.sendSnapshot(m)
+				continue
+			}
 			n.tr.send(m)
 		}
 		if err := n.apply(rd.CommittedEntries); err != nil {
@@ -553,7 +630,11 @@ func (n *Node) handleReadies() error {
 		n.mu.Lock()
 		applied := n.applied
 		n.mu.Unlock()
+		n.rl.applied = applied
 		n.rl.trim(applied)
+	}
+	if err := n.maybeCompact(); err != nil {
+		return err
 	}
 	n.checkRole()
 	n.updateStatus()
@@ -610,6 +691,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			continue // applied before a restart; Raft should not hand it out again
 		}
 		last = e.GetIndex()
+		n.appliedBytes += uint64(len(e.GetData()))
 		if leaderTerm != 0 && e.GetTerm() == leaderTerm {
 			// The first entry of this leader's term: everything committed
 			// before the term is now applied.
@@ -860,6 +942,7 @@ func (n *Node) Close() error {
 	close(n.stopc)
 	<-n.donec
 	n.tr.close()
+	n.abortReceives()
 	return errors.Join(n.state.Close(), n.rl.close())
 }
 

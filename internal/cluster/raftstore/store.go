@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // view is the store.Store of one leadership: Node.Store returns a new one
@@ -114,7 +115,7 @@ func (v *view) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	if err := v.readable(); err != nil {
 		return err
 	}
-	return v.n.state.Scan(prefix, fn)
+	return v.n.withState(func(st *pebblestore.Store) error { return st.Scan(prefix, fn) })
 }
 
 // Get reads the local state store after read-your-writes.
@@ -122,7 +123,13 @@ func (v *view) Get(key []byte) ([]byte, error) {
 	if err := v.readable(); err != nil {
 		return nil, err
 	}
-	return v.n.state.Get(key)
+	var out []byte
+	err := v.n.withState(func(st *pebblestore.Store) error {
+		var err error
+		out, err = st.Get(key)
+		return err
+	})
+	return out, err
 }
 
 // ScanRange reads a key range of the local state store after
@@ -131,7 +138,7 @@ func (v *view) ScanRange(start, end []byte, fn func(key, value []byte) error) er
 	if err := v.readable(); err != nil {
 		return err
 	}
-	return v.n.state.ScanRange(start, end, fn)
+	return v.n.withState(func(st *pebblestore.Store) error { return st.ScanRange(start, end, fn) })
 }
 
 // ScanLengths reads a key range's value lengths from the local state store
@@ -140,7 +147,7 @@ func (v *view) ScanLengths(start, end []byte, fn func(key []byte, valueLen int) 
 	if err := v.readable(); err != nil {
 		return err
 	}
-	return v.n.state.ScanLengths(start, end, fn)
+	return v.n.withState(func(st *pebblestore.Store) error { return st.ScanLengths(start, end, fn) })
 }
 
 // Sync proposes an empty batch, a barrier, and waits for it to apply.

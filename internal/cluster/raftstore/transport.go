@@ -24,6 +24,9 @@ import (
 //
 // A node dials one connection to each peer and reads the connections its
 // peers dial to it. There is no handshake: every Message names its sender.
+// A snapshot goes on a connection of its own (stream), which the receiver
+// answers with one byte after the snapshot's last frame: 0 taken, 1
+// refused.
 // The listener is meant for a private network between the nodes; it has no
 // authentication in this slice.
 
@@ -95,10 +98,13 @@ func readFrame(r io.Reader, buf []byte) (*pb.Message, []byte, error) {
 
 // transport moves Raft messages between nodes.
 type transport struct {
-	id    uint64
-	ln    net.Listener
-	log   *slog.Logger
-	recv  func(*pb.Message)    // hands a received message to the loop
+	id  uint64
+	ln  net.Listener
+	log *slog.Logger
+	// recv hands a received message to the loop; a non-nil result is
+	// written back on the message's connection (the acknowledgement that
+	// ends a stream).
+	recv  func(*pb.Message) []byte
 	unrch func(id uint64)      // reports a peer unreachable to the loop
 	peers map[uint64]*peerConn // the loop's only, once started
 
@@ -122,7 +128,7 @@ type peerConn struct {
 }
 
 func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
-	recv func(*pb.Message), unreachable func(uint64)) *transport {
+	recv func(*pb.Message) []byte, unreachable func(uint64)) *transport {
 	t := &transport{
 		id: id, ln: ln, log: log, recv: recv, unrch: unreachable,
 		peers: map[uint64]*peerConn{},
@@ -280,6 +286,106 @@ func (t *transport) sendLoop(p *peerConn) {
 	}
 }
 
+// streamWriteTimeout bounds the write of one frame of a stream: a peer
+// that reads nothing for that long (a partition that keeps the connection
+// open, a stopped process) fails the stream, so that Raft hears of the
+// failure and tries again, instead of waiting on it forever.
+const streamWriteTimeout = 10 * time.Second
+
+// streamAckTimeout bounds the wait for a stream's acknowledgement once it
+// is written: the receiver syncs what it received before answering (its
+// WAL tail: the rest is in sorted tables pebble synced as it flushed
+// them). A stream lost on the way (a partition that swallows it) costs
+// this long before Raft hears of the failure and tries again.
+const streamAckTimeout = 20 * time.Second
+
+// errStreamRefused is returned by a stream the peer answered with a
+// refusal.
+var errStreamRefused = errors.New("raftstore: the peer refused the stream")
+
+// errBlocked fails a snapshot stream while the transport drops all
+// traffic (tests).
+var errBlocked = errors.New("raftstore: transport blocked")
+
+// stream writes the frames produce makes to peer to on a connection of its
+// own, in a goroutine, waits for the peer's one-byte acknowledgement (0:
+// it has taken everything; anything else: it refused the stream), and
+// then calls done with the outcome (also when the transport is closed,
+// immediately). A snapshot goes this way: its frames
+// come from a generator, one at a time, and TCP's flow control slows the
+// generator down, so the peer's send queue neither fills with nor delays
+// for it. Closing the transport ends a stream in progress.
+func (t *transport) stream(to uint64, produce func(write func(*pb.Message) error) error, done func(error)) {
+	p := t.peers[to]
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	switch {
+	case closed:
+		done(net.ErrClosed)
+		return
+	case p == nil:
+		t.wg.Done()
+		done(fmt.Errorf("raftstore: no peer %d", to))
+		return
+	}
+	go func() {
+		defer t.wg.Done()
+		done(t.writeStream(p, produce))
+	}()
+}
+
+// writeStream is stream's goroutine.
+func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message) error) error) error {
+	if t.isBlocked() {
+		return errBlocked
+	}
+	c, err := t.dial(p.addr)
+	if err != nil {
+		return err
+	}
+	defer t.forget(c)
+	w := bufio.NewWriterSize(c, 64<<10)
+	var frame []byte
+	err = produce(func(m *pb.Message) error {
+		if t.isBlocked() {
+			return errBlocked
+		}
+		var err error
+		if frame, err = appendFrame(frame[:0], m); err != nil {
+			return err
+		}
+		if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+			return err
+		}
+		_, err = w.Write(frame)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := c.SetReadDeadline(time.Now().Add(streamAckTimeout)); err != nil {
+		return err
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("raftstore: no acknowledgement of the stream: %w", err)
+	}
+	if ack[0] != 0 {
+		return errStreamRefused
+	}
+	return nil
+}
+
 // dial connects to addr and registers the connection, so that close can
 // unblock a write stuck on a peer that does not read.
 func (t *transport) dial(addr string) (net.Conn, error) {
@@ -351,7 +457,15 @@ func (t *transport) read(c net.Conn) {
 		if t.isBlocked() {
 			continue
 		}
-		t.recv(m)
+		if reply := t.recv(m); reply != nil {
+			if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+				return
+			}
+			if _, err := c.Write(reply); err != nil {
+				t.log.Debug("raftstore: cannot acknowledge a stream", "remote", c.RemoteAddr().String(), "err", err)
+				return
+			}
+		}
 	}
 }
 

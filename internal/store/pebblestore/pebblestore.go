@@ -95,6 +95,9 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 
+	snapMu sync.Mutex
+	snaps  map[*Snapshot]struct{} // open Snapshots (Close closes them); guarded by snapMu
+
 	// failed holds the first write error, wrapped in store.ErrFailed.
 	failed atomic.Pointer[error]
 }
@@ -574,8 +577,8 @@ func (s *Store) Sync() error {
 	return p.Wait()
 }
 
-// Close closes the database, syncing the WAL unless the store is failed.
-// Pendings of earlier writes remain valid. Later operations, including a
+// Close closes the database, syncing the WAL unless the store is failed,
+// and every Snapshot still open. Pendings of earlier writes remain valid. Later operations, including a
 // second Close, return store.ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -584,6 +587,11 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
+	s.snapMu.Lock()
+	for sn := range s.snaps {
+		_ = sn.closeLocked()
+	}
+	s.snapMu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebblestore: close %s: %w", s.dir, err)
 	}
