@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -76,11 +77,18 @@ func Binary(t testing.TB) string {
 // NewClient is an SDK client of the endpoint url with one attempt per call
 // (an SDK retry would blur which sends were acknowledged), idle idle
 // connections per host, the given request timeout, and key as both access
-// key and secret.
+// key and secret. Request bodies reach net/http as private in-memory
+// copies (ownBodies): without them about one receive in a few hundred
+// whose answer is larger than 4 KiB failed on a healthy broker.
 func NewClient(url, key string, idle int, timeout time.Duration) *sqs.Client {
+	return dialClient(url, key, idle, timeout, (&net.Dialer{Timeout: 2 * time.Second}).DialContext)
+}
+
+// dialClient is NewClient dialling with dial (tests wrap the connections).
+func dialClient(url, key string, idle int, timeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *sqs.Client {
 	tr := &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		DialContext:         dial,
 		MaxIdleConnsPerHost: idle,
 		IdleConnTimeout:     30 * time.Second,
 	}
@@ -92,8 +100,40 @@ func NewClient(url, key string, idle int, timeout time.Duration) *sqs.Client {
 		}),
 		RetryMaxAttempts: 1,
 		Retryer:          aws.NopRetryer{},
-		HTTPClient:       &http.Client{Transport: tr, Timeout: timeout},
+		HTTPClient:       ownBodies{&http.Client{Transport: tr, Timeout: timeout}},
 	})
+}
+
+// ownBodies hands net/http a private in-memory copy of each request body.
+//
+// Why: smithy-go closes the request body it gave http.Client.Do as soon as
+// Do returns, that is once the response headers are in, while net/http's
+// writeLoop may still be finishing the request: after copying
+// Content-Length bytes it copies the body once more to io.Discard to check
+// for extra bytes (transferWriter.writeBody). The SDK's body is a
+// WriterTo that answers io.EOF once closed, io.Copy passes that error on,
+// and the Transport, taking it for a failed request write, closes the
+// connection under the response still being read. Whatever the client's
+// 4 KiB read buffer already held is read; the rest fails with "use of
+// closed network connection" (the SDK reports "deserialization failed").
+// A broker that answers quickly makes the window likelier; the broker
+// sends every byte (see TestClientSurvivesEarlyAnswer). With a copy of its
+// own, net/http's body is never closed under it. The same race is
+// aws/aws-sdk-go-v2#1825 and #2737; the SDK's answer there is to retry
+// net.ErrClosed, which these clients (one attempt per call) cannot use.
+type ownBodies struct{ c *http.Client }
+
+func (o ownBodies) Do(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		body, err := io.ReadAll(req.Body)
+		_ = req.Body.Close() // the SDK's own body: closing it only drops its reference
+		if err != nil {
+			return nil, err
+		}
+		// No GetBody, as before: net/http replays nothing on its own.
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	return o.c.Do(req)
 }
 
 // GetJSON decodes the JSON answer of GET url into v, failing on any
