@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -183,7 +182,7 @@ func runCrash(t *testing.T, fifo bool, iterations int, seed uint64) {
 			stopAll()
 			t.Fatalf("iteration %d: kill: %v", i, err)
 		}
-		old.client.Options().HTTPClient.(*http.Client).CloseIdleConnections()
+		CloseIdle(old.client)
 		down := time.Now()
 		inc := start()
 		downtime += time.Since(down)

@@ -136,6 +136,17 @@ func (o ownBodies) Do(req *http.Request) (*http.Response, error) {
 	return o.c.Do(req)
 }
 
+// CloseIdleConnections closes the client's idle connections (after a
+// kill, so the next request dials the restarted server).
+func (o ownBodies) CloseIdleConnections() { o.c.CloseIdleConnections() }
+
+// CloseIdle closes the idle connections of a client made by NewClient.
+func CloseIdle(c *sqs.Client) {
+	if ci, ok := c.Options().HTTPClient.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
 // GetJSON decodes the JSON answer of GET url into v, failing on any
 // status but 200.
 func GetJSON(ctx context.Context, hc *http.Client, url string, v any) error {

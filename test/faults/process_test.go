@@ -86,7 +86,7 @@ func runKills(t *testing.T, fifo bool, load time.Duration, s uint64) {
 		w.crashes++
 		w.Ck.Fault()
 		kills++
-		old.client.Options().HTTPClient.(*http.Client).CloseIdleConnections()
+		crash.CloseIdle(old.client)
 		down := time.Now()
 		w.cl.Set(startBroker(t, ctx, w, bin, dir, false))
 		downtime += time.Since(down)
