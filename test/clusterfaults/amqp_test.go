@@ -2,12 +2,9 @@ package clusterfaults
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,22 +40,6 @@ const (
 	// write would never be missed).
 	amqpMinBacklog = 500
 )
-
-// readyAMQP is the amqp:// URL of the public AMQP listener named by the
-// ready file in dir (crash.Start waited for it).
-func readyAMQP(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "ready.json"))
-	if err != nil {
-		return "", err
-	}
-	var rf struct {
-		AMQP string `json:"amqp"`
-	}
-	if err := json.Unmarshal(b, &rf); err != nil || rf.AMQP == "" {
-		return "", fmt.Errorf("ready file %q names no amqp address (%v)", b, err)
-	}
-	return "amqp://guest:guest@" + rf.AMQP + "/", nil
-}
 
 // amqpLoad drives the AMQP queue and records its history in its own
 // Checker. What it can judge is less than on the SQS queues (see

@@ -203,13 +203,8 @@ func (c *testCluster) start(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	amqpURL, err := readyAMQP(m.dir)
-	if err != nil {
-		_ = srv.Kill() // the ready file's error is the one to report
-		return err
-	}
 	m.mu.Lock()
-	m.srv, m.client, m.amqp, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), amqpURL, map[string]string{}, false
+	m.srv, m.client, m.amqp, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), srv.AMQPURL(), map[string]string{}, false
 	m.mu.Unlock()
 	return nil
 }

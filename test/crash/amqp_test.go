@@ -3,12 +3,10 @@ package crash
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -212,20 +210,6 @@ func (l *amqpLedger) missing() (n int, example []uint64) {
 	return n, example
 }
 
-func amqpReadyAddr(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "ready.json"))
-	if err != nil {
-		return "", err
-	}
-	var rf struct {
-		AMQP string `json:"amqp"`
-	}
-	if err := json.Unmarshal(b, &rf); err != nil || rf.AMQP == "" {
-		return "", fmt.Errorf("ready file %q has no amqp address: %v", b, err)
-	}
-	return rf.AMQP, nil
-}
-
 // amqpOpen connects, opens a channel and declares the durable queue.
 func amqpOpen(url string) (*amqp.Connection, *amqp.Channel, error) {
 	conn, err := amqp.DialConfig(url, amqp.Config{
@@ -261,12 +245,11 @@ func runAMQPCrash(t *testing.T, bin string, iterations int, seed uint64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr, err := amqpReadyAddr(dir)
-		if err != nil {
+		if srv.AMQP == "" {
 			_ = srv.Kill()
-			failf("%v", err)
+			failf("the ready file names no AMQP listener")
 		}
-		return &amqpLife{srv: srv, url: "amqp://guest:guest@" + addr + "/", dead: make(chan struct{})}
+		return &amqpLife{srv: srv, url: srv.AMQPURL(), dead: make(chan struct{})}
 	}
 
 	cl := NewLives[*amqpLife]()

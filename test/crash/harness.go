@@ -186,6 +186,7 @@ func Build(dir string) (string, error) {
 // with Start again after Kill.
 type Server struct {
 	Addr string // host:port of the SQS listener
+	AMQP string // host:port of the AMQP listener ("" when it has none)
 	PID  int
 
 	cmd    *exec.Cmd
@@ -195,6 +196,9 @@ type Server struct {
 
 // URL is the SQS endpoint, http://Addr.
 func (s *Server) URL() string { return "http://" + s.Addr }
+
+// AMQPURL is the AMQP endpoint with the default guest credentials.
+func (s *Server) AMQPURL() string { return "amqp://guest:guest@" + s.AMQP + "/" }
 
 // Exited is closed when the process has ended.
 func (s *Server) Exited() <-chan struct{} { return s.exited }
@@ -243,8 +247,9 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 		b, err := os.ReadFile(ready)
 		if err == nil {
 			var rf struct {
-				SQS string `json:"sqs"`
-				PID int    `json:"pid"`
+				SQS  string `json:"sqs"`
+				AMQP string `json:"amqp"`
+				PID  int    `json:"pid"`
 			}
 			if err := json.Unmarshal(b, &rf); err != nil || rf.SQS == "" {
 				return fail(fmt.Errorf("ready file %q: %v", b, err))
@@ -252,7 +257,7 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 			if rf.PID != 0 && rf.PID != s.PID {
 				return fail(fmt.Errorf("ready file names pid %d, started %d", rf.PID, s.PID))
 			}
-			s.Addr = rf.SQS
+			s.Addr, s.AMQP = rf.SQS, rf.AMQP
 			break
 		}
 		if !errors.Is(err, os.ErrNotExist) {

@@ -38,11 +38,7 @@ func TestAMQPDeliveriesRequeuedAfterKill(t *testing.T) {
 		}
 	}
 	// Two deliveries to an AMQP consumer, never acknowledged.
-	addr, err := amqpReadyAddr(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial("amqp://guest:guest@" + addr + "/")
+	conn, err := amqp.Dial(srv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

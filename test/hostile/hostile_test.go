@@ -23,7 +23,6 @@ package hostile
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -87,7 +86,7 @@ func TestHostileSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop(10 * time.Second)
-	amqpAddr := readyAMQP(t, dir)
+	amqpAddr := srv.AMQP
 	httpAddr := srv.Addr
 
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
@@ -356,20 +355,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-func readyAMQP(t *testing.T, dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "ready.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rf struct {
-		AMQP string `json:"amqp"`
-	}
-	if err := json.Unmarshal(b, &rf); err != nil || rf.AMQP == "" {
-		t.Fatalf("ready file %q: %v", b, err)
-	}
-	return rf.AMQP
 }
 
 // procRSS is VmRSS of pid in bytes.
