@@ -54,16 +54,6 @@ RUNS="$BENCH_DIR/runs.jsonl"
 : > "$RUNS"
 TCK=$(getconf CLK_TCK)
 
-freeport() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
-
-# wait_port PORT: poll until something accepts on 127.0.0.1:PORT (60 s).
-wait_port() {
-  for _ in $(seq 600); do
-    if python3 -c "import socket,sys;socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2; return 1
-}
 
 # cpu_ticks PID...: user+system clock ticks of the processes so far.
 cpu_ticks() {
@@ -74,39 +64,18 @@ cpu_ticks() {
   echo "$t"
 }
 
-rmq_pid="" sluice_pids=()
-cleanup() {
-  [ -n "$rmq_pid" ] && kill "$rmq_pid" 2>/dev/null || true
-  for p in "${sluice_pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  /usr/lib/erlang/bin/epmd -port "$EPMD_PORT" -kill >/dev/null 2>&1 || true
-}
-EPMD_PORT=$(freeport)
-trap cleanup EXIT
+# shellcheck source=scripts/lib-rabbitmq.sh
+. scripts/lib-rabbitmq.sh
+sluice_pids=()
+cleanup_more() { for p in "${sluice_pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 
 # Each start_* sets URL (the AMQP endpoint the bench drives), PID (the
 # server whose CPU the bench reports) and ALL_PIDS (every server process).
-start_rabbitmq() {
-  local d="$BENCH_DIR/rmq" port dist
-  rm -rf "$d" && mkdir -p "$d"
-  port=$(freeport) dist=$(freeport)
-  echo '[].' > "$d/enabled_plugins" && : > "$d/rabbitmq.conf"
-  HOME="$d" RABBITMQ_MNESIA_BASE="$d/mnesia" RABBITMQ_LOG_BASE="$d/log" \
-    RABBITMQ_NODENAME="quorum$$@localhost" RABBITMQ_NODE_PORT="$port" RABBITMQ_DIST_PORT="$dist" \
-    ERL_EPMD_PORT="$EPMD_PORT" RABBITMQ_ENABLED_PLUGINS_FILE="$d/enabled_plugins" \
-    RABBITMQ_CONFIG_FILE="$d/rabbitmq" setsid "$RMQ_SERVER" > "$d/out.log" 2>&1 &
-  wait_port "$port"
-  rmq_pid=$(pgrep -f "beam.smp.*-home $d " | head -1)
-  URL="amqp://guest:guest@127.0.0.1:$port/" PID="$rmq_pid" ALL_PIDS="$rmq_pid"
-}
+start_rabbitmq() { start_rmq; ALL_PIDS="$rmq_pid"; }
 # rmq_queue_type: the type RabbitMQ gives the bench queue (quorum, once the
 # first run declared it).
-rmq_queue_type() {
-  local d="$BENCH_DIR/rmq"
-  HOME="$d" ERL_EPMD_PORT="$EPMD_PORT" RABBITMQ_CONFIG_FILE="$d/rabbitmq" RABBITMQ_ENABLED_PLUGINS_FILE="$d/enabled_plugins" \
-    /usr/lib/rabbitmq/bin/rabbitmqctl -q -n "quorum$$@localhost" list_queues name type 2>/dev/null |
-    awk -v q="$QUEUE" '$1 == q {print $2}'
-}
-stop_rabbitmq() { kill "$rmq_pid"; while kill -0 "$rmq_pid" 2>/dev/null; do sleep 0.1; done; rmq_pid=""; }
+rmq_queue_type() { rmqctl list_queues name type 2>/dev/null | awk -v q="$QUEUE" '$1 == q {print $2}'; }
+stop_rabbitmq() { stop_rmq; }
 
 # sluice_node DIR [FLAGS...]: start one sluice server on free public ports;
 # its pid is appended to sluice_pids.

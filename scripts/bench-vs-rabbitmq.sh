@@ -29,40 +29,12 @@ go build -o "$BENCH_DIR/sluice" ./cmd/sluice
 SLUICE="$BENCH_DIR/sluice"
 RUNS="$BENCH_DIR/runs.jsonl"
 
-freeport() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
 
-# wait_port PORT: poll until something accepts on 127.0.0.1:PORT (60 s).
-wait_port() {
-  for _ in $(seq 600); do
-    if python3 -c "import socket,sys;socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2; return 1
-}
+# shellcheck source=scripts/lib-rabbitmq.sh
+. scripts/lib-rabbitmq.sh
+sluice_pid=""
+cleanup_more() { [ -n "$sluice_pid" ] && kill "$sluice_pid" 2>/dev/null || true; }
 
-rmq_pid="" sluice_pid=""
-cleanup() {
-  [ -n "$rmq_pid" ] && kill "$rmq_pid" 2>/dev/null || true
-  [ -n "$sluice_pid" ] && kill "$sluice_pid" 2>/dev/null || true
-  /usr/lib/erlang/bin/epmd -port "$EPMD_PORT" -kill >/dev/null 2>&1 || true
-}
-EPMD_PORT=$(freeport)
-trap cleanup EXIT
-
-start_rmq() {
-  local d="$BENCH_DIR/rmq" port dist
-  rm -rf "$d" && mkdir -p "$d"
-  port=$(freeport) dist=$(freeport)
-  echo '[].' > "$d/enabled_plugins" && : > "$d/rabbitmq.conf"
-  HOME="$d" RABBITMQ_MNESIA_BASE="$d/mnesia" RABBITMQ_LOG_BASE="$d/log" \
-    RABBITMQ_NODENAME="bench$$@localhost" RABBITMQ_NODE_PORT="$port" RABBITMQ_DIST_PORT="$dist" \
-    ERL_EPMD_PORT="$EPMD_PORT" RABBITMQ_ENABLED_PLUGINS_FILE="$d/enabled_plugins" \
-    RABBITMQ_CONFIG_FILE="$d/rabbitmq" setsid "$RMQ_SERVER" > "$d/out.log" 2>&1 &
-  wait_port "$port"
-  rmq_pid=$(pgrep -f "beam.smp.*-home $d " | head -1)
-  URL="amqp://guest:guest@127.0.0.1:$port/" PID="$rmq_pid"
-}
-stop_rmq() { kill "$rmq_pid"; while kill -0 "$rmq_pid" 2>/dev/null; do sleep 0.1; done; rmq_pid=""; }
 
 start_sluice() {
   local d="$BENCH_DIR/sluice-data"
