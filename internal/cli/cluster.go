@@ -22,7 +22,8 @@ membership, not the configuration. Ask every node to see the whole cluster.
 
 add makes a node a voting member: start it first with join = true (or
 --join) and its own node id, then run add against any member; it receives
-the whole log from the leader. Node ids are never reused.
+the leader's state (a snapshot) and the log after it. Node ids are never
+reused.
 
 remove takes a member out of the group (a dead one, or one to retire); stop
 its process afterwards. Both wait until the leader has applied the change

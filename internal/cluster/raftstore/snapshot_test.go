@@ -599,3 +599,18 @@ func TestJoinAfterCompaction(t *testing.T) {
 	writeMany(t, c.nodes[li].Store(), "n", 10)
 	poll.CheckFor(t, 10*time.Second, func() error { return sameState(c.nodes[li], c.nodes[ji]) })
 }
+
+// TestOpenRefusesKeepNotBelowCompact: keeping as many entries as a
+// compaction waits for would compact (and sync the state store) on every
+// Ready; Open refuses it.
+func TestOpenRefusesKeepNotBelowCompact(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(Config{ID: 1, Peers: []Peer{{ID: 1, RaftAddr: ln.Addr().String()}}, Dir: t.TempDir(), Listener: ln,
+		CompactEntries: 100, KeepEntries: 100, Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "KeepEntries 100 must be below CompactEntries 100") {
+		t.Fatalf("Open: %v", err)
+	}
+}
