@@ -104,7 +104,8 @@ start_single() {
 
 # start_cluster: three nodes (Raft ports reserved by bind and close, as
 # scripts/bench-cluster.sh does), then wait until every node answers
-# /health (through a ready leader) and find the leader.
+# /health (each node its own: 200 once it knows a leader that serves)
+# and find the leader.
 start_cluster() {
   local i peers="" r
   rm -rf "$BENCH_DIR/cluster"
@@ -131,7 +132,7 @@ start_cluster() {
 }
 
 # cluster_leader: the id of the node whose own status says it leads, once
-# every node answers /health; empty otherwise.
+# every node answers /health (its own); empty otherwise.
 cluster_leader() {
   local i http leader=""
   for i in 1 2 3; do

@@ -62,6 +62,9 @@ type MemberView struct {
 	// is the leader's last index minus Match (entries not yet on it).
 	Match uint64 `json:"match"`
 	Lag   uint64 `json:"lag"`
+	// DiskLow: the member's free disk is below min_free_disk, as it last
+	// reported (its own watch, for the leader).
+	DiskLow bool `json:"disk_low,omitempty"`
 }
 
 // reported is a follower's last status as the leader received it.
@@ -87,8 +90,10 @@ func (n *Node) view() (ClusterView, bool) {
 		case p.ID == st.ID:
 			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
 			m.ReportedMsAgo = new(int64)
+			m.DiskLow = n.disk.low
 		case ok:
 			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
+			m.DiskLow = r.st.DiskLow
 			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
 		}
 		v.Members = append(v.Members, m)
@@ -185,11 +190,15 @@ func (n *Node) report(ctx context.Context) error {
 	if resp.StatusCode != http.StatusNoContent {
 		return fmt.Errorf("cluster: the leader answered %d to a status report", resp.StatusCode)
 	}
+	n.mu.Lock()
+	n.contact = contact{leader: leader, at: time.Now()}
+	n.mu.Unlock()
 	return nil
 }
 
-// reportLoop reports this node's status to the leader every
-// reportInterval until ctx ends.
+// reportLoop, every reportInterval until ctx ends, checks this node's
+// disk, and then reports its status to the leader or, while it leads, sets
+// its server's disk alarm (health.go).
 func (n *Node) reportLoop(ctx context.Context) {
 	tick := time.NewTicker(reportInterval)
 	defer tick.Stop()
@@ -199,6 +208,9 @@ func (n *Node) reportLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		n.checkDisk()
+		n.noteLeader(n.raft.Status().Leader, time.Now())
+		n.applyDiskVerdict()
 		rctx, cancel := context.WithTimeout(ctx, reportInterval)
 		if err := n.report(rctx); err != nil && ctx.Err() == nil {
 			n.log.Debug("cannot report this node's status to the leader", "err", err)

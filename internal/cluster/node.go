@@ -12,7 +12,10 @@
 //     kept, so SigV4 signatures and queue URLs still match), to the
 //     leader's internal HTTP listener, except GET /sluice/v1/cluster, which
 //     this node answers itself (its Raft status, the replicated membership
-//     and the addresses the leader advertised), and the membership changes
+//     and the addresses the leader advertised), GET /health, GET /ready
+//     and GET /metrics, which answer for this node (health.go,
+//     metrics.go), and
+//     the membership changes
 //     (members.go), which the leader runs on its Raft node and a follower
 //     forwards to the leader's public listener.
 //   - AMQP: each connection is relayed as raw TCP, both ways, to the
@@ -122,6 +125,16 @@ type Node struct {
 	// reports are the followers' latest statuses, while this node leads
 	// (clusterview.go).
 	reports map[uint64]reported
+
+	// Each node answers for itself (health.go): its disk watch, when it
+	// last reached the leader, and while it leads, its server and when
+	// the leadership began. freeBytes reads free space (tests replace it
+	// before Run).
+	disk        diskState
+	contact     contact
+	localServer *server.Server
+	leadSince   time.Time
+	freeBytes   func(dir string) (uint64, error)
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -138,7 +151,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -186,6 +199,9 @@ func New(opts Options) (_ *Node, err error) {
 		ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "date": o.Build.Date, "go_version": o.Build.GoVersion}})
 	build.Set(1)
 	n.metrics = newNodeMetrics(n.raft.Status, build)
+	n.metrics.raft.MustRegister(newDiskCollector(n))
+	n.warnRestartReserve()
+	n.checkDisk() // before anything is served: a node restarted at the watermark says so at once
 	n.transport = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        1024,
@@ -342,6 +358,9 @@ func (n *Node) rerouted(leader uint64) {
 // the term lasts. It returns when ctx ends, with the server shut down.
 func (n *Node) lead(ctx context.Context, term uint64) {
 	log := n.log.With("term", term)
+	n.mu.Lock()
+	n.leadSince = time.Now()
+	n.mu.Unlock()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -375,6 +394,10 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 			log.Error("cannot start the leader's server", "err", err)
 			continue
 		}
+		n.mu.Lock()
+		n.localServer = srv // for the disk verdict, before any client reaches srv
+		n.mu.Unlock()
+		n.applyDiskVerdict()
 		n.serveLocal(ctx, srv, viewTerm, log)
 	}
 }
@@ -437,6 +460,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.local = nil
 	n.localHTTP = nil
 	n.localMetrics = nil
+	n.localServer = nil
 	n.mu.Unlock()
 	stop()
 	if err := <-done; err != nil {
@@ -466,6 +490,9 @@ func (n *Node) internalOptions(term uint64) server.Options {
 		o.AMQPListen = net.JoinHostPort(host, "0")
 	}
 	o.ReadyFile = ""
+	// The node watches its data directory and counts its followers'
+	// disks (health.go), and sets the server's disk alarm itself.
+	o.ExternalDiskWatch = true
 	// Every forwarded request and relayed connection comes from a node's
 	// address: per-IP caps there would cap the whole cluster. The public
 	// listeners apply max_http_connections_per_ip and
@@ -608,6 +635,10 @@ func (n *Node) routes() http.Handler {
 	// (metrics.go).
 	mux.Handle("GET /metrics", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveMetrics), ha), n.opts.AllowedHosts))
 	mux.Handle(internalPrefix, http.NotFoundHandler()) // the Raft network's only (clusterview.go)
+	// This node's own health (health.go): open, like a single node's, for
+	// load balancers and orchestrators, and never forwarded.
+	mux.HandleFunc("GET /health", n.serveHealth)
+	mux.Handle("GET /ready", server.BrowserGuard(http.HandlerFunc(n.serveReady), n.opts.AllowedHosts)) // a single node's /ready is behind the Host allow-list too
 	n.memberRoutes(mux, ha)
 	mux.Handle("/", forward)
 	return mux

@@ -62,7 +62,7 @@ func TestNoLeaderHoldsThenRefuses(t *testing.T) {
 	n := lonelyNode(t, hold)
 
 	start := time.Now()
-	resp, err := http.Get("http://" + n.HTTPAddr() + "/health")
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/sluice/v1/queues")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +72,10 @@ func TestNoLeaderHoldsThenRefuses(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < hold {
 		t.Fatalf("refused after %v, before the hold of %v", waited, hold)
+	}
+	// The node's own /health is not held: it answers for this node.
+	if code, h, err := getHealth(n); err != nil || code != http.StatusServiceUnavailable || !h.failed("no_leader") || h.Node.ID != 1 {
+		t.Fatalf("/health without a leader: %d %+v %v; want 503 no_leader", code, h, err)
 	}
 
 	c, err := net.Dial("tcp", n.AMQPAddr())

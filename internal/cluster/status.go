@@ -39,6 +39,9 @@ type NodeStatus struct {
 	// Joining: started with join = true and not yet added by the leader
 	// (`sluice cluster add`); it has no membership yet.
 	Joining bool `json:"joining,omitempty"`
+	// DiskLow: this node's free disk is below min_free_disk (health.go);
+	// the leader counts it in its followers' reports.
+	DiskLow bool `json:"disk_low,omitempty"`
 }
 
 // Addresses are a node's HTTP and AMQP listeners.
@@ -61,6 +64,9 @@ func (n *Node) Status() Report {
 		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied, Joining: st.Joining},
 		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr()},
 	}
+	n.mu.Lock()
+	rep.Node.DiskLow = n.disk.low
+	n.mu.Unlock()
 	if len(st.Match) > 0 {
 		rep.Node.Match = make(map[string]uint64, len(st.Match))
 		for id, m := range st.Match {

@@ -12,9 +12,10 @@ import (
 // that a fast producer cannot fill the margin between two polls.
 const diskPollInterval = time.Second
 
-// freeBytes reports the space available to unprivileged writers on the
-// filesystem holding dir.
-func freeBytes(dir string) (uint64, error) {
+// FreeBytes reports the space available to unprivileged writers on the
+// filesystem holding dir. A cluster node watches its data directory with
+// it (Options.ExternalDiskWatch).
+func FreeBytes(dir string) (uint64, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, err
@@ -59,10 +60,20 @@ func (s *Server) checkDisk(refusing bool) bool {
 	return refusing
 }
 
-// diskWatched reports whether the free-space watch applies.
+// diskWatched reports whether the server's own free-space watch applies
+// (not when a cluster node watches for it: Options.ExternalDiskWatch).
 func (s *Server) diskWatched() bool {
-	return s.opts.Store == "disk" && s.opts.StoreFS == nil && s.opts.MinFreeDisk > 0
+	return s.opts.Store == "disk" && s.opts.StoreFS == nil && s.opts.MinFreeDisk > 0 && !s.opts.ExternalDiskWatch
 }
+
+// SetDiskAlarm raises or clears the disk alarm on behalf of a watch that
+// runs outside the server (Options.ExternalDiskWatch: a cluster leader's
+// node, which also counts its followers' disks). Raised, it refuses new
+// messages exactly as the server's own watch does below min_free_disk
+// (engine.ErrDiskFull; AMQP publishers blocked with "low on disk");
+// receives, deletes and acks go on. Calling it again with the same state
+// does nothing.
+func (s *Server) SetDiskAlarm(on bool) { s.setAlarm(alarmDisk, on) }
 
 // watchDisk polls the data directory's free space (checkDisk) until ctx
 // ends. Pebble cannot recover from a failed write without a restart, so the

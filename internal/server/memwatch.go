@@ -37,11 +37,15 @@ type alarms struct {
 	raised map[string]bool
 }
 
-// setAlarm raises or clears one alarm and applies the combined state.
+// setAlarm raises or clears one alarm and applies the combined state; an
+// alarm already in that state changes nothing.
 func (s *Server) setAlarm(name string, on bool) {
 	a := &s.alarms
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.raised[name] == on {
+		return
+	}
 	if a.raised == nil {
 		a.raised = map[string]bool{}
 	}

@@ -104,6 +104,13 @@ type Options struct {
 	// unflushed log; a smaller value is accepted with a warning.
 	MinFreeDisk int64 `toml:"min_free_disk"`
 
+	// ExternalDiskWatch: the caller watches DataDir's free space and
+	// raises the disk alarm itself (Server.SetDiskAlarm); the server then
+	// neither polls it nor exports sluice_disk_* (a cluster node does both
+	// for every node, and its leader also counts its followers' disks).
+	// Not settable from a config file.
+	ExternalDiskWatch bool `toml:"-"`
+
 	// freeBytes, when set, replaces the real free-space probe (tests).
 	freeBytes func(dir string) (uint64, error)
 

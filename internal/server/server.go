@@ -101,7 +101,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	s := &Server{opts: opts, log: log, freeBytes: freeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
+	s := &Server{opts: opts, log: log, freeBytes: FreeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
 	if opts.freeBytes != nil {
 		s.freeBytes = opts.freeBytes
 	}
@@ -192,7 +192,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.dash = dashboard.New(eng, dashRec, dopts)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
-	if opts.Store != "memory" {
+	if opts.Store != "memory" && !opts.ExternalDiskWatch {
 		s.metrics.Registry().MustRegister(newDiskCollector(s))
 	}
 

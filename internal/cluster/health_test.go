@@ -1,0 +1,404 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// getHealth GETs /health from n and returns its status code and body.
+func getHealth(n *Node) (int, Health, error) {
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/health")
+	if err != nil {
+		return 0, Health{}, err
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	var h Health
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	return resp.StatusCode, h, err
+}
+
+// getReady GETs /ready from n and returns its status code, after
+// checking the body names the node and, on 503, the failed checks.
+func getReady(t *testing.T, n *Node) int {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	var body struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+		Node   NodeStatus        `json:"node"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	ok := resp.StatusCode == http.StatusOK && body.Status == "ready" && len(body.Checks) == 0 ||
+		resp.StatusCode == http.StatusServiceUnavailable && body.Status == "not ready" && len(body.Checks) > 0
+	if !ok || body.Node.ID != n.opts.Cluster.NodeID {
+		t.Fatalf("/ready of node %d: %d %+v", n.opts.Cluster.NodeID, resp.StatusCode, body)
+	}
+	return resp.StatusCode
+}
+
+// failed reports whether h names check among its failed checks.
+func (h Health) failed(check string) bool {
+	for _, c := range h.Checks {
+		if c.Check == check {
+			return true
+		}
+	}
+	return false
+}
+
+// cuttableLink is a one-way TCP proxy to a node's Raft listener: the
+// node whose peer entry names it sends its Raft messages through it.
+// cut closes its connections and every later one (a partition).
+type cuttableLink struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCuttableLink(t *testing.T, target string) *cuttableLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &cuttableLink{ln: ln, target: target}
+	t.Cleanup(func() { _ = ln.Close(); l.sever() }) // test teardown: nothing to report
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go l.pass(c)
+		}
+	}()
+	return l
+}
+
+func (l *cuttableLink) pass(c net.Conn) {
+	s, err := net.Dial("tcp", l.target)
+	l.mu.Lock()
+	if err != nil || l.cut {
+		l.mu.Unlock()
+		_ = c.Close() // refused: the sender redials
+		if s != nil {
+			_ = s.Close()
+		}
+		return
+	}
+	l.conns = append(l.conns, c, s)
+	l.mu.Unlock()
+	go func() { _, _ = io.Copy(s, c); _ = s.Close() }() // ends when either side closes
+	_, _ = io.Copy(c, s)
+	_ = c.Close()
+}
+
+// sever cuts the link for good.
+func (l *cuttableLink) sever() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut = true
+	for _, c := range l.conns {
+		_ = c.Close() // cutting: errors do not matter
+	}
+	l.conns = nil
+}
+
+// TestHealthIsEachNodes: GET /health on a node answers for that node. A
+// follower cut off from the others (both directions of its Raft links)
+// answers 503 naming the failed check, while the leader, which keeps a
+// majority with the third node, and that node answer 200; the body keeps
+// single-node /health's "status" and adds the node's Raft status. Before
+// the fix every node forwarded /health to the leader, so the cut-off node
+// answered the leader's 200 (or, once it knew no leader, a 503 only after
+// the hold).
+func TestHealthIsEachNodes(t *testing.T) {
+	raft := brokertest.ReservePorts(t, 3)
+	links := [3][3]*cuttableLink{}
+	for i := range 3 {
+		for j := range 3 {
+			if i != j {
+				links[i][j] = newCuttableLink(t, raft[j])
+			}
+		}
+	}
+	nodes := make([]*Node, 3)
+	for i := range nodes {
+		var peers []server.ClusterPeer
+		for j := range 3 {
+			addr := raft[j]
+			if i != j {
+				addr = links[i][j].ln.Addr().String()
+			}
+			peers = append(peers, server.ClusterPeer{ID: uint64(j + 1), Raft: addr})
+		}
+		o := server.DefaultOptions()
+		o.DataDir = t.TempDir()
+		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+		o.MinFreeDisk = 0
+		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done }) // the cut-off node may not stop cleanly; the test is decided
+		nodes[i] = n
+	}
+	var leader *Node
+	poll.CheckFor(t, 30*time.Second, func() error {
+		leader = nil
+		for _, n := range nodes {
+			code, h, err := getHealth(n)
+			if err != nil || code != http.StatusOK || h.Status != "ok" {
+				return fmt.Errorf("node %d: %d %+v %v", n.opts.Cluster.NodeID, code, h, err)
+			}
+			if h.Node.ID != n.opts.Cluster.NodeID || h.Node.Leader == 0 || h.Node.Term == 0 || h.Node.Applied == 0 || h.Node.Commit < h.Node.Applied {
+				return fmt.Errorf("node %d: health's node fields %+v", n.opts.Cluster.NodeID, h.Node)
+			}
+			if h.Node.Role == "leader" {
+				leader = n
+			}
+		}
+		if leader == nil {
+			return errors.New("no leader yet")
+		}
+		return nil
+	})
+	fi := 0
+	for nodes[fi] == leader {
+		fi++
+	}
+	follower := nodes[fi]
+	for j := range 3 {
+		if j != fi {
+			links[fi][j].sever()
+			links[j][fi].sever()
+		}
+	}
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if code := getReady(t, follower); code != http.StatusServiceUnavailable {
+			return fmt.Errorf("the cut-off follower's /ready: %d", code)
+		}
+		code, h, err := getHealth(follower)
+		if err != nil || code != http.StatusServiceUnavailable || h.Status != "unavailable" || h.Error == "" ||
+			!(h.failed("no_leader") || h.failed("leader_unreachable")) || h.Node.ID != follower.opts.Cluster.NodeID {
+			return fmt.Errorf("the cut-off follower: %d %+v %v", code, h, err)
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		if n == follower {
+			continue
+		}
+		poll.CheckFor(t, 30*time.Second, func() error {
+			if code, h, err := getHealth(n); err != nil || code != http.StatusOK || len(h.Checks) != 0 {
+				return fmt.Errorf("node %d beside the cut-off follower: %d %+v %v", n.opts.Cluster.NodeID, code, h, err)
+			}
+			if code := getReady(t, n); code != http.StatusOK {
+				return fmt.Errorf("node %d's /ready beside the cut-off follower: %d", n.opts.Cluster.NodeID, code)
+			}
+			return nil
+		})
+	}
+}
+
+// TestDiskWatchEveryNode: every node watches its own disk. A follower
+// below min_free_disk answers /health 503 (disk_low) and says so on its
+// /metrics and in its reports; the leader keeps accepting sends while a
+// quorum of voters has room, refuses them with the single node's low-disk
+// error (503 ServiceUnavailable) once a majority is low, while receives and
+// deletes work, and accepts again when space returns. The leader's own
+// low disk refuses too. Before, only the leader's server watched its own
+// disk: followers filled up unnoticed and the leader went on accepting.
+func TestDiskWatchEveryNode(t *testing.T) {
+	const minFree = 1 << 30
+	var free [4]atomic.Uint64 // by node id
+	for i := range free {
+		free[i].Store(10 << 30)
+	}
+	nodes := threeNodesWith(t, func(o *server.Options) { o.MinFreeDisk = minFree }, func(n *Node) {
+		id := n.opts.Cluster.NodeID
+		n.freeBytes = func(string) (uint64, error) { return free[id].Load(), nil }
+	})
+	var leader *Node
+	var followers []*Node
+	for _, n := range nodes {
+		if st := n.raft.Status(); st.Leader == st.ID {
+			leader = n
+		} else {
+			followers = append(followers, n)
+		}
+	}
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	id := func(n *Node) uint64 { return n.opts.Cluster.NodeID }
+	ctx := context.Background()
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + followers[0].HTTPAddr()), Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""), RetryMaxAttempts: 1})
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("disk")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(body string) error {
+		_, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(body)})
+		return err
+	}
+	refused := func(err error) bool {
+		var ae smithy.APIError
+		return errors.As(err, &ae) && ae.ErrorCode() == "ServiceUnavailable" && strings.Contains(ae.ErrorMessage(), "disk is nearly full")
+	}
+	leaderGauges := func(low, refusing float64) func() error {
+		return func() error {
+			vals, _ := scrape(t, leader)
+			if vals["sluice_cluster_voters_low_on_disk"] != low || vals["sluice_cluster_disk_refusing"] != refusing {
+				return fmt.Errorf("leader: voters low %v refusing %v; want %v %v", vals["sluice_cluster_voters_low_on_disk"], vals["sluice_cluster_disk_refusing"], low, refusing)
+			}
+			return nil
+		}
+	}
+	poll.CheckFor(t, 20*time.Second, leaderGauges(0, 0)) // every follower has reported room
+	if err := send("before"); err != nil {
+		t.Fatal(err)
+	}
+
+	// One follower low: its /health fails, the leader counts it, and two
+	// voters of three still have room.
+	f0 := followers[0]
+	free[id(f0)].Store(100 << 20)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		code, h, err := getHealth(f0)
+		if err != nil || code != http.StatusServiceUnavailable || !h.failed("disk_low") || !h.Node.DiskLow {
+			return fmt.Errorf("the low follower's health: %d %+v %v", code, h, err)
+		}
+		if vals, _ := scrape(t, f0); vals["sluice_cluster_disk_low"] != 1 || vals["sluice_disk_free_bytes"] != 100<<20 || vals["sluice_disk_min_free_bytes"] != minFree {
+			return fmt.Errorf("the low follower's metrics: %v", vals)
+		}
+		return nil
+	})
+	poll.CheckFor(t, 20*time.Second, leaderGauges(1, 0))
+	if code, h, err := getHealth(leader); err != nil || code != http.StatusOK {
+		t.Fatalf("the leader beside one low follower: %d %+v %v", code, h, err)
+	}
+	if err := send("one low"); err != nil {
+		t.Fatalf("send with one follower of three low: %v", err)
+	}
+
+	// Both followers low: only the leader has room, fewer than a quorum.
+	f1 := followers[1]
+	free[id(f1)].Store(100 << 20)
+	poll.CheckFor(t, 20*time.Second, leaderGauges(2, 1))
+	if err := send("majority low"); !refused(err) {
+		t.Fatalf("send with a majority low: %v, want ServiceUnavailable (disk nearly full)", err)
+	}
+	// Receives and deletes go on: they free space.
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+	if err != nil || len(out.Messages) == 0 {
+		t.Fatalf("receive with a majority low: %+v %v", out, err)
+	}
+	for _, m := range out.Messages {
+		if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+			t.Fatalf("delete with a majority low: %v", err)
+		}
+	}
+
+	// Space back on one follower (above 125% of the watermark): a quorum
+	// has room again.
+	free[id(f1)].Store(10 << 30)
+	poll.CheckFor(t, 20*time.Second, func() error { return send("space back") })
+	poll.CheckFor(t, 20*time.Second, leaderGauges(1, 0))
+
+	// The leader's own disk low: it refuses even with a quorum of room.
+	free[id(f0)].Store(10 << 30)
+	free[id(leader)].Store(100 << 20)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if err := send("leader low"); !refused(err) {
+			return fmt.Errorf("send with the leader low: %v", err)
+		}
+		return nil
+	})
+	free[id(leader)].Store(10 << 30)
+	poll.CheckFor(t, 20*time.Second, func() error { return send("all back") })
+	poll.CheckFor(t, 20*time.Second, leaderGauges(0, 0))
+}
+
+// TestDiskVerdict: the leader's rule. A voter has room when its report
+// (at most staleAfter old) says so; one silent for longer has none, except
+// in the first staleAfter of the leadership, when reports have not arrived
+// yet. New messages are refused when the leader's own disk is low or the
+// voters with room are fewer than a quorum.
+func TestDiskVerdict(t *testing.T) {
+	now := time.Now()
+	members := func(k int) raftstore.Status {
+		st := raftstore.Status{ID: 1, Role: "leader"}
+		for i := range k {
+			st.Members = append(st.Members, raftstore.Member{ID: uint64(i + 1)})
+		}
+		return st
+	}
+	fresh := func(low bool) reported { return reported{st: NodeStatus{DiskLow: low}, at: now.Add(-time.Second)} }
+	stale := reported{st: NodeStatus{}, at: now.Add(-staleAfter - time.Second)}
+	old := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name       string
+		voters     int
+		selfLow    bool
+		reports    map[uint64]reported
+		since      time.Time
+		wantLow    int
+		wantRefuse bool
+	}{
+		{"one node, room", 1, false, nil, old, 0, false},
+		{"one node, low", 1, true, nil, old, 1, true},
+		{"three, all room", 3, false, map[uint64]reported{2: fresh(false), 3: fresh(false)}, old, 0, false},
+		{"three, one follower low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false)}, old, 1, false},
+		{"three, both followers low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(true)}, old, 2, true},
+		{"three, the leader low", 3, true, map[uint64]reported{2: fresh(false), 3: fresh(false)}, old, 1, true},
+		{"three, one silent", 3, false, map[uint64]reported{2: stale, 3: fresh(false)}, old, 1, false},
+		{"three, one silent one low", 3, false, map[uint64]reported{2: stale, 3: fresh(true)}, old, 2, true},
+		{"three, never reported, old leadership", 3, false, nil, old, 2, true},
+		{"three, never reported, young leadership", 3, false, nil, now.Add(-time.Second), 0, false},
+		{"three, young leadership, one low", 3, false, map[uint64]reported{3: fresh(true)}, now.Add(-time.Second), 1, false},
+		{"five, two low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(false), 5: fresh(false)}, old, 2, false},
+		{"five, three low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(true), 5: fresh(false)}, old, 3, true},
+	} {
+		n := &Node{reports: tc.reports}
+		n.disk.low = tc.selfLow
+		low, refuse := n.diskVerdict(members(tc.voters), now, tc.since)
+		if low != tc.wantLow || refuse != tc.wantRefuse {
+			t.Errorf("%s: %d low, refuse %v; want %d, %v", tc.name, low, refuse, tc.wantLow, tc.wantRefuse)
+		}
+	}
+}
