@@ -259,7 +259,8 @@ func TestForwardedReceivesLoseNoMessage(t *testing.T) {
 // TestTermHeader: every response the leader's server gives carries
 // X-Sluice-Term (the term of the leadership whose engine served it) and
 // X-Sluice-Node (the leader), whether the client reached the leader or a
-// follower that forwarded it; a node's own status answer carries neither
+// follower that forwarded it; a node's own answers (its status, /health,
+// /ready) carry neither
 // (nor does /metrics, each node's own: TestRaftMetrics). When the
 // leadership moves, answers name the new leader and its later term.
 func TestTermHeader(t *testing.T) {
@@ -285,8 +286,8 @@ func TestTermHeader(t *testing.T) {
 		for _, req := range []struct{ method, path, target, body string }{
 			{"POST", "/", "AmazonSQS.ListQueues", "{}"},
 			{"POST", "/", "AmazonSQS.GetQueueUrl", `{"QueueName":"missing"}`}, // an error answer too
-			{"GET", "/health", "", ""},
 			{"GET", "/sluice/v1/queues", "", ""},
+			{"GET", "/sluice/v1/alerts", "", ""},
 		} {
 			r, err := http.NewRequest(req.method, "http://"+n.HTTPAddr()+req.path, strings.NewReader(req.body))
 			if err != nil {
@@ -307,13 +308,15 @@ func TestTermHeader(t *testing.T) {
 					req.method, req.path, req.target, role, resp.StatusCode, HeaderTerm, got, HeaderNode, node, wantTerm, wantNode)
 			}
 		}
-		resp, err := http.Get("http://" + n.HTTPAddr() + "/sluice/v1/cluster")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close() // only the headers matter
-		if resp.Header.Get(HeaderTerm) != "" {
-			t.Errorf("the %s's own status answer carries %s %q", role, HeaderTerm, resp.Header.Get(HeaderTerm))
+		for _, path := range []string{"/sluice/v1/cluster", "/health", "/ready"} {
+			resp, err := http.Get("http://" + n.HTTPAddr() + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close() // only the headers matter
+			if resp.Header.Get(HeaderTerm) != "" {
+				t.Errorf("the %s's own answer to %s carries %s %q", role, path, HeaderTerm, resp.Header.Get(HeaderTerm))
+			}
 		}
 	}
 
@@ -325,7 +328,7 @@ func TestTermHeader(t *testing.T) {
 	}
 	survivor := nodes[(li+1)%3]
 	poll.CheckFor(t, 30*time.Second, func() error {
-		resp, err := http.Get("http://" + survivor.HTTPAddr() + "/health")
+		resp, err := http.Get("http://" + survivor.HTTPAddr() + "/sluice/v1/queues")
 		if err != nil {
 			return err
 		}

@@ -80,8 +80,9 @@ func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Start returns once /health answers 200, which a node can
-			// only do through a leader: every node must be starting.
+			// Start returns once /health answers 200, which a node does
+			// only once it knows a leader that serves: every node must be
+			// starting.
 			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second,
 				"--node-id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--log-level", "debug")
 		}()
