@@ -127,11 +127,12 @@ func (n *Node) diskVerdict(st raftstore.Status, now, since time.Time) (votersLow
 
 // applyDiskVerdict sets, while this node leads and serves, its server's
 // disk alarm from diskVerdict, and logs the quorum's transitions once.
+// With this node's min_free_disk 0 (the watch off) it never refuses.
 func (n *Node) applyDiskVerdict() {
 	n.mu.Lock()
 	srv, since := n.localServer, n.leadSince
 	n.mu.Unlock()
-	if srv == nil {
+	if srv == nil || n.opts.MinFreeDisk <= 0 {
 		return
 	}
 	st := n.raft.Status()

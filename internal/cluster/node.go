@@ -14,10 +14,9 @@
 //     this node answers itself (its Raft status, the replicated membership
 //     and the addresses the leader advertised), GET /health, GET /ready
 //     and GET /metrics, which answer for this node (health.go,
-//     metrics.go), and
-//     the membership changes
-//     (members.go), which the leader runs on its Raft node and a follower
-//     forwards to the leader's public listener.
+//     metrics.go), and the membership changes (members.go), which the
+//     leader runs on its Raft node and a follower forwards to the
+//     leader's public listener.
 //   - AMQP: each connection is relayed as raw TCP, both ways, to the
 //     leader's internal AMQP listener, and closed when either side closes
 //     or the leader changes.
