@@ -402,3 +402,76 @@ func TestDiskVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderUnreachable: a follower whose Raft traffic flows but which
+// cannot reach the leader's server (its status reports, and so its
+// forwarded requests, fail) answers /health 503 leader_unreachable after
+// staleAfter; at the leader it then counts as a voter without room, so one
+// more follower low on disk makes the leader refuse new messages.
+func TestLeaderUnreachable(t *testing.T) {
+	var blocked [4]atomic.Bool // by node id
+	var free [4]atomic.Uint64
+	for i := range free {
+		free[i].Store(10 << 30)
+	}
+	nodes := threeNodesWith(t, func(o *server.Options) { o.MinFreeDisk = 1 << 30 }, func(n *Node) {
+		id := n.opts.Cluster.NodeID
+		n.freeBytes = func(string) (uint64, error) { return free[id].Load(), nil }
+		dial := n.transport.DialContext
+		n.transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if blocked[id].Load() {
+				return nil, errors.New("blocked by the test")
+			}
+			return dial(ctx, network, addr)
+		}
+	})
+	var leader *Node
+	var followers []*Node
+	for _, n := range nodes {
+		if st := n.raft.Status(); st.Leader == st.ID {
+			leader = n
+		} else {
+			followers = append(followers, n)
+		}
+	}
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	cut, other := followers[0], followers[1]
+	blocked[cut.opts.Cluster.NodeID].Store(true)
+	cut.transport.CloseIdleConnections()
+	poll.CheckFor(t, 30*time.Second, func() error {
+		code, h, err := getHealth(cut)
+		if err != nil || code != http.StatusServiceUnavailable || !h.failed("leader_unreachable") || h.Node.Leader != leader.opts.Cluster.NodeID {
+			return fmt.Errorf("the follower cut from the leader's server: %d %+v %v", code, h, err)
+		}
+		return nil
+	})
+	if code, h, err := getHealth(other); err != nil || code != http.StatusOK {
+		t.Fatalf("the other follower: %d %+v %v", code, h, err)
+	}
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if vals, _ := scrape(t, leader); vals["sluice_cluster_voters_low_on_disk"] != 1 || vals["sluice_cluster_disk_refusing"] != 0 {
+			return fmt.Errorf("leader with one silent follower: %v %v", vals["sluice_cluster_voters_low_on_disk"], vals["sluice_cluster_disk_refusing"])
+		}
+		return nil
+	})
+	free[other.opts.Cluster.NodeID].Store(100 << 20)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if vals, _ := scrape(t, leader); vals["sluice_cluster_voters_low_on_disk"] != 2 || vals["sluice_cluster_disk_refusing"] != 1 {
+			return fmt.Errorf("leader with one silent and one low follower: %v %v", vals["sluice_cluster_voters_low_on_disk"], vals["sluice_cluster_disk_refusing"])
+		}
+		return nil
+	})
+	// The cut follower reaches the leader again: it has room, a quorum.
+	blocked[cut.opts.Cluster.NodeID].Store(false)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if vals, _ := scrape(t, leader); vals["sluice_cluster_disk_refusing"] != 0 {
+			return errors.New("the leader still refuses")
+		}
+		if code, _, err := getHealth(cut); err != nil || code != http.StatusOK {
+			return fmt.Errorf("the reconnected follower: %d %v", code, err)
+		}
+		return nil
+	})
+}
