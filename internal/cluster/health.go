@@ -34,8 +34,8 @@ import (
 //     commit would have to land on a disk that is nearly full. A voter is
 //     known to have room when its report, at most staleAfter old, says so;
 //     one silent for longer counts as without room (it takes no part in
-//     commits anyway), except in the first staleAfter of a leadership,
-//     when no report has arrived yet.
+//     commits anyway), except in the first staleAfter of the leader's
+//     server (the reports go to it), when none may have arrived yet.
 
 const (
 	// staleAfter is how long a follower's report stands for its disk at
@@ -102,7 +102,8 @@ func (n *Node) checkDisk() {
 // diskVerdict counts, on the leader, the voters without room on disk
 // (itself included), and says whether new messages must be refused: this
 // node's disk is low, or the voters with room are fewer than a quorum.
-// now and since (when this leadership began) decide which reports stand.
+// now and since (when this leader's server started: the reports go to
+// it) decide which reports stand.
 func (n *Node) diskVerdict(st raftstore.Status, now, since time.Time) (votersLow int, refuse bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

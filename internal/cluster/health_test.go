@@ -356,9 +356,9 @@ func TestDiskWatchEveryNode(t *testing.T) {
 
 // TestDiskVerdict: the leader's rule. A voter has room when its report
 // (at most staleAfter old) says so; one silent for longer has none, except
-// in the first staleAfter of the leadership, when reports have not arrived
-// yet. New messages are refused when the leader's own disk is low or the
-// voters with room are fewer than a quorum.
+// in the first staleAfter of the leader's server, when reports have not
+// arrived yet. New messages are refused when the leader's own disk is low
+// or the voters with room are fewer than a quorum.
 func TestDiskVerdict(t *testing.T) {
 	now := time.Now()
 	members := func(k int) raftstore.Status {

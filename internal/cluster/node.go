@@ -127,7 +127,7 @@ type Node struct {
 
 	// Each node answers for itself (health.go): its disk watch, when it
 	// last reached the leader, and while it leads, its server and when
-	// the leadership began. freeBytes reads free space (tests replace it
+	// that server started. freeBytes reads free space (tests replace it
 	// before Run).
 	disk        diskState
 	contact     contact
@@ -357,9 +357,6 @@ func (n *Node) rerouted(leader uint64) {
 // the term lasts. It returns when ctx ends, with the server shut down.
 func (n *Node) lead(ctx context.Context, term uint64) {
 	log := n.log.With("term", term)
-	n.mu.Lock()
-	n.leadSince = time.Now()
-	n.mu.Unlock()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -394,7 +391,10 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 			continue
 		}
 		n.mu.Lock()
-		n.localServer = srv // for the disk verdict, before any client reaches srv
+		// For the disk verdict, before any client reaches srv; the
+		// followers' reports can arrive only once it serves, so their
+		// grace starts now (health.go).
+		n.localServer, n.leadSince = srv, time.Now()
 		n.mu.Unlock()
 		n.applyDiskVerdict()
 		n.serveLocal(ctx, srv, viewTerm, log)
