@@ -13,17 +13,19 @@ import (
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// Each node answers for itself (issue #14): GET /health on a node's public
-// listener is not forwarded, and each node watches the free space of its
-// own data directory (the Raft log and the state store live there).
+// Each node answers for itself (issue #14): GET /health and GET /ready on
+// a node's public listener are not forwarded, and each node watches the
+// free space of its own data directory (the Raft log and the state store
+// live there).
 //
 //   - /health is 200 when this node can serve clients: it is a member, it
 //     knows a leader, that leader serves (it advertised its server for
 //     this term, and a follower reached it within staleAfter with its
 //     status reports, clusterview.go; the leader's own engine must not
-//     have failed), it has applied the
-//     entries it knows committed but for maxHealthApplyLag, and its disk
-//     is above min_free_disk. Otherwise 503, naming every failed check.
+//     have failed), it has applied the entries it knows committed but for
+//     maxHealthApplyLag, and its disk is above min_free_disk. Otherwise
+//     503, naming every failed check. /ready gives the same verdict in a
+//     single node's /ready shape.
 //   - The disk watch runs on every node once a second (with the status
 //     reports): below min_free_disk a node is low, and it is low until its
 //     free space is back above 125% of the watermark, as the single-node
