@@ -63,8 +63,8 @@ import (
 // messages ("FIFO queues scan the first 120,000 messages to determine
 // available message groups"). A group at the head that is processed
 // always lets the window advance: its deletes bring the window under its
-// low water mark. Deduplication entries are separate records (dedupKey),
-// kept in memory for DedupWindow whether their message is hot or cold.
+// low water mark. Deduplication entries are separate records (dedupKey,
+// dedup.go), on disk for DedupWindow whether their message is hot or cold.
 
 // resolveWindow returns the ready window in force (count, body bytes; 0:
 // none) for o.
