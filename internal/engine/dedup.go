@@ -170,7 +170,7 @@ func (q *queue) findDedupLocked(id, group string, now int64) (dedupHit, error) {
 		return nil
 	}
 	if !anyGroup {
-		v, err := q.eng.st.Get(dedupKey(q.id, id, group))
+		v, err := q.dedupGetLocked(dedupKey(q.id, id, group))
 		if errors.Is(err, store.ErrNotFound) {
 			return hit, nil
 		}
@@ -184,10 +184,40 @@ func (q *queue) findDedupLocked(id, group string, now int64) (dedupHit, error) {
 		return hit, err
 	}
 	lo, hi := dedupIDPrefix(q.id, id)
-	err := q.eng.st.ScanRange(lo, hi, func(k, v []byte) error {
+	err := q.dedupScanLocked(lo, hi, func(k, v []byte) error {
 		return consider(string(k[len(lo):]), v)
 	})
 	return hit, err
+}
+
+// dedupGetLocked and dedupScanLocked read dedup records. A store whose
+// reads wait for this engine's own writes (store.SettledReader: the
+// replicated store) is read without that wait: the entries not yet
+// settled are in the young set, and an expired record is absent whether
+// or not its delete has applied. Only a purge's range delete must be seen
+// (its records are live); until the purge's write has settled, reads
+// wait.
+func (q *queue) dedupGetLocked(key []byte) ([]byte, error) {
+	if sr, ok := q.eng.st.(store.SettledReader); ok && q.dedupSettledOrd.Load() >= q.dedupBarrier {
+		return sr.GetSettled(key)
+	}
+	return q.eng.st.Get(key)
+}
+
+func (q *queue) dedupScanLocked(lo, hi []byte, fn func(k, v []byte) error) error {
+	if sr, ok := q.eng.st.(store.SettledReader); ok && q.dedupSettledOrd.Load() >= q.dedupBarrier {
+		return sr.ScanRangeSettled(lo, hi, fn)
+	}
+	return q.eng.st.ScanRange(lo, hi, fn)
+}
+
+// dedupPurgedLocked takes the ordinal of a purge's batch: lookups read the
+// store with its read-your-writes until the purge settles (pass the
+// ordinal to dedupSettled once its Wait has returned).
+func (q *queue) dedupPurgedLocked() uint64 {
+	q.dedupOrd++
+	q.dedupBarrier = q.dedupOrd
+	return q.dedupOrd
 }
 
 // addDedupLocked records a new entry: in the young set (memory) and in b
@@ -199,7 +229,12 @@ func (q *queue) addDedupLocked(ent *dedupEntry, stale *dedupEntry, b *store.Batc
 		b.Delete(dedupExpiryKey(q.id, stale.expiresAt, stale.seq))
 	}
 	b.Set(dedupKey(q.id, ent.id, ent.group), encodeDedup(ent))
-	b.Set(dedupExpiryKey(q.id, ent.expiresAt, ent.seq), dedupSuffix(nil, ent.id, ent.group))
+	ek := dedupExpiryKey(q.id, ent.expiresAt, ent.seq)
+	b.Set(ek, dedupSuffix(nil, ent.id, ent.group))
+	if q.dedupSweptTo != nil && bytes.Compare(ek, q.dedupSweptTo) < 0 {
+		// The clock went back past the last sweep: start over.
+		q.dedupSweptTo = nil
+	}
 	q.dedupOrd++
 	ent.ord = q.dedupOrd
 	q.accountLocked(dedupHeld(ent))
@@ -290,8 +325,11 @@ func (q *queue) sweepDedupLocked(now int64, b *store.Batch) {
 	}
 	n := 0
 	next := int64(0)
-	lo := qidPrefix(prefixDedupExpiry, q.id)
-	err := q.eng.st.ScanRange(lo, qidPrefix(prefixDedupExpiry, q.id+1), func(k, v []byte) error {
+	lo := q.dedupSweptTo
+	if lo == nil {
+		lo = qidPrefix(prefixDedupExpiry, q.id)
+	}
+	err := q.dedupScanLocked(lo, qidPrefix(prefixDedupExpiry, q.id+1), func(k, v []byte) error {
 		if len(k) != 21 {
 			return fmt.Errorf("%w: dedup expiry key %x", errCorrupt, k)
 		}
@@ -301,7 +339,14 @@ func (q *queue) sweepDedupLocked(now int64, b *store.Batch) {
 			return store.ErrStopScan
 		}
 		b.Delete(bytes.Clone(k))
-		b.Delete(append(qidPrefix(prefixDedup, q.id), v...))
+		if !q.replacedLocked(v, binary.BigEndian.Uint64(k[13:])) {
+			b.Delete(append(qidPrefix(prefixDedup, q.id), v...))
+		}
+		// E keys only ever come after the ones swept (a new entry
+		// expires a window from now), so the next sweep starts here
+		// and never reads these again, even before their deletes
+		// are readable.
+		q.dedupSweptTo = append(bytes.Clone(k), 0)
 		n++
 		return nil
 	})
@@ -310,14 +355,54 @@ func (q *queue) sweepDedupLocked(now int64, b *store.Batch) {
 		q.dedupExpireAt = 0
 		return
 	}
-	// A young entry is readable here too (a replicated store's reads wait
-	// for this node's own writes), but take the earlier one to be sure.
+	// Young entries may not be readable yet.
 	if len(q.dedupYoung) > 0 {
 		if y := q.dedupYoung[0].expiresAt; y > now && (next == 0 || y < next) {
 			next = y
 		}
 	}
 	q.dedupExpireAt = next
+}
+
+// replacedLocked reports whether the D record at suffix has been replaced
+// by a young entry other than the one of sequence number seq: a send that
+// found the record expired wrote a new one at the same key and deleted the
+// old E record, but with settled reads the sweep may not see that delete
+// yet, and must not delete the new D record.
+func (q *queue) replacedLocked(suffix []byte, seq uint64) bool {
+	if len(q.dedupYoung) == 0 {
+		return false
+	}
+	id, group, ok := splitDedupSuffix(suffix)
+	if !ok {
+		return false
+	}
+	for ent := q.dedup[id]; ent != nil; ent = ent.next {
+		if ent.group == group && ent.seq != seq {
+			return true
+		}
+	}
+	return false
+}
+
+// splitDedupSuffix undoes dedupSuffix.
+func splitDedupSuffix(s []byte) (id, group string, ok bool) {
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 0:
+			return string(out), string(s[i+1:]), true
+		case c == 1:
+			if i+1 == len(s) || s[i+1] < 1 || s[i+1] > 2 {
+				return "", "", false
+			}
+			out = append(out, s[i+1]-1)
+			i++
+		default:
+			out = append(out, c)
+		}
+	}
+	return "", "", false
 }
 
 // loadDedupExpiryLocked reads the first E record of q (one bounded read
@@ -339,5 +424,6 @@ func (q *queue) clearDedupLocked() {
 	q.dedup = make(map[string]*dedupEntry)
 	q.dedupYoung = nil
 	q.dedupExpireAt = 0
+	q.dedupSweptTo = nil
 	q.dedupTrimAt = 0
 }

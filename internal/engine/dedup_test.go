@@ -39,7 +39,7 @@ func (f *coldFixture) dedupRecords(name string) (d, e int) {
 }
 
 // young is the number of entries in queue name's young set.
-func (f *coldFixture) young(name string) int {
+func (f *fixture) young(name string) int {
 	f.t.Helper()
 	q, err := f.e.lookup(name)
 	if err != nil {
@@ -50,11 +50,31 @@ func (f *coldFixture) young(name string) int {
 	return len(q.dedupYoung)
 }
 
-// settleYoung advances the clock until queue name's young set is empty:
-// the writes have settled and the scheduler has dropped them.
-func (f *coldFixture) settleYoung(name string) {
+// settleYoung advances the clock a second at a time until queue name's
+// young set is empty: the writes have settled and the scheduler has
+// dropped them. After each step it waits until the scheduler has taken
+// every due entry off its heap (poking it), so that the test never runs
+// the clock ahead of a scheduler that has not had the CPU yet.
+func (f *fixture) settleYoung(name string) {
 	f.t.Helper()
-	poll.AdvanceUntil(f.t, f.clk, time.Second, 1, "young set of "+name+" empty", func() bool { return f.young(name) == 0 })
+	for i := 0; f.young(name) != 0; i++ {
+		if i == 60 {
+			f.t.Fatalf("young set of %s still holds %d entries after %d s", name, f.young(name), i)
+		}
+		f.clk.Advance(time.Second)
+		poll.CheckFor(f.t, 10*time.Second, func() error {
+			select {
+			case f.e.sched.poke <- struct{}{}:
+			default:
+			}
+			f.e.sched.mu.Lock()
+			defer f.e.sched.mu.Unlock()
+			if len(f.e.sched.h) > 0 && f.e.sched.h[0].at <= f.clk.Now().UnixNano() {
+				return fmt.Errorf("the scheduler has not taken its due entries yet")
+			}
+			return nil
+		})
+	}
 }
 
 func dedupMsg(group, id string) Message {
@@ -66,7 +86,7 @@ func dedupMsg(group, id string) Message {
 // record), and after a restart, with the original MessageId and
 // SequenceNumber each time.
 func TestDedupFromYoungSetDiskAndAfterRestart(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		orig := f.send("q.fifo", dedupMsg("g", "a"), dedupMsg("g", "b"))[0]
 		same := func(when string) {
@@ -99,7 +119,7 @@ func TestDedupFromYoungSetDiskAndAfterRestart(t *testing.T) {
 // TestDedupScopesOnDisk: queue scope catches an id sent in another group,
 // messageGroup scope does not, from the young set and from disk alike.
 func TestDedupScopesOnDisk(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		f.create("g.fifo", func(c *QueueConfig) { c.FIFO, c.DedupScope = true, DedupScopeMessageGroup })
 		for _, phase := range []string{"young", "disk"} {
@@ -131,7 +151,7 @@ func TestDedupScopesOnDisk(t *testing.T) {
 // TestDedupIDsWithZeroBytes: ids holding 0x00 or 0x01 (possible from AMQP,
 // not SQS) are escaped in keys, so no id's key range takes in another's.
 func TestDedupIDsWithZeroBytes(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		ids := []string{"a", "a\x00", "a\x00b", "a\x01", "a\x01\x01", "\x00", ""}
 		ids = ids[:len(ids)-1] // the empty id means "none"
@@ -155,7 +175,7 @@ func TestDedupIDsWithZeroBytes(t *testing.T) {
 // both its records are deleted from the store; an id resent after its
 // window takes a new entry without leaving the old E record behind.
 func TestDedupExpiryDeletesRecords(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		const n = 2*dedupSweepMax + 100 // more than one sweep
 		for i := 0; i < n; i += 10 {
@@ -203,7 +223,7 @@ func TestDedupExpiryDeletesRecords(t *testing.T) {
 // ids (a resend is stored) and deletes the records; deleting the queue
 // deletes them too.
 func TestDedupPurgeAndDeleteDropRecords(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		f.send("q.fifo", dedupMsg("g", "a"), dedupMsg("h", "b"))
 		f.settleYoung("q.fifo")
@@ -235,7 +255,7 @@ func TestDedupPurgeAndDeleteDropRecords(t *testing.T) {
 // TestDedupSurvivesMessageDelete: deleting the message does not forget its
 // id within the window (SQS semantics).
 func TestDedupSurvivesMessageDelete(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		orig := f.send("q.fifo", dedupMsg("g", "a"))[0]
 		d := f.recv("q.fifo", 1, time.Minute)
@@ -254,7 +274,7 @@ func TestDedupSurvivesMessageDelete(t *testing.T) {
 // goes back to what it was once their writes have settled: it does not
 // grow with the entries in the window.
 func TestDedupMemoryIndependentOfWindow(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		base := f.e.MemoryHeld()
 		const n = 3000
@@ -286,12 +306,22 @@ func TestDedupMemoryIndependentOfWindow(t *testing.T) {
 // while entries move from the young set to disk, store exactly one
 // message per id and all get its MessageId.
 func TestDedupConcurrentSameID(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		const rounds, senders = 20, 8
 		for round := 0; round < rounds; round++ {
 			id := fmt.Sprint("r", round)
 			ids := make([]string, senders)
+			// On the applied-later store every first send is written
+			// before any is applied (readable): only the young set can
+			// catch the duplicates.
+			als, held := f.st.(*appliedLaterStore)
+			var release func()
+			before := 0
+			if held {
+				before = als.written()
+				release = als.holdWaits()
+			}
 			var wg sync.WaitGroup
 			for s := 0; s < senders; s++ {
 				wg.Add(1)
@@ -308,6 +338,10 @@ func TestDedupConcurrentSameID(t *testing.T) {
 						ids[s] = res[0].MessageID
 					}
 				}()
+			}
+			if held {
+				poll.CheckFor(t, 10*time.Second, poll.True("every first send written", func() bool { return als.written() >= before+senders }))
+				release()
 			}
 			f.clk.Advance(time.Second)
 			wg.Wait()
@@ -379,9 +413,10 @@ func (f *coldFixture) writeOldLayoutDedup(name string) {
 // their original MessageId and SequenceNumber, expired records are
 // deleted, and the next restart reads no dedup record.
 func TestDedupUpgradeFromOldLayout(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		f.create("s.fifo", func(c *QueueConfig) { c.FIFO, c.DedupScope = true, DedupScopeMessageGroup })
+		start := f.clk.Now()
 		old := f.send("q.fifo", dedupMsg("g", "gone"))[0]
 		f.clk.Advance(DedupWindow / 2)
 		live := f.send("q.fifo", dedupMsg("a", "b"), dedupMsg("b", "a"), dedupMsg("x", "x"))
@@ -391,7 +426,12 @@ func TestDedupUpgradeFromOldLayout(t *testing.T) {
 		f.writeOldLayoutDedup("q.fifo")
 		f.writeOldLayoutDedup("s.fifo")
 		f.e.Close()
-		f.clk.Advance(DedupWindow/2 + time.Second) // "gone" has expired, the rest have not
+		// "gone" has expired, the rest have not.
+		at := start.Add(DedupWindow + time.Second)
+		if !f.clk.Now().Before(at) {
+			t.Fatalf("the clock ran to %v, past %v", f.clk.Now(), at)
+		}
+		f.clk.Advance(at.Sub(f.clk.Now()))
 		f.closeStore()
 		f.st = f.reopenStore()
 		f.openCold()
@@ -449,7 +489,7 @@ func TestDedupExpiryKeyOrder(t *testing.T) {
 // deletes the old E record, so the later sweep of that E record cannot
 // delete the new D record.
 func TestDedupResendOverUnsweptRecord(t *testing.T) {
-	coldStores(t, func(t *testing.T, f *coldFixture) {
+	dedupStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q.fifo", fifoCfg)
 		q, _ := f.e.lookup("q.fifo")
 		// An expired entry the sweep has not reached: the engine knows of

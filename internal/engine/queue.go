@@ -415,13 +415,18 @@ type queue struct {
 
 	// FIFO deduplication (dedup.go): the young set, by id and in write
 	// order; the ordinal of the latest entry written and of the latest
-	// one known readable through the store; when the next E record
-	// expires (0: none known) and when to look at the young set again.
+	// one known readable through the store; the ordinal of the last
+	// purge (lookups wait for the store until it has settled); when the
+	// next E record expires (0: none known), the E key the next sweep
+	// starts at (nil: the queue's first), and when to look at the young
+	// set again.
 	dedup           map[string]*dedupEntry
 	dedupYoung      []*dedupEntry
 	dedupOrd        uint64
 	dedupSettledOrd atomic.Uint64
+	dedupBarrier    uint64
 	dedupExpireAt   int64
+	dedupSweptTo    []byte
 	dedupTrimAt     int64
 	attempts        map[string]*attemptEntry
 

@@ -31,7 +31,12 @@ func (e *Engine) PurgeQueue(name string) error {
 	q.lastPurge = now
 	q.purges.Add(1)
 	q.clearMessagesLocked()
-	return e.commitUnlock(q, &b)
+	barrier := q.dedupPurgedLocked()
+	if err := e.commitUnlock(q, &b); err != nil {
+		return err
+	}
+	q.dedupSettled(barrier)
+	return nil
 }
 
 // PurgeReady deletes the queue's ready messages (visible and delayed, not
