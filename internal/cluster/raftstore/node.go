@@ -16,7 +16,9 @@
 //
 // Reads (Get, Scan, ScanRange, ScanLengths) serve this node's state store after waiting until
 // every entry this node proposed has been applied or has failed
-// (read-your-writes). On a follower they may lag the leader.
+// (read-your-writes). On a follower they may lag the leader. A view's
+// GetSettled and ScanRangeSettled (store.SettledReader) skip that wait:
+// they see at least every write whose Wait has returned.
 //
 // # Durability
 //
