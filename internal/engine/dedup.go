@@ -148,6 +148,11 @@ func (q *queue) findDedupLocked(id, group string, now int64) (dedupHit, error) {
 	anyGroup := q.cfg.DedupScope == DedupScopeQueue
 	for ent := q.dedup[id]; ent != nil; ent = ent.next {
 		if ent.expiresAt <= now {
+			// Young for a whole window only if its write never
+			// settled; its records may be on disk all the same.
+			if ent.group == group && hit.stale == nil {
+				hit.stale = ent
+			}
 			continue
 		}
 		if anyGroup || ent.group == group {
