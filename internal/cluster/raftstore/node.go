@@ -87,6 +87,14 @@ type Config struct {
 	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
+	// Secret is the cluster secret every connection between nodes proves
+	// it holds (package nodeauth; transport.go); every member must have
+	// the same. Empty: the handshake runs with an empty key and proves
+	// nothing (a loopback cluster for development).
+	Secret []byte
+	// OnAuthFailure, when set, is called for every connection refused
+	// because its handshake failed, either way (a metric counts them).
+	OnAuthFailure func()
 	// Join starts a node that is being added to a running group: it
 	// boots with an empty membership and log, never campaigns on its own,
 	// and learns everything from the leader once a member ran AddMember
@@ -414,7 +422,7 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, n.deliver, n.reportUnreachable)
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, n.cfg.Secret, n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()
