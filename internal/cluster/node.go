@@ -19,6 +19,11 @@
 //     leader's internal AMQP listener, and closed when either side closes
 //     or the leader changes.
 //
+// Every connection between nodes, the leader's internal HTTP and AMQP
+// listeners included, opens with the node handshake over the cluster
+// secret (package nodeauth): a client that reaches an internal listener
+// directly is refused before any byte of its request is read.
+//
 // While there is no leader (an election), a request or connection waits up
 // to Options.HoldTimeout (5 s) for one, then gets 503 (HTTP) or is closed (AMQP); SDKs and
 // AMQP clients retry. When this node stops leading, its server is shut

@@ -51,8 +51,8 @@ type Options struct {
 	ResponseHeaders http.Header `toml:"-"`
 	// InternalHandler, when set, serves the paths under /sluice/internal/
 	// without [http_auth]: node-to-node routes of a cluster leader's
-	// server, whose listener is on the Raft network (a cluster node's
-	// public listeners never pass those paths on). Not settable from a
+	// server, whose listener takes only nodes (WrapListener; a cluster
+	// node's public listeners never pass those paths on). Not settable from a
 	// config file.
 	InternalHandler http.Handler `toml:"-"`
 	// WrapListener, when set, wraps the HTTP listener ("http") and the
