@@ -223,7 +223,11 @@ func New(opts Options) (_ *Node, err error) {
 		}
 	}
 	n.transport = newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, 0)
+		var expect uint64 // the node advertising addr, when it still does
+		if ad, leader, ok := n.target(); ok && ad.SQS == addr {
+			expect = leader
+		}
+		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, expect)
 	})
 	n.publicTransport = newTransport(dialer.DialContext)
 	// The connection caps apply here, where the clients' addresses are

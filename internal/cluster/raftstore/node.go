@@ -42,8 +42,9 @@
 //
 // One Raft group for everything; membership from Config.Peers at first,
 // changed at runtime by AddMember and RemoveMember (membership.go); a
-// snapshot is the whole state (no increments); no authentication between
-// nodes.
+// snapshot is the whole state (no increments); nodes authenticate each
+// other with a shared secret (Config.Secret, transport.go) but the traffic
+// is not encrypted.
 package raftstore
 
 import (
