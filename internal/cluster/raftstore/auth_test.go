@@ -166,11 +166,7 @@ func TestJunkAndSilentHandshakesDropped(t *testing.T) {
 	}
 
 	silent := dial()
-	start := time.Now()
 	waitClosed(t, silent, nodeauth.Timeout+10*time.Second)
-	if d := time.Since(start); d > nodeauth.Timeout+5*time.Second {
-		t.Fatalf("a silent peer held its connection %v", d)
-	}
 	poll.CheckFor(t, 10*time.Second, func() error {
 		if n := fails[0].Load(); n < 3 {
 			return fmt.Errorf("%d refusals counted, want 3", n)
