@@ -20,7 +20,8 @@ type Listener struct {
 	key     Key
 	surface string
 	self    uint64
-	// onFail is called for every failed handshake (counting, logging).
+	// onFail is called for every failed handshake (counting, logging),
+	// but not for a peer that closed before sending a byte (Silent).
 	onFail func(remote net.Addr, err error)
 
 	conns   chan net.Conn
@@ -94,7 +95,9 @@ func (l *Listener) handshake(c net.Conn) {
 	l.mu.Unlock()
 	if err != nil {
 		_ = c.Close()
-		l.fail(c, err)
+		if !Silent(err) {
+			l.fail(c, err)
+		}
 		return
 	}
 	select {

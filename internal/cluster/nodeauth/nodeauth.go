@@ -224,6 +224,14 @@ func Dial(rw io.ReadWriter, key Key, surface string, self, expect uint64) (uint6
 	return h.Listener, nil
 }
 
+// Silent reports whether err, from Accept, means the peer closed the
+// connection before sending a single byte (a TCP port probe, a peer
+// shutting down): a refusal, but not a failed authentication, so callers
+// neither count nor log it.
+func Silent(err error) bool {
+	return errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // AcceptConn is Accept on c within Timeout; c's deadline is cleared after.
 func AcceptConn(c net.Conn, key Key, surface string, self uint64) (uint64, error) {
 	if err := c.SetDeadline(time.Now().Add(Timeout)); err != nil {

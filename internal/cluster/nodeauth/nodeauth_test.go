@@ -235,3 +235,21 @@ func FuzzDial(f *testing.F) {
 		}
 	})
 }
+
+// TestSilentClose: a peer that closes before sending a byte is not an
+// authentication failure; one that stops mid-proof, or sends junk, is.
+func TestSilentClose(t *testing.T) {
+	for _, tc := range []struct {
+		in     []byte
+		silent bool
+	}{
+		{nil, true},
+		{[]byte{1, 2, 3}, false},
+		{make([]byte, ProofSize), false},
+	} {
+		_, err := Accept(&rw{in: bytes.NewReader(tc.in)}, key, SurfaceRaft, 1)
+		if err == nil || Silent(err) != tc.silent {
+			t.Errorf("%d bytes: %v, Silent %v; want silent %v", len(tc.in), err, Silent(err), tc.silent)
+		}
+	}
+}

@@ -500,7 +500,7 @@ func (t *transport) read(c net.Conn) {
 	closed := t.closed
 	t.mu.Unlock()
 	if err != nil {
-		if !closed {
+		if !closed && !nodeauth.Silent(err) {
 			t.authFailed(nodeauth.Host(c.RemoteAddr()), err)
 		}
 		return
