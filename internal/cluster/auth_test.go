@@ -55,8 +55,8 @@ func leaderAndFollower(t *testing.T, nodes []*Node) (leader, follower *Node) {
 // handshake); a client that dials the leader's internal HTTP or AMQP
 // listener directly is refused and counted.
 func TestSecretClusterServesAndRefusesOutsiders(t *testing.T) {
-	secret := secretFile(t, strings.Repeat("k", 40))
-	nodes := threeNodes(t, func(o *server.Options) { o.Cluster.SecretFile = secret })
+	secret, extra := secretFile(t, strings.Repeat("k", 40)), secretFile(t, strings.Repeat("e", 40))
+	nodes := threeNodes(t, func(o *server.Options) { o.Cluster.SecretFile, o.Cluster.ExtraSecretFile = secret, extra })
 	leader, follower := leaderAndFollower(t, nodes)
 	ctx := context.Background()
 	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + follower.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 5,
@@ -95,6 +95,19 @@ func TestSecretClusterServesAndRefusesOutsiders(t *testing.T) {
 	ad, _, ok := leader.target()
 	if !ok {
 		t.Fatal("the leader serves no advertisement")
+	}
+	// The extra secret (a rotation in progress) opens the internal
+	// listener too; any other does not.
+	for k, want := range map[string]bool{strings.Repeat("e", 40): true, strings.Repeat("z", 40): false} {
+		conn, err := net.Dial("tcp", ad.SQS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = nodeauth.DialConn(conn, nodeauth.Key(k), nodeauth.SurfaceHTTP, 9, 0)
+		_ = conn.Close() // only the handshake's outcome matters
+		if (err == nil) != want {
+			t.Fatalf("handshake with key %.1q on the internal listener: %v, want success %v", k, err, want)
+		}
 	}
 	// A raw HTTP request to the internal listener gets the handshake's
 	// hello, not an answer, and its bytes fail the handshake.

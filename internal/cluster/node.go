@@ -114,9 +114,11 @@ type Node struct {
 	// the membership requests forwarded to the leader's public listener.
 	transport, publicTransport *http.Transport
 	metrics                    nodeMetrics
-	// secret is the cluster secret (nil: none; the handshake then runs
-	// with an empty key); failLog limits the logging of refusals.
-	secret  nodeauth.Key
+	// keys are the cluster secret (keys[0], nil: none; the handshake then
+	// runs with an empty key) and, during a rotation, a second one the
+	// internal listeners accept too; failLog limits the logging of
+	// refusals.
+	keys    nodeauth.Keys
 	failLog nodeauth.FailureLog
 
 	mu      sync.Mutex
@@ -164,10 +166,16 @@ func New(opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if warn != "" {
-		log.Warn(warn)
+	extra, extraWarn, err := o.Cluster.LoadExtraSecret()
+	if err != nil {
+		return nil, err
 	}
-	n.secret = secret
+	for _, w := range []string{warn, extraWarn} {
+		if w != "" {
+			log.Warn(w)
+		}
+	}
+	n.keys = nodeauth.With(secret, extra)
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
@@ -205,7 +213,7 @@ func New(opts Options) (_ *Node, err error) {
 	raftNode, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
-		Secret: secret, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
+		Secret: secret, ExtraSecret: extra, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -380,7 +388,7 @@ func (n *Node) dialInternal(ctx context.Context, d *net.Dialer, surface, addr st
 	if err != nil {
 		return nil, err
 	}
-	if _, err := nodeauth.DialConn(c, n.secret, surface, n.opts.Cluster.NodeID, leader); err != nil {
+	if _, err := nodeauth.DialConn(c, n.keys[0], surface, n.opts.Cluster.NodeID, leader); err != nil {
 		_ = c.Close() // refused: nothing else was sent
 		if errors.Is(err, nodeauth.ErrAuth) {
 			n.authFailed(surface, c.RemoteAddr(), err)
@@ -528,7 +536,7 @@ func (n *Node) internalOptions(term uint64) server.Options {
 	o.InternalHandler = n.internalHandler()
 	// Only nodes holding the cluster secret reach the internal listeners.
 	o.WrapListener = func(kind string, ln net.Listener) net.Listener {
-		return nodeauth.NewListener(ln, n.secret, kind, o.Cluster.NodeID, func(remote net.Addr, err error) {
+		return nodeauth.NewListener(ln, n.keys, kind, o.Cluster.NodeID, func(remote net.Addr, err error) {
 			n.authFailed(kind, remote, err)
 		})
 	}

@@ -67,6 +67,12 @@ type ClusterConfig struct {
 	// while raft_listen is on loopback. A relative path is relative to the
 	// working directory. docs/security.md describes what it protects.
 	SecretFile string `toml:"secret_file"`
+	// ExtraSecretFile names a second secret this node accepts from the
+	// nodes that dial it, while it dials with SecretFile's: set during a
+	// rotation of the secret, so that nodes holding the old and the new one
+	// keep talking (docs/operations.md, "Cluster secret"). It needs
+	// SecretFile, and obeys the same rules.
+	ExtraSecretFile string `toml:"extra_secret_file"`
 }
 
 // MinClusterSecretSize is the shortest cluster secret a node accepts.
@@ -82,34 +88,43 @@ const maxClusterSecretSize = 4096
 // users of the machine (a warning rather than a refusal: mounted secrets
 // are often mode 0644 inside a container of their own).
 func (c ClusterConfig) LoadSecret() (secret []byte, warn string, err error) {
-	if c.SecretFile == "" {
+	return loadSecret("cluster.secret_file", c.SecretFile)
+}
+
+// LoadExtraSecret is LoadSecret for ExtraSecretFile.
+func (c ClusterConfig) LoadExtraSecret() (secret []byte, warn string, err error) {
+	return loadSecret("cluster.extra_secret_file", c.ExtraSecretFile)
+}
+
+func loadSecret(setting, path string) (secret []byte, warn string, err error) {
+	if path == "" {
 		return nil, "", nil
 	}
-	f, err := os.Open(c.SecretFile)
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("cluster.secret_file: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", setting, err)
 	}
 	defer func() { _ = f.Close() }() // read-only
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, "", fmt.Errorf("cluster.secret_file: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", setting, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, "", fmt.Errorf("cluster.secret_file: %s is not a regular file", c.SecretFile)
+		return nil, "", fmt.Errorf("%s: %s is not a regular file", setting, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxClusterSecretSize+3))
 	if err != nil {
-		return nil, "", fmt.Errorf("cluster.secret_file: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", setting, err)
 	}
 	b = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
 	switch {
 	case len(b) < MinClusterSecretSize:
-		return nil, "", fmt.Errorf("cluster.secret_file: %s holds %d bytes; a cluster secret is at least %d (e.g. head -c 32 /dev/urandom | base64 > %s)", c.SecretFile, len(b), MinClusterSecretSize, c.SecretFile)
+		return nil, "", fmt.Errorf("%s: %s holds %d bytes; a cluster secret is at least %d (e.g. head -c 32 /dev/urandom | base64 > %s)", setting, path, len(b), MinClusterSecretSize, path)
 	case len(b) > maxClusterSecretSize:
-		return nil, "", fmt.Errorf("cluster.secret_file: %s holds more than %d bytes", c.SecretFile, maxClusterSecretSize)
+		return nil, "", fmt.Errorf("%s: %s holds more than %d bytes", setting, path, maxClusterSecretSize)
 	}
 	if fi.Mode().Perm()&0o004 != 0 {
-		warn = fmt.Sprintf("cluster.secret_file: %s is readable by every user of this machine (mode %v); chmod 600 it", c.SecretFile, fi.Mode().Perm())
+		warn = fmt.Sprintf("%s: %s is readable by every user of this machine (mode %v); chmod 600 it", setting, path, fi.Mode().Perm())
 	}
 	return b, warn, nil
 }
@@ -204,9 +219,14 @@ func (o *Options) validateCluster() []error {
 	if listen == "" {
 		listen = c.Self().Raft
 	}
-	_, _, secretErr := c.LoadSecret()
-	if secretErr != nil {
-		errs = append(errs, secretErr)
+	if _, _, err := c.LoadSecret(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := c.LoadExtraSecret(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ExtraSecretFile != "" && c.SecretFile == "" {
+		errs = append(errs, errors.New("cluster.extra_secret_file: set only with cluster.secret_file (the secret this node dials with)"))
 	}
 	if listen != "" {
 		host, _, err := net.SplitHostPort(listen)

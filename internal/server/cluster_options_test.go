@@ -45,6 +45,10 @@ func TestClusterValidate(t *testing.T) {
 		{"raft beyond loopback", func(o *Options) { o.Cluster.RaftListen = "0.0.0.0:7102" }, "cluster.raft_listen: \"0.0.0.0:7102\" is not a loopback address and no cluster.secret_file is set"},
 		{"raft beyond loopback, allow_non_loopback alone", func(o *Options) { o.Cluster.RaftListen, o.AllowNonLoopback = "0.0.0.0:7102", true }, "no cluster.secret_file is set"},
 		{"missing secret file", func(o *Options) { o.Cluster.SecretFile = "/nonexistent/secret" }, "cluster.secret_file: open /nonexistent/secret"},
+		{"missing extra secret file", func(o *Options) {
+			o.Cluster.SecretFile, o.Cluster.ExtraSecretFile = writeSecret(t, strings.Repeat("s", 32), 0o600), "/nonexistent/extra"
+		}, "cluster.extra_secret_file: open /nonexistent/extra"},
+		{"extra secret alone", func(o *Options) { o.Cluster.ExtraSecretFile = writeSecret(t, strings.Repeat("s", 32), 0o600) }, "cluster.extra_secret_file: set only with cluster.secret_file"},
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
 		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
 		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},

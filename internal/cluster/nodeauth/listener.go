@@ -17,7 +17,7 @@ const MaxPendingHandshakes = 64
 // within Timeout), so a slow or junk peer never holds up the others.
 type Listener struct {
 	inner   net.Listener
-	key     Key
+	keys    Keys
 	surface string
 	self    uint64
 	// onFail is called for every failed handshake (counting, logging),
@@ -35,8 +35,8 @@ type Listener struct {
 }
 
 // NewListener wraps inner; onFail may be nil. It starts accepting at once.
-func NewListener(inner net.Listener, key Key, surface string, self uint64, onFail func(net.Addr, error)) *Listener {
-	l := &Listener{inner: inner, key: key, surface: surface, self: self, onFail: onFail,
+func NewListener(inner net.Listener, keys Keys, surface string, self uint64, onFail func(net.Addr, error)) *Listener {
+	l := &Listener{inner: inner, keys: keys, surface: surface, self: self, onFail: onFail,
 		conns: make(chan net.Conn), pending: make(chan struct{}, MaxPendingHandshakes),
 		done: make(chan struct{}), open: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
@@ -88,7 +88,7 @@ func (l *Listener) loop() {
 
 func (l *Listener) handshake(c net.Conn) {
 	defer l.wg.Done()
-	_, err := AcceptConn(c, l.key, l.surface, l.self)
+	_, err := AcceptConn(c, l.keys, l.surface, l.self)
 	<-l.pending
 	l.mu.Lock()
 	delete(l.open, c)

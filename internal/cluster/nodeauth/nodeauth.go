@@ -31,6 +31,9 @@
 // wire format is the same, and a node with a secret never accepts one
 // without (or with another).
 //
+// A listener may accept more than one secret (Keys: a rotation in
+// progress); a dialer always proves one, its own.
+//
 // What this does not give: confidentiality. The traffic after the
 // handshake is plaintext, and an attacker on the path can read it or take
 // over an authenticated TCP connection; TLS between nodes is not built.
@@ -89,6 +92,23 @@ var ErrBadHello = errors.New("nodeauth: not a Sluice node handshake (wrong magic
 // Key is a cluster secret. The zero value (no secret) is valid: see the
 // package comment.
 type Key []byte
+
+// Keys are the secrets a listener accepts: Keys[0] is the node's own (the
+// one it dials with), any further one is accepted too. A node holds two
+// while the cluster's secret is rotated without a full restart: the
+// listener answers a dialer under whichever key its proof used, so nodes
+// that dial with the old key and nodes that dial with the new one both
+// get in as long as every listener accepts both. Empty Keys accept the
+// empty key only.
+type Keys []Key
+
+// With returns the Keys of own followed by extra (extra nil: own alone).
+func With(own Key, extra Key) Keys {
+	if extra == nil {
+		return Keys{own}
+	}
+	return Keys{own, extra}
+}
 
 func (k Key) mac(label, surface string, listener uint64, nL []byte, dialer uint64, nD []byte) []byte {
 	h := hmac.New(sha256.New, k)
@@ -157,9 +177,13 @@ func DecodeProof(b []byte) (Proof, error) {
 }
 
 // Accept runs the listener's side of the handshake on rw for surface,
-// as node self, and returns the dialer's authenticated node id. It reads
-// exactly ProofSize bytes; the caller bounds it in time (AcceptConn does).
-func Accept(rw io.ReadWriter, key Key, surface string, self uint64) (uint64, error) {
+// as node self, accepting a proof under any of keys, and returns the
+// dialer's authenticated node id. It reads exactly ProofSize bytes; the
+// caller bounds it in time (AcceptConn does).
+func Accept(rw io.ReadWriter, keys Keys, surface string, self uint64) (uint64, error) {
+	if len(keys) == 0 {
+		keys = Keys{nil}
+	}
 	hello := make([]byte, 0, HelloSize)
 	hello = append(hello, magic...)
 	hello = append(hello, Version)
@@ -178,7 +202,16 @@ func Accept(rw io.ReadWriter, key Key, surface string, self uint64) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	if !hmac.Equal(p.MAC[:], key.mac(dialerLabel, surface, self, nL[:], p.Dialer, p.Nonce[:])) {
+	var key Key
+	ok := false
+	for _, k := range keys {
+		// Every key is tried, so the time taken does not tell which one
+		// matched.
+		if hmac.Equal(p.MAC[:], k.mac(dialerLabel, surface, self, nL[:], p.Dialer, p.Nonce[:])) && !ok {
+			key, ok = k, true
+		}
+	}
+	if !ok {
 		return 0, fmt.Errorf("%w: node %d", ErrAuth, p.Dialer)
 	}
 	if _, err := rw.Write(key.mac(listenerLabel, surface, self, nL[:], p.Dialer, p.Nonce[:])); err != nil {
@@ -233,11 +266,11 @@ func Silent(err error) bool {
 }
 
 // AcceptConn is Accept on c within Timeout; c's deadline is cleared after.
-func AcceptConn(c net.Conn, key Key, surface string, self uint64) (uint64, error) {
+func AcceptConn(c net.Conn, keys Keys, surface string, self uint64) (uint64, error) {
 	if err := c.SetDeadline(time.Now().Add(Timeout)); err != nil {
 		return 0, err
 	}
-	id, err := Accept(c, key, surface, self)
+	id, err := Accept(c, keys, surface, self)
 	if err != nil {
 		return 0, err
 	}

@@ -22,7 +22,7 @@ func pair(t *testing.T, lkey, dkey Key, lsurf, dsurf string, expect uint64) (acc
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		acceptID, acceptErr = Accept(a, lkey, lsurf, 1)
+		acceptID, acceptErr = Accept(a, Keys{lkey}, lsurf, 1)
 		_ = a.Close() // a refusal closes, as a listener does
 	}()
 	dialID, dialErr = Dial(b, dkey, dsurf, 2, expect)
@@ -72,7 +72,7 @@ func TestHandshakeRefusals(t *testing.T) {
 func TestImpostorListenerRefused(t *testing.T) {
 	a, b := net.Pipe()
 	go func() {
-		_, _ = Accept(&ackAnyway{a}, other, SurfaceRaft, 1)
+		_, _ = Accept(&ackAnyway{a}, Keys{other}, SurfaceRaft, 1)
 		_ = a.Close()
 	}()
 	if _, err := Dial(b, key, SurfaceRaft, 2, 1); !errors.Is(err, ErrAuth) {
@@ -126,7 +126,7 @@ func TestListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fails atomic.Int64
-	l := NewListener(inner, key, SurfaceHTTP, 1, func(net.Addr, error) { fails.Add(1) })
+	l := NewListener(inner, Keys{key}, SurfaceHTTP, 1, func(net.Addr, error) { fails.Add(1) })
 	defer func() { _ = l.Close() }()
 	bad, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
@@ -199,7 +199,7 @@ func FuzzAccept(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := &rw{in: bytes.NewReader(data)}
-		id, err := Accept(c, key, SurfaceRaft, 1)
+		id, err := Accept(c, Keys{key}, SurfaceRaft, 1)
 		if err == nil {
 			t.Fatalf("accepted node %d from fuzz input", id)
 		}
@@ -247,9 +247,37 @@ func TestSilentClose(t *testing.T) {
 		{[]byte{1, 2, 3}, false},
 		{make([]byte, ProofSize), false},
 	} {
-		_, err := Accept(&rw{in: bytes.NewReader(tc.in)}, key, SurfaceRaft, 1)
+		_, err := Accept(&rw{in: bytes.NewReader(tc.in)}, Keys{key}, SurfaceRaft, 1)
 		if err == nil || Silent(err) != tc.silent {
 			t.Errorf("%d bytes: %v, Silent %v; want silent %v", len(tc.in), err, Silent(err), tc.silent)
 		}
+	}
+}
+
+// TestRotationKeys: a listener holding two keys (a rotation) takes
+// dialers of either, each acknowledged under its own key, and still
+// refuses a third; With leaves out a missing extra key.
+func TestRotationKeys(t *testing.T) {
+	third := Key(bytes.Repeat([]byte("3"), MinSecretSize))
+	for _, tc := range []struct {
+		dial Key
+		ok   bool
+	}{{key, true}, {other, true}, {third, false}, {nil, false}} {
+		a, b := net.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			_, err := Accept(a, With(key, other), SurfaceRaft, 1)
+			_ = a.Close()
+			done <- err
+		}()
+		_, derr := Dial(b, tc.dial, SurfaceRaft, 2, 1)
+		_ = b.Close()
+		aerr := <-done
+		if (aerr == nil) != tc.ok || (derr == nil) != tc.ok {
+			t.Errorf("dial with %.1q: accept %v, dial %v; want ok %v", tc.dial, aerr, derr, tc.ok)
+		}
+	}
+	if ks := With(key, nil); len(ks) != 1 {
+		t.Fatalf("With(key, nil) = %d keys", len(ks))
 	}
 }

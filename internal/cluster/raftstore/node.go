@@ -70,6 +70,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
@@ -93,6 +94,10 @@ type Config struct {
 	// the same. Empty: the handshake runs with an empty key and proves
 	// nothing (a loopback cluster for development).
 	Secret []byte
+	// ExtraSecret, when set, is a second secret this node accepts from
+	// the nodes that dial it (it dials with Secret): a rotation of the
+	// secret without a full restart (docs/operations.md).
+	ExtraSecret []byte
 	// OnAuthFailure, when set, is called for every connection refused
 	// because its handshake failed, either way (a metric counts them).
 	OnAuthFailure func()
@@ -423,7 +428,7 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, n.cfg.Secret, n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()

@@ -118,10 +118,11 @@ type transport struct {
 	recv  func(*pb.Message) []byte
 	unrch func(id uint64)      // reports a peer unreachable to the loop
 	peers map[uint64]*peerConn // the loop's only, once started
-	// key is the cluster secret of the handshake (empty: none); onAuth,
-	// when set, is called for every failed handshake; failLog keeps
-	// their logging to one line per peer address per minute.
-	key     nodeauth.Key
+	// keys are the cluster secrets of the handshake: keys[0] this node's
+	// own (empty: none), a second one also accepted from dialers (a
+	// rotation); onAuth, when set, is called for every failed handshake;
+	// failLog keeps their logging to one line per peer address per minute.
+	keys    nodeauth.Keys
 	onAuth  func()
 	failLog nodeauth.FailureLog
 	// pending counts incoming handshakes in progress (at most
@@ -147,10 +148,13 @@ type peerConn struct {
 	stop chan struct{} // closed when the peer is removed
 }
 
-func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger, key []byte, onAuth func(),
+func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger, keys nodeauth.Keys, onAuth func(),
 	recv func(*pb.Message) []byte, unreachable func(uint64)) *transport {
+	if len(keys) == 0 {
+		keys = nodeauth.Keys{nil}
+	}
 	t := &transport{
-		id: id, ln: ln, log: log, recv: recv, unrch: unreachable, key: key, onAuth: onAuth,
+		id: id, ln: ln, log: log, recv: recv, unrch: unreachable, keys: keys, onAuth: onAuth,
 		peers: map[uint64]*peerConn{},
 		conns: map[net.Conn]struct{}{},
 		stop:  make(chan struct{}),
@@ -423,7 +427,7 @@ func (t *transport) dial(addr string, id uint64) (net.Conn, error) {
 	}
 	t.conns[c] = struct{}{}
 	t.mu.Unlock()
-	if _, err := nodeauth.DialConn(c, t.key, nodeauth.SurfaceRaft, t.id, id); err != nil {
+	if _, err := nodeauth.DialConn(c, t.keys[0], nodeauth.SurfaceRaft, t.id, id); err != nil {
 		t.forget(c)
 		if errors.Is(err, nodeauth.ErrAuth) {
 			t.authFailed(addr, err)
@@ -494,7 +498,7 @@ func (t *transport) accept() {
 func (t *transport) read(c net.Conn) {
 	defer t.wg.Done()
 	defer t.forget(c)
-	from, err := nodeauth.AcceptConn(c, t.key, nodeauth.SurfaceRaft, t.id)
+	from, err := nodeauth.AcceptConn(c, t.keys, nodeauth.SurfaceRaft, t.id)
 	t.mu.Lock()
 	t.pending--
 	closed := t.closed
