@@ -162,15 +162,15 @@ func TestColdDelayedSendsDoNotHoldBackVisible(t *testing.T) {
 }
 
 // TestColdDelayedSendsAcrossRestart: delayed messages on disk survive a
-// restart, are still not delivered before their delay ends, count (as
-// visible or delayed: Open does not read them) in the total, count as
-// visible once it has ended, and are each delivered once.
+// restart, are still not delivered before their delay ends, count as
+// delayed (from their delay records: Open does not read their content),
+// count as visible once it has ended, and are each delivered once.
 func TestColdDelayedSendsAcrossRestart(t *testing.T) {
 	coldStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("q", nil)
 		f.sendDelayed("q", "m", 0, 300, 40*time.Second)
 		f.restartCold()
-		if v, d, _ := f.counts("q"); v+d != 300 || d < coldWindow {
+		if v, d, _ := f.counts("q"); v != 0 || d != 300 {
 			t.Fatalf("after the restart: %d visible, %d delayed", v, d)
 		}
 		if h := f.held("q"); h > coldWindow {
@@ -463,6 +463,120 @@ func TestColdLookAheadIdleSeesNewSends(t *testing.T) {
 		}
 		if v, d, fl := f.counts("q"); v != 0 || d != 2*coldWindow || fl != 4 {
 			t.Fatalf("counts: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+	})
+}
+
+// TestColdDelayCountsAfterRestart: after a restart the cold part counts
+// exactly the messages whose send delay has not ended as delayed — among
+// visible ones, with delays ending at different times, and none of those
+// deleted, purged or whose delay ended while the broker was down.
+func TestColdDelayCountsAfterRestart(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", nil)
+		f.sendN("q", 0, 100)
+		f.sendDelayed("q", "short", 0, 50, 10*time.Second)
+		f.sendN("q", 100, 100)
+		f.sendDelayed("q", "long", 0, 70, 5*time.Minute)
+		f.sendN("q", 200, 30)
+		if v, d, _ := f.counts("q"); v != 230 || d != 120 {
+			t.Fatalf("before the restart: %d visible, %d delayed", v, d)
+		}
+		f.restartCold()
+		if v, d, _ := f.counts("q"); v != 230 || d != 120 {
+			t.Fatalf("after the restart: %d visible, %d delayed", v, d)
+		}
+		f.clk.Advance(11 * time.Second)
+		f.restartCold()
+		if v, d, _ := f.counts("q"); v != 280 || d != 70 {
+			t.Fatalf("after the short delays ended: %d visible, %d delayed", v, d)
+		}
+		seen := map[string]bool{}
+		f.drainOnce("q", 280, seen)
+		f.restartCold()
+		if v, d, _ := f.counts("q"); v != 0 || d != 70 {
+			t.Fatalf("visible drained: %d visible, %d delayed", v, d)
+		}
+		f.clk.Advance(5 * time.Minute)
+		f.drainOnce("q", 70, seen)
+		if n := f.delayRecords(); n != 0 {
+			t.Fatalf("%d delay records left after every message was deleted", n)
+		}
+		f.sendDelayed("q", "purged", 0, 40, time.Minute)
+		if err := f.e.PurgeQueue("q"); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.delayRecords(); n != 0 {
+			t.Fatalf("%d delay records left after a purge", n)
+		}
+		f.restartCold()
+		if v, d, _ := f.counts("q"); v+d != 0 {
+			t.Fatalf("after purge and restart: %d visible, %d delayed", v, d)
+		}
+	})
+}
+
+// delayRecords counts the store's delay records.
+func (f *coldFixture) delayRecords() int {
+	f.t.Helper()
+	n := 0
+	if err := f.st.Scan([]byte{prefixDelay}, func(_, _ []byte) error { n++; return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// TestColdLeasesCountAfterRestart: after a restart, received messages
+// beyond the first window count as in flight while their lease runs, and
+// as delayed while their retry backoff runs (from their state records),
+// not as visible; each is delivered once its lease or backoff ends.
+func TestColdLeasesCountAfterRestart(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", func(c *QueueConfig) {
+			c.Retry = &RetryPolicy{Strategy: RetryFixed, Base: 10 * time.Minute, Cap: 10 * time.Minute}
+		})
+		f.sendN("q", 0, 100)
+		for got := 0; got < 60; {
+			d := f.recv("q", min(10, 60-got), 5*time.Minute)
+			if len(d) == 0 {
+				t.Fatalf("received %d of 60", got)
+			}
+			got += len(d)
+		}
+		f.restartCold()
+		if v, d, fl := f.counts("q"); v != 40 || d != 0 || fl != 60 {
+			t.Fatalf("leases after the restart: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		if h := f.held("q"); h > coldWindow {
+			t.Fatalf("%d messages held after the restart", h)
+		}
+		seen := map[string]bool{}
+		// In-flight messages are what memory holds: the look-ahead
+		// loads the cold ones it passes.
+		f.drainBounded("q", 40, seen, 100)
+
+		// The leases end while the broker runs: the messages in memory
+		// start their backoff; the cold ones are loaded and do too.
+		f.clk.Advance(5*time.Minute + time.Second)
+		if v, d, fl := f.counts("q"); v+d+fl != 60 || fl != 0 {
+			t.Fatalf("leases ended: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		for range 10 {
+			if d := f.recv("q", 10, time.Minute); len(d) != 0 {
+				t.Fatalf("delivered %v during the backoff", bodies(d))
+			}
+		}
+		if v, d, fl := f.counts("q"); v != 0 || d != 60 || fl != 0 {
+			t.Fatalf("in their backoff: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		f.restartCold()
+		if v, d, fl := f.counts("q"); v != 0 || d != 60 || fl != 0 {
+			t.Fatalf("backoffs after the restart: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		f.clk.Advance(10 * time.Minute)
+		f.drainBounded("q", 60, seen, 100)
+		if len(seen) != 100 {
+			t.Fatalf("%d distinct messages", len(seen))
 		}
 	})
 }

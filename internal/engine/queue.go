@@ -49,6 +49,9 @@ type message struct {
 	// (Message.BodyMD5), returned with every delivery.
 	hasMD5  bool
 	bodyMD5 [16]byte
+	// delayRec says a delay record (delayKey) may exist for the message:
+	// it was sent with a delay. dropLocked deletes it.
+	delayRec bool
 	// stateRec is what this process knows of the message's state record
 	// (stateRecUnknown for messages it did not create), so that the end
 	// of its life deletes it as cheaply as is safe (dropLocked).
@@ -593,6 +596,9 @@ func (q *queue) dropLocked(m *message, b *store.Batch) {
 	q.noteDroppedLocked(m)
 	q.removeLocked(m)
 	b.SingleDelete(messageKey(q.id, m.seq, kindContent))
+	if m.delayRec {
+		b.SingleDelete(delayKey(q.id, m.seq))
+	}
 	switch m.stateRec {
 	case stateRecNone:
 	case stateRecOnce:
@@ -771,15 +777,16 @@ func (q *queue) nextWakeLocked() int64 {
 
 // info snapshots the queue.
 func (q *queue) infoLocked() QueueInfo {
-	coldDelayed := q.cold.delayedAt(q.eng.now())
+	now := q.eng.now()
+	coldDelayed, coldLeased := q.cold.delayedAt(now), q.cold.leasedAt(now)
 	info := QueueInfo{
 		Name:         q.name,
 		Config:       cloneConfig(q.cfg),
 		Tags:         cloneMap(q.tags),
 		CreatedAt:    fromNanos(q.createdAt),
 		ModifiedAt:   fromNanos(q.modifiedAt),
-		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed,
-		InFlight:     q.nState[stateInFlight],
+		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed - coldLeased,
+		InFlight:     q.nState[stateInFlight] + coldLeased,
 		Delayed:      q.nState[stateDelayed] + coldDelayed,
 		Sent:         q.stats.sent.Load(),
 		Received:     q.stats.received.Load(),
