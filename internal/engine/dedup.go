@@ -34,7 +34,8 @@ import (
 // number of records at a time, and deletes both records. Restart reads no
 // dedup record: only the first E record of each FIFO queue, for the time
 // of its next sweep (and, once, the upgrade of an older layout,
-// upgradeDedupLocked).
+// upgradeDedup in dedup_upgrade.go). Reads of the replicated store skip
+// its read-your-writes wait (dedupGetLocked).
 
 // dedupSweepMax bounds the E records one sweep deletes, so that a sweep
 // never holds the queue's lock for long; the queue is woken again at once
