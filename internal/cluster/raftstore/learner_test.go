@@ -1,0 +1,131 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// roles maps each member of nd's applied membership to its role.
+func roles(nd *Node) map[uint64]string {
+	out := map[uint64]string{}
+	for _, m := range nd.Members() {
+		out[m.ID] = m.Role
+	}
+	return out
+}
+
+// waitRole waits until every running node of c has applied id as role.
+func (c *cluster) waitRole(id uint64, role string) {
+	c.t.Helper()
+	for i, nd := range c.nodes {
+		if nd == nil {
+			continue
+		}
+		poll.CheckFor(c.t, 20*time.Second, func() error {
+			if got := roles(nd)[id]; got != role {
+				return fmt.Errorf("node %d sees node %d as %q, want %q", i+1, id, got, role)
+			}
+			return nil
+		})
+	}
+}
+
+// TestAddedNodeDoesNotCountInQuorum adds a fourth node that is not
+// running yet to a three-node group, then stops one of the original three:
+// the group must keep committing, because the new node is a learner (it
+// does not vote) until it has caught up. (When AddMember made it a voter
+// at once, the quorum became 3 of 4 and the group stopped with 2 live
+// nodes.) Then the fourth node starts, catches up and is promoted; the
+// roles survive a restart of every node.
+func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Node 4's address is reserved (the listener accepts into its backlog
+	// and nobody reads) but the node is not started.
+	ln4, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[li].AddMember(ctx, 4, ln4.Addr().String()); err != nil {
+		_ = ln4.Close()
+		t.Fatalf("AddMember(4): %v", err)
+	}
+	c.waitRole(4, RoleLearner)
+	for id := uint64(1); id <= 3; id++ {
+		if got := roles(c.nodes[li])[id]; got != RoleVoter {
+			t.Fatalf("node %d is %q, want voter", id, got)
+		}
+	}
+	// A second add of the same id, learner or voter, is a conflict.
+	if err := c.nodes[li].AddMember(ctx, 4, "127.0.0.1:1"); !errors.Is(err, ErrMemberExists) {
+		t.Fatalf("adding learner 4 again: %v, want ErrMemberExists", err)
+	}
+	if err := writeKV(c.nodes[li].Store(), "before-stop", "1"); err != nil {
+		t.Fatal(err)
+	}
+	fi := (li + 1) % 3
+	c.stop(fi)
+	li = c.leader(fi)
+	for i := range 5 {
+		if err := writeKV(c.nodes[li].Store(), fmt.Sprint("two-of-three-", i), "1"); err != nil {
+			t.Fatalf("write with one original node down and node 4 not started: %v", err)
+		}
+	}
+	// An unreachable learner is never promoted (it has been well over an
+	// election timeout: the stop and the new leader's election).
+	if got := roles(c.nodes[li])[4]; got != RoleLearner {
+		t.Fatalf("node 4, never started, is %q, want learner", got)
+	}
+
+	// Node 4 starts (joining), receives the state, and is promoted.
+	c.peers = append(c.peers, Peer{ID: 4, RaftAddr: ln4.Addr().String()})
+	c.dirs = append(c.dirs, filepath.Join(t.TempDir(), "node4"))
+	c.fss = append(c.fss, nil)
+	nd4, err := Open(Config{ID: 4, Peers: slices.Clone(c.peers), Dir: c.dirs[3], Listener: ln4,
+		TickInterval: testTick, Logger: quietLogger(), Join: true})
+	if err != nil {
+		t.Fatalf("open node 4: %v", err)
+	}
+	c.nodes = append(c.nodes, nd4)
+	c.waitRole(4, RoleVoter)
+	poll.CheckFor(t, 15*time.Second, func() error { return stateHas(nd4, "two-of-three-4", "1") })
+	if err := writeKV(c.nodes[li].Store(), "after-promotion", "1"); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 15*time.Second, func() error { return stateHas(nd4, "after-promotion", "1") })
+
+	// Four voters, one down: 3 of 4 still commit, and the roles survive a
+	// restart of every node (the stopped one comes back too).
+	c.restart(fi)
+	for i := range c.nodes {
+		c.stop(i)
+	}
+	for i := range c.nodes {
+		c.restart(i)
+	}
+	for i, nd := range c.nodes {
+		want := map[uint64]string{1: RoleVoter, 2: RoleVoter, 3: RoleVoter, 4: RoleVoter}
+		poll.CheckFor(t, 10*time.Second, func() error {
+			if got := roles(nd); !maps.Equal(got, want) {
+				return fmt.Errorf("node %d restarted with roles %v", i+1, got)
+			}
+			return nil
+		})
+	}
+	li = c.leader(-1)
+	if err := writeKV(c.nodes[li].Store(), "after-restart", "1"); err != nil {
+		t.Fatal(err)
+	}
+}
