@@ -18,7 +18,7 @@ import (
 func roles(nd *Node) map[uint64]string {
 	out := map[uint64]string{}
 	for _, m := range nd.Members() {
-		out[m.ID] = m.Role
+		out[m.ID] = m.Membership
 	}
 	return out
 }
@@ -62,9 +62,9 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 		_ = ln4.Close()
 		t.Fatalf("AddMember(4): %v", err)
 	}
-	c.waitRole(4, RoleLearner)
+	c.waitRole(4, Learner)
 	for id := uint64(1); id <= 3; id++ {
-		if got := roles(c.nodes[li])[id]; got != RoleVoter {
+		if got := roles(c.nodes[li])[id]; got != Voter {
 			t.Fatalf("node %d is %q, want voter", id, got)
 		}
 	}
@@ -85,7 +85,7 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 	}
 	// An unreachable learner is never promoted (it has been well over an
 	// election timeout: the stop and the new leader's election).
-	if got := roles(c.nodes[li])[4]; got != RoleLearner {
+	if got := roles(c.nodes[li])[4]; got != Learner {
 		t.Fatalf("node 4, never started, is %q, want learner", got)
 	}
 
@@ -99,7 +99,7 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 		t.Fatalf("open node 4: %v", err)
 	}
 	c.nodes = append(c.nodes, nd4)
-	c.waitRole(4, RoleVoter)
+	c.waitRole(4, Voter)
 	poll.CheckFor(t, 15*time.Second, func() error { return stateHas(nd4, "two-of-three-4", "1") })
 	if err := writeKV(c.nodes[li].Store(), "after-promotion", "1"); err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 		c.restart(i)
 	}
 	for i, nd := range c.nodes {
-		want := map[uint64]string{1: RoleVoter, 2: RoleVoter, 3: RoleVoter, 4: RoleVoter}
+		want := map[uint64]string{1: Voter, 2: Voter, 3: Voter, 4: Voter}
 		poll.CheckFor(t, 10*time.Second, func() error {
 			if got := roles(nd); !maps.Equal(got, want) {
 				return fmt.Errorf("node %d restarted with roles %v", i+1, got)

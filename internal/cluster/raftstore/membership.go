@@ -65,17 +65,17 @@ const (
 type Member struct {
 	ID       uint64 `json:"id"`
 	RaftAddr string `json:"raft"`
-	// Role is RoleVoter or RoleLearner.
-	Role string `json:"role"`
+	// Membership is Voter or Learner.
+	Membership string `json:"membership"`
 }
 
-// Member roles: a voter votes and counts in the commit quorum; a learner
+// Kinds of membership (Member.Membership): a voter votes and counts in the commit quorum; a learner
 // (a node just added) receives the log, does neither, and is promoted to
 // voter by the leader once its log is within Config.PromoteLagEntries of
 // the commit index.
 const (
-	RoleVoter   = "voter"
-	RoleLearner = "learner"
+	Voter   = "voter"
+	Learner = "learner"
 )
 
 // Errors of AddMember and RemoveMember (besides ErrNotLeader and
@@ -185,10 +185,10 @@ func (n *Node) removedPeer(id uint64) bool {
 func (n *Node) membersLocked() []Member {
 	var out []Member
 	for _, id := range n.mem.conf.GetVoters() {
-		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id], Role: RoleVoter})
+		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id], Membership: Voter})
 	}
 	for _, id := range n.mem.conf.GetLearners() {
-		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id], Role: RoleLearner})
+		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id], Membership: Learner})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	return out

@@ -152,7 +152,7 @@ func TestAddAndRemoveMembers(t *testing.T) {
 		t.Fatalf("joined node status %+v", st)
 	}
 	// Caught up, it is promoted from learner to voter.
-	c.waitRole(4, RoleVoter)
+	c.waitRole(4, Voter)
 
 	// Refused changes.
 	for _, tc := range []struct {
@@ -263,7 +263,7 @@ func TestLeaderRemovesItself(t *testing.T) {
 	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[ji], "x", "1") })
 	// Node 2 joined as a learner: until it is promoted, node 1 is the
 	// only voter and cannot leave.
-	c.waitRole(2, RoleVoter)
+	c.waitRole(2, Voter)
 	// The leader removes itself: it steps down and node 2, now the only
 	// voter, leads.
 	if err := c.nodes[li].RemoveMember(ctx, 1); err != nil {
