@@ -177,7 +177,8 @@ func New(opts Options) (_ *Node, err error) {
 	}
 	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries,
-		TickInterval: opts.TickInterval, Logger: log.With("component", "raft")})
+		PromoteLagEntries: o.Cluster.PromoteLagEntries,
+		TickInterval:      opts.TickInterval, Logger: log.With("component", "raft")})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

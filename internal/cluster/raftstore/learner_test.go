@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/tracker"
+
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
@@ -42,7 +44,8 @@ func (c *cluster) waitRole(id uint64, role string) {
 // TestAddedNodeDoesNotCountInQuorum adds a fourth node that is not
 // running yet to a three-node group, then stops one of the original three:
 // the group must keep committing, because the new node is a learner (it
-// does not vote) until it has caught up. (When AddMember made it a voter
+// does not vote) until it has caught up. The one stopped is the leader
+// that added it, so the promotion is left to the next leader. (When AddMember made it a voter
 // at once, the quorum became 3 of 4 and the group stopped with 2 live
 // nodes.) Then the fourth node starts, catches up and is promoted; the
 // roles survive a restart of every node.
@@ -75,7 +78,9 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 	if err := writeKV(c.nodes[li].Store(), "before-stop", "1"); err != nil {
 		t.Fatal(err)
 	}
-	fi := (li + 1) % 3
+	// The leader that added node 4 stops: the two left elect a leader,
+	// which (not the one that added it) later promotes node 4.
+	fi := li
 	c.stop(fi)
 	li = c.leader(fi)
 	for i := range 5 {
@@ -127,5 +132,33 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 	li = c.leader(-1)
 	if err := writeKV(c.nodes[li].Store(), "after-restart", "1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCaughtUp: the promotion rule, case by case.
+func TestCaughtUp(t *testing.T) {
+	ok := tracker.Progress{IsLearner: true, RecentActive: true, State: tracker.StateReplicate, Match: 900}
+	for _, tc := range []struct {
+		name   string
+		change func(*tracker.Progress)
+		commit uint64
+		want   bool
+	}{
+		{"within the lag", nil, 1000, true},
+		{"exactly the lag behind", nil, 1100, true},
+		{"one past the lag", nil, 1101, false},
+		{"ahead of the commit index", nil, 10, true},
+		{"a voter already", func(p *tracker.Progress) { p.IsLearner = false }, 1000, false},
+		{"not heard from", func(p *tracker.Progress) { p.RecentActive = false }, 1000, false},
+		{"probing", func(p *tracker.Progress) { p.State = tracker.StateProbe }, 1000, false},
+		{"receiving a snapshot", func(p *tracker.Progress) { p.State = tracker.StateSnapshot }, 1000, false},
+	} {
+		pr := ok
+		if tc.change != nil {
+			tc.change(&pr)
+		}
+		if got := caughtUp(&pr, tc.commit, 200); got != tc.want {
+			t.Errorf("%s: caughtUp = %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

@@ -345,9 +345,7 @@ func (n *Node) maybePromote() {
 	commit := n.rn.BasicStatus().GetCommit()
 	var id uint64
 	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
-		caughtUp := pr.IsLearner && pr.RecentActive && pr.State == tracker.StateReplicate &&
-			(pr.Match >= commit || commit-pr.Match <= n.cfg.PromoteLagEntries)
-		if caughtUp && slices.Contains(n.mem.conf.GetLearners(), pid) && (id == 0 || pid < id) {
+		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(n.mem.conf.GetLearners(), pid) && (id == 0 || pid < id) {
 			id = pid
 		}
 	})
@@ -360,6 +358,14 @@ func (n *Node) maybePromote() {
 	case n.propc <- struct{}{}:
 	default:
 	}
+}
+
+// caughtUp reports whether a learner's progress allows its promotion: the
+// leader replicates to it normally, heard from it recently, and its log
+// holds every entry up to commit − lag.
+func caughtUp(pr *tracker.Progress, commit, lag uint64) bool {
+	return pr.IsLearner && pr.RecentActive && pr.State == tracker.StateReplicate &&
+		(pr.Match >= commit || commit-pr.Match <= lag)
 }
 
 // confApply collects the conf changes of one applied batch (loop only).
