@@ -162,3 +162,23 @@ func TestCaughtUp(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferSkipsLearners: a graceful stop hands leadership to the most
+// up-to-date voter, never to a learner (Raft would ignore it, and the
+// leader would keep leading until the stop's deadline).
+func TestTransferSkipsLearners(t *testing.T) {
+	match := map[uint64]uint64{1: 100, 2: 90, 3: 95, 4: 100}
+	for _, tc := range []struct {
+		voters []uint64
+		want   uint64
+	}{
+		{[]uint64{1, 2, 3}, 3},    // 4, a learner, is ahead of both
+		{[]uint64{1, 2, 3, 4}, 4}, // once promoted it is the target
+		{[]uint64{1}, 0},          // no other voter
+		{[]uint64{1, 2}, 2},
+	} {
+		if got := bestVoter(1, match, tc.voters); got != tc.want {
+			t.Errorf("voters %v: target %d, want %d", tc.voters, got, tc.want)
+		}
+	}
+}
