@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -225,12 +226,16 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 func clusterStatus(ctx context.Context, args []string, env *Env) int {
 	c := newCommand(env, "sluice cluster status", clusterUsage)
 	return c.run(args, 0, 0, func([]string) int {
-		var rep clusterReport
-		if err := c.client().call(ctx, "GET", "cluster", nil, nil, &rep); err != nil {
+		var raw json.RawMessage
+		if err := c.client().call(ctx, "GET", "cluster", nil, nil, &raw); err != nil {
 			return c.fail(err)
 		}
 		if c.json {
-			return c.printJSON(rep)
+			return c.printJSON(raw) // the node's whole answer, the leader's view included
+		}
+		var rep clusterReport
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return c.fail(fmt.Errorf("unreadable answer from %s: %w", c.endpoint, err))
 		}
 		w := c.env.Stdout
 		n := rep.Node
