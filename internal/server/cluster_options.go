@@ -60,7 +60,8 @@ type ClusterConfig struct {
 	// learner (it receives the log but neither votes nor counts in the
 	// commit quorum), and the leader promotes it to voter once its log
 	// holds every entry up to the commit index minus this many, and it
-	// answers the leader. 0: the default (1,000).
+	// answers the leader. 0: the default (1,000); at most LogKeepEntries
+	// is used, so the new voter catches up from the log, not a snapshot.
 	PromoteLagEntries uint64 `toml:"promote_lag_entries"`
 }
 

@@ -477,7 +477,6 @@ func (n *Node) commitConfLocked(ca *confApply) {
 		}
 	}
 	n.log.Info("raftstore: membership changed", "voters", ca.cs.GetVoters(), "learners", ca.cs.GetLearners())
-	n.broadcastLocked()
 	if ca.mineSeq != 0 {
 		if w := n.waiters[ca.mineSeq]; w != nil {
 			delete(n.waiters, ca.mineSeq)

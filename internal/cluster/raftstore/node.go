@@ -112,7 +112,8 @@ type Config struct {
 	SnapshotChunkSize int
 	// PromoteLagEntries: the leader promotes a learner (a node just added)
 	// to voter once its log holds every entry up to the commit index minus
-	// this many (membership.go); 0 means DefaultPromoteLagEntries.
+	// this many (membership.go); 0 means DefaultPromoteLagEntries. At most
+	// KeepEntries is used: a new voter then catches up from the log.
 	PromoteLagEntries uint64
 
 	// crashPoint, when set, is called at each step of a compaction and of
@@ -136,10 +137,10 @@ const (
 	DefaultKeepEntries       = 5_000
 	DefaultSnapshotChunkSize = 1 << 20
 	// DefaultPromoteLagEntries: a learner within 1,000 entries of the
-	// commit index is promoted. A replicating follower is that close under
-	// any load (an entry is a group-committed batch), and it is far below
+	// commit index is promoted (an entry is a group-committed batch, so a
+	// follower that keeps up is normally far closer); it is well below
 	// DefaultKeepEntries, so the new voter finishes catching up from the
-	// leader's log, never from another snapshot.
+	// leader's log rather than from another snapshot.
 	DefaultPromoteLagEntries = 1_000
 	// MaxSnapshotChunkSize bounds Config.SnapshotChunkSize (16 MiB), so
 	// that a chunk and one more record of up to MaxEntrySize fit in a
@@ -295,7 +296,7 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.CompactBytes = cmp.Or(cfg.CompactBytes, DefaultCompactBytes)
 	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
 	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
-	cfg.PromoteLagEntries = cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries)
+	cfg.PromoteLagEntries = min(cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries), cfg.KeepEntries)
 	if cfg.KeepEntries >= cfg.CompactEntries {
 		// Every Ready would compact (and sync the state store) for nothing.
 		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
