@@ -4,8 +4,10 @@
 # declared with x-queue-type=quorum) against
 #
 #   rabbitmq   RabbitMQ (Debian's rabbitmq-server) with a one-node quorum
-#              queue (three RabbitMQ nodes do not fit this box; the issue
-#              allows the one-node quorum queue),
+#              queue (it replicates nowhere),
+#   rabbitmq3  three clustered RabbitMQ nodes on this machine, the bench on
+#              node 1 (where the quorum queue is declared, so node 1 leads
+#              it; its three members are checked),
 #   cluster    a 3-node Sluice cluster on 127.0.0.1, through the leader's
 #              public AMQP listener (the leader's CPU is the server CPU;
 #              the whole cluster's is reported too),
@@ -36,15 +38,15 @@ RATE_DURATION="${RATE_DURATION:-20s}"
 REPEAT="${REPEAT:-1}"
 DRAIN="${DRAIN:-100s}"
 SCENARIOS="${SCENARIOS:-4 4 0;1 1 1000}"
-BROKERS="${BROKERS:-rabbitmq cluster single}"
+BROKERS="${BROKERS:-rabbitmq rabbitmq3 cluster single}"
 BENCH_DIR="${BENCH_DIR:-/var/tmp/sluice-vs-quorum}"
 RMQ_SERVER="${RMQ_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}"
 QUEUE=bench-quorum
 
 for b in $BROKERS; do
-  case $b in rabbitmq|cluster|single) ;; *) echo "BROKERS: unknown broker $b (rabbitmq, cluster, single)" >&2; exit 2;; esac
+  case $b in rabbitmq|rabbitmq3|cluster|single) ;; *) echo "BROKERS: unknown broker $b (rabbitmq, rabbitmq3, cluster, single)" >&2; exit 2;; esac
 done
-if [[ " $BROKERS " == *" rabbitmq "* ]]; then
+if [[ " $BROKERS " == *" rabbitmq "* || " $BROKERS " == *" rabbitmq3 "* ]]; then
   [ -x "$RMQ_SERVER" ] || { echo "no $RMQ_SERVER: apt-get install rabbitmq-server" >&2; exit 2; }
 fi
 rm -rf "$BENCH_DIR" && mkdir -p "$BENCH_DIR"
@@ -76,6 +78,14 @@ start_rabbitmq() { start_rmq; ALL_PIDS="$rmq_pid"; }
 # first run declared it).
 rmq_queue_type() { rmqctl list_queues name type 2>/dev/null | awk -v q="$QUEUE" '$1 == q {print $2}'; }
 stop_rabbitmq() { stop_rmq; }
+start_rabbitmq3() { start_rmq3; ALL_PIDS="${rmq3_pids[*]}"; }
+stop_rabbitmq3() { stop_rmq3; }
+# rmq3_queue_members: how many members the 3-node cluster gave the bench
+# queue (its quorum type checked too).
+rmq3_queue_members() {
+  rmq3ctl 1 list_queues name type members 2>/dev/null |
+    awk -v q="$QUEUE" '$1 == q && $2 == "quorum" {print gsub(/@/, "@")}'
+}
 
 # sluice_node DIR [FLAGS...]: start one sluice server on free public ports;
 # its pid is appended to sluice_pids.
@@ -187,6 +197,10 @@ for r in $(seq "$REPEAT"); do
       echo "RabbitMQ's $QUEUE is not a quorum queue (rabbitmqctl list_queues: '$(rmq_queue_type)')" >&2
       exit 1
     fi
+    if [ "$broker" = rabbitmq3 ] && [ "$(rmq3_queue_members)" != 3 ]; then
+      echo "RabbitMQ's 3-node $QUEUE is not a quorum queue of three members: $(rmq3ctl 1 list_queues name type members 2>&1)" >&2
+      exit 1
+    fi
     if [ "$broker" = cluster ] && [ "$(cluster_leader)" != "$LEADER" ]; then
       echo "warning: the cluster's leader changed during the runs (was node $LEADER): discard them" >&2
     fi
@@ -215,9 +229,9 @@ def fig(rs):
         "server CPU-s/100k": med([r.get("server_cpu_s_per_100k", float("nan")) for r in rs]),
         "all servers CPU-s/100k": med([per100k(r, r["all_servers_cpu_s"]) for r in rs]),
     }
-names = {"cluster": "Sluice 3-node", "single": "Sluice 1-node", "rabbitmq": "RabbitMQ quorum"}
-present = [b for b in ("cluster", "single", "rabbitmq") if any(k[1] == b for k in by)]
-ratios = [(a, b) for a, b in (("cluster", "rabbitmq"), ("single", "rabbitmq"), ("cluster", "single")) if a in present and b in present]
+names = {"cluster": "Sluice 3-node", "single": "Sluice 1-node", "rabbitmq": "RabbitMQ quorum 1-node", "rabbitmq3": "RabbitMQ quorum 3-node"}
+present = [b for b in ("cluster", "single", "rabbitmq", "rabbitmq3") if any(k[1] == b for k in by)]
+ratios = [(a, b) for a, b in (("cluster", "rabbitmq3"), ("cluster", "rabbitmq"), ("single", "rabbitmq"), ("cluster", "single")) if a in present and b in present]
 head = [names[b] for b in present] + [f"{names[a]} ÷ {names[b]}" for a, b in ratios]
 print("| scenario | figure | " + " | ".join(head) + " |")
 print("|---" * (2 + len(head)) + "|")
@@ -231,8 +245,8 @@ for scen in sorted({k[0] for k in by}, key=lambda s: [int(x) if x.isdigit() else
             x, y = f.get(a, {}).get(k, float("nan")), f.get(b, {}).get(k, float("nan"))
             cells.append(fmt(x / y) if y else "n/a")
         print(f"| {scen} | {k} | " + " | ".join(cells) + " |")
-print(f"\n{len(runs)} runs; medians over repeats; server CPU = the leader's (cluster) or the broker's;"
-      f" all servers = every node of the cluster; raw JSON in {sys.argv[1]}")
+print(f"\n{len(runs)} runs; medians over repeats; server CPU = the leader's (Sluice cluster), node 1's (RabbitMQ 3-node) or the broker's;"
+      f" all servers = every node; raw JSON in {sys.argv[1]}")
 errs = [(r["broker"], r["scenario"], r["errors"]) for r in runs if r.get("errors")]
 for b, s, e in errs:
     print(f"errors: {b} {s}: {e}")

@@ -19,6 +19,7 @@ import (
 //	"M" qid:4 seq:8 0x00       message record: immutable content
 //	"M" qid:4 seq:8 0x01       message state: receive count, lease, visibility
 //	"D" qid:4 dedup-id         FIFO deduplication entry (survives delete)
+//	"W" qid:4 seq:8            end of a send's delay (so a restart can count it)
 //	"N" qid:4                  highest sequence number its own sends assigned
 //	"N" qid:4 src:4            highest sequence number of copies moved in from src
 //	"K"                        receipt key: 32 random bytes (see receiptKey)
@@ -36,6 +37,7 @@ const (
 	prefixNextID  = 'I'
 	prefixMessage = 'M'
 	prefixDedup   = 'D'
+	prefixDelay   = 'W'
 	prefixSeq     = 'N'
 	prefixKey     = 'K'
 
@@ -71,6 +73,16 @@ func messageKey(qid uint32, seq uint64, kind byte) []byte {
 	k := qidPrefix(prefixMessage, qid)
 	k = binary.BigEndian.AppendUint64(k, seq)
 	return append(k, kind)
+}
+
+// delayKey is the delay record of message seq of queue qid: written with a
+// message sent with a delay (DelaySeconds), holding when the delay ends
+// (a varint of UnixNano), and single-deleted with the message (dropLocked).
+// It lets a restart count the cold messages that are still delayed from a
+// few small records instead of reading every cold message's content
+// (countColdLocked).
+func delayKey(qid uint32, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(qidPrefix(prefixDelay, qid), seq)
 }
 
 func dedupKey(qid uint32, group, id string) []byte {
@@ -548,6 +560,10 @@ func decodeContentBody(m *message, b []byte, keepBody bool) (group string, err e
 	}
 	m.recvCount = int32(d.uvarint())
 	m.firstRecvAt = d.varint()
+	// A message sent with a delay has a delay record (delayKey) unless
+	// it was a moved copy; deleting one that was never written is
+	// harmless, so the content alone decides.
+	m.delayRec = m.visibleAt > m.enqueuedAt && m.recvCount == 0
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
 		d.fail()

@@ -108,9 +108,11 @@ type coldPart struct {
 	// the queue's or the message's), by the second their delay ends,
 	// rounded up, so that the counts can tell them from visible ones
 	// (delayedAt) and the scheduler can wake long polls when they end
-	// (nextDelayEnd). About one entry per second of MaxDelay. Not rebuilt
-	// by Open: after a restart every cold message counts as visible until
-	// a refill loads it (it is still not delivered before its delay ends).
+	// (nextDelayEnd). About one entry per second of MaxDelay. Open
+	// rebuilds it from the delay records (delayKey, countColdLocked); a
+	// dead-letter or redrive copy has none, and after a restart counts as
+	// visible until a refill loads it (it is still not delivered before
+	// its delay ends).
 	delayed map[int64]int
 
 	// ready counts the messages added to the cold part that were not
@@ -500,11 +502,18 @@ func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m
 // countColdLocked is recovery's count of a queue's messages from
 // seq from on, from keys and value lengths only: the queue's first window
 // is loaded, the rest is cold. It checks what it can without the values
-// (key shape, a state record after its content) and raises nextSeq.
-func (q *queue) countColdLocked(from uint64, audit *recoveryAudit) error {
+// (key shape, a state record after its content) and raises nextSeq. The
+// cold messages whose send delay has not ended at now count as delayed,
+// from their delay records (delayKey), which are few and small: the
+// content records are not read.
+func (q *queue) countColdLocked(from uint64, now int64, audit *recoveryAudit) error {
+	delays, err := q.pendingDelaysLocked(from, now)
+	if err != nil {
+		return err
+	}
 	var lastContent uint64
 	haveContent := false
-	err := q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
+	err = q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
 		if len(k) != 14 {
 			return fmt.Errorf("%w: message key %x", errCorrupt, k)
 		}
@@ -517,6 +526,15 @@ func (q *queue) countColdLocked(from uint64, audit *recoveryAudit) error {
 			q.cold.n++
 			q.cold.bytes += int64(n)
 			lastContent, haveContent = seq, true
+			// Both walks are in sequence order: a delay record
+			// whose message is gone is passed over.
+			for len(delays) > 0 && delays[0].seq < seq {
+				delays = delays[1:]
+			}
+			if len(delays) > 0 && delays[0].seq == seq {
+				q.cold.addDelayed(delays[0].visibleAt, now)
+				delays = delays[1:]
+			}
 		case kindState:
 			if !haveContent || lastContent != seq {
 				audit.stateWithoutContent(k, q.name, seq)
@@ -530,4 +548,50 @@ func (q *queue) countColdLocked(from uint64, audit *recoveryAudit) error {
 		return nil
 	})
 	return err
+}
+
+// pendingDelay is a delay record read at recovery.
+type pendingDelay struct {
+	seq       uint64
+	visibleAt int64
+}
+
+// pendingDelaysLocked reads q's delay records from seq from on whose
+// delay has not ended at now, in sequence order. Their number is bounded
+// by the messages sent in the last MaxDelay (15 minutes).
+func (q *queue) pendingDelaysLocked(from uint64, now int64) ([]pendingDelay, error) {
+	var out []pendingDelay
+	err := q.eng.st.ScanRange(delayKey(q.id, from), qidPrefix(prefixDelay, q.id+1), func(k, v []byte) error {
+		if len(k) != 13 {
+			return fmt.Errorf("%w: delay key %x", errCorrupt, k)
+		}
+		at, n := binary.Varint(v)
+		if n <= 0 {
+			return fmt.Errorf("%w: delay record %x", errCorrupt, k)
+		}
+		if at > now {
+			out = append(out, pendingDelay{seq: binary.BigEndian.Uint64(k[5:]), visibleAt: at})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the delay records of queue %q: %w", q.name, err)
+	}
+	return out, nil
+}
+
+// auditDelays classifies the delay records of queues known does not know
+// (leftovers of a deleted queue, or records of a queue id never
+// allocated), for recovery and Repair alike. Known queues' records are
+// read by countColdLocked and deleted with their messages.
+func auditDelays(st store.Store, known func(qid uint32) bool, a *recoveryAudit) error {
+	return st.Scan([]byte{prefixDelay}, func(k, _ []byte) error {
+		if len(k) != 13 {
+			return fmt.Errorf("%w: delay key %x", errCorrupt, k)
+		}
+		if qid := binary.BigEndian.Uint32(k[1:]); !known(qid) {
+			a.unknownQueue(k, qid)
+		}
+		return nil
+	})
 }

@@ -261,6 +261,9 @@ func (e *Engine) DeleteMatching(name string, f Filter) (int, error) {
 			q.noteDroppedLocked(m)
 			b.Delete(messageKey(q.id, m.seq, kindContent))
 			b.Delete(messageKey(q.id, m.seq, kindState))
+			if m.delayRec {
+				b.SingleDelete(delayKey(q.id, m.seq))
+			}
 			coldN++
 			coldBytes += int64(contentLen)
 		}

@@ -181,6 +181,10 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	}
 	seq := q.nextSeq.Add(1) - 1
 	m.seq = seq
+	if delay > 0 {
+		m.delayRec = true
+		b.Set(delayKey(q.id, seq), binary.AppendVarint(nil, m.visibleAt))
+	}
 	if q.goesColdLocked(m) {
 		// Only in the store until a refill reads it (cold.go). It
 		// never joins a group of this queue while cold.

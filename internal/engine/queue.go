@@ -49,6 +49,9 @@ type message struct {
 	// (Message.BodyMD5), returned with every delivery.
 	hasMD5  bool
 	bodyMD5 [16]byte
+	// delayRec says a delay record (delayKey) may exist for the message:
+	// it was sent with a delay. dropLocked deletes it.
+	delayRec bool
 	// stateRec is what this process knows of the message's state record
 	// (stateRecUnknown for messages it did not create), so that the end
 	// of its life deletes it as cheaply as is safe (dropLocked).
@@ -578,6 +581,9 @@ func (q *queue) dropLocked(m *message, b *store.Batch) {
 	q.noteDroppedLocked(m)
 	q.removeLocked(m)
 	b.SingleDelete(messageKey(q.id, m.seq, kindContent))
+	if m.delayRec {
+		b.SingleDelete(delayKey(q.id, m.seq))
+	}
 	switch m.stateRec {
 	case stateRecNone:
 	case stateRecOnce:

@@ -26,6 +26,7 @@ func (e *Engine) PurgeQueue(name string) error {
 	}
 	var b store.Batch
 	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
+	b.DeleteRange(delayKey(q.id, 0), delayKey(q.id, q.nextSeq.Load()))
 	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
 	q.lastPurge = now
 	q.purges.Add(1)
@@ -107,7 +108,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	}
 	var b store.Batch
 	b.Delete(queueKey(name))
-	for _, p := range []byte{prefixMessage, prefixDedup, prefixSeq} {
+	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixSeq} {
 		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
 	}
 	p, err := e.write(&b, true)

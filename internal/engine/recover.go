@@ -67,6 +67,9 @@ func (e *Engine) recover() (int, error) {
 	audit := newRecoveryAudit(e.nextQID)
 	var orphans store.Batch // expired dedup entries
 	loaded, err := e.recoverMessages(byID, audit, now)
+	if err == nil {
+		err = auditDelays(e.st, func(qid uint32) bool { return byID[qid] != nil }, audit)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
@@ -211,7 +214,7 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 		return 0, err
 	}
 	if stopped {
-		if err := q.countColdLocked(stopAt, audit); err != nil {
+		if err := q.countColdLocked(stopAt, now, audit); err != nil {
 			return 0, err
 		}
 	}

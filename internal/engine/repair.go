@@ -20,7 +20,7 @@ var ErrNeedsRepair = errors.New("engine: the store holds records recovery cannot
 // An unexplained record is one recovery cannot attach to a queue or a
 // message and for which no crash or race of this version accounts:
 //
-//   - a message or dedup record of a queue id that was never allocated (at
+//   - a message, delay or dedup record of a queue id that was never allocated (at
 //     or above the next queue id): queue ids are allocated by the same
 //     batch that writes the queue's record, so no write of Sluice makes one;
 //   - a message state record without its content record: a message's
@@ -173,6 +173,9 @@ func Repair(st store.Store, log *slog.Logger, dryRun bool) (RepairReport, error)
 		return nil
 	})
 	if err != nil {
+		return RepairReport{}, fmt.Errorf("engine: repair: %w", err)
+	}
+	if err := auditDelays(st, func(qid uint32) bool { return names[qid] != "" }, a); err != nil {
 		return RepairReport{}, fmt.Errorf("engine: repair: %w", err)
 	}
 	rep := RepairReport{Leftovers: a.perQueue}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"strings"
@@ -53,6 +54,8 @@ func TestRecoveryRefusesUnexplainedRecords(t *testing.T) {
 	setKey(t, st, stray, encodeState(&message{recvCount: 1}))
 	alien := messageKey(77, 1, kindContent)
 	setKey(t, st, alien, []byte{recordV1})
+	alienDelay := delayKey(78, 1)
+	setKey(t, st, alienDelay, binary.AppendVarint(nil, 1))
 
 	var logs bytes.Buffer
 	_, err = Open(Options{Store: st, Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -67,7 +70,7 @@ func TestRecoveryRefusesUnexplainedRecords(t *testing.T) {
 	if !strings.Contains(logs.String(), "refusing to start") {
 		t.Errorf("no log line: %s", logs.String())
 	}
-	if !hasKey(st, stray) || !hasKey(st, alien) {
+	if !hasKey(st, stray) || !hasKey(st, alien) || !hasKey(st, alienDelay) {
 		t.Fatal("a refused start changed the store")
 	}
 
@@ -75,14 +78,14 @@ func TestRecoveryRefusesUnexplainedRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Unexplained) != 2 || rep.Dropped || !hasKey(st, stray) {
+	if len(rep.Unexplained) != 3 || rep.Dropped || !hasKey(st, stray) {
 		t.Fatalf("dry run: %+v", rep)
 	}
 	rep, err = Repair(st, nil, false)
-	if err != nil || len(rep.Unexplained) != 2 || !rep.Dropped {
+	if err != nil || len(rep.Unexplained) != 3 || !rep.Dropped {
 		t.Fatalf("repair: %+v %v", rep, err)
 	}
-	if hasKey(st, stray) || hasKey(st, alien) {
+	if hasKey(st, stray) || hasKey(st, alien) || hasKey(st, alienDelay) {
 		t.Fatal("repair left the records")
 	}
 	e, err = Open(Options{Store: st, Clock: clk})
@@ -116,6 +119,8 @@ func TestRecoveryDropsDeletedQueueLeftoversLoudly(t *testing.T) {
 	e.Close()
 	late := messageKey(q.id, 1, kindState)
 	setKey(t, st, late, encodeState(&message{recvCount: 1}))
+	lateDelay := delayKey(q.id, 1)
+	setKey(t, st, lateDelay, binary.AppendVarint(nil, clk.Now().Add(time.Minute).UnixNano()))
 
 	var logs bytes.Buffer
 	e, err = Open(Options{Store: st, Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -123,8 +128,8 @@ func TestRecoveryDropsDeletedQueueLeftoversLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if e.RecoveryDropped() != 1 || hasKey(st, late) {
-		t.Fatalf("dropped %d, key still there: %v", e.RecoveryDropped(), hasKey(st, late))
+	if e.RecoveryDropped() != 2 || hasKey(st, late) || hasKey(st, lateDelay) {
+		t.Fatalf("dropped %d, keys still there: %v %v", e.RecoveryDropped(), hasKey(st, late), hasKey(st, lateDelay))
 	}
 	if !strings.Contains(logs.String(), "deleted queue") {
 		t.Fatalf("no log line: %s", logs.String())
