@@ -94,6 +94,15 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 		t.Fatalf("node 4, never started, is %q, want learner", got)
 	}
 
+	// The learner stays a learner across a restart (its role is in the
+	// "conf" record), here of the node that leads now.
+	c.stop(li)
+	c.restart(li)
+	if got := roles(c.nodes[li])[4]; got != Learner {
+		t.Fatalf("node %d restarted with node 4 as %q, want learner", li+1, got)
+	}
+	li = c.leader(fi)
+
 	// Node 4 starts (joining), receives the state, and is promoted.
 	c.peers = append(c.peers, Peer{ID: 4, RaftAddr: ln4.Addr().String()})
 	c.dirs = append(c.dirs, filepath.Join(t.TempDir(), "node4"))
