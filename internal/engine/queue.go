@@ -764,15 +764,16 @@ func (q *queue) nextWakeLocked() int64 {
 
 // info snapshots the queue.
 func (q *queue) infoLocked() QueueInfo {
-	coldDelayed := q.cold.delayedAt(q.eng.now())
+	now := q.eng.now()
+	coldDelayed, coldLeased := q.cold.delayedAt(now), q.cold.leasedAt(now)
 	info := QueueInfo{
 		Name:         q.name,
 		Config:       cloneConfig(q.cfg),
 		Tags:         cloneMap(q.tags),
 		CreatedAt:    fromNanos(q.createdAt),
 		ModifiedAt:   fromNanos(q.modifiedAt),
-		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed,
-		InFlight:     q.nState[stateInFlight],
+		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed - coldLeased,
+		InFlight:     q.nState[stateInFlight] + coldLeased,
 		Delayed:      q.nState[stateDelayed] + coldDelayed,
 		Sent:         q.stats.sent.Load(),
 		Received:     q.stats.received.Load(),
