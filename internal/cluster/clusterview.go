@@ -22,9 +22,10 @@ import (
 //
 // Only a node knows its own applied index, so each follower reports its
 // status to the leader once every reportInterval, on the leader's
-// internal listener (POST /sluice/internal/v1/status: the Raft network,
-// unauthenticated like Raft traffic; the values are shown, never acted
-// on). The leader assembles the view (GET /sluice/internal/v1/members); a
+// internal listener (POST /sluice/internal/v1/status, without
+// [http_auth]: like every connection to the leader's internal listeners
+// it passes the node handshake (package nodeauth) first; the values are
+// shown, never acted on). The leader assembles the view (GET /sluice/internal/v1/members); a
 // follower asked for its status fetches the view from the leader. A
 // node's public listeners answer 404 under /sluice/internal/.
 

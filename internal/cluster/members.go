@@ -76,7 +76,7 @@ func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
 			r.Out.Host = r.In.Host // the leader's guards check the client's Host
 			r.Out.Header.Set(forwardedHeader, "1")
 		},
-		Transport: n.transport,
+		Transport: n.publicTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
 			unavailable(w, r, "the leader could not be reached; retry")

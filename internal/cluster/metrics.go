@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 )
 
@@ -120,6 +121,12 @@ type nodeMetrics struct {
 	// leader (answered 503): expected around a leader change, a sign of
 	// trouble between the nodes otherwise.
 	forwardErrors prometheus.Counter
+	// authFailures counts connections refused by the node handshake (a
+	// peer without the cluster secret, or junk), by surface: raft, http
+	// (the leader's internal HTTP listener) and amqp (its internal AMQP
+	// listener); the dialling side counts a listener that failed to prove
+	// the secret too.
+	authFailures *prometheus.CounterVec
 }
 
 func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) nodeMetrics {
@@ -127,8 +134,16 @@ func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) 
 		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cluster_forward_errors_total",
 			Help: "HTTP requests this node could not hand to a leader (no leader within the hold, or the leader unreachable), answered 503.",
-		})}
-	m.raft.MustRegister(newRaftCollector(status), m.forwardErrors)
+		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cluster_auth_failures_total",
+			Help: "Connections between nodes refused because the node handshake failed (a peer without the cluster secret, or not a node), by surface: raft, http, amqp (the leader's internal listeners).",
+		}, []string{"surface"}),
+	}
+	for _, s := range []string{nodeauth.SurfaceRaft, nodeauth.SurfaceHTTP, nodeauth.SurfaceAMQP} {
+		m.authFailures.WithLabelValues(s) // every series exists from the start, at 0
+	}
+	m.raft.MustRegister(newRaftCollector(status), m.forwardErrors, m.authFailures)
 	m.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 	return m
 }

@@ -7,6 +7,8 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,10 +39,24 @@ func TestMain(m *testing.M) { os.Exit(crash.Main(m, "sluice-cluster-bin-")) }
 
 // node is one member process.
 type node struct {
-	id   uint64
-	dir  string
-	srv  *crash.Server
-	amqp string // public AMQP address
+	id     uint64
+	dir    string
+	srv    *crash.Server
+	amqp   string // public AMQP address
+	secret string // the cluster secret file every node of the test shares
+}
+
+// writeSecret writes a fresh cluster secret file (32 random bytes,
+// base64) into a temporary directory.
+func writeSecret(t *testing.T) string {
+	t.Helper()
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	path := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(b[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func (n *node) sqs() *sqs.Client {
@@ -62,7 +78,8 @@ func (n *node) status(ctx context.Context) (cluster.Report, error) {
 }
 
 // startCluster starts a three-node cluster, each node
-// with its own temp data directory and public listeners on port 0.
+// with its own temp data directory and public listeners on port 0, all
+// sharing one cluster secret file.
 func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 	t.Helper()
 	bin := crash.Binary(t)
@@ -75,16 +92,17 @@ func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 	}
 	nodes := make([]*node, size)
 	errs := make([]error, size)
+	secret := writeSecret(t)
 	var wg sync.WaitGroup
 	for i := range nodes {
-		nodes[i] = &node{id: uint64(i + 1), dir: t.TempDir()}
+		nodes[i] = &node{id: uint64(i + 1), dir: t.TempDir(), secret: secret}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// Start returns once /health answers 200, which a node can
 			// only do through a leader: every node must be starting.
 			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second,
-				"--node-id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--log-level", "debug")
+				"--node-id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--cluster-secret-file", secret, "--log-level", "debug")
 		}()
 	}
 	wg.Wait()

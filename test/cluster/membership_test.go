@@ -97,7 +97,7 @@ func TestReplaceANode(t *testing.T) {
 		}
 	}
 	peers = append(peers, "4="+raft4)
-	n4 := &node{id: 4, dir: t.TempDir()}
+	n4 := &node{id: 4, dir: t.TempDir(), secret: nodes[0].secret}
 	bin := crash.Binary(t)
 	type startResult struct {
 		srv *crash.Server
@@ -109,7 +109,7 @@ func TestReplaceANode(t *testing.T) {
 		// Start returns once /health answers, which needs the leader: only
 		// after the add below.
 		srv, err := crash.Start(ctx, bin, n4.dir, 60*time.Second,
-			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--log-level", "debug")
+			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--cluster-secret-file", n4.secret, "--log-level", "debug")
 		started <- startResult{srv, err}
 	}()
 	t.Cleanup(func() {

@@ -43,8 +43,9 @@
 // One Raft group for everything; membership from Config.Peers at first,
 // changed at runtime by AddMember (a learner, promoted to voter once it has
 // caught up) and RemoveMember (membership.go); a
-// snapshot is the whole state (no increments); no authentication between
-// nodes.
+// snapshot is the whole state (no increments); nodes authenticate each
+// other with a shared secret (Config.Secret, transport.go) but the traffic
+// is not encrypted.
 package raftstore
 
 import (
@@ -70,6 +71,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
@@ -88,6 +90,18 @@ type Config struct {
 	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
+	// Secret is the cluster secret every connection between nodes proves
+	// it holds (package nodeauth; transport.go); every member must have
+	// the same. Empty: the handshake runs with an empty key and proves
+	// nothing (a loopback cluster for development).
+	Secret []byte
+	// ExtraSecret, when set, is a second secret this node accepts from
+	// the nodes that dial it (it dials with Secret): a rotation of the
+	// secret without a full restart (docs/operations.md).
+	ExtraSecret []byte
+	// OnAuthFailure, when set, is called for every connection refused
+	// because its handshake failed, either way (a metric counts them).
+	OnAuthFailure func()
 	// Join starts a node that is being added to a running group: it
 	// boots with an empty membership and log, never campaigns on its own,
 	// and learns everything from the leader once a member ran AddMember
@@ -427,7 +441,7 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, n.deliver, n.reportUnreachable)
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()
