@@ -16,7 +16,8 @@ import (
 )
 
 // The cluster view (the dashboard's cluster page, GET /sluice/v1/cluster's
-// "view"): every member with its role, term, commit and applied index,
+// "view"): every member with its membership (voter or learner), role,
+// term, commit and applied index,
 // and, from the leader's Raft progress, how far its log is behind.
 //
 // Only a node knows its own applied index, so each follower reports its
@@ -50,6 +51,9 @@ type ClusterView struct {
 type MemberView struct {
 	ID   uint64 `json:"id"`
 	Raft string `json:"raft"`
+	// Membership is "voter" or "learner" (added, not promoted yet), from
+	// the leader's applied membership.
+	Membership string `json:"membership"`
 	// Role, Term, Commit and Applied are what the member last reported
 	// (the leader's own, for the leader); Role is "" when it never did.
 	Role    string `json:"role"`
@@ -82,7 +86,7 @@ func (n *Node) view() (ClusterView, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range st.Members {
-		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Match: st.Match[p.ID]}
+		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID]}
 		m.Lag = lag(st.LastIndex, m.Match)
 		switch r, ok := n.reports[p.ID]; {
 		case p.ID == st.ID:

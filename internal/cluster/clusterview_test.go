@@ -58,6 +58,11 @@ func TestClusterView(t *testing.T) {
 			}
 			return nil
 		})
+		for _, p := range rep.Peers {
+			if p.Membership != "voter" {
+				t.Errorf("node %d: peer %+v, want a voter (boot member)", n.opts.Cluster.NodeID, p)
+			}
+		}
 		v := rep.View
 		if v.Leader != lst.ID || v.Term != lst.Term || v.LastIndex == 0 {
 			t.Fatalf("node %d: view of leader %d term %d last %d; want leader %d term %d", n.opts.Cluster.NodeID, v.Leader, v.Term, v.LastIndex, lst.ID, lst.Term)
@@ -67,7 +72,7 @@ func TestClusterView(t *testing.T) {
 			if m.ID == lst.ID {
 				wantRole = "leader"
 			}
-			if m.ID != uint64(i+1) || m.Raft != n.opts.Cluster.Peers[i].Raft || m.Role != wantRole || m.Term != lst.Term ||
+			if m.ID != uint64(i+1) || m.Raft != n.opts.Cluster.Peers[i].Raft || m.Membership != "voter" || m.Role != wantRole || m.Term != lst.Term ||
 				m.Commit == 0 || m.Applied == 0 || m.Match == 0 || m.Lag != v.LastIndex-m.Match {
 				t.Errorf("node %d's view, member %d: %+v", n.opts.Cluster.NodeID, i+1, m)
 			}

@@ -25,7 +25,7 @@ type raftCollector struct {
 	status func() raftstore.Status
 
 	term, commit, applied, applyLag, first, last, leader, role *prometheus.Desc
-	leaderChanges, failedProposals                             *prometheus.Desc
+	leaderChanges, failedProposals, voters, learners           *prometheus.Desc
 	peerMatch, peerLag                                         *prometheus.Desc
 }
 
@@ -50,6 +50,8 @@ func newRaftCollector(status func() raftstore.Status) *raftCollector {
 		role:            d("sluice_raft_role", "1 for this node's Raft role (leader, follower, candidate, or removed from the group), 0 for the others.", "role"),
 		leaderChanges:   d("sluice_raft_leader_changes_total", "Times this node learned of a new leader (itself included), since it started."),
 		failedProposals: d("sluice_raft_proposals_failed_total", "Writes this node proposed as leader that failed because it lost the leadership before they applied (their clients got an error), since it started."),
+		voters:          d("sluice_raft_voters", "Voting members in this node's applied membership."),
+		learners:        d("sluice_raft_learners", "Learners in this node's applied membership: members added and not yet promoted to voter (the leader promotes one once its log has caught up)."),
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),
 		peerLag:         d("sluice_raft_peer_lag_entries", "On the leader only: entries each member is behind the leader's last log index.", "peer"),
 	}
@@ -58,7 +60,7 @@ func newRaftCollector(status func() raftstore.Status) *raftCollector {
 // Describe implements prometheus.Collector.
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.term, c.commit, c.applied, c.applyLag, c.first, c.last, c.leader, c.role,
-		c.leaderChanges, c.failedProposals, c.peerMatch, c.peerLag} {
+		c.leaderChanges, c.failedProposals, c.voters, c.learners, c.peerMatch, c.peerLag} {
 		ch <- d
 	}
 }
@@ -85,6 +87,16 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
 	ch <- prometheus.MustNewConstMetric(c.failedProposals, prometheus.CounterValue, float64(st.FailedProposals))
+	var voters, learners uint64
+	for _, m := range st.Members {
+		if m.Membership == raftstore.Learner {
+			learners++
+		} else {
+			voters++
+		}
+	}
+	gauge(c.voters, voters)
+	gauge(c.learners, learners)
 	for id, m := range st.Match {
 		peer := strconv.FormatUint(id, 10)
 		gauge(c.peerMatch, m, peer)

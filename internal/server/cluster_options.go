@@ -25,9 +25,10 @@ import (
 //	secret_file = "cluster.secret"
 //
 // Membership can change at runtime (`sluice cluster add/remove`): a node
-// being added starts with join = true, and every node then keeps the
-// replicated membership in its data_dir, which wins over peers at the next
-// start.
+// being added starts with join = true, joins as a learner and is promoted
+// to voter once it has caught up (promote_lag_entries), and every node
+// then keeps the replicated membership in its data_dir, which wins over
+// peers at the next start.
 type ClusterConfig struct {
 	// NodeID is this node's id among Peers (1 or more; never reused).
 	NodeID uint64 `toml:"node_id"`
@@ -47,7 +48,7 @@ type ClusterConfig struct {
 	// with no membership, never campaigns on its own, and waits until an
 	// operator runs `sluice cluster add <node_id> <raft address>` against
 	// the cluster, then receives the leader's state (a snapshot) and the
-	// log after it. Ignored once the node has joined (its data_dir has
+	// log after it, as a learner until the leader promotes it. Ignored once the node has joined (its data_dir has
 	// the membership).
 	Join bool `toml:"join"`
 	// LogCompactEntries and LogKeepEntries tune Raft log truncation: a
@@ -73,6 +74,13 @@ type ClusterConfig struct {
 	// keep talking (docs/operations.md, "Cluster secret"). It needs
 	// SecretFile, and obeys the same rules.
 	ExtraSecretFile string `toml:"extra_secret_file"`
+	// PromoteLagEntries: a node added by `sluice cluster add` joins as a
+	// learner (it receives the log but neither votes nor counts in the
+	// commit quorum), and the leader promotes it to voter once its log
+	// holds every entry up to the commit index minus this many, and it
+	// answers the leader. 0: the default (1,000); at most LogKeepEntries
+	// is used, so the new voter catches up from the log, not a snapshot.
+	PromoteLagEntries uint64 `toml:"promote_lag_entries"`
 }
 
 // MinClusterSecretSize is the shortest cluster secret a node accepts.

@@ -123,7 +123,7 @@ func TestClusterSecretFile(t *testing.T) {
 }
 
 // TestClusterConfigFile: the [cluster] section of the README's example
-// loads into ClusterConfig.
+// (and a tuning key) loads into ClusterConfig.
 func TestClusterConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node1.toml")
 	if err := os.WriteFile(path, []byte(`
@@ -132,6 +132,7 @@ data_dir = "./node1"
 node_id = 1
 raft_listen = "127.0.0.1:7101"
 peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {id = 3, raft = "127.0.0.1:7103"}]
+promote_lag_entries = 50
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {
 	if err := o.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers}
+	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers, PromoteLagEntries: 50}
 	if !reflect.DeepEqual(o.Cluster, want) || o.Validate() != nil {
 		t.Fatalf("got %+v (%v), want %+v", o.Cluster, o.Validate(), want)
 	}

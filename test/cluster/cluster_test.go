@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -465,5 +466,19 @@ func checkStatusCommand(t *testing.T, ctx context.Context, n *node, leader uint6
 	if !strings.HasPrefix(out.String(), head) || !strings.Contains(out.String(), fmt.Sprintf(", leader %d,", leader)) {
 		t.Fatalf("sluice cluster status printed:\n%s\nwant it to start %q and name leader %d", out.String(), head, leader)
 	}
+	// Every boot member is a voter; the table shows membership and lag.
+	if !regexp.MustCompile(`(?m)^ID +RAFT +MEMBERSHIP +LEADER +MATCH +LAG `).MatchString(out.String()) ||
+		len(regexp.MustCompile(`(?m)^\d+ +\S+ +voter `).FindAllString(out.String(), -1)) != 3 {
+		t.Fatalf("sluice cluster status printed:\n%s\nwant three voters under ID RAFT MEMBERSHIP LEADER MATCH LAG", out.String())
+	}
 	t.Logf("sluice cluster status:\n%s", out.String())
+	// --json prints the node's whole answer.
+	out.Reset()
+	if code := cli.Cluster(ctx, []string{"status", "--json", "--endpoint", n.srv.URL()}, &cli.Env{Stdout: &out, Stderr: &errOut}); code != cli.ExitOK {
+		t.Fatalf("sluice cluster status --json: exit %d: %s", code, errOut.String())
+	}
+	var rep cluster.Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Node.ID != n.id || len(rep.Peers) != 3 || rep.Peers[0].Membership != "voter" {
+		t.Fatalf("sluice cluster status --json printed %s (%v)", out.String(), err)
+	}
 }

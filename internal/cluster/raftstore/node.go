@@ -43,7 +43,8 @@
 // # Limits of this slice
 //
 // One Raft group for everything; membership from Config.Peers at first,
-// changed at runtime by AddMember and RemoveMember (membership.go); a
+// changed at runtime by AddMember (a learner, promoted to voter once it has
+// caught up) and RemoveMember (membership.go); a
 // snapshot is the whole state (no increments); nodes authenticate each
 // other with a shared secret (Config.Secret, transport.go) but the traffic
 // is not encrypted.
@@ -125,6 +126,11 @@ type Config struct {
 	// to a lagging follower, at most MaxSnapshotChunkSize; 0 means
 	// DefaultSnapshotChunkSize.
 	SnapshotChunkSize int
+	// PromoteLagEntries: the leader promotes a learner (a node just added)
+	// to voter once its log holds every entry up to the commit index minus
+	// this many (membership.go); 0 means DefaultPromoteLagEntries. At most
+	// KeepEntries is used: a new voter then catches up from the log.
+	PromoteLagEntries uint64
 
 	// crashPoint, when set, is called at each step of a compaction and of
 	// a snapshot install (tests cut the power there; snapshot.go).
@@ -146,6 +152,12 @@ const (
 	DefaultCompactBytes      = 64 << 20
 	DefaultKeepEntries       = 5_000
 	DefaultSnapshotChunkSize = 1 << 20
+	// DefaultPromoteLagEntries: a learner within 1,000 entries of the
+	// commit index is promoted (an entry is a group-committed batch, so a
+	// follower that keeps up is normally far closer); it is well below
+	// DefaultKeepEntries, so the new voter finishes catching up from the
+	// leader's log rather than from another snapshot.
+	DefaultPromoteLagEntries = 1_000
 	// MaxSnapshotChunkSize bounds Config.SnapshotChunkSize (16 MiB), so
 	// that a chunk and one more record of up to MaxEntrySize fit in a
 	// frame.
@@ -300,6 +312,7 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.CompactBytes = cmp.Or(cfg.CompactBytes, DefaultCompactBytes)
 	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
 	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
+	cfg.PromoteLagEntries = min(cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries), cfg.KeepEntries)
 	if cfg.KeepEntries >= cfg.CompactEntries {
 		// Every Ready would compact (and sync the state store) for nothing.
 		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
@@ -509,6 +522,7 @@ func (n *Node) run() {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.checkRole()
+			n.maybePromote()
 		case m := <-n.recvc:
 			n.step(m)
 			// Step what else has arrived before one Ready covers it all,
