@@ -127,6 +127,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	nodeID := fs.Uint64("node-id", 0, "cluster mode: this node's id among --peers (the [cluster] section's node_id)")
 	raftListen := fs.String("raft-listen", "", "cluster mode: address for Raft traffic from peers (default: this node's address in --peers)")
 	peers := fs.String("peers", "", "cluster mode: every member as id=host:port of its Raft listener, comma-separated, e.g. 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103")
+	secretFile := fs.String("cluster-secret-file", "", "cluster mode: file holding the cluster secret (32 bytes or more), the same on every node (the [cluster] section's secret_file)")
+	extraSecretFile := fs.String("cluster-extra-secret-file", "", "cluster mode: a second secret this node also accepts from the nodes that dial it, while rotating the secret (the [cluster] section's extra_secret_file)")
 	join := fs.Bool("join", false, "cluster mode: this node is being added to a running cluster (the [cluster] section's join); then run `sluice cluster add` for it")
 	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
 	if err := fs.Parse(args); err != nil {
@@ -185,6 +187,10 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Cluster.RaftListen = *raftListen
 		case "join":
 			opts.Cluster.Join = *join
+		case "cluster-secret-file":
+			opts.Cluster.SecretFile = *secretFile
+		case "cluster-extra-secret-file":
+			opts.Cluster.ExtraSecretFile = *extraSecretFile
 		}
 	})
 	if *peers != "" {

@@ -1,33 +1,45 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"time"
 )
 
 const clusterUsage = `
 Usage:
   sluice cluster status [--endpoint URL] [--json]
-  sluice cluster add <node-id> <raft-host:port> [--endpoint URL] [--json]
+  sluice cluster add <node-id> <raft-host:port> [--wait] [--wait-timeout D] [--endpoint URL] [--json]
   sluice cluster remove <node-id> [--endpoint URL] [--json]
 
 status prints what one cluster node (the one at --endpoint, any node's
 public HTTP address) knows: its id, role, Raft term, the leader, its commit
-and applied indexes, each member's replication progress (MATCH, the last
-log index it holds; shown by the leader only), and the internal addresses
-each node advertised when it last led. The members are the replicated
-membership, not the configuration. Ask every node to see the whole cluster.
+and applied indexes, each member's membership (voter, or learner: added and
+not caught up yet), replication progress (MATCH, the last log index it
+holds, and LAG, the entries it lacks behind the leader's last index; from
+the leader's view) and the internal addresses each node advertised when it
+last led. The members are the replicated membership, not the
+configuration. Ask every node to see the whole cluster.
 
-add makes a node a voting member: start it first with join = true (or
---join) and its own node id, then run add against any member; it receives
-the leader's state (a snapshot) and the log after it. Node ids are never
-reused.
+add makes a node a member: start it first with join = true (or --join) and
+its own node id, then run add against any member; it receives the leader's
+state (a snapshot) and the log after it. It joins as a learner, which
+receives the log but neither votes nor counts in the commit quorum, so a
+new node that is down or still copying cannot stop the cluster; the leader
+promotes it to voter on its own once its log has caught up. add returns
+once the node is a learner; with --wait it waits until it is a voter, and
+fails after --wait-timeout (the node stays a learner and is promoted
+whenever it catches up). Node ids are never reused.
 
-remove takes a member out of the group (a dead one, or one to retire); stop
-its process afterwards. Both wait until the leader has applied the change
-and print the new membership.
+remove takes a member (voter or learner) out of the group (a dead one, or
+one to retire); stop its process afterwards. Both wait until the leader
+has applied the change and print the new membership.
 `
 
 // clusterReport mirrors the JSON of GET /sluice/v1/cluster
@@ -51,22 +63,38 @@ type clusterReport struct {
 	Peers []struct {
 		ID         uint64 `json:"id"`
 		Raft       string `json:"raft"`
+		Membership string `json:"membership"`
 		Advertised *struct {
 			Term uint64 `json:"term"`
 			SQS  string `json:"sqs"`
 			AMQP string `json:"amqp"`
 		} `json:"advertised"`
 	} `json:"peers"`
+	View *struct {
+		LastIndex uint64 `json:"last_index"`
+		Members   []struct {
+			ID    uint64 `json:"id"`
+			Match uint64 `json:"match"`
+			Lag   uint64 `json:"lag"`
+		} `json:"members"`
+	} `json:"view,omitempty"`
 }
 
 // membersAnswer mirrors the JSON of POST/DELETE /sluice/v1/cluster/members
 // (internal/cluster.MembersResponse).
 type membersAnswer struct {
-	Members []struct {
-		ID   uint64 `json:"id"`
-		Raft string `json:"raft"`
-	} `json:"members"`
+	Members []memberAnswer `json:"members"`
 }
+
+type memberAnswer struct {
+	ID         uint64 `json:"id"`
+	Raft       string `json:"raft"`
+	Membership string `json:"membership"`
+}
+
+// DefaultWaitVoter is how long `sluice cluster add --wait` waits for the
+// new node to be promoted to voter.
+const DefaultWaitVoter = 5 * time.Minute
 
 // Cluster runs `sluice cluster status|add|remove`.
 func Cluster(ctx context.Context, args []string, env *Env) int {
@@ -78,16 +106,37 @@ func Cluster(ctx context.Context, args []string, env *Env) int {
 		return clusterStatus(ctx, args[1:], env)
 	case "add":
 		c := newCommand(env, "sluice cluster add", clusterUsage)
+		wait := c.fs.Bool("wait", false, "wait until the new node has caught up and is a voter")
+		waitTimeout := c.fs.Duration("wait-timeout", DefaultWaitVoter, "with --wait: give up after this long (the node stays a learner)")
 		return c.run(args[1:], 2, 2, func(pos []string) int {
 			id, err := parseNodeID(pos[0])
 			if err != nil {
 				return c.usageError("%v", err)
 			}
+			if *waitTimeout <= 0 {
+				return c.usageError("--wait-timeout must be positive")
+			}
 			var out membersAnswer
 			if err := c.client().call(ctx, "POST", "cluster/members", nil, map[string]any{"id": id, "raft": pos[1]}, &out); err != nil {
 				return c.fail(err)
 			}
-			return c.printMembers(out, fmt.Sprintf("added node %d (raft %s)", id, pos[1]))
+			if !*wait {
+				return c.printMembers(out, fmt.Sprintf("added node %d (raft %s) as a learner; the leader promotes it to voter once it has caught up", id, pos[1]))
+			}
+			if !c.json {
+				as := "a member"
+				for _, m := range out.Members {
+					if m.ID == id {
+						as = "a " + m.Membership
+					}
+				}
+				fmt.Fprintf(c.env.Stderr, "added node %d (raft %s) as %s; waiting for it to catch up and become a voter\n", id, pos[1], as)
+			}
+			out, err = waitVoter(ctx, c, id, *waitTimeout)
+			if err != nil {
+				return c.fail(err)
+			}
+			return c.printMembers(out, fmt.Sprintf("node %d (raft %s) is a voter", id, pos[1]))
 		})
 	case "remove":
 		c := newCommand(env, "sluice cluster remove", clusterUsage)
@@ -121,24 +170,72 @@ func (c *command) printMembers(out membersAnswer, what string) int {
 		return c.printJSON(out)
 	}
 	fmt.Fprintf(c.env.Stdout, "%s; members:\n", what)
-	t := newTable(c.env.Stdout, "ID", "RAFT")
+	t := newTable(c.env.Stdout, "ID", "RAFT", "MEMBERSHIP")
 	for _, m := range out.Members {
-		t.row(strconv.FormatUint(m.ID, 10), m.Raft)
+		t.row(strconv.FormatUint(m.ID, 10), m.Raft, dash(m.Membership))
 	}
 	t.flush()
 	return ExitOK
+}
+
+// waitVoter polls GET /sluice/v1/cluster at the command's endpoint until
+// it lists node id as a voter, and returns that membership. Errors while
+// polling (a leader change, say) are retried; it fails once timeout has
+// passed or ctx ends, saying what the node was last seen as.
+func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration) (membersAnswer, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl := c.client()
+	timer := time.NewTimer(c.env.PollInterval)
+	defer timer.Stop()
+	seen := "not listed by the node at " + c.endpoint
+	var lastErr error
+	for {
+		var rep clusterReport
+		if err := cl.call(ctx, "GET", "cluster", nil, nil, &rep); err != nil {
+			lastErr = err
+		} else {
+			lastErr = nil
+			seen = "not listed by the node at " + c.endpoint
+			var out membersAnswer
+			for _, p := range rep.Peers {
+				out.Members = append(out.Members, memberAnswer{ID: p.ID, Raft: p.Raft, Membership: p.Membership})
+				if p.ID == id {
+					seen = "a " + p.Membership
+				}
+			}
+			if seen == "a voter" {
+				slices.SortFunc(out.Members, func(a, b memberAnswer) int { return cmp.Compare(a.ID, b.ID) })
+				return out, nil
+			}
+		}
+		timer.Reset(c.env.PollInterval)
+		select {
+		case <-ctx.Done():
+			msg := fmt.Sprintf("node %d is still %s after waiting %s: it has not caught up with the leader (is it running with join = true, and can the leader reach its raft address?); it is promoted whenever it catches up: see sluice cluster status", id, seen, timeout)
+			if lastErr != nil {
+				msg += fmt.Sprintf(" (last error: %v)", lastErr)
+			}
+			return membersAnswer{}, errors.New(msg)
+		case <-timer.C:
+		}
+	}
 }
 
 // clusterStatus runs `sluice cluster status`.
 func clusterStatus(ctx context.Context, args []string, env *Env) int {
 	c := newCommand(env, "sluice cluster status", clusterUsage)
 	return c.run(args, 0, 0, func([]string) int {
-		var rep clusterReport
-		if err := c.client().call(ctx, "GET", "cluster", nil, nil, &rep); err != nil {
+		var raw json.RawMessage
+		if err := c.client().call(ctx, "GET", "cluster", nil, nil, &raw); err != nil {
 			return c.fail(err)
 		}
 		if c.json {
-			return c.printJSON(rep)
+			return c.printJSON(raw) // the node's whole answer, the leader's view included
+		}
+		var rep clusterReport
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return c.fail(fmt.Errorf("unreadable answer from %s: %w", c.endpoint, err))
 		}
 		w := c.env.Stdout
 		n := rep.Node
@@ -150,23 +247,36 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		if n.Joining {
 			fmt.Fprintf(w, "joining: waiting to be added (sluice cluster add %d <its raft address>, run against a member)\n", n.ID)
 		}
+		for _, p := range rep.Peers {
+			if p.ID == n.ID && p.Membership == "learner" {
+				fmt.Fprintln(w, "learner: added, catching up; it does not vote until the leader promotes it to voter")
+			}
+		}
 		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })
-		t := newTable(w, "ID", "RAFT", "LEADER", "MATCH", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
+		t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
 		for _, p := range rep.Peers {
 			role := "-"
 			if p.ID == n.Leader {
 				role = "yes"
 			}
-			match := "-"
+			// Progress from the leader's view (this node's own when it leads).
+			match, lagging := "-", "-"
 			if m, ok := n.Match[strconv.FormatUint(p.ID, 10)]; ok {
 				match = strconv.FormatUint(m, 10)
+			}
+			if rep.View != nil {
+				for _, m := range rep.View.Members {
+					if m.ID == p.ID {
+						match, lagging = strconv.FormatUint(m.Match, 10), strconv.FormatUint(m.Lag, 10)
+					}
+				}
 			}
 			term, h, a := "-", "-", "-"
 			if ad := p.Advertised; ad != nil {
 				term, h, a = strconv.FormatUint(ad.Term, 10), dash(ad.SQS), dash(ad.AMQP)
 			}
-			t.row(strconv.FormatUint(p.ID, 10), p.Raft, role, match, term, h, a)
+			t.row(strconv.FormatUint(p.ID, 10), p.Raft, dash(p.Membership), role, match, lagging, term, h, a)
 		}
 		t.flush()
 		return ExitOK

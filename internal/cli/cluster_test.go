@@ -18,6 +18,8 @@ func TestClusterMembershipArgumentErrors(t *testing.T) {
 		{[]string{"add", "4", "127.0.0.1:7104", "extra"}, `unexpected argument "extra"`},
 		{[]string{"add", "four", "127.0.0.1:7104"}, `node id "four" is not a number of 1 or more`},
 		{[]string{"add", "0", "127.0.0.1:7104"}, `node id "0" is not a number of 1 or more`},
+		{[]string{"add", "4", "127.0.0.1:7104", "--wait", "--wait-timeout", "0s"}, "--wait-timeout must be positive"},
+		{[]string{"add", "4", "127.0.0.1:7104", "--wait-timeout", "soon"}, `invalid value "soon"`},
 		{[]string{"remove"}, "missing argument"},
 		{[]string{"remove", "-1"}, "flag provided but not defined"},
 		{[]string{"remove", "x"}, `node id "x" is not a number of 1 or more`},

@@ -16,14 +16,16 @@ import (
 )
 
 // The cluster view (the dashboard's cluster page, GET /sluice/v1/cluster's
-// "view"): every member with its role, term, commit and applied index,
+// "view"): every member with its membership (voter or learner), role,
+// term, commit and applied index,
 // and, from the leader's Raft progress, how far its log is behind.
 //
 // Only a node knows its own applied index, so each follower reports its
 // status to the leader once every reportInterval, on the leader's
-// internal listener (POST /sluice/internal/v1/status: the Raft network,
-// unauthenticated like Raft traffic; the values are shown, never acted
-// on). The leader assembles the view (GET /sluice/internal/v1/members); a
+// internal listener (POST /sluice/internal/v1/status, without
+// [http_auth]: like every connection to the leader's internal listeners
+// it passes the node handshake (package nodeauth) first; the values are
+// shown, never acted on). The leader assembles the view (GET /sluice/internal/v1/members); a
 // follower asked for its status fetches the view from the leader. A
 // node's public listeners answer 404 under /sluice/internal/.
 
@@ -49,6 +51,9 @@ type ClusterView struct {
 type MemberView struct {
 	ID   uint64 `json:"id"`
 	Raft string `json:"raft"`
+	// Membership is "voter" or "learner" (added, not promoted yet), from
+	// the leader's applied membership.
+	Membership string `json:"membership"`
 	// Role, Term, Commit and Applied are what the member last reported
 	// (the leader's own, for the leader); Role is "" when it never did.
 	Role    string `json:"role"`
@@ -84,7 +89,7 @@ func (n *Node) view() (ClusterView, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range st.Members {
-		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Match: st.Match[p.ID]}
+		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID]}
 		m.Lag = lag(st.LastIndex, m.Match)
 		switch r, ok := n.reports[p.ID]; {
 		case p.ID == st.ID:

@@ -58,6 +58,11 @@ func TestClusterView(t *testing.T) {
 			}
 			return nil
 		})
+		for _, p := range rep.Peers {
+			if p.Membership != "voter" {
+				t.Errorf("node %d: peer %+v, want a voter (boot member)", n.opts.Cluster.NodeID, p)
+			}
+		}
 		v := rep.View
 		if v.Leader != lst.ID || v.Term != lst.Term || v.LastIndex == 0 {
 			t.Fatalf("node %d: view of leader %d term %d last %d; want leader %d term %d", n.opts.Cluster.NodeID, v.Leader, v.Term, v.LastIndex, lst.ID, lst.Term)
@@ -67,7 +72,7 @@ func TestClusterView(t *testing.T) {
 			if m.ID == lst.ID {
 				wantRole = "leader"
 			}
-			if m.ID != uint64(i+1) || m.Raft != n.opts.Cluster.Peers[i].Raft || m.Role != wantRole || m.Term != lst.Term ||
+			if m.ID != uint64(i+1) || m.Raft != n.opts.Cluster.Peers[i].Raft || m.Membership != "voter" || m.Role != wantRole || m.Term != lst.Term ||
 				m.Commit == 0 || m.Applied == 0 || m.Match == 0 || m.Lag != v.LastIndex-m.Match {
 				t.Errorf("node %d's view, member %d: %+v", n.opts.Cluster.NodeID, i+1, m)
 			}
@@ -86,13 +91,16 @@ func TestClusterView(t *testing.T) {
 		}
 	}
 	ad, _, _ := leader.target()
+	// The internal listener takes only nodes: post through a node's own
+	// transport, which runs the node handshake.
+	client := &http.Client{Transport: leader.transport}
 	for body, want := range map[string]int{
 		`{"id":9,"role":"leader"}`:                  http.StatusBadRequest, // not a member
 		fmt.Sprintf(`{"id":%d,"role":"x"}`, lst.ID): http.StatusBadRequest, // the leader itself
 		`{"id":`: http.StatusBadRequest,
 		strings.Repeat(" ", maxStatusBody) + `{"id":2}`: http.StatusBadRequest, // too long
 	} {
-		resp, err := http.Post("http://"+ad.SQS+internalStatus, "application/json", strings.NewReader(body))
+		resp, err := client.Post("http://"+ad.SQS+internalStatus, "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -110,7 +110,12 @@ func (n *Node) diskVerdict(st raftstore.Status, now, since time.Time) (votersLow
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	young := now.Sub(since) <= staleAfter
+	voters := 0
 	for _, m := range st.Members {
+		if m.Membership == raftstore.Learner {
+			continue // no part in the commit quorum (a learner's /health still watches its own disk)
+		}
+		voters++
 		var room bool
 		r, ok := n.reports[m.ID]
 		switch {
@@ -125,7 +130,7 @@ func (n *Node) diskVerdict(st raftstore.Status, now, since time.Time) (votersLow
 			votersLow++
 		}
 	}
-	return votersLow, n.disk.low || len(st.Members)-votersLow < len(st.Members)/2+1
+	return votersLow, n.disk.low || voters-votersLow < voters/2+1
 }
 
 // applyDiskVerdict sets, while this node leads and serves, its server's
@@ -152,7 +157,7 @@ func (n *Node) applyDiskVerdict() {
 	switch {
 	case quorumLow && !wasQuorumLow:
 		n.log.Error("fewer than a quorum of voters have room on disk: refusing new messages until space returns",
-			"voters", len(st.Members), "voters_low_on_disk", low)
+			"members", len(st.Members), "voters_low_on_disk", low)
 	case wasQuorumLow && !quorumLow:
 		n.log.Info("a quorum of voters has room on disk again", "voters_low_on_disk", low)
 	}

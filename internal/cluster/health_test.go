@@ -364,7 +364,7 @@ func TestDiskVerdict(t *testing.T) {
 	members := func(k int) raftstore.Status {
 		st := raftstore.Status{ID: 1, Role: "leader"}
 		for i := range k {
-			st.Members = append(st.Members, raftstore.Member{ID: uint64(i + 1)})
+			st.Members = append(st.Members, raftstore.Member{ID: uint64(i + 1), Membership: raftstore.Voter})
 		}
 		return st
 	}
@@ -393,10 +393,18 @@ func TestDiskVerdict(t *testing.T) {
 		{"three, young leadership, one low", 3, false, map[uint64]reported{3: fresh(true)}, now.Add(-time.Second), 1, false},
 		{"five, two low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(false), 5: fresh(false)}, old, 2, false},
 		{"five, three low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(true), 5: fresh(false)}, old, 3, true},
+		// A learner (id 4 here) takes no part in the quorum: silent or
+		// low, it counts for nothing.
+		{"three and a silent learner, one low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false)}, old, 1, false},
+		{"three and a low learner, one low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false), 4: fresh(true)}, old, 1, false},
 	} {
 		n := &Node{reports: tc.reports}
 		n.disk.low = tc.selfLow
-		low, refuse := n.diskVerdict(members(tc.voters), now, tc.since)
+		st := members(tc.voters)
+		if strings.Contains(tc.name, "learner") {
+			st.Members = append(st.Members, raftstore.Member{ID: 4, Membership: raftstore.Learner})
+		}
+		low, refuse := n.diskVerdict(st, now, tc.since)
 		if low != tc.wantLow || refuse != tc.wantRefuse {
 			t.Errorf("%s: %d low, refuse %v; want %d, %v", tc.name, low, refuse, tc.wantLow, tc.wantRefuse)
 		}

@@ -25,7 +25,11 @@ import (
 //
 // The leader applies the change (raftstore's AddMember/RemoveMember) and
 // answers once it has applied it, with the new membership
-// ({"members": [{"id":…,"raft":…}, …]}). A follower forwards the request,
+// ({"members": [{"id":…,"raft":…,"membership":"voter"|"learner"}, …]}).
+// An added node is a learner: it receives the log but neither votes nor
+// counts in the commit quorum until the leader promotes it to voter, on
+// its own, once its log has caught up (GET /sluice/v1/cluster shows when;
+// `sluice cluster add --wait` waits for it). A follower forwards the request,
 // as it is, to the leader's public listener (its advertisement's Public);
 // a request that was already forwarded once is not forwarded again.
 //
@@ -34,10 +38,10 @@ import (
 //	400 InvalidRequest      a body that is not {"id", "raft"} or an id that is not a number
 //	400 InvalidAddress      raft is not host:port with a fixed port, or a member uses it
 //	404 MemberNotFound      no member has that id (remove)
-//	409 MemberExists        the id is a member already (add)
+//	409 MemberExists        the id is a member already, learner or voter (add)
 //	409 IDRemoved           the id belonged to a removed member; ids are never reused
 //	409 LastVoter           removing it would leave no voting member
-//	409 ChangeInProgress    another membership change is being applied; retry
+//	409 ChangeInProgress    another membership change (a learner's promotion too) is being applied; retry
 //	503 ServiceUnavailable  no leader, or leadership moved meanwhile; retry
 //	504 Timeout             not applied within MembershipTimeout; read GET /sluice/v1/cluster
 
@@ -72,7 +76,7 @@ func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
 			r.Out.Host = r.In.Host // the leader's guards check the client's Host
 			r.Out.Header.Set(forwardedHeader, "1")
 		},
-		Transport: n.transport,
+		Transport: n.publicTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
 			unavailable(w, r, "the leader could not be reached; retry")

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 )
 
@@ -24,7 +25,7 @@ type raftCollector struct {
 	status func() raftstore.Status
 
 	term, commit, applied, applyLag, first, last, leader, role *prometheus.Desc
-	leaderChanges, failedProposals                             *prometheus.Desc
+	leaderChanges, failedProposals, voters, learners           *prometheus.Desc
 	peerMatch, peerLag                                         *prometheus.Desc
 }
 
@@ -49,6 +50,8 @@ func newRaftCollector(status func() raftstore.Status) *raftCollector {
 		role:            d("sluice_raft_role", "1 for this node's Raft role (leader, follower, candidate, or removed from the group), 0 for the others.", "role"),
 		leaderChanges:   d("sluice_raft_leader_changes_total", "Times this node learned of a new leader (itself included), since it started."),
 		failedProposals: d("sluice_raft_proposals_failed_total", "Writes this node proposed as leader that failed because it lost the leadership before they applied (their clients got an error), since it started."),
+		voters:          d("sluice_raft_voters", "Voting members in this node's applied membership."),
+		learners:        d("sluice_raft_learners", "Learners in this node's applied membership: members added and not yet promoted to voter (the leader promotes one once its log has caught up)."),
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),
 		peerLag:         d("sluice_raft_peer_lag_entries", "On the leader only: entries each member is behind the leader's last log index.", "peer"),
 	}
@@ -57,7 +60,7 @@ func newRaftCollector(status func() raftstore.Status) *raftCollector {
 // Describe implements prometheus.Collector.
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.term, c.commit, c.applied, c.applyLag, c.first, c.last, c.leader, c.role,
-		c.leaderChanges, c.failedProposals, c.peerMatch, c.peerLag} {
+		c.leaderChanges, c.failedProposals, c.voters, c.learners, c.peerMatch, c.peerLag} {
 		ch <- d
 	}
 }
@@ -84,6 +87,16 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
 	ch <- prometheus.MustNewConstMetric(c.failedProposals, prometheus.CounterValue, float64(st.FailedProposals))
+	var voters, learners uint64
+	for _, m := range st.Members {
+		if m.Membership == raftstore.Learner {
+			learners++
+		} else {
+			voters++
+		}
+	}
+	gauge(c.voters, voters)
+	gauge(c.learners, learners)
 	for id, m := range st.Match {
 		peer := strconv.FormatUint(id, 10)
 		gauge(c.peerMatch, m, peer)
@@ -108,6 +121,12 @@ type nodeMetrics struct {
 	// leader (answered 503): expected around a leader change, a sign of
 	// trouble between the nodes otherwise.
 	forwardErrors prometheus.Counter
+	// authFailures counts connections refused by the node handshake (a
+	// peer without the cluster secret, or junk), by surface: raft, http
+	// (the leader's internal HTTP listener) and amqp (its internal AMQP
+	// listener); the dialling side counts a listener that failed to prove
+	// the secret too.
+	authFailures *prometheus.CounterVec
 }
 
 func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) nodeMetrics {
@@ -115,8 +134,16 @@ func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) 
 		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cluster_forward_errors_total",
 			Help: "HTTP requests this node could not hand to a leader (no leader within the hold, or the leader unreachable), answered 503.",
-		})}
-	m.raft.MustRegister(newRaftCollector(status), m.forwardErrors)
+		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cluster_auth_failures_total",
+			Help: "Connections between nodes refused because the node handshake failed (a peer without the cluster secret, or not a node), by surface: raft, http, amqp (the leader's internal listeners).",
+		}, []string{"surface"}),
+	}
+	for _, s := range []string{nodeauth.SurfaceRaft, nodeauth.SurfaceHTTP, nodeauth.SurfaceAMQP} {
+		m.authFailures.WithLabelValues(s) // every series exists from the start, at 0
+	}
+	m.raft.MustRegister(newRaftCollector(status), m.forwardErrors, m.authFailures)
 	m.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 	return m
 }

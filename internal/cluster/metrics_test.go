@@ -14,8 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -101,6 +103,9 @@ func TestRaftMetrics(t *testing.T) {
 		want := map[string]float64{
 			"sluice_raft_term":      float64(lst.Term),
 			"sluice_raft_leader_id": float64(lst.ID),
+			// Three boot members, all voters; no node was added.
+			"sluice_raft_voters":   3,
+			"sluice_raft_learners": 0,
 		}
 		role := "follower"
 		if isLeader {
@@ -152,5 +157,29 @@ func TestRaftMetrics(t *testing.T) {
 		if builds != 1 {
 			t.Errorf("node %d (%s): %d sluice_build_info series, want 1", st.ID, role, builds)
 		}
+	}
+}
+
+// TestRaftMetricsCountLearners: sluice_raft_voters and
+// sluice_raft_learners count the applied membership by kind.
+func TestRaftMetricsCountLearners(t *testing.T) {
+	st := raftstore.Status{ID: 1, Role: "leader", Members: []raftstore.Member{
+		{ID: 1, Membership: raftstore.Voter}, {ID: 2, Membership: raftstore.Voter},
+		{ID: 3, Membership: raftstore.Voter}, {ID: 4, Membership: raftstore.Learner},
+	}}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newRaftCollector(func() raftstore.Status { return st }))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	if got["sluice_raft_voters"] != 3 || got["sluice_raft_learners"] != 1 {
+		t.Fatalf("voters %v, learners %v; want 3 and 1", got["sluice_raft_voters"], got["sluice_raft_learners"])
 	}
 }

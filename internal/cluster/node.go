@@ -21,6 +21,11 @@
 //     leader's internal AMQP listener, and closed when either side closes
 //     or the leader changes.
 //
+// Every connection between nodes, the leader's internal HTTP and AMQP
+// listeners included, opens with the node handshake over the cluster
+// secret (package nodeauth): a client that reaches an internal listener
+// directly is refused before any byte of its request is read.
+//
 // While there is no leader (an election), a request or connection waits up
 // to Options.HoldTimeout (5 s) for one, then gets 503 (HTTP) or is closed (AMQP); SDKs and
 // AMQP clients retry. When this node stops leading, its server is shut
@@ -55,6 +60,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
 )
@@ -105,8 +111,17 @@ type Node struct {
 
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
-	transport      *http.Transport
-	metrics        nodeMetrics
+	// transport carries requests to the leader's internal listener, each
+	// connection opened with the node handshake; publicTransport carries
+	// the membership requests forwarded to the leader's public listener.
+	transport, publicTransport *http.Transport
+	metrics                    nodeMetrics
+	// keys are the cluster secret (keys[0], nil: none; the handshake then
+	// runs with an empty key) and, during a rotation, a second one the
+	// internal listeners accept too; failLog limits the logging of
+	// refusals.
+	keys    nodeauth.Keys
+	failLog nodeauth.FailureLog
 
 	mu      sync.Mutex
 	changed chan struct{}  // closed and replaced whenever routing may have changed
@@ -159,6 +174,20 @@ func New(opts Options) (_ *Node, err error) {
 			}
 		}
 	}()
+	secret, warn, err := o.Cluster.LoadSecret()
+	if err != nil {
+		return nil, err
+	}
+	extra, extraWarn, err := o.Cluster.LoadExtraSecret()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range []string{warn, extraWarn} {
+		if w != "" {
+			log.Warn(w)
+		}
+	}
+	n.keys = nodeauth.With(secret, extra)
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
@@ -187,29 +216,43 @@ func New(opts Options) (_ *Node, err error) {
 	for i, p := range o.Cluster.Peers {
 		peers[i] = raftstore.Peer{ID: p.ID, RaftAddr: p.Raft}
 	}
-	n.raft, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
-		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries,
-		TickInterval: opts.TickInterval, Logger: log.With("component", "raft")})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
 		Help:        "Always 1; the labels name the running build (version, commit, date, go_version).",
 		ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "date": o.Build.Date, "go_version": o.Build.GoVersion}})
 	build.Set(1)
-	n.metrics = newNodeMetrics(n.raft.Status, build)
+	var raftNode *raftstore.Node // the metrics read its status once it is open
+	n.metrics = newNodeMetrics(func() raftstore.Status { return raftNode.Status() }, build)
+	raftNode, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
+		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
+		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
+		Secret: secret, ExtraSecret: extra, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.raft = raftNode
 	n.metrics.raft.MustRegister(newDiskCollector(n))
 	n.warnRestartReserve()
 	n.checkDisk() // before anything is served: a node restarted at the watermark says so at once
-	n.transport = &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 1024,
-		// Below the internal server's 120 s idle timeout, so the
-		// transport drops a connection before the server does.
-		IdleConnTimeout:    90 * time.Second,
-		DisableCompression: true,
+	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	newTransport := func(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+		return &http.Transport{
+			DialContext:         dial,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 1024,
+			// Below the internal server's 120 s idle timeout, so the
+			// transport drops a connection before the server does.
+			IdleConnTimeout:    90 * time.Second,
+			DisableCompression: true,
+		}
 	}
+	n.transport = newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var expect uint64 // the node advertising addr, when it still does
+		if ad, leader, ok := n.target(); ok && ad.SQS == addr {
+			expect = leader
+		}
+		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, expect)
+	})
+	n.publicTransport = newTransport(dialer.DialContext)
 	// The connection caps apply here, where the clients' addresses are
 	// known (the leader's internal listener sees only nodes).
 	var connState func(net.Conn, http.ConnState)
@@ -321,6 +364,7 @@ loop:
 		n.log.Warn("HTTP shutdown did not finish within 5 s", "err", err)
 	}
 	n.transport.CloseIdleConnections()
+	n.publicTransport.CloseIdleConnections()
 	// A graceful stop of the leader hands leadership over, so the cluster
 	// is writable again at once rather than after an election timeout.
 	tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -347,6 +391,37 @@ func (n *Node) rerouted(leader uint64) {
 	n.mu.Unlock()
 	n.closeRelays(func(to uint64) bool { return to != leader })
 	n.transport.CloseIdleConnections()
+	n.publicTransport.CloseIdleConnections()
+}
+
+// dialInternal connects to a leader's internal listener (HTTP or AMQP,
+// surface) at addr and runs the node handshake, expecting node leader (0:
+// any node holding the secret). A listener that fails the handshake (one
+// without the secret) is counted and logged.
+func (n *Node) dialInternal(ctx context.Context, d *net.Dialer, surface, addr string, leader uint64) (net.Conn, error) {
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nodeauth.DialConn(c, n.keys[0], surface, n.opts.Cluster.NodeID, leader); err != nil {
+		_ = c.Close() // refused: nothing else was sent
+		if errors.Is(err, nodeauth.ErrAuth) {
+			n.authFailed(surface, c.RemoteAddr(), err)
+		} else if n.failLog.Allow("dial " + surface + " " + addr) {
+			n.log.Warn("the node handshake with the leader's internal listener failed", "surface", surface, "addr", addr, "err", err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// authFailed counts a connection refused by the node handshake on surface
+// and logs it, at most once a minute per remote host.
+func (n *Node) authFailed(surface string, remote net.Addr, err error) {
+	n.metrics.authFailures.WithLabelValues(surface).Inc()
+	if n.failLog.Allow(surface + " " + nodeauth.Host(remote)) {
+		n.log.Warn("refused a connection that failed the node handshake (logged once a minute per address)", "surface", surface, "remote", remote.String(), "err", err)
+	}
 }
 
 // lead runs this node's server while it leads term: once the Raft node has
@@ -482,6 +557,12 @@ const (
 func (n *Node) internalOptions(term uint64) server.Options {
 	o := n.opts
 	o.InternalHandler = n.internalHandler()
+	// Only nodes holding the cluster secret reach the internal listeners.
+	o.WrapListener = func(kind string, ln net.Listener) net.Listener {
+		return nodeauth.NewListener(ln, n.keys, kind, o.Cluster.NodeID, func(remote net.Addr, err error) {
+			n.authFailed(kind, remote, err)
+		})
+	}
 	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
 	o.SQSListen = net.JoinHostPort(host, "0")

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 )
 
 // relay is one public AMQP connection relayed to the leader's internal
@@ -101,7 +103,7 @@ func (n *Node) relayAMQP(c net.Conn) {
 	}
 	var up net.Conn
 	if err == nil {
-		up, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", ad.AMQP)
+		up, err = n.dialInternal(ctx, &net.Dialer{Timeout: 2 * time.Second}, nodeauth.SurfaceAMQP, ad.AMQP, leader)
 	}
 	cancel()
 	if err != nil {

@@ -17,7 +17,7 @@ type Report struct {
 	Public Addresses `json:"public"`
 	// Peers are every member of the replicated membership (as this node
 	// has applied it: the configuration's peers until the first `sluice
-	// cluster add/remove`), with its Raft address and the internal
+	// cluster add/remove`), with its Raft address, whether it votes, and the internal
 	// addresses it last advertised as leader (if ever).
 	Peers []PeerReport `json:"peers"`
 	// View is the leader's view of every member (clusterview.go): fetched
@@ -52,8 +52,12 @@ type Addresses struct {
 
 // PeerReport is one member as this node sees it.
 type PeerReport struct {
-	ID         uint64         `json:"id"`
-	Raft       string         `json:"raft"`
+	ID   uint64 `json:"id"`
+	Raft string `json:"raft"`
+	// Membership is "voter" or "learner" (added, not yet caught up: it
+	// neither votes nor counts in the commit quorum until the leader
+	// promotes it).
+	Membership string         `json:"membership"`
 	Advertised *Advertisement `json:"advertised,omitempty"`
 }
 
@@ -74,7 +78,7 @@ func (n *Node) Status() Report {
 		}
 	}
 	for _, p := range st.Members {
-		pr := PeerReport{ID: p.ID, Raft: p.RaftAddr}
+		pr := PeerReport{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership}
 		if b := n.raft.Advertised(p.ID); b != nil {
 			var ad Advertisement
 			if json.Unmarshal(b, &ad) == nil {

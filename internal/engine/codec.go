@@ -18,7 +18,8 @@ import (
 //	"I"                        next queue id (uint32)
 //	"M" qid:4 seq:8 0x00       message record: immutable content
 //	"M" qid:4 seq:8 0x01       message state: receive count, lease, visibility
-//	"D" qid:4 dedup-id         FIFO deduplication entry (survives delete)
+//	"D" qid:4 dedup-id 0x00 group  FIFO deduplication entry (survives delete; dedup.go)
+//	"E" qid:4 expiresAt:8 seq:8    its expiry index record (value: the D key after qid)
 //	"W" qid:4 seq:8            end of a send's delay (so a restart can count it)
 //	"N" qid:4                  highest sequence number its own sends assigned
 //	"N" qid:4 src:4            highest sequence number of copies moved in from src
@@ -37,9 +38,11 @@ const (
 	prefixNextID  = 'I'
 	prefixMessage = 'M'
 	prefixDedup   = 'D'
-	prefixDelay   = 'W'
-	prefixSeq     = 'N'
-	prefixKey     = 'K'
+	// prefixDedupExpiry is the time-ordered index of the D records.
+	prefixDedupExpiry = 'E'
+	prefixDelay       = 'W'
+	prefixSeq         = 'N'
+	prefixKey         = 'K'
 
 	kindContent = 0x00
 	kindState   = 0x01
@@ -83,13 +86,6 @@ func messageKey(qid uint32, seq uint64, kind byte) []byte {
 // (countColdLocked).
 func delayKey(qid uint32, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(qidPrefix(prefixDelay, qid), seq)
-}
-
-func dedupKey(qid uint32, group, id string) []byte {
-	k := qidPrefix(prefixDedup, qid)
-	k = append(k, group...)
-	k = append(k, 0)
-	return append(k, id...)
 }
 
 // encoder appends fields to a record.
@@ -623,25 +619,6 @@ func decodeState(m *message, b []byte) error {
 	m.receipt = d.uvarint()
 	m.parked, m.session = false, false
 	decodeExt(&d, m)
-	return d.err
-}
-
-func encodeDedup(ent *dedupEntry) []byte {
-	e := encoder{b: []byte{recordV1}}
-	e.b = append(e.b, ent.msgID[:]...)
-	e.uvarint(ent.seq)
-	e.varint(ent.expiresAt)
-	return e.b
-}
-
-func decodeDedup(ent *dedupEntry, b []byte) error {
-	if len(b) < 17 || b[0] != recordV1 {
-		return fmt.Errorf("%w: unknown dedup record format", errCorrupt)
-	}
-	copy(ent.msgID[:], b[1:17])
-	d := decoder{b: b[17:]}
-	ent.seq = d.uvarint()
-	ent.expiresAt = d.varint()
 	return d.err
 }
 

@@ -1,6 +1,9 @@
 package engine
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 // FuzzDecodeState: a message state record, including the crash history
 // (tagCrashes), either decodes or fails with an error; it never panics,
@@ -67,5 +70,25 @@ func FuzzDecodeDedup(f *testing.F) {
 		if err := decodeDedup(&again, encodeDedup(&ent)); err != nil || again.msgID != ent.msgID || again.seq != ent.seq || again.expiresAt != ent.expiresAt {
 			t.Fatalf("entry %+v became %+v (%v)", ent, again, err)
 		}
+	})
+}
+
+// FuzzDedupSuffix: the part of a dedup key after the queue id splits back
+// into the id and group it was made of, whatever bytes they hold, and
+// splitting arbitrary bytes never panics.
+func FuzzDedupSuffix(f *testing.F) {
+	f.Add("abc", "group", []byte("abc\x00group"))
+	f.Add("a\x00\x01b", "g\x00h", []byte{1, 1, 1, 2, 0})
+	f.Add("", "", []byte{1})
+	f.Fuzz(func(t *testing.T, id, group string, raw []byte) {
+		s := dedupSuffix(nil, id, group)
+		gotID, gotGroup, ok := splitDedupSuffix(s)
+		if !ok || gotID != id || gotGroup != group {
+			t.Fatalf("(%q, %q) became (%q, %q, %v) through %x", id, group, gotID, gotGroup, ok, s)
+		}
+		if bytes.IndexByte(escapeDedupID(nil, id), 0) >= 0 {
+			t.Fatalf("escaped id %q holds 0x00", id)
+		}
+		_, _, _ = splitDedupSuffix(raw)
 	})
 }

@@ -63,8 +63,8 @@ import (
 // messages ("FIFO queues scan the first 120,000 messages to determine
 // available message groups"). A group at the head that is processed
 // always lets the window advance: its deletes bring the window under its
-// low water mark. Deduplication entries are separate records (dedupKey),
-// kept in memory for DedupWindow whether their message is hot or cold.
+// low water mark. Deduplication entries are separate records (dedupKey,
+// dedup.go), on disk for DedupWindow whether their message is hot or cold.
 
 // resolveWindow returns the ready window in force (count, body bytes; 0:
 // none) for o.
@@ -113,7 +113,17 @@ type coldPart struct {
 	// dead-letter or redrive copy has none, and after a restart counts as
 	// visible until a refill loads it (it is still not delivered before
 	// its delay ends).
-	delayed map[int64]int
+	delayed bySecond
+
+	// leased counts the cold messages found at Open in a lease still
+	// running (an SQS receive beyond the first window), by the second
+	// it ends: they count as in flight until then. Only Open adds to it.
+	leased bySecond
+	// restored remembers, for each received message Open counted in
+	// leased or delayed, where, so that leftCold takes it off exactly.
+	// Its size is the number of received messages beyond the first
+	// window at Open; it shrinks as they leave the cold part.
+	restored map[uint64]restoredCount
 
 	// ready counts the messages added to the cold part that were not
 	// delayed, and gen the cold messages that left it (leftCold): with
@@ -135,70 +145,135 @@ type coldPart struct {
 // delaySecond is the key of coldPart.delayed for a delay ending at t.
 func delaySecond(t int64) int64 { return (t + int64(time.Second) - 1) / int64(time.Second) }
 
-// addDelayed counts a cold message sent at now whose delay ends at
-// visibleAt. Now and then it forgets delays that have ended, so that the
-// map holds about MaxDelay's seconds at most.
-func (c *coldPart) addDelayed(visibleAt, now int64) {
-	if c.delayed == nil {
-		c.delayed = make(map[int64]int)
+// bySecond counts cold messages by the second (delaySecond) at which
+// something ends for them: a delay, or a lease.
+type bySecond map[int64]int
+
+// add counts one more at the second of t. Now and then it forgets the
+// seconds that have passed, so that the map holds about as many entries
+// as there are seconds ahead (at most MaxDelay's for delays, the 12 h
+// visibility cap's for leases and retry backoffs).
+func (b *bySecond) add(t, now int64) {
+	if *b == nil {
+		*b = make(bySecond)
 	}
-	if len(c.delayed) > 2*int(MaxDelay/time.Second) {
-		for k := range c.delayed {
-			if k*int64(time.Second) <= now {
-				delete(c.delayed, k)
-			}
-		}
+	if len(*b) > 2*int(MaxDelay/time.Second) {
+		b.prune(now)
 	}
-	c.delayed[delaySecond(visibleAt)]++
+	(*b)[delaySecond(t)]++
 }
 
-// leftCold is told that the cold message m leaves the cold part (loaded or
-// deleted). A message sent with a delay, never received, has a visibleAt
-// after its enqueuedAt; the entry of one whose delay has ended no longer
-// counts. (A redriven copy may look the same, enqueued long before: it then
-// takes one off a second's count that is not its own, which the counts
-// tolerate: they are approximate, and the entry ends with its second.)
-func (c *coldPart) leftCold(m *message) {
-	c.gen++
-	if len(c.delayed) == 0 || m.recvCount != 0 || m.visibleAt <= m.enqueuedAt {
-		return
-	}
-	k := delaySecond(m.visibleAt)
-	switch n := c.delayed[k]; {
+// remove counts one less at the second of t, if any is counted there.
+func (b bySecond) remove(t int64) {
+	k := delaySecond(t)
+	switch n := b[k]; {
 	case n > 1:
-		c.delayed[k] = n - 1
+		b[k] = n - 1
 	case n == 1:
-		delete(c.delayed, k)
+		delete(b, k)
 	}
 }
 
-// delayedAt returns how many cold messages are still delayed at now (at
-// most the cold count).
-func (c *coldPart) delayedAt(now int64) int {
+// at returns how many are counted at seconds after now.
+func (b bySecond) at(now int64) int {
 	n := 0
-	for k, v := range c.delayed {
+	for k, v := range b {
 		if k*int64(time.Second) > now {
 			n += v
 		}
 	}
-	return min(n, c.n)
+	return n
 }
 
+// prune forgets the seconds at or before now.
+func (b bySecond) prune(now int64) {
+	for k := range b {
+		if k*int64(time.Second) <= now {
+			delete(b, k)
+		}
+	}
+}
+
+// addDelayed counts a cold message whose delay ends at visibleAt.
+func (c *coldPart) addDelayed(visibleAt, now int64) { c.delayed.add(visibleAt, now) }
+
+// leftCold is told that the cold message m leaves the cold part (loaded or
+// deleted). A message sent with a delay, never received, has a visibleAt
+// after its enqueuedAt; the entry of one whose delay has ended no longer
+// counts. A received one was counted at Open (countColdLocked) by the end
+// of its lease (leased) or of its retry backoff (delayed). (A redriven
+// copy may look like a delayed send, enqueued long before: it then takes
+// one off a second's count that is not its own, which the counts
+// tolerate: they are approximate, and the entry ends with its second.)
+func (c *coldPart) leftCold(m *message) {
+	c.gen++
+	if r, ok := c.restored[m.seq]; ok {
+		delete(c.restored, m.seq)
+		if r.leased {
+			c.leased.remove(r.end)
+		} else {
+			c.delayed.remove(r.end)
+		}
+		return
+	}
+	if m.recvCount == 0 && m.visibleAt > m.enqueuedAt {
+		c.delayed.remove(m.visibleAt)
+	}
+}
+
+// restoredCount is where Open counted a received cold message: in leased
+// or in delayed, at the second of end.
+type restoredCount struct {
+	end    int64
+	leased bool
+}
+
+// restore counts the received cold message seq, whose lease (leased) or
+// retry backoff ends at end.
+func (c *coldPart) restore(seq uint64, end, now int64, leased bool) {
+	if c.restored == nil {
+		c.restored = make(map[uint64]restoredCount)
+	}
+	c.restored[seq] = restoredCount{end: end, leased: leased}
+	if leased {
+		c.leased.add(end, now)
+	} else {
+		c.delayed.add(end, now)
+	}
+}
+
+// leaseShaped reports whether the stored state of m is a visibility lease,
+// running or ended (not a connection's, which a restart ends; not a retry
+// backoff): restoredState loads it in flight.
+func leaseShaped(m *message) bool {
+	return m.receipt != 0 && m.leaseAt != 0 && !m.parked && !m.session
+}
+
+// delayedAt returns how many cold messages are still delayed at now (at
+// most the cold count).
+func (c *coldPart) delayedAt(now int64) int { return min(c.delayed.at(now), c.n) }
+
+// leasedAt returns how many cold messages are in flight at now: leases
+// found running at Open (at most the cold count, less the delayed ones).
+func (c *coldPart) leasedAt(now int64) int { return min(c.leased.at(now), c.n-c.delayedAt(now)) }
+
 // nextDelayEnd returns the earliest end, after now, of a cold message's
-// delay (0: none), at which long polls are woken: a message that was
-// delayed on disk may be receivable then (a look-ahead or refill loads it).
-// It forgets the entries of delays that have ended, which no longer count
-// (delayedAt), so that a queue whose cold delays have all ended is not
-// woken again for them.
+// delay or lease (0: none), at which long polls are woken: a message that
+// was delayed or leased on disk may be receivable then (a look-ahead or
+// refill loads it). It forgets the entries that have ended, which no
+// longer count (delayedAt, leasedAt), so that a queue whose cold delays
+// and leases have all ended is not woken again for them.
 func (c *coldPart) nextDelayEnd(now int64) int64 {
 	var t int64
-	for k := range c.delayed {
-		e := k * int64(time.Second)
-		switch {
-		case e <= now:
-			delete(c.delayed, k)
-		case t == 0 || e < t:
-			t = e
+	for _, b := range []bySecond{c.delayed, c.leased} {
+		for k := range b {
+			e := k * int64(time.Second)
+			switch {
+			case e <= now:
+				delete(b, k)
+			case t == 0 || e < t:
+				t = e
+			}
 		}
 	}
 	return t
@@ -243,7 +318,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 // being deleted wholesale (purge, delete).
 func (q *queue) forgetColdLocked() {
 	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
-	q.cold.gone, q.cold.delayed = nil, nil
+	q.cold.gone, q.cold.delayed, q.cold.leased, q.cold.restored = nil, nil, nil, nil
 	q.cold.idle = lookAheadIdle{}
 }
 
@@ -513,6 +588,7 @@ func (q *queue) countColdLocked(from uint64, now int64, audit *recoveryAudit) er
 	}
 	var lastContent uint64
 	haveContent := false
+	var received []uint64 // cold messages with a state record
 	err = q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
 		if len(k) != 14 {
 			return fmt.Errorf("%w: message key %x", errCorrupt, k)
@@ -538,6 +614,8 @@ func (q *queue) countColdLocked(from uint64, now int64, audit *recoveryAudit) er
 		case kindState:
 			if !haveContent || lastContent != seq {
 				audit.stateWithoutContent(k, q.name, seq)
+			} else {
+				received = append(received, seq)
 			}
 		default:
 			return fmt.Errorf("%w: message key kind %x", errCorrupt, k[13])
@@ -547,7 +625,53 @@ func (q *queue) countColdLocked(from uint64, now int64, audit *recoveryAudit) er
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return q.countReceivedColdLocked(received, now)
+}
+
+// countReceivedColdLocked reads the state records of the cold messages
+// that were received (small records, one point read each; their number is
+// that of the received messages beyond the first window, not the
+// backlog's) and counts those whose lease or retry backoff has not ended
+// at now as in flight or delayed, as they will be once loaded: a running
+// lease until it ends; a lease that ended while the broker was down, on a
+// queue with a retry policy, until the backoff that follows it ends (the
+// backoff is a function of the message id, which costs a read of its
+// content record); a backoff already under way until it ends. A
+// connection's lease ends with the restart: not counted.
+func (q *queue) countReceivedColdLocked(seqs []uint64, now int64) error {
+	for _, seq := range seqs {
+		v, err := q.eng.st.Get(messageKey(q.id, seq, kindState))
+		if err != nil {
+			return fmt.Errorf("reading the state of cold message %d of queue %q: %w", seq, q.name, err)
+		}
+		var m message
+		if err := decodeState(&m, v); err != nil {
+			return fmt.Errorf("cold message %d of queue %q: %w", seq, q.name, err)
+		}
+		switch {
+		case m.session:
+		case leaseShaped(&m) && m.visibleAt > now:
+			q.cold.restore(seq, m.visibleAt, now, true)
+		case leaseShaped(&m) && q.cfg.Retry != nil:
+			c, err := q.eng.st.Get(messageKey(q.id, seq, kindContent))
+			if err != nil {
+				return fmt.Errorf("reading cold message %d of queue %q: %w", seq, q.name, err)
+			}
+			if len(c) < 17 {
+				return fmt.Errorf("%w: cold message %d of queue %q", errCorrupt, seq, q.name)
+			}
+			copy(m.id[:], c[1:17])
+			if end := m.visibleAt + int64(q.cfg.Retry.Backoff(m.id, int(m.recvCount))); end > now {
+				q.cold.restore(seq, end, now, false)
+			}
+		case !leaseShaped(&m) && m.visibleAt > now:
+			q.cold.restore(seq, m.visibleAt, now, false)
+		}
+	}
+	return nil
 }
 
 // pendingDelay is a delay record read at recovery.

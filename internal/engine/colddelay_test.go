@@ -525,3 +525,58 @@ func (f *coldFixture) delayRecords() int {
 	}
 	return n
 }
+
+// TestColdLeasesCountAfterRestart: after a restart, received messages
+// beyond the first window count as in flight while their lease runs, and
+// as delayed while their retry backoff runs (from their state records),
+// not as visible; each is delivered once its lease or backoff ends.
+func TestColdLeasesCountAfterRestart(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("q", func(c *QueueConfig) {
+			c.Retry = &RetryPolicy{Strategy: RetryFixed, Base: 10 * time.Minute, Cap: 10 * time.Minute}
+		})
+		f.sendN("q", 0, 100)
+		for got := 0; got < 60; {
+			d := f.recv("q", min(10, 60-got), 5*time.Minute)
+			if len(d) == 0 {
+				t.Fatalf("received %d of 60", got)
+			}
+			got += len(d)
+		}
+		f.restartCold()
+		if v, d, fl := f.counts("q"); v != 40 || d != 0 || fl != 60 {
+			t.Fatalf("leases after the restart: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		if h := f.held("q"); h > coldWindow {
+			t.Fatalf("%d messages held after the restart", h)
+		}
+		seen := map[string]bool{}
+		// In-flight messages are what memory holds: the look-ahead
+		// loads the cold ones it passes.
+		f.drainBounded("q", 40, seen, 100)
+
+		// The leases end while the broker runs: the messages in memory
+		// start their backoff; the cold ones are loaded and do too.
+		f.clk.Advance(5*time.Minute + time.Second)
+		if v, d, fl := f.counts("q"); v+d+fl != 60 || fl != 0 {
+			t.Fatalf("leases ended: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		for range 10 {
+			if d := f.recv("q", 10, time.Minute); len(d) != 0 {
+				t.Fatalf("delivered %v during the backoff", bodies(d))
+			}
+		}
+		if v, d, fl := f.counts("q"); v != 0 || d != 60 || fl != 0 {
+			t.Fatalf("in their backoff: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		f.restartCold()
+		if v, d, fl := f.counts("q"); v != 0 || d != 60 || fl != 0 {
+			t.Fatalf("backoffs after the restart: %d visible, %d delayed, %d in flight", v, d, fl)
+		}
+		f.clk.Advance(10 * time.Minute)
+		f.drainBounded("q", 60, seen, 100)
+		if len(seen) != 100 {
+			t.Fatalf("%d distinct messages", len(seen))
+		}
+	})
+}

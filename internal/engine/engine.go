@@ -599,37 +599,13 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 		q.dropLocked(m, b)
 		q.stats.expired.Add(1)
 	}
-	for len(q.dedupOrder) > 0 && q.dedupOrder[0].expiresAt <= now {
-		ent := q.dedupOrder[0]
-		q.dedupOrder[0] = nil
-		q.dedupOrder = q.dedupOrder[1:]
-		q.forgetDedupLocked(ent)
-		b.Delete(dedupKey(q.id, ent.group, ent.id))
-	}
+	q.trimYoungLocked(now)
+	q.sweepDedupLocked(now, b)
 	if len(q.attempts) > 0 {
 		for id, a := range q.attempts {
 			if a.expiresAt <= now {
 				delete(q.attempts, id)
 			}
-		}
-	}
-}
-
-func (q *queue) forgetDedupLocked(ent *dedupEntry) {
-	q.accountLocked(-dedupHeld(ent))
-	head := q.dedup[ent.id]
-	if head == ent {
-		if ent.next == nil {
-			delete(q.dedup, ent.id)
-		} else {
-			q.dedup[ent.id] = ent.next
-		}
-		return
-	}
-	for p := head; p != nil; p = p.next {
-		if p.next == ent {
-			p.next = ent.next
-			return
 		}
 	}
 }
@@ -920,8 +896,7 @@ func (q *queue) clearMessagesLocked() {
 	q.ttl = nil
 	q.nState = [3]int{}
 	q.nBytes = [3]int64{}
-	q.dedup = make(map[string]*dedupEntry)
-	q.dedupOrder = nil
+	q.clearDedupLocked()
 	q.attempts = nil
 	q.forgetColdLocked()
 }

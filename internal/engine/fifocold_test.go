@@ -99,8 +99,8 @@ func TestFIFOColdBacklogDrainWithRestarts(t *testing.T) {
 		if got := f.count("q.fifo"); got != n {
 			t.Fatalf("count %d, want %d", got, n)
 		}
-		// The deduplication entries (separate records, in memory for
-		// five minutes) expire; what is left is bounded by the window.
+		// The deduplication entries (separate records, on disk, dedup.go)
+		// expire; what memory holds is bounded by the window.
 		f.clk.Advance(DedupWindow + time.Second)
 		if got := f.count("q.fifo"); got != n {
 			t.Fatalf("count %d after the dedup window, want %d", got, n)

@@ -12,23 +12,25 @@ package engine
 // measurement: per message MessageOverhead plus the encoded size of
 // everything but the body (attributes, deduplication id, group, sender,
 // trace header, AMQP envelope, failure context), plus the body while it is
-// in memory; per FIFO deduplication entry DedupEntryOverhead plus its id
-// and group.
+// in memory; per FIFO deduplication entry in the young set (dedup.go:
+// written, not yet known readable through the store) DedupEntryOverhead
+// plus its id and group. Entries past the young set are only on disk and
+// cost nothing here.
 
 const (
 	// MessageOverhead is what one message costs in the index beyond its
 	// variable-length fields: the message struct, its map entry, its
 	// slots in the timer and expiry heaps and list links, rounded up.
 	MessageOverhead = 320
-	// DedupEntryOverhead is what one FIFO deduplication entry costs
-	// beyond its id and group: the struct, its map entry and its slot in
-	// the expiry order.
+	// DedupEntryOverhead is what one young FIFO deduplication entry
+	// costs beyond its id and group: the struct, its map entry and its
+	// slot in the young set's write order.
 	DedupEntryOverhead = 128
 )
 
 // MemoryHeld returns the bytes the engine accounts for: the index entries
 // of every message with their attributes and envelopes, bodies held in
-// memory, and deduplication entries. It is cheap (two atomic loads).
+// memory, and young deduplication entries. It is cheap (two atomic loads).
 func (e *Engine) MemoryHeld() int64 {
 	return e.memHeld.Load() + e.memBodies.Load()
 }

@@ -98,9 +98,11 @@ func (e *Engine) Send(name string, msgs []Message) ([]SendResult, error) {
 	if added > 0 {
 		e.obs.Sent(q.name, added)
 	}
+	ord := q.dedupWrittenLocked()
 	if err := e.commitUnlock(q, &b); err != nil {
 		return nil, err
 	}
+	q.dedupSettled(ord)
 	return results, nil
 }
 
@@ -123,6 +125,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		return SendResult{Err: &ConfigError{Setting: "DelaySeconds", Reason: "must be between 0 and 900 seconds"}}, false
 	}
 	dedupID := in.DedupID
+	var stale *dedupEntry // an expired record at the key this send's entry takes
 	if q.fifo() {
 		if in.GroupID == "" {
 			return SendResult{Err: ErrMissingGroupID}, false
@@ -134,9 +137,14 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 			sum := sha256.Sum256(in.Body)
 			dedupID = hex.EncodeToString(sum[:])
 		}
-		if ent := q.findDedupLocked(dedupID, in.GroupID); ent != nil {
-			return SendResult{MessageID: FormatID(ent.msgID), SequenceNumber: formatSeq(ent.seq)}, false
+		hit, err := q.findDedupLocked(dedupID, in.GroupID, now)
+		if err != nil {
+			return SendResult{Err: q.eng.fail(fmt.Errorf("reading the deduplication records of queue %q: %w", q.name, err))}, false
 		}
+		if hit.live != nil {
+			return SendResult{MessageID: FormatID(hit.live.msgID), SequenceNumber: formatSeq(hit.live.seq)}, false
+		}
+		stale = hit.stale
 	}
 	m := &message{
 		id:         id,
@@ -212,8 +220,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 	if q.fifo() {
 		res.SequenceNumber = formatSeq(seq)
 		ent := &dedupEntry{id: dedupID, group: in.GroupID, msgID: id, seq: seq, expiresAt: now + int64(DedupWindow)}
-		q.rememberDedupLocked(ent)
-		b.Set(dedupKey(q.id, ent.group, ent.id), encodeDedup(ent))
+		q.addDedupLocked(ent, stale, b)
 	}
 	return res, true
 }
@@ -239,26 +246,6 @@ func (q *queue) ttlFor(in *Message) (time.Duration, bool) {
 		ttl, ok = in.TTL, true
 	}
 	return max(ttl, 0), ok
-}
-
-// findDedupLocked finds a live dedup entry for id. With queue scope any
-// group matches; with messageGroup scope only the same group does. Entries
-// are kept with their group whatever the scope at the time, so changing the
-// scope later never lets a duplicate in.
-func (q *queue) findDedupLocked(id, group string) *dedupEntry {
-	for ent := q.dedup[id]; ent != nil; ent = ent.next {
-		if q.cfg.DedupScope == DedupScopeQueue || ent.group == group {
-			return ent
-		}
-	}
-	return nil
-}
-
-func (q *queue) rememberDedupLocked(ent *dedupEntry) {
-	q.accountLocked(dedupHeld(ent))
-	ent.next = q.dedup[ent.id]
-	q.dedup[ent.id] = ent
-	q.dedupOrder = append(q.dedupOrder, ent)
 }
 
 // Receive leases up to req.Max messages. It waits up to the long-poll time

@@ -322,14 +322,16 @@ type (
 	ttlHeap   = msgHeap[byTTL]
 )
 
-// dedupEntry remembers a FIFO deduplication id for DedupWindow. Entries of
-// the same id in different groups chain through next.
+// dedupEntry is a FIFO deduplication entry: a young one (in memory until
+// its write settles, dedup.go) or one read from its D record. Young
+// entries of the same id in different groups chain through next.
 type dedupEntry struct {
 	id        string
 	group     string
 	msgID     [16]byte
 	seq       uint64
 	expiresAt int64
+	ord       uint64 // young: its place in write order (queue.dedupOrd)
 	next      *dedupEntry
 }
 
@@ -414,9 +416,22 @@ type queue struct {
 	// Engine.unlockAndInsertCopies inserts them into their targets' memory.
 	outbox []pendingCopy
 
-	dedup      map[string]*dedupEntry
-	dedupOrder []*dedupEntry // in expiry order (the window is constant)
-	attempts   map[string]*attemptEntry
+	// FIFO deduplication (dedup.go): the young set, by id and in write
+	// order; the ordinal of the latest entry written and of the latest
+	// one known readable through the store; the ordinal of the last
+	// purge (lookups wait for the store until it has settled); when the
+	// next E record expires (0: none known), the E key the next sweep
+	// starts at (nil: the queue's first), and when to look at the young
+	// set again.
+	dedup           map[string]*dedupEntry
+	dedupYoung      []*dedupEntry
+	dedupOrd        uint64
+	dedupSettledOrd atomic.Uint64
+	dedupBarrier    uint64
+	dedupExpireAt   int64
+	dedupSweptTo    []byte
+	dedupTrimAt     int64
+	attempts        map[string]*attemptEntry
 
 	// waitCh is closed (and replaced) when a message may have become
 	// receivable; long polls park on it. nil while nobody waits.
@@ -744,10 +759,8 @@ func (q *queue) nextWakeLocked() int64 {
 			t = e
 		}
 	}
-	if len(q.dedupOrder) > 0 {
-		if e := q.dedupOrder[0].expiresAt; t == 0 || e < t {
-			t = e
-		}
+	if e := q.dedupWakeLocked(); e != 0 && (t == 0 || e < t) {
+		t = e
 	}
 	if len(q.ttl) > 0 {
 		if e := q.ttl[0].ttlAt; t == 0 || e < t {
@@ -764,15 +777,16 @@ func (q *queue) nextWakeLocked() int64 {
 
 // info snapshots the queue.
 func (q *queue) infoLocked() QueueInfo {
-	coldDelayed := q.cold.delayedAt(q.eng.now())
+	now := q.eng.now()
+	coldDelayed, coldLeased := q.cold.delayedAt(now), q.cold.leasedAt(now)
 	info := QueueInfo{
 		Name:         q.name,
 		Config:       cloneConfig(q.cfg),
 		Tags:         cloneMap(q.tags),
 		CreatedAt:    fromNanos(q.createdAt),
 		ModifiedAt:   fromNanos(q.modifiedAt),
-		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed,
-		InFlight:     q.nState[stateInFlight],
+		Visible:      q.nState[stateVisible] + q.cold.n - coldDelayed - coldLeased,
+		InFlight:     q.nState[stateInFlight] + coldLeased,
 		Delayed:      q.nState[stateDelayed] + coldDelayed,
 		Sent:         q.stats.sent.Load(),
 		Received:     q.stats.received.Load(),

@@ -28,10 +28,16 @@ func (e *Engine) PurgeQueue(name string) error {
 	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
 	b.DeleteRange(delayKey(q.id, 0), delayKey(q.id, q.nextSeq.Load()))
 	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
+	b.DeleteRange(qidPrefix(prefixDedupExpiry, q.id), qidPrefix(prefixDedupExpiry, q.id+1))
 	q.lastPurge = now
 	q.purges.Add(1)
 	q.clearMessagesLocked()
-	return e.commitUnlock(q, &b)
+	barrier := q.dedupPurgedLocked()
+	if err := e.commitUnlock(q, &b); err != nil {
+		return err
+	}
+	q.dedupSettled(barrier)
+	return nil
 }
 
 // PurgeReady deletes the queue's ready messages (visible and delayed, not
@@ -108,7 +114,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	}
 	var b store.Batch
 	b.Delete(queueKey(name))
-	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixSeq} {
+	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixDedupExpiry, prefixSeq} {
 		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
 	}
 	p, err := e.write(&b, true)

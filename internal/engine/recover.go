@@ -65,7 +65,7 @@ func (e *Engine) recover() (int, error) {
 	// dropped below, loudly; anything else stops the start before
 	// anything is changed.
 	audit := newRecoveryAudit(e.nextQID)
-	var orphans store.Batch // expired dedup entries
+	var orphans store.Batch // the dedup upgrade and leftovers of deleted queues
 	loaded, err := e.recoverMessages(byID, audit, now)
 	if err == nil {
 		err = auditDelays(e.st, func(qid uint32) bool { return byID[qid] != nil }, audit)
@@ -74,46 +74,13 @@ func (e *Engine) recover() (int, error) {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
 
-	err = e.st.Scan([]byte{prefixDedup}, func(k, v []byte) error {
-		if len(k) < 6 {
-			return fmt.Errorf("%w: dedup key", errCorrupt)
-		}
-		qid := binary.BigEndian.Uint32(k[1:])
-		q := byID[qid]
-		if q == nil {
-			audit.unknownQueue(k, qid)
-			return nil
-		}
-		rest := k[5:]
-		sep := -1
-		for i, c := range rest {
-			if c == 0 {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 {
-			return fmt.Errorf("%w: dedup key", errCorrupt)
-		}
-		ent := &dedupEntry{group: string(rest[:sep]), id: string(rest[sep+1:])}
-		if err := decodeDedup(ent, v); err != nil {
-			return err
-		}
-		if ent.expiresAt <= now {
-			orphans.Delete(append([]byte(nil), k...))
-			return nil
-		}
-		q.rememberDedupLocked(ent)
-		return nil
-	})
+	// Dedup records are not read (dedup.go), except once to upgrade
+	// the layout of an older release (written below with the leftovers).
+	upgrade, err := e.upgradeDedup(byID, audit, now)
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
 	for _, q := range byID {
-		// Dedup entries were scanned in key order; the window needs
-		// them in expiry order.
-		sortDedup(q.dedupOrder)
-		e.scheduleLocked(q)
 		q.publishRoomLocked()
 	}
 	if len(audit.unexplained) > 0 {
@@ -131,6 +98,13 @@ func (e *Engine) recover() (int, error) {
 			"queue_id", qid, "records", n)
 	}
 	e.recoveryDropped.Add(int64(audit.leftoverCount()))
+	for _, op := range upgrade.Ops {
+		if op.Kind == store.OpSet {
+			orphans.Set(op.Key, op.Value)
+		} else {
+			orphans.Delete(op.Key)
+		}
+	}
 	for _, op := range audit.leftovers.Ops {
 		orphans.Delete(op.Key)
 	}
@@ -142,6 +116,14 @@ func (e *Engine) recover() (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("engine: recover: removing leftovers: %w", err)
 		}
+	}
+	for _, q := range byID {
+		if q.fifo() {
+			if err := q.loadDedupExpiryLocked(); err != nil {
+				return 0, fmt.Errorf("engine: recover: queue %q: %w", q.name, err)
+			}
+		}
+		e.scheduleLocked(q)
 	}
 	return loaded, nil
 }
@@ -256,8 +238,4 @@ func restoredState(m *message, now int64) uint8 {
 	default:
 		return stateDelayed
 	}
-}
-
-func sortDedup(s []*dedupEntry) {
-	sort.Slice(s, func(i, j int) bool { return s[i].expiresAt < s[j].expiresAt })
 }

@@ -163,17 +163,19 @@ func Repair(st store.Store, log *slog.Logger, dryRun bool) (RepairReport, error)
 	if err != nil {
 		return RepairReport{}, fmt.Errorf("engine: repair: %w", err)
 	}
-	err = st.Scan([]byte{prefixDedup}, func(k, v []byte) error {
-		if len(k) < 6 {
-			return fmt.Errorf("%w: dedup key", errCorrupt)
+	for _, p := range []byte{prefixDedup, prefixDedupExpiry} {
+		err = st.Scan([]byte{p}, func(k, v []byte) error {
+			if len(k) < 6 {
+				return fmt.Errorf("%w: dedup key %x", errCorrupt, k)
+			}
+			if qid := binary.BigEndian.Uint32(k[1:]); names[qid] == "" {
+				a.unknownQueue(k, qid)
+			}
+			return nil
+		})
+		if err != nil {
+			return RepairReport{}, fmt.Errorf("engine: repair: %w", err)
 		}
-		if qid := binary.BigEndian.Uint32(k[1:]); names[qid] == "" {
-			a.unknownQueue(k, qid)
-		}
-		return nil
-	})
-	if err != nil {
-		return RepairReport{}, fmt.Errorf("engine: repair: %w", err)
 	}
 	if err := auditDelays(st, func(qid uint32) bool { return names[qid] != "" }, a); err != nil {
 		return RepairReport{}, fmt.Errorf("engine: repair: %w", err)

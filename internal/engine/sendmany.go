@@ -113,6 +113,10 @@ func (e *Engine) SendMany(sends []QueueSend) ([]QueueSendResult, error) {
 		}
 		out[i].Results = res
 	}
+	ords := make([]uint64, len(locked))
+	for i, q := range locked {
+		ords[i] = q.dedupWrittenLocked()
+	}
 	p, err := e.write(&b, true)
 	if err == nil {
 		for _, q := range locked {
@@ -127,6 +131,9 @@ func (e *Engine) SendMany(sends []QueueSend) ([]QueueSendResult, error) {
 	}
 	if err := e.wait(p); err != nil {
 		return nil, err
+	}
+	for i, q := range locked {
+		q.dedupSettled(ords[i])
 	}
 	return out, nil
 }

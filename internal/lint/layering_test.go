@@ -33,7 +33,10 @@ var allowed = map[string][]string{
 	// Cluster mode: a Raft member that runs server on the replicated
 	// store while it leads and forwards clients to the leader; above
 	// server, below cmd.
-	"internal/cluster": {"internal/auth/httpauth", "internal/cluster/raftstore", "internal/server"},
+	"internal/cluster": {"internal/auth/httpauth", "internal/cluster/nodeauth", "internal/cluster/raftstore", "internal/server"},
+	// The node handshake (the cluster secret): the standard library only,
+	// shared by the Raft transport and the cluster's internal listeners.
+	"internal/cluster/nodeauth": {},
 
 	// Wiring: the one package that knows every other.
 	"internal/server": {
@@ -86,7 +89,7 @@ var allowed = map[string][]string{
 	"internal/store/storetest":   {"internal/store"},
 	// The replicated store (issue 14) is storage too: a store.Store over
 	// Raft, on pebblestore state stores; it knows nothing of the engine.
-	"internal/cluster/raftstore": {"internal/store", "internal/store/pebblestore"},
+	"internal/cluster/raftstore": {"internal/cluster/nodeauth", "internal/store", "internal/store/pebblestore"},
 	"internal/clock":             {},
 	"internal/buildinfo":         {},
 	"internal/lint":              {},

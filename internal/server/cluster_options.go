@@ -3,7 +3,9 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -20,11 +22,13 @@ import (
 //	peers = [{id = 1, raft = "127.0.0.1:7101"},
 //	         {id = 2, raft = "127.0.0.1:7102"},
 //	         {id = 3, raft = "127.0.0.1:7103"}]
+//	secret_file = "cluster.secret"
 //
 // Membership can change at runtime (`sluice cluster add/remove`): a node
-// being added starts with join = true, and every node then keeps the
-// replicated membership in its data_dir, which wins over peers at the next
-// start.
+// being added starts with join = true, joins as a learner and is promoted
+// to voter once it has caught up (promote_lag_entries), and every node
+// then keeps the replicated membership in its data_dir, which wins over
+// peers at the next start.
 type ClusterConfig struct {
 	// NodeID is this node's id among Peers (1 or more; never reused).
 	NodeID uint64 `toml:"node_id"`
@@ -44,7 +48,7 @@ type ClusterConfig struct {
 	// with no membership, never campaigns on its own, and waits until an
 	// operator runs `sluice cluster add <node_id> <raft address>` against
 	// the cluster, then receives the leader's state (a snapshot) and the
-	// log after it. Ignored once the node has joined (its data_dir has
+	// log after it, as a learner until the leader promotes it. Ignored once the node has joined (its data_dir has
 	// the membership).
 	Join bool `toml:"join"`
 	// LogCompactEntries and LogKeepEntries tune Raft log truncation: a
@@ -55,6 +59,82 @@ type ClusterConfig struct {
 	// LogCompactEntries.
 	LogCompactEntries uint64 `toml:"log_compact_entries"`
 	LogKeepEntries    uint64 `toml:"log_keep_entries"`
+	// SecretFile names a file holding the cluster secret (at least
+	// MinClusterSecretSize bytes, a trailing newline not counted), the
+	// same on every node. Every connection between nodes (Raft traffic,
+	// and the requests and AMQP connections a node forwards to the
+	// leader's internal listeners) opens with a handshake that proves both
+	// ends hold it (internal/cluster/nodeauth). "": no secret, allowed only
+	// while raft_listen is on loopback. A relative path is relative to the
+	// working directory. docs/security.md describes what it protects.
+	SecretFile string `toml:"secret_file"`
+	// ExtraSecretFile names a second secret this node accepts from the
+	// nodes that dial it, while it dials with SecretFile's: set during a
+	// rotation of the secret, so that nodes holding the old and the new one
+	// keep talking (docs/operations.md, "Cluster secret"). It needs
+	// SecretFile, and obeys the same rules.
+	ExtraSecretFile string `toml:"extra_secret_file"`
+	// PromoteLagEntries: a node added by `sluice cluster add` joins as a
+	// learner (it receives the log but neither votes nor counts in the
+	// commit quorum), and the leader promotes it to voter once its log
+	// holds every entry up to the commit index minus this many, and it
+	// answers the leader. 0: the default (1,000); at most LogKeepEntries
+	// is used, so the new voter catches up from the log, not a snapshot.
+	PromoteLagEntries uint64 `toml:"promote_lag_entries"`
+}
+
+// MinClusterSecretSize is the shortest cluster secret a node accepts.
+const MinClusterSecretSize = 32
+
+// maxClusterSecretSize bounds the secret file a node reads.
+const maxClusterSecretSize = 4096
+
+// LoadSecret reads the cluster secret from SecretFile: nil without one. A
+// trailing newline (\n or \r\n) is not part of the secret. It refuses a
+// secret shorter than MinClusterSecretSize or longer than 4 KiB. warn is
+// set, and the secret still returned, when the file is readable by other
+// users of the machine (a warning rather than a refusal: mounted secrets
+// are often mode 0644 inside a container of their own).
+func (c ClusterConfig) LoadSecret() (secret []byte, warn string, err error) {
+	return loadSecret("cluster.secret_file", c.SecretFile)
+}
+
+// LoadExtraSecret is LoadSecret for ExtraSecretFile.
+func (c ClusterConfig) LoadExtraSecret() (secret []byte, warn string, err error) {
+	return loadSecret("cluster.extra_secret_file", c.ExtraSecretFile)
+}
+
+func loadSecret(setting, path string) (secret []byte, warn string, err error) {
+	if path == "" {
+		return nil, "", nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", setting, err)
+	}
+	defer func() { _ = f.Close() }() // read-only
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", setting, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, "", fmt.Errorf("%s: %s is not a regular file", setting, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxClusterSecretSize+3))
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", setting, err)
+	}
+	b = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+	switch {
+	case len(b) < MinClusterSecretSize:
+		return nil, "", fmt.Errorf("%s: %s holds %d bytes; a cluster secret is at least %d (e.g. head -c 32 /dev/urandom | base64 > %s)", setting, path, len(b), MinClusterSecretSize, path)
+	case len(b) > maxClusterSecretSize:
+		return nil, "", fmt.Errorf("%s: %s holds more than %d bytes", setting, path, maxClusterSecretSize)
+	}
+	if fi.Mode().Perm()&0o004 != 0 {
+		warn = fmt.Sprintf("%s: %s is readable by every user of this machine (mode %v); chmod 600 it", setting, path, fi.Mode().Perm())
+	}
+	return b, warn, nil
 }
 
 // ClusterPeer is one member of the Raft group.
@@ -147,15 +227,24 @@ func (o *Options) validateCluster() []error {
 	if listen == "" {
 		listen = c.Self().Raft
 	}
+	if _, _, err := c.LoadSecret(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := c.LoadExtraSecret(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ExtraSecretFile != "" && c.SecretFile == "" {
+		errs = append(errs, errors.New("cluster.extra_secret_file: set only with cluster.secret_file (the secret this node dials with)"))
+	}
 	if listen != "" {
 		host, _, err := net.SplitHostPort(listen)
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("cluster.raft_listen: %q is not host:port: %v", listen, err))
-		case !isLoopback(host) && !o.AllowNonLoopback:
-			// Raft traffic is neither authenticated nor encrypted yet:
-			// whoever reaches the port can write into the log.
-			errs = append(errs, fmt.Errorf("cluster.raft_listen: %q is not a loopback address; Raft traffic is not authenticated or encrypted in this version, so listen beyond loopback only on a private network, on purpose, with allow_non_loopback (--allow-non-loopback)", listen))
+		case !isLoopback(host) && c.SecretFile == "":
+			// Without a secret whoever reaches the port could write into
+			// the log; allow_non_loopback does not lift this.
+			errs = append(errs, fmt.Errorf("cluster.raft_listen: %q is not a loopback address and no cluster.secret_file is set; beyond loopback every node must hold the same secret (--cluster-secret-file), so that only nodes can speak Raft to each other. The secret authenticates, it does not encrypt: keep the nodes on a private network (docs/security.md)", listen))
 		}
 	}
 	if o.Store != "disk" {

@@ -42,7 +42,13 @@ func TestClusterValidate(t *testing.T) {
 		{"id zero", func(o *Options) { o.Cluster.Peers = append(o.Cluster.Peers, ClusterPeer{0, "127.0.0.1:9"}) }, "has id 0"},
 		{"bad address", func(o *Options) { o.Cluster.Peers[0].Raft = "nowhere" }, `raft "nowhere" is not host:port`},
 		{"port 0", func(o *Options) { o.Cluster.Peers[0].Raft = "127.0.0.1:0" }, "with a fixed port"},
-		{"raft beyond loopback", func(o *Options) { o.Cluster.RaftListen = "0.0.0.0:7102" }, "cluster.raft_listen: \"0.0.0.0:7102\" is not a loopback address"},
+		{"raft beyond loopback", func(o *Options) { o.Cluster.RaftListen = "0.0.0.0:7102" }, "cluster.raft_listen: \"0.0.0.0:7102\" is not a loopback address and no cluster.secret_file is set"},
+		{"raft beyond loopback, allow_non_loopback alone", func(o *Options) { o.Cluster.RaftListen, o.AllowNonLoopback = "0.0.0.0:7102", true }, "no cluster.secret_file is set"},
+		{"missing secret file", func(o *Options) { o.Cluster.SecretFile = "/nonexistent/secret" }, "cluster.secret_file: open /nonexistent/secret"},
+		{"missing extra secret file", func(o *Options) {
+			o.Cluster.SecretFile, o.Cluster.ExtraSecretFile = writeSecret(t, strings.Repeat("s", 32), 0o600), "/nonexistent/extra"
+		}, "cluster.extra_secret_file: open /nonexistent/extra"},
+		{"extra secret alone", func(o *Options) { o.Cluster.ExtraSecretFile = writeSecret(t, strings.Repeat("s", 32), 0o600) }, "cluster.extra_secret_file: set only with cluster.secret_file"},
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
 		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
 		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},
@@ -60,15 +66,64 @@ func TestClusterValidate(t *testing.T) {
 	if o := clusterOptions(ClusterConfig{NodeID: 4, Join: true, Peers: append([]ClusterPeer{{4, "127.0.0.1:7104"}}, threePeers...)}); o.Validate() != nil {
 		t.Fatalf("joining node refused: %v", o.Validate())
 	}
-	o := clusterOptions(ClusterConfig{NodeID: 2, RaftListen: "0.0.0.0:7102", Peers: threePeers})
-	o.AllowNonLoopback = true
+	o := clusterOptions(ClusterConfig{NodeID: 2, RaftListen: "0.0.0.0:7102", Peers: threePeers, SecretFile: writeSecret(t, strings.Repeat("s", 32)+"\n", 0o600)})
 	if err := o.Validate(); err != nil {
-		t.Fatalf("raft beyond loopback with allow_non_loopback: %v", err)
+		t.Fatalf("raft beyond loopback with a secret: %v", err)
+	}
+}
+
+func writeSecret(t *testing.T, content string, mode os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestClusterSecretFile: a trailing newline is not part of the secret; a
+// short one is refused with the setting's name; a world-readable file
+// loads with a warning.
+func TestClusterSecretFile(t *testing.T) {
+	s32 := strings.Repeat("a", 32)
+	for _, tc := range []struct {
+		name, content string
+		mode          os.FileMode
+		want          string // the secret; "" for a refusal
+		warn          bool
+	}{
+		{"exact", s32, 0o600, s32, false},
+		{"newline", s32 + "\n", 0o600, s32, false},
+		{"crlf", s32 + "\r\n", 0o400, s32, false},
+		{"short", strings.Repeat("a", 31) + "\n", 0o600, "", false},
+		{"empty", "", 0o600, "", false},
+		{"too long", strings.Repeat("a", 5000), 0o600, "", false},
+		{"world-readable", s32, 0o644, s32, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ClusterConfig{SecretFile: writeSecret(t, tc.content, tc.mode)}
+			got, warn, err := c.LoadSecret()
+			if tc.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "cluster.secret_file") {
+					t.Fatalf("got %q, %v; want a cluster.secret_file error", got, err)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want || (warn != "") != tc.warn {
+				t.Fatalf("got %q, warn %q, %v", got, warn, err)
+			}
+		})
+	}
+	if got, warn, err := (ClusterConfig{}).LoadSecret(); got != nil || warn != "" || err != nil {
+		t.Fatalf("no secret_file: %q %q %v", got, warn, err)
 	}
 }
 
 // TestClusterConfigFile: the [cluster] section of the README's example
-// loads into ClusterConfig.
+// (and a tuning key) loads into ClusterConfig.
 func TestClusterConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node1.toml")
 	if err := os.WriteFile(path, []byte(`
@@ -77,6 +132,7 @@ data_dir = "./node1"
 node_id = 1
 raft_listen = "127.0.0.1:7101"
 peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {id = 3, raft = "127.0.0.1:7103"}]
+promote_lag_entries = 50
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +140,7 @@ peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {
 	if err := o.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers}
+	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers, PromoteLagEntries: 50}
 	if !reflect.DeepEqual(o.Cluster, want) || o.Validate() != nil {
 		t.Fatalf("got %+v (%v), want %+v", o.Cluster, o.Validate(), want)
 	}

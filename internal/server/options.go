@@ -51,10 +51,16 @@ type Options struct {
 	ResponseHeaders http.Header `toml:"-"`
 	// InternalHandler, when set, serves the paths under /sluice/internal/
 	// without [http_auth]: node-to-node routes of a cluster leader's
-	// server, whose listener is on the Raft network (a cluster node's
-	// public listeners never pass those paths on). Not settable from a
+	// server, whose listener takes only nodes (WrapListener; a cluster
+	// node's public listeners never pass those paths on). Not settable from a
 	// config file.
 	InternalHandler http.Handler `toml:"-"`
+	// WrapListener, when set, wraps the HTTP listener ("http") and the
+	// plain AMQP listener ("amqp") as soon as they are bound, beneath the
+	// connection caps: a cluster leader's server accepts there only
+	// connections that passed the node handshake. Not settable from a
+	// config file.
+	WrapListener func(kind string, ln net.Listener) net.Listener `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

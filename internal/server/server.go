@@ -256,6 +256,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("sqs_listen: %w", err)
 	}
+	if opts.WrapListener != nil {
+		ln = opts.WrapListener("http", ln)
+	}
 	closers = append(closers, func() { _ = ln.Close() })
 	cl := newConnLimiter(ln, opts.MaxHTTPConnections, opts.MaxHTTPConnectionsPerIP)
 	s.httpSrv.ConnState = cl.connState
@@ -274,6 +277,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		aln, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", l.key, err)
+		}
+		if opts.WrapListener != nil && !l.tls {
+			aln = opts.WrapListener("amqp", aln)
 		}
 		closers = append(closers, func() { _ = aln.Close() })
 		if s.amqpAddr == "" {

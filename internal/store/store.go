@@ -86,6 +86,21 @@ type Store interface {
 	Close() error
 }
 
+// SettledReader is implemented by a store whose reads wait until the
+// caller's own earlier writes are readable (the replicated store's reads
+// wait for this node's last proposal to apply). Its methods read without
+// that wait: they see at least every write whose Pending.Wait has
+// returned nil, possibly later ones. The engine uses them where it keeps
+// the writes not yet known to be settled in memory itself (FIFO
+// deduplication's young set), so that a lookup under a queue's lock does
+// not wait for a consensus round. A store whose writes are readable as
+// soon as Write returns (pebble, memory) need not implement it: its
+// ordinary reads are as good.
+type SettledReader interface {
+	GetSettled(key []byte) ([]byte, error)
+	ScanRangeSettled(start, end []byte, fn func(key, value []byte) error) error
+}
+
 // Pending is the durability of one Write.
 type Pending interface {
 	// Wait blocks until the batch is durable (for a durable write) and

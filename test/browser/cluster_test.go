@@ -61,7 +61,7 @@ func startCluster(t *testing.T) []*cluster.Node {
 
 // TestClusterPage opens the dashboard through a follower of a real
 // three-node cluster: the Cluster page (in the nav only in cluster mode)
-// lists the three members with the leader marked, the term, each member's
+// lists the three members (voters) with the leader marked, the term, each member's
 // commit and applied index and its lag behind the leader's log, and keeps
 // them current. A single node's dashboard has no Cluster link.
 func TestClusterPage(t *testing.T) {
@@ -95,6 +95,8 @@ func TestClusterPage(t *testing.T) {
 	check("the term tile", `document.getElementById('cluster-term').innerText === '`+itoa(st.Term)+`'`)
 	check("the leader's row says leader, the others follower", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-role').innerText.toLowerCase() === (r.dataset.member === '`+itoa(leader)+`' ? 'leader' : 'follower'))`)
+	check("every member is a voter (boot members)", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
+		r.querySelector('.m-membership').innerText.toLowerCase() === 'voter')`)
 	check("this node's row is marked", `document.querySelector('#cluster-members tr.self').dataset.member === '`+itoa(st.ID)+`'`)
 	check("every member has a term, a commit and an applied index, a match and a lag",
 		`[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) => ['.m-term', '.m-commit', '.m-applied', '.m-match', '.m-lag']

@@ -7,12 +7,15 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,10 +39,24 @@ func TestMain(m *testing.M) { os.Exit(crash.Main(m, "sluice-cluster-bin-")) }
 
 // node is one member process.
 type node struct {
-	id   uint64
-	dir  string
-	srv  *crash.Server
-	amqp string // public AMQP address
+	id     uint64
+	dir    string
+	srv    *crash.Server
+	amqp   string // public AMQP address
+	secret string // the cluster secret file every node of the test shares
+}
+
+// writeSecret writes a fresh cluster secret file (32 random bytes,
+// base64) into a temporary directory.
+func writeSecret(t *testing.T) string {
+	t.Helper()
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	path := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(b[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func (n *node) sqs() *sqs.Client {
@@ -61,7 +78,8 @@ func (n *node) status(ctx context.Context) (cluster.Report, error) {
 }
 
 // startCluster starts a three-node cluster, each node
-// with its own temp data directory and public listeners on port 0.
+// with its own temp data directory and public listeners on port 0, all
+// sharing one cluster secret file.
 func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 	t.Helper()
 	bin := crash.Binary(t)
@@ -74,9 +92,10 @@ func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 	}
 	nodes := make([]*node, size)
 	errs := make([]error, size)
+	secret := writeSecret(t)
 	var wg sync.WaitGroup
 	for i := range nodes {
-		nodes[i] = &node{id: uint64(i + 1), dir: t.TempDir()}
+		nodes[i] = &node{id: uint64(i + 1), dir: t.TempDir(), secret: secret}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -84,7 +103,7 @@ func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 			// only once it knows a leader that serves: every node must be
 			// starting.
 			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second,
-				"--node-id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--log-level", "debug")
+				"--node-id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--cluster-secret-file", secret, "--log-level", "debug")
 		}()
 	}
 	wg.Wait()
@@ -448,5 +467,19 @@ func checkStatusCommand(t *testing.T, ctx context.Context, n *node, leader uint6
 	if !strings.HasPrefix(out.String(), head) || !strings.Contains(out.String(), fmt.Sprintf(", leader %d,", leader)) {
 		t.Fatalf("sluice cluster status printed:\n%s\nwant it to start %q and name leader %d", out.String(), head, leader)
 	}
+	// Every boot member is a voter; the table shows membership and lag.
+	if !regexp.MustCompile(`(?m)^ID +RAFT +MEMBERSHIP +LEADER +MATCH +LAG `).MatchString(out.String()) ||
+		len(regexp.MustCompile(`(?m)^\d+ +\S+ +voter `).FindAllString(out.String(), -1)) != 3 {
+		t.Fatalf("sluice cluster status printed:\n%s\nwant three voters under ID RAFT MEMBERSHIP LEADER MATCH LAG", out.String())
+	}
 	t.Logf("sluice cluster status:\n%s", out.String())
+	// --json prints the node's whole answer.
+	out.Reset()
+	if code := cli.Cluster(ctx, []string{"status", "--json", "--endpoint", n.srv.URL()}, &cli.Env{Stdout: &out, Stderr: &errOut}); code != cli.ExitOK {
+		t.Fatalf("sluice cluster status --json: exit %d: %s", code, errOut.String())
+	}
+	var rep cluster.Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Node.ID != n.id || len(rep.Peers) != 3 || rep.Peers[0].Membership != "voter" {
+		t.Fatalf("sluice cluster status --json printed %s (%v)", out.String(), err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
@@ -287,5 +288,113 @@ func reportFailure(t *testing.T, ctx context.Context, n *node, queueURL, receipt
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(resp.Body)
 		t.Fatalf("failure report: %s %s", resp.Status, b.String())
+	}
+}
+
+// TestAMQPStateSurvivesFailover: an AMQP message's delivery count and its
+// dead-lettering limit survive a kill -9 of the leader. Twice fetched and
+// nacked with requeue through a follower (then one confirmed publish, the
+// synced write that makes them durable), it comes back after the failover
+// as the third delivery (x-delivery-count 2, redelivered), and the next
+// nack passes x-delivery-limit 2 and dead-letters it with an x-death
+// naming the reason delivery_limit.
+func TestAMQPStateSurvivesFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes := startCluster(t, ctx, 3)
+	leader := awaitLeader(t, ctx, nodes, 0)
+	var followers []*node
+	var victim *node
+	for _, n := range nodes {
+		if n.id == leader {
+			victim = n
+		} else {
+			followers = append(followers, n)
+		}
+	}
+	_, ch := amqpChannel(t, followers[0])
+	if err := ch.ExchangeDeclare("fs.dlx", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("fs.dead", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("fs.dead", "", "fs.dlx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("fs.work", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "fs.dlx", "x-delivery-limit": int32(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, ctx, ch, "fs.work", "poison", 1)
+	get := func(ch *amqp.Channel, q string) amqp.Delivery {
+		t.Helper()
+		var d amqp.Delivery
+		poll.CheckFor(t, 30*time.Second, func() error {
+			var ok bool
+			var err error
+			d, ok, err = ch.Get(q, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return fmt.Errorf("%s is empty", q)
+			}
+			return nil
+		})
+		return d
+	}
+	for i := range 2 {
+		d := get(ch, "fs.work")
+		if n, _ := d.Headers["x-delivery-count"].(int64); int(n) != i {
+			t.Fatalf("delivery %d: x-delivery-count %v", i+1, d.Headers["x-delivery-count"])
+		}
+		if err := d.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A delivery and a nack are not synced on their own (docs/
+	// guarantees.md, ReceiveMessage): they become durable with the next
+	// synced write, here a confirmed publish on the same channel, which
+	// the log orders after them.
+	if _, err := ch.QueueDeclare("fs.side", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, ctx, ch, "fs.side", "sync", 1)
+
+	if err := victim.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	leader = awaitLeader(t, ctx, followers, victim.id)
+	t.Logf("killed node %d; new leader: node %d", victim.id, leader)
+	via := followers[0]
+	if via.id == leader {
+		via = followers[1]
+	}
+	_, ch = amqpChannel(t, via)
+	d := get(ch, "fs.work")
+	if n, _ := d.Headers["x-delivery-count"].(int64); n != 2 || !d.Redelivered || string(d.Body) != "poison-0" {
+		t.Fatalf("after the failover: %q x-delivery-count %v redelivered %v", d.Body, d.Headers["x-delivery-count"], d.Redelivered)
+	}
+	if err := d.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	dead := get(ch, "fs.dead")
+	deaths, _ := dead.Headers["x-death"].([]any)
+	if string(dead.Body) != "poison-0" || len(deaths) != 1 {
+		t.Fatalf("dead letter %q: headers %v", dead.Body, dead.Headers)
+	}
+	death, _ := deaths[0].(amqp.Table)
+	if death["reason"] != "delivery_limit" || death["queue"] != "fs.work" {
+		t.Fatalf("x-death: %v", death)
+	}
+	if _, ok, err := ch.Get("fs.work", false); err != nil || ok {
+		t.Fatalf("fs.work still holds a message (%v) after its dead-lettering: %v", ok, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,7 +97,7 @@ func TestReplaceANode(t *testing.T) {
 		}
 	}
 	peers = append(peers, "4="+raft4)
-	n4 := &node{id: 4, dir: t.TempDir()}
+	n4 := &node{id: 4, dir: t.TempDir(), secret: nodes[0].secret}
 	bin := crash.Binary(t)
 	type startResult struct {
 		srv *crash.Server
@@ -108,7 +109,7 @@ func TestReplaceANode(t *testing.T) {
 		// Start returns once /health answers, which needs the leader: only
 		// after the add below.
 		srv, err := crash.Start(ctx, bin, n4.dir, 60*time.Second,
-			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--log-level", "debug")
+			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--cluster-secret-file", n4.secret, "--log-level", "debug")
 		started <- startResult{srv, err}
 	}()
 	t.Cleanup(func() {
@@ -156,11 +157,37 @@ func TestReplaceANode(t *testing.T) {
 	if code, _, stderr := clusterCLI(ctx, via, "add", "2", "127.0.0.1:1"); code != cli.ExitFail || !strings.Contains(stderr, "MemberExists") {
 		t.Fatalf("adding an existing id: exit %d, %s", code, stderr)
 	}
-	code, out, stderr := clusterCLI(ctx, via, "add", "4", raft4)
-	if code != cli.ExitOK || !strings.Contains(out, "added node 4") || !strings.Contains(out, raft4) {
-		t.Fatalf("sluice cluster add: exit %d\n%s%s", code, out, stderr)
+
+	// A node that is added but never starts stays a learner: it does not
+	// count in the quorum, `add --wait` gives up on it with a clear error,
+	// and it can be removed again.
+	raft5 := brokertest.ReservePorts(t, 1)[0]
+	code, out, stderr := clusterCLI(ctx, via, "add", "5", raft5, "--wait", "--wait-timeout", "1s")
+	if code != cli.ExitFail || !strings.Contains(stderr, "added node 5 (raft "+raft5+") as a learner") ||
+		!strings.Contains(stderr, "node 5 is still a learner after waiting 1s") {
+		t.Fatalf("sluice cluster add --wait of a node that never starts: exit %d\n%s%s", code, out, stderr)
 	}
-	t.Logf("sluice cluster add:\n%s", out)
+	for _, n := range nodes {
+		poll.CheckFor(t, 20*time.Second, func() error {
+			if code, out, stderr := clusterCLI(ctx, n, "status"); code != cli.ExitOK || !regexp.MustCompile(`(?m)^5 +`+regexp.QuoteMeta(raft5)+` +learner `).MatchString(out) {
+				return fmt.Errorf("sluice cluster status on node %d with learner 5: exit %d\n%s%s", n.id, code, out, stderr)
+			}
+			return nil
+		})
+	}
+	send(via, "with-learner", 5)
+	if code, out, stderr := clusterCLI(ctx, via, "remove", "5"); code != cli.ExitOK || strings.Contains(out, raft5) {
+		t.Fatalf("sluice cluster remove of a learner: exit %d\n%s%s", code, out, stderr)
+	}
+
+	// Node 4 is added as a learner, catches up and is promoted: --wait
+	// returns once it votes.
+	code, out, stderr = clusterCLI(ctx, via, "add", "4", raft4, "--wait")
+	if code != cli.ExitOK || !strings.Contains(stderr, "added node 4 (raft "+raft4+") as a learner") ||
+		!strings.Contains(out, "node 4 (raft "+raft4+") is a voter") || !regexp.MustCompile(`(?m)^4 +`+regexp.QuoteMeta(raft4)+` +voter`).MatchString(out) {
+		t.Fatalf("sluice cluster add --wait: exit %d\n%s%s", code, out, stderr)
+	}
+	t.Logf("sluice cluster add --wait:\n%s%s", stderr, out)
 	res := <-started
 	received = true
 	if res.err != nil {
@@ -170,9 +197,19 @@ func TestReplaceANode(t *testing.T) {
 	all := append(slices.Clone(nodes), n4)
 	for _, n := range all {
 		poll.CheckFor(t, 20*time.Second, func() error {
-			ids, err := memberIDs(ctx, n)
-			if err != nil || !slices.Equal(ids, []uint64{1, 2, 3, 4}) {
-				return fmt.Errorf("node %d members %v, %v", n.id, ids, err)
+			rep, err := n.status(ctx)
+			if err != nil {
+				return err
+			}
+			var ids []uint64
+			for _, p := range rep.Peers {
+				ids = append(ids, p.ID)
+				if p.Membership != "voter" {
+					return fmt.Errorf("node %d sees node %d as %q", n.id, p.ID, p.Membership)
+				}
+			}
+			if !slices.Equal(ids, []uint64{1, 2, 3, 4}) {
+				return fmt.Errorf("node %d members %v", n.id, ids)
 			}
 			return nil
 		})

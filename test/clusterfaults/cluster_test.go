@@ -116,13 +116,20 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 	// A node's real Raft address must be known before the Links and the
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
+	// Every node holds the same cluster secret, so the faults run with
+	// the node handshake on every Raft connection and internal listener.
+	secret := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("fault-harness-secret-", 3)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := clusterTOML + fmt.Sprintf("secret_file = %q\n", secret)
 	for i := range size {
 		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
 		// Raft log truncation far below its defaults (10,000 / 5,000
 		// entries), so that the run compacts every few seconds and a node
 		// that was down or cut off catches up by a snapshot, not only from
 		// the log: the faults then exercise snapshot streaming and install.
-		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(clusterTOML), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(config), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		c.nodes = append(c.nodes, m)

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strconv"
 
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicemq/sluice/internal/store"
@@ -20,10 +22,10 @@ import (
 
 // Runtime membership.
 //
-// A change is one etcd raft ConfChange (V1: one node added or removed at a
-// time, which is safe without joint consensus and is all the CLI offers),
-// proposed by the leader, with the added node's Raft address in its
-// Context. Every node applies it when it commits: RawNode.ApplyConfChange,
+// A change is one etcd raft ConfChange (V1: one node added, promoted or
+// removed at a time, which is safe without joint consensus and is all the
+// CLI offers), proposed by the leader, with the added node's Raft address
+// in its Context. Every node applies it when it commits: RawNode.ApplyConfChange,
 // then the transport's peer set, and the state store's meta records in the
 // same WriteMeta batch as the applied index:
 //
@@ -43,6 +45,17 @@ import (
 // record of the copy) includes the new node; the joiner installs it and
 // takes its membership (adoptMembership), then receives the entries after
 // it.
+//
+// A node is added as a learner (ConfChangeAddLearnerNode): it receives the
+// log but neither votes nor counts in the commit quorum, so adding a node
+// that has not started yet, or is still installing its snapshot, does not
+// raise the quorum (a group of three that grows to four must otherwise
+// have three live nodes to commit). The leader promotes a learner to voter
+// (ConfChangeAddNode on a learner) once it has caught up: maybePromote,
+// on every tick of whichever node leads, so a new leader resumes the
+// promotion a failed one left (learners are in the ConfState). One change
+// at a time: a promotion waits for any pending change, and AddMember or
+// RemoveMember answer ErrChangePending while a promotion is pending.
 const (
 	metaConf         = "conf"
 	metaMemberPrefix = "member/"
@@ -52,7 +65,18 @@ const (
 type Member struct {
 	ID       uint64 `json:"id"`
 	RaftAddr string `json:"raft"`
+	// Membership is Voter or Learner.
+	Membership string `json:"membership"`
 }
+
+// Kinds of membership (Member.Membership): a voter votes and counts in the commit quorum; a learner
+// (a node just added) receives the log, does neither, and is promoted to
+// voter by the leader once its log is within Config.PromoteLagEntries of
+// the commit index.
+const (
+	Voter   = "voter"
+	Learner = "learner"
+)
 
 // Errors of AddMember and RemoveMember (besides ErrNotLeader and
 // ErrNodeClosed).
@@ -160,8 +184,11 @@ func (n *Node) removedPeer(id uint64) bool {
 // membersLocked lists the applied membership, sorted by id.
 func (n *Node) membersLocked() []Member {
 	var out []Member
-	for _, id := range slices.Concat(n.mem.conf.GetVoters(), n.mem.conf.GetLearners()) {
-		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id]})
+	for _, id := range n.mem.conf.GetVoters() {
+		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id], Membership: Voter})
+	}
+	for _, id := range n.mem.conf.GetLearners() {
+		out = append(out, Member{ID: id, RaftAddr: n.mem.addrs[id], Membership: Learner})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -181,12 +208,14 @@ func (n *Node) Members() []Member {
 }
 
 // AddMember adds node id, reachable for Raft traffic at raftAddr, as a
-// voter, and waits until this node (the leader) has applied the change.
-// The new node must be started with Config.Join (it then learns the log
-// from the leader). It fails with ErrNotLeader on a follower,
-// ErrChangePending while another change is in progress, ErrMemberExists,
-// ErrIDRemoved or ErrBadAddress; with ctx's error if ctx ends first (the
-// change may still apply: read Members).
+// learner, and waits until this node (the leader) has applied the change;
+// the leader promotes it to voter later, once it has caught up
+// (maybePromote). The new node must be started
+// with Config.Join (it then learns the log from the leader). It fails with
+// ErrNotLeader on a follower, ErrChangePending while another change
+// (a promotion included) is in progress, ErrMemberExists (the id is a
+// learner or a voter already), ErrIDRemoved or ErrBadAddress; with ctx's
+// error if ctx ends first (the change may still apply: read Members).
 func (n *Node) AddMember(ctx context.Context, id uint64, raftAddr string) error {
 	if id == 0 {
 		return fmt.Errorf("%w: node ids are 1 or more", ErrUnknownMember)
@@ -194,7 +223,7 @@ func (n *Node) AddMember(ctx context.Context, id uint64, raftAddr string) error 
 	if _, port, err := net.SplitHostPort(raftAddr); err != nil || port == "0" || port == "" {
 		return fmt.Errorf("%w: %q is not host:port with a fixed port", ErrBadAddress, raftAddr)
 	}
-	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id), Context: []byte(raftAddr)}
+	cc := &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: new(id), Context: []byte(raftAddr)}
 	return n.changeMembership(ctx, cc, func() error {
 		switch addr, known := n.mem.addrs[id]; {
 		case isMember(n.mem.conf, id):
@@ -211,8 +240,9 @@ func (n *Node) AddMember(ctx context.Context, id uint64, raftAddr string) error 
 	})
 }
 
-// RemoveMember removes node id from the group and waits until this node
-// (the leader) has applied the change. Removing the leader itself is
+// RemoveMember removes node id (a voter or a learner) from the group and
+// waits until this node (the leader) has applied the change. Removing the
+// leader itself is
 // allowed: it steps down once the change applies, and the others elect a
 // new one. It fails with ErrNotLeader on a follower, ErrChangePending,
 // ErrUnknownMember or ErrLastVoter; with ctx's error if ctx ends first.
@@ -232,39 +262,16 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 // changeMembership queues cc on the leader after checkLocked accepts it,
 // and waits until it applies here.
 func (n *Node) changeMembership(ctx context.Context, cc *pb.ConfChange, checkLocked func() error) error {
-	var idb [8]byte
-	_, _ = rand.Read(idb[:])
-	cc.Id = new(binary.BigEndian.Uint64(idb[:]) | 1) // never 0
 	n.mu.Lock()
-	switch {
-	case n.closed:
-		n.mu.Unlock()
-		return ErrNodeClosed
-	case n.err != nil:
-		err := n.err
+	if err := n.changeAllowedLocked(); err != nil {
 		n.mu.Unlock()
 		return err
-	case n.leaderTerm == 0:
-		n.mu.Unlock()
-		return ErrNotLeader
-	case !n.ready:
-		// Entries of earlier terms, a conf change among them perhaps, are
-		// not applied yet; raft would silently drop a second change.
-		n.mu.Unlock()
-		return fmt.Errorf("%w: the leader is still applying its predecessors' entries", ErrChangePending)
-	case n.mem.ccID != 0:
-		n.mu.Unlock()
-		return ErrChangePending
 	}
 	if err := checkLocked(); err != nil {
 		n.mu.Unlock()
 		return err
 	}
-	n.seq++
-	w := newWaiter()
-	n.waiters[n.seq] = w
-	n.mem.ccID, n.mem.ccSeq = cc.GetId(), n.seq
-	n.props = append(n.props, proposal{cc: cc, term: n.leaderTerm, w: w})
+	w := n.queueChangeLocked(cc)
 	select {
 	case n.propc <- struct{}{}:
 	default:
@@ -282,6 +289,83 @@ func (n *Node) changeMembership(ctx context.Context, cc *pb.ConfChange, checkLoc
 		return fmt.Errorf("raftstore: membership change not confirmed (it may still apply): %w", err)
 	}
 	return nil
+}
+
+// changeAllowedLocked reports why this node cannot propose a membership
+// change now (nil if it can): closed, stopped, not the leader, not ready,
+// or a change of its own still pending. n.mu held.
+func (n *Node) changeAllowedLocked() error {
+	switch {
+	case n.closed:
+		return ErrNodeClosed
+	case n.err != nil:
+		return n.err
+	case n.leaderTerm == 0:
+		return ErrNotLeader
+	case !n.ready:
+		// Entries of earlier terms, a conf change among them perhaps, are
+		// not applied yet; raft would silently drop a second change.
+		return fmt.Errorf("%w: the leader is still applying its predecessors' entries", ErrChangePending)
+	case n.mem.ccID != 0:
+		return ErrChangePending
+	}
+	return nil
+}
+
+// queueChangeLocked stamps cc with a fresh id, queues it for the loop and
+// marks it as this leadership's pending change; the returned waiter
+// completes when it applies here (or fails). The caller checked
+// changeAllowedLocked. n.mu held.
+func (n *Node) queueChangeLocked(cc *pb.ConfChange) *waiter {
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	cc.Id = new(binary.BigEndian.Uint64(idb[:]) | 1) // never 0
+	n.seq++
+	w := newWaiter()
+	n.waiters[n.seq] = w
+	n.mem.ccID, n.mem.ccSeq = cc.GetId(), n.seq
+	n.props = append(n.props, proposal{cc: cc, term: n.leaderTerm, w: w})
+	return w
+}
+
+// maybePromote promotes one caught-up learner to voter (loop only, on every
+// tick). It runs on the leader once it is ready and has no change of its
+// own pending. A learner is caught up when the leader replicates to it
+// normally (tracker.StateReplicate: not probing, not receiving a
+// snapshot), has heard from it within the last election timeout
+// (RecentActive), and its log holds every entry up to
+// commit − Config.PromoteLagEntries. The learner with the lowest id goes
+// first; the next one waits until this change has applied.
+func (n *Node) maybePromote() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.mem.conf.GetLearners()) == 0 || n.changeAllowedLocked() != nil {
+		return
+	}
+	commit := n.rn.BasicStatus().GetCommit()
+	var id uint64
+	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(n.mem.conf.GetLearners(), pid) && (id == 0 || pid < id) {
+			id = pid
+		}
+	})
+	if id == 0 {
+		return
+	}
+	n.log.Info("raftstore: promoting a caught-up learner to voter", "learner", id, "commit", commit)
+	n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id)})
+	select {
+	case n.propc <- struct{}{}:
+	default:
+	}
+}
+
+// caughtUp reports whether a learner's progress allows its promotion: the
+// leader replicates to it normally, heard from it recently, and its log
+// holds every entry up to commit − lag.
+func caughtUp(pr *tracker.Progress, commit, lag uint64) bool {
+	return pr.IsLearner && pr.RecentActive && pr.State == tracker.StateReplicate &&
+		(pr.Match >= commit || commit-pr.Match <= lag)
 }
 
 // confApply collects the conf changes of one applied batch (loop only).

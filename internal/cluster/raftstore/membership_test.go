@@ -151,6 +151,8 @@ func TestAddAndRemoveMembers(t *testing.T) {
 	if st := joiner.Status(); st.Joining || st.Removed || st.Role != "follower" {
 		t.Fatalf("joined node status %+v", st)
 	}
+	// Caught up, it is promoted from learner to voter.
+	c.waitRole(4, Voter)
 
 	// Refused changes.
 	for _, tc := range []struct {
@@ -259,6 +261,9 @@ func TestLeaderRemovesItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[ji], "x", "1") })
+	// Node 2 joined as a learner: until it is promoted, node 1 is the
+	// only voter and cannot leave.
+	c.waitRole(2, Voter)
 	// The leader removes itself: it steps down and node 2, now the only
 	// voter, leads.
 	if err := c.nodes[li].RemoveMember(ctx, 1); err != nil {

@@ -16,7 +16,9 @@
 //
 // Reads (Get, Scan, ScanRange, ScanLengths) serve this node's state store after waiting until
 // every entry this node proposed has been applied or has failed
-// (read-your-writes). On a follower they may lag the leader.
+// (read-your-writes). On a follower they may lag the leader. A view's
+// GetSettled and ScanRangeSettled (store.SettledReader) skip that wait:
+// they see at least every write whose Wait has returned.
 //
 // # Durability
 //
@@ -41,9 +43,11 @@
 // # Limits of this slice
 //
 // One Raft group for everything; membership from Config.Peers at first,
-// changed at runtime by AddMember and RemoveMember (membership.go); a
-// snapshot is the whole state (no increments); no authentication between
-// nodes.
+// changed at runtime by AddMember (a learner, promoted to voter once it has
+// caught up) and RemoveMember (membership.go); a
+// snapshot is the whole state (no increments); nodes authenticate each
+// other with a shared secret (Config.Secret, transport.go) but the traffic
+// is not encrypted.
 package raftstore
 
 import (
@@ -69,6 +73,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
@@ -87,6 +92,18 @@ type Config struct {
 	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
+	// Secret is the cluster secret every connection between nodes proves
+	// it holds (package nodeauth; transport.go); every member must have
+	// the same. Empty: the handshake runs with an empty key and proves
+	// nothing (a loopback cluster for development).
+	Secret []byte
+	// ExtraSecret, when set, is a second secret this node accepts from
+	// the nodes that dial it (it dials with Secret): a rotation of the
+	// secret without a full restart (docs/operations.md).
+	ExtraSecret []byte
+	// OnAuthFailure, when set, is called for every connection refused
+	// because its handshake failed, either way (a metric counts them).
+	OnAuthFailure func()
 	// Join starts a node that is being added to a running group: it
 	// boots with an empty membership and log, never campaigns on its own,
 	// and learns everything from the leader once a member ran AddMember
@@ -109,6 +126,11 @@ type Config struct {
 	// to a lagging follower, at most MaxSnapshotChunkSize; 0 means
 	// DefaultSnapshotChunkSize.
 	SnapshotChunkSize int
+	// PromoteLagEntries: the leader promotes a learner (a node just added)
+	// to voter once its log holds every entry up to the commit index minus
+	// this many (membership.go); 0 means DefaultPromoteLagEntries. At most
+	// KeepEntries is used: a new voter then catches up from the log.
+	PromoteLagEntries uint64
 
 	// crashPoint, when set, is called at each step of a compaction and of
 	// a snapshot install (tests cut the power there; snapshot.go).
@@ -130,6 +152,12 @@ const (
 	DefaultCompactBytes      = 64 << 20
 	DefaultKeepEntries       = 5_000
 	DefaultSnapshotChunkSize = 1 << 20
+	// DefaultPromoteLagEntries: a learner within 1,000 entries of the
+	// commit index is promoted (an entry is a group-committed batch, so a
+	// follower that keeps up is normally far closer); it is well below
+	// DefaultKeepEntries, so the new voter finishes catching up from the
+	// leader's log rather than from another snapshot.
+	DefaultPromoteLagEntries = 1_000
 	// MaxSnapshotChunkSize bounds Config.SnapshotChunkSize (16 MiB), so
 	// that a chunk and one more record of up to MaxEntrySize fit in a
 	// frame.
@@ -284,6 +312,7 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.CompactBytes = cmp.Or(cfg.CompactBytes, DefaultCompactBytes)
 	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
 	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
+	cfg.PromoteLagEntries = min(cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries), cfg.KeepEntries)
 	if cfg.KeepEntries >= cfg.CompactEntries {
 		// Every Ready would compact (and sync the state store) for nothing.
 		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
@@ -414,7 +443,7 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, n.deliver, n.reportUnreachable)
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()
@@ -493,6 +522,7 @@ func (n *Node) run() {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.checkRole()
+			n.maybePromote()
 		case m := <-n.recvc:
 			n.step(m)
 			// Step what else has arrived before one Ready covers it all,

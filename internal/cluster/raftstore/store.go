@@ -141,6 +141,43 @@ func (v *view) ScanRange(start, end []byte, fn func(key, value []byte) error) er
 	return v.n.withState(func(st *pebblestore.Store) error { return st.ScanRange(start, end, fn) })
 }
 
+var _ store.SettledReader = (*view)(nil)
+
+// GetSettled is Get without read-your-writes: it sees every write whose
+// Pending.Wait has returned (a write is applied locally before its Wait
+// returns), and possibly later ones.
+func (v *view) GetSettled(key []byte) ([]byte, error) {
+	if err := v.usable(); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := v.n.withState(func(st *pebblestore.Store) error {
+		var err error
+		out, err = st.Get(key)
+		return err
+	})
+	return out, err
+}
+
+// ScanRangeSettled is ScanRange without read-your-writes (see
+// GetSettled).
+func (v *view) ScanRangeSettled(start, end []byte, fn func(key, value []byte) error) error {
+	if err := v.usable(); err != nil {
+		return err
+	}
+	return v.n.withState(func(st *pebblestore.Store) error { return st.ScanRange(start, end, fn) })
+}
+
+// usable reports ErrClosed for a closed view.
+func (v *view) usable() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
 // ScanLengths reads a key range's value lengths from the local state store
 // after read-your-writes.
 func (v *view) ScanLengths(start, end []byte, fn func(key []byte, valueLen int) error) error {

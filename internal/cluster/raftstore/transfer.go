@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -9,7 +10,7 @@ import (
 // log is most up to date, and waits until another member leads or ctx
 // ends. It is meant for a graceful stop (a rolling restart): the new
 // leader takes over at once instead of after an election timeout. It
-// returns nil at once if this node does not lead or is the only member.
+// returns nil at once if this node does not lead or is the only voter.
 //
 // The caller must have stopped writing: while the transfer runs, Raft
 // refuses proposals, and once it completes, every write still waiting
@@ -55,17 +56,25 @@ func (n *Node) TransferLeadership(ctx context.Context) error {
 	}
 }
 
-// transferTarget is the member with the highest replicated index, if this
-// node leads and has another member; 0 otherwise.
+// transferTarget is the voter with the highest replicated index, if this
+// node leads and has another voter; 0 otherwise.
 func (n *Node) transferTarget() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.leaderTerm == 0 || n.status.Role != "leader" {
 		return 0
 	}
+	return bestVoter(n.cfg.ID, n.status.Match, n.mem.conf.GetVoters())
+}
+
+// bestVoter picks, among voters other than self, the one with the highest
+// match index (the lowest id on a tie); 0 if there is none. A learner is
+// never a target: Raft ignores a transfer to one, and the leader would
+// then keep leading until the caller's deadline.
+func bestVoter(self uint64, match map[uint64]uint64, voters []uint64) uint64 {
 	var best, bestMatch uint64
-	for id, m := range n.status.Match {
-		if id != n.cfg.ID && (best == 0 || m > bestMatch || (m == bestMatch && id < best)) {
+	for id, m := range match {
+		if id != self && slices.Contains(voters, id) && (best == 0 || m > bestMatch || (m == bestMatch && id < best)) {
 			best, bestMatch = id, m
 		}
 	}

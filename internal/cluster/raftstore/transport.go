@@ -14,21 +14,32 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 )
 
-// Wire format between nodes. A connection carries frames one way, from the
-// dialling node to the listening one:
+// Wire format between nodes. Every connection, message connections and
+// snapshot streams alike, opens with the node handshake (package
+// nodeauth, surface "raft"): the listener sends a hello with a nonce, the
+// dialer proves it holds the cluster secret and names its node id, and
+// the listener proves the same back; a connection whose handshake fails
+// (or does not finish within nodeauth.Timeout) is closed before any frame
+// is read, and counted (Config.OnAuthFailure). Without a secret the
+// handshake runs with an empty key: the same bytes, proving nothing.
+// After it, a connection carries frames one way, from the dialling node
+// to the listening one:
 //
 //	length   4 bytes big-endian, the size of msg (at most MaxFrameSize)
 //	msg      a protobuf-marshalled raftpb.Message
 //
 // A node dials one connection to each peer and reads the connections its
-// peers dial to it. There is no handshake: every Message names its sender.
-// A snapshot goes on a connection of its own (stream), which the receiver
-// answers with one byte after the snapshot's last frame: 0 taken, 1
-// refused.
-// The listener is meant for a private network between the nodes; it has no
-// authentication in this slice.
+// peers dial to it. Every Message names its sender, which must be the
+// node the handshake authenticated: a frame from anyone else closes the
+// connection. A snapshot goes on a connection of its own (stream), which
+// the receiver answers with one byte after the snapshot's last frame: 0
+// taken, 1 refused.
+// The secret authenticates who may speak; it does not encrypt: the
+// traffic is plaintext, for a private network between the nodes.
 
 // MaxFrameSize is the largest frame a node sends or accepts (64 MiB). A
 // larger incoming frame closes the connection with ErrFrameTooLarge; a
@@ -107,6 +118,16 @@ type transport struct {
 	recv  func(*pb.Message) []byte
 	unrch func(id uint64)      // reports a peer unreachable to the loop
 	peers map[uint64]*peerConn // the loop's only, once started
+	// keys are the cluster secrets of the handshake: keys[0] this node's
+	// own (empty: none), a second one also accepted from dialers (a
+	// rotation); onAuth, when set, is called for every failed handshake;
+	// failLog keeps their logging to one line per peer address per minute.
+	keys    nodeauth.Keys
+	onAuth  func()
+	failLog nodeauth.FailureLog
+	// pending counts incoming handshakes in progress (at most
+	// nodeauth.MaxPendingHandshakes; more are closed at accept).
+	pending int
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -127,10 +148,13 @@ type peerConn struct {
 	stop chan struct{} // closed when the peer is removed
 }
 
-func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger,
+func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger, keys nodeauth.Keys, onAuth func(),
 	recv func(*pb.Message) []byte, unreachable func(uint64)) *transport {
+	if len(keys) == 0 {
+		keys = nodeauth.Keys{nil}
+	}
 	t := &transport{
-		id: id, ln: ln, log: log, recv: recv, unrch: unreachable,
+		id: id, ln: ln, log: log, recv: recv, unrch: unreachable, keys: keys, onAuth: onAuth,
 		peers: map[uint64]*peerConn{},
 		conns: map[net.Conn]struct{}{},
 		stop:  make(chan struct{}),
@@ -252,7 +276,7 @@ func (t *transport) sendLoop(p *peerConn) {
 			continue
 		}
 		if conn == nil {
-			c, err := t.dial(p.addr)
+			c, err := t.dial(p.addr, p.id)
 			if err != nil {
 				t.unrch(p.id)
 				select {
@@ -343,7 +367,7 @@ func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message
 	if t.isBlocked() {
 		return errBlocked
 	}
-	c, err := t.dial(p.addr)
+	c, err := t.dial(p.addr, p.id)
 	if err != nil {
 		return err
 	}
@@ -386,22 +410,44 @@ func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message
 	return nil
 }
 
-// dial connects to addr and registers the connection, so that close can
-// unblock a write stuck on a peer that does not read.
-func (t *transport) dial(addr string) (net.Conn, error) {
+// dial connects to peer id at addr, registers the connection, so that
+// close can unblock a write stuck on a peer that does not read, and runs
+// the handshake, expecting node id to answer.
+func (t *transport) dial(addr string, id uint64) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout}
 	c, err := d.DialContext(t.ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.closed {
+		t.mu.Unlock()
 		_ = c.Close()
 		return nil, net.ErrClosed
 	}
 	t.conns[c] = struct{}{}
+	t.mu.Unlock()
+	if _, err := nodeauth.DialConn(c, t.keys[0], nodeauth.SurfaceRaft, t.id, id); err != nil {
+		t.forget(c)
+		if errors.Is(err, nodeauth.ErrAuth) {
+			t.authFailed(addr, err)
+		} else if errors.Is(err, nodeauth.ErrRefused) && t.failLog.Allow("dial "+addr) {
+			t.log.Warn("raftstore: a peer refused this node's handshake", "peer", id, "addr", addr, "err", err)
+		}
+		return nil, err
+	}
 	return c, nil
+}
+
+// authFailed counts a failed handshake and logs it, at most once a
+// minute per peer address.
+func (t *transport) authFailed(remote string, err error) {
+	if t.onAuth != nil {
+		t.onAuth()
+	}
+	if t.failLog.Allow(remote) {
+		t.log.Warn("raftstore: refused a connection that failed the node handshake (logged once a minute per address)", "remote", remote, "err", err)
+	}
 }
 
 // forget closes c and unregisters it.
@@ -432,6 +478,13 @@ func (t *transport) accept() {
 			_ = c.Close()
 			return
 		}
+		if t.pending >= nodeauth.MaxPendingHandshakes {
+			t.mu.Unlock()
+			_ = c.Close() // too many handshakes at once: refused unread
+			t.authFailed(nodeauth.Host(c.RemoteAddr()), errors.New("too many handshakes in progress"))
+			continue
+		}
+		t.pending++
 		t.conns[c] = struct{}{}
 		t.mu.Unlock()
 		t.wg.Add(1)
@@ -439,10 +492,23 @@ func (t *transport) accept() {
 	}
 }
 
-// read delivers the frames of one incoming connection.
+// read runs the listener's side of the handshake on one incoming
+// connection, then delivers its frames, as long as each is from the node
+// the handshake authenticated.
 func (t *transport) read(c net.Conn) {
 	defer t.wg.Done()
 	defer t.forget(c)
+	from, err := nodeauth.AcceptConn(c, t.keys, nodeauth.SurfaceRaft, t.id)
+	t.mu.Lock()
+	t.pending--
+	closed := t.closed
+	t.mu.Unlock()
+	if err != nil {
+		if !closed && !nodeauth.Silent(err) {
+			t.authFailed(nodeauth.Host(c.RemoteAddr()), err)
+		}
+		return
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	var buf []byte
 	for {
@@ -452,6 +518,10 @@ func (t *transport) read(c net.Conn) {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				t.log.Warn("raftstore: closing a peer connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
+			return
+		}
+		if m.GetFrom() != from {
+			t.authFailed(nodeauth.Host(c.RemoteAddr()), fmt.Errorf("node %d sent a message from node %d", from, m.GetFrom()))
 			return
 		}
 		if t.isBlocked() {

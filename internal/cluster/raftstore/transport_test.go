@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 )
 
 // TestSendQueueFullDrops checks that a peer whose queue is full costs the
@@ -23,7 +24,7 @@ func TestSendQueueFullDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	var unreachable atomic.Int64
-	tr := newTransport(1, ln, []Peer{{ID: 1}, {ID: 2, RaftAddr: "127.0.0.1:1"}}, quietLogger(),
+	tr := newTransport(1, ln, []Peer{{ID: 1}, {ID: 2, RaftAddr: "127.0.0.1:1"}}, quietLogger(), nil, nil,
 		func(*pb.Message) []byte { return nil }, func(id uint64) {
 			if id == 2 {
 				unreachable.Add(1)
@@ -50,6 +51,9 @@ func TestOversizedFrameClosesConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close() }()
+	if _, err := nodeauth.DialConn(conn, nil, nodeauth.SurfaceRaft, 2, 1); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := conn.Write(binary.BigEndian.AppendUint32(nil, MaxFrameSize+1)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,5 @@
-// Cluster (#/cluster): in cluster mode, every member with its role, term,
+// Cluster (#/cluster): in cluster mode, every member with its role, its
+// membership (voter, or learner until the leader promotes it), term,
 // commit and applied index, and how far its Raft log is behind the
 // leader's. The data is GET /sluice/v1/cluster, which the node this
 // browser talks to answers itself (with the leader's view of the
@@ -10,6 +11,7 @@ export const CLUSTER = '/sluice/v1/cluster';
 const COLUMNS = [
   ['Node', ''],
   ['Role', 'As the member last reported it'],
+  ['Membership', 'Voter, or learner: added, receiving the log, not voting until the leader promotes it once caught up'],
   ['Raft address', ''],
   ['Term', 'The Raft term the member is in'],
   ['Commit', 'Highest log index the member knows committed'],
@@ -61,6 +63,7 @@ export function render(main, _param, ctx) {
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
       h('td', { 'data-label': 'Role', class: 'm-role' }, m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
+      h('td', { 'data-label': 'Membership', class: 'm-membership' }, m.membership ? badge(m.membership, m.membership === 'voter' ? 'ok' : 'warn') : '—'),
       h('td', { 'data-label': 'Raft address' }, h('code', {}, m.raft)),
       h('td', { 'data-label': 'Term', class: 'm-term' }, m.role ? String(m.term) : '—'),
       h('td', { 'data-label': 'Commit', class: 'm-commit' }, m.role ? fmtInt(m.commit) : '—'),
