@@ -579,17 +579,13 @@ func (q *queue) scanColdLocked(after uint64, now int64, keepBody bool, fn func(m
 // is loaded, the rest is cold. It checks what it can without the values
 // (key shape, a state record after its content) and raises nextSeq. The
 // cold messages whose send delay has not ended at now count as delayed,
-// from their delay records (delayKey), which are few and small: the
-// content records are not read.
-func (q *queue) countColdLocked(from uint64, now int64, audit *recoveryAudit) error {
-	delays, err := q.pendingDelaysLocked(from, now)
-	if err != nil {
-		return err
-	}
+// from their delay records (delayKey, read by scanDelays), which are few
+// and small: the content records are not read.
+func (q *queue) countColdLocked(from uint64, now int64, delays []pendingDelay, audit *recoveryAudit) error {
 	var lastContent uint64
 	haveContent := false
 	var received []uint64 // cold messages with a state record
-	err = q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
+	err := q.eng.st.ScanLengths(messageKey(q.id, from, kindContent), qidPrefix(prefixMessage, q.id+1), func(k []byte, n int) error {
 		if len(k) != 14 {
 			return fmt.Errorf("%w: message key %x", errCorrupt, k)
 		}
@@ -680,42 +676,36 @@ type pendingDelay struct {
 	visibleAt int64
 }
 
-// pendingDelaysLocked reads q's delay records from seq from on whose
-// delay has not ended at now, in sequence order. Their number is bounded
-// by the messages sent in the last MaxDelay (15 minutes).
-func (q *queue) pendingDelaysLocked(from uint64, now int64) ([]pendingDelay, error) {
-	var out []pendingDelay
-	err := q.eng.st.ScanRange(delayKey(q.id, from), qidPrefix(prefixDelay, q.id+1), func(k, v []byte) error {
+// scanDelays reads every delay record once, for recovery and Repair
+// alike. It returns, per queue known knows, the records whose delay has
+// not ended at now, in sequence order (countColdLocked merges them with
+// its walk of the cold part; their number is bounded by the delayed sends
+// of the last MaxDelay still queued), and classifies the records of
+// queues it does not know (leftovers of a deleted queue, or records of a
+// queue id never allocated). Known queues' records are deleted with their
+// messages.
+func scanDelays(st store.Store, known func(qid uint32) bool, now int64, a *recoveryAudit) (map[uint32][]pendingDelay, error) {
+	out := make(map[uint32][]pendingDelay)
+	err := st.Scan([]byte{prefixDelay}, func(k, v []byte) error {
 		if len(k) != 13 {
 			return fmt.Errorf("%w: delay key %x", errCorrupt, k)
+		}
+		qid := binary.BigEndian.Uint32(k[1:])
+		if !known(qid) {
+			a.unknownQueue(k, qid)
+			return nil
 		}
 		at, n := binary.Varint(v)
 		if n <= 0 {
 			return fmt.Errorf("%w: delay record %x", errCorrupt, k)
 		}
 		if at > now {
-			out = append(out, pendingDelay{seq: binary.BigEndian.Uint64(k[5:]), visibleAt: at})
+			out[qid] = append(out[qid], pendingDelay{seq: binary.BigEndian.Uint64(k[5:]), visibleAt: at})
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading the delay records of queue %q: %w", q.name, err)
+		return nil, fmt.Errorf("reading the delay records: %w", err)
 	}
 	return out, nil
-}
-
-// auditDelays classifies the delay records of queues known does not know
-// (leftovers of a deleted queue, or records of a queue id never
-// allocated), for recovery and Repair alike. Known queues' records are
-// read by countColdLocked and deleted with their messages.
-func auditDelays(st store.Store, known func(qid uint32) bool, a *recoveryAudit) error {
-	return st.Scan([]byte{prefixDelay}, func(k, _ []byte) error {
-		if len(k) != 13 {
-			return fmt.Errorf("%w: delay key %x", errCorrupt, k)
-		}
-		if qid := binary.BigEndian.Uint32(k[1:]); !known(qid) {
-			a.unknownQueue(k, qid)
-		}
-		return nil
-	})
 }

@@ -66,9 +66,10 @@ func (e *Engine) recover() (int, error) {
 	// anything is changed.
 	audit := newRecoveryAudit(e.nextQID)
 	var orphans store.Batch // the dedup upgrade and leftovers of deleted queues
-	loaded, err := e.recoverMessages(byID, audit, now)
+	delays, err := scanDelays(e.st, func(qid uint32) bool { return byID[qid] != nil }, now, audit)
+	var loaded int
 	if err == nil {
-		err = auditDelays(e.st, func(qid uint32) bool { return byID[qid] != nil }, audit)
+		loaded, err = e.recoverMessages(byID, delays, audit, now)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
@@ -132,7 +133,7 @@ func (e *Engine) recover() (int, error) {
 // rest is counted as cold from keys and value lengths, see cold.go). Key
 // ranges between known queues are read key by key for the audit (records
 // of deleted or unknown queues).
-func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, now int64) (int, error) {
+func (e *Engine) recoverMessages(byID map[uint32]*queue, delays map[uint32][]pendingDelay, audit *recoveryAudit, now int64) (int, error) {
 	ids := make([]uint32, 0, len(byID))
 	for id := range byID {
 		ids = append(ids, id)
@@ -153,7 +154,7 @@ func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, n
 		if err := gap(lo, qidPrefix(prefixMessage, id)); err != nil {
 			return 0, err
 		}
-		n, err := e.recoverQueueMessages(byID[id], audit, now)
+		n, err := e.recoverQueueMessages(byID[id], delays[id], audit, now)
 		if err != nil {
 			return 0, err
 		}
@@ -170,7 +171,7 @@ func (e *Engine) recoverMessages(byID map[uint32]*queue, audit *recoveryAudit, n
 // no window is set) and counts the rest as cold. Content and state records
 // of one message are adjacent (kind 0 then 1), so one pass rebuilds each
 // message.
-func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64) (int, error) {
+func (e *Engine) recoverQueueMessages(q *queue, delays []pendingDelay, audit *recoveryAudit, now int64) (int, error) {
 	windowed := e.window > 0
 	var loadedBody int64
 	loaded := 0
@@ -196,7 +197,7 @@ func (e *Engine) recoverQueueMessages(q *queue, audit *recoveryAudit, now int64)
 		return 0, err
 	}
 	if stopped {
-		if err := q.countColdLocked(stopAt, now, audit); err != nil {
+		if err := q.countColdLocked(stopAt, now, delays, audit); err != nil {
 			return 0, err
 		}
 	}
