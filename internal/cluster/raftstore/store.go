@@ -98,14 +98,21 @@ func (p *pending) Wait() error {
 // readable waits for read-your-writes: until this node's last proposal is
 // applied or has failed.
 func (v *view) readable() error {
-	v.mu.Lock()
-	closed := v.closed
-	v.mu.Unlock()
-	if closed {
-		return store.ErrClosed
+	if err := v.usable(); err != nil {
+		return err
 	}
 	if w := v.n.lastProposal(); w != nil {
 		_ = w.Wait()
+	}
+	return nil
+}
+
+// usable reports ErrClosed for a closed view.
+func (v *view) usable() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return store.ErrClosed
 	}
 	return nil
 }
@@ -123,13 +130,7 @@ func (v *view) Get(key []byte) ([]byte, error) {
 	if err := v.readable(); err != nil {
 		return nil, err
 	}
-	var out []byte
-	err := v.n.withState(func(st *pebblestore.Store) error {
-		var err error
-		out, err = st.Get(key)
-		return err
-	})
-	return out, err
+	return v.get(key)
 }
 
 // ScanRange reads a key range of the local state store after
@@ -138,7 +139,7 @@ func (v *view) ScanRange(start, end []byte, fn func(key, value []byte) error) er
 	if err := v.readable(); err != nil {
 		return err
 	}
-	return v.n.withState(func(st *pebblestore.Store) error { return st.ScanRange(start, end, fn) })
+	return v.scanRange(start, end, fn)
 }
 
 var _ store.SettledReader = (*view)(nil)
@@ -150,6 +151,20 @@ func (v *view) GetSettled(key []byte) ([]byte, error) {
 	if err := v.usable(); err != nil {
 		return nil, err
 	}
+	return v.get(key)
+}
+
+// ScanRangeSettled is ScanRange without read-your-writes (see
+// GetSettled).
+func (v *view) ScanRangeSettled(start, end []byte, fn func(key, value []byte) error) error {
+	if err := v.usable(); err != nil {
+		return err
+	}
+	return v.scanRange(start, end, fn)
+}
+
+// get and scanRange read the local state store as it is now.
+func (v *view) get(key []byte) ([]byte, error) {
 	var out []byte
 	err := v.n.withState(func(st *pebblestore.Store) error {
 		var err error
@@ -159,23 +174,8 @@ func (v *view) GetSettled(key []byte) ([]byte, error) {
 	return out, err
 }
 
-// ScanRangeSettled is ScanRange without read-your-writes (see
-// GetSettled).
-func (v *view) ScanRangeSettled(start, end []byte, fn func(key, value []byte) error) error {
-	if err := v.usable(); err != nil {
-		return err
-	}
+func (v *view) scanRange(start, end []byte, fn func(key, value []byte) error) error {
 	return v.n.withState(func(st *pebblestore.Store) error { return st.ScanRange(start, end, fn) })
-}
-
-// usable reports ErrClosed for a closed view.
-func (v *view) usable() error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.closed {
-		return store.ErrClosed
-	}
-	return nil
 }
 
 // ScanLengths reads a key range's value lengths from the local state store
