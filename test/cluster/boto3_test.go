@@ -61,15 +61,7 @@ func TestBoto3ThroughFollowers(t *testing.T) {
 			t.Logf("%s through node %d: %s", py, n.id, strings.SplitN(string(out), "\n", 2)[0])
 		}
 	}
-	var followers []*node
-	var victim *node
-	for _, n := range nodes {
-		if n.id == leader {
-			victim = n
-		} else {
-			followers = append(followers, n)
-		}
-	}
+	victim, followers := splitLeader(nodes, leader)
 	run(followers[0])
 	if err := victim.srv.Kill(); err != nil {
 		t.Fatal(err)

@@ -173,6 +173,18 @@ func awaitLeader(t *testing.T, ctx context.Context, nodes []*node, not uint64) u
 	return leader
 }
 
+// splitLeader returns the node with id leader and the others, in order.
+func splitLeader(nodes []*node, leader uint64) (led *node, others []*node) {
+	for _, n := range nodes {
+		if n.id == leader {
+			led = n
+		} else {
+			others = append(others, n)
+		}
+	}
+	return led, others
+}
+
 // TestKillTheLeader sends through every node of a three-node cluster,
 // kills the leader with SIGKILL, and receives through the survivors: every
 // acknowledged message comes back, and nothing that was never sent.
@@ -345,15 +357,7 @@ func TestAMQPThroughFollowers(t *testing.T) {
 	defer cancel()
 	nodes := startCluster(t, ctx, 3)
 	leader := awaitLeader(t, ctx, nodes, 0)
-	var followers []*node
-	var victim *node
-	for _, n := range nodes {
-		if n.id != leader {
-			followers = append(followers, n)
-		} else {
-			victim = n
-		}
-	}
+	victim, followers := splitLeader(nodes, leader)
 	pub, con := followers[0], followers[1]
 	const q = "cluster-amqp"
 

@@ -33,15 +33,8 @@ func TestStateSurvivesFailover(t *testing.T) {
 	defer cancel()
 	nodes := startCluster(t, ctx, 3)
 	leader := awaitLeader(t, ctx, nodes, 0)
-	var via, victim *node
-	for _, n := range nodes {
-		switch {
-		case n.id == leader:
-			victim = n
-		case via == nil:
-			via = n
-		}
-	}
+	victim, survivors := splitLeader(nodes, leader)
+	via := survivors[0]
 	c := via.sqs()
 	t.Logf("leader: node %d; clients through node %d", leader, via.id)
 
@@ -104,12 +97,6 @@ func TestStateSurvivesFailover(t *testing.T) {
 
 	if err := victim.srv.Kill(); err != nil {
 		t.Fatal(err)
-	}
-	var survivors []*node
-	for _, n := range nodes {
-		if n != victim {
-			survivors = append(survivors, n)
-		}
 	}
 	t.Logf("killed node %d; new leader: node %d", victim.id, awaitLeader(t, ctx, survivors, victim.id))
 
@@ -306,15 +293,7 @@ func TestAMQPStateSurvivesFailover(t *testing.T) {
 	defer cancel()
 	nodes := startCluster(t, ctx, 3)
 	leader := awaitLeader(t, ctx, nodes, 0)
-	var followers []*node
-	var victim *node
-	for _, n := range nodes {
-		if n.id == leader {
-			victim = n
-		} else {
-			followers = append(followers, n)
-		}
-	}
+	victim, followers := splitLeader(nodes, leader)
 	_, ch := amqpChannel(t, followers[0])
 	if err := ch.ExchangeDeclare("fs.dlx", "fanout", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
