@@ -307,6 +307,68 @@ func TestCrashDuringCompaction(t *testing.T) {
 	}
 }
 
+// powerCutCluster is a three-node cluster with low compaction thresholds
+// whose armed node loses power the first time it reaches crash point step:
+// its MemFS is crash-cloned (only what it synced survives) and the step
+// fails.
+type powerCutCluster struct {
+	*cluster
+	step   string
+	mu     sync.Mutex
+	target int // the armed node, -1 for none
+	clone  *vfs.MemFS
+}
+
+func newPowerCutCluster(t *testing.T, step string) *powerCutCluster {
+	pc := &powerCutCluster{step: step, target: -1}
+	pc.cluster = newTunedCluster(t, 3, true, func(i int, cfg *Config) {
+		lowThresholds(i, cfg)
+		cfg.crashPoint = func(s string) error {
+			pc.mu.Lock()
+			defer pc.mu.Unlock()
+			if i == pc.target && s == pc.step && pc.clone == nil {
+				pc.clone = pc.fss[i].CrashClone(vfs.CrashCloneCfg{})
+				return errors.New("power cut")
+			}
+			return nil
+		}
+	})
+	return pc
+}
+
+// arm makes node i the one whose power is cut.
+func (pc *powerCutCluster) arm(i int) {
+	pc.mu.Lock()
+	pc.target = i
+	pc.mu.Unlock()
+}
+
+// awaitCut waits until the armed node reached the step; what names the
+// operation for the failure message.
+func (pc *powerCutCluster) awaitCut(t *testing.T, timeout time.Duration, what string) {
+	t.Helper()
+	poll.CheckFor(t, timeout, func() error {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		if pc.clone == nil {
+			return fmt.Errorf("no %s reached step %s", what, pc.step)
+		}
+		return nil
+	})
+}
+
+// reopen closes node i and starts it again from what it had synced when
+// its power was cut, disarmed.
+func (pc *powerCutCluster) reopen(i int) {
+	_ = pc.nodes[i].Close()
+	pc.nodes[i] = nil
+	pc.mu.Lock()
+	pc.target = -1
+	pc.fss[i] = pc.clone
+	pc.mu.Unlock()
+	pc.restart(i)
+}
+
 // TestCrashAtCompactionSteps cuts a follower's power right after it
 // synced its state store for a compaction, and right after it cut its
 // log: either way it reopens with every entry its state store lacks, and
@@ -314,45 +376,14 @@ func TestCrashDuringCompaction(t *testing.T) {
 func TestCrashAtCompactionSteps(t *testing.T) {
 	for _, step := range []string{compactSynced, compactDone} {
 		t.Run(step, func(t *testing.T) {
-			var (
-				mu     sync.Mutex
-				target = -1
-				clone  *vfs.MemFS
-			)
-			var c *cluster
-			c = newTunedCluster(t, 3, true, func(i int, cfg *Config) {
-				lowThresholds(i, cfg)
-				cfg.crashPoint = func(s string) error {
-					mu.Lock()
-					defer mu.Unlock()
-					if i == target && s == step && clone == nil {
-						clone = c.fss[i].CrashClone(vfs.CrashCloneCfg{})
-						return errors.New("power cut")
-					}
-					return nil
-				}
-			})
+			pc := newPowerCutCluster(t, step)
+			c := pc.cluster
 			li := c.leader(-1)
 			fi := (li + 1) % 3
-			mu.Lock()
-			target = fi
-			mu.Unlock()
+			pc.arm(fi)
 			writeMany(t, c.nodes[li].Store(), "a", 3*(testCompactEntries+testKeepEntries))
-			poll.CheckFor(t, 10*time.Second, func() error {
-				mu.Lock()
-				defer mu.Unlock()
-				if clone == nil {
-					return fmt.Errorf("no compaction reached step %s", step)
-				}
-				return nil
-			})
-			_ = c.nodes[fi].Close()
-			c.nodes[fi] = nil
-			mu.Lock()
-			target = -1
-			c.fss[fi] = clone
-			mu.Unlock()
-			c.restart(fi)
+			pc.awaitCut(t, 10*time.Second, "compaction")
+			pc.reopen(fi)
 			poll.CheckFor(t, 20*time.Second, func() error { return sameState(c.nodes[li], c.nodes[fi]) })
 			writeMany(t, c.nodes[li].Store(), "b", 5)
 			poll.CheckFor(t, 10*time.Second, func() error { return sameState(c.nodes[li], c.nodes[fi]) })
@@ -366,50 +397,19 @@ func TestCrashAtCompactionSteps(t *testing.T) {
 func TestCrashDuringSnapshotInstall(t *testing.T) {
 	for _, step := range []string{installReceived, installLogged, installMoved, installSwapped} {
 		t.Run(step, func(t *testing.T) {
-			var (
-				mu     sync.Mutex
-				target = -1 // the node whose install is cut
-				clone  *vfs.MemFS
-			)
-			var c *cluster
-			c = newTunedCluster(t, 3, true, func(i int, cfg *Config) {
-				lowThresholds(i, cfg)
-				cfg.crashPoint = func(s string) error {
-					mu.Lock()
-					defer mu.Unlock()
-					if i == target && s == step && clone == nil {
-						clone = c.fss[i].CrashClone(vfs.CrashCloneCfg{})
-						return errors.New("power cut")
-					}
-					return nil
-				}
-			})
+			pc := newPowerCutCluster(t, step)
+			c := pc.cluster
 			li := c.leader(-1)
 			fi := (li + 1) % 3
 			writeMany(t, c.nodes[li].Store(), "a", 10)
 			poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[fi], "a9", value(9)) })
 			c.stop(fi)
 			writeMany(t, c.nodes[li].Store(), "b", 100)
-			mu.Lock()
-			target = fi
-			mu.Unlock()
+			pc.arm(fi)
 			c.restart(fi)
-			poll.CheckFor(t, 20*time.Second, func() error {
-				mu.Lock()
-				defer mu.Unlock()
-				if clone == nil {
-					return fmt.Errorf("no install reached step %s", step)
-				}
-				return nil
-			})
+			pc.awaitCut(t, 20*time.Second, "install")
 			// The power was cut at that step: reopen from what was synced.
-			_ = c.nodes[fi].Close()
-			c.nodes[fi] = nil
-			mu.Lock()
-			target = -1
-			c.fss[fi] = clone
-			mu.Unlock()
-			c.restart(fi)
+			pc.reopen(fi)
 			// Once the raft log has recorded the snapshot, Open finishes
 			// the install itself; before that, the leader sends it again.
 			again := step == installReceived
