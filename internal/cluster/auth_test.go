@@ -33,20 +33,17 @@ func secretFile(t *testing.T, content string) string {
 	return path
 }
 
-// leaderAndFollower returns the node that leads and one that follows.
+// leaderAndFollower returns the node that leads and one that follows it.
 func leaderAndFollower(t *testing.T, nodes []*Node) (leader, follower *Node) {
 	t.Helper()
-	for _, n := range nodes {
-		if st := n.raft.Status(); st.Leader == st.ID {
-			leader = n
-		} else if follower == nil && st.Leader != 0 {
-			follower = n
+	leader, followers := leaderAndFollowers(t, nodes)
+	for _, n := range followers {
+		if n.raft.Status().Leader != 0 {
+			return leader, n
 		}
 	}
-	if leader == nil || follower == nil {
-		t.Fatal("no leader and follower")
-	}
-	return leader, follower
+	t.Fatal("no follower knows the leader")
+	return nil, nil
 }
 
 // TestSecretClusterServesAndRefusesOutsiders: a three-node cluster whose

@@ -252,18 +252,7 @@ func TestDiskWatchEveryNode(t *testing.T) {
 		id := n.opts.Cluster.NodeID
 		n.freeBytes = func(string) (uint64, error) { return free[id].Load(), nil }
 	})
-	var leader *Node
-	var followers []*Node
-	for _, n := range nodes {
-		if st := n.raft.Status(); st.Leader == st.ID {
-			leader = n
-		} else {
-			followers = append(followers, n)
-		}
-	}
-	if leader == nil {
-		t.Fatal("no leader")
-	}
+	leader, followers := leaderAndFollowers(t, nodes)
 	id := func(n *Node) uint64 { return n.opts.Cluster.NodeID }
 	ctx := context.Background()
 	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + followers[0].HTTPAddr()), Region: "us-east-1",
@@ -433,18 +422,7 @@ func TestLeaderUnreachable(t *testing.T) {
 			return dial(ctx, network, addr)
 		}
 	})
-	var leader *Node
-	var followers []*Node
-	for _, n := range nodes {
-		if st := n.raft.Status(); st.Leader == st.ID {
-			leader = n
-		} else {
-			followers = append(followers, n)
-		}
-	}
-	if leader == nil {
-		t.Fatal("no leader")
-	}
+	leader, followers := leaderAndFollowers(t, nodes)
 	cut, other := followers[0], followers[1]
 	blocked[cut.opts.Cluster.NodeID].Store(true)
 	cut.transport.CloseIdleConnections()
@@ -482,4 +460,20 @@ func TestLeaderUnreachable(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// leaderAndFollowers returns the node that leads now and the others.
+func leaderAndFollowers(t *testing.T, nodes []*Node) (leader *Node, followers []*Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if st := n.raft.Status(); st.Leader == st.ID {
+			leader = n
+		} else {
+			followers = append(followers, n)
+		}
+	}
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	return leader, followers
 }
