@@ -1,27 +1,68 @@
 package brokertest
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
-// ReservePorts binds n ports on 127.0.0.1:0 and closes them again, and
-// returns their addresses. It is for the one case where port 0 cannot be
-// passed on: the members of a cluster must know each other's Raft
-// addresses before any of them starts. (Another process could take a port
-// in between; on a test machine that is rare and fails loudly at start.)
+// ReservePorts returns n distinct free addresses on 127.0.0.1. It is for
+// the one case where port 0 cannot be passed on: the members of a cluster
+// must know each other's Raft addresses before any of them starts, and a
+// node restarted after a crash must come back on the same one.
+//
+// The ports are chosen at random below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range) and checked by binding them.
+// A port from the ephemeral range, which is what binding port 0 hands out,
+// is a poor reservation: once it is closed, the kernel may give it to any
+// outgoing connection or port-0 listener on the machine before the node
+// binds it (CI saw "address already in use" that way). Ports below the
+// range are never handed out by the kernel, so only another caller of
+// ReservePorts picking the same random port at the same moment could take
+// one, and the check-by-binding makes even that need two tests to race.
 func ReservePorts(t testing.TB, n int) []string {
 	t.Helper()
-	out := make([]string, n)
-	for i := range out {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	lo, hi := reservableRange()
+	out := make([]string, 0, n)
+	seen := map[int]bool{}
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 10000 {
+			t.Fatalf("ReservePorts: no free port in [%d, %d) after %d tries", lo, hi, tries)
 		}
-		out[i] = ln.Addr().String()
+		p := lo + rand.IntN(hi-lo)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // in use: try another
+		}
 		if err := ln.Close(); err != nil {
 			t.Fatal(err)
 		}
+		out = append(out, addr)
 	}
 	return out
+}
+
+// reservableRange is [lo, hi): ports below the ephemeral range and above
+// the well-known and registered ones most services listen on. If the
+// ephemeral range cannot be read, Linux's default is assumed.
+func reservableRange() (lo, hi int) {
+	lo, hi = 15000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	var eLo, eHi int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &eLo, &eHi); err != nil || eLo <= lo+1000 {
+		return lo, hi
+	}
+	return lo, eLo
 }

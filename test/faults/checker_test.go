@@ -154,6 +154,24 @@ func TestCheckerFlagsOrderViolation(t *testing.T) {
 	expect(t, h.c.Report(), map[string]int{"order": 1})
 }
 
+func TestCheckerOrderExcusesUnacknowledgedSend(t *testing.T) {
+	// a1's send timed out (the broker was frozen); the producer went on
+	// to a2. a1, stored late, is first delivered after a2: not a
+	// violation. a3, sent after a2 was acknowledged, first delivered
+	// before a2 still is one.
+	h := newHist(true)
+	h.c.Attempt(Send{ID: "a1", Body: "body a1", Group: "g", Seq: 1}, at(0))
+	h.send("a2", 100, group("g", 2))
+	h.send("a3", 110, group("g", 3))
+	h.recv("a3", 120, 1, false)
+	h.del("a3", 140, 1)
+	h.recv("a2", 150, 1, false) // after a3: out of order
+	h.del("a2", 170, 1)
+	h.recv("a1", 200, 1, false) // after a2 and a3, but never acknowledged
+	h.del("a1", 220, 1)
+	expect(t, h.c.Report(), map[string]int{"order": 1})
+}
+
 func TestCheckerOrderIgnoresOverlaps(t *testing.T) {
 	// Two receives that overlap in time prove nothing about order.
 	h := newHist(true)
