@@ -207,7 +207,7 @@ func TestReleaseWakesEveryWaiter(t *testing.T) {
 		go func() {
 			_, rel, err := b.Read(context.Background(), bytes.NewReader(make([]byte, 100)), 1<<20)
 			if err == nil {
-				defer rel()
+				rel() // before done: the check below must see it released
 			}
 			done <- err
 		}()
