@@ -24,6 +24,8 @@ import (
 //	"N" qid:4                  highest sequence number its own sends assigned
 //	"N" qid:4 src:4            highest sequence number of copies moved in from src
 //	"K"                        receipt key: 32 random bytes (see receiptKey)
+//	"R" qid:4                  session mark: every message with a lower sequence
+//	                           number may have gone to a connection (sessionMarkKey)
 //
 // A queue's data all share the prefix qid, so dropping a queue is one
 // DeleteRange per prefix. Queue ids are never reused, so a late write for a
@@ -43,6 +45,7 @@ const (
 	prefixDelay       = 'W'
 	prefixSeq         = 'N'
 	prefixKey         = 'K'
+	prefixSessionMark = 'R'
 
 	kindContent = 0x00
 	kindState   = 0x01
@@ -77,6 +80,11 @@ func messageKey(qid uint32, seq uint64, kind byte) []byte {
 	k = binary.BigEndian.AppendUint64(k, seq)
 	return append(k, kind)
 }
+
+// sessionMarkKey is queue qid's session mark: a big-endian uint64 above the
+// sequence number of every message delivered to a connection
+// (ReceiveRequest.Session) without a state record (see coverSessionLocked).
+func sessionMarkKey(qid uint32) []byte { return qidPrefix(prefixSessionMark, qid) }
 
 // delayKey is the delay record of message seq of queue qid: written with a
 // message sent with a delay (DelaySeconds), holding when the delay ends

@@ -257,6 +257,7 @@ func (e *Engine) Close() error {
 		return nil
 	default:
 	}
+	e.lowerSessionMarks()
 	close(e.done)
 	e.wg.Wait()
 	return nil

@@ -405,7 +405,11 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		m.leaseAt = now
 		m.visibleAt = now + int64(vis)
 		q.setStateLocked(m, stateInFlight)
-		q.writeStateLocked(m, b)
+		if req.Session {
+			q.coverSessionLocked(m.seq, b)
+		} else {
+			q.writeStateLocked(m, b)
+		}
 		d, err := q.deliveryLocked(m)
 		if err != nil {
 			return // the engine has failed; the lease runs out
@@ -504,7 +508,7 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 		GroupID:          m.groupID(),
 		DeadLetterSource: m.deadLetterSource(),
 		Envelope:         m.envelope(),
-		Redelivered:      m.recvCount > 1,
+		Redelivered:      m.recvCount > 1 || m.maybeDelivered,
 		BodyMD5:          m.bodyMD5,
 		BodyMD5Set:       m.hasMD5,
 	}

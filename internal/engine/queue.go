@@ -56,7 +56,12 @@ type message struct {
 	// (stateRecUnknown for messages it did not create), so that the end
 	// of its life deletes it as cheaply as is safe (dropLocked).
 	stateRec uint8
-	ext      *messageExt // failure context and history; nil for most messages
+	// maybeDelivered says the message may have been delivered to a
+	// connection of an earlier run (its sequence number is below the
+	// session mark found at open) though its records show no receive:
+	// deliveries report it Redelivered.
+	maybeDelivered bool
+	ext            *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // slot in queue.expiry's in-order slice, -1 when absent
@@ -372,6 +377,14 @@ type queue struct {
 	// nextSeq is the next sequence number. It is atomic so a dead-letter
 	// move can reserve a number in its target without the target's lock.
 	nextSeq atomic.Uint64
+
+	// sessMark is the queue's session mark as written to the store
+	// (sessionMarkKey): every message delivered to a connection has a
+	// lower sequence number. sessMarkOpen is the mark found when the
+	// engine opened: a message read from the store below it that has
+	// never been received may have been delivered to a connection of an
+	// earlier run, and is marked maybeDelivered. Both under mu.
+	sessMark, sessMarkOpen uint64
 
 	mu         sync.Mutex
 	cfg        QueueConfig

@@ -114,7 +114,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	}
 	var b store.Batch
 	b.Delete(queueKey(name))
-	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixDedupExpiry, prefixSeq} {
+	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixDedupExpiry, prefixSeq, prefixSessionMark} {
 		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
 	}
 	p, err := e.write(&b, true)

@@ -44,6 +44,7 @@ func (q *queue) scanRecords(start, end []byte, s recordScan) (stopAt uint64, sto
 		}
 		m := cur
 		cur = nil
+		q.noteMaybeDelivered(m)
 		return s.message(m, curGroup, curLen)
 	}
 	skipping := false

@@ -56,6 +56,9 @@ func (e *Engine) recover() (int, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		err = recoverSessionMarks(e.st, byID)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
@@ -73,6 +76,16 @@ func (e *Engine) recover() (int, error) {
 	}
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
+	for _, q := range byID {
+		// Messages sent from now on were never delivered by an earlier
+		// run, even below its mark: the mark comes down to the next
+		// sequence number, in the store too, so that a later restart
+		// does not take them for deliveries of this one (session.go).
+		if next := q.nextSeq.Load(); q.sessMark > next {
+			q.sessMark, q.sessMarkOpen = next, next
+			orphans.Set(sessionMarkKey(q.id), binary.BigEndian.AppendUint64(nil, next))
+		}
 	}
 
 	// Dedup records are not read (dedup.go), except once to upgrade

@@ -15,8 +15,8 @@ import (
 // consumed over AMQP. After kill -9, the messages an AMQP consumer held
 // unacknowledged are deliverable again as soon as the server is back (their
 // connection died with it, as RabbitMQ requeues them), not after the
-// consumer timeout (30 minutes); a message an SQS client received keeps
-// its visibility timeout, as in SQS.
+// consumer timeout (30 minutes), marked redelivered; a message an SQS
+// client received keeps its visibility timeout, as in SQS.
 func TestAMQPDeliveriesRequeuedAfterKill(t *testing.T) {
 	bin := Binary(t)
 	dir := t.TempDir()
@@ -77,8 +77,9 @@ func TestAMQPDeliveriesRequeuedAfterKill(t *testing.T) {
 	if held[sqsHeld] {
 		t.Fatalf("%q delivered to both consumers", sqsHeld)
 	}
-	// Leases are written without a sync; a send is synced, and the log is
-	// sequential, so after it the three leases are on disk too and the
+	// The SQS lease and the queue's session mark (the AMQP deliveries
+	// write no lease) are written without a sync; a send is synced, and
+	// the log is sequential, so after it they are on disk too and the
 	// kill cannot undo them.
 	other, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("barrier")})
 	if err == nil {
@@ -108,21 +109,38 @@ func TestAMQPDeliveriesRequeuedAfterKill(t *testing.T) {
 	if v, nv := attrs.Attributes["ApproximateNumberOfMessages"], attrs.Attributes["ApproximateNumberOfMessagesNotVisible"]; v != "2" || nv != "1" {
 		t.Fatalf("after the restart: %s visible, %s not visible; want the 2 AMQP deliveries visible and the SQS lease running", v, nv)
 	}
+	// The two come back to an AMQP consumer at once, marked redelivered
+	// (ADR 0014: the delivery wrote no lease; the queue's session mark
+	// says they may have gone out before the kill).
+	conn2, err := amqp.Dial(srv.AMQPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	ch2, err := conn2.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds2, err := ch2.Consume("sqs-made", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]bool{}
 	for len(got) < 2 {
-		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: u.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range out.Messages {
-			if !held[*m.Body] {
-				t.Fatalf("received %q after the restart; the SQS lease on %q should still run", *m.Body, sqsHeld)
+		select {
+		case d := <-ds2:
+			if !held[string(d.Body)] {
+				t.Fatalf("received %q after the restart; the SQS lease on %q should still run", d.Body, sqsHeld)
 			}
-			if rc := m.Attributes["ApproximateReceiveCount"]; rc != "2" {
-				t.Fatalf("%q: receive count %s after the requeue, want 2", *m.Body, rc)
+			if !d.Redelivered {
+				t.Fatalf("%q: not marked redelivered after the kill", d.Body)
 			}
-			got[*m.Body] = true
+			if _, has := d.Headers["x-delivery-count"]; has {
+				t.Fatalf("%q: x-delivery-count %v, but the kill forgot the only delivery's count", d.Body, d.Headers["x-delivery-count"])
+			}
+			got[string(d.Body)] = true
+		case <-ctx.Done():
+			t.Fatalf("AMQP consumer got %d of 2 after the restart", len(got))
 		}
 	}
 }
