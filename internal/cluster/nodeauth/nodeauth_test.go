@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 var (
@@ -156,6 +158,10 @@ func TestListener(t *testing.T) {
 		t.Fatalf("after the handshake: %q, %v", buf, err)
 	}
 	_ = c.Close()
+	// The refused handshake is reported by the listener's goroutine for
+	// that connection, which runs on after the client read the refusal:
+	// wait for it rather than race it.
+	poll.CheckFor(t, 10*time.Second, poll.True("the refused handshake to be reported", func() bool { return fails.Load() >= 1 }))
 	if fails.Load() != 1 {
 		t.Fatalf("%d failures reported, want 1", fails.Load())
 	}
