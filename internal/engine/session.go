@@ -102,13 +102,7 @@ func (e *Engine) lowerSessionMarks() {
 		return
 	}
 	var b store.Batch
-	e.mu.Lock()
-	qs := make([]*queue, 0, len(e.queues))
-	for _, q := range e.queues {
-		qs = append(qs, q)
-	}
-	e.mu.Unlock()
-	for _, q := range qs {
+	for _, q := range e.allQueues() {
 		q.mu.Lock()
 		if !q.deleted && q.sessMark > q.sessMarkOpen && !q.sessionInFlightLocked() {
 			q.sessMark = q.sessMarkOpen
