@@ -115,7 +115,9 @@ func TestAckBatchStopsAtUnknownTag(t *testing.T) {
 	must(t, ch.Ack(1, false))
 	must(t, ch.Ack(2, false))
 	must(t, ch.Ack(99, false))
-	must(t, ch.Ack(3, false))
+	// The channel may already be closed by the time this ack is sent
+	// (amqp091 then refuses it with 504): either way it must not apply.
+	_ = ch.Ack(3, false)
 	select {
 	case e := <-closed:
 		if e == nil || e.Code != 406 {
