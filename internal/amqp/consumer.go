@@ -82,25 +82,53 @@ func (cs *consumer) run() {
 			}
 			continue
 		}
+		// No-ack deliveries are settled once they are queued for
+		// writing (RabbitMQ's automatic acknowledgement): with one
+		// engine delete per batch, not one per delivery — and before
+		// any wait for room, so nothing written stays in flight while
+		// the client is slow to read.
+		written, settled := 0, 0
+		settle := func() {
+			if cs.noAck && written > settled {
+				s.settleNoAck(cs.engine, ds[settled:written])
+				settled = written
+			}
+		}
 		for i, d := range ds {
 			// The writer is woken once per batch (and whenever a
 			// delivery must wait for room), so a batch goes out in one
 			// write instead of one per delivery.
-			if !cs.ch.deliver(cs, d, i == len(ds)-1) {
-				cs.ch.c.kick()
-				cs.unreserve(len(ds) - i)
-				rest := make([]string, 0, len(ds)-i)
-				for _, r := range ds[i:] {
-					rest = append(rest, r.ReceiptHandle)
-				}
-				errs, err := s.eng.Requeue(cs.engine, rest, true)
-				s.settleQuietly("requeue of unwritten deliveries", cs.engine, errs, err)
-				cs.q.undelivered.Add(-int64(len(rest))) // visible again
-				return
+			if !cs.ch.deliver(cs, d, i == len(ds)-1, settle) {
+				break
 			}
+			written++
 			cs.q.undelivered.Add(-1) // queued for writing
 		}
+		settle()
+		if written < len(ds) {
+			cs.ch.c.kick()
+			cs.unreserve(len(ds) - written)
+			rest := make([]string, 0, len(ds)-written)
+			for _, r := range ds[written:] {
+				rest = append(rest, r.ReceiptHandle)
+			}
+			errs, err := s.eng.Requeue(cs.engine, rest, true)
+			s.settleQuietly("requeue of unwritten deliveries", cs.engine, errs, err)
+			cs.q.undelivered.Add(-int64(len(rest))) // visible again
+			return
+		}
 	}
+}
+
+// settleNoAck deletes deliveries of a no-ack consumer that were queued
+// for writing, in one engine call.
+func (s *Server) settleNoAck(queue string, ds []engine.Delivery) {
+	hs := make([]string, len(ds))
+	for i := range ds {
+		hs[i] = ds[i].ReceiptHandle
+	}
+	errs, err := s.eng.Delete(queue, hs)
+	s.settleQuietly("delete of no-ack deliveries", queue, errs, err)
 }
 
 // reserve waits for prefetch credit and reserves up to MaxBatch of it.
@@ -166,13 +194,14 @@ func (cs *consumer) unreserve(k int) {
 // (a queue delete cancelling its consumers, acks on other goroutines).
 //
 // last false leaves the writer asleep (see enqueueQuiet); the caller
-// wakes it after the batch.
-func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
+// wakes it after the batch. beforeWait runs before any wait for room.
+func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool, beforeWait func()) bool {
 	c := ch.c
 	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine, cs.failureHeaders || c.failureHeaders)
 	size := c.contentSize(props, d.Body)
 	if !c.tryReserve(size) {
 		c.kick() // what is queued must drain first
+		beforeWait()
 		if c.reserve(cs.ctx, size) != nil {
 			return false
 		}
@@ -198,17 +227,8 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool) bool {
 			deadline: now.Add(cs.q.settings.timeout(c.s.opts.ConsumerTimeout))}
 	}
 	ch.mu.Unlock()
-	if last || cs.noAck { // no-ack: each delivery is deleted next; write it first
+	if last {
 		c.kick()
-	}
-	if cs.noAck {
-		if err != nil {
-			errs, rerr := c.s.eng.Requeue(cs.engine, []string{d.ReceiptHandle}, true)
-			c.s.settleQuietly("requeue of an unwritten no-ack delivery", cs.engine, errs, rerr)
-		} else {
-			errs, derr := c.s.eng.Delete(cs.engine, []string{d.ReceiptHandle})
-			c.s.settleQuietly("delete of a no-ack delivery", cs.engine, errs, derr)
-		}
 	}
 	return err == nil
 }

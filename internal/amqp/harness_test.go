@@ -11,6 +11,7 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/memstore"
 )
 
@@ -24,11 +25,13 @@ type broker struct {
 	opts Options
 	// window is the engine's Options.ReadyWindow (0: its default).
 	window int
-	eng    *engine.Engine
-	srv    *Server
-	ln     net.Listener
-	url    string
-	errc   chan error
+	// wrap, if set, wraps the store the engine opens (to watch writes).
+	wrap func(store.Store) store.Store
+	eng  *engine.Engine
+	srv  *Server
+	ln   net.Listener
+	url  string
+	errc chan error
 }
 
 type brokerOpt func(*broker)
@@ -46,6 +49,11 @@ func withOptions(o Options) brokerOpt { return func(b *broker) { b.opts = o } }
 // queue's backlog beyond it stays only in the store.
 func withReadyWindow(n int) brokerOpt { return func(b *broker) { b.window = n } }
 
+// withStoreWrapper opens the engine on wrap(the memstore).
+func withStoreWrapper(wrap func(store.Store) store.Store) brokerOpt {
+	return func(b *broker) { b.wrap = wrap }
+}
+
 func startBroker(t testing.TB, opts ...brokerOpt) *broker {
 	t.Helper()
 	b := &broker{t: t, st: memstore.New(), clk: clock.Real{}}
@@ -60,7 +68,11 @@ func startBroker(t testing.TB, opts ...brokerOpt) *broker {
 func (b *broker) start() {
 	b.t.Helper()
 	topo := NewTopology()
-	eng, err := engine.Open(engine.Options{Store: b.st, Clock: b.clk, DeadLetterRouter: topo, ReadyWindow: b.window})
+	var st store.Store = b.st
+	if b.wrap != nil {
+		st = b.wrap(st)
+	}
+	eng, err := engine.Open(engine.Options{Store: st, Clock: b.clk, DeadLetterRouter: topo, ReadyWindow: b.window})
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -63,6 +63,7 @@ type AMQPResult struct {
 	ConfirmWindow int            `json:"confirm_window"`
 	Prefetch      int            `json:"prefetch"`
 	AckEvery      int            `json:"ack_every"`
+	NoAck         bool           `json:"no_ack,omitempty"`
 	Persistent    bool           `json:"persistent"`
 	Product       string         `json:"server_product"` // server-properties product and version
 	Purged        int            `json:"purged"`         // messages left in the queue by earlier runs
@@ -265,7 +266,7 @@ func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 
 	res := AMQPResult{
 		URL: redactURL(o.URL), Queue: o.Queue, QueueArgs: o.QueueArgs, Producers: o.Producers, Consumers: o.Consumers,
-		Size: o.Size, Rate: o.Rate, ConfirmWindow: o.ConfirmWindow, Prefetch: o.Prefetch, AckEvery: o.AckEvery, Persistent: o.Persistent,
+		Size: o.Size, Rate: o.Rate, ConfirmWindow: o.ConfirmWindow, Prefetch: o.Prefetch, AckEvery: o.AckEvery, NoAck: o.NoAck, Persistent: o.Persistent,
 		Published: r.published.Load(), Confirmed: r.confirmed.Load(), Nacked: r.nacked.Load(),
 		Received: r.received.Load(), Redelivered: r.redelivered.Load(), Acked: r.acked.Load(), Stale: r.stale.Load(),
 		SendElapsed: time.Duration(r.lastConfirm.Load()), Elapsed: time.Duration(r.lastAck.Load()),
@@ -411,8 +412,8 @@ publish:
 	r.merge(&Histogram{}, &rtt)
 }
 
-// consume subscribes on its own connection with manual acks and acks every
-// delivery until consumeCtx ends. It reports on ready once subscribed.
+// consume subscribes on its own connection with manual acks (unless
+// NoAck) and acks every delivery until consumeCtx ends. It reports on ready once subscribed.
 func (r *amqpRun) consume(ctx context.Context, id int, ready chan<- error) {
 	o := r.o
 	conn, err := r.dial("consumer-" + strconv.Itoa(id))
@@ -427,7 +428,7 @@ func (r *amqpRun) consume(ctx context.Context, id int, ready chan<- error) {
 	}
 	var deliveries <-chan amqp.Delivery
 	if err == nil {
-		deliveries, err = ch.Consume(o.Queue, "", false, false, false, false, nil)
+		deliveries, err = ch.Consume(o.Queue, "", o.NoAck, false, false, false, nil)
 	}
 	if err != nil {
 		ready <- fmt.Errorf("bench: consume %q: %w", o.Queue, err)
@@ -444,9 +445,13 @@ func (r *amqpRun) consume(ctx context.Context, id int, ready chan<- error) {
 		if pending == 0 {
 			return true
 		}
-		if err := last.Ack(o.AckEvery > 1); err != nil {
-			r.countErr("ack", err)
-			return false
+		// With NoAck the broker settled them as it sent them: they
+		// count as acked.
+		if !o.NoAck {
+			if err := last.Ack(o.AckEvery > 1); err != nil {
+				r.countErr("ack", err)
+				return false
+			}
 		}
 		r.acked.Add(pendingMine)
 		pending, pendingMine = 0, 0
@@ -525,8 +530,8 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	if len(res.QueueArgs) > 0 {
 		queue += fmt.Sprint(res.QueueArgs)
 	}
-	fmt.Fprintf(w, "sluice bench amqp: %s (%s) queue=%s producers=%d consumers=%d size=%dB persistent=%t confirm-window=%d prefetch=%d ack-every=%d rate=%s\n",
-		res.URL, res.Product, queue, res.Producers, res.Consumers, res.Size, res.Persistent, res.ConfirmWindow, res.Prefetch, res.AckEvery, rate)
+	fmt.Fprintf(w, "sluice bench amqp: %s (%s) queue=%s producers=%d consumers=%d size=%dB persistent=%t confirm-window=%d prefetch=%d ack-every=%d no-ack=%t rate=%s\n",
+		res.URL, res.Product, queue, res.Producers, res.Consumers, res.Size, res.Persistent, res.ConfirmWindow, res.Prefetch, res.AckEvery, res.NoAck, rate)
 	if res.Purged > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (left by earlier runs)\n", "purged", res.Purged)
 	}

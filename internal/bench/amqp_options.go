@@ -46,6 +46,10 @@ type AMQPOptions struct {
 	// deliveries (and when the delivery channel is idle) instead of acking
 	// each delivery on its own.
 	AckEvery int
+	// NoAck consumes with automatic acknowledgement (basic.consume
+	// no-ack): the broker settles each delivery as it sends it, and
+	// Prefetch and AckEvery do not apply.
+	NoAck bool
 	// Persistent publishes with delivery-mode 2.
 	Persistent bool
 	// PID, when > 0, is the broker's process id; its CPU time is reported
@@ -102,6 +106,7 @@ func (o *AMQPOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ConfirmWindow, "confirm-window", o.ConfirmWindow, "unconfirmed publishes allowed per producer")
 	fs.IntVar(&o.Prefetch, "prefetch", o.Prefetch, "basic.qos prefetch count per consumer")
 	fs.IntVar(&o.AckEvery, "ack-every", o.AckEvery, "ack with multiple=true every N deliveries (1 = ack each delivery)")
+	fs.BoolVar(&o.NoAck, "no-ack", o.NoAck, "consume with automatic acknowledgement (no basic.ack; -prefetch and -ack-every do not apply)")
 	fs.BoolVar(&o.Persistent, "persistent", o.Persistent, "publish with delivery-mode 2 (persistent)")
 	fs.IntVar(&o.PID, "pid", o.PID, "broker PID: report its CPU-seconds per 100,000 messages")
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the result as JSON")

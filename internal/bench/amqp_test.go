@@ -51,18 +51,21 @@ func TestRunAMQPAgainstServer(t *testing.T) {
 	}
 
 	url := "amqp://guest:guest@" + rf.AMQP + "/"
-	for _, ackEvery := range []int{1, 10} {
+	for _, run := range []struct {
+		ackEvery int
+		noAck    bool
+	}{{1, false}, {10, false}, {1, true}} {
 		o := bench.DefaultAMQPOptions()
 		o.URL, o.Duration, o.Producers, o.Consumers, o.PID = url, time.Second, 2, 2, srv.PID
-		o.Rate, o.AckEvery = 2000, ackEvery
-		if ackEvery == 10 {
+		o.Rate, o.AckEvery, o.NoAck = 2000, run.ackEvery, run.noAck
+		if run.ackEvery == 10 {
 			// The declare carries -queue-arg (a quorum queue, as
 			// scripts/bench-quorum.sh asks RabbitMQ for).
 			o.Queue, o.QueueArgs = "bench-quorum", map[string]any{"x-queue-type": "quorum"}
 		}
 		var out strings.Builder
 		res, err := bench.RunAMQP(context.Background(), o, &out)
-		t.Logf("ack-every=%d\n%s", ackEvery, out.String())
+		t.Logf("ack-every=%d no-ack=%t\n%s", run.ackEvery, run.noAck, out.String())
 		if err != nil {
 			t.Fatalf("%v\nserver log: %s", err, crash.Tail(dir))
 		}
