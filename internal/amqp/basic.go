@@ -516,15 +516,12 @@ func (ch *channel) settleTaken(op settleOp, us []*unacked) error {
 	case op.requeue:
 		ch.requeue(us)
 	default:
-		for _, u := range us {
-			_, err := eng.ReportFailure(u.queue, u.handle, engine.Failure{Terminal: true, ErrorClass: "amqp.rejected"})
-			if errors.Is(err, engine.ErrNoDeadLetterQueue) {
-				// No dead-letter target: the message is dropped, which
-				// the engine counts (and logs) as a drop, not a delete.
-				_, err = eng.Drop(u.queue, []string{u.handle})
-			}
-			if err != nil && !errors.Is(err, engine.ErrQueueNotFound) && !errors.Is(err, engine.ErrMessageNotAvailable) &&
-				!errors.Is(err, engine.ErrMessageNotInflight) && !errors.Is(err, engine.ErrReceiptHandleInvalid) {
+		// Dead-lettered (rejected) with the failure context, or, with no
+		// dead-letter target, dropped — which the engine counts (and
+		// logs) as a drop, not a delete: one engine write per queue.
+		for q, hs := range groupHandles(us) {
+			_, err := eng.Reject(q, hs, engine.Failure{Terminal: true, ErrorClass: "amqp.rejected"})
+			if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 				return storageError(err)
 			}
 		}
@@ -532,10 +529,13 @@ func (ch *channel) settleTaken(op settleOp, us []*unacked) error {
 	return nil
 }
 
-// flushAcks applies the basic.acks that arrived together (one read burst)
-// with one engine delete per queue instead of one synced delete per ack.
-// They are applied in order up to the first unknown tag, which then
-// raises 406 as it would alone.
+// flushAcks applies the basic.ack, nack and rejects that arrived together
+// (one read burst) with one engine call per queue and kind of settlement
+// (delete, return, reject) instead of one durable write per method. They
+// are taken in order up to the first unknown tag, which then raises 406
+// as it would alone; those before it take effect. Each settles different
+// deliveries, so applying the kinds one after the other changes nothing
+// a client can tell from applying the methods one by one.
 func (ch *channel) flushAcks() {
 	if len(ch.acks) == 0 {
 		return
@@ -545,19 +545,33 @@ func (ch *channel) flushAcks() {
 	if ch.closing.Load() {
 		return
 	}
-	var all []*unacked
+	var acks, requeues, rejects []*unacked
 	var ferr error
+	var failedMethod uint16 = wire.MethodBasicAck
 	for _, op := range ops {
 		us, err := ch.take(op)
 		if err != nil {
-			ferr = err
+			ferr, failedMethod = err, settleMethod(op.kind)
 			break
 		}
-		all = append(all, us...)
+		switch {
+		case op.kind == settleAck:
+			acks = append(acks, us...)
+		case op.requeue:
+			requeues = append(requeues, us...)
+		default:
+			rejects = append(rejects, us...)
+		}
 	}
-	if len(all) > 0 {
-		if err := ch.settleTaken(settleOp{kind: settleAck}, all); err != nil && ferr == nil {
-			ferr = err
+	for _, g := range []struct {
+		op settleOp
+		us []*unacked
+	}{{settleOp{kind: settleAck}, acks}, {settleOp{kind: settleNack, requeue: true}, requeues}, {settleOp{kind: settleReject}, rejects}} {
+		if len(g.us) == 0 {
+			continue
+		}
+		if err := ch.settleTaken(g.op, g.us); err != nil && ferr == nil {
+			ferr, failedMethod = err, settleMethod(g.op.kind)
 		}
 	}
 	if ferr == nil {
@@ -568,8 +582,19 @@ func (ch *channel) flushAcks() {
 		ae = errorf(wire.InternalError, "%v", ferr)
 		ae.hard = true
 	}
-	ae.classID, ae.methodID = wire.ClassBasic, wire.MethodBasicAck
+	ae.classID, ae.methodID = wire.ClassBasic, failedMethod
 	ch.raise(ae)
+}
+
+// settleMethod is the basic method id of a settlement kind.
+func settleMethod(kind int) uint16 {
+	switch kind {
+	case settleNack:
+		return wire.MethodBasicNack
+	case settleReject:
+		return wire.MethodBasicReject
+	}
+	return wire.MethodBasicAck
 }
 
 // leasedDeleter is an engine that can delete only messages still in

@@ -68,7 +68,7 @@ type channel struct {
 	txSettle   []settleOp
 	txBytes    int64      // this channel's share of conn.txHeld (limits.go)
 	batch      []*command // validated publishes not yet routed
-	acks       []settleOp // basic.acks not yet applied (see flushAcks)
+	acks       []settleOp // basic.ack/nack/rejects not yet applied (see flushAcks)
 
 	mu               sync.Mutex
 	nextTag          uint64
@@ -113,11 +113,21 @@ func (c *conn) freeChannel(ch *channel) {
 }
 
 // maxPublishBatch bounds how many publishes are routed together, and
-// maxAckBatch how many basic.acks are applied together.
+// maxAckBatch how many basic.ack, nack and rejects are applied together.
 const (
 	maxPublishBatch = 256
 	maxAckBatch     = 256
 )
+
+// isSettleMethod: m is basic.ack, basic.nack or basic.reject, which
+// queue up in ch.acks (see flushAcks).
+func isSettleMethod(m wire.Method) bool {
+	switch m.(type) {
+	case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
+		return true
+	}
+	return false
+}
 
 func (ch *channel) run() {
 	defer ch.wg.Done()
@@ -141,11 +151,11 @@ func (ch *channel) run() {
 				select {
 				case next := <-ch.inbox:
 					_, isPub := next.m.(*wire.BasicPublish)
-					_, isAck := next.m.(*wire.BasicAck)
+					isSettle := isSettleMethod(next.m)
 					if !isPub || next.fail != nil || next.stop || len(ch.batch) >= maxPublishBatch {
 						ch.flushPublishes()
 					}
-					if !isAck || next.fail != nil || next.stop || len(ch.acks) >= maxAckBatch {
+					if !isSettle || next.fail != nil || next.stop || len(ch.acks) >= maxAckBatch {
 						ch.flushAcks()
 					}
 					if next.stop {
@@ -496,9 +506,19 @@ func (ch *channel) handle(cmd *command) error {
 		}
 		return ch.settle(op)
 	case *wire.BasicNack:
-		return ch.settle(settleOp{kind: settleNack, tag: m.DeliveryTag, multiple: m.Multiple, requeue: m.Requeue})
+		op := settleOp{kind: settleNack, tag: m.DeliveryTag, multiple: m.Multiple, requeue: m.Requeue}
+		if !ch.tx {
+			ch.acks = append(ch.acks, op) // as basic.ack
+			return nil
+		}
+		return ch.settle(op)
 	case *wire.BasicReject:
-		return ch.settle(settleOp{kind: settleReject, tag: m.DeliveryTag, requeue: m.Requeue})
+		op := settleOp{kind: settleReject, tag: m.DeliveryTag, requeue: m.Requeue}
+		if !ch.tx {
+			ch.acks = append(ch.acks, op) // as basic.ack
+			return nil
+		}
+		return ch.settle(op)
 	case *wire.BasicRecover:
 		if !m.Requeue {
 			return errorf(wire.NotImplemented, "requeue=false")

@@ -53,20 +53,11 @@ func (e *Engine) ReportFailure(name, handle string, f Failure) (FailureOutcome, 
 		if err != nil {
 			return err
 		}
-		rec := &FailureRecord{
-			ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
-			Message:         truncate(f.Message, MaxErrorText),
-			Trace:           truncate(f.Trace, MaxTrace),
-			ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
-			ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
-			ReportedAt:      fromNanos(now),
-			Attempt:         int(m.recvCount),
-		}
 		canDL := e.canDeadLetter(q)
 		if f.Terminal && !canDL {
 			return ErrNoDeadLetterQueue
 		}
-		m.extension().failure = rec
+		m.extension().failure = newFailureRecord(&f, m, now)
 		var targets []string
 		dl := q.cfg.DeadLetter
 		switch {
@@ -108,6 +99,56 @@ func (e *Engine) ReportFailure(name, handle string, f Failure) (FailureOutcome, 
 		return FailureOutcome{}, err
 	}
 	return out, nil
+}
+
+// newFailureRecord is the failure context f reports for m, bounded.
+func newFailureRecord(f *Failure, m *message, now int64) *FailureRecord {
+	return &FailureRecord{
+		ErrorClass:      truncate(f.ErrorClass, MaxErrorClass),
+		Message:         truncate(f.Message, MaxErrorText),
+		Trace:           truncate(f.Trace, MaxTrace),
+		ConsumerID:      truncate(f.ConsumerID, MaxConsumerID),
+		ConsumerVersion: truncate(f.ConsumerVersion, MaxConsumerID),
+		ReportedAt:      fromNanos(now),
+		Attempt:         int(m.recvCount),
+	}
+}
+
+// Reject settles deliveries their consumer rejected as terminal failures
+// (AMQP basic.reject or basic.nack with requeue=false), all in one durable
+// write: each message still in flight under its handle's lease is
+// dead-lettered (ReasonTerminal) with f as its failure context when the
+// queue has a dead-letter target, or else dropped and counted as a drop
+// (see Drop). It is ReportFailure with f.Terminal followed by Drop when
+// that finds no target, for many handles at once. Handles whose lease is
+// no longer current (a failure report settled it, it expired) are settled
+// without effect; malformed ones fail with ErrReceiptHandleInvalid. The
+// result has one entry per handle. Durable when it returns.
+func (e *Engine) Reject(name string, handles []string, f Failure) ([]error, error) {
+	errs := make([]error, len(handles))
+	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+		canDL := e.canDeadLetter(q)
+		for i, h := range handles {
+			m, current, _, err := q.lookupLeaseLocked(h)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case m == nil || !current || m.state != stateInFlight:
+				// Already settled: nothing to reject.
+			case canDL:
+				m.extension().failure = newFailureRecord(&f, m, now)
+				e.deadLetterLocked(q, m, ReasonTerminal, now, b)
+			default:
+				q.dropLocked(m, b)
+				e.countDropLocked(q, m, ReasonTerminal)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
 }
 
 // matches reports whether m passes f.

@@ -407,3 +407,61 @@ func TestOperatorPauseResumeAndImportIsAllOrNothing(t *testing.T) {
 		t.Fatalf("a failed import left %d messages behind", info.Visible)
 	}
 }
+
+// Reject settles many rejected deliveries in one write: with a dead-letter
+// queue each goes there with its failure context; without one each is
+// dropped and counted. Stale handles settle without effect, malformed ones
+// fail alone, and what was settled survives a restart.
+func TestRejectManyAtOnce(t *testing.T) {
+	f := newFixture(t)
+	f.withDLQ(0, nil)
+	f.create("plain", nil)
+	for _, q := range []string{"q", "plain"} {
+		for i := range 4 {
+			f.send(q, body(fmt.Sprintf("%s-%d", q, i)))
+		}
+	}
+	fail := Failure{ErrorClass: "amqp.rejected", Terminal: true}
+	for _, q := range []string{"q", "plain"} {
+		d := f.recv(q, 4, 30*time.Second)
+		if len(d) != 4 {
+			t.Fatalf("%s: received %d", q, len(d))
+		}
+		// Settle the first one already: its handle is stale by then.
+		if _, err := f.e.Delete(q, []string{d[0].ReceiptHandle}); err != nil {
+			t.Fatal(err)
+		}
+		hs := []string{d[0].ReceiptHandle, d[1].ReceiptHandle, "not-a-handle", d[2].ReceiptHandle, d[3].ReceiptHandle}
+		errs, err := f.e.Reject(q, hs, fail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range errs {
+			if (i == 2) != errors.Is(e, ErrReceiptHandleInvalid) || i != 2 && e != nil {
+				t.Fatalf("%s: handle %d: %v", q, i, e)
+			}
+		}
+	}
+	if info, _ := f.e.GetQueue("plain"); info.Dropped != 3 || info.Deleted != 1 {
+		t.Fatalf("plain: dropped %d, deleted %d; want 3 and 1", info.Dropped, info.Deleted)
+	}
+	if info, _ := f.e.GetQueue("q"); info.DeadLettered != 3 || info.Dropped != 0 {
+		t.Fatalf("q: dead-lettered %d, dropped %d; want 3 and 0", info.DeadLettered, info.Dropped)
+	}
+	f.restart()
+	got := f.recv("dlq", 10, -1)
+	if len(got) != 3 {
+		t.Fatalf("dlq holds %d, want 3", len(got))
+	}
+	for _, m := range got {
+		if m.DeadLetter == nil || m.DeadLetter.Reason != ReasonTerminal || m.DeadLetter.SourceQueue != "q" ||
+			m.LastFailure == nil || m.LastFailure.ErrorClass != "amqp.rejected" {
+			t.Fatalf("dead-lettered %s: %+v / %+v", m.Body, m.DeadLetter, m.LastFailure)
+		}
+	}
+	for _, q := range []string{"q", "plain"} {
+		if info, _ := f.e.GetQueue(q); info.Visible != 0 || info.InFlight != 0 {
+			t.Fatalf("%s after restart: %+v", q, info)
+		}
+	}
+}
