@@ -344,16 +344,34 @@ type observation struct {
 	leader     uint64
 }
 
-// monitor polls every node's /sluice/v1/cluster and keeps every answer.
-// From them it checks that no term had two leaders, and bounds the term
-// that served a request (termBefore, termAfter).
+// monitor polls every node's /sluice/v1/cluster and keeps every answer,
+// and also the (term, node) of every SQS answer the workload saw (the
+// X-Sluice-Term and X-Sluice-Node headers, see served). From them it
+// checks that no term had two leaders.
 type monitor struct {
-	c    *testCluster
-	mu   sync.Mutex
-	obs  [][]observation // per node, in poll order (so by start and end)
-	errs int
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	c       *testCluster
+	mu      sync.Mutex
+	obs     [][]observation // per node, in poll order (so by start and end)
+	headers []observation   // the leaders SQS answers named, one per (term, node)
+	seen    map[[2]uint64]bool
+	errs    int
+	wg      sync.WaitGroup
+	stop    context.CancelFunc
+}
+
+// served records that the leader node served an answer in term.
+func (mo *monitor) served(term, node uint64) {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	k := [2]uint64{term, node}
+	if mo.seen[k] {
+		return
+	}
+	if mo.seen == nil {
+		mo.seen = map[[2]uint64]bool{}
+	}
+	mo.seen[k] = true
+	mo.headers = append(mo.headers, observation{term: term, leader: node})
 }
 
 const pollInterval = 50 * time.Millisecond
@@ -392,60 +410,20 @@ func (mo *monitor) close() {
 	mo.wg.Wait()
 }
 
-// termBefore is a lower bound on the term of any node at t: the least,
-// over the nodes, of each node's last term observed by a poll answered
-// before t (0 for a node never observed). A node's term never decreases
-// (it is on disk), so whichever node served a request begun at t had at
-// least this term.
-func (mo *monitor) termBefore(t time.Time) uint64 {
-	mo.mu.Lock()
-	defer mo.mu.Unlock()
-	var low uint64
-	for i, seen := range mo.obs {
-		k := sort.Search(len(seen), func(k int) bool { return !seen[k].end.Before(t) })
-		var term uint64
-		if k > 0 {
-			term = seen[k-1].term
-		}
-		if i == 0 || term < low {
-			low = term
-		}
-	}
-	return low
-}
-
-// termAfter is an upper bound on the term of the leader that acknowledged
-// a durable write before t, or false when the polls cannot give one. A
-// leader of term T commits only on a majority of nodes already at term T
-// or later, so the first polls begun after t of any majority of the nodes
-// include one such node: the greatest term they saw bounds T.
-func (mo *monitor) termAfter(t time.Time) (uint64, bool) {
-	mo.mu.Lock()
-	defer mo.mu.Unlock()
-	var high uint64
-	n := 0
-	for _, seen := range mo.obs {
-		k := sort.Search(len(seen), func(k int) bool { return seen[k].start.After(t) })
-		if k < len(seen) {
-			n++
-			high = max(high, seen[k].term)
-		}
-	}
-	return high, n > len(mo.obs)/2
-}
-
 // leaderViolations lists every term for which two nodes said they led, or
 // nodes named two different leaders; and returns how many observations and
 // terms it judged.
 func (mo *monitor) leaderViolations() (viol []string, observations int, terms int) {
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	return leaderViolations(mo.obs)
+	obs := append(append([][]observation(nil), mo.obs...), mo.headers)
+	return leaderViolations(obs)
 }
 
-// leaderViolations judges per-node observations (see monitor): the
-// leaders of a term are the nodes that said they led in it and the leaders
-// any node named for it; there must be at most one.
+// leaderViolations judges per-node observations (see monitor; the last
+// slice may hold the answers' headers, which name a leader and say no
+// role): the leaders of a term are the nodes that said they led in it and
+// the leaders any node or answer named for it; there must be at most one.
 func leaderViolations(obs [][]observation) (viol []string, observations int, terms int) {
 	leaders := map[uint64]map[uint64]bool{} // term → leaders
 	for i, seen := range obs {

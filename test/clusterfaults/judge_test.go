@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/test/faults"
@@ -53,46 +57,82 @@ func TestLeaderViolations(t *testing.T) {
 	}
 }
 
-// TestCertainDeletesNeedOneTerm: a receive begun after an acknowledged
-// delete is flagged as a resurrection only when the monitor proves the
-// delete and its receive were served in one term. Across an election (the
-// new leader may not know the lease) the delete is not certain, and
-// neither is it when too few nodes were polled after the acknowledgement.
-func TestCertainDeletesNeedOneTerm(t *testing.T) {
-	run := func(obs [][]observation) faults.Report {
-		mo := &monitor{obs: obs}
-		w := &workload{}
-		w.Ck = faults.NewChecker(false, 0)
+// metaWith is the metadata of an SDK response that carried the given
+// X-Sluice-Term and X-Sluice-Node ("": no headers), as the SDK's
+// raw-response middleware records it.
+func metaWith(term, node string) middleware.Metadata {
+	resp := &smithyhttp.Response{Response: &http.Response{Header: http.Header{}}}
+	if term != "" {
+		resp.Header.Set("X-Sluice-Term", term)
+		resp.Header.Set("X-Sluice-Node", node)
+	}
+	_, md, _ := awsmiddleware.AddRawResponse{}.HandleDeserialize(context.Background(), middleware.DeserializeInput{},
+		middleware.DeserializeHandlerFunc(func(context.Context, middleware.DeserializeInput) (middleware.DeserializeOutput, middleware.Metadata, error) {
+			return middleware.DeserializeOutput{RawResponse: resp}, middleware.Metadata{}, nil
+		}))
+	return md
+}
+
+// TestDeletesCertainInTheirReceivesTerm: a delivery's epoch is the term
+// its receive's answer carried. A delete answered in that same term is
+// certain, so a later receive of the message is flagged as a
+// resurrection; one answered in another term, or without a term, settles
+// the message without being certain. Within one term a receive count
+// must grow. Every answer's (term, node) reaches the monitor, where two
+// leaders named for one term are a violation.
+func TestDeletesCertainInTheirReceivesTerm(t *testing.T) {
+	tgt := faults.Target[*member]{}
+	run := func(deleteTerm string) (faults.Report, *workload, *monitor) {
+		mo := &monitor{}
+		w := newWorkload(nil, "t", false)
+		w.served = mo.served
 		w.Ck.Attempt(faults.Send{ID: "m1", Body: "m1|-|"}, at(0))
 		w.Ck.Acked("m1", "id1", at(10))
-		w.Ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(500), End: at(510), Count: 1, Visibility: 30 * time.Second, Epoch: 1})
-		l := faults.Lease{Count: 1, Epoch: 1}
+		e := w.Hooks.Epoch(tgt, metaWith("7", "1"))
+		w.Ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(500), End: at(510), Count: 1, Visibility: 30 * time.Second, Epoch: e})
+		l := faults.Lease{Count: 1, Epoch: e}
 		w.Ck.DeleteAttempted("m1", l, at(520))
-		w.Ck.DeleteAcked("m1", l, -1, at(600))
-		w.deletes = append(w.deletes, ackedDelete{id: "m1", lease: l, receiveBegin: at(500), ackedAt: at(600)})
-		// The message comes back, and is deleted again.
-		w.Ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(1000), End: at(1010), Count: 2, Visibility: 30 * time.Second, Epoch: 2})
-		w.Ck.DeleteAcked("m1", faults.Lease{Count: 2, Epoch: 2}, -1, at(1100))
-		w.settleCertainty(mo)
-		return w.Ck.Report()
+		w.Hooks.DeleteAcked(tgt, "m1", l, at(500), at(600), metaWith(deleteTerm, "1"))
+		// The message comes back in term 8 after the lease, and is
+		// deleted again.
+		e2 := w.Hooks.Epoch(tgt, metaWith("8", "2"))
+		w.Ck.Received(faults.Receipt{ID: "m1", Body: "m1|-|", MessageID: "id1", Begin: at(31000), End: at(31010), Count: 2, Visibility: 30 * time.Second, Epoch: e2})
+		l2 := faults.Lease{Count: 2, Epoch: e2}
+		w.Ck.DeleteAttempted("m1", l2, at(31020))
+		w.Hooks.DeleteAcked(tgt, "m1", l2, at(31000), at(31100), metaWith("8", "2"))
+		return w.Ck.Report(), w, mo
 	}
-	steady := func(int) uint64 { return 7 }
-	elected := func(ms int) uint64 { // term 8 from 550 ms on
-		if ms >= 550 {
-			return 8
+	if r, w, _ := run("7"); len(r.Resurrected) != 1 || w.sameTerm.Load() != 2 || w.deletes.Load() != 2 {
+		t.Fatalf("delete answered in its receive's term 7: want the resurrection flagged, got %d same-term deletes; %s", w.sameTerm.Load(), r)
+	}
+	for _, term := range []string{"8", ""} {
+		if r, w, _ := run(term); r.Violations() != 0 || w.sameTerm.Load() != 1 {
+			t.Fatalf("delete answered with term %q: want no verdict, got %d same-term deletes; %s", term, w.sameTerm.Load(), r)
 		}
-		return 7
 	}
-	if r := run([][]observation{obsEvery(steady), obsEvery(steady), obsEvery(steady)}); len(r.Resurrected) != 1 {
-		t.Fatalf("one term throughout: want the resurrection flagged, got %s", r)
+	_, w, mo := run("7")
+	if w.noTerm.Load() != 0 {
+		t.Fatalf("%d deliveries without a term", w.noTerm.Load())
 	}
-	if r := run([][]observation{obsEvery(elected), obsEvery(elected), obsEvery(steady)}); len(r.Resurrected) != 0 {
-		t.Fatalf("an election between receive and delete: want no verdict, got %s", r)
+	if v, n, terms := mo.leaderViolations(); len(v) != 0 || n != 2 || terms != 2 {
+		t.Fatalf("answers from leader 1 in term 7 and 2 in term 8: violations %q, %d observations, %d terms", v, n, terms)
 	}
-	// Only one of three nodes polled after the acknowledgement: no bound.
-	few := obsEvery(steady)[:55] // up to 550 ms
-	if r := run([][]observation{obsEvery(steady), few, few}); len(r.Resurrected) != 0 {
-		t.Fatalf("a minority polled after the delete: want no verdict, got %s", r)
+	mo.served(7, 3)
+	if v, _, _ := mo.leaderViolations(); len(v) != 1 || !strings.Contains(v[0], "term 7") {
+		t.Fatalf("answers from nodes 1 and 3 in term 7: violations %q", v)
+	}
+
+	// Two receives in one term with the same count: a lease forgotten
+	// without a crash.
+	w = newWorkload(nil, "t", false)
+	w.Ck.Attempt(faults.Send{ID: "m2", Body: "m2|-|"}, at(0))
+	w.Ck.Acked("m2", "id2", at(10))
+	for _, ms := range []int{100, 40000} {
+		e := w.Hooks.Epoch(tgt, metaWith("9", "1"))
+		w.Ck.Received(faults.Receipt{ID: "m2", Body: "m2|-|", MessageID: "id2", Begin: at(ms), End: at(ms + 10), Count: 1, Visibility: 30 * time.Second, Epoch: e})
+	}
+	if r := w.Ck.Report(); len(r.Corrupt) != 1 {
+		t.Fatalf("receive count 1 twice in term 9: want it flagged, got %s", r)
 	}
 }
 

@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/sluicemq/sluice/test/crash"
 	"github.com/sluicemq/sluice/test/faults"
@@ -30,40 +34,68 @@ func newClient(url string, timeout time.Duration) *sqs.Client {
 	return crash.NewClient(url, "clusterfaults", faults.Producers+faults.Consumers+4, timeout)
 }
 
-// ackedDelete is an acknowledged delete whose certainty is decided after
-// the run, when the monitor knows which terms the receive and the delete
-// may have been served in (see workload.settleCertainty).
-type ackedDelete struct {
-	id           string
-	lease        faults.Lease
-	receiveBegin time.Time
-	ackedAt      time.Time
-}
-
 // workload drives producers and consumers through every node of a cluster
 // and records the history in a faults.Checker.
 //
 // Epochs: the single-node harness numbers broker incarnations, which the
 // test itself creates by killing the broker. In a cluster an incarnation
-// is a leader's term, and which term served a request is not known when
-// it returns (a forwarded request may be served by a leader elected while
-// it waited). So every delivery gets an epoch of its own, in the order the
-// receives returned, which makes the Checker treat any two deliveries as
-// possibly across a crash (a repeated receive count is then allowed;
-// lease bounds are still checked whenever the count grew), and an
-// acknowledged delete is made certain only after the run, when the
-// monitor proves the receive and the delete were served in one term.
+// is a leader's term: an engine opens per leadership, so within one term
+// no lease is forgotten and receive counts only grow. Every answer a
+// leader's server gives carries its term (X-Sluice-Term, also through a
+// follower that forwarded the request), so a delivery's epoch is the term
+// that served its receive, and an acknowledged delete is certain — no
+// later receive may return the message — when the same term served it
+// (Checker.DeleteAcked then also checks the lease could not have ended).
+// A delete answered in another term settles the message without being
+// certain: the new leader may not have known the lease, and a standard
+// queue acknowledges a stale handle without deleting.
 type workload struct {
 	faults.Workload[*member]
 	c *testCluster
 
-	epochs atomic.Int64 // the last delivery epoch handed out
-
-	mu      sync.Mutex
-	deletes []ackedDelete
+	// epochs numbers the deliveries whose answer carried no term (there
+	// should be none; counted in noTerm), above any real term.
+	epochs atomic.Int64
+	noTerm atomic.Int64
+	// deletes counts acknowledged deletes, sameTerm those answered in
+	// the term of their receive.
+	deletes, sameTerm atomic.Int64
+	// served records the (term, node) of every answer, for the monitor.
+	served func(term, node uint64)
 
 	errs  sync.Map // "op: message" → *atomic.Int64
 	nerrs atomic.Int64
+}
+
+// noTermEpoch is where the epochs of deliveries without a term start.
+const noTermEpoch = 1 << 40
+
+// servedBy is the term and node that served the request whose response
+// metadata is meta (X-Sluice-Term, X-Sluice-Node); false if it carried
+// none.
+func servedBy(meta middleware.Metadata) (term, node uint64, ok bool) {
+	resp, _ := awsmiddleware.GetRawResponse(meta).(*smithyhttp.Response)
+	if resp == nil {
+		return 0, 0, false
+	}
+	term, err := strconv.ParseUint(resp.Header.Get("X-Sluice-Term"), 10, 62)
+	if err != nil || term == 0 {
+		return 0, 0, false
+	}
+	node, _ = strconv.ParseUint(resp.Header.Get("X-Sluice-Node"), 10, 64)
+	return term, node, true
+}
+
+// termOf is the epoch of a delivery received in the response of meta.
+func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
+	term, node, ok := servedBy(meta)
+	if !ok {
+		return 0, false
+	}
+	if w.served != nil {
+		w.served(term, node)
+	}
+	return int(term), true
 }
 
 func newWorkload(c *testCluster, run string, fifo bool) *workload {
@@ -82,14 +114,23 @@ func newWorkload(c *testCluster, run string, fifo bool) *workload {
 		Pause: func(ctx context.Context, _ faults.Target[*member]) {
 			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
 		},
-		Epoch: func(faults.Target[*member]) int { return int(w.epochs.Add(1)) },
-		DeleteAcked: func(_ faults.Target[*member], id string, l faults.Lease, receiveBegin, at time.Time) {
-			// Epoch -1 matches no delivery: acknowledged (it settles the
-			// message), certainty decided after the run.
-			w.Ck.DeleteAcked(id, l, -1, at)
-			w.mu.Lock()
-			w.deletes = append(w.deletes, ackedDelete{id: id, lease: l, receiveBegin: receiveBegin, ackedAt: at})
-			w.mu.Unlock()
+		Epoch: func(_ faults.Target[*member], meta middleware.Metadata) int {
+			if term, ok := w.termOf(meta); ok {
+				return term
+			}
+			w.noTerm.Add(1)
+			return noTermEpoch + int(w.epochs.Add(1))
+		},
+		DeleteAcked: func(_ faults.Target[*member], id string, l faults.Lease, _, at time.Time, meta middleware.Metadata) {
+			// Epoch -1 matches no delivery: the delete settles the
+			// message without being certain.
+			epoch := -1
+			if term, ok := w.termOf(meta); ok && term == l.Epoch {
+				epoch = term
+				w.sameTerm.Add(1)
+			}
+			w.deletes.Add(1)
+			w.Ck.DeleteAcked(id, l, epoch, at)
 		},
 	}
 	return w
@@ -160,25 +201,6 @@ func (w *workload) errorSummary() string {
 		parts = append(parts, fmt.Sprintf("%q×%d", e.k, e.n))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// settleCertainty tells the Checker which acknowledged deletes were
-// certain: those whose receive and delete the monitor proves were served
-// in one term, by one leader's engine (termBefore the receive equals
-// termAfter the acknowledgement). It returns how many of how many.
-func (w *workload) settleCertainty(mo *monitor) (certain, total int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, d := range w.deletes {
-		lo := mo.termBefore(d.receiveBegin)
-		hi, ok := mo.termAfter(d.ackedAt)
-		if !ok || lo == 0 || lo != hi {
-			continue
-		}
-		w.Ck.DeleteAcked(d.id, d.lease, d.lease.Epoch, d.ackedAt)
-		certain++
-	}
-	return certain, len(w.deletes)
 }
 
 // queuesEmpty reports whether the broker, asked through any live node,

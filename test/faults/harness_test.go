@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sluicemq/sluice/test/crash"
 )
@@ -127,8 +128,8 @@ func newWorkload(fifo bool, run string, timeout time.Duration) *workload {
 		Refused: func(op, msg string) bool {
 			return strings.Contains(strings.ToLower(msg), "receipt handle") || op == "release" && strings.Contains(msg, "MessageNotInflight")
 		},
-		Epoch: func(t Target[*incarnation]) int { return t.Node.epoch },
-		DeleteAcked: func(t Target[*incarnation], id string, l Lease, _, at time.Time) {
+		Epoch: func(t Target[*incarnation], _ middleware.Metadata) int { return t.Node.epoch },
+		DeleteAcked: func(t Target[*incarnation], id string, l Lease, _, at time.Time, _ middleware.Metadata) {
 			w.Ck.DeleteAcked(id, l, t.Node.epoch, at)
 		},
 	}

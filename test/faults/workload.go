@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // Workload shape, shared by the single-node harness (this package's tests)
@@ -53,11 +54,13 @@ type Hooks[N any] struct {
 	// refusal, which is not noted. Nil: every failure is noted.
 	Refused func(op, msg string) bool
 	// Epoch is the epoch (Receipt.Epoch, Lease.Epoch) of one delivery
-	// received through t; it is asked once per delivery.
-	Epoch func(t Target[N]) int
+	// received through t, whose receive response's metadata is meta; it
+	// is asked once per delivery.
+	Epoch func(t Target[N], meta middleware.Metadata) int
 	// DeleteAcked records a delete acknowledged through t, of the
-	// delivery received by the receive begun at receiveBegin.
-	DeleteAcked func(t Target[N], id string, l Lease, receiveBegin, at time.Time)
+	// delivery received by the receive begun at receiveBegin; meta is the
+	// delete response's metadata.
+	DeleteAcked func(t Target[N], id string, l Lease, receiveBegin, at time.Time, meta middleware.Metadata)
 }
 
 // Workload drives producers and consumers against a broker and records
@@ -261,7 +264,7 @@ func (w *Workload[N]) consume(ctx context.Context, queue string, dlq bool, rng *
 			body := aws.ToString(m.Body)
 			id, poison := ParseBody(body)
 			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
-			epoch := w.Hooks.Epoch(t)
+			epoch := w.Hooks.Epoch(t, out.ResultMetadata)
 			lease := Lease{Count: count, Epoch: epoch}
 			w.Ck.Received(Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: queue, DLQ: dlq,
 				Begin: begin, End: end, Count: count, Visibility: LeaseTime, Epoch: epoch})
@@ -315,7 +318,7 @@ func (w *Workload[N]) consume(ctx context.Context, queue string, dlq bool, rng *
 			if err != nil || i < 0 || i >= len(delIDs) {
 				continue
 			}
-			w.Hooks.DeleteAcked(t, delIDs[i], delLeases[i], begin, done)
+			w.Hooks.DeleteAcked(t, delIDs[i], delLeases[i], begin, done, dout.ResultMetadata)
 		}
 		for _, f := range dout.Failed {
 			// The delete settles nothing: the message must come back.
