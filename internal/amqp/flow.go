@@ -15,7 +15,7 @@ import (
 //	high = max(Options.FlowMinBacklog, Options.FlowCreditFactor × Σ credit)
 //
 // where a consumer's credit is its prefetch count (flowUnlimitedCredit
-// for a consumer without one, or in no-ack mode). It is back under when
+// for a consumer without one, flowNoAckCredit in no-ack mode). It is back under when
 // its ready count is at most high/2 (the low-water mark), or when its last
 // consumer goes. A queue without consumers is never over: a backlog kept
 // for absent consumers is the normal case, and the memory and disk alarms
@@ -54,8 +54,13 @@ const (
 	DefaultFlowCreditFactor = 4
 	DefaultFlowMaxWait      = time.Second
 	// flowUnlimitedCredit is the credit counted for a consumer without a
-	// prefetch limit (or in no-ack mode) in the high-water mark.
+	// prefetch limit in the high-water mark.
 	flowUnlimitedCredit = 1000
+	// flowNoAckCredit is the credit counted for a no-ack consumer. It
+	// holds no deliveries (each is settled once queued for writing); its
+	// buffer is its connection's outgoing queue, so a short ready list
+	// keeps it fed and a long one only adds latency.
+	flowNoAckCredit = 100
 	// flowPoll is how often a throttled reader re-checks what the gate
 	// does not signal: its own connection's unacknowledged deliveries,
 	// the queue losing its consumers or being purged.
@@ -115,9 +120,12 @@ func (s *Server) highWater(q *queue) int {
 	t.mu.RLock()
 	credit := 0
 	for cs := range q.consumers {
-		if cs.prefetch > 0 && !cs.noAck {
+		switch {
+		case cs.noAck:
+			credit += flowNoAckCredit
+		case cs.prefetch > 0:
 			credit += cs.prefetch
-		} else {
+		default:
 			credit += flowUnlimitedCredit
 		}
 	}
