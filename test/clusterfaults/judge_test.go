@@ -25,16 +25,6 @@ func at(ms int) time.Time {
 	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond)
 }
 
-// obsEvery is one node's observations: a poll every 10 ms from 0 to 2000
-// ms, answering term termAt(ms).
-func obsEvery(termAt func(ms int) uint64) []observation {
-	var out []observation
-	for ms := 0; ms < 2000; ms += 10 {
-		out = append(out, observation{start: at(ms), end: at(ms + 5), term: termAt(ms), role: "follower", leader: 1})
-	}
-	return out
-}
-
 // TestLeaderViolations: two nodes that say they lead one term, or nodes
 // that name different leaders for it, are flagged; leaders of different
 // terms are not.
