@@ -29,6 +29,12 @@ type Timer interface {
 	Stop() bool
 	// Reset makes the timer fire after d; it reports whether it was active.
 	Reset(d time.Duration) bool
+	// ResetAt makes the timer fire at t (at once if t has passed); it
+	// reports whether it was active. A deadline computed from an earlier
+	// reading of Now should be armed with ResetAt, not with Reset of the
+	// difference: time may have moved since that reading (on a Fake, a
+	// whole Advance), and Reset would fire that much late.
+	ResetAt(t time.Time) bool
 }
 
 // Real is the wall clock.
@@ -45,6 +51,7 @@ type realTimer struct{ t *time.Timer }
 func (r realTimer) C() <-chan time.Time        { return r.t.C }
 func (r realTimer) Stop() bool                 { return r.t.Stop() }
 func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+func (r realTimer) ResetAt(t time.Time) bool   { return r.t.Reset(time.Until(t)) }
 
 // Fake is a manually advanced clock for tests. Its timers fire, in deadline
 // order, when Advance moves the time past their deadline. The zero value is
@@ -181,9 +188,19 @@ func (t *fakeTimer) stopLocked() bool {
 
 func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.f.mu.Lock()
+	return t.resetLocked(t.f.now.Add(d))
+}
+
+func (t *fakeTimer) ResetAt(when time.Time) bool {
+	t.f.mu.Lock()
+	return t.resetLocked(when)
+}
+
+// resetLocked arms t for when; it is called with f.mu held and releases it.
+func (t *fakeTimer) resetLocked(when time.Time) bool {
 	was := t.stopLocked()
-	t.when = t.f.now.Add(d)
-	if d <= 0 {
+	t.when = when
+	if !when.After(t.f.now) {
 		t.f.mu.Unlock()
 		select {
 		case t.c <- t.when:

@@ -108,3 +108,46 @@ func TestBlockUntilCounts(t *testing.T) {
 		t.Fatalf("after firing both: %d timers", f.Timers())
 	}
 }
+
+// ResetAt arms a timer for a deadline, not a duration: a deadline computed
+// before the clock moved still fires when it is reached (Reset of the
+// difference would fire that much late), and one already past fires at
+// once. The engine's scheduler relies on it (TestLongPollWakesOnLeaseExpiry
+// failed about once in a few thousand runs under load without it).
+func TestResetAtFiresAtTheDeadline(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	tm := f.NewTimer(time.Hour)
+	deadline := start.Add(3 * time.Second) // computed at start
+	f.Advance(3 * time.Second)             // the clock moves before it is armed
+	tm.Stop()
+	tm.ResetAt(deadline)
+	select {
+	case got := <-tm.C():
+		if !got.Equal(deadline) {
+			t.Fatalf("fired with %v, want %v", got, deadline)
+		}
+	default:
+		t.Fatal("a deadline already reached did not fire at once")
+	}
+	tm.ResetAt(start.Add(5 * time.Second))
+	f.Advance(time.Second)
+	select {
+	case <-tm.C():
+		t.Fatal("fired a second early")
+	default:
+	}
+	f.Advance(time.Second)
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("did not fire at its deadline")
+	}
+	r := Real{}.NewTimer(time.Hour)
+	r.ResetAt(time.Now().Add(-time.Second))
+	select {
+	case <-r.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("real timer: a past deadline did not fire")
+	}
+}

@@ -489,9 +489,9 @@ func (e *Engine) runScheduler() {
 		for len(e.sched.h) > 0 && e.sched.h[0].at <= now {
 			due = append(due, heap.Pop(&e.sched.h).(schedEntry).q)
 		}
-		wait := time.Duration(-1)
+		var next int64 // the earliest deadline not yet due; 0: none
 		if len(e.sched.h) > 0 {
-			wait = time.Duration(e.sched.h[0].at - now)
+			next = e.sched.h[0].at
 		}
 		e.sched.mu.Unlock()
 		for _, q := range due {
@@ -501,13 +501,14 @@ func (e *Engine) runScheduler() {
 			continue
 		}
 		var fire <-chan time.Time
-		if wait >= 0 {
+		if next != 0 {
+			// Armed at the deadline itself, not after next-now: the
+			// clock may have moved since now was read (see ResetAt).
 			if timer == nil {
-				timer = e.clock.NewTimer(wait)
-			} else {
-				timer.Stop()
-				timer.Reset(wait)
+				timer = e.clock.NewTimer(time.Duration(next - now))
 			}
+			timer.Stop()
+			timer.ResetAt(time.Unix(0, next))
 			fire = timer.C()
 		}
 		select {
