@@ -373,7 +373,7 @@ func (s *Server) runExpiry() {
 		var tc <-chan time.Time
 		var timer clock.Timer
 		if !next.IsZero() {
-			timer = s.clk.NewTimer(max(next.Sub(s.clk.Now()), 0))
+			timer = s.clk.NewTimerAt(next) // see clock.Timer.ResetAt
 			tc = timer.C()
 		}
 		select {

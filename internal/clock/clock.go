@@ -19,6 +19,10 @@ type Clock interface {
 	Now() time.Time
 	// NewTimer returns a timer that fires once after d.
 	NewTimer(d time.Duration) Timer
+	// NewTimerAt returns a timer that fires once at t (at once if t has
+	// passed): for a deadline computed from an earlier reading of Now
+	// (see Timer.ResetAt).
+	NewTimerAt(t time.Time) Timer
 }
 
 // Timer is the part of *time.Timer that Sluice uses.
@@ -45,6 +49,9 @@ func (Real) Now() time.Time { return time.Now() }
 
 // NewTimer wraps time.NewTimer.
 func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+// NewTimerAt wraps time.NewTimer(time.Until(t)).
+func (Real) NewTimerAt(t time.Time) Timer { return realTimer{time.NewTimer(time.Until(t))} }
 
 type realTimer struct{ t *time.Timer }
 
@@ -84,6 +91,13 @@ func (f *Fake) Now() time.Time {
 func (f *Fake) NewTimer(d time.Duration) Timer {
 	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
 	t.Reset(d)
+	return t
+}
+
+// NewTimerAt returns a timer that fires when the time reaches when.
+func (f *Fake) NewTimerAt(when time.Time) Timer {
+	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
+	t.ResetAt(when)
 	return t
 }
 

@@ -505,10 +505,11 @@ func (e *Engine) runScheduler() {
 			// Armed at the deadline itself, not after next-now: the
 			// clock may have moved since now was read (see ResetAt).
 			if timer == nil {
-				timer = e.clock.NewTimer(time.Duration(next - now))
+				timer = e.clock.NewTimerAt(time.Unix(0, next))
+			} else {
+				timer.Stop()
+				timer.ResetAt(time.Unix(0, next))
 			}
-			timer.Stop()
-			timer.ResetAt(time.Unix(0, next))
 			fire = timer.C()
 		}
 		select {
