@@ -110,6 +110,9 @@ var allowed = map[string][]string{
 	"test/perf":          {},
 	"test/scenario":      {},
 	"test/soak":          {},
+
+	// Measurement programs: AMQP clients of a broker, no Sluice package.
+	"scripts/reject-storm": {},
 }
 
 // banned maps a package prefix (relative to the module; it covers the
