@@ -28,13 +28,19 @@ func (w *writeCounter) Write(b *store.Batch, durable bool) (store.Pending, error
 	return w.Store.Write(b, durable)
 }
 
+// startCountingBroker starts a broker whose store counts durable writes.
+func startCountingBroker(t *testing.T) (*broker, *writeCounter) {
+	wc := &writeCounter{}
+	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { wc.Store = s; return wc }))
+	return b, wc
+}
+
 // A no-ack consumer's deliveries are settled with one engine delete per
 // batch the consumer takes, not one durable write per delivery (issue 13:
 // "acks and no-ack deliveries settle in batches"); every message is
 // delivered once and none is left behind.
 func TestNoAckSettlesInBatches(t *testing.T) {
-	wc := &writeCounter{}
-	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { wc.Store = s; return wc }))
+	b, wc := startCountingBroker(t)
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("noack", true, false, false, false, nil)
 	must(t, err)
@@ -79,8 +85,7 @@ func TestNoAckSettlesInBatches(t *testing.T) {
 // delivery it covers in one engine write (issue 13: settlements in
 // batches), in delivery order, each with its x-death.
 func TestNackMultipleRejectsInOneWrite(t *testing.T) {
-	wc := &writeCounter{}
-	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { wc.Store = s; return wc }))
+	b, wc := startCountingBroker(t)
 	_, ch := b.channel()
 	_, err := ch.QueueDeclare("dead", true, false, false, false, nil)
 	must(t, err)

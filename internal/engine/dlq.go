@@ -125,30 +125,15 @@ func newFailureRecord(f *Failure, m *message, now int64) *FailureRecord {
 // without effect; malformed ones fail with ErrReceiptHandleInvalid. The
 // result has one entry per handle. Durable when it returns.
 func (e *Engine) Reject(name string, handles []string, f Failure) ([]error, error) {
-	errs := make([]error, len(handles))
-	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
-		canDL := e.canDeadLetter(q)
-		for i, h := range handles {
-			m, current, _, err := q.lookupLeaseLocked(h)
-			switch {
-			case err != nil:
-				errs[i] = err
-			case m == nil || !current || m.state != stateInFlight:
-				// Already settled: nothing to reject.
-			case canDL:
-				m.extension().failure = newFailureRecord(&f, m, now)
-				e.deadLetterLocked(q, m, ReasonTerminal, now, b)
-			default:
-				q.dropLocked(m, b)
-				e.countDropLocked(q, m, ReasonTerminal)
-			}
+	return e.settleLeased(name, handles, func(q *queue, m *message, now int64, b *store.Batch) {
+		if !e.canDeadLetter(q) {
+			q.dropLocked(m, b)
+			e.countDropLocked(q, m, ReasonTerminal)
+			return
 		}
-		return nil
+		m.extension().failure = newFailureRecord(&f, m, now)
+		e.deadLetterLocked(q, m, ReasonTerminal, now, b)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return errs, nil
 }
 
 // matches reports whether m passes f.

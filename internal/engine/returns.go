@@ -106,6 +106,18 @@ func (e *Engine) Abandon(queue string, handles []string) ([]error, error) {
 // in-flight leases are dropped; other handles are settled without effect.
 // Durable when it returns.
 func (e *Engine) Drop(name string, handles []string) ([]error, error) {
+	return e.settleLeased(name, handles, func(q *queue, m *message, _ int64, b *store.Batch) {
+		q.dropLocked(m, b)
+		e.countDropLocked(q, m, ReasonTerminal) // rejected, with no target
+	})
+}
+
+// settleLeased applies settle, in one update of queue name, to every
+// message still in flight under the current lease of its handle (Drop,
+// Reject). Handles whose lease is no longer current (settled by a failure
+// report, expired) are settled without effect; malformed ones fail. The
+// result has one entry per handle.
+func (e *Engine) settleLeased(name string, handles []string, settle func(q *queue, m *message, now int64, b *store.Batch)) ([]error, error) {
 	errs := make([]error, len(handles))
 	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
 		for i, h := range handles {
@@ -114,11 +126,9 @@ func (e *Engine) Drop(name string, handles []string) ([]error, error) {
 			case err != nil:
 				errs[i] = err
 			case m == nil || !current || m.state != stateInFlight:
-				// Already settled (dead-lettered by a report,
-				// expired): nothing to drop.
+				// Already settled: nothing to do.
 			default:
-				q.dropLocked(m, b)
-				e.countDropLocked(q, m, ReasonTerminal) // rejected, with no target
+				settle(q, m, now, b)
 			}
 		}
 		return nil
