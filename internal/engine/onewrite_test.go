@@ -78,7 +78,13 @@ func TestSendManyIsOneDurableWrite(t *testing.T) {
 			})
 			done <- err
 		}()
-		poll.CheckFor(t, 10*time.Second, poll.True("SendMany's durable write to reach the store", func() bool { return pf.ps.held() == 1 }))
+		// The write hook runs as Write returns, just after the sync is
+		// held: wait for both.
+		poll.CheckFor(t, 10*time.Second, poll.True("SendMany's durable write to reach the store", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return pf.ps.held() == 1 && len(batches) > 0
+		}))
 		mu.Lock()
 		contents := map[uint32]int{}
 		for _, b := range batches {
