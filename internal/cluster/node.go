@@ -5,7 +5,9 @@
 // The design is in docs/adr/0012-replicated-store.md. Raft replicates the
 // store's write batches (internal/cluster/raftstore); only the leader runs
 // an engine, a full in-process server.Server on the replicated store, with
-// its own listeners on port 0 of the host of this node's Raft address. Every
+// its own listeners (by default on port 0 of the host of this node's Raft
+// address; [cluster] internal_http_listen and internal_amqp_listen fix
+// them, and internal_*_advertise names the address the others dial). Every
 // node owns the public listeners a client dials (sqs_listen, amqp_listen):
 //
 //   - HTTP: each request is forwarded, as it is (the client's Host header
@@ -483,6 +485,12 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
 	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers()}
+	// Where the others dial, when that is not where the listeners bound
+	// (a port mapping or a proxy in between).
+	ad.SQS = cmp.Or(n.opts.Cluster.InternalHTTPAdvertise, ad.SQS)
+	if ad.AMQP != "" {
+		ad.AMQP = cmp.Or(n.opts.Cluster.InternalAMQPAdvertise, ad.AMQP)
+	}
 	n.mu.Lock()
 	n.local = &ad
 	n.localHTTP = srv.Handler()
@@ -551,8 +559,9 @@ const (
 )
 
 // internalOptions are the leader's server settings for the leadership of
-// term: this node's, with listeners on port 0 of the Raft address's host
-// (peers reach them there). The caller sets InjectedStore to the
+// term: this node's, with listeners on the configured internal addresses,
+// by default port 0 of the Raft address's host (peers reach them there or
+// at the advertised addresses, serveLocal). The caller sets InjectedStore to the
 // replicated store bound to that leadership.
 func (n *Node) internalOptions(term uint64) server.Options {
 	o := n.opts
@@ -565,9 +574,9 @@ func (n *Node) internalOptions(term uint64) server.Options {
 	}
 	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
-	o.SQSListen = net.JoinHostPort(host, "0")
+	o.SQSListen = cmp.Or(o.Cluster.InternalHTTPListen, net.JoinHostPort(host, "0"))
 	if o.AMQPListen != "" {
-		o.AMQPListen = net.JoinHostPort(host, "0")
+		o.AMQPListen = cmp.Or(o.Cluster.InternalAMQPListen, net.JoinHostPort(host, "0"))
 	}
 	o.ReadyFile = ""
 	// The node watches its data directory and counts its followers'

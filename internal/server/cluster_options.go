@@ -81,6 +81,22 @@ type ClusterConfig struct {
 	// answers the leader. 0: the default (1,000); at most LogKeepEntries
 	// is used, so the new voter catches up from the log, not a snapshot.
 	PromoteLagEntries uint64 `toml:"promote_lag_entries"`
+	// InternalHTTPListen and InternalAMQPListen are where this node's
+	// server listens while it leads: the internal listeners the other
+	// nodes forward SQS/HTTP requests and relay AMQP connections to,
+	// behind the node handshake. "": port 0 of the host of this node's
+	// Raft address in Peers (a new port at every leadership, announced to
+	// the others through the replicated log). A fixed port is for
+	// firewalls and port mappings between the nodes.
+	InternalHTTPListen string `toml:"internal_http_listen"`
+	InternalAMQPListen string `toml:"internal_amqp_listen"`
+	// InternalHTTPAdvertise and InternalAMQPAdvertise are the addresses
+	// the other nodes dial for those listeners, when it is not the
+	// listener's own (a NAT, a port mapping, a proxy in between). They
+	// need the matching listen setting with a fixed port. "": the address
+	// the listener bound.
+	InternalHTTPAdvertise string `toml:"internal_http_advertise"`
+	InternalAMQPAdvertise string `toml:"internal_amqp_advertise"`
 }
 
 // MinClusterSecretSize is the shortest cluster secret a node accepts.
@@ -247,6 +263,11 @@ func (o *Options) validateCluster() []error {
 			errs = append(errs, fmt.Errorf("cluster.raft_listen: %q is not a loopback address and no cluster.secret_file is set; beyond loopback every node must hold the same secret (--cluster-secret-file), so that only nodes can speak Raft to each other. The secret authenticates, it does not encrypt: keep the nodes on a private network (docs/security.md)", listen))
 		}
 	}
+	errs = append(errs, validateInternal("http", c.InternalHTTPListen, c.InternalHTTPAdvertise)...)
+	errs = append(errs, validateInternal("amqp", c.InternalAMQPListen, c.InternalAMQPAdvertise)...)
+	if o.AMQPListen == "" && (c.InternalAMQPListen != "" || c.InternalAMQPAdvertise != "") {
+		errs = append(errs, errors.New("cluster.internal_amqp_listen, cluster.internal_amqp_advertise: AMQP is off on this node (amqp_listen is empty)"))
+	}
 	if o.Store != "disk" {
 		errs = append(errs, fmt.Errorf("store: %q is not supported with [cluster]: a cluster node keeps its Raft log and state on disk", o.Store))
 	}
@@ -255,6 +276,32 @@ func (o *Options) validateCluster() []error {
 	}
 	if o.TLS.Cert != "" || o.AMQPSListen != "" {
 		errs = append(errs, errors.New("tls, amqps_listen: not supported with [cluster] yet"))
+	}
+	return errs
+}
+
+// validateInternal checks one internal listener's listen and advertise
+// settings (kind is http or amqp): host:port each; an advertised address
+// needs a fixed listen port, since the port a listener on port 0 gets is
+// not known in advance.
+func validateInternal(kind, listen, advertise string) []error {
+	var errs []error
+	fixed := false
+	if listen != "" {
+		_, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster.internal_%s_listen: %q is not host:port: %v", kind, listen, err))
+		}
+		fixed = err == nil && port != "0"
+	}
+	if advertise != "" {
+		host, port, err := net.SplitHostPort(advertise)
+		switch {
+		case err != nil || host == "" || port == "0":
+			errs = append(errs, fmt.Errorf("cluster.internal_%s_advertise: %q is not host:port with a host and a fixed port", kind, advertise))
+		case !fixed:
+			errs = append(errs, fmt.Errorf("cluster.internal_%s_advertise: set only with cluster.internal_%s_listen on a fixed port", kind, kind))
+		}
 	}
 	return errs
 }

@@ -52,6 +52,15 @@ func TestClusterValidate(t *testing.T) {
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
 		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
 		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},
+		{"internal listen not host:port", func(o *Options) { o.Cluster.InternalHTTPListen = "7201" }, `cluster.internal_http_listen: "7201" is not host:port`},
+		{"advertise without a fixed port", func(o *Options) { o.Cluster.InternalHTTPAdvertise = "10.0.0.2:7201" }, "cluster.internal_http_advertise: set only with cluster.internal_http_listen on a fixed port"},
+		{"advertise with listen on port 0", func(o *Options) {
+			o.Cluster.InternalAMQPListen, o.Cluster.InternalAMQPAdvertise = "127.0.0.1:0", "10.0.0.2:7202"
+		}, "cluster.internal_amqp_advertise: set only with cluster.internal_amqp_listen on a fixed port"},
+		{"advertise port 0", func(o *Options) {
+			o.Cluster.InternalHTTPListen, o.Cluster.InternalHTTPAdvertise = "127.0.0.1:7201", "10.0.0.2:0"
+		}, `cluster.internal_http_advertise: "10.0.0.2:0" is not host:port with a host and a fixed port`},
+		{"internal amqp without amqp", func(o *Options) { o.AMQPListen, o.Cluster.InternalAMQPListen = "", "127.0.0.1:7202" }, "AMQP is off on this node"},
 		{"join alone", func(o *Options) { o.Cluster.Join, o.Cluster.Peers = true, threePeers[1:2] }, "cluster.join: a joining node lists itself and at least one current member"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +74,12 @@ func TestClusterValidate(t *testing.T) {
 	}
 	if o := clusterOptions(ClusterConfig{NodeID: 4, Join: true, Peers: append([]ClusterPeer{{4, "127.0.0.1:7104"}}, threePeers...)}); o.Validate() != nil {
 		t.Fatalf("joining node refused: %v", o.Validate())
+	}
+	fixed := clusterOptions(ClusterConfig{NodeID: 2, Peers: threePeers,
+		InternalHTTPListen: "127.0.0.1:7201", InternalHTTPAdvertise: "127.0.0.1:17201",
+		InternalAMQPListen: "127.0.0.1:7202", InternalAMQPAdvertise: "127.0.0.1:17202"})
+	if err := fixed.Validate(); err != nil {
+		t.Fatalf("fixed internal listeners refused: %v", err)
 	}
 	o := clusterOptions(ClusterConfig{NodeID: 2, RaftListen: "0.0.0.0:7102", Peers: threePeers, SecretFile: writeSecret(t, strings.Repeat("s", 32)+"\n", 0o600)})
 	if err := o.Validate(); err != nil {
@@ -133,6 +148,8 @@ node_id = 1
 raft_listen = "127.0.0.1:7101"
 peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {id = 3, raft = "127.0.0.1:7103"}]
 promote_lag_entries = 50
+internal_http_listen = "127.0.0.1:7201"
+internal_http_advertise = "127.0.0.1:17201"
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +157,8 @@ promote_lag_entries = 50
 	if err := o.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers, PromoteLagEntries: 50}
+	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers, PromoteLagEntries: 50,
+		InternalHTTPListen: "127.0.0.1:7201", InternalHTTPAdvertise: "127.0.0.1:17201"}
 	if !reflect.DeepEqual(o.Cluster, want) || o.Validate() != nil {
 		t.Fatalf("got %+v (%v), want %+v", o.Cluster, o.Validate(), want)
 	}

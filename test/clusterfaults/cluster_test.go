@@ -76,14 +76,22 @@ func (m *member) queueURL(ctx context.Context, queue string) (string, error) {
 }
 
 // testCluster is n sluice processes whose Raft links all pass through
-// Links: links[i][j] carries node i's messages to node j.
+// Links: links[i][j] carries node i's messages to node j. The requests and
+// AMQP connections the other nodes forward to node j while it leads pass
+// through inHTTP[j] and inAMQP[j] (its internal listeners are on fixed
+// ports, and it advertises these Links instead): one Link per node and
+// protocol, shared by every node that forwards to it.
 type testCluster struct {
-	t       *testing.T
-	bin     string
-	nodes   []*member
-	links   [][]*Link
-	timeout time.Duration // SQS client request timeout
+	t              *testing.T
+	bin            string
+	nodes          []*member
+	links          [][]*Link
+	inHTTP, inAMQP []*Link
+	timeout        time.Duration // SQS client request timeout
 }
+
+// clientLinks are node i's inbound client Links.
+func (c *testCluster) clientLinks(i int) []*Link { return []*Link{c.inHTTP[i], c.inAMQP[i]} }
 
 // snapshotSummary counts, from the nodes' logs, the snapshots they sent
 // and installed (the low truncation thresholds of clusterTOML are meant to
@@ -116,6 +124,9 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 	// A node's real Raft address must be known before the Links and the
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
+	// Each node's internal listeners (HTTP, AMQP) on fixed ports, so that
+	// a Link can stand in front of each.
+	internal := brokertest.ReservePorts(t, 2*size)
 	// Every node holds the same cluster secret, so the faults run with
 	// the node handshake on every Raft connection and internal listener.
 	secret := filepath.Join(t.TempDir(), "cluster.secret")
@@ -125,11 +136,22 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 	config := clusterTOML + fmt.Sprintf("secret_file = %q\n", secret)
 	for i := range size {
 		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
+		h, err := Listen(internal[2*i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := Listen(internal[2*i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.inHTTP, c.inAMQP = append(c.inHTTP, h), append(c.inAMQP, a)
 		// Raft log truncation far below its defaults (10,000 / 5,000
 		// entries), so that the run compacts every few seconds and a node
 		// that was down or cut off catches up by a snapshot, not only from
 		// the log: the faults then exercise snapshot streaming and install.
-		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(config), 0o644); err != nil {
+		node := config + fmt.Sprintf("internal_http_listen = %q\ninternal_http_advertise = %q\ninternal_amqp_listen = %q\ninternal_amqp_advertise = %q\n",
+			internal[2*i], h.Addr(), internal[2*i+1], a.Addr())
+		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(node), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		c.nodes = append(c.nodes, m)
@@ -159,7 +181,7 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 			}
 			m.mu.Unlock()
 		}
-		for _, row := range c.links {
+		for _, row := range append(c.links, c.inHTTP, c.inAMQP) {
 			for _, l := range row {
 				if l != nil {
 					_ = l.Close() // as above
@@ -244,7 +266,8 @@ func (c *testCluster) signal(i int, sig syscall.Signal) error {
 	return syscall.Kill(m.srv.PID, sig)
 }
 
-// isolate sets every link from (out) and to (in) node i.
+// isolate sets every link from (out) and to (in) node i; in includes the
+// requests and connections forwarded to node i.
 func (c *testCluster) isolate(i int, out, in bool, mode Mode, delay time.Duration) {
 	for j := range c.nodes {
 		if j == i {
@@ -257,10 +280,18 @@ func (c *testCluster) isolate(i int, out, in bool, mode Mode, delay time.Duratio
 			c.links[j][i].Set(mode, delay)
 		}
 	}
+	if in {
+		for _, l := range c.clientLinks(i) {
+			l.Set(mode, delay)
+		}
+	}
 }
 
 // split sets mode on every link between a node with in[i] and one
-// without, both ways.
+// without, both ways, and on the inbound client Links of the nodes with
+// in[i] (the minority: a leader cut off with it is unreachable for the
+// majority's forwards too; the Links are shared, so the minority's own
+// forwards to it are cut as well).
 func (c *testCluster) split(in []bool, mode Mode) {
 	for i := range c.nodes {
 		for j := range c.nodes {
@@ -268,12 +299,17 @@ func (c *testCluster) split(in []bool, mode Mode) {
 				c.links[i][j].Set(mode, 0)
 			}
 		}
+		if in[i] {
+			for _, l := range c.clientLinks(i) {
+				l.Set(mode, 0)
+			}
+		}
 	}
 }
 
 // healLinks returns every Link to Pass without delay.
 func (c *testCluster) healLinks() {
-	for _, row := range c.links {
+	for _, row := range append(c.links, c.inHTTP, c.inAMQP) {
 		for _, l := range row {
 			if l != nil {
 				l.Heal()

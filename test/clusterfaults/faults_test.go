@@ -58,7 +58,7 @@ func settings(t *testing.T) (time.Duration, int, uint64) {
 
 // fault is one injected fault: apply starts it, heal ends it.
 type fault struct {
-	kind  string // partition, one-way, delay, kill, kill-leader or pause
+	kind  string // partition, one-way, delay, kill, kill-leader, pause or client-cut
 	name  string
 	apply func() error
 	heal  func() error
@@ -77,7 +77,7 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 		mode = Reset
 	}
 	healLinks := func() error { c.healLinks(); return nil }
-	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "pause"}
+	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "pause", "client-cut"}
 	kind := kinds[rng.IntN(len(kinds))]
 	switch k {
 	case 0:
@@ -113,6 +113,19 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 		d := time.Duration(50+rng.IntN(400)) * time.Millisecond
 		return fault{kind, fmt.Sprintf("delay node %d's links both ways by %v", id, d),
 			func() error { c.isolate(i, true, true, Pass, d); return nil }, healLinks}
+	case "client-cut":
+		// The leader's Raft links stay up, so it keeps leading, but no
+		// node reaches its internal listeners: every request and AMQP
+		// connection forwarded to it fails, cut in flight (Reset) or
+		// left hanging (Blackhole), whatever the leader did with it.
+		i, id = leader, c.nodes[leader].id
+		return fault{kind, fmt.Sprintf("cut the requests and connections forwarded to leader %d (%v)", id, mode),
+			func() error {
+				for _, l := range c.clientLinks(i) {
+					l.Set(mode, 0)
+				}
+				return nil
+			}, healLinks}
 	case "kill", "kill-leader":
 		if kind == "kill-leader" {
 			i, id = leader, c.nodes[leader].id

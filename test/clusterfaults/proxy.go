@@ -1,10 +1,12 @@
 // Package clusterfaults runs a cluster of real `sluice server` processes on
-// 127.0.0.1 whose every Raft link passes through a Link (a TCP proxy this
+// 127.0.0.1 whose every Raft link, and every request or AMQP connection a
+// node forwards to the leader, passes through a Link (a TCP proxy this
 // package controls), injects faults on a seeded schedule (partitions, one-way
-// partitions, delayed links, SIGKILL and restart, SIGSTOP and SIGCONT, kill
-// -9 of the leader) under a load of SQS producers and consumers spread over
-// every node, and judges the history with the test/faults Checker after
-// healing (harness_test.go). See docs/reliability.md, "Cluster faults".
+// partitions, delayed links, cut forwards, SIGKILL and restart, SIGSTOP and
+// SIGCONT, kill -9 of the leader) under a load of SQS producers and consumers
+// spread over every node, and judges the history with the test/faults
+// Checker after healing (cluster_test.go, faults_test.go). See
+// docs/reliability.md, "Cluster faults".
 //
 // The Raft transport (internal/cluster/raftstore) sends each node's messages
 // to a peer over a connection that node dials, so one Link per directed pair

@@ -1,0 +1,138 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// TestFixedAndAdvertisedInternalListeners: with [cluster]
+// internal_http_listen / internal_amqp_listen on fixed ports and
+// internal_*_advertise naming a proxy in front of each, the leader binds
+// exactly those ports, advertises the proxies, and the followers' forwarded
+// SQS requests and relayed AMQP connections go through them: cutting the
+// leader's proxies fails requests through a follower (503) while the
+// leader itself still serves. A node that leads again in a later term
+// binds the same fixed ports again.
+func TestFixedAndAdvertisedInternalListeners(t *testing.T) {
+	ports := brokertest.ReservePorts(t, 6) // per node: internal HTTP, internal AMQP
+	type proxies struct{ http, amqp *cuttableLink }
+	links := make([]proxies, 3)
+	for i := range links {
+		links[i] = proxies{newCuttableLink(t, ports[2*i]), newCuttableLink(t, ports[2*i+1])}
+	}
+	secret := secretFile(t, strings.Repeat("k", 40))
+	nodes := threeNodes(t, func(o *server.Options) {
+		i := o.Cluster.NodeID - 1
+		o.Cluster.SecretFile = secret
+		o.Cluster.InternalHTTPListen, o.Cluster.InternalAMQPListen = ports[2*i], ports[2*i+1]
+		o.Cluster.InternalHTTPAdvertise = links[i].http.ln.Addr().String()
+		o.Cluster.InternalAMQPAdvertise = links[i].amqp.ln.Addr().String()
+	})
+	leader, follower := leaderAndFollower(t, nodes)
+	li := leader.opts.Cluster.NodeID - 1
+
+	ad, _, ok := follower.target()
+	if !ok {
+		t.Fatal("the follower has no route")
+	}
+	if ad.SQS != links[li].http.ln.Addr().String() || ad.AMQP != links[li].amqp.ln.Addr().String() {
+		t.Fatalf("advertised %+v, want the leader's proxies %s and %s", ad, links[li].http.ln.Addr(), links[li].amqp.ln.Addr())
+	}
+	for _, p := range ports[2*li : 2*li+2] {
+		c, err := net.Dial("tcp", p)
+		if err != nil {
+			t.Fatalf("the leader's fixed internal port %s: %v", p, err)
+		}
+		_ = c.Close() // only reachability is checked
+	}
+
+	ctx := context.Background()
+	client := func(n *Node) *sqs.Client {
+		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+			Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
+	}
+	viaFollower, viaLeader := client(follower), client(leader)
+	if _, err := viaFollower.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("fixed")}); err != nil {
+		t.Fatalf("SQS through the follower and the proxy: %v", err)
+	}
+	conn, err := amqp.Dial("amqp://guest:guest@" + follower.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatalf("AMQP through the follower and the proxy: %v", err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare("fixed-amqp", true, false, false, false, nil)
+	}
+	_ = conn.Close() // the declare's outcome is what is checked
+	if err != nil {
+		t.Fatalf("AMQP declare through the follower: %v", err)
+	}
+
+	// Cut the leader's proxies: the follower can no longer reach the
+	// leader's server (its Raft links are untouched, so the leader stays).
+	links[li].http.sever()
+	links[li].amqp.sever()
+	follower.transport.CloseIdleConnections()
+	if _, err := viaFollower.ListQueues(ctx, &sqs.ListQueuesInput{}); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("through the follower with the leader's proxy cut: %v, want a 503", err)
+	}
+	if _, err := viaLeader.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
+		t.Fatalf("the leader itself: %v", err)
+	}
+
+	// Lead elsewhere and back: the same node binds its fixed ports again.
+	first := leader
+	for k := 0; ; k++ {
+		cur, _ := leaderAndFollowers(t, nodes)
+		if k > 0 && cur == first {
+			break
+		}
+		if k == 8 {
+			t.Fatalf("leadership did not come back to node %d in 8 transfers", first.opts.Cluster.NodeID)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := cur.raft.TransferLeadership(tctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("transfer %d: %v", k, err)
+		}
+		poll.CheckFor(t, 30*time.Second, poll.True("every node routes to a serving leader", func() bool {
+			for _, n := range nodes {
+				if _, _, ok := n.target(); !ok {
+					return false
+				}
+			}
+			return true
+		}))
+	}
+	poll.CheckFor(t, 30*time.Second, func() error {
+		_, err := viaLeader.ListQueues(ctx, &sqs.ListQueuesInput{})
+		if err != nil {
+			return fmt.Errorf("node %d leading again on its fixed ports: %v", first.opts.Cluster.NodeID, err)
+		}
+		ad, _, _ := first.target()
+		if ad.SQS != links[li].http.ln.Addr().String() {
+			return fmt.Errorf("advertised %s", ad.SQS)
+		}
+		return nil
+	})
+	c, err := net.Dial("tcp", ports[2*li])
+	if err != nil {
+		t.Fatalf("the fixed internal HTTP port after leading again: %v", err)
+	}
+	_ = c.Close() // only reachability is checked
+}
