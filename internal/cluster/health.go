@@ -34,10 +34,14 @@ import (
 //     single node's refusal) while its own disk is low or while fewer than
 //     a quorum of voters, itself included, are known to have room: then a
 //     commit would have to land on a disk that is nearly full. A voter is
-//     known to have room when its report, at most staleAfter old, says so;
-//     one silent for longer counts as without room (it takes no part in
-//     commits anyway), except in the first staleAfter of the leader's
-//     server (the reports go to it), when none may have arrived yet.
+//     known to have room when its report, at most staleAfter old, says so.
+//     One whose reports stopped but which Raft heard from within
+//     staleAfter (Status.Heard: it takes part in commits, only the path to
+//     the leader's internal HTTP listener is cut) keeps its last report's
+//     verdict, room if it never reported. One silent in Raft too counts as
+//     without room (it takes no part in commits anyway), except in the
+//     first staleAfter of the leader's server (the reports go to it), when
+//     none may have arrived yet.
 
 const (
 	// staleAfter is how long a follower's report stands for its disk at
@@ -123,6 +127,12 @@ func (n *Node) diskVerdict(st raftstore.Status, now, since time.Time) (votersLow
 			room = !n.disk.low
 		case ok && now.Sub(r.at) <= staleAfter:
 			room = !r.st.DiskLow
+		case now.Sub(st.Heard[m.ID]) <= staleAfter:
+			// Its reports do not reach this server, yet it answers in
+			// Raft and so takes part in commits: its last report, if
+			// any, stands (a cut between the nodes' HTTP ports must not
+			// pass for a full disk).
+			room = !(ok && r.st.DiskLow)
 		default:
 			room = young
 		}
@@ -299,7 +309,7 @@ func newDiskCollector(n *Node) diskCollector {
 		free:      d("sluice_disk_free_bytes", "Free space on this node's data directory's filesystem (for unprivileged writers), read at each scrape."),
 		minFree:   d("sluice_disk_min_free_bytes", "The min_free_disk watermark (0: the watch is off)."),
 		low:       d("sluice_cluster_disk_low", "1 while this node's free disk is below min_free_disk (until it is back above 125% of it): its /health fails and its reports tell the leader."),
-		votersLow: d("sluice_cluster_voters_low_on_disk", "On the leader only: voters (itself included) without room on disk (below min_free_disk, or silent for 5 s) at the last check."),
+		votersLow: d("sluice_cluster_voters_low_on_disk", "On the leader only: voters (itself included) without room on disk (below min_free_disk as reported, or silent for 5 s both in its reports and in Raft) at the last check."),
 		refusing:  d("sluice_cluster_disk_refusing", "On the leader only: 1 while it refuses new messages for want of disk (its own, or fewer than a quorum of voters with room)."),
 	}
 }

@@ -344,10 +344,12 @@ func TestDiskWatchEveryNode(t *testing.T) {
 }
 
 // TestDiskVerdict: the leader's rule. A voter has room when its report
-// (at most staleAfter old) says so; one silent for longer has none, except
-// in the first staleAfter of the leader's server, when reports have not
-// arrived yet. New messages are refused when the leader's own disk is low
-// or the voters with room are fewer than a quorum.
+// (at most staleAfter old) says so; one whose reports stopped but which
+// Raft heard from within staleAfter keeps its last report's verdict (room
+// if none); one silent in Raft too has none, except in the first
+// staleAfter of the leader's server, when reports have not arrived yet.
+// New messages are refused when the leader's own disk is low or the voters
+// with room are fewer than a quorum.
 func TestDiskVerdict(t *testing.T) {
 	now := time.Now()
 	members := func(k int) raftstore.Status {
@@ -360,6 +362,7 @@ func TestDiskVerdict(t *testing.T) {
 	fresh := func(low bool) reported { return reported{st: NodeStatus{DiskLow: low}, at: now.Add(-time.Second)} }
 	stale := reported{st: NodeStatus{}, at: now.Add(-staleAfter - time.Second)}
 	old := now.Add(-time.Hour)
+	staleLow := reported{st: NodeStatus{DiskLow: true}, at: now.Add(-staleAfter - time.Second)}
 	for _, tc := range []struct {
 		name       string
 		voters     int
@@ -368,28 +371,41 @@ func TestDiskVerdict(t *testing.T) {
 		since      time.Time
 		wantLow    int
 		wantRefuse bool
+		heard      map[uint64]time.Time // Status.Heard
 	}{
-		{"one node, room", 1, false, nil, old, 0, false},
-		{"one node, low", 1, true, nil, old, 1, true},
-		{"three, all room", 3, false, map[uint64]reported{2: fresh(false), 3: fresh(false)}, old, 0, false},
-		{"three, one follower low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false)}, old, 1, false},
-		{"three, both followers low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(true)}, old, 2, true},
-		{"three, the leader low", 3, true, map[uint64]reported{2: fresh(false), 3: fresh(false)}, old, 1, true},
-		{"three, one silent", 3, false, map[uint64]reported{2: stale, 3: fresh(false)}, old, 1, false},
-		{"three, one silent one low", 3, false, map[uint64]reported{2: stale, 3: fresh(true)}, old, 2, true},
-		{"three, never reported, old leadership", 3, false, nil, old, 2, true},
-		{"three, never reported, young leadership", 3, false, nil, now.Add(-time.Second), 0, false},
-		{"three, young leadership, one low", 3, false, map[uint64]reported{3: fresh(true)}, now.Add(-time.Second), 1, false},
-		{"five, two low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(false), 5: fresh(false)}, old, 2, false},
-		{"five, three low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(true), 5: fresh(false)}, old, 3, true},
+		{"one node, room", 1, false, nil, old, 0, false, nil},
+		{"one node, low", 1, true, nil, old, 1, true, nil},
+		{"three, all room", 3, false, map[uint64]reported{2: fresh(false), 3: fresh(false)}, old, 0, false, nil},
+		{"three, one follower low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false)}, old, 1, false, nil},
+		{"three, both followers low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(true)}, old, 2, true, nil},
+		{"three, the leader low", 3, true, map[uint64]reported{2: fresh(false), 3: fresh(false)}, old, 1, true, nil},
+		{"three, one silent", 3, false, map[uint64]reported{2: stale, 3: fresh(false)}, old, 1, false, nil},
+		{"three, one silent one low", 3, false, map[uint64]reported{2: stale, 3: fresh(true)}, old, 2, true, nil},
+		{"three, never reported, old leadership", 3, false, nil, old, 2, true, nil},
+		{"three, never reported, young leadership", 3, false, nil, now.Add(-time.Second), 0, false, nil},
+		{"three, young leadership, one low", 3, false, map[uint64]reported{3: fresh(true)}, now.Add(-time.Second), 1, false, nil},
+		// Reports cut, Raft alive: the last report stands.
+		{"three, both silent over HTTP, heard in Raft", 3, false, map[uint64]reported{2: stale, 3: stale}, old, 0, false,
+			map[uint64]time.Time{2: now.Add(-time.Second), 3: now}},
+		{"three, never reported, heard in Raft", 3, false, nil, old, 0, false,
+			map[uint64]time.Time{2: now, 3: now}},
+		{"three, heard in Raft, last report low", 3, false, map[uint64]reported{2: staleLow, 3: stale}, old, 1, false,
+			map[uint64]time.Time{2: now, 3: now}},
+		{"three, heard in Raft, last reports low", 3, false, map[uint64]reported{2: staleLow, 3: staleLow}, old, 2, true,
+			map[uint64]time.Time{2: now, 3: now}},
+		{"three, heard in Raft too long ago", 3, false, map[uint64]reported{2: stale, 3: stale}, old, 2, true,
+			map[uint64]time.Time{2: now.Add(-staleAfter - time.Second), 3: now.Add(-time.Hour)}},
+		{"five, two low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(false), 5: fresh(false)}, old, 2, false, nil},
+		{"five, three low", 5, false, map[uint64]reported{2: fresh(true), 3: fresh(true), 4: fresh(true), 5: fresh(false)}, old, 3, true, nil},
 		// A learner (id 4 here) takes no part in the quorum: silent or
 		// low, it counts for nothing.
-		{"three and a silent learner, one low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false)}, old, 1, false},
-		{"three and a low learner, one low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false), 4: fresh(true)}, old, 1, false},
+		{"three and a silent learner, one low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false)}, old, 1, false, nil},
+		{"three and a low learner, one low", 3, false, map[uint64]reported{2: fresh(true), 3: fresh(false), 4: fresh(true)}, old, 1, false, nil},
 	} {
 		n := &Node{reports: tc.reports}
 		n.disk.low = tc.selfLow
 		st := members(tc.voters)
+		st.Heard = tc.heard
 		if strings.Contains(tc.name, "learner") {
 			st.Members = append(st.Members, raftstore.Member{ID: 4, Membership: raftstore.Learner})
 		}
@@ -403,15 +419,17 @@ func TestDiskVerdict(t *testing.T) {
 // TestLeaderUnreachable: a follower whose Raft traffic flows but which
 // cannot reach the leader's server (its status reports, and so its
 // forwarded requests, fail) answers /health 503 leader_unreachable after
-// staleAfter; at the leader it then counts as a voter without room, so one
-// more follower low on disk makes the leader refuse new messages.
+// staleAfter. At the leader it keeps its last report's verdict while Raft
+// hears from it (it takes part in commits), so one more follower low on
+// disk still leaves a quorum with room; once it is down too, the leader
+// refuses new messages.
 func TestLeaderUnreachable(t *testing.T) {
 	var blocked [4]atomic.Bool // by node id
 	var free [4]atomic.Uint64
 	for i := range free {
 		free[i].Store(10 << 30)
 	}
-	nodes := threeNodesWith(t, func(o *server.Options) { o.MinFreeDisk = 1 << 30 }, func(n *Node) {
+	nodes, stop := threeStoppableNodesWith(t, func(o *server.Options) { o.MinFreeDisk = 1 << 30 }, func(n *Node) {
 		id := n.opts.Cluster.NodeID
 		n.freeBytes = func(string) (uint64, error) { return free[id].Load(), nil }
 		dial := n.transport.DialContext
@@ -437,26 +455,44 @@ func TestLeaderUnreachable(t *testing.T) {
 		t.Fatalf("the other follower: %d %+v %v", code, h, err)
 	}
 	poll.CheckFor(t, 20*time.Second, func() error {
-		if vals, _ := scrape(t, leader); vals["sluice_cluster_voters_low_on_disk"] != 1 || vals["sluice_cluster_disk_refusing"] != 0 {
-			return fmt.Errorf("leader with one silent follower: %v %v", vals["sluice_cluster_voters_low_on_disk"], vals["sluice_cluster_disk_refusing"])
+		v, _ := leader.view()
+		for _, m := range v.Members {
+			if m.ID == cut.opts.Cluster.NodeID && m.ReportedMsAgo != nil && *m.ReportedMsAgo <= staleAfter.Milliseconds() {
+				return fmt.Errorf("the cut follower's last report is not stale yet: %v ms", *m.ReportedMsAgo)
+			}
 		}
 		return nil
 	})
+	// Its Raft traffic flows, so it takes part in commits: its last
+	// report (room) stands, and one more follower low on disk leaves a
+	// quorum with room. Until 2026-11-29 a follower silent over HTTP
+	// counted as without room, and this refused every send with the
+	// disk-full error while every disk had room.
 	free[other.opts.Cluster.NodeID].Store(100 << 20)
 	poll.CheckFor(t, 20*time.Second, func() error {
-		if vals, _ := scrape(t, leader); vals["sluice_cluster_voters_low_on_disk"] != 2 || vals["sluice_cluster_disk_refusing"] != 1 {
-			return fmt.Errorf("leader with one silent and one low follower: %v %v", vals["sluice_cluster_voters_low_on_disk"], vals["sluice_cluster_disk_refusing"])
+		if vals, _ := scrape(t, leader); vals["sluice_cluster_voters_low_on_disk"] != 1 {
+			return fmt.Errorf("leader with one follower cut from its server and one low: %v low", vals["sluice_cluster_voters_low_on_disk"])
 		}
 		return nil
 	})
-	// The cut follower reaches the leader again: it has room, a quorum.
-	blocked[cut.opts.Cluster.NodeID].Store(false)
+	if vals, _ := scrape(t, leader); vals["sluice_cluster_disk_refusing"] != 0 {
+		t.Fatalf("the leader refuses for disk with a quorum that has room: %v", vals)
+	}
+	// Raft silent too (the follower stopped): then it counts as without
+	// room, and the leader refuses.
+	if err := stop(int(cut.opts.Cluster.NodeID - 1)); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if vals, _ := scrape(t, leader); vals["sluice_cluster_voters_low_on_disk"] != 2 || vals["sluice_cluster_disk_refusing"] != 1 {
+			return fmt.Errorf("leader with one follower down and one low: %v %v", vals["sluice_cluster_voters_low_on_disk"], vals["sluice_cluster_disk_refusing"])
+		}
+		return nil
+	})
+	free[other.opts.Cluster.NodeID].Store(10 << 30)
 	poll.CheckFor(t, 20*time.Second, func() error {
 		if vals, _ := scrape(t, leader); vals["sluice_cluster_disk_refusing"] != 0 {
-			return errors.New("the leader still refuses")
-		}
-		if code, _, err := getHealth(cut); err != nil || code != http.StatusOK {
-			return fmt.Errorf("the reconnected follower: %d %v", code, err)
+			return errors.New("the leader still refuses with the other follower's room back")
 		}
 		return nil
 	})

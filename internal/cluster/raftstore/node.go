@@ -177,6 +177,11 @@ type Status struct {
 	Applied uint64
 	Role    string            // "leader", "follower", "candidate" or "removed"
 	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
+	// Heard (leader only) is, for each member, when this leadership last
+	// saw it active in Raft (Progress.RecentActive: it answered within an
+	// election timeout); missing for a member not heard from since the
+	// leadership began.
+	Heard map[uint64]time.Time
 	// FirstIndex and LastIndex bound the entries this node's Raft log
 	// holds (LastIndex < FirstIndex: none).
 	FirstIndex, LastIndex uint64
@@ -225,6 +230,10 @@ type Node struct {
 	state   *pebblestore.Store
 	rn      *raft.RawNode // run's only
 	tr      *transport
+	// heard is, while this node leads heardTerm, when Raft last showed
+	// each member active (Status.Heard); run's only.
+	heard     map[uint64]time.Time
+	heardTerm uint64
 
 	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
 	snaps        snapshots // snapshots streamed out and received (snapshot.go)
@@ -793,9 +802,17 @@ func (n *Node) updateStatus() {
 	case raft.StateLeader:
 		st.Role = "leader"
 		st.Match = map[uint64]uint64{}
+		if n.heard == nil || n.heardTerm != st.Term {
+			n.heard, n.heardTerm = map[uint64]time.Time{}, st.Term
+		}
+		now := time.Now()
 		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 			st.Match[id] = pr.Match
+			if pr.RecentActive {
+				n.heard[id] = now
+			}
 		})
+		st.Heard = maps.Clone(n.heard)
 	case raft.StateCandidate, raft.StatePreCandidate:
 		st.Role = "candidate"
 	default:
