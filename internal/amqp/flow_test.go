@@ -312,3 +312,34 @@ func TestFlowEndsWhenTheLastConsumerLeaves(t *testing.T) {
 		t.Fatalf("flow stats %+v: want no pause ended by time and no queue throttling", st)
 	}
 }
+
+// TestHighWaterCountsEachKindOfConsumer: the high-water mark is
+// max(FlowMinBacklog, FlowCreditFactor × Σ credit), where a consumer with a
+// prefetch counts its prefetch, one without counts flowUnlimitedCredit and
+// a no-ack one counts flowNoAckCredit (it holds no deliveries, so a long
+// ready list only adds latency); a queue without consumers is never
+// throttled (0).
+func TestHighWaterCountsEachKindOfConsumer(t *testing.T) {
+	s := &Server{opts: Options{FlowMinBacklog: 10, FlowCreditFactor: 4}, topo: &Topology{}}
+	for _, tc := range []struct {
+		name      string
+		consumers []*consumer
+		want      int
+	}{
+		{"none", nil, 0},
+		{"one no-ack", []*consumer{{noAck: true}}, 4 * flowNoAckCredit},
+		{"no-ack with a prefetch set", []*consumer{{noAck: true, prefetch: 7}}, 4 * flowNoAckCredit},
+		{"prefetch 25", []*consumer{{prefetch: 25}}, 100},
+		{"unlimited", []*consumer{{}}, 4 * flowUnlimitedCredit},
+		{"small prefetch: the floor", []*consumer{{prefetch: 1}}, 10},
+		{"mixed", []*consumer{{noAck: true}, {prefetch: 25}, {}}, 4 * (flowNoAckCredit + 25 + flowUnlimitedCredit)},
+	} {
+		q := &queue{consumers: map[*consumer]struct{}{}}
+		for _, cs := range tc.consumers {
+			q.consumers[cs] = struct{}{}
+		}
+		if got := s.highWater(q); got != tc.want {
+			t.Errorf("%s: high water %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
