@@ -58,11 +58,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -70,7 +68,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
@@ -167,39 +164,6 @@ const (
 // ErrEntryTooLarge is returned (wrapped) by a Write whose encoded batch
 // exceeds MaxEntrySize; nothing is proposed.
 var ErrEntryTooLarge = errors.New("raftstore: write batch exceeds the 32 MiB entry limit")
-
-// Status is a node's view of the group.
-type Status struct {
-	ID      uint64
-	Term    uint64
-	Leader  uint64 // 0 if unknown
-	Commit  uint64
-	Applied uint64
-	Role    string            // "leader", "follower", "candidate" or "removed"
-	Match   map[uint64]uint64 // leader only: the highest log index known replicated on each member
-	// Heard (leader only) is, for each member, when this leadership last
-	// saw it active in Raft (Progress.RecentActive: it answered within an
-	// election timeout); missing for a member not heard from since the
-	// leadership began.
-	Heard map[uint64]time.Time
-	// FirstIndex and LastIndex bound the entries this node's Raft log
-	// holds (LastIndex < FirstIndex: none).
-	FirstIndex, LastIndex uint64
-	// LeaderChanges counts, since Open, the times this node learned of a
-	// new leader (itself included).
-	LeaderChanges uint64
-	// FailedProposals counts, since Open, the writes this node proposed as
-	// leader and failed because it lost the leadership (or Raft dropped
-	// them) before they applied.
-	FailedProposals uint64
-	// Members is the applied membership (from the replicated log, not the
-	// configuration), sorted by id.
-	Members []Member
-	// Joining: started with Config.Join, the leader has not sent the
-	// membership yet. Removed: this node was removed from the group (Role
-	// is then "removed"); it neither votes nor campaigns.
-	Joining, Removed bool
-}
 
 // ErrNotLeader is returned by writes on a node that is not the leader, and
 // (wrapped) by the Wait of a write whose leader lost leadership first.
@@ -793,56 +757,6 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	return nil
 }
 
-// updateStatus refreshes the status snapshot and publishes a change of
-// leader or role on Changes.
-func (n *Node) updateStatus() {
-	bs := n.rn.BasicStatus()
-	st := Status{ID: n.cfg.ID, Term: bs.GetTerm(), Leader: bs.Lead, Commit: bs.GetCommit()}
-	switch bs.RaftState {
-	case raft.StateLeader:
-		st.Role = "leader"
-		st.Match = map[uint64]uint64{}
-		if n.heard == nil || n.heardTerm != st.Term {
-			n.heard, n.heardTerm = map[uint64]time.Time{}, st.Term
-		}
-		now := time.Now()
-		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-			st.Match[id] = pr.Match
-			if pr.RecentActive {
-				n.heard[id] = now
-			}
-		})
-		st.Heard = maps.Clone(n.heard)
-	case raft.StateCandidate, raft.StatePreCandidate:
-		st.Role = "candidate"
-	default:
-		st.Role = "follower"
-	}
-	st.FirstIndex, _ = n.rl.FirstIndex() // never fails
-	st.LastIndex, _ = n.rl.LastIndex()   // never fails
-	n.mu.Lock()
-	st.Applied = n.applied
-	st.Members = n.membersLocked()
-	st.Joining, st.Removed = n.mem.joining, n.removedLocked()
-	if st.Removed {
-		st.Role = raftStateRemoved
-	}
-	prev := n.status
-	if st.Leader != 0 && st.Leader != prev.Leader {
-		n.leaderChanges++
-	}
-	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
-	n.status = st
-	n.mu.Unlock()
-	if prev.Leader != st.Leader || prev.Role != st.Role {
-		select {
-		case <-n.changes:
-		default:
-		}
-		n.changes <- st
-	}
-}
-
 // stopOnError stops the node after an error the loop cannot continue
 // past (a failed raft log write, an entry it cannot apply): it must not
 // vote or acknowledge again with a log or state it cannot trust.
@@ -862,25 +776,6 @@ func (n *Node) stopOnError(err error) {
 	}
 	n.changes <- n.status
 }
-
-// Status returns the node's latest view of the group.
-func (n *Node) Status() Status {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	st := n.status
-	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
-	if st.Match != nil {
-		st.Match = maps.Clone(st.Match)
-	}
-	st.Members = slices.Clone(st.Members)
-	return st
-}
-
-// Changes delivers the node's Status after every change of leader or role,
-// and once more (role "follower", no leader) if the node stops on an error
-// it cannot continue past. Only the latest value is kept: a slow reader sees the newest state, not
-// every step.
-func (n *Node) Changes() <-chan Status { return n.changes }
 
 // WaitLeaderReady waits until this node is the leader and has applied
 // every entry committed before its term: its state store is then the whole
