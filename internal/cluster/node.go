@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -436,6 +437,7 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 	log := n.log.With("term", term)
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	failures := 0 // server starts failed in a row
 	for {
 		select {
 		case <-ctx.Done():
@@ -465,8 +467,17 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 		srv, err := server.New(o, log.With("component", "server"), nil)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)
+			if failures++; failures >= handOverAfter {
+				// Something of this node's own (its internal port taken,
+				// no file descriptors left) keeps it from serving: a
+				// leader that cannot serve would hold the cluster's
+				// writes for as long as Raft keeps it leading.
+				failures = 0
+				n.handOver(ctx, log)
+			}
 			continue
 		}
+		failures = 0
 		n.mu.Lock()
 		// For the disk verdict, before any client reaches srv; the
 		// followers' reports can arrive only once it serves, so their
@@ -475,6 +486,42 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 		n.mu.Unlock()
 		n.applyDiskVerdict()
 		n.serveLocal(ctx, srv, viewTerm, log)
+	}
+}
+
+// handOverAfter is how many server starts in a row (one a second) may
+// fail before a leader hands its leadership to another voter.
+const handOverAfter = 3
+
+// handOver hands this node's leadership to another voter whose log is as
+// long as any (a random one of them, so that leadership does not bounce
+// between two nodes that cannot serve while a third could), waiting at
+// most 5 s. With no other voter it does nothing.
+func (n *Node) handOver(ctx context.Context, log *slog.Logger) {
+	st := n.raft.Status()
+	var best uint64
+	var candidates []uint64
+	for _, m := range st.Members {
+		if m.ID == st.ID || m.Membership != raftstore.Voter {
+			continue
+		}
+		switch match := st.Match[m.ID]; {
+		case match > best:
+			best, candidates = match, []uint64{m.ID}
+		case match == best:
+			candidates = append(candidates, m.ID)
+		}
+	}
+	if len(candidates) == 0 {
+		log.Warn("this node cannot serve as leader and has no other voter to hand over to")
+		return
+	}
+	to := candidates[rand.IntN(len(candidates))]
+	log.Warn("this node cannot serve as leader; handing leadership over", "to", to)
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.raft.TransferLeadershipTo(tctx, to); err != nil && ctx.Err() == nil {
+		log.Warn("leadership not handed over", "to", to, "err", err)
 	}
 }
 

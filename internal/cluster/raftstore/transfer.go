@@ -19,8 +19,15 @@ import (
 // this node keeps leading; TransferLeadership then waits on until ctx
 // ends and returns ctx's error.
 func (n *Node) TransferLeadership(ctx context.Context) error {
-	to := n.transferTarget()
-	if to == 0 {
+	return n.TransferLeadershipTo(ctx, n.transferTarget())
+}
+
+// TransferLeadershipTo is TransferLeadership to the voter to, which the
+// caller chose (0: return nil at once). Raft ignores a transfer to a
+// node that is not a voter or is this node; the call then waits until ctx
+// ends.
+func (n *Node) TransferLeadershipTo(ctx context.Context, to uint64) error {
+	if to == 0 || to == n.cfg.ID {
 		return nil
 	}
 	select {
