@@ -47,9 +47,12 @@ const (
 // basic.ack confirm arrives, so every confirmed message must be delivered
 // and its last delivery settled (a consumer ack, or an acknowledged SQS
 // delete); nothing may be delivered that was never published, or with
-// another body. A basic.ack gets no answer, so no delete is ever certain
-// (no resurrection check), and a queue declared over AMQP has its leases
-// ended by every new leader, so no lease is checked either.
+// another body. A basic.ack gets no answer of its own, but a consumer
+// follows its acks with basic.qos, whose reply proves them durable
+// (docs/guarantees.md): those deletes are certain, and a later delivery of
+// their messages is a resurrection. A queue declared over AMQP has its
+// leases ended by every new leader, so no lease is checked, and the SQS
+// consumer's deletes on it are never certain.
 type amqpLoad struct {
 	w  *workload // the SQS workload: node picking and error counts
 	Ck *faults.Checker
@@ -58,8 +61,11 @@ type amqpLoad struct {
 	epochs    atomic.Int64 // one per delivery, as on the SQS queues
 	Publishes atomic.Int64 // publishes written
 	Confirms  atomic.Int64 // basic.ack confirms
-	AMQPDels  atomic.Int64 // deliveries to AMQP consumers
-	SQSDels   atomic.Int64 // deliveries to the SQS consumer
+	// AcksConfirmed counts consumer acks a basic.qos reply proved
+	// applied (certain deletes).
+	AcksConfirmed atomic.Int64
+	AMQPDels      atomic.Int64 // deliveries to AMQP consumers
+	SQSDels       atomic.Int64 // deliveries to the SQS consumer
 
 	publishing               atomic.Bool // see amqpMinBacklog
 	stopPublish, stopConsume context.CancelFunc
@@ -265,10 +271,18 @@ func (a *amqpLoad) consumeLoop(ctx context.Context, rng *rand.Rand) {
 	}
 }
 
+// confirmAcksEvery is how many acks a consumer writes before it sends
+// basic.qos to learn that they were applied (also whenever no delivery
+// waits).
+const confirmAcksEvery = 10
+
 // consume consumes with manual acks on one connection. Each delivery is
 // recorded as begun when the consumer was started (the broker may have
 // handed it out any time since) with no lease to check, and acked; an ack
-// written to a live connection is recorded with Checker.Consumed.
+// written to a live connection is recorded with Checker.Consumed. Every
+// confirmAcksEvery acks, and whenever no delivery waits, the consumer
+// sends basic.qos (the same prefetch): its reply proves the acks before it
+// applied, and they are recorded with Checker.AckConfirmed.
 func (a *amqpLoad) consume(ctx context.Context, url string) error {
 	conn, ch, err := amqpDial(url)
 	if err != nil {
@@ -285,7 +299,32 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 		return err
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	type acked struct {
+		id    string
+		lease faults.Lease
+	}
+	var pending []acked // written, not yet proved applied
+	confirm := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		if err := ch.Qos(amqpPrefetch, 0, false); err != nil {
+			return err // unknown: they stay merely consumed
+		}
+		at := time.Now()
+		for _, p := range pending {
+			a.Ck.AckConfirmed(p.id, p.lease, at)
+		}
+		a.AcksConfirmed.Add(int64(len(pending)))
+		pending = pending[:0]
+		return nil
+	}
 	for {
+		if len(pending) >= confirmAcksEvery || (len(pending) > 0 && len(ds) == 0) {
+			if err := confirm(); err != nil {
+				return err
+			}
+		}
 		a.holdOff(ctx)
 		select {
 		case <-ctx.Done():
@@ -314,6 +353,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 				return err // not written: the message must come back
 			}
 			a.Ck.Consumed(id, lease, time.Now())
+			pending = append(pending, acked{id, lease})
 		}
 	}
 }
@@ -397,8 +437,8 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 // summary describes the AMQP queue's counts and verdict r, for the test
 // log.
 func (a *amqpLoad) summary(r faults.Report) string {
-	return fmt.Sprintf("AMQP queue %s: publishes %d, confirms %d; deliveries to AMQP consumers %d, to the SQS consumer %d; %s",
-		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.SQSDels.Load(), r)
+	return fmt.Sprintf("AMQP queue %s: publishes %d, confirms %d; deliveries to AMQP consumers %d (acks proved applied by a basic.qos reply, checked for resurrection: %d), to the SQS consumer %d; %s",
+		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.AcksConfirmed.Load(), a.SQSDels.Load(), r)
 }
 
 // drained reports whether every confirmed message of the AMQP queue is

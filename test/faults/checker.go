@@ -378,15 +378,39 @@ func (m *message) certainDelete(messageID string, begin time.Time) (time.Time, b
 // basic.ack, written to a live connection). It settles the message, as the
 // delivery it acknowledges shows the message reached a consumer, unless the
 // message is delivered again (a lost ack makes the broker redeliver it,
-// and that delivery must then be settled in turn). It is never a certain
-// delete: nothing tells the client the ack was applied, so no later
-// delivery is called a resurrection because of it.
+// and that delivery must then be settled in turn). It is not a certain
+// delete on its own: nothing tells the client the ack was applied, so no
+// later delivery is called a resurrection because of it (see AckConfirmed
+// for what does).
 func (c *Checker) Consumed(id string, l Lease, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m, d := c.find(id, l); d != nil {
 		d.deleted, d.consumed = true, true
 		c.touch(m, at)
+	}
+}
+
+// AckConfirmed records that a basic.ack of lease l of id, written to a
+// channel before a synchronous method whose reply came back at at (the
+// cluster harness sends basic.qos), was applied: a channel answers a
+// method only after the acks before it are durable (on a majority in a
+// cluster, docs/guarantees.md). It is a certain delete, like an SQS delete
+// answered in its receive's term, provided the ack found its lease current
+// (the caller's to ensure: an AMQP delivery's lease ends with its
+// connection, which carried the reply, or at the consumer timeout, which
+// the run must stay below). Call it after Consumed.
+func (c *Checker) AckConfirmed(id string, l Lease, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, d := c.find(id, l)
+	if d == nil {
+		return
+	}
+	d.deleted, d.deleteOK = true, true
+	c.touch(m, at)
+	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
+		m.deleteAckAt = at
 	}
 }
 

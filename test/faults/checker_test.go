@@ -541,3 +541,29 @@ func TestCheckerConsumedSettlesNotCertainly(t *testing.T) {
 	h.c.DeleteFailed("refused", h.lease(1))
 	expect(t, h.c.Report(), map[string]int{"lost": 2})
 }
+
+func TestCheckerAckConfirmedIsCertain(t *testing.T) {
+	// A consumer ack that a later synchronous reply proved applied
+	// (AckConfirmed) is a certain delete: a delivery begun after it is a
+	// resurrection; one begun before it (a prefetched delivery read late)
+	// is not. Deliveries as the AMQP harness records them: an epoch of
+	// their own each (the lease ends with the connection, which the
+	// checker does not see) and no visibility.
+	h := newHist(false)
+	h.send("a", 0)
+	amqpRecv := func(ms, count int) Lease {
+		l := Lease{Count: count, Epoch: 100 + count}
+		h.c.Received(Receipt{ID: "a", Body: "body a", MessageID: "mid-a", Begin: at(ms), End: at(ms + 10), Count: count, Epoch: l.Epoch})
+		return l
+	}
+	l := amqpRecv(10, 1)
+	h.c.Consumed("a", l, at(20))
+	h.c.AckConfirmed("a", l, at(30))
+	expect(t, h.c.Report(), nil)
+	l = amqpRecv(5, 2) // begun before the confirmation
+	h.c.Consumed("a", l, at(40))
+	expect(t, h.c.Report(), nil)
+	l = amqpRecv(5000, 3)
+	h.c.Consumed("a", l, at(5020))
+	expect(t, h.c.Report(), map[string]int{"resurrected": 1})
+}
