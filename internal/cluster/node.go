@@ -133,9 +133,12 @@ type Node struct {
 	// public listener call it directly rather than through the loopback.
 	localHTTP http.Handler
 	relays    map[*relay]struct{}
-	perIP     map[string]int // relayed AMQP connections per client IP
-	relayed   int            // their sum
-	done      bool           // Run has begun shutting down: no new relays
+	// forwards are the HTTP requests being forwarded to a leader's
+	// internal listener (forward.go).
+	forwards map[*forward]struct{}
+	perIP    map[string]int // relayed AMQP connections per client IP
+	relayed  int            // their sum
+	done     bool           // Run has begun shutting down: no new relays
 
 	// localMetrics gathers that server's metrics (GET /metrics).
 	localMetrics prometheus.Gatherer
@@ -168,7 +171,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -393,6 +396,10 @@ func (n *Node) rerouted(leader uint64) {
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
 	n.closeRelays(func(to uint64) bool { return to != leader })
+	if leader != 0 {
+		// Not while no leader is known: the old one may still answer.
+		n.cancelForwards(leader)
+	}
 	n.transport.CloseIdleConnections()
 	n.publicTransport.CloseIdleConnections()
 }
@@ -731,12 +738,16 @@ func (n *Node) routes() http.Handler {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.metrics.forwardErrors.Inc()
 			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
+			if errors.Is(context.Cause(r.Context()), errLeaderChanged) {
+				unavailable(w, r, "the leader changed while the request was forwarded; retry")
+				return
+			}
 			unavailable(w, r, "the leader could not be reached; retry")
 		},
 	}
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
-		ad, _, err := n.route(ctx)
+		ad, leader, err := n.route(ctx)
 		cancel()
 		if err != nil {
 			n.metrics.forwardErrors.Inc()
@@ -759,7 +770,9 @@ func (n *Node) routes() http.Handler {
 		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 			n.log.Warn("cannot forward in full duplex", "err", err)
 		}
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
+		fctx, done := n.trackForward(r.Context(), leader)
+		defer done()
+		proxy.ServeHTTP(w, r.WithContext(context.WithValue(fctx, targetKey{}, ad)))
 	})
 	ha := n.opts.HTTPAuth.Options()
 	ha.Logger = n.log.With("component", "httpauth")

@@ -1,0 +1,64 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+)
+
+// forward is one HTTP request being forwarded to leader's internal
+// listener.
+type forward struct {
+	leader uint64
+	cancel context.CancelCauseFunc
+}
+
+// errLeaderChanged ends a forwarded request whose leader another node has
+// replaced: the client gets 503 and retries against the new one.
+var errLeaderChanged = errors.New("cluster: the leader changed while the request was forwarded")
+
+// trackForward registers a request forwarded to leader and returns the
+// context to forward it under, which cancelForwards ends once another
+// node leads, and the function that unregisters it (call it when the
+// forward is over).
+//
+// Without it a request forwarded to a leader that then froze (SIGSTOP, a
+// silent partition) hung until the client gave up, although the cluster
+// had a new leader within an election timeout: the old connection stays
+// open, and no answer ever comes on it.
+func (n *Node) trackForward(ctx context.Context, leader uint64) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	f := &forward{leader: leader, cancel: cancel}
+	n.mu.Lock()
+	n.forwards[f] = struct{}{}
+	n.mu.Unlock()
+	// The leader may have changed between route and registering: a
+	// request to a deposed leader never outlives the change.
+	if _, now, ok := n.target(); ok && now != leader {
+		cancel(errLeaderChanged)
+	}
+	return ctx, func() {
+		n.mu.Lock()
+		delete(n.forwards, f)
+		n.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// cancelForwards ends every forwarded request whose leader is not leader.
+// What such a request did on the old leader is unknown to the client,
+// which gets 503 and retries: a write the old leader had not committed is
+// lost with its leadership, and one it had is kept (a retried send may
+// then be stored twice, as after any unanswered request).
+func (n *Node) cancelForwards(leader uint64) {
+	n.mu.Lock()
+	var doomed []*forward
+	for f := range n.forwards {
+		if f.leader != leader {
+			doomed = append(doomed, f)
+		}
+	}
+	n.mu.Unlock()
+	for _, f := range doomed {
+		f.cancel(errLeaderChanged)
+	}
+}

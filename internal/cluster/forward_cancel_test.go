@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// silentLink is a TCP proxy that, once silenced, keeps every connection
+// open and forwards nothing either way, not even a close: a frozen or
+// silently cut-off peer.
+type silentLink struct {
+	ln       net.Listener
+	target   string
+	silent   atomic.Bool
+	accepted atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newSilentLink(t *testing.T, target string) *silentLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &silentLink{ln: ln, target: target}
+	t.Cleanup(func() {
+		_ = ln.Close() // test teardown
+		l.mu.Lock()
+		for _, c := range l.conns {
+			_ = c.Close() // test teardown
+		}
+		l.mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close() // the target is down: so is the route
+				continue
+			}
+			l.mu.Lock()
+			l.conns = append(l.conns, c, s)
+			l.mu.Unlock()
+			go l.copy(s, c)
+			go l.copy(c, s)
+		}
+	}()
+	return l
+}
+
+// copy forwards src to dst until either ends, dropping what arrives while
+// the link is silent.
+func (l *silentLink) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !l.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !l.silent.Load() {
+				_ = dst.Close() // the other side ended: so does this one
+			}
+			return // silent: not even the end gets through
+		}
+	}
+}
+
+// TestForwardEndsWhenTheLeaderChanges: a request a follower forwarded to a
+// leader that then goes silent (frozen, cut off) is answered 503 once the
+// follower learns of a new leader, instead of hanging until the client
+// gives up. The leader's internal HTTP listener sits behind a silentLink;
+// a request through the follower is in flight on it when the link goes
+// silent; leadership then moves to the third node, over Raft links the
+// test leaves alone.
+func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
+	ports := brokertest.ReservePorts(t, 3)
+	links := make([]*silentLink, 3)
+	for i := range links {
+		links[i] = newSilentLink(t, ports[i])
+	}
+	nodes := threeNodes(t, func(o *server.Options) {
+		i := o.Cluster.NodeID - 1
+		o.Cluster.InternalHTTPListen = ports[i]
+		o.Cluster.InternalHTTPAdvertise = links[i].ln.Addr().String()
+	})
+	leader, followers := leaderAndFollowers(t, nodes)
+	via, other := followers[0], followers[1]
+	ctx := context.Background()
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + via.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("frozen")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The follower now holds a connection to the leader through its link;
+	// silence it, and send a long poll that will find no answer.
+	link := links[leader.opts.Cluster.NodeID-1]
+	link.silent.Store(true)
+	// A generous bound: the request must end because the leader changed,
+	// long before this. Reaching it is the failure this test looks for,
+	// not a timing assertion.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 1})
+		done <- err
+	}()
+	// Wait until the request is forwarded to the leader (through the
+	// silent link: no answer can come back).
+	poll.CheckFor(t, 30*time.Second, func() error {
+		select {
+		case err := <-done:
+			return errors.New("answered through a silent link: " + errString(err))
+		default:
+		}
+		if len(via.forwardsTo(leader.opts.Cluster.NodeID)) == 0 {
+			return errors.New("no request forwarded to the leader yet")
+		}
+		return nil
+	})
+	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+	err = leader.raft.TransferLeadershipTo(tctx, other.opts.Cluster.NodeID)
+	tcancel()
+	if err != nil {
+		t.Fatalf("transfer: %v", err)
+	}
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "StatusCode: 503") || !strings.Contains(err.Error(), "leader changed") {
+		t.Fatalf("the forwarded request ended with %v; want a 503 saying the leader changed", err)
+	}
+	if rctx.Err() != nil {
+		t.Fatal("the request ended only at the client's deadline")
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// forwardsTo lists the requests this node is forwarding to leader.
+func (n *Node) forwardsTo(leader uint64) []*forward {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*forward
+	for f := range n.forwards {
+		if f.leader == leader {
+			out = append(out, f)
+		}
+	}
+	return out
+}
