@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
+	"net/http"
+	"sync/atomic"
 )
 
 // forward is one HTTP request being forwarded to leader's internal
@@ -10,6 +12,23 @@ import (
 type forward struct {
 	leader uint64
 	cancel context.CancelCauseFunc
+	// answered: the leader's response headers are in (answeredForward),
+	// so the answer is being copied to the client and is not cut.
+	answered atomic.Bool
+}
+
+// forwardKey is the context key of a request's *forward.
+type forwardKey struct{}
+
+// answeredForward is the proxy's ModifyResponse: the leader answered, so
+// a leader change from now on leaves the forward alone — its answer is
+// already produced (a receive's messages are leased to this client), and
+// cutting the copy would only lose it.
+func answeredForward(resp *http.Response) error {
+	if f, ok := resp.Request.Context().Value(forwardKey{}).(*forward); ok {
+		f.answered.Store(true)
+	}
+	return nil
 }
 
 // errLeaderChanged ends a forwarded request whose leader another node has
@@ -28,6 +47,7 @@ var errLeaderChanged = errors.New("cluster: the leader changed while the request
 func (n *Node) trackForward(ctx context.Context, leader uint64) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	f := &forward{leader: leader, cancel: cancel}
+	ctx = context.WithValue(ctx, forwardKey{}, f)
 	n.mu.Lock()
 	n.forwards[f] = struct{}{}
 	n.mu.Unlock()
@@ -44,7 +64,8 @@ func (n *Node) trackForward(ctx context.Context, leader uint64) (context.Context
 	}
 }
 
-// cancelForwards ends every forwarded request whose leader is not leader.
+// cancelForwards ends every forwarded request whose leader is not leader
+// and has not answered yet.
 // What such a request did on the old leader is unknown to the client,
 // which gets 503 and retries: a write the old leader had not committed is
 // lost with its leadership, and one it had is kept (a retried send may
@@ -53,7 +74,7 @@ func (n *Node) cancelForwards(leader uint64) {
 	n.mu.Lock()
 	var doomed []*forward
 	for f := range n.forwards {
-		if f.leader != leader {
+		if f.leader != leader && !f.answered.Load() {
 			doomed = append(doomed, f)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,7 +92,8 @@ func (l *silentLink) copy(dst, src net.Conn) {
 // TestForwardEndsWhenTheLeaderChanges: a request a follower forwarded to a
 // leader that then goes silent (frozen, cut off) is answered 503 once the
 // follower learns of a new leader, instead of hanging until the client
-// gives up. The leader's internal HTTP listener sits behind a silentLink;
+// gives up; one the old leader had already answered (an event stream
+// whose headers are in) is left to finish. The leader's internal HTTP listener sits behind a silentLink;
 // a request through the follower is in flight on it when the link goes
 // silent; leadership then moves to the third node, over Raft links the
 // test leaves alone.
@@ -115,7 +117,22 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The follower now holds a connection to the leader through its link;
+	// A dashboard event stream through the follower: answered (its
+	// headers are in), then open for as long as the stream lasts. A
+	// leader change must not cut it: its answer is already coming.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+via.HTTPAddr()+"/sluice/v1/dashboard/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stream.Body.Close() }() // the test's own stream
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("event stream through the follower: %s", stream.Status)
+	}
+	// The follower now holds connections to the leader through its link;
 	// silence it, and send a long poll that will find no answer.
 	link := links[leader.opts.Cluster.NodeID-1]
 	link.silent.Store(true)
@@ -137,8 +154,8 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 			return errors.New("answered through a silent link: " + errString(err))
 		default:
 		}
-		if len(via.forwardsTo(leader.opts.Cluster.NodeID)) == 0 {
-			return errors.New("no request forwarded to the leader yet")
+		if len(via.forwardsTo(leader.opts.Cluster.NodeID)) < 2 {
+			return errors.New("the long poll is not forwarded to the leader yet")
 		}
 		return nil
 	})
@@ -154,6 +171,11 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 	}
 	if rctx.Err() != nil {
 		t.Fatal("the request ended only at the client's deadline")
+	}
+	// The event stream's forward is still there: answered, not cut.
+	fs := via.forwardsTo(leader.opts.Cluster.NodeID)
+	if len(fs) != 1 || !fs[0].answered.Load() {
+		t.Fatalf("forwards left to the old leader: %d (want the answered event stream alone)", len(fs))
 	}
 }
 

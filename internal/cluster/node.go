@@ -732,9 +732,10 @@ func (n *Node) routes() http.Handler {
 			// from it, and the leader's allow-list checks it.
 			r.Out.Host = r.In.Host
 		},
-		Transport:     n.transport,
-		FlushInterval: -1, // dashboard event streams and long polls pass through at once
-		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
+		Transport:      n.transport,
+		ModifyResponse: answeredForward,
+		FlushInterval:  -1, // dashboard event streams and long polls pass through at once
+		ErrorLog:       slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.metrics.forwardErrors.Inc()
 			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
