@@ -23,6 +23,8 @@ import (
 // SQS error codes, the Locked suffix.
 var archDocNotCode = map[string]bool{
 	"sqs_listen":                          true,
+	"internal_http_listen":                true,
+	"internal_amqp_listen":                true,
 	"body_memory_budget":                  true,
 	"sluice_amqp_refused_publishes_total": true,
 	"user_id":                             true,
