@@ -265,6 +265,30 @@ func (o *Options) validateCluster() []error {
 	}
 	errs = append(errs, validateInternal("http", c.InternalHTTPListen, c.InternalHTTPAdvertise)...)
 	errs = append(errs, validateInternal("amqp", c.InternalAMQPListen, c.InternalAMQPAdvertise)...)
+	// The leader's server checks its internal listeners as it checks
+	// public ones (Validate's checkListen) when it starts; check them
+	// here, so that a node refuses to start rather than every leader
+	// failing to serve.
+	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.Options().Enabled()
+	for _, l := range []struct {
+		kind, listen string
+		secured      bool
+		how          string
+	}{
+		{"http", c.InternalHTTPListen, httpSecured, "configure [[sqs_credentials]] and [http_auth]"},
+		{"amqp", c.InternalAMQPListen, len(o.AMQPUsers) > 0, "configure [[amqp_users]]"},
+	} {
+		host, _, err := net.SplitHostPort(l.listen)
+		if l.listen == "" || err != nil || isLoopback(host) {
+			continue // the default (checked with the Raft address), or reported above
+		}
+		if c.SecretFile == "" {
+			errs = append(errs, fmt.Errorf("cluster.internal_%s_listen: %q is not a loopback address and no cluster.secret_file is set; the nodes' handshake needs the secret beyond loopback", l.kind, l.listen))
+		}
+		if !l.secured && !o.AllowNonLoopback {
+			errs = append(errs, fmt.Errorf("cluster.internal_%s_listen: %q is not a loopback address and no credentials are configured; %s, or set allow_non_loopback (--allow-non-loopback), as for a public listener beyond loopback", l.kind, l.listen, l.how))
+		}
+	}
 	if o.AMQPListen == "" && (c.InternalAMQPListen != "" || c.InternalAMQPAdvertise != "") {
 		errs = append(errs, errors.New("cluster.internal_amqp_listen, cluster.internal_amqp_advertise: AMQP is off on this node (amqp_listen is empty)"))
 	}

@@ -60,6 +60,12 @@ func TestClusterValidate(t *testing.T) {
 		{"advertise port 0", func(o *Options) {
 			o.Cluster.InternalHTTPListen, o.Cluster.InternalHTTPAdvertise = "127.0.0.1:7201", "10.0.0.2:0"
 		}, `cluster.internal_http_advertise: "10.0.0.2:0" is not host:port with a host and a fixed port`},
+		{"internal listener beyond loopback without a secret", func(o *Options) {
+			o.Cluster.InternalHTTPListen, o.AllowNonLoopback = "0.0.0.0:7201", true
+		}, "cluster.internal_http_listen: \"0.0.0.0:7201\" is not a loopback address and no cluster.secret_file is set"},
+		{"internal listener beyond loopback without credentials", func(o *Options) {
+			o.Cluster.SecretFile, o.Cluster.InternalAMQPListen = writeSecret(t, strings.Repeat("s", 32), 0o600), "0.0.0.0:7202"
+		}, "cluster.internal_amqp_listen: \"0.0.0.0:7202\" is not a loopback address and no credentials are configured"},
 		{"internal amqp without amqp", func(o *Options) { o.AMQPListen, o.Cluster.InternalAMQPListen = "", "127.0.0.1:7202" }, "AMQP is off on this node"},
 		{"join alone", func(o *Options) { o.Cluster.Join, o.Cluster.Peers = true, threePeers[1:2] }, "cluster.join: a joining node lists itself and at least one current member"},
 	} {
@@ -80,6 +86,12 @@ func TestClusterValidate(t *testing.T) {
 		InternalAMQPListen: "127.0.0.1:7202", InternalAMQPAdvertise: "127.0.0.1:17202"})
 	if err := fixed.Validate(); err != nil {
 		t.Fatalf("fixed internal listeners refused: %v", err)
+	}
+	wide := clusterOptions(ClusterConfig{NodeID: 2, Peers: threePeers, SecretFile: writeSecret(t, strings.Repeat("s", 32), 0o600),
+		InternalHTTPListen: "0.0.0.0:7201", InternalAMQPListen: "0.0.0.0:7202"})
+	wide.AllowNonLoopback = true
+	if err := wide.Validate(); err != nil {
+		t.Fatalf("internal listeners beyond loopback with a secret and allow_non_loopback refused: %v", err)
 	}
 	o := clusterOptions(ClusterConfig{NodeID: 2, RaftListen: "0.0.0.0:7102", Peers: threePeers, SecretFile: writeSecret(t, strings.Repeat("s", 32)+"\n", 0o600)})
 	if err := o.Validate(); err != nil {
