@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // start runs a real server on 127.0.0.1:0 over dir and returns it with a
@@ -67,15 +70,20 @@ func TestServeRestartKeepsMessagesAndCounts(t *testing.T) {
 	if _, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: cq.QueueUrl}); err != nil {
 		t.Fatal(err)
 	}
-	// The ready file names the address and pid.
+	// The ready file names the address and pid. Run writes it once it
+	// serves; the listeners answer from New on, so the requests above may
+	// have come first (it failed once under -race in CI): poll for it.
 	var ready struct {
 		SQS string `json:"sqs"`
 		PID int    `json:"pid"`
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "ready.json"))
-	if err != nil || json.Unmarshal(data, &ready) != nil || ready.SQS != s.SQSAddr() || ready.PID != os.Getpid() {
-		t.Fatalf("ready file %q: %v", data, err)
-	}
+	poll.CheckFor(t, 10*time.Second, func() error {
+		data, err := os.ReadFile(filepath.Join(dir, "ready.json"))
+		if err != nil || json.Unmarshal(data, &ready) != nil || ready.SQS != s.SQSAddr() || ready.PID != os.Getpid() {
+			return fmt.Errorf("ready file %q: %v", data, err)
+		}
+		return nil
+	})
 	stop()
 
 	s, stop = start(t, dir)
