@@ -286,6 +286,14 @@ func (c *Checker) DeleteAttempted(id string, l Lease, at time.Time) {
 // ended. (A standard queue acknowledges a delete with a stale handle without
 // deleting, so an ack alone proves nothing.)
 func (c *Checker) DeleteAcked(id string, l Lease, epoch int, at time.Time) {
+	c.settled(id, l, at, func(m *message, d *delivery) bool {
+		return d.Epoch == epoch && m.releasedBefore(at).IsZero() && at.Before(d.Begin.Add(d.Visibility-c.Slack))
+	})
+}
+
+// settled records an acknowledged delete of lease l of id at at, certain
+// when certain says so (see certainFrom).
+func (c *Checker) settled(id string, l Lease, at time.Time, certain func(*message, *delivery) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, d := c.find(id, l)
@@ -294,9 +302,14 @@ func (c *Checker) DeleteAcked(id string, l Lease, epoch int, at time.Time) {
 	}
 	d.deleted, d.deleteOK = true, true
 	c.touch(m, at)
-	if d.Epoch != epoch || !m.releasedBefore(at).IsZero() || !at.Before(d.Begin.Add(d.Visibility-c.Slack)) {
-		return
+	if certain(m, d) {
+		m.certainFrom(at)
 	}
+}
+
+// certainFrom records a certain delete of m acknowledged at at: no
+// delivery begun after the earliest such may follow.
+func (m *message) certainFrom(at time.Time) {
 	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
 		m.deleteAckAt = at
 	}
@@ -355,9 +368,7 @@ func (c *Checker) DeleteRetryAcked(id string, l Lease, epoch int, at time.Time) 
 		}
 		return
 	}
-	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
-		m.deleteAckAt = at
-	}
+	m.certainFrom(at)
 }
 
 // certainDelete returns the first certain delete of m that a delivery of
@@ -401,17 +412,7 @@ func (c *Checker) Consumed(id string, l Lease, at time.Time) {
 // connection, which carried the reply, or at the consumer timeout, which
 // the run must stay below). Call it after Consumed.
 func (c *Checker) AckConfirmed(id string, l Lease, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, d := c.find(id, l)
-	if d == nil {
-		return
-	}
-	d.deleted, d.deleteOK = true, true
-	c.touch(m, at)
-	if m.deleteAckAt.IsZero() || at.Before(m.deleteAckAt) {
-		m.deleteAckAt = at
-	}
+	c.settled(id, l, at, func(*message, *delivery) bool { return true })
 }
 
 // DeleteFailed records that a live broker answered the delete of lease l of
