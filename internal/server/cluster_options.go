@@ -266,9 +266,9 @@ func (o *Options) validateCluster() []error {
 	errs = append(errs, validateInternal("http", c.InternalHTTPListen, c.InternalHTTPAdvertise)...)
 	errs = append(errs, validateInternal("amqp", c.InternalAMQPListen, c.InternalAMQPAdvertise)...)
 	// The leader's server checks its internal listeners as it checks
-	// public ones (Validate's checkListen) when it starts; check them
-	// here, so that a node refuses to start rather than every leader
-	// failing to serve.
+	// public ones (checkListen) when it starts; check them here, so that
+	// a node refuses to start rather than every leader failing to serve.
+	// Beyond loopback the node handshake also needs the secret.
 	httpSecured := len(o.SQSCredentials) > 0 && o.HTTPAuth.Options().Enabled()
 	for _, l := range []struct {
 		kind, listen string
@@ -279,14 +279,13 @@ func (o *Options) validateCluster() []error {
 		{"amqp", c.InternalAMQPListen, len(o.AMQPUsers) > 0, "configure [[amqp_users]]"},
 	} {
 		host, _, err := net.SplitHostPort(l.listen)
-		if l.listen == "" || err != nil || isLoopback(host) {
+		if l.listen == "" || err != nil {
 			continue // the default (checked with the Raft address), or reported above
 		}
-		if c.SecretFile == "" {
-			errs = append(errs, fmt.Errorf("cluster.internal_%s_listen: %q is not a loopback address and no cluster.secret_file is set; the nodes' handshake needs the secret beyond loopback", l.kind, l.listen))
-		}
-		if !l.secured && !o.AllowNonLoopback {
-			errs = append(errs, fmt.Errorf("cluster.internal_%s_listen: %q is not a loopback address and no credentials are configured; %s, or set allow_non_loopback (--allow-non-loopback), as for a public listener beyond loopback", l.kind, l.listen, l.how))
+		key := "cluster.internal_" + l.kind + "_listen"
+		errs = append(errs, o.checkListen(key, l.listen, true, l.secured, l.how)...)
+		if !isLoopback(host) && c.SecretFile == "" {
+			errs = append(errs, fmt.Errorf("%s: %q is not a loopback address and no cluster.secret_file is set; the nodes' handshake needs the secret beyond loopback", key, l.listen))
 		}
 	}
 	if o.AMQPListen == "" && (c.InternalAMQPListen != "" || c.InternalAMQPAdvertise != "") {
