@@ -505,20 +505,7 @@ const handOverAfter = 3
 // between two nodes that cannot serve while a third could), waiting at
 // most 5 s. With no other voter it does nothing.
 func (n *Node) handOver(ctx context.Context, log *slog.Logger) {
-	st := n.raft.Status()
-	var best uint64
-	var candidates []uint64
-	for _, m := range st.Members {
-		if m.ID == st.ID || m.Membership != raftstore.Voter {
-			continue
-		}
-		switch match := st.Match[m.ID]; {
-		case match > best:
-			best, candidates = match, []uint64{m.ID}
-		case match == best:
-			candidates = append(candidates, m.ID)
-		}
-	}
+	candidates := n.raft.TransferCandidates()
 	if len(candidates) == 0 {
 		log.Warn("this node cannot serve as leader and has no other voter to hand over to")
 		return

@@ -63,27 +63,47 @@ func (n *Node) TransferLeadershipTo(ctx context.Context, to uint64) error {
 	}
 }
 
-// transferTarget is the voter with the highest replicated index, if this
-// node leads and has another voter; 0 otherwise.
+// transferTarget is the voter with the highest replicated index (the
+// lowest id on a tie), if this node leads and has another voter; 0
+// otherwise.
 func (n *Node) transferTarget() uint64 {
+	if c := n.TransferCandidates(); len(c) > 0 {
+		return c[0]
+	}
+	return 0
+}
+
+// TransferCandidates lists, while this node leads, the other voters whose
+// replicated index is the highest (sorted by id): the members a transfer
+// of leadership can go to without a wait for them to catch up. nil when
+// this node does not lead or is the only voter.
+func (n *Node) TransferCandidates() []uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.leaderTerm == 0 || n.status.Role != "leader" {
-		return 0
+		return nil
 	}
-	return bestVoter(n.cfg.ID, n.status.Match, n.mem.conf.GetVoters())
+	return bestVoters(n.cfg.ID, n.status.Match, n.mem.conf.GetVoters())
 }
 
-// bestVoter picks, among voters other than self, the one with the highest
-// match index (the lowest id on a tie); 0 if there is none. A learner is
-// never a target: Raft ignores a transfer to one, and the leader would
-// then keep leading until the caller's deadline.
-func bestVoter(self uint64, match map[uint64]uint64, voters []uint64) uint64 {
-	var best, bestMatch uint64
+// bestVoters lists, among voters other than self, those with the highest
+// match index, sorted by id. A learner is never one: Raft ignores a
+// transfer to one, and the leader would then keep leading until the
+// caller's deadline.
+func bestVoters(self uint64, match map[uint64]uint64, voters []uint64) []uint64 {
+	var best []uint64
+	var bestMatch uint64
 	for id, m := range match {
-		if id != self && slices.Contains(voters, id) && (best == 0 || m > bestMatch || (m == bestMatch && id < best)) {
-			best, bestMatch = id, m
+		if id == self || !slices.Contains(voters, id) {
+			continue
+		}
+		switch {
+		case len(best) == 0 || m > bestMatch:
+			best, bestMatch = []uint64{id}, m
+		case m == bestMatch:
+			best = append(best, id)
 		}
 	}
+	slices.Sort(best)
 	return best
 }
