@@ -3,11 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,88 +17,19 @@ import (
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// silentLink is a TCP proxy that, once silenced, keeps every connection
-// open and forwards nothing either way, not even a close: a frozen or
-// silently cut-off peer.
-type silentLink struct {
-	ln       net.Listener
-	target   string
-	silent   atomic.Bool
-	accepted atomic.Int64
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func newSilentLink(t *testing.T, target string) *silentLink {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &silentLink{ln: ln, target: target}
-	t.Cleanup(func() {
-		_ = ln.Close() // test teardown
-		l.mu.Lock()
-		for _, c := range l.conns {
-			_ = c.Close() // test teardown
-		}
-		l.mu.Unlock()
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			l.accepted.Add(1)
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close() // the target is down: so is the route
-				continue
-			}
-			l.mu.Lock()
-			l.conns = append(l.conns, c, s)
-			l.mu.Unlock()
-			go l.copy(s, c)
-			go l.copy(c, s)
-		}
-	}()
-	return l
-}
-
-// copy forwards src to dst until either ends, dropping what arrives while
-// the link is silent.
-func (l *silentLink) copy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !l.silent.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if !l.silent.Load() {
-				_ = dst.Close() // the other side ended: so does this one
-			}
-			return // silent: not even the end gets through
-		}
-	}
-}
-
 // TestForwardEndsWhenTheLeaderChanges: a request a follower forwarded to a
 // leader that then goes silent (frozen, cut off) is answered 503 once the
 // follower learns of a new leader, instead of hanging until the client
 // gives up; one the old leader had already answered (an event stream
-// whose headers are in) is left to finish. The leader's internal HTTP listener sits behind a silentLink;
+// whose headers are in) is left to finish. The leader's internal HTTP listener sits behind a cuttableLink, silenced;
 // a request through the follower is in flight on it when the link goes
 // silent; leadership then moves to the third node, over Raft links the
 // test leaves alone.
 func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 	ports := brokertest.ReservePorts(t, 3)
-	links := make([]*silentLink, 3)
+	links := make([]*cuttableLink, 3)
 	for i := range links {
-		links[i] = newSilentLink(t, ports[i])
+		links[i] = newCuttableLink(t, ports[i])
 	}
 	nodes := threeNodes(t, func(o *server.Options) {
 		i := o.Cluster.NodeID - 1

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,12 +72,15 @@ func (h Health) failed(check string) bool {
 	return false
 }
 
-// cuttableLink is a one-way TCP proxy to a node's Raft listener: the
-// node whose peer entry names it sends its Raft messages through it.
-// cut closes its connections and every later one (a partition).
+// cuttableLink is a one-way TCP proxy to a node's listener (its Raft or
+// internal listener): the node that dials it sends through it. sever
+// closes its connections and every later one (a partition); silent keeps
+// them open and forwards nothing either way, not even a close (a frozen or
+// silently cut-off peer).
 type cuttableLink struct {
 	ln     net.Listener
 	target string
+	silent atomic.Bool
 	mu     sync.Mutex
 	cut    bool
 	conns  []net.Conn
@@ -117,9 +119,29 @@ func (l *cuttableLink) pass(c net.Conn) {
 	}
 	l.conns = append(l.conns, c, s)
 	l.mu.Unlock()
-	go func() { _, _ = io.Copy(s, c); _ = s.Close() }() // ends when either side closes
-	_, _ = io.Copy(c, s)
-	_ = c.Close()
+	go l.copy(s, c) // ends when either side closes
+	l.copy(c, s)
+}
+
+// copy forwards src to dst until either ends, then closes dst, dropping
+// what arrives (and the end) while the link is silent.
+func (l *cuttableLink) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !l.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				_ = dst.Close() // the other side is gone: the connection is over
+				return
+			}
+		}
+		if err != nil {
+			if !l.silent.Load() {
+				_ = dst.Close() // the other side ended: so does this one
+			}
+			return
+		}
+	}
 }
 
 // sever cuts the link for good.

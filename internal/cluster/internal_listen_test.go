@@ -96,14 +96,6 @@ func TestFixedAndAdvertisedInternalListeners(t *testing.T) {
 
 	// Lead elsewhere and back: the same node binds its fixed ports again.
 	first := leader
-	routed := poll.True("every node routes to a serving leader", func() bool {
-		for _, n := range nodes {
-			if _, _, ok := n.target(); !ok {
-				return false
-			}
-		}
-		return true
-	})
 	for _, hop := range [][2]*Node{{first, follower}, {follower, first}} {
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := hop[0].raft.TransferLeadershipTo(tctx, hop[1].opts.Cluster.NodeID)
@@ -111,7 +103,7 @@ func TestFixedAndAdvertisedInternalListeners(t *testing.T) {
 		if err != nil {
 			t.Fatalf("transfer from node %d to node %d: %v", hop[0].opts.Cluster.NodeID, hop[1].opts.Cluster.NodeID, err)
 		}
-		poll.CheckFor(t, 30*time.Second, routed)
+		poll.CheckFor(t, 30*time.Second, routed(nodes))
 	}
 	poll.CheckFor(t, 30*time.Second, func() error {
 		_, err := viaLeader.ListQueues(ctx, &sqs.ListQueuesInput{})

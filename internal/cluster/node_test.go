@@ -283,15 +283,21 @@ func startThree(t *testing.T, edit func(*server.Options), prepare func(*Node), r
 		})
 		nodes[i] = n
 	}
-	poll.CheckFor(t, 30*time.Second, poll.True("every node routes to a serving leader", func() bool {
-		for _, n := range nodes[:ready] {
+	poll.CheckFor(t, 30*time.Second, routed(nodes[:ready]))
+	return nodes, func(i int) error { return stops[i]() }
+}
+
+// routed is the condition that every one of nodes routes to a serving
+// leader.
+func routed(nodes []*Node) func() error {
+	return poll.True("every node routes to a serving leader", func() bool {
+		for _, n := range nodes {
 			if _, _, ok := n.target(); !ok {
 				return false
 			}
 		}
 		return true
-	}))
-	return nodes, func(i int) error { return stops[i]() }
+	})
 }
 
 // TestGracefulStopHandsLeadershipOver: a leader stopped gracefully (a
