@@ -38,13 +38,15 @@ var errLeaderChanged = errors.New("cluster: the leader changed while the request
 // trackForward registers a request forwarded to leader and returns the
 // context to forward it under, which cancelForwards ends once another
 // node leads, and the function that unregisters it (call it when the
-// forward is over).
+// forward is over). changed is Node.changed as it was before the route
+// to leader was chosen: only if it has been closed since (a reroute in
+// between) is the route looked up again.
 //
 // Without it a request forwarded to a leader that then froze (SIGSTOP, a
 // silent partition) hung until the client gave up, although the cluster
 // had a new leader within an election timeout: the old connection stays
 // open, and no answer ever comes on it.
-func (n *Node) trackForward(ctx context.Context, leader uint64) (context.Context, func()) {
+func (n *Node) trackForward(ctx context.Context, leader uint64, changed <-chan struct{}) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	f := &forward{leader: leader, cancel: cancel}
 	ctx = context.WithValue(ctx, forwardKey{}, f)
@@ -53,8 +55,12 @@ func (n *Node) trackForward(ctx context.Context, leader uint64) (context.Context
 	n.mu.Unlock()
 	// The leader may have changed between route and registering: a
 	// request to a deposed leader never outlives the change.
-	if _, now, ok := n.target(); ok && now != leader {
-		cancel(errLeaderChanged)
+	select {
+	case <-changed:
+		if _, now, ok := n.target(); ok && now != leader {
+			cancel(errLeaderChanged)
+		}
+	default:
 	}
 	return ctx, func() {
 		n.mu.Lock()

@@ -734,6 +734,9 @@ func (n *Node) routes() http.Handler {
 		},
 	}
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.mu.Lock()
+		changed := n.changed // for trackForward
+		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
 		ad, leader, err := n.route(ctx)
 		cancel()
@@ -758,7 +761,7 @@ func (n *Node) routes() http.Handler {
 		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 			n.log.Warn("cannot forward in full duplex", "err", err)
 		}
-		fctx, done := n.trackForward(r.Context(), leader)
+		fctx, done := n.trackForward(r.Context(), leader, changed)
 		defer done()
 		proxy.ServeHTTP(w, r.WithContext(context.WithValue(fctx, targetKey{}, ad)))
 	})
