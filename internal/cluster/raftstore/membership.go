@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -51,11 +52,16 @@ import (
 // that has not started yet, or is still installing its snapshot, does not
 // raise the quorum (a group of three that grows to four must otherwise
 // have three live nodes to commit). The leader promotes a learner to voter
-// (ConfChangeAddNode on a learner) once it has caught up: maybePromote,
+// (ConfChangeAddNode on a learner) once it has caught up: reconcileVoters,
 // on every tick of whichever node leads, so a new leader resumes the
-// promotion a failed one left (learners are in the ConfState). One change
+// promotion a failed one left (learners are in the ConfState). With a
+// Config.ReplicationFactor the leader keeps that many voters: learners
+// beyond it stay learners (standby copies), a voter too many is demoted
+// (ConfChangeAddLearnerNode on a voter), and a voter silent for
+// Config.ReplaceAfter is replaced by a caught-up learner. One change
 // at a time: a promotion waits for any pending change, and AddMember or
-// RemoveMember answer ErrChangePending while a promotion is pending.
+// RemoveMember answer ErrChangePending while a promotion or demotion is
+// pending.
 const (
 	metaConf         = "conf"
 	metaMemberPrefix = "member/"
@@ -70,9 +76,10 @@ type Member struct {
 }
 
 // Kinds of membership (Member.Membership): a voter votes and counts in the commit quorum; a learner
-// (a node just added) receives the log, does neither, and is promoted to
-// voter by the leader once its log is within Config.PromoteLagEntries of
-// the commit index.
+// (a node just added, or one beyond Config.ReplicationFactor) receives the
+// log, does neither, and is promoted to voter by the leader once its log
+// is within Config.PromoteLagEntries of the commit index and the group
+// needs a voter.
 const (
 	Voter   = "voter"
 	Learner = "learner"
@@ -210,7 +217,7 @@ func (n *Node) Members() []Member {
 // AddMember adds node id, reachable for Raft traffic at raftAddr, as a
 // learner, and waits until this node (the leader) has applied the change;
 // the leader promotes it to voter later, once it has caught up
-// (maybePromote). The new node must be started
+// (reconcileVoters). The new node must be started
 // with Config.Join (it then learns the log from the leader). It fails with
 // ErrNotLeader on a follower, ErrChangePending while another change
 // (a promotion included) is in progress, ErrMemberExists (the id is a
@@ -328,43 +335,129 @@ func (n *Node) queueChangeLocked(cc *pb.ConfChange) *waiter {
 	return w
 }
 
-// maybePromote promotes one caught-up learner to voter (loop only, on every
-// tick). It runs on the leader once it is ready and has no change of its
-// own pending. A learner is caught up when the leader replicates to it
-// normally (tracker.StateReplicate: not probing, not receiving a
-// snapshot), has heard from it within the last election timeout
-// (RecentActive), and its log holds every entry up to
-// commit − Config.PromoteLagEntries. The learner with the lowest id goes
-// first; the next one waits until this change has applied.
-func (n *Node) maybePromote() {
+// reconcileVoters keeps the voters at Config.ReplicationFactor (loop
+// only, on every tick). It runs on the leader once it is ready and has no
+// change of its own pending, and queues at most one change:
+//
+//   - more voters than the factor: the voter silent longest (never this
+//     node; the highest id among those heard from recently) becomes a
+//     learner;
+//   - fewer voters than the factor (or no factor), or a voter silent for
+//     Config.ReplaceAfter: a caught-up learner becomes a voter. A
+//     replacement thus takes two changes: the promotion, which leaves one
+//     voter too many, then the demotion of the silent one.
+//
+// One change at a time (ConfChange V1, no joint consensus): a promotion
+// or a demotion changes the voters by one, which is safe on its own. A
+// voter is silent when the leader has not seen it active in Raft since
+// the election timeout before (Status.Heard), counted from the start of
+// this leadership for one never heard. A learner is caught up when the
+// leader replicates to it normally (tracker.StateReplicate: not probing,
+// not receiving a snapshot), has heard from it within the last election
+// timeout (RecentActive), and its log holds every entry up to commit −
+// Config.PromoteLagEntries; the lowest id goes first.
+func (n *Node) reconcileVoters() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.mem.conf.GetLearners()) == 0 || n.changeAllowedLocked() != nil {
+	if n.changeAllowedLocked() != nil {
 		return
+	}
+	voters, learners := n.mem.conf.GetVoters(), n.mem.conf.GetLearners()
+	rf := n.cfg.ReplicationFactor
+	if rf > 0 && len(voters) > rf {
+		if id := n.demotionLocked(voters); id != 0 {
+			n.log.Info("raftstore: demoting a voter to learner", "voter", id, "voters", len(voters), "replication_factor", rf)
+			n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: new(id)})
+			n.kickLocked()
+		}
+		return
+	}
+	if len(learners) == 0 {
+		return
+	}
+	var silent uint64
+	if rf > 0 && len(voters) == rf {
+		now := time.Now()
+		for _, id := range voters {
+			if id != n.cfg.ID && now.Sub(n.lastHeard(id)) >= n.cfg.ReplaceAfter {
+				silent = id
+				break
+			}
+		}
+		if silent == 0 {
+			return
+		}
 	}
 	commit := n.rn.BasicStatus().GetCommit()
 	var id uint64
 	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(n.mem.conf.GetLearners(), pid) && (id == 0 || pid < id) {
+		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(learners, pid) && (id == 0 || pid < id) {
 			id = pid
 		}
 	})
 	if id == 0 {
 		return
 	}
-	n.log.Info("raftstore: promoting a caught-up learner to voter", "learner", id, "commit", commit)
+	if silent != 0 {
+		n.log.Warn("raftstore: replacing a silent voter with a caught-up learner", "silent_voter", silent, "since", n.lastHeard(silent), "learner", id, "commit", commit)
+	} else {
+		n.log.Info("raftstore: promoting a caught-up learner to voter", "learner", id, "commit", commit)
+	}
 	n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id)})
+	n.kickLocked()
+}
+
+// demotionLocked picks the voter to demote when there are too many: the
+// one silent longest if any is silent past an election timeout, else the
+// highest id; never this node. 0 if none. Loop only, n.mu held.
+func (n *Node) demotionLocked(voters []uint64) uint64 {
+	now := time.Now()
+	quiet := n.cfg.TickInterval * electionTicks
+	var pick uint64
+	var pickSilence time.Duration
+	for _, id := range voters {
+		if id == n.cfg.ID {
+			continue
+		}
+		s := now.Sub(n.lastHeard(id))
+		if s < quiet {
+			s = 0 // heard recently: only the id decides among these
+		}
+		if pick == 0 || s > pickSilence || (s == pickSilence && id > pick) {
+			pick, pickSilence = id, s
+		}
+	}
+	return pick
+}
+
+// lastHeard is when this leadership last saw member id active in Raft,
+// or when it began if never. Loop only.
+func (n *Node) lastHeard(id uint64) time.Time {
+	if at, ok := n.heard[id]; ok {
+		return at
+	}
+	return n.leadSince
+}
+
+// kickLocked wakes the loop to propose what was queued. n.mu held.
+func (n *Node) kickLocked() {
 	select {
 	case n.propc <- struct{}{}:
 	default:
 	}
 }
 
-// caughtUp reports whether a learner's progress allows its promotion: the
-// leader replicates to it normally, heard from it recently, and its log
-// holds every entry up to commit − lag.
+// caughtUp reports whether a learner's progress allows its promotion: it
+// is a learner and in sync (inSync).
 func caughtUp(pr *tracker.Progress, commit, lag uint64) bool {
-	return pr.IsLearner && pr.RecentActive && pr.State == tracker.StateReplicate &&
+	return pr.IsLearner && inSync(pr, commit, lag)
+}
+
+// inSync reports whether the leader replicates to a member normally,
+// heard from it recently, and its log holds every entry up to commit −
+// lag.
+func inSync(pr *tracker.Progress, commit, lag uint64) bool {
+	return pr.RecentActive && pr.State == tracker.StateReplicate &&
 		(pr.Match >= commit || commit-pr.Match <= lag)
 }
 

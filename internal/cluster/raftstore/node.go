@@ -128,6 +128,21 @@ type Config struct {
 	// this many (membership.go); 0 means DefaultPromoteLagEntries. At most
 	// KeepEntries is used: a new voter then catches up from the log.
 	PromoteLagEntries uint64
+	// ReplicationFactor is how many voters the leader keeps
+	// (membership.go, reconcileVoters): while there are fewer, it promotes
+	// a caught-up learner; while there are more, it demotes a voter to
+	// learner; and it replaces a voter it has not heard from for
+	// ReplaceAfter by a caught-up learner (promote, then demote the silent
+	// one). Members beyond it stay learners: full copies of the log that
+	// neither vote nor count in the commit quorum, ready to take a voter's
+	// place. 0: every member votes (each caught-up learner is promoted, as
+	// before this setting existed).
+	ReplicationFactor int
+	// ReplaceAfter is how long a voter must have been silent (not active
+	// in Raft, as the leader sees it) before the leader replaces it with a
+	// caught-up learner; 0 means DefaultReplaceAfter. Only with a
+	// ReplicationFactor.
+	ReplaceAfter time.Duration
 
 	// crashPoint, when set, is called at each step of a compaction and of
 	// a snapshot install (tests cut the power there; snapshot.go).
@@ -155,6 +170,11 @@ const (
 	// DefaultKeepEntries, so the new voter finishes catching up from the
 	// leader's log rather than from another snapshot.
 	DefaultPromoteLagEntries = 1_000
+	// DefaultReplaceAfter: a voter silent for 30 s is replaced by a
+	// caught-up learner (Config.ReplaceAfter). Longer than a restart of a
+	// node, and cheap when it does happen: a learner already holds the
+	// log, so the swap moves no data.
+	DefaultReplaceAfter = 30 * time.Second
 	// MaxSnapshotChunkSize bounds Config.SnapshotChunkSize (16 MiB), so
 	// that a chunk and one more record of up to MaxEntrySize fit in a
 	// frame.
@@ -198,6 +218,7 @@ type Node struct {
 	// each member active (Status.Heard); run's only.
 	heard     map[uint64]time.Time
 	heardTerm uint64
+	leadSince time.Time // when this node's leadership of heardTerm began
 
 	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
 	snaps        snapshots // snapshots streamed out and received (snapshot.go)
@@ -286,6 +307,7 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.KeepEntries = cmp.Or(cfg.KeepEntries, DefaultKeepEntries)
 	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
 	cfg.PromoteLagEntries = min(cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries), cfg.KeepEntries)
+	cfg.ReplaceAfter = cmp.Or(cfg.ReplaceAfter, DefaultReplaceAfter)
 	if cfg.KeepEntries >= cfg.CompactEntries {
 		// Every Ready would compact (and sync the state store) for nothing.
 		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
@@ -431,6 +453,9 @@ func (c *Config) validate() error {
 	if c.Dir == "" {
 		return errors.New("raftstore: no directory")
 	}
+	if c.ReplicationFactor < 0 || c.ReplaceAfter < 0 {
+		return errors.New("raftstore: ReplicationFactor and ReplaceAfter must not be negative")
+	}
 	if c.Listener == nil {
 		return errors.New("raftstore: no listener")
 	}
@@ -495,7 +520,7 @@ func (n *Node) run() {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.checkRole()
-			n.maybePromote()
+			n.reconcileVoters()
 		case m := <-n.recvc:
 			n.step(m)
 			// Step what else has arrived before one Ready covers it all,

@@ -23,6 +23,12 @@ type Status struct {
 	// election timeout); missing for a member not heard from since the
 	// leadership began.
 	Heard map[uint64]time.Time
+	// InSync (leader only) lists the members the leader replicates to
+	// normally (not probing, no snapshot under way), heard from within an
+	// election timeout, whose log holds every entry up to the commit index
+	// minus Config.PromoteLagEntries: the learners among them could be
+	// promoted at once.
+	InSync map[uint64]bool
 	// FirstIndex and LastIndex bound the entries this node's Raft log
 	// holds (LastIndex < FirstIndex: none).
 	FirstIndex, LastIndex uint64
@@ -51,14 +57,18 @@ func (n *Node) updateStatus() {
 	case raft.StateLeader:
 		st.Role = "leader"
 		st.Match = map[uint64]uint64{}
-		if n.heard == nil || n.heardTerm != st.Term {
-			n.heard, n.heardTerm = map[uint64]time.Time{}, st.Term
-		}
+		st.InSync = map[uint64]bool{}
 		now := time.Now()
+		if n.heard == nil || n.heardTerm != st.Term {
+			n.heard, n.heardTerm, n.leadSince = map[uint64]time.Time{}, st.Term, now
+		}
 		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 			st.Match[id] = pr.Match
 			if pr.RecentActive {
 				n.heard[id] = now
+			}
+			if id == st.ID || inSync(&pr, st.Commit, n.cfg.PromoteLagEntries) {
+				st.InSync[id] = true
 			}
 		})
 		st.Heard = maps.Clone(n.heard)
@@ -99,7 +109,7 @@ func (n *Node) Status() Status {
 	st := n.status
 	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	if st.Match != nil {
-		st.Match, st.Heard = maps.Clone(st.Match), maps.Clone(st.Heard)
+		st.Match, st.Heard, st.InSync = maps.Clone(st.Match), maps.Clone(st.Heard), maps.Clone(st.InSync)
 	}
 	st.Members = slices.Clone(st.Members)
 	return st

@@ -1,0 +1,122 @@
+package raftstore
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// votersOf lists the voters in nd's applied membership, sorted.
+func votersOf(nd *Node) []uint64 {
+	var out []uint64
+	for _, m := range nd.Members() {
+		if m.Membership == Voter {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// TestReplicationFactorKeepsVotersAndReplacesSilentOnes boots four nodes
+// with a replication factor of 3: the leader demotes one to learner. Then
+// it stops voters one at a time, never the leader. After the first stop
+// the leader replaces the silent voter with the learner (ReplaceAfter),
+// so the group still commits once a second original voter stops, with
+// only two of its four nodes running. Without the replacement (every
+// member a voter, or a factor of 3 and no swap) two of four cannot commit.
+// The stopped nodes come back as learners and catch up.
+func TestReplicationFactorKeepsVotersAndReplacesSilentOnes(t *testing.T) {
+	c := startClusterTuned(t, 4, false, func(_ int, cfg *Config) {
+		cfg.ReplicationFactor = 3
+		cfg.ReplaceAfter = time.Second
+	})
+	li := c.leader(-1)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if v := votersOf(c.nodes[li]); len(v) != 3 {
+			return fmt.Errorf("voters %v, want 3 of them", v)
+		}
+		return nil
+	})
+	if err := writeKV(c.nodes[li].Store(), "k1", "1"); err != nil {
+		t.Fatal(err)
+	}
+	voters := votersOf(c.nodes[li])
+	var learner uint64
+	for id := uint64(1); id <= 4; id++ {
+		if !slices.Contains(voters, id) {
+			learner = id
+		}
+	}
+	// Every node, the learner included, holds the write: a learner is a
+	// full copy.
+	for _, nd := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(nd, "k1", "1") })
+	}
+
+	// Stop a voter other than the leader; the learner takes its place.
+	first := -1
+	for _, id := range voters {
+		if int(id-1) != li {
+			first = int(id - 1)
+			break
+		}
+	}
+	c.stop(first)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		li = c.leader(first)
+		v := votersOf(c.nodes[li])
+		if len(v) != 3 || !slices.Contains(v, learner) || slices.Contains(v, uint64(first+1)) {
+			return fmt.Errorf("voters %v: want 3, with node %d in place of node %d", v, learner, first+1)
+		}
+		return nil
+	})
+
+	// Stop the other original voter that does not lead: two of four nodes
+	// run, two of the three voters, and the group still commits.
+	second := -1
+	for _, id := range votersOf(c.nodes[li]) {
+		if i := int(id - 1); i != li && id != learner {
+			second = i
+		}
+	}
+	if second < 0 {
+		t.Fatalf("no second voter to stop among %v (leader %d)", votersOf(c.nodes[li]), li+1)
+	}
+	c.stop(second)
+	li = c.leader(-1)
+	if err := writeKV(c.nodes[li].Store(), "k2", "2"); err != nil {
+		t.Fatalf("write with two of four nodes running: %v", err)
+	}
+
+	// Both come back as learners (the group already has three voters once
+	// the second is replaced, or two voters and a learner to promote) and
+	// catch up.
+	c.restart(first)
+	c.restart(second)
+	li = c.leader(-1)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		v := votersOf(c.nodes[li])
+		if len(v) != 3 {
+			return fmt.Errorf("voters %v, want 3", v)
+		}
+		for _, nd := range c.nodes {
+			if err := stateHas(nd, "k2", "2"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The leader counts every member in sync once they have caught up.
+	poll.CheckFor(t, 20*time.Second, func() error {
+		st := c.nodes[li].Status()
+		for id := uint64(1); id <= 4; id++ {
+			if !st.InSync[id] {
+				return fmt.Errorf("node %d not in sync: %v", id, st.InSync)
+			}
+		}
+		return nil
+	})
+}
