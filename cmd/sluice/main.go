@@ -129,6 +129,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	peers := fs.String("peers", "", "cluster mode: every member as id=host:port of its Raft listener, comma-separated, e.g. 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103")
 	secretFile := fs.String("cluster-secret-file", "", "cluster mode: file holding the cluster secret (32 bytes or more), the same on every node (the [cluster] section's secret_file)")
 	extraSecretFile := fs.String("cluster-extra-secret-file", "", "cluster mode: a second secret this node also accepts from the nodes that dial it, while rotating the secret (the [cluster] section's extra_secret_file)")
+	replication := fs.Int("replication-factor", 0, "cluster mode: how many members vote (the [cluster] section's replication_factor; default 3); the others are standby learners")
+	replaceAfter := fs.Duration("replace-after", 0, "cluster mode: replace a voter silent this long with a caught-up learner (the [cluster] section's replace_after; default 30s)")
 	join := fs.Bool("join", false, "cluster mode: this node is being added to a running cluster (the [cluster] section's join); then run `sluice cluster add` for it")
 	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
 	if err := fs.Parse(args); err != nil {
@@ -187,6 +189,10 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Cluster.RaftListen = *raftListen
 		case "join":
 			opts.Cluster.Join = *join
+		case "replication-factor":
+			opts.Cluster.ReplicationFactor = *replication
+		case "replace-after":
+			opts.Cluster.SetReplaceAfter(*replaceAfter)
 		case "cluster-secret-file":
 			opts.Cluster.SecretFile = *secretFile
 		case "cluster-extra-secret-file":

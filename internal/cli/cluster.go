@@ -20,8 +20,9 @@ Usage:
 
 status prints what one cluster node (the one at --endpoint, any node's
 public HTTP address) knows: its id, role, Raft term, the leader, its commit
-and applied indexes, each member's membership (voter, or learner: added and
-not caught up yet), replication progress (MATCH, the last log index it
+and applied indexes, the replication factor (how many voters the leader keeps), each member's
+membership (voter, or learner: added and not caught up yet, or a standby
+copy beyond the replication factor), replication progress (MATCH, the last log index it
 holds, and LAG, the entries it lacks behind the leader's last index; from
 the leader's view) and the internal addresses each node advertised when it
 last led. The members are the replicated membership, not the
@@ -32,10 +33,15 @@ its own node id, then run add against any member; it receives the leader's
 state (a snapshot) and the log after it. It joins as a learner, which
 receives the log but neither votes nor counts in the commit quorum, so a
 new node that is down or still copying cannot stop the cluster; the leader
-promotes it to voter on its own once its log has caught up. add returns
-once the node is a learner; with --wait it waits until it is a voter, and
-fails after --wait-timeout (the node stays a learner and is promoted
-whenever it catches up). Node ids are never reused.
+promotes it to voter on its own once its log has caught up, if the cluster
+has fewer voters than its replication factor ([cluster]
+replication_factor, default 3). Otherwise it stays a learner: a full copy
+that serves clients and replaces a voter that goes silent for
+replace_after. add returns once the node is a learner; with --wait it
+waits until it is a voter, or a caught-up learner when the cluster already
+has its voters, and fails after --wait-timeout (the node stays a learner
+and is promoted whenever it catches up and is needed). Node ids are never
+reused.
 
 remove takes a member (voter or learner) out of the group (a dead one, or
 one to retire); stop its process afterwards. Both wait until the leader
@@ -70,14 +76,23 @@ type clusterReport struct {
 			AMQP string `json:"amqp"`
 		} `json:"advertised"`
 	} `json:"peers"`
-	View *struct {
-		LastIndex uint64 `json:"last_index"`
-		Members   []struct {
-			ID    uint64 `json:"id"`
-			Match uint64 `json:"match"`
-			Lag   uint64 `json:"lag"`
-		} `json:"members"`
-	} `json:"view,omitempty"`
+	View *viewReport `json:"view,omitempty"`
+}
+
+// viewReport mirrors the leader's view (internal/cluster.ClusterView).
+type viewReport struct {
+	LastIndex         uint64       `json:"last_index"`
+	ReplicationFactor int          `json:"replication_factor"`
+	Members           []viewMember `json:"members"`
+}
+
+// viewMember mirrors internal/cluster.MemberView.
+type viewMember struct {
+	ID         uint64 `json:"id"`
+	Membership string `json:"membership"`
+	Match      uint64 `json:"match"`
+	Lag        uint64 `json:"lag"`
+	InSync     bool   `json:"in_sync"`
 }
 
 // membersAnswer mirrors the JSON of POST/DELETE /sluice/v1/cluster/members
@@ -106,7 +121,7 @@ func Cluster(ctx context.Context, args []string, env *Env) int {
 		return clusterStatus(ctx, args[1:], env)
 	case "add":
 		c := newCommand(env, "sluice cluster add", clusterUsage)
-		wait := c.fs.Bool("wait", false, "wait until the new node has caught up and is a voter")
+		wait := c.fs.Bool("wait", false, "wait until the new node has caught up (and is a voter, unless the cluster already has replication_factor voters)")
 		waitTimeout := c.fs.Duration("wait-timeout", DefaultWaitVoter, "with --wait: give up after this long (the node stays a learner)")
 		return c.run(args[1:], 2, 2, func(pos []string) int {
 			id, err := parseNodeID(pos[0])
@@ -121,7 +136,7 @@ func Cluster(ctx context.Context, args []string, env *Env) int {
 				return c.fail(err)
 			}
 			if !*wait {
-				return c.printMembers(out, fmt.Sprintf("added node %d (raft %s) as a learner; the leader promotes it to voter once it has caught up", id, pos[1]))
+				return c.printMembers(out, fmt.Sprintf("added node %d (raft %s) as a learner; the leader promotes it to voter once it has caught up, if the cluster has fewer voters than its replication factor", id, pos[1]))
 			}
 			if !c.json {
 				as := "a member"
@@ -130,11 +145,14 @@ func Cluster(ctx context.Context, args []string, env *Env) int {
 						as = "a " + m.Membership
 					}
 				}
-				fmt.Fprintf(c.env.Stderr, "added node %d (raft %s) as %s; waiting for it to catch up and become a voter\n", id, pos[1], as)
+				fmt.Fprintf(c.env.Stderr, "added node %d (raft %s) as %s; waiting for it to catch up\n", id, pos[1], as)
 			}
-			out, err = waitVoter(ctx, c, id, *waitTimeout)
+			out, standby, err := waitVoter(ctx, c, id, *waitTimeout)
 			if err != nil {
 				return c.fail(err)
+			}
+			if standby > 0 {
+				return c.printMembers(out, fmt.Sprintf("node %d (raft %s) has caught up and stays a learner: the cluster already has its %d voters (replication_factor); it replaces a voter that goes silent", id, pos[1], standby))
 			}
 			return c.printMembers(out, fmt.Sprintf("node %d (raft %s) is a voter", id, pos[1]))
 		})
@@ -179,10 +197,12 @@ func (c *command) printMembers(out membersAnswer, what string) int {
 }
 
 // waitVoter polls GET /sluice/v1/cluster at the command's endpoint until
-// it lists node id as a voter, and returns that membership. Errors while
+// it lists node id as a voter, or as a learner in sync with the leader
+// while the cluster already has replication_factor voters (a standby:
+// standby is then that factor), and returns that membership. Errors while
 // polling (a leader change, say) are retried; it fails once timeout has
 // passed or ctx ends, saying what the node was last seen as.
-func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration) (membersAnswer, error) {
+func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration) (out membersAnswer, standby int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cl := c.client()
@@ -197,29 +217,54 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 		} else {
 			lastErr = nil
 			seen = "not listed by the node at " + c.endpoint
-			var out membersAnswer
+			out = membersAnswer{}
 			for _, p := range rep.Peers {
 				out.Members = append(out.Members, memberAnswer{ID: p.ID, Raft: p.Raft, Membership: p.Membership})
 				if p.ID == id {
 					seen = "a " + p.Membership
 				}
 			}
+			slices.SortFunc(out.Members, func(a, b memberAnswer) int { return cmp.Compare(a.ID, b.ID) })
 			if seen == "a voter" {
-				slices.SortFunc(out.Members, func(a, b memberAnswer) int { return cmp.Compare(a.ID, b.ID) })
-				return out, nil
+				return out, 0, nil
+			}
+			if f := standbyFactor(rep, id); f > 0 {
+				return out, f, nil
 			}
 		}
 		timer.Reset(c.env.PollInterval)
 		select {
 		case <-ctx.Done():
-			msg := fmt.Sprintf("node %d is still %s after waiting %s: it has not caught up with the leader (is it running with join = true, and can the leader reach its raft address?); it is promoted whenever it catches up: see sluice cluster status", id, seen, timeout)
+			msg := fmt.Sprintf("node %d is still %s after waiting %s: it has not caught up with the leader (is it running with join = true, and can the leader reach its raft address?); see sluice cluster status", id, seen, timeout)
 			if lastErr != nil {
 				msg += fmt.Sprintf(" (last error: %v)", lastErr)
 			}
-			return membersAnswer{}, errors.New(msg)
+			return membersAnswer{}, 0, errors.New(msg)
 		case <-timer.C:
 		}
 	}
+}
+
+// standbyFactor returns the replication factor when the leader's view in
+// rep shows node id as a learner in sync while the voters already number
+// that factor (the leader keeps it a learner), else 0.
+func standbyFactor(rep clusterReport, id uint64) int {
+	if rep.View == nil || rep.View.ReplicationFactor <= 0 {
+		return 0
+	}
+	voters, ok := 0, false
+	for _, m := range rep.View.Members {
+		if m.Membership == "voter" {
+			voters++
+		}
+		if m.ID == id && m.Membership == "learner" && m.InSync {
+			ok = true
+		}
+	}
+	if !ok || voters < rep.View.ReplicationFactor {
+		return 0
+	}
+	return rep.View.ReplicationFactor
 }
 
 // clusterStatus runs `sluice cluster status`.
@@ -249,8 +294,11 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		for _, p := range rep.Peers {
 			if p.ID == n.ID && p.Membership == "learner" {
-				fmt.Fprintln(w, "learner: added, catching up; it does not vote until the leader promotes it to voter")
+				fmt.Fprintln(w, "learner: receives every write but does not vote; the leader promotes it to voter once it has caught up and a voter is needed")
 			}
+		}
+		if rep.View != nil && rep.View.ReplicationFactor > 0 {
+			fmt.Fprintf(w, "replication factor: %d voters\n", rep.View.ReplicationFactor)
 		}
 		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })

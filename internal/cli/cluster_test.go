@@ -33,3 +33,30 @@ func TestClusterMembershipArgumentErrors(t *testing.T) {
 		t.Fatalf("remove on a single node: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestStandbyFactor: `cluster add --wait` accepts a learner as done only
+// when the leader's view shows it in sync and the voters already number
+// the replication factor.
+func TestStandbyFactor(t *testing.T) {
+	view := func(rf int, members ...viewMember) clusterReport {
+		return clusterReport{View: &viewReport{ReplicationFactor: rf, Members: members}}
+	}
+	v := func(id uint64) viewMember { return viewMember{ID: id, Membership: "voter", InSync: true} }
+	l := func(id uint64, sync bool) viewMember { return viewMember{ID: id, Membership: "learner", InSync: sync} }
+	for _, c := range []struct {
+		name string
+		rep  clusterReport
+		want int
+	}{
+		{"no view (a follower that cannot reach the leader)", clusterReport{}, 0},
+		{"standby in sync", view(3, v(1), v(2), v(3), l(4, true)), 3},
+		{"learner not in sync yet", view(3, v(1), v(2), v(3), l(4, false)), 0},
+		{"fewer voters than the factor: it will be promoted", view(3, v(1), v(2), l(4, true)), 0},
+		{"the node is a voter (waitVoter's other case)", view(3, v(1), v(2), v(3), v(4)), 0},
+		{"no factor reported (an older leader)", view(0, v(1), v(2), v(3), l(4, true)), 0},
+	} {
+		if got := standbyFactor(c.rep, 4); got != c.want {
+			t.Errorf("%s: standbyFactor = %d, want %d", c.name, got, c.want)
+		}
+	}
+}

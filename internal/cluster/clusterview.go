@@ -41,10 +41,13 @@ const (
 
 // ClusterView is the leader's view of every member.
 type ClusterView struct {
-	Leader    uint64       `json:"leader"`
-	Term      uint64       `json:"term"`
-	LastIndex uint64       `json:"last_index"` // the leader's last log index
-	Members   []MemberView `json:"members"`
+	Leader    uint64 `json:"leader"`
+	Term      uint64 `json:"term"`
+	LastIndex uint64 `json:"last_index"` // the leader's last log index
+	// ReplicationFactor is the number of voters the leader keeps
+	// ([cluster] replication_factor, the leader's own setting).
+	ReplicationFactor int          `json:"replication_factor"`
+	Members           []MemberView `json:"members"`
 }
 
 // MemberView is one member in ClusterView.
@@ -67,6 +70,11 @@ type MemberView struct {
 	// is the leader's last index minus Match (entries not yet on it).
 	Match uint64 `json:"match"`
 	Lag   uint64 `json:"lag"`
+	// InSync: the leader replicates to the member normally, heard from it
+	// within an election timeout, and its log is within
+	// promote_lag_entries of the commit index (a learner so marked can
+	// replace a voter at once).
+	InSync bool `json:"in_sync"`
 	// DiskLow: the member's free disk is below min_free_disk, as it last
 	// reported (its own watch, for the leader).
 	DiskLow bool `json:"disk_low,omitempty"`
@@ -84,12 +92,12 @@ func (n *Node) view() (ClusterView, bool) {
 	if st.Role != "leader" {
 		return ClusterView{}, false
 	}
-	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex}
+	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex, ReplicationFactor: n.opts.Cluster.Factor()}
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range st.Members {
-		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID]}
+		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID], InSync: st.InSync[p.ID]}
 		m.Lag = lag(st.LastIndex, m.Match)
 		switch r, ok := n.reports[p.ID]; {
 		case p.ID == st.ID:

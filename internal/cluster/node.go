@@ -230,6 +230,7 @@ func New(opts Options) (_ *Node, err error) {
 	n.metrics = newNodeMetrics(func() raftstore.Status { return raftNode.Status() }, build)
 	raftNode, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
+		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter),
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
 		Secret: secret, ExtraSecret: extra, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
 	if err != nil {

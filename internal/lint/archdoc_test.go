@@ -24,6 +24,7 @@ import (
 var archDocNotCode = map[string]bool{
 	"sqs_listen":                          true,
 	"internal_http_listen":                true,
+	"replace_after":                       true,
 	"internal_amqp_listen":                true,
 	"body_memory_budget":                  true,
 	"sluice_amqp_refused_publishes_total": true,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ClusterConfig is the [cluster] section. Without it (node_id 0, no
@@ -81,6 +82,20 @@ type ClusterConfig struct {
 	// answers the leader. 0: the default (1,000); at most LogKeepEntries
 	// is used, so the new voter catches up from the log, not a snapshot.
 	PromoteLagEntries uint64 `toml:"promote_lag_entries"`
+	// ReplicationFactor is how many members vote and count in the commit
+	// quorum: a write is acknowledged once a majority of them has it on
+	// disk. The leader keeps exactly this many voters: it promotes a
+	// caught-up learner while there are fewer, demotes a voter while there
+	// are more, and replaces a voter silent for ReplaceAfter with a
+	// caught-up learner. Members beyond it are learners: they receive
+	// every write (a full copy), serve clients like any node, and stand by
+	// to replace a voter without copying data. 0: the default, 3. The
+	// leader's setting rules; give every node the same.
+	ReplicationFactor int `toml:"replication_factor"`
+	// ReplaceAfter is how long a voter must have been silent (not heard
+	// by the leader) before a caught-up learner replaces it. 0: the
+	// default, 30s.
+	ReplaceAfter duration `toml:"replace_after"`
 	// InternalHTTPListen and InternalAMQPListen are where this node's
 	// server listens while it leads: the internal listeners the other
 	// nodes forward SQS/HTTP requests and relay AMQP connections to,
@@ -97,6 +112,23 @@ type ClusterConfig struct {
 	// the listener bound.
 	InternalHTTPAdvertise string `toml:"internal_http_advertise"`
 	InternalAMQPAdvertise string `toml:"internal_amqp_advertise"`
+}
+
+// Replication factor bounds ([cluster] replication_factor).
+const (
+	DefaultReplicationFactor = 3
+	MaxReplicationFactor     = 9
+)
+
+// SetReplaceAfter sets ReplaceAfter (a command-line flag).
+func (c *ClusterConfig) SetReplaceAfter(d time.Duration) { c.ReplaceAfter = duration(d) }
+
+// Factor is ReplicationFactor with the default applied.
+func (c ClusterConfig) Factor() int {
+	if c.ReplicationFactor == 0 {
+		return DefaultReplicationFactor
+	}
+	return c.ReplicationFactor
 }
 
 // MinClusterSecretSize is the shortest cluster secret a node accepts.
@@ -235,6 +267,12 @@ func (o *Options) validateCluster() []error {
 	if c.LogCompactEntries != 0 && c.LogKeepEntries >= c.LogCompactEntries {
 		// With defaults on one side, raftstore.Open checks the pair.
 		errs = append(errs, fmt.Errorf("cluster.log_keep_entries: %d must be below cluster.log_compact_entries (%d)", c.LogKeepEntries, c.LogCompactEntries))
+	}
+	if c.ReplicationFactor < 0 || c.ReplicationFactor > MaxReplicationFactor {
+		errs = append(errs, fmt.Errorf("cluster.replication_factor: %d is not between 1 and %d (0: the default, %d)", c.ReplicationFactor, MaxReplicationFactor, DefaultReplicationFactor))
+	}
+	if c.ReplaceAfter < 0 || (c.ReplaceAfter > 0 && time.Duration(c.ReplaceAfter) < time.Second) {
+		errs = append(errs, fmt.Errorf("cluster.replace_after: %s is below 1s (0: the default, 30s)", time.Duration(c.ReplaceAfter)))
 	}
 	if c.Join && len(c.Peers) < 2 {
 		errs = append(errs, errors.New("cluster.join: a joining node lists itself and at least one current member in cluster.peers"))

@@ -82,6 +82,12 @@ func (n *node) status(ctx context.Context) (cluster.Report, error) {
 // sharing one cluster secret file.
 func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 	t.Helper()
+	return startClusterWith(t, ctx, size)
+}
+
+// startClusterWith is startCluster with extra flags for every node.
+func startClusterWith(t *testing.T, ctx context.Context, size int, extra ...string) []*node {
+	t.Helper()
 	bin := crash.Binary(t)
 	// Peers must know each other's Raft addresses before any of them
 	// starts: the one place a port is reserved rather than passed as 0.
@@ -102,8 +108,8 @@ func startCluster(t *testing.T, ctx context.Context, size int) []*node {
 			// Start returns once /health answers 200, which a node does
 			// only once it knows a leader that serves: every node must be
 			// starting.
-			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second,
-				"--node-id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--cluster-secret-file", secret, "--log-level", "debug")
+			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second, append([]string{
+				"--node-id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--cluster-secret-file", secret, "--log-level", "debug"}, extra...)...)
 		}()
 	}
 	wg.Wait()

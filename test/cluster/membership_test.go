@@ -49,16 +49,20 @@ func memberIDs(ctx context.Context, n *node) ([]uint64, error) {
 // TestReplaceANode is the README's "replace a node" procedure on real
 // processes: three nodes from the same peers, messages sent, a fourth
 // started with --join and added with `sluice cluster add` through a
-// follower; then the leader (an original node) is killed with SIGKILL and
-// removed with `sluice cluster remove`. The cluster keeps serving through
-// the new node, which has every message and the leader's applied index.
+// follower. With the default replication factor of 3 it stays a learner
+// (a standby copy). Then the leader (an original node) is killed with
+// SIGKILL: after --replace-after (3 s here) the new leader promotes node 4
+// and demotes the dead node, with no operator step; the operator then
+// removes the dead node with `sluice cluster remove`. The cluster keeps
+// serving through the new node, which has every message and the leader's
+// applied index.
 func TestReplaceANode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four server processes")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	nodes := startCluster(t, ctx, 3)
+	nodes := startClusterWith(t, ctx, 3, "--replace-after", "3s")
 	leader := awaitLeader(t, ctx, nodes, 0)
 
 	const name = "replace-orders"
@@ -109,7 +113,7 @@ func TestReplaceANode(t *testing.T) {
 		// Start returns once /health answers, which needs the leader: only
 		// after the add below.
 		srv, err := crash.Start(ctx, bin, n4.dir, 60*time.Second,
-			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--cluster-secret-file", n4.secret, "--log-level", "debug")
+			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--cluster-secret-file", n4.secret, "--log-level", "debug", "--replace-after", "3s")
 		started <- startResult{srv, err}
 	}()
 	t.Cleanup(func() {
@@ -180,11 +184,13 @@ func TestReplaceANode(t *testing.T) {
 		t.Fatalf("sluice cluster remove of a learner: exit %d\n%s%s", code, out, stderr)
 	}
 
-	// Node 4 is added as a learner, catches up and is promoted: --wait
-	// returns once it votes.
+	// Node 4 is added as a learner and catches up; the cluster has its
+	// three voters, so it stays a learner: --wait returns once it is in
+	// sync.
 	code, out, stderr = clusterCLI(ctx, via, "add", "4", raft4, "--wait")
 	if code != cli.ExitOK || !strings.Contains(stderr, "added node 4 (raft "+raft4+") as a learner") ||
-		!strings.Contains(out, "node 4 (raft "+raft4+") is a voter") || !regexp.MustCompile(`(?m)^4 +`+regexp.QuoteMeta(raft4)+` +voter`).MatchString(out) {
+		!strings.Contains(out, "node 4 (raft "+raft4+") has caught up and stays a learner: the cluster already has its 3 voters") ||
+		!regexp.MustCompile(`(?m)^4 +`+regexp.QuoteMeta(raft4)+` +learner`).MatchString(out) {
 		t.Fatalf("sluice cluster add --wait: exit %d\n%s%s", code, out, stderr)
 	}
 	t.Logf("sluice cluster add --wait:\n%s%s", stderr, out)
@@ -204,8 +210,8 @@ func TestReplaceANode(t *testing.T) {
 			var ids []uint64
 			for _, p := range rep.Peers {
 				ids = append(ids, p.ID)
-				if p.Membership != "voter" {
-					return fmt.Errorf("node %d sees node %d as %q", n.id, p.ID, p.Membership)
+				if want := map[bool]string{true: "learner", false: "voter"}[p.ID == 4]; p.Membership != want {
+					return fmt.Errorf("node %d sees node %d as %q, want %q", n.id, p.ID, p.Membership, want)
 				}
 			}
 			if !slices.Equal(ids, []uint64{1, 2, 3, 4}) {
@@ -219,8 +225,9 @@ func TestReplaceANode(t *testing.T) {
 	}
 	send(n4, "via-new", 10)
 
-	// Kill the leader (one of the original three) and remove it: the group
-	// of three left elects a leader and keeps serving.
+	// Kill the leader (one of the original three). The two voters left
+	// elect a leader, which replaces the silent voter with node 4 after
+	// replace_after; then the operator removes the dead node.
 	var victim *node
 	var rest []*node
 	for _, n := range all {
@@ -235,6 +242,25 @@ func TestReplaceANode(t *testing.T) {
 	}
 	newLeader := awaitLeader(t, ctx, rest, leader)
 	t.Logf("killed node %d; new leader: node %d", leader, newLeader)
+	for _, n := range rest {
+		poll.CheckFor(t, 30*time.Second, func() error {
+			rep, err := n.status(ctx)
+			if err != nil {
+				return err
+			}
+			for _, p := range rep.Peers {
+				want := "voter"
+				if p.ID == leader {
+					want = "learner"
+				}
+				if p.Membership != want {
+					return fmt.Errorf("node %d sees node %d as %q, want %q (the dead voter replaced by node 4)", n.id, p.ID, p.Membership, want)
+				}
+			}
+			return nil
+		})
+	}
+	send(n4, "after-replacement", 10)
 	poll.CheckFor(t, 20*time.Second, func() error {
 		code, out, stderr := clusterCLI(ctx, n4, "remove", strconv.FormatUint(leader, 10), "--json")
 		if code != cli.ExitOK {

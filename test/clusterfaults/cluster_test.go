@@ -93,11 +93,13 @@ type testCluster struct {
 // clientLinks are node i's inbound client Links.
 func (c *testCluster) clientLinks(i int) []*Link { return []*Link{c.inHTTP[i], c.inAMQP[i]} }
 
-// snapshotSummary counts, from the nodes' logs, the snapshots they sent
+// raftSummary counts, from the nodes' logs, the snapshots they sent
 // and installed (the low truncation thresholds of clusterTOML are meant to
-// make the faults exercise them).
-func (c *testCluster) snapshotSummary() string {
-	var sent, installed int
+// make the faults exercise them), and the voter changes leaders proposed
+// (with 5 nodes, replication_factor and replace_after make the faults
+// exercise them).
+func (c *testCluster) raftSummary() string {
+	var sent, installed, replaced, promoted, demoted int
 	for _, m := range c.nodes {
 		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
 		if err != nil {
@@ -105,14 +107,24 @@ func (c *testCluster) snapshotSummary() string {
 		}
 		sent += bytes.Count(b, []byte("raftstore: sending a snapshot"))
 		installed += bytes.Count(b, []byte("raftstore: installed a snapshot"))
+		replaced += bytes.Count(b, []byte("raftstore: replacing a silent voter"))
+		promoted += bytes.Count(b, []byte("raftstore: promoting a caught-up learner"))
+		demoted += bytes.Count(b, []byte("raftstore: demoting a voter"))
 	}
-	return fmt.Sprintf("snapshots sent %d, installed %d", sent, installed)
+	return fmt.Sprintf("snapshots sent %d, installed %d; voter changes proposed: silent voters replaced %d, other promotions %d, demotions %d",
+		sent, installed, replaced, promoted, demoted)
 }
 
 // clusterTOML is every node's config file; the flags supply the rest.
+// With 5 nodes the replication factor of 3 leaves two learners, and a
+// voter held down or cut off for more than replace_after (the faults hold
+// 1-5 s) is replaced by one of them: the faults then also run against
+// promotions and demotions.
 const clusterTOML = `[cluster]
 log_compact_entries = 1000
 log_keep_entries = 100
+replication_factor = 3
+replace_after = "2s"
 `
 
 // startCluster starts size nodes with their Links and waits until every

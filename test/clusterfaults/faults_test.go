@@ -242,7 +242,7 @@ func TestClusterFaults(t *testing.T) {
 	ra := a.Ck.Report()
 	t.Logf("%s", a.summary(ra))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())
-	t.Logf("raft log: %s", c.snapshotSummary())
+	t.Logf("raft log: %s", c.raftSummary())
 	if r.Violations() > 0 {
 		t.Errorf("the checker found violations:\n%s", r.Details(10))
 	}
