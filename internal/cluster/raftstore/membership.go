@@ -365,6 +365,13 @@ func (n *Node) reconcileVoters() {
 	voters, learners := n.mem.conf.GetVoters(), n.mem.conf.GetLearners()
 	rf := n.cfg.ReplicationFactor
 	if rf > 0 && len(voters) > rf {
+		if time.Since(n.leadSince) < n.cfg.TickInterval*electionTicks {
+			// Too early in this leadership to tell a silent voter from
+			// one that has not answered yet: wait, rather than demote a
+			// live voter and keep a dead one (the state a leader that
+			// died between a replacement's two changes leaves).
+			return
+		}
 		if id := n.demotionLocked(voters); id != 0 {
 			n.log.Info("raftstore: demoting a voter to learner", "voter", id, "voters", len(voters), "replication_factor", rf)
 			n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: new(id)})

@@ -120,3 +120,26 @@ func TestReplicationFactorKeepsVotersAndReplacesSilentOnes(t *testing.T) {
 		return nil
 	})
 }
+
+// TestDemotionPicksTheSilentVoter boots four voters with a replication
+// factor of 3 and node 2 stopped at once: the leader must demote node 2
+// (silent), not node 4 (the highest id, alive). A leader that chose on
+// its first tick, before any follower could answer it, took node 4 and
+// kept the dead voter.
+func TestDemotionPicksTheSilentVoter(t *testing.T) {
+	c := startClusterTuned(t, 4, false, func(_ int, cfg *Config) {
+		cfg.ReplicationFactor = 3
+		cfg.ReplaceAfter = time.Hour // no replacement: only the demotion is under test
+	})
+	c.stop(1)
+	li := c.leader(1)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if v := votersOf(c.nodes[li]); !slices.Equal(v, []uint64{1, 3, 4}) {
+			return fmt.Errorf("voters %v, want [1 3 4] (node 2, stopped, demoted)", v)
+		}
+		return nil
+	})
+	if err := writeKV(c.nodes[li].Store(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+}
