@@ -97,6 +97,9 @@ func TestClusterPage(t *testing.T) {
 		r.querySelector('.m-role').innerText.toLowerCase() === (r.dataset.member === '`+itoa(leader)+`' ? 'leader' : 'follower'))`)
 	check("every member is a voter (boot members)", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-membership').innerText.toLowerCase() === 'voter')`)
+	check("the replication factor tile", `document.getElementById('cluster-rf').innerText === '3 voters'`)
+	waitJS(t, ctx, "every member in sync", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
+		r.querySelector('.m-insync').innerText.toLowerCase() === 'yes')`, 20*time.Second)
 	check("this node's row is marked", `document.querySelector('#cluster-members tr.self').dataset.member === '`+itoa(st.ID)+`'`)
 	check("every member has a term, a commit and an applied index, a match and a lag",
 		`[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) => ['.m-term', '.m-commit', '.m-applied', '.m-match', '.m-lag']

@@ -1,5 +1,6 @@
 // Cluster (#/cluster): in cluster mode, every member with its role, its
-// membership (voter, or learner until the leader promotes it), term,
+// membership (voter, or learner: until the leader promotes it, or a
+// standby beyond the replication factor), whether it is in sync, term,
 // commit and applied index, and how far its Raft log is behind the
 // leader's. The data is GET /sluice/v1/cluster, which the node this
 // browser talks to answers itself (with the leader's view of the
@@ -11,7 +12,8 @@ export const CLUSTER = '/sluice/v1/cluster';
 const COLUMNS = [
   ['Node', ''],
   ['Role', 'As the member last reported it'],
-  ['Membership', 'Voter, or learner: added, receiving the log, not voting until the leader promotes it once caught up'],
+  ['Membership', 'Voter, or learner: receiving the log without voting, until the leader promotes it (once caught up, while the voters are fewer than the replication factor); a learner beyond the factor is a standby that replaces a silent voter'],
+  ['In sync', 'The leader replicates to it normally, heard from it recently, and its log is close to the commit index'],
   ['Raft address', ''],
   ['Term', 'The Raft term the member is in'],
   ['Commit', 'Highest log index the member knows committed'],
@@ -53,7 +55,10 @@ export function render(main, _param, ctx) {
       h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'Term'),
         h('span', { class: 'tile-value', id: 'cluster-term' }, String(v ? v.term : me.term))),
       h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'Leader’s last index'),
-        h('span', { class: 'tile-value' }, v ? fmtInt(v.last_index) : '—')));
+        h('span', { class: 'tile-value' }, v ? fmtInt(v.last_index) : '—')),
+      h('div', { class: 'tile' }, h('span', { class: 'tile-label' }, 'Replication factor'),
+        h('span', { class: 'tile-value', id: 'cluster-rf', title: 'Voters the leader keeps; a write is acknowledged once a majority of them has it' },
+          v && v.replication_factor ? `${v.replication_factor} voters` : '—')));
     if (!v) {
       notice(status, 'No leader serves the cluster view yet (an election, or the leader is unreachable); this node’s own status is above.', 'error');
       replace(tbody);
@@ -64,6 +69,7 @@ export function render(main, _param, ctx) {
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
       h('td', { 'data-label': 'Role', class: 'm-role' }, m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
       h('td', { 'data-label': 'Membership', class: 'm-membership' }, m.membership ? badge(m.membership, m.membership === 'voter' ? 'ok' : 'warn') : '—'),
+      h('td', { 'data-label': 'In sync', class: 'm-insync' }, m.in_sync ? badge('yes', 'ok') : badge('no', 'warn')),
       h('td', { 'data-label': 'Raft address' }, h('code', {}, m.raft)),
       h('td', { 'data-label': 'Term', class: 'm-term' }, m.role ? String(m.term) : '—'),
       h('td', { 'data-label': 'Commit', class: 'm-commit' }, m.role ? fmtInt(m.commit) : '—'),
