@@ -23,8 +23,9 @@ public HTTP address) knows: its id, role, Raft term, the leader, its commit
 and applied indexes, the replication factor (how many voters the leader keeps), each member's
 membership (voter, or learner: added and not caught up yet, or a standby
 copy beyond the replication factor), replication progress (MATCH, the last log index it
-holds, and LAG, the entries it lacks behind the leader's last index; from
-the leader's view) and the internal addresses each node advertised when it
+holds, LAG, the entries it lacks behind the leader's last index, and
+IN-SYNC, whether the leader could promote it at once; from the leader's
+view) and the internal addresses each node advertised when it
 last led. The members are the replicated membership, not the
 configuration. Ask every node to see the whole cluster.
 
@@ -302,14 +303,14 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })
-		t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
+		t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "IN-SYNC", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
 		for _, p := range rep.Peers {
 			role := "-"
 			if p.ID == n.Leader {
 				role = "yes"
 			}
 			// Progress from the leader's view (this node's own when it leads).
-			match, lagging := "-", "-"
+			match, lagging, insync := "-", "-", "-"
 			if m, ok := n.Match[strconv.FormatUint(p.ID, 10)]; ok {
 				match = strconv.FormatUint(m, 10)
 			}
@@ -317,6 +318,7 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 				for _, m := range rep.View.Members {
 					if m.ID == p.ID {
 						match, lagging = strconv.FormatUint(m.Match, 10), strconv.FormatUint(m.Lag, 10)
+						insync = map[bool]string{true: "yes", false: "no"}[m.InSync]
 					}
 				}
 			}
@@ -324,7 +326,7 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			if ad := p.Advertised; ad != nil {
 				term, h, a = strconv.FormatUint(ad.Term, 10), dash(ad.SQS), dash(ad.AMQP)
 			}
-			t.row(strconv.FormatUint(p.ID, 10), p.Raft, dash(p.Membership), role, match, lagging, term, h, a)
+			t.row(strconv.FormatUint(p.ID, 10), p.Raft, dash(p.Membership), role, match, lagging, insync, term, h, a)
 		}
 		t.flush()
 		return ExitOK

@@ -51,7 +51,7 @@ func newRaftCollector(status func() raftstore.Status) *raftCollector {
 		leaderChanges:   d("sluice_raft_leader_changes_total", "Times this node learned of a new leader (itself included), since it started."),
 		failedProposals: d("sluice_raft_proposals_failed_total", "Writes this node proposed as leader that failed because it lost the leadership before they applied (their clients got an error), since it started."),
 		voters:          d("sluice_raft_voters", "Voting members in this node's applied membership."),
-		learners:        d("sluice_raft_learners", "Learners in this node's applied membership: members added and not yet promoted to voter (the leader promotes one once its log has caught up)."),
+		learners:        d("sluice_raft_learners", "Learners in this node's applied membership: members added and not yet promoted to voter, and standby copies beyond the replication factor (the leader promotes one once its log has caught up and a voter is needed)."),
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),
 		peerLag:         d("sluice_raft_peer_lag_entries", "On the leader only: entries each member is behind the leader's last log index.", "peer"),
 	}

@@ -478,9 +478,10 @@ func checkStatusCommand(t *testing.T, ctx context.Context, n *node, leader uint6
 		t.Fatalf("sluice cluster status printed:\n%s\nwant it to start %q and name leader %d", out.String(), head, leader)
 	}
 	// Every boot member is a voter; the table shows membership and lag.
-	if !regexp.MustCompile(`(?m)^ID +RAFT +MEMBERSHIP +LEADER +MATCH +LAG `).MatchString(out.String()) ||
-		len(regexp.MustCompile(`(?m)^\d+ +\S+ +voter `).FindAllString(out.String(), -1)) != 3 {
-		t.Fatalf("sluice cluster status printed:\n%s\nwant three voters under ID RAFT MEMBERSHIP LEADER MATCH LAG", out.String())
+	if !regexp.MustCompile(`(?m)^ID +RAFT +MEMBERSHIP +LEADER +MATCH +LAG +IN-SYNC `).MatchString(out.String()) ||
+		len(regexp.MustCompile(`(?m)^\d+ +\S+ +voter `).FindAllString(out.String(), -1)) != 3 ||
+		!strings.Contains(out.String(), "replication factor: 3 voters\n") {
+		t.Fatalf("sluice cluster status printed:\n%s\nwant three voters under ID RAFT MEMBERSHIP LEADER MATCH LAG IN-SYNC, and the replication factor", out.String())
 	}
 	t.Logf("sluice cluster status:\n%s", out.String())
 	// --json prints the node's whole answer.
