@@ -104,8 +104,9 @@ func TestRaftMetrics(t *testing.T) {
 			"sluice_raft_term":      float64(lst.Term),
 			"sluice_raft_leader_id": float64(lst.ID),
 			// Three boot members, all voters; no node was added.
-			"sluice_raft_voters":   3,
-			"sluice_raft_learners": 0,
+			"sluice_raft_voters":             3,
+			"sluice_raft_learners":           0,
+			"sluice_raft_replication_factor": 3,
 		}
 		role := "follower"
 		if isLeader {

@@ -237,7 +237,10 @@ func New(opts Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n.raft = raftNode
-	n.metrics.raft.MustRegister(newDiskCollector(n))
+	factor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_raft_replication_factor",
+		Help: "Voters this node keeps while it leads ([cluster] replication_factor); sluice_raft_voters below it means no caught-up learner could replace a lost voter."})
+	factor.Set(float64(o.Cluster.Factor()))
+	n.metrics.raft.MustRegister(newDiskCollector(n), factor)
 	n.warnRestartReserve()
 	n.checkDisk() // before anything is served: a node restarted at the watermark says so at once
 	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
