@@ -143,3 +143,32 @@ func TestDemotionPicksTheSilentVoter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReplicationFactorOne: three boot members with a factor of 1 keep
+// one voter, the leader, which commits on its own log alone; the two
+// learners still receive every write, and stopping both does not stop
+// the leader committing.
+func TestReplicationFactorOne(t *testing.T) {
+	c := startClusterTuned(t, 3, false, func(_ int, cfg *Config) { cfg.ReplicationFactor = 1 })
+	li := c.leader(-1)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if v := votersOf(c.nodes[li]); !slices.Equal(v, []uint64{uint64(li + 1)}) {
+			return fmt.Errorf("voters %v, want only the leader, node %d", v, li+1)
+		}
+		return nil
+	})
+	if err := writeKV(c.nodes[li].Store(), "k1", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range c.nodes {
+		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(nd, "k1", "1") })
+	}
+	for i := range c.nodes {
+		if i != li {
+			c.stop(i)
+		}
+	}
+	if err := writeKV(c.nodes[li].Store(), "k2", "2"); err != nil {
+		t.Fatalf("the only voter alone: %v", err)
+	}
+}
