@@ -63,7 +63,8 @@ func startCluster(t *testing.T) []*cluster.Node {
 // three-node cluster: the Cluster page (in the nav only in cluster mode)
 // lists the three members (voters) with the leader marked, the term, each member's
 // commit and applied index and its lag behind the leader's log, and keeps
-// them current. A single node's dashboard has no Cluster link.
+// them current; a queue's page shows its leader, voters and lag. A single
+// node's dashboard has no Cluster link.
 func TestClusterPage(t *testing.T) {
 	ctx, cons := newBrowser(t)
 	nodes := startCluster(t)
@@ -113,6 +114,18 @@ func TestClusterPage(t *testing.T) {
 	}
 	waitJS(t, ctx, "the leader's commit index moves", `document.querySelector('#cluster-members tr[data-member="`+itoa(leader)+`"] .m-commit').innerText !== '`+before+`'`, 20*time.Second)
 	screenshot(t, ctx, shotDir(t), "cluster.png")
+
+	// A queue's page says where it is replicated: the leader, the voters
+	// with the replication factor, the standby learners (none of three
+	// boot members) and each follower's lag.
+	do(t, ctx, "open a queue's page", chromedp.Navigate("http://"+follower.HTTPAddr()+"/ui/#/queue/q0"))
+	waitJS(t, ctx, "the queue's replication", `(() => { const r = document.getElementById('queue-replication');
+		return r && !r.hidden && r.querySelector('.repl-leader') !== null; })()`, 20*time.Second)
+	check("the queue's leader", `document.querySelector('#queue-replication .repl-leader').innerText === 'node `+itoa(leader)+`'`)
+	check("the queue's voters", `document.querySelector('#queue-replication .repl-voters').innerText === '1, 2, 3 (replication factor 3)'`)
+	check("no standby learners", `document.querySelector('#queue-replication .repl-standby').innerText === '—'`)
+	check("each follower's lag", `(document.querySelector('#queue-replication .repl-lag').innerText.match(/node \d+: [0-9,]+/g) || []).length === 2`)
+	screenshot(t, ctx, shotDir(t), "cluster-queue.png")
 	if errs := cons.errors(false); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -1,9 +1,11 @@
 // Queue page (#/queue/NAME): configuration, charts of depth, age and rates
 // over the history, processing-time percentiles, redeliveries and dead
-// letters by reason.
+// letters by reason; in cluster mode, where the queue is replicated (its
+// leader, the voters, the standby learners and each one's lag).
 import { h, replace, api, enc, fmtInt, fmtAge, fmtRate, fmtDuration, fmtTime, fmtBytes, badge, levelBadge, notice } from './dom.js';
 import { lineChart } from './charts.js';
 import { queueActions } from './actions.js';
+import { CLUSTER } from './cluster.js';
 
 export function render(main, name, ctx) {
   document.title = `${name} · Sluice`;
@@ -12,15 +14,27 @@ export function render(main, name, ctx) {
   const tiles = h('div', { class: 'tiles' });
   const charts = h('div', { class: 'charts' });
   const side = h('div', { class: 'side' });
+  const repl = h('section', { id: 'queue-replication', class: 'replication', hidden: true, 'aria-labelledby': 'repl-h' });
   let current = null;
   main.append(
     h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/' }, 'Overview'), ' / ', name),
-    head, queueActions(name, () => current), status, tiles,
+    head, queueActions(name, () => current), status, tiles, repl,
     h('div', { class: 'queue-grid' }, h('section', { 'aria-labelledby': 'charts-h' }, h('h2', { id: 'charts-h' }, 'Over time'), charts), side));
 
   let ctrl = null;
   let busy = false;
   let loaded = false;
+  // Cluster mode until GET /sluice/v1/cluster answers 404 (a single node).
+  let clustered = true;
+  const loadReplication = async (signal) => {
+    if (!clustered) return;
+    try {
+      replicationSection(repl, await api(CLUSTER, { signal }));
+    } catch (e) {
+      if (e.status === 404) clustered = false;
+      if (e.name !== 'AbortError') repl.hidden = true;
+    }
+  };
   const load = async () => {
     if (busy) return;
     busy = true;
@@ -28,6 +42,7 @@ export function render(main, name, ctx) {
     try {
       const q = await api(`/sluice/v1/dashboard/queues/${enc(name)}`, { signal: ctrl.signal });
       draw(q);
+      await loadReplication(ctrl.signal);
       loaded = true;
       notice(status, '');
     } catch (e) {
@@ -93,6 +108,33 @@ export function render(main, name, ctx) {
     un();
     if (ctrl) ctrl.abort();
   };
+}
+
+// replicationSection shows, from the cluster view, where the queue's
+// writes go: every queue is in the one Raft group, so its leader is the
+// group's, a write is acknowledged once a majority of the voters has it,
+// and the standby learners receive it too.
+function replicationSection(el, rep) {
+  const v = rep.view;
+  el.hidden = false;
+  if (!v) {
+    replace(el, h('h2', { id: 'repl-h' }, 'Replication'),
+      h('p', { class: 'muted' }, 'No leader serves the cluster view yet (an election, or the leader is unreachable).'));
+    return;
+  }
+  const ids = (pred) => v.members.filter(pred).map((m) => m.id);
+  const list = (xs) => (xs.length ? xs.join(', ') : '—');
+  const voters = ids((m) => m.membership === 'voter');
+  const standby = ids((m) => m.membership !== 'voter');
+  replace(el, h('h2', { id: 'repl-h' }, 'Replication'), dl([
+    ['Leader', h('span', { class: 'repl-leader' }, `node ${v.leader}`)],
+    ['Voters', h('span', { class: 'repl-voters', title: 'A write is acknowledged once a majority of these has it on disk' },
+      `${list(voters)} (replication factor ${v.replication_factor || voters.length})`)],
+    ['Standby learners', h('span', { class: 'repl-standby', title: 'Receive every write; one replaces a voter that goes silent' }, list(standby))],
+    ['Lag (log entries)', h('span', { class: 'repl-lag' }, v.members.filter((m) => m.id !== v.leader)
+      .map((m) => `node ${m.id}: ${fmtInt(m.lag)}${m.in_sync ? '' : ' (not in sync)'}`).join(' · ') || '—')],
+  ]), h('p', { class: 'muted' }, 'One Raft group holds every queue: these are the same for all queues. ',
+    h('a', { href: '#/cluster' }, 'Cluster page')));
 }
 
 function tile(label, value, level, extra) {
