@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -171,4 +172,40 @@ func TestReplicationFactorOne(t *testing.T) {
 	if err := writeKV(c.nodes[li].Store(), "k2", "2"); err != nil {
 		t.Fatalf("the only voter alone: %v", err)
 	}
+}
+
+// TestRemovedVoterIsReplacedAtOnce: four nodes with a factor of 3;
+// removing a voter leaves two, and the leader promotes the standby
+// learner without waiting for ReplaceAfter.
+func TestRemovedVoterIsReplacedAtOnce(t *testing.T) {
+	c := startClusterTuned(t, 4, false, func(_ int, cfg *Config) {
+		cfg.ReplicationFactor = 3
+		cfg.ReplaceAfter = time.Hour
+	})
+	li := c.leader(-1)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if v := votersOf(c.nodes[li]); len(v) != 3 {
+			return fmt.Errorf("voters %v, want 3", v)
+		}
+		return nil
+	})
+	voters := votersOf(c.nodes[li])
+	var victim uint64
+	for _, id := range voters {
+		if int(id-1) != li {
+			victim = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.nodes[li].RemoveMember(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, func() error {
+		v := votersOf(c.nodes[li])
+		if len(v) != 3 || slices.Contains(v, victim) {
+			return fmt.Errorf("voters %v: want 3 without node %d", v, victim)
+		}
+		return nil
+	})
 }
