@@ -12,6 +12,11 @@
 #              public AMQP listener (the leader's CPU is the server CPU;
 #              the whole cluster's is reported too),
 #   single     one Sluice node,
+#   cluster5f3, cluster5f5
+#              a 5-node Sluice cluster with replication_factor 3 (three
+#              voters, two standby learners) or 5 (five voters), through
+#              the leader (not in the default BROKERS: the cost of the
+#              factor, not a comparison with RabbitMQ),
 #
 # one broker at a time, on free ports picked at start, and prints consumed/s
 # while publishing, end to end msg/s, p50/p99 latency and server CPU per
@@ -44,7 +49,7 @@ RMQ_SERVER="${RMQ_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}"
 QUEUE=bench-quorum
 
 for b in $BROKERS; do
-  case $b in rabbitmq|rabbitmq3|cluster|single) ;; *) echo "BROKERS: unknown broker $b (rabbitmq, rabbitmq3, cluster, single)" >&2; exit 2;; esac
+  case $b in rabbitmq|rabbitmq3|cluster|single|cluster5f3|cluster5f5) ;; *) echo "BROKERS: unknown broker $b (rabbitmq, rabbitmq3, cluster, single, cluster5f3, cluster5f5)" >&2; exit 2;; esac
 done
 if [[ " $BROKERS " == *" rabbitmq "* || " $BROKERS " == *" rabbitmq3 "* ]]; then
   [ -x "$RMQ_SERVER" ] || { echo "no $RMQ_SERVER: apt-get install rabbitmq-server" >&2; exit 2; }
@@ -112,40 +117,51 @@ start_single() {
   URL="amqp://guest:guest@$(jq -r .amqp "$d/ready.json")/" PID="${sluice_pids[0]}" ALL_PIDS="${sluice_pids[*]}"
 }
 
-# start_cluster: three nodes (Raft ports reserved by bind and close, as
-# scripts/bench-cluster.sh does), then wait until every node answers
-# /health (each node its own: 200 once it knows a leader that serves)
-# and find the leader.
+# start_cluster [SIZE [FACTOR]]: SIZE nodes (default 3; Raft ports
+# reserved by bind and close, as scripts/bench-cluster.sh does) with
+# replication_factor FACTOR (default 3), then wait until every node
+# answers /health (each node its own: 200 once it knows a leader that
+# serves), find the leader, and wait until it has FACTOR voters.
 start_cluster() {
   local i peers="" r
+  CLUSTER_N=${1:-3}
+  local factor=${2:-3}
   rm -rf "$BENCH_DIR/cluster"
   sluice_pids=()
-  for i in 1 2 3; do
+  for i in $(seq "$CLUSTER_N"); do
     r=$(freeport)
     peers="$peers${peers:+,}$i=127.0.0.1:$r"
     eval "raft$i=$r"
   done
-  for i in 1 2 3; do
+  for i in $(seq "$CLUSTER_N"); do
     eval "r=\$raft$i"
-    sluice_node "$BENCH_DIR/cluster/n$i" --node-id "$i" --raft-listen "127.0.0.1:$r" --peers "$peers"
+    sluice_node "$BENCH_DIR/cluster/n$i" --node-id "$i" --raft-listen "127.0.0.1:$r" --peers "$peers" --replication-factor "$factor"
   done
-  for i in 1 2 3; do wait_ready "$BENCH_DIR/cluster/n$i"; done
+  for i in $(seq "$CLUSTER_N"); do wait_ready "$BENCH_DIR/cluster/n$i"; done
   LEADER=""
   for _ in $(seq 600); do
     LEADER=$(cluster_leader) && [ -n "$LEADER" ] && break
     sleep 0.1
   done
   [ -n "$LEADER" ] || { echo "the cluster elected no ready leader in 60 s" >&2; return 1; }
-  local ld="$BENCH_DIR/cluster/n$LEADER"
+  local ld="$BENCH_DIR/cluster/n$LEADER" voters=""
+  for _ in $(seq 600); do
+    voters=$(curl -sf --max-time 1 "http://$(jq -r .sqs "$ld/ready.json")/sluice/v1/cluster" | jq '[.view.members[] | select(.membership == "voter")] | length')
+    [ "$voters" = "$factor" ] && break
+    sleep 0.1
+  done
+  [ "$voters" = "$factor" ] || { echo "the leader has $voters voters, not $factor" >&2; return 1; }
   URL="amqp://guest:guest@$(jq -r .amqp "$ld/ready.json")/" PID="${sluice_pids[$((LEADER - 1))]}" ALL_PIDS="${sluice_pids[*]}"
-  echo "== cluster leader: node $LEADER (pid $PID)" >&2
+  echo "== cluster leader: node $LEADER (pid $PID), $CLUSTER_N nodes, $voters voters" >&2
 }
+start_cluster5f3() { start_cluster 5 3; }
+start_cluster5f5() { start_cluster 5 5; }
 
 # cluster_leader: the id of the node whose own status says it leads, once
 # every node answers /health (its own); empty otherwise.
 cluster_leader() {
   local i http leader=""
-  for i in 1 2 3; do
+  for i in $(seq "$CLUSTER_N"); do
     http=$(jq -r .sqs "$BENCH_DIR/cluster/n$i/ready.json")
     curl -sf -o /dev/null --max-time 1 "http://$http/health" || return 0
     if [ "$(curl -sf --max-time 1 "http://$http/sluice/v1/cluster" | jq -r .node.role)" = leader ]; then leader=$i; fi
@@ -162,6 +178,8 @@ stop_cluster() {
   # The leader last would be kinder, but the run is over: stop them all.
   stop_single
 }
+stop_cluster5f3() { stop_cluster; }
+stop_cluster5f5() { stop_cluster; }
 
 # run BROKER P C RATE: one bench run against the broker started last. The
 # JSON line gets the broker, the scenario, the load average and, for every
@@ -202,7 +220,7 @@ for r in $(seq "$REPEAT"); do
       echo "RabbitMQ's 3-node $QUEUE is not a quorum queue of three members: $(rmq3ctl 1 list_queues name type members 2>&1)" >&2
       exit 1
     fi
-    if [ "$broker" = cluster ] && [ "$(cluster_leader)" != "$LEADER" ]; then
+    if [[ "$broker" == cluster* ]] && [ "$(cluster_leader)" != "$LEADER" ]; then
       echo "warning: the cluster's leader changed during the runs (was node $LEADER): discard them" >&2
     fi
     "stop_$broker"
@@ -230,9 +248,11 @@ def fig(rs):
         "server CPU-s/100k": med([r.get("server_cpu_s_per_100k", float("nan")) for r in rs]),
         "all servers CPU-s/100k": med([per100k(r, r["all_servers_cpu_s"]) for r in rs]),
     }
-names = {"cluster": "Sluice 3-node", "single": "Sluice 1-node", "rabbitmq": "RabbitMQ quorum 1-node", "rabbitmq3": "RabbitMQ quorum 3-node"}
-present = [b for b in ("cluster", "single", "rabbitmq", "rabbitmq3") if any(k[1] == b for k in by)]
-ratios = [(a, b) for a, b in (("cluster", "rabbitmq3"), ("cluster", "rabbitmq"), ("single", "rabbitmq"), ("cluster", "single")) if a in present and b in present]
+names = {"cluster": "Sluice 3-node", "single": "Sluice 1-node", "rabbitmq": "RabbitMQ quorum 1-node", "rabbitmq3": "RabbitMQ quorum 3-node",
+         "cluster5f3": "Sluice 5-node factor 3", "cluster5f5": "Sluice 5-node factor 5"}
+present = [b for b in ("cluster", "single", "rabbitmq", "rabbitmq3", "cluster5f3", "cluster5f5") if any(k[1] == b for k in by)]
+ratios = [(a, b) for a, b in (("cluster", "rabbitmq3"), ("cluster", "rabbitmq"), ("single", "rabbitmq"), ("cluster", "single"), ("cluster5f3", "cluster5f5"))
+          if a in present and b in present]
 head = [names[b] for b in present] + [f"{names[a]} ÷ {names[b]}" for a, b in ratios]
 print("| scenario | figure | " + " | ".join(head) + " |")
 print("|---" * (2 + len(head)) + "|")
