@@ -21,6 +21,25 @@ func votersOf(nd *Node) []uint64 {
 	return out
 }
 
+// startFourOfFactorThree starts four nodes with a replication factor of 3
+// and the given ReplaceAfter, and waits until the leader (its index is
+// returned) has demoted one of them.
+func startFourOfFactorThree(t *testing.T, replaceAfter time.Duration) (*cluster, int) {
+	t.Helper()
+	c := startClusterTuned(t, 4, false, func(_ int, cfg *Config) {
+		cfg.ReplicationFactor = 3
+		cfg.ReplaceAfter = replaceAfter
+	})
+	li := c.leader(-1)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if v := votersOf(c.nodes[li]); len(v) != 3 {
+			return fmt.Errorf("voters %v, want 3 of them", v)
+		}
+		return nil
+	})
+	return c, li
+}
+
 // TestReplicationFactorKeepsVotersAndReplacesSilentOnes boots four nodes
 // with a replication factor of 3: the leader demotes one to learner. Then
 // it stops voters one at a time, never the leader. After the first stop
@@ -30,17 +49,7 @@ func votersOf(nd *Node) []uint64 {
 // member a voter, or a factor of 3 and no swap) two of four cannot commit.
 // The stopped nodes come back as learners and catch up.
 func TestReplicationFactorKeepsVotersAndReplacesSilentOnes(t *testing.T) {
-	c := startClusterTuned(t, 4, false, func(_ int, cfg *Config) {
-		cfg.ReplicationFactor = 3
-		cfg.ReplaceAfter = time.Second
-	})
-	li := c.leader(-1)
-	poll.CheckFor(t, 20*time.Second, func() error {
-		if v := votersOf(c.nodes[li]); len(v) != 3 {
-			return fmt.Errorf("voters %v, want 3 of them", v)
-		}
-		return nil
-	})
+	c, li := startFourOfFactorThree(t, time.Second)
 	if err := writeKV(c.nodes[li].Store(), "k1", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -178,17 +187,7 @@ func TestReplicationFactorOne(t *testing.T) {
 // removing a voter leaves two, and the leader promotes the standby
 // learner without waiting for ReplaceAfter.
 func TestRemovedVoterIsReplacedAtOnce(t *testing.T) {
-	c := startClusterTuned(t, 4, false, func(_ int, cfg *Config) {
-		cfg.ReplicationFactor = 3
-		cfg.ReplaceAfter = time.Hour
-	})
-	li := c.leader(-1)
-	poll.CheckFor(t, 20*time.Second, func() error {
-		if v := votersOf(c.nodes[li]); len(v) != 3 {
-			return fmt.Errorf("voters %v, want 3", v)
-		}
-		return nil
-	})
+	c, li := startFourOfFactorThree(t, time.Hour)
 	voters := votersOf(c.nodes[li])
 	var victim uint64
 	for _, id := range voters {
