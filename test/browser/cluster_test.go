@@ -136,6 +136,19 @@ func TestClusterPage(t *testing.T) {
 	waitJS(t, ctx, "the overview", `document.getElementById('overview-summary') !== null`, 10*time.Second)
 	waitJS(t, ctx, "the cluster-mode probe", `document.getElementById('nav-cluster').dataset.probed === '1'`, 10*time.Second)
 	check("no Cluster link on a single node", `document.getElementById('nav-cluster').hidden`)
+
+	// Nor a Replication section on its queue pages, and no request for
+	// the cluster view (it answers 404 there: a console error). (This
+	// broker runs without alerts, so its /sluice/v1/alerts 404 is expected.)
+	single.createQueue(t, "solo", nil, nil)
+	do(t, ctx, "open a single node's queue page", chromedp.Navigate(single.url+"/ui/#/queue/solo"))
+	waitJS(t, ctx, "the queue page", `document.querySelector('main .tile') !== null && document.getElementById('nav-cluster').dataset.probed === '1'`, 10*time.Second)
+	check("no Replication section on a single node", `document.getElementById('queue-replication').hidden`)
+	for _, e := range cons.errors(false) {
+		if strings.Contains(e, "/sluice/v1/cluster") {
+			t.Fatalf("a single node's queue page asked for the cluster view: %s", e)
+		}
+	}
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -168,7 +168,14 @@ function main() {
   const live = new Live(setMode);
   const alerts = new Alerts();
   live.subscribe(() => alerts.update());
-  const ctx = { live, alerts };
+  // The Cluster page is in the nav only in cluster mode, where every
+  // answer of the leader's server names its term (X-Sluice-Term), this
+  // app's own files included. ctx.clustered resolves to whether this is a
+  // cluster, so pages ask cluster-only endpoints (GET /sluice/v1/cluster
+  // answers 404 on a single node) only there.
+  const clustered = fetch('favicon.svg', { method: 'HEAD', cache: 'no-store' })
+    .then((r) => !!r.headers.get('X-Sluice-Term'), () => false);
+  const ctx = { live, alerts, clustered };
   const mainEl = document.getElementById('main');
   let cleanup = null;
   let first = true;
@@ -204,13 +211,9 @@ function main() {
   window.addEventListener('hashchange', route);
   route();
   live.start();
-  // The Cluster page is in the nav only in cluster mode, where every
-  // answer of the leader's server names its term (X-Sluice-Term), this
-  // app's own files included.
   const navCluster = document.getElementById('nav-cluster');
-  fetch('favicon.svg', { method: 'HEAD', cache: 'no-store' }).then((r) => {
-    if (r.headers.get('X-Sluice-Term')) navCluster.hidden = false;
-  }, () => {}).finally(() => {
+  clustered.then((yes) => {
+    if (yes) navCluster.hidden = false;
     navCluster.dataset.probed = '1';
   });
 }

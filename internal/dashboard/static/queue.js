@@ -24,14 +24,12 @@ export function render(main, name, ctx) {
   let ctrl = null;
   let busy = false;
   let loaded = false;
-  // Cluster mode until GET /sluice/v1/cluster answers 404 (a single node).
-  let clustered = true;
+  // Only in cluster mode (ctx.clustered): a single node answers 404.
   const loadReplication = async (signal) => {
-    if (!clustered) return;
+    if (!(await ctx.clustered)) return;
     try {
       replicationSection(repl, await api(CLUSTER, { signal }));
     } catch (e) {
-      if (e.status === 404) clustered = false;
       if (e.name !== 'AbortError') repl.hidden = true;
     }
   };
