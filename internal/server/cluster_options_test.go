@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func clusterOptions(c ClusterConfig) Options {
@@ -26,6 +27,9 @@ func TestClusterValidate(t *testing.T) {
 	good := clusterOptions(ClusterConfig{NodeID: 2, Peers: threePeers})
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config refused: %v", err)
+	}
+	if f := good.Cluster.Factor(); f != 3 {
+		t.Fatalf("default replication factor %d, want 3", f)
 	}
 	for _, tc := range []struct {
 		name string
@@ -50,6 +54,9 @@ func TestClusterValidate(t *testing.T) {
 		}, "cluster.extra_secret_file: open /nonexistent/extra"},
 		{"extra secret alone", func(o *Options) { o.Cluster.ExtraSecretFile = writeSecret(t, strings.Repeat("s", 32), 0o600) }, "cluster.extra_secret_file: set only with cluster.secret_file"},
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
+		{"replication factor too large", func(o *Options) { o.Cluster.ReplicationFactor = 10 }, "cluster.replication_factor: 10 is not between 1 and 9"},
+		{"negative replication factor", func(o *Options) { o.Cluster.ReplicationFactor = -1 }, "cluster.replication_factor: -1 is not between 1 and 9"},
+		{"replace_after below a second", func(o *Options) { o.Cluster.SetReplaceAfter(500 * time.Millisecond) }, "cluster.replace_after: 500ms is below 1s"},
 		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
 		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},
 		{"internal listen not host:port", func(o *Options) { o.Cluster.InternalHTTPListen = "7201" }, `cluster.internal_http_listen: "7201" is not host:port`},
@@ -150,7 +157,7 @@ func TestClusterSecretFile(t *testing.T) {
 }
 
 // TestClusterConfigFile: the [cluster] section of the README's example
-// (and a tuning key) loads into ClusterConfig.
+// (and tuning keys) loads into ClusterConfig.
 func TestClusterConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node1.toml")
 	if err := os.WriteFile(path, []byte(`
@@ -160,6 +167,8 @@ node_id = 1
 raft_listen = "127.0.0.1:7101"
 peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {id = 3, raft = "127.0.0.1:7103"}]
 promote_lag_entries = 50
+replication_factor = 5
+replace_after = "45s"
 internal_http_listen = "127.0.0.1:7201"
 internal_http_advertise = "127.0.0.1:17201"
 `), 0o644); err != nil {
@@ -170,6 +179,7 @@ internal_http_advertise = "127.0.0.1:17201"
 		t.Fatal(err)
 	}
 	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers, PromoteLagEntries: 50,
+		ReplicationFactor: 5, ReplaceAfter: duration(45 * time.Second),
 		InternalHTTPListen: "127.0.0.1:7201", InternalHTTPAdvertise: "127.0.0.1:17201"}
 	if !reflect.DeepEqual(o.Cluster, want) || o.Validate() != nil {
 		t.Fatalf("got %+v (%v), want %+v", o.Cluster, o.Validate(), want)
