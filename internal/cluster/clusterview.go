@@ -138,6 +138,7 @@ func (n *Node) internalHandler() http.Handler {
 		n.mu.Lock()
 		n.reports[st.ID] = reported{st: st, at: time.Now()}
 		n.mu.Unlock()
+		n.lowDisk.Store(st.ID, st.DiskLow)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET "+internalMembers, func(w http.ResponseWriter, _ *http.Request) {

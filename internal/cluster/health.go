@@ -354,3 +354,13 @@ func (n *Node) warnRestartReserve() {
 			"min_free_disk", m, "restart_reserve", int64(server.RestartReserve))
 	}
 }
+
+// promotable is raftstore's Config.Promotable: a learner whose latest
+// report says its disk is below min_free_disk is not made a voter (its Raft
+// node would soon stop on a full disk, and a voter short of room counts
+// against the leader's disk verdict). Called on the Raft loop: it only
+// reads lowDisk.
+func (n *Node) promotable(id uint64) bool {
+	low, _ := n.lowDisk.Load(id)
+	return low != true
+}

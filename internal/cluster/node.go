@@ -119,6 +119,10 @@ type Node struct {
 	// the membership requests forwarded to the leader's public listener.
 	transport, publicTransport *http.Transport
 	metrics                    nodeMetrics
+	// lowDisk holds, by member id, whether its latest report to this node
+	// (as leader) said its disk is low (clusterview.go); read lock-free by
+	// the Raft loop through promotable.
+	lowDisk sync.Map
 	// keys are the cluster secret (keys[0], nil: none; the handshake then
 	// runs with an empty key) and, during a rotation, a second one the
 	// internal listeners accept too; failLog limits the logging of
@@ -230,7 +234,7 @@ func New(opts Options) (_ *Node, err error) {
 	n.metrics = newNodeMetrics(func() raftstore.Status { return raftNode.Status() }, build)
 	raftNode, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
-		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter),
+		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
 		Secret: secret, ExtraSecret: extra, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
 	if err != nil {

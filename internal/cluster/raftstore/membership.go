@@ -354,8 +354,9 @@ func (n *Node) queueChangeLocked(cc *pb.ConfChange) *waiter {
 // this leadership for one never heard. A learner is caught up when the
 // leader replicates to it normally (tracker.StateReplicate: not probing,
 // not receiving a snapshot), has heard from it within the last election
-// timeout (RecentActive), and its log holds every entry up to commit −
-// Config.PromoteLagEntries; the lowest id goes first.
+// timeout (RecentActive), its log holds every entry up to commit −
+// Config.PromoteLagEntries, and Config.Promotable does not veto it; the
+// lowest id goes first.
 func (n *Node) reconcileVoters() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -398,7 +399,8 @@ func (n *Node) reconcileVoters() {
 	commit := n.rn.BasicStatus().GetCommit()
 	var id uint64
 	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(learners, pid) && (id == 0 || pid < id) {
+		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(learners, pid) && (id == 0 || pid < id) &&
+			(n.cfg.Promotable == nil || n.cfg.Promotable(pid)) {
 			id = pid
 		}
 	})

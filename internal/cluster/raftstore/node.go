@@ -143,6 +143,11 @@ type Config struct {
 	// caught-up learner; 0 means DefaultReplaceAfter. Only with a
 	// ReplicationFactor.
 	ReplaceAfter time.Duration
+	// Promotable, when set, vetoes the promotion of a caught-up learner
+	// (reconcileVoters): it is called on the Raft loop, with the node's
+	// lock held, so it must not block or call back into the Node. nil:
+	// every caught-up learner may be promoted.
+	Promotable func(id uint64) bool
 
 	// crashPoint, when set, is called at each step of a compaction and of
 	// a snapshot install (tests cut the power there; snapshot.go).
