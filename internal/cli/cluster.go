@@ -109,7 +109,7 @@ type memberAnswer struct {
 }
 
 // DefaultWaitVoter is how long `sluice cluster add --wait` waits for the
-// new node to be promoted to voter.
+// new node to be promoted to voter (or to catch up as a standby).
 const DefaultWaitVoter = 5 * time.Minute
 
 // Cluster runs `sluice cluster status|add|remove`.

@@ -28,8 +28,10 @@ import (
 // ({"members": [{"id":…,"raft":…,"membership":"voter"|"learner"}, …]}).
 // An added node is a learner: it receives the log but neither votes nor
 // counts in the commit quorum until the leader promotes it to voter, on
-// its own, once its log has caught up (GET /sluice/v1/cluster shows when;
-// `sluice cluster add --wait` waits for it). A follower forwards the request,
+// its own, once its log has caught up and a voter is needed (fewer than
+// replication_factor, or one silent for replace_after; GET
+// /sluice/v1/cluster shows when; `sluice cluster add --wait` waits for it,
+// or for it to catch up as a standby). A follower forwards the request,
 // as it is, to the leader's public listener (its advertisement's Public);
 // a request that was already forwarded once is not forwarded again.
 //

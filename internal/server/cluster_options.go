@@ -27,7 +27,9 @@ import (
 //
 // Membership can change at runtime (`sluice cluster add/remove`): a node
 // being added starts with join = true, joins as a learner and is promoted
-// to voter once it has caught up (promote_lag_entries), and every node
+// to voter once it has caught up (promote_lag_entries) if the cluster has
+// fewer voters than replication_factor (else it stays a standby learner),
+// and every node
 // then keeps the replicated membership in its data_dir, which wins over
 // peers at the next start.
 type ClusterConfig struct {
@@ -77,9 +79,10 @@ type ClusterConfig struct {
 	ExtraSecretFile string `toml:"extra_secret_file"`
 	// PromoteLagEntries: a node added by `sluice cluster add` joins as a
 	// learner (it receives the log but neither votes nor counts in the
-	// commit quorum), and the leader promotes it to voter once its log
-	// holds every entry up to the commit index minus this many, and it
-	// answers the leader. 0: the default (1,000); at most LogKeepEntries
+	// commit quorum), and the leader promotes it to voter, while the
+	// voters are fewer than ReplicationFactor, once its log holds every
+	// entry up to the commit index minus this many and it answers the
+	// leader. 0: the default (1,000); at most LogKeepEntries
 	// is used, so the new voter catches up from the log, not a snapshot.
 	PromoteLagEntries uint64 `toml:"promote_lag_entries"`
 	// ReplicationFactor is how many members vote and count in the commit

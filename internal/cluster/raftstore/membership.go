@@ -216,8 +216,8 @@ func (n *Node) Members() []Member {
 
 // AddMember adds node id, reachable for Raft traffic at raftAddr, as a
 // learner, and waits until this node (the leader) has applied the change;
-// the leader promotes it to voter later, once it has caught up
-// (reconcileVoters). The new node must be started
+// the leader promotes it to voter later, once it has caught up and a
+// voter is needed (reconcileVoters). The new node must be started
 // with Config.Join (it then learns the log from the leader). It fails with
 // ErrNotLeader on a follower, ErrChangePending while another change
 // (a promotion included) is in progress, ErrMemberExists (the id is a

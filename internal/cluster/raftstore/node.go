@@ -44,7 +44,9 @@
 //
 // One Raft group for everything; membership from Config.Peers at first,
 // changed at runtime by AddMember (a learner, promoted to voter once it has
-// caught up) and RemoveMember (membership.go); a
+// caught up while the voters are fewer than Config.ReplicationFactor) and
+// RemoveMember, and by the leader keeping ReplicationFactor voters
+// (membership.go); a
 // snapshot is the whole state (no increments); nodes authenticate each
 // other with a shared secret (Config.Secret, transport.go) but the traffic
 // is not encrypted.
