@@ -310,7 +310,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 		id    string
 		lease faults.Lease
 	}
-	var pending []acked   // written, not yet proved applied
+	var pending []acked // written, not yet proved applied
 	var ackAt []time.Time // when the ack of each delivery, in order, began
 	confirm := func() error {
 		if len(pending) == 0 {
