@@ -277,16 +277,9 @@ func (a *amqpLoad) consumeLoop(ctx context.Context, rng *rand.Rand) {
 const confirmAcksEvery = 10
 
 // consume consumes with manual acks on one connection. Each delivery is
-// recorded with no lease to check, and acked in order; an ack written to a
-// live connection is recorded with Checker.Consumed. A delivery is dated
-// from the latest moment the broker can have taken it: for the first
-// amqpPrefetch deliveries, the consumer's start; for the k-th after that,
-// the moment the consumer began to write the ack of delivery k −
-// amqpPrefetch. The broker takes a message for a consumer only within its
-// prefetch credit (unacknowledged deliveries plus reserved credit ≤ the
-// prefetch), and deliveries leave it in the order taken, so when it took
-// the k-th at least k − amqpPrefetch of the earlier ones had been acked,
-// in order. Every
+// recorded as begun when the consumer was started (the broker may have
+// handed it out any time since) with no lease to check, and acked; an ack
+// written to a live connection is recorded with Checker.Consumed. Every
 // confirmAcksEvery acks, and whenever no delivery waits, the consumer
 // sends basic.qos (the same prefetch): its reply proves the acks before it
 // applied, and they are recorded with Checker.AckConfirmed.
@@ -311,7 +304,6 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 		lease faults.Lease
 	}
 	var pending []acked // written, not yet proved applied
-	var ackAt []time.Time // when the ack of each delivery, in order, began
 	confirm := func() error {
 		if len(pending) == 0 {
 			return nil
@@ -354,14 +346,9 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 				count += int(n)
 			}
 			lease := faults.Lease{Count: count, Epoch: int(a.epochs.Add(1))}
-			taken := begin
-			if k := len(ackAt) + 1; k > amqpPrefetch {
-				taken = ackAt[k-amqpPrefetch-1]
-			}
 			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: "", Queue: amqpQueue,
-				Begin: taken, End: end, Count: count, Epoch: lease.Epoch})
+				Begin: begin, End: end, Count: count, Epoch: lease.Epoch})
 			a.AMQPDels.Add(1)
-			ackAt = append(ackAt, time.Now())
 			if err := d.Ack(false); err != nil {
 				return err // not written: the message must come back
 			}
