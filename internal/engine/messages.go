@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -271,6 +272,10 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 	}
 	var timer <-chan time.Time
 	expired := wait <= 0
+	// Without its lease (store.Leaser) a receive, even a short poll,
+	// waits up to leaseGrace for it to come back: a leader under load can
+	// miss it briefly, and a deposed one is torn down within that time.
+	staleUntil := e.now() + int64(leaseGrace)
 	for {
 		now := e.now()
 		q.room.receivedAt.Store(now)
@@ -278,10 +283,16 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 		q.advanceLocked(now, &b)
 		var out []Delivery
 		var overLimit bool
-		if a := q.attemptLocked(req.AttemptID, now); a != nil {
-			out = a
-		} else {
-			out, overLimit = e.takeLocked(q, now, &req, &b)
+		// A leader that may have been replaced hands out nothing
+		// (store.Leaser): the messages it holds may be deleted already. A
+		// long poll waits for the lease to come back.
+		stale := !e.leased()
+		if !stale {
+			if a := q.attemptLocked(req.AttemptID, now); a != nil {
+				out = a
+			} else {
+				out, overLimit = e.takeLocked(q, now, &req, &b)
+			}
 		}
 		if len(out) > 0 && req.OnTake != nil {
 			req.OnTake(len(out))
@@ -299,7 +310,10 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 		}
 		e.scheduleLocked(q)
 		var ch <-chan struct{}
+		var retry clock.Timer
 		switch {
+		case stale && (!expired || now < staleUntil):
+			retry = e.clock.NewTimer(leaseRetry)
 		case len(out) == 0 && !expired && q.cold.on && q.lowLocked() && !q.cfg.Paused && !overLimit && e.failed.Load() == nil:
 			// The refills found only messages that were not receivable
 			// (expired, in flight, delayed) and more are cold: a long
@@ -319,23 +333,31 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 		if overLimit {
 			return nil, ErrOverLimit
 		}
-		if expired {
+		if expired && retry == nil {
 			return nil, nil
 		}
-		if timer == nil {
+		if timer == nil && !expired {
 			t := e.clock.NewTimer(wait)
 			defer t.Stop()
 			timer = t.C()
 		}
+		var retryC <-chan time.Time
+		if retry != nil {
+			retryC = retry.C()
+		}
 		select {
 		case <-ch:
+		case <-retryC:
 		case <-timer:
 			expired = true
 		case <-ctxDone(ctx):
+			stopTimer(retry)
 			return nil, ctx.Err()
 		case <-e.done:
+			stopTimer(retry)
 			return nil, ErrClosed
 		}
+		stopTimer(retry)
 		q.mu.Lock()
 		if q.deleted {
 			e.unlockAndInsertCopies(q)
@@ -688,5 +710,27 @@ func (e *Engine) noteReturn(r *RedriveInfo, f *FailureRecord, at time.Time) {
 			tk.StopRule = StopReturned
 			return TaskPaused, nil
 		})
+	}
+}
+
+// leaseRetry is how often a receive on a store without its lease looks
+// again (store.Leaser; a leader regains it within a heartbeat or two), for
+// at most leaseGrace beyond its own wait.
+const (
+	leaseRetry = 20 * time.Millisecond
+	leaseGrace = 2 * time.Second
+)
+
+// leased reports whether the store's writer holds its lease
+// (store.Leaser); a store without leases always does.
+func (e *Engine) leased() bool {
+	l, ok := e.st.(store.Leaser)
+	return !ok || l.Leased()
+}
+
+// stopTimer stops t if there is one.
+func stopTimer(t clock.Timer) {
+	if t != nil {
+		t.Stop()
 	}
 }

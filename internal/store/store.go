@@ -101,6 +101,18 @@ type SettledReader interface {
 	ScanRangeSettled(start, end []byte, fn func(key, value []byte) error) error
 }
 
+// Leaser is implemented by a store whose writer can lose the right to
+// write without learning it at once: a Raft leader cut off from the other
+// nodes goes on believing it leads until it notices, while another node
+// may already lead and have changed the state. Leased reports whether the
+// writer holds that right for certain now. The engine hands out no
+// message while it does not (a receive would deliver from stale state, a
+// message the new leader may already have deleted). A store with a single
+// writer (pebble, memory) need not implement it.
+type Leaser interface {
+	Leased() bool
+}
+
 // Pending is the durability of one Write.
 type Pending interface {
 	// Wait blocks until the batch is durable (for a durable write) and

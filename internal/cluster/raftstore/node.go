@@ -65,6 +65,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -226,6 +227,14 @@ type Node struct {
 	heard     map[uint64]time.Time
 	heardTerm uint64
 	leadSince time.Time // when this node's leadership of heardTerm began
+	// recv is, while this node leads recvTerm, when a message of that
+	// term last arrived from each member; run's only (lease.go).
+	recv     map[uint64]time.Time
+	recvTerm uint64
+	// leaseTerm and leaseUntil (unix nanoseconds) are this node's
+	// leadership lease (lease.go): written by run, read by anyone.
+	leaseTerm  atomic.Uint64
+	leaseUntil atomic.Int64
 
 	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
 	snaps        snapshots // snapshots streamed out and received (snapshot.go)
@@ -574,7 +583,9 @@ func (n *Node) step(m *pb.Message) {
 	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
+		return
 	}
+	n.noteReceived(m)
 }
 
 // proposeQueued hands the queued proposals to Raft.

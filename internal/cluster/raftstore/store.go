@@ -25,6 +25,13 @@ type view struct {
 
 var _ store.Store = (*view)(nil)
 
+var _ store.Leaser = (*view)(nil)
+
+// Leased reports whether this node still leads the view's term for
+// certain (Node.leased): false on a follower's view, and once the
+// leadership may have passed to another node.
+func (v *view) Leased() bool { return v.term != 0 && v.n.leased(v.term) }
+
 // Store returns a replicated store bound to this node's current leadership
 // (see the package doc for its contract). Call it after WaitLeaderReady;
 // on a follower the view reads the local state and refuses every write.
