@@ -164,40 +164,7 @@ func (l *cuttableLink) sever() {
 // answered the leader's 200 (or, once it knew no leader, a 503 only after
 // the hold).
 func TestHealthIsEachNodes(t *testing.T) {
-	raft := brokertest.ReservePorts(t, 3)
-	links := [3][3]*cuttableLink{}
-	for i := range 3 {
-		for j := range 3 {
-			if i != j {
-				links[i][j] = newCuttableLink(t, raft[j])
-			}
-		}
-	}
-	nodes := make([]*Node, 3)
-	for i := range nodes {
-		var peers []server.ClusterPeer
-		for j := range 3 {
-			addr := raft[j]
-			if i != j {
-				addr = links[i][j].ln.Addr().String()
-			}
-			peers = append(peers, server.ClusterPeer{ID: uint64(j + 1), Raft: addr})
-		}
-		o := server.DefaultOptions()
-		o.DataDir = t.TempDir()
-		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
-		o.MinFreeDisk = 0
-		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
-		n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- n.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done }) // the cut-off node may not stop cleanly; the test is decided
-		nodes[i] = n
-	}
+	nodes, links := threeLinkedNodes(t, 10*time.Millisecond)
 	var leader *Node
 	poll.CheckFor(t, 30*time.Second, func() error {
 		leader = nil
@@ -223,12 +190,7 @@ func TestHealthIsEachNodes(t *testing.T) {
 		fi++
 	}
 	follower := nodes[fi]
-	for j := range 3 {
-		if j != fi {
-			links[fi][j].sever()
-			links[j][fi].sever()
-		}
-	}
+	isolate(&links, fi)
 	poll.CheckFor(t, 30*time.Second, func() error {
 		if code := getReady(t, follower); code != http.StatusServiceUnavailable {
 			return fmt.Errorf("the cut-off follower's /ready: %d", code)
@@ -534,4 +496,56 @@ func leaderAndFollowers(t *testing.T, nodes []*Node) (leader *Node, followers []
 		t.Fatal("no leader")
 	}
 	return leader, followers
+}
+
+// threeLinkedNodes starts three nodes whose Raft links (each direction of
+// each pair) pass through a cuttableLink, links[from][to]; public HTTP
+// only, no disk watch, Raft ticks of tick.
+func threeLinkedNodes(t *testing.T, tick time.Duration) ([]*Node, [3][3]*cuttableLink) {
+	t.Helper()
+	raft := brokertest.ReservePorts(t, 3)
+	links := [3][3]*cuttableLink{}
+	for i := range 3 {
+		for j := range 3 {
+			if i != j {
+				links[i][j] = newCuttableLink(t, raft[j])
+			}
+		}
+	}
+	nodes := make([]*Node, 3)
+	for i := range nodes {
+		var peers []server.ClusterPeer
+		for j := range 3 {
+			addr := raft[j]
+			if i != j {
+				addr = links[i][j].ln.Addr().String()
+			}
+			peers = append(peers, server.ClusterPeer{ID: uint64(j + 1), Raft: addr})
+		}
+		o := server.DefaultOptions()
+		o.DataDir = t.TempDir()
+		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+		o.MinFreeDisk = 0
+		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		n, err := New(Options{Server: o, TickInterval: tick, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done }) // the cut-off node may not stop cleanly; the test is decided
+		nodes[i] = n
+	}
+	return nodes, links
+}
+
+// isolate severs node i's Raft links, both directions, to every other node.
+func isolate(links *[3][3]*cuttableLink, i int) {
+	for j := range 3 {
+		if j != i {
+			links[i][j].sever()
+			links[j][i].sever()
+		}
+	}
 }

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -12,9 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
-	"github.com/sluicemq/sluice/internal/server"
 )
 
 // TestDeposedLeaderDeliversNothing: a leader cut off from the others (its
@@ -25,40 +22,8 @@ import (
 // delivered by the old one in between. Before the leadership lease
 // (raftstore lease.go, store.Leaser) it was, in five runs of five.
 func TestDeposedLeaderDeliversNothing(t *testing.T) {
-	raft := brokertest.ReservePorts(t, 3)
-	links := [3][3]*cuttableLink{}
-	for i := range 3 {
-		for j := range 3 {
-			if i != j {
-				links[i][j] = newCuttableLink(t, raft[j])
-			}
-		}
-	}
-	nodes := make([]*Node, 3)
-	for i := range nodes {
-		var peers []server.ClusterPeer
-		for j := range 3 {
-			addr := raft[j]
-			if i != j {
-				addr = links[i][j].ln.Addr().String()
-			}
-			peers = append(peers, server.ClusterPeer{ID: uint64(j + 1), Raft: addr})
-		}
-		o := server.DefaultOptions()
-		o.DataDir = t.TempDir()
-		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
-		o.MinFreeDisk = 0
-		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
-		n, err := New(Options{Server: o, TickInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- n.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		nodes[i] = n
-	}
+	// 50 ms ticks: an election timeout of 500 ms leaves the window wide.
+	nodes, links := threeLinkedNodes(t, 50*time.Millisecond)
 	var leader *Node
 	poll.CheckFor(t, 30*time.Second, func() error {
 		for _, n := range nodes {
@@ -92,12 +57,7 @@ func TestDeposedLeaderDeliversNothing(t *testing.T) {
 	}
 	oc := client(other)
 	start := time.Now()
-	for j := range 3 {
-		if j != li {
-			links[li][j].sever()
-			links[j][li].sever()
-		}
-	}
+	isolate(&links, li)
 	// Receive and delete M through the new leader as soon as there is
 	// one (a follower forwards to the leader it knows).
 	oldID := leader.opts.Cluster.NodeID
