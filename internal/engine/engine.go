@@ -122,6 +122,7 @@ const DefaultBodyMemoryBudget = 512 << 20
 // Engine is the queue engine. Create it with Open.
 type Engine struct {
 	st     store.Store
+	leaser store.Leaser // st's lease, nil when it has none (store.Leaser)
 	clock  clock.Clock
 	log    *slog.Logger
 	obs    Observer
@@ -205,8 +206,10 @@ func Open(opts Options) (*Engine, error) {
 	if opts.Observer == nil {
 		opts.Observer = NopObserver{}
 	}
+	leaser, _ := opts.Store.(store.Leaser)
 	e := &Engine{
 		st:      opts.Store,
+		leaser:  leaser,
 		clock:   opts.Clock,
 		log:     opts.Logger,
 		obs:     opts.Observer,

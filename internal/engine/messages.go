@@ -724,8 +724,7 @@ const (
 // leased reports whether the store's writer holds its lease
 // (store.Leaser); a store without leases always does.
 func (e *Engine) leased() bool {
-	l, ok := e.st.(store.Leaser)
-	return !ok || l.Leased()
+	return e.leaser == nil || e.leaser.Leased()
 }
 
 // stopTimer stops t if there is one.
