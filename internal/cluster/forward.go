@@ -89,3 +89,36 @@ func (n *Node) cancelForwards(leader uint64) {
 		f.cancel(errLeaderChanged)
 	}
 }
+
+// proxyFullDuplex forwards r through proxy with the response in full
+// duplex, and closes r's body before it returns.
+//
+// Full duplex: the Transport reads the request body once more after
+// sending its declared length, possibly after the leader has answered and
+// the answer is being copied out. Without full duplex, net/http's server
+// closes an unread request body when the response header is written; that
+// extra read then fails, the Transport drops the connection to the leader
+// mid-answer, and the client gets a cut response while the messages it
+// received stay in flight (the follower-path tail of issue #14,
+// golang/go#40747; TestForwardedReceivesLoseNoMessage).
+//
+// The close: in full duplex the server no longer consumes an unread body
+// when the answer starts, but only once the handler has returned, after
+// it has stopped its background read of the connection. Consuming the
+// body to its end then starts that read again, and the server's next read
+// of the keep-alive connection panics with "invalid concurrent Body.Read
+// call" (golang/go#68560), which closes the client's connection. A
+// forward whose leader cannot be reached (it just died, or is being
+// replaced) never reads the body, so every request that followed on the
+// connection was cut. Closing the body here consumes it while the handler
+// runs, and the server's own stop of the background read follows
+// (TestUnreachableLeaderKeepsTheConnection). The close also ends a read
+// the Transport may still make after RoundTrip has returned: body reads
+// and Close are serialised by the server, and a read after Close fails.
+func (n *Node) proxyFullDuplex(proxy http.Handler, w http.ResponseWriter, r *http.Request) {
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		n.log.Warn("cannot forward in full duplex", "err", err)
+	}
+	defer func() { _ = r.Body.Close() }() // the server's body: its error only repeats a read error the proxy saw
+	proxy.ServeHTTP(w, r)
+}

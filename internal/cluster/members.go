@@ -110,11 +110,7 @@ func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
 			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}
-		// Full duplex, as for every forwarded request (routes' forward).
-		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
-			n.log.Warn("cannot forward in full duplex", "err", err)
-		}
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
+		n.proxyFullDuplex(proxy, w, r.WithContext(context.WithValue(r.Context(), targetKey{}, ad)))
 	})
 }
 

@@ -757,21 +757,9 @@ func (n *Node) routes() http.Handler {
 			h.ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}
-		// The Transport reads the request body once more after sending
-		// its declared length, possibly after the leader has answered
-		// and the answer is being copied out. Without full duplex,
-		// net/http's server closes an unread request body when the
-		// response header is written; that extra read then fails, the
-		// Transport drops the connection to the leader mid-answer, and
-		// the client gets a cut response while the messages it received
-		// stay in flight (the follower-path tail of issue #14,
-		// golang/go#40747; TestForwardedReceivesLoseNoMessage).
-		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
-			n.log.Warn("cannot forward in full duplex", "err", err)
-		}
 		fctx, done := n.trackForward(r.Context(), leader, changed)
 		defer done()
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(fctx, targetKey{}, ad)))
+		n.proxyFullDuplex(proxy, w, r.WithContext(context.WithValue(fctx, targetKey{}, ad)))
 	})
 	ha := n.opts.HTTPAuth.Options()
 	ha.Logger = n.log.With("component", "httpauth")
