@@ -94,6 +94,8 @@ type viewMember struct {
 	Match      uint64 `json:"match"`
 	Lag        uint64 `json:"lag"`
 	InSync     bool   `json:"in_sync"`
+	// ReplicationFactor is the member's own setting, as it reported it.
+	ReplicationFactor int `json:"replication_factor,omitempty"`
 }
 
 // membersAnswer mirrors the JSON of POST/DELETE /sluice/v1/cluster/members
@@ -300,6 +302,13 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		if rep.View != nil && rep.View.ReplicationFactor > 0 {
 			fmt.Fprintf(w, "replication factor: %d voters\n", rep.View.ReplicationFactor)
+			for _, m := range rep.View.Members {
+				if m.ReplicationFactor == 0 || m.ReplicationFactor == rep.View.ReplicationFactor {
+					continue
+				}
+				fmt.Fprintf(w, "warning: node %d is configured with replication_factor %d, the leader with %d: the leader's applies while it leads, so the voters change with the leader; set the same value on every node\n",
+					m.ID, m.ReplicationFactor, rep.View.ReplicationFactor)
+			}
 		}
 		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })

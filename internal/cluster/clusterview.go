@@ -78,6 +78,23 @@ type MemberView struct {
 	// DiskLow: the member's free disk is below min_free_disk, as it last
 	// reported (its own watch, for the leader).
 	DiskLow bool `json:"disk_low,omitempty"`
+	// ReplicationFactor is the member's own [cluster] replication_factor,
+	// as it last reported (absent when it never did, or runs a release
+	// that does not report it). One that differs from the view's is a
+	// misconfiguration: the voters would change with the leader.
+	ReplicationFactor int `json:"replication_factor,omitempty"`
+}
+
+// FactorMismatch returns the members whose own replication factor, as
+// reported, differs from the leader's.
+func (v ClusterView) FactorMismatch() []MemberView {
+	var out []MemberView
+	for _, m := range v.Members {
+		if m.ReplicationFactor != 0 && m.ReplicationFactor != v.ReplicationFactor {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // reported is a follower's last status as the leader received it.
@@ -104,9 +121,11 @@ func (n *Node) view() (ClusterView, bool) {
 			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
 			m.ReportedMsAgo = new(int64)
 			m.DiskLow = n.disk.low
+			m.ReplicationFactor = v.ReplicationFactor
 		case ok:
 			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
 			m.DiskLow = r.st.DiskLow
+			m.ReplicationFactor = r.st.ReplicationFactor
 			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
 		}
 		v.Members = append(v.Members, m)
@@ -136,8 +155,13 @@ func (n *Node) internalHandler() http.Handler {
 			return
 		}
 		n.mu.Lock()
+		prev, seen := n.reports[st.ID]
 		n.reports[st.ID] = reported{st: st, at: time.Now()}
 		n.mu.Unlock()
+		if own := n.opts.Cluster.Factor(); st.ReplicationFactor != 0 && st.ReplicationFactor != own && (!seen || prev.st.ReplicationFactor != st.ReplicationFactor) {
+			n.log.Warn("a member is configured with another replication_factor: this leader's applies while it leads, the member's would once it leads, and the voters would change with the leader; set the same value on every node",
+				"member", st.ID, "member_replication_factor", st.ReplicationFactor, "replication_factor", own)
+		}
 		n.lowDisk.Store(st.ID, st.DiskLow)
 		w.WriteHeader(http.StatusNoContent)
 	})

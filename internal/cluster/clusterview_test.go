@@ -110,3 +110,46 @@ func TestClusterView(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicationFactorMismatchShown: a member configured with another
+// replication_factor than the leader's is shown in the leader's view with
+// its own value (FactorMismatch), whichever node leads: the leader's
+// setting applies only while it leads, so the voters would change with
+// the leader.
+func TestReplicationFactorMismatchShown(t *testing.T) {
+	nodes := threeNodes(t, func(o *server.Options) {
+		if o.Cluster.NodeID == 3 {
+			o.Cluster.ReplicationFactor = 5
+		}
+	})
+	for _, n := range nodes {
+		poll.CheckFor(t, 20*time.Second, func() error {
+			rep, err := getReport(n)
+			if err != nil {
+				return err
+			}
+			v := rep.View
+			if v == nil || len(v.Members) != 3 {
+				return fmt.Errorf("node %d: members %+v", n.opts.Cluster.NodeID, v)
+			}
+			var want []uint64 // the members configured otherwise than the leader
+			for _, m := range nodes {
+				if m.opts.Cluster.Factor() != v.ReplicationFactor {
+					want = append(want, m.opts.Cluster.NodeID)
+				}
+			}
+			var got []uint64
+			for _, m := range v.FactorMismatch() {
+				got = append(got, m.ID)
+				if m.ReplicationFactor != nodes[m.ID-1].opts.Cluster.Factor() {
+					return fmt.Errorf("node %d's view: member %d reports factor %d, configured %d", n.opts.Cluster.NodeID, m.ID, m.ReplicationFactor, nodes[m.ID-1].opts.Cluster.Factor())
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) || rep.Node.ReplicationFactor != n.opts.Cluster.Factor() {
+				return fmt.Errorf("node %d (own factor %d reported %d): view factor %d, members configured otherwise %v, want %v",
+					n.opts.Cluster.NodeID, n.opts.Cluster.Factor(), rep.Node.ReplicationFactor, v.ReplicationFactor, got, want)
+			}
+			return nil
+		})
+	}
+}

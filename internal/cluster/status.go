@@ -42,6 +42,10 @@ type NodeStatus struct {
 	// DiskLow: this node's free disk is below min_free_disk (health.go);
 	// the leader counts it in its followers' reports.
 	DiskLow bool `json:"disk_low,omitempty"`
+	// ReplicationFactor is this node's own [cluster] replication_factor.
+	// Only the leader's applies; a member configured otherwise would
+	// apply its own once it leads, so the leader compares them (MemberView).
+	ReplicationFactor int `json:"replication_factor,omitempty"`
 }
 
 // Addresses are a node's HTTP and AMQP listeners.
@@ -71,6 +75,7 @@ func (n *Node) Status() Report {
 	n.mu.Lock()
 	rep.Node.DiskLow = n.disk.low
 	n.mu.Unlock()
+	rep.Node.ReplicationFactor = n.opts.Cluster.Factor()
 	if len(st.Match) > 0 {
 		rep.Node.Match = make(map[string]uint64, len(st.Match))
 		for id, m := range st.Match {

@@ -1,7 +1,9 @@
 package browser
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/internal/server"
 )
@@ -22,7 +25,7 @@ import (
 // startCluster runs three cluster nodes in this process (cluster.New, as
 // `sluice server` with a [cluster] section does) and returns them once
 // every node routes to a serving leader.
-func startCluster(t *testing.T) []*cluster.Node {
+func startCluster(t *testing.T, edits ...func(*server.Options)) []*cluster.Node {
 	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
@@ -33,6 +36,9 @@ func startCluster(t *testing.T) []*cluster.Node {
 		o.SQSListen = "127.0.0.1:0"
 		o.AMQPListen = ""
 		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		for _, e := range edits {
+			e(&o)
+		}
 		n, err := cluster.New(cluster.Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -99,6 +105,7 @@ func TestClusterPage(t *testing.T) {
 	check("every member is a voter (boot members)", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-membership').innerText.toLowerCase() === 'voter')`)
 	check("the replication factor tile", `document.getElementById('cluster-rf').innerText === '3 voters'`)
+	check("no warning: every node has the same replication factor", `document.querySelector('main .status-slot .notice') === null`)
 	waitJS(t, ctx, "every member in sync", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-insync').innerText.toLowerCase() === 'yes')`, 20*time.Second)
 	check("this node's row is marked", `document.querySelector('#cluster-members tr.self').dataset.member === '`+itoa(st.ID)+`'`)
@@ -148,6 +155,40 @@ func TestClusterPage(t *testing.T) {
 		if strings.Contains(e, "/sluice/v1/cluster") {
 			t.Fatalf("a single node's queue page asked for the cluster view: %s", e)
 		}
+	}
+}
+
+// TestClusterFactorMismatchWarned: a node configured with another
+// replication_factor than the leader's is named in a warning on the
+// Cluster page and in `sluice cluster status`, whichever node leads.
+func TestClusterFactorMismatchWarned(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	nodes := startCluster(t, func(o *server.Options) {
+		if o.Cluster.NodeID == 3 {
+			o.Cluster.ReplicationFactor = 5
+		}
+	})
+	do(t, ctx, "open the cluster page", chromedp.Navigate("http://"+nodes[0].HTTPAddr()+"/ui/#/cluster"))
+	waitJS(t, ctx, "a warning naming the node configured otherwise than the leader", `(() => {
+		const n = document.querySelector('main .status-slot .notice-warn');
+		return n !== null && (/Node 3 is configured with replication factor 5, the leader with 3\./.test(n.innerText) ||
+			/Node 1 is configured with replication factor 3; Node 2 is configured with replication factor 3, the leader with 5\./.test(n.innerText));
+	})()`, 20*time.Second)
+	var out, errOut bytes.Buffer
+	poll.CheckFor(t, 20*time.Second, func() error {
+		out.Reset()
+		errOut.Reset()
+		if code := cli.Cluster(context.Background(), []string{"status", "--endpoint", "http://" + nodes[0].HTTPAddr()}, &cli.Env{Stdout: &out, Stderr: &errOut}); code != cli.ExitOK {
+			return fmt.Errorf("sluice cluster status: exit %d: %s", code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "warning: node 3 is configured with replication_factor 5, the leader with 3:") &&
+			!strings.Contains(out.String(), "warning: node 1 is configured with replication_factor 3, the leader with 5:") {
+			return fmt.Errorf("sluice cluster status printed no warning for the replication factors:\n%s", out.String())
+		}
+		return nil
+	})
+	if errs := cons.errors(false); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
 

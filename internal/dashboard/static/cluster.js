@@ -64,7 +64,8 @@ export function render(main, _param, ctx) {
       replace(tbody);
       return;
     }
-    notice(status, '');
+    const odd = v.members.filter((m) => m.replication_factor && m.replication_factor !== v.replication_factor);
+    notice(status, odd.length ? `${odd.map((m) => `Node ${m.id} is configured with replication factor ${m.replication_factor}`).join('; ')}, the leader with ${v.replication_factor}. The leader’s setting applies while it leads, so the voters change with the leader: set the same replication_factor on every node.` : '', 'warn');
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
       h('td', { 'data-label': 'Role', class: 'm-role' }, m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
