@@ -115,6 +115,28 @@ func (c *testCluster) raftSummary() string {
 		sent, installed, replaced, promoted, demoted)
 }
 
+// panics returns the lines of the nodes' logs that tell of a panic: one
+// net/http recovered in a handler ("http: panic serving", which costs the
+// client its connection), or one that crashed the process (the runtime's
+// "panic: " or "fatal error: " at the start of a line, on stderr, which
+// the log file takes too). Each is a broker bug whatever the faults: a
+// SIGKILL leaves no such line.
+func (c *testCluster) panics() []string {
+	var out []string
+	for _, m := range c.nodes {
+		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
+		if err != nil {
+			continue // a node that never started has no log; its start failed the run already
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "http: panic serving") || strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+				out = append(out, fmt.Sprintf("node %d: %s", m.id, line))
+			}
+		}
+	}
+	return out
+}
+
 // clusterTOML is every node's config file; the flags supply the rest.
 // With 5 nodes the replication factor of 3 leaves two learners, and a
 // voter held down or cut off for more than replace_after (the faults hold

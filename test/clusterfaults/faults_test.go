@@ -255,6 +255,9 @@ func TestClusterFaults(t *testing.T) {
 	if len(viol) > 0 {
 		t.Errorf("more than one leader in a term:\n%s", strings.Join(viol, "\n"))
 	}
+	if p := c.panics(); len(p) > 0 {
+		t.Errorf("the nodes' logs tell of %d panics (each a broker bug, whatever the faults):\n%s", len(p), strings.Join(p[:min(len(p), 10)], "\n"))
+	}
 	if r.Acked == 0 || len(injected) == 0 {
 		t.Errorf("acknowledged %d sends under %d faults: the run proves nothing", r.Acked, len(injected))
 	}
