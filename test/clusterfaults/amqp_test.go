@@ -51,14 +51,17 @@ const (
 // follows its acks with basic.qos, whose reply proves them durable
 // (docs/guarantees.md): those deletes are certain, and a later delivery of
 // their messages is a resurrection. A queue declared over AMQP has its
-// leases ended by every new leader, so no lease is checked, and the SQS
-// consumer's deletes on it are never certain.
+// leases ended by every new leader, so no AMQP lease is checked; the SQS
+// consumer's deletes on it are certain when answered in their receive's
+// term, as on the SQS queues.
 type amqpLoad struct {
 	w  *workload // the SQS workload: node picking and error counts
 	Ck *faults.Checker
 
-	seq       atomic.Int64 // message ids
-	epochs    atomic.Int64 // one per delivery, as on the SQS queues
+	seq atomic.Int64 // message ids
+	// epochs numbers the AMQP deliveries, one epoch each (above
+	// noTermEpoch, clear of the terms that are the SQS consumer's).
+	epochs    atomic.Int64
 	Publishes atomic.Int64 // publishes written
 	Confirms  atomic.Int64 // basic.ack confirms
 	// AcksConfirmed counts consumer acks a basic.qos reply proved
@@ -66,6 +69,9 @@ type amqpLoad struct {
 	AcksConfirmed atomic.Int64
 	AMQPDels      atomic.Int64 // deliveries to AMQP consumers
 	SQSDels       atomic.Int64 // deliveries to the SQS consumer
+	// SQSSameTerm counts the SQS consumer's delete batches answered in
+	// their receive's term (certain deletes).
+	SQSSameTerm atomic.Int64
 
 	publishing               atomic.Bool // see amqpMinBacklog
 	stopPublish, stopConsume context.CancelFunc
@@ -277,9 +283,16 @@ func (a *amqpLoad) consumeLoop(ctx context.Context, rng *rand.Rand) {
 const confirmAcksEvery = 10
 
 // consume consumes with manual acks on one connection. Each delivery is
-// recorded as begun when the consumer was started (the broker may have
-// handed it out any time since) with no lease to check, and acked; an ack
-// written to a live connection is recorded with Checker.Consumed. Every
+// recorded with no lease to check, and acked in order; an ack written to a
+// live connection is recorded with Checker.Consumed. A delivery is dated
+// from the latest moment the broker can have taken it: for the first
+// amqpPrefetch deliveries, the consumer's start; for the k-th after that,
+// the moment the consumer began to write the ack of delivery k −
+// amqpPrefetch. The broker takes a message for a consumer only within its
+// prefetch credit (unacknowledged deliveries plus reserved credit ≤ the
+// prefetch), and deliveries leave it in the order taken, so when it took
+// the k-th at least k − amqpPrefetch of the earlier ones had been acked,
+// in order. Every
 // confirmAcksEvery acks, and whenever no delivery waits, the consumer
 // sends basic.qos (the same prefetch): its reply proves the acks before it
 // applied, and they are recorded with Checker.AckConfirmed.
@@ -303,7 +316,8 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 		id    string
 		lease faults.Lease
 	}
-	var pending []acked // written, not yet proved applied
+	var pending []acked   // written, not yet proved applied
+	var ackAt []time.Time // when the ack of each delivery, in order, began
 	confirm := func() error {
 		if len(pending) == 0 {
 			return nil
@@ -345,10 +359,15 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 			if n, ok := d.Headers["x-delivery-count"].(int64); ok {
 				count += int(n)
 			}
-			lease := faults.Lease{Count: count, Epoch: int(a.epochs.Add(1))}
+			lease := faults.Lease{Count: count, Epoch: noTermEpoch + int(a.epochs.Add(1))}
+			taken := begin
+			if k := len(ackAt) + 1; k > amqpPrefetch {
+				taken = ackAt[k-amqpPrefetch-1]
+			}
 			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: "", Queue: amqpQueue,
-				Begin: begin, End: end, Count: count, Epoch: lease.Epoch})
+				Begin: taken, End: end, Count: count, Epoch: lease.Epoch})
 			a.AMQPDels.Add(1)
+			ackAt = append(ackAt, time.Now())
 			if err := d.Ack(false); err != nil {
 				return err // not written: the message must come back
 			}
@@ -360,9 +379,9 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 
 // sqsConsume receives the AMQP queue over SQS through random nodes and
 // deletes what it receives, sending a delete the broker did not answer
-// again as the SQS workload does. Deletes settle messages but are never
-// certain here (the leases of an AMQP-declared queue end at every new
-// leader).
+// again as the SQS workload does. A delete batch answered in its
+// receive's term is certain; one answered in another only settles (the
+// leases of an AMQP-declared queue end at every new leader).
 func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 	w := a.w
 	for ctx.Err() == nil {
@@ -387,6 +406,13 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 			continue
 		}
 		end := time.Now()
+		// The receive's epoch is the term that served it, as on the SQS
+		// queues (workload.go); without one, an epoch of its own.
+		epoch, ok := w.termOf(out.ResultMetadata)
+		if !ok {
+			w.noTerm.Add(1)
+			epoch = noTermEpoch + int(a.epochs.Add(1))
+		}
 		var dels []types.DeleteMessageBatchRequestEntry
 		var ids []string
 		var leases []faults.Lease
@@ -394,9 +420,9 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 			body := aws.ToString(m.Body)
 			id, _ := faults.ParseBody(body)
 			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
-			l := faults.Lease{Count: count, Epoch: int(a.epochs.Add(1))}
+			l := faults.Lease{Count: count, Epoch: epoch}
 			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: amqpQueue,
-				Begin: begin, End: end, Count: count, Epoch: l.Epoch})
+				Begin: begin, End: end, Count: count, Visibility: faults.LeaseTime, Epoch: l.Epoch})
 			a.SQSDels.Add(1)
 			a.Ck.DeleteAttempted(id, l, time.Now())
 			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})
@@ -420,9 +446,18 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 			dout, err = client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: dels})
 		}
 		done := time.Now()
+		// Certain when the receive's term answered it (see workload), as
+		// the leases of a queue declared over AMQP end only with a
+		// leadership, like an SQS queue's; epoch -1 (another term, or
+		// none) settles without being certain.
+		certain := -1
+		if term, ok := w.termOf(dout.ResultMetadata); ok && term == epoch {
+			certain = term
+			a.SQSSameTerm.Add(1)
+		}
 		for _, s := range dout.Successful {
 			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(ids) {
-				a.Ck.DeleteAcked(ids[i], leases[i], -1, done) // epoch -1: settles, never certain
+				a.Ck.DeleteAcked(ids[i], leases[i], certain, done)
 			}
 		}
 		for _, f := range dout.Failed {
@@ -437,8 +472,8 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 // summary describes the AMQP queue's counts and verdict r, for the test
 // log.
 func (a *amqpLoad) summary(r faults.Report) string {
-	return fmt.Sprintf("AMQP queue %s: publishes %d, confirms %d; deliveries to AMQP consumers %d (acks proved applied by a basic.qos reply, checked for resurrection: %d), to the SQS consumer %d; %s",
-		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.AcksConfirmed.Load(), a.SQSDels.Load(), r)
+	return fmt.Sprintf("AMQP queue %s: publishes %d, confirms %d; deliveries to AMQP consumers %d (acks proved applied by a basic.qos reply, checked for resurrection: %d), to the SQS consumer %d (delete batches answered in their receive's term, checked for resurrection: %d); %s",
+		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.AcksConfirmed.Load(), a.SQSDels.Load(), a.SQSSameTerm.Load(), r)
 }
 
 // drained reports whether every confirmed message of the AMQP queue is
