@@ -130,7 +130,7 @@ func (c *testCluster) panics() []string {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "http: panic serving") || strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
-				out = append(out, fmt.Sprintf("node %d: %s", m.id, line))
+				out = append(out, fmt.Sprintf("node %d: %s", m.id, line[:min(len(line), 400)])) // the message, not the whole stack
 			}
 		}
 	}
@@ -270,6 +270,23 @@ func (c *testCluster) start(ctx context.Context, i int) error {
 	m.srv, m.client, m.amqp, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), srv.AMQPURL(), map[string]string{}, false
 	m.mu.Unlock()
 	return nil
+}
+
+// startAll starts the nodes of set at once (each start waits for its node
+// to be healthy, which needs a leader, which may need the others) and
+// returns the first error.
+func (c *testCluster) startAll(ctx context.Context, set []int) error {
+	errs := make(chan error, len(set))
+	for _, i := range set {
+		go func() { errs <- c.start(ctx, i) }()
+	}
+	var first error
+	for range set {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // kill SIGKILLs node i (SIGCONT first if paused) and marks it down.

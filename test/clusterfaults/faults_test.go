@@ -58,7 +58,7 @@ func settings(t *testing.T) (time.Duration, int, uint64) {
 
 // fault is one injected fault: apply starts it, heal ends it.
 type fault struct {
-	kind  string // partition, one-way, delay, kill, kill-leader, pause or client-cut
+	kind  string // partition, one-way, delay, kill, kill-leader, kill-majority, pause or client-cut
 	name  string
 	apply func() error
 	heal  func() error
@@ -77,7 +77,7 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 		mode = Reset
 	}
 	healLinks := func() error { c.healLinks(); return nil }
-	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "pause", "client-cut"}
+	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "kill-majority", "pause", "client-cut"}
 	kind := kinds[rng.IntN(len(kinds))]
 	switch k {
 	case 0:
@@ -132,6 +132,33 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 		}
 		return fault{kind, fmt.Sprintf("%s: SIGKILL node %d, restart it", kind, id),
 			func() error { return c.kill(i) }, func() error { return c.start(ctx, i) }}
+	case "kill-majority":
+		// A majority of the nodes at once, the leader among them: with
+		// three voters nothing commits until they are back, and every
+		// write acknowledged before must come back from their disks (a
+		// majority of the voters had it; any majority of the nodes
+		// holds one of them unless standby learners make up the
+		// difference). They restart together: one alone would wait for
+		// a leader that needs the others.
+		set := []int{leader}
+		for _, j := range rng.Perm(n) {
+			if len(set) < n/2+1 && j != leader {
+				set = append(set, j)
+			}
+		}
+		var ids []string
+		for _, j := range set {
+			ids = append(ids, strconv.FormatUint(c.nodes[j].id, 10))
+		}
+		return fault{kind, fmt.Sprintf("kill-majority: SIGKILL nodes {%s} together, restart them", strings.Join(ids, ",")),
+			func() error {
+				for _, j := range set {
+					if err := c.kill(j); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, func() error { return c.startAll(ctx, set) }}
 	default: // pause
 		return fault{kind, fmt.Sprintf("SIGSTOP node %d, then SIGCONT", id),
 			func() error { return c.signal(i, syscall.SIGSTOP) }, func() error { return c.signal(i, syscall.SIGCONT) }}
