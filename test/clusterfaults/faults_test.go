@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,7 +22,31 @@ const (
 	envSeed     = "SLUICE_FAULT_SEED"              // reproduce a run's random choices
 	envFIFO     = "SLUICE_CLUSTER_FAULTS_FIFO"     // 1: FIFO queues (default standard)
 	envDrain    = "SLUICE_CLUSTER_FAULTS_DRAIN"    // how long the drain may take (default 2m)
+	envKinds    = "SLUICE_CLUSTER_FAULTS_KINDS"    // comma-separated kinds drawn after the first two faults (default all)
 )
+
+// faultKinds are the kinds nextFault draws from.
+func faultKinds() []string {
+	return []string{"partition", "one-way", "delay", "kill", "kill-leader", "kill-majority", "pause", "client-cut"}
+}
+
+// drawnKinds is envKinds as a list, every kind checked, or every kind.
+func drawnKinds(t *testing.T) []string {
+	t.Helper()
+	s := os.Getenv(envKinds)
+	if s == "" {
+		return faultKinds()
+	}
+	var kinds []string
+	for _, k := range strings.Split(s, ",") {
+		if k = strings.TrimSpace(k); !slices.Contains(faultKinds(), k) {
+			t.Fatalf("%s=%q: %q is not one of %v", envKinds, s, k, faultKinds())
+		}
+		kinds = append(kinds, strings.TrimSpace(k))
+	}
+	t.Logf("%s=%v", envKinds, kinds)
+	return kinds
+}
 
 const defaultDuration = 45 * time.Second
 
@@ -67,8 +92,9 @@ type fault struct {
 // nextFault draws the k-th fault (from 0) for a cluster whose every node
 // is up and whose leader is leader (index into c.nodes). The first two are
 // always kill-leader and a partition of the leader, so that every run, even
-// a short one, loses a leader both ways; the rest are drawn from the RNG.
-func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader int) fault {
+// a short one, loses a leader both ways; the rest are drawn from the RNG,
+// of kinds.
+func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, kinds []string, k, leader int) fault {
 	n := len(c.nodes)
 	i := rng.IntN(n)
 	id := c.nodes[i].id
@@ -77,7 +103,6 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, k, leader i
 		mode = Reset
 	}
 	healLinks := func() error { c.healLinks(); return nil }
-	kinds := [...]string{"partition", "one-way", "delay", "kill", "kill-leader", "kill-majority", "pause", "client-cut"}
 	kind := kinds[rng.IntN(len(kinds))]
 	switch k {
 	case 0:
@@ -178,6 +203,7 @@ func TestClusterFaults(t *testing.T) {
 		t.Skip("runs a cluster of server processes under faults for tens of seconds")
 	}
 	dur, size, seed := settings(t)
+	drawn := drawnKinds(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
@@ -207,7 +233,7 @@ func TestClusterFaults(t *testing.T) {
 	end := time.Now().Add(dur)
 	faults.SleepCtx(ctx, time.Second) // load before the first fault
 	for time.Now().Before(end) && ctx.Err() == nil {
-		f := c.nextFault(ctx, rng, len(injected), int(leader-1))
+		f := c.nextFault(ctx, rng, drawn, len(injected), int(leader-1))
 		hold := time.Duration(1000+rng.IntN(4000)) * time.Millisecond
 		t.Logf("%s: %s for %v", time.Now().Format("15:04:05.000"), f.name, hold.Round(time.Millisecond))
 		if err := f.apply(); err != nil {
