@@ -28,6 +28,10 @@ import (
 // long as a message takes less than half an election timeout to arrive
 // and the nodes' clocks run at about the same rate. The store views
 // report it (store.Leaser), and the engine delivers nothing outside it.
+//
+// The lease is kept on the monotonic clock (offsets from leaseBase), not
+// the wall clock: a wall clock stepped back (NTP, an operator) would
+// otherwise stretch a lease past the moment another node can be elected.
 
 // noteReceived records, while this node leads, that m arrived from a
 // member in the current term. Loop only.
@@ -70,11 +74,11 @@ func (n *Node) refreshLease(term uint64, leader bool, voters []uint64) {
 	slices.SortFunc(times, func(a, b time.Time) int { return b.Compare(a) })
 	until := times[need-1].Add(n.cfg.TickInterval * electionTicks / 2)
 	n.leaseTerm.Store(term)
-	n.leaseUntil.Store(until.UnixNano())
+	n.leaseUntil.Store(int64(until.Sub(n.leaseBase)))
 }
 
 // leased reports whether this node holds the lease of its leadership of
 // term now.
 func (n *Node) leased(term uint64) bool {
-	return n.leaseTerm.Load() == term && time.Now().UnixNano() < n.leaseUntil.Load()
+	return n.leaseTerm.Load() == term && int64(time.Since(n.leaseBase)) < n.leaseUntil.Load()
 }

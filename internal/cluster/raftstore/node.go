@@ -231,10 +231,12 @@ type Node struct {
 	// term last arrived from each member; run's only (lease.go).
 	recv     map[uint64]time.Time
 	recvTerm uint64
-	// leaseTerm and leaseUntil (unix nanoseconds) are this node's
-	// leadership lease (lease.go): written by run, read by anyone.
+	// leaseTerm and leaseUntil (nanoseconds after leaseBase, on the
+	// monotonic clock) are this node's leadership lease (lease.go):
+	// written by run, read by anyone.
 	leaseTerm  atomic.Uint64
 	leaseUntil atomic.Int64
+	leaseBase  time.Time // set once by NewNode
 
 	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
 	snaps        snapshots // snapshots streamed out and received (snapshot.go)
@@ -347,6 +349,7 @@ func Open(cfg Config) (n *Node, err error) {
 		waiters:    map[uint64]*waiter{},
 		changed:    make(chan struct{}),
 		advertised: map[uint64][]byte{},
+		leaseBase:  time.Now(),
 	}
 	if cfg.FS == nil {
 		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
