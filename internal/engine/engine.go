@@ -345,7 +345,12 @@ func (e *Engine) wait(p store.Pending) error {
 
 func (e *Engine) fail(err error) error {
 	if e.failed.CompareAndSwap(nil, &err) {
-		e.log.Error("storage failed: refusing further changes", "err", err)
+		if errors.Is(err, ErrNotLeading) {
+			// A leader change, not a fault: this engine's term is over.
+			e.log.Warn("leadership lost: refusing further changes", "err", err)
+		} else {
+			e.log.Error("storage failed: refusing further changes", "err", err)
+		}
 	}
 	return fmt.Errorf("%w: %w", ErrStorage, err)
 }

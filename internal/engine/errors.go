@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluicemq/sluice/internal/store"
 )
 
 // Sentinel errors. Front-ends map them to protocol errors (SQS codes, AMQP
@@ -60,6 +62,11 @@ var (
 	ErrClosed = errors.New("engine: closed")
 	// ErrStorage: the store failed; the engine accepts no more changes.
 	ErrStorage = errors.New("engine: storage failed")
+	// ErrNotLeading is wrapped with ErrStorage when the store is
+	// replicated and this node no longer leads it (cluster mode, a leader
+	// change): the change may or may not take effect under the new
+	// leader; the client should retry there. It is store.ErrNotLeading.
+	ErrNotLeading = store.ErrNotLeading
 )
 
 // MessageTooLargeError is returned for a message whose Size exceeds the

@@ -237,6 +237,11 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	case errors.Is(err, engine.ErrDiskFull):
 		// 503 makes the SDKs back off and retry: back-pressure.
 		return newErr(kindServiceUnavailable, "The broker's disk is nearly full; new messages are refused until space returns. Retry later.")
+	case errors.Is(err, engine.ErrNotLeading):
+		// Cluster mode: the leader changed under the request. 503 makes
+		// the SDKs retry, through the new leader; an InternalFailure
+		// would say the broker is broken.
+		return newErr(kindServiceUnavailable, "The cluster's leader changed while the request was handled; whether it took effect is unknown. Retry.")
 	case errors.Is(err, engine.ErrMemoryHigh):
 		// 503 like the disk watermark: the SDKs back off and retry.
 		return newErr(kindServiceUnavailable, "The broker's memory high watermark is reached; new messages are refused until consumers drain the backlog. Retry later.")

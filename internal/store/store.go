@@ -52,6 +52,12 @@ var ErrStopScan = errors.New("store: stop scan")
 // disk; the only safe answer is to stop.
 var ErrFailed = errors.New("store: failed")
 
+// ErrNotLeading is wrapped by the errors of a replicated store's writes
+// once its node does not lead (any more): the write may or may not take
+// effect under the next leader, and the client should retry through it.
+// Only stores that replicate return it.
+var ErrNotLeading = errors.New("store: this node does not lead the replicated store")
+
 // Store is the interface both implementations (pebble on disk, memory for
 // fast tests) satisfy, and which the conformance suite in storetest checks.
 type Store interface {

@@ -194,8 +194,18 @@ const (
 var ErrEntryTooLarge = errors.New("raftstore: write batch exceeds the 32 MiB entry limit")
 
 // ErrNotLeader is returned by writes on a node that is not the leader, and
-// (wrapped) by the Wait of a write whose leader lost leadership first.
-var ErrNotLeader = errors.New("raftstore: not the leader")
+// (wrapped) by the Wait of a write whose leader lost leadership first. It
+// is also store.ErrNotLeading (errors.Is), which is what the engine and
+// the front-ends see.
+var ErrNotLeader error = notLeaderError{}
+
+// notLeaderError is ErrNotLeader's type.
+type notLeaderError struct{}
+
+func (notLeaderError) Error() string { return "raftstore: not the leader" }
+
+// Is makes ErrNotLeader match store.ErrNotLeading too.
+func (notLeaderError) Is(target error) bool { return target == store.ErrNotLeading }
 
 // ErrNodeClosed is returned by operations on a closed node, and by the Wait
 // of a write still waiting when the node closed.
