@@ -99,17 +99,36 @@ func (a *amqpLoad) declare() error {
 	return nil
 }
 
+// stepError is an error of one step of an AMQP client's set-up, which the
+// error summary names (its kinds keep only an error's last part).
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+// amqpStep is " (step)" for an error of a set-up step, else "".
+func amqpStep(err error) string {
+	var s *stepError
+	if errors.As(err, &s) {
+		return " (" + s.step + ")"
+	}
+	return ""
+}
+
 // amqpDial connects with a short dial timeout and heartbeat, and opens a
 // channel.
 func amqpDial(url string) (*amqp.Connection, *amqp.Channel, error) {
 	conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: amqpHeartbeat, Dial: amqp.DefaultDial(2 * time.Second)})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &stepError{"dial", err}
 	}
 	ch, err := conn.Channel()
 	if err != nil {
 		_ = conn.Close() // the channel's error is the one to report
-		return nil, nil, err
+		return nil, nil, &stepError{"channel.open", err}
 	}
 	return conn, ch, nil
 }
@@ -180,7 +199,7 @@ func (a *amqpLoad) publishLoop(ctx context.Context, p int, rng *rand.Rand) {
 			return
 		}
 		if err := a.publish(ctx, url, p); err != nil && ctx.Err() == nil {
-			a.w.note("amqp publish", err)
+			a.w.note("amqp publish"+amqpStep(err), err)
 			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
 		}
 	}
@@ -200,7 +219,7 @@ func (a *amqpLoad) publish(ctx context.Context, url string, p int) error {
 	}
 	defer conn.Close()
 	if err := ch.Confirm(false); err != nil {
-		return err
+		return &stepError{"confirm.select", err}
 	}
 	type inflight struct {
 		id string
@@ -251,7 +270,7 @@ func (a *amqpLoad) publish(ctx context.Context, url string, p int) error {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", amqpQueue, false, false,
 			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
 		if err != nil {
-			return err
+			return &stepError{"basic.publish", err}
 		}
 		a.Publishes.Add(1)
 		select {
@@ -271,7 +290,7 @@ func (a *amqpLoad) consumeLoop(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		if err := a.consume(ctx, url); err != nil && ctx.Err() == nil {
-			a.w.note("amqp consume", err)
+			a.w.note("amqp consume"+amqpStep(err), err)
 			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
 		}
 	}

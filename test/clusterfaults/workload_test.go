@@ -177,7 +177,7 @@ func (w *workload) note(op string, err error) {
 	w.nerrs.Add(1)
 }
 
-// errorSummary lists the errors seen, most frequent kinds first (up to 12).
+// errorSummary lists the errors seen, most frequent kinds first (up to 24).
 func (w *workload) errorSummary() string {
 	type kv struct {
 		k string
@@ -197,7 +197,7 @@ func (w *workload) errorSummary() string {
 		}
 	}
 	var parts []string
-	for _, e := range all[:min(len(all), 12)] {
+	for _, e := range all[:min(len(all), 24)] {
 		parts = append(parts, fmt.Sprintf("%q×%d", e.k, e.n))
 	}
 	return strings.Join(parts, ", ")
