@@ -342,7 +342,7 @@ func (q *queue) expireLocked(m *message, now int64, b *store.Batch) {
 		return
 	}
 	q.dropLocked(m, b)
-	q.stats.expired.Add(1)
+	q.noteExpiredLocked()
 }
 
 // ttlDue reports whether m's TTL has run out at now.

@@ -540,7 +540,6 @@ func (e *Engine) tick(q *queue, now int64) {
 		return
 	}
 	var b store.Batch
-	expired := q.stats.expired.Load()
 	q.advanceLocked(now, &b)
 	if q.cold.on && len(q.cold.delayed) != 0 {
 		// A cold message's delay may have ended (coldPart.nextDelayEnd):
@@ -554,12 +553,31 @@ func (e *Engine) tick(q *queue, now int64) {
 			return
 		}
 	}
-	if n := q.stats.expired.Load() - expired; n > 0 {
-		// Dropping by retention is deliberate, never silent.
-		e.log.Info("messages expired by retention", "queue", q.name, "count", n, "retention", q.cfg.Retention)
-		e.obs.Expired(q.name, int(n))
-	}
 	e.scheduleLocked(q)
+}
+
+// noteExpiredLocked counts one message expired (retention, or a TTL with no
+// dead-letter target) for the queue's stats and for reportExpiredLocked.
+func (q *queue) noteExpiredLocked() {
+	q.stats.expired.Add(1)
+	q.expiredUnreported++
+}
+
+// reportExpiredLocked tells the observer (sluice_expired_total) and the log
+// of the messages expired since the last report, whichever path expired
+// them: the scheduler's tick, or a receive, a stats read or a settlement
+// that advanced the queue first. (Only the tick reported them before, so
+// an expiry another path reached first was counted in the queue's stats
+// but never in the metric or the log.)
+func (q *queue) reportExpiredLocked() {
+	n := q.expiredUnreported
+	if n == 0 {
+		return
+	}
+	q.expiredUnreported = 0
+	// Dropping by retention is deliberate, never silent.
+	q.eng.log.Info("messages expired by retention", "queue", q.name, "count", n, "retention", q.cfg.Retention)
+	q.eng.obs.Expired(q.name, n)
 }
 
 // advanceLocked brings q to time now: delays and leases that have ended make
@@ -608,8 +626,9 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 	ret := int64(q.cfg.Retention)
 	for m := q.expiry.oldest(); m != nil && m.enqueuedAt+ret <= now; m = q.expiry.oldest() {
 		q.dropLocked(m, b)
-		q.stats.expired.Add(1)
+		q.noteExpiredLocked()
 	}
+	q.reportExpiredLocked()
 	q.trimYoungLocked(now)
 	q.sweepDedupLocked(now, b)
 	if len(q.attempts) > 0 {

@@ -455,6 +455,9 @@ type queue struct {
 	schedAt int64
 
 	stats counters
+	// expiredUnreported counts messages expired (retention, TTL) and not
+	// yet reported to the observer and the log; guarded by mu.
+	expiredUnreported int
 
 	budget retryBudget // guarded by mu; not persisted
 

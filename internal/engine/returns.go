@@ -187,6 +187,7 @@ func (e *Engine) returnLeasesLocked(q *queue, handles []string, kind returnKind,
 			e.deadLetterLocked(q, m, ReasonDeliveryLimit, now, b)
 		case m.ttlDue(now):
 			q.expireLocked(m, now, b)
+			q.reportExpiredLocked()
 		default:
 			q.placeReturnedLocked(m, kind, now)
 			q.writeStateLocked(m, b)
