@@ -2,6 +2,7 @@ package sqs_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
@@ -46,7 +48,16 @@ func TestSluiceCrashLoopPolicy(t *testing.T) {
 	if n := e.attr(q, "ApproximateNumberOfMessages"); n != "0" {
 		t.Fatalf("still in the source: %s", n)
 	}
-	m := e.receive(dlq, sysNames("SluiceDeadLetterReason", "ApproximateReceiveCount")).Messages
+	// The scheduler's tick made the move: the copy reaches the DLQ once
+	// the source's write is durable, on that goroutine, which may come
+	// after the count above.
+	var m []types.Message
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if m = e.receive(dlq, sysNames("SluiceDeadLetterReason", "ApproximateReceiveCount")).Messages; len(m) == 0 {
+			return errors.New("the dead letter has not reached the DLQ")
+		}
+		return nil
+	})
 	if len(m) != 1 || m[0].Attributes["SluiceDeadLetterReason"] != "consumer_crash" || m[0].Attributes["ApproximateReceiveCount"] != "3" {
 		t.Fatalf("dead letter %+v", m)
 	}
