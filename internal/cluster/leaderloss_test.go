@@ -3,18 +3,14 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
-
-	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
 // TestLeaderLossAnswersServiceUnavailable: a send in flight on a leader
@@ -25,19 +21,8 @@ import (
 // engine told a lost leadership from a failed disk).
 func TestLeaderLossAnswersServiceUnavailable(t *testing.T) {
 	nodes, links := threeLinkedNodes(t, 50*time.Millisecond)
-	var leader *Node
-	poll.CheckFor(t, 30*time.Second, func() error {
-		for _, n := range nodes {
-			if st := n.raft.Status(); st.Role == "leader" {
-				leader = n
-				return nil
-			}
-		}
-		return fmt.Errorf("no leader")
-	})
-	lc := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + leader.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
-		HTTPClient:  &http.Client{Timeout: 20 * time.Second},
-		Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
+	leader := awaitLeader(t, nodes)
+	lc := directSQS(leader, 20*time.Second)
 	ctx := context.Background()
 	q, err := lc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("moved")})
 	if err != nil {

@@ -24,21 +24,8 @@ import (
 func TestDeposedLeaderDeliversNothing(t *testing.T) {
 	// 50 ms ticks: an election timeout of 500 ms leaves the window wide.
 	nodes, links := threeLinkedNodes(t, 50*time.Millisecond)
-	var leader *Node
-	poll.CheckFor(t, 30*time.Second, func() error {
-		for _, n := range nodes {
-			if st := n.raft.Status(); st.Role == "leader" {
-				leader = n
-				return nil
-			}
-		}
-		return fmt.Errorf("no leader")
-	})
-	client := func(n *Node) *sqs.Client {
-		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
-			HTTPClient:  &http.Client{Timeout: 3 * time.Second},
-			Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
-	}
+	leader := awaitLeader(t, nodes)
+	client := func(n *Node) *sqs.Client { return directSQS(n, 3*time.Second) }
 	ctx := context.Background()
 	lc := client(leader)
 	q, err := lc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("stale")})
@@ -93,4 +80,28 @@ func TestDeposedLeaderDeliversNothing(t *testing.T) {
 	if err == nil && len(out.Messages) > 0 {
 		t.Fatalf("the deposed leader delivered %q after the new leader deleted it", aws.ToString(out.Messages[0].Body))
 	}
+}
+
+// awaitLeader waits until one of nodes says it leads and returns it.
+func awaitLeader(t *testing.T, nodes []*Node) *Node {
+	t.Helper()
+	var leader *Node
+	poll.CheckFor(t, 30*time.Second, func() error {
+		for _, n := range nodes {
+			if st := n.raft.Status(); st.Role == "leader" {
+				leader = n
+				return nil
+			}
+		}
+		return fmt.Errorf("no leader")
+	})
+	return leader
+}
+
+// directSQS is an SQS client of n's own listener that never retries, so
+// every answer is the one n gave, each request bounded by timeout.
+func directSQS(n *Node, timeout time.Duration) *sqs.Client {
+	return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		HTTPClient:  &http.Client{Timeout: timeout},
+		Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
 }

@@ -353,16 +353,23 @@ func (c *countingObserver) DeadLettered(q, target, reason string, _ time.Duratio
 }
 func (c *countingObserver) Deleted(string, time.Duration) { c.deleted++ }
 
-func TestObserverEvents(t *testing.T) {
-	f := newFixture(t)
-	obs := &countingObserver{}
+// reopenWith closes the fixture's engine and opens it again on the same
+// store and clock, reporting to obs.
+func (f *fixture) reopenWith(obs Observer) {
+	f.t.Helper()
 	f.e.Close()
 	e, err := Open(Options{Store: f.st, Clock: f.clk, Observer: obs})
 	if err != nil {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
-	defer e.Close()
+	f.t.Cleanup(func() { e.Close() })
 	f.e = e
+}
+
+func TestObserverEvents(t *testing.T) {
+	f := newFixture(t)
+	obs := &countingObserver{}
+	f.reopenWith(obs)
 	f.withDLQ(1, nil)
 	f.send("q", body("a"), body("b"))
 	d := f.recv("q", 2, 0)

@@ -27,13 +27,8 @@ func (o *expiryObserver) Expired(_ string, n int) { o.n.Add(int64(n)) }
 func TestExpiryReportedWhicheverPathFirst(t *testing.T) {
 	f := newFixture(t)
 	obs := &expiryObserver{}
-	f.e.Close()
-	e, err := Open(Options{Store: f.st, Clock: f.clk, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	f.e = e
+	f.reopenWith(obs)
+	e := f.e
 	f.create("short", func(c *QueueConfig) { c.Retention = MinRetention })
 	f.send("short", body("a"), body("b"))
 
