@@ -125,7 +125,10 @@ type Observer interface {
 	// is durable and in the target (receivable, counted by GetQueue),
 	// without any queue lock held.
 	DeadLettered(queue, target, reason string, timeToDeadLetter time.Duration)
-	// Expired reports messages removed by retention.
+	// Expired reports messages removed by retention, or by a TTL when the
+	// queue has no dead-letter target: each once, whichever path removed
+	// it (the scheduler, or a receive, stats read or settlement that
+	// reached it first), with the queue's lock held.
 	Expired(queue string, n int)
 }
 
