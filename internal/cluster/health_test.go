@@ -149,6 +149,17 @@ func (l *cuttableLink) sever() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cut = true
+	l.dropLocked()
+}
+
+// drop closes the connections passing now; new ones still pass.
+func (l *cuttableLink) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropLocked()
+}
+
+func (l *cuttableLink) dropLocked() {
 	for _, c := range l.conns {
 		_ = c.Close() // cutting: errors do not matter
 	}

@@ -370,7 +370,7 @@ loop:
 	n.mu.Lock()
 	n.done = true
 	n.mu.Unlock()
-	n.closeRelays(func(uint64) bool { return true })
+	n.closeRelays(reasonShutdown, func(uint64) bool { return true })
 	endLeader()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -403,7 +403,7 @@ func (n *Node) rerouted(leader uint64) {
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
-	n.closeRelays(func(to uint64) bool { return to != leader })
+	n.closeRelays(reasonLeaderChanged, func(to uint64) bool { return to != leader })
 	if leader != 0 {
 		// Not while no leader is known: the old one may still answer.
 		n.cancelForwards(leader)

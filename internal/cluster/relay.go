@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp/wire"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 )
@@ -16,15 +18,132 @@ import (
 type relay struct {
 	client, upstream net.Conn
 	leader           uint64 // the node relayed to
-	once             sync.Once
+
+	reason     atomic.Pointer[string] // why the relay ends, once depose sets it
+	clientDone chan struct{}          // closed when reading the client has ended
+	once       sync.Once
 }
 
-// close ends both sides (idempotent).
+// Reply texts of the connection.close (320 CONNECTION_FORCED) a relay
+// writes to its client when the leader goes away (relay.finish).
+const (
+	reasonLeaderChanged = "CONNECTION_FORCED - the cluster's leader changed; reconnect"
+	reasonLeaderGone    = "CONNECTION_FORCED - the cluster's leader went away; reconnect"
+	reasonShutdown      = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+)
+
+// relayCloseWait bounds how long a relay that has written its
+// connection.close waits for the client's close-ok before it closes the
+// socket.
+const relayCloseWait = 2 * time.Second
+
+// close ends both sides at once (idempotent).
 func (r *relay) close() {
 	r.once.Do(func() {
 		_ = r.client.Close() // closing is the whole point; there is nothing to report
 		_ = r.upstream.Close()
 	})
+}
+
+// depose ends the relay because its leader is no longer the one to
+// serve, for reason: the leader's side is closed, and the relay's
+// leader→client copy then ends the client's side with a connection.close
+// (finish).
+func (r *relay) depose(reason string) {
+	r.reason.CompareAndSwap(nil, &reason)
+	_ = r.upstream.Close() // the copy reading it notices; nothing else to report
+}
+
+// toLeader copies the client's octets to the leader until the client's
+// side ends. Once the leader's side fails, what the client sends (its
+// close-ok to the relay's connection.close) is read and dropped.
+func (r *relay) toLeader() {
+	buf := make([]byte, 32<<10)
+	upOK := true
+	for {
+		k, err := r.client.Read(buf)
+		if k > 0 && upOK {
+			if _, werr := r.upstream.Write(buf[:k]); werr != nil {
+				upOK = false
+				_ = r.upstream.Close() // the leader's side is gone; the other copy sees it
+			}
+		}
+		if err != nil {
+			// The client ended (or its read deadline, set by finish,
+			// passed): nothing more goes to the leader. Said before the
+			// leader's side is closed, so that finish sees it.
+			close(r.clientDone)
+			_ = r.upstream.Close()
+			return
+		}
+	}
+}
+
+// toClient copies the leader's octets to the client, following their
+// frames, until the leader's side ends, and then ends the relay (finish).
+func (r *relay) toClient() {
+	var t frameTracker
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := r.upstream.Read(buf)
+		if k > 0 {
+			if _, werr := r.client.Write(buf[:k]); werr != nil {
+				break
+			}
+			t.feed(buf[:k])
+		}
+		if err != nil {
+			break
+		}
+	}
+	r.finish(&t)
+}
+
+// finish ends a relay whose leader's side has ended. A client whose
+// connection the leader had opened and not begun to close, and which
+// still reads, is told why with a connection.close 320 CONNECTION_FORCED
+// written between two frames (what RabbitMQ sends when a node stops): its
+// client library reports a connection error it can act on, not a
+// connection reset. The relay then half-closes and waits up to
+// relayCloseWait for the client's close-ok and its end, so that the
+// connection.close is delivered rather than cut by a reset. Otherwise,
+// and after that, both sides are closed.
+func (r *relay) finish(t *frameTracker) {
+	clientGone := false
+	select {
+	case <-r.clientDone:
+		clientGone = true
+	default:
+	}
+	if !clientGone && t.canClose() {
+		reason := reasonLeaderGone
+		if p := r.reason.Load(); p != nil {
+			reason = *p
+		}
+		frame, err := closeFrame(reason)
+		if err == nil {
+			_ = r.client.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err = r.client.Write(frame); err == nil {
+				if tc, ok := r.client.(interface{ CloseWrite() error }); ok {
+					_ = tc.CloseWrite() // a failure only shortens the wait below
+				}
+				_ = r.client.SetReadDeadline(time.Now().Add(relayCloseWait))
+				<-r.clientDone
+			}
+		}
+	}
+	r.close()
+	<-r.clientDone
+}
+
+// closeFrame is a connection.close 320 CONNECTION_FORCED with reply text
+// reason, encoded as a frame on channel 0.
+func closeFrame(reason string) ([]byte, error) {
+	f, err := wire.MethodFrame(0, &wire.ConnectionClose{ReplyCode: wire.ConnectionForced, ReplyText: reason})
+	if err != nil {
+		return nil, err
+	}
+	return wire.AppendFrame(nil, f)
 }
 
 // serveAMQP accepts public AMQP connections and relays each to the
@@ -111,7 +230,7 @@ func (n *Node) relayAMQP(c net.Conn) {
 		_ = c.Close() // the client sees the connection end and retries
 		return
 	}
-	r := &relay{client: c, upstream: up, leader: leader}
+	r := &relay{client: c, upstream: up, leader: leader, clientDone: make(chan struct{})}
 	n.mu.Lock()
 	if n.done {
 		n.mu.Unlock()
@@ -131,19 +250,13 @@ func (n *Node) relayAMQP(c net.Conn) {
 		r.close()
 		return
 	}
-	copied := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(up, c) // either side ending ends the relay; the error says nothing more
-		r.close()
-		close(copied)
-	}()
-	_, _ = io.Copy(c, up)
-	r.close()
-	<-copied
+	go r.toLeader()
+	r.toClient()
 }
 
-// closeRelays closes every relayed connection whose target matches.
-func (n *Node) closeRelays(match func(leader uint64) bool) {
+// closeRelays ends every relayed connection whose target matches, for
+// reason (relay.depose).
+func (n *Node) closeRelays(reason string, match func(leader uint64) bool) {
 	n.mu.Lock()
 	var doomed []*relay
 	for r := range n.relays {
@@ -153,6 +266,6 @@ func (n *Node) closeRelays(match func(leader uint64) bool) {
 	}
 	n.mu.Unlock()
 	for _, r := range doomed {
-		r.close()
+		r.depose(reason)
 	}
 }
