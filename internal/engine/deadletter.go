@@ -342,7 +342,7 @@ func (q *queue) expireLocked(m *message, now int64, b *store.Batch) {
 		return
 	}
 	q.dropLocked(m, b)
-	q.noteExpiredLocked()
+	q.noteExpiredLocked(true)
 }
 
 // ttlDue reports whether m's TTL has run out at now.

@@ -556,11 +556,16 @@ func (e *Engine) tick(q *queue, now int64) {
 	e.scheduleLocked(q)
 }
 
-// noteExpiredLocked counts one message expired (retention, or a TTL with no
-// dead-letter target) for the queue's stats and for reportExpiredLocked.
-func (q *queue) noteExpiredLocked() {
+// noteExpiredLocked counts one message expired (byTTL: its TTL ran out
+// and the queue has no dead-letter target; otherwise retention) for the
+// queue's stats and for reportExpiredLocked.
+func (q *queue) noteExpiredLocked(byTTL bool) {
 	q.stats.expired.Add(1)
-	q.expiredUnreported++
+	if byTTL {
+		q.ttlExpiredUnreported++
+	} else {
+		q.retainExpiredUnreported++
+	}
 }
 
 // reportExpiredLocked tells the observer (sluice_expired_total) and the log
@@ -570,14 +575,19 @@ func (q *queue) noteExpiredLocked() {
 // an expiry another path reached first was counted in the queue's stats
 // but never in the metric or the log.)
 func (q *queue) reportExpiredLocked() {
-	n := q.expiredUnreported
-	if n == 0 {
+	byRetention, byTTL := q.retainExpiredUnreported, q.ttlExpiredUnreported
+	if byRetention+byTTL == 0 {
 		return
 	}
-	q.expiredUnreported = 0
-	// Dropping by retention is deliberate, never silent.
-	q.eng.log.Info("messages expired by retention", "queue", q.name, "count", n, "retention", q.cfg.Retention)
-	q.eng.obs.Expired(q.name, n)
+	q.retainExpiredUnreported, q.ttlExpiredUnreported = 0, 0
+	// Dropping is deliberate, never silent; the log says which rule did it.
+	if byRetention > 0 {
+		q.eng.log.Info("messages expired by retention", "queue", q.name, "count", byRetention, "retention", q.cfg.Retention)
+	}
+	if byTTL > 0 {
+		q.eng.log.Info("messages expired by their TTL, with no dead-letter target", "queue", q.name, "count", byTTL)
+	}
+	q.eng.obs.Expired(q.name, byRetention+byTTL)
 }
 
 // advanceLocked brings q to time now: delays and leases that have ended make
@@ -626,7 +636,7 @@ func (q *queue) advanceLocked(now int64, b *store.Batch) {
 	ret := int64(q.cfg.Retention)
 	for m := q.expiry.oldest(); m != nil && m.enqueuedAt+ret <= now; m = q.expiry.oldest() {
 		q.dropLocked(m, b)
-		q.noteExpiredLocked()
+		q.noteExpiredLocked(false)
 	}
 	q.reportExpiredLocked()
 	q.trimYoungLocked(now)

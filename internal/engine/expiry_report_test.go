@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,4 +57,56 @@ func TestExpiryReportedWhicheverPathFirst(t *testing.T) {
 	if got := obs.n.Load(); got != 2 || info.Visible != 0 {
 		t.Fatalf("after the tick: %d reported, %d visible; want 2 and 0", got, info.Visible)
 	}
+}
+
+// TestExpiryLogNamesTheRule: the log line that reports expired messages
+// names the rule that dropped them: retention, or a TTL with no
+// dead-letter target (it said "by retention" for both before).
+func TestExpiryLogNamesTheRule(t *testing.T) {
+	f := newFixture(t)
+	var logs syncBuffer
+	f.e.Close()
+	e, err := Open(Options{Store: f.st, Clock: f.clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	f.e = e
+	f.create("ttl", func(c *QueueConfig) { c.HasMessageTTL, c.MessageTTL = true, time.Second })
+	f.create("kept", func(c *QueueConfig) { c.Retention = MinRetention })
+	f.send("ttl", body("a"))
+	f.send("kept", body("b"))
+	f.clk.Advance(MinRetention + time.Second)
+	for _, q := range []string{"ttl", "kept"} {
+		if _, err := e.GetQueue(q); err != nil { // advances the queue
+			t.Fatal(err)
+		}
+	}
+	out := logs.String()
+	for _, want := range []string{`"messages expired by their TTL, with no dead-letter target" queue=ttl count=1`, `"messages expired by retention" queue=kept count=1`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `"messages expired by retention" queue=ttl`) {
+		t.Errorf("a TTL expiry logged as retention:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

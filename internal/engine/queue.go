@@ -455,9 +455,10 @@ type queue struct {
 	schedAt int64
 
 	stats counters
-	// expiredUnreported counts messages expired (retention, TTL) and not
-	// yet reported to the observer and the log; guarded by mu.
-	expiredUnreported int
+	// retainExpiredUnreported and ttlExpiredUnreported count messages
+	// expired by retention and by their TTL (no dead-letter target) and
+	// not yet reported to the observer and the log; guarded by mu.
+	retainExpiredUnreported, ttlExpiredUnreported int
 
 	budget retryBudget // guarded by mu; not persisted
 
