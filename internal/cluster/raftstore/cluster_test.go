@@ -136,8 +136,14 @@ func (c *cluster) stop(i int) {
 // lost (Raft panics on that, rightly).
 func (c *cluster) crash(i int) {
 	c.t.Helper()
+	c.crashWith(i, vfs.CrashCloneCfg{})
+}
+
+// crashWith is crash keeping what cfg says of the unsynced data.
+func (c *cluster) crashWith(i int, cfg vfs.CrashCloneCfg) {
+	c.t.Helper()
 	c.nodes[i].tr.setBlocked(true)
-	c.fss[i] = c.fss[i].CrashClone(vfs.CrashCloneCfg{})
+	c.fss[i] = c.fss[i].CrashClone(cfg)
 	_ = c.nodes[i].Close()
 	c.nodes[i] = nil
 }
