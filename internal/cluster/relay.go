@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -55,28 +56,21 @@ func (r *relay) depose(reason string) {
 }
 
 // toLeader copies the client's octets to the leader until the client's
-// side ends. Once the leader's side fails, what the client sends (its
-// close-ok to the relay's connection.close) is read and dropped.
+// side ends. If the leader's side fails first, what the client still
+// sends (its close-ok to the relay's connection.close) is read and
+// dropped until the client ends or finish's read deadline passes.
 func (r *relay) toLeader() {
-	buf := make([]byte, 32<<10)
-	upOK := true
+	_, _ = io.Copy(r.upstream, r.client) // TCP to TCP: spliced in the kernel; how it ended is seen below
+	// The leader's side gets nothing more; closing it also ends toClient
+	// if the client ended first.
+	_ = r.upstream.Close()
+	buf := make([]byte, 512)
 	for {
-		k, err := r.client.Read(buf)
-		if k > 0 && upOK {
-			if _, werr := r.upstream.Write(buf[:k]); werr != nil {
-				upOK = false
-				_ = r.upstream.Close() // the leader's side is gone; the other copy sees it
-			}
-		}
-		if err != nil {
-			// The client ended (or its read deadline, set by finish,
-			// passed): nothing more goes to the leader. Said before the
-			// leader's side is closed, so that finish sees it.
-			close(r.clientDone)
-			_ = r.upstream.Close()
-			return
+		if _, err := r.client.Read(buf); err != nil {
+			break
 		}
 	}
+	close(r.clientDone)
 }
 
 // toClient copies the leader's octets to the client, following their
