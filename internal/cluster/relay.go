@@ -52,6 +52,10 @@ func (r *relay) close() {
 // (finish).
 func (r *relay) depose(reason string) {
 	r.reason.CompareAndSwap(nil, &reason)
+	// A client that is not reading may hold the copy in a write to it:
+	// bound that write, so the relay ends anyway (finish then sees a
+	// failed write and closes without a word).
+	_ = r.client.SetWriteDeadline(time.Now().Add(relayCloseWait))
 	_ = r.upstream.Close() // the copy reading it notices; nothing else to report
 }
 
@@ -81,10 +85,14 @@ func (r *relay) toClient() {
 	for {
 		k, err := r.upstream.Read(buf)
 		if k > 0 {
-			if _, werr := r.client.Write(buf[:k]); werr != nil {
+			w, werr := r.client.Write(buf[:k])
+			t.feed(buf[:w])
+			if werr != nil {
+				// The client may hold part of a frame: no
+				// connection.close can follow it.
+				t.broken = true
 				break
 			}
-			t.feed(buf[:k])
 		}
 		if err != nil {
 			break

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +197,34 @@ func FuzzFrameTracker(f *testing.F) {
 			t.Fatalf("in one read %+v, cut at %d and %d %+v", whole, a, b, cut)
 		}
 	})
+}
+
+// TestDeposedRelayEndsWithAStuckClient: a relay whose client reads
+// nothing (a paused consumer with deliveries queued towards it) still ends
+// when its leader is deposed, instead of holding its goroutines and the
+// client's slot until the client reads again.
+func TestDeposedRelayEndsWithAStuckClient(t *testing.T) {
+	client, app := net.Pipe() // app: the client program, which never reads
+	up, leader := net.Pipe()
+	t.Cleanup(func() { _ = app.Close(); _ = leader.Close() })
+	r := &relay{client: client, upstream: up, clientDone: make(chan struct{})}
+	go r.toLeader()
+	ended := make(chan struct{})
+	go func() { r.toClient(); close(ended) }()
+	// Heartbeat frames from the leader: toClient reads them all at once,
+	// then blocks writing them to the client (a pipe has no buffer).
+	if _, err := leader.Write(bytes.Repeat([]byte("\x08\x00\x00\x00\x00\x00\x00\xce"), 100)); err != nil {
+		t.Fatal(err)
+	}
+	r.depose(reasonLeaderChanged)
+	select {
+	case <-ended:
+	case <-time.After(relayCloseWait + 10*time.Second):
+		t.Fatal("the relay of a client that reads nothing outlived its leader")
+	}
+	select {
+	case <-r.clientDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay's client side was not closed")
+	}
 }
