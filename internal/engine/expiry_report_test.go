@@ -1,15 +1,14 @@
 package engine
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // expiryObserver counts what Observer.Expired reports.
@@ -64,9 +63,9 @@ func TestExpiryReportedWhicheverPathFirst(t *testing.T) {
 // dead-letter target (it said "by retention" for both before).
 func TestExpiryLogNamesTheRule(t *testing.T) {
 	f := newFixture(t)
-	var logs syncBuffer
+	logger, logs := testlog.New(slog.LevelInfo)
 	f.e.Close()
-	e, err := Open(Options{Store: f.st, Clock: f.clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e, err := Open(Options{Store: f.st, Clock: f.clk, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,22 +90,4 @@ func TestExpiryLogNamesTheRule(t *testing.T) {
 	if strings.Contains(out, `"messages expired by retention" queue=ttl`) {
 		t.Errorf("a TTL expiry logged as retention:\n%s", out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
