@@ -229,6 +229,12 @@ func (n *Node) relayAMQP(c net.Conn) {
 	cancel()
 	if err != nil {
 		n.log.Debug("AMQP connection not relayed", "remote", c.RemoteAddr().String(), "err", err)
+		// Closed without a word. A connection.close sent during the
+		// handshake would be worse: the server may close only after the
+		// client's start-ok, and clients read a close at start-ok as bad
+		// credentials (amqp091-go returns ErrCredentials, 403) and one at
+		// connection.open as a vhost refusal (ErrVhost); tried and
+		// measured with amqp091-go on 2026-11-29.
 		_ = c.Close() // the client sees the connection end and retries
 		return
 	}
