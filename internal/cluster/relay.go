@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
-
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 )
 
