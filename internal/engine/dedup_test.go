@@ -51,29 +51,27 @@ func (f *fixture) young(name string) int {
 }
 
 // settleYoung advances the clock a second at a time until queue name's
-// young set is empty: the writes have settled and the scheduler has
-// dropped them. After each step it waits until the scheduler has taken
-// every due entry off its heap (poking it), so that the test never runs
-// the clock ahead of a scheduler that has not had the CPU yet.
+// young set is empty: its writes have settled and the queue has been
+// advanced past their linger. Each step comes once the engine's scheduler
+// is parked on the clock again, and each step also advances the queue
+// itself (a stats read), as any receive would, so that the test does not
+// depend on the scheduler's wake for the trim; it fails after a simulated
+// minute. (Relying on the scheduler alone, a CI race run on 2026-11-29
+// failed: under load, in about 1 % of the dedup tests, a queue's wake was
+// recorded as scheduled (schedAt) with no heap entry behind it while the
+// scheduler slept on a later timer. That is an engine issue still open;
+// this helper only sets up the tests' precondition.)
 func (f *fixture) settleYoung(name string) {
 	f.t.Helper()
-	for i := 0; f.young(name) != 0; i++ {
-		if i == 60 {
-			f.t.Fatalf("young set of %s still holds %d entries after %d s", name, f.young(name), i)
+	start := f.clk.Now()
+	poll.AdvanceUntil(f.t, f.clk, time.Second, 1, "the young set of "+name+" emptied", func() bool {
+		if _, err := f.e.GetQueue(name); err != nil {
+			f.t.Fatal(err)
 		}
-		f.clk.Advance(time.Second)
-		poll.CheckFor(f.t, 10*time.Second, func() error {
-			select {
-			case f.e.sched.poke <- struct{}{}:
-			default:
-			}
-			f.e.sched.mu.Lock()
-			defer f.e.sched.mu.Unlock()
-			if len(f.e.sched.h) > 0 && f.e.sched.h[0].at <= f.clk.Now().UnixNano() {
-				return fmt.Errorf("the scheduler has not taken its due entries yet")
-			}
-			return nil
-		})
+		return f.young(name) == 0 || f.clk.Now().Sub(start) > time.Minute
+	})
+	if n := f.young(name); n != 0 {
+		f.t.Fatalf("young set of %s still holds %d entries after %v", name, n, f.clk.Now().Sub(start))
 	}
 }
 
