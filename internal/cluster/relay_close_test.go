@@ -136,15 +136,7 @@ func TestFrameTracker(t *testing.T) {
 	closeOK := []byte("\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x33\xce")
 	closeOnChannel := []byte("\x01\x00\x01\x00\x00\x00\x04\x00\x0a\x00\x32\xce") // same ids, channel 1: not a connection.close
 
-	join := func(parts ...[]byte) []byte {
-		return []byte(strings.Join(func() []string {
-			s := make([]string, len(parts))
-			for i, p := range parts {
-				s[i] = string(p)
-			}
-			return s
-		}(), ""))
-	}
+	join := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 	var empty frameTracker
 	if empty.canClose() {
