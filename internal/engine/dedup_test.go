@@ -52,15 +52,15 @@ func (f *fixture) young(name string) int {
 
 // settleYoung advances the clock a second at a time until queue name's
 // young set is empty: its writes have settled and the queue has been
-// advanced past their linger. Each step comes once the engine's scheduler
-// is parked on the clock again, and each step also advances the queue
-// itself (a stats read), as any receive would, so that the test does not
-// depend on the scheduler's wake for the trim; it fails after a simulated
-// minute. (Relying on the scheduler alone, a CI race run on 2026-11-29
-// failed: under load, in about 1 % of the dedup tests, a queue's wake was
-// recorded as scheduled (schedAt) with no heap entry behind it while the
-// scheduler slept on a later timer. That is an engine issue still open;
-// this helper only sets up the tests' precondition.)
+// advanced past their linger. Each step also advances the queue itself (a
+// stats read), as any receive would, so that the test does not depend on
+// when the engine's scheduler gets the CPU; it fails after a simulated
+// minute. (An earlier version waited only until the scheduler's heap held
+// no due entry. That is not enough: the scheduler pops its due entries
+// first and ticks their queues after, so under -race load the test could
+// step the clock sixty times between the pop and the tick and fail, about
+// once in a hundred runs. Traced on 2026-11-29: every such failure's young
+// set emptied a few milliseconds later, the tick having run.)
 func (f *fixture) settleYoung(name string) {
 	f.t.Helper()
 	start := f.clk.Now()
