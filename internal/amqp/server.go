@@ -278,7 +278,16 @@ func (s *Server) Serve(ln net.Listener) error {
 // connection.open (until then it holds one of the few handshake slots,
 // slots.go); over the limit connection.open is answered with RabbitMQ's
 // 530 (clients report it as a refused connection, not a dropped socket).
-func (s *Server) ServeConn(nc net.Conn) {
+func (s *Server) ServeConn(nc net.Conn) { s.ServeConnThen(nc, nil) }
+
+// ServeConnThen is ServeConn, and calls done (when not nil) once the
+// server is finished with nc: its socket closed and its goroutine ending,
+// or at once when nc is refused. A cluster node serving its public
+// connections on its own leader's server releases its accounting there.
+func (s *Server) ServeConnThen(nc net.Conn, done func()) {
+	if done == nil {
+		done = func() {}
+	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		// Reaps half-open peers on connections without heartbeats.
 		// Fails only on a closed socket, which the next read or write reports.
@@ -289,6 +298,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	if s.closed {
 		s.mu.Unlock()
 		_ = nc.Close() // closing: its error changes nothing
+		done()
 		return
 	}
 	admitted, evict := s.admitLocked(c)
@@ -296,6 +306,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		s.mu.Unlock()
 		_ = nc.Close() // closing: its error changes nothing
 		s.log.Warn("amqp: per-address connection limit reached; socket closed", "limit", s.opts.MaxConnectionsPerIP, "remote", nc.RemoteAddr())
+		done()
 		return
 	}
 	if evict != nil {
@@ -308,6 +319,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
+		defer done()
 		c.serve()
 		s.mu.Lock()
 		delete(s.conns, c)

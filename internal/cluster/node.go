@@ -19,9 +19,10 @@
 //     metrics.go), and the membership changes (members.go), which the
 //     leader runs on its Raft node and a follower forwards to the
 //     leader's public listener.
-//   - AMQP: each connection is relayed as raw TCP, both ways, to the
-//     leader's internal AMQP listener, and closed when either side closes
-//     or the leader changes.
+//   - AMQP: on the leader, each connection is served by its own server
+//     (no loopback hop); on a follower, it is relayed as raw TCP, both
+//     ways, to the leader's internal AMQP listener, and closed when either
+//     side closes or the leader changes.
 //
 // Every connection between nodes, the leader's internal HTTP and AMQP
 // listeners included, opens with the node handshake over the cluster
@@ -690,6 +691,17 @@ func (n *Node) localHandler(ad Advertisement) http.Handler {
 	defer n.mu.Unlock()
 	if n.local != nil && *n.local == ad {
 		return n.localHTTP
+	}
+	return nil
+}
+
+// localServerFor returns this node's own server when ad is its
+// advertisement (this node leads and serves), else nil.
+func (n *Node) localServerFor(ad Advertisement) *server.Server {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.local != nil && *n.local == ad {
+		return n.localServer
 	}
 	return nil
 }

@@ -171,10 +171,7 @@ func (n *Node) serveAMQP(ln net.Listener) error {
 			_ = c.Close() // refused: nothing was read or written
 			continue
 		}
-		go func() {
-			defer n.release(ip)
-			n.relayAMQP(c)
-		}()
+		go n.relayAMQP(c, func() { n.release(ip) })
 	}
 }
 
@@ -214,13 +211,24 @@ func remoteIP(c net.Conn) string {
 
 // relayAMQP waits (up to the hold timeout) for a leader, dials its internal
 // AMQP listener and copies bytes both ways until either side closes or
-// the leader changes.
-func (n *Node) relayAMQP(c net.Conn) {
+// the leader changes. When this node is the leader, its own server serves
+// the connection directly instead: no loopback hop, and the server's
+// shutdown at the end of the leadership closes it with 320
+// CONNECTION_FORCED. It calls release once the connection is done with.
+func (n *Node) relayAMQP(c net.Conn, release func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.hold)
 	ad, leader, err := n.route(ctx)
 	if err == nil && ad.AMQP == "" {
 		err = errors.New("the leader serves no AMQP")
 	}
+	if err == nil {
+		if srv := n.localServerFor(ad); srv != nil {
+			cancel()
+			srv.ServeAMQPConn(c, release)
+			return
+		}
+	}
+	defer release()
 	var up net.Conn
 	if err == nil {
 		up, err = n.dialInternal(ctx, &net.Dialer{Timeout: 2 * time.Second}, nodeauth.SurfaceAMQP, ad.AMQP, leader)

@@ -390,6 +390,20 @@ func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
 // AMQPAddr is the address of the (first) AMQP listener, "" when off.
 func (s *Server) AMQPAddr() string { return s.amqpAddr }
 
+// ServeAMQPConn serves an AMQP connection accepted elsewhere (a cluster
+// node's public listener, while this server is its leader's) as if its
+// own listener had accepted it, and calls done once the server is
+// finished with it (amqp.Server.ServeConnThen). With AMQP off it closes
+// nc and calls done.
+func (s *Server) ServeAMQPConn(nc net.Conn, done func()) {
+	if s.amqp == nil {
+		_ = nc.Close() // no AMQP here: refused without a word
+		done()
+		return
+	}
+	s.amqp.ServeConnThen(nc, done)
+}
+
 // BufferedRequestBytes is the buffer capacity request bodies hold now,
 // out of the http_body_budget.
 func (s *Server) BufferedRequestBytes() int64 { return s.budget.InUse() }
