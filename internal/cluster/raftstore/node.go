@@ -237,10 +237,10 @@ type Node struct {
 	heard     map[uint64]time.Time
 	heardTerm uint64
 	leadSince time.Time // when this node's leadership of heardTerm began
-	// recv is, while this node leads recvTerm, when a message of that
-	// term last arrived from each member; run's only (lease.go).
-	recv     map[uint64]time.Time
-	recvTerm uint64
+	// leaseRounds are the lease rounds awaiting a majority, oldest first,
+	// and leaseSeq the last round's number; run's only (lease.go).
+	leaseRounds []leaseRound
+	leaseSeq    uint64
 	// leaseTerm and leaseUntil (nanoseconds after leaseBase, on the
 	// monotonic clock) are this node's leadership lease (lease.go):
 	// written by run, read by anyone.
@@ -549,6 +549,7 @@ func (n *Node) run() {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.checkRole()
+			n.startLeaseRound()
 			n.reconcileVoters()
 		case m := <-n.recvc:
 			n.step(m)
@@ -596,9 +597,7 @@ func (n *Node) step(m *pb.Message) {
 	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
-		return
 	}
-	n.noteReceived(m)
 }
 
 // proposeQueued hands the queued proposals to Raft.

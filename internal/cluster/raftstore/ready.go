@@ -14,6 +14,7 @@ func (n *Node) handleReadies() error {
 		// role can change there too: check it before applying.
 		n.checkRole()
 		rd := n.rn.Ready()
+		n.leaseAcknowledged(rd.ReadStates)
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			if err := n.installSnapshot(rd.Snapshot); err != nil {
 				return err

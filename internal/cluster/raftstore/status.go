@@ -80,7 +80,7 @@ func (n *Node) updateStatus() {
 	st.FirstIndex, _ = n.rl.FirstIndex() // never fails
 	st.LastIndex, _ = n.rl.LastIndex()   // never fails
 	n.mu.Lock()
-	n.refreshLease(st.Term, st.Role == "leader", n.mem.conf.GetVoters())
+	n.refreshLease(st.Term, st.Role == "leader")
 	st.Applied = n.applied
 	st.Members = n.membersLocked()
 	st.Joining, st.Removed = n.mem.joining, n.removedLocked()
