@@ -558,8 +558,8 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 			}
 		}
 		if del, ok := m.certainDelete(d.MessageID, d.Begin); ok && (c.FIFO || !m.retried) {
-			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s, delete acknowledged %s",
-				m.ID, d.Begin.Format(time.StampMicro), del.Format(time.StampMicro)))
+			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s (epoch %d, count %d), delete acknowledged %s; deliveries %s",
+				m.ID, d.Begin.Format(time.StampMicro), d.Epoch, d.Count, del.Format(time.StampMicro), describeDeliveries(m.dels)))
 		}
 		if m.Delay > 0 && d.End.Before(m.attemptAt.Add(m.Delay-c.Slack)) {
 			r.Early = append(r.Early, fmt.Sprintf("%s: delivered %v after its send began, delay %v",
@@ -784,18 +784,25 @@ func (c *Checker) UnsettledDetails(n int) []string {
 		if !m.acked || settled(m) {
 			continue
 		}
-		var ds []string
-		for _, d := range m.dels {
-			ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s deleted %v ok %v failed %v consumed %v}", d.Epoch, d.Count, d.DLQ,
-				d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed, d.consumed))
-		}
-		out = append(out, fmt.Sprintf("%s group %q seq %d: %s", m.ID, m.Group, m.Seq, strings.Join(ds, " ")))
+		out = append(out, fmt.Sprintf("%s group %q seq %d: %s", m.ID, m.Group, m.Seq, describeDeliveries(m.dels)))
 	}
 	sort.Strings(out)
 	if len(out) > n {
 		out = out[:n]
 	}
 	return out
+}
+
+// describeDeliveries lists deliveries for a failure report: each one's
+// epoch (the term that served it, in a cluster), receive count, queue and
+// the receive's begin and end, and what followed it.
+func describeDeliveries(dels []*delivery) string {
+	ds := make([]string, 0, len(dels))
+	for _, d := range dels {
+		ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s–%s deleted %v ok %v failed %v consumed %v}", d.Epoch, d.Count, d.DLQ,
+			d.Begin.Format(time.StampMilli), d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed, d.consumed))
+	}
+	return strings.Join(ds, " ")
 }
 
 // settles reports whether what followed delivery d settles its message:

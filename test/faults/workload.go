@@ -367,9 +367,13 @@ func QueueCounts(ctx context.Context, client *sqs.Client, url, name string) (emp
 func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string)) {
 	t.Helper()
 	w.StopProducers()
-	deadline := time.Now().Add(limit)
+	start := time.Now()
+	deadline := start.Add(limit)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	// Progress every 10 s, so that a drain that runs out of time shows
+	// whether the consumers were slow, stuck or making no requests.
+	nextReport, lastOps := start.Add(10*time.Second), w.Ops.Load()
 	for {
 		pending := w.Ck.Unsettled()
 		var desc string
@@ -379,6 +383,15 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 			if empty {
 				break
 			}
+		}
+		if now := time.Now(); now.After(nextReport) {
+			if desc == "" {
+				_, desc = queuesEmpty()
+			}
+			ops := w.Ops.Load()
+			t.Logf("drain at %v: %d acknowledged messages unsettled, %d requests in the last 10 s; %s",
+				now.Sub(start).Round(time.Second), pending, ops-lastOps, desc)
+			nextReport, lastOps = now.Add(10*time.Second), ops
 		}
 		if time.Now().After(deadline) {
 			if desc == "" {
