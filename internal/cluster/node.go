@@ -134,10 +134,7 @@ type Node struct {
 	mu      sync.Mutex
 	changed chan struct{}  // closed and replaced whenever routing may have changed
 	local   *Advertisement // this node's server while it leads and serves
-	// localHTTP is that server's HTTP handler: requests on this node's
-	// public listener call it directly rather than through the loopback.
-	localHTTP http.Handler
-	relays    map[*relay]struct{}
+	relays  map[*relay]struct{}
 	// forwards are the HTTP requests being forwarded to a leader's
 	// internal listener (forward.go).
 	forwards map[*forward]struct{}
@@ -543,7 +540,6 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	}
 	n.mu.Lock()
 	n.local = &ad
-	n.localHTTP = srv.Handler()
 	n.localMetrics = srv.MetricsGatherer()
 	close(n.changed)
 	n.changed = make(chan struct{})
@@ -590,7 +586,6 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	}
 	n.mu.Lock()
 	n.local = nil
-	n.localHTTP = nil
 	n.localMetrics = nil
 	n.localServer = nil
 	n.mu.Unlock()
@@ -684,19 +679,10 @@ func (n *Node) route(ctx context.Context) (Advertisement, uint64, error) {
 
 var errNoLeader = errors.New("cluster: no leader serving")
 
-// localHandler returns this node's own server's HTTP handler when ad is
-// that server's advertisement (this node leads and serves), else nil.
-func (n *Node) localHandler(ad Advertisement) http.Handler {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.local != nil && *n.local == ad {
-		return n.localHTTP
-	}
-	return nil
-}
-
 // localServerFor returns this node's own server when ad is its
-// advertisement (this node leads and serves), else nil.
+// advertisement (this node leads and serves), else nil: the clients of
+// this node's public listeners then call it directly (its HTTP handler,
+// its AMQP server) rather than through the loopback.
 func (n *Node) localServerFor(ad Advertisement) *server.Server {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -765,8 +751,8 @@ func (n *Node) routes() http.Handler {
 			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}
-		if h := n.localHandler(ad); h != nil {
-			h.ServeHTTP(w, r) // this node leads: no second HTTP hop
+		if srv := n.localServerFor(ad); srv != nil {
+			srv.Handler().ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}
 		fctx, done := n.trackForward(r.Context(), leader, changed)
