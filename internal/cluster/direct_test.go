@@ -91,3 +91,35 @@ func TestLeaderServesItsOwnAMQPConnections(t *testing.T) {
 		return nil
 	})
 }
+
+// TestLeaderServesDirectlyWithinThePerIPCap: the connections the leader
+// serves itself count against amqp_max_connections_per_ip like relayed
+// ones: past the cap the next is closed at accept, and once a served
+// connection ends its place is given back (released when the leader's
+// server is done with the socket, not when it took it over).
+func TestLeaderServesDirectlyWithinThePerIPCap(t *testing.T) {
+	nodes := threeNodes(t, func(o *server.Options) { o.AMQPMaxConnectionsPerIP = 1 })
+	leader, _ := leaderAndFollowers(t, nodes)
+	url := "amqp://guest:guest@" + leader.AMQPAddr() + "/"
+	first, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, relayed := relayCounts(leader); held != 1 || relayed != 0 {
+		t.Fatalf("the leader holds %d public AMQP connections and relays %d, want 1 served directly", held, relayed)
+	}
+	if c, err := amqp.Dial(url); err == nil {
+		_ = c.Close() // the test fails anyway
+		t.Fatal("a second connection from one address was admitted past amqp_max_connections_per_ip = 1")
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, func() error {
+		c, err := amqp.Dial(url)
+		if err != nil {
+			return fmt.Errorf("after the first connection closed: %w", err)
+		}
+		return c.Close()
+	})
+}
