@@ -427,11 +427,7 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 				strings.Join(w.Ck.UnsettledDetails(10), "\n"))
 			break
 		}
-		pace := time.NewTimer(pause)
-		select {
-		case <-pace.C:
-		case <-ctx.Done():
-			pace.Stop()
+		if SleepCtx(ctx, pause); ctx.Err() != nil {
 			t.Fatal(ctx.Err())
 		}
 	}
