@@ -436,9 +436,8 @@ func TestRelayRefusesPastThePerIPCap(t *testing.T) {
 	// The two admitted connections are counted before a third is accepted:
 	// wait until the node holds both.
 	poll.CheckFor(t, 10*time.Second, poll.True("two relayed connections held", func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.relayed == 2
+		held, _ := relayCounts(n)
+		return held == 2
 	}))
 	c, err := net.Dial("tcp", n.AMQPAddr())
 	if err != nil {
@@ -451,10 +450,7 @@ func TestRelayRefusesPastThePerIPCap(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("third connection from one address: read %v, want it closed at accept", err)
 	}
-	n.mu.Lock()
-	relayed := n.relayed
-	n.mu.Unlock()
-	if relayed != 2 {
-		t.Fatalf("relayed %d after the refusal, want 2", relayed)
+	if held, _ := relayCounts(n); held != 2 {
+		t.Fatalf("relayed %d after the refusal, want 2", held)
 	}
 }
