@@ -115,6 +115,24 @@ func (f *fixture) recv(q string, max int, vis time.Duration) []Delivery {
 	return d
 }
 
+// recvCopies receives until n messages came from q. It is for dead-letter
+// copies that the engine's scheduler makes after a clock advance: the
+// scheduler takes the message out of its source under the source's lock
+// but inserts the copy only after the batch's fsync, so a caller that saw
+// the source empty may still have to wait for the target.
+func (f *fixture) recvCopies(q string, n int, vis time.Duration) []Delivery {
+	f.t.Helper()
+	var got []Delivery
+	poll.CheckFor(f.t, 10*time.Second, func() error {
+		got = append(got, f.recv(q, n-len(got), vis)...)
+		if len(got) < n {
+			return fmt.Errorf("%d of %d copies in %s", len(got), n, q)
+		}
+		return nil
+	})
+	return got
+}
+
 func (f *fixture) del(q string, handles ...string) []error {
 	f.t.Helper()
 	errs, err := f.e.Delete(q, handles)

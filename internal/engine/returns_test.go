@@ -46,7 +46,7 @@ func TestCrashLoopByLeaseExpiry(t *testing.T) {
 	if info, _ := f.e.GetQueue("work"); info.InFlight+info.Visible != 0 {
 		t.Fatalf("work after crash 3: %+v", info)
 	}
-	ds := f.recv("dlq", 1, time.Second)
+	ds := f.recvCopies("dlq", 1, time.Second)
 	if len(ds) != 1 || ds[0].DeadLetter == nil || ds[0].DeadLetter.Reason != ReasonConsumerCrash {
 		t.Fatalf("dead letter %+v", ds)
 	}
