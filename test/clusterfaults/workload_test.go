@@ -226,10 +226,11 @@ func (w *workload) queuesEmpty(ctx context.Context, rng *rand.Rand) (bool, strin
 // drain stops the producers, lets the consumers settle every acknowledged
 // message until both queues are empty and also (when not nil) reports
 // true (faults.Workload.Drain, for up to limit), then stops the consumers.
-func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string)) {
+// It reports whether the drain finished.
+func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string)) bool {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
-	w.Drain(t, ctx, limit, func() (bool, string) {
+	return w.Drain(t, ctx, limit, func() (bool, string) {
 		empty, desc := w.queuesEmpty(ctx, rng)
 		if empty && also != nil {
 			empty, desc = also(ctx, rng)

@@ -121,6 +121,20 @@ type Checker struct {
 	faults     int
 	acked      int // acknowledged messages
 	touched    int // acknowledged messages with a delete attempted
+	// undrained: the drain ran out of time (DrainIncomplete), so the
+	// messages not settled may still be in their queue.
+	undrained bool
+}
+
+// DrainIncomplete records that the drain ran out of time before the queues
+// were empty. The report then names the messages not settled "lost or
+// undrained": the Checker cannot tell one still queued from one the
+// broker lost. They remain violations (a run whose drain does not finish
+// proves nothing about them), but the name no longer claims a loss.
+func (c *Checker) DrainIncomplete() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.undrained = true
 }
 
 // NewChecker returns an empty Checker.
@@ -445,7 +459,10 @@ type Report struct {
 	// that reached the DLQ anyway (their deletes were lost to faults).
 	DeadLetteredHealthy int
 
-	Lost        []string // acknowledged, and not settled by the end (see Report)
+	Lost []string // acknowledged, and not settled by the end (see Report)
+	// Undrained: the drain ran out of time (Checker.DrainIncomplete): the
+	// messages in Lost may still be queued, not lost.
+	Undrained   bool
 	Unexpected  []string // delivered, never sent
 	Corrupt     []string // wrong body or MessageId, or an inconsistent history
 	Resurrected []string // delivered by a receive begun after a certain delete
@@ -461,9 +478,18 @@ func (r Report) Violations() int {
 
 // String is a one-line summary for t.Logf.
 func (r Report) String() string {
-	return fmt.Sprintf("ops: sends attempted %d, acked %d; deliveries %d (distinct %d, duplicates %d); dead-lettered %d (%d not poison); faults %d | lost %d, unexpected %d, corrupt %d, resurrected %d, order %d, early %d, dlq %d",
+	return fmt.Sprintf("ops: sends attempted %d, acked %d; deliveries %d (distinct %d, duplicates %d); dead-lettered %d (%d not poison); faults %d | %s %d, unexpected %d, corrupt %d, resurrected %d, order %d, early %d, dlq %d",
 		r.Attempted, r.Acked, r.Deliveries, r.Delivered, r.Duplicates, r.DeadLettered, r.DeadLetteredHealthy, r.Faults,
-		len(r.Lost), len(r.Unexpected), len(r.Corrupt), len(r.Resurrected), len(r.Order), len(r.Early), len(r.DLQ))
+		r.lostLabel(), len(r.Lost), len(r.Unexpected), len(r.Corrupt), len(r.Resurrected), len(r.Order), len(r.Early), len(r.DLQ))
+}
+
+// lostLabel names the Lost list: "lost", or "lost or undrained" when the
+// drain did not finish.
+func (r Report) lostLabel() string {
+	if r.Undrained {
+		return "lost or undrained (the drain ran out of time)"
+	}
+	return "lost"
 }
 
 // Details lists up to n entries of every non-empty violation list.
@@ -472,7 +498,7 @@ func (r Report) Details(n int) string {
 	for _, l := range []struct {
 		name string
 		v    []string
-	}{{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"corrupt", r.Corrupt}, {"resurrected", r.Resurrected},
+	}{{r.lostLabel(), r.Lost}, {"unexpected", r.Unexpected}, {"corrupt", r.Corrupt}, {"resurrected", r.Resurrected},
 		{"order", r.Order}, {"early", r.Early}, {"dlq", r.DLQ}} {
 		if len(l.v) == 0 {
 			continue
@@ -493,7 +519,7 @@ func (r Report) Details(n int) string {
 func (c *Checker) Report() Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := Report{Deliveries: c.deliveries, Faults: c.faults, Attempted: len(c.msgs),
+	r := Report{Deliveries: c.deliveries, Faults: c.faults, Attempted: len(c.msgs), Undrained: c.undrained,
 		Unexpected: append([]string(nil), c.unexpected...), Corrupt: append([]string(nil), c.corrupt...)}
 	groups := map[string][]*message{}
 	for _, m := range c.msgs {
@@ -532,6 +558,9 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 		what := "never delivered nor dead-lettered"
 		if len(dels) > 0 {
 			what = fmt.Sprintf("delivered %d times, then gone without an acknowledged delete or consumer ack", len(dels))
+		}
+		if c.undrained {
+			what = fmt.Sprintf("delivered %d times, not settled when the drain ran out of time (still queued, or lost)", len(dels))
 		}
 		r.Lost = append(r.Lost, fmt.Sprintf("%s (MessageId %s, acked %s): %s", m.ID, m.messageID, m.ackAt.Format(time.StampMicro), what))
 	}
@@ -594,7 +623,11 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 		}
 	}
 	if m.Poison && m.acked && c.MaxReceiveCount > 0 && !inDLQ {
-		r.DLQ = append(r.DLQ, fmt.Sprintf("%s: poison message never reached the DLQ (%d deliveries)", m.ID, len(dels)))
+		what := "never reached the DLQ"
+		if c.undrained {
+			what = "had not reached the DLQ when the drain ran out of time"
+		}
+		r.DLQ = append(r.DLQ, fmt.Sprintf("%s: poison message %s (%d deliveries)", m.ID, what, len(dels)))
 	}
 }
 

@@ -103,6 +103,22 @@ func TestCheckerFlagsLost(t *testing.T) {
 	expect(t, h.c.Report(), map[string]int{"lost": 2})
 }
 
+// TestCheckerNamesUndrained: after a drain that ran out of time, what is
+// not settled is still a violation, named "lost or undrained".
+func TestCheckerNamesUndrained(t *testing.T) {
+	h := newHist(false)
+	h.send("queued", 0)
+	if r := h.c.Report(); r.Undrained || !strings.Contains(r.String(), "| lost 1,") {
+		t.Fatalf("before: %s", r)
+	}
+	h.c.DrainIncomplete()
+	r := h.c.Report()
+	expect(t, r, map[string]int{"lost": 1})
+	if !r.Undrained || !strings.Contains(r.String(), "lost or undrained") || !strings.Contains(r.Details(5), "lost or undrained") {
+		t.Fatalf("after an incomplete drain: %s\n%s", r, r.Details(5))
+	}
+}
+
 func TestCheckerFlagsDuplicateAfterDelete(t *testing.T) {
 	h := newHist(false)
 	h.send("a", 0)

@@ -372,9 +372,11 @@ func QueueCounts(ctx context.Context, client *sqs.Client, url, name string) (emp
 // message (poison ones through the DLQ) until the Checker has nothing
 // unsettled and queuesEmpty reports both queues empty, then stops the
 // consumers. It polls every 100 ms, or less often when the Checker is
-// large (see below); past limit it logs what is left and stops waiting
-// (the verdict then judges it).
-func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string)) {
+// large (see below); past limit it logs what is left, tells the Checker
+// (DrainIncomplete: what is not settled is then reported as lost or
+// undrained) and stops waiting (the verdict then judges it).
+// It reports whether the drain finished.
+func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string)) (drained bool) {
 	t.Helper()
 	w.StopProducers()
 	start := time.Now()
@@ -402,6 +404,7 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 			var empty bool
 			empty, desc = queuesEmpty()
 			if empty {
+				drained = true
 				break
 			}
 		}
@@ -425,6 +428,7 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 			}
 			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
 				strings.Join(w.Ck.UnsettledDetails(10), "\n"))
+			w.Ck.DrainIncomplete()
 			break
 		}
 		if SleepCtx(ctx, pause); ctx.Err() != nil {
@@ -432,6 +436,7 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 		}
 	}
 	w.StopConsumers()
+	return drained
 }
 
 // ErrorKind is the key under which like errors are counted: op, then the
