@@ -6,21 +6,33 @@ import (
 	"time"
 )
 
-// Send back-pressure (issue #13), off unless Options.SendFlowBacklog is
-// set. A SendMessage or SendMessageBatch to a queue that receivers are
-// draining (a receive within sendFlowReceiverWindow) and whose visible
-// backlog is over SendFlowBacklog waits, before its write, until the
-// backlog is back to half of that or SendFlowMaxWait passes, whichever
-// comes first; then it is stored and answered as usual. It is never
-// refused for this: the only effect is a slower answer, which slows the
-// senders that wait for it. A queue nobody receives from is never slowed
-// (a backlog for absent consumers is the normal case; the memory and disk
+// Send back-pressure (issue #13), on unless Options.SendFlowBacklog is 0
+// (the server turns it on by default). A SendMessage or SendMessageBatch
+// to a queue that receivers are draining (a receive within
+// sendFlowReceiverWindow) and whose visible backlog is over
+// SendFlowBacklog waits, before its write, until its receivers have made
+// the backlog smaller than it was when the send began to wait, or it is
+// back to half the mark, or SendFlowMaxWait passes, whichever comes first;
+// then it is stored and answered as usual. It is never refused for this:
+// the only effect is a slower answer, which slows the senders that wait
+// for it to the pace of the receivers, so that the backlog of a queue
+// being drained stops growing past the mark while senders outrun its
+// receivers, and a backlog that is already shrinking (receivers back
+// after an outage) costs a send the wait for the next receive, not the
+// whole bound. A queue nobody receives from is never slowed (a backlog
+// for absent consumers is the normal case; the memory and disk
 // watermarks bound it).
 //
 // The wait runs on the wall clock, not Options.Clock: it paces a live
 // request, like the HTTP server's own timeouts.
 
 const (
+	// DefaultSendFlowBacklog is the server's default mark
+	// (sqs_send_flow_backlog), just under the engine's ready window of
+	// 2,048 messages: a queue whose senders outrun its receivers then
+	// keeps its backlog of small messages in memory rather than reading
+	// it back from disk.
+	DefaultSendFlowBacklog = 2000
 	// DefaultSendFlowMaxWait is SendFlowMaxWait when SendFlowBacklog is
 	// set and SendFlowMaxWait is not.
 	DefaultSendFlowMaxWait = 200 * time.Millisecond
@@ -37,6 +49,7 @@ const (
 type sendFlow struct {
 	backlog int           // 0: off
 	maxWait time.Duration // > 0 when backlog is set
+	waiting atomic.Int64  // sends waiting now
 	waits   atomic.Uint64 // sends that waited
 	timeout atomic.Uint64 // of which waited the whole maxWait
 	nanos   atomic.Int64  // time spent waiting
@@ -50,25 +63,27 @@ type SendFlowStats struct {
 	Throttled, TimedOut uint64
 	// ThrottledSeconds is the time they waited, summed.
 	ThrottledSeconds float64
+	// Waiting is the number of sends waiting now.
+	Waiting int64
 }
 
 // SendFlowStats returns the send back-pressure counters (lock-free).
 func (h *Handler) SendFlowStats() SendFlowStats {
 	f := &h.flow
 	return SendFlowStats{Throttled: f.waits.Load(), TimedOut: f.timeout.Load(),
-		ThrottledSeconds: float64(f.nanos.Load()) / 1e9}
+		ThrottledSeconds: float64(f.nanos.Load()) / 1e9, Waiting: f.waiting.Load()}
 }
 
 // overBacklog reports whether queue is over the send back-pressure mark
-// with receivers active.
-func (h *Handler) overBacklog(queue string) bool {
+// with receivers active, and the backlog it saw.
+func (h *Handler) overBacklog(queue string) (int, bool) {
 	f := &h.flow
 	n, ok := h.eng.VisibleHint(queue)
 	if !ok || n <= f.backlog {
-		return false
+		return n, false
 	}
 	at, ok := h.eng.ReceivedAtHint(queue)
-	return ok && !at.IsZero() && h.clock.Now().Sub(at) <= sendFlowReceiverWindow
+	return n, ok && !at.IsZero() && h.clock.Now().Sub(at) <= sendFlowReceiverWindow
 }
 
 // slowSend is called before a send's write: over the mark it waits as the
@@ -76,11 +91,17 @@ func (h *Handler) overBacklog(queue string) bool {
 // up; the send then fails as it would have anyway).
 func (h *Handler) slowSend(ctx context.Context, queue string) {
 	f := &h.flow
-	if f.backlog == 0 || !h.overBacklog(queue) {
+	if f.backlog == 0 {
+		return
+	}
+	began, over := h.overBacklog(queue)
+	if !over {
 		return
 	}
 	start := time.Now()
+	f.waiting.Add(1)
 	defer func() {
+		f.waiting.Add(-1)
 		f.waits.Add(1)
 		f.nanos.Add(time.Since(start).Nanoseconds())
 	}()
@@ -96,7 +117,7 @@ func (h *Handler) slowSend(ctx context.Context, queue string) {
 			f.timeout.Add(1)
 			return
 		case <-poll.C:
-			if n, ok := h.eng.VisibleHint(queue); !ok || n <= f.backlog/2 {
+			if n, ok := h.eng.VisibleHint(queue); !ok || n < began || n <= f.backlog/2 {
 				return
 			}
 		}

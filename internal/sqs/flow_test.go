@@ -11,13 +11,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store/memstore"
 )
 
-// Send back-pressure (opt-in): sends to a queue nobody receives from are
+// Send back-pressure (on in the server by default): sends to a queue nobody receives from are
 // never slowed however deep it gets; once a receiver polls it, sends over
 // the mark wait (and, with nobody draining, wait the whole bound), yet
 // every one is stored and answered with success.
@@ -95,5 +96,68 @@ func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
 	sendBatches(1)
 	if got := h.SendFlowStats().Throttled; got != 3 {
 		t.Fatalf("throttled = %d after the receivers went quiet, want still 3", got)
+	}
+}
+
+// A send held by back-pressure goes on as soon as the receivers make the
+// backlog smaller than it found it, well before the bound: a queue whose
+// backlog is already shrinking (consumers back after an outage) slows
+// its senders only to the receivers' pace.
+func TestSendBackpressureReleasedByShrinkingBacklog(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sluicesqs.New(eng, sluicesqs.Options{Clock: clk, SendFlowBacklog: 20, SendFlowMaxWait: sluicesqs.MaxSendFlowMaxWait})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		eng.Close()
+	})
+	cli := sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "AKIDSLUICETEST", SecretAccessKey: "secret"}, nil
+		}),
+		Retryer: aws.NopRetryer{},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("draining")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := out.QueueUrl
+	// A backlog of 100 (five times the mark), then a receiver.
+	for b := 0; b < 10; b++ {
+		entries := make([]types.SendMessageBatchRequestEntry, 10)
+		for i := range entries {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
+		}
+		if _, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive := func() {
+		t.Helper()
+		if _, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 600}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String("held")})
+		sent <- err
+	}()
+	poll.CheckFor(t, 10*time.Second, poll.True("the send to wait", func() bool { return h.SendFlowStats().Waiting == 1 }))
+	receive() // 90 → 80: smaller than the send found it, far above half the mark
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if st := h.SendFlowStats(); st.Throttled != 1 || st.TimedOut != 0 || st.Waiting != 0 {
+		t.Fatalf("stats %+v: want one send held and released by the receive, not by the bound", st)
 	}
 }

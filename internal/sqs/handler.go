@@ -61,7 +61,8 @@ type Options struct {
 	// SendFlowBacklog turns on send back-pressure (flow.go): a send to a
 	// queue with active receivers and more than this many visible
 	// messages waits up to SendFlowMaxWait (default 200 ms, at most 1 s)
-	// for the backlog to halve before it is stored. 0: off.
+	// for the receivers to shrink the backlog before it is stored. 0:
+	// off (the server's default is DefaultSendFlowBacklog).
 	SendFlowBacklog int
 	SendFlowMaxWait time.Duration
 }
