@@ -27,6 +27,7 @@
 #   DURATION=20s RATE_DURATION=30s REPEAT=3 scripts/bench-quorum.sh
 #   SCENARIOS="4 4 0;16 16 0;1 1 1000" BROKERS="cluster rabbitmq" scripts/bench-quorum.sh
 #
+# SLUICE_CONFIG: a TOML file every Sluice node reads (see sluice_node).
 # SCENARIOS: "producers consumers rate" (rate 0: as fast as confirms allow;
 # a rated scenario runs RATE_DURATION). REPEAT alternates the brokers'
 # order per repeat; figures are medians over repeats. Data in $BENCH_DIR
@@ -93,11 +94,13 @@ rmq3_queue_members() {
 }
 
 # sluice_node DIR [FLAGS...]: start one sluice server on free public ports;
-# its pid is appended to sluice_pids.
+# its pid is appended to sluice_pids. SLUICE_CONFIG, when set, names a
+# TOML file every Sluice node reads (-config; for experiments with a
+# setting, e.g. a [cluster] section's log_compact_entries).
 sluice_node() {
   local d=$1; shift
   mkdir -p "$d"
-  "$SLUICE" server --data-dir "$d/data" --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 \
+  "$SLUICE" server ${SLUICE_CONFIG:+-config "$SLUICE_CONFIG"} --data-dir "$d/data" --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 \
     --ready-file "$d/ready.json" --log-level warn "$@" > "$d/server.log" 2>&1 &
   sluice_pids+=("$!")
 }
