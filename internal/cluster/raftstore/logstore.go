@@ -38,10 +38,12 @@ import (
 // the whole safety argument:
 //
 //  1. The state store, written without fsync, is synced: everything up to
-//     the applied index is durable there.
+//     the applied index when the sync was asked for is durable there (the
+//     loop writes a sync barrier and goes on; the cut waits for the
+//     barrier: Node.maybeCompact).
 //  2. One atomic, synced batch of the raft log store sets "c" to the new
-//     point (ci, its term, the ConfState) and range-deletes every entry at
-//     or below ci.
+//     point (ci, at most that index less the entries kept, its term, the
+//     ConfState) and range-deletes every entry at or below ci.
 //
 // A crash before 2 leaves the old point and every entry; a crash after it
 // leaves a log starting after ci, and a state store whose applied index is

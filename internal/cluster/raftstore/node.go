@@ -248,8 +248,11 @@ type Node struct {
 	leaseUntil atomic.Int64
 	leaseBase  time.Time // set once by NewNode
 
-	appliedBytes uint64    // loop only: entry bytes applied since the last compaction
-	snaps        snapshots // snapshots streamed out and received (snapshot.go)
+	appliedBytes uint64 // loop only: entry bytes applied since the last compaction
+	// compactSync is the state store sync a compaction waits for, in
+	// flight off the loop (nil: none); loop only (snapshot.go).
+	compactSync *stateSync
+	snaps       snapshots // snapshots streamed out and received (snapshot.go)
 
 	recvc     chan *pb.Message
 	propc     chan struct{} // a proposal is queued (buffered 1)

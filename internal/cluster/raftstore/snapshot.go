@@ -269,10 +269,39 @@ func (n *Node) withState(fn func(st *pebblestore.Store) error) error {
 	return fn(n.state)
 }
 
+// stateSync is a sync of the state store that a compaction waits for:
+// every entry up to index was applied before the sync was written, so once
+// done reports nil they are durable in the state store.
+type stateSync struct {
+	index uint64
+	done  chan error // buffered 1: the sync's outcome
+}
+
 // maybeCompact truncates the log when the applied index has moved far
 // enough past its start (logstore.go describes the order and why it is
 // safe). Loop only.
+//
+// The state store is written without fsync, so the entries a cut removes
+// must first be durable there. That sync runs off the loop: the loop
+// writes a sync barrier (a durable empty batch, which covers every apply
+// before it), a goroutine waits for it, and a later call cuts the log up to
+// the index applied when the barrier was written. Until then the loop goes
+// on saving, sending and applying: a sync of seconds' worth of applied
+// state took the loop (and with it every commit) for as long as the
+// fdatasync lasted.
 func (n *Node) maybeCompact() error {
+	if cs := n.compactSync; cs != nil {
+		select {
+		case err := <-cs.done:
+			n.compactSync = nil
+			if err != nil {
+				return fmt.Errorf("raftstore: syncing the state store before compaction: %w", err)
+			}
+			return n.compactTo(cs.index)
+		default:
+			return nil // still syncing
+		}
+	}
 	l, keep := n.rl, n.cfg.KeepEntries
 	if l.applied <= l.compacted+keep || l.applied > l.last {
 		return nil
@@ -280,15 +309,27 @@ func (n *Node) maybeCompact() error {
 	if l.applied-l.compacted < n.cfg.CompactEntries+keep && n.appliedBytes < n.cfg.CompactBytes {
 		return nil
 	}
-	// The state store is written without fsync: make it durable up to the
-	// applied index before any entry it was built from goes.
-	if err := n.state.Sync(); err != nil {
+	p, err := n.state.Write(&store.Batch{}, true)
+	if err != nil {
 		return fmt.Errorf("raftstore: syncing the state store before compaction: %w", err)
+	}
+	cs := &stateSync{index: l.applied, done: make(chan error, 1)}
+	n.compactSync = cs
+	go func() { cs.done <- p.Wait() }()
+	return nil
+}
+
+// compactTo cuts the log up to index, less the entries kept, once the
+// state store is durable up to index (maybeCompact).
+func (n *Node) compactTo(index uint64) error {
+	l, keep := n.rl, n.cfg.KeepEntries
+	if index > l.applied || index <= l.compacted+keep || index > l.last {
+		return nil // a snapshot installed meanwhile moved the log past it
 	}
 	if err := n.crashPoint(compactSynced); err != nil {
 		return err
 	}
-	if err := l.compact(l.applied - keep); err != nil {
+	if err := l.compact(index - keep); err != nil {
 		return err
 	}
 	if err := n.crashPoint(compactDone); err != nil {
@@ -614,6 +655,7 @@ func (n *Node) installSnapshot(s *pb.Snapshot) error {
 	}
 	n.removeSnapDirs(applied)
 	n.appliedBytes = 0
+	n.compactSync = nil // a sync of the replaced state store; the log starts past it now
 	n.snaps.mu.Lock()
 	n.snaps.installed++
 	n.snaps.mu.Unlock()
