@@ -179,7 +179,19 @@ func (s *soak) server() *crash.Server {
 // the test and cancels the run.
 func (s *soak) start(ctx context.Context) time.Duration {
 	t0 := time.Now()
-	srv, err := crash.Start(ctx, s.bin, s.dir, 10*time.Minute)
+	// Every client of the run dials from 127.0.0.1, and the parked long
+	// polls alone reach the default per-IP cap on HTTP connections
+	// (2,000): at the cap the broker closes the longest-idle connection of
+	// that address, so the producers', consumers' and sampler's
+	// connections were reset and the steady rates collapsed. The soak
+	// measures load, not that cap (internal/server tests it): lift it for
+	// the run.
+	conf := filepath.Join(s.dir, "soak.toml")
+	limit := fmt.Sprintf("max_http_connections_per_ip = %d\n", s.cfg.pollers+1000)
+	if err := os.WriteFile(conf, []byte(limit), 0o644); err != nil {
+		s.t.Fatalf("config: %v", err)
+	}
+	srv, err := crash.Start(ctx, s.bin, s.dir, 10*time.Minute, "-config", conf)
 	if err != nil {
 		s.t.Fatalf("start server: %v", err)
 	}
