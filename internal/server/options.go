@@ -175,13 +175,13 @@ type Options struct {
 	AMQPFlowMinBacklog   int      `toml:"amqp_flow_min_backlog"`
 	AMQPFlowCreditFactor int      `toml:"amqp_flow_credit_factor"`
 	AMQPFlowMaxWait      duration `toml:"amqp_flow_max_wait"`
-	// SQSSendFlowBacklog is the mark of SQS send back-pressure (0: the
-	// default, 2000; negative: off): a SendMessage(Batch) to a queue
-	// received from within the last second with more visible messages
-	// than this waits, before it is stored, until the receivers have made
-	// the backlog smaller than it was when the wait began (or half the
-	// mark), at most SQSSendFlowMaxWait (0: 200ms; at most 1s). It is
-	// never refused for this (internal/sqs/flow.go).
+	// SQSSendFlowBacklog turns on SQS send back-pressure (0: off): a
+	// SendMessage(Batch) to a queue received from within the last second
+	// with more visible messages than this waits, before it is stored,
+	// until the receivers have made the backlog smaller than it was when
+	// the wait began (or half the mark), at most SQSSendFlowMaxWait (0:
+	// 200ms; at most 1s). It is never refused for this
+	// (internal/sqs/flow.go).
 	SQSSendFlowBacklog int      `toml:"sqs_send_flow_backlog"`
 	SQSSendFlowMaxWait duration `toml:"sqs_send_flow_max_wait"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
@@ -433,6 +433,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AMQPFlowCreditFactor < 0 {
 		errs = append(errs, errors.New("amqp_flow_credit_factor: must not be negative (0: the default, 4)"))
+	}
+	if o.SQSSendFlowBacklog < 0 {
+		errs = append(errs, errors.New("sqs_send_flow_backlog: must not be negative (0: off)"))
 	}
 	if w := time.Duration(o.SQSSendFlowMaxWait); w < 0 || w > time.Second {
 		errs = append(errs, errors.New("sqs_send_flow_max_wait: must be between 0 (200ms) and 1s"))

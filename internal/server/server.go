@@ -315,15 +315,8 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	// One budget for every request body buffered in memory, read once
 	// (by SigV4 when it is on, else by the SQS handler).
 	budget := s.budget
-	flowMark := opts.SQSSendFlowBacklog
-	switch {
-	case flowMark == 0:
-		flowMark = sqs.DefaultSendFlowBacklog
-	case flowMark < 0:
-		flowMark = 0 // off
-	}
 	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget,
-		OnRequest: s.metrics.ObserveSQSRequest, SendFlowBacklog: flowMark, SendFlowMaxWait: time.Duration(opts.SQSSendFlowMaxWait)})
+		OnRequest: s.metrics.ObserveSQSRequest, SendFlowBacklog: opts.SQSSendFlowBacklog, SendFlowMaxWait: time.Duration(opts.SQSSendFlowMaxWait)})
 	s.metrics.Registry().MustRegister(newSQSFlowCollector(sqsAPI))
 	var sqsH http.Handler = sqsAPI
 	if len(opts.SQSCredentials) > 0 {

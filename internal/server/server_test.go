@@ -126,6 +126,7 @@ func TestValidateRejectsBadOptions(t *testing.T) {
 		{func(o *Options) { o.AMQPFlowMinBacklog = -1 }, "amqp_flow_min_backlog:"},
 		{func(o *Options) { o.AMQPFlowCreditFactor = -1 }, "amqp_flow_credit_factor:"},
 		{func(o *Options) { o.AMQPFlowMaxWait = duration(2 * time.Minute) }, "amqp_flow_max_wait:"},
+		{func(o *Options) { o.SQSSendFlowBacklog = -1 }, "sqs_send_flow_backlog:"},
 		{func(o *Options) { o.SQSSendFlowMaxWait = duration(2 * time.Second) }, "sqs_send_flow_max_wait:"},
 	}
 	for _, c := range cases {

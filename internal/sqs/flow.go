@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Send back-pressure (issue #13), on unless Options.SendFlowBacklog is 0
-// (the server turns it on by default). A SendMessage or SendMessageBatch
+// Send back-pressure (issue #13), off unless Options.SendFlowBacklog is
+// set (the server's sqs_send_flow_backlog, off by default). A SendMessage or SendMessageBatch
 // to a queue that receivers are draining (a receive within
 // sendFlowReceiverWindow) and whose visible backlog is over
 // SendFlowBacklog waits, before its write, until its receivers have made
@@ -27,12 +27,6 @@ import (
 // request, like the HTTP server's own timeouts.
 
 const (
-	// DefaultSendFlowBacklog is the server's default mark
-	// (sqs_send_flow_backlog), just under the engine's ready window of
-	// 2,048 messages: a queue whose senders outrun its receivers then
-	// keeps its backlog of small messages in memory rather than reading
-	// it back from disk.
-	DefaultSendFlowBacklog = 2000
 	// DefaultSendFlowMaxWait is SendFlowMaxWait when SendFlowBacklog is
 	// set and SendFlowMaxWait is not.
 	DefaultSendFlowMaxWait = 200 * time.Millisecond

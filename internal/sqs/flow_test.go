@@ -18,7 +18,7 @@ import (
 	"github.com/sluicemq/sluice/internal/store/memstore"
 )
 
-// Send back-pressure (on in the server by default): sends to a queue nobody receives from are
+// Send back-pressure (opt-in): sends to a queue nobody receives from are
 // never slowed however deep it gets; once a receiver polls it, sends over
 // the mark wait (and, with nobody draining, wait the whole bound), yet
 // every one is stored and answered with success.
