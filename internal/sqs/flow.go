@@ -7,9 +7,9 @@ import (
 )
 
 // Send back-pressure (issue #13), off unless Options.SendFlowBacklog is
-// set (the server's sqs_send_flow_backlog, off by default). A SendMessage or SendMessageBatch
-// to a queue that receivers are draining (a receive within
-// sendFlowReceiverWindow) and whose visible backlog is over
+// set (the server's sqs_send_flow_backlog, off by default). A SendMessage
+// or SendMessageBatch to a queue that receivers are draining (a receive
+// within sendFlowReceiverWindow) and whose visible backlog is over
 // SendFlowBacklog waits, before its write, until its receivers have made
 // the backlog smaller than it was when the send began to wait, or it is
 // back to half the mark, or SendFlowMaxWait passes, whichever comes first;
@@ -22,6 +22,11 @@ import (
 // whole bound. A queue nobody receives from is never slowed (a backlog
 // for absent consumers is the normal case; the memory and disk
 // watermarks bound it).
+//
+// The rule looks at depth, not growth, which is why it is opt-in: senders
+// to a queue whose old backlog is over the mark wait for its receives even
+// while the receivers keep pace with them (docs/benchmarks.md, "SQS send
+// back-pressure at a mark of 2,000").
 //
 // The wait runs on the wall clock, not Options.Clock: it paces a live
 // request, like the HTTP server's own timeouts.
