@@ -495,6 +495,17 @@ func (a *amqpLoad) summary(r faults.Report) string {
 		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.AcksConfirmed.Load(), a.SQSDels.Load(), a.SQSSameTerm.Load(), r)
 }
 
+// held reports whether the broker, asked through any live node, counts
+// messages in the AMQP queue (or cannot be asked: then they may be).
+func (a *amqpLoad) held(ctx context.Context, rng *rand.Rand) bool {
+	_, client, url, err := a.w.pick(ctx, rng, amqpQueue)
+	if err != nil {
+		return true
+	}
+	empty, _, err := faults.QueueCounts(ctx, client, url, amqpQueue)
+	return err != nil || !empty
+}
+
 // drained reports whether every confirmed message of the AMQP queue is
 // settled and the broker, asked through any live node, counts no message
 // in it (for the drain).

@@ -281,7 +281,7 @@ func TestClusterFaults(t *testing.T) {
 		}
 	}
 	a.StopPublishers()
-	if !w.drain(t, ctx, drainLimit, a.drained) {
+	if w.drain(t, ctx, drainLimit, a.drained, a.held) {
 		a.Ck.DrainIncomplete() // the AMQP queue's part of the same drain
 	}
 	a.StopConsumers()

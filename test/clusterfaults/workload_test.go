@@ -226,15 +226,24 @@ func (w *workload) queuesEmpty(ctx context.Context, rng *rand.Rand) (bool, strin
 // drain stops the producers, lets the consumers settle every acknowledged
 // message until both queues are empty and also (when not nil) reports
 // true (faults.Workload.Drain, for up to limit), then stops the consumers.
-// It reports whether the drain finished.
-func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string)) bool {
+// held, when not nil, reports whether the broker still holds messages
+// elsewhere than in the two SQS queues. It reports whether the drain
+// ended with messages still held (then what is not settled may be queued
+// rather than lost).
+func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string), held func(context.Context, *rand.Rand) bool) (stillHeld bool) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
-	return w.Drain(t, ctx, limit, func() (bool, string) {
+	_, stillHeld = w.Drain(t, ctx, limit, func() (bool, string) {
 		empty, desc := w.queuesEmpty(ctx, rng)
 		if empty && also != nil {
 			empty, desc = also(ctx, rng)
 		}
 		return empty, desc
+	}, func() bool {
+		if empty, _ := w.queuesEmpty(ctx, rng); !empty {
+			return true
+		}
+		return held != nil && held(ctx, rng)
 	})
+	return stillHeld
 }

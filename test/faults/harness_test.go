@@ -202,7 +202,8 @@ func (w *workload) queuesEmpty(ctx context.Context, inc *incarnation) (bool, str
 // then stops the consumers.
 func (w *workload) drain(t *testing.T, ctx context.Context) {
 	t.Helper()
-	w.Drain(t, ctx, 90*time.Second, func() (bool, string) { return w.queuesEmpty(ctx, w.cl.Get()) })
+	empty := func() (bool, string) { return w.queuesEmpty(ctx, w.cl.Get()) }
+	w.Drain(t, ctx, 90*time.Second, empty, func() bool { e, _ := empty(); return !e })
 }
 
 // verdict logs the figures and fails the test on any violation.

@@ -372,11 +372,14 @@ func QueueCounts(ctx context.Context, client *sqs.Client, url, name string) (emp
 // message (poison ones through the DLQ) until the Checker has nothing
 // unsettled and queuesEmpty reports both queues empty, then stops the
 // consumers. It polls every 100 ms, or less often when the Checker is
-// large (see below); past limit it logs what is left, tells the Checker
-// (DrainIncomplete: what is not settled is then reported as lost or
-// undrained) and stops waiting (the verdict then judges it).
-// It reports whether the drain finished.
-func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string)) (drained bool) {
+// large (see below); past limit it logs what is left and stops waiting
+// (the verdict then judges it). If the broker then still holds messages
+// (held reports it; nil: it cannot be told), the Checker is told
+// (DrainIncomplete: what is not settled is reported as lost or
+// undrained); if the broker holds none, what is not settled is lost, and
+// reported so. It reports whether the drain finished, and whether it
+// ended with messages still held.
+func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string), held func() bool) (drained, stillHeld bool) {
 	t.Helper()
 	w.StopProducers()
 	start := time.Now()
@@ -428,7 +431,9 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 			}
 			t.Logf("drain deadline passed: %d acknowledged messages unsettled; %s\n%s", pending, desc,
 				strings.Join(w.Ck.UnsettledDetails(10), "\n"))
-			w.Ck.DrainIncomplete()
+			if stillHeld = held == nil || held(); stillHeld {
+				w.Ck.DrainIncomplete()
+			}
 			break
 		}
 		if SleepCtx(ctx, pause); ctx.Err() != nil {
@@ -436,7 +441,7 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 		}
 	}
 	w.StopConsumers()
-	return drained
+	return drained, stillHeld
 }
 
 // ErrorKind is the key under which like errors are counted: op, then the
