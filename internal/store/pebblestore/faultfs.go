@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,11 @@ type FaultFS struct {
 	writeErr error
 	syncErr  error
 	onlyWAL  bool
+	// holdDir, when set, holds syncs of files under it until
+	// ReleaseSyncs closes release; held counts the syncs waiting.
+	holdDir string
+	release chan struct{}
+	held    atomic.Int64
 
 	injected atomic.Int64
 	first    atomic.Int64 // UnixNano of the first injected error; 0: none
@@ -61,6 +67,41 @@ func (fs *FaultFS) OnlyWAL(only bool) {
 	fs.onlyWAL = only
 }
 
+// HoldSyncs makes every later sync of a file under dir wait until
+// ReleaseSyncs, as a disk whose flush takes as long as the test wants.
+func (fs *FaultFS) HoldSyncs(dir string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.holdDir, fs.release = dir, make(chan struct{})
+}
+
+// ReleaseSyncs lets the held syncs, and every later one, go on.
+func (fs *FaultFS) ReleaseSyncs() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.release != nil {
+		close(fs.release)
+		fs.holdDir, fs.release = "", nil
+	}
+}
+
+// HeldSyncs returns how many syncs HoldSyncs holds now.
+func (fs *FaultFS) HeldSyncs() int64 { return fs.held.Load() }
+
+// hold waits while syncs of name are held.
+func (fs *FaultFS) hold(name string) {
+	fs.mu.Lock()
+	ch := fs.release
+	if ch == nil || !strings.HasPrefix(name, fs.holdDir+string(filepath.Separator)) {
+		fs.mu.Unlock()
+		return
+	}
+	fs.mu.Unlock()
+	fs.held.Add(1)
+	<-ch
+	fs.held.Add(-1)
+}
+
 // Heal stops every fault: the disk works again.
 func (fs *FaultFS) Heal() {
 	fs.mu.Lock()
@@ -81,8 +122,12 @@ func (fs *FaultFS) FirstInjected() time.Time {
 	return time.Time{}
 }
 
-// fault returns the error to inject for an operation on name, or nil.
+// fault returns the error to inject for an operation on name, or nil,
+// after holding a sync that HoldSyncs holds.
 func (fs *FaultFS) fault(name string, sync bool) error {
+	if sync {
+		fs.hold(name)
+	}
 	fs.mu.Lock()
 	err := fs.writeErr
 	if sync {
