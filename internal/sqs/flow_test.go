@@ -1,9 +1,7 @@
 package sqs_test
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -12,10 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
-	"github.com/sluicemq/sluice/internal/clock"
-	"github.com/sluicemq/sluice/internal/engine"
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
-	"github.com/sluicemq/sluice/internal/store/memstore"
 )
 
 // Send back-pressure (opt-in): sends to a queue nobody receives from are
@@ -23,27 +18,8 @@ import (
 // the mark wait (and, with nobody draining, wait the whole bound), yet
 // every one is stored and answered with success.
 func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sluicesqs.New(eng, sluicesqs.Options{Clock: clk, SendFlowBacklog: 20, SendFlowMaxWait: 10 * time.Millisecond})
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		srv.Close()
-		eng.Close()
-	})
-	cli := sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(srv.URL),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "AKIDSLUICETEST", SecretAccessKey: "secret"}, nil
-		}),
-		Retryer: aws.NopRetryer{},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	e := newEnvWith(t, sluicesqs.Options{SendFlowBacklog: 20, SendFlowMaxWait: 10 * time.Millisecond})
+	clk, eng, h, cli, ctx := e.clk, e.eng, e.h, e.cli, e.ctx
 	out, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("pressed")})
 	if err != nil {
 		t.Fatal(err)
@@ -104,27 +80,8 @@ func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
 // backlog is already shrinking (consumers back after an outage) slows
 // its senders only to the receivers' pace.
 func TestSendBackpressureReleasedByShrinkingBacklog(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sluicesqs.New(eng, sluicesqs.Options{Clock: clk, SendFlowBacklog: 20, SendFlowMaxWait: sluicesqs.MaxSendFlowMaxWait})
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		srv.Close()
-		eng.Close()
-	})
-	cli := sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(srv.URL),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "AKIDSLUICETEST", SecretAccessKey: "secret"}, nil
-		}),
-		Retryer: aws.NopRetryer{},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	e := newEnvWith(t, sluicesqs.Options{SendFlowBacklog: 20, SendFlowMaxWait: sluicesqs.MaxSendFlowMaxWait})
+	h, cli, ctx := e.h, e.cli, e.ctx
 	out, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("draining")})
 	if err != nil {
 		t.Fatal(err)

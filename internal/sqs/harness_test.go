@@ -34,6 +34,7 @@ type env struct {
 	t   *testing.T
 	clk *clock.Fake
 	eng *engine.Engine
+	h   *sluicesqs.Handler
 	srv *httptest.Server
 	cli *sqs.Client
 	ctx context.Context
@@ -41,12 +42,21 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, sluicesqs.Options{})
+}
+
+// newEnvWith is newEnv with the handler's options (its Clock is the
+// env's fake clock).
+func newEnvWith(t *testing.T, opts sluicesqs.Options) *env {
+	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	eng, err := engine.Open(engine.Options{Store: memstore.New(), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(sluicesqs.New(eng, sluicesqs.Options{Clock: clk}))
+	opts.Clock = clk
+	h := sluicesqs.New(eng, opts)
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
 		eng.Close()
@@ -61,7 +71,7 @@ func newEnv(t *testing.T) *env {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	return &env{t: t, clk: clk, eng: eng, srv: srv, cli: cli, ctx: ctx}
+	return &env{t: t, clk: clk, eng: eng, h: h, srv: srv, cli: cli, ctx: ctx}
 }
 
 func (e *env) url(name string) string { return e.srv.URL + "/" + account + "/" + name }
