@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/flowrule"
 )
 
 // Publisher flow control (issue #13): credit per queue, as RabbitMQ's
@@ -15,11 +17,17 @@ import (
 //	high = max(Options.FlowMinBacklog, Options.FlowCreditFactor × Σ credit)
 //
 // where a consumer's credit is its prefetch count (flowUnlimitedCredit
-// for a consumer without one, flowNoAckCredit in no-ack mode). It is back under when
-// its ready count is at most high/2 (the low-water mark), or when its last
+// for a consumer without one, flowNoAckCredit in no-ack mode), and also
+// more than its floor plus high/2, where the floor is the lowest ready
+// count seen since its consumers began to drain it (flowrule: a backlog
+// left by a consumer outage is not held against the publishers while the
+// consumers shrink it; they are slowed only if they make it grow by half
+// a mark). It is back under when its ready count is at most the higher
+// of high/2 and floor + high/4 (the low-water mark), or when its last
 // consumer goes. A queue without consumers is never over: a backlog kept
 // for absent consumers is the normal case, and the memory and disk alarms
-// (alarm.go) bound it.
+// (alarm.go) bound it. From an empty queue the floor is 0, and the marks
+// are high and high/2.
 //
 // The mechanism. The channel goroutine routes a batch of publishes; when a
 // queue it routed to is over its mark it raises the queue's gate and puts
@@ -142,11 +150,16 @@ func (s *Server) highWater(q *queue) int {
 // common case (a short queue) costs one lock-free read.
 func (s *Server) overHighWater(q *queue) bool {
 	ready, ok := s.eng.VisibleHint(q.engine)
-	if !ok || ready <= s.opts.FlowMinBacklog {
+	if !ok {
+		return false
+	}
+	if ready <= s.opts.FlowMinBacklog {
+		q.trend.Lower(ready, time.Now())
 		return false
 	}
 	hw := s.highWater(q)
-	return hw > 0 && ready > hw
+	floor := q.trend.Observe(ready, hw > 0, time.Now())
+	return flowrule.Over(ready, floor, hw)
 }
 
 // relieved reports whether q no longer holds its publishers back: it lost
@@ -157,7 +170,10 @@ func (s *Server) relieved(q *queue) bool {
 		return true
 	}
 	hw := s.highWater(q)
-	return hw == 0 || ready <= hw/2
+	if hw == 0 {
+		return true
+	}
+	return flowrule.Relieved(ready, q.trend.Observe(ready, true, time.Now()), hw)
 }
 
 // noteRouted is called by the channel goroutine after a batch of

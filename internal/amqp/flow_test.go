@@ -343,3 +343,90 @@ func TestHighWaterCountsEachKindOfConsumer(t *testing.T) {
 		}
 	}
 }
+
+// Consumers back from an outage find an old backlog: while they shrink it
+// the publishers are not held back (the old, depth-only rule would pause
+// every publish here until the backlog was down to half the mark, with
+// FlowMaxWait a minute: the publisher would not finish). A stalled
+// consumer on a queue with an old backlog still throttles its publishers,
+// once they have added half a mark above the lowest backlog seen.
+func TestFlowSparesPublishersWhileAnOldBacklogDrains(t *testing.T) {
+	const (
+		old        = 6000
+		minBacklog = 1000 // the mark: max(1000, 1 × prefetch)
+		prefetch   = 200
+		fresh      = 1000
+	)
+	b := startBroker(t, withOptions(flowOptions(minBacklog)))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, pch := b.channel()
+	q, err := pch.QueueDeclare("outage", true, false, false, false, nil)
+	must(t, err)
+	must(t, publishWindow(ctx, pch, q.Name, old, 100)) // nobody consumes: never throttled
+
+	_, cch := b.channel()
+	must(t, cch.Qos(prefetch, 0, false))
+	deliveries, err := cch.Consume(q.Name, "", false, false, false, false, nil)
+	must(t, err)
+	consumed := make(chan int, 1)
+	go func() {
+		got := 0
+		for got < old+fresh {
+			select {
+			case d, ok := <-deliveries:
+				if !ok || d.Ack(false) != nil {
+					consumed <- got
+					return
+				}
+				got++
+			case <-ctx.Done():
+				consumed <- got
+				return
+			}
+		}
+		consumed <- got
+	}()
+	// One publish at a time while the consumer drains the old backlog.
+	_, pch2 := b.channel() // publishWindow's confirm listener is per call
+	must(t, publishWindow(ctx, pch2, q.Name, fresh, 1))
+	if got := <-consumed; got != old+fresh {
+		t.Fatalf("consumed %d of %d", got, old+fresh)
+	}
+	if st := b.srv.FlowStats(); st.ThrottledPublishes != 0 {
+		t.Fatalf("flow stats %+v: publishers were held back while consumers drained an old backlog", st)
+	}
+
+	// A second queue with an old backlog and a consumer that stalls.
+	const publishers, window = 2, 20
+	_, dch := b.channel()
+	sq, err := dch.QueueDeclare("stalled-outage", true, false, false, false, nil)
+	must(t, err)
+	_, pch3 := b.channel()
+	must(t, publishWindow(ctx, pch3, sq.Name, 3000, 100))
+	must(t, dch.Qos(5, 0, false))
+	_, err = dch.Consume(sq.Name, "stalled", false, false, false, false, nil)
+	must(t, err)
+	poll.CheckFor(t, 5*time.Second, poll.True("the stalled consumer's prefetch taken", func() bool {
+		n, _ := b.eng.VisibleHint(sq.Name)
+		return n == 3000-5
+	}))
+	errs := make(chan error, publishers)
+	for p := 0; p < publishers; p++ {
+		_, ch := b.channel()
+		go func() { errs <- publishWindow(ctx, ch, sq.Name, 1500, window) }()
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("every publisher paused by flow control", func() bool {
+		return b.srv.FlowStats().PausedConnections == publishers
+	}))
+	// The floor is the first backlog seen with the consumer there: 2,995
+	// plus at most the first batch routed.
+	over := 3000 - 5 + minBacklog/2
+	if n, _ := b.eng.VisibleHint(sq.Name); n <= over || n > over+2*publishers*window {
+		t.Fatalf("ready while paused = %d, want over %d (floor + half the mark) and at most %d", n, over, over+2*publishers*window)
+	}
+	must(t, dch.Cancel("stalled", false)) // no consumer: nobody is held back
+	for p := 0; p < publishers; p++ {
+		must(t, <-errs)
+	}
+}

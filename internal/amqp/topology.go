@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/flowrule"
 )
 
 // Topology is the AMQP model over the engine's queues: vhosts, exchanges,
@@ -82,8 +83,10 @@ type queue struct {
 	// declare-ok (pika's TestBasicCancelWithNonAckableConsumer). Not
 	// guarded by Topology.mu.
 	undelivered atomic.Int64
-	// flow is the publisher throttle (flow.go).
-	flow flowGate
+	// flow is the publisher throttle and trend its backlog's floor
+	// (flow.go).
+	flow  flowGate
+	trend flowrule.Trend
 }
 
 // builtinExchanges exist in every vhost and are durable.

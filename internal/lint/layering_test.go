@@ -47,14 +47,17 @@ var allowed = map[string][]string{
 
 	// Protocol front-ends: the engine and their own helpers, never storage,
 	// server or each other.
-	"internal/sqs":           {"internal/advisor", "internal/auth/sigv4", "internal/clock", "internal/engine", "internal/httpbody"},
-	"internal/amqp":          {"internal/advisor", "internal/amqp/wire", "internal/auth/password", "internal/clock", "internal/engine"},
+	"internal/sqs":           {"internal/advisor", "internal/auth/sigv4", "internal/clock", "internal/engine", "internal/flowrule", "internal/httpbody"},
+	"internal/amqp":          {"internal/advisor", "internal/amqp/wire", "internal/auth/password", "internal/clock", "internal/engine", "internal/flowrule"},
 	"internal/amqp/wire":     {},
 	"internal/amqp/wire/gen": {},
 	"internal/auth/sigv4":    {"internal/clock", "internal/httpbody"},
 	"internal/auth/httpauth": {},
 	"internal/auth/password": {},
 	"internal/httpbody":      {"internal/clock"},
+	// The publisher back-pressure rule both front-ends share: the standard
+	// library only.
+	"internal/flowrule": {},
 
 	// Operator surfaces read the engine; never storage, server or a
 	// protocol front-end.

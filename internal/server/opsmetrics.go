@@ -107,7 +107,7 @@ func newSQSFlowCollector(h *sqs.Handler) sqsFlowCollector {
 		seconds: prometheus.NewDesc("sluice_sqs_send_throttled_seconds_total",
 			"Seconds sends waited for back-pressure, summed over requests.", nil, nil),
 		timeout: prometheus.NewDesc("sluice_sqs_send_flow_timeouts_total",
-			"Sends that waited the whole sqs_send_flow_max_wait (the backlog did not halve meanwhile).", nil, nil),
+			"Sends that waited the whole sqs_send_flow_max_wait (the receivers did not shrink the backlog meanwhile).", nil, nil),
 	}
 }
 

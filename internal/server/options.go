@@ -18,6 +18,7 @@ import (
 	"github.com/sluicemq/sluice/internal/auth/sigv4"
 	"github.com/sluicemq/sluice/internal/buildinfo"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/sqs"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -168,20 +169,24 @@ type Options struct {
 	// AMQPFlowMinBacklog, AMQPFlowCreditFactor and AMQPFlowMaxWait tune
 	// AMQP publisher flow control (docs/amqp-compat.md, "Flow control"):
 	// a queue with consumers whose ready backlog passes max(min backlog,
-	// factor × the sum of its consumers' prefetch) stops the reading of
-	// the connections publishing to it, each pause at most the max wait,
-	// until the backlog is back to half that. 0: 1000, 4 and 1s; a
-	// negative max wait turns flow control off.
+	// factor × the sum of its consumers' prefetch), and the lowest backlog
+	// seen since its consumers came plus half that mark, stops the
+	// reading of the connections publishing to it, each pause at most the
+	// max wait, until the backlog is back to half that mark (or that
+	// lowest backlog plus a quarter of it). 0: 1000, 4 and 1s; a negative
+	// max wait turns flow control off.
 	AMQPFlowMinBacklog   int      `toml:"amqp_flow_min_backlog"`
 	AMQPFlowCreditFactor int      `toml:"amqp_flow_credit_factor"`
 	AMQPFlowMaxWait      duration `toml:"amqp_flow_max_wait"`
-	// SQSSendFlowBacklog turns on SQS send back-pressure (0: off): a
-	// SendMessage(Batch) to a queue received from within the last second
-	// with more visible messages than this waits, before it is stored,
-	// until the receivers have made the backlog smaller than it was when
-	// the wait began (or half the mark), at most SQSSendFlowMaxWait (0:
-	// 200ms; at most 1s). It is never refused for this
-	// (internal/sqs/flow.go).
+	// SQSSendFlowBacklog is the mark of SQS send back-pressure (default
+	// 2000; 0: off): a SendMessage(Batch) to a queue received from within
+	// the last second with more visible messages than this, and than the
+	// lowest backlog seen since its receivers came plus half the mark,
+	// waits, before it is stored, until the receivers have made the
+	// backlog smaller than it was when the wait began (or back to half
+	// the mark, or that lowest backlog plus a quarter of it), at most
+	// SQSSendFlowMaxWait (0: 200ms; at most 1s). It is never refused for
+	// this (internal/sqs/flow.go).
 	SQSSendFlowBacklog int      `toml:"sqs_send_flow_backlog"`
 	SQSSendFlowMaxWait duration `toml:"sqs_send_flow_max_wait"`
 	// AMQPUsers may log in over AMQP. Empty: guest/guest, from loopback
@@ -371,6 +376,7 @@ func DefaultOptions() Options {
 		MaxHTTPConnections:      10000,
 		MaxHTTPConnectionsPerIP: 2000,
 		MinFreeDisk:             256 << 20,
+		SQSSendFlowBacklog:      sqs.DefaultSendFlowBacklog,
 		AccountID:               "000000000000",
 		Region:                  "us-east-1",
 		LogLevel:                "info",
@@ -435,7 +441,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("amqp_flow_credit_factor: must not be negative (0: the default, 4)"))
 	}
 	if o.SQSSendFlowBacklog < 0 {
-		errs = append(errs, errors.New("sqs_send_flow_backlog: must not be negative (0: off)"))
+		errs = append(errs, errors.New("sqs_send_flow_backlog: must not be negative (0: off, the default 2000)"))
 	}
 	if w := time.Duration(o.SQSSendFlowMaxWait); w < 0 || w > time.Second {
 		errs = append(errs, errors.New("sqs_send_flow_max_wait: must be between 0 (200ms) and 1s"))

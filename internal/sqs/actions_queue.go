@@ -84,7 +84,15 @@ func (c *call) createQueue() (output, *apiError) {
 	return &queueURLOutput{QueueUrl: c.queueURL(name)}, nil
 }
 
-func (c *call) deleteQueue() (output, *apiError) { return c.onQueue(c.h.eng.DeleteQueue) }
+func (c *call) deleteQueue() (output, *apiError) {
+	return c.onQueue(func(name string) error {
+		err := c.h.eng.DeleteQueue(name)
+		if err == nil {
+			c.h.flow.trends.Delete(name) // a queue made again starts afresh
+		}
+		return err
+	})
+}
 
 // onQueue runs an engine operation on the queue a QueueUrl-only request
 // names (DeleteQueue, PurgeQueue); they have no output.

@@ -2,36 +2,44 @@ package sqs
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/flowrule"
 )
 
-// Send back-pressure (issue #13), off unless Options.SendFlowBacklog is
-// set (the server's sqs_send_flow_backlog, off by default). A SendMessage
-// or SendMessageBatch to a queue that receivers are draining (a receive
-// within sendFlowReceiverWindow) and whose visible backlog is over
-// SendFlowBacklog waits, before its write, until its receivers have made
-// the backlog smaller than it was when the send began to wait, or it is
-// back to half the mark, or SendFlowMaxWait passes, whichever comes first;
-// then it is stored and answered as usual. It is never refused for this:
-// the only effect is a slower answer, which slows the senders that wait
-// for it to the pace of the receivers, so that the backlog of a queue
-// being drained stops growing past the mark while senders outrun its
-// receivers, and a backlog that is already shrinking (receivers back
-// after an outage) costs a send the wait for the next receive, not the
-// whole bound. A queue nobody receives from is never slowed (a backlog
-// for absent consumers is the normal case; the memory and disk
-// watermarks bound it).
+// Send back-pressure (issue #13), on by default in the server
+// (sqs_send_flow_backlog, 2,000; 0 turns it off). A SendMessage or
+// SendMessageBatch to a queue that receivers are draining (a receive
+// within sendFlowReceiverWindow) whose visible backlog is over the mark
+// SendFlowBacklog and over its floor plus half the mark waits, before its
+// write, until its receivers have made the backlog smaller than it was when
+// the send began to wait, or it is back to the higher of half the mark and
+// the floor plus a quarter of the mark, or SendFlowMaxWait passes,
+// whichever comes first; then it is stored and answered as usual. It is
+// never refused for this: the only effect is a slower answer, which slows
+// the senders that wait for it to the pace of the receivers.
 //
-// The rule looks at depth, not growth, which is why it is opt-in: senders
-// to a queue whose old backlog is over the mark wait for its receives even
-// while the receivers keep pace with them (docs/benchmarks.md, "SQS send
-// back-pressure at a mark of 2,000").
+// The floor (flowrule) is the lowest backlog seen since receivers began to
+// drain the queue. From an empty queue it is 0, and the rule holds the
+// backlog of a queue whose senders outrun its receivers near the mark. A
+// backlog left by an outage is not held against the senders: while the
+// receivers shrink it, the floor follows it down and no send waits; if
+// the senders outrun the receivers there, they wait once they have added
+// half a mark above the floor. A queue nobody receives from is never
+// slowed (a backlog for absent consumers is the normal case; the memory
+// and disk watermarks bound it).
 //
 // The wait runs on the wall clock, not Options.Clock: it paces a live
 // request, like the HTTP server's own timeouts.
 
 const (
+	// DefaultSendFlowBacklog is the server's default mark
+	// (sqs_send_flow_backlog): just under the engine's 2,048-message ready
+	// window, so that a queue whose senders outrun its receivers stays
+	// warm in memory.
+	DefaultSendFlowBacklog = 2000
 	// DefaultSendFlowMaxWait is SendFlowMaxWait when SendFlowBacklog is
 	// set and SendFlowMaxWait is not.
 	DefaultSendFlowMaxWait = 200 * time.Millisecond
@@ -52,6 +60,16 @@ type sendFlow struct {
 	waits   atomic.Uint64 // sends that waited
 	timeout atomic.Uint64 // of which waited the whole maxWait
 	nanos   atomic.Int64  // time spent waiting
+	trends  sync.Map      // queue name → *flowrule.Trend, its backlog's floor
+}
+
+// trend returns queue's backlog floor tracker.
+func (f *sendFlow) trend(queue string) *flowrule.Trend {
+	if t, ok := f.trends.Load(queue); ok {
+		return t.(*flowrule.Trend)
+	}
+	t, _ := f.trends.LoadOrStore(queue, new(flowrule.Trend))
+	return t.(*flowrule.Trend)
 }
 
 // SendFlowStats are the send back-pressure counters since the handler
@@ -74,15 +92,22 @@ func (h *Handler) SendFlowStats() SendFlowStats {
 }
 
 // overBacklog reports whether queue is over the send back-pressure mark
-// with receivers active, and the backlog it saw.
-func (h *Handler) overBacklog(queue string) (int, bool) {
+// with receivers active (see the package comment), and the backlog it
+// saw.
+func (h *Handler) overBacklog(queue string, tr *flowrule.Trend) (int, bool) {
 	f := &h.flow
 	n, ok := h.eng.VisibleHint(queue)
-	if !ok || n <= f.backlog {
+	if !ok {
+		return n, false
+	}
+	if n <= f.backlog {
+		tr.Lower(n, time.Now())
 		return n, false
 	}
 	at, ok := h.eng.ReceivedAtHint(queue)
-	return n, ok && !at.IsZero() && h.clock.Now().Sub(at) <= sendFlowReceiverWindow
+	draining := ok && !at.IsZero() && h.clock.Now().Sub(at) <= sendFlowReceiverWindow
+	floor := tr.Observe(n, draining, time.Now())
+	return n, draining && flowrule.Over(n, floor, f.backlog)
 }
 
 // slowSend is called before a send's write: over the mark it waits as the
@@ -93,7 +118,8 @@ func (h *Handler) slowSend(ctx context.Context, queue string) {
 	if f.backlog == 0 {
 		return
 	}
-	began, over := h.overBacklog(queue)
+	tr := f.trend(queue)
+	began, over := h.overBacklog(queue, tr)
 	if !over {
 		return
 	}
@@ -115,8 +141,9 @@ func (h *Handler) slowSend(ctx context.Context, queue string) {
 		case <-limit.C:
 			f.timeout.Add(1)
 			return
-		case <-poll.C:
-			if n, ok := h.eng.VisibleHint(queue); !ok || n < began || n <= f.backlog/2 {
+		case now := <-poll.C:
+			n, ok := h.eng.VisibleHint(queue)
+			if !ok || n < began || flowrule.Relieved(n, tr.Observe(n, true, now), f.backlog) {
 				return
 			}
 		}

@@ -13,9 +13,10 @@ import (
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 )
 
-// Send back-pressure (opt-in): sends to a queue nobody receives from are
-// never slowed however deep it gets; once a receiver polls it, sends over
-// the mark wait (and, with nobody draining, wait the whole bound), yet
+// Send back-pressure: sends to a queue nobody receives from are never
+// slowed however deep it gets; once a receiver polls it, the backlog it
+// found is the floor, and sends that take the backlog past the floor plus
+// half the mark wait (and, with nobody draining, wait the whole bound), yet
 // every one is stored and answered with success.
 func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
 	e := newEnvWith(t, sluicesqs.Options{SendFlowBacklog: 20, SendFlowMaxWait: 10 * time.Millisecond})
@@ -52,26 +53,27 @@ func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
 	}
 
 	// A receiver polls (and takes one message): the queue has active
-	// receivers and is over the mark, so the next sends wait; nobody
+	// receivers and a floor of 60. Sends that find at most 60 + 10
+	// (half the mark) go on; the next two find 80 and 90 and wait; nobody
 	// drains it, so each waits the whole bound, and still succeeds.
 	if _, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, VisibilityTimeout: 600}); err != nil {
 		t.Fatal(err)
 	}
-	sendBatches(2)
+	sendBatches(3)
 	st := h.SendFlowStats()
-	if st.Throttled != 3 || st.TimedOut != 3 || st.ThrottledSeconds <= 0 {
-		t.Fatalf("stats %+v, want the three sends after the receive slowed to the bound", st)
+	if st.Throttled != 2 || st.TimedOut != 2 || st.ThrottledSeconds <= 0 {
+		t.Fatalf("stats %+v, want the two sends past the floor plus half the mark slowed to the bound", st)
 	}
-	if n, _ := eng.VisibleHint("pressed"); n != 61+21-1 {
-		t.Fatalf("visible = %d, want %d: every send stored", n, 61+21-1)
+	if n, _ := eng.VisibleHint("pressed"); n != 61+31-1 {
+		t.Fatalf("visible = %d, want %d: every send stored", n, 61+31-1)
 	}
 
 	// Receivers gone quiet (a second on the clock without a receive):
 	// sends are no longer slowed.
 	clk.Advance(2 * time.Second)
 	sendBatches(1)
-	if got := h.SendFlowStats().Throttled; got != 3 {
-		t.Fatalf("throttled = %d after the receivers went quiet, want still 3", got)
+	if got := h.SendFlowStats().Throttled; got != 2 {
+		t.Fatalf("throttled = %d after the receivers went quiet, want still 2", got)
 	}
 }
 
@@ -103,18 +105,70 @@ func TestSendBackpressureReleasedByShrinkingBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	receive()
+	receive() // 90: the floor
+	for b := 0; b < 2; b++ { // 110, not held: growth up to the floor + half the mark is
+		entries := make([]types.SendMessageBatchRequestEntry, 10)
+		for i := range entries {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
+		}
+		if _, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := h.SendFlowStats(); st.Throttled != 0 {
+		t.Fatalf("stats %+v: a send within half a mark of the floor was held", st)
+	}
 	sent := make(chan error, 1)
 	go func() {
 		_, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String("held")})
 		sent <- err
 	}()
 	poll.CheckFor(t, 10*time.Second, poll.True("the send to wait", func() bool { return h.SendFlowStats().Waiting == 1 }))
-	receive() // 90 → 80: smaller than the send found it, far above half the mark
+	receive() // 110 → 100: smaller than the send found it, far above the relief mark
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
 	if st := h.SendFlowStats(); st.Throttled != 1 || st.TimedOut != 0 || st.Waiting != 0 {
 		t.Fatalf("stats %+v: want one send held and released by the receive, not by the bound", st)
+	}
+}
+
+// Receivers back after an outage find an old backlog (ten times the mark):
+// while they shrink it, sends to the queue are never held, though the
+// backlog stays far over the mark (a depth-only rule would hold each one
+// here until the next receive or the bound).
+func TestSendBackpressureSparesSendersWhileAnOldBacklogDrains(t *testing.T) {
+	e := newEnvWith(t, sluicesqs.Options{SendFlowBacklog: 20, SendFlowMaxWait: sluicesqs.MaxSendFlowMaxWait})
+	h, eng, cli, ctx := e.h, e.eng, e.cli, e.ctx
+	out, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("outage")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := out.QueueUrl
+	send := func(n int) {
+		t.Helper()
+		entries := make([]types.SendMessageBatchRequestEntry, n)
+		for i := range entries {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
+		}
+		if _, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := 0; b < 20; b++ {
+		send(10)
+	}
+	for round := 0; round < 15; round++ { // 200 → 125: receive 10, send 5
+		r, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 600})
+		if err != nil || len(r.Messages) != 10 {
+			t.Fatalf("receive: %d messages, %v", len(r.Messages), err)
+		}
+		send(5)
+	}
+	if n, _ := eng.VisibleHint("outage"); n != 125 {
+		t.Fatalf("visible = %d, want 125", n)
+	}
+	if st := h.SendFlowStats(); st.Throttled != 0 {
+		t.Fatalf("stats %+v: sends held while the receivers shrank an old backlog", st)
 	}
 }

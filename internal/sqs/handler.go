@@ -62,7 +62,7 @@ type Options struct {
 	// queue with active receivers and more than this many visible
 	// messages waits up to SendFlowMaxWait (default 200 ms, at most 1 s)
 	// for the receivers to shrink the backlog before it is stored. 0:
-	// off.
+	// off (the server's default is DefaultSendFlowBacklog).
 	SendFlowBacklog int
 	SendFlowMaxWait time.Duration
 }
