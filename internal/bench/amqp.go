@@ -67,6 +67,8 @@ type AMQPResult struct {
 	Persistent    bool           `json:"persistent"`
 	Product       string         `json:"server_product"` // server-properties product and version
 	Purged        int            `json:"purged"`         // messages left in the queue by earlier runs
+	Backlog       int            `json:"backlog"`        // messages published before the run (-backlog)
+	BacklogTime   time.Duration  `json:"backlog_ns"`     // how long publishing them took
 
 	Published   uint64 `json:"published"`   // basic.publish calls that were written
 	Confirmed   uint64 `json:"confirmed"`   // publisher confirms (basic.ack)
@@ -145,8 +147,16 @@ func RunAMQP(ctx context.Context, o AMQPOptions, out io.Writer) (AMQPResult, err
 	if err != nil {
 		return AMQPResult{}, fmt.Errorf("bench: declare and purge queue %q: %w", o.Queue, err)
 	}
+	var filled time.Duration
+	if o.Backlog > 0 {
+		start := time.Now()
+		if err := r.fill(ctx); err != nil {
+			return AMQPResult{}, err
+		}
+		filled = time.Since(start)
+	}
 	res, err := r.do(ctx)
-	res.Product, res.Purged = product, purged
+	res.Product, res.Purged, res.Backlog, res.BacklogTime = product, purged, o.Backlog, filled
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return res, err
 	}
@@ -228,7 +238,9 @@ func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 	r.stopConsumers = stop
 
 	// Consumers first, each subscribed before any publish, so that the
-	// first messages' latency is not a queueing artefact.
+	// first messages' latency is not a queueing artefact. t0 is set before
+	// they start: with -backlog they take messages at once.
+	r.t0 = time.Now()
 	var cwg sync.WaitGroup
 	ready := make(chan error, o.Consumers)
 	for i := range o.Consumers {
@@ -246,8 +258,7 @@ func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 		}
 	}
 
-	r.t0 = time.Now()
-	deadline := r.t0.Add(o.Duration)
+	deadline := time.Now().Add(o.Duration)
 	var pwg sync.WaitGroup
 	for i := range o.Producers {
 		pwg.Add(1)
@@ -453,9 +464,11 @@ func (r *amqpRun) consume(ctx context.Context, id int, ready chan<- error) {
 				return false
 			}
 		}
-		r.acked.Add(pendingMine)
+		if pendingMine > 0 { // acks of stale messages only do not end the run's clock
+			r.acked.Add(pendingMine)
+			amqpStoreMax(&r.lastAck, int64(time.Since(r.t0)))
+		}
 		pending, pendingMine = 0, 0
-		amqpStoreMax(&r.lastAck, int64(time.Since(r.t0)))
 		r.maybeStop()
 		return true
 	}
@@ -535,6 +548,10 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	if res.Purged > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (left by earlier runs)\n", "purged", res.Purged)
 	}
+	if res.Backlog > 0 {
+		fmt.Fprintf(w, "  %-12s %10d  published with no consumer in %s before the run\n", "backlog",
+			res.Backlog, res.BacklogTime.Round(time.Millisecond))
+	}
 	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s over %s (published %d, nacked %d)\n", "confirmed",
 		res.Confirmed, res.SendRate, res.SendElapsed.Round(time.Millisecond), res.Published, res.Nacked)
 	fmt.Fprintf(w, "  %-12s %10d  (%d redelivered)\n", "received", res.Received, res.Redelivered)
@@ -546,4 +563,61 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	printLatencies(w, namedLatency{"latency", res.Latency}, namedLatency{"confirm rtt", res.ConfirmRTT})
 	printCPU(w, res.CPUUse, res.Elapsed)
 	printErrors(w, res.Errors)
+}
+
+// fill publishes o.Backlog persistent messages of another run id to the
+// queue on one confirming channel (window 1,000) and returns once every
+// one is confirmed; a nack is an error.
+func (r *amqpRun) fill(ctx context.Context) error {
+	conn, err := r.dial("backlog")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }() // a load generator's connection: nothing to report
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		return fmt.Errorf("bench: backlog channel: %w", err)
+	}
+	const window = 1000
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window))
+	msg := amqp.Publishing{Body: newAMQPBody(r.id+1, r.o.Size)} // not this run: consumers count it stale
+	if r.o.Persistent {
+		msg.DeliveryMode = amqp.Persistent
+	}
+	outstanding := 0
+	wait := func() error {
+		select {
+		case c, ok := <-confirms:
+			if !ok {
+				return errors.New("bench: backlog channel closed")
+			}
+			if !c.Ack {
+				return fmt.Errorf("bench: backlog publish %d nacked", c.DeliveryTag)
+			}
+			outstanding--
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i := 0; i < r.o.Backlog; i++ {
+		for outstanding >= window {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+		if err := ch.PublishWithContext(ctx, "", r.o.Queue, false, false, msg); err != nil {
+			return fmt.Errorf("bench: backlog publish: %w", err)
+		}
+		outstanding++
+	}
+	for outstanding > 0 {
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -52,6 +52,12 @@ type AMQPOptions struct {
 	NoAck bool
 	// Persistent publishes with delivery-mode 2.
 	Persistent bool
+	// Backlog, when > 0, is how many messages (of another run id, so they
+	// count as Stale) are published to the purged queue, with no consumer,
+	// before the consumers subscribe and the timed run begins: the night
+	// after a consumer outage, consumers draining an old backlog while the
+	// producers go on.
+	Backlog int
 	// PID, when > 0, is the broker's process id; its CPU time is reported
 	// per 100,000 messages.
 	PID int
@@ -108,6 +114,7 @@ func (o *AMQPOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.AckEvery, "ack-every", o.AckEvery, "ack with multiple=true every N deliveries (1 = ack each delivery)")
 	fs.BoolVar(&o.NoAck, "no-ack", o.NoAck, "consume with automatic acknowledgement (no basic.ack; -prefetch and -ack-every do not apply)")
 	fs.BoolVar(&o.Persistent, "persistent", o.Persistent, "publish with delivery-mode 2 (persistent)")
+	fs.IntVar(&o.Backlog, "backlog", o.Backlog, "messages published before the run with no consumer (an old backlog the consumers drain while producers go on)")
 	fs.IntVar(&o.PID, "pid", o.PID, "broker PID: report its CPU-seconds per 100,000 messages")
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the result as JSON")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "how long consumers wait for confirmed messages after the last publish")
@@ -153,6 +160,8 @@ func (o *AMQPOptions) Validate() error {
 		return errors.New("bench: -ack-every must be 1 up to -prefetch")
 	case o.PID < 0:
 		return errors.New("bench: -pid must be >= 0")
+	case o.Backlog < 0:
+		return errors.New("bench: -backlog must be >= 0")
 	case o.DrainTimeout < 0:
 		return errors.New("bench: -drain-timeout must be >= 0")
 	}

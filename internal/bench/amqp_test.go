@@ -54,10 +54,11 @@ func TestRunAMQPAgainstServer(t *testing.T) {
 	for _, run := range []struct {
 		ackEvery int
 		noAck    bool
-	}{{1, false}, {10, false}, {1, true}} {
+		backlog  int
+	}{{1, false, 0}, {10, false, 0}, {1, true, 0}, {1, false, 500}} {
 		o := bench.DefaultAMQPOptions()
 		o.URL, o.Duration, o.Producers, o.Consumers, o.PID = url, time.Second, 2, 2, srv.PID
-		o.Rate, o.AckEvery, o.NoAck = 2000, run.ackEvery, run.noAck
+		o.Rate, o.AckEvery, o.NoAck, o.Backlog = 2000, run.ackEvery, run.noAck, run.backlog
 		if run.ackEvery == 10 {
 			// The declare carries -queue-arg (a quorum queue, as
 			// scripts/bench-quorum.sh asks RabbitMQ for).
@@ -74,6 +75,9 @@ func TestRunAMQPAgainstServer(t *testing.T) {
 		}
 		if len(res.Errors) != 0 {
 			t.Errorf("errors %v", res.Errors)
+		}
+		if res.Backlog != run.backlog || res.Stale != uint64(run.backlog) {
+			t.Errorf("backlog %d, stale %d: want the %d old messages published first and drained as stale", res.Backlog, res.Stale, run.backlog)
 		}
 		if res.Latency.Count != res.Received || res.Latency.P99 <= 0 || res.ConfirmRTT.Count != res.Confirmed {
 			t.Errorf("latency %+v, confirm rtt %+v", res.Latency, res.ConfirmRTT)
@@ -137,6 +141,7 @@ func TestAMQPOptionsValidate(t *testing.T) {
 		func(o *bench.AMQPOptions) { o.ConfirmWindow = 0 },
 		func(o *bench.AMQPOptions) { o.AckEvery = o.Prefetch + 1 },
 		func(o *bench.AMQPOptions) { o.Queue = "" },
+		func(o *bench.AMQPOptions) { o.Backlog = -1 },
 	} {
 		o := bench.DefaultAMQPOptions()
 		bad(&o)

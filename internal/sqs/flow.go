@@ -92,22 +92,24 @@ func (h *Handler) SendFlowStats() SendFlowStats {
 }
 
 // overBacklog reports whether queue is over the send back-pressure mark
-// with receivers active (see the package comment), and the backlog it
-// saw.
-func (h *Handler) overBacklog(queue string, tr *flowrule.Trend) (int, bool) {
+// with receivers active (see the package comment), the backlog it saw and
+// the queue's trend (nil when there is no such queue: a name that is not
+// a queue makes no map entry).
+func (h *Handler) overBacklog(queue string) (int, *flowrule.Trend, bool) {
 	f := &h.flow
 	n, ok := h.eng.VisibleHint(queue)
 	if !ok {
-		return n, false
+		return n, nil, false
 	}
+	tr := f.trend(queue)
 	if n <= f.backlog {
 		tr.Lower(n, time.Now())
-		return n, false
+		return n, tr, false
 	}
 	at, ok := h.eng.ReceivedAtHint(queue)
 	draining := ok && !at.IsZero() && h.clock.Now().Sub(at) <= sendFlowReceiverWindow
 	floor := tr.Observe(n, draining, time.Now())
-	return n, draining && flowrule.Over(n, floor, f.backlog)
+	return n, tr, draining && flowrule.Over(n, floor, f.backlog)
 }
 
 // slowSend is called before a send's write: over the mark it waits as the
@@ -118,8 +120,7 @@ func (h *Handler) slowSend(ctx context.Context, queue string) {
 	if f.backlog == 0 {
 		return
 	}
-	tr := f.trend(queue)
-	began, over := h.overBacklog(queue, tr)
+	began, tr, over := h.overBacklog(queue)
 	if !over {
 		return
 	}

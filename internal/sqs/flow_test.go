@@ -105,7 +105,7 @@ func TestSendBackpressureReleasedByShrinkingBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	receive() // 90: the floor
+	receive()                // 90: the floor
 	for b := 0; b < 2; b++ { // 110, not held: growth up to the floor + half the mark is
 		entries := make([]types.SendMessageBatchRequestEntry, 10)
 		for i := range entries {
