@@ -185,7 +185,7 @@ func rank(v Verdict) int {
 }
 
 type checker struct {
-	eng     *engine.Engine
+	eng     QueueReader
 	stats   Stats
 	now     time.Time
 	infos   map[string]engine.QueueInfo

@@ -58,6 +58,18 @@ func (c *checker) sharedDLQ(q string) {
 		len(groups), strings.Join(groups, "; "), GroupTag)
 }
 
+// QueueReader is what CreationWarnings reads of the queue engine:
+// *engine.Engine, or anything that answers for the queues it names (ADR
+// 0015's router).
+type QueueReader interface {
+	Config(name string) (*engine.QueueConfig, error)
+	GetQueue(name string) (engine.QueueInfo, error)
+	DeadLetterSources(dlq string) ([]string, error)
+	Browse(name string, f engine.Filter, cursor uint64, limit int) (engine.Page, error)
+}
+
+var _ QueueReader = (*engine.Engine)(nil)
+
 // CreationWarnings runs the configuration checks that concern queue q
 // right after it was created or its dead-letter settings changed, and
 // returns those that are not green (DLQ-151): a maxReceiveCount outside
@@ -67,7 +79,7 @@ func (c *checker) sharedDLQ(q string) {
 // accept. A queue without a DLQ is not warned about here (at creation a
 // DLQ-to-be looks the same); `sluice doctor` reports it. It costs O(1)
 // for a queue without a dead-letter target, O(queues) with one.
-func CreationWarnings(eng *engine.Engine, q string) []Finding {
+func CreationWarnings(eng QueueReader, q string) []Finding {
 	cfg, err := eng.Config(q)
 	if err != nil || cfg.DeadLetter == nil {
 		return nil

@@ -17,7 +17,7 @@ import (
 // Server is the AMQP 0-9-1 front-end. Create it with New, then call Serve
 // for each listener; Close stops everything.
 type Server struct {
-	eng   *engine.Engine
+	eng   Engine
 	topo  *Topology
 	opts  Options
 	log   *slog.Logger
@@ -76,7 +76,7 @@ func (s *Server) RefusedPublishes() uint64 { return s.refused.Load() }
 // released so that the engine can still be closed; dead letters routed
 // after that are dropped (and counted), so a failed New should end the
 // process.
-func New(eng *engine.Engine, topo *Topology, opts Options) (_ *Server, err error) {
+func New(eng Engine, topo *Topology, opts Options) (_ *Server, err error) {
 	defer func() {
 		if err != nil {
 			topo.release()

@@ -71,7 +71,7 @@ type Options struct {
 // state of its own beyond its options and counters: queues and messages
 // live in the engine.
 type Handler struct {
-	eng     *engine.Engine
+	eng     Engine
 	account string
 	region  string
 	log     *slog.Logger
@@ -85,7 +85,7 @@ type Handler struct {
 }
 
 // New returns a Handler serving eng.
-func New(eng *engine.Engine, opts Options) *Handler {
+func New(eng Engine, opts Options) *Handler {
 	h := &Handler{eng: eng, account: opts.AccountID, region: opts.Region, log: opts.Logger, clock: opts.Clock, budget: opts.BodyBudget, onRequest: opts.OnRequest}
 	if h.account == "" {
 		h.account = "000000000000"
