@@ -98,7 +98,7 @@ func TestRegisterFlags(t *testing.T) {
 	if o.queueName() != "bench.fifo" {
 		t.Fatalf("queue name %q", o.queueName())
 	}
-	for _, bad := range [][]string{{"-batch", "11"}, {"-size", "10"}, {"-endpoint", "nohost"}, {"-wait", "21"}, {"-producers", "0"}} {
+	for _, bad := range [][]string{{"-batch", "11"}, {"-size", "10"}, {"-endpoint", "nohost"}, {"-wait", "21"}, {"-producers", "0"}, {"-backlog", "-1"}} {
 		var o SQSOptions
 		fs := flag.NewFlagSet("sqs", flag.ContinueOnError)
 		o.RegisterFlags(fs)

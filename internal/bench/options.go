@@ -35,6 +35,12 @@ type SQSOptions struct {
 	// were received (or DrainTimeout after the last send); Duration is then
 	// ignored.
 	Messages int
+	// Backlog, when > 0, is how many messages (of another run id, so that
+	// the consumers count them as Stale) the producers send, as fast as
+	// they can and with nobody receiving, before the timed run begins: the
+	// consumers then drain that old backlog while the producers go on,
+	// as after a consumer outage.
+	Backlog int
 	// Rate, when > 0, is the aggregate send rate in messages per second,
 	// spread evenly over the producers (for latency measurements). 0 sends as
 	// fast as the broker accepts.
@@ -94,6 +100,7 @@ func (o *SQSOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Size, "size", o.Size, fmt.Sprintf("message body size in bytes (>= %d)", PrefixLen))
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "send duration (ignored with -messages)")
 	fs.IntVar(&o.Messages, "messages", o.Messages, "send exactly this many messages (0 = run for -duration)")
+	fs.IntVar(&o.Backlog, "backlog", o.Backlog, "messages sent before the run with nobody receiving (an old backlog the consumers drain while producers go on)")
 	fs.Float64Var(&o.Rate, "rate", o.Rate, "aggregate send rate in msg/s (0 = as fast as possible)")
 	fs.IntVar(&o.Wait, "wait", o.Wait, "ReceiveMessage long-poll seconds (0-20)")
 	fs.IntVar(&o.Visibility, "visibility", o.Visibility, "ReceiveMessage visibility timeout in seconds")
@@ -121,6 +128,8 @@ func (o *SQSOptions) Validate() error {
 		return fmt.Errorf("bench: -size %d: must be %d-%d bytes", o.Size, PrefixLen, 256*1024)
 	case o.Messages < 0:
 		return errors.New("bench: -messages must be >= 0")
+	case o.Backlog < 0:
+		return errors.New("bench: -backlog must be >= 0")
 	case o.Messages == 0 && o.Duration <= 0:
 		return errors.New("bench: -duration must be > 0 when -messages is 0")
 	case o.Rate < 0:

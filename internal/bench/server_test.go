@@ -35,9 +35,14 @@ func TestRunSQSAgainstServer(t *testing.T) {
 		}
 	}()
 
-	for _, fifo := range []bool{false, true} {
+	for _, run := range []struct {
+		fifo    bool
+		backlog int
+	}{{false, 0}, {true, 0}, {false, 300}} {
+		fifo := run.fifo
 		o := bench.DefaultSQSOptions()
 		o.Endpoint, o.Duration, o.Producers, o.Consumers, o.FIFO, o.PID = srv.URL(), time.Second, 2, 2, fifo, srv.PID
+		o.Backlog = run.backlog
 		var out strings.Builder
 		res, err := bench.RunSQS(context.Background(), o, &out)
 		t.Logf("fifo=%t\n%s", fifo, out.String())
@@ -55,6 +60,11 @@ func TestRunSQSAgainstServer(t *testing.T) {
 		}
 		if res.ServerCPU <= 0 {
 			t.Errorf("fifo=%t: no server CPU measured", fifo)
+		}
+		// The old backlog is received before this run's messages (it was
+		// sent first), except what the run's end leaves behind.
+		if res.Backlog != run.backlog || res.Stale > uint64(run.backlog) || run.backlog > 0 && res.Stale == 0 {
+			t.Errorf("backlog %d: reported %d, stale %d", run.backlog, res.Backlog, res.Stale)
 		}
 	}
 }

@@ -26,6 +26,9 @@ type SQSResult struct {
 	Size      int     `json:"size_bytes"`
 	Rate      float64 `json:"target_rate"` // 0 = as fast as possible
 
+	Backlog     int           `json:"backlog"`    // messages sent before the run (-backlog)
+	BacklogTime time.Duration `json:"backlog_ns"` // how long sending them took
+
 	Sent     uint64 `json:"sent"`     // acknowledged by SendMessageBatch
 	Received uint64 `json:"received"` // deliveries of this run's messages, redeliveries included
 	Deleted  uint64 `json:"deleted"`  // acknowledged by DeleteMessageBatch
@@ -93,7 +96,16 @@ func RunSQS(ctx context.Context, o SQSOptions, out io.Writer) (SQSResult, error)
 		return SQSResult{}, err
 	}
 	r := &run{o: o, c: c, queueURL: qurl, id: rand.Uint32()}
+	var filled time.Duration
+	if o.Backlog > 0 {
+		start := time.Now()
+		if err := r.fill(ctx); err != nil {
+			return SQSResult{}, err
+		}
+		filled = time.Since(start)
+	}
 	res, err := r.do(ctx)
+	res.Backlog, res.BacklogTime = o.Backlog, filled
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return res, err
 	}
@@ -504,6 +516,10 @@ func (res *SQSResult) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "sluice bench sqs: queue=%s fifo=%t producers=%d consumers=%d batch=%d size=%dB rate=%s\n",
 		res.Queue, res.FIFO, res.Producers, res.Consumers, res.Batch, res.Size, rate)
+	if res.Backlog > 0 {
+		fmt.Fprintf(w, "  %-12s %10d  sent with nobody receiving in %s before the run\n", "backlog",
+			res.Backlog, res.BacklogTime.Round(time.Millisecond))
+	}
 	fmt.Fprintf(w, "  %-12s %10d  %10.0f msg/s over %s\n", "sent", res.Sent, res.SendRate, res.SendElapsed.Round(time.Millisecond))
 	perRecv := 0.0
 	if res.Receives > res.Empty {
@@ -517,4 +533,31 @@ func (res *SQSResult) WriteTable(w io.Writer) {
 	printLatencies(w, namedLatency{"latency", res.Latency}, namedLatency{"send rtt", res.SendRTT}, namedLatency{"delete rtt", res.DeleteRTT})
 	printCPU(w, res.CPUUse, res.Elapsed)
 	printErrors(w, res.Errors)
+}
+
+// fill sends o.Backlog messages of another run id (the consumers count
+// them as stale) with o.Producers producers in -messages mode, as fast as
+// the broker takes them, and nobody receiving.
+func (r *run) fill(ctx context.Context) error {
+	fo := r.o
+	fo.Messages, fo.Rate = r.o.Backlog, 0
+	f := &run{o: fo, c: r.c, queueURL: r.queueURL, id: r.id + 1, t0: time.Now()}
+	var wg sync.WaitGroup
+	ws := make([]*worker, fo.Producers)
+	for i := range ws {
+		ws[i] = &worker{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.produce(ctx, i, time.Time{}, ws[i])
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n := f.sent.Load(); n < uint64(fo.Messages) {
+		return fmt.Errorf("bench: backlog: %d of %d messages sent", n, fo.Messages)
+	}
+	return nil
 }
