@@ -10,10 +10,10 @@ func TestFromEmptyQueueIsTheDepthRule(t *testing.T) {
 	var tr Trend
 	now := time.Unix(1000, 0)
 	const mark = 1000
-	f := tr.Observe(0, true, now)
+	tr.Observe(0, true, now)
 	for n := 0; n <= 3000; n += 100 {
 		now = now.Add(time.Millisecond)
-		f = tr.Observe(n, true, now)
+		f := tr.Observe(n, true, now)
 		if f != 0 {
 			t.Fatalf("floor %d after rising from 0", f)
 		}
