@@ -352,8 +352,8 @@ func TestHighWaterCountsEachKindOfConsumer(t *testing.T) {
 // once they have added half a mark above the lowest backlog seen.
 func TestFlowSparesPublishersWhileAnOldBacklogDrains(t *testing.T) {
 	const (
-		old        = 6000
-		minBacklog = 1000 // the mark: max(1000, 1 × prefetch)
+		old        = 8000
+		minBacklog = 2000 // the mark: max(2000, 1 × prefetch)
 		prefetch   = 200
 		fresh      = 1000
 	)
