@@ -88,15 +88,6 @@ func (t *Trend) lower(n int) int {
 	}
 }
 
-// Floor returns the floor without observing, and false when there is none.
-func (t *Trend) Floor() (int, bool) {
-	f := t.floor.Load()
-	return int(f - 1), f != 0
-}
-
-// Reset forgets the floor: the next Observe anchors a new one.
-func (t *Trend) Reset() { t.floor.Store(0) }
-
 // Over reports whether a queue with backlog n and the given floor is over
 // its mark: above mark and above floor + mark/2. mark ≤ 0 is never over.
 func Over(n, floor, mark int) bool {
