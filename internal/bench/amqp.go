@@ -147,13 +147,9 @@ func RunAMQP(ctx context.Context, o AMQPOptions, out io.Writer) (AMQPResult, err
 	if err != nil {
 		return AMQPResult{}, fmt.Errorf("bench: declare and purge queue %q: %w", o.Queue, err)
 	}
-	var filled time.Duration
-	if o.Backlog > 0 {
-		start := time.Now()
-		if err := r.fill(ctx); err != nil {
-			return AMQPResult{}, err
-		}
-		filled = time.Since(start)
+	filled, err := fillBacklog(ctx, o.Backlog, r.fill)
+	if err != nil {
+		return AMQPResult{}, err
 	}
 	res, err := r.do(ctx)
 	res.Product, res.Purged, res.Backlog, res.BacklogTime = product, purged, o.Backlog, filled

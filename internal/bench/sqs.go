@@ -96,13 +96,9 @@ func RunSQS(ctx context.Context, o SQSOptions, out io.Writer) (SQSResult, error)
 		return SQSResult{}, err
 	}
 	r := &run{o: o, c: c, queueURL: qurl, id: rand.Uint32()}
-	var filled time.Duration
-	if o.Backlog > 0 {
-		start := time.Now()
-		if err := r.fill(ctx); err != nil {
-			return SQSResult{}, err
-		}
-		filled = time.Since(start)
+	filled, err := fillBacklog(ctx, o.Backlog, r.fill)
+	if err != nil {
+		return SQSResult{}, err
 	}
 	res, err := r.do(ctx)
 	res.Backlog, res.BacklogTime = o.Backlog, filled
@@ -560,4 +556,15 @@ func (r *run) fill(ctx context.Context) error {
 		return fmt.Errorf("bench: backlog: %d of %d messages sent", n, fo.Messages)
 	}
 	return nil
+}
+
+// fillBacklog runs fill when backlog > 0 (-backlog) and returns how long
+// it took.
+func fillBacklog(ctx context.Context, backlog int, fill func(context.Context) error) (time.Duration, error) {
+	if backlog <= 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	err := fill(ctx)
+	return time.Since(start), err
 }
