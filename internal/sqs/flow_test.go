@@ -13,6 +13,23 @@ import (
 	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
 )
 
+// sendBatch sends n messages to url in one SendMessageBatch and fails
+// the test unless every one is stored.
+func sendBatch(t *testing.T, e *env, url *string, n int) {
+	t.Helper()
+	entries := make([]types.SendMessageBatchRequestEntry, n)
+	for i := range entries {
+		entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
+	}
+	res, err := e.cli.SendMessageBatch(e.ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failed) != 0 || len(res.Successful) != n {
+		t.Fatalf("batch: %d ok, %d failed", len(res.Successful), len(res.Failed))
+	}
+}
+
 // Send back-pressure: sends to a queue nobody receives from are never
 // slowed however deep it gets; once a receiver polls it, the backlog it
 // found is the floor, and sends that take the backlog past the floor plus
@@ -29,17 +46,7 @@ func TestSendBackpressureOnlyWithReceivers(t *testing.T) {
 	sendBatches := func(batches int) {
 		t.Helper()
 		for b := 0; b < batches; b++ {
-			entries := make([]types.SendMessageBatchRequestEntry, 10)
-			for i := range entries {
-				entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
-			}
-			res, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Failed) != 0 || len(res.Successful) != 10 {
-				t.Fatalf("batch: %d ok, %d failed", len(res.Successful), len(res.Failed))
-			}
+			sendBatch(t, e, url, 10)
 		}
 		if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String("one")}); err != nil {
 			t.Fatal(err)
@@ -91,13 +98,7 @@ func TestSendBackpressureReleasedByShrinkingBacklog(t *testing.T) {
 	url := out.QueueUrl
 	// A backlog of 100 (five times the mark), then a receiver.
 	for b := 0; b < 10; b++ {
-		entries := make([]types.SendMessageBatchRequestEntry, 10)
-		for i := range entries {
-			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
-		}
-		if _, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries}); err != nil {
-			t.Fatal(err)
-		}
+		sendBatch(t, e, url, 10)
 	}
 	receive := func() {
 		t.Helper()
@@ -107,13 +108,7 @@ func TestSendBackpressureReleasedByShrinkingBacklog(t *testing.T) {
 	}
 	receive()                // 90: the floor
 	for b := 0; b < 2; b++ { // 110, not held: growth up to the floor + half the mark is
-		entries := make([]types.SendMessageBatchRequestEntry, 10)
-		for i := range entries {
-			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
-		}
-		if _, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries}); err != nil {
-			t.Fatal(err)
-		}
+		sendBatch(t, e, url, 10)
 	}
 	if st := h.SendFlowStats(); st.Throttled != 0 {
 		t.Fatalf("stats %+v: a send within half a mark of the floor was held", st)
@@ -145,16 +140,7 @@ func TestSendBackpressureSparesSendersWhileAnOldBacklogDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := out.QueueUrl
-	send := func(n int) {
-		t.Helper()
-		entries := make([]types.SendMessageBatchRequestEntry, n)
-		for i := range entries {
-			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String("m")}
-		}
-		if _, err := cli.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: url, Entries: entries}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := func(n int) { t.Helper(); sendBatch(t, e, url, n) }
 	for b := 0; b < 20; b++ {
 		send(10)
 	}
