@@ -498,12 +498,18 @@ func (a *amqpLoad) summary(r faults.Report) string {
 // held reports whether the broker, asked through any live node, counts
 // messages in the AMQP queue (or cannot be asked: then they may be).
 func (a *amqpLoad) held(ctx context.Context, rng *rand.Rand) bool {
+	empty, _, err := a.counts(ctx, rng)
+	return err != nil || !empty
+}
+
+// counts asks any live node whether the AMQP queue is empty, with a
+// description of its counts.
+func (a *amqpLoad) counts(ctx context.Context, rng *rand.Rand) (empty bool, desc string, err error) {
 	_, client, url, err := a.w.pick(ctx, rng, amqpQueue)
 	if err != nil {
-		return true
+		return false, "", err
 	}
-	empty, _, err := faults.QueueCounts(ctx, client, url, amqpQueue)
-	return err != nil || !empty
+	return faults.QueueCounts(ctx, client, url, amqpQueue)
 }
 
 // drained reports whether every confirmed message of the AMQP queue is
@@ -513,11 +519,7 @@ func (a *amqpLoad) drained(ctx context.Context, rng *rand.Rand) (bool, string) {
 	if n := a.Ck.Unsettled(); n > 0 {
 		return false, fmt.Sprintf("%s: %d confirmed messages unsettled: %s", amqpQueue, n, strings.Join(a.Ck.UnsettledDetails(3), "; "))
 	}
-	_, client, url, err := a.w.pick(ctx, rng, amqpQueue)
-	if err != nil {
-		return false, err.Error()
-	}
-	empty, desc, err := faults.QueueCounts(ctx, client, url, amqpQueue)
+	empty, desc, err := a.counts(ctx, rng)
 	if err != nil {
 		return false, err.Error()
 	}

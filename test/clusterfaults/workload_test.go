@@ -233,7 +233,7 @@ func (w *workload) queuesEmpty(ctx context.Context, rng *rand.Rand) (bool, strin
 func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string), held func(context.Context, *rand.Rand) bool) (stillHeld bool) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
-	_, stillHeld = w.Drain(t, ctx, limit, func() (bool, string) {
+	return w.Drain(t, ctx, limit, func() (bool, string) {
 		empty, desc := w.queuesEmpty(ctx, rng)
 		if empty && also != nil {
 			empty, desc = also(ctx, rng)
@@ -245,5 +245,4 @@ func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration,
 		}
 		return held != nil && held(ctx, rng)
 	})
-	return stillHeld
 }

@@ -377,9 +377,9 @@ func QueueCounts(ctx context.Context, client *sqs.Client, url, name string) (emp
 // (held reports it; nil: it cannot be told), the Checker is told
 // (DrainIncomplete: what is not settled is reported as lost or
 // undrained); if the broker holds none, what is not settled is lost, and
-// reported so. It reports whether the drain finished, and whether it
-// ended with messages still held.
-func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string), held func() bool) (drained, stillHeld bool) {
+// reported so. It reports whether the drain ended with messages still
+// held.
+func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Duration, queuesEmpty func() (bool, string), held func() bool) (stillHeld bool) {
 	t.Helper()
 	w.StopProducers()
 	start := time.Now()
@@ -407,7 +407,6 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 			var empty bool
 			empty, desc = queuesEmpty()
 			if empty {
-				drained = true
 				break
 			}
 		}
@@ -441,7 +440,7 @@ func (w *Workload[N]) Drain(t testing.TB, ctx context.Context, limit time.Durati
 		}
 	}
 	w.StopConsumers()
-	return drained, stillHeld
+	return stillHeld
 }
 
 // ErrorKind is the key under which like errors are counted: op, then the
