@@ -230,6 +230,8 @@ func powerLossTrial(t *testing.T, rng *rand.Rand, unsyncedPct int) {
 		wg sync.WaitGroup
 	)
 	acked.Store(-1)
+	var halt sync.Once // stops the writer also when the test fails before the crash
+	t.Cleanup(func() { halt.Do(func() { close(stop) }) })
 	writerRNG := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // rng stays with this goroutine
 	wg.Add(2)
 	go func() { // writer
@@ -277,7 +279,7 @@ func powerLossTrial(t *testing.T, rng *rand.Rand, unsyncedPct int) {
 	poll.CheckFor(t, 30*time.Second, poll.True("acknowledged writes", func() bool { return acked.Load() >= target || len(errc) > 0 }))
 	mustSurvive := acked.Load()
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsyncedPct, RNG: rng})
-	close(stop)
+	halt.Do(func() { close(stop) })
 	wg.Wait()
 	close(errc)
 	for err := range errc {
