@@ -61,14 +61,30 @@ type sendFlow struct {
 	timeout atomic.Uint64 // of which waited the whole maxWait
 	nanos   atomic.Int64  // time spent waiting
 	trends  sync.Map      // queue name → *flowrule.Trend, its backlog's floor
+	made    atomic.Uint64 // trends made, for sweeping
 }
 
-// trend returns queue's backlog floor tracker.
-func (f *sendFlow) trend(queue string) *flowrule.Trend {
+// sendFlowSweepEvery: every this many trends made, the ones of queues that
+// no longer exist are dropped (a queue deleted over SQS drops its own at
+// once; one deleted over AMQP or the admin API is found by the sweep), so
+// the map holds at most the live queues plus this many.
+const sendFlowSweepEvery = 64
+
+// trend returns queue's backlog floor tracker. exists reports whether a
+// queue name still names a queue (for the sweep).
+func (f *sendFlow) trend(queue string, exists func(string) bool) *flowrule.Trend {
 	if t, ok := f.trends.Load(queue); ok {
 		return t.(*flowrule.Trend)
 	}
-	t, _ := f.trends.LoadOrStore(queue, new(flowrule.Trend))
+	t, loaded := f.trends.LoadOrStore(queue, new(flowrule.Trend))
+	if !loaded && f.made.Add(1)%sendFlowSweepEvery == 0 {
+		f.trends.Range(func(k, _ any) bool {
+			if name := k.(string); name != queue && !exists(name) {
+				f.trends.Delete(name)
+			}
+			return true
+		})
+	}
 	return t.(*flowrule.Trend)
 }
 
@@ -101,7 +117,7 @@ func (h *Handler) overBacklog(queue string) (int, *flowrule.Trend, bool) {
 	if !ok {
 		return n, nil, false
 	}
-	tr := f.trend(queue)
+	tr := f.trend(queue, h.queueExists)
 	if n <= f.backlog {
 		tr.Lower(n, time.Now())
 		return n, tr, false
@@ -110,6 +126,12 @@ func (h *Handler) overBacklog(queue string) (int, *flowrule.Trend, bool) {
 	draining := ok && !at.IsZero() && h.clock.Now().Sub(at) <= sendFlowReceiverWindow
 	floor := tr.Observe(n, draining, time.Now())
 	return n, tr, draining && flowrule.Over(n, floor, f.backlog)
+}
+
+// queueExists reports whether name is a queue now (without a lock).
+func (h *Handler) queueExists(name string) bool {
+	_, ok := h.eng.VisibleHint(name)
+	return ok
 }
 
 // slowSend is called before a send's write: over the mark it waits as the
