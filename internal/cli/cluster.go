@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -96,7 +97,13 @@ type viewMember struct {
 	InSync     bool   `json:"in_sync"`
 	// ReplicationFactor is the member's own setting, as it reported it.
 	ReplicationFactor int `json:"replication_factor,omitempty"`
+	// ClockOffsetMs is the member's wall clock minus the leader's, as it
+	// measured it; nil when it has not.
+	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 }
+
+// clockSkewWarnMs mirrors the cluster's warning threshold (0.5 s).
+const clockSkewWarnMs = 500
 
 // membersAnswer mirrors the JSON of POST/DELETE /sluice/v1/cluster/members
 // (internal/cluster.MembersResponse).
@@ -310,16 +317,24 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 					m.ID, m.ReplicationFactor, rep.View.ReplicationFactor)
 			}
 		}
+		if rep.View != nil {
+			for _, m := range rep.View.Members {
+				if m.ClockOffsetMs != nil && math.Abs(*m.ClockOffsetMs) > clockSkewWarnMs {
+					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the leader's: were it to lead, in-flight messages would be redelivered early (ahead) or late (behind) by about that much; fix its time sync\n",
+						m.ID, *m.ClockOffsetMs)
+				}
+			}
+		}
 		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })
-		t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "IN-SYNC", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
+		t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "IN-SYNC", "CLOCK", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
 		for _, p := range rep.Peers {
 			role := "-"
 			if p.ID == n.Leader {
 				role = "yes"
 			}
 			// Progress from the leader's view (this node's own when it leads).
-			match, lagging, insync := "-", "-", "-"
+			match, lagging, insync, clk := "-", "-", "-", "-"
 			if m, ok := n.Match[strconv.FormatUint(p.ID, 10)]; ok {
 				match = strconv.FormatUint(m, 10)
 			}
@@ -328,6 +343,9 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 					if m.ID == p.ID {
 						match, lagging = strconv.FormatUint(m.Match, 10), strconv.FormatUint(m.Lag, 10)
 						insync = map[bool]string{true: "yes", false: "no"}[m.InSync]
+						if m.ClockOffsetMs != nil {
+							clk = strconv.FormatFloat(*m.ClockOffsetMs, 'f', 1, 64) + "ms"
+						}
 					}
 				}
 			}
@@ -335,7 +353,7 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			if ad := p.Advertised; ad != nil {
 				term, h, a = strconv.FormatUint(ad.Term, 10), dash(ad.SQS), dash(ad.AMQP)
 			}
-			t.row(strconv.FormatUint(p.ID, 10), p.Raft, dash(p.Membership), role, match, lagging, insync, term, h, a)
+			t.row(strconv.FormatUint(p.ID, 10), p.Raft, dash(p.Membership), role, match, lagging, insync, clk, term, h, a)
 		}
 		t.flush()
 		return ExitOK

@@ -83,6 +83,11 @@ type MemberView struct {
 	// that does not report it). One that differs from the view's is a
 	// misconfiguration: the voters would change with the leader.
 	ReplicationFactor int `json:"replication_factor,omitempty"`
+	// ClockOffsetMs is the member's wall clock minus the leader's in
+	// milliseconds, as it last measured and reported it (0 for the
+	// leader; absent when it has not measured against this leader). See
+	// clockskew.go.
+	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 }
 
 // FactorMismatch returns the members whose own replication factor, as
@@ -122,10 +127,14 @@ func (n *Node) view() (ClusterView, bool) {
 			m.ReportedMsAgo = new(int64)
 			m.DiskLow = n.disk.low
 			m.ReplicationFactor = v.ReplicationFactor
+			m.ClockOffsetMs = new(float64)
 		case ok:
 			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
 			m.DiskLow = r.st.DiskLow
 			m.ReplicationFactor = r.st.ReplicationFactor
+			if r.st.Leader == st.ID {
+				m.ClockOffsetMs = r.st.ClockOffsetMs
+			}
 			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
 		}
 		v.Members = append(v.Members, m)
@@ -163,6 +172,7 @@ func (n *Node) internalHandler() http.Handler {
 				"member", st.ID, "member_replication_factor", st.ReplicationFactor, "replication_factor", own)
 		}
 		n.lowDisk.Store(st.ID, st.DiskLow)
+		n.stampClock(w)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET "+internalMembers, func(w http.ResponseWriter, _ *http.Request) {
@@ -219,15 +229,18 @@ func (n *Node) report(ctx context.Context) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	sent := n.clk.Now()
 	resp, err := n.transport.RoundTrip(req)
 	if err != nil {
 		return err
 	}
+	got := n.clk.Now()
 	_, _ = io.Copy(io.Discard, resp.Body) // for the connection's reuse
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		return fmt.Errorf("cluster: the leader answered %d to a status report", resp.StatusCode)
 	}
+	n.noteClock(leader, sent, got, resp.Header.Get(clockHeader))
 	n.mu.Lock()
 	n.contact = contact{leader: leader, at: time.Now()}
 	n.mu.Unlock()

@@ -64,6 +64,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
@@ -157,6 +158,11 @@ type Node struct {
 	localServer *server.Server
 	leadSince   time.Time
 	freeBytes   func(dir string) (uint64, error)
+	// clk is the wall clock of this node's engine while it leads and of
+	// its clock-offset measurement (tests skew it before Run); clock is
+	// that measurement (clockskew.go).
+	clk   clock.Clock
+	clock clockOffset
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -173,7 +179,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: clock.Real{}}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -242,7 +248,7 @@ func New(opts Options) (_ *Node, err error) {
 	factor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_raft_replication_factor",
 		Help: "Voters this node keeps while it leads ([cluster] replication_factor); sluice_raft_voters below it means no caught-up learner could replace a lost voter."})
 	factor.Set(float64(o.Cluster.Factor()))
-	n.metrics.raft.MustRegister(newDiskCollector(n), factor)
+	n.metrics.raft.MustRegister(newDiskCollector(n), newClockCollector(n), factor)
 	n.warnRestartReserve()
 	n.checkDisk() // before anything is served: a node restarted at the watermark says so at once
 	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
@@ -477,7 +483,7 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 		}
 		o := n.internalOptions(viewTerm)
 		o.InjectedStore = st
-		srv, err := server.New(o, log.With("component", "server"), nil)
+		srv, err := server.New(o, log.With("component", "server"), n.clk)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)
 			if failures++; failures >= handOverAfter {

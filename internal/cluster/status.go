@@ -46,6 +46,10 @@ type NodeStatus struct {
 	// Only the leader's applies; a member configured otherwise would
 	// apply its own once it leads, so the leader compares them (MemberView).
 	ReplicationFactor int `json:"replication_factor,omitempty"`
+	// ClockOffsetMs is this node's wall clock minus the leader's in
+	// milliseconds (clockskew.go): 0 on the leader, absent before a first
+	// measurement against the current leader.
+	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 }
 
 // Addresses are a node's HTTP and AMQP listeners.
@@ -76,6 +80,7 @@ func (n *Node) Status() Report {
 	rep.Node.DiskLow = n.disk.low
 	n.mu.Unlock()
 	rep.Node.ReplicationFactor = n.opts.Cluster.Factor()
+	rep.Node.ClockOffsetMs = n.clockOffsetMs(st.Role, st.Leader)
 	if len(st.Match) > 0 {
 		rep.Node.Match = make(map[string]uint64, len(st.Match))
 		for id, m := range st.Match {

@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	// Cluster mode: a Raft member that runs server on the replicated
 	// store while it leads and forwards clients to the leader; above
 	// server, below cmd.
-	"internal/cluster": {"internal/amqp/wire", "internal/auth/httpauth", "internal/cluster/nodeauth", "internal/cluster/raftstore", "internal/server"},
+	"internal/cluster": {"internal/amqp/wire", "internal/auth/httpauth", "internal/clock", "internal/cluster/nodeauth", "internal/cluster/raftstore", "internal/server"},
 	// The node handshake (the cluster secret): the standard library only,
 	// shared by the Raft transport and the cluster's internal listeners.
 	"internal/cluster/nodeauth": {},

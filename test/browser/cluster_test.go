@@ -108,6 +108,8 @@ func TestClusterPage(t *testing.T) {
 	check("no warning: every node has the same replication factor", `document.querySelector('main .status-slot .notice') === null`)
 	waitJS(t, ctx, "every member in sync", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-insync').innerText.toLowerCase() === 'yes')`, 20*time.Second)
+	waitJS(t, ctx, "every member's clock offset from the leader, small on one machine", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
+		/^\+?-?[0-9]+\.[0-9] ms$/.test(r.querySelector('.m-clock').innerText) && Math.abs(parseFloat(r.querySelector('.m-clock').innerText)) < 500)`, 20*time.Second)
 	check("this node's row is marked", `document.querySelector('#cluster-members tr.self').dataset.member === '`+itoa(st.ID)+`'`)
 	check("every member has a term, a commit and an applied index, a match and a lag",
 		`[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) => ['.m-term', '.m-commit', '.m-applied', '.m-match', '.m-lag']

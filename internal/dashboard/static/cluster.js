@@ -20,8 +20,14 @@ const COLUMNS = [
   ['Applied', 'Highest log index applied to the member’s state'],
   ['Match', 'Highest log index the leader knows is on the member'],
   ['Lag', 'Entries the member’s log is behind the leader’s last index'],
+  ['Clock', 'The member’s wall clock minus the leader’s, as it measured it at its last report; past ±500 ms, were it to lead, in-flight messages would be redelivered early (ahead) or late (behind) by about that much'],
   ['Reported', 'Age of the member’s last report to the leader'],
 ];
+
+function offset(ms) {
+  if (ms === undefined || ms === null) return '—';
+  return `${ms > 0 ? '+' : ''}${ms.toFixed(1)} ms`;
+}
 
 function ago(ms) {
   if (ms === undefined || ms === null) return 'never';
@@ -65,7 +71,11 @@ export function render(main, _param, ctx) {
       return;
     }
     const odd = v.members.filter((m) => m.replication_factor && m.replication_factor !== v.replication_factor);
-    notice(status, odd.length ? `${odd.map((m) => `Node ${m.id} is configured with replication factor ${m.replication_factor}`).join('; ')}, the leader with ${v.replication_factor}. The leader’s setting applies while it leads, so the voters change with the leader: set the same replication_factor on every node.` : '', 'warn');
+    const skewed = v.members.filter((m) => Math.abs(m.clock_offset_ms || 0) > 500);
+    const warnings = [];
+    if (odd.length) warnings.push(`${odd.map((m) => `Node ${m.id} is configured with replication factor ${m.replication_factor}`).join('; ')}, the leader with ${v.replication_factor}. The leader’s setting applies while it leads, so the voters change with the leader: set the same replication_factor on every node.`);
+    if (skewed.length) warnings.push(`${skewed.map((m) => `Node ${m.id}’s clock is ${offset(m.clock_offset_ms)} off the leader’s`).join('; ')}: were it to lead, in-flight messages would be redelivered early or late by about that much. Fix its time sync (NTP).`);
+    notice(status, warnings.join(' '), 'warn');
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
       h('td', { 'data-label': 'Role', class: 'm-role' }, m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
@@ -77,6 +87,7 @@ export function render(main, _param, ctx) {
       h('td', { 'data-label': 'Applied', class: 'm-applied' }, m.role ? fmtInt(m.applied) : '—'),
       h('td', { 'data-label': 'Match', class: 'm-match' }, fmtInt(m.match)),
       h('td', { 'data-label': 'Lag', class: `m-lag${m.lag > 0 ? ' lagging' : ''}` }, fmtInt(m.lag)),
+      h('td', { 'data-label': 'Clock', class: `m-clock${Math.abs(m.clock_offset_ms || 0) > 500 ? ' lagging' : ''}` }, offset(m.clock_offset_ms)),
       h('td', { 'data-label': 'Reported', class: 'm-reported' }, ago(m.reported_ms_ago)))));
   };
 
