@@ -97,8 +97,8 @@ type viewMember struct {
 	InSync     bool   `json:"in_sync"`
 	// ReplicationFactor is the member's own setting, as it reported it.
 	ReplicationFactor int `json:"replication_factor,omitempty"`
-	// ClockOffsetMs is the member's wall clock minus the leader's, as it
-	// measured it; nil when it has not.
+	// ClockOffsetMs is the member's wall clock minus the cluster's (the
+	// leader's engine clock), as it measured it; nil when it has not.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 }
 
@@ -320,7 +320,7 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		if rep.View != nil {
 			for _, m := range rep.View.Members {
 				if m.ClockOffsetMs != nil && math.Abs(*m.ClockOffsetMs) > clockSkewWarnMs {
-					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the leader's: were it to lead, in-flight messages would be redelivered early (ahead) or late (behind) by about that much; fix its time sync\n",
+					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the cluster's (the leader's engine clock): fix its time sync; should it lead, it starts on the cluster's clock and slews to its own at 1 %%, so visibility deadlines run that much short or long meanwhile\n",
 						m.ID, *m.ClockOffsetMs)
 				}
 			}

@@ -6,31 +6,32 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicemq/sluice/internal/clock"
 )
 
 // Clock offsets between members.
 //
 // The engine keeps visibility deadlines, delays, retry backoffs and
 // retention as wall-clock instants, stamped by the leader that wrote them
-// (docs/guarantees.md, "Clocks"). A new leader whose clock is ahead of the
-// old one's sees every in-flight lease expire early and redelivers it; one
-// behind keeps them hidden and delayed longer. Nothing in Raft needs the
-// clocks to agree, so nothing else would notice; this file measures it.
+// (docs/guarantees.md). A new leader takes over its predecessor's clock and
+// slews from it to its own (timeline.go), which needs each node to know its
+// clock's offset from the leader's; and an operator needs to see a node
+// whose time sync has failed. This file measures it.
 //
 // Every status report a follower sends to the leader (clusterview.go,
-// once a second) is answered with the leader's wall clock in the
-// Sluice-Clock header (Unix nanoseconds, read as the answer is written).
-// The follower takes its own wall clock at the midpoint of the round trip,
-// so offset = midpoint − leader's clock, with half the round trip as the
-// uncertainty (the classic Cristian estimate; on one machine or a LAN it
-// is well under a millisecond). The follower exports the offset
-// (sluice_cluster_clock_offset_seconds), logs a warning when it is beyond
-// clockSkewWarn for certain (|offset| − uncertainty), and tells the leader
-// in its next report, so the leader's cluster view (`sluice cluster
-// status`, the dashboard) shows every member's offset. The leader's own is
-// 0 by definition. Nothing is refused or failed for it: a skewed follower
-// serves correctly (its engine runs only while it leads); the warning is
-// for the operator to fix the node's time sync before it leads.
+// once a second) is answered with the leader's engine clock in the
+// Sluice-Clock header (Unix nanoseconds, read as the answer is written):
+// the cluster's clock. The follower takes its own wall clock at the
+// midpoint of the round trip, so offset = midpoint − cluster clock, with
+// half the round trip as the uncertainty (Cristian's estimate; on one
+// machine or a LAN well under a millisecond). The follower exports the
+// offset (sluice_cluster_clock_offset_seconds), logs a warning when it is
+// beyond clockSkewWarn for certain (|offset| − uncertainty), and tells the
+// leader in its next report, so the leader's cluster view (`sluice
+// cluster status`, the dashboard) shows every member's offset. Nothing is
+// refused for it: a skewed follower serves correctly, and should it lead,
+// it starts on the old leader's clock.
 
 const (
 	// clockHeader carries the leader's wall clock on the answer to a
@@ -48,12 +49,19 @@ type clockOffset struct {
 	leader      uint64        // the leader it was measured against
 	offset      time.Duration // this node's clock minus the leader's
 	uncertainty time.Duration // half the round trip
+	at          time.Time     // when (this node's clock, at the answer)
 	warned      bool          // the warning is standing (logged once per episode)
 }
 
 // stampClock sets the leader's clock on a status report's answer.
 func (n *Node) stampClock(w http.ResponseWriter) {
-	w.Header().Set(clockHeader, strconv.FormatInt(n.clk.Now().UnixNano(), 10))
+	n.mu.Lock()
+	var c clock.Clock = n.clk
+	if n.timeline != nil {
+		c = n.timeline // the clock its engine runs on (timeline.go)
+	}
+	n.mu.Unlock()
+	w.Header().Set(clockHeader, strconv.FormatInt(c.Now().UnixNano(), 10))
 }
 
 // noteClock records the offset measured by one status report sent at
@@ -67,7 +75,7 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	}
 	rtt := got.Sub(sent) // monotonic
 	mid := sent.UnixNano() + int64(rtt/2)
-	c := clockOffset{measured: true, leader: leader, offset: time.Duration(mid - theirs), uncertainty: rtt / 2}
+	c := clockOffset{measured: true, leader: leader, offset: time.Duration(mid - theirs), uncertainty: rtt / 2, at: got}
 	skewed := c.offset.Abs()-c.uncertainty > clockSkewWarn
 
 	n.mu.Lock()
@@ -75,13 +83,16 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	switch {
 	case skewed && !c.warned:
 		c.warned = true
-		n.log.Warn("this node's clock disagrees with the leader's: were it to lead, in-flight messages would be redelivered early (clock ahead) or stay hidden and delayed longer (behind) by about the offset; fix its time sync (NTP)",
+		n.log.Warn("this node's clock disagrees with the cluster's (the leader's engine clock): fix its time sync (NTP), or the leader's if that is the wrong one; a leader that took over a skewed predecessor's clock slews back to its own at 1 %",
 			"leader", leader, "offset", c.offset.Round(time.Millisecond), "uncertainty", c.uncertainty.Round(time.Microsecond))
 	case !skewed && c.warned && c.offset.Abs()+c.uncertainty < clockSkewWarn/2:
 		c.warned = false
-		n.log.Info("this node's clock agrees with the leader's again", "leader", leader, "offset", c.offset.Round(time.Millisecond))
+		n.log.Info("this node's clock agrees with the cluster's again", "leader", leader, "offset", c.offset.Round(time.Millisecond))
 	}
 	n.clock = c
+	if c.uncertainty <= offsetMaxUncertainty {
+		n.clockGood = c
+	}
 	n.mu.Unlock()
 }
 
@@ -89,16 +100,26 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 // milliseconds, as reported: 0 while it leads, nil when it has no
 // measurement against the current leader.
 func (n *Node) clockOffsetMs(role string, leader uint64) *float64 {
-	if role == "leader" {
-		return new(float64)
-	}
 	n.mu.Lock()
-	c := n.clock
+	c, tl := n.clock, n.timeline
 	n.mu.Unlock()
+	if role == "leader" {
+		return new(leaderOffset(tl).Seconds() * 1000)
+	}
 	if !c.measured || c.leader != leader {
 		return nil
 	}
 	return new(float64(c.offset.Microseconds()) / 1000)
+}
+
+// leaderOffset is a leader's own offset from the cluster's clock: its wall
+// clock minus its engine's, −adjustment (timeline.go); 0 without a
+// timeline (not serving yet).
+func leaderOffset(tl *timeline) time.Duration {
+	if tl == nil {
+		return 0
+	}
+	return -tl.Adjustment()
 }
 
 // clockCollector exports the offset.
@@ -111,7 +132,7 @@ func newClockCollector(n *Node) clockCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return clockCollector{n: n,
 		offset: d("sluice_cluster_clock_offset_seconds",
-			"This node's wall clock minus the leader's, measured at its last status report (midpoint of the round trip); 0 on the leader, absent before a first measurement against the current leader. Past 0.5 s the node logs a warning: were it to lead, in-flight messages would be redelivered early or late by about this much."),
+			"This node's wall clock minus the cluster's clock (the clock the leader's engine runs on), measured at its last status report (midpoint of the round trip); on the leader, its wall clock minus its engine's (0 unless it took over another leader's clock and is still slewing to its own); absent before a first measurement against the current leader. Past 0.5 s a follower logs a warning: its time sync is off."),
 		uncertainty: d("sluice_cluster_clock_offset_uncertainty_seconds",
 			"Half the round trip of the status report that measured sluice_cluster_clock_offset_seconds: the offset is known to within this."),
 	}
@@ -129,14 +150,14 @@ func (c clockCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v time.Duration) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v.Seconds())
 	}
+	c.n.mu.Lock()
+	o, tl := c.n.clock, c.n.timeline
+	c.n.mu.Unlock()
 	if st.Role == "leader" {
-		gauge(c.offset, 0)
+		gauge(c.offset, leaderOffset(tl))
 		gauge(c.uncertainty, 0)
 		return
 	}
-	c.n.mu.Lock()
-	o := c.n.clock
-	c.n.mu.Unlock()
 	if o.measured && o.leader == st.Leader {
 		gauge(c.offset, o.offset)
 		gauge(c.uncertainty, o.uncertainty)

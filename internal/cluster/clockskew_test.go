@@ -5,10 +5,15 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
@@ -91,7 +96,7 @@ func TestClockOffsetMeasured(t *testing.T) {
 		if got, ok := vals["sluice_cluster_clock_offset_seconds"]; !ok || math.Abs(got-want) > 0.2 {
 			t.Errorf("node %d: sluice_cluster_clock_offset_seconds = %v (exported: %v), want about %.1f", k+1, got, ok, want)
 		}
-		warned := strings.Contains(logs[k].String(), "clock disagrees with the leader")
+		warned := strings.Contains(logs[k].String(), "clock disagrees with the cluster")
 		if off := skew[k] - skew[leader]; off.Abs() > clockSkewWarn && !warned {
 			t.Errorf("node %d, %v off the leader's clock, logged no warning:\n%s", k+1, off, logs[k])
 		} else if off.Abs() < clockSkewWarn && warned {
@@ -100,5 +105,90 @@ func TestClockOffsetMeasured(t *testing.T) {
 	}
 	if vals, _ := scrape(t, nodes[leader]); vals["sluice_cluster_clock_offset_seconds"] != 0 {
 		t.Errorf("the leader's own offset = %v, want 0", vals["sluice_cluster_clock_offset_seconds"])
+	}
+}
+
+// TestFailoverKeepsTheClusterClock: a node whose clock is 20 s ahead takes
+// over from a leader with a correct clock. It leads on the old leader's
+// clock (slewing to its own at 1 %), so a message received with a 10 s
+// visibility timeout just before the failover stays hidden — on its own
+// clock the lease would have ended 10 s ago and the message would be
+// redelivered at once — and a message sent after the failover carries a
+// SentTimestamp on the old leader's time, not 20 s ahead.
+func TestFailoverKeepsTheClusterClock(t *testing.T) {
+	const ahead = 20 * time.Second
+	skew := []time.Duration{0, 0, ahead}
+	i := 0
+	nodes := threeNodesWith(t, func(*server.Options) {}, func(n *Node) {
+		n.clk = skewedClock{by: skew[i]}
+		i++
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	skewed := nodes[2]
+	if l := awaitLeader(t, nodes); l == skewed {
+		if err := skewed.raft.TransferLeadershipTo(ctx, 1); err != nil {
+			t.Fatalf("transfer away from the skewed node: %v", err)
+		}
+	}
+	leader := awaitLeader(t, nodes[:2])
+	poll.CheckFor(t, 30*time.Second, poll.True("the skewed node measured its clock against the leader's", func() bool {
+		skewed.mu.Lock()
+		defer skewed.mu.Unlock()
+		c := skewed.clockGood
+		return c.measured && c.leader == leader.opts.Cluster.NodeID && (c.offset-ahead).Abs() < 200*time.Millisecond
+	}))
+
+	cli := directSQS(leader, 10*time.Second)
+	q, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("timeline")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("in flight")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, VisibilityTimeout: 10})
+	if err != nil || len(got.Messages) != 1 {
+		t.Fatalf("receive on the first leader: %v, %d messages", err, len(got.Messages))
+	}
+	received := time.Now()
+
+	if err := leader.raft.TransferLeadershipTo(ctx, skewed.opts.Cluster.NodeID); err != nil {
+		t.Fatalf("transfer to the skewed node: %v", err)
+	}
+	sc := directSQS(skewed, 10*time.Second)
+	var sentAt time.Time
+	poll.CheckFor(t, 30*time.Second, func() error {
+		out, err := sc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("after")})
+		if err != nil {
+			return err
+		}
+		sentAt = time.Now()
+		_ = out
+		return nil
+	})
+	if time.Since(received) > 8*time.Second {
+		t.Skipf("the failover took %v, too close to the 10 s visibility timeout to judge", time.Since(received))
+	}
+	out, err := sc.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range out.Messages {
+		switch body := aws.ToString(m.Body); body {
+		case "in flight":
+			t.Fatalf("the message in flight was redelivered %v after its 10 s receive, by a new leader whose clock is %v ahead",
+				time.Since(received).Round(time.Millisecond), ahead)
+		case "after":
+			ms, _ := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+			if d := time.UnixMilli(ms).Sub(sentAt); d.Abs() > 2*time.Second {
+				t.Errorf("SentTimestamp of a send to the new leader is %v off the true time, want the old leader's clock (±2 s)", d.Round(time.Millisecond))
+			}
+		}
+	}
+	vals, _ := scrape(t, skewed)
+	if off := vals["sluice_cluster_clock_offset_seconds"]; math.Abs(off-ahead.Seconds()) > 0.5 {
+		t.Errorf("the new leader's sluice_cluster_clock_offset_seconds = %v, want about %v (its wall clock minus the cluster's)", off, ahead.Seconds())
 	}
 }

@@ -127,7 +127,7 @@ func (n *Node) view() (ClusterView, bool) {
 			m.ReportedMsAgo = new(int64)
 			m.DiskLow = n.disk.low
 			m.ReplicationFactor = v.ReplicationFactor
-			m.ClockOffsetMs = new(float64)
+			m.ClockOffsetMs = new(leaderOffset(n.timeline).Seconds() * 1000)
 		case ok:
 			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
 			m.DiskLow = r.st.DiskLow

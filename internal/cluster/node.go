@@ -163,6 +163,11 @@ type Node struct {
 	// that measurement (clockskew.go).
 	clk   clock.Clock
 	clock clockOffset
+	// clockGood is the latest measurement certain enough to start a
+	// leadership's clock on; timeline is that clock while this node
+	// leads (timeline.go).
+	clockGood clockOffset
+	timeline  *timeline
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP
@@ -483,7 +488,8 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 		}
 		o := n.internalOptions(viewTerm)
 		o.InjectedStore = st
-		srv, err := server.New(o, log.With("component", "server"), n.clk)
+		tl := n.leadershipClock()
+		srv, err := server.New(o, log.With("component", "server"), tl)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)
 			if failures++; failures >= handOverAfter {
@@ -501,7 +507,7 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 		// For the disk verdict, before any client reaches srv; the
 		// followers' reports can arrive only once it serves, so their
 		// grace starts now (health.go).
-		n.localServer, n.leadSince = srv, time.Now()
+		n.localServer, n.leadSince, n.timeline = srv, time.Now(), tl
 		n.mu.Unlock()
 		n.applyDiskVerdict()
 		n.serveLocal(ctx, srv, viewTerm, log)
@@ -594,6 +600,7 @@ func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, 
 	n.local = nil
 	n.localMetrics = nil
 	n.localServer = nil
+	n.timeline = nil
 	n.mu.Unlock()
 	stop()
 	if err := <-done; err != nil {
