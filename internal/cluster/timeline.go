@@ -23,8 +23,9 @@ import (
 //
 // The leader stamps its status answers with this engine clock, so the
 // followers measure against the time the state was written in, and the
-// next leader continues it. A node with no good recent measurement (it
-// just restarted, or every report's round trip was slow) starts on its own
+// next leader continues it, erring late rather than early
+// (startAdjustment). A node with no good recent measurement (it just
+// restarted, or every report's round trip was slow) starts on its own
 // clock, as before: offsetMaxAge and offsetMaxUncertainty say what "good"
 // is.
 
@@ -33,13 +34,30 @@ const (
 	// second of real time.
 	slewRate = 0.01
 	// offsetMaxAge: a measurement older than this is not used to start a
-	// leadership's clock (the old leader's own clock may have been
-	// slewing: 30 s × 1 % = 0.3 s at most).
-	offsetMaxAge = 30 * time.Second
+	// leadership's clock. A follower measures once a second, so a leader
+	// that just died leaves one about that old.
+	offsetMaxAge = 5 * time.Second
 	// offsetMaxUncertainty: a measurement whose round trip was longer than
-	// twice this is not used either.
-	offsetMaxUncertainty = 50 * time.Millisecond
+	// twice this is not used either (on a LAN a report takes well under a
+	// millisecond).
+	offsetMaxUncertainty = 10 * time.Millisecond
+	// quietAdjustment: adjustments smaller than this start a leadership
+	// without a log line (the usual case: clocks in sync, the correction
+	// is the measurement's own error bound).
+	quietAdjustment = 10 * time.Millisecond
 )
+
+// startAdjustment is the adjustment a leadership starts with, from a
+// measurement c taken age ago: the old leader's clock can only be ahead
+// of what the measurement says, never behind it, by more than its
+// uncertainty (the old leader read its clock between the report's send
+// and its answer) plus what its own slew moved since (age × slewRate), so
+// the new clock starts that much behind the measured one. A new leader
+// can then be late against its predecessor, by at most twice that bound,
+// but never early: no lease it inherits ends before its time.
+func startAdjustment(c clockOffset, age time.Duration) time.Duration {
+	return -(c.offset + c.uncertainty + time.Duration(float64(age)*slewRate))
+}
 
 // timeline is a leadership's engine clock: base plus an adjustment that
 // starts at adj0 and moves toward 0 at slewRate from start (on base's
@@ -108,14 +126,14 @@ func (n *Node) leadershipClock() *timeline {
 	n.mu.Unlock()
 	now := n.clk.Now()
 	adj := time.Duration(0)
-	if c.measured && c.leader != n.opts.Cluster.NodeID && now.Sub(c.at) <= offsetMaxAge {
-		adj = -c.offset
+	if age := now.Sub(c.at); c.measured && c.leader != n.opts.Cluster.NodeID && age >= 0 && age <= offsetMaxAge {
+		adj = startAdjustment(c, age)
 	}
 	switch {
 	case adj.Abs() > clockSkewWarn:
 		n.log.Warn("leading on the previous leader's clock, which is far from this node's: slewing to this node's own at 1 %; fix the time sync of whichever is wrong",
 			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond), "converged_in", (time.Duration(float64(adj.Abs()) / slewRate)).Round(time.Second))
-	case adj != 0:
+	case adj.Abs() >= quietAdjustment:
 		n.log.Info("leading on the previous leader's clock, slewing to this node's own at 1 %",
 			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond), "converged_in", (time.Duration(float64(adj.Abs()) / slewRate)).Round(time.Second))
 	}

@@ -57,3 +57,30 @@ func TestTimelineSlews(t *testing.T) {
 		t.Fatal("did not fire once the adjusted clock passed its instant")
 	}
 }
+
+// A leadership never starts ahead of its predecessor's clock: whatever the
+// true offset within the measurement's bound, and whatever the old leader's
+// own slew did since (1 % of the measurement's age), the new clock starts
+// at or behind the old one — late by at most twice the bound.
+func TestStartAdjustmentErrsLate(t *testing.T) {
+	for _, est := range []time.Duration{-20 * time.Second, -3 * time.Millisecond, 0, 4 * time.Millisecond, 20 * time.Second} {
+		for _, u := range []time.Duration{0, 500 * time.Microsecond, offsetMaxUncertainty} {
+			for _, age := range []time.Duration{0, time.Second, offsetMaxAge} {
+				adj := startAdjustment(clockOffset{measured: true, offset: est, uncertainty: u}, age)
+				drift := time.Duration(float64(age) * slewRate)
+				// The true offset (new wall clock minus old leader's clock,
+				// now) lies in [est-u-drift, est+u+drift]; the new clock is
+				// wall+adj, so it leads the old one by trueOffset+adj.
+				for _, trueOff := range []time.Duration{est - u - drift, est, est + u + drift} {
+					lead := trueOff + adj
+					if lead > 0 {
+						t.Fatalf("est %v u %v age %v: starts %v ahead of the old leader's clock (true offset %v)", est, u, age, lead, trueOff)
+					}
+					if lead < -2*(u+drift) {
+						t.Fatalf("est %v u %v age %v: starts %v behind, more than twice the bound", est, u, age, -lead)
+					}
+				}
+			}
+		}
+	}
+}
