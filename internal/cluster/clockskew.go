@@ -34,16 +34,16 @@ import (
 // it starts on the old leader's clock.
 
 const (
-	// clockHeader carries the leader's wall clock on the answer to a
-	// status report.
+	// clockHeader carries the leader's engine clock (the cluster's) on
+	// the answer to a status report.
 	clockHeader = "Sluice-Clock"
 	// clockSkewWarn is the offset from the leader's clock, beyond any
 	// doubt of the measurement, past which a follower warns.
 	clockSkewWarn = 500 * time.Millisecond
 )
 
-// clockOffset is a follower's last measurement of its clock against the
-// leader's.
+// clockOffset is a follower's measurement of its clock against the
+// leader's engine clock.
 type clockOffset struct {
 	measured    bool
 	leader      uint64        // the leader it was measured against
@@ -96,9 +96,10 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	n.mu.Unlock()
 }
 
-// clockOffsetMs is this node's clock offset from the leader's in
-// milliseconds, as reported: 0 while it leads, nil when it has no
-// measurement against the current leader.
+// clockOffsetMs is this node's clock offset from the cluster's in
+// milliseconds, as reported: while it leads, its wall clock minus its
+// engine's (leaderOffset); nil when it has no measurement against the
+// current leader.
 func (n *Node) clockOffsetMs(role string, leader uint64) *float64 {
 	n.mu.Lock()
 	c, tl := n.clock, n.timeline
