@@ -1,13 +1,11 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // skewedClock is the wall clock moved by a fixed offset: a node whose time
@@ -31,24 +30,6 @@ func (c skewedClock) Now() time.Time { return time.Now().Add(c.by) }
 
 func (c skewedClock) NewTimerAt(t time.Time) clock.Timer { return c.Real.NewTimerAt(t.Add(-c.by)) }
 
-// lockedBuffer is a log sink safe for the node's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestClockOffsetMeasured: each follower measures its wall clock against
 // the leader's at every status report and the leader's view shows every
 // member's offset, so a node whose clock is 3 s off is seen (view,
@@ -56,12 +37,11 @@ func (l *lockedBuffer) String() string {
 // show about 0 and do not warn.
 func TestClockOffsetMeasured(t *testing.T) {
 	skew := []time.Duration{0, 0, 3 * time.Second}
-	logs := make([]*lockedBuffer, 3)
+	logs := make([]*testlog.Buffer, 3)
 	i := 0
 	nodes := threeNodesWith(t, func(*server.Options) {}, func(n *Node) {
 		n.clk = skewedClock{by: skew[i]}
-		logs[i] = &lockedBuffer{}
-		n.log = slog.New(slog.NewTextHandler(logs[i], nil))
+		n.log, logs[i] = testlog.New(slog.LevelInfo)
 		i++
 	})
 	var v ClusterView
