@@ -83,9 +83,10 @@ type MemberView struct {
 	// that does not report it). One that differs from the view's is a
 	// misconfiguration: the voters would change with the leader.
 	ReplicationFactor int `json:"replication_factor,omitempty"`
-	// ClockOffsetMs is the member's wall clock minus the leader's in
-	// milliseconds, as it last measured and reported it (0 for the
-	// leader; absent when it has not measured against this leader). See
+	// ClockOffsetMs is the member's wall clock minus the cluster's (the
+	// leader's engine clock) in milliseconds, as it last measured and
+	// reported it (for the leader, its wall clock minus its engine's;
+	// absent when the member has not measured against this leader). See
 	// clockskew.go.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 }

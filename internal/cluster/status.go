@@ -46,8 +46,9 @@ type NodeStatus struct {
 	// Only the leader's applies; a member configured otherwise would
 	// apply its own once it leads, so the leader compares them (MemberView).
 	ReplicationFactor int `json:"replication_factor,omitempty"`
-	// ClockOffsetMs is this node's wall clock minus the leader's in
-	// milliseconds (clockskew.go): 0 on the leader, absent before a first
+	// ClockOffsetMs is this node's wall clock minus the cluster's (the
+	// leader's engine clock) in milliseconds (clockskew.go): on the
+	// leader, its wall clock minus its engine's; absent before a first
 	// measurement against the current leader.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 }
