@@ -320,7 +320,7 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		if rep.View != nil {
 			for _, m := range rep.View.Members {
 				if m.ClockOffsetMs != nil && math.Abs(*m.ClockOffsetMs) > clockSkewWarnMs {
-					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the cluster's (the leader's engine clock): fix its time sync; should it lead, it starts on the cluster's clock and slews to its own at 1 %%, so visibility deadlines run that much short or long meanwhile\n",
+					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the cluster's (the leader's engine clock): fix its time sync; the leader steers the cluster's clock toward the median of the voters' clocks at 1 %% a second, so a skewed minority does not move visibility deadlines\n",
 						m.ID, *m.ClockOffsetMs)
 				}
 			}

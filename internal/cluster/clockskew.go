@@ -15,7 +15,7 @@ import (
 // The engine keeps visibility deadlines, delays, retry backoffs and
 // retention as wall-clock instants, stamped by the leader that wrote them
 // (docs/guarantees.md). A new leader takes over its predecessor's clock and
-// slews from it to its own (timeline.go), which needs each node to know its
+// slews from it toward the median of the voters' clocks (timeline.go), which needs each node to know its
 // clock's offset from the leader's; and an operator needs to see a node
 // whose time sync has failed. This file measures it.
 //
@@ -83,7 +83,7 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	switch {
 	case skewed && !c.warned:
 		c.warned = true
-		n.log.Warn("this node's clock disagrees with the cluster's (the leader's engine clock): fix its time sync (NTP), or the leader's if that is the wrong one; a leader that took over a skewed predecessor's clock slews back to its own at 1 %",
+		n.log.Warn("this node's clock disagrees with the cluster's (the leader's engine clock): fix its time sync (NTP); the leader steers the cluster's clock toward the median of the voters' clocks at 1 %, so if most clocks agree with this one the offset shrinks by itself",
 			"leader", leader, "offset", c.offset.Round(time.Millisecond), "uncertainty", c.uncertainty.Round(time.Microsecond))
 	case !skewed && c.warned && c.offset.Abs()+c.uncertainty < clockSkewWarn/2:
 		c.warned = false
@@ -97,20 +97,20 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 }
 
 // clockOffsetMs is this node's clock offset from the cluster's in
-// milliseconds, as reported: while it leads, its wall clock minus its
-// engine's (leaderOffset); nil when it has no measurement against the
-// current leader.
-func (n *Node) clockOffsetMs(role string, leader uint64) *float64 {
+// milliseconds, as reported, and its uncertainty: while it leads, its wall
+// clock minus its engine's (leaderOffset), known exactly; nil when it has
+// no measurement against the current leader.
+func (n *Node) clockOffsetMs(role string, leader uint64) (*float64, float64) {
 	n.mu.Lock()
 	c, tl := n.clock, n.timeline
 	n.mu.Unlock()
 	if role == "leader" {
-		return new(leaderOffset(tl).Seconds() * 1000)
+		return new(leaderOffset(tl).Seconds() * 1000), 0
 	}
 	if !c.measured || c.leader != leader {
-		return nil
+		return nil, 0
 	}
-	return new(float64(c.offset.Microseconds()) / 1000)
+	return new(float64(c.offset.Microseconds()) / 1000), float64(c.uncertainty.Microseconds()) / 1000
 }
 
 // leaderOffset is a leader's own offset from the cluster's clock: its wall
@@ -133,7 +133,7 @@ func newClockCollector(n *Node) clockCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return clockCollector{n: n,
 		offset: d("sluice_cluster_clock_offset_seconds",
-			"This node's wall clock minus the cluster's clock (the clock the leader's engine runs on), measured at its last status report (midpoint of the round trip); on the leader, its wall clock minus its engine's (0 unless it took over another leader's clock and is still slewing to its own); absent before a first measurement against the current leader. Past 0.5 s a follower logs a warning: its time sync is off."),
+			"This node's wall clock minus the cluster's clock (the clock the leader's engine runs on), measured at its last status report (midpoint of the round trip); on the leader, its wall clock minus its engine's (non-zero while the cluster's clock is, or still slews toward, the median of the voters' clocks rather than its own); absent before a first measurement against the current leader. Past 0.5 s a follower logs a warning: its time sync is off."),
 		uncertainty: d("sluice_cluster_clock_offset_uncertainty_seconds",
 			"Half the round trip of the status report that measured sluice_cluster_clock_offset_seconds: the offset is known to within this."),
 	}

@@ -159,7 +159,8 @@ func (n *Node) internalHandler() http.Handler {
 			http.Error(w, "bad status: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		member := slices.ContainsFunc(n.raft.Status().Members, func(p raftstore.Member) bool { return p.ID == st.ID })
+		rs := n.raft.Status()
+		member := slices.ContainsFunc(rs.Members, func(p raftstore.Member) bool { return p.ID == st.ID })
 		if !member || st.ID == n.opts.Cluster.NodeID {
 			http.Error(w, "not another member of this cluster: "+strconv.FormatUint(st.ID, 10), http.StatusBadRequest)
 			return
@@ -167,6 +168,7 @@ func (n *Node) internalHandler() http.Handler {
 		n.mu.Lock()
 		prev, seen := n.reports[st.ID]
 		n.reports[st.ID] = reported{st: st, at: time.Now()}
+		n.retargetClockLocked(rs, time.Now())
 		n.mu.Unlock()
 		if own := n.opts.Cluster.Factor(); st.ReplicationFactor != 0 && st.ReplicationFactor != own && (!seen || prev.st.ReplicationFactor != st.ReplicationFactor) {
 			n.log.Warn("a member is configured with another replication_factor: this leader's applies while it leads, the member's would once it leads, and the voters would change with the leader; set the same value on every node",

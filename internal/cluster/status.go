@@ -51,6 +51,10 @@ type NodeStatus struct {
 	// leader, its wall clock minus its engine's; absent before a first
 	// measurement against the current leader.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
+	// ClockUncertaintyMs bounds ClockOffsetMs's error (half the round
+	// trip that measured it); the leader uses only offsets known to
+	// within 10 ms to steer the cluster's clock (timeline.go).
+	ClockUncertaintyMs float64 `json:"clock_uncertainty_ms,omitempty"`
 }
 
 // Addresses are a node's HTTP and AMQP listeners.
@@ -81,7 +85,7 @@ func (n *Node) Status() Report {
 	rep.Node.DiskLow = n.disk.low
 	n.mu.Unlock()
 	rep.Node.ReplicationFactor = n.opts.Cluster.Factor()
-	rep.Node.ClockOffsetMs = n.clockOffsetMs(st.Role, st.Leader)
+	rep.Node.ClockOffsetMs, rep.Node.ClockUncertaintyMs = n.clockOffsetMs(st.Role, st.Leader)
 	if len(st.Match) > 0 {
 		rep.Node.Match = make(map[string]uint64, len(st.Match))
 		for id, m := range st.Match {

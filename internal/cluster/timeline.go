@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 )
 
 // Cluster time: a failover does not make the engine's clock jump.
@@ -15,11 +19,13 @@ import (
 // becomes leader runs its engine (and everything of its server) not on its
 // own wall clock but on the old leader's: its clock plus an adjustment,
 // −offset, where offset is its clock minus the old leader's as it measured
-// it at its status reports (clockskew.go). The adjustment then slews toward
-// 0 at slewRate — the engine's clock runs at 99 % or 101 % of real time
-// until it has converged on this node's own clock — so a deadline set
-// before the failover moves by at most 1 % of the time it still had to run,
-// never by Δ at once, and the cluster's time ends on the leader's.
+// it at its status reports (clockskew.go). The adjustment then slews, at
+// slewRate (the engine's clock runs at 99 % or 101 % of real time while it
+// moves), toward a target: this node's own clock until its followers
+// report, then the median of the voters' clocks (retargetClockLocked), so
+// a deadline set before the failover moves by at most 1 % of the time it
+// still had to run, never by Δ at once, and the cluster's time follows the
+// majority's clocks: one skewed node, leader or not, does not move it.
 //
 // The leader stamps its status answers with this engine clock, so the
 // followers measure against the time the state was written in, and the
@@ -30,8 +36,8 @@ import (
 // is.
 
 const (
-	// slewRate is how fast the adjustment moves toward 0: 10 ms per
-	// second of real time.
+	// slewRate is how fast the adjustment moves toward its target: 10 ms
+	// per second of real time.
 	slewRate = 0.01
 	// offsetMaxAge: a measurement older than this is not used to start a
 	// leadership's clock. A follower measures once a second, so a leader
@@ -60,29 +66,79 @@ func startAdjustment(c clockOffset, age time.Duration) time.Duration {
 }
 
 // timeline is a leadership's engine clock: base plus an adjustment that
-// starts at adj0 and moves toward 0 at slewRate from start (on base's
-// monotonic reading).
+// slews toward a target at slewRate. It starts at startAdjustment's value
+// with target 0 (this node's own clock); the leader retargets it to the
+// median of the voters' clocks as their reports arrive (medianTarget), so
+// the cluster's time follows the majority's clocks, not whichever node
+// leads. Readers are lock-free: the current segment is swapped whole.
 type timeline struct {
-	base  clock.Clock
-	adj0  time.Duration
-	start time.Time
+	base clock.Clock
+	seg  atomic.Pointer[segment]
+	mu   sync.Mutex // serializes retarget
 }
 
-// newTimeline starts a leadership's clock on base, adjusted by adj0.
+// segment is the adjustment from base reading from on: adj then, moving
+// toward target at slewRate.
+type segment struct {
+	from        time.Time
+	adj, target time.Duration
+}
+
+// at is the segment's adjustment when base reads now.
+func (s *segment) at(now time.Time) time.Duration {
+	moved := time.Duration(float64(now.Sub(s.from)) * slewRate)
+	if s.adj > s.target {
+		return max(s.target, s.adj-moved)
+	}
+	return min(s.target, s.adj+moved)
+}
+
+// newTimeline starts a leadership's clock on base, adjusted by adj0 and
+// slewing toward 0.
 func newTimeline(base clock.Clock, adj0 time.Duration) *timeline {
-	return &timeline{base: base, adj0: adj0, start: base.Now()}
+	t := &timeline{base: base}
+	t.seg.Store(&segment{from: base.Now(), adj: adj0})
+	return t
 }
 
 // adjustmentAt is the adjustment when base reads now.
-func (t *timeline) adjustmentAt(now time.Time) time.Duration {
-	if t.adj0 == 0 {
-		return 0
+func (t *timeline) adjustmentAt(now time.Time) time.Duration { return t.seg.Load().at(now) }
+
+// Target is what the adjustment slews toward.
+func (t *timeline) Target() time.Duration { return t.seg.Load().target }
+
+// retarget makes the adjustment slew toward target from where it is now.
+func (t *timeline) retarget(target time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.seg.Load()
+	if (old.target - target).Abs() < time.Millisecond {
+		return // measurement noise: not worth a new segment
 	}
-	moved := time.Duration(float64(now.Sub(t.start)) * slewRate)
-	if t.adj0 > 0 {
-		return max(0, t.adj0-moved)
+	now := t.base.Now()
+	t.seg.Store(&segment{from: now, adj: old.at(now), target: target})
+}
+
+// medianTarget is the adjustment that puts the engine clock on the median
+// of the voters' clocks: diffs holds, for each voter that reported, its
+// wall clock minus this leader's (the leader's own, 0, included). With an
+// even count the middle value nearer to current wins, so a tie (two
+// voters left of three) keeps the clock where it is. ok is false when
+// fewer than a majority of voters are in diffs.
+func medianTarget(diffs []time.Duration, voters int, current time.Duration) (time.Duration, bool) {
+	if len(diffs) == 0 || 2*len(diffs) <= voters {
+		return 0, false
 	}
-	return min(0, t.adj0+moved)
+	slices.Sort(diffs)
+	k := len(diffs) / 2
+	if len(diffs)%2 == 1 {
+		return diffs[k], true
+	}
+	lo, hi := diffs[k-1], diffs[k]
+	if (current - lo).Abs() <= (hi - current).Abs() {
+		return lo, true
+	}
+	return hi, true
 }
 
 // Adjustment is the engine clock minus base now.
@@ -131,11 +187,47 @@ func (n *Node) leadershipClock() *timeline {
 	}
 	switch {
 	case adj.Abs() > clockSkewWarn:
-		n.log.Warn("leading on the previous leader's clock, which is far from this node's: slewing to this node's own at 1 %; fix the time sync of whichever is wrong",
-			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond), "converged_in", (time.Duration(float64(adj.Abs()) / slewRate)).Round(time.Second))
+		n.log.Warn("leading on the previous leader's clock, which is far from this node's; steering toward the median of the voters' clocks at 1 %; fix the time sync of whichever is wrong",
+			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond))
 	case adj.Abs() >= quietAdjustment:
-		n.log.Info("leading on the previous leader's clock, slewing to this node's own at 1 %",
-			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond), "converged_in", (time.Duration(float64(adj.Abs()) / slewRate)).Round(time.Second))
+		n.log.Info("leading on the previous leader's clock, steering toward the median of the voters' clocks at 1 %",
+			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond))
 	}
 	return newTimeline(n.clk, adj)
+}
+
+// reportFresh: a follower's report older than this does not steer the
+// cluster's clock.
+const reportFresh = 3 * reportInterval
+
+// retargetClockLocked, on the leader with n.mu held, as each report
+// arrives, steers its engine clock to the median of the voters' clocks:
+// each fresh report of a voter whose offset is certain to
+// offsetMaxUncertainty gives that voter's clock minus this node's (its
+// offset from the cluster's clock plus the current adjustment), this
+// node's own counts as 0, and with a majority of the voters heard from,
+// the timeline slews toward their median (medianTarget).
+func (n *Node) retargetClockLocked(st raftstore.Status, now time.Time) {
+	tl := n.timeline
+	if tl == nil {
+		return
+	}
+	cur := tl.Adjustment()
+	voters := 0
+	diffs := []time.Duration{0}
+	for _, p := range st.Members {
+		if p.Membership == raftstore.Learner {
+			continue
+		}
+		voters++
+		r, ok := n.reports[p.ID]
+		if p.ID == st.ID || !ok || now.Sub(r.at) > reportFresh || r.st.Leader != st.ID || r.st.ClockOffsetMs == nil ||
+			r.st.ClockUncertaintyMs > float64(offsetMaxUncertainty.Milliseconds()) {
+			continue
+		}
+		diffs = append(diffs, time.Duration(*r.st.ClockOffsetMs*float64(time.Millisecond))+cur)
+	}
+	if target, ok := medianTarget(diffs, voters, cur); ok {
+		tl.retarget(target)
+	}
 }

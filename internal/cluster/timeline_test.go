@@ -84,3 +84,52 @@ func TestStartAdjustmentErrsLate(t *testing.T) {
 		}
 	}
 }
+
+// The cluster's clock goes to the median of the voters' clocks: an odd
+// count takes the middle one; an even count the middle one nearer to
+// where the clock is (two of three voters left keep it); fewer than a
+// majority of the voters heard steers nothing.
+func TestMedianTarget(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		diffs   []time.Duration
+		voters  int
+		current time.Duration
+		want    time.Duration
+		ok      bool
+	}{
+		{[]time.Duration{0, -20 * s, -20 * s}, 3, 0, -20 * s, true}, // the leader is the odd one out
+		{[]time.Duration{0, 0, 3 * s}, 3, 0, 0, true},               // a follower is
+		{[]time.Duration{0, -20 * s}, 3, -20 * s, -20 * s, true},    // a tie keeps the clock where it is
+		{[]time.Duration{0, -20 * s}, 3, 0, 0, true},
+		{[]time.Duration{0}, 3, 0, 0, false}, // the leader alone is no majority
+		{[]time.Duration{0, s}, 4, 0, 0, false},
+		{[]time.Duration{0, 2 * s, -s, 5 * s, 4 * s}, 5, 0, 2 * s, true},
+	} {
+		got, ok := medianTarget(c.diffs, c.voters, c.current)
+		if got != c.want || ok != c.ok {
+			t.Errorf("medianTarget(%v, %d voters, at %v) = %v, %v; want %v, %v", c.diffs, c.voters, c.current, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// Retargeting continues from where the adjustment is, toward the new
+// target, at the same rate, in either direction.
+func TestTimelineRetarget(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	base := clock.NewFake(start)
+	tl := newTimeline(base, -2*time.Second) // toward 0
+	base.Advance(100 * time.Second)         // -1 s now
+	tl.retarget(-5 * time.Second)           // the voters are 5 s behind this node
+	if got := tl.Adjustment(); got != -time.Second {
+		t.Fatalf("after the retarget: %v, want -1s (no jump)", got)
+	}
+	base.Advance(200 * time.Second) // 2 s of slew toward -5 s
+	if got := tl.Adjustment(); got != -3*time.Second {
+		t.Fatalf("200 s later: %v, want -3s", got)
+	}
+	base.Advance(time.Hour)
+	if got := tl.Adjustment(); got != -5*time.Second {
+		t.Fatalf("an hour later: %v, want -5s (the target, not past it)", got)
+	}
+}

@@ -20,7 +20,7 @@ const COLUMNS = [
   ['Applied', 'Highest log index applied to the member’s state'],
   ['Match', 'Highest log index the leader knows is on the member'],
   ['Lag', 'Entries the member’s log is behind the leader’s last index'],
-  ['Clock', 'The member’s wall clock minus the cluster’s (the leader’s engine clock), as it measured it at its last report; the leader’s is non-zero only while it slews from its predecessor’s clock to its own'],
+  ['Clock', 'The member’s wall clock minus the cluster’s (the leader’s engine clock), as it measured it at its last report; the leader’s is its own clock minus the cluster’s, which it steers toward the median of the voters’ clocks'],
   ['Reported', 'Age of the member’s last report to the leader'],
 ];
 
@@ -74,7 +74,7 @@ export function render(main, _param, ctx) {
     const skewed = v.members.filter((m) => Math.abs(m.clock_offset_ms || 0) > 500);
     const warnings = [];
     if (odd.length) warnings.push(`${odd.map((m) => `Node ${m.id} is configured with replication factor ${m.replication_factor}`).join('; ')}, the leader with ${v.replication_factor}. The leader’s setting applies while it leads, so the voters change with the leader: set the same replication_factor on every node.`);
-    if (skewed.length) warnings.push(`${skewed.map((m) => `Node ${m.id}’s clock is ${offset(m.clock_offset_ms)} off the cluster’s`).join('; ')}. Fix its time sync (NTP); a new leader starts on the cluster’s clock and slews to its own at 1 %, so visibility deadlines run that much short or long meanwhile.`);
+    if (skewed.length) warnings.push(`${skewed.map((m) => `Node ${m.id}’s clock is ${offset(m.clock_offset_ms)} off the cluster’s`).join('; ')}. Fix its time sync (NTP); the leader steers the cluster’s clock toward the median of the voters’ clocks at 1 %, so a skewed minority does not move visibility deadlines.`);
     notice(status, warnings.join(' '), 'warn');
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
