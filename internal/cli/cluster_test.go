@@ -1,6 +1,12 @@
 package cli
 
-import "testing"
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+)
 
 // The membership commands refuse bad invocations before calling anything,
 // and report the broker's refusal (a single node has no membership
@@ -58,5 +64,44 @@ func TestStandbyFactor(t *testing.T) {
 		if got := standbyFactor(c.rep, 4); got != c.want {
 			t.Errorf("%s: standbyFactor = %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// `cluster status` shows each member's clock offset from the cluster's
+// clock (the leader's view) in a CLOCK column, "-" for a member that has
+// not measured yet, and warns about a member past ±500 ms.
+func TestClusterStatusClock(t *testing.T) {
+	const report = `{"node":{"id":1,"role":"leader","term":3,"leader":1,"commit":9,"applied":9,"clock_offset_ms":0},
+		"public":{"http":"127.0.0.1:1"},
+		"peers":[{"id":1,"raft":"127.0.0.1:11","membership":"voter"},{"id":2,"raft":"127.0.0.1:12","membership":"voter"},{"id":3,"raft":"127.0.0.1:13","membership":"voter"}],
+		"view":{"leader":1,"term":3,"last_index":9,"replication_factor":3,"members":[
+			{"id":1,"membership":"voter","match":9,"in_sync":true,"clock_offset_ms":0},
+			{"id":2,"membership":"voter","match":9,"in_sync":true,"clock_offset_ms":-0.4},
+			{"id":3,"membership":"voter","match":9,"in_sync":true,"clock_offset_ms":3012.5},
+			{"id":4,"membership":"learner","match":0}]}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/sluice/v1/cluster" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(report))
+	}))
+	defer srv.Close()
+	f := &fixture{t: t, url: srv.URL}
+	r := f.run(Cluster, "", "status")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "warning: node 3's clock is +3012 ms off the cluster's") || strings.Contains(r.stdout, "node 2's clock") {
+		t.Errorf("want a clock warning for node 3 only:\n%s", r.stdout)
+	}
+	for id, clk := range map[string]string{"1": "0.0ms", "2": "-0.4ms", "3": "3012.5ms"} {
+		if !regexp.MustCompile(`(?m)^` + id + ` +\S+ +voter +\S+ +9 +0 +yes +` + regexp.QuoteMeta(clk) + ` `).MatchString(r.stdout) {
+			t.Errorf("member %s: want CLOCK %s after IN-SYNC:\n%s", id, clk, r.stdout)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^ID +RAFT +MEMBERSHIP +LEADER +MATCH +LAG +IN-SYNC +CLOCK `).MatchString(r.stdout) {
+		t.Errorf("want a CLOCK column after IN-SYNC:\n%s", r.stdout)
 	}
 }
