@@ -50,7 +50,6 @@ type clockOffset struct {
 	offset      time.Duration // this node's clock minus the leader's
 	uncertainty time.Duration // half the round trip
 	at          time.Time     // when (this node's clock, at the answer)
-	warned      bool          // the warning is standing (logged once per episode)
 }
 
 // stampClock sets the leader's clock on a status report's answer.
@@ -70,7 +69,7 @@ func (n *Node) stampClock(w http.ResponseWriter) {
 // measures nothing.
 func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	theirs, err := strconv.ParseInt(header, 10, 64)
-	if header == "" || err != nil {
+	if err != nil { // no header: a leader of an older release
 		return
 	}
 	rtt := got.Sub(sent) // monotonic
@@ -79,14 +78,13 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	skewed := c.offset.Abs()-c.uncertainty > clockSkewWarn
 
 	n.mu.Lock()
-	c.warned = n.clock.warned
 	switch {
-	case skewed && !c.warned:
-		c.warned = true
+	case skewed && !n.clockWarned:
+		n.clockWarned = true
 		n.log.Warn("this node's clock disagrees with the cluster's (the leader's engine clock): fix its time sync (NTP); the leader steers the cluster's clock toward the median of the voters' clocks at 1 %, so if most clocks agree with this one the offset shrinks by itself",
 			"leader", leader, "offset", c.offset.Round(time.Millisecond), "uncertainty", c.uncertainty.Round(time.Microsecond))
-	case !skewed && c.warned && c.offset.Abs()+c.uncertainty < clockSkewWarn/2:
-		c.warned = false
+	case !skewed && n.clockWarned && c.offset.Abs()+c.uncertainty < clockSkewWarn/2:
+		n.clockWarned = false
 		n.log.Info("this node's clock agrees with the cluster's again", "leader", leader, "offset", c.offset.Round(time.Millisecond))
 	}
 	n.clock = c

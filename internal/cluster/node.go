@@ -168,6 +168,9 @@ type Node struct {
 	// leads (timeline.go).
 	clockGood clockOffset
 	timeline  *timeline
+	// clockWarned: the clock warning is standing (logged once per
+	// episode, clockskew.go).
+	clockWarned bool
 }
 
 // New validates opts, binds the Raft, public HTTP and public AMQP

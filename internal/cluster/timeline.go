@@ -101,12 +101,6 @@ func newTimeline(base clock.Clock, adj0 time.Duration) *timeline {
 	return t
 }
 
-// adjustmentAt is the adjustment when base reads now.
-func (t *timeline) adjustmentAt(now time.Time) time.Duration { return t.seg.Load().at(now) }
-
-// Target is what the adjustment slews toward.
-func (t *timeline) Target() time.Duration { return t.seg.Load().target }
-
 // retarget makes the adjustment slew toward target from where it is now.
 func (t *timeline) retarget(target time.Duration) {
 	t.mu.Lock()
@@ -142,12 +136,12 @@ func medianTarget(diffs []time.Duration, voters int, current time.Duration) (tim
 }
 
 // Adjustment is the engine clock minus base now.
-func (t *timeline) Adjustment() time.Duration { return t.adjustmentAt(t.base.Now()) }
+func (t *timeline) Adjustment() time.Duration { return t.seg.Load().at(t.base.Now()) }
 
 // Now implements clock.Clock.
 func (t *timeline) Now() time.Time {
 	now := t.base.Now()
-	return now.Add(t.adjustmentAt(now))
+	return now.Add(t.seg.Load().at(now))
 }
 
 // NewTimer implements clock.Clock: a duration is the same on both clocks
