@@ -31,7 +31,8 @@ import (
 // leader in its next report, so the leader's cluster view (`sluice
 // cluster status`, the dashboard) shows every member's offset. Nothing is
 // refused for it: a skewed follower serves correctly, and should it lead,
-// it starts on the old leader's clock.
+// it starts on the old leader's clock (timeline.go), or, without a
+// measurement, on the one its voters' answers give (clockprobe.go).
 
 const (
 	// clockHeader carries the leader's engine clock (the cluster's) on

@@ -91,6 +91,10 @@ type Options struct {
 	// HoldTimeout bounds how long a client waits for a leader (0:
 	// DefaultHoldTimeout).
 	HoldTimeout time.Duration
+	// Clock is this node's wall clock (nil: the real one): its engine's
+	// while it leads, and the one its clock measurements read (tests skew
+	// it).
+	Clock clock.Clock
 }
 
 // Advertisement is what a leader replicates about itself (raftstore's
@@ -158,9 +162,9 @@ type Node struct {
 	localServer *server.Server
 	leadSince   time.Time
 	freeBytes   func(dir string) (uint64, error)
-	// clk is the wall clock of this node's engine while it leads and of
-	// its clock-offset measurement (tests skew it before Run); clock is
-	// that measurement (clockskew.go).
+	// clk is Options.Clock: the wall clock of this node's engine while it
+	// leads and of its clock measurements; clock is the latest
+	// measurement (clockskew.go).
 	clk   clock.Clock
 	clock clockOffset
 	// clockGood is the latest measurement certain enough to start a
@@ -187,7 +191,10 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: clock.Real{}}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	if n.clk == nil {
+		n.clk = clock.Real{}
+	}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -248,7 +255,7 @@ func New(opts Options) (_ *Node, err error) {
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
-		Secret: secret, ExtraSecret: extra, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
+		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -491,7 +498,7 @@ func (n *Node) lead(ctx context.Context, term uint64) {
 		}
 		o := n.internalOptions(viewTerm)
 		o.InjectedStore = st
-		tl := n.leadershipClock()
+		tl := n.leadershipClock(ctx)
 		srv, err := server.New(o, log.With("component", "server"), tl)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)

@@ -249,6 +249,13 @@ func threeStoppableNodesWith(t *testing.T, edit func(*server.Options), prepare f
 // join passes 2).
 func startThree(t *testing.T, edit func(*server.Options), prepare func(*Node), ready int) ([]*Node, func(i int) error) {
 	t.Helper()
+	return startThreeWith(t, edit, nil, prepare, ready)
+}
+
+// startThreeWith is startThree with opt, when not nil, called on each
+// node's Options before New (i: its index).
+func startThreeWith(t *testing.T, edit func(*server.Options), opt func(i int, o *Options), prepare func(*Node), ready int) ([]*Node, func(i int) error) {
+	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	nodes := make([]*Node, 3)
@@ -260,7 +267,11 @@ func startThree(t *testing.T, edit func(*server.Options), prepare func(*Node), r
 		o.AMQPListen = "127.0.0.1:0"
 		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
 		edit(&o)
-		n, err := New(Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		no := Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+		if opt != nil {
+			opt(i, &no)
+		}
+		n, err := New(no)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,9 +32,10 @@ import (
 // followers measure against the time the state was written in, and the
 // next leader continues it, erring late rather than early
 // (startAdjustment). A node with no good recent measurement (it just
-// restarted, or every report's round trip was slow) starts on its own
-// clock, as before: offsetMaxAge and offsetMaxUncertainty say what "good"
-// is.
+// restarted, or every report's round trip was slow: offsetMaxAge and
+// offsetMaxUncertainty say what "good" is) asks the voters for their
+// clocks instead (clockprobe.go), and starts on its own only when fewer
+// than a majority answer.
 
 const (
 	// slewRate is how fast the adjustment moves toward its target: 10 ms
@@ -169,23 +171,30 @@ func (r *timelineTimer) ResetAt(at time.Time) bool {
 
 // leadershipClock returns the clock for a leadership this node starts now:
 // the timeline of the last leader it measured against, when it has a good
-// recent measurement of another node's, else its own clock.
-func (n *Node) leadershipClock() *timeline {
+// recent measurement of another node's; else the one its voters' answers
+// give (clockprobe.go), waiting at most probeWait for them; else its own
+// clock.
+func (n *Node) leadershipClock(ctx context.Context) *timeline {
 	n.mu.Lock()
 	c := n.clockGood
 	n.mu.Unlock()
 	now := n.clk.Now()
-	adj := time.Duration(0)
+	var adj time.Duration
+	from := "the previous leader's clock, as this node measured it"
 	if age := now.Sub(c.at); c.measured && c.leader != n.opts.Cluster.NodeID && age >= 0 && age <= offsetMaxAge {
 		adj = startAdjustment(c, age)
+	} else if a, f, ok := n.probeClock(ctx); ok {
+		adj, from = a, f
+	} else {
+		n.log.Warn("leading on this node's own clock: it has no recent measurement of the cluster's clock and fewer than a majority of the voters answered its clock probe; deadlines inherited from the previous leader move by this node's offset from it")
 	}
 	switch {
 	case adj.Abs() > clockSkewWarn:
-		n.log.Warn("leading on the previous leader's clock, which is far from this node's; steering toward the median of the voters' clocks at 1 %; fix the time sync of whichever is wrong",
-			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond))
+		n.log.Warn("leading on a clock far from this node's; steering toward the median of the voters' clocks at 1 %; fix the time sync of whichever is wrong",
+			"clock", from, "adjustment", adj.Round(time.Millisecond))
 	case adj.Abs() >= quietAdjustment:
-		n.log.Info("leading on the previous leader's clock, steering toward the median of the voters' clocks at 1 %",
-			"previous_leader", c.leader, "adjustment", adj.Round(time.Millisecond))
+		n.log.Info("leading on a clock a little off this node's, steering toward the median of the voters' clocks at 1 %",
+			"clock", from, "adjustment", adj.Round(time.Millisecond))
 	}
 	return newTimeline(n.clk, adj)
 }
@@ -221,7 +230,20 @@ func (n *Node) retargetClockLocked(st raftstore.Status, now time.Time) {
 		}
 		diffs = append(diffs, time.Duration(*r.st.ClockOffsetMs*float64(time.Millisecond))+cur)
 	}
-	if target, ok := medianTarget(diffs, voters, cur); ok {
-		tl.retarget(target)
+	target, ok := medianTarget(diffs, voters, cur)
+	if !ok {
+		return
+	}
+	tl.retarget(target)
+	// The leader's own clock is −target off the cluster's: it warns as a
+	// follower would (noteClock), once per episode.
+	switch {
+	case target.Abs() > clockSkewWarn && !n.clockWarned:
+		n.clockWarned = true
+		n.log.Warn("this node's clock disagrees with the median of the voters' clocks, which the cluster's clock follows while this node leads: fix its time sync (NTP)",
+			"offset", (-target).Round(time.Millisecond))
+	case target.Abs() < clockSkewWarn/2 && n.clockWarned:
+		n.clockWarned = false
+		n.log.Info("this node's clock agrees with the cluster's again", "offset", (-target).Round(time.Millisecond))
 	}
 }

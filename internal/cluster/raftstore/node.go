@@ -104,6 +104,10 @@ type Config struct {
 	// OnAuthFailure, when set, is called for every connection refused
 	// because its handshake failed, either way (a metric counts them).
 	OnAuthFailure func()
+	// ProbeAnswer, when set, is what this node answers a peer's Probe
+	// (at most MaxProbeAnswer bytes; longer is cut); nil answers empty.
+	// It is called on a transport goroutine and must not block.
+	ProbeAnswer func() []byte
 	// Join starts a node that is being added to a running group: it
 	// boots with an empty membership and log, never campaigns on its own,
 	// and learns everything from the leader once a member ran AddMember
@@ -514,10 +518,13 @@ func (c *Config) validate() error {
 }
 
 // deliver hands a received message to the loop (transport goroutines). Its
-// result is the acknowledgement of a snapshot stream's last chunk, else
-// nil.
+// result is the acknowledgement of a snapshot stream's last chunk, or the
+// answer to a probe (probe.go), else nil.
 func (n *Node) deliver(m *pb.Message) []byte {
 	var ack []byte
+	if isProbe(m) {
+		return n.answerProbe()
+	}
 	if m.GetType() == pb.MessageType_MsgSnap {
 		// A chunk of a snapshot: Raft sees the message once all of it is
 		// here (snapshot.go).

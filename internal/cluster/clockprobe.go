@@ -1,0 +1,148 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+)
+
+// A leadership that starts without a measurement of its own.
+//
+// leadershipClock starts a leadership on the previous leader's clock as
+// this node measured it at its status reports (timeline.go). A node that
+// has no such measurement, or only one older than offsetMaxAge — it has
+// just restarted and won the election before its first report, the whole
+// cluster restarted, or it was cut off — asks the voters instead, before
+// its server starts and so before anything it inherited can expire: a
+// probe (raftstore.Probe, on the Raft listener, behind the node
+// handshake) to every other voter at once, each answering with its wall
+// clock and, when it has one, its estimate of the cluster's clock (the
+// engine clock of its own leadership, or its wall clock corrected by a
+// good measurement of at most offsetMaxAge, erring late as
+// startAdjustment does). probedAdjustment turns the answers into the
+// leadership's starting adjustment, erring late by each answer's half
+// round trip:
+//
+//   - any estimate: the earliest of them, which is the previous leader's
+//     clock continued;
+//   - none (the whole cluster restarted, or its voters were all cut off
+//     too): the median of the wall clocks of the voters that answered
+//     and this node's own, when those are a majority of the voters, with
+//     the earlier of the two middle values for an even count (two voters
+//     that disagree: the later deadlines win);
+//   - fewer than a majority answered: this node's own clock.
+//
+// A voter of an older release never answers; probeWait bounds the wait,
+// which only a leadership without a measurement pays.
+
+// probeWait bounds the probes of a leadership that starts without a
+// measurement: a voter that has not answered by then is left out.
+const probeWait = 300 * time.Millisecond
+
+// clockAnswerSize is a clock probe's answer: this node's wall clock and
+// its estimate of the cluster's clock (0: none), Unix nanoseconds,
+// big-endian.
+const clockAnswerSize = 16
+
+// clockAnswer is this node's answer to a clock probe (raftstore
+// Config.ProbeAnswer).
+func (n *Node) clockAnswer() []byte {
+	n.mu.Lock()
+	tl, c := n.timeline, n.clockGood
+	n.mu.Unlock()
+	now := n.clk.Now()
+	var est int64
+	if tl != nil {
+		est = tl.Now().UnixNano() // this node leads: the cluster's clock itself
+	} else if age := now.Sub(c.at); c.measured && age >= 0 && age <= offsetMaxAge {
+		est = now.Add(startAdjustment(c, age)).UnixNano()
+	}
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, clockAnswerSize), uint64(now.UnixNano()))
+	return binary.BigEndian.AppendUint64(b, uint64(est))
+}
+
+// probed is one voter's answer to a clock probe, against this node's
+// clock at the midpoint of the exchange.
+type probed struct {
+	wall time.Duration // the voter's wall clock minus this node's
+	// est is the voter's estimate of the cluster's clock minus this
+	// node's, less uncertainty; hasEst is false when it had none.
+	est    time.Duration
+	hasEst bool
+	// uncertainty is half the exchange's round trip.
+	uncertainty time.Duration
+}
+
+// probeClock asks every other voter for its clock and returns
+// probedAdjustment's verdict on the answers that came within probeWait.
+func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, ok bool) {
+	self := n.opts.Cluster.NodeID
+	var others []uint64
+	voters := 0
+	for _, m := range n.raft.Members() {
+		if m.Membership != raftstore.Voter {
+			continue
+		}
+		voters++
+		if m.ID != self {
+			others = append(others, m.ID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		answers []probed
+		wg      sync.WaitGroup
+	)
+	for _, id := range others {
+		wg.Go(func() {
+			a, sent, got, err := n.raft.Probe(ctx, id, n.clk.Now)
+			if err != nil || len(a) < clockAnswerSize {
+				n.log.Debug("no clock from a voter", "voter", id, "err", err, "answer_bytes", len(a))
+				return
+			}
+			rtt := got.Sub(sent)
+			mid := sent.Add(rtt / 2)
+			p := probed{uncertainty: rtt / 2, wall: time.Unix(0, int64(binary.BigEndian.Uint64(a))).Sub(mid)}
+			if est := int64(binary.BigEndian.Uint64(a[8:])); est != 0 {
+				p.est, p.hasEst = time.Unix(0, est).Sub(mid)-p.uncertainty, true
+			}
+			mu.Lock()
+			answers = append(answers, p)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return probedAdjustment(answers, voters)
+}
+
+// probedAdjustment is the adjustment a leadership starts with from the
+// voters' answers (this node's own clock not among them) out of voters:
+// see the comment at the top of this file. Answers less certain than
+// offsetMaxUncertainty are left out.
+func probedAdjustment(answers []probed, voters int) (adj time.Duration, from string, ok bool) {
+	var ests, walls []time.Duration
+	walls = append(walls, 0) // this node's own
+	for _, p := range answers {
+		if p.uncertainty > offsetMaxUncertainty {
+			continue
+		}
+		if p.hasEst {
+			ests = append(ests, p.est)
+		}
+		walls = append(walls, p.wall-p.uncertainty)
+	}
+	if len(ests) > 0 {
+		return slices.Min(ests), "the previous leader's clock, as the voters measured it", true
+	}
+	if 2*len(walls) <= voters {
+		return 0, "", false
+	}
+	slices.Sort(walls)
+	return walls[(len(walls)-1)/2], "the median of the voters' clocks", true
+}

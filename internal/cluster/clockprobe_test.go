@@ -1,0 +1,190 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/testlog"
+)
+
+// TestProbedAdjustment: with any voter's estimate of the cluster's clock
+// the earliest wins; without, the median of the wall clocks (this node's
+// own as 0) when a majority answered, the earlier middle value for an even
+// count; each erring late by its uncertainty; answers less certain than
+// offsetMaxUncertainty left out; fewer than a majority: no verdict.
+func TestProbedAdjustment(t *testing.T) {
+	ms := time.Millisecond
+	s := time.Second
+	for _, tc := range []struct {
+		name    string
+		answers []probed
+		voters  int
+		want    time.Duration
+		ok      bool
+	}{
+		{"estimates: the earliest", []probed{{wall: 0, est: -20 * s, hasEst: true}, {wall: 5 * s, est: -20*s - 3*ms, hasEst: true}}, 3, -20*s - 3*ms, true},
+		{"one estimate is enough", []probed{{wall: -20 * s, est: -20*s - ms, hasEst: true}}, 5, -20*s - ms, true},
+		{"odd: the median", []probed{{wall: -20 * s}, {wall: -19 * s}}, 3, -19 * s, true},
+		{"odd: this node in the middle", []probed{{wall: -20 * s}, {wall: 4 * s}}, 3, 0, true},
+		{"even: the earlier middle value", []probed{{wall: -20 * s}}, 3, -20 * s, true},
+		{"even, this node behind: its own", []probed{{wall: 20 * s}}, 3, 0, true},
+		{"errs late by the uncertainty", []probed{{wall: -20 * s, uncertainty: 2 * ms}, {wall: -20 * s, uncertainty: 4 * ms}}, 3, -20*s - 2*ms, true},
+		{"uncertain answers left out", []probed{{wall: -20 * s, est: -20 * s, hasEst: true, uncertainty: 50 * ms}, {wall: 1 * s}}, 3, 0, true},
+		{"no majority", []probed{{wall: -20 * s}}, 5, 0, false},
+		{"nobody answered", nil, 3, 0, false},
+		{"alone", nil, 1, 0, true},
+	} {
+		got, _, ok := probedAdjustment(tc.answers, tc.voters)
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("%s: %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestRestartedLeaderStartsOnTheClusterClock: a node whose clock is 20 s
+// ahead restarts and is handed the leadership at once, before its first
+// status report could measure the cluster's clock. It asks the voters for
+// theirs before it serves and leads on the old leader's time: a message
+// received with a 15 s visibility timeout just before stays hidden (on
+// the node's own clock its lease would have ended 5 s ago), and a message
+// sent to it carries a SentTimestamp on the cluster's time, not 20 s
+// ahead; it warns that its clock is the odd one out. (The other voter's estimate of the cluster's clock is what it
+// starts on; TestProbedAdjustment covers the median of the wall clocks,
+// for a whole cluster restarted.)
+func TestRestartedLeaderStartsOnTheClusterClock(t *testing.T) {
+	const ahead = 20 * time.Second
+	skew := []time.Duration{0, 0, ahead}
+	var mu sync.Mutex
+	logs := make([]*testlog.Buffer, 3)
+	opt := func(i int, o *Options) {
+		o.Clock = skewedClock{by: skew[i]}
+		mu.Lock()
+		o.Logger, logs[i] = testlog.New(slog.LevelInfo)
+		mu.Unlock()
+	}
+	nodes, stop := startThreeWith(t, func(*server.Options) {}, opt, nil, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if l := awaitLeader(t, nodes); l == nodes[2] {
+		if err := l.raft.TransferLeadershipTo(ctx, 1); err != nil {
+			t.Fatalf("transfer away from the skewed node: %v", err)
+		}
+	}
+	leader := awaitLeader(t, nodes[:2])
+	other := nodes[1]
+	if leader == other {
+		other = nodes[0]
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("the other voter measured the leader's clock", func() bool {
+		other.mu.Lock()
+		defer other.mu.Unlock()
+		return other.clockGood.measured && other.clockGood.leader == leader.opts.Cluster.NodeID
+	}))
+	cli := directSQS(leader, 10*time.Second)
+	q, err := cli.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("restart-clock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("in flight")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, VisibilityTimeout: 15})
+	if err != nil || len(got.Messages) != 1 {
+		t.Fatalf("receive on the first leader: %v, %d messages", err, len(got.Messages))
+	}
+	received := time.Now()
+
+	if err := stop(2); err != nil {
+		t.Fatalf("stop node 3: %v", err)
+	}
+	restarted := rerun(t, nodes[2], func(o *Options) { opt(2, o) })
+	// The leadership as soon as it has caught up: its first status report
+	// is a second after it starts.
+	poll.CheckFor(t, 10*time.Second, func() error {
+		tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		return leader.raft.TransferLeadershipTo(tctx, 3)
+	})
+	sc := directSQS(restarted, 10*time.Second)
+	var sentAt time.Time
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if _, err := sc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("after")}); err != nil {
+			return err
+		}
+		sentAt = time.Now()
+		return nil
+	})
+	mu.Lock()
+	log := logs[2]
+	mu.Unlock()
+	if strings.Contains(log.String(), "as this node measured it") {
+		t.Skipf("the restarted node measured the cluster's clock before it led (slow machine): nothing to probe\n%s", log)
+	}
+	if !strings.Contains(log.String(), "as the voters measured it") {
+		t.Fatalf("the restarted node did not lead on the clock its voters measured:\n%s", log)
+	}
+	if time.Since(received) > 12*time.Second {
+		t.Skipf("the restart took %v, too close to the 15 s visibility timeout to judge", time.Since(received))
+	}
+	out, err := sc.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 {
+		t.Errorf("received %d messages from the restarted leader, want 1 (the one sent to it)", len(out.Messages))
+	}
+	for _, m := range out.Messages {
+		switch body := aws.ToString(m.Body); body {
+		case "in flight":
+			t.Errorf("the message in flight was redelivered %v after its 15 s receive, by a restarted leader whose clock is %v ahead",
+				time.Since(received).Round(time.Millisecond), ahead)
+		case "after":
+			ms, _ := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+			if d := time.UnixMilli(ms).Sub(sentAt); d.Abs() > 2*time.Second {
+				t.Errorf("SentTimestamp of a send to the restarted leader is %v off the true time, want the cluster's clock (±2 s)", d.Round(time.Millisecond))
+			}
+		}
+	}
+	// Once the followers report, it warns that its own clock is the odd
+	// one out (it never measured as a follower, so this is its first
+	// warning).
+	poll.CheckFor(t, 10*time.Second, poll.True("the restarted leader warned of its clock", func() bool {
+		return strings.Contains(log.String(), "this node's clock disagrees with the median of the voters' clocks")
+	}))
+}
+
+// rerun starts old's node again on its data directory and Raft address
+// (old stopped), its Options edited by opt; it stops with the test.
+func rerun(t *testing.T, old *Node, opt func(*Options)) *Node {
+	t.Helper()
+	o := Options{Server: old.opts, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	opt(&o)
+	var n *Node
+	poll.CheckFor(t, 10*time.Second, func() error { // the Raft port is free once the old listener closed
+		var err error
+		n, err = New(o)
+		return err
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node %d, restarted: run: %v", o.Server.Cluster.NodeID, err)
+		}
+	})
+	return n
+}
