@@ -72,6 +72,7 @@ errcheck: ## unchecked errors in the broker module's non-test code (errcheck)
 lint: ## gofmt, go vet, staticcheck, errcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "== vet+staticcheck $$m"; (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...) || exit 1; done
+	@echo "== vet+staticcheck -tags faultclock ./cmd/sluice (the cluster fault harness's build)"; $(GO) vet -tags faultclock ./cmd/sluice && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags faultclock ./cmd/sluice
 	@echo "== errcheck ."; $(MAKE) --no-print-directory errcheck
 
 # goreleaser v2.14.3: @latest needs Go 1.27, and v2.15–v2.17 pull a module

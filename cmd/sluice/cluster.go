@@ -16,7 +16,12 @@ import (
 // runClusterNode runs `sluice server` with a [cluster] section (or
 // --node-id/--peers): this process is one member of the Raft group.
 func runClusterNode(opts server.Options, log *slog.Logger, stderr io.Writer) int {
-	n, err := cluster.New(cluster.Options{Server: opts, Logger: log})
+	clk, err := nodeClock(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice server: %v\n", err)
+		return 1
+	}
+	n, err := cluster.New(cluster.Options{Server: opts, Logger: log, Clock: clk})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice server: %v\n", err)
 		return 1

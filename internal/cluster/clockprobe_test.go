@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/server"
 	"github.com/sluicemq/sluice/internal/testlog"
 )
@@ -63,7 +64,7 @@ func TestRestartedLeaderStartsOnTheClusterClock(t *testing.T) {
 	var mu sync.Mutex
 	logs := make([]*testlog.Buffer, 3)
 	opt := func(i int, o *Options) {
-		o.Clock = skewedClock{by: skew[i]}
+		o.Clock = clock.Offset{By: skew[i]}
 		mu.Lock()
 		o.Logger, logs[i] = testlog.New(slog.LevelInfo)
 		mu.Unlock()

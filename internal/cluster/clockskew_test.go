@@ -20,17 +20,6 @@ import (
 	"github.com/sluicemq/sluice/internal/testlog"
 )
 
-// skewedClock is the wall clock moved by a fixed offset: a node whose time
-// sync is off.
-type skewedClock struct {
-	clock.Real
-	by time.Duration
-}
-
-func (c skewedClock) Now() time.Time { return time.Now().Add(c.by) }
-
-func (c skewedClock) NewTimerAt(t time.Time) clock.Timer { return c.Real.NewTimerAt(t.Add(-c.by)) }
-
 // TestClockOffsetMeasured: each follower measures its wall clock against
 // the cluster's (the leader's engine clock) at every status report and the
 // leader's view shows every member's offset, so a node whose clock is 3 s
@@ -43,7 +32,7 @@ func TestClockOffsetMeasured(t *testing.T) {
 	skew := []time.Duration{0, 0, 3 * time.Second} // median 0
 	logs := make([]*testlog.Buffer, 3)
 	nodes, _ := startThreeWith(t, func(*server.Options) {}, func(i int, o *Options) {
-		o.Clock = skewedClock{by: skew[i]}
+		o.Clock = clock.Offset{By: skew[i]}
 		o.Logger, logs[i] = testlog.New(slog.LevelInfo)
 	}, nil, 3)
 	var v ClusterView
@@ -97,7 +86,7 @@ func TestFailoverKeepsTheClusterClock(t *testing.T) {
 	const ahead = 20 * time.Second
 	skew := []time.Duration{0, 0, ahead}
 	nodes, _ := startThreeWith(t, func(*server.Options) {}, func(i int, o *Options) {
-		o.Clock = skewedClock{by: skew[i]}
+		o.Clock = clock.Offset{By: skew[i]}
 	}, nil, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -44,7 +44,8 @@ const EnvBinary = "SLUICE_BIN"
 // or SLUICE_BIN is set, it builds the server once into a temporary
 // directory (named with prefix), hands its path to the tests through
 // SLUICE_BIN, runs m and removes the directory. It returns the exit code.
-func Main(m *testing.M, prefix string) int {
+// tags are Build's.
+func Main(m *testing.M, prefix string, tags ...string) int {
 	flag.Parse()
 	if testing.Short() || os.Getenv(EnvBinary) != "" {
 		return m.Run()
@@ -55,7 +56,7 @@ func Main(m *testing.M, prefix string) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }() // a temp dir left behind changes no result
-	bin, err := Build(dir)
+	bin, err := Build(dir, tags...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -165,16 +166,21 @@ func GetJSON(ctx context.Context, hc *http.Client, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// Build compiles ./cmd/sluice of the enclosing module into dir and returns
-// the binary's path.
-func Build(dir string) (string, error) {
+// Build compiles ./cmd/sluice of the enclosing module into dir, with the
+// build tags given (the cluster fault harness builds with faultclock), and
+// returns the binary's path.
+func Build(dir string, tags ...string) (string, error) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("crash: go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	bin := filepath.Join(dir, "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/sluice")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("crash: go build ./cmd/sluice: %w\n%s", err, out)
@@ -207,6 +213,12 @@ func (s *Server) Exited() <-chan struct{} { return s.exited }
 // dir/server.log, and returns once the ready file names its address and
 // /health answers 200 (or fails after timeout). extra flags are appended.
 func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ...string) (*Server, error) {
+	return StartEnv(ctx, bin, dir, timeout, nil, extra...)
+}
+
+// StartEnv is Start with env (KEY=value entries) added to the process's
+// environment, which is otherwise this process's.
+func StartEnv(ctx context.Context, bin, dir string, timeout time.Duration, env []string, extra ...string) (*Server, error) {
 	ready := filepath.Join(dir, "ready.json")
 	if err := os.Remove(ready); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -222,6 +234,9 @@ func Start(ctx context.Context, bin, dir string, timeout time.Duration, extra ..
 		"--ready-file", ready,
 	}, extra...)
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
