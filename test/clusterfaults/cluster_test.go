@@ -24,9 +24,11 @@ import (
 	"github.com/sluicemq/sluice/test/faults"
 )
 
-// TestMain builds the server once unless -short or SLUICE_BIN is set.
+// TestMain builds the server once unless -short or SLUICE_BIN is set,
+// with the faultclock tag: a node's clock can then be offset
+// (SLUICE_FAULT_CLOCK_OFFSET, cmd/sluice/faultclock.go).
 func TestMain(m *testing.M) {
-	os.Exit(crash.Main(m, "sluice-clusterfaults-bin-"))
+	os.Exit(crash.Main(m, "sluice-clusterfaults-bin-", "faultclock"))
 }
 
 // member is one node of the cluster: its process (replaced at each
@@ -88,6 +90,10 @@ type testCluster struct {
 	links          [][]*Link
 	inHTTP, inAMQP []*Link
 	timeout        time.Duration // SQS client request timeout
+	// skew is each node's clock offset (nil: none); a node with one runs
+	// with SLUICE_FAULT_CLOCK_OFFSET, which a binary built with the
+	// faultclock tag honours (start checks that it did).
+	skew []time.Duration
 }
 
 // clientLinks are node i's inbound client Links.
@@ -113,6 +119,38 @@ func (c *testCluster) raftSummary() string {
 	}
 	return fmt.Sprintf("snapshots sent %d, installed %d; voter changes proposed: silent voters replaced %d, other promotions %d, demotions %d",
 		sent, installed, replaced, promoted, demoted)
+}
+
+// clockSummary counts, from the nodes' logs, the leaderships that started
+// on a clock far (over 0.5 s) from the leading node's own, by where that
+// clock came from (the node's own measurement of the previous leader's,
+// the voters' answers to its clock probe), and those that started on the
+// node's own clock for want of either (internal/cluster/timeline.go): with
+// a skewed node, the first kind are its leaderships done right, the last
+// a risk of early redeliveries.
+func (c *testCluster) clockSummary() string {
+	var measured, estimates, median, own int
+	for _, m := range c.nodes {
+		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
+		if err != nil {
+			continue // a node's log is only read for this report
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			switch {
+			case bytes.Contains(line, []byte("leading on this node's own clock")):
+				own++
+			case !bytes.Contains(line, []byte("leading on a clock far from this node's")):
+			case bytes.Contains(line, []byte("as this node measured it")):
+				measured++
+			case bytes.Contains(line, []byte("as the voters measured it")):
+				estimates++
+			case bytes.Contains(line, []byte("the median of the voters' clocks\"")):
+				median++
+			}
+		}
+	}
+	return fmt.Sprintf("leaderships on a clock far from the node's own: %d from its measurement, %d from the voters' estimates, %d from the median of their clocks; on its own clock, unmeasured: %d",
+		measured, estimates, median, own)
 }
 
 // panics returns the lines of the nodes' logs that tell of a panic: one
@@ -153,8 +191,15 @@ replace_after = "2s"
 // node answers /health (through a leader).
 func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
+	return startSkewedCluster(t, ctx, size, timeout, nil)
+}
+
+// startSkewedCluster is startCluster with node i's clock offset by skew[i]
+// (skew nil or shorter: none).
+func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration, skew []time.Duration) *testCluster {
+	t.Helper()
 	bin := crash.Binary(t)
-	c := &testCluster{t: t, bin: bin, timeout: timeout}
+	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew}
 	// A node's real Raft address must be known before the Links and the
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
@@ -260,11 +305,21 @@ func (c *testCluster) peers(i int) string {
 // start (re)starts node i on its data directory and waits for /health.
 func (c *testCluster) start(ctx context.Context, i int) error {
 	m := c.nodes[i]
-	srv, err := crash.Start(ctx, c.bin, m.dir, 60*time.Second,
+	var env []string
+	if i < len(c.skew) && c.skew[i] != 0 {
+		env = []string{"SLUICE_FAULT_CLOCK_OFFSET=" + c.skew[i].String()}
+	}
+	srv, err := crash.StartEnv(ctx, c.bin, m.dir, 60*time.Second, env,
 		"--config", filepath.Join(m.dir, "cluster.toml"),
 		"--node-id", strconv.FormatUint(m.id, 10), "--raft-listen", m.raft, "--peers", c.peers(i))
 	if err != nil {
 		return err
+	}
+	if env != nil {
+		if b, err := os.ReadFile(filepath.Join(m.dir, "server.log")); err != nil || !bytes.Contains(b, []byte("this node's clock is offset")) {
+			_ = srv.Kill() // the run cannot test what it claims
+			return fmt.Errorf("node %d ignored %s: was %s built without -tags faultclock?", m.id, env[0], c.bin)
+		}
 	}
 	m.mu.Lock()
 	m.srv, m.client, m.amqp, m.urls, m.paused = srv, newClient(srv.URL(), c.timeout), srv.AMQPURL(), map[string]string{}, false
@@ -303,6 +358,34 @@ func (c *testCluster) kill(i int) error {
 		_ = syscall.Kill(srv.PID, syscall.SIGCONT) // SIGKILL works on a stopped process too; this is tidiness
 	}
 	return srv.Kill()
+}
+
+// stop stops node i gracefully (SIGTERM; a leader hands its leadership
+// over first) and marks it down; a node that does not exit within 15 s is
+// killed and the error returned.
+func (c *testCluster) stop(i int) error {
+	m := c.nodes[i]
+	m.mu.Lock()
+	srv, paused := m.srv, m.paused
+	m.srv, m.client, m.amqp, m.urls, m.paused = nil, nil, "", nil, false
+	m.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if paused {
+		_ = syscall.Kill(srv.PID, syscall.SIGCONT) // a stopped process cannot handle SIGTERM
+	}
+	return srv.Stop(15 * time.Second)
+}
+
+// skewed is the index of the node whose clock is offset, or -1.
+func (c *testCluster) skewed() int {
+	for i, d := range c.skew {
+		if d != 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // signal sends SIGSTOP or SIGCONT to node i.

@@ -23,11 +23,36 @@ const (
 	envFIFO     = "SLUICE_CLUSTER_FAULTS_FIFO"     // 1: FIFO queues (default standard)
 	envDrain    = "SLUICE_CLUSTER_FAULTS_DRAIN"    // how long the drain may take (default 2m)
 	envKinds    = "SLUICE_CLUSTER_FAULTS_KINDS"    // comma-separated kinds drawn after the first two faults (default all)
+	envSkew     = "SLUICE_CLUSTER_FAULTS_SKEW"     // the last node's clock offset (default 20s; 0: none)
 )
+
+// defaultSkew is the last node's clock offset: far beyond the workload's
+// 2 s leases and 1 s delays, so a failover that took the new leader's own
+// clock instead of the cluster's would end leases and delays early, which
+// the Checker reports.
+const defaultSkew = 20 * time.Second
+
+// skews reads envSkew: the clock offset of each node (the last one's
+// only).
+func skews(t *testing.T, size int) []time.Duration {
+	t.Helper()
+	d := defaultSkew
+	if s := os.Getenv(envSkew); s != "" {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("%s=%q: want a duration", envSkew, s)
+		}
+		d = v
+	}
+	t.Logf("%s=%v (node %d's clock)", envSkew, d, size)
+	out := make([]time.Duration, size)
+	out[size-1] = d
+	return out
+}
 
 // faultKinds are the kinds nextFault draws from.
 func faultKinds() []string {
-	return []string{"partition", "one-way", "delay", "kill", "kill-leader", "kill-majority", "pause", "client-cut"}
+	return []string{"partition", "one-way", "delay", "kill", "kill-leader", "kill-majority", "pause", "client-cut", "handover"}
 }
 
 // drawnKinds is envKinds as a list, every kind checked, or every kind.
@@ -83,7 +108,7 @@ func settings(t *testing.T) (time.Duration, int, uint64) {
 
 // fault is one injected fault: apply starts it, heal ends it.
 type fault struct {
-	kind  string // partition, one-way, delay, kill, kill-leader, kill-majority, pause or client-cut
+	kind  string // partition, one-way, delay, kill, kill-leader, kill-majority, pause, client-cut or handover
 	name  string
 	apply func() error
 	heal  func() error
@@ -184,6 +209,31 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, kinds []str
 				}
 				return nil
 			}, func() error { return c.startAll(ctx, set) }}
+	case "handover":
+		// A graceful stop of the leader (SIGTERM): it hands its
+		// leadership to a voter whose log is as long as any. The others'
+		// inbound Raft links are cut first, so that they fall behind and
+		// the handover goes to one chosen node: the one whose clock is
+		// skewed (when another node leads), so that it takes over the
+		// cluster's time from a leader with a true clock. With more than
+		// three nodes, a kill-leader instead.
+		to := c.skewed()
+		if to < 0 || to == leader {
+			to = (leader + 1 + rng.IntN(n-1)) % n
+		}
+		if n != 3 {
+			i, id = leader, c.nodes[leader].id
+			return fault{"kill-leader", fmt.Sprintf("kill-leader: SIGKILL node %d, restart it", id),
+				func() error { return c.kill(i) }, func() error { return c.start(ctx, i) }}
+		}
+		behind := 3 - leader - to // the third node
+		return fault{kind, fmt.Sprintf("handover: node %d's inbound Raft links cut, then SIGTERM leader %d (it hands over to node %d), restart it",
+			c.nodes[behind].id, c.nodes[leader].id, c.nodes[to].id),
+			func() error {
+				c.isolate(behind, false, true, Blackhole, 0)
+				faults.SleepCtx(ctx, 500*time.Millisecond) // the workload's writes leave it behind
+				return c.stop(leader)
+			}, func() error { c.healLinks(); return c.start(ctx, leader) }}
 	default: // pause
 		return fault{kind, fmt.Sprintf("SIGSTOP node %d, then SIGCONT", id),
 			func() error { return c.signal(i, syscall.SIGSTOP) }, func() error { return c.signal(i, syscall.SIGCONT) }}
@@ -208,7 +258,7 @@ func TestClusterFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
 
-	c := startCluster(t, ctx, size, 8*time.Second)
+	c := startSkewedCluster(t, ctx, size, 8*time.Second, skews(t, size))
 	leader, err := c.awaitStable(ctx, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +348,7 @@ func TestClusterFaults(t *testing.T) {
 	t.Logf("%s", a.summary(ra))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())
 	t.Logf("raft log: %s", c.raftSummary())
+	t.Logf("cluster clock: %s", c.clockSummary())
 	if r.Violations() > 0 {
 		t.Errorf("the checker found violations:\n%s", r.Details(10))
 	}

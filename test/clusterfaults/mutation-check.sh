@@ -1,72 +1,100 @@
 #!/usr/bin/env bash
 # Mutation check for the cluster fault harness: proves TestClusterFaults can
-# fail on a broker that acknowledges writes before Raft commits them. It
-# builds `sluice` with a mutant of internal/cluster/raftstore/store.go in
-# which the leader's Pending.Wait returns nil at once (go build -overlay:
-# the source tree is not touched), runs TestClusterFaults against that
-# binary (SLUICE_BIN) for MUTATION_DURATION of faults (default 30s; every
-# run starts with kill-leader and a partition of the leader), and
-# succeeds only if the test FAILS with lost messages. A mutant that passes
-# means the harness cannot see acknowledged writes that never committed.
+# fail on a broken broker. For each mutant it builds `sluice` (with the
+# faultclock tag, as the harness's own build) from a mutated copy of one
+# source file (go build -overlay: the source tree is not touched), runs
+# TestClusterFaults against that binary (SLUICE_BIN) for MUTATION_DURATION
+# of faults (default 30s; every run starts with kill-leader and a
+# partition of the leader), and succeeds only if the test FAILS with the
+# verdict the mutant must cause. A mutant that passes means the harness
+# cannot see that bug.
+#
+#   ack-before-commit  internal/cluster/raftstore/store.go: the leader's
+#                      Pending.Wait returns nil at once, so writes are
+#                      acknowledged before Raft commits them; must fail
+#                      with lost messages.
+#   own-clock          internal/cluster/timeline.go: a new leader runs its
+#                      engine on its own wall clock, not the cluster's. The
+#                      harness runs node 3 20 s ahead, and the faults are
+#                      drawn from handover (a graceful stop of the leader
+#                      steered to node 3) and kill-leader; must fail with
+#                      early deliveries, or with leases stuck 20 s in the
+#                      future once node 3 hands back to a node with a true
+#                      clock (messages undrained, poison not dead-lettered).
 #
 # SLUICE_FAULT_SEED defaults to a seed whose schedule makes the leader lose
-# leadership early and often (any schedule with such faults catches it).
-# Takes about a minute and a half per run: the mutant never drains, so the
-# drain is cut to 20 s (SLUICE_CLUSTER_FAULTS_DRAIN); a run that loses
-# nothing is repeated, up to MUTATION_ATTEMPTS (3) runs.
+# leadership early and often (any schedule with such faults catches them).
+# About a minute per run: a mutant may never drain, so the drain is cut to
+# 20 s (SLUICE_CLUSTER_FAULTS_DRAIN); a run that shows nothing is repeated,
+# up to MUTATION_ATTEMPTS (3) runs per mutant.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 duration="${MUTATION_DURATION:-30s}"
 export SLUICE_FAULT_SEED="${SLUICE_FAULT_SEED:-1795559054065886045}"
+attempts="${MUTATION_ATTEMPTS:-3}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-src=internal/cluster/raftstore/store.go
-python3 - "$src" "$work" <<'EOF' || exit 1
+# mutate NAME SRC OLD NEW: builds $work/NAME/sluice from SRC with OLD
+# replaced by NEW (OLD must occur exactly once).
+mutate() {
+  local name=$1 src=$2 old=$3 new=$4
+  mkdir -p "$work/$name"
+  python3 - "$src" "$work/$name" "$old" "$new" <<'EOF' || return 1
 import json, os, sys
-src, work = sys.argv[1], sys.argv[2]
+src, dir, old, new = sys.argv[1:5]
 text = open(src).read()
-old = "func (p *pending) Wait() error {\n\terr := p.w.Wait()"
-if old not in text:
-    sys.exit("mutation-check: %s no longer has %r; update the mutant" % (src, old))
-mutant = text.replace(old, "func (p *pending) Wait() error {\n"
-                      "\tif p != nil {\n\t\treturn nil // MUTANT: acknowledged before commit\n\t}\n"
-                      "\terr := p.w.Wait()")
-open(os.path.join(work, "store.go"), "w").write(mutant)
-json.dump({"Replace": {os.path.abspath(src): os.path.join(work, "store.go")}},
-          open(os.path.join(work, "overlay.json"), "w"))
+if text.count(old) != 1:
+    sys.exit("mutation-check: %s has %d copies of %r, want 1; update the mutant" % (src, text.count(old), old))
+open(os.path.join(dir, os.path.basename(src)), "w").write(text.replace(old, new))
+json.dump({"Replace": {os.path.abspath(src): os.path.join(dir, os.path.basename(src))}},
+          open(os.path.join(dir, "overlay.json"), "w"))
 EOF
+  if ! go build -tags faultclock -overlay "$work/$name/overlay.json" -o "$work/$name/sluice" ./cmd/sluice; then
+    echo "FAIL mutant $name did not build"
+    return 1
+  fi
+}
 
-if ! go build -overlay "$work/overlay.json" -o "$work/sluice" ./cmd/sluice; then
-  echo "FAIL mutant did not build"
-  exit 1
-fi
-# The mutant loses only what a leader had acknowledged and not yet
-# replicated when it was killed or cut off, so one short run can miss it
-# (it did once in CI: 8 faults, nothing lost). Up to MUTATION_ATTEMPTS runs
-# (default 3); the check passes as soon as one fails with lost messages,
-# and fails if none does.
-attempts="${MUTATION_ATTEMPTS:-3}"
-for attempt in $(seq "$attempts"); do
-  out=$(SLUICE_BIN="$work/sluice" SLUICE_CLUSTER_FAULTS_DURATION="$duration" SLUICE_CLUSTER_FAULTS_DRAIN=20s \
-    go test -count=1 -timeout 15m -run '^TestClusterFaults$' -v ./test/clusterfaults/ 2>&1)
-  summary=$(grep -m1 -E 'ops: sends attempted' <<<"$out" | sed 's/^ *//' | cut -c1-400)
-  amqp=$(grep -m1 -E 'AMQP queue cf-amqp' <<<"$out" | sed 's/^ *//' | cut -c1-400)
-  if grep -q -- '--- FAIL' <<<"$out" && grep -q -E 'lost [1-9]' <<<"$out"; then
-    echo "ok   ack-before-commit mutant failed TestClusterFaults, as it must (run $attempt of at most $attempts):"
-    echo "       $summary"
-    echo "       $amqp"
-    exit 0
-  fi
-  if grep -q -E '^(ok|PASS)' <<<"$out"; then
-    echo "     run $attempt: the mutant passed (nothing lost in this schedule's timing)"
-    echo "       $summary"
-    continue
-  fi
-  echo "FAIL the mutant run failed without lost messages (broken run?):"
-  tail -30 <<<"$out"
-  exit 1
-done
-echo "FAIL ack-before-commit mutant PASSED TestClusterFaults $attempts times: the harness cannot see uncommitted acknowledgements"
-exit 1
+# check NAME VERDICT_REGEX [ENV...]: runs TestClusterFaults against the
+# mutant up to $attempts times, with ENV added; passes as soon as a run
+# FAILS with a summary matching VERDICT_REGEX.
+check() {
+  local name=$1 verdict=$2 out summary amqp
+  shift 2
+  for attempt in $(seq "$attempts"); do
+    out=$(env "$@" SLUICE_BIN="$work/$name/sluice" SLUICE_CLUSTER_FAULTS_DURATION="$duration" SLUICE_CLUSTER_FAULTS_DRAIN=20s \
+      go test -count=1 -timeout 15m -run '^TestClusterFaults$' -v ./test/clusterfaults/ 2>&1)
+    summary=$(grep -m1 -E 'ops: sends attempted' <<<"$out" | sed 's/^ *//' | cut -c1-400)
+    amqp=$(grep -m1 -E 'AMQP queue cf-amqp' <<<"$out" | sed 's/^ *//' | cut -c1-400)
+    if grep -q -- '--- FAIL' <<<"$out" && grep -q -E "$verdict" <<<"$summary"; then
+      echo "ok   $name mutant failed TestClusterFaults, as it must (run $attempt of at most $attempts):"
+      echo "       $summary"
+      echo "       $amqp"
+      grep -m1 -E 'cluster clock:' <<<"$out" | sed 's/^ */       /' | cut -c1-400
+      return 0
+    fi
+    if grep -q -E '^(ok|PASS)' <<<"$out"; then
+      echo "     $name run $attempt: the mutant passed (this schedule's timing did not show it)"
+      echo "       $summary"
+      continue
+    fi
+    echo "FAIL the $name mutant run failed without the verdict /$verdict/ (broken run?):"
+    tail -30 <<<"$out"
+    return 1
+  done
+  echo "FAIL $name mutant PASSED TestClusterFaults $attempts times: the harness cannot see it"
+  return 1
+}
+
+rc=0
+mutate ack-before-commit internal/cluster/raftstore/store.go \
+  $'func (p *pending) Wait() error {\n\terr := p.w.Wait()' \
+  $'func (p *pending) Wait() error {\n\tif p != nil {\n\t\treturn nil // MUTANT: acknowledged before commit\n\t}\n\terr := p.w.Wait()' &&
+  check ack-before-commit 'lost [1-9]' || rc=1
+mutate own-clock internal/cluster/timeline.go \
+  $'\treturn newTimeline(n.clk, adj)\n}' \
+  $'\treturn newTimeline(n.clk, 0) // MUTANT: a new leader on its own clock\n}' &&
+  check own-clock 'early [1-9]|undrained[^,]* [1-9]|dlq [1-9]' SLUICE_CLUSTER_FAULTS_KINDS=handover,kill-leader || rc=1
+exit $rc
