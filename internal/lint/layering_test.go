@@ -26,9 +26,10 @@ const mod = "github.com/sluicemq/sluice/"
 // protocols; the engine knows nothing of HTTP, AMQP or which store it runs
 // on; front-ends and operator surfaces reach the engine, never storage.
 var allowed = map[string][]string{
-	// cmd reaches the broker only through server; the other imports are
-	// its client-side subcommands.
-	"cmd/sluice": {"internal/auth/httpauth", "internal/auth/password", "internal/bench", "internal/buildinfo", "internal/cli", "internal/cluster", "internal/server"},
+	// cmd reaches the broker only through server (and cluster); the other
+	// imports are its client-side subcommands, and the clock a test
+	// build's cluster node may run on (faultclock.go).
+	"cmd/sluice": {"internal/auth/httpauth", "internal/auth/password", "internal/bench", "internal/buildinfo", "internal/cli", "internal/clock", "internal/cluster", "internal/server"},
 
 	// Cluster mode: a Raft member that runs server on the replicated
 	// store while it leads and forwards clients to the leader; above
