@@ -360,6 +360,17 @@ func (c *testCluster) kill(i int) error {
 	return srv.Kill()
 }
 
+// killAll SIGKILLs the nodes of set, one after the other (each is gone
+// in a few milliseconds), and returns the first error.
+func (c *testCluster) killAll(set []int) error {
+	for _, j := range set {
+		if err := c.kill(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // stop stops node i gracefully (SIGTERM; a leader hands its leadership
 // over first) and marks it down; a node that does not exit within 15 s is
 // killed and the error returned.

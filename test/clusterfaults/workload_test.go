@@ -98,9 +98,18 @@ func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
 	return int(term), true
 }
 
+// clockSlack is how far a SentTimestamp may be from the time its message
+// was sent (faults.Checker.ClockSlack): far below the skewed node's 20 s.
+const clockSlack = 2 * time.Second
+
 func newWorkload(c *testCluster, run string, fifo bool) *workload {
 	w := &workload{c: c}
 	w.FIFO, w.Run, w.Ck = fifo, run, faults.NewChecker(fifo, faults.MaxReceiveCount)
+	// The cluster's clock is the median of the voters' (all on this
+	// machine's clock but one skewed node): every SentTimestamp must be
+	// the true send time, give or take the slew and the harness's own
+	// scheduling.
+	w.Ck.ClockSlack = clockSlack
 	w.Main, w.DLQ, w.Backlog = "cf", "cf-dlq", maxBacklog
 	if fifo {
 		w.Main, w.DLQ, w.Backlog = "cf.fifo", "cf-dlq.fifo", maxBacklogFIFO

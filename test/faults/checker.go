@@ -49,6 +49,10 @@ type Receipt struct {
 	// the first crash, then one more after each crash (kill -9, power
 	// loss). Receives may be forgotten across a crash, never within one.
 	Epoch int
+	// Sent is the message's SentTimestamp as the broker reported it (zero:
+	// not asked for). With Checker.ClockSlack it must lie within the
+	// message's send attempts, give or take the slack.
+	Sent time.Time
 }
 
 // Lease names one delivery of a message: its receive count and the broker
@@ -112,6 +116,13 @@ type Checker struct {
 	Slack time.Duration
 	// FIFO: check first deliveries against send order per group.
 	FIFO bool
+	// ClockSlack, when positive, checks every delivery's SentTimestamp
+	// (Receipt.Sent) against the time the message was sent, as this
+	// process saw it: a broker stamping messages on a clock more than
+	// ClockSlack off the true time is a violation (clock). Only for a
+	// broker whose clock should be the true one (a cluster whose
+	// majority of clocks is right).
+	ClockSlack time.Duration
 
 	mu         sync.Mutex
 	msgs       map[string]*message
@@ -469,18 +480,19 @@ type Report struct {
 	Order       []string // FIFO first deliveries out of send order within a group
 	Early       []string // delivered before its delay or a live lease ended
 	DLQ         []string // DLQ invariant broken (receive count, poison never dead-lettered)
+	Clock       []string // SentTimestamp off the true send time (Checker.ClockSlack)
 }
 
 // Violations is the number of entries in every list that must be empty.
 func (r Report) Violations() int {
-	return len(r.Lost) + len(r.Unexpected) + len(r.Corrupt) + len(r.Resurrected) + len(r.Order) + len(r.Early) + len(r.DLQ)
+	return len(r.Lost) + len(r.Unexpected) + len(r.Corrupt) + len(r.Resurrected) + len(r.Order) + len(r.Early) + len(r.DLQ) + len(r.Clock)
 }
 
 // String is a one-line summary for t.Logf.
 func (r Report) String() string {
-	return fmt.Sprintf("ops: sends attempted %d, acked %d; deliveries %d (distinct %d, duplicates %d); dead-lettered %d (%d not poison); faults %d | %s %d, unexpected %d, corrupt %d, resurrected %d, order %d, early %d, dlq %d",
+	return fmt.Sprintf("ops: sends attempted %d, acked %d; deliveries %d (distinct %d, duplicates %d); dead-lettered %d (%d not poison); faults %d | %s %d, unexpected %d, corrupt %d, resurrected %d, order %d, early %d, dlq %d, clock %d",
 		r.Attempted, r.Acked, r.Deliveries, r.Delivered, r.Duplicates, r.DeadLettered, r.DeadLetteredHealthy, r.Faults,
-		r.lostLabel(), len(r.Lost), len(r.Unexpected), len(r.Corrupt), len(r.Resurrected), len(r.Order), len(r.Early), len(r.DLQ))
+		r.lostLabel(), len(r.Lost), len(r.Unexpected), len(r.Corrupt), len(r.Resurrected), len(r.Order), len(r.Early), len(r.DLQ), len(r.Clock))
 }
 
 // lostLabel names the Lost list: "lost", or "lost or undrained" when the
@@ -499,7 +511,7 @@ func (r Report) Details(n int) string {
 		name string
 		v    []string
 	}{{r.lostLabel(), r.Lost}, {"unexpected", r.Unexpected}, {"corrupt", r.Corrupt}, {"resurrected", r.Resurrected},
-		{"order", r.Order}, {"early", r.Early}, {"dlq", r.DLQ}} {
+		{"order", r.Order}, {"early", r.Early}, {"dlq", r.DLQ}, {"clock", r.Clock}} {
 		if len(l.v) == 0 {
 			continue
 		}
@@ -589,6 +601,10 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 		if del, ok := m.certainDelete(d.MessageID, d.Begin); ok && (c.FIFO || !m.retried) {
 			r.Resurrected = append(r.Resurrected, fmt.Sprintf("%s: receive begun %s (epoch %d, count %d), delete acknowledged %s; deliveries %s",
 				m.ID, d.Begin.Format(time.StampMicro), d.Epoch, d.Count, del.Format(time.StampMicro), describeDeliveries(m.dels)))
+		}
+		if c.ClockSlack > 0 && !d.Sent.IsZero() && (d.Sent.Before(m.attemptAt.Add(-c.ClockSlack)) || d.Sent.After(d.End.Add(c.ClockSlack))) {
+			r.Clock = append(r.Clock, fmt.Sprintf("%s: SentTimestamp %s, sent from %s, received by %s",
+				m.ID, d.Sent.Format(time.StampMilli), m.attemptAt.Format(time.StampMilli), d.End.Format(time.StampMilli)))
 		}
 		if m.Delay > 0 && d.End.Before(m.attemptAt.Add(m.Delay-c.Slack)) {
 			r.Early = append(r.Early, fmt.Sprintf("%s: delivered %v after its send began, delay %v",

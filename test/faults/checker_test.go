@@ -60,7 +60,7 @@ func poison(s *Send)                      { s.Poison = true }
 func expect(t *testing.T, r Report, want map[string]int) {
 	t.Helper()
 	got := map[string]int{"lost": len(r.Lost), "unexpected": len(r.Unexpected), "corrupt": len(r.Corrupt),
-		"resurrected": len(r.Resurrected), "order": len(r.Order), "early": len(r.Early), "dlq": len(r.DLQ)}
+		"resurrected": len(r.Resurrected), "order": len(r.Order), "early": len(r.Early), "dlq": len(r.DLQ), "clock": len(r.Clock)}
 	for k, n := range got {
 		if n != want[k] {
 			t.Errorf("%s: %d entries, want %d\n%s", k, n, want[k], r.Details(5))
@@ -218,6 +218,33 @@ func TestCheckerFlagsEarlyDelayed(t *testing.T) {
 	h.recv("b", 1995, 1, false) // returns at 2005 ms: on time
 	h.del("b", 2020, 1)
 	expect(t, h.c.Report(), map[string]int{"early": 1})
+}
+
+// TestCheckerFlagsClock: with ClockSlack, a SentTimestamp more than the
+// slack after the receive returned, or before the send began, is a clock
+// violation; one within the send window is not; without ClockSlack
+// nothing is checked.
+func TestCheckerFlagsClock(t *testing.T) {
+	for _, slack := range []time.Duration{0, 2 * time.Second} {
+		h := newHist(false)
+		h.c.ClockSlack = slack
+		recv := func(id string, sent time.Time) {
+			h.send(id, 0)
+			h.c.Received(Receipt{ID: id, Body: "body " + id, MessageID: "mid-" + id,
+				Begin: at(10), End: at(20), Count: 1, Visibility: vis, Sent: sent})
+			h.del(id, 30, 1)
+		}
+		recv("on time", at(3))
+		recv("late by the slack", at(1900))
+		recv("not asked", time.Time{})
+		recv("20 s ahead", at(20_000))
+		recv("20 s behind", at(-20_000))
+		want := map[string]int{"clock": 2}
+		if slack == 0 {
+			want = nil
+		}
+		expect(t, h.c.Report(), want)
+	}
 }
 
 func TestCheckerEarlyAllowances(t *testing.T) {

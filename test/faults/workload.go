@@ -249,7 +249,7 @@ func (w *Workload[N]) consume(ctx context.Context, queue string, dlq bool, rng *
 			MaxNumberOfMessages:         10,
 			WaitTimeSeconds:             1,
 			VisibilityTimeout:           int32(LeaseTime / time.Second),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameSentTimestamp},
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -275,8 +275,12 @@ func (w *Workload[N]) consume(ctx context.Context, queue string, dlq bool, rng *
 			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 			epoch := w.Hooks.Epoch(t, out.ResultMetadata)
 			lease := Lease{Count: count, Epoch: epoch}
+			var sent time.Time
+			if ms, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64); err == nil {
+				sent = time.UnixMilli(ms)
+			}
 			w.Ck.Received(Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: queue, DLQ: dlq,
-				Begin: begin, End: end, Count: count, Visibility: LeaseTime, Epoch: epoch})
+				Begin: begin, End: end, Count: count, Visibility: LeaseTime, Epoch: epoch, Sent: sent})
 			switch {
 			case !dlq && poison && rng.IntN(2) == 0:
 				continue // let the lease run out
