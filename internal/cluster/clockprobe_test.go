@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -129,14 +130,6 @@ func rerun(t *testing.T, old *Node, opt func(*Options)) *Node {
 		n, err = New(o)
 		return err
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node %d, restarted: run: %v", o.Server.Cluster.NodeID, err)
-		}
-	})
+	runNode(t, n, fmt.Sprintf("node %d, restarted", o.Server.Cluster.NodeID))
 	return n
 }

@@ -42,16 +42,30 @@ func lonelyNode(t *testing.T, hold time.Duration, mods ...func(*server.Options))
 	if err != nil {
 		t.Fatal(err)
 	}
+	runNode(t, n, "node 1")
+	return n
+}
+
+// runNode runs n until the returned stop is called or the test ends, and
+// reports Run's error (named by who) at the end of the test. stop ends Run
+// and returns its error; it may be called more than once.
+func runNode(t *testing.T, n *Node, who string) (stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
+		if err := stop(); err != nil {
+			t.Errorf("%s: run: %v", who, err)
 		}
 	})
-	return n
+	return stop
 }
 
 // TestNoLeaderHoldsThenRefuses: without a leader, a request waits for one
@@ -278,20 +292,7 @@ func startThreeWith(t *testing.T, edit func(*server.Options), opt func(i int, o 
 		if prepare != nil {
 			prepare(n)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- n.Run(ctx) }()
-		var once sync.Once
-		var runErr error
-		stops[i] = func() error {
-			once.Do(func() { cancel(); runErr = <-done })
-			return runErr
-		}
-		t.Cleanup(func() {
-			if err := stops[i](); err != nil {
-				t.Errorf("node %d: run: %v", i+1, err)
-			}
-		})
+		stops[i] = runNode(t, n, fmt.Sprintf("node %d", i+1))
 		nodes[i] = n
 	}
 	poll.CheckFor(t, 30*time.Second, routed(nodes[:ready]))

@@ -344,20 +344,28 @@ func (c *testCluster) startAll(ctx context.Context, set []int) error {
 	return first
 }
 
-// kill SIGKILLs node i (SIGCONT first if paused) and marks it down.
-func (c *testCluster) kill(i int) error {
+// down marks node i down and returns its process, resumed if it was
+// paused (nil when it was already down), for the caller to end.
+func (c *testCluster) down(i int) *crash.Server {
 	m := c.nodes[i]
 	m.mu.Lock()
 	srv, paused := m.srv, m.paused
 	m.srv, m.client, m.amqp, m.urls, m.paused = nil, nil, "", nil, false
 	m.mu.Unlock()
-	if srv == nil {
-		return nil
+	if srv != nil && paused {
+		// A stopped process cannot handle SIGTERM (SIGKILL works on it
+		// anyway).
+		_ = syscall.Kill(srv.PID, syscall.SIGCONT)
 	}
-	if paused {
-		_ = syscall.Kill(srv.PID, syscall.SIGCONT) // SIGKILL works on a stopped process too; this is tidiness
+	return srv
+}
+
+// kill SIGKILLs node i and marks it down.
+func (c *testCluster) kill(i int) error {
+	if srv := c.down(i); srv != nil {
+		return srv.Kill()
 	}
-	return srv.Kill()
+	return nil
 }
 
 // killAll SIGKILLs the nodes of set, one after the other (each is gone
@@ -375,18 +383,10 @@ func (c *testCluster) killAll(set []int) error {
 // over first) and marks it down; a node that does not exit within 15 s is
 // killed and the error returned.
 func (c *testCluster) stop(i int) error {
-	m := c.nodes[i]
-	m.mu.Lock()
-	srv, paused := m.srv, m.paused
-	m.srv, m.client, m.amqp, m.urls, m.paused = nil, nil, "", nil, false
-	m.mu.Unlock()
-	if srv == nil {
-		return nil
+	if srv := c.down(i); srv != nil {
+		return srv.Stop(15 * time.Second)
 	}
-	if paused {
-		_ = syscall.Kill(srv.PID, syscall.SIGCONT) // a stopped process cannot handle SIGTERM
-	}
-	return srv.Stop(15 * time.Second)
+	return nil
 }
 
 // skewed is the index of the node whose clock is offset, or -1.
