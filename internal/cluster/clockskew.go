@@ -76,23 +76,32 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	rtt := got.Sub(sent) // monotonic
 	mid := sent.UnixNano() + int64(rtt/2)
 	c := clockOffset{measured: true, leader: leader, offset: time.Duration(mid - theirs), uncertainty: rtt / 2, at: got}
-	skewed := c.offset.Abs()-c.uncertainty > clockSkewWarn
-
 	n.mu.Lock()
-	switch {
-	case skewed && !n.clockWarned:
-		n.clockWarned = true
-		n.log.Warn("this node's clock disagrees with the cluster's (the leader's engine clock): fix its time sync (NTP); the leader steers the cluster's clock toward the median of the voters' clocks at 1 %, so if most clocks agree with this one the offset shrinks by itself",
-			"leader", leader, "offset", c.offset.Round(time.Millisecond), "uncertainty", c.uncertainty.Round(time.Microsecond))
-	case !skewed && n.clockWarned && c.offset.Abs()+c.uncertainty < clockSkewWarn/2:
-		n.clockWarned = false
-		n.log.Info("this node's clock agrees with the cluster's again", "leader", leader, "offset", c.offset.Round(time.Millisecond))
-	}
+	n.clockWarningLocked(c.offset, c.uncertainty,
+		"this node's clock disagrees with the cluster's (the leader's engine clock): fix its time sync (NTP); the leader steers the cluster's clock toward the median of the voters' clocks at 1 %, so if most clocks agree with this one the offset shrinks by itself",
+		"leader", leader, "uncertainty", c.uncertainty.Round(time.Microsecond))
 	n.clock = c
 	if c.uncertainty <= offsetMaxUncertainty {
 		n.clockGood = c
 	}
 	n.mu.Unlock()
+}
+
+// clockWarningLocked, with n.mu held, logs warn (with attrs and the
+// offset) when this node's clock is certainly more than clockSkewWarn off
+// the cluster's (|offset| − uncertainty), once per episode, and that it
+// agrees again once it is certainly within half of that. Followers call
+// it at each measurement (noteClock), a leader at each retarget of the
+// cluster's clock (timeline.go).
+func (n *Node) clockWarningLocked(offset, uncertainty time.Duration, warn string, attrs ...any) {
+	switch {
+	case offset.Abs()-uncertainty > clockSkewWarn && !n.clockWarned:
+		n.clockWarned = true
+		n.log.Warn(warn, append(attrs, "offset", offset.Round(time.Millisecond))...)
+	case offset.Abs()+uncertainty < clockSkewWarn/2 && n.clockWarned:
+		n.clockWarned = false
+		n.log.Info("this node's clock agrees with the cluster's again", "offset", offset.Round(time.Millisecond))
+	}
 }
 
 // clockOffsetMs is this node's clock offset from the cluster's in

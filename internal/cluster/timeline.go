@@ -236,14 +236,7 @@ func (n *Node) retargetClockLocked(st raftstore.Status, now time.Time) {
 	}
 	tl.retarget(target)
 	// The leader's own clock is −target off the cluster's: it warns as a
-	// follower would (noteClock), once per episode.
-	switch {
-	case target.Abs() > clockSkewWarn && !n.clockWarned:
-		n.clockWarned = true
-		n.log.Warn("this node's clock disagrees with the median of the voters' clocks, which the cluster's clock follows while this node leads: fix its time sync (NTP)",
-			"offset", (-target).Round(time.Millisecond))
-	case target.Abs() < clockSkewWarn/2 && n.clockWarned:
-		n.clockWarned = false
-		n.log.Info("this node's clock agrees with the cluster's again", "offset", (-target).Round(time.Millisecond))
-	}
+	// follower would.
+	n.clockWarningLocked(-target, 0,
+		"this node's clock disagrees with the median of the voters' clocks, which the cluster's clock follows while this node leads: fix its time sync (NTP)")
 }
