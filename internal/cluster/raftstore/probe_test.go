@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/raft/v3/raftpb"
+
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
@@ -79,4 +81,25 @@ func TestProbe(t *testing.T) {
 		t.Error("a partitioned node's probe was answered")
 	}
 	c.nodes[2].tr.setBlocked(false)
+}
+
+// TestProbeIgnoredByRaft: a node of an older release hands a probe to its
+// Raft loop like any message, and Raft drops it (RawNode.Step refuses a
+// message type it only makes locally), so the probe goes unanswered and
+// the group is undisturbed: fed straight into the loop of the leader and
+// of a follower, it changes no term or leader, and writes still commit.
+func TestProbeIgnoredByRaft(t *testing.T) {
+	c := newCluster(t, 3)
+	l := c.leader(-1)
+	term := c.nodes[l].Status().Term
+	for i, nd := range c.nodes {
+		from := uint64((i+1)%3 + 1)
+		nd.recvc <- &pb.Message{Type: pb.MessageType_MsgUnreachable.Enum(), From: new(from), To: new(nd.cfg.ID), Context: []byte(probeContext)}
+	}
+	if err := writeKV(c.nodes[l].Store(), "after", "probe"); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.nodes[l].Status(); st.Term != term || st.Leader != uint64(l+1) {
+		t.Errorf("after probes fed to Raft: leader %d in term %d, want %d in term %d", st.Leader, st.Term, l+1, term)
+	}
 }
