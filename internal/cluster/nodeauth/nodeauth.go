@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -76,6 +77,17 @@ const (
 	SurfaceHTTP = "http"
 	SurfaceAMQP = "amqp"
 )
+
+// RaftSurface is the surface of shard k's Raft group: SurfaceRaft for
+// shard 0, so a one-shard cluster's handshake is the same bytes as before
+// shards existed, and "raft/<k>" for the others. A connection's
+// handshake thus binds it to one group: a frame cannot reach another.
+func RaftSurface(shard int) string {
+	if shard == 0 {
+		return SurfaceRaft
+	}
+	return SurfaceRaft + "/" + strconv.Itoa(shard)
+}
 
 // ErrAuth is returned when the other side's MAC is wrong: it does not hold
 // this node's secret (or a node expected by id is another).
@@ -181,8 +193,21 @@ func DecodeProof(b []byte) (Proof, error) {
 // dialer's authenticated node id. It reads exactly ProofSize bytes; the
 // caller bounds it in time (AcceptConn does).
 func Accept(rw io.ReadWriter, keys Keys, surface string, self uint64) (uint64, error) {
+	id, _, err := AcceptAny(rw, keys, []string{surface}, self)
+	return id, err
+}
+
+// AcceptAny is Accept for a listener that serves several surfaces on one
+// port (the Raft groups of a node's shards, RaftSurface): the dialer's
+// proof names one of surfaces, and AcceptAny returns which (its index)
+// with the dialer's node id. Every surface and key is tried, so the time
+// taken tells neither.
+func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id uint64, surface int, err error) {
 	if len(keys) == 0 {
 		keys = Keys{nil}
+	}
+	if len(surfaces) == 0 {
+		return 0, 0, errors.New("nodeauth: no surface to accept")
 	}
 	hello := make([]byte, 0, HelloSize)
 	hello = append(hello, magic...)
@@ -192,32 +217,34 @@ func Accept(rw io.ReadWriter, keys Keys, surface string, self uint64) (uint64, e
 	_, _ = rand.Read(nL[:]) // crypto/rand.Read never fails (it panics first)
 	hello = append(hello, nL[:]...)
 	if _, err := rw.Write(hello); err != nil {
-		return 0, fmt.Errorf("nodeauth: sending the hello: %w", err)
+		return 0, 0, fmt.Errorf("nodeauth: sending the hello: %w", err)
 	}
 	var buf [ProofSize]byte
 	if _, err := io.ReadFull(rw, buf[:]); err != nil {
-		return 0, fmt.Errorf("nodeauth: reading the proof: %w", err)
+		return 0, 0, fmt.Errorf("nodeauth: reading the proof: %w", err)
 	}
 	p, err := DecodeProof(buf[:])
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var key Key
 	ok := false
-	for _, k := range keys {
-		// Every key is tried, so the time taken does not tell which one
-		// matched.
-		if hmac.Equal(p.MAC[:], k.mac(dialerLabel, surface, self, nL[:], p.Dialer, p.Nonce[:])) && !ok {
-			key, ok = k, true
+	for i, sf := range surfaces {
+		for _, k := range keys {
+			// Every pair is tried, so the time taken does not tell which
+			// one matched.
+			if hmac.Equal(p.MAC[:], k.mac(dialerLabel, sf, self, nL[:], p.Dialer, p.Nonce[:])) && !ok {
+				key, surface, ok = k, i, true
+			}
 		}
 	}
 	if !ok {
-		return 0, fmt.Errorf("%w: node %d", ErrAuth, p.Dialer)
+		return 0, 0, fmt.Errorf("%w: node %d", ErrAuth, p.Dialer)
 	}
-	if _, err := rw.Write(key.mac(listenerLabel, surface, self, nL[:], p.Dialer, p.Nonce[:])); err != nil {
-		return 0, fmt.Errorf("nodeauth: sending the ack: %w", err)
+	if _, err := rw.Write(key.mac(listenerLabel, surfaces[surface], self, nL[:], p.Dialer, p.Nonce[:])); err != nil {
+		return 0, 0, fmt.Errorf("nodeauth: sending the ack: %w", err)
 	}
-	return p.Dialer, nil
+	return p.Dialer, surface, nil
 }
 
 // Dial runs the dialer's side of the handshake on rw for surface, as node
@@ -275,6 +302,19 @@ func AcceptConn(c net.Conn, keys Keys, surface string, self uint64) (uint64, err
 		return 0, err
 	}
 	return id, c.SetDeadline(time.Time{})
+}
+
+// AcceptConnAny is AcceptAny on c within Timeout; c's deadline is
+// cleared after.
+func AcceptConnAny(c net.Conn, keys Keys, surfaces []string, self uint64) (uint64, int, error) {
+	if err := c.SetDeadline(time.Now().Add(Timeout)); err != nil {
+		return 0, 0, err
+	}
+	id, i, err := AcceptAny(c, keys, surfaces, self)
+	if err != nil {
+		return 0, 0, err
+	}
+	return id, i, c.SetDeadline(time.Time{})
 }
 
 // DialConn is Dial on c within Timeout; c's deadline is cleared after.

@@ -287,3 +287,40 @@ func TestRotationKeys(t *testing.T) {
 		t.Fatalf("With(key, nil) = %d keys", len(ks))
 	}
 }
+
+// TestAcceptAnySurface: one listener serving several shards' Raft groups
+// learns from the proof which group a connection is for, refuses a group
+// it does not serve, and shard 0 keeps the surface of a one-group node.
+func TestAcceptAnySurface(t *testing.T) {
+	if RaftSurface(0) != SurfaceRaft || RaftSurface(2) != "raft/2" {
+		t.Fatalf("RaftSurface(0) = %q, RaftSurface(2) = %q", RaftSurface(0), RaftSurface(2))
+	}
+	served := []string{RaftSurface(0), RaftSurface(1), RaftSurface(2)}
+	for _, c := range []struct {
+		dial string
+		want int // -1: refused
+	}{{RaftSurface(0), 0}, {RaftSurface(2), 2}, {RaftSurface(3), -1}, {SurfaceHTTP, -1}} {
+		a, b := net.Pipe()
+		var (
+			id, got int
+			aerr    error
+			done    = make(chan struct{})
+		)
+		go func() {
+			defer close(done)
+			var uid uint64
+			uid, got, aerr = AcceptAny(a, Keys{other, key}, served, 1)
+			id = int(uid)
+			_ = a.Close()
+		}()
+		_, derr := Dial(b, key, c.dial, 2, 1)
+		_ = b.Close()
+		<-done
+		switch {
+		case c.want < 0 && (!errors.Is(aerr, ErrAuth) || derr == nil):
+			t.Errorf("dial %q: accept %v, dial %v; want both refused", c.dial, aerr, derr)
+		case c.want >= 0 && (aerr != nil || derr != nil || got != c.want || id != 2):
+			t.Errorf("dial %q: accept node %d surface %d %v, dial %v; want node 2 surface %d", c.dial, id, got, aerr, derr, c.want)
+		}
+	}
+}

@@ -86,10 +86,14 @@ type Peer struct {
 
 // Config configures a node.
 type Config struct {
-	ID           uint64
-	Peers        []Peer        // every member, including this node
-	Dir          string        // this node's directory: raft log + state store live under it
-	Listener     net.Listener  // Raft traffic listener (the caller binds it, port 0 in tests)
+	ID       uint64
+	Peers    []Peer       // every member, including this node
+	Dir      string       // this node's directory: raft log + state store live under it
+	Listener net.Listener // Raft traffic listener (the caller binds it, port 0 in tests)
+	// Shard is the shard whose Raft group this node is a member of: its
+	// connections' handshakes name it (nodeauth.RaftSurface). 0 for a
+	// one-group node; OpenShards sets it for each of its groups.
+	Shard        int
 	TickInterval time.Duration // default 100 ms; ElectionTicks default 10, HeartbeatTicks 1
 	Logger       *slog.Logger
 	// Secret is the cluster secret every connection between nodes proves
@@ -474,7 +478,7 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
+	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, nodeauth.RaftSurface(n.cfg.Shard), n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()

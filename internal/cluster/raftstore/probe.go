@@ -96,7 +96,7 @@ func (t *transport) probe(ctx context.Context, addr string, id uint64, frame []b
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl) // a failure shows as the next read's or write's
 	}
-	if _, err := nodeauth.DialConn(c, t.keys[0], nodeauth.SurfaceRaft, t.id, id); err != nil {
+	if _, err := nodeauth.DialConn(c, t.keys[0], t.surface, t.id, id); err != nil {
 		if errors.Is(err, nodeauth.ErrAuth) {
 			t.authFailed(addr, err)
 		}

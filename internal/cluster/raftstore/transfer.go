@@ -107,3 +107,17 @@ func bestVoters(self uint64, match map[uint64]uint64, voters []uint64) []uint64 
 	slices.Sort(best)
 	return best
 }
+
+// requestTransfer asks the group's leader to hand its leadership to the
+// voter to, without waiting for it: on the leader Raft starts the
+// transfer, on a follower Raft forwards the request to the leader it
+// knows (and drops it while it knows none). Raft ignores a request for a
+// learner or for the leader itself, and abandons a transfer the target
+// does not complete within an election timeout.
+func (n *Node) requestTransfer(to uint64) {
+	select {
+	case n.transferc <- to:
+	case <-n.donec:
+	case <-n.stopc:
+	}
+}

@@ -20,7 +20,8 @@ import (
 
 // Wire format between nodes. Every connection, message connections and
 // snapshot streams alike, opens with the node handshake (package
-// nodeauth, surface "raft"): the listener sends a hello with a nonce, the
+// nodeauth, surface "raft"; "raft/<k>" for shard k > 0 of a node with
+// shards, whose listener mux.go shares among its groups): the listener sends a hello with a nonce, the
 // dialer proves it holds the cluster secret and names its node id, and
 // the listener proves the same back; a connection whose handshake fails
 // (or does not finish within nodeauth.Timeout) is closed before any frame
@@ -109,9 +110,12 @@ func readFrame(r io.Reader, buf []byte) (*pb.Message, []byte, error) {
 
 // transport moves Raft messages between nodes.
 type transport struct {
-	id  uint64
-	ln  net.Listener
-	log *slog.Logger
+	id uint64
+	ln net.Listener
+	// surface is the handshake's surface: the Raft group of one shard
+	// (nodeauth.RaftSurface; "raft" for shard 0 and a one-group node).
+	surface string
+	log     *slog.Logger
 	// recv hands a received message to the loop; a non-nil result is
 	// written back on the message's connection (the acknowledgement that
 	// ends a stream).
@@ -148,13 +152,13 @@ type peerConn struct {
 	stop chan struct{} // closed when the peer is removed
 }
 
-func newTransport(id uint64, ln net.Listener, peers []Peer, log *slog.Logger, keys nodeauth.Keys, onAuth func(),
+func newTransport(id uint64, ln net.Listener, surface string, peers []Peer, log *slog.Logger, keys nodeauth.Keys, onAuth func(),
 	recv func(*pb.Message) []byte, unreachable func(uint64)) *transport {
 	if len(keys) == 0 {
 		keys = nodeauth.Keys{nil}
 	}
 	t := &transport{
-		id: id, ln: ln, log: log, recv: recv, unrch: unreachable, keys: keys, onAuth: onAuth,
+		id: id, ln: ln, surface: surface, log: log, recv: recv, unrch: unreachable, keys: keys, onAuth: onAuth,
 		peers: map[uint64]*peerConn{},
 		conns: map[net.Conn]struct{}{},
 		stop:  make(chan struct{}),
@@ -427,7 +431,7 @@ func (t *transport) dial(addr string, id uint64) (net.Conn, error) {
 	}
 	t.conns[c] = struct{}{}
 	t.mu.Unlock()
-	if _, err := nodeauth.DialConn(c, t.keys[0], nodeauth.SurfaceRaft, t.id, id); err != nil {
+	if _, err := nodeauth.DialConn(c, t.keys[0], t.surface, t.id, id); err != nil {
 		t.forget(c)
 		if errors.Is(err, nodeauth.ErrAuth) {
 			t.authFailed(addr, err)
@@ -498,7 +502,13 @@ func (t *transport) accept() {
 func (t *transport) read(c net.Conn) {
 	defer t.wg.Done()
 	defer t.forget(c)
-	from, err := nodeauth.AcceptConn(c, t.keys, nodeauth.SurfaceRaft, t.id)
+	var from uint64
+	var err error
+	if mc, ok := c.(*muxConn); ok {
+		from = mc.from // the mux ran the handshake (mux.go)
+	} else {
+		from, err = nodeauth.AcceptConn(c, t.keys, t.surface, t.id)
+	}
 	t.mu.Lock()
 	t.pending--
 	closed := t.closed
@@ -520,7 +530,10 @@ func (t *transport) read(c net.Conn) {
 			}
 			return
 		}
-		if m.GetFrom() != from {
+		// A follower forwards a request to transfer the leadership to its
+		// leader unchanged (etcd raft), so that message names the
+		// transfer's target, not its sender; any voter may ask.
+		if m.GetFrom() != from && m.GetType() != pb.MessageType_MsgTransferLeader {
 			t.authFailed(nodeauth.Host(c.RemoteAddr()), fmt.Errorf("node %d sent a message from node %d", from, m.GetFrom()))
 			return
 		}
