@@ -115,8 +115,11 @@ type Advertisement struct {
 type Node struct {
 	opts server.Options
 	log  *slog.Logger
-	raft *raftstore.Node
-	hold time.Duration
+	raft *raftstore.Node // shard 0 of shards
+	// shards are this node's Raft groups (one until ADR 0015's router);
+	// Close closes them and the Raft listener.
+	shards *raftstore.Shards
+	hold   time.Duration
 
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
@@ -251,15 +254,19 @@ func New(opts Options) (_ *Node, err error) {
 	build.Set(1)
 	var raftNode *raftstore.Node // the metrics read its status once it is open
 	n.metrics = newNodeMetrics(func() raftstore.Status { return raftNode.Status() }, build)
-	raftNode, err = raftstore.Open(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
+	// One shard: its group is the one Raft group of ADR 0012, on the
+	// listener's mux (raftstore/mux.go), in the data directory as before.
+	shards, err := raftstore.OpenShards(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
-		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc})
+		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
+		1, 0)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	n.raft = raftNode
+	raftNode = shards.Shard(0)
+	n.shards, n.raft = shards, raftNode
 	factor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_raft_replication_factor",
 		Help: "Voters this node keeps while it leads ([cluster] replication_factor); sluice_raft_voters below it means no caught-up learner could replace a lost voter."})
 	factor.Set(float64(o.Cluster.Factor()))
@@ -405,7 +412,7 @@ loop:
 		n.log.Warn("leadership not handed over before stopping; the others will elect a leader", "err", err)
 	}
 	tcancel()
-	if err := n.raft.Close(); err != nil {
+	if err := n.shards.Close(); err != nil {
 		n.log.Error("closing the Raft node", "err", err)
 		if runErr == nil {
 			runErr = err

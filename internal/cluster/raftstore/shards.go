@@ -75,7 +75,9 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 	for k := range count {
 		c := cfg
 		c.Shard, c.Dir, c.Listener = k, ShardDir(cfg.Dir, k), s.mux.listener(k)
-		c.Logger = log.With("shard", k)
+		if count > 1 {
+			c.Logger = log.With("shard", k)
+		}
 		n, err := Open(c)
 		if err != nil {
 			_ = s.closeNodes() // the open error is the one to report

@@ -49,11 +49,17 @@ type shardCluster struct {
 	count  int
 	nodes  []*Shards // nil while down
 	authNo atomic.Int64
+	tune   func(i int, cfg *Config) // nil: none
 }
 
 func newShardCluster(t *testing.T, n, count int) *shardCluster {
 	t.Helper()
-	c := &shardCluster{t: t, count: count, nodes: make([]*Shards, n)}
+	return newTunedShardCluster(t, n, count, nil)
+}
+
+func newTunedShardCluster(t *testing.T, n, count int, tune func(int, *Config)) *shardCluster {
+	t.Helper()
+	c := &shardCluster{t: t, count: count, nodes: make([]*Shards, n), tune: tune}
 	lns := make([]net.Listener, n)
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,11 +83,15 @@ func newShardCluster(t *testing.T, n, count int) *shardCluster {
 
 func (c *shardCluster) open(i int, ln net.Listener) {
 	c.t.Helper()
-	s, err := OpenShards(Config{
+	cfg := Config{
 		ID: uint64(i + 1), Peers: c.peers, Dir: c.dirs[i], Listener: ln,
 		TickInterval: testTick, Logger: quietLogger(), Secret: []byte("a cluster secret of 32 bytes...."),
 		OnAuthFailure: func() { c.authNo.Add(1) },
-	}, c.count, 100*time.Millisecond)
+	}
+	if c.tune != nil {
+		c.tune(i, &cfg)
+	}
+	s, err := OpenShards(cfg, c.count, 100*time.Millisecond)
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", i+1, err)
 	}
@@ -307,5 +317,36 @@ func TestShardsRefuseAnUnknownShard(t *testing.T) {
 	defer func() { _ = conn2.Close() }()
 	if _, err := nodeauth.DialConn(conn2, []byte("a cluster secret of 32 bytes...."), nodeauth.RaftSurface(1), 9, 1); err != nil {
 		t.Fatalf("handshake for shard 1: %v", err)
+	}
+}
+
+// TestShardsSnapshotReachesItsShard: a follower that missed more than a
+// shard's log keeps catches up by a snapshot streamed on a connection of
+// that shard, and ends with that shard's state, not another's.
+func TestShardsSnapshotReachesItsShard(t *testing.T) {
+	c := newTunedShardCluster(t, 3, 2, lowThresholds)
+	leaders := c.spreadOver([]uint64{1, 2, 3}, 20*time.Second)
+	// A node that leads neither shard falls behind.
+	fi := -1
+	for i := range 3 {
+		if !slices.Contains(leaders, uint64(i+1)) {
+			fi = i
+		}
+	}
+	c.stop(fi)
+	for k, l := range leaders {
+		writeMany(t, c.nodes[l-1].Shard(k).Store(), fmt.Sprint("s", k, "-"), 60)
+	}
+	c.restart(fi)
+	for k, l := range leaders {
+		poll.CheckFor(t, 20*time.Second, func() error {
+			if installed(c.nodes[fi].Shard(k)) == 0 {
+				return fmt.Errorf("shard %d: no snapshot installed yet", k)
+			}
+			return sameState(c.nodes[l-1].Shard(k), c.nodes[fi].Shard(k))
+		})
+		if err := stateHas(c.nodes[fi].Shard(k), fmt.Sprint("s", 1-k, "-", 59), value(59)); err == nil {
+			t.Fatalf("shard %d holds shard %d's writes", k, 1-k)
+		}
 	}
 }
