@@ -65,10 +65,14 @@ func Main(m *testing.M, prefix string, tags ...string) int {
 	return m.Run()
 }
 
-// Binary returns the path in SLUICE_BIN, failing t when Main has not set it.
+// Binary returns the path in SLUICE_BIN, failing t when Main has not set
+// it; in -short mode, where Main builds nothing, it skips t instead.
 func Binary(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv(EnvBinary)
+	if bin == "" && testing.Short() {
+		t.Skipf("-short: the server binary is not built (set %s to run this test)", EnvBinary)
+	}
 	if bin == "" {
 		t.Fatalf("%s not set: TestMain did not build the server", EnvBinary)
 	}
