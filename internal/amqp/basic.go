@@ -248,8 +248,12 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 		}
 		env := envelope{exchange: m.Exchange, keys: keys, props: raw}
 		msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers)}
-		if d, ok := parseExpiration(props.Expiration); ok && (props.Flags&wire.FlagExpiration != 0 || props.Expiration != "") {
-			msg.TTL, msg.TTLSet = d, true
+		if props.Flags&wire.FlagExpiration != 0 || props.Expiration != "" {
+			// Checked by publish; most messages carry none, and parsing
+			// the empty string would allocate an error per message.
+			if d, ok := parseExpiration(props.Expiration); ok {
+				msg.TTL, msg.TTLSet = d, true
+			}
 		}
 		for _, q := range targets {
 			sl := byQueue[q.engine]
