@@ -196,7 +196,10 @@ func (n *Node) leadershipClock(ctx context.Context) *timeline {
 		n.log.Info("leading on a clock a little off this node's, steering toward the median of the voters' clocks at 1 %",
 			"clock", from, "adjustment", adj.Round(time.Millisecond))
 	}
-	return newTimeline(n.clk, adj)
+	// On a Steady base: a step of this node's wall clock while it leads
+	// (an NTP step, a VM resumed) does not move the engine's clock; the
+	// voters' median goes on steering it at 1 %.
+	return newTimeline(clock.NewSteady(n.clk), adj)
 }
 
 // reportFresh: a follower's report older than this does not steer the
