@@ -47,3 +47,38 @@ func TestSteadyIgnoresWallSteps(t *testing.T) {
 		t.Fatal("timer reset with ResetAt did not fire")
 	}
 }
+
+// TestSlewedTurnsStepsIntoSlews: a Slewed clock reads its base while the
+// base does not step; when the base steps forward or back it does not
+// jump, never runs backward, and moves toward the base at its rate.
+func TestSlewedTurnsStepsIntoSlews(t *testing.T) {
+	base := &stepped{}
+	c := newSlewed(base, 0.5) // fast, so the test need not wait 1,000 s
+	if d := c.Now().Sub(base.Now()); d.Abs() > 10*time.Millisecond {
+		t.Fatalf("Slewed starts %v off its base", d)
+	}
+	for _, step := range []time.Duration{200 * time.Millisecond, -300 * time.Millisecond} {
+		before := c.Now()
+		base.by.Add(int64(step))
+		after := c.Now()
+		if d := after.Sub(before); d < 0 || d > 10*time.Millisecond {
+			t.Fatalf("a step of %v moved the clock by %v at once", step, d)
+		}
+		last := after
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			now := c.Now()
+			if now.Before(last) {
+				t.Fatalf("the clock ran backward by %v while slewing %v", last.Sub(now), step)
+			}
+			last = now
+			if d := now.Sub(base.Now()); d.Abs() < 5*time.Millisecond {
+				break // caught up with the base
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still %v off the base 20 s after a step of %v", now.Sub(base.Now()), step)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}

@@ -82,7 +82,8 @@ type Server struct {
 
 // New validates opts, opens the store and the engine, builds the front-ends
 // and binds the listeners (so the addresses are known before Run). clk may
-// be nil. On error everything opened so far is closed.
+// be nil: the machine's clock with its steps slewed (clock.Slewed). On
+// error everything opened so far is closed.
 func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -91,7 +92,11 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	if clk == nil {
-		clk = clock.Real{}
+		// A step of the machine's clock (an NTP step, a resumed VM) would
+		// otherwise move every deadline at once: a forward step made
+		// in-flight messages visible early. Slewed turns it into 1 % of
+		// real time, toward the machine's clock.
+		clk = clock.NewSlewed(clock.Real{})
 	}
 	var tlsCfg *tls.Config
 	if opts.TLS.Cert != "" {
