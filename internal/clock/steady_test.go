@@ -14,9 +14,10 @@ func (c *stepped) Now() time.Time                 { return time.Now().Add(time.D
 func (c *stepped) NewTimer(d time.Duration) Timer { return Real{}.NewTimer(d) }
 func (c *stepped) NewTimerAt(t time.Time) Timer   { return Real{}.NewTimer(t.Sub(c.Now())) }
 
-// TestSteadyIgnoresWallSteps: a Steady clock starts on its base's time and
-// keeps the time elapsed when the base's wall clock steps, and its timers
-// fire by elapsed time, not by the stepped wall clock.
+// TestSteadyIgnoresWallSteps: a Steady clock starts on its base's time,
+// keeps the time elapsed when the base's wall clock steps by up to
+// MaxSlewStep, and its timers fire by elapsed time, not by the stepped wall
+// clock; a longer step it follows at once.
 func TestSteadyIgnoresWallSteps(t *testing.T) {
 	base := &stepped{}
 	base.by.Store(int64(5 * time.Second))
@@ -25,13 +26,13 @@ func TestSteadyIgnoresWallSteps(t *testing.T) {
 		t.Fatalf("Steady starts %v off its base", d)
 	}
 	before := s.Now()
-	base.by.Store(int64(-time.Hour)) // the wall clock steps an hour back
+	base.by.Add(int64(-50 * time.Second)) // the wall clock steps 50 s back
 	if d := s.Now().Sub(before); d < 0 || d > 50*time.Millisecond {
-		t.Fatalf("Steady moved %v when its base stepped an hour back", d)
+		t.Fatalf("Steady moved %v when its base stepped 50 s back", d)
 	}
 	deadline := s.Now().Add(30 * time.Millisecond)
 	tm := s.NewTimerAt(deadline)
-	base.by.Store(int64(time.Hour)) // and two hours forward
+	base.by.Add(int64(100 * time.Second)) // and 100 s forward: 50 s ahead
 	select {
 	case <-tm.C():
 		if now := s.Now(); now.Before(deadline) {
@@ -45,6 +46,11 @@ func TestSteadyIgnoresWallSteps(t *testing.T) {
 	case <-tm.C():
 	case <-time.After(5 * time.Second):
 		t.Fatal("timer reset with ResetAt did not fire")
+	}
+	// Two hours forward (a machine that slept): followed at once.
+	base.by.Add(int64(2 * time.Hour))
+	if d := s.Now().Sub(base.Now()); d.Abs() > 50*time.Millisecond {
+		t.Fatalf("Steady is %v off its base after a step of two hours", d)
 	}
 }
 
@@ -80,5 +86,10 @@ func TestSlewedTurnsStepsIntoSlews(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+	// A step longer than MaxSlewStep is followed at once.
+	base.by.Add(int64(3 * time.Hour))
+	if d := c.Now().Sub(base.Now()); d.Abs() > 10*time.Millisecond {
+		t.Fatalf("Slewed is %v off its base after a step of three hours", d)
 	}
 }
