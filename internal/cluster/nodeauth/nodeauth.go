@@ -15,8 +15,9 @@
 //	listener → dialer  ack    HMAC-SHA256(secret, "sluice-node-auth-v1 listener\x00" |
 //	                            surface | "\x00" | listener id | nL | dialer id | nD)
 //
-// The surface ("raft", "http", "amqp") binds a handshake to the listener
-// it was made for; the two directions use different labels, so neither
+// The surface ("raft", "http", "amqp"; "raft/<k>" for shard k > 0 of a
+// node hosting several Raft groups, RaftSurface) binds a handshake to the
+// listener, and the group, it was made for; the two directions use different labels, so neither
 // MAC can be reflected as the other. Nonces come from crypto/rand, so a
 // recorded handshake cannot be replayed. The listener checks the proof in
 // constant time and closes the connection without answering when it is
