@@ -16,10 +16,11 @@ const MaxPendingHandshakes = 64
 // goroutine per connection (at most MaxPendingHandshakes at once, each
 // within Timeout), so a slow or junk peer never holds up the others.
 type Listener struct {
-	inner   net.Listener
-	keys    Keys
-	surface string
-	self    uint64
+	inner    net.Listener
+	keys     Keys
+	surfaces []string
+	multi    bool // NewMultiListener: Accept returns *Conn
+	self     uint64
 	// onFail is called for every failed handshake (counting, logging),
 	// but not for a peer that closed before sending a byte (Silent).
 	onFail func(remote net.Addr, err error)
@@ -36,12 +37,32 @@ type Listener struct {
 
 // NewListener wraps inner; onFail may be nil. It starts accepting at once.
 func NewListener(inner net.Listener, keys Keys, surface string, self uint64, onFail func(net.Addr, error)) *Listener {
-	l := &Listener{inner: inner, keys: keys, surface: surface, self: self, onFail: onFail,
+	return newListener(inner, keys, []string{surface}, false, self, onFail)
+}
+
+// NewMultiListener is NewListener for a listener that serves several
+// surfaces on one port (the Raft groups of a node's shards, RaftSurface):
+// its Accept returns a *Conn, naming the authenticated peer and the
+// surface (an index into surfaces) its proof was made for.
+func NewMultiListener(inner net.Listener, keys Keys, surfaces []string, self uint64, onFail func(net.Addr, error)) *Listener {
+	return newListener(inner, keys, surfaces, true, self, onFail)
+}
+
+func newListener(inner net.Listener, keys Keys, surfaces []string, multi bool, self uint64, onFail func(net.Addr, error)) *Listener {
+	l := &Listener{inner: inner, keys: keys, surfaces: surfaces, multi: multi, self: self, onFail: onFail,
 		conns: make(chan net.Conn), pending: make(chan struct{}, MaxPendingHandshakes),
 		done: make(chan struct{}), open: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
 	go l.loop()
 	return l
+}
+
+// Conn is a connection a multi-surface Listener authenticated: Peer is the
+// dialer's node id, Surface the index of the surface its proof names.
+type Conn struct {
+	net.Conn
+	Peer    uint64
+	Surface int
 }
 
 func (l *Listener) fail(c net.Conn, err error) {
@@ -88,7 +109,7 @@ func (l *Listener) loop() {
 
 func (l *Listener) handshake(c net.Conn) {
 	defer l.wg.Done()
-	_, err := AcceptConn(c, l.keys, l.surface, l.self)
+	peer, surface, err := AcceptConnAny(c, l.keys, l.surfaces, l.self)
 	<-l.pending
 	l.mu.Lock()
 	delete(l.open, c)
@@ -100,8 +121,12 @@ func (l *Listener) handshake(c net.Conn) {
 		}
 		return
 	}
+	out := c
+	if l.multi {
+		out = &Conn{Conn: c, Peer: peer, Surface: surface}
+	}
 	select {
-	case l.conns <- c:
+	case l.conns <- out:
 	case <-l.done:
 		_ = c.Close()
 	}

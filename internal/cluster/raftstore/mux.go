@@ -14,7 +14,7 @@ import (
 // as on a one-group node, but the dialer proves it for the surface of one
 // shard (nodeauth.RaftSurface: "raft" for shard 0, "raft/<k>" for the
 // others); the mux runs the listener's side for every shard at once
-// (nodeauth.AcceptAny), learns which group the connection is for, and
+// (nodeauth.NewMultiListener), learns which group the connection is for, and
 // hands it, authenticated, to that group's transport. The frames after
 // the handshake are a one-group connection's. A connection thus belongs
 // to one group for its life: a frame cannot reach another group, and
@@ -25,146 +25,86 @@ import (
 // mux is closed.
 var errMuxClosed = errors.New("raftstore: shard listener closed")
 
-// mux owns a node's Raft listener and dispatches the connections its
-// accepts to the shards' listeners.
+// mux owns a node's Raft listener: a nodeauth multi-surface Listener runs the
+// handshakes, and the mux hands each authenticated connection to its
+// shard's listener.
 type mux struct {
-	ln       net.Listener
-	id       uint64
-	keys     nodeauth.Keys
-	onAuth   func()
-	log      *slog.Logger
-	failLog  nodeauth.FailureLog
-	surfaces []string
-	shards   []*shardListener
-
-	mu      sync.Mutex
-	pending int                   // handshakes in progress
-	conns   map[net.Conn]struct{} // connections in their handshake
-	closed  bool
-	wg      sync.WaitGroup
+	ln      *nodeauth.Listener
+	onAuth  func()
+	log     *slog.Logger
+	failLog nodeauth.FailureLog
+	shards  []*shardListener
+	done    chan struct{}
 }
 
-// muxConn is a connection whose handshake the mux ran: from is the node
-// it authenticated. The transport skips its own handshake for one.
-type muxConn struct {
-	net.Conn
-	from uint64
-}
-
-// shardListener is the listener one shard's transport accepts from.
+// shardListener is the listener one shard's transport accepts from: its
+// connections are *nodeauth.Conn, authenticated for that shard.
 type shardListener struct {
 	m     *mux
-	conns chan *muxConn
+	conns chan *nodeauth.Conn
 	once  sync.Once
 	done  chan struct{}
 }
 
 // newMux serves shards groups on ln as node id. It starts accepting at
 // once; a connection for a shard whose listener is not being accepted
-// from waits (up to the handshake's timeout, then is closed).
+// from waits until it is (or the shard listener closes).
 func newMux(ln net.Listener, id uint64, shards int, keys nodeauth.Keys, onAuth func(), log *slog.Logger) *mux {
-	if len(keys) == 0 {
-		keys = nodeauth.Keys{nil}
-	}
-	m := &mux{ln: ln, id: id, keys: keys, onAuth: onAuth, log: log, conns: map[net.Conn]struct{}{}}
+	m := &mux{onAuth: onAuth, log: log, done: make(chan struct{})}
+	surfaces := make([]string, shards)
 	for k := range shards {
-		m.surfaces = append(m.surfaces, nodeauth.RaftSurface(k))
-		m.shards = append(m.shards, &shardListener{m: m, conns: make(chan *muxConn), done: make(chan struct{})})
+		surfaces[k] = nodeauth.RaftSurface(k)
+		m.shards = append(m.shards, &shardListener{m: m, conns: make(chan *nodeauth.Conn), done: make(chan struct{})})
 	}
-	m.wg.Add(1)
-	go m.accept()
+	m.ln = nodeauth.NewMultiListener(ln, keys, surfaces, id, m.authFailed)
+	go m.dispatch()
 	return m
 }
 
 // listener is shard k's listener (Config.Listener of its Node).
 func (m *mux) listener(k int) net.Listener { return m.shards[k] }
 
-// accept runs the handshakes of incoming connections, bounded as a
-// one-group transport bounds them, until the mux closes.
-func (m *mux) accept() {
-	defer m.wg.Done()
+// dispatch hands every authenticated connection to its shard's listener
+// until the multi-listener closes.
+func (m *mux) dispatch() {
+	defer close(m.done)
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
-			m.mu.Lock()
-			closed := m.closed
-			m.mu.Unlock()
-			if !closed {
+			if !errors.Is(err, net.ErrClosed) {
 				m.log.Error("raftstore: raft listener failed", "err", err)
 			}
 			return
 		}
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
+		ac := c.(*nodeauth.Conn) // a multi-listener's
+		sl := m.shards[ac.Surface]
+		select {
+		case sl.conns <- ac:
+		case <-sl.done:
 			_ = c.Close()
-			return
 		}
-		if m.pending >= nodeauth.MaxPendingHandshakes {
-			m.mu.Unlock()
-			_ = c.Close()
-			m.authFailed(nodeauth.Host(c.RemoteAddr()), errors.New("too many handshakes in progress"))
-			continue
-		}
-		m.pending++
-		m.conns[c] = struct{}{}
-		m.mu.Unlock()
-		m.wg.Add(1)
-		go m.handshake(c)
 	}
 }
 
-// handshake authenticates c and hands it to its shard's listener.
-func (m *mux) handshake(c net.Conn) {
-	defer m.wg.Done()
-	from, k, err := nodeauth.AcceptConnAny(c, m.keys, m.surfaces, m.id)
-	m.mu.Lock()
-	m.pending--
-	delete(m.conns, c)
-	closed := m.closed
-	m.mu.Unlock()
-	if err != nil {
-		_ = c.Close()
-		if !closed && !nodeauth.Silent(err) {
-			m.authFailed(nodeauth.Host(c.RemoteAddr()), err)
-		}
-		return
-	}
-	sl := m.shards[k]
-	select {
-	case sl.conns <- &muxConn{Conn: c, from: from}:
-	case <-sl.done:
-		_ = c.Close()
-	}
-}
-
-func (m *mux) authFailed(remote string, err error) {
+// authFailed counts a failed handshake and logs it, at most once a
+// minute per address.
+func (m *mux) authFailed(remote net.Addr, err error) {
 	if m.onAuth != nil {
 		m.onAuth()
 	}
-	if m.failLog.Allow(remote) {
-		m.log.Warn("raftstore: refused a connection that failed the node handshake (logged once a minute per address)", "remote", remote, "err", err)
+	if host := nodeauth.Host(remote); m.failLog.Allow(host) {
+		m.log.Warn("raftstore: refused a connection that failed the node handshake (logged once a minute per address)", "remote", host, "err", err)
 	}
 }
 
-// close closes the listener, every shard listener and every connection
-// still in its handshake, and waits for the mux's goroutines.
+// close closes the listener (and the handshakes in progress) and every
+// shard listener, and waits for the dispatcher.
 func (m *mux) close() {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return
-	}
-	m.closed = true
-	for c := range m.conns {
-		_ = c.Close()
-	}
-	m.mu.Unlock()
-	_ = m.ln.Close()
 	for _, sl := range m.shards {
 		_ = sl.Close()
 	}
-	m.wg.Wait()
+	_ = m.ln.Close()
+	<-m.done
 }
 
 // Accept returns the next authenticated connection for this shard.

@@ -504,8 +504,8 @@ func (t *transport) read(c net.Conn) {
 	defer t.forget(c)
 	var from uint64
 	var err error
-	if mc, ok := c.(*muxConn); ok {
-		from = mc.from // the mux ran the handshake (mux.go)
+	if ac, ok := c.(*nodeauth.Conn); ok {
+		from = ac.Peer // the mux ran the handshake (mux.go)
 	} else {
 		from, err = nodeauth.AcceptConn(c, t.keys, t.surface, t.id)
 	}
