@@ -1,38 +1,29 @@
 package clock
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// stepped is the wall clock moved by an amount a test changes while it
-// runs: a wall clock that steps.
-type stepped struct{ by atomic.Int64 }
-
-func (c *stepped) Now() time.Time                 { return time.Now().Add(time.Duration(c.by.Load())).Round(0) }
-func (c *stepped) NewTimer(d time.Duration) Timer { return Real{}.NewTimer(d) }
-func (c *stepped) NewTimerAt(t time.Time) Timer   { return Real{}.NewTimer(t.Sub(c.Now())) }
 
 // TestSteadyIgnoresWallSteps: a Steady clock starts on its base's time,
 // keeps the time elapsed when the base's wall clock steps by up to
 // MaxSlewStep, and its timers fire by elapsed time, not by the stepped wall
 // clock; a longer step it follows at once.
 func TestSteadyIgnoresWallSteps(t *testing.T) {
-	base := &stepped{}
-	base.by.Store(int64(5 * time.Second))
+	base := &Stepping{}
+	base.Step(5 * time.Second)
 	s := NewSteady(base)
 	if d := s.Now().Sub(base.Now()); d.Abs() > 50*time.Millisecond {
 		t.Fatalf("Steady starts %v off its base", d)
 	}
 	before := s.Now()
-	base.by.Add(int64(-50 * time.Second)) // the wall clock steps 50 s back
+	base.Step(-50 * time.Second) // the wall clock steps 50 s back
 	if d := s.Now().Sub(before); d < 0 || d > 50*time.Millisecond {
 		t.Fatalf("Steady moved %v when its base stepped 50 s back", d)
 	}
 	deadline := s.Now().Add(30 * time.Millisecond)
 	tm := s.NewTimerAt(deadline)
-	base.by.Add(int64(100 * time.Second)) // and 100 s forward: 50 s ahead
+	base.Step(100 * time.Second) // and 100 s forward: 50 s ahead
 	select {
 	case <-tm.C():
 		if now := s.Now(); now.Before(deadline) {
@@ -48,7 +39,7 @@ func TestSteadyIgnoresWallSteps(t *testing.T) {
 		t.Fatal("timer reset with ResetAt did not fire")
 	}
 	// Two hours forward (a machine that slept): followed at once.
-	base.by.Add(int64(2 * time.Hour))
+	base.Step(2 * time.Hour)
 	if d := s.Now().Sub(base.Now()); d.Abs() > 50*time.Millisecond {
 		t.Fatalf("Steady is %v off its base after a step of two hours", d)
 	}
@@ -58,14 +49,14 @@ func TestSteadyIgnoresWallSteps(t *testing.T) {
 // base does not step; when the base steps forward or back it does not
 // jump, never runs backward, and moves toward the base at its rate.
 func TestSlewedTurnsStepsIntoSlews(t *testing.T) {
-	base := &stepped{}
+	base := &Stepping{}
 	c := newSlewed(base, 0.5) // fast, so the test need not wait 1,000 s
 	if d := c.Now().Sub(base.Now()); d.Abs() > 10*time.Millisecond {
 		t.Fatalf("Slewed starts %v off its base", d)
 	}
 	for _, step := range []time.Duration{200 * time.Millisecond, -300 * time.Millisecond} {
 		before := c.Now()
-		base.by.Add(int64(step))
+		base.Step(step)
 		after := c.Now()
 		if d := after.Sub(before); d < 0 || d > 10*time.Millisecond {
 			t.Fatalf("a step of %v moved the clock by %v at once", step, d)
@@ -88,7 +79,7 @@ func TestSlewedTurnsStepsIntoSlews(t *testing.T) {
 		}
 	}
 	// A step longer than MaxSlewStep is followed at once.
-	base.by.Add(int64(3 * time.Hour))
+	base.Step(3 * time.Hour)
 	if d := c.Now().Sub(base.Now()); d.Abs() > 10*time.Millisecond {
 		t.Fatalf("Slewed is %v off its base after a step of three hours", d)
 	}

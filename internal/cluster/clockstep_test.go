@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,24 +12,12 @@ import (
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// steppingClock is the wall clock moved by an amount the test changes
-// while the node runs: a clock an NTP step or a resumed VM moves at once.
-type steppingClock struct{ by atomic.Int64 }
-
-func (c *steppingClock) Now() time.Time { return time.Now().Add(time.Duration(c.by.Load())) }
-func (c *steppingClock) NewTimer(d time.Duration) clock.Timer {
-	return clock.Real{}.NewTimer(d)
-}
-func (c *steppingClock) NewTimerAt(t time.Time) clock.Timer {
-	return clock.Real{}.NewTimer(t.Sub(c.Now()))
-}
-
 // TestLeaderClockStepIsNotFollowed: the leader's wall clock steps 20 s
 // forward while a message is in flight with a 15 s visibility timeout;
 // the engine's clock does not step with it (clock.Steady under the
 // leadership's timeline), so the message is not redelivered early.
 func TestLeaderClockStepIsNotFollowed(t *testing.T) {
-	clocks := []*steppingClock{{}, {}, {}}
+	clocks := []*clock.Stepping{{}, {}, {}}
 	nodes, _ := startThreeWith(t, func(*server.Options) {}, func(i int, o *Options) { o.Clock = clocks[i] }, nil, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -38,7 +25,7 @@ func TestLeaderClockStepIsNotFollowed(t *testing.T) {
 	li := int(leader.opts.Cluster.NodeID - 1)
 	cli := directSQS(leader, 10*time.Second)
 	q, received := oneInFlight(ctx, t, cli, "clock-step", 15)
-	clocks[li].by.Store(int64(20 * time.Second))
+	clocks[li].Step(20 * time.Second)
 	// Two long polls of a second each on the leader: the message in
 	// flight must not come back.
 	for range 2 {

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,41 +11,17 @@ import (
 	"github.com/sluicemq/sluice/internal/clock"
 )
 
-// steppedClock is the wall clock moved by an amount the test changes while
-// the server runs.
-type steppedClock struct{ by atomic.Int64 }
-
-func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.by.Load())).Round(0) }
-func (c *steppedClock) NewTimer(d time.Duration) clock.Timer {
-	return clock.Real{}.NewTimer(d)
-}
-func (c *steppedClock) NewTimerAt(t time.Time) clock.Timer {
-	return clock.Real{}.NewTimer(t.Sub(c.Now()))
-}
-
 // TestClockStepIsSlewed: a single node's clock steps 20 s forward while a
 // message is in flight with a 15 s visibility timeout. On clock.Slewed
 // (New's default, there over the machine's clock) the step is slewed at
 // 1 %, so the message is not redelivered early; on the stepped clock
 // itself it is, at once.
 func TestClockStepIsSlewed(t *testing.T) {
-	wall := &steppedClock{}
-	dir := t.TempDir()
-	o := DefaultOptions()
-	o.DataDir, o.SQSListen, o.AMQPListen = dir, "127.0.0.1:0", ""
-	o.ReadyFile = filepath.Join(dir, "ready.json")
-	s, err := New(o, nil, clock.NewSlewed(wall))
-	if err != nil {
-		t.Fatal(err)
-	}
+	wall := &clock.Stepping{}
+	s, stop := startClock(t, t.TempDir(), clock.NewSlewed(wall))
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
 	c := client(s.SQSAddr())
 	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("step")})
 	if err != nil {
@@ -61,7 +35,7 @@ func TestClockStepIsSlewed(t *testing.T) {
 		t.Fatalf("receive: %v, %d messages", err, len(got.Messages))
 	}
 	received := time.Now()
-	wall.by.Store(int64(20 * time.Second))
+	wall.Step(20 * time.Second)
 	for range 2 {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 1})
 		if err != nil {

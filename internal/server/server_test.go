@@ -19,18 +19,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/clock"
 )
 
 // start runs a real server on 127.0.0.1:0 over dir and returns it with a
 // stop function that shuts it down cleanly.
 func start(t *testing.T, dir string) (*Server, func()) {
 	t.Helper()
+	return startClock(t, dir, nil)
+}
+
+// startClock is start with the server's clock (nil: New's default).
+func startClock(t *testing.T, dir string, clk clock.Clock) (*Server, func()) {
+	t.Helper()
 	o := DefaultOptions()
 	o.DataDir = dir
 	o.SQSListen = "127.0.0.1:0"
 	o.AMQPListen = "127.0.0.1:0"
 	o.ReadyFile = filepath.Join(dir, "ready.json")
-	s, err := New(o, nil, nil)
+	s, err := New(o, nil, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

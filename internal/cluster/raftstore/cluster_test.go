@@ -110,13 +110,20 @@ func (c *cluster) openWith(i int, ln net.Listener) {
 // restart opens node i again on its directory and address.
 func (c *cluster) restart(i int) {
 	c.t.Helper()
+	c.openWith(i, relisten(c.t, c.peers[i].RaftAddr))
+}
+
+// relisten binds addr again, a node's Raft address after it stopped,
+// waiting for the port to be free.
+func relisten(t *testing.T, addr string) net.Listener {
+	t.Helper()
 	var ln net.Listener
-	poll.CheckFor(c.t, 10*time.Second, func() error {
+	poll.CheckFor(t, 10*time.Second, func() error {
 		var err error
-		ln, err = net.Listen("tcp", c.peers[i].RaftAddr)
+		ln, err = net.Listen("tcp", addr)
 		return err
 	})
-	c.openWith(i, ln)
+	return ln
 }
 
 // stop closes node i.

@@ -107,13 +107,7 @@ func (c *shardCluster) stop(i int) {
 
 func (c *shardCluster) restart(i int) {
 	c.t.Helper()
-	var ln net.Listener
-	poll.CheckFor(c.t, 10*time.Second, func() error {
-		var err error
-		ln, err = net.Listen("tcp", c.peers[i].RaftAddr)
-		return err
-	})
-	c.open(i, ln)
+	c.open(i, relisten(c.t, c.peers[i].RaftAddr))
 }
 
 // leaders is each shard's leader as every running node sees it, once
