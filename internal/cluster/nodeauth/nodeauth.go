@@ -192,7 +192,7 @@ func DecodeProof(b []byte) (Proof, error) {
 // Accept runs the listener's side of the handshake on rw for surface,
 // as node self, accepting a proof under any of keys, and returns the
 // dialer's authenticated node id. It reads exactly ProofSize bytes; the
-// caller bounds it in time (AcceptConn does).
+// caller bounds it in time (AcceptConnAny does).
 func Accept(rw io.ReadWriter, keys Keys, surface string, self uint64) (uint64, error) {
 	id, _, err := AcceptAny(rw, keys, []string{surface}, self)
 	return id, err
@@ -291,18 +291,6 @@ func Dial(rw io.ReadWriter, key Key, surface string, self, expect uint64) (uint6
 // neither count nor log it.
 func Silent(err error) bool {
 	return errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// AcceptConn is Accept on c within Timeout; c's deadline is cleared after.
-func AcceptConn(c net.Conn, keys Keys, surface string, self uint64) (uint64, error) {
-	if err := c.SetDeadline(time.Now().Add(Timeout)); err != nil {
-		return 0, err
-	}
-	id, err := Accept(c, keys, surface, self)
-	if err != nil {
-		return 0, err
-	}
-	return id, c.SetDeadline(time.Time{})
 }
 
 // AcceptConnAny is AcceptAny on c within Timeout; c's deadline is

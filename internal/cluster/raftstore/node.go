@@ -240,6 +240,7 @@ type Node struct {
 	state   *pebblestore.Store
 	rn      *raft.RawNode // run's only
 	tr      *transport
+	ownMux  *mux // the mux over Config.Listener when it is not a shard's (Close closes it)
 	// heard is, while this node leads heardTerm, when Raft last showed
 	// each member active (Status.Heard); run's only.
 	heard     map[uint64]time.Time
@@ -478,7 +479,14 @@ func (n *Node) load() error {
 		}
 		n.checkRole()
 	}
-	n.tr = newTransport(n.cfg.ID, n.cfg.Listener, nodeauth.RaftSurface(n.cfg.Shard), n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
+	// Every incoming connection's handshake runs in a mux (mux.go): the
+	// one of OpenShards, or this node's own over its listener.
+	ln := n.cfg.Listener
+	if _, ok := ln.(*shardListener); !ok {
+		n.ownMux = newMux(ln, n.cfg.ID, 1, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.log)
+		ln = n.ownMux.listener(0)
+	}
+	n.tr = newTransport(n.cfg.ID, ln, nodeauth.RaftSurface(n.cfg.Shard), n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()
@@ -498,6 +506,9 @@ func (c *Config) validate() error {
 	}
 	if c.Listener == nil {
 		return errors.New("raftstore: no listener")
+	}
+	if _, ok := c.Listener.(*shardListener); c.Shard != 0 && !ok {
+		return fmt.Errorf("raftstore: shard %d needs its listener from OpenShards", c.Shard)
 	}
 	if c.SnapshotChunkSize < 0 || c.SnapshotChunkSize > MaxSnapshotChunkSize {
 		return fmt.Errorf("raftstore: snapshot chunk size %d is outside 0..%d", c.SnapshotChunkSize, MaxSnapshotChunkSize)
@@ -913,6 +924,9 @@ func (n *Node) Close() error {
 	close(n.stopc)
 	<-n.donec
 	n.tr.close()
+	if n.ownMux != nil {
+		n.ownMux.close()
+	}
 	n.abortReceives()
 	return errors.Join(n.state.Close(), n.rl.close())
 }

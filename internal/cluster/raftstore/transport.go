@@ -123,15 +123,14 @@ type transport struct {
 	unrch func(id uint64)      // reports a peer unreachable to the loop
 	peers map[uint64]*peerConn // the loop's only, once started
 	// keys are the cluster secrets of the handshake: keys[0] this node's
-	// own (empty: none), a second one also accepted from dialers (a
-	// rotation); onAuth, when set, is called for every failed handshake;
+	// own (empty: none) and the one it dials with, a second one also
+	// accepted from dialers (a rotation; the mux, mux.go, runs the
+	// listener's side); onAuth, when set, is called for every failed dial
+	// handshake and every frame from another node than the handshake's;
 	// failLog keeps their logging to one line per peer address per minute.
 	keys    nodeauth.Keys
 	onAuth  func()
 	failLog nodeauth.FailureLog
-	// pending counts incoming handshakes in progress (at most
-	// nodeauth.MaxPendingHandshakes; more are closed at accept).
-	pending int
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -482,13 +481,6 @@ func (t *transport) accept() {
 			_ = c.Close()
 			return
 		}
-		if t.pending >= nodeauth.MaxPendingHandshakes {
-			t.mu.Unlock()
-			_ = c.Close() // too many handshakes at once: refused unread
-			t.authFailed(nodeauth.Host(c.RemoteAddr()), errors.New("too many handshakes in progress"))
-			continue
-		}
-		t.pending++
 		t.conns[c] = struct{}{}
 		t.mu.Unlock()
 		t.wg.Add(1)
@@ -496,29 +488,18 @@ func (t *transport) accept() {
 	}
 }
 
-// read runs the listener's side of the handshake on one incoming
-// connection, then delivers its frames, as long as each is from the node
-// the handshake authenticated.
+// read delivers the frames of one incoming connection, which the mux
+// authenticated (mux.go), as long as each is from the node the handshake
+// named.
 func (t *transport) read(c net.Conn) {
 	defer t.wg.Done()
 	defer t.forget(c)
-	var from uint64
-	var err error
-	if ac, ok := c.(*nodeauth.Conn); ok {
-		from = ac.Peer // the mux ran the handshake (mux.go)
-	} else {
-		from, err = nodeauth.AcceptConn(c, t.keys, t.surface, t.id)
-	}
-	t.mu.Lock()
-	t.pending--
-	closed := t.closed
-	t.mu.Unlock()
-	if err != nil {
-		if !closed && !nodeauth.Silent(err) {
-			t.authFailed(nodeauth.Host(c.RemoteAddr()), err)
-		}
+	ac, ok := c.(*nodeauth.Conn)
+	if !ok {
+		t.log.Error("raftstore: a connection that did not come through the mux", "remote", c.RemoteAddr().String())
 		return
 	}
+	from := ac.Peer
 	r := bufio.NewReaderSize(c, 64<<10)
 	var buf []byte
 	for {
