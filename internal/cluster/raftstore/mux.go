@@ -9,8 +9,9 @@ import (
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 )
 
-// A node that hosts several shards (shards.go) serves all their Raft
-// groups on one listener. Every connection opens with the node handshake
+// Every node's Raft listener is behind a mux: OpenShards' for several
+// shards (shards.go), or a one-shard one that Open makes for a plain
+// listener, so that a connection's handshake runs in one place. Every connection opens with the node handshake
 // as on a one-group node, but the dialer proves it for the surface of one
 // shard (nodeauth.RaftSurface: "raft" for shard 0, "raft/<k>" for the
 // others); the mux runs the listener's side for every shard at once
