@@ -344,3 +344,32 @@ func TestShardsSnapshotReachesItsShard(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsConfigRefused: no shards, and a shard other than 0 without
+// OpenShards' listener, are refused at open, and the listener is closed.
+func TestShardsConfigRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		open func(ln net.Listener) error
+	}{
+		{"no shards", func(ln net.Listener) error {
+			_, err := OpenShards(Config{ID: 1, Peers: []Peer{{ID: 1}}, Dir: t.TempDir(), Listener: ln}, 0, 0)
+			return err
+		}},
+		{"shard 1 on a plain listener", func(ln net.Listener) error {
+			_, err := Open(Config{ID: 1, Peers: []Peer{{ID: 1}}, Dir: t.TempDir(), Listener: ln, Shard: 1})
+			return err
+		}},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.open(ln); err == nil {
+			t.Errorf("%s: opened", c.name)
+		}
+		if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("%s: the listener is still open (accept: %v)", c.name, err)
+		}
+	}
+}
