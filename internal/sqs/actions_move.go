@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
-	"strings"
 
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -158,8 +157,8 @@ func decodeTaskHandle(s string) (taskID, sourceArn string, ok bool) {
 
 // isQueueARN reports whether s has the shape arn:<partition>:sqs:<region>:<account>:<name>.
 func isQueueARN(s string) bool {
-	p := strings.Split(s, ":")
-	return len(p) == 6 && p[0] == "arn" && strings.HasPrefix(p[1], "aws") && p[2] == "sqs" && p[5] != ""
+	_, _, _, ok := splitQueueARN(s)
+	return ok
 }
 
 // arnQueue resolves a move task ARN parameter to a queue name. A malformed

@@ -248,17 +248,38 @@ func isJSONObject(s string) bool {
 	return json.Unmarshal([]byte(s), &m) == nil && m != nil
 }
 
-// parseARN splits arn:aws:sqs:<region>:<account>:<name> and checks that it
-// names a queue of this server.
+// queueNameFromARN reads arn:aws:sqs:<region>:<account>:<name> and checks
+// that it names a queue of this server.
 func (h *Handler) queueNameFromARN(arn string) (string, bool) {
-	parts := strings.Split(arn, ":")
-	if len(parts) != 6 || parts[0] != "arn" || !strings.HasPrefix(parts[1], "aws") || parts[2] != "sqs" {
+	region, account, name, ok := splitQueueARN(arn)
+	if !ok || region != h.region || account != h.account || !engine.ValidQueueName(name) {
 		return "", false
 	}
-	if parts[3] != h.region || parts[4] != h.account || !engine.ValidQueueName(parts[5]) {
-		return "", false
+	return name, true
+}
+
+// splitQueueARN splits a queue ARN, arn:<partition>:sqs:<region>:<account>:<name>
+// with a partition starting "aws" and a non-empty name. ok is false for any
+// other shape; region, account and name are not checked.
+func splitQueueARN(arn string) (region, account, name string, ok bool) {
+	p := strings.Split(arn, ":")
+	if len(p) != 6 || p[0] != "arn" || !strings.HasPrefix(p[1], "aws") || p[2] != "sqs" || p[5] == "" {
+		return "", "", "", false
 	}
-	return parts[5], true
+	return p[3], p[4], p[5], true
+}
+
+// redriveTargetKey is the RedrivePolicy member naming the dead-letter queue.
+const redriveTargetKey = "deadLetterTargetArn"
+
+// redrivePolicyMembers decodes a RedrivePolicy's members, keyed exactly as
+// written; nil when raw is not a JSON object.
+func redrivePolicyMembers(raw string) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(raw), &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // parseRedrivePolicy validates a RedrivePolicy for source queue src:
@@ -271,11 +292,11 @@ func (c *call) parseRedrivePolicy(raw, src string, fifo bool) (*engine.DeadLette
 		return nil, nil
 	}
 	bad := func(reason string) *apiError { return errParam(raw, attrRedrivePolicy, reason) }
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &m); err != nil || m == nil {
+	m := redrivePolicyMembers(raw)
+	if m == nil {
 		return nil, bad("Invalid value for RedrivePolicy: the policy is not a JSON object.")
 	}
-	arnRaw, ok := m["deadLetterTargetArn"]
+	arnRaw, ok := m[redriveTargetKey]
 	if !ok {
 		return nil, bad("Redrive policy does not contain mandatory attribute: deadLetterTargetArn.")
 	}

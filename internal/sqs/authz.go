@@ -18,7 +18,10 @@ import (
 // CreateQueue's and GetQueueUrl's QueueName) calls authorize. There is no
 // second parser that could read a different copy of a member than the one
 // executed: a duplicated or differently-cased member is whatever the one
-// decoder makes of it, for the check and for the action alike.
+// decoder makes of it, for the check and for the action alike. (RouteOf,
+// route.go, reads the same members through the same decoders to find where
+// a request goes, and authorizes nothing: the handler that serves the
+// request does.)
 //
 // Refusals are 403 AccessDenied (SQS's modelled AccessDeniedException).
 // StartMessageMoveTask without a DestinationArn moves messages back to their

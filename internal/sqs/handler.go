@@ -187,36 +187,47 @@ func (c *call) serve(w http.ResponseWriter, r *http.Request) (output, *apiError)
 		return nil, aerr
 	}
 
+	if aerr := c.parse(r, body); aerr != nil {
+		return nil, aerr
+	}
+	return c.dispatch()
+}
+
+// parse identifies the protocol and the action of a request whose body has
+// been read, and keeps its fields for decode: the JSON body, or the Query
+// form (the URL query merged with a form body). c.pathQueue must be set.
+// serve and RouteOf both read requests through it.
+func (c *call) parse(r *http.Request, body []byte) *apiError {
 	if isJSONRequest(r) {
 		c.proto, c.jsonOut, c.body = protoJSON, true, body
 		target := r.Header.Get("X-Amz-Target")
 		action, ok := strings.CutPrefix(target, "AmazonSQS.")
 		if !ok || action == "" {
-			return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", target)
+			return newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", target)
 		}
 		c.action = action
-		return c.dispatch()
+		return nil
 	}
 
 	c.proto = protoQuery
 	c.jsonOut = acceptsJSON(r)
 	c.form = form{}
 	if aerr := parseForm(c.form, r.URL.RawQuery); aerr != nil {
-		return nil, aerr
+		return aerr
 	}
 	if r.Method == http.MethodPost && isFormBody(r) {
 		if aerr := parseForm(c.form, string(body)); aerr != nil {
-			return nil, aerr
+			return aerr
 		}
 	}
 	c.action = c.form.get("Action")
 	if c.action == "" {
 		if c.pathQueue != "" {
-			return nil, newErr(kindUnknownOperation, "An unknown operation was requested.")
+			return newErr(kindUnknownOperation, "An unknown operation was requested.")
 		}
-		return nil, newErr(kindMissingAction, "The request must contain the parameter Action.")
+		return newErr(kindMissingAction, "The request must contain the parameter Action.")
 	}
-	return c.dispatch()
+	return nil
 }
 
 // readBody returns the request body: the one SigV4 already read and
@@ -345,9 +356,7 @@ func (c *call) dispatch() (output, *apiError) {
 	if !ok {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
-	// GetQueueUrl is the one non-queue action AWS serves on a queue path,
-	// for any queue name (AWS-recorded: test_get_queue_url_work_for_different_queue).
-	if c.proto == protoQuery && c.pathQueue != "" && !queueAction && c.action != "GetQueueUrl" {
+	if c.offQueuePath(queueAction) {
 		return nil, newErr(kindInvalidAction, "The action %s is not valid for this endpoint.", c.action)
 	}
 	if c.req != nil && (c.req.Method == http.MethodGet || c.req.Method == http.MethodHead) && !readOnlyAction(c.action) && !c.signed() {
@@ -359,6 +368,15 @@ func (c *call) dispatch() (output, *apiError) {
 		return nil, newErr(kindUnsupportedOperation, "The action %s changes state and must be sent with POST.", c.action)
 	}
 	return fn(c)
+}
+
+// offQueuePath reports whether the action may not be sent where it was: a
+// Query request to a queue path must be a queue action (queueAction, from
+// lookupAction). GetQueueUrl is the one non-queue action AWS serves on a
+// queue path, for any queue name (AWS-recorded:
+// test_get_queue_url_work_for_different_queue).
+func (c *call) offQueuePath(queueAction bool) bool {
+	return c.proto == protoQuery && c.pathQueue != "" && !queueAction && c.action != "GetQueueUrl"
 }
 
 // readOnlyAction reports whether an action only reads (and so may be sent
@@ -394,6 +412,23 @@ func (c *call) queueName(queueURL string) (string, *apiError) {
 		}
 		return c.pathQueue, c.authorize(c.pathQueue)
 	}
+	acct, name := splitQueueURL(queueURL)
+	if name == "" {
+		return "", errQueueDoesNotExist()
+	}
+	if acct != "" && acct != c.h.account {
+		return "", errQueueDoesNotExist()
+	}
+	if !engine.ValidQueueName(name) {
+		return "", errQueueDoesNotExist()
+	}
+	return name, c.authorize(name)
+}
+
+// splitQueueURL reads a QueueUrl leniently: scheme and host are ignored,
+// and the last two non-empty path segments are the queue's name and (if
+// there is one) its account. Neither is checked.
+func splitQueueURL(queueURL string) (account, name string) {
 	p := queueURL
 	if i := strings.Index(p, "://"); i >= 0 {
 		p = p[i+3:]
@@ -406,18 +441,9 @@ func (c *call) queueName(queueURL string) (string, *apiError) {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}
-	// The last two non-empty path segments: name and (if any) account.
 	name, rest := lastSegment(p)
-	if name == "" {
-		return "", errQueueDoesNotExist()
-	}
-	if acct, _ := lastSegment(rest); acct != "" && acct != c.h.account {
-		return "", errQueueDoesNotExist()
-	}
-	if !engine.ValidQueueName(name) {
-		return "", errQueueDoesNotExist()
-	}
-	return name, c.authorize(name)
+	account, _ = lastSegment(rest)
+	return account, name
 }
 
 // lastSegment returns the last non-empty "/"-separated segment of p and
