@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// The catalogue reads below look at a store without an engine open on it:
+// a cluster node reads its own copy of every shard's state to find which
+// shard holds a queue (docs/adr/0015-shards-and-a-router.md). They read
+// only the queue records (prefix 'Q', storage-format.md), settled (a
+// replicated store's SettledReader: no wait for this node's own writes in
+// flight), so what they see may lag the shard's leader by the time its
+// writes take to apply here.
+
+// StoredQueue reports whether st holds the record of queue name.
+func StoredQueue(st store.Store, name string) (bool, error) {
+	if !ValidQueueName(name) {
+		return false, nil
+	}
+	var err error
+	if sr, ok := st.(store.SettledReader); ok {
+		_, err = sr.GetSettled(queueKey(name))
+	} else {
+		_, err = st.Get(queueKey(name))
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// StoredQueueNames returns the names, sorted, of the queues whose record
+// st holds and whose name starts with prefix.
+func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
+	start := queueKey(prefix)
+	end := []byte{prefixQueue + 1}
+	var names []string
+	fn := func(k, _ []byte) error {
+		name := string(k[1:])
+		if !strings.HasPrefix(name, prefix) {
+			return store.ErrStopScan
+		}
+		names = append(names, name)
+		return nil
+	}
+	var err error
+	if sr, ok := st.(store.SettledReader); ok {
+		err = sr.ScanRangeSettled(start, end, fn)
+	} else {
+		err = st.ScanRange(start, end, fn)
+	}
+	return names, err
+}

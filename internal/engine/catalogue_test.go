@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestStoredQueues: the catalogue reads see exactly the queue records of
+// the store, without an engine of their own: created queues, with a
+// prefix, and a deleted queue gone.
+func TestStoredQueues(t *testing.T) {
+	f := newFixture(t)
+	for _, name := range []string{"orders", "orders-dlq", "billing.fifo", "a"} {
+		cfg := DefaultQueueConfig()
+		if name == "billing.fifo" {
+			cfg.FIFO = true
+		}
+		if _, _, err := f.e.CreateQueue(name, cfg, nil); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	if err := f.e.DeleteQueue("a"); err != nil {
+		t.Fatal(err)
+	}
+	names, err := StoredQueueNames(f.st, "")
+	if err != nil || !slices.Equal(names, []string{"billing.fifo", "orders", "orders-dlq"}) {
+		t.Fatalf("StoredQueueNames(\"\") = %q, %v", names, err)
+	}
+	names, err = StoredQueueNames(f.st, "orders")
+	if err != nil || !slices.Equal(names, []string{"orders", "orders-dlq"}) {
+		t.Fatalf("StoredQueueNames(orders) = %q, %v", names, err)
+	}
+	if names, err := StoredQueueNames(f.st, "zzz"); err != nil || len(names) != 0 {
+		t.Fatalf("StoredQueueNames(zzz) = %q, %v", names, err)
+	}
+	for name, want := range map[string]bool{"orders": true, "billing.fifo": true, "a": false, "nope": false, "": false, "bad name": false} {
+		if got, err := StoredQueue(f.st, name); err != nil || got != want {
+			t.Errorf("StoredQueue(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+}
