@@ -250,6 +250,11 @@ type Node struct {
 	// and leaseSeq the last round's number; run's only (lease.go).
 	leaseRounds []leaseRound
 	leaseSeq    uint64
+	// barrierRounds are the read barrier rounds asked of Raft, by their
+	// number, with the callers each answers; barrierSeq the last round's
+	// number; run's only (barrier.go).
+	barrierRounds map[uint64][]chan uint64
+	barrierSeq    uint64
 	// leaseTerm and leaseUntil (nanoseconds after leaseBase, on the
 	// monotonic clock) are this node's leadership lease (lease.go):
 	// written by run, read by anyone.
@@ -266,6 +271,7 @@ type Node struct {
 	recvc     chan *pb.Message
 	propc     chan struct{} // a proposal is queued (buffered 1)
 	transferc chan uint64   // TransferLeadership's target, for the loop
+	barrierc  chan struct{} // a read barrier is waiting (buffered 1)
 	stopc     chan struct{}
 	donec     chan struct{} // run has returned
 	changes   chan Status   // latest wins, buffered 1
@@ -285,9 +291,14 @@ type Node struct {
 	applied    uint64
 	status     Status
 	advertised map[uint64][]byte
-	mem        membership // written by the loop only (see membership.go)
-	err        error      // the loop stopped on this error
-	closed     bool
+	// barrierWaiting are the read barriers for the next round, and
+	// appliedWaits the ones waiting for their index to apply
+	// (barrier.go).
+	barrierWaiting []chan uint64
+	appliedWaits   []appliedWait
+	mem            membership // written by the loop only (see membership.go)
+	err            error      // the loop stopped on this error
+	closed         bool
 
 	// Counters for Status (metrics).
 	leaderChanges, failedProposals uint64
@@ -364,6 +375,7 @@ func Open(cfg Config) (n *Node, err error) {
 		recvc:      make(chan *pb.Message, 1024),
 		propc:      make(chan struct{}, 1),
 		transferc:  make(chan uint64),
+		barrierc:   make(chan struct{}, 1),
 		stopc:      make(chan struct{}),
 		donec:      make(chan struct{}),
 		changes:    make(chan Status, 1),
@@ -594,6 +606,8 @@ func (n *Node) run() {
 			n.proposeQueued()
 		case to := <-n.transferc:
 			n.rn.TransferLeader(to)
+		case <-n.barrierc:
+			n.startBarrierRound()
 		}
 		n.unreachMu.Lock()
 		for id := range n.unreach {
@@ -779,6 +793,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied = last
+	n.appliedLocked()
 	n.commitConfLocked(&ca)
 	for id, v := range adv {
 		n.advertised[id] = append([]byte(nil), v...)

@@ -15,6 +15,7 @@ func (n *Node) handleReadies() error {
 		n.checkRole()
 		rd := n.rn.Ready()
 		n.leaseAcknowledged(rd.ReadStates)
+		n.barriersAnswered(rd.ReadStates)
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			if err := n.installSnapshot(rd.Snapshot); err != nil {
 				return err

@@ -661,6 +661,7 @@ func (n *Node) installSnapshot(s *pb.Snapshot) error {
 	n.snaps.mu.Unlock()
 	n.mu.Lock()
 	n.applied = applied
+	n.appliedLocked()
 	n.advertised = adv
 	n.mu.Unlock()
 	n.log.Info("raftstore: installed a snapshot", "index", applied, "term", md.GetTerm())
