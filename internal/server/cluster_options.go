@@ -115,7 +115,23 @@ type ClusterConfig struct {
 	// the listener bound.
 	InternalHTTPAdvertise string `toml:"internal_http_advertise"`
 	InternalAMQPAdvertise string `toml:"internal_amqp_advertise"`
+	// Shards is how many Raft groups (data shards) the cluster's queues
+	// are spread over, each with its own leader, so that the leaders of
+	// different queues run on different nodes (docs/adr/0015). It is
+	// fixed when the cluster is first started: every node must give the
+	// same, and a node refuses to start on a data_dir written with
+	// another. 0 or 1: one group, the layout of a cluster without the
+	// setting. Above 1 (experimental, docs/cluster.md "Shards"): SQS
+	// queues are placed on shards at creation; AMQP, the dashboard's and
+	// admin API's queue lists, and membership changes see shard 0 only.
+	Shards int `toml:"shards"`
 }
+
+// MaxShards bounds [cluster] shards.
+const MaxShards = 64
+
+// ShardCount is Shards with the default (1) applied.
+func (c ClusterConfig) ShardCount() int { return max(c.Shards, 1) }
 
 // Replication factor bounds ([cluster] replication_factor).
 const (
@@ -273,6 +289,19 @@ func (o *Options) validateCluster() []error {
 	}
 	if c.ReplicationFactor < 0 || c.ReplicationFactor > MaxReplicationFactor {
 		errs = append(errs, fmt.Errorf("cluster.replication_factor: %d is not between 1 and %d (0: the default, %d)", c.ReplicationFactor, MaxReplicationFactor, DefaultReplicationFactor))
+	}
+	if c.Shards < 0 || c.Shards > MaxShards {
+		errs = append(errs, fmt.Errorf("cluster.shards: %d is not between 1 and %d (0: the default, 1)", c.Shards, MaxShards))
+	}
+	if c.Shards > 1 {
+		if c.Join {
+			errs = append(errs, errors.New("cluster.join: membership changes need cluster.shards = 1 (several shards' memberships are not changed together yet)"))
+		}
+		for _, kv := range [][2]string{{"internal_http_listen", c.InternalHTTPListen}, {"internal_amqp_listen", c.InternalAMQPListen}, {"internal_http_advertise", c.InternalHTTPAdvertise}, {"internal_amqp_advertise", c.InternalAMQPAdvertise}} {
+			if kv[1] != "" {
+				errs = append(errs, fmt.Errorf("cluster.%s: a fixed internal address needs cluster.shards = 1 (each shard this node leads has its own internal listener)", kv[0]))
+			}
+		}
 	}
 	if c.ReplaceAfter < 0 || (c.ReplaceAfter > 0 && time.Duration(c.ReplaceAfter) < time.Second) {
 		errs = append(errs, fmt.Errorf("cluster.replace_after: %s is below 1s (0: the default, 30s)", time.Duration(c.ReplaceAfter)))

@@ -62,6 +62,18 @@ type Options struct {
 	// connections that passed the node handshake. Not settable from a
 	// config file.
 	WrapListener func(kind string, ln net.Listener) net.Listener `toml:"-"`
+	// OtherQueueNames, when set, lists the queues starting with prefix
+	// that live outside this server's engine (a cluster's other shards,
+	// read from this node's copy of them): SQS ListQueues answers with
+	// both. Not settable from a config file.
+	OtherQueueNames func(prefix string) ([]string, error) `toml:"-"`
+	// NodeShare, when above 1, says this server is one of NodeShare on
+	// its node (a cluster node's shards, each led here possibly at once)
+	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,
+	// HTTPBodyBudget and MaxQueues each get that fraction of their value
+	// (of the default when unset), so the node's total stays within what
+	// is configured. Not settable from a config file.
+	NodeShare int `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

@@ -106,6 +106,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	if opts.NodeShare > 1 {
+		opts = opts.shared(opts.NodeShare)
+	}
 	s := &Server{opts: opts, log: log, freeBytes: FreeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
 	if opts.freeBytes != nil {
 		s.freeBytes = opts.freeBytes
@@ -320,7 +323,11 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	// One budget for every request body buffered in memory, read once
 	// (by SigV4 when it is on, else by the SQS handler).
 	budget := s.budget
-	sqsAPI := sqs.New(eng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget,
+	var sqsEng sqs.Engine = eng
+	if opts.OtherQueueNames != nil {
+		sqsEng = listingEngine{Engine: eng, other: opts.OtherQueueNames, log: s.log}
+	}
+	sqsAPI := sqs.New(sqsEng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget,
 		OnRequest: s.metrics.ObserveSQSRequest, SendFlowBacklog: opts.SQSSendFlowBacklog, SendFlowMaxWait: time.Duration(opts.SQSSendFlowMaxWait)})
 	s.metrics.Registry().MustRegister(newSQSFlowCollector(sqsAPI))
 	var sqsH http.Handler = sqsAPI

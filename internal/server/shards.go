@@ -1,0 +1,103 @@
+package server
+
+import (
+	"cmp"
+	"log/slog"
+	"net/http"
+	"slices"
+
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/httpbody"
+	"github.com/sluicemq/sluice/internal/sqs"
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// What a cluster node with several shards (internal/cluster,
+// docs/adr/0015-shards-and-a-router.md) needs from the layers below it,
+// which it may not import itself: where an SQS request's queue is, and
+// which queues a shard's store holds.
+
+// SQSRoute is what an SQS request names (sqs.Route).
+type SQSRoute = sqs.Route
+
+// SQSRouteOf reports the queue an SQS request names (sqs.RouteOf); body
+// is the request's whole body.
+func SQSRouteOf(r *http.Request, body []byte) SQSRoute { return sqs.RouteOf(r, body) }
+
+// BodyBudget bounds the request bodies a router buffers at once
+// (httpbody.Budget).
+type BodyBudget = httpbody.Budget
+
+// NewBodyBudget returns a budget of limit bytes (0: the server's
+// default), whose readers wait the default time for room before they are
+// refused (httpbody.ErrBusy).
+func NewBodyBudget(limit int64) *BodyBudget { return httpbody.NewBudget(limit, 0, clock.Real{}) }
+
+// ErrBodyTooLarge is a BodyBudget's refusal of a body over its limit.
+var ErrBodyTooLarge = httpbody.ErrTooLarge
+
+// MaxSQSRequestBody is the largest SQS request body a router reads before
+// it hands the request on (the SQS handler's own cap).
+const MaxSQSRequestBody = 5 << 20
+
+// StoredQueue reports whether st, a shard's state store, holds queue name
+// (engine.StoredQueue).
+func StoredQueue(st store.Store, name string) (bool, error) { return engine.StoredQueue(st, name) }
+
+// StoredQueueNames lists the queues st holds whose name starts with prefix
+// (engine.StoredQueueNames).
+func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
+	return engine.StoredQueueNames(st, prefix)
+}
+
+// listingEngine is the SQS handler's engine on a server whose cluster has
+// other shards: ListQueues adds their queues to the engine's own.
+type listingEngine struct {
+	sqs.Engine
+	other func(prefix string) ([]string, error)
+	log   *slog.Logger
+}
+
+// ListQueues merges the engine's queues with the other shards'. A shard
+// that cannot be read is left out (logged): ListQueues is a listing, and
+// SQS's is eventually consistent too.
+func (l listingEngine) ListQueues(prefix string) []string {
+	names := l.Engine.ListQueues(prefix)
+	more, err := l.other(prefix)
+	if err != nil {
+		l.log.Warn("ListQueues: another shard's queues could not be read", "err", err)
+	}
+	if len(more) == 0 {
+		return names
+	}
+	names = append(names, more...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// shared returns o with its node-wide memory bounds and queue cap divided
+// among n servers (Options.NodeShare): each positive or default value
+// becomes 1/n of it (rounded up for the queue cap; the HTTP body budget
+// never below one largest request), and negative values (off) stay off.
+func (o Options) shared(n int) Options {
+	div := func(v, def int64) int64 {
+		if v < 0 {
+			return v
+		}
+		if v == 0 {
+			v = def
+		}
+		return max(v/int64(n), 1)
+	}
+	o.BodyMemoryBudget = div(o.BodyMemoryBudget, engine.DefaultBodyMemoryBudget)
+	if w := memoryWatermark(o.MemoryHighWatermark); w > 0 {
+		o.MemoryHighWatermark = max(w/int64(n), 1)
+	}
+	o.HTTPBodyBudget = max(div(o.HTTPBodyBudget, httpbody.DefaultLimit), MaxSQSRequestBody)
+	if o.MaxQueues >= 0 {
+		q := cmp.Or(o.MaxQueues, engine.DefaultMaxQueues)
+		o.MaxQueues = (q + n - 1) / n
+	}
+	return o
+}
