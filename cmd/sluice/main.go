@@ -130,6 +130,7 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	secretFile := fs.String("cluster-secret-file", "", "cluster mode: file holding the cluster secret (32 bytes or more), the same on every node (the [cluster] section's secret_file)")
 	extraSecretFile := fs.String("cluster-extra-secret-file", "", "cluster mode: a second secret this node also accepts from the nodes that dial it, while rotating the secret (the [cluster] section's extra_secret_file)")
 	replication := fs.Int("replication-factor", 0, "cluster mode: how many members vote (the [cluster] section's replication_factor; default 3); the others are standby learners")
+	shards := fs.Int("shards", 0, "cluster mode: how many Raft groups the SQS queues are spread over, each with its own leader (the [cluster] section's shards; default 1; fixed at the cluster's first start, the same on every node)")
 	replaceAfter := fs.Duration("replace-after", 0, "cluster mode: replace a voter silent this long with a caught-up learner (the [cluster] section's replace_after; default 30s)")
 	join := fs.Bool("join", false, "cluster mode: this node is being added to a running cluster (the [cluster] section's join); then run `sluice cluster add` for it")
 	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
@@ -193,6 +194,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Cluster.ReplicationFactor = *replication
 		case "replace-after":
 			opts.Cluster.SetReplaceAfter(*replaceAfter)
+		case "shards":
+			opts.Cluster.Shards = *shards
 		case "cluster-secret-file":
 			opts.Cluster.SecretFile = *secretFile
 		case "cluster-extra-secret-file":

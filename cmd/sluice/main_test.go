@@ -27,6 +27,7 @@ func TestBadInvocationsExitWithMessages(t *testing.T) {
 		{[]string{"server", "--join", "--node-id", "4", "--peers", "4=127.0.0.1:7104"}, 2, "cluster.join: a joining node lists itself and at least one current member"},
 		{[]string{"cluster", "add", "4"}, 2, "missing argument"},
 		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--replication-factor", "12"}, 2, "cluster.replication_factor: 12 is not between 1 and 9"},
+		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--shards", "65"}, 2, "cluster.shards: 65 is not between 1 and 64"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -79,6 +79,16 @@ type clusterReport struct {
 		} `json:"advertised"`
 	} `json:"peers"`
 	View *viewReport `json:"view,omitempty"`
+	// Shards mirrors internal/cluster.ShardStatus, with [cluster] shards
+	// above 1.
+	Shards []struct {
+		Shard   int    `json:"shard"`
+		Role    string `json:"role"`
+		Term    uint64 `json:"term"`
+		Leader  uint64 `json:"leader"`
+		Commit  uint64 `json:"commit"`
+		Applied uint64 `json:"applied"`
+	} `json:"shards,omitempty"`
 }
 
 // viewReport mirrors the leader's view (internal/cluster.ClusterView).
@@ -356,6 +366,20 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			t.row(strconv.FormatUint(p.ID, 10), p.Raft, dash(p.Membership), role, match, lagging, insync, clk, term, h, a)
 		}
 		t.flush()
+		if len(rep.Shards) > 0 {
+			// The table above is shard 0's group; each shard's leader,
+			// as this node knows it.
+			fmt.Fprintln(w)
+			t := newTable(w, "SHARD", "LEADER", "TERM", "THIS-NODE", "COMMIT", "APPLIED")
+			for _, sh := range rep.Shards {
+				leader := "none"
+				if sh.Leader != 0 {
+					leader = strconv.FormatUint(sh.Leader, 10)
+				}
+				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), sh.Role, strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10))
+			}
+			t.flush()
+		}
 		return ExitOK
 	})
 }

@@ -88,7 +88,7 @@ func TestSecretClusterServesAndRefusesOutsiders(t *testing.T) {
 		t.Fatalf("AMQP through the follower: %v, first byte %v; want connection.start", err, frame)
 	}
 
-	ad, _, ok := leader.target()
+	ad, _, ok := leader.target(0)
 	if !ok {
 		t.Fatal("the leader serves no advertisement")
 	}

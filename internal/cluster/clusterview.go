@@ -199,7 +199,7 @@ func (n *Node) leaderView(ctx context.Context) (ClusterView, error) {
 	if v, ok := n.view(); ok {
 		return v, nil
 	}
-	ad, leader, ok := n.target()
+	ad, leader, ok := n.target(0)
 	if !ok || leader == n.opts.Cluster.NodeID {
 		return ClusterView{}, errNotServing
 	}
@@ -222,7 +222,7 @@ func (n *Node) leaderView(ctx context.Context) (ClusterView, error) {
 
 // report sends this node's status to the leader, when another node leads.
 func (n *Node) report(ctx context.Context) error {
-	ad, leader, ok := n.target()
+	ad, leader, ok := n.target(0)
 	if !ok || leader == n.opts.Cluster.NodeID {
 		return nil
 	}

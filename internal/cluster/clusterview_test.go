@@ -90,7 +90,7 @@ func TestClusterView(t *testing.T) {
 			}
 		}
 	}
-	ad, _, _ := leader.target()
+	ad, _, _ := leader.target(0)
 	// The internal listener takes only nodes: post through a node's own
 	// transport, which runs the node handshake.
 	client := &http.Client{Transport: leader.transport}

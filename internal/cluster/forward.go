@@ -7,9 +7,10 @@ import (
 	"sync/atomic"
 )
 
-// forward is one HTTP request being forwarded to leader's internal
-// listener.
+// forward is one HTTP request being forwarded to the internal listener of
+// leader, shard's leader.
 type forward struct {
+	shard  int
 	leader uint64
 	cancel context.CancelCauseFunc
 	// answered: the leader's response headers are in (answeredForward),
@@ -46,9 +47,9 @@ var errLeaderChanged = errors.New("cluster: the leader changed while the request
 // silent partition) hung until the client gave up, although the cluster
 // had a new leader within an election timeout: the old connection stays
 // open, and no answer ever comes on it.
-func (n *Node) trackForward(ctx context.Context, leader uint64, changed <-chan struct{}) (context.Context, func()) {
+func (n *Node) trackForward(ctx context.Context, shard int, leader uint64, changed <-chan struct{}) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	f := &forward{leader: leader, cancel: cancel}
+	f := &forward{shard: shard, leader: leader, cancel: cancel}
 	ctx = context.WithValue(ctx, forwardKey{}, f)
 	n.mu.Lock()
 	n.forwards[f] = struct{}{}
@@ -57,7 +58,7 @@ func (n *Node) trackForward(ctx context.Context, leader uint64, changed <-chan s
 	// request to a deposed leader never outlives the change.
 	select {
 	case <-changed:
-		if _, now, ok := n.target(); ok && now != leader {
+		if _, now, ok := n.target(shard); ok && now != leader {
 			cancel(errLeaderChanged)
 		}
 	default:
@@ -70,17 +71,17 @@ func (n *Node) trackForward(ctx context.Context, leader uint64, changed <-chan s
 	}
 }
 
-// cancelForwards ends every forwarded request whose leader is not leader
-// and has not answered yet.
+// cancelForwards ends every request forwarded for shard whose leader is
+// not leader and has not answered yet.
 // What such a request did on the old leader is unknown to the client,
 // which gets 503 and retries: a write the old leader had not committed is
 // lost with its leadership, and one it had is kept (a retried send may
 // then be stored twice, as after any unanswered request).
-func (n *Node) cancelForwards(leader uint64) {
+func (n *Node) cancelForwards(shard int, leader uint64) {
 	n.mu.Lock()
 	var doomed []*forward
 	for f := range n.forwards {
-		if f.leader != leader && !f.answered.Load() {
+		if f.shard == shard && f.leader != leader && !f.answered.Load() {
 			doomed = append(doomed, f)
 		}
 	}

@@ -273,7 +273,7 @@ func TestTermHeader(t *testing.T) {
 		}
 	}
 	st := leader.raft.Status()
-	ad, _, ok := leader.target()
+	ad, _, ok := leader.target(0)
 	if !ok || ad.Term != st.Term {
 		t.Fatalf("leader %d serves %+v in term %d", st.ID, ad, st.Term)
 	}
@@ -346,7 +346,7 @@ func TestTermHeader(t *testing.T) {
 		if nl == nil {
 			return fmt.Errorf("answered by node %q, no member", node)
 		}
-		nad, _, ok := nl.target()
+		nad, _, ok := nl.target(0)
 		if st := nl.raft.Status(); !ok || st.Leader != st.ID || term != fmt.Sprint(nad.Term) || nad.Term <= ad.Term {
 			return fmt.Errorf("answered by node %s in term %s; it leads %t in term %d, serves term %d; the old term %d", node, term, st.Leader == st.ID, st.Term, nad.Term, ad.Term)
 		}

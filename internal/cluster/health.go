@@ -215,7 +215,7 @@ func (n *Node) health() Health {
 	}
 	now := time.Now()
 	n.mu.Lock()
-	srv, local, c, diskLow := n.localServer, n.local, n.contact, n.disk.low
+	srv, local, c, diskLow := n.localServer, n.serving[0], n.contact, n.disk.low
 	n.mu.Unlock()
 	switch {
 	case rep.Role == "removed":
@@ -223,7 +223,7 @@ func (n *Node) health() Health {
 	case rep.Leader == 0:
 		fail("no_leader", "no leader known: an election, a node still joining, or this node cut off from a majority")
 	case rep.Leader == rep.ID:
-		if srv == nil || local == nil || local.Term != rep.Term {
+		if srv == nil || local == nil || local.ad.Term != rep.Term {
 			fail("not_serving", "this node leads but its server is not serving yet")
 		} else if err := srv.Engine().Failed(); err != nil {
 			fail("store_failed", err.Error())
@@ -255,7 +255,7 @@ func (n *Node) health() Health {
 
 // routable reports whether this node knows where the leader serves now.
 func (n *Node) routable() bool {
-	_, _, ok := n.target()
+	_, _, ok := n.target(0)
 	return ok
 }
 

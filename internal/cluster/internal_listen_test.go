@@ -45,7 +45,7 @@ func TestFixedAndAdvertisedInternalListeners(t *testing.T) {
 	leader, follower := leaderAndFollower(t, nodes)
 	li := leader.opts.Cluster.NodeID - 1
 
-	ad, _, ok := follower.target()
+	ad, _, ok := follower.target(0)
 	if !ok {
 		t.Fatal("the follower has no route")
 	}
@@ -110,7 +110,7 @@ func TestFixedAndAdvertisedInternalListeners(t *testing.T) {
 		if err != nil {
 			return fmt.Errorf("node %d leading again on its fixed ports: %v", first.opts.Cluster.NodeID, err)
 		}
-		ad, _, _ := first.target()
+		ad, _, _ := first.target(0)
 		if ad.SQS != links[li].http.ln.Addr().String() {
 			return fmt.Errorf("advertised %s", ad.SQS)
 		}
@@ -145,7 +145,7 @@ func TestLeaderThatCannotServeHandsOver(t *testing.T) {
 	serving := func(want uint64) func() error {
 		return func() error {
 			for _, n := range nodes {
-				ad, leader, ok := n.target()
+				ad, leader, ok := n.target(0)
 				if !ok || leader != want {
 					return fmt.Errorf("node %d: route %+v to %d (%v), want node %d serving", n.opts.Cluster.NodeID, ad, leader, ok, want)
 				}

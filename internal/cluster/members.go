@@ -85,6 +85,13 @@ func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
 		},
 	}
 	guard := func(h http.HandlerFunc) http.Handler {
+		if n.shards.Len() > 1 {
+			// Every shard's membership would have to change, one after
+			// the other (ADR 0015 step 9); until then none does.
+			h = func(w http.ResponseWriter, _ *http.Request) {
+				memberError(w, http.StatusConflict, "ShardedCluster", "membership changes need [cluster] shards = 1: this cluster has "+strconv.Itoa(n.shards.Len()))
+			}
+		}
 		return server.BrowserGuard(httpauth.Middleware(n.onLeader(proxy, h), ha), n.opts.AllowedHosts)
 	}
 	mux.Handle("POST /sluice/v1/cluster/members", guard(n.addMember))
@@ -104,7 +111,7 @@ func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
-		ad, _, err := n.route(ctx)
+		ad, _, err := n.route(ctx, 0)
 		cancel()
 		if err != nil || ad.Public == "" {
 			unavailable(w, r, "no cluster leader is serving yet; retry")

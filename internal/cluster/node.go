@@ -24,6 +24,11 @@
 //     ways, to the leader's internal AMQP listener, and closed when either
 //     side closes or the leader changes.
 //
+// With [cluster] shards above 1 (ADR 0015 step 3, shards.go) the node is a
+// member of that many groups, each with its own leader, server and
+// advertisement; an HTTP request goes to the leader of the shard holding
+// the queue it names (shard 0 when it names none), and AMQP to shard 0's.
+//
 // Every connection between nodes, the leader's internal HTTP and AMQP
 // listeners included, opens with the node handshake over the cluster
 // secret (package nodeauth): a client that reaches an internal listener
@@ -50,7 +55,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -95,6 +99,10 @@ type Options struct {
 	// while it leads, and the one its clock measurements read (tests skew
 	// it).
 	Clock clock.Clock
+	// BalanceInterval is how often shard 0's leader looks at where the
+	// shards' leaders are, with [cluster] shards above 1 (0:
+	// raftstore.DefaultBalanceInterval).
+	BalanceInterval time.Duration
 }
 
 // Advertisement is what a leader replicates about itself (raftstore's
@@ -116,10 +124,15 @@ type Node struct {
 	opts server.Options
 	log  *slog.Logger
 	raft *raftstore.Node // shard 0 of shards
-	// shards are this node's Raft groups (one until ADR 0015's router);
-	// Close closes them and the Raft listener.
+	// shards are this node's Raft groups ([cluster] shards, ADR 0015):
+	// shard 0 is the cluster's group of ADR 0012 (membership, clock,
+	// health, AMQP), every shard holds SQS queues (shards.go). Close
+	// closes them and the Raft listener.
 	shards *raftstore.Shards
 	hold   time.Duration
+	// bodies bounds the SQS request bodies buffered to find the shard of
+	// their queue (shards.go; only with several shards).
+	bodies *server.BodyBudget
 
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
@@ -140,8 +153,10 @@ type Node struct {
 	failLog nodeauth.FailureLog
 
 	mu      sync.Mutex
-	changed chan struct{}  // closed and replaced whenever routing may have changed
-	local   *Advertisement // this node's server while it leads and serves
+	changed chan struct{} // closed and replaced whenever routing may have changed
+	// serving holds, by shard, this node's server and its advertisement
+	// while it leads that shard and serves (nil otherwise).
+	serving []*serving
 	relays  map[*relay]struct{}
 	// forwards are the HTTP requests being forwarded to a leader's
 	// internal listener (forward.go).
@@ -157,8 +172,8 @@ type Node struct {
 	reports map[uint64]reported
 
 	// Each node answers for itself (health.go): its disk watch, when it
-	// last reached the leader, and while it leads, its server and when
-	// that server started. freeBytes reads free space (tests replace it
+	// last reached the leader, and while it leads shard 0, its server and
+	// when that server started. freeBytes reads free space (tests replace it
 	// before Run).
 	disk        diskState
 	contact     contact
@@ -194,7 +209,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: opts.Clock}
 	if n.clk == nil {
 		n.clk = clock.Real{}
 	}
@@ -222,6 +237,9 @@ func New(opts Options) (_ *Node, err error) {
 	n.keys = nodeauth.With(secret, extra)
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	if err := checkShardCount(o.DataDir, o.Cluster.ShardCount()); err != nil {
+		return nil, err
 	}
 	raftListen := o.Cluster.RaftListen
 	if raftListen == "" {
@@ -254,16 +272,20 @@ func New(opts Options) (_ *Node, err error) {
 	build.Set(1)
 	var raftNode *raftstore.Node // the metrics read its status once it is open
 	n.metrics = newNodeMetrics(func() raftstore.Status { return raftNode.Status() }, build)
-	// One shard: its group is the one Raft group of ADR 0012, on the
-	// listener's mux (raftstore/mux.go), in the data directory as before.
+	// Shard 0's group is the one Raft group of ADR 0012, in the data
+	// directory as before; the others are in shard-<k>/ (ADR 0015). All
+	// are on the listener's mux (raftstore/mux.go).
 	shards, err := raftstore.OpenShards(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
 		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
-		1, 0)
+		o.Cluster.ShardCount(), opts.BalanceInterval)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if o.Cluster.ShardCount() > 1 {
+		n.bodies = server.NewBodyBudget(o.HTTPBodyBudget)
 	}
 	raftNode = shards.Shard(0)
 	n.shards, n.raft = shards, raftNode
@@ -286,11 +308,7 @@ func New(opts Options) (_ *Node, err error) {
 		}
 	}
 	n.transport = newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var expect uint64 // the node advertising addr, when it still does
-		if ad, leader, ok := n.target(); ok && ad.SQS == addr {
-			expect = leader
-		}
-		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, expect)
+		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, n.advertiserOf(addr))
 	})
 	n.publicTransport = newTransport(dialer.DialContext)
 	// The connection caps apply here, where the clients' addresses are
@@ -337,38 +355,31 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 
-	var (
-		stopLead  context.CancelFunc
-		leadDone  chan struct{}
-		leadTerm  uint64
-		runErr    error
-		endLeader = func() {
-			if stopLead != nil {
-				stopLead()
-				<-leadDone
-				stopLead = nil
-			}
-		}
-	)
-	onStatus := func(st raftstore.Status) {
-		n.rerouted(st.Leader)
-		if st.Role == "leader" && st.Leader == st.ID {
-			if stopLead != nil && leadTerm == st.Term {
-				return
-			}
-			endLeader()
-			n.log.Info("leading", "term", st.Term)
-			lctx, cancel := context.WithCancel(ctx)
-			stopLead, leadDone, leadTerm = cancel, make(chan struct{}), st.Term
-			go func() { defer close(leadDone); n.lead(lctx, st.Term) }()
-			return
-		}
-		if stopLead != nil {
-			n.log.Info("no longer leading; closing the local server", "term", st.Term, "leader", st.Leader)
-		}
-		endLeader()
+	var runErr error
+	leaders := make([]*leadership, n.shards.Len())
+	for k := range leaders {
+		leaders[k] = &leadership{n: n, k: k}
 	}
-	onStatus(n.raft.Status())
+	leaders[0].onStatus(ctx, n.raft.Status())
+	// The other shards' leaderships follow their own groups' changes.
+	sctx, stopShards := context.WithCancel(ctx)
+	var shardsWG sync.WaitGroup
+	for _, l := range leaders[1:] {
+		shardsWG.Add(1)
+		go func() {
+			defer shardsWG.Done()
+			r := n.shards.Shard(l.k)
+			l.onStatus(sctx, r.Status())
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case st := <-r.Changes():
+					l.onStatus(sctx, st)
+				}
+			}
+		}()
+	}
 	rctx, stopReports := context.WithCancel(ctx)
 	reportsDone := make(chan struct{})
 	go func() { defer close(reportsDone); n.reportLoop(rctx) }()
@@ -378,7 +389,7 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case st := <-n.raft.Changes():
-			onStatus(st)
+			leaders[0].onStatus(ctx, st)
 		case err := <-errc:
 			if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 				runErr = err
@@ -397,7 +408,11 @@ loop:
 	n.done = true
 	n.mu.Unlock()
 	n.closeRelays(reasonShutdown, func(uint64) bool { return true })
-	endLeader()
+	stopShards()
+	shardsWG.Wait()
+	for _, l := range leaders {
+		l.end()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := n.httpSrv.Shutdown(sctx); err != nil {
@@ -405,12 +420,19 @@ loop:
 	}
 	n.transport.CloseIdleConnections()
 	n.publicTransport.CloseIdleConnections()
-	// A graceful stop of the leader hands leadership over, so the cluster
-	// is writable again at once rather than after an election timeout.
+	// A graceful stop of a leader hands each leadership over, so the
+	// cluster is writable again at once rather than after an election
+	// timeout.
 	tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
-	if err := n.raft.TransferLeadership(tctx); err != nil {
-		n.log.Warn("leadership not handed over before stopping; the others will elect a leader", "err", err)
+	var transfers sync.WaitGroup
+	for k := range n.shards.Len() {
+		transfers.Go(func() {
+			if err := n.shards.Shard(k).TransferLeadership(tctx); err != nil {
+				n.log.Warn("leadership not handed over before stopping; the others will elect a leader", "shard", k, "err", err)
+			}
+		})
 	}
+	transfers.Wait()
 	tcancel()
 	if err := n.shards.Close(); err != nil {
 		n.log.Error("closing the Raft node", "err", err)
@@ -421,21 +443,35 @@ loop:
 	return runErr
 }
 
-// rerouted records a leader change: requests waiting for a leader look
-// again, relays to any other node are closed (their clients reconnect to
-// the new leader), and pooled HTTP connections to the old one are dropped.
-func (n *Node) rerouted(leader uint64) {
+// shardLog is the node's logger, naming shard k when there are several.
+func (n *Node) shardLog(k int) *slog.Logger {
+	if n.shards.Len() > 1 {
+		return n.log.With("shard", k)
+	}
+	return n.log
+}
+
+// rerouted records a leader change of shard k: requests waiting for a
+// leader look again, requests forwarded to another node for that shard
+// are cut, and pooled HTTP connections are dropped; for shard 0, AMQP
+// relays to any other node are closed too (their clients reconnect to the
+// new leader).
+func (n *Node) rerouted(k int, leader uint64) {
 	n.mu.Lock()
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
-	n.closeRelays(reasonLeaderChanged, func(to uint64) bool { return to != leader })
+	if k == 0 {
+		n.closeRelays(reasonLeaderChanged, func(to uint64) bool { return to != leader })
+	}
 	if leader != 0 {
 		// Not while no leader is known: the old one may still answer.
-		n.cancelForwards(leader)
+		n.cancelForwards(k, leader)
 	}
 	n.transport.CloseIdleConnections()
-	n.publicTransport.CloseIdleConnections()
+	if k == 0 {
+		n.publicTransport.CloseIdleConnections()
+	}
 }
 
 // dialInternal connects to a leader's internal listener (HTTP or AMQP,
@@ -468,179 +504,40 @@ func (n *Node) authFailed(surface string, remote net.Addr, err error) {
 	}
 }
 
-// lead runs this node's server while it leads term: once the Raft node has
-// applied everything committed before the term (WaitLeaderReady), it opens
-// the engine on the replicated store (exactly crash recovery), serves on
-// internal listeners and advertises them. A server whose engine failed (a
-// write the Raft node could not commit) is replaced by a fresh one while
-// the term lasts. It returns when ctx ends, with the server shut down.
-func (n *Node) lead(ctx context.Context, term uint64) {
-	log := n.log.With("term", term)
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	failures := 0 // server starts failed in a row
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-retry.C:
-		}
-		if ctx.Err() != nil {
-			return // both were ready: stopping wins
-		}
-		retry.Reset(time.Second)
-		if err := n.raft.WaitLeaderReady(ctx); err != nil {
-			if ctx.Err() == nil {
-				log.Warn("not ready to lead", "err", err)
-			}
-			continue
-		}
-		// The view is bound to the leadership this node holds now: the
-		// term its engine writes in, stamped on every response.
-		st := n.raft.Store()
-		viewTerm := raftstore.LeaderTerm(st)
-		if viewTerm == 0 {
-			_ = st.Close() // a follower's view, never used
-			continue
-		}
-		o := n.internalOptions(viewTerm)
-		o.InjectedStore = st
-		tl := n.leadershipClock(ctx)
-		srv, err := server.New(o, log.With("component", "server"), tl)
-		if err != nil {
-			log.Error("cannot start the leader's server", "err", err)
-			if failures++; failures >= handOverAfter {
-				// Something of this node's own (its internal port taken,
-				// no file descriptors left) keeps it from serving: a
-				// leader that cannot serve would hold the cluster's
-				// writes for as long as Raft keeps it leading.
-				failures = 0
-				n.handOver(ctx, log)
-			}
-			continue
-		}
-		failures = 0
-		n.mu.Lock()
-		// For the disk verdict, before any client reaches srv; the
-		// followers' reports can arrive only once it serves, so their
-		// grace starts now (health.go).
-		n.localServer, n.leadSince, n.timeline = srv, time.Now(), tl
-		n.mu.Unlock()
-		n.applyDiskVerdict()
-		n.serveLocal(ctx, srv, viewTerm, log)
-	}
-}
-
-// handOverAfter is how many server starts in a row (one a second) may
-// fail before a leader hands its leadership to another voter.
-const handOverAfter = 3
-
-// handOver hands this node's leadership to another voter whose log is as
-// long as any (a random one of them, so that leadership does not bounce
-// between two nodes that cannot serve while a third could), waiting at
-// most 5 s. With no other voter it does nothing.
-func (n *Node) handOver(ctx context.Context, log *slog.Logger) {
-	candidates := n.raft.TransferCandidates()
-	if len(candidates) == 0 {
-		log.Warn("this node cannot serve as leader and has no other voter to hand over to")
-		return
-	}
-	to := candidates[rand.IntN(len(candidates))]
-	log.Warn("this node cannot serve as leader; handing leadership over", "to", to)
-	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := n.raft.TransferLeadershipTo(tctx, to); err != nil && ctx.Err() == nil {
-		log.Warn("leadership not handed over", "to", to, "err", err)
-	}
-}
-
-// serveLocal runs srv until ctx ends or its engine fails, advertising its
-// addresses meanwhile, and shuts it down.
-func (n *Node) serveLocal(ctx context.Context, srv *server.Server, term uint64, log *slog.Logger) {
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(sctx) }()
-	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers()}
-	// Where the others dial, when that is not where the listeners bound
-	// (a port mapping or a proxy in between).
-	ad.SQS = cmp.Or(n.opts.Cluster.InternalHTTPAdvertise, ad.SQS)
-	if ad.AMQP != "" {
-		ad.AMQP = cmp.Or(n.opts.Cluster.InternalAMQPAdvertise, ad.AMQP)
-	}
-	n.mu.Lock()
-	n.local = &ad
-	n.localMetrics = srv.MetricsGatherer()
-	close(n.changed)
-	n.changed = make(chan struct{})
-	n.mu.Unlock()
-	log.Info("serving as leader", "internal_http", ad.SQS, "internal_amqp", ad.AMQP)
-	// Advertise waits for its entry to commit, and takes no context: it
-	// runs on its own, so stopping never waits for a quorum. It returns
-	// when the entry commits, leadership ends or the Raft node closes.
-	go func() {
-		b, _ := json.Marshal(ad) // a struct of strings and a number always encodes
-		for {
-			err := n.raft.Advertise(b)
-			if err == nil || sctx.Err() != nil {
-				return
-			}
-			log.Warn("cannot advertise the leader's addresses yet; retrying", "err", err)
-			t := time.NewTimer(time.Second)
-			select {
-			case <-sctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for running := true; running; {
-		select {
-		case <-ctx.Done():
-			running = false
-		case err := <-done:
-			if ctx.Err() == nil {
-				log.Error("the leader's server stopped on its own", "err", err)
-			}
-			done <- err
-			running = false
-		case <-tick.C:
-			if err := srv.Engine().Failed(); err != nil {
-				log.Warn("the leader's engine failed; starting a fresh one", "err", err)
-				running = false
-			}
-		}
-	}
-	n.mu.Lock()
-	n.local = nil
-	n.localMetrics = nil
-	n.localServer = nil
-	n.timeline = nil
-	n.mu.Unlock()
-	stop()
-	if err := <-done; err != nil {
-		log.Warn("the leader's server stopped with an error", "err", err)
-	}
-}
-
 // Response headers of every HTTP response a leader's server writes: the
 // Raft term of the leadership whose engine served it, and the leader's
 // node id. A checker orders acknowledgements by them.
 const (
 	HeaderTerm = "X-Sluice-Term"
 	HeaderNode = "X-Sluice-Node"
+	// HeaderShard names the shard whose leader served the response (its
+	// term is that shard's), with [cluster] shards above 1.
+	HeaderShard = "X-Sluice-Shard"
 )
 
 // internalOptions are the leader's server settings for the leadership of
-// term: this node's, with listeners on the configured internal addresses,
-// by default port 0 of the Raft address's host (peers reach them there or
-// at the advertised addresses, serveLocal). The caller sets InjectedStore to the
-// replicated store bound to that leadership.
-func (n *Node) internalOptions(term uint64) server.Options {
+// shard k in term: this node's, with listeners on the configured internal
+// addresses, by default port 0 of the Raft address's host (peers reach
+// them there or at the advertised addresses, serveLocal). The caller sets
+// InjectedStore to the replicated store bound to that leadership. With
+// several shards, shard 0's server also lists the other shards' queues
+// (ListQueues), and the others serve no AMQP (AMQP reaches shard 0 only,
+// ADR 0015 step 4).
+func (n *Node) internalOptions(k int, term uint64) server.Options {
 	o := n.opts
-	o.InternalHandler = n.internalHandler()
+	if k == 0 {
+		o.InternalHandler = n.internalHandler()
+		if n.shards.Len() > 1 {
+			o.OtherQueueNames = n.otherQueueNames
+		}
+	} else {
+		o.AMQPListen = ""
+	}
+	if n.shards.Len() > 1 {
+		// One node may lead every shard at once (the others down): its
+		// servers share its memory.
+		o.NodeShare = n.shards.Len()
+	}
 	// Only nodes holding the cluster secret reach the internal listeners.
 	o.WrapListener = func(kind string, ln net.Listener) net.Listener {
 		return nodeauth.NewListener(ln, n.keys, kind, o.Cluster.NodeID, func(remote net.Addr, err error) {
@@ -648,6 +545,9 @@ func (n *Node) internalOptions(term uint64) server.Options {
 		})
 	}
 	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
+	if n.shards.Len() > 1 {
+		o.ResponseHeaders.Set(HeaderShard, strconv.Itoa(k))
+	}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
 	o.SQSListen = cmp.Or(o.Cluster.InternalHTTPListen, net.JoinHostPort(host, "0"))
 	if o.AMQPListen != "" {
@@ -670,7 +570,7 @@ func (n *Node) internalOptions(term uint64) server.Options {
 	for _, p := range o.Cluster.Peers {
 		raftAddrs = append(raftAddrs, p.Raft)
 	}
-	for _, m := range n.raft.Members() { // members added at runtime too
+	for _, m := range n.shards.Shard(k).Members() { // members added at runtime too
 		raftAddrs = append(raftAddrs, m.RaftAddr)
 	}
 	for _, a := range raftAddrs {
@@ -685,17 +585,18 @@ func (n *Node) internalOptions(term uint64) server.Options {
 	return o
 }
 
-// route returns where to send a client now: the leader's advertised
-// addresses (this node's own server when it leads), waiting up to the
-// deadline of ctx while there is no leader or it has not advertised yet.
-func (n *Node) route(ctx context.Context) (Advertisement, uint64, error) {
+// route returns where to send a client of shard k now: the shard leader's
+// advertised addresses (this node's own server when it leads), waiting up
+// to the deadline of ctx while there is no leader or it has not
+// advertised yet.
+func (n *Node) route(ctx context.Context, k int) (Advertisement, uint64, error) {
 	tick := time.NewTicker(20 * time.Millisecond) // advertisements apply without a notification
 	defer tick.Stop()
 	for {
 		n.mu.Lock()
 		changed := n.changed
 		n.mu.Unlock()
-		if ad, leader, ok := n.target(); ok {
+		if ad, leader, ok := n.target(k); ok {
 			return ad, leader, nil
 		}
 		select {
@@ -709,38 +610,51 @@ func (n *Node) route(ctx context.Context) (Advertisement, uint64, error) {
 
 var errNoLeader = errors.New("cluster: no leader serving")
 
-// localServerFor returns this node's own server when ad is its
-// advertisement (this node leads and serves), else nil: the clients of
+// localServerFor returns this node's own server for shard k when ad is
+// its advertisement (this node leads and serves), else nil: the clients of
 // this node's public listeners then call it directly (its HTTP handler,
 // its AMQP server) rather than through the loopback.
-func (n *Node) localServerFor(ad Advertisement) *server.Server {
+func (n *Node) localServerFor(k int, ad Advertisement) *server.Server {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.local != nil && *n.local == ad {
-		return n.localServer
+	if s := n.serving[k]; s != nil && s.ad == ad {
+		return s.srv
 	}
 	return nil
 }
 
 // target is route without waiting.
-func (n *Node) target() (Advertisement, uint64, bool) {
-	st := n.raft.Status()
+func (n *Node) target(k int) (Advertisement, uint64, bool) {
+	r := n.shards.Shard(k)
+	st := r.Status()
 	if st.Leader == 0 {
 		return Advertisement{}, 0, false
 	}
 	if st.Leader == st.ID {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if n.local != nil && n.local.Term == st.Term {
-			return *n.local, st.Leader, true
+		if s := n.serving[k]; s != nil && s.ad.Term == st.Term {
+			return s.ad, st.Leader, true
 		}
 		return Advertisement{}, 0, false
 	}
 	var ad Advertisement
-	if b := n.raft.Advertised(st.Leader); b == nil || json.Unmarshal(b, &ad) != nil || ad.Term != st.Term {
+	if b := r.Advertised(st.Leader); b == nil || json.Unmarshal(b, &ad) != nil || ad.Term != st.Term {
 		return Advertisement{}, 0, false
 	}
 	return ad, st.Leader, true
+}
+
+// advertiserOf is the node whose current advertisement, for any shard,
+// names internal HTTP address addr (0: none does now): a connection
+// dialled there must reach that node.
+func (n *Node) advertiserOf(addr string) uint64 {
+	for k := range n.shards.Len() {
+		if ad, leader, ok := n.target(k); ok && ad.SQS == addr {
+			return leader
+		}
+	}
+	return 0
 }
 
 // routes is the public HTTP surface: GET /sluice/v1/cluster answered here,
@@ -755,10 +669,14 @@ func (n *Node) routes() http.Handler {
 			// from it, and the leader's allow-list checks it.
 			r.Out.Host = r.In.Host
 		},
-		Transport:      n.transport,
-		ModifyResponse: answeredForward,
-		FlushInterval:  -1, // dashboard event streams and long polls pass through at once
-		ErrorLog:       slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
+		Transport: n.transport,
+		ModifyResponse: func(resp *http.Response) error {
+			_ = answeredForward(resp)
+			n.awaitCreated(resp)
+			return nil
+		},
+		FlushInterval: -1, // dashboard event streams and long polls pass through at once
+		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.metrics.forwardErrors.Inc()
 			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
@@ -770,22 +688,27 @@ func (n *Node) routes() http.Handler {
 		},
 	}
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, r, release, ok := n.shardOf(w, r)
+		if !ok {
+			return // answered
+		}
+		defer release()
 		n.mu.Lock()
 		changed := n.changed // for trackForward
 		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
-		ad, leader, err := n.route(ctx)
+		ad, leader, err := n.route(ctx, k)
 		cancel()
 		if err != nil {
 			n.metrics.forwardErrors.Inc()
 			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}
-		if srv := n.localServerFor(ad); srv != nil {
+		if srv := n.localServerFor(k, ad); srv != nil {
 			srv.Handler().ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}
-		fctx, done := n.trackForward(r.Context(), leader, changed)
+		fctx, done := n.trackForward(r.Context(), k, leader, changed)
 		defer done()
 		n.proxyFullDuplex(proxy, w, r.WithContext(context.WithValue(fctx, targetKey{}, ad)))
 	})
@@ -811,27 +734,35 @@ func (n *Node) routes() http.Handler {
 type targetKey struct{}
 
 // unavailable answers 503 with Retry-After, which SDKs retry, in the shape
-// the request's API uses: an SQS JSON error (x-amzn-query-error, __type) for
-// the JSON protocol, an SQS Query ErrorResponse for form requests, and the
-// admin API's error object for /sluice/ paths, so that clients report
+// the request's API uses (writeError), so that clients report
 // ServiceUnavailable rather than an unknown error.
 func unavailable(w http.ResponseWriter, r *http.Request, msg string) {
 	w.Header().Set("Retry-After", "1")
+	writeError(w, r, http.StatusServiceUnavailable, "ServiceUnavailable", "Receiver", msg)
+}
+
+// writeError answers an error this node gives itself, in the shape the
+// request's API uses: an SQS JSON error (x-amzn-query-error, __type) for
+// the JSON protocol, an SQS Query ErrorResponse for form requests, and
+// the admin API's error object for /sluice/ paths. fault is SQS's
+// Sender or Receiver.
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, fault, msg string) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/sluice/"):
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "ServiceUnavailable", "message": msg}}) // a client gone cannot be told
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}}) // a client gone cannot be told
 	case r.Header.Get("X-Amz-Target") != "" || strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-amz-json"):
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		w.Header().Set("x-amzn-query-error", "ServiceUnavailable;Receiver")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#ServiceUnavailable", "message": msg}) // a client gone cannot be told
+		w.Header().Set("x-amzn-query-error", code+";"+fault)
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + code, "message": msg}) // a client gone cannot be told
 	default:
 		w.Header().Set("Content-Type", "text/xml")
-		w.WriteHeader(http.StatusServiceUnavailable)
+		w.WriteHeader(status)
 		var b strings.Builder
-		_ = xml.EscapeText(&b, []byte(msg))                                                                                                                                                                                                 // a strings.Builder does not fail
-		_, _ = io.WriteString(w, "<ErrorResponse><Error><Type>Receiver</Type><Code>ServiceUnavailable</Code><Message>"+b.String()+"</Message><Detail/></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>") // a client gone cannot be told
+		_ = xml.EscapeText(&b, []byte(msg))                                                                               // a strings.Builder does not fail
+		_, _ = io.WriteString(w, "<ErrorResponse><Error><Type>"+fault+"</Type><Code>"+code+"</Code><Message>"+b.String()+ // a client gone cannot be told
+			"</Message><Detail/></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>")
 	}
 }

@@ -169,7 +169,7 @@ func soloNode(t *testing.T, logs io.Writer, edit ...func(*server.Options)) (n *N
 		return <-done
 	}
 	t.Cleanup(func() { _ = stop() }) // a test that stops it itself checks the error
-	poll.CheckFor(t, 20*time.Second, poll.True("the node serves", func() bool { _, _, ok := n.target(); return ok }))
+	poll.CheckFor(t, 20*time.Second, poll.True("the node serves", func() bool { _, _, ok := n.target(0); return ok }))
 	return n, stop
 }
 
@@ -220,7 +220,7 @@ func TestLeadStopsWhenAsked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 32 {
-		n.lead(ctx, n.raft.Status().Term)
+		n.lead(ctx, 0, n.raft.Status().Term)
 	}
 	if after := strings.Count(logs.String(), "serving as leader"); after != before {
 		t.Fatalf("lead with an ended context started %d servers", after-before)
@@ -304,7 +304,7 @@ func startThreeWith(t *testing.T, edit func(*server.Options), opt func(i int, o 
 func routed(nodes []*Node) func() error {
 	return poll.True("every node routes to a serving leader", func() bool {
 		for _, n := range nodes {
-			if _, _, ok := n.target(); !ok {
+			if _, _, ok := n.target(0); !ok {
 				return false
 			}
 		}

@@ -217,12 +217,12 @@ func remoteIP(c net.Conn) string {
 // CONNECTION_FORCED. It calls release once the connection is done with.
 func (n *Node) relayAMQP(c net.Conn, release func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.hold)
-	ad, leader, err := n.route(ctx)
+	ad, leader, err := n.route(ctx, 0)
 	if err == nil && ad.AMQP == "" {
 		err = errors.New("the leader serves no AMQP")
 	}
 	if err == nil {
-		if srv := n.localServerFor(ad); srv != nil {
+		if srv := n.localServerFor(0, ad); srv != nil {
 			cancel()
 			srv.ServeAMQPConn(c, release)
 			return
@@ -261,7 +261,7 @@ func (n *Node) relayAMQP(c net.Conn, release func()) {
 	}()
 	// The leader may have changed between route and registering: check
 	// again, so a relay to a deposed leader never outlives the change.
-	if _, now, ok := n.target(); !ok || now != leader {
+	if _, now, ok := n.target(0); !ok || now != leader {
 		r.close()
 		return
 	}

@@ -24,6 +24,20 @@ type Report struct {
 	// from the leader when this node follows; absent while no leader
 	// serves it.
 	View *ClusterView `json:"view,omitempty"`
+	// Shards is, with [cluster] shards above 1, each shard's Raft status
+	// on this node (Node is shard 0's), the first view of where every
+	// shard's leader is.
+	Shards []ShardStatus `json:"shards,omitempty"`
+}
+
+// ShardStatus is one shard's Raft status on a node.
+type ShardStatus struct {
+	Shard   int    `json:"shard"`
+	Role    string `json:"role"`
+	Term    uint64 `json:"term"`
+	Leader  uint64 `json:"leader"`
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
@@ -101,6 +115,12 @@ func (n *Node) Status() Report {
 			}
 		}
 		rep.Peers = append(rep.Peers, pr)
+	}
+	if n.shards.Len() > 1 {
+		for k := range n.shards.Len() {
+			s := n.shards.Shard(k).Status()
+			rep.Shards = append(rep.Shards, ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied})
+		}
 	}
 	return rep
 }

@@ -1,0 +1,258 @@
+package cluster
+
+// Queues spread over shards ([cluster] shards above 1; ADR 0015 step 3,
+// docs/adr/0015-shards-and-a-router.md). Every shard is a Raft group with
+// every member of the cluster, its own leader and, on that leader, its own
+// engine and server. A node finds the shard of a queue in its own copy of
+// every shard's state (a settled read of the queue's record, no round
+// trip): the catalogue is the shards' stores themselves. A request naming
+// a queue goes to the leader of the queue's shard, one naming none (SQS
+// ListQueues, the dashboard, the admin API's lists) to shard 0's, whose
+// server adds the other shards' queues to ListQueues.
+//
+// Placement: a new queue goes to the shard of the dead-letter queue its
+// RedrivePolicy names when that queue exists (so a dead-letter move stays
+// one batch in one group), else to the shard its name hashes to. The hash
+// makes two creates of the same name, from any nodes, meet in one engine,
+// which serialises them as a single node does; and it lets a node whose
+// copy of a shard has not applied a create yet still send a request for
+// that queue to the right shard. A queue placed by its dead-letter queue
+// is found by the others once their copies apply its create (the node
+// that forwarded the create waits for its own copy before it answers:
+// read-your-writes through one node).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// shardsFile records, in a node's data directory, the shard count it was
+// first started with.
+const shardsFile = "shards"
+
+// checkShardCount refuses to start a node on a data directory written
+// with another shard count: the count is fixed when a cluster is first
+// started (ADR 0015). A data directory without the record is stamped with
+// count, unless it already holds a node's state and count is not 1 (a
+// cluster started before the setting had one shard).
+func checkShardCount(dir string, count int) error {
+	path := filepath.Join(dir, shardsFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		had, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if perr != nil || had < 1 {
+			return fmt.Errorf("cluster: %s holds %q, not a shard count", path, b)
+		}
+		if had != count {
+			return fmt.Errorf("cluster.shards: this node's data_dir was started with %d shards, not %d; the count is fixed when the cluster is first started", had, count)
+		}
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("cluster: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	if len(entries) > 0 && count != 1 {
+		return fmt.Errorf("cluster.shards: this node's data_dir holds a node started with 1 shard, not %d; the count is fixed when the cluster is first started", count)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(count)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
+
+// hashShard is the shard a queue name hashes to among count.
+func hashShard(name string, count int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name)) // a hash.Hash never fails
+	return int(h.Sum32() % uint32(count))
+}
+
+// findQueue returns the shard whose copy on this node holds queue name.
+func (n *Node) findQueue(name string) (int, bool) {
+	for k := range n.shards.Len() {
+		st := n.shards.Shard(k).Store()
+		ok, err := server.StoredQueue(st, name)
+		_ = st.Close() // a view: closing it ends nothing beneath
+		if err == nil && ok {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// placeQueue returns the shard of the queue rt names: where a copy on this
+// node holds it; else, once this node's copies have caught up with their
+// groups (catchUp: the queue may have been created through another node
+// a moment ago), where a copy holds it then; else (a new queue, or none)
+// where placement puts it.
+func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
+	if k, ok := n.findQueue(rt.Queue); ok {
+		return k
+	}
+	n.catchUp(ctx)
+	if k, ok := n.findQueue(rt.Queue); ok {
+		return k
+	}
+	if rt.Create && rt.DeadLetterTarget != "" {
+		if k, ok := n.findQueue(rt.DeadLetterTarget); ok {
+			return k
+		}
+	}
+	return hashShard(rt.Queue, n.shards.Len())
+}
+
+// catchUpTimeout bounds catchUp: a shard without a leader for longer is
+// left as it is (its queues' requests then wait for its leader anyway).
+const catchUpTimeout = time.Second
+
+// catchUp brings every shard's copy on this node up to what its group had
+// committed when catchUp was called (raftstore's ReadBarrier, in parallel,
+// at most catchUpTimeout).
+func (n *Node) catchUp(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for k := range n.shards.Len() {
+		wg.Go(func() {
+			if err := n.shards.Shard(k).ReadBarrier(ctx); err != nil && ctx.Err() == nil {
+				n.log.Debug("a shard's copy could not catch up", "shard", k, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// createdKey is the context key of a forwarded CreateQueue's queue and
+// shard (awaitCreated).
+type createdKey struct{}
+
+type created struct {
+	shard int
+	queue string
+}
+
+// shardOf finds the shard a public HTTP request is for, and returns the
+// request to forward (its body, if read, buffered again) and the function
+// that releases that buffer once the request is over. With one shard it
+// reads nothing. ok is false when it answered the request itself (a body
+// it could not read).
+func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http.Request, release func(), ok bool) {
+	release = func() {}
+	if n.shards.Len() == 1 {
+		return 0, r, release, true
+	}
+	if rest, found := strings.CutPrefix(r.URL.Path, "/sluice/"); found {
+		// The admin API's per-queue paths go where the queue is; the
+		// rest (lists, the dashboard, definitions) to shard 0.
+		if rest, found := strings.CutPrefix(rest, "v1/queues/"); found {
+			name, _, _ := strings.Cut(rest, "/")
+			return n.placeQueue(r.Context(), server.SQSRoute{Queue: name}), r, release, true
+		}
+		return 0, r, release, true
+	}
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody {
+		b, rel, err := n.bodies.Read(r.Context(), http.MaxBytesReader(w, r.Body, server.MaxSQSRequestBody), server.MaxSQSRequestBody)
+		if err != nil {
+			// Too large, unreadable, or over the budget: the leader's
+			// handler would refuse it too; this node says so itself.
+			unavailableOrTooLarge(w, r, err)
+			return 0, r, release, false
+		}
+		body, release = b, rel
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = nil
+	}
+	rt := server.SQSRouteOf(r, body)
+	if rt.Queue == "" {
+		return 0, r, release, true
+	}
+	k = n.placeQueue(r.Context(), rt)
+	if rt.Create {
+		r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
+	}
+	return k, r, release, true
+}
+
+// unavailableOrTooLarge answers a request whose body shardOf could not
+// read: 413 in the request's protocol for one over the SQS limit, else
+// 503 (retryable: the budget was full, or the client stopped sending).
+func unavailableOrTooLarge(w http.ResponseWriter, r *http.Request, err error) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) || errors.Is(err, server.ErrBodyTooLarge) {
+		w.Header().Set("Connection", "close")
+		writeError(w, r, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", "Sender",
+			"Request body is larger than "+strconv.Itoa(server.MaxSQSRequestBody)+" bytes.")
+		return
+	}
+	unavailable(w, r, "the request body could not be read now; retry")
+}
+
+// awaitCreated, for a CreateQueue forwarded to its shard's leader and
+// answered 200, waits (at most the hold timeout) until this node's copy of
+// that shard has applied the create, so that the client's next request
+// through this node finds the queue without a barrier of its own.
+func (n *Node) awaitCreated(resp *http.Response) {
+	c, ok := resp.Request.Context().Value(createdKey{}).(created)
+	if !ok || resp.StatusCode != http.StatusOK {
+		return
+	}
+	ctx, cancel := context.WithTimeout(resp.Request.Context(), n.hold)
+	defer cancel()
+	if err := n.shards.Shard(c.shard).ReadBarrier(ctx); err != nil {
+		n.log.Warn("a created queue may not be in this node's copy of its shard yet", "queue", c.queue, "shard", c.shard, "err", err)
+	}
+}
+
+// otherQueueNames lists the queues of shards 1 and up from this node's
+// copies (shard 0's server, which serves ListQueues, lists its own).
+func (n *Node) otherQueueNames(prefix string) ([]string, error) {
+	var names []string
+	var errs []error
+	for k := 1; k < n.shards.Len(); k++ {
+		st := n.shards.Shard(k).Store()
+		got, err := server.StoredQueueNames(st, prefix)
+		_ = st.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", k, err))
+			continue
+		}
+		names = append(names, got...)
+	}
+	return names, errors.Join(errs...)
+}
+
+// applyShardDiskAlarm sets the disk alarm of srv, the server of a shard
+// other than 0 this node leads: refusing new messages while this node's
+// own disk is low or shard 0's leader found a quorum's low (health.go).
+func (n *Node) applyShardDiskAlarm(srv *server.Server) {
+	if n.opts.MinFreeDisk <= 0 {
+		return
+	}
+	n.mu.Lock()
+	refuse := n.disk.low || n.disk.quorumLow
+	n.mu.Unlock()
+	srv.SetDiskAlarm(refuse)
+}

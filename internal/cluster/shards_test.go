@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// shardedNodes starts three nodes with [cluster] shards = 3 and a short
+// balancer interval, and waits until every node routes every shard to a
+// serving leader and each node leads one shard.
+func shardedNodes(t *testing.T) ([]*Node, func(i int) error) {
+	t.Helper()
+	nodes, stop := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3 },
+		func(_ int, o *Options) { o.BalanceInterval = 100 * time.Millisecond }, nil, 3)
+	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard, and each node leads one", func() bool {
+		led := map[uint64]int{}
+		for _, n := range nodes {
+			for k := range 3 {
+				_, leader, ok := n.target(k)
+				if !ok {
+					return false
+				}
+				if n == nodes[0] {
+					led[leader]++
+				}
+			}
+		}
+		return len(led) == 3
+	}))
+	return nodes, stop
+}
+
+// shardClient is an aws-sdk-go-v2 client of node n that retries (a
+// leadership may move while the test runs).
+func shardClient(n *Node) *sqs.Client {
+	return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 10,
+		Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
+}
+
+// TestShardsPlaceSQSQueues (ADR 0015 step 3): with three shards, SQS queues
+// created through any node are spread over the shards, and each queue is
+// served by its own shard's leader — so the three nodes run engines that
+// each hold a part of the queues. Through every node a client sends,
+// receives and deletes on every queue, ListQueues lists them all, a queue
+// created with a RedrivePolicy lives with its dead-letter queue and
+// dead-letters into it, and a shard whose leader stops is served by
+// another node, its messages kept.
+func TestShardsPlaceSQSQueues(t *testing.T) {
+	nodes, stop := shardedNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	clients := []*sqs.Client{shardClient(nodes[0]), shardClient(nodes[1]), shardClient(nodes[2])}
+
+	const queues = 12
+	urls := make([]string, queues)
+	for i := range queues {
+		out, err := clients[i%3].CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("orders-%d", i))})
+		if err != nil {
+			t.Fatalf("create orders-%d through node %d: %v", i, i%3+1, err)
+		}
+		urls[i] = aws.ToString(out.QueueUrl)
+		// Read-your-writes through the node that created it.
+		if _, err := clients[i%3].GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(fmt.Sprintf("orders-%d", i))}); err != nil {
+			t.Fatalf("GetQueueUrl orders-%d right after its create through the same node: %v", i, err)
+		}
+	}
+	// Where each queue lives: exactly one shard's copy holds it, on every
+	// node; and the queues are on more than one shard.
+	shardOf := map[string]int{}
+	poll.CheckFor(t, 10*time.Second, poll.True("every node's copies hold every queue", func() bool {
+		for _, n := range nodes {
+			for i := range queues {
+				name := fmt.Sprintf("orders-%d", i)
+				k, ok := n.findQueue(name)
+				if !ok {
+					return false
+				}
+				shardOf[name] = k
+			}
+		}
+		return true
+	}))
+	used := map[int]bool{}
+	for name, k := range shardOf {
+		used[k] = true
+		for j := range 3 {
+			if j == k {
+				continue
+			}
+			st := nodes[0].shards.Shard(j).Store()
+			held, err := server.StoredQueue(st, name)
+			_ = st.Close()
+			if err != nil || held {
+				t.Fatalf("%s is on shard %d and also on shard %d (%v)", name, k, j, err)
+			}
+		}
+	}
+	if len(used) < 2 {
+		t.Fatalf("12 queues all on shard(s) %v: not spread", used)
+	}
+
+	// Every queue through every node: a send through one, a receive and
+	// delete through the next.
+	for i, u := range urls {
+		body := fmt.Sprintf("m-%d", i)
+		if _, err := clients[i%3].SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(body)}); err != nil {
+			t.Fatalf("send to %s: %v", u, err)
+		}
+		out, err := clients[(i+1)%3].ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(u), WaitTimeSeconds: 1})
+		if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != body {
+			t.Fatalf("receive from %s through node %d: %+v, %v; want %q", u, (i+1)%3+1, out, err, body)
+		}
+		if _, err := clients[(i+2)%3].DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(u), ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+			t.Fatalf("delete from %s through node %d: %v", u, (i+2)%3+1, err)
+		}
+	}
+
+	// A dead-letter queue and its source, created through different
+	// nodes: the source lives with its DLQ, and a message that fails
+	// moves there.
+	dlq, err := clients[1].CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("failed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs, err := clients[2].GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A source name that does not hash to the DLQ's shard: only placement
+	// by the dead-letter target puts it there.
+	work := "work"
+	for i := 0; hashShard(work, 3) == hashShard("failed", 3); i++ {
+		work = fmt.Sprintf("work-%d", i)
+	}
+	src, err := clients[0].CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(work), Attributes: map[string]string{
+		"RedrivePolicy":     fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, attrs.Attributes["QueueArn"]),
+		"VisibilityTimeout": "0",
+	}})
+	if err != nil {
+		t.Fatalf("create the source queue through node 1: %v", err)
+	}
+	kd, _ := nodes[0].findQueue("failed")
+	if ks, ok := nodes[0].findQueue(work); !ok || ks != kd {
+		t.Fatalf("%s is on shard %d (found %v), its DLQ on %d", work, ks, ok, kd)
+	}
+	if _, err := clients[2].SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: src.QueueUrl, MessageBody: aws.String("poison")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // received once; the second receive dead-letters it
+		if _, err := clients[1].ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: src.QueueUrl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := clients[0].ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 2})
+	if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != "poison" {
+		t.Fatalf("the DLQ holds %+v, %v; want the poison message", out, err)
+	}
+
+	// ListQueues through any node names every queue of every shard.
+	want := []string{"failed", work}
+	for i := range queues {
+		want = append(want, fmt.Sprintf("orders-%d", i))
+	}
+	slices.Sort(want)
+	for i, c := range clients {
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("ListQueues through node %d lists every shard's queues", i+1), func() bool {
+			lo, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
+			if err != nil {
+				return false
+			}
+			var got []string
+			for _, u := range lo.QueueUrls {
+				got = append(got, u[strings.LastIndex(u, "/")+1:])
+			}
+			return slices.Equal(got, want)
+		}))
+	}
+
+	// Each node's status lists every shard with the leader it routes to.
+	for _, n := range nodes {
+		rep := n.Status()
+		if len(rep.Shards) != 3 {
+			t.Fatalf("node %d's status lists %d shards, want 3", rep.Node.ID, len(rep.Shards))
+		}
+		for k, sh := range rep.Shards {
+			if _, leader, _ := n.target(k); sh.Shard != k || sh.Leader != leader {
+				t.Errorf("node %d's status: shard %d %+v; it routes to %d", rep.Node.ID, k, sh, leader)
+			}
+		}
+	}
+
+	// The node leading orders-0's shard stops: another node leads that
+	// shard and serves the queue, with the message sent before the stop.
+	name := "orders-0"
+	k := shardOf[name]
+	if _, err := clients[0].SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(urls[0]), MessageBody: aws.String("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	_, leader, _ := nodes[0].target(k)
+	if err := stop(int(leader) - 1); err != nil {
+		t.Fatalf("stopping node %d: %v", leader, err)
+	}
+	survivor := nodes[int(leader)%3]
+	poll.CheckFor(t, 10*time.Second, poll.True("another node leads the stopped node's shard", func() bool {
+		_, now, ok := survivor.target(k)
+		return ok && now != leader
+	}))
+	got, err := shardClient(survivor).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls[0]), WaitTimeSeconds: 2})
+	if err != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].Body) != "kept" {
+		t.Fatalf("after its leader stopped, %s through node %d gave %+v, %v; want the message sent before", name, survivor.opts.Cluster.NodeID, got, err)
+	}
+}
+
+// TestShardCountIsFixed: a data directory remembers the shard count it was
+// first started with, and a node refuses another one; a data directory
+// that holds a node from before the setting counts as one shard.
+func TestShardCountIsFixed(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkShardCount(dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkShardCount(dir, 3); err != nil {
+		t.Fatalf("the same count again: %v", err)
+	}
+	if err := checkShardCount(dir, 1); err == nil || !strings.Contains(err.Error(), "started with 3 shards") {
+		t.Fatalf("another count: %v; want a refusal naming 3", err)
+	}
+	old := t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "raft-state"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkShardCount(old, 3); err == nil {
+		t.Fatal("3 shards on a data dir of a node from before the setting: accepted")
+	}
+	if err := checkShardCount(old, 1); err != nil {
+		t.Fatalf("1 shard on it: %v", err)
+	}
+	if err := checkShardCount(old, 3); err == nil {
+		t.Fatal("3 shards after it was stamped with 1: accepted")
+	}
+}
+
+// TestShardedMembershipRefused: with several shards, a joining node (and
+// the settings several shards cannot use) is refused with a clear error,
+// rather than changing shard 0's membership alone.
+func TestShardedMembershipRefused(t *testing.T) {
+	o := server.DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}, {ID: 2, Raft: "127.0.0.1:7102"}}, Shards: 3, Join: true}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.join: membership changes need cluster.shards = 1") {
+		t.Fatalf("join with 3 shards: %v", err)
+	}
+	o.Cluster.Join, o.Cluster.InternalHTTPListen = false, "127.0.0.1:7201"
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.internal_http_listen: a fixed internal address needs cluster.shards = 1") {
+		t.Fatalf("a fixed internal listener with 3 shards: %v", err)
+	}
+	o.Cluster.InternalHTTPListen, o.Cluster.Shards = "", server.MaxShards+1
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.shards") {
+		t.Fatalf("%d shards: %v", server.MaxShards+1, err)
+	}
+}
