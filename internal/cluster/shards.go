@@ -105,8 +105,12 @@ func (n *Node) findQueue(name string) (int, bool) {
 // node holds it; else, once this node's copies have caught up with their
 // groups (catchUp: the queue may have been created through another node
 // a moment ago), where a copy holds it then; else (a new queue, or none)
-// where placement puts it.
+// where placement puts it. A name that is not a queue name goes to shard
+// 0 (whose server answers it), without a catch-up.
 func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
+	if !server.ValidQueueName(rt.Queue) {
+		return 0
+	}
 	if k, ok := n.findQueue(rt.Queue); ok {
 		return k
 	}

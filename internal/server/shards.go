@@ -41,6 +41,10 @@ var ErrBodyTooLarge = httpbody.ErrTooLarge
 // it hands the request on (the SQS handler's own cap).
 const MaxSQSRequestBody = 5 << 20
 
+// ValidQueueName reports whether name is a valid queue name
+// (engine.ValidQueueName).
+func ValidQueueName(name string) bool { return engine.ValidQueueName(name) }
+
 // StoredQueue reports whether st, a shard's state store, holds queue name
 // (engine.StoredQueue).
 func StoredQueue(st store.Store, name string) (bool, error) { return engine.StoredQueue(st, name) }
