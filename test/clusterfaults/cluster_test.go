@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,6 +95,8 @@ type testCluster struct {
 	// with SLUICE_FAULT_CLOCK_OFFSET, which a binary built with the
 	// faultclock tag honours (start checks that it did).
 	skew []time.Duration
+	// shards is the nodes' [cluster] shards.
+	shards int
 }
 
 // clientLinks are node i's inbound client Links.
@@ -191,15 +194,18 @@ replace_after = "2s"
 // node answers /health (through a leader).
 func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
-	return startSkewedCluster(t, ctx, size, timeout, nil)
+	return startSkewedCluster(t, ctx, size, timeout, nil, 1)
 }
 
 // startSkewedCluster is startCluster with node i's clock offset by skew[i]
-// (skew nil or shorter: none).
-func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration, skew []time.Duration) *testCluster {
+// (skew nil or shorter: none) and [cluster] shards. With several shards
+// the nodes' internal listeners are on port 0 (each shard a node leads has
+// its own): the requests forwarded between nodes then bypass the client
+// Links, and only the Raft links carry faults.
+func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int) *testCluster {
 	t.Helper()
 	bin := crash.Binary(t)
-	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew}
+	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew, shards: shards}
 	// A node's real Raft address must be known before the Links and the
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
@@ -212,7 +218,7 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 	if err := os.WriteFile(secret, []byte(strings.Repeat("fault-harness-secret-", 3)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	config := clusterTOML + fmt.Sprintf("secret_file = %q\n", secret)
+	config := clusterTOML + fmt.Sprintf("secret_file = %q\nshards = %d\n", secret, shards)
 	for i := range size {
 		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
 		h, err := Listen(internal[2*i])
@@ -228,8 +234,11 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 		// entries), so that the run compacts every few seconds and a node
 		// that was down or cut off catches up by a snapshot, not only from
 		// the log: the faults then exercise snapshot streaming and install.
-		node := config + fmt.Sprintf("internal_http_listen = %q\ninternal_http_advertise = %q\ninternal_amqp_listen = %q\ninternal_amqp_advertise = %q\n",
-			internal[2*i], h.Addr(), internal[2*i+1], a.Addr())
+		node := config
+		if shards == 1 {
+			node += fmt.Sprintf("internal_http_listen = %q\ninternal_http_advertise = %q\ninternal_amqp_listen = %q\ninternal_amqp_advertise = %q\n",
+				internal[2*i], h.Addr(), internal[2*i+1], a.Addr())
+		}
 		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(node), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -475,6 +484,7 @@ func status(ctx context.Context, hc *http.Client, url string) (cluster.Report, e
 func (c *testCluster) stable(ctx context.Context) (uint64, error) {
 	hc := &http.Client{Timeout: time.Second}
 	var leader, term uint64
+	shardLeaders := map[int][2]uint64{} // with several shards: shard → (shard, term) every node agrees on
 	for _, m := range c.nodes {
 		srv, _ := m.current()
 		if srv == nil {
@@ -495,6 +505,21 @@ func (c *testCluster) stable(ctx context.Context) (uint64, error) {
 		for _, p := range rep.Peers {
 			if p.ID == l && (p.Advertised == nil || p.Advertised.Term != term) {
 				return 0, fmt.Errorf("node %d: leader %d has not advertised for term %d", m.id, l, term)
+			}
+		}
+		if c.shards > 1 {
+			if len(rep.Shards) != c.shards {
+				return 0, fmt.Errorf("node %d lists %d shards, not %d", m.id, len(rep.Shards), c.shards)
+			}
+			for _, sh := range rep.Shards {
+				if sh.Leader == 0 {
+					return 0, fmt.Errorf("node %d knows no leader of shard %d", m.id, sh.Shard)
+				}
+				k := [2]uint64{uint64(sh.Shard), sh.Term}
+				if was, ok := shardLeaders[sh.Shard]; ok && was != k {
+					return 0, fmt.Errorf("node %d: shard %d led in term %d, others say term %d", m.id, sh.Shard, sh.Term, was[1])
+				}
+				shardLeaders[sh.Shard] = k
 			}
 		}
 	}
@@ -520,39 +545,41 @@ func (c *testCluster) awaitStable(ctx context.Context, d time.Duration) (uint64,
 // began at start and was answered at end.
 type observation struct {
 	start, end time.Time
+	shard      uint64 // the group the term is of (0 with one shard)
 	term       uint64
 	role       string
 	leader     uint64
 }
 
-// monitor polls every node's /sluice/v1/cluster and keeps every answer,
-// and also the (term, node) of every SQS answer the workload saw (the
+// monitor polls every node's /sluice/v1/cluster and keeps every answer
+// (with several shards, each shard's status in it), and also the (shard,
+// term, node) of every SQS answer the workload saw (the X-Sluice-Shard,
 // X-Sluice-Term and X-Sluice-Node headers, see served). From them it
-// checks that no term had two leaders.
+// checks that no term of any shard had two leaders.
 type monitor struct {
 	c       *testCluster
 	mu      sync.Mutex
 	obs     [][]observation // per node, in poll order (so by start and end)
-	headers []observation   // the leaders SQS answers named, one per (term, node)
-	seen    map[[2]uint64]bool
+	headers []observation   // the leaders SQS answers named, one per (shard, term, node)
+	seen    map[[3]uint64]bool
 	errs    int
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
 }
 
-// served records that the leader node served an answer in term.
-func (mo *monitor) served(term, node uint64) {
+// served records that the leader node of shard served an answer in term.
+func (mo *monitor) served(shard, term, node uint64) {
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	k := [2]uint64{term, node}
+	k := [3]uint64{shard, term, node}
 	if mo.seen[k] {
 		return
 	}
 	if mo.seen == nil {
-		mo.seen = map[[2]uint64]bool{}
+		mo.seen = map[[3]uint64]bool{}
 	}
 	mo.seen[k] = true
-	mo.headers = append(mo.headers, observation{term: term, leader: node})
+	mo.headers = append(mo.headers, observation{shard: shard, term: term, leader: node})
 }
 
 const pollInterval = 50 * time.Millisecond
@@ -575,6 +602,9 @@ func (c *testCluster) startMonitor(ctx context.Context) *monitor {
 						mo.errs++
 					} else {
 						mo.obs[i] = append(mo.obs[i], observation{start: start, end: end, term: rep.Node.Term, role: rep.Node.Role, leader: rep.Node.Leader})
+						for _, sh := range rep.Shards[min(1, len(rep.Shards)):] { // shard 0 is rep.Node
+							mo.obs[i] = append(mo.obs[i], observation{start: start, end: end, shard: uint64(sh.Shard), term: sh.Term, role: sh.Role, leader: sh.Leader})
+						}
 					}
 					mo.mu.Unlock()
 				}
@@ -583,6 +613,21 @@ func (c *testCluster) startMonitor(ctx context.Context) *monitor {
 		}()
 	}
 	return mo
+}
+
+// answeringShards lists the shards whose leaders answered the workload's
+// SQS requests (0 alone with one shard).
+func (mo *monitor) answeringShards() []uint64 {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	var out []uint64
+	for _, o := range mo.headers {
+		if !slices.Contains(out, o.shard) {
+			out = append(out, o.shard)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // close stops the pollers.
@@ -603,32 +648,38 @@ func (mo *monitor) leaderViolations() (viol []string, observations int, terms in
 
 // leaderViolations judges per-node observations (see monitor; the last
 // slice may hold the answers' headers, which name a leader and say no
-// role): the leaders of a term are the nodes that said they led in it and
-// the leaders any node or answer named for it; there must be at most one.
+// role): the leaders of a term of a shard are the nodes that said they
+// led it and the leaders any node or answer named for it; there must be
+// at most one.
 func leaderViolations(obs [][]observation) (viol []string, observations int, terms int) {
-	leaders := map[uint64]map[uint64]bool{} // term → leaders
+	leaders := map[[2]uint64]map[uint64]bool{} // (shard, term) → leaders
 	for i, seen := range obs {
 		for _, o := range seen {
 			observations++
-			if leaders[o.term] == nil {
-				leaders[o.term] = map[uint64]bool{}
+			k := [2]uint64{o.shard, o.term}
+			if leaders[k] == nil {
+				leaders[k] = map[uint64]bool{}
 			}
 			if o.role == "leader" {
-				leaders[o.term][uint64(i+1)] = true
+				leaders[k][uint64(i+1)] = true
 			}
 			if o.leader != 0 {
-				leaders[o.term][o.leader] = true
+				leaders[k][o.leader] = true
 			}
 		}
 	}
-	for term, set := range leaders {
+	for k, set := range leaders {
 		if len(set) > 1 {
 			var ids []uint64
 			for id := range set {
 				ids = append(ids, id)
 			}
 			sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-			viol = append(viol, fmt.Sprintf("term %d: leaders %v", term, ids))
+			if k[0] == 0 {
+				viol = append(viol, fmt.Sprintf("term %d: leaders %v", k[1], ids))
+			} else {
+				viol = append(viol, fmt.Sprintf("shard %d term %d: leaders %v", k[0], k[1], ids))
+			}
 		}
 	}
 	sort.Strings(viol)

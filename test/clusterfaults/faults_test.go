@@ -24,6 +24,7 @@ const (
 	envDrain    = "SLUICE_CLUSTER_FAULTS_DRAIN"    // how long the drain may take (default 2m)
 	envKinds    = "SLUICE_CLUSTER_FAULTS_KINDS"    // comma-separated kinds drawn after the first two faults (default all)
 	envSkew     = "SLUICE_CLUSTER_FAULTS_SKEW"     // the last node's clock offset (default 20s; 0: none)
+	envShards   = "SLUICE_CLUSTER_FAULTS_SHARDS"   // [cluster] shards (default 1)
 )
 
 // defaultSkew is the last node's clock offset: far beyond the workload's
@@ -55,11 +56,32 @@ func faultKinds() []string {
 	return []string{"partition", "one-way", "delay", "kill", "kill-leader", "kill-majority", "kill-all", "pause", "client-cut", "handover"}
 }
 
+// shardCount reads envShards (default 1).
+func shardCount(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv(envShards)
+	if s == "" {
+		return 1
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		t.Fatalf("%s=%q: want 1 or more", envShards, s)
+	}
+	t.Logf("%s=%d", envShards, v)
+	return v
+}
+
 // drawnKinds is envKinds as a list, every kind checked, or every kind.
-func drawnKinds(t *testing.T) []string {
+// With several shards client-cut is left out: the nodes' internal
+// listeners are then on port 0 (one per shard a node leads), not behind
+// the Links that fault cuts.
+func drawnKinds(t *testing.T, shards int) []string {
 	t.Helper()
 	s := os.Getenv(envKinds)
 	if s == "" {
+		if shards > 1 {
+			return slices.DeleteFunc(faultKinds(), func(k string) bool { return k == "client-cut" })
+		}
 		return faultKinds()
 	}
 	var kinds []string
@@ -259,12 +281,13 @@ func TestClusterFaults(t *testing.T) {
 		t.Skip("runs a cluster of server processes under faults for tens of seconds")
 	}
 	dur, size, seed := settings(t)
-	drawn := drawnKinds(t)
+	shards := shardCount(t)
+	drawn := drawnKinds(t, shards)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
 
-	c := startSkewedCluster(t, ctx, size, 8*time.Second, skews(t, size))
+	c := startSkewedCluster(t, ctx, size, 8*time.Second, skews(t, size), shards)
 	leader, err := c.awaitStable(ctx, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -350,6 +373,9 @@ func TestClusterFaults(t *testing.T) {
 		r, w.Ops.Load(), w.nerrs.Load(), w.deletes.Load(), w.sameTerm.Load(), w.noTerm.Load())
 	t.Logf("leader per term: %d observations of /sluice/v1/cluster over %d terms (%d polls failed), %d violations",
 		observations, terms, mo.errs, len(viol))
+	if shards > 1 {
+		t.Logf("the SQS queues were served by the leaders of shard(s) %v of %d (AMQP: shard 0)", mo.answeringShards(), shards)
+	}
 	ra := a.Ck.Report()
 	t.Logf("%s", a.summary(ra))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())

@@ -107,9 +107,20 @@ func TestDeletesCertainInTheirReceivesTerm(t *testing.T) {
 	if v, n, terms := mo.leaderViolations(); len(v) != 0 || n != 2 || terms != 2 {
 		t.Fatalf("answers from leader 1 in term 7 and 2 in term 8: violations %q, %d observations, %d terms", v, n, terms)
 	}
-	mo.served(7, 3)
+	mo.served(0, 7, 3)
 	if v, _, _ := mo.leaderViolations(); len(v) != 1 || !strings.Contains(v[0], "term 7") {
 		t.Fatalf("answers from nodes 1 and 3 in term 7: violations %q", v)
+	}
+	// Another shard's terms are its own: node 2 leading shard 1 in term
+	// 7 conflicts with no one; node 3 in the same term of shard 1 does.
+	mo.served(1, 7, 2)
+	mo.served(1, 8, 2)
+	if v, _, _ := mo.leaderViolations(); len(v) != 1 || v[0] != "term 7: leaders [1 3]" {
+		t.Fatalf("shard 1's term 7 led by node 2: violations %q, want shard 0's only", v)
+	}
+	mo.served(1, 7, 3)
+	if v, _, _ := mo.leaderViolations(); len(v) != 2 || v[0] != "shard 1 term 7: leaders [2 3]" {
+		t.Fatalf("shard 1's term 7 led by nodes 2 and 3: violations %q", v)
 	}
 
 	// Two receives in one term with the same count: a lease forgotten

@@ -60,8 +60,9 @@ type workload struct {
 	// deletes counts acknowledged deletes, sameTerm those answered in
 	// the term of their receive.
 	deletes, sameTerm atomic.Int64
-	// served records the (term, node) of every answer, for the monitor.
-	served func(term, node uint64)
+	// served records the (shard, term, node) of every answer, for the
+	// monitor.
+	served func(shard, term, node uint64)
 
 	errs  sync.Map // "op: message" → *atomic.Int64
 	nerrs atomic.Int64
@@ -70,30 +71,31 @@ type workload struct {
 // noTermEpoch is where the epochs of deliveries without a term start.
 const noTermEpoch = 1 << 40
 
-// servedBy is the term and node that served the request whose response
-// metadata is meta (X-Sluice-Term, X-Sluice-Node); false if it carried
-// none.
-func servedBy(meta middleware.Metadata) (term, node uint64, ok bool) {
+// servedBy is the shard, term and node that served the request whose
+// response metadata is meta (X-Sluice-Shard, absent with one shard;
+// X-Sluice-Term, X-Sluice-Node); false if it carried no term.
+func servedBy(meta middleware.Metadata) (shard, term, node uint64, ok bool) {
 	resp, _ := awsmiddleware.GetRawResponse(meta).(*smithyhttp.Response)
 	if resp == nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	term, err := strconv.ParseUint(resp.Header.Get("X-Sluice-Term"), 10, 62)
 	if err != nil || term == 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	node, _ = strconv.ParseUint(resp.Header.Get("X-Sluice-Node"), 10, 64)
-	return term, node, true
+	shard, _ = strconv.ParseUint(resp.Header.Get("X-Sluice-Shard"), 10, 64)
+	return shard, term, node, true
 }
 
 // termOf is the epoch of a delivery received in the response of meta.
 func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
-	term, node, ok := servedBy(meta)
+	shard, term, node, ok := servedBy(meta)
 	if !ok {
 		return 0, false
 	}
 	if w.served != nil {
-		w.served(term, node)
+		w.served(shard, term, node)
 	}
 	return int(term), true
 }
