@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
@@ -20,9 +22,12 @@ import (
 // scrapes every node sees each node's role, term and lag, and each queue
 // once, from the leader.
 
-// raftCollector reads a node's Raft status at every scrape.
+// raftCollector reads a node's Raft status, of every shard, at every
+// scrape. With several shards every series carries a shard label (shard
+// 0 included); with one, none (the series of a cluster without shards).
 type raftCollector struct {
-	status func() raftstore.Status
+	statuses func() []raftstore.Status // by shard
+	sharded  bool
 
 	term, commit, applied, applyLag, first, last, leader, role *prometheus.Desc
 	leaderChanges, failedProposals, voters, learners           *prometheus.Desc
@@ -34,12 +39,16 @@ type raftCollector struct {
 // node was removed from the group).
 var roles = [...]string{"leader", "follower", "candidate", "removed"}
 
-func newRaftCollector(status func() raftstore.Status) *raftCollector {
+func newRaftCollector(statuses func() []raftstore.Status, sharded bool) *raftCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
+		if sharded {
+			labels = append([]string{"shard"}, labels...)
+		}
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &raftCollector{
-		status:          status,
+		statuses:        statuses,
+		sharded:         sharded,
 		term:            d("sluice_raft_term", "The Raft term this node is in."),
 		commit:          d("sluice_raft_commit_index", "The highest Raft log index this node knows committed (on a majority's logs)."),
 		applied:         d("sluice_raft_applied_index", "The highest Raft log index applied to this node's state store."),
@@ -67,9 +76,21 @@ func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.status()
+	for k, st := range c.statuses() {
+		c.collect(ch, k, st)
+	}
+}
+
+// collect sends shard k's series.
+func (c *raftCollector) collect(ch chan<- prometheus.Metric, k int, st raftstore.Status) {
+	lv := func(labels ...string) []string {
+		if c.sharded {
+			return append([]string{strconv.Itoa(k)}, labels...)
+		}
+		return labels
+	}
 	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), lv(labels...)...)
 	}
 	gauge(c.term, st.Term)
 	gauge(c.commit, st.Commit)
@@ -85,8 +106,8 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.role, v, r)
 	}
-	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
-	ch <- prometheus.MustNewConstMetric(c.failedProposals, prometheus.CounterValue, float64(st.FailedProposals))
+	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges), lv()...)
+	ch <- prometheus.MustNewConstMetric(c.failedProposals, prometheus.CounterValue, float64(st.FailedProposals), lv()...)
 	var voters, learners uint64
 	for _, m := range st.Members {
 		if m.Membership == raftstore.Learner {
@@ -129,7 +150,7 @@ type nodeMetrics struct {
 	authFailures *prometheus.CounterVec
 }
 
-func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) nodeMetrics {
+func newNodeMetrics(statuses func() []raftstore.Status, sharded bool, build prometheus.Collector) nodeMetrics {
 	m := nodeMetrics{raft: prometheus.NewRegistry(), process: prometheus.NewRegistry(),
 		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cluster_forward_errors_total",
@@ -143,22 +164,55 @@ func newNodeMetrics(status func() raftstore.Status, build prometheus.Collector) 
 	for _, s := range []string{nodeauth.SurfaceRaft, nodeauth.SurfaceHTTP, nodeauth.SurfaceAMQP} {
 		m.authFailures.WithLabelValues(s) // every series exists from the start, at 0
 	}
-	m.raft.MustRegister(newRaftCollector(status), m.forwardErrors, m.authFailures)
+	m.raft.MustRegister(newRaftCollector(statuses, sharded), m.forwardErrors, m.authFailures)
 	m.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 	return m
 }
 
 // serveMetrics answers GET /metrics: this node's Raft metrics, and the
-// engine's when this node leads and serves, else this process's.
+// engine's when this node leads shard 0 and serves, else this process's;
+// with several shards, also the per-queue series of the other shards'
+// engines this node leads (queueSeries).
 func (n *Node) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(n.gatherers(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
+}
+
+// gatherers are what serveMetrics exports now.
+func (n *Node) gatherers() prometheus.Gatherers {
 	gs := prometheus.Gatherers{n.metrics.raft}
 	n.mu.Lock()
 	engine := n.localMetrics
+	for _, s := range n.serving[1:] {
+		if s != nil {
+			gs = append(gs, queueSeries{s.srv.MetricsGatherer()})
+		}
+	}
 	n.mu.Unlock()
 	if engine != nil {
 		gs = append(gs, engine)
 	} else {
 		gs = append(gs, n.metrics.process)
 	}
-	promhttp.HandlerFor(gs, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
+	return gs
+}
+
+// queueSeries gathers, of a shard's server other than shard 0's, the
+// metric families whose every series names a queue (label "queue"): its
+// queues' series, which no other engine on this node exports. Its other
+// families (the process, the APIs, the store) would repeat shard 0's
+// server's series, or describe a server clients do not see.
+type queueSeries struct{ g prometheus.Gatherer }
+
+// Gather implements prometheus.Gatherer.
+func (q queueSeries) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := q.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) > 0 && !slices.ContainsFunc(mf.GetMetric(), func(m *dto.Metric) bool {
+			return !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "queue" })
+		}) {
+			out = append(out, mf)
+		}
+	}
+	return out, err
 }

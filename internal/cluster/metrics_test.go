@@ -169,7 +169,7 @@ func TestRaftMetricsCountLearners(t *testing.T) {
 		{ID: 3, Membership: raftstore.Voter}, {ID: 4, Membership: raftstore.Learner},
 	}}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newRaftCollector(func() raftstore.Status { return st }))
+	reg.MustRegister(newRaftCollector(func() []raftstore.Status { return []raftstore.Status{st} }, false))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -182,5 +182,40 @@ func TestRaftMetricsCountLearners(t *testing.T) {
 	}
 	if got["sluice_raft_voters"] != 3 || got["sluice_raft_learners"] != 1 {
 		t.Fatalf("voters %v, learners %v; want 3 and 1", got["sluice_raft_voters"], got["sluice_raft_learners"])
+	}
+}
+
+// TestRaftMetricsPerShard: with several shards every sluice_raft_* series
+// carries its shard, each shard's status its own.
+func TestRaftMetricsPerShard(t *testing.T) {
+	sts := []raftstore.Status{{ID: 2, Role: "follower", Term: 4, Leader: 1}, {ID: 2, Role: "leader", Term: 9, Leader: 2, Match: map[uint64]uint64{1: 5, 2: 7}, LastIndex: 7}}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newRaftCollector(func() []raftstore.Status { return sts }, true))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName() // labels come sorted by name
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"sluice_raft_term,shard=0": 4, "sluice_raft_term,shard=1": 9,
+		"sluice_raft_leader_id,shard=0": 1, "sluice_raft_leader_id,shard=1": 2,
+		"sluice_raft_role,role=leader,shard=1": 1, "sluice_raft_role,role=leader,shard=0": 0,
+		"sluice_raft_peer_lag_entries,peer=1,shard=1": 2,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+		}
+	}
+	if _, ok := got["sluice_raft_term"]; ok {
+		t.Error("an unlabelled sluice_raft_term next to the sharded ones")
 	}
 }

@@ -270,8 +270,14 @@ func New(opts Options) (_ *Node, err error) {
 		Help:        "Always 1; the labels name the running build (version, commit, date, go_version).",
 		ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "date": o.Build.Date, "go_version": o.Build.GoVersion}})
 	build.Set(1)
-	var raftNode *raftstore.Node // the metrics read its status once it is open
-	n.metrics = newNodeMetrics(func() raftstore.Status { return raftNode.Status() }, build)
+	// The metrics read the shards' statuses once they are open.
+	n.metrics = newNodeMetrics(func() []raftstore.Status {
+		out := make([]raftstore.Status, n.shards.Len())
+		for k := range out {
+			out[k] = n.shards.Shard(k).Status()
+		}
+		return out
+	}, o.Cluster.ShardCount() > 1, build)
 	// Shard 0's group is the one Raft group of ADR 0012, in the data
 	// directory as before; the others are in shard-<k>/ (ADR 0015). All
 	// are on the listener's mux (raftstore/mux.go).
@@ -287,8 +293,7 @@ func New(opts Options) (_ *Node, err error) {
 	if o.Cluster.ShardCount() > 1 {
 		n.bodies = server.NewBodyBudget(o.HTTPBodyBudget)
 	}
-	raftNode = shards.Shard(0)
-	n.shards, n.raft = shards, raftNode
+	n.shards, n.raft = shards, shards.Shard(0)
 	factor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_raft_replication_factor",
 		Help: "Voters this node keeps while it leads ([cluster] replication_factor); sluice_raft_voters below it means no caught-up learner could replace a lost voter."})
 	factor.Set(float64(o.Cluster.Factor()))

@@ -190,6 +190,35 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 		}))
 	}
 
+	// Every queue's series are exported, once, by the node leading its
+	// shard, and a node's metrics gather without a clash between its
+	// shards' engines.
+	exported := map[string]uint64{}
+	for _, n := range nodes {
+		mfs, err := n.gatherers().Gather()
+		if err != nil {
+			t.Fatalf("node %d's metrics: %v", n.opts.Cluster.NodeID, err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "sluice_queue_visible_messages" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "queue" {
+						if was, ok := exported[l.GetValue()]; ok && was != n.opts.Cluster.NodeID {
+							t.Errorf("queue %s exported by nodes %d and %d", l.GetValue(), was, n.opts.Cluster.NodeID)
+						}
+						exported[l.GetValue()] = n.opts.Cluster.NodeID
+					}
+				}
+			}
+		}
+	}
+	if len(exported) != len(want) {
+		t.Errorf("sluice_queue_visible_messages for %d queues (%v), want %d", len(exported), exported, len(want))
+	}
+
 	// Each node's status lists every shard with the leader it routes to.
 	for _, n := range nodes {
 		rep := n.Status()
