@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -82,12 +83,14 @@ type clusterReport struct {
 	// Shards mirrors internal/cluster.ShardStatus, with [cluster] shards
 	// above 1.
 	Shards []struct {
-		Shard   int    `json:"shard"`
-		Role    string `json:"role"`
-		Term    uint64 `json:"term"`
-		Leader  uint64 `json:"leader"`
-		Commit  uint64 `json:"commit"`
-		Applied uint64 `json:"applied"`
+		Shard    int      `json:"shard"`
+		Role     string   `json:"role"`
+		Term     uint64   `json:"term"`
+		Leader   uint64   `json:"leader"`
+		Commit   uint64   `json:"commit"`
+		Applied  uint64   `json:"applied"`
+		Voters   []uint64 `json:"voters"`
+		Learners []uint64 `json:"learners"`
 	} `json:"shards,omitempty"`
 }
 
@@ -370,13 +373,23 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			// The table above is shard 0's group; each shard's leader,
 			// as this node knows it.
 			fmt.Fprintln(w)
-			t := newTable(w, "SHARD", "LEADER", "TERM", "THIS-NODE", "COMMIT", "APPLIED")
+			t := newTable(w, "SHARD", "LEADER", "TERM", "THIS-NODE", "COMMIT", "APPLIED", "VOTERS", "LEARNERS")
+			ids := func(v []uint64) string {
+				if len(v) == 0 {
+					return "-"
+				}
+				s := make([]string, len(v))
+				for i, id := range v {
+					s[i] = strconv.FormatUint(id, 10)
+				}
+				return strings.Join(s, ",")
+			}
 			for _, sh := range rep.Shards {
 				leader := "none"
 				if sh.Leader != 0 {
 					leader = strconv.FormatUint(sh.Leader, 10)
 				}
-				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), sh.Role, strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10))
+				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), sh.Role, strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10), ids(sh.Voters), ids(sh.Learners))
 			}
 			t.flush()
 		}

@@ -112,9 +112,9 @@ func TestClusterStatusShards(t *testing.T) {
 	const report = `{"node":{"id":2,"role":"follower","term":3,"leader":1,"commit":9,"applied":9},
 		"public":{"http":"127.0.0.1:1"},
 		"peers":[{"id":1,"raft":"127.0.0.1:11","membership":"voter"},{"id":2,"raft":"127.0.0.1:12","membership":"voter"}],
-		"shards":[{"shard":0,"role":"follower","term":3,"leader":1,"commit":9,"applied":9},
-			{"shard":1,"role":"leader","term":5,"leader":2,"commit":40,"applied":40},
-			{"shard":2,"role":"candidate","term":7,"leader":0,"commit":12,"applied":11}]}`
+		"shards":[{"shard":0,"role":"follower","term":3,"leader":1,"commit":9,"applied":9,"voters":[1,2]},
+			{"shard":1,"role":"leader","term":5,"leader":2,"commit":40,"applied":40,"voters":[1,2],"learners":[4]},
+			{"shard":2,"role":"candidate","term":7,"leader":0,"commit":12,"applied":11,"voters":[1,2]}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(report))
@@ -125,7 +125,7 @@ func TestClusterStatusShards(t *testing.T) {
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED$`, `(?m)^0 +1 +3 +follower +9 +9$`, `(?m)^1 +2 +5 +leader +40 +40$`, `(?m)^2 +none +7 +candidate +12 +11$`} {
+	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED +VOTERS +LEARNERS$`, `(?m)^0 +1 +3 +follower +9 +9 +1,2 +-$`, `(?m)^1 +2 +5 +leader +40 +40 +1,2 +4$`, `(?m)^2 +none +7 +candidate +12 +11 +1,2 +-$`} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("want %s in:\n%s", re, r.stdout)
 		}

@@ -33,7 +33,8 @@ import (
 // /sluice/v1/cluster shows when; `sluice cluster add --wait` waits for it,
 // or for it to catch up as a standby). A follower forwards the request,
 // as it is, to the leader's public listener (its advertisement's Public);
-// a request that was already forwarded once is not forwarded again.
+// a request that was already forwarded once is not forwarded again. With
+// several shards the change is made on every shard (members_shards.go).
 //
 // Errors ({"error": {"code", "message"}}):
 //
@@ -84,25 +85,42 @@ func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
 			unavailable(w, r, "the leader could not be reached; retry")
 		},
 	}
-	guard := func(h http.HandlerFunc) http.Handler {
+	guard := func(change memberChange) http.Handler {
+		h := n.onLeader(proxy, 0, n.applyChange(0, change))
 		if n.shards.Len() > 1 {
-			// Every shard's membership would have to change, one after
-			// the other (ADR 0015 step 9); until then none does.
-			h = func(w http.ResponseWriter, _ *http.Request) {
-				memberError(w, http.StatusConflict, "ShardedCluster", "membership changes need [cluster] shards = 1: this cluster has "+strconv.Itoa(n.shards.Len()))
-			}
+			h = n.shardedChange(proxy, change) // members_shards.go
 		}
-		return server.BrowserGuard(httpauth.Middleware(n.onLeader(proxy, h), ha), n.opts.AllowedHosts)
+		return server.BrowserGuard(httpauth.Middleware(h, ha), n.opts.AllowedHosts)
 	}
-	mux.Handle("POST /sluice/v1/cluster/members", guard(n.addMember))
-	mux.Handle("DELETE /sluice/v1/cluster/members/{id}", guard(n.removeMember))
+	mux.Handle("POST /sluice/v1/cluster/members", guard(addChange))
+	mux.Handle("DELETE /sluice/v1/cluster/members/{id}", guard(removeChange))
 }
 
-// onLeader runs h when this node leads, and otherwise forwards the request
-// to the leader's public listener (once).
-func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
+// memberChange reads a membership request and returns the change it asks
+// for, to run on a shard's leader; for a request it cannot read it
+// answers 400 itself and returns nil.
+type memberChange func(w http.ResponseWriter, r *http.Request) func(ctx context.Context, rn *raftstore.Node) error
+
+// applyChange runs change on this node's member of shard k (its leader)
+// and answers with that shard's membership.
+func (n *Node) applyChange(k int, change memberChange) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := change(w, r)
+		if c == nil {
+			return // answered
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+		defer cancel()
+		rn := n.shards.Shard(k)
+		n.membershipDone(w, r, rn, c(ctx, rn))
+	}
+}
+
+// onLeader runs h when this node leads shard k, and otherwise forwards
+// the request to that shard leader's public listener (once).
+func (n *Node) onLeader(proxy http.Handler, k int, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if st := n.raft.Status(); st.Leader == st.ID && st.Role == "leader" {
+		if st := n.shards.Shard(k).Status(); st.Leader == st.ID && st.Role == "leader" {
 			h(w, r)
 			return
 		}
@@ -111,7 +129,7 @@ func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
-		ad, _, err := n.route(ctx, 0)
+		ad, _, err := n.route(ctx, k)
 		cancel()
 		if err != nil || ad.Public == "" {
 			unavailable(w, r, "no cluster leader is serving yet; retry")
@@ -121,15 +139,14 @@ func (n *Node) onLeader(proxy http.Handler, h http.HandlerFunc) http.Handler {
 	})
 }
 
-func (n *Node) addMember(w http.ResponseWriter, r *http.Request) {
+// addChange reads POST /sluice/v1/cluster/members.
+func addChange(w http.ResponseWriter, r *http.Request) func(ctx context.Context, rn *raftstore.Node) error {
 	req, err := decodeMemberRequest(r.Body)
 	if err != nil {
 		memberError(w, http.StatusBadRequest, "InvalidRequest", err.Error())
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
-	defer cancel()
-	n.membershipDone(w, r, n.raft.AddMember(ctx, req.ID, req.Raft))
+	return func(ctx context.Context, rn *raftstore.Node) error { return rn.AddMember(ctx, req.ID, req.Raft) }
 }
 
 // decodeMemberRequest reads the body of POST /sluice/v1/cluster/members:
@@ -151,24 +168,25 @@ func decodeMemberRequest(body io.Reader) (MemberRequest, error) {
 	return req, nil
 }
 
-func (n *Node) removeMember(w http.ResponseWriter, r *http.Request) {
+// removeChange reads DELETE /sluice/v1/cluster/members/{id}.
+func removeChange(w http.ResponseWriter, r *http.Request) func(ctx context.Context, rn *raftstore.Node) error {
 	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 	if err != nil || id == 0 {
 		memberError(w, http.StatusBadRequest, "InvalidRequest", "the node id must be a number of 1 or more")
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
-	defer cancel()
-	n.membershipDone(w, r, n.raft.RemoveMember(ctx, id))
+	return func(ctx context.Context, rn *raftstore.Node) error { return rn.RemoveMember(ctx, id) }
 }
 
-// membershipDone answers a change: the new membership, or its error.
-func (n *Node) membershipDone(w http.ResponseWriter, r *http.Request, err error) {
+// membershipDone answers a change: the new membership of rn's group, or
+// the change's error.
+func (n *Node) membershipDone(w http.ResponseWriter, r *http.Request, rn *raftstore.Node, err error) {
+	var remote *remoteMemberError
 	switch {
 	case err == nil:
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(MembersResponse{Members: n.raft.Members()}) // a client gone cannot be told
+		_ = json.NewEncoder(w).Encode(MembersResponse{Members: rn.Members()}) // a client gone cannot be told
 	case errors.Is(err, raftstore.ErrBadAddress):
 		memberError(w, http.StatusBadRequest, "InvalidAddress", err.Error())
 	case errors.Is(err, raftstore.ErrUnknownMember):
@@ -184,6 +202,8 @@ func (n *Node) membershipDone(w http.ResponseWriter, r *http.Request, err error)
 		memberError(w, http.StatusConflict, "ChangeInProgress", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		memberError(w, http.StatusGatewayTimeout, "Timeout", "the change was not applied in time; it may still apply: check sluice cluster status")
+	case errors.As(err, &remote) && remote.status != http.StatusServiceUnavailable:
+		memberError(w, remote.status, remote.code, err.Error())
 	default:
 		n.log.Info("membership change failed", "err", err)
 		unavailable(w, r, "the change could not be applied ("+err.Error()+"); retry")

@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -283,22 +288,84 @@ func TestShardCountIsFixed(t *testing.T) {
 	}
 }
 
-// TestShardedMembershipRefused: with several shards, a joining node (and
-// the settings several shards cannot use) is refused with a clear error,
-// rather than changing shard 0's membership alone.
-func TestShardedMembershipRefused(t *testing.T) {
+// TestShardedConfigRefused: with several shards, fixed internal listeners
+// (one port cannot serve several shards) and too many shards are refused
+// with a clear error.
+func TestShardedConfigRefused(t *testing.T) {
 	o := server.DefaultOptions()
 	o.DataDir = t.TempDir()
-	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}, {ID: 2, Raft: "127.0.0.1:7102"}}, Shards: 3, Join: true}
-	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.join: membership changes need cluster.shards = 1") {
-		t.Fatalf("join with 3 shards: %v", err)
-	}
-	o.Cluster.Join, o.Cluster.InternalHTTPListen = false, "127.0.0.1:7201"
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}, {ID: 2, Raft: "127.0.0.1:7102"}}, Shards: 3, InternalHTTPListen: "127.0.0.1:7201"}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.internal_http_listen: a fixed internal address needs cluster.shards = 1") {
 		t.Fatalf("a fixed internal listener with 3 shards: %v", err)
 	}
 	o.Cluster.InternalHTTPListen, o.Cluster.Shards = "", server.MaxShards+1
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.shards") {
 		t.Fatalf("%d shards: %v", server.MaxShards+1, err)
+	}
+	o.Cluster.Shards, o.Cluster.Join = 3, true
+	if err := o.Validate(); err != nil {
+		t.Fatalf("a node joining a cluster of 3 shards: %v", err)
+	}
+}
+
+// TestShardedMembership: with three shards, adding a node through any
+// node adds it to every shard's group (as a learner: it is not running),
+// adding it again is 409 MemberExists, and removing it through another
+// node removes it from every shard; every node's copy of every shard
+// agrees. A bad address is refused as with one shard.
+func TestShardedMembership(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	spare := brokertest.ReservePorts(t, 1)[0]
+	do := func(n *Node, method, path, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+n.HTTPAddr()+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }() // read below
+		b, _ := io.ReadAll(resp.Body)
+		var eb struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		_ = json.Unmarshal(b, &eb) // an answer without a code fails the comparison
+		return resp.StatusCode, eb.Error.Code
+	}
+	has := func(want bool) func() error {
+		return func() error {
+			for _, n := range nodes {
+				for k := range 3 {
+					found := slices.ContainsFunc(n.shards.Shard(k).Members(), func(m raftstore.Member) bool { return m.ID == 4 })
+					if found != want {
+						return fmt.Errorf("node %d, shard %d: node 4 a member: %v", n.opts.Cluster.NodeID, k, found)
+					}
+				}
+			}
+			return nil
+		}
+	}
+	if status, code := do(nodes[0], "POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "127.0.0.1:0"}`); status != http.StatusBadRequest || code != "InvalidAddress" {
+		t.Fatalf("a bad address: %d %q", status, code)
+	}
+	if status, code := do(nodes[1], "POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "`+spare+`"}`); status != http.StatusOK {
+		t.Fatalf("add through node 2: %d %q", status, code)
+	}
+	poll.CheckFor(t, 10*time.Second, has(true))
+	if status, code := do(nodes[2], "POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "`+spare+`"}`); status != http.StatusConflict || code != "MemberExists" {
+		t.Fatalf("add again: %d %q, want 409 MemberExists", status, code)
+	}
+	if status, code := do(nodes[2], "DELETE", "/sluice/v1/cluster/members/4", ""); status != http.StatusOK {
+		t.Fatalf("remove through node 3: %d %q", status, code)
+	}
+	poll.CheckFor(t, 10*time.Second, has(false))
+	if status, code := do(nodes[0], "DELETE", "/sluice/v1/cluster/members/4", ""); status != http.StatusNotFound || code != "MemberNotFound" {
+		t.Fatalf("remove again: %d %q, want 404 MemberNotFound", status, code)
+	}
+	if status, code := do(nodes[0], "POST", "/sluice/v1/cluster/members?shard=7", `{"id": 5, "raft": "`+spare+`"}`); status != http.StatusBadRequest || code != "InvalidRequest" {
+		t.Fatalf("an unknown shard: %d %q", status, code)
 	}
 }

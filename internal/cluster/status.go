@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 )
 
 // Report is the answer of GET /sluice/v1/cluster on any node's public
@@ -38,6 +40,10 @@ type ShardStatus struct {
 	Leader  uint64 `json:"leader"`
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
+	// Voters and Learners are the shard's membership as this node has
+	// applied it.
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners,omitempty"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
@@ -119,7 +125,15 @@ func (n *Node) Status() Report {
 	if n.shards.Len() > 1 {
 		for k := range n.shards.Len() {
 			s := n.shards.Shard(k).Status()
-			rep.Shards = append(rep.Shards, ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied})
+			ss := ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied}
+			for _, m := range s.Members {
+				if m.Membership == raftstore.Learner {
+					ss.Learners = append(ss.Learners, m.ID)
+				} else {
+					ss.Voters = append(ss.Voters, m.ID)
+				}
+			}
+			rep.Shards = append(rep.Shards, ss)
 		}
 	}
 	return rep

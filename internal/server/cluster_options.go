@@ -121,9 +121,10 @@ type ClusterConfig struct {
 	// fixed when the cluster is first started: every node must give the
 	// same, and a node refuses to start on a data_dir written with
 	// another. 0 or 1: one group, the layout of a cluster without the
-	// setting. Above 1 (experimental, docs/cluster.md "Shards"): SQS
-	// queues are placed on shards at creation; AMQP, the dashboard's and
-	// admin API's queue lists, and membership changes see shard 0 only.
+	// setting. Above 1 (experimental, README "Spreading SQS queues over
+	// leaders"): SQS queues are placed on shards at creation; AMQP and
+	// the dashboard's and admin API's queue lists see shard 0's queues
+	// only; a membership change changes every shard.
 	Shards int `toml:"shards"`
 }
 
@@ -294,9 +295,6 @@ func (o *Options) validateCluster() []error {
 		errs = append(errs, fmt.Errorf("cluster.shards: %d is not between 1 and %d (0: the default, 1)", c.Shards, MaxShards))
 	}
 	if c.Shards > 1 {
-		if c.Join {
-			errs = append(errs, errors.New("cluster.join: membership changes need cluster.shards = 1 (several shards' memberships are not changed together yet)"))
-		}
 		for _, kv := range [][2]string{{"internal_http_listen", c.InternalHTTPListen}, {"internal_amqp_listen", c.InternalAMQPListen}, {"internal_http_advertise", c.InternalHTTPAdvertise}, {"internal_amqp_advertise", c.InternalAMQPAdvertise}} {
 			if kv[1] != "" {
 				errs = append(errs, fmt.Errorf("cluster.%s: a fixed internal address needs cluster.shards = 1 (each shard this node leads has its own internal listener)", kv[0]))

@@ -56,13 +56,21 @@ func memberIDs(ctx context.Context, n *node) ([]uint64, error) {
 // removes the dead node with `sluice cluster remove`. The cluster keeps
 // serving through the new node, which has every message and the leader's
 // applied index.
-func TestReplaceANode(t *testing.T) {
+func TestReplaceANode(t *testing.T) { replaceANode(t) }
+
+// TestReplaceANodeShards is TestReplaceANode with three shards: every
+// membership change goes to every shard (its table, its learner, its
+// replacement of the dead voter are shard 0's, which the test reads), and
+// the queue lives on whichever shard its name hashes to.
+func TestReplaceANodeShards(t *testing.T) { replaceANode(t, "--shards", "3") }
+
+func replaceANode(t *testing.T, extra ...string) {
 	if testing.Short() {
 		t.Skip("starts four server processes")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	nodes := startClusterWith(t, ctx, 3, "--replace-after", "3s")
+	nodes := startClusterWith(t, ctx, 3, append([]string{"--replace-after", "3s"}, extra...)...)
 	leader := awaitLeader(t, ctx, nodes, 0)
 
 	const name = "replace-orders"
@@ -112,8 +120,8 @@ func TestReplaceANode(t *testing.T) {
 	go func() {
 		// Start returns once /health answers, which needs the leader: only
 		// after the add below.
-		srv, err := crash.Start(ctx, bin, n4.dir, 60*time.Second,
-			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--cluster-secret-file", n4.secret, "--log-level", "debug", "--replace-after", "3s")
+		srv, err := crash.Start(ctx, bin, n4.dir, 60*time.Second, append([]string{
+			"--join", "--node-id", "4", "--peers", strings.Join(peers, ","), "--cluster-secret-file", n4.secret, "--log-level", "debug", "--replace-after", "3s"}, extra...)...)
 		started <- startResult{srv, err}
 	}()
 	t.Cleanup(func() {
@@ -284,6 +292,27 @@ func TestReplaceANode(t *testing.T) {
 		})
 	}
 	send(n4, "after-kill", 10)
+	if len(extra) > 0 {
+		// Every shard, not only shard 0: node 4 is a voter in place of
+		// the dead node, which is gone from every shard, on every node.
+		for _, n := range rest {
+			poll.CheckFor(t, 30*time.Second, func() error {
+				rep, err := n.status(ctx)
+				if err != nil {
+					return err
+				}
+				if len(rep.Shards) != 3 {
+					return fmt.Errorf("node %d lists %d shards", n.id, len(rep.Shards))
+				}
+				for _, sh := range rep.Shards {
+					if !slices.Contains(sh.Voters, 4) || slices.Contains(sh.Voters, leader) || slices.Contains(sh.Learners, leader) || len(sh.Voters) != 3 || sh.Leader == 0 {
+						return fmt.Errorf("node %d, shard %d: voters %v, learners %v, leader %d; want node 4 voting in place of node %d", n.id, sh.Shard, sh.Voters, sh.Learners, sh.Leader, leader)
+					}
+				}
+				return nil
+			})
+		}
+	}
 
 	// The new node has the leader's applied index and every message.
 	poll.CheckFor(t, 20*time.Second, func() error {

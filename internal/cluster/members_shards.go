@@ -1,0 +1,150 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+)
+
+// Membership changes with several shards (ADR 0015 decision 9). Every
+// member belongs to every shard, so `sluice cluster add/remove` changes
+// every shard's membership, one shard after the other, each on its own
+// leader: the node asked runs the change on the shards it leads and sends
+// it, naming the shard (?shard=k), to the public listener of each other
+// shard's leader. A change that fails part way leaves the shards before it
+// changed; sending it again finishes it (a shard that already has the
+// node, or no longer has it, counts as done). The answer is shard 0's
+// membership, like a cluster's without shards.
+
+// shardedChange serves a membership change on a node with several shards:
+// a request naming a shard changes that shard on its leader (forwarded
+// there once if this node does not lead it); one naming none changes
+// every shard.
+func (n *Node) shardedChange(proxy http.Handler, change memberChange) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := r.URL.Query().Get("shard"); s != "" {
+			k, err := strconv.Atoi(s)
+			if err != nil || k < 0 || k >= n.shards.Len() {
+				memberError(w, http.StatusBadRequest, "InvalidRequest", fmt.Sprintf("shard %q: want 0 to %d", s, n.shards.Len()-1))
+				return
+			}
+			// Sent by a node changing every shard: run here, or on the
+			// shard's leader (forwarded once).
+			n.onLeader(proxy, k, n.applyChange(k, change)).ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxMemberRequestSize+1))
+		if err != nil {
+			memberError(w, http.StatusBadRequest, "InvalidRequest", "the body could not be read")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		c := change(w, r)
+		if c == nil {
+			return // answered
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+		defer cancel()
+		changed := 0
+		var same error // a shard where the change was already made
+		for k := range n.shards.Len() {
+			err := n.changeShard(ctx, k, r, body, c)
+			switch {
+			case err == nil:
+				changed++
+			case r.Method == http.MethodPost && errors.Is(err, raftstore.ErrMemberExists),
+				r.Method == http.MethodDelete && errors.Is(err, raftstore.ErrUnknownMember):
+				same = err
+			default:
+				n.membershipDone(w, r, n.raft, fmt.Errorf("shard %d of %d (%d changed before it; send the request again to finish): %w", k, n.shards.Len(), changed, err))
+				return
+			}
+		}
+		if changed == 0 {
+			n.membershipDone(w, r, n.raft, same) // no shard changed: the node was (not) a member already
+			return
+		}
+		n.membershipDone(w, r, n.raft, nil)
+	})
+}
+
+// changeShard runs c on shard k: here when this node leads it, else on
+// its leader, through that leader's public listener with the client's
+// credentials.
+func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []byte, c func(context.Context, *raftstore.Node) error) error {
+	rn := n.shards.Shard(k)
+	if st := rn.Status(); st.Leader == st.ID && st.Role == "leader" {
+		return c(ctx, rn)
+	}
+	rctx, cancel := context.WithTimeout(ctx, n.hold)
+	ad, _, err := n.route(rctx, k)
+	cancel()
+	if err != nil || ad.Public == "" {
+		return fmt.Errorf("no leader of shard %d is serving: %w", k, errNoLeader)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ad.Public+r.URL.Path+"?shard="+strconv.Itoa(k), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	for _, h := range []string{"Authorization", "Cookie", "Content-Type"} {
+		if v := r.Header.Values(h); len(v) > 0 {
+			req.Header[h] = v
+		}
+	}
+	req.Host = r.Host // the leader's guards check the client's Host
+	req.Header.Set(forwardedHeader, "1")
+	resp, err := (&http.Client{Transport: n.publicTransport}).Do(req)
+	if err != nil {
+		return fmt.Errorf("shard %d's leader: %w", k, err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read below
+	if resp.StatusCode == http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body) // a drained body keeps the connection
+		return nil
+	}
+	var eb struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&eb) // an answer without a code is reported by its status
+	return &remoteMemberError{status: resp.StatusCode, code: eb.Error.Code, msg: eb.Error.Message}
+}
+
+// remoteMemberError is a shard leader's refusal of a membership change.
+// Its codes map back to raftstore's errors (Unwrap), so the answer is the
+// one a single leader gives.
+type remoteMemberError struct {
+	status    int
+	code, msg string
+}
+
+func (e *remoteMemberError) Error() string {
+	return fmt.Sprintf("%s (%d %s)", e.msg, e.status, e.code)
+}
+
+// Unwrap maps the leader's code to raftstore's error, nil for the others.
+func (e *remoteMemberError) Unwrap() error {
+	switch e.code {
+	case "MemberExists":
+		return raftstore.ErrMemberExists
+	case "MemberNotFound":
+		return raftstore.ErrUnknownMember
+	case "InvalidAddress":
+		return raftstore.ErrBadAddress
+	case "IDRemoved":
+		return raftstore.ErrIDRemoved
+	case "LastVoter":
+		return raftstore.ErrLastVoter
+	case "ChangeInProgress":
+		return raftstore.ErrChangePending
+	case "Timeout":
+		return context.DeadlineExceeded
+	}
+	return nil
+}
