@@ -1,0 +1,97 @@
+#!/bin/bash
+# bench-shards.sh: SQS throughput over several queues on one node, on three
+# nodes with one Raft group, and on three nodes with three shards (ADR 0015
+# step 6), in one run, on 127.0.0.1. Build first: go build -o sluice
+# ./cmd/sluice (or set SLUICE_BIN). Needs python3 and curl.
+#
+# Each layout gets QUEUES concurrent `sluice bench sqs` processes, bench i on
+# its own queue "shq-<i>" through node (i mod nodes) + 1, each with
+# PRODUCERS/CONSUMERS and DURATION. Reported per layout: the sum of the
+# benches' end-to-end rates (deleted/s), and the CPU of every server process
+# of the layout per 100,000 messages deleted (from /proc, before and after).
+# On one machine the nodes share its cores with each other and the load
+# tool: this says what the layouts cost, not what three machines give.
+#
+# Environment: QUEUES (6), PRODUCERS (2), CONSUMERS (2), DURATION (20s),
+# REPEAT (1), LAYOUTS ("single cluster1 shards3").
+set -u
+bin="${SLUICE_BIN:-./sluice}"
+QUEUES="${QUEUES:-6}" PRODUCERS="${PRODUCERS:-2}" CONSUMERS="${CONSUMERS:-2}" DURATION="${DURATION:-20s}"
+REPEAT="${REPEAT:-1}" LAYOUTS="${LAYOUTS:-single cluster1 shards3}"
+W="${BENCH_DIR:-/var/tmp/sluice-shards-bench}"
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
+cpu() { # total utime+stime ticks of the given pids
+  local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
+
+run_layout() { # layout
+  local layout=$1 nodes=3 shards=1
+  case $layout in single) nodes=1;; cluster1) shards=1;; shards3) shards=3;; *) echo "unknown layout $layout"; return 1;; esac
+  rm -rf $W; mkdir -p $W
+  local R=() S=() A=() pids=()
+  for i in $(seq 1 $nodes); do R+=($(port)); S+=($(port)); A+=($(port)); done
+  local peers=""
+  for i in $(seq 1 $nodes); do peers="$peers${peers:+,}$i=127.0.0.1:${R[$((i-1))]}"; done
+  for i in $(seq 1 $nodes); do
+    local args=(server --data-dir $W/n$i --sqs-listen 127.0.0.1:${S[$((i-1))]} --amqp-listen 127.0.0.1:${A[$((i-1))]})
+    if [ $nodes -gt 1 ]; then args+=(--node-id $i --peers $peers --shards $shards); fi
+    $bin "${args[@]}" > $W/n$i.log 2>&1 &
+    pids+=($!)
+  done
+  # Ready: every node answers /health; with shards, every node leads one.
+  for _ in $(seq 1 600); do
+    local ok=1
+    for i in $(seq 1 $nodes); do curl -sf http://127.0.0.1:${S[$((i-1))]}/health > /dev/null || ok=0; done
+    if [ $ok = 1 ] && [ $shards -gt 1 ]; then
+      local led
+      led=$(curl -s http://127.0.0.1:${S[0]}/sluice/v1/cluster | python3 -c 'import sys,json; d=json.load(sys.stdin); print(len({s["leader"] for s in d.get("shards",[]) if s["leader"]}))')
+      [ "$led" = "$shards" ] || ok=0
+    fi
+    [ $ok = 1 ] && break
+    sleep 0.2
+  done
+  # Create the queues, and say where each lives (X-Sluice-Shard, X-Sluice-Node).
+  for q in $(seq 0 $((QUEUES-1))); do
+    local sp=${S[$((q % nodes))]}
+    curl -s -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.CreateQueue' \
+      -d "{\"QueueName\":\"shq-$q\"}" http://127.0.0.1:$sp/
+    local where
+    where=$(curl -s -D - -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.GetQueueAttributes' \
+      -d "{\"QueueUrl\":\"http://127.0.0.1:$sp/000000000000/shq-$q\"}" http://127.0.0.1:$sp/ | tr -d '\r' | awk -F': ' 'tolower($1)=="x-sluice-shard"{s=$2} tolower($1)=="x-sluice-node"{n=$2} END{print "shard " (s==""?"-":s) ", leader " (n==""?"-":n)}')
+    echo "  shq-$q through node $((q % nodes + 1)): $where"
+  done
+  sleep 1
+  local before; before=$(cpu "${pids[@]}")
+  local outs=()
+  for q in $(seq 0 $((QUEUES-1))); do
+    $bin bench sqs -endpoint http://127.0.0.1:${S[$((q % nodes))]} -queue shq-$q -producers $PRODUCERS -consumers $CONSUMERS \
+      -duration $DURATION -json > $W/bench-$q.json 2> $W/bench-$q.err &
+    outs+=($!)
+  done
+  wait "${outs[@]}"
+  local after; after=$(cpu "${pids[@]}")
+  python3 - "$layout" "$nodes" "$shards" "$before" "$after" "$(getconf CLK_TCK)" $W/bench-*.json <<'PY'
+import sys, json
+layout, nodes, shards, before, after, tck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+rate = deleted = errors = 0
+for f in sys.argv[7:]:
+    try:
+        d = json.load(open(f))
+    except Exception as e:
+        print("  %s: unreadable (%s)" % (f, e)); continue
+    rate += d.get("throughput", 0); deleted += d.get("deleted", 0); errors += sum((d.get("errors") or {}).values())
+cpu = (after - before) / tck
+print("%-9s nodes %d shards %d: %d benches, end to end %.0f msg/s (sum), deleted %d, errors %d; servers' CPU %.1f s = %.2f CPU-s per 100k" %
+      (layout, nodes, shards, len(sys.argv) - 7, rate, deleted, errors, cpu, cpu / max(deleted, 1) * 1e5))
+PY
+  for p in "${pids[@]}"; do kill -TERM $p 2>/dev/null; done
+  wait "${pids[@]}" 2>/dev/null
+  rm -rf $W
+}
+
+echo "bench-shards: QUEUES=$QUEUES PRODUCERS=$PRODUCERS CONSUMERS=$CONSUMERS DURATION=$DURATION on $(nproc) CPUs, $($bin version 2>/dev/null | head -1)"
+for r in $(seq 1 $REPEAT); do
+  for layout in $LAYOUTS; do
+    echo "== run $r: $layout"
+    run_layout $layout
+  done
+done
