@@ -235,6 +235,8 @@ func (h *Handler) mapError(err error) *apiError {
 		return &apiError{http.StatusConflict, "PurgeInProgress", "the queue was purged less than a minute ago; try again later"}
 	case errors.Is(err, engine.ErrQueueDeletedRecently):
 		return &apiError{http.StatusConflict, "QueueDeletedRecently", "a queue of this name was deleted less than a minute ago; try again later"}
+	case errors.Is(err, engine.ErrQueueElsewhere):
+		return &apiError{http.StatusConflict, "QueueElsewhere", "a queue of this name lives on another shard of this cluster"}
 	case errors.Is(err, engine.ErrMissingDedupID):
 		return &apiError{http.StatusBadRequest, "MissingDeduplicationId", "this FIFO queue has no content-based deduplication: give a deduplicationId"}
 	case errors.As(err, &tooLarge):

@@ -433,6 +433,9 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	case errors.Is(err, engine.ErrQueueDeletedRecently):
 		// Only an SQS delete gets here (AMQP deletes drop the name at once).
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
+	case errors.Is(err, engine.ErrQueueElsewhere):
+		// A cluster's SQS queue on a shard AMQP does not reach (ADR 0015).
+		return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS queue on another shard of this cluster, which AMQP does not reach", rs("queue", name, vh))
 	case errors.Is(err, engine.ErrTooManyQueues):
 		// RabbitMQ's words for its max-queues limit.
 		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())

@@ -536,9 +536,14 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 			o.OtherQueueNames = n.otherQueueNames
 		}
 	} else {
+		// No AMQP, and the config's declarations are shard 0's alone
+		// (each shard's server would otherwise make its own copy).
 		o.AMQPListen = ""
+		o.Queues, o.Exchanges, o.AMQPQueues, o.Bindings = nil, nil, nil, nil
 	}
 	if n.shards.Len() > 1 {
+		// A name that lives on another shard is not created here too.
+		o.NameTaken = func(name string) bool { return n.queueElsewhere(k, name) }
 		// One node may lead every shard at once (the others down): its
 		// servers share its memory.
 		o.NodeShare = n.shards.Len()

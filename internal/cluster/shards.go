@@ -153,6 +153,19 @@ func (n *Node) catchUp(ctx context.Context) {
 	wg.Wait()
 }
 
+// queueElsewhere reports whether queue name lives on a shard other than
+// k, once every copy on this node has caught up (the engine of shard k
+// asks before it creates the queue: a create acknowledged on another
+// shard, through any node, is seen).
+func (n *Node) queueElsewhere(k int, name string) bool {
+	if !server.ValidQueueName(name) {
+		return false // AMQP-only names (vhosts, dots) are no SQS queue's
+	}
+	n.catchUp(context.Background())
+	at, ok := n.findQueue(name)
+	return ok && at != k
+}
+
 // createdKey is the context key of a forwarded CreateQueue's queue and
 // shard (awaitCreated).
 type createdKey struct{}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
@@ -29,7 +31,14 @@ import (
 // serving leader and each node leads one shard.
 func shardedNodes(t *testing.T) ([]*Node, func(i int) error) {
 	t.Helper()
-	nodes, stop := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3 },
+	return shardedNodesWith(t, func(*server.Options) {})
+}
+
+// shardedNodesWith is shardedNodes with edit applied to every node's
+// options.
+func shardedNodesWith(t *testing.T, edit func(*server.Options)) ([]*Node, func(i int) error) {
+	t.Helper()
+	nodes, stop := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3; edit(o) },
 		func(_ int, o *Options) { o.BalanceInterval = 100 * time.Millisecond }, nil, 3)
 	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard, and each node leads one", func() bool {
 		led := map[uint64]int{}
@@ -367,5 +376,69 @@ func TestShardedMembership(t *testing.T) {
 	}
 	if status, code := do(nodes[0], "POST", "/sluice/v1/cluster/members?shard=7", `{"id": 5, "raft": "`+spare+`"}`); status != http.StatusBadRequest || code != "InvalidRequest" {
 		t.Fatalf("an unknown shard: %d %q", status, code)
+	}
+}
+
+// TestShardsKeepOneQueuePerName: a name lives on one shard only. The
+// config's [[queues]] are declared by shard 0's server alone (not once per
+// shard); an SQS create routed to another shard than the one holding the
+// name is refused rather than duplicated; and an AMQP declare of an SQS
+// queue on a shard AMQP does not reach is refused with 406, not made a
+// second queue on shard 0.
+func TestShardsKeepOneQueuePerName(t *testing.T) {
+	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
+		o.Queues = []server.QueueDeclaration{{Name: "configured"}}
+	})
+	held := func(name string) []int {
+		var at []int
+		for k := range 3 {
+			st := nodes[0].shards.Shard(k).Store()
+			ok, err := server.StoredQueue(st, name)
+			_ = st.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				at = append(at, k)
+			}
+		}
+		return at
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("the configured queue is on shard 0", func() bool { return slices.Equal(held("configured"), []int{0}) }))
+
+	// An SQS queue on a shard other than 0.
+	name := "elsewhere"
+	for i := 0; hashShard(name, 3) == 0; i++ {
+		name = fmt.Sprintf("elsewhere-%d", i)
+	}
+	ctx := context.Background()
+	if _, err := shardClient(nodes[0]).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
+		t.Fatal(err)
+	}
+	at := held(name)
+	if len(at) != 1 || at[0] == 0 {
+		t.Fatalf("%s is on shards %v", name, at)
+	}
+	// Its engine-level guard: shard 0's engine refuses the name.
+	if !nodes[0].queueElsewhere(0, name) || nodes[0].queueElsewhere(at[0], name) {
+		t.Fatalf("queueElsewhere(0, %s) = %v, (%d) = %v", name, nodes[0].queueElsewhere(0, name), at[0], nodes[0].queueElsewhere(at[0], name))
+	}
+
+	conn, err := amqp.Dial("amqp://guest:guest@" + nodes[1].AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }() // the test is over
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ch.QueueDeclare(name, true, false, false, false, nil)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed || !strings.Contains(ae.Reason, "another shard") {
+		t.Fatalf("AMQP declare of %s: %v, want 406 naming another shard", name, err)
+	}
+	if at := held(name); len(at) != 1 {
+		t.Fatalf("after the AMQP declare %s is on shards %v", name, at)
 	}
 }

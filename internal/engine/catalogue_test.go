@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -37,5 +38,38 @@ func TestStoredQueues(t *testing.T) {
 		if got, err := StoredQueue(f.st, name); err != nil || got != want {
 			t.Errorf("StoredQueue(%q) = %v, %v; want %v", name, got, err, want)
 		}
+	}
+}
+
+// TestNameTakenRefusesACreate: a name Options.NameTaken reports as living
+// elsewhere (another shard) is not created here (ErrQueueElsewhere), and
+// the hook is asked only for names this engine does not hold: an existing
+// queue's create answers as always.
+func TestNameTakenRefusesACreate(t *testing.T) {
+	taken := map[string]bool{}
+	var asked []string
+	e, err := Open(Options{Store: newTestStore(t), NameTaken: func(name string) bool {
+		asked = append(asked, name)
+		return taken[name]
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if _, created, err := e.CreateQueue("here", DefaultQueueConfig(), nil); err != nil || !created {
+		t.Fatalf("create here: %v, %v", created, err)
+	}
+	taken["here"], taken["there"] = true, true
+	if _, created, err := e.CreateQueue("here", DefaultQueueConfig(), nil); err != nil || created {
+		t.Fatalf("create of an existing queue: created %v, %v", created, err)
+	}
+	if _, _, err := e.CreateQueue("there", DefaultQueueConfig(), nil); !errors.Is(err, ErrQueueElsewhere) {
+		t.Fatalf("create of a name taken elsewhere: %v, want ErrQueueElsewhere", err)
+	}
+	if names := e.ListQueues(""); !slices.Equal(names, []string{"here"}) {
+		t.Fatalf("queues %q", names)
+	}
+	if !slices.Equal(asked, []string{"here", "there"}) {
+		t.Fatalf("NameTaken asked for %q; want here (new) and there, not here again", asked)
 	}
 }

@@ -65,6 +65,14 @@ type Options struct {
 	Logger *slog.Logger // nil: discard
 	// Observer receives events for metrics and alerts; nil: none.
 	Observer Observer
+	// NameTaken, when set, reports whether a queue of this name lives
+	// outside this engine (in a cluster, on another shard): CreateQueue
+	// of a name this engine does not hold then fails with
+	// ErrQueueElsewhere instead of making a second queue of that name.
+	// It is called with the engine's admin lock held, for creates only:
+	// it may take a moment (a catch-up with other groups), and must not
+	// call the engine.
+	NameTaken func(name string) bool
 	// DeadLetterRouter routes dead letters of queues whose
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
@@ -127,6 +135,7 @@ type Engine struct {
 	log    *slog.Logger
 	obs    Observer
 	router DeadLetterRouter
+	taken  func(name string) bool // Options.NameTaken
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -214,6 +223,7 @@ func Open(opts Options) (*Engine, error) {
 		log:     opts.Logger,
 		obs:     opts.Observer,
 		router:  opts.DeadLetterRouter,
+		taken:   opts.NameTaken,
 		queues:  make(map[string]*queue),
 		deleted: make(map[string]int64),
 		nextQID: 1,
@@ -793,6 +803,9 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	}
 	if err := e.checkQueueCount(); err != nil {
 		return QueueInfo{}, false, err
+	}
+	if e.taken != nil && e.taken(name) {
+		return QueueInfo{}, false, ErrQueueElsewhere
 	}
 	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
 		return QueueInfo{}, false, err

@@ -15,6 +15,9 @@ var (
 	// ErrQueueDeletedRecently: a queue of this name was deleted less than
 	// NameReuseDelay ago.
 	ErrQueueDeletedRecently = errors.New("engine: queue deleted recently")
+	// ErrQueueElsewhere: a queue of this name lives outside this engine
+	// (Options.NameTaken: another shard of a cluster).
+	ErrQueueElsewhere = errors.New("engine: a queue of this name lives on another shard")
 	// ErrPurgeInProgress: the queue was purged less than PurgeInterval ago.
 	ErrPurgeInProgress = errors.New("engine: purge in progress")
 	// ErrReceiptHandleInvalid: the receipt handle is malformed or belongs to

@@ -89,6 +89,7 @@ func (q QueueDeclaration) attributes(h *sqs.Handler) (map[string]string, error) 
 // queue declared after it), then the AMQP exchanges, queues and bindings.
 // It stops at the first error, naming the object.
 func (s *Server) applyDefinitions(d Definitions) error {
+	d = s.withoutQueuesElsewhere(d)
 	h := s.declarer()
 	redrive := map[string]string{}
 	for _, q := range d.Queues {

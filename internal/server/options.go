@@ -67,6 +67,11 @@ type Options struct {
 	// read from this node's copy of them): SQS ListQueues answers with
 	// both. Not settable from a config file.
 	OtherQueueNames func(prefix string) ([]string, error) `toml:"-"`
+	// NameTaken, when set, reports whether a queue of this name lives on
+	// another shard of the cluster (engine.Options.NameTaken): creating
+	// it here is refused, and the config's and an import's declarations
+	// of it are skipped. Not settable from a config file.
+	NameTaken func(name string) bool `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
 	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,

@@ -182,6 +182,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		MaxQueueBytes:    opts.MaxQueueBytes,
 		LogDrops:         opts.LogDrops,
 		ReadyWindow:      readyWindow,
+		NameTaken:        opts.NameTaken,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {

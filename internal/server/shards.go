@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/httpbody"
@@ -104,4 +105,37 @@ func (o Options) shared(n int) Options {
 		o.MaxQueues = (q + n - 1) / n
 	}
 	return o
+}
+
+// withoutQueuesElsewhere drops from d the queues that live on another
+// shard of the cluster (Options.NameTaken: SQS queues, and AMQP queues of
+// vhost "/", which share their names), and the bindings to them, with a
+// warning: they exist, and this server's engine could only refuse them
+// (engine.ErrQueueElsewhere), failing a start or an import over a queue
+// that is there.
+func (s *Server) withoutQueuesElsewhere(d Definitions) Definitions {
+	taken := s.opts.NameTaken
+	if taken == nil {
+		return d
+	}
+	skip := func(name string) bool {
+		if taken(name) {
+			s.log.Warn("a declared queue lives on another shard; its declaration here is skipped, its settings there left as they are", "queue", name)
+			return true
+		}
+		return false
+	}
+	d.Queues = slices.DeleteFunc(slices.Clone(d.Queues), func(q QueueDeclaration) bool { return skip(q.Name) })
+	var gone []string
+	d.AMQPQueues = slices.DeleteFunc(slices.Clone(d.AMQPQueues), func(q amqp.QueueDefinition) bool {
+		if (q.Vhost == "" || q.Vhost == "/") && skip(q.Name) {
+			gone = append(gone, q.Name)
+			return true
+		}
+		return false
+	})
+	d.Bindings = slices.DeleteFunc(slices.Clone(d.Bindings), func(b amqp.BindingDefinition) bool {
+		return (b.Vhost == "" || b.Vhost == "/") && (b.DestinationType == "" || b.DestinationType == "queue") && slices.Contains(gone, b.Destination)
+	})
+	return d
 }

@@ -177,6 +177,8 @@ func mapEngineErr(err error, d errDetail) *apiError {
 		return errQueueDoesNotExist()
 	case errors.Is(err, engine.ErrQueueDeletedRecently):
 		return newErr(kindQueueDeletedRecently, "You must wait 60 seconds after deleting a queue before you can create another with the same name.")
+	case errors.Is(err, engine.ErrQueueElsewhere):
+		return errText(kindQueueAlreadyExists, "A queue with this name already exists on another shard of this cluster.")
 	case errors.Is(err, engine.ErrPurgeInProgress):
 		return newErr(kindPurgeInProgress, "Only one PurgeQueue operation on %s is allowed every 60 seconds.", d.queue)
 	case errors.Is(err, engine.ErrReceiptHandleInvalid):
