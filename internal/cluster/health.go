@@ -199,7 +199,9 @@ type Health struct {
 
 // HealthCheck is one failed check: Check is one of no_leader, removed,
 // not_serving (the leader's server is not serving yet), store_failed,
-// leader_unreachable, apply_lag and disk_low; Detail says more.
+// leader_unreachable, apply_lag, disk_low and, with several shards,
+// shard_not_serving (a shard other than 0 this node cannot route to a
+// serving leader, or whose engine here failed); Detail says more.
 type HealthCheck struct {
 	Check  string `json:"check"`
 	Detail string `json:"detail"`
@@ -236,6 +238,25 @@ func (n *Node) health() Health {
 	}
 	if lag(rep.Commit, rep.Applied) > maxHealthApplyLag {
 		fail("apply_lag", "committed entries not yet applied: "+strconv.FormatUint(lag(rep.Commit, rep.Applied), 10))
+	}
+	// The other shards: a request for one of their queues waits, then
+	// fails, while this node cannot route it (shard 0's checks are above).
+	for k := 1; k < n.shards.Len(); k++ {
+		if _, _, ok := n.target(k); !ok {
+			fail("shard_not_serving", "no serving leader of shard "+strconv.Itoa(k)+" is known yet")
+			continue
+		}
+		n.mu.Lock()
+		s := n.serving[k]
+		n.mu.Unlock()
+		if s != nil {
+			if err := s.srv.Engine().Failed(); err != nil {
+				fail("shard_not_serving", "shard "+strconv.Itoa(k)+"'s engine here failed: "+err.Error())
+			}
+		}
+		if st := n.shards.Shard(k).Status(); lag(st.Commit, st.Applied) > maxHealthApplyLag {
+			fail("apply_lag", "shard "+strconv.Itoa(k)+": committed entries not yet applied: "+strconv.FormatUint(lag(st.Commit, st.Applied), 10))
+		}
 	}
 	if diskLow {
 		fail("disk_low", "free space on the data directory is below min_free_disk")

@@ -78,6 +78,11 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	clients := []*sqs.Client{shardClient(nodes[0]), shardClient(nodes[1]), shardClient(nodes[2])}
+	for _, n := range nodes {
+		if h := n.health(); h.Status != "ok" {
+			t.Fatalf("node %d: %+v", n.opts.Cluster.NodeID, h)
+		}
+	}
 
 	const queues = 12
 	urls := make([]string, queues)
@@ -262,6 +267,14 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 		_, now, ok := survivor.target(k)
 		return ok && now != leader
 	}))
+	// The survivors are healthy again: every shard routes to a serving
+	// leader.
+	for _, n := range nodes {
+		if n.opts.Cluster.NodeID == leader {
+			continue
+		}
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("node %d healthy after the failover", n.opts.Cluster.NodeID), func() bool { return n.health().Status == "ok" }))
+	}
 	got, err := shardClient(survivor).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls[0]), WaitTimeSeconds: 2})
 	if err != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].Body) != "kept" {
 		t.Fatalf("after its leader stopped, %s through node %d gave %+v, %v; want the message sent before", name, survivor.opts.Cluster.NodeID, got, err)
