@@ -16,10 +16,13 @@ package cluster
 // makes two creates of the same name, from any nodes, meet in one engine,
 // which serialises them as a single node does; and it lets a node whose
 // copy of a shard has not applied a create yet still send a request for
-// that queue to the right shard. A queue placed by its dead-letter queue
-// is found by the others once their copies apply its create (the node
-// that forwarded the create waits for its own copy before it answers:
-// read-your-writes through one node).
+// that queue to the right shard. A node that finds a queue in none of its
+// copies first catches every copy up with its group (raftstore's
+// ReadBarrier), so a create acknowledged through any node is found
+// through any other at once; and the node that forwarded a create waits
+// for its own copy before it answers. A name lives on one shard: an
+// engine asked to create a name another shard holds refuses it
+// (queueElsewhere, engine.Options.NameTaken).
 
 import (
 	"bytes"
