@@ -110,6 +110,7 @@ func TestClusterPage(t *testing.T) {
 		r.querySelector('.m-insync').innerText.toLowerCase() === 'yes')`, 20*time.Second)
 	waitJS(t, ctx, "every member's clock offset from the leader, small on one machine", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		/^\+?-?[0-9]+\.[0-9] ms$/.test(r.querySelector('.m-clock').innerText) && Math.abs(parseFloat(r.querySelector('.m-clock').innerText)) < 500)`, 20*time.Second)
+	check("no shards table without [cluster] shards", `document.getElementById('cluster-shards').closest('.table-wrap').hidden`)
 	check("this node's row is marked", `document.querySelector('#cluster-members tr.self').dataset.member === '`+itoa(st.ID)+`'`)
 	check("every member has a term, a commit and an applied index, a match and a lag",
 		`[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) => ['.m-term', '.m-commit', '.m-applied', '.m-match', '.m-lag']
@@ -189,6 +190,36 @@ func TestClusterFactorMismatchWarned(t *testing.T) {
 		}
 		return nil
 	})
+	if errs := cons.errors(false); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestClusterPageShards: with [cluster] shards = 3 the Cluster page also
+// lists every shard with its leader (a node; the leaders spread), the
+// term, this node's role in it, and its voters; a cluster without shards
+// has no such table (TestClusterPage's page shows none).
+func TestClusterPageShards(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	nodes := startCluster(t, func(o *server.Options) { o.Cluster.Shards = 3 })
+	poll.CheckFor(t, 30*time.Second, poll.True("every shard has a leader", func() bool {
+		for _, sh := range nodes[0].Status().Shards {
+			if sh.Leader == 0 {
+				return false
+			}
+		}
+		return len(nodes[0].Status().Shards) == 3
+	}))
+	do(t, ctx, "open the cluster page", chromedp.Navigate("http://"+nodes[1].HTTPAddr()+"/ui/#/cluster"))
+	waitJS(t, ctx, "three shards, each led, each with the three voters", `(() => {
+		const rows = [...document.querySelectorAll('#cluster-shards tr[data-shard]')];
+		return rows.length === 3 && !document.getElementById('cluster-shards').closest('.table-wrap').hidden &&
+			rows.every((r) => /^[123]$/.test(r.querySelector('.s-leader').innerText) && r.querySelector('.s-voters').innerText === '1, 2, 3');
+	})()`, 20*time.Second)
+	waitJS(t, ctx, "this node's role in each shard, and leader where it leads", `[...document.querySelectorAll('#cluster-shards tr[data-shard]')].every((r) =>
+		['leader', 'follower', 'candidate'].includes(r.querySelector('.s-role').innerText.toLowerCase()) &&
+		(r.querySelector('.s-role').innerText.toLowerCase() === 'leader') === (r.querySelector('.s-leader').innerText === '2'))`, 20*time.Second)
+	screenshot(t, ctx, shotDir(t), "cluster-shards.png")
 	if errs := cons.errors(false); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

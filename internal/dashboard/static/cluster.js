@@ -4,10 +4,23 @@
 // commit and applied index, and how far its Raft log is behind the
 // leader's. The data is GET /sluice/v1/cluster, which the node this
 // browser talks to answers itself (with the leader's view of the
-// members); a single node answers 404 and the page says so.
+// members); a single node answers 404 and the page says so. With
+// [cluster] shards above 1, a second table lists each shard (its own Raft
+// group: leader, term, this node's role, indexes and members).
 import { h, replace, api, fmtInt, badge, notice } from './dom.js';
 
 export const CLUSTER = '/sluice/v1/cluster';
+
+const SHARD_COLUMNS = [
+  ['Shard', 'A Raft group of its own; each SQS queue lives on one shard'],
+  ['Leader', 'The node whose engine serves this shard’s queues'],
+  ['Term', 'The shard’s Raft term, as this node knows it'],
+  ['This node', 'This node’s role in the shard'],
+  ['Commit', 'Highest log index this node knows committed in the shard'],
+  ['Applied', 'Highest log index of the shard applied on this node'],
+  ['Voters', 'The shard’s voting members'],
+  ['Learners', 'Members receiving the shard’s log without voting'],
+];
 
 const COLUMNS = [
   ['Node', ''],
@@ -43,13 +56,33 @@ export function render(main, _param, ctx) {
   const table = h('table', { class: 'findings members', id: 'cluster-members' },
     h('caption', {}, 'Every member, as the leader sees it. Lag counts log entries not yet on the member.'),
     h('thead', {}, h('tr', {}, COLUMNS.map(([c, title]) => h('th', { scope: 'col', title }, c)))), tbody);
+  const shardBody = h('tbody', {});
+  const shards = h('div', { class: 'table-wrap', hidden: true },
+    h('table', { class: 'findings shards', id: 'cluster-shards' },
+      h('caption', {}, 'Every shard, as this node sees it: the members above belong to each; each shard elects its own leader.'),
+      h('thead', {}, h('tr', {}, SHARD_COLUMNS.map(([c, title]) => h('th', { scope: 'col', title }, c)))), shardBody));
   main.append(
     h('div', { class: 'page-head' }, h('h1', {}, 'Cluster')),
     h('p', { class: 'muted' }, 'The Raft group this broker runs in, from ', h('code', {}, 'GET /sluice/v1/cluster'),
       '. Each node’s own view: ', h('code', {}, 'sluice cluster status'), ' and its ', h('code', {}, 'sluice_raft_*'), ' metrics.'),
-    status, summary, h('div', { class: 'table-wrap' }, table));
+    status, summary, h('div', { class: 'table-wrap' }, table), shards);
+
+  const drawShards = (list) => {
+    shards.hidden = !list || list.length === 0;
+    const ids = (v) => (v && v.length ? v.join(', ') : '—');
+    replace(shardBody, (list || []).map((sh) => h('tr', { 'data-shard': sh.shard },
+      h('th', { scope: 'row', 'data-label': 'Shard' }, String(sh.shard)),
+      h('td', { 'data-label': 'Leader', class: 's-leader' }, sh.leader ? String(sh.leader) : badge('none', 'warn')),
+      h('td', { 'data-label': 'Term', class: 's-term' }, String(sh.term)),
+      h('td', { 'data-label': 'This node', class: 's-role' }, badge(sh.role, sh.role === 'leader' ? 'info' : sh.role === 'follower' ? 'ok' : 'warn')),
+      h('td', { 'data-label': 'Commit', class: 's-commit' }, fmtInt(sh.commit)),
+      h('td', { 'data-label': 'Applied', class: 's-applied' }, fmtInt(sh.applied)),
+      h('td', { 'data-label': 'Voters', class: 's-voters' }, ids(sh.voters)),
+      h('td', { 'data-label': 'Learners', class: 's-learners' }, ids(sh.learners)))));
+  };
 
   const draw = (rep) => {
+    drawShards(rep.shards);
     const me = rep.node;
     const v = rep.view;
     const leader = v ? v.leader : me.leader;
