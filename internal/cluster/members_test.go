@@ -21,25 +21,10 @@ func TestMembershipEndpointsRefuse(t *testing.T) {
 	member2 := nodes[1].raft.Members()[1].RaftAddr
 	do := func(n *Node, method, path, body string, auth bool) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, "http://"+n.HTTPAddr()+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
 		if auth {
-			req.Header.Set("Authorization", "Bearer "+token)
+			return memberCall(t, n, method, path, body, token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }() // read below
-		b, _ := io.ReadAll(resp.Body)
-		var eb struct {
-			Error struct{ Code string } `json:"error"`
-		}
-		_ = json.Unmarshal(b, &eb) // an answer without a code fails the comparison
-		return resp.StatusCode, eb.Error.Code
+		return memberCall(t, n, method, path, body, "")
 	}
 	for _, n := range nodes {
 		for _, tc := range []struct {
@@ -112,4 +97,30 @@ func FuzzDecodeMemberRequest(f *testing.F) {
 			t.Fatalf("accepted %q with id 0", b)
 		}
 	})
+}
+
+// memberCall sends a membership request to node n's public listener, with
+// a bearer token when token is not "", and returns the status and the
+// error code of the answer ("" without one).
+func memberCall(t *testing.T, n *Node, method, path, body, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+n.HTTPAddr()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read below
+	b, _ := io.ReadAll(resp.Body)
+	var eb struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(b, &eb) // an answer without a code fails the comparison
+	return resp.StatusCode, eb.Error.Code
 }

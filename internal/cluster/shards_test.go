@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -340,22 +338,7 @@ func TestShardedMembership(t *testing.T) {
 	spare := brokertest.ReservePorts(t, 1)[0]
 	do := func(n *Node, method, path, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, "http://"+n.HTTPAddr()+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }() // read below
-		b, _ := io.ReadAll(resp.Body)
-		var eb struct {
-			Error struct{ Code string } `json:"error"`
-		}
-		_ = json.Unmarshal(b, &eb) // an answer without a code fails the comparison
-		return resp.StatusCode, eb.Error.Code
+		return memberCall(t, n, method, path, body, "")
 	}
 	has := func(want bool) func() error {
 		return func() error {
