@@ -71,6 +71,13 @@ func (n *Node) shardedChange(proxy http.Handler, change memberChange) http.Handl
 			n.membershipDone(w, r, n.raft, same) // no shard changed: the node was (not) a member already
 			return
 		}
+		// The answer is this node's copy of shard 0, which may not have
+		// applied a change its leader (another node) committed: catch it
+		// up first, so the answer lists the change (a failed catch-up
+		// answers the copy as it is; status shows the rest).
+		if err := n.raft.ReadBarrier(ctx); err != nil {
+			n.log.Info("membership answer: shard 0's copy did not catch up", "err", err)
+		}
 		n.membershipDone(w, r, n.raft, nil)
 	})
 }
