@@ -51,6 +51,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -218,10 +219,16 @@ func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id 
 	_, _ = rand.Read(nL[:]) // crypto/rand.Read never fails (it panics first)
 	hello = append(hello, nL[:]...)
 	if _, err := rw.Write(hello); err != nil {
+		if reset(err) {
+			err = fmt.Errorf("%w (%w)", errPeerGone, err)
+		}
 		return 0, 0, fmt.Errorf("nodeauth: sending the hello: %w", err)
 	}
 	var buf [ProofSize]byte
-	if _, err := io.ReadFull(rw, buf[:]); err != nil {
+	if n, err := io.ReadFull(rw, buf[:]); err != nil {
+		if n == 0 && reset(err) {
+			err = fmt.Errorf("%w (%w)", errPeerGone, err)
+		}
 		return 0, 0, fmt.Errorf("nodeauth: reading the proof: %w", err)
 	}
 	p, err := DecodeProof(buf[:])
@@ -288,9 +295,20 @@ func Dial(rw io.ReadWriter, key Key, surface string, self, expect uint64) (uint6
 // Silent reports whether err, from Accept, means the peer closed the
 // connection before sending a single byte (a TCP port probe, a peer
 // shutting down): a refusal, but not a failed authentication, so callers
-// neither count nor log it.
+// neither count nor log it. A peer that closes with the hello unread
+// resets the connection rather than closing it, which counts the same.
 func Silent(err error) bool {
-	return errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
+	return errors.Is(err, errPeerGone) || errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// errPeerGone marks a handshake whose peer reset the connection before it
+// sent a byte (Silent).
+var errPeerGone = errors.New("nodeauth: the peer closed the connection before its proof")
+
+// reset reports whether err is the peer resetting or having closed the
+// connection.
+func reset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // AcceptConnAny is AcceptAny on c within Timeout; c's deadline is

@@ -260,6 +260,36 @@ func TestSilentClose(t *testing.T) {
 	}
 }
 
+// TestResetBeforeProofIsSilent: a peer that goes away with the hello
+// unread resets the connection (as a node stopping mid-dial does); that
+// is not an authentication failure either.
+func TestResetBeforeProofIsSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.(*net.TCPConn).SetLinger(0); err != nil { // Close sends a reset
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+		_, _, err = AcceptConnAny(s, Keys{key}, []string{SurfaceRaft}, 1)
+		_ = s.Close()
+		if err == nil || !Silent(err) {
+			t.Fatalf("a reset before the proof: %v, Silent %v; want silent", err, Silent(err))
+		}
+	}
+}
+
 // TestRotationKeys: a listener holding two keys (a rotation) takes
 // dialers of either, each acknowledged under its own key, and still
 // refuses a third; With leaves out a missing extra key.
