@@ -18,6 +18,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -48,12 +49,19 @@ type Options struct {
 	// route pattern ("POST /sluice/v1/queues/{name}/redrive", a bounded
 	// set) and the HTTP status, for metrics. It must be fast.
 	OnRequest func(route string, status int)
+	// OtherQueues, when set, returns the queues that live outside this
+	// handler's engine (a cluster's other shards, each read from its own
+	// leader), for GET /sluice/v1/queues. An error answers that listing
+	// 503 ServiceUnavailable: a list without a shard's queues would look
+	// complete.
+	OtherQueues func(ctx context.Context) ([]api.Queue, error)
 }
 
 // Handler serves the admin API. It is safe for concurrent use and keeps no
 // state of its own: everything lives in the engine.
 type Handler struct {
 	eng   *engine.Engine
+	other func(ctx context.Context) ([]api.Queue, error)
 	log   *slog.Logger
 	clock clock.Clock
 	mux   *http.ServeMux
@@ -64,7 +72,7 @@ var _ http.Handler = (*Handler)(nil)
 // New returns a Handler serving eng, to be mounted at api.Prefix:
 // mux.Handle(api.Prefix, h).
 func New(eng *engine.Engine, opts Options) *Handler {
-	h := &Handler{eng: eng, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
+	h := &Handler{eng: eng, other: opts.OtherQueues, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}

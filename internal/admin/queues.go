@@ -4,16 +4,50 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
-// listQueues serves GET /sluice/v1/queues: every queue, sorted by name.
+// listQueues serves GET /sluice/v1/queues: every queue, sorted by name
+// (with Options.OtherQueues, those of the other shards too).
 func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 	if len(r.URL.Query()) > 0 {
 		return badRequest("GET /queues takes no query parameters")
 	}
+	out, err := h.localQueues()
+	if err != nil {
+		return err
+	}
+	if h.other != nil {
+		more, err := h.other(r.Context())
+		if err != nil {
+			return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the queues of another shard could not be listed (" + err.Error() + "); retry"}
+		}
+		out.Queues = append(out.Queues, more...)
+		slices.SortFunc(out.Queues, func(a, b api.Queue) int { return strings.Compare(a.Name, b.Name) })
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// ServeLocalQueues answers GET /sluice/v1/queues for this handler's engine
+// alone, without Options.OtherQueues: what a cluster's shard 0 reads from
+// the other shards' leaders.
+func (h *Handler) ServeLocalQueues(w http.ResponseWriter, r *http.Request) {
+	h.wrap(func(w http.ResponseWriter, _ *http.Request) error {
+		out, err := h.localQueues()
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}).ServeHTTP(w, r)
+}
+
+// localQueues lists this handler's engine's queues, sorted by name.
+func (h *Handler) localQueues() (api.QueueList, error) {
 	out := api.QueueList{Queues: []api.Queue{}}
 	for _, name := range h.eng.ListQueues("") {
 		q, err := h.queue(name, false)
@@ -21,12 +55,11 @@ func (h *Handler) listQueues(w http.ResponseWriter, r *http.Request) error {
 			continue // deleted since the listing
 		}
 		if err != nil {
-			return err
+			return api.QueueList{}, err
 		}
 		out.Queues = append(out.Queues, q)
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // getQueue serves GET /sluice/v1/queues/{name}: the summary plus the full

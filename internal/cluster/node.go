@@ -526,14 +526,16 @@ const (
 // them there or at the advertised addresses, serveLocal). The caller sets
 // InjectedStore to the replicated store bound to that leadership. With
 // several shards, shard 0's server also lists the other shards' queues
-// (ListQueues), and the others serve no AMQP (AMQP reaches shard 0 only,
-// ADR 0015 step 4).
+// (ListQueues from this node's copies; the admin API's queue list and the
+// dashboard's overview read from the other shards' leaders), and the
+// others serve no AMQP (AMQP reaches shard 0 only, ADR 0015 step 4).
 func (n *Node) internalOptions(k int, term uint64) server.Options {
 	o := n.opts
 	if k == 0 {
 		o.InternalHandler = n.internalHandler()
 		if n.shards.Len() > 1 {
 			o.OtherQueueNames = n.otherQueueNames
+			o.OtherShards = func(ctx context.Context, path string) []server.ShardAnswer { return n.otherShards(ctx, 0, path) }
 		}
 	} else {
 		// No AMQP, and the config's declarations are shard 0's alone
@@ -542,6 +544,9 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 		o.Queues, o.Exchanges, o.AMQPQueues, o.Bindings = nil, nil, nil, nil
 	}
 	if n.shards.Len() > 1 {
+		// Shard 0's leader reads this server's own listings (shardviews.go)
+		// on its internal listener, which takes nodes alone.
+		o.ShardViews = true
 		// A name that lives on another shard is not created here too.
 		o.NameTaken = func(name string) bool { return n.queueElsewhere(k, name) }
 		// One node may lead every shard at once (the others down): its

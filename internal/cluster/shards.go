@@ -189,11 +189,14 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 		return 0, r, release, true
 	}
 	if rest, found := strings.CutPrefix(r.URL.Path, "/sluice/"); found {
-		// The admin API's per-queue paths go where the queue is; the
-		// rest (lists, the dashboard, definitions) to shard 0.
-		if rest, found := strings.CutPrefix(rest, "v1/queues/"); found {
-			name, _, _ := strings.Cut(rest, "/")
-			return n.placeQueue(r.Context(), server.SQSRoute{Queue: name}), r, release, true
+		// The admin API's and the dashboard's per-queue paths go where
+		// the queue is; the rest (lists, the overview, definitions) to
+		// shard 0, whose server reads the lists of the others.
+		for _, perQueue := range []string{"v1/queues/", "v1/dashboard/queues/"} {
+			if rest, found := strings.CutPrefix(rest, perQueue); found {
+				name, _, _ := strings.Cut(rest, "/")
+				return n.placeQueue(r.Context(), server.SQSRoute{Queue: name}), r, release, true
+			}
 		}
 		return 0, r, release, true
 	}

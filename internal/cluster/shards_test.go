@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,9 +19,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -205,6 +208,42 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 			}
 			return slices.Equal(got, want)
 		}))
+	}
+
+	// The operator's listings through any node name every queue of every
+	// shard, with the counters its own shard's engine keeps; and each
+	// queue's dashboard page is served by its shard.
+	for _, n := range nodes {
+		poll.CheckFor(t, 10*time.Second, func() error {
+			var l api.QueueList
+			if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/queues", &l); err != nil {
+				return err
+			}
+			var ov dashboard.Overview
+			if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
+				return err
+			}
+			var names, dash []string
+			for _, q := range l.Queues {
+				names = append(names, q.Name)
+				if strings.HasPrefix(q.Name, "orders-") && q.Counters.Sent != 1 {
+					return fmt.Errorf("node %d lists %s with %d sent, want 1", n.opts.Cluster.NodeID, q.Name, q.Counters.Sent)
+				}
+			}
+			for _, q := range ov.Queues {
+				dash = append(dash, q.Name)
+			}
+			if !slices.Equal(names, want) || !slices.Equal(dash, want) || len(ov.Missing) > 0 {
+				return fmt.Errorf("through node %d: GET /sluice/v1/queues lists %v, the overview %v (missing %v); want %v", n.opts.Cluster.NodeID, names, dash, ov.Missing, want)
+			}
+			return nil
+		})
+		for _, name := range want {
+			var q dashboard.QueueDetail
+			if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/dashboard/queues/"+name, &q); err != nil || q.Name != name {
+				t.Fatalf("the dashboard page of %s through node %d: %+v, %v", name, n.opts.Cluster.NodeID, q.Name, err)
+			}
+		}
 	}
 
 	// Every queue's series are exported, once, by the node leading its
@@ -437,4 +476,21 @@ func TestShardsKeepOneQueuePerName(t *testing.T) {
 	if at := held(name); len(at) != 1 {
 		t.Fatalf("after the AMQP declare %s is on shards %v", name, at)
 	}
+}
+
+// getJSON decodes the 200 answer of a GET of url into v.
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }

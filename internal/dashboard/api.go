@@ -2,10 +2,12 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/engine"
@@ -24,6 +26,10 @@ type Overview struct {
 	HistorySeconds        float64       `json:"historySeconds"`
 	Thresholds            Thresholds    `json:"thresholds"`
 	Queues                []QueueMeters `json:"queues"`
+	// Missing names the parts of a cluster whose queues are not listed:
+	// a shard whose leader could not be reached. Empty when every queue
+	// is listed.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // Thresholds colour the DLQ depth meter.
@@ -222,12 +228,39 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 	eng := d.eng
-	writeJSON(w, d.overview(eng, d.clk.Now()))
+	writeJSON(w, d.overview(r.Context(), eng, d.clk.Now()))
 }
 
+// ServeLocalOverview answers the overview of this dashboard's engine
+// alone, without Options.OtherQueues: what a cluster's shard 0 reads from
+// the other shards' leaders.
+func (d *Dashboard) ServeLocalOverview(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, d.localOverview(d.eng, d.clk.Now()))
+}
+
+// otherQueuesTimeout bounds Options.OtherQueues in one overview.
+const otherQueuesTimeout = 3 * time.Second
+
 // overview reads every queue now (so the meters are current even between
-// samples) and adds the sparkline series from the history.
-func (d *Dashboard) overview(eng *engine.Engine, now time.Time) Overview {
+// samples) and adds the sparkline series from the history; with
+// Options.OtherQueues, the other shards' queues too, sorted by name with
+// this engine's.
+func (d *Dashboard) overview(ctx context.Context, eng *engine.Engine, now time.Time) Overview {
+	o := d.localOverview(eng, now)
+	if d.opts.OtherQueues == nil {
+		return o
+	}
+	ctx, cancel := context.WithTimeout(ctx, otherQueuesTimeout)
+	defer cancel()
+	more, missing := d.opts.OtherQueues(ctx)
+	o.Queues = append(o.Queues, more...)
+	slices.SortFunc(o.Queues, func(a, b QueueMeters) int { return strings.Compare(a.Name, b.Name) })
+	o.Missing = missing
+	return o
+}
+
+// localOverview is overview for this dashboard's engine only.
+func (d *Dashboard) localOverview(eng *engine.Engine, now time.Time) Overview {
 	o := Overview{
 		At:                    now.UTC(),
 		SampleIntervalSeconds: d.opts.SampleInterval.Seconds(),

@@ -76,6 +76,12 @@ type Options struct {
 	// Alerts, when set, tells the advisor which queues an alert rule
 	// watches (*alerts.Manager satisfies it). Nil skips that check.
 	Alerts AlertSource
+	// OtherQueues, when set, returns the meters of the queues that live
+	// outside this dashboard's engine (a cluster's other shards, each
+	// read from its own leader's dashboard), and a description of each
+	// part it could not reach. The overview lists them with this
+	// engine's queues.
+	OtherQueues func(ctx context.Context) (queues []QueueMeters, missing []string)
 }
 
 // AlertSource reports the current alerts (every rule evaluated per queue,
@@ -235,7 +241,7 @@ func (d *Dashboard) tick() {
 		return true
 	})
 	if streams > 0 {
-		if data, err := marshal(d.overview(eng, now)); err == nil {
+		if data, err := marshal(d.overview(context.Background(), eng, now)); err == nil {
 			d.broadcast(data)
 		} else {
 			d.log.Error("encoding the overview", "err", err)

@@ -63,7 +63,7 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	// Reconnect after one sample interval if the stream breaks.
 	fmt.Fprintf(w, "retry: %d\n\n", max(1000, d.opts.SampleInterval.Milliseconds()))
-	first, err := marshal(d.overview(eng, d.clk.Now()))
+	first, err := marshal(d.overview(r.Context(), eng, d.clk.Now()))
 	if err != nil || !send(first) {
 		return
 	}

@@ -195,6 +195,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// The overview's DLQ growth column counts over the same window as the
 	// dlq_growth alert shown in its banner, so the two agree.
 	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
+	if opts.OtherShards != nil {
+		dopts.OtherQueues = otherOverviews(opts.OtherShards)
+	}
 	if w := alertOpts.DLQGrowthWindow; w > 0 {
 		dopts.GrowthWindow = w
 		dopts.History = max(w, 15*time.Minute)
@@ -308,7 +311,11 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
-	adminH := admin.New(eng, admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest})
+	aopts := admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest}
+	if opts.OtherShards != nil {
+		aopts.OtherQueues = otherAdminQueues(opts.OtherShards)
+	}
+	adminH := admin.New(eng, aopts)
 	ops.Handle(api.Prefix, adminH)
 	ops.Handle("GET /sluice/v1/alerts", s.alerts)
 	ops.Handle("GET /metrics", s.metrics.Handler())
@@ -346,6 +353,9 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	mux.Handle("/", sqsH)
 	if opts.InternalHandler != nil {
 		mux.Handle("/sluice/internal/", opts.InternalHandler)
+	}
+	if opts.ShardViews {
+		shardViews(mux, adminH, s.dash)
 	}
 	// A browser opening the root gets the dashboard; an SQS Query GET
 	// (it always has a query string) still reaches the SQS API.

@@ -21,6 +21,9 @@ export function render(main, _param, ctx) {
   const alertsSection = h('section', { class: 'alerts', 'aria-labelledby': 'alerts-h' },
     h('h2', { id: 'alerts-h' }, 'Firing alerts'), alertsBody);
   const summary = h('p', { class: 'summary', id: 'overview-summary' }, 'Loading queues…');
+  // A cluster's shard whose leader could not be reached: its queues are
+  // not in the table, and the page says so rather than look complete.
+  const missing = h('p', { class: 'notice notice-warn', id: 'overview-missing', role: 'status', hidden: true });
   const tbody = h('tbody', {});
   const table = h('table', { class: 'queues', id: 'queues-table' },
     h('caption', {}, 'Every queue. Numbers are current; sparklines show the last minutes.'),
@@ -35,6 +38,7 @@ export function render(main, _param, ctx) {
       h('button', { type: 'button', id: 'create-queue', class: 'primary', onclick: () => openCreateQueue(last ? last.queues : []) }, 'Create queue…')),
     alertsSection,
     summary,
+    missing,
     h('div', { class: 'table-wrap' }, table),
     empty,
     // The AMQP topology has its own page (#/topology, in the nav): asking
@@ -72,6 +76,9 @@ export function render(main, _param, ctx) {
     replace(summary, `${ov.queues.length} queue${ov.queues.length === 1 ? '' : 's'} · `,
       h('strong', {}, fmtInt(dead)), ` dead letter${dead === 1 ? '' : 's'} in ${dlqs.length} dead-letter queue${dlqs.length === 1 ? '' : 's'} · updated `,
       h('time', { datetime: ov.at }, fmtTime(ov.at)));
+    const gaps = ov.missing || [];
+    missing.hidden = gaps.length === 0;
+    replace(missing, gaps.length === 0 ? '' : `Not listed: the queues of ${gaps.join('; ')}. Retrying with every update.`);
   };
 
   const renderAlerts = (alerts) => {

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicemq/sluice/api"
+	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/internal/dashboard"
+)
+
+// The operator's listings over a cluster's shards: the admin API's queue
+// list and the dashboard's overview (with its event stream) are served by
+// shard 0's leader, which adds to its own queues those of the other
+// shards, each read from the leader of its shard on a node-only path.
+
+// Paths of a shard leader's own listings, served (Options.ShardViews) on
+// its internal listener, which takes only nodes.
+const (
+	ShardQueuesPath   = "/sluice/internal/shard/queues"   // admin.Handler.ServeLocalQueues: api.QueueList
+	ShardOverviewPath = "/sluice/internal/shard/overview" // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
+)
+
+// ShardAnswer is one other shard's answer to a ShardQueuesPath or
+// ShardOverviewPath request (Options.OtherShards): its body, or why it
+// could not be read.
+type ShardAnswer struct {
+	Shard int
+	Body  []byte
+	Err   error
+}
+
+// shardViews mounts the paths of this server's own listings on mux.
+func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard) {
+	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
+	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
+}
+
+// otherAdminQueues returns admin.Options.OtherQueues reading the other
+// shards through other (Options.OtherShards): every shard's queues, or an
+// error naming the shards that could not be read.
+func otherAdminQueues(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]api.Queue, error) {
+	return func(ctx context.Context) ([]api.Queue, error) {
+		var out []api.Queue
+		var errs []error
+		for _, a := range other(ctx, ShardQueuesPath) {
+			var l api.QueueList
+			if a.Err == nil {
+				a.Err = json.Unmarshal(a.Body, &l)
+			}
+			if a.Err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: %w", a.Shard, a.Err))
+				continue
+			}
+			out = append(out, l.Queues...)
+		}
+		return out, errors.Join(errs...)
+	}
+}
+
+// otherOverviews returns dashboard.Options.OtherQueues reading the other
+// shards through other: the meters of the queues of every shard read, and
+// a line for each shard that could not be.
+func otherOverviews(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]dashboard.QueueMeters, []string) {
+	return func(ctx context.Context) ([]dashboard.QueueMeters, []string) {
+		var out []dashboard.QueueMeters
+		var missing []string
+		for _, a := range other(ctx, ShardOverviewPath) {
+			var o dashboard.Overview
+			if a.Err == nil {
+				a.Err = json.Unmarshal(a.Body, &o)
+			}
+			if a.Err != nil {
+				missing = append(missing, fmt.Sprintf("shard %d: %v", a.Shard, a.Err))
+				continue
+			}
+			out = append(out, o.Queues...)
+		}
+		return out, missing
+	}
+}

@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/api"
+	"github.com/sluicemq/sluice/internal/dashboard"
+)
+
+// TestShardViews: a server with OtherShards lists, in the admin API's
+// queue list and the dashboard's overview, the queues another server
+// serves on its ShardViews paths, sorted with its own; a shard it cannot
+// read makes the queue list 503 and is named in the overview. A server
+// without ShardViews does not serve those paths.
+func TestShardViews(t *testing.T) {
+	ctx := context.Background()
+	other, stopOther := start(t, t.TempDir())
+	defer func() { stopOther() }() // the one running at the end
+	var down atomic.Bool
+	read := func(ctx context.Context, path string) []ShardAnswer {
+		out := []ShardAnswer{{Shard: 1}, {Shard: 2}}
+		out[0].Body, out[0].Err = get(ctx, "http://"+other.SQSAddr()+path)
+		if down.Load() {
+			out[1].Err = errors.New("no leader of shard 2 is serving")
+		} else {
+			out[1].Body = []byte(`{"queues":[]}`)
+		}
+		return out
+	}
+	dir := t.TempDir()
+	o := DefaultOptions()
+	o.DataDir = dir
+	o.SQSListen = "127.0.0.1:0"
+	o.AMQPListen = ""
+	o.OtherShards = read
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	// The other server does not serve the paths without ShardViews.
+	if _, err := get(ctx, "http://"+other.SQSAddr()+ShardQueuesPath); err == nil {
+		t.Fatalf("a server without ShardViews answered %s", ShardQueuesPath)
+	}
+	// ... so it is started again with them, as a shard's leader is.
+	stopOther()
+	oo := DefaultOptions()
+	oo.Store = "memory"
+	oo.SQSListen = "127.0.0.1:0"
+	oo.AMQPListen = ""
+	oo.ShardViews = true
+	other, err = New(oo, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCtx, otherCancel := context.WithCancel(ctx)
+	otherDone := make(chan error, 1)
+	go func() { otherDone <- other.Run(otherCtx) }()
+	stopOther = func() {
+		otherCancel()
+		if err := <-otherDone; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+
+	for c, names := range map[*sqs.Client][]string{client(s.SQSAddr()): {"alpha", "delta"}, client(other.SQSAddr()): {"beta", "gamma"}} {
+		for _, n := range names {
+			if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(n)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := []string{"alpha", "beta", "delta", "gamma"}
+	var l api.QueueList
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/queues", &l); err != nil {
+		t.Fatal(err)
+	}
+	var ov dashboard.Overview
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
+		t.Fatal(err)
+	}
+	if got, dash := queueNames(l.Queues, func(q api.Queue) string { return q.Name }), queueNames(ov.Queues, func(q dashboard.QueueMeters) string { return q.Name }); !slices.Equal(got, want) || !slices.Equal(dash, want) || len(ov.Missing) != 0 {
+		t.Fatalf("queue list %v, overview %v (missing %v); want %v in both", got, dash, ov.Missing, want)
+	}
+
+	// Shard 2 cannot be read: the list says so rather than look complete;
+	// the overview shows what it has and names the gap.
+	down.Store(true)
+	if _, err := get(ctx, "http://"+s.SQSAddr()+"/sluice/v1/queues"); err == nil || !errors.Is(err, errStatus503) {
+		t.Fatalf("queue list with a shard unread: %v, want 503", err)
+	}
+	ov = dashboard.Overview{}
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.Queues) != 4 || len(ov.Missing) != 1 || ov.Missing[0] != "shard 2: no leader of shard 2 is serving" {
+		t.Fatalf("overview with a shard unread: %d queues, missing %q", len(ov.Queues), ov.Missing)
+	}
+}
+
+var errStatus503 = errors.New("503")
+
+// get returns the body of a 200 answer to a GET of url.
+func get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	switch {
+	case err != nil:
+		return nil, err
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return nil, fmt.Errorf("%w: %s", errStatus503, b)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return b, nil
+}
+
+func getInto(ctx context.Context, url string, v any) error {
+	b, err := get(ctx, url)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func queueNames[T any](qs []T, name func(T) string) []string {
+	out := make([]string, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, name(q))
+	}
+	return out
+}
