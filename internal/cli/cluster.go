@@ -43,8 +43,10 @@ that serves clients and replaces a voter that goes silent for
 replace_after. add returns once the node is a learner; with --wait it
 waits until it is a voter, or a caught-up learner when the cluster already
 has its voters, and fails after --wait-timeout (the node stays a learner
-and is promoted whenever it catches up and is needed). Node ids are never
-reused.
+and is promoted whenever it catches up and is needed). With [cluster]
+shards above 1, add and remove change every shard, and --wait waits until
+the node is a voter of every shard (a standby: caught up in shard 0 and a
+member of every other). Node ids are never reused.
 
 remove takes a member (voter or learner) out of the group (a dead one, or
 one to retire); stop its process afterwards. Both wait until the leader
@@ -82,16 +84,19 @@ type clusterReport struct {
 	View *viewReport `json:"view,omitempty"`
 	// Shards mirrors internal/cluster.ShardStatus, with [cluster] shards
 	// above 1.
-	Shards []struct {
-		Shard    int      `json:"shard"`
-		Role     string   `json:"role"`
-		Term     uint64   `json:"term"`
-		Leader   uint64   `json:"leader"`
-		Commit   uint64   `json:"commit"`
-		Applied  uint64   `json:"applied"`
-		Voters   []uint64 `json:"voters"`
-		Learners []uint64 `json:"learners"`
-	} `json:"shards,omitempty"`
+	Shards []shardReport `json:"shards,omitempty"`
+}
+
+// shardReport is one shard of clusterReport.Shards.
+type shardReport struct {
+	Shard    int      `json:"shard"`
+	Role     string   `json:"role"`
+	Term     uint64   `json:"term"`
+	Leader   uint64   `json:"leader"`
+	Commit   uint64   `json:"commit"`
+	Applied  uint64   `json:"applied"`
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners"`
 }
 
 // viewReport mirrors the leader's view (internal/cluster.ClusterView).
@@ -249,10 +254,13 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 			}
 			slices.SortFunc(out.Members, func(a, b memberAnswer) int { return cmp.Compare(a.ID, b.ID) })
 			if seen == "a voter" {
-				return out, 0, nil
-			}
-			if f := standbyFactor(rep, id); f > 0 {
-				return out, f, nil
+				if seen = shardsLag(rep, id, false); seen == "" {
+					return out, 0, nil
+				}
+			} else if f := standbyFactor(rep, id); f > 0 {
+				if seen = shardsLag(rep, id, true); seen == "" {
+					return out, f, nil
+				}
 			}
 		}
 		timer.Reset(c.env.PollInterval)
@@ -266,6 +274,27 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 		case <-timer.C:
 		}
 	}
+}
+
+// shardsLag, with [cluster] shards above 1 (rep lists the shards), names
+// the first shard of which node id is not yet a voter (or, for a standby,
+// not a member at all) as the asked node has applied it: "a learner in
+// shard 2", say. It is "" when there is no such shard. Shard 0 is the one
+// waitVoter reads from rep's peers; a standby's catching up is checked on
+// shard 0 only (the leader's view), the other shards' only by membership.
+func shardsLag(rep clusterReport, id uint64, standby bool) string {
+	for _, sh := range rep.Shards {
+		switch {
+		case slices.Contains(sh.Voters, id):
+		case slices.Contains(sh.Learners, id):
+			if !standby {
+				return fmt.Sprintf("a learner in shard %d", sh.Shard)
+			}
+		default:
+			return fmt.Sprintf("not a member of shard %d", sh.Shard)
+		}
+	}
+	return ""
 }
 
 // standbyFactor returns the replication factor when the leader's view in

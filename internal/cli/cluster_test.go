@@ -67,6 +67,39 @@ func TestStandbyFactor(t *testing.T) {
 	}
 }
 
+// TestShardsLag: with several shards, `cluster add --wait` is done only
+// once the node is a voter of every shard (a standby: a member of every
+// shard), and says which shard it waits for.
+func TestShardsLag(t *testing.T) {
+	rep := func(shards ...[2][]uint64) clusterReport {
+		var r clusterReport
+		for k, sh := range shards {
+			r.Shards = append(r.Shards, shardReport{Shard: k, Voters: sh[0], Learners: sh[1]})
+		}
+		return r
+	}
+	vv := [2][]uint64{{1, 2, 4}, nil}
+	vl := [2][]uint64{{1, 2, 3}, {4}}
+	none := [2][]uint64{{1, 2, 3}, nil}
+	for _, c := range []struct {
+		name    string
+		rep     clusterReport
+		standby bool
+		want    string
+	}{
+		{"one shard (no list)", clusterReport{}, false, ""},
+		{"a voter everywhere", rep(vv, vv, vv), false, ""},
+		{"still a learner in shard 2", rep(vv, vv, vl), false, "a learner in shard 2"},
+		{"not yet added to shard 1", rep(vv, none, vv), false, "not a member of shard 1"},
+		{"a standby: a learner everywhere", rep(vl, vl, vl), true, ""},
+		{"a standby not yet added to shard 2", rep(vl, vl, none), true, "not a member of shard 2"},
+	} {
+		if got := shardsLag(c.rep, 4, c.standby); got != c.want {
+			t.Errorf("%s: shardsLag = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
 // `cluster status` shows each member's clock offset from the cluster's
 // clock (the leader's view) in a CLOCK column, "-" for a member that has
 // not measured yet, and warns about a member past ±500 ms.

@@ -190,6 +190,21 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 		t.Fatalf("the DLQ holds %+v, %v; want the poison message", out, err)
 	}
 
+	// A RedrivePolicy set later that names a dead-letter queue on another
+	// shard is refused with that reason (cross-shard moves are not built).
+	for i := range queues {
+		if shardOf[fmt.Sprintf("orders-%d", i)] == kd {
+			continue
+		}
+		_, err := clients[i%3].SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(urls[i]), Attributes: map[string]string{
+			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":3}`, attrs.Attributes["QueueArn"]),
+		}})
+		if err == nil || !strings.Contains(err.Error(), "is on another shard of this cluster") {
+			t.Fatalf("a RedrivePolicy on orders-%d naming a DLQ on another shard: %v", i, err)
+		}
+		break
+	}
+
 	// ListQueues through any node names every queue of every shard.
 	want := []string{"failed", work}
 	for i := range queues {

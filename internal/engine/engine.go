@@ -69,8 +69,9 @@ type Options struct {
 	// outside this engine (in a cluster, on another shard): CreateQueue
 	// of a name this engine does not hold then fails with
 	// ErrQueueElsewhere instead of making a second queue of that name.
-	// It is called with the engine's admin lock held, for creates only:
-	// it may take a moment (a catch-up with other groups), and must not
+	// It is called with the engine's admin lock held, for creates (and
+	// to explain a RedrivePolicy whose target is not here): it may take
+	// a moment (a catch-up with other groups), and must not
 	// call the engine.
 	NameTaken func(name string) bool
 	// DeadLetterRouter routes dead letters of queues whose
@@ -762,6 +763,11 @@ func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) 
 	}
 	t, err := e.lookup(d.Target)
 	if err != nil {
+		if e.taken != nil && e.taken(d.Target) {
+			return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue " + d.Target +
+				" lives on another shard of this cluster than " + source + "; a dead-letter queue must be on its source's shard: " +
+				"create the source with this RedrivePolicy (it is then placed with its dead-letter queue)"}
+		}
 		return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue does not exist"}
 	}
 	if t.isFIFO != fifo {

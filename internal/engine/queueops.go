@@ -85,6 +85,20 @@ func (e *Engine) GetQueue(name string) (QueueInfo, error) {
 	return q.infoLocked(), nil
 }
 
+// QueueElsewhere reports whether queue name, which this engine does not
+// hold, lives outside it (Options.NameTaken: in a cluster, on another
+// shard). It may take a moment (NameTaken's catch-up); false without the
+// hook or for a queue this engine holds.
+func (e *Engine) QueueElsewhere(name string) bool {
+	if e.taken == nil {
+		return false
+	}
+	if q, _ := e.lookup(name); q != nil {
+		return false
+	}
+	return e.taken(name)
+}
+
 // ListQueues returns the names of all queues starting with prefix, sorted.
 func (e *Engine) ListQueues(prefix string) []string {
 	e.mu.RLock()

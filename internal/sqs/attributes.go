@@ -321,6 +321,12 @@ func (c *call) parseRedrivePolicy(raw, src string, fifo bool) (*engine.DeadLette
 	}
 	info, err := c.h.eng.GetQueue(dlq)
 	if errors.Is(err, engine.ErrQueueNotFound) {
+		if c.h.eng.QueueElsewhere(dlq) {
+			// A cluster with shards: the target lives on another shard,
+			// where this source's dead letters cannot move (ADR 0015).
+			return nil, bad("Dead letter target " + dlq + " is on another shard of this cluster than the source; " +
+				"a dead-letter queue must be on its source's shard: create the source with this RedrivePolicy, and it is placed with its dead-letter queue.")
+		}
 		return nil, bad("Dead letter target does not exist.")
 	}
 	if err != nil {

@@ -21,6 +21,9 @@ type Engine interface {
 	Config(name string) (*engine.QueueConfig, error)
 	UpdateQueue(name string, fn func(cfg *engine.QueueConfig) error) error
 	ListQueues(prefix string) []string
+	// QueueElsewhere reports whether a queue this engine does not hold
+	// lives outside it (engine.Options.NameTaken: another shard).
+	QueueElsewhere(name string) bool
 	TagQueue(name string, tags map[string]string) error
 	UntagQueue(name string, keys []string) error
 	DeadLetterSources(dlq string) ([]string, error)
