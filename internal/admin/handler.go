@@ -55,16 +55,20 @@ type Options struct {
 	// 503 ServiceUnavailable: a list without a shard's queues would look
 	// complete.
 	OtherQueues func(ctx context.Context) ([]api.Queue, error)
+	// OtherTasks is OtherQueues for GET /sluice/v1/tasks without a source:
+	// the move tasks that live outside this handler's engine.
+	OtherTasks func(ctx context.Context) ([]api.Task, error)
 }
 
 // Handler serves the admin API. It is safe for concurrent use and keeps no
 // state of its own: everything lives in the engine.
 type Handler struct {
-	eng   *engine.Engine
-	other func(ctx context.Context) ([]api.Queue, error)
-	log   *slog.Logger
-	clock clock.Clock
-	mux   *http.ServeMux
+	eng        *engine.Engine
+	other      func(ctx context.Context) ([]api.Queue, error)
+	otherTasks func(ctx context.Context) ([]api.Task, error)
+	log        *slog.Logger
+	clock      clock.Clock
+	mux        *http.ServeMux
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -72,7 +76,7 @@ var _ http.Handler = (*Handler)(nil)
 // New returns a Handler serving eng, to be mounted at api.Prefix:
 // mux.Handle(api.Prefix, h).
 func New(eng *engine.Engine, opts Options) *Handler {
-	h := &Handler{eng: eng, other: opts.OtherQueues, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
+	h := &Handler{eng: eng, other: opts.OtherQueues, otherTasks: opts.OtherTasks, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}

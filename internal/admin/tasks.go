@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -98,32 +99,77 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("GET /tasks takes one optional query parameter, source")
 		}
 	}
-	var all []engine.MoveTask
 	if src, ok := q["source"]; ok {
 		list, err := h.eng.MoveTasks(src[0])
 		if err != nil {
 			return err
 		}
-		all = list
-	} else {
-		for _, name := range h.eng.ListQueues("") {
-			list, err := h.eng.MoveTasks(name)
-			if errors.Is(err, engine.ErrQueueNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			all = append(all, list...)
-		}
-		slices.SortStableFunc(all, func(a, b engine.MoveTask) int { return b.StartedAt.Compare(a.StartedAt) })
+		writeJSON(w, http.StatusOK, tasksJSON(list))
+		return nil
 	}
-	out := api.TaskList{Tasks: make([]api.Task, 0, len(all))}
-	for i := range all {
-		out.Tasks = append(out.Tasks, taskJSON(&all[i]))
+	out, err := h.localTasks()
+	if err != nil {
+		return err
+	}
+	if h.otherTasks != nil {
+		more, err := h.otherTasks(r.Context())
+		if err != nil {
+			return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the tasks of another shard could not be listed (" + err.Error() + "); retry"}
+		}
+		out.Tasks = append(out.Tasks, more...)
+		slices.SortStableFunc(out.Tasks, func(a, b api.Task) int { return startedAt(b).Compare(startedAt(a)) })
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// ServeLocalTasks answers GET /sluice/v1/tasks for this handler's engine
+// alone, without Options.OtherTasks: what a cluster's shard 0 reads from
+// the other shards' leaders.
+func (h *Handler) ServeLocalTasks(w http.ResponseWriter, r *http.Request) {
+	h.wrap(func(w http.ResponseWriter, _ *http.Request) error {
+		out, err := h.localTasks()
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}).ServeHTTP(w, r)
+}
+
+// localTasks lists the move tasks of every queue of this handler's
+// engine, newest first.
+func (h *Handler) localTasks() (api.TaskList, error) {
+	var all []engine.MoveTask
+	for _, name := range h.eng.ListQueues("") {
+		list, err := h.eng.MoveTasks(name)
+		if errors.Is(err, engine.ErrQueueNotFound) {
+			continue
+		}
+		if err != nil {
+			return api.TaskList{}, err
+		}
+		all = append(all, list...)
+	}
+	slices.SortStableFunc(all, func(a, b engine.MoveTask) int { return b.StartedAt.Compare(a.StartedAt) })
+	return tasksJSON(all), nil
+}
+
+// tasksJSON is tasks in the API's shape.
+func tasksJSON(tasks []engine.MoveTask) api.TaskList {
+	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks))}
+	for i := range tasks {
+		out.Tasks = append(out.Tasks, taskJSON(&tasks[i]))
+	}
+	return out
+}
+
+// startedAt is t's start, the zero time when it has none.
+func startedAt(t api.Task) time.Time {
+	if t.StartedAt == nil {
+		return time.Time{}
+	}
+	return *t.StartedAt
 }
 
 // getTask serves GET /sluice/v1/tasks/{id}.

@@ -135,6 +135,30 @@ func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
 	return hashShard(rt.Queue, n.shards.Len())
 }
 
+// findTask returns the shard of move task id: the one whose copy on this
+// node holds its record, once caught up if none did at first (a task
+// started through another node a moment ago); shard 0, whose server then
+// answers the request, when none holds it.
+func (n *Node) findTask(ctx context.Context, id string) int {
+	find := func() (int, bool) {
+		for k := range n.shards.Len() {
+			st := n.shards.Shard(k).Store()
+			ok, err := server.StoredTask(st, id)
+			_ = st.Close() // a view: closing it ends nothing beneath
+			if err == nil && ok {
+				return k, true
+			}
+		}
+		return 0, false
+	}
+	if k, ok := find(); ok {
+		return k
+	}
+	n.catchUp(ctx)
+	k, _ := find()
+	return k
+}
+
 // catchUpTimeout bounds catchUp: a shard without a leader for longer is
 // left as it is (its queues' requests then wait for its leader anyway).
 const catchUpTimeout = time.Second
@@ -197,6 +221,15 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 				name, _, _ := strings.Cut(rest, "/")
 				return n.placeQueue(r.Context(), server.SQSRoute{Queue: name}), r, release, true
 			}
+		}
+		// Move tasks live with their source queue: a task's paths go to
+		// the shard holding it, a source's task list to that source's.
+		if rest, found := strings.CutPrefix(rest, "v1/tasks/"); found {
+			id, _, _ := strings.Cut(rest, "/")
+			return n.findTask(r.Context(), id), r, release, true
+		}
+		if src := r.URL.Query().Get("source"); rest == "v1/tasks" && src != "" {
+			return n.placeQueue(r.Context(), server.SQSRoute{Queue: src}), r, release, true
 		}
 		return 0, r, release, true
 	}

@@ -9,22 +9,38 @@ import (
 
 // The catalogue reads below look at a store without an engine open on it:
 // a cluster node reads its own copy of every shard's state to find which
-// shard holds a queue (docs/adr/0015-shards-and-a-router.md). They read
-// only the queue records (prefix 'Q', storage-format.md), settled (a
-// replicated store's SettledReader: no wait for this node's own writes in
-// flight), so what they see may lag the shard's leader by the time its
-// writes take to apply here.
+// shard holds a queue, or a move task (docs/adr/0015-shards-and-a-router.md).
+// They read only the queue records (prefix 'Q') and the task records
+// (prefix 'T', storage-format.md), settled (a replicated store's
+// SettledReader: no wait for this node's own writes in flight), so what
+// they see may lag the shard's leader by the time its writes take to
+// apply here.
 
 // StoredQueue reports whether st holds the record of queue name.
 func StoredQueue(st store.Store, name string) (bool, error) {
 	if !ValidQueueName(name) {
 		return false, nil
 	}
+	return storedKey(st, queueKey(name))
+}
+
+// StoredTask reports whether st holds the record of move task id (a
+// redrive or an SQS message move task; tasks live with their source
+// queue).
+func StoredTask(st store.Store, id string) (bool, error) {
+	if id == "" || len(id) > 64 {
+		return false, nil
+	}
+	return storedKey(st, taskKey(id))
+}
+
+// storedKey reports whether st holds key, read settled when st can.
+func storedKey(st store.Store, key []byte) (bool, error) {
 	var err error
 	if sr, ok := st.(store.SettledReader); ok {
-		_, err = sr.GetSettled(queueKey(name))
+		_, err = sr.GetSettled(key)
 	} else {
-		_, err = st.Get(queueKey(name))
+		_, err = st.Get(key)
 	}
 	switch {
 	case err == nil:

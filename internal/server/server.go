@@ -314,6 +314,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	aopts := admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest}
 	if opts.OtherShards != nil {
 		aopts.OtherQueues = otherAdminQueues(opts.OtherShards)
+		aopts.OtherTasks = otherAdminTasks(opts.OtherShards)
 	}
 	adminH := admin.New(eng, aopts)
 	ops.Handle(api.Prefix, adminH)

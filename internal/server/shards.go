@@ -50,6 +50,10 @@ func ValidQueueName(name string) bool { return engine.ValidQueueName(name) }
 // (engine.StoredQueue).
 func StoredQueue(st store.Store, name string) (bool, error) { return engine.StoredQueue(st, name) }
 
+// StoredTask reports whether st, a shard's state store, holds move task
+// id (engine.StoredTask).
+func StoredTask(st store.Store, id string) (bool, error) { return engine.StoredTask(st, id) }
+
 // StoredQueueNames lists the queues st holds whose name starts with prefix
 // (engine.StoredQueueNames).
 func StoredQueueNames(st store.Store, prefix string) ([]string, error) {

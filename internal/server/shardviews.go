@@ -13,8 +13,8 @@ import (
 )
 
 // The operator's listings over a cluster's shards: the admin API's queue
-// list and the dashboard's overview (with its event stream) are served by
-// shard 0's leader, which adds to its own queues those of the other
+// and task lists and the dashboard's overview (with its event stream) are
+// served by shard 0's leader, which adds to its own those of the other
 // shards, each read from the leader of its shard on a node-only path.
 
 // Paths of a shard leader's own listings, served (Options.ShardViews) on
@@ -22,6 +22,7 @@ import (
 const (
 	ShardQueuesPath   = "/sluice/internal/shard/queues"   // admin.Handler.ServeLocalQueues: api.QueueList
 	ShardOverviewPath = "/sluice/internal/shard/overview" // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
+	ShardTasksPath    = "/sluice/internal/shard/tasks"    // admin.Handler.ServeLocalTasks: api.TaskList
 )
 
 // ShardAnswer is one other shard's answer to a ShardQueuesPath or
@@ -37,6 +38,7 @@ type ShardAnswer struct {
 func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard) {
 	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
+	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)
 }
 
 // otherAdminQueues returns admin.Options.OtherQueues reading the other
@@ -44,21 +46,35 @@ func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashb
 // error naming the shards that could not be read.
 func otherAdminQueues(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]api.Queue, error) {
 	return func(ctx context.Context) ([]api.Queue, error) {
-		var out []api.Queue
-		var errs []error
-		for _, a := range other(ctx, ShardQueuesPath) {
-			var l api.QueueList
-			if a.Err == nil {
-				a.Err = json.Unmarshal(a.Body, &l)
-			}
-			if a.Err != nil {
-				errs = append(errs, fmt.Errorf("shard %d: %w", a.Shard, a.Err))
-				continue
-			}
-			out = append(out, l.Queues...)
-		}
-		return out, errors.Join(errs...)
+		return readAll(ctx, other, ShardQueuesPath, func(l api.QueueList) []api.Queue { return l.Queues })
 	}
+}
+
+// otherAdminTasks is otherAdminQueues for admin.Options.OtherTasks.
+func otherAdminTasks(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]api.Task, error) {
+	return func(ctx context.Context) ([]api.Task, error) {
+		return readAll(ctx, other, ShardTasksPath, func(l api.TaskList) []api.Task { return l.Tasks })
+	}
+}
+
+// readAll reads path from every other shard, decodes each answer as an L
+// and returns the items of all of them, or an error naming the shards
+// that could not be read.
+func readAll[L, T any](ctx context.Context, other func(ctx context.Context, path string) []ShardAnswer, path string, items func(L) []T) ([]T, error) {
+	var out []T
+	var errs []error
+	for _, a := range other(ctx, path) {
+		var l L
+		if a.Err == nil {
+			a.Err = json.Unmarshal(a.Body, &l)
+		}
+		if a.Err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", a.Shard, a.Err))
+			continue
+		}
+		out = append(out, items(l)...)
+	}
+	return out, errors.Join(errs...)
 }
 
 // otherOverviews returns dashboard.Options.OtherQueues reading the other
