@@ -371,6 +371,12 @@ func (m *Manager) States() []State {
 		out = append(out, a.State)
 	}
 	m.mu.Unlock()
+	sortStates(out)
+	return out
+}
+
+// sortStates sorts alerts by queue, rule and severity.
+func sortStates(out []State) {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Queue != b.Queue {
@@ -381,33 +387,56 @@ func (m *Manager) States() []State {
 		}
 		return a.Severity < b.Severity
 	})
-	return out
 }
 
-// ServeHTTP answers GET /sluice/v1/alerts with {"alerts": [State…]}. The
-// query parameters status, queue and rule, when given, keep only the
-// alerts that match (e.g. ?status=firing).
+// List is the answer of GET /sluice/v1/alerts.
+type List struct {
+	Alerts []State `json:"alerts"`
+	// Missing names the parts of a cluster whose alerts are not listed (a
+	// shard whose leader could not be reached); absent when none.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// ServeHTTP answers GET /sluice/v1/alerts with this manager's alerts
+// (Handler without others).
 func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
-	out := []State{}
-	for _, s := range m.States() {
-		if match(q.Get("status"), s.Status) && match(q.Get("queue"), s.Queue) && match(q.Get("rule"), s.Rule) {
-			out = append(out, s)
+	m.Handler(nil).ServeHTTP(w, r)
+}
+
+// Handler answers GET /sluice/v1/alerts with a List. The query parameters
+// status, queue and rule, when given, keep only the alerts that match
+// (e.g. ?status=firing). others, when not nil, adds the alerts kept
+// outside this manager (a cluster's other shards, each evaluated by its
+// own leader), and names what it could not read in Missing.
+func (m *Manager) Handler(others func(ctx context.Context) ([]State, []string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
 		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if r.Method == http.MethodHead {
-		return
-	}
-	// The status is sent: a client gone by now cannot be told.
-	_ = json.NewEncoder(w).Encode(struct {
-		Alerts []State `json:"alerts"`
-	}{out})
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodHead {
+			return
+		}
+		all := m.States()
+		var l List
+		if others != nil {
+			more, missing := others(r.Context())
+			all = append(all, more...)
+			sortStates(all)
+			l.Missing = missing
+		}
+		q := r.URL.Query()
+		l.Alerts = []State{}
+		for _, s := range all {
+			if match(q.Get("status"), s.Status) && match(q.Get("queue"), s.Queue) && match(q.Get("rule"), s.Rule) {
+				l.Alerts = append(l.Alerts, s)
+			}
+		}
+		// The status is sent: a client gone by now cannot be told.
+		_ = json.NewEncoder(w).Encode(l)
+	})
 }
 
 func match(want, got string) bool { return want == "" || want == got }

@@ -318,7 +318,11 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	}
 	adminH := admin.New(eng, aopts)
 	ops.Handle(api.Prefix, adminH)
-	ops.Handle("GET /sluice/v1/alerts", s.alerts)
+	if opts.OtherShards != nil {
+		ops.Handle("GET /sluice/v1/alerts", s.alerts.Handler(otherAlerts(opts.OtherShards)))
+	} else {
+		ops.Handle("GET /sluice/v1/alerts", s.alerts)
+	}
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	ops.Handle("/ui/", s.dash)
 	ops.Handle("/sluice/v1/dashboard/", s.dash)
@@ -356,7 +360,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		mux.Handle("/sluice/internal/", opts.InternalHandler)
 	}
 	if opts.ShardViews {
-		shardViews(mux, adminH, s.dash)
+		shardViews(mux, adminH, s.dash, s.alerts)
 	}
 	// A browser opening the root gets the dashboard; an SQS Query GET
 	// (it always has a query string) still reaches the SQS API.

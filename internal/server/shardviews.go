@@ -9,13 +9,15 @@ import (
 
 	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/dashboard"
 )
 
 // The operator's listings over a cluster's shards: the admin API's queue
-// and task lists and the dashboard's overview (with its event stream) are
-// served by shard 0's leader, which adds to its own those of the other
-// shards, each read from the leader of its shard on a node-only path.
+// and task lists, the alerts and the dashboard's overview (with its event
+// stream) are served by shard 0's leader, which adds to its own those of
+// the other shards, each read from the leader of its shard on a node-only
+// path.
 
 // Paths of a shard leader's own listings, served (Options.ShardViews) on
 // its internal listener, which takes only nodes.
@@ -23,6 +25,7 @@ const (
 	ShardQueuesPath   = "/sluice/internal/shard/queues"   // admin.Handler.ServeLocalQueues: api.QueueList
 	ShardOverviewPath = "/sluice/internal/shard/overview" // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
 	ShardTasksPath    = "/sluice/internal/shard/tasks"    // admin.Handler.ServeLocalTasks: api.TaskList
+	ShardAlertsPath   = "/sluice/internal/shard/alerts"   // alerts.Manager.ServeHTTP: alerts.List
 )
 
 // ShardAnswer is one other shard's answer to a ShardQueuesPath or
@@ -35,10 +38,33 @@ type ShardAnswer struct {
 }
 
 // shardViews mounts the paths of this server's own listings on mux.
-func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard) {
+func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard, al *alerts.Manager) {
 	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
 	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)
+	mux.Handle("GET "+ShardAlertsPath, al)
+}
+
+// otherAlerts returns the others of alerts.Manager.Handler reading the
+// other shards through other: their alerts, and a line for each shard
+// that could not be read.
+func otherAlerts(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]alerts.State, []string) {
+	return func(ctx context.Context) ([]alerts.State, []string) {
+		var out []alerts.State
+		var missing []string
+		for _, a := range other(ctx, ShardAlertsPath) {
+			var l alerts.List
+			if a.Err == nil {
+				a.Err = json.Unmarshal(a.Body, &l)
+			}
+			if a.Err != nil {
+				missing = append(missing, fmt.Sprintf("shard %d: %v", a.Shard, a.Err))
+				continue
+			}
+			out = append(out, l.Alerts...)
+		}
+		return out, missing
+	}
 }
 
 // otherAdminQueues returns admin.Options.OtherQueues reading the other

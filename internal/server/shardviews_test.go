@@ -10,11 +10,14 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluicemq/sluice/api"
+	"github.com/sluicemq/sluice/internal/alerts"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/dashboard"
 )
 
@@ -69,6 +72,7 @@ func TestShardViews(t *testing.T) {
 	oo.SQSListen = "127.0.0.1:0"
 	oo.AMQPListen = ""
 	oo.ShardViews = true
+	oo.Alerts.Interval = duration(50 * time.Millisecond) // the new DLQ's rules evaluated at once
 	other, err = New(oo, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +87,13 @@ func TestShardViews(t *testing.T) {
 		}
 	}
 
-	for c, names := range map[*sqs.Client][]string{client(s.SQSAddr()): {"alpha", "delta"}, client(other.SQSAddr()): {"beta", "gamma"}} {
+	for c, names := range map[*sqs.Client][]string{client(s.SQSAddr()): {"alpha", "delta"}, client(other.SQSAddr()): {"gamma", "beta"}} {
 		for _, n := range names {
-			if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(n)}); err != nil {
+			attrs := map[string]string{}
+			if n == "beta" { // gamma is its dead-letter queue, which the dlq_growth rule watches
+				attrs["RedrivePolicy"] = `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:gamma","maxReceiveCount":3}`
+			}
+			if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(n), Attributes: attrs}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -103,6 +111,28 @@ func TestShardViews(t *testing.T) {
 		t.Fatalf("queue list %v, overview %v (missing %v); want %v in both", got, dash, ov.Missing, want)
 	}
 
+	// The alerts: this server's and the other's, each evaluated by its
+	// own manager (polled: a manager evaluates a new queue on its next
+	// round).
+	poll.CheckFor(t, 10*time.Second, func() error {
+		var theirs, all alerts.List
+		if err := getInto(ctx, "http://"+other.SQSAddr()+ShardAlertsPath, &theirs); err != nil {
+			return err
+		}
+		if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &all); err != nil {
+			return err
+		}
+		if len(theirs.Alerts) == 0 || len(all.Alerts) < len(theirs.Alerts) || len(all.Missing) != 0 {
+			return fmt.Errorf("alerts: %d of the other server's, %d listed in all (missing %v)", len(theirs.Alerts), len(all.Alerts), all.Missing)
+		}
+		for _, a := range theirs.Alerts {
+			if !slices.ContainsFunc(all.Alerts, func(b alerts.State) bool { return a.Queue == b.Queue && a.Rule == b.Rule }) {
+				return fmt.Errorf("the other server's alert %s/%s is not in the list", a.Queue, a.Rule)
+			}
+		}
+		return nil
+	})
+
 	// Shard 2 cannot be read: the list says so rather than look complete;
 	// the overview shows what it has and names the gap.
 	down.Store(true)
@@ -115,6 +145,10 @@ func TestShardViews(t *testing.T) {
 	}
 	if len(ov.Queues) != 4 || len(ov.Missing) != 1 || ov.Missing[0] != "shard 2: no leader of shard 2 is serving" {
 		t.Fatalf("overview with a shard unread: %d queues, missing %q", len(ov.Queues), ov.Missing)
+	}
+	var al alerts.List
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &al); err != nil || len(al.Missing) != 1 {
+		t.Fatalf("alerts with a shard unread: missing %q, %v", al.Missing, err)
 	}
 }
 
