@@ -150,8 +150,15 @@ func Check(eng *engine.Engine, stats Stats) []Finding {
 		}
 		c.queue(info)
 	}
-	sort.SliceStable(c.out, func(i, j int) bool {
-		a, b := c.out[i], c.out[j]
+	SortFindings(c.out)
+	return c.out
+}
+
+// SortFindings sorts findings as Check returns them: by queue, the worst
+// verdict first, then by check.
+func SortFindings(findings []Finding) {
+	sort.SliceStable(findings, func(i, j int) bool {
+		a, b := findings[i], findings[j]
 		if a.Queue != b.Queue {
 			return a.Queue < b.Queue
 		}
@@ -160,7 +167,6 @@ func Check(eng *engine.Engine, stats Stats) []Finding {
 		}
 		return a.Check < b.Check
 	})
-	return c.out
 }
 
 // Worst returns the worst verdict among findings (Green when empty).

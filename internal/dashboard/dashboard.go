@@ -49,6 +49,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -82,6 +83,10 @@ type Options struct {
 	// part it could not reach. The overview lists them with this
 	// engine's queues.
 	OtherQueues func(ctx context.Context) (queues []QueueMeters, missing []string)
+	// OtherFindings is OtherQueues for the advisor: the findings on the
+	// queues outside this dashboard's engine, each part checked by its
+	// own leader's advisor.
+	OtherFindings func(ctx context.Context) (findings []advisor.Finding, missing []string)
 }
 
 // AlertSource reports the current alerts (every rule evaluated per queue,

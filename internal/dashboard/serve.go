@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -98,6 +99,30 @@ type Advice struct {
 }
 
 func (d *Dashboard) serveAdvisor(w http.ResponseWriter, r *http.Request) {
+	a := d.advice()
+	if d.opts.OtherFindings != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), otherQueuesTimeout)
+		defer cancel()
+		more, missing := d.opts.OtherFindings(ctx)
+		a.Findings = append(a.Findings, more...)
+		advisor.SortFindings(a.Findings)
+		a.Worst = advisor.Worst(a.Findings)
+		for _, m := range missing {
+			a.Gaps = append(a.Gaps, "every check of the queues of "+m)
+		}
+	}
+	writeJSON(w, a)
+}
+
+// ServeLocalAdvisor answers the advisor for this dashboard's engine
+// alone, without Options.OtherFindings: what a cluster's shard 0 reads
+// from the other shards' leaders.
+func (d *Dashboard) ServeLocalAdvisor(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, d.advice())
+}
+
+// advice runs the advisor's checks on this dashboard's engine.
+func (d *Dashboard) advice() Advice {
 	eng := d.eng
 	now := d.clk.Now()
 	stats := d.Stats(now)
@@ -114,7 +139,7 @@ func (d *Dashboard) serveAdvisor(w http.ResponseWriter, r *http.Request) {
 	if stats.Window == 0 {
 		a.Gaps = append(a.Gaps, "visibility, dlq_consumers: no samples yet; processing times and receives need the dashboard running for a while")
 	}
-	writeJSON(w, a)
+	return a
 }
 
 // Stats returns the advisor's observations at now: per queue, the p99

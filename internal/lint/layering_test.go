@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 
 	// Wiring: the one package that knows every other.
 	"internal/server": {
-		"api", "internal/admin", "internal/alerts", "internal/amqp", "internal/auth/httpauth", "internal/auth/sigv4",
+		"api", "internal/admin", "internal/advisor", "internal/alerts", "internal/amqp", "internal/auth/httpauth", "internal/auth/sigv4",
 		"internal/buildinfo", "internal/clock", "internal/dashboard", "internal/engine", "internal/httpbody",
 		"internal/metrics", "internal/sqs", "internal/store", "internal/store/memstore", "internal/store/pebblestore",
 	},

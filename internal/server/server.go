@@ -197,6 +197,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
 	if opts.OtherShards != nil {
 		dopts.OtherQueues = otherOverviews(opts.OtherShards)
+		dopts.OtherFindings = otherFindings(opts.OtherShards)
 	}
 	if w := alertOpts.DLQGrowthWindow; w > 0 {
 		dopts.GrowthWindow = w

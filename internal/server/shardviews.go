@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/admin"
+	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/dashboard"
 )
@@ -26,6 +27,7 @@ const (
 	ShardOverviewPath = "/sluice/internal/shard/overview" // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
 	ShardTasksPath    = "/sluice/internal/shard/tasks"    // admin.Handler.ServeLocalTasks: api.TaskList
 	ShardAlertsPath   = "/sluice/internal/shard/alerts"   // alerts.Manager.ServeHTTP: alerts.List
+	ShardAdvisorPath  = "/sluice/internal/shard/advisor"  // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
 )
 
 // ShardAnswer is one other shard's answer to a ShardQueuesPath or
@@ -43,28 +45,7 @@ func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashb
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
 	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)
 	mux.Handle("GET "+ShardAlertsPath, al)
-}
-
-// otherAlerts returns the others of alerts.Manager.Handler reading the
-// other shards through other: their alerts, and a line for each shard
-// that could not be read.
-func otherAlerts(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]alerts.State, []string) {
-	return func(ctx context.Context) ([]alerts.State, []string) {
-		var out []alerts.State
-		var missing []string
-		for _, a := range other(ctx, ShardAlertsPath) {
-			var l alerts.List
-			if a.Err == nil {
-				a.Err = json.Unmarshal(a.Body, &l)
-			}
-			if a.Err != nil {
-				missing = append(missing, fmt.Sprintf("shard %d: %v", a.Shard, a.Err))
-				continue
-			}
-			out = append(out, l.Alerts...)
-		}
-		return out, missing
-	}
+	mux.HandleFunc("GET "+ShardAdvisorPath, dash.ServeLocalAdvisor)
 }
 
 // otherAdminQueues returns admin.Options.OtherQueues reading the other
@@ -108,19 +89,42 @@ func readAll[L, T any](ctx context.Context, other func(ctx context.Context, path
 // a line for each shard that could not be.
 func otherOverviews(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]dashboard.QueueMeters, []string) {
 	return func(ctx context.Context) ([]dashboard.QueueMeters, []string) {
-		var out []dashboard.QueueMeters
-		var missing []string
-		for _, a := range other(ctx, ShardOverviewPath) {
-			var o dashboard.Overview
-			if a.Err == nil {
-				a.Err = json.Unmarshal(a.Body, &o)
-			}
-			if a.Err != nil {
-				missing = append(missing, fmt.Sprintf("shard %d: %v", a.Shard, a.Err))
-				continue
-			}
-			out = append(out, o.Queues...)
-		}
-		return out, missing
+		return readEach(ctx, other, ShardOverviewPath, func(o dashboard.Overview) []dashboard.QueueMeters { return o.Queues })
 	}
+}
+
+// otherFindings is otherOverviews for dashboard.Options.OtherFindings.
+func otherFindings(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]advisor.Finding, []string) {
+	return func(ctx context.Context) ([]advisor.Finding, []string) {
+		return readEach(ctx, other, ShardAdvisorPath, func(a dashboard.Advice) []advisor.Finding { return a.Findings })
+	}
+}
+
+// otherAlerts returns the others of alerts.Manager.Handler reading the
+// other shards through other: their alerts, and a line for each shard
+// that could not be read.
+func otherAlerts(other func(ctx context.Context, path string) []ShardAnswer) func(ctx context.Context) ([]alerts.State, []string) {
+	return func(ctx context.Context) ([]alerts.State, []string) {
+		return readEach(ctx, other, ShardAlertsPath, func(l alerts.List) []alerts.State { return l.Alerts })
+	}
+}
+
+// readEach is readAll for the listings that show what they have: the
+// items of every shard read, and a line ("shard 2: …") for each shard
+// that could not be.
+func readEach[L, T any](ctx context.Context, other func(ctx context.Context, path string) []ShardAnswer, path string, items func(L) []T) ([]T, []string) {
+	var out []T
+	var missing []string
+	for _, a := range other(ctx, path) {
+		var l L
+		if a.Err == nil {
+			a.Err = json.Unmarshal(a.Body, &l)
+		}
+		if a.Err != nil {
+			missing = append(missing, fmt.Sprintf("shard %d: %v", a.Shard, a.Err))
+			continue
+		}
+		out = append(out, items(l)...)
+	}
+	return out, missing
 }

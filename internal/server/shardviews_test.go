@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluicemq/sluice/api"
+	"github.com/sluicemq/sluice/internal/advisor"
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/dashboard"
@@ -133,6 +135,16 @@ func TestShardViews(t *testing.T) {
 		return nil
 	})
 
+	// The advisor's findings cover the other server's queues too.
+	var adv dashboard.Advice
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(adv.Findings, func(f advisor.Finding) bool { return f.Queue == "beta" }) ||
+		!slices.ContainsFunc(adv.Findings, func(f advisor.Finding) bool { return f.Queue == "alpha" }) {
+		t.Fatalf("the advisor's findings %+v: want some on alpha (here) and beta (the other shard)", adv.Findings)
+	}
+
 	// Shard 2 cannot be read: the list says so rather than look complete;
 	// the overview shows what it has and names the gap.
 	down.Store(true)
@@ -149,6 +161,11 @@ func TestShardViews(t *testing.T) {
 	var al alerts.List
 	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &al); err != nil || len(al.Missing) != 1 {
 		t.Fatalf("alerts with a shard unread: missing %q, %v", al.Missing, err)
+	}
+	adv = dashboard.Advice{}
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil ||
+		!slices.ContainsFunc(adv.Gaps, func(g string) bool { return strings.Contains(g, "shard 2: no leader") }) {
+		t.Fatalf("the advisor with a shard unread: gaps %q, %v", adv.Gaps, err)
 	}
 }
 
