@@ -9,6 +9,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,11 +149,31 @@ const maxDefinitionsBody = 16 << 20
 
 // definitionsHandler serves GET (export) and POST (import, JSON only) on
 // /sluice/v1/definitions. Mount it behind operator authentication.
+// serveLocalDefinitions answers the export of this server's own engine
+// (ShardDefinitionsPath), without the other shards'.
+func (s *Server) serveLocalDefinitions(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.exportDefinitions()) // a client gone cannot be told
+}
+
 func (s *Server) definitionsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			d := s.exportDefinitions()
+			if other := s.opts.OtherShards; other != nil {
+				// A cluster's other shards hold SQS queues only (AMQP
+				// is shard 0's); an export without them would be a
+				// backup that looks whole and is not.
+				more, err := readAll(r.Context(), other, ShardDefinitionsPath, func(d Definitions) []QueueDeclaration { return d.Queues })
+				if err != nil {
+					w.Header().Set("Retry-After", "1")
+					writeAdminError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the queues of another shard could not be exported ("+err.Error()+"); retry")
+					return
+				}
+				d.Queues = append(d.Queues, more...)
+				slices.SortFunc(d.Queues, func(a, b QueueDeclaration) int { return strings.Compare(a.Name, b.Name) })
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Cache-Control", "no-store")
 			enc := json.NewEncoder(w)

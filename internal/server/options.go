@@ -68,18 +68,19 @@ type Options struct {
 	// read from this node's copy of them): SQS ListQueues answers with
 	// both. Not settable from a config file.
 	OtherQueueNames func(prefix string) ([]string, error) `toml:"-"`
-	// ShardViews, when set, serves this server's own queue list, task
-	// list, alerts and dashboard overview on ShardQueuesPath,
-	// ShardTasksPath, ShardAlertsPath and ShardOverviewPath, for the
-	// leader of a cluster's shard 0 (OtherShards). Set it only on a
-	// listener that takes nodes alone (WrapListener): the paths are not
-	// behind [http_auth]. Not settable from a config file.
+	// ShardViews, when set, serves this server's own listings (queues,
+	// tasks, alerts, advice, definitions, the dashboard's overview) on
+	// the Shard*Path paths, for the leader of a cluster's shard 0
+	// (OtherShards). Set it only on a listener that takes nodes alone
+	// (WrapListener): the paths are not behind [http_auth]. Not settable
+	// from a config file.
 	ShardViews bool `toml:"-"`
 	// OtherShards, when set, reads path (one of the Shard*Path) from the
 	// leader of every other shard of the cluster: the admin API's GET
-	// /sluice/v1/queues and /tasks, GET /sluice/v1/alerts and the
-	// dashboard's overview then list those shards' queues, tasks and
-	// alerts with this server's. Not settable from a config file.
+	// /sluice/v1/queues and /tasks, GET /sluice/v1/alerts, the advisor,
+	// the definitions export and the dashboard's overview then cover
+	// those shards' queues with this server's. Not settable from a
+	// config file.
 	OtherShards func(ctx context.Context, path string) []ShardAnswer `toml:"-"`
 	// NameTaken, when set, reports whether a queue of this name lives on
 	// another shard of the cluster (engine.Options.NameTaken): creating

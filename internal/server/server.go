@@ -361,7 +361,7 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 		mux.Handle("/sluice/internal/", opts.InternalHandler)
 	}
 	if opts.ShardViews {
-		shardViews(mux, adminH, s.dash, s.alerts)
+		s.shardViews(mux, adminH, s.dash, s.alerts)
 	}
 	// A browser opening the root gets the dashboard; an SQS Query GET
 	// (it always has a query string) still reaches the SQS API.

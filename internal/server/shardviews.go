@@ -15,19 +15,20 @@ import (
 )
 
 // The operator's listings over a cluster's shards: the admin API's queue
-// and task lists, the alerts and the dashboard's overview (with its event
-// stream) are served by shard 0's leader, which adds to its own those of
-// the other shards, each read from the leader of its shard on a node-only
-// path.
+// and task lists, the alerts, the advisor, the definitions export and the
+// dashboard's overview (with its event stream) are served by shard 0's
+// leader, which adds to its own those of the other shards, each read from
+// the leader of its shard on a node-only path.
 
 // Paths of a shard leader's own listings, served (Options.ShardViews) on
 // its internal listener, which takes only nodes.
 const (
-	ShardQueuesPath   = "/sluice/internal/shard/queues"   // admin.Handler.ServeLocalQueues: api.QueueList
-	ShardOverviewPath = "/sluice/internal/shard/overview" // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
-	ShardTasksPath    = "/sluice/internal/shard/tasks"    // admin.Handler.ServeLocalTasks: api.TaskList
-	ShardAlertsPath   = "/sluice/internal/shard/alerts"   // alerts.Manager.ServeHTTP: alerts.List
-	ShardAdvisorPath  = "/sluice/internal/shard/advisor"  // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
+	ShardQueuesPath      = "/sluice/internal/shard/queues"      // admin.Handler.ServeLocalQueues: api.QueueList
+	ShardOverviewPath    = "/sluice/internal/shard/overview"    // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
+	ShardTasksPath       = "/sluice/internal/shard/tasks"       // admin.Handler.ServeLocalTasks: api.TaskList
+	ShardAlertsPath      = "/sluice/internal/shard/alerts"      // alerts.Manager.ServeHTTP: alerts.List
+	ShardAdvisorPath     = "/sluice/internal/shard/advisor"     // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
+	ShardDefinitionsPath = "/sluice/internal/shard/definitions" // Server.serveLocalDefinitions: Definitions
 )
 
 // ShardAnswer is one other shard's answer to a ShardQueuesPath or
@@ -40,7 +41,8 @@ type ShardAnswer struct {
 }
 
 // shardViews mounts the paths of this server's own listings on mux.
-func shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard, al *alerts.Manager) {
+func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard, al *alerts.Manager) {
+	mux.HandleFunc("GET "+ShardDefinitionsPath, s.serveLocalDefinitions)
 	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
 	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)

@@ -135,6 +135,19 @@ func TestShardViews(t *testing.T) {
 		return nil
 	})
 
+	// The definitions export holds the other server's queues too, with
+	// their settings.
+	var defs Definitions
+	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/definitions", &defs); err != nil {
+		t.Fatal(err)
+	}
+	if got := queueNames(defs.Queues, func(q QueueDeclaration) string { return q.Name }); !slices.Equal(got, want) {
+		t.Fatalf("the definitions export lists %v, want %v", got, want)
+	}
+	if i := slices.IndexFunc(defs.Queues, func(q QueueDeclaration) bool { return q.Name == "beta" }); !strings.Contains(defs.Queues[i].Attributes["RedrivePolicy"], "gamma") {
+		t.Fatalf("beta exported as %+v: want its RedrivePolicy", defs.Queues[i])
+	}
+
 	// The advisor's findings cover the other server's queues too.
 	var adv dashboard.Advice
 	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil {
@@ -161,6 +174,9 @@ func TestShardViews(t *testing.T) {
 	var al alerts.List
 	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &al); err != nil || len(al.Missing) != 1 {
 		t.Fatalf("alerts with a shard unread: missing %q, %v", al.Missing, err)
+	}
+	if _, err := get(ctx, "http://"+s.SQSAddr()+"/sluice/v1/definitions"); !errors.Is(err, errStatus503) {
+		t.Fatalf("a definitions export with a shard unread: %v, want 503", err)
 	}
 	adv = dashboard.Advice{}
 	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil ||
