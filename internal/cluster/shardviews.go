@@ -6,20 +6,25 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// maxShardView bounds one shard's listing read by otherShards (a queue
-// list or a dashboard overview with its sparkline series).
-const maxShardView = 64 << 20
+// Bounds on one shard's listing read by otherShards (a queue list, or a
+// dashboard overview with its sparkline series): its size, and the time
+// its leader has to send it once found.
+const (
+	maxShardView     = 64 << 20
+	shardViewTimeout = 10 * time.Second
+)
 
-// otherShards reads path (server.ShardQueuesPath or ShardOverviewPath)
-// from the leader of every shard but own, in parallel, over the node-only
-// internal listeners: what shard 0's server adds to the admin API's queue
-// list and the dashboard's overview (server.Options.OtherShards). A shard
-// without a serving leader within the hold timeout, or whose leader does
-// not answer 200, is reported with its error.
+// otherShards reads path (one of the server.Shard*Path) from the leader
+// of every shard but own, in parallel, over the node-only internal
+// listeners: what shard 0's server adds to the operator's listings
+// (server.Options.OtherShards). A shard without a serving leader within
+// the hold timeout, whose leader does not answer 200 within
+// shardViewTimeout, is reported with its error.
 func (n *Node) otherShards(ctx context.Context, own int, path string) []server.ShardAnswer {
 	out := make([]server.ShardAnswer, 0, n.shards.Len()-1)
 	for k := range n.shards.Len() {
@@ -45,6 +50,8 @@ func (n *Node) readShardView(ctx context.Context, k int, path string) ([]byte, e
 	if err != nil || ad.SQS == "" {
 		return nil, fmt.Errorf("no leader of shard %d is serving", k)
 	}
+	ctx, cancel = context.WithTimeout(ctx, shardViewTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ad.SQS+path, nil)
 	if err != nil {
 		return nil, err
