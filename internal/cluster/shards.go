@@ -114,7 +114,8 @@ func (n *Node) findQueue(name string) (int, bool) {
 // node holds it; else, once this node's copies have caught up with their
 // groups (catchUp: the queue may have been created through another node
 // a moment ago), where a copy holds it then; else (a new queue, or none)
-// where placement puts it. A name that is not a queue name goes to shard
+// where placement puts it: with the queue it is tied to, or by its
+// name's hash. A name that is not a queue name goes to shard
 // 0 (whose server answers it), without a catch-up.
 func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
 	if !server.ValidQueueName(rt.Queue) {
@@ -127,12 +128,46 @@ func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
 	if k, ok := n.findQueue(rt.Queue); ok {
 		return k
 	}
-	if rt.Create && rt.DeadLetterTarget != "" {
-		if k, ok := n.findQueue(rt.DeadLetterTarget); ok {
-			return k
+	if rt.Create {
+		// A new queue lives with the queue it is tied to, when that
+		// exists: its dead-letter queue; else the queue its PlaceWithTag
+		// names; else, for a name like orders-dlq, the queue orders (so
+		// that a dead-letter queue created for an existing queue can be
+		// named by that queue's RedrivePolicy).
+		for _, with := range []string{rt.DeadLetterTarget, rt.PlaceWith, deadLetterBase(rt.Queue)} {
+			if with == "" {
+				continue
+			}
+			if k, ok := n.findQueue(with); ok {
+				return k
+			}
 		}
 	}
 	return hashShard(rt.Queue, n.shards.Len())
+}
+
+// deadLetterBase returns, for a name that reads as a dead-letter queue's
+// (ending, before a .fifo and without regard to case, in -dlq, _dlq,
+// .dlq, -deadletter, _dead_letter and the like), the name of the queue it
+// would serve: "orders" for "orders-dlq", "jobs.fifo" for
+// "jobs-DLQ.fifo"; else "".
+func deadLetterBase(name string) string {
+	base, fifo := strings.CutSuffix(name, ".fifo")
+	lower := strings.ToLower(base)
+	for _, sfx := range [...]string{
+		"-dlq", "_dlq", ".dlq",
+		"-deadletter", "_deadletter", ".deadletter",
+		"-dead-letter", "_dead_letter", ".dead-letter",
+	} {
+		if strings.HasSuffix(lower, sfx) && len(base) > len(sfx) {
+			base = base[:len(base)-len(sfx)]
+			if fifo {
+				base += ".fifo"
+			}
+			return base
+		}
+	}
+	return ""
 }
 
 // findTask returns the shard of move task id: the one whose copy on this

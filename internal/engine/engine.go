@@ -765,8 +765,8 @@ func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) 
 	if err != nil {
 		if e.taken != nil && e.taken(d.Target) {
 			return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue " + d.Target +
-				" lives on another shard of this cluster than " + source + "; a dead-letter queue must be on its source's shard: " +
-				"create the source with this RedrivePolicy (it is then placed with its dead-letter queue)"}
+				" lives on another shard of this cluster than " + source + "; a dead-letter queue must be on its source's shard " +
+				"(a new queue named " + source + "-dlq is placed there, and a source created with this RedrivePolicy is placed with its dead-letter queue)"}
 		}
 		return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue does not exist"}
 	}

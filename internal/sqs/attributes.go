@@ -325,7 +325,8 @@ func (c *call) parseRedrivePolicy(raw, src string, fifo bool) (*engine.DeadLette
 			// A cluster with shards: the target lives on another shard,
 			// where this source's dead letters cannot move (ADR 0015).
 			return nil, bad("Dead letter target " + dlq + " is on another shard of this cluster than the source; " +
-				"a dead-letter queue must be on its source's shard: create the source with this RedrivePolicy, and it is placed with its dead-letter queue.")
+				"a dead-letter queue must be on its source's shard: create it named <source>-dlq, or with the tag " + PlaceWithTag + "=<source>, " +
+				"and it is placed with its source (or create the source with this RedrivePolicy, and it is placed with its dead-letter queue).")
 		}
 		return nil, bad("Dead letter target does not exist.")
 	}

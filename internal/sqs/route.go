@@ -43,7 +43,18 @@ type Route struct {
 	// deadLetterTargetArn of its RedrivePolicy attribute, "" when none or
 	// unparsable. Like Queue, it is "" or a valid queue name.
 	DeadLetterTarget string
+	// PlaceWith is, for CreateQueue, the value of its PlaceWithTag tag:
+	// a queue the new one should live with (a cluster with shards puts
+	// it on that queue's shard). Like Queue, it is "" or a valid queue
+	// name.
+	PlaceWith string
 }
+
+// PlaceWithTag is the queue tag whose value, on CreateQueue, names an
+// existing queue the new queue is to live with in a cluster with several
+// shards (a dead-letter queue created for a queue that exists, so that a
+// RedrivePolicy can name it). It is an ordinary tag otherwise.
+const PlaceWithTag = "sluice:place-with"
 
 // RouteOf reports the queue request r names. body is r's whole body,
 // already read by the caller (RouteOf does not read r.Body, nor a body
@@ -93,98 +104,99 @@ func RouteOf(r *http.Request, body []byte) Route {
 	if c.offQueuePath(queueAction) {
 		return rt
 	}
-	rt.Queue, rt.DeadLetterTarget = c.routeQueue()
+	rt.Queue, rt.DeadLetterTarget, rt.PlaceWith = c.routeQueue()
 	return rt
 }
 
 // routeQueue decodes the request with its action's input shape, as the
 // action does, and returns the queue the action resolves, with, for
-// CreateQueue, its RedrivePolicy's dead-letter target. Each case mirrors the
+// CreateQueue, its RedrivePolicy's dead-letter target and its PlaceWithTag
+// tag. Each case mirrors the
 // member its action hands to queueName (QueueUrl), arnQueue (SourceArn), or
 // checks itself (QueueName, TaskHandle).
-func (c *call) routeQueue() (queue, deadLetterTarget string) {
+func (c *call) routeQueue() (queue, deadLetterTarget, placeWith string) {
 	switch c.action {
 	case "SendMessage":
 		var in sendMessageInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "SendMessageBatch":
 		var in sendMessageBatchInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "ReceiveMessage":
 		var in receiveMessageInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "DeleteMessage":
 		var in deleteMessageInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "DeleteMessageBatch":
 		var in deleteBatchInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "ChangeMessageVisibility":
 		var in changeVisibilityInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "ChangeMessageVisibilityBatch":
 		var in changeVisibilityBatchInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "DeleteQueue", "PurgeQueue", "ListQueueTags":
 		var in queueURLInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "GetQueueAttributes":
 		var in getQueueAttributesInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "SetQueueAttributes":
 		var in setQueueAttributesInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "ListDeadLetterSourceQueues":
 		var in listDLQSourcesInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "TagQueue":
 		var in tagQueueInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "UntagQueue":
 		var in untagQueueInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "AddPermission":
 		var in addPermissionInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "RemovePermission":
 		var in removePermissionInput
-		return c.routeURL(&in, &in.QueueUrl), ""
+		return c.routeURL(&in, &in.QueueUrl), "", ""
 	case "CreateQueue":
 		var in createQueueInput
 		if c.decode(&in) != nil {
-			return "", ""
+			return "", "", ""
 		}
-		return routable(in.QueueName), routeRedriveTarget(in.Attributes[attrRedrivePolicy])
+		return routable(in.QueueName), routeRedriveTarget(in.Attributes[attrRedrivePolicy]), routable(in.Tags[PlaceWithTag])
 	case "GetQueueUrl":
 		var in getQueueURLInput
 		if c.decode(&in) != nil {
-			return "", ""
+			return "", "", ""
 		}
-		return routable(in.QueueName), ""
+		return routable(in.QueueName), "", ""
 	case "StartMessageMoveTask":
 		var in startMoveTaskInput
 		if c.decode(&in) != nil {
-			return "", ""
+			return "", "", ""
 		}
-		return routeARN(in.SourceArn), ""
+		return routeARN(in.SourceArn), "", ""
 	case "ListMessageMoveTasks":
 		var in listMoveTasksInput
 		if c.decode(&in) != nil {
-			return "", ""
+			return "", "", ""
 		}
-		return routeARN(in.SourceArn), ""
+		return routeARN(in.SourceArn), "", ""
 	case "CancelMessageMoveTask":
 		var in cancelMoveTaskInput
 		if c.decode(&in) != nil {
-			return "", ""
+			return "", "", ""
 		}
 		if _, arn, ok := decodeTaskHandle(in.TaskHandle); ok {
-			return routeARN(arn), ""
+			return routeARN(arn), "", ""
 		}
-		return "", ""
+		return "", "", ""
 	}
 	// ListQueues, and any action that names no queue.
-	return "", ""
+	return "", "", ""
 }
 
 // routeURL decodes in and resolves *queueURL, a member of in, as queueName
