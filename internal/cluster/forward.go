@@ -71,6 +71,18 @@ func (n *Node) trackForward(ctx context.Context, shard int, leader uint64, chang
 	}
 }
 
+// deposed reports whether the request forwarded under ctx went to a node
+// that no longer leads its shard (its connection may fail before the
+// change has cancelled it).
+func (n *Node) deposed(ctx context.Context) bool {
+	f, ok := ctx.Value(forwardKey{}).(*forward)
+	if !ok {
+		return false
+	}
+	st := n.shards.Shard(f.shard).Status()
+	return st.Leader != f.leader
+}
+
 // cancelForwards ends every request forwarded for shard whose leader is
 // not leader and has not answered yet.
 // What such a request did on the old leader is unknown to the client,

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // TestForwardEndsWhenTheLeaderChanges: a request a follower forwarded to a
@@ -31,11 +33,17 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 	for i := range links {
 		links[i] = newCuttableLink(t, ports[i])
 	}
-	nodes := threeNodes(t, func(o *server.Options) {
+	logs := make([]*testlog.Buffer, 3)
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
 		i := o.Cluster.NodeID - 1
 		o.Cluster.InternalHTTPListen = ports[i]
 		o.Cluster.InternalHTTPAdvertise = links[i].ln.Addr().String()
-	})
+	}, func(i int, o *Options) { o.Logger, logs[i] = testlog.New(slog.LevelDebug) }, nil, 3)
+	// logTail is the end of node id's log, for a failure's message.
+	logTail := func(id uint64) string {
+		l := logs[id-1].String()
+		return l[max(0, len(l)-6000):]
+	}
 	leader, followers := leaderAndFollowers(t, nodes)
 	via, other := followers[0], followers[1]
 	ctx := context.Background()
@@ -95,7 +103,7 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 	}
 	err = <-done
 	if err == nil || !strings.Contains(err.Error(), "StatusCode: 503") || !strings.Contains(err.Error(), "leader changed") {
-		t.Fatalf("the forwarded request ended with %v; want a 503 saying the leader changed", err)
+		t.Fatalf("the forwarded request ended with %v; want a 503 saying the leader changed\nthe follower's log:\n%s", err, logTail(via.opts.Cluster.NodeID))
 	}
 	if rctx.Err() != nil {
 		t.Fatal("the request ended only at the client's deadline")

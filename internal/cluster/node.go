@@ -694,8 +694,8 @@ func (n *Node) routes() http.Handler {
 		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.metrics.forwardErrors.Inc()
-			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path)
-			if errors.Is(context.Cause(r.Context()), errLeaderChanged) {
+			n.log.Debug("forwarding to the leader failed", "err", err, "path", r.URL.Path, "cause", context.Cause(r.Context()))
+			if errors.Is(context.Cause(r.Context()), errLeaderChanged) || n.deposed(r.Context()) {
 				unavailable(w, r, "the leader changed while the request was forwarded; retry")
 				return
 			}
