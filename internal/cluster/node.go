@@ -545,8 +545,10 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 	}
 	if n.shards.Len() > 1 {
 		// Shard 0's leader reads this server's own listings (shardviews.go)
-		// on its internal listener, which takes nodes alone.
+		// on its internal listener, which takes nodes alone; the
+		// dashboard names each queue's shard and leader.
 		o.ShardViews = true
+		o.Placement = &server.Placement{Shard: k, Leader: o.Cluster.NodeID}
 		// A name that lives on another shard is not created here too.
 		o.NameTaken = func(name string) bool { return n.queueElsewhere(k, name) }
 		// One node may lead every shard at once (the others down): its

@@ -247,6 +247,11 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 			}
 			for _, q := range ov.Queues {
 				dash = append(dash, q.Name)
+				// Each row names its queue's shard and that shard's leader.
+				k, _ := n.findQueue(q.Name)
+				if _, leader, _ := n.target(k); q.Shard == nil || *q.Shard != k || q.Leader != leader {
+					return fmt.Errorf("node %d's overview places %s on shard %v led by %d; it is on %d led by %d", n.opts.Cluster.NodeID, q.Name, q.Shard, q.Leader, k, leader)
+				}
 			}
 			if !slices.Equal(names, want) || !slices.Equal(dash, want) || len(ov.Missing) > 0 {
 				return fmt.Errorf("through node %d: GET /sluice/v1/queues lists %v, the overview %v (missing %v); want %v", n.opts.Cluster.NodeID, names, dash, ov.Missing, want)

@@ -49,6 +49,10 @@ type QueueMeters struct {
 	MaxReceiveCount   int      `json:"maxReceiveCount,omitempty"`
 	// Paused is true while an operator holds the queue's delivery.
 	Paused bool `json:"paused"`
+	// Shard and Leader, in a cluster with several shards, name the shard
+	// the queue lives on and the node leading it; absent otherwise.
+	Shard  *int   `json:"shard,omitempty"`
+	Leader uint64 `json:"leader,omitempty"`
 
 	Visible          int     `json:"visible"`
 	InFlight         int     `json:"inflight"`
@@ -323,6 +327,10 @@ func (d *Dashboard) meters(info *engine.QueueInfo, sources []string, now time.Ti
 	}
 	if m.Sources == nil {
 		m.Sources = []string{}
+	}
+	if p := d.opts.Placement; p != nil {
+		k := p.Shard
+		m.Shard, m.Leader = &k, p.Leader
 	}
 	if dl := info.Config.DeadLetter; dl != nil {
 		m.DeadLetterQueue, m.MaxReceiveCount = dl.Target, dl.MaxReceiveCount

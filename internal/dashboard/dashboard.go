@@ -87,6 +87,15 @@ type Options struct {
 	// queues outside this dashboard's engine, each part checked by its
 	// own leader's advisor.
 	OtherFindings func(ctx context.Context) (findings []advisor.Finding, missing []string)
+	// Placement, when set, names where this dashboard's queues live in a
+	// cluster with several shards: every queue's meters carry it.
+	Placement *Placement
+}
+
+// Placement is a cluster shard and the node leading it.
+type Placement struct {
+	Shard  int
+	Leader uint64
 }
 
 // AlertSource reports the current alerts (every rule evaluated per queue,

@@ -82,6 +82,10 @@ type Options struct {
 	// those shards' queues with this server's. Not settable from a
 	// config file.
 	OtherShards func(ctx context.Context, path string) []ShardAnswer `toml:"-"`
+	// Placement, when set, names the cluster shard this server's queues
+	// live on and the node leading it, shown with each queue on the
+	// dashboard. Not settable from a config file.
+	Placement *Placement `toml:"-"`
 	// NameTaken, when set, reports whether a queue of this name lives on
 	// another shard of the cluster (engine.Options.NameTaken): creating
 	// it here is refused, and the config's and an import's declarations

@@ -195,6 +195,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	// The overview's DLQ growth column counts over the same window as the
 	// dlq_growth alert shown in its banner, so the two agree.
 	dopts := dashboard.Options{Logger: log.With("component", "dashboard"), Clock: clk, Alerts: s.alerts}
+	dopts.Placement = opts.Placement
 	if opts.OtherShards != nil {
 		dopts.OtherQueues = otherOverviews(opts.OtherShards)
 		dopts.OtherFindings = otherFindings(opts.OtherShards)

@@ -31,6 +31,10 @@ const (
 	ShardDefinitionsPath = "/sluice/internal/shard/definitions" // Server.serveLocalDefinitions: Definitions
 )
 
+// Placement is a cluster shard and the node leading it
+// (dashboard.Placement).
+type Placement = dashboard.Placement
+
 // ShardAnswer is one other shard's answer to a ShardQueuesPath or
 // ShardOverviewPath request (Options.OtherShards): its body, or why it
 // could not be read.

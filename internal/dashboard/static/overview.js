@@ -149,7 +149,9 @@ function fillRow(row, q, byName, ov, firing) {
   const s = q.series || {};
   const r = q.rates;
   replace(row.tags, q.fifo ? badge('FIFO', 'info') : null, q.isDeadLetterQueue ? badge('DLQ', 'dlq') : null,
-    q.paused ? badge('PAUSED', 'warn') : null);
+    q.paused ? badge('PAUSED', 'warn') : null,
+    // A cluster with shards: where the queue lives and who leads it.
+    q.shard !== undefined ? badge(`shard ${q.shard} · node ${q.leader}`, 'info') : null);
   row.triage.hidden = !q.isDeadLetterQueue;
   row.triage.setAttribute('aria-label', `Triage dead letters of ${q.name}`);
   meter(row.cells.visible, fmtInt(q.visible), s.visible, 'visible', alertLevel(firing, q.name, 'queue_depth'));
