@@ -74,19 +74,7 @@ func otherAdminTasks(other func(ctx context.Context, path string) []ShardAnswer)
 // and returns the items of all of them, or an error naming the shards
 // that could not be read.
 func readAll[L, T any](ctx context.Context, other func(ctx context.Context, path string) []ShardAnswer, path string, items func(L) []T) ([]T, error) {
-	var out []T
-	var errs []error
-	for _, a := range other(ctx, path) {
-		var l L
-		if a.Err == nil {
-			a.Err = json.Unmarshal(a.Body, &l)
-		}
-		if a.Err != nil {
-			errs = append(errs, fmt.Errorf("shard %d: %w", a.Shard, a.Err))
-			continue
-		}
-		out = append(out, items(l)...)
-	}
+	out, errs := readShards(ctx, other, path, items)
 	return out, errors.Join(errs...)
 }
 
@@ -119,18 +107,30 @@ func otherAlerts(other func(ctx context.Context, path string) []ShardAnswer) fun
 // items of every shard read, and a line ("shard 2: …") for each shard
 // that could not be.
 func readEach[L, T any](ctx context.Context, other func(ctx context.Context, path string) []ShardAnswer, path string, items func(L) []T) ([]T, []string) {
-	var out []T
+	out, errs := readShards(ctx, other, path, items)
 	var missing []string
+	for _, err := range errs {
+		missing = append(missing, err.Error())
+	}
+	return out, missing
+}
+
+// readShards reads path from every other shard and decodes each answer
+// as an L: the items of those read, and an error ("shard 2: …") for each
+// shard that could not be.
+func readShards[L, T any](ctx context.Context, other func(ctx context.Context, path string) []ShardAnswer, path string, items func(L) []T) ([]T, []error) {
+	var out []T
+	var errs []error
 	for _, a := range other(ctx, path) {
 		var l L
 		if a.Err == nil {
 			a.Err = json.Unmarshal(a.Body, &l)
 		}
 		if a.Err != nil {
-			missing = append(missing, fmt.Sprintf("shard %d: %v", a.Shard, a.Err))
+			errs = append(errs, fmt.Errorf("shard %d: %w", a.Shard, a.Err))
 			continue
 		}
 		out = append(out, items(l)...)
 	}
-	return out, missing
+	return out, errs
 }
