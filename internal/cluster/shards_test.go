@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,6 +24,7 @@ import (
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/dashboard"
 	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/test/crash"
 )
 
 // shardedNodes starts three nodes with [cluster] shards = 3 and a short
@@ -231,11 +231,11 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 	for _, n := range nodes {
 		poll.CheckFor(t, 10*time.Second, func() error {
 			var l api.QueueList
-			if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/queues", &l); err != nil {
+			if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+n.HTTPAddr()+"/sluice/v1/queues", &l); err != nil {
 				return err
 			}
 			var ov dashboard.Overview
-			if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
+			if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+n.HTTPAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
 				return err
 			}
 			var names, dash []string
@@ -260,7 +260,7 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 		})
 		for _, name := range want {
 			var q dashboard.QueueDetail
-			if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/dashboard/queues/"+name, &q); err != nil || q.Name != name {
+			if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+n.HTTPAddr()+"/sluice/v1/dashboard/queues/"+name, &q); err != nil || q.Name != name {
 				t.Fatalf("the dashboard page of %s through node %d: %+v, %v", name, n.opts.Cluster.NodeID, q.Name, err)
 			}
 		}
@@ -496,21 +496,4 @@ func TestShardsKeepOneQueuePerName(t *testing.T) {
 	if at := held(name); len(at) != 1 {
 		t.Fatalf("after the AMQP declare %s is on shards %v", name, at)
 	}
-}
-
-// getJSON decodes the 200 answer of a GET of url into v.
-func getJSON(ctx context.Context, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }

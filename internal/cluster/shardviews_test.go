@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/test/crash"
 )
 
 // TestShardsRouteMoveTasks: a redrive of a dead-letter queue that lives
@@ -76,12 +77,12 @@ func TestShardsRouteMoveTasks(t *testing.T) {
 	}
 	for _, n := range nodes {
 		var tk api.Task
-		if err := getJSON(ctx, "http://"+n.HTTPAddr()+"/sluice/v1/tasks/"+started.ID, &tk); err != nil || tk.ID != started.ID || tk.Source != dlqName {
+		if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+n.HTTPAddr()+"/sluice/v1/tasks/"+started.ID, &tk); err != nil || tk.ID != started.ID || tk.Source != dlqName {
 			t.Fatalf("the task through node %d: %+v, %v", n.opts.Cluster.NodeID, tk, err)
 		}
 		for _, path := range []string{"/sluice/v1/tasks?source=" + dlqName, "/sluice/v1/tasks"} {
 			var l api.TaskList
-			if err := getJSON(ctx, "http://"+n.HTTPAddr()+path, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].ID != started.ID {
+			if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+n.HTTPAddr()+path, &l); err != nil || len(l.Tasks) != 1 || l.Tasks[0].ID != started.ID {
 				t.Fatalf("GET %s through node %d: %+v, %v", path, n.opts.Cluster.NodeID, l, err)
 			}
 		}
@@ -91,7 +92,7 @@ func TestShardsRouteMoveTasks(t *testing.T) {
 		t.Fatalf("cancel through node 3: %+v, %v", cancelled, err)
 	}
 	// An unknown id is answered 404 (by shard 0) through any node.
-	if err := getJSON(ctx, "http://"+nodes[0].HTTPAddr()+"/sluice/v1/tasks/0123456789abcdef", &api.Task{}); err == nil {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+nodes[0].HTTPAddr()+"/sluice/v1/tasks/0123456789abcdef", &api.Task{}); err == nil {
 		t.Fatal("an unknown task was found")
 	}
 }

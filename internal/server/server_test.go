@@ -37,6 +37,12 @@ func startClock(t *testing.T, dir string, clk clock.Clock) (*Server, func()) {
 	o.SQSListen = "127.0.0.1:0"
 	o.AMQPListen = "127.0.0.1:0"
 	o.ReadyFile = filepath.Join(dir, "ready.json")
+	return run(t, o, clk)
+}
+
+// run starts a server with o and runs it until the returned stop.
+func run(t *testing.T, o Options, clk clock.Clock) (*Server, func()) {
+	t.Helper()
 	s, err := New(o, nil, clk)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluicemq/sluice/internal/alerts"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/dashboard"
+	"github.com/sluicemq/sluice/test/crash"
 )
 
 // TestShardViews: a server with OtherShards lists, in the admin API's
@@ -49,19 +49,8 @@ func TestShardViews(t *testing.T) {
 	o.SQSListen = "127.0.0.1:0"
 	o.AMQPListen = ""
 	o.OtherShards = read
-	s, err := New(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	s, stop := run(t, o, nil)
+	defer stop()
 
 	// The other server does not serve the paths without ShardViews.
 	if _, err := get(ctx, "http://"+other.SQSAddr()+ShardQueuesPath); err == nil {
@@ -75,19 +64,7 @@ func TestShardViews(t *testing.T) {
 	oo.AMQPListen = ""
 	oo.ShardViews = true
 	oo.Alerts.Interval = duration(50 * time.Millisecond) // the new DLQ's rules evaluated at once
-	other, err = New(oo, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherCtx, otherCancel := context.WithCancel(ctx)
-	otherDone := make(chan error, 1)
-	go func() { otherDone <- other.Run(otherCtx) }()
-	stopOther = func() {
-		otherCancel()
-		if err := <-otherDone; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}
+	other, stopOther = run(t, oo, nil)
 
 	for c, names := range map[*sqs.Client][]string{client(s.SQSAddr()): {"alpha", "delta"}, client(other.SQSAddr()): {"gamma", "beta"}} {
 		for _, n := range names {
@@ -102,11 +79,11 @@ func TestShardViews(t *testing.T) {
 	}
 	want := []string{"alpha", "beta", "delta", "gamma"}
 	var l api.QueueList
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/queues", &l); err != nil {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/queues", &l); err != nil {
 		t.Fatal(err)
 	}
 	var ov dashboard.Overview
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
 		t.Fatal(err)
 	}
 	if got, dash := queueNames(l.Queues, func(q api.Queue) string { return q.Name }), queueNames(ov.Queues, func(q dashboard.QueueMeters) string { return q.Name }); !slices.Equal(got, want) || !slices.Equal(dash, want) || len(ov.Missing) != 0 {
@@ -118,10 +95,10 @@ func TestShardViews(t *testing.T) {
 	// round).
 	poll.CheckFor(t, 10*time.Second, func() error {
 		var theirs, all alerts.List
-		if err := getInto(ctx, "http://"+other.SQSAddr()+ShardAlertsPath, &theirs); err != nil {
+		if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+other.SQSAddr()+ShardAlertsPath, &theirs); err != nil {
 			return err
 		}
-		if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &all); err != nil {
+		if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &all); err != nil {
 			return err
 		}
 		if len(theirs.Alerts) == 0 || len(all.Alerts) < len(theirs.Alerts) || len(all.Missing) != 0 {
@@ -138,7 +115,7 @@ func TestShardViews(t *testing.T) {
 	// The definitions export holds the other server's queues too, with
 	// their settings.
 	var defs Definitions
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/definitions", &defs); err != nil {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/definitions", &defs); err != nil {
 		t.Fatal(err)
 	}
 	if got := queueNames(defs.Queues, func(q QueueDeclaration) string { return q.Name }); !slices.Equal(got, want) {
@@ -150,7 +127,7 @@ func TestShardViews(t *testing.T) {
 
 	// The advisor's findings cover the other server's queues too.
 	var adv dashboard.Advice
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(adv.Findings, func(f advisor.Finding) bool { return f.Queue == "beta" }) ||
@@ -165,21 +142,21 @@ func TestShardViews(t *testing.T) {
 		t.Fatalf("queue list with a shard unread: %v, want 503", err)
 	}
 	ov = dashboard.Overview{}
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/dashboard/overview", &ov); err != nil {
 		t.Fatal(err)
 	}
 	if len(ov.Queues) != 4 || len(ov.Missing) != 1 || ov.Missing[0] != "shard 2: no leader of shard 2 is serving" {
 		t.Fatalf("overview with a shard unread: %d queues, missing %q", len(ov.Queues), ov.Missing)
 	}
 	var al alerts.List
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &al); err != nil || len(al.Missing) != 1 {
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/alerts", &al); err != nil || len(al.Missing) != 1 {
 		t.Fatalf("alerts with a shard unread: missing %q, %v", al.Missing, err)
 	}
 	if _, err := get(ctx, "http://"+s.SQSAddr()+"/sluice/v1/definitions"); !errors.Is(err, errStatus503) {
 		t.Fatalf("a definitions export with a shard unread: %v, want 503", err)
 	}
 	adv = dashboard.Advice{}
-	if err := getInto(ctx, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil ||
+	if err := crash.GetJSON(ctx, http.DefaultClient, "http://"+s.SQSAddr()+"/sluice/v1/advisor", &adv); err != nil ||
 		!slices.ContainsFunc(adv.Gaps, func(g string) bool { return strings.Contains(g, "shard 2: no leader") }) {
 		t.Fatalf("the advisor with a shard unread: gaps %q, %v", adv.Gaps, err)
 	}
@@ -208,14 +185,6 @@ func get(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
 	}
 	return b, nil
-}
-
-func getInto(ctx context.Context, url string, v any) error {
-	b, err := get(ctx, url)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
 }
 
 func queueNames[T any](qs []T, name func(T) string) []string {
