@@ -263,8 +263,10 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 			id, _, _ := strings.Cut(rest, "/")
 			return n.findTask(r.Context(), id), r, release, true
 		}
-		if src := r.URL.Query().Get("source"); rest == "v1/tasks" && src != "" {
-			return n.placeQueue(r.Context(), server.SQSRoute{Queue: src}), r, release, true
+		if rest == "v1/tasks" {
+			if src := r.URL.Query().Get("source"); src != "" {
+				return n.placeQueue(r.Context(), server.SQSRoute{Queue: src}), r, release, true
+			}
 		}
 		return 0, r, release, true
 	}
