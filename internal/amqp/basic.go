@@ -259,6 +259,12 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 			sl := byQueue[q.engine]
 			if sl == nil {
 				sl = &slot{q: q}
+				if len(order) == 0 {
+					// Most bursts go to one queue: room for the
+					// rest of the burst at once, not grown by append.
+					sl.msgs = make([]engine.Message, 0, len(cmds)-i)
+					sl.idx = make([]int, 0, len(cmds)-i)
+				}
 				byQueue[q.engine] = sl
 				order = append(order, q.engine)
 			}
@@ -343,7 +349,7 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 func (ch *channel) returnMessage(m *wire.BasicPublish, cmd *command) error {
 	c := ch.c
 	ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
-	return c.writeContent(ch.id, ret, cmd.rawProps, cmd.body)
+	return c.writeContent(ch.id, ret, len(ret.ReplyText)+len(ret.Exchange)+len(ret.RoutingKey), cmd.rawProps, cmd.body)
 }
 
 // stringList reads a CC or BCC header: an array of strings (or one).
@@ -404,7 +410,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	exchange, key, props := deliveryContent(&d, q.name, q.engine, c.failureHeaders)
 	// Room in the outgoing queue first: the channel's lock is never held
 	// while waiting for the socket.
-	size := c.contentSize(props, d.Body)
+	size := c.contentSize(props, d.Body, len(exchange)+len(key))
 	if err := c.reserve(context.Background(), size); err != nil {
 		errs, rerr := s.eng.Requeue(q.engine, []string{d.ReceiptHandle}, true)
 		s.settleQuietly("requeue of an unwritten basic.get", q.engine, errs, rerr)

@@ -37,17 +37,18 @@ type conn struct {
 	name string
 	r    *bufio.Reader
 
-	// The outgoing queue (writer.go). omu guards out, queued, room, werr
-	// and wclosing; it is a leaf lock.
-	omu      sync.Mutex
-	out      [][]byte      // encoded frames waiting for the writer
-	queued   int           // bytes in out plus reservations
-	room     chan struct{} // closed (and replaced) whenever queued drops
-	werr     error         // set when writing has ended; writes fail with it
-	wclosing bool          // shutting down: write what is queued, then end
-	wake     chan struct{} // work for the writer (capacity 1)
-	wdone    chan struct{} // closed when the writer has ended
-	drainBy  atomic.Int64  // when set, the latest deadline for any write
+	// The outgoing queue (writer.go). omu guards out, outPooled, queued,
+	// room, werr and wclosing; it is a leaf lock.
+	omu       sync.Mutex
+	out       [][]byte      // encoded frames waiting for the writer
+	outPooled []*[]byte     // the buffers of out from Server.bufs, given back after the write
+	queued    int           // bytes in out plus reservations
+	room      chan struct{} // closed (and replaced) whenever queued drops
+	werr      error         // set when writing has ended; writes fail with it
+	wclosing  bool          // shutting down: write what is queued, then end
+	wake      chan struct{} // work for the writer (capacity 1)
+	wdone     chan struct{} // closed when the writer has ended
+	drainBy   atomic.Int64  // when set, the latest deadline for any write
 
 	// Set during the handshake, read-only afterwards.
 	frameMax   uint32
@@ -605,7 +606,14 @@ func (c *conn) channelFrame(f wire.Frame) {
 		if !c.holdPartial(len(f.Payload)) {
 			return
 		}
-		ch.pending.body = append(ch.pending.body, f.Payload...)
+		if ch.pending.body == nil && uint64(len(f.Payload)) == ch.remaining {
+			// A body in one frame (the common case) is that frame's
+			// payload, which wire.ReadFrame allocated for this caller
+			// alone: keep it rather than copy it.
+			ch.pending.body = f.Payload
+		} else {
+			ch.pending.body = append(ch.pending.body, f.Payload...)
+		}
 		ch.remaining -= uint64(len(f.Payload))
 		if ch.remaining == 0 {
 			cmd := ch.pending

@@ -198,7 +198,7 @@ func (cs *consumer) unreserve(k int) {
 func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool, beforeWait func()) bool {
 	c := ch.c
 	exchange, key, props := deliveryContent(&d, cs.q.name, cs.engine, cs.failureHeaders || c.failureHeaders)
-	size := c.contentSize(props, d.Body)
+	size := c.contentSize(props, d.Body, len(cs.tag)+len(exchange)+len(key))
 	if !c.tryReserve(size) {
 		c.kick() // what is queued must drain first
 		beforeWait()
@@ -215,10 +215,17 @@ func (ch *channel) deliver(cs *consumer, d engine.Delivery, last bool, beforeWai
 	ch.nextTag++
 	tag := ch.nextTag
 	m := &wire.BasicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: exchange, RoutingKey: key}
-	b, err := c.appendContent(make([]byte, 0, size), ch.id, m, props, d.Body)
+	buf, pooled := c.s.bufs.get(size)
+	b, err := c.appendContent(*buf, ch.id, m, props, d.Body)
 	if err == nil {
-		err = c.enqueueQuiet(b, size)
+		if !pooled {
+			buf = nil
+		}
+		err = c.enqueuePooled(b, size, buf)
 	} else {
+		if pooled {
+			c.s.bufs.put(buf)
+		}
 		c.unreserve(size)
 	}
 	if err == nil && !cs.noAck {

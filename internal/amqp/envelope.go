@@ -131,13 +131,17 @@ func encodeProps(p *wire.Properties) ([]byte, error) {
 	return b[12:], nil
 }
 
-// contentHeaderPayload returns a content header frame's payload for a body
-// of size bytes with the given property bytes.
-func contentHeaderPayload(size int, props []byte) []byte {
-	b := make([]byte, 12, 12+len(props))
-	binary.BigEndian.PutUint16(b, wire.ClassBasic)
-	binary.BigEndian.PutUint64(b[4:], uint64(size))
-	return append(b, props...)
+// appendContentHeader appends the content header frame, on channel, of a
+// basic-class body of size bytes with the given property bytes.
+func appendContentHeader(dst []byte, channel uint16, size int, props []byte) []byte {
+	dst = append(dst, wire.FrameHeader)
+	dst = binary.BigEndian.AppendUint16(dst, channel)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(12+len(props)))
+	dst = binary.BigEndian.AppendUint16(dst, wire.ClassBasic)
+	dst = append(dst, 0, 0) // weight
+	dst = binary.BigEndian.AppendUint64(dst, uint64(size))
+	dst = append(dst, props...)
+	return append(dst, wire.FrameEnd)
 }
 
 // removeProp clears a property and its presence bit.

@@ -48,7 +48,7 @@ func FuzzConnection(f *testing.F) {
 	f.Add(open)
 	f.Add(append(append([]byte{}, open...), frameBytes(f, 1, &wire.QueueDeclare{Queue: "fz", AutoDelete: true})...))
 	pub := frameBytes(f, 1, &wire.BasicPublish{RoutingKey: "fz"})
-	hdr, _ := wire.AppendFrame(nil, wire.Frame{Type: wire.FrameHeader, Channel: 1, Payload: contentHeaderPayload(3, []byte{0x10, 0, 2})})
+	hdr := appendContentHeader(nil, 1, 3, []byte{0x10, 0, 2})
 	body, _ := wire.AppendFrame(nil, wire.Frame{Type: wire.FrameBody, Channel: 1, Payload: []byte("abc")})
 	f.Add(append(append(append(append([]byte{}, open...), pub...), hdr...), body...))
 	f.Add(append(append([]byte{}, open...), frameBytes(f, 1, &wire.BasicAck{DeliveryTag: 7})...))

@@ -120,7 +120,7 @@ func (s *Server) deliverReply(vhost, key string, m *wire.BasicPublish, cmd *comm
 	// The requester's connection may be stalled: never wait for it (this
 	// is the replier's channel goroutine). A reply that does not fit is
 	// lost, as one to a requester that has gone.
-	size := c.contentSize(cmd.rawProps, cmd.body)
+	size := c.contentSize(cmd.rawProps, cmd.body, len(rt.tag)+len(m.Exchange)+len(key))
 	if !c.tryReserve(size) {
 		return false
 	}

@@ -40,6 +40,8 @@ type Server struct {
 
 	alarm alarm // resource alarm: see SetAlarm
 
+	bufs frameBufs // the buffers deliveries are encoded into (bufpool.go)
+
 	nextConn atomic.Uint64
 	// refused counts publishes the engine refused outside confirm and
 	// tx mode (RabbitMQ drops those; Sluice drops them too, but never

@@ -93,12 +93,26 @@ func (c *conn) enqueue(b []byte, reserved int) error {
 // queues several frames in a row (a consumer's batch of deliveries) and
 // then calls kick once, so that they go out in one write.
 func (c *conn) enqueueQuiet(b []byte, reserved int) error {
+	return c.enqueuePooled(b, reserved, nil)
+}
+
+// enqueuePooled is enqueueQuiet for frames encoded into buf, a buffer
+// from Server.bufs (nil: none), which the writer gives back once it has
+// written them (or which is given back here if the connection can no
+// longer write). The caller must not touch b or buf afterwards.
+func (c *conn) enqueuePooled(b []byte, reserved int, buf *[]byte) error {
 	c.omu.Lock()
 	if c.werr != nil {
 		c.omu.Unlock()
+		if buf != nil {
+			c.s.bufs.put(buf)
+		}
 		return c.werr
 	}
 	c.out = append(c.out, b)
+	if buf != nil {
+		c.outPooled = append(c.outPooled, buf)
+	}
 	c.queued += len(b) - reserved
 	c.omu.Unlock()
 	return nil
@@ -193,18 +207,27 @@ func (c *conn) pending() int {
 }
 
 func appendMethod(dst []byte, channel uint16, m wire.Method) ([]byte, error) {
-	f, err := wire.MethodFrame(channel, m)
-	if err != nil {
-		return dst, err
-	}
-	return wire.AppendFrame(dst, f)
+	return wire.AppendMethodFrame(dst, channel, m)
 }
 
-// contentSize bounds the encoded size of a content method with its header
-// and body frames (for a reservation made before the method is built).
-func (c *conn) contentSize(props, body []byte) int {
+// contentMethodFixed bounds the bytes of a content method's payload
+// (basic.deliver, basic.get-ok, basic.return) other than its short
+// strings' contents: class and method ids, a delivery tag, a bit octet,
+// a message count or reply code, and one length octet per short string.
+const contentMethodFixed = 4 + 8 + 1 + 4 + 4
+
+// contentSize is the encoded size of a content method whose short
+// strings (consumer tag, exchange, routing key, reply text) hold strs
+// bytes, with its header and body frames: the capacity to encode it into,
+// and the room it reserves in the outgoing queue. (An underestimate would
+// cost a reallocation and a reservation corrected at enqueue, nothing
+// else.)
+func (c *conn) contentSize(props, body []byte, strs int) int {
 	chunk := int(c.frameMax) - wire.FrameOverhead
-	return len(body) + len(props) + (len(body)/chunk+1)*wire.FrameOverhead + 2*wire.FrameOverhead + 12 + 1024
+	bodyFrames := (len(body) + chunk - 1) / chunk
+	return wire.FrameOverhead + contentMethodFixed + strs + // the method frame
+		wire.FrameOverhead + 12 + len(props) + // the header frame
+		bodyFrames*wire.FrameOverhead + len(body)
 }
 
 // appendContent encodes a content method, its header (from raw property
@@ -214,10 +237,7 @@ func (c *conn) appendContent(dst []byte, channel uint16, m wire.Method, props, b
 	if err != nil {
 		return dst, err
 	}
-	dst, err = wire.AppendFrame(dst, wire.Frame{Type: wire.FrameHeader, Channel: channel, Payload: contentHeaderPayload(len(body), props)})
-	if err != nil {
-		return dst, err
-	}
+	dst = appendContentHeader(dst, channel, len(body), props)
 	chunk := int(c.frameMax) - wire.FrameOverhead
 	for len(body) > 0 {
 		n := min(chunk, len(body))
@@ -229,10 +249,11 @@ func (c *conn) appendContent(dst []byte, channel uint16, m wire.Method, props, b
 	return dst, nil
 }
 
-// writeContent queues a content method (basic.return, get-ok), waiting for
-// room: for goroutines that hold no lock.
-func (c *conn) writeContent(channel uint16, m wire.Method, props, body []byte) error {
-	b, err := c.appendContent(make([]byte, 0, c.contentSize(props, body)), channel, m, props, body)
+// writeContent queues a content method (basic.return, get-ok) whose short
+// strings hold strs bytes, waiting for room: for goroutines that hold no
+// lock.
+func (c *conn) writeContent(channel uint16, m wire.Method, strs int, props, body []byte) error {
+	b, err := c.appendContent(make([]byte, 0, c.contentSize(props, body, strs)), channel, m, props, body)
 	if err != nil {
 		return err
 	}
@@ -253,13 +274,20 @@ func (c *conn) writeDeadline() time.Time {
 // writing what was queued) or a write fails, which closes the socket.
 func (c *conn) writeLoop() {
 	defer close(c.wdone)
+	// The lists of the last round, emptied: the next round's out and
+	// outPooled, so that the queue's lists are not allocated anew each
+	// round.
+	var spareOut [][]byte
+	var sparePooled []*[]byte
 	for {
 		c.omu.Lock()
-		bufs := c.out
-		c.out = nil
+		bufs, pooled := c.out, c.outPooled
+		c.out, c.outPooled = spareOut, sparePooled
+		spareOut, sparePooled = nil, nil // now the queue's: never shared
 		closing := c.wclosing
 		c.omu.Unlock()
 		if len(bufs) == 0 {
+			spareOut, sparePooled = bufs, pooled // empty
 			if closing {
 				c.failWrites(errConnClosed)
 				return
@@ -283,6 +311,13 @@ func (c *conn) writeLoop() {
 		close(c.room)
 		c.room = make(chan struct{})
 		c.omu.Unlock()
+		// Written (or failed for good): nothing reads these any more.
+		for i, b := range pooled {
+			c.s.bufs.put(b)
+			pooled[i] = nil
+		}
+		clear(bufs)
+		spareOut, sparePooled = bufs[:0], pooled[:0]
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !c.closing.Load() && c.drainBy.Load() == 0 {
@@ -303,7 +338,7 @@ func (c *conn) failWrites(err error) {
 	if c.werr == nil {
 		c.werr = err
 	}
-	c.out = nil
+	c.out, c.outPooled = nil, nil
 	c.queued = 0
 	close(c.room)
 	c.room = make(chan struct{})

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Method is one AMQP method with its arguments. Every method of the spec
@@ -70,6 +71,27 @@ func AppendMethod(dst []byte, m Method) ([]byte, error) {
 		return dst, err
 	}
 	return b, nil
+}
+
+// AppendMethodFrame appends the whole method frame that carries m on
+// channel (the frame MethodFrame returns, encoded as AppendFrame encodes
+// it) to dst, without a separate payload buffer. On error it returns dst
+// unchanged.
+func AppendMethodFrame(dst []byte, channel uint16, m Method) ([]byte, error) {
+	start := len(dst)
+	b := append(dst, FrameMethod)
+	b = binary.BigEndian.AppendUint16(b, channel)
+	b = append(b, 0, 0, 0, 0) // the payload's size, set below
+	b, err := AppendMethod(b, m)
+	if err != nil {
+		return dst, err
+	}
+	n := len(b) - start - 7
+	if uint64(n) > math.MaxUint32-FrameOverhead {
+		return dst, fmt.Errorf("%w: frame payload of %d bytes", ErrFieldTooLong, n)
+	}
+	binary.BigEndian.PutUint32(b[start+3:], uint32(n))
+	return append(b, FrameEnd), nil
 }
 
 // MethodFrame returns the method frame that carries m on channel.

@@ -178,6 +178,34 @@ func TestUnusedBitsIgnored(t *testing.T) {
 	}
 }
 
+// AppendMethodFrame writes the bytes AppendFrame(MethodFrame) writes, after
+// whatever dst held, and leaves dst as it was when the method fails.
+func TestAppendMethodFrame(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	prefix := []byte("prefix")
+	for _, s := range specMethods {
+		m := s.new()
+		fill(m, r)
+		f, err := MethodFrame(7, m)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		want, err := AppendFrame(append([]byte(nil), prefix...), f)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		got, err := AppendMethodFrame(append([]byte(nil), prefix...), 7, m)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: AppendMethodFrame = %x, %v; want %x", s.name, got, err, want)
+		}
+	}
+	dst := append(make([]byte, 0, 64), prefix...)
+	got, err := AppendMethodFrame(dst, 1, &BasicPublish{Exchange: string(make([]byte, 256))})
+	if !errors.Is(err, ErrFieldTooLong) || !bytes.Equal(got, prefix) {
+		t.Fatalf("long shortstr: %q, %v", got, err)
+	}
+}
+
 func TestMethodErrors(t *testing.T) {
 	_, err := ReadMethod(60, 999, nil)
 	if !errors.Is(err, ErrUnknownMethod) || ReplyCodeFor(err) != CommandInvalid {
