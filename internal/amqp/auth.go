@@ -34,8 +34,9 @@ func compileUser(u User) (*user, error) {
 		cp := &perm{}
 		for _, x := range []struct {
 			dst **regexp.Regexp
+			any *bool
 			src string
-		}{{&cp.configure, p.Configure}, {&cp.write, p.Write}, {&cp.read, p.Read}} {
+		}{{&cp.configure, &cp.anyConfigure, p.Configure}, {&cp.write, &cp.anyWrite, p.Write}, {&cp.read, &cp.anyRead, p.Read}} {
 			if x.src == "" {
 				continue
 			}
@@ -44,6 +45,7 @@ func compileUser(u User) (*user, error) {
 				return nil, fmt.Errorf("amqp: user %q vhost %q: %w", u.Name, vh, err)
 			}
 			*x.dst = re
+			*x.any = matchesAnything(x.src)
 		}
 		out.perms[vh] = cp
 	}
@@ -63,8 +65,24 @@ func (u *user) allowed(vhost string, kind int, name string) bool {
 	if p == nil {
 		return false
 	}
+	if [...]bool{p.anyConfigure, p.anyWrite, p.anyRead}[kind] {
+		return true
+	}
 	re := [...]*regexp.Regexp{p.configure, p.write, p.read}[kind]
 	return re != nil && re.MatchString(name)
+}
+
+// matchesAnything reports whether permission pattern src, matched
+// unanchored as RabbitMQ and regexp.MatchString match it, matches every
+// string. It knows the patterns operators write for "everything" (an
+// empty match at the start or end of any name); for any other pattern it
+// says false and the regexp decides.
+func matchesAnything(src string) bool {
+	switch src {
+	case ".*", "^.*", ".*$", "(.*)":
+		return true
+	}
+	return false
 }
 
 // check returns RabbitMQ's 403 when u lacks permission kind on the

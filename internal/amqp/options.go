@@ -172,6 +172,10 @@ type user struct {
 
 type perm struct {
 	configure, write, read *regexp.Regexp // nil: nothing allowed
+	// anyConfigure, anyWrite, anyRead: the pattern matches every name
+	// (".*", RabbitMQ's default, checked on every publish), so no
+	// regexp runs.
+	anyConfigure, anyWrite, anyRead bool
 }
 
 func (o *Options) withDefaults() Options {
