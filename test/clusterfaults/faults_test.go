@@ -300,12 +300,21 @@ func TestClusterFaults(t *testing.T) {
 	if err := w.createQueues(ctx); err != nil {
 		t.Fatal(err)
 	}
+	extra := spreadWorkloads(c, w, shards) // with shards: a queue pair on each other shard
+	for _, e := range extra {
+		if err := e.createQueues(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a := newAMQPLoad(w)
 	if err := a.declare(); err != nil {
 		t.Fatal(err)
 	}
 	w.Start(ctx, rng)
 	a.Start(ctx, rng)
+	for _, e := range extra {
+		e.Start(ctx, rng)
+	}
 
 	var injected []string
 	kinds := map[string]int{}
@@ -320,6 +329,9 @@ func TestClusterFaults(t *testing.T) {
 		}
 		w.Ck.Fault()
 		a.Ck.Fault()
+		for _, e := range extra {
+			e.Ck.Fault()
+		}
 		injected = append(injected, f.name)
 		kinds[f.kind]++
 		faults.SleepCtx(ctx, hold)
@@ -360,10 +372,14 @@ func TestClusterFaults(t *testing.T) {
 		}
 	}
 	a.StopPublishers()
-	if w.drain(t, ctx, drainLimit, a.drained, a.held) {
+	for _, e := range extra {
+		e.StopProducers()
+	}
+	if w.drain(t, ctx, drainLimit, spreadDrained(extra, a.drained), spreadHeld(extra, a.held)) {
 		a.Ck.DrainIncomplete() // the AMQP queue's part of the same drain
 	}
 	a.StopConsumers()
+	finishSpread(t, ctx, extra)
 	mo.close()
 
 	r := w.Ck.Report()
@@ -374,7 +390,11 @@ func TestClusterFaults(t *testing.T) {
 	t.Logf("leader per term: %d observations of /sluice/v1/cluster over %d terms (%d polls failed), %d violations",
 		observations, terms, mo.errs, len(viol))
 	if shards > 1 {
-		t.Logf("the SQS queues were served by the leaders of shard(s) %v of %d (AMQP: shard 0)", mo.answeringShards(), shards)
+		served := mo.answeringShards()
+		t.Logf("the SQS queues were served by the leaders of shard(s) %v of %d (AMQP: shard 0)", served, shards)
+		if len(served) < shards {
+			t.Errorf("the SQS workloads reached shard(s) %v of %d: a shard's leader served none of them under the faults", served, shards)
+		}
 	}
 	ra := a.Ck.Report()
 	t.Logf("%s", a.summary(ra))

@@ -1,0 +1,108 @@
+package clusterfaults
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// With several shards one SQS queue pair lives on one shard, so the
+// workload's queues alone would put every SQS fault under one shard's
+// leader. spreadWorkloads adds a workload (its own queue pair, producers,
+// consumers and Checker) for every other shard, so that each shard's
+// leader serves acknowledged sends, receives and deletes under the faults
+// and each shard's history is checked.
+
+// shardOf is the shard a new queue pair lands on: the one its DLQ's name
+// hashes to (the DLQ is created first, and its source is placed with it).
+// It mirrors the placement rule of internal/cluster (FNV-32a of the name
+// modulo the shard count); the run checks afterwards, from the shards
+// named by the answers themselves (monitor.answeringShards), that every
+// shard served, so a change of the rule fails the run rather than
+// narrowing it quietly.
+func shardOf(name string, shards int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name)) // a hash.Hash never fails
+	return int(h.Sum32() % uint32(shards))
+}
+
+// spreadWorkloads returns, with more than one shard, one more workload for
+// every shard w's queues are not on (queues cf<k> and cf<k>-dlq, .fifo
+// for a FIFO run), reporting to the same monitor; nil with one shard.
+func spreadWorkloads(c *testCluster, w *workload, shards int) []*workload {
+	if shards <= 1 {
+		return nil
+	}
+	covered := map[int]bool{shardOf(w.DLQ, shards): true}
+	var out []*workload
+	for k := 1; len(covered) < shards && k < 10000; k++ {
+		main, dlq := fmt.Sprintf("cf%d", k), fmt.Sprintf("cf%d-dlq", k)
+		if w.FIFO {
+			main, dlq = main+".fifo", dlq+".fifo"
+		}
+		s := shardOf(dlq, shards)
+		if covered[s] {
+			continue
+		}
+		covered[s] = true
+		e := newWorkload(c, fmt.Sprintf("%ss%d", w.Run, s), w.FIFO)
+		e.Main, e.DLQ = main, dlq
+		e.served = w.served
+		out = append(out, e)
+	}
+	return out
+}
+
+// spreadDrained reports whether every extra workload's Checker has
+// settled everything and its queues are empty, then (when so) what also
+// reports: the condition the main workload's drain waits for.
+func spreadDrained(extra []*workload, also func(context.Context, *rand.Rand) (bool, string)) func(context.Context, *rand.Rand) (bool, string) {
+	return func(ctx context.Context, rng *rand.Rand) (bool, string) {
+		for _, e := range extra {
+			if n := e.Ck.Unsettled(); n > 0 {
+				return false, fmt.Sprintf("%s: %d acknowledged messages unsettled", e.Main, n)
+			}
+			if empty, desc := e.queuesEmpty(ctx, rng); !empty {
+				return false, desc
+			}
+		}
+		return also(ctx, rng)
+	}
+}
+
+// spreadHeld reports whether any extra workload's queues, or what also
+// reports on, still hold messages.
+func spreadHeld(extra []*workload, also func(context.Context, *rand.Rand) bool) func(context.Context, *rand.Rand) bool {
+	return func(ctx context.Context, rng *rand.Rand) bool {
+		for _, e := range extra {
+			if empty, _ := e.queuesEmpty(ctx, rng); !empty {
+				return true
+			}
+		}
+		return also(ctx, rng)
+	}
+}
+
+// finishSpread ends each extra workload once the main drain is over (its
+// own drain, brief when the main one waited for it; it stops its
+// consumers and tells its Checker if messages are still held), then
+// reports its history and fails the test on any violation or on a
+// workload that had no send acknowledged.
+func finishSpread(t *testing.T, ctx context.Context, extra []*workload) {
+	t.Helper()
+	for _, e := range extra {
+		e.drain(t, ctx, 20*time.Second, nil, nil)
+		r := e.Ck.Report()
+		t.Logf("%s / %s (shard %d's workload): %s; requests %d (errors %d): %s",
+			e.Main, e.DLQ, shardOf(e.DLQ, e.c.shards), r, e.Ops.Load(), e.nerrs.Load(), e.errorSummary())
+		if r.Violations() > 0 {
+			t.Errorf("the checker found violations on %s:\n%s", e.Main, r.Details(10))
+		}
+		if r.Acked == 0 {
+			t.Errorf("%s: no send acknowledged: its shard's part of the run proves nothing", e.Main)
+		}
+	}
+}
