@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,9 +221,69 @@ func TestClusterPageShards(t *testing.T) {
 		['leader', 'follower', 'candidate'].includes(r.querySelector('.s-role').innerText.toLowerCase()) &&
 		(r.querySelector('.s-role').innerText.toLowerCase() === 'leader') === (r.querySelector('.s-leader').innerText === '2'))`, 20*time.Second)
 	screenshot(t, ctx, shotDir(t), "cluster-shards.png")
+
+	// The overview names each queue's shard and the node leading it,
+	// whichever node serves the page: queues created through node 2,
+	// the page served by node 3, the truth from the X-Sluice-Shard of
+	// each queue's own answer and node 1's status.
+	b := startClusterClient(t, nodes[1])
+	shardOf := map[string]int{}
+	for _, name := range []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot"} {
+		b.createQueue(t, name, nil, nil)
+		shardOf[name] = answeringShard(t, nodes[1], name)
+	}
+	if used := distinct(shardOf); used < 2 {
+		t.Fatalf("six queues placed on %d shard(s): the check below would not tell shards apart", used)
+	}
+	do(t, ctx, "open the overview", chromedp.Navigate("http://"+nodes[2].HTTPAddr()+"/ui/#/"))
+	poll.CheckFor(t, 30*time.Second, func() error {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll('#queues-table tr[data-queue]')].map((r) =>
+			[r.dataset.queue, ([...r.querySelectorAll('.tags .badge')].map((b) => b.textContent).find((s) => s.startsWith('shard')) || '')]))`))
+		if err != nil {
+			return err
+		}
+		shards := nodes[0].Status().Shards
+		for name, k := range shardOf {
+			if want := fmt.Sprintf("shard %d · node %d", k, shards[min(k, len(shards)-1)].Leader); got[name] != want {
+				return fmt.Errorf("queue %s's row says %q, not %q (every row: %v)", name, got[name], want, got)
+			}
+		}
+		return nil
+	})
 	if errs := cons.errors(false); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// answeringShard is the shard whose leader answers GetQueueUrl for queue
+// through node n (its X-Sluice-Shard header).
+func answeringShard(t *testing.T, n *cluster.Node, queue string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr()+"/", strings.NewReader(`{"QueueName":"`+queue+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", "AmazonSQS.GetQueueUrl")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close() // the header is the answer
+	k, err := strconv.Atoi(resp.Header.Get(cluster.HeaderShard))
+	if resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("GetQueueUrl %s: HTTP %d, %s %q", queue, resp.StatusCode, cluster.HeaderShard, resp.Header.Get(cluster.HeaderShard))
+	}
+	return k
+}
+
+// distinct counts the different values of m.
+func distinct(m map[string]int) int {
+	seen := map[int]bool{}
+	for _, v := range m {
+		seen[v] = true
+	}
+	return len(seen)
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
