@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -171,8 +174,8 @@ func newNodeMetrics(statuses func() []raftstore.Status, sharded bool, build prom
 
 // serveMetrics answers GET /metrics: this node's Raft metrics, and the
 // engine's when this node leads shard 0 and serves, else this process's;
-// with several shards, also the per-queue series of the other shards'
-// engines this node leads (queueSeries).
+// with several shards, added to them, the series of the other shards'
+// servers this node leads (shardSum).
 func (n *Node) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	promhttp.HandlerFor(n.gatherers(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}).ServeHTTP(w, r)
 }
@@ -181,38 +184,144 @@ func (n *Node) serveMetrics(w http.ResponseWriter, r *http.Request) {
 func (n *Node) gatherers() prometheus.Gatherers {
 	gs := prometheus.Gatherers{n.metrics.raft}
 	n.mu.Lock()
-	engine := n.localMetrics
+	base := n.localMetrics
+	var others []prometheus.Gatherer
 	for _, s := range n.serving[1:] {
 		if s != nil {
-			gs = append(gs, queueSeries{s.srv.MetricsGatherer()})
+			others = append(others, s.srv.MetricsGatherer())
 		}
 	}
 	n.mu.Unlock()
-	if engine != nil {
-		gs = append(gs, engine)
-	} else {
-		gs = append(gs, n.metrics.process)
+	if base == nil {
+		base = n.metrics.process
 	}
-	return gs
+	if len(others) == 0 {
+		return append(gs, base)
+	}
+	return append(gs, shardSum{base: base, others: others})
 }
 
-// queueSeries gathers, of a shard's server other than shard 0's, the
-// metric families whose every series names a queue (label "queue"): its
-// queues' series, which no other engine on this node exports. Its other
-// families (the process, the APIs, the store) would repeat shard 0's
-// server's series, or describe a server clients do not see.
-type queueSeries struct{ g prometheus.Gatherer }
+// shardSum gathers, as one server's, shard 0's server (or this process's
+// metrics, when this node does not lead shard 0) and the servers of the
+// other shards this node leads. A family more than one of them exports
+// is one family whose series with the same labels are added up: the
+// requests each server answered (sluice_http_requests_total), its store's
+// syncs, its dead letters, each counted once on the node whose server
+// did the work, so that a sum over the cluster's nodes counts each once.
+// Series of different labels (each shard's queues) are listed side by
+// side. The other shards' process-wide families (processWide) are left
+// out: they would repeat, or double, the base's.
+type shardSum struct {
+	base   prometheus.Gatherer
+	others []prometheus.Gatherer
+}
 
 // Gather implements prometheus.Gatherer.
-func (q queueSeries) Gather() ([]*dto.MetricFamily, error) {
-	mfs, err := q.g.Gather()
-	out := mfs[:0]
+func (g shardSum) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := g.base.Gather()
+	errs := []error{err}
+	byName := make(map[string]*dto.MetricFamily, len(mfs))
 	for _, mf := range mfs {
-		if len(mf.GetMetric()) > 0 && !slices.ContainsFunc(mf.GetMetric(), func(m *dto.Metric) bool {
-			return !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "queue" })
-		}) {
-			out = append(out, mf)
+		byName[mf.GetName()] = mf
+	}
+	for _, o := range g.others {
+		oms, err := o.Gather()
+		errs = append(errs, err)
+		for _, mf := range oms {
+			if processWide(mf.GetName()) {
+				continue
+			}
+			have := byName[mf.GetName()]
+			if have == nil {
+				byName[mf.GetName()] = mf
+				mfs = append(mfs, mf)
+				continue
+			}
+			errs = append(errs, addFamily(have, mf))
 		}
 	}
-	return out, err
+	slices.SortFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return mfs, errors.Join(errs...)
 }
+
+// processWide reports whether a family describes the process or the
+// machine rather than one server's work: every server of the process
+// exports the same values.
+func processWide(name string) bool {
+	switch name {
+	case "sluice_build_info", "sluice_disk_free_bytes", "sluice_disk_min_free_bytes":
+		return true
+	}
+	return strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") || strings.HasPrefix(name, "promhttp_")
+}
+
+// addFamily adds src's series to dst's (families of one name): a series
+// with the labels of one of dst's is added to it (counters, gauges,
+// untyped values, histograms' counts, sums and buckets; a summary's count
+// and sum, its quantiles kept from dst); any other is appended.
+func addFamily(dst, src *dto.MetricFamily) error {
+	if dst.GetType() != src.GetType() {
+		return fmt.Errorf("metric family %s: type %v and %v", dst.GetName(), dst.GetType(), src.GetType())
+	}
+	bySig := make(map[string]*dto.Metric, len(dst.GetMetric()))
+	for _, m := range dst.GetMetric() {
+		bySig[labelSignature(m)] = m
+	}
+	for _, m := range src.GetMetric() {
+		d := bySig[labelSignature(m)]
+		if d == nil {
+			dst.Metric = append(dst.Metric, m)
+			continue
+		}
+		if err := addMetric(d, m); err != nil {
+			return fmt.Errorf("metric family %s: %w", dst.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// labelSignature is a metric's label pairs as one string.
+func labelSignature(m *dto.Metric) string {
+	var b strings.Builder
+	for _, l := range m.GetLabel() {
+		b.WriteString(l.GetName())
+		b.WriteByte(0)
+		b.WriteString(l.GetValue())
+		b.WriteByte(0xff)
+	}
+	return b.String()
+}
+
+// addMetric adds src's value into dst (series of one family and labels).
+func addMetric(dst, src *dto.Metric) error {
+	switch {
+	case dst.Counter != nil && src.Counter != nil:
+		dst.Counter.Value = ptr(dst.Counter.GetValue() + src.Counter.GetValue())
+	case dst.Gauge != nil && src.Gauge != nil:
+		dst.Gauge.Value = ptr(dst.Gauge.GetValue() + src.Gauge.GetValue())
+	case dst.Untyped != nil && src.Untyped != nil:
+		dst.Untyped.Value = ptr(dst.Untyped.GetValue() + src.Untyped.GetValue())
+	case dst.Histogram != nil && src.Histogram != nil:
+		dh, sh := dst.Histogram, src.Histogram
+		if len(dh.Bucket) != len(sh.Bucket) {
+			return fmt.Errorf("histograms of %d and %d buckets", len(dh.Bucket), len(sh.Bucket))
+		}
+		for i, b := range sh.Bucket {
+			if b.GetUpperBound() != dh.Bucket[i].GetUpperBound() {
+				return fmt.Errorf("histogram buckets up to %v and %v", dh.Bucket[i].GetUpperBound(), b.GetUpperBound())
+			}
+			dh.Bucket[i].CumulativeCount = ptr(dh.Bucket[i].GetCumulativeCount() + b.GetCumulativeCount())
+		}
+		dh.SampleCount = ptr(dh.GetSampleCount() + sh.GetSampleCount())
+		dh.SampleSum = ptr(dh.GetSampleSum() + sh.GetSampleSum())
+	case dst.Summary != nil && src.Summary != nil:
+		dst.Summary.SampleCount = ptr(dst.Summary.GetSampleCount() + src.Summary.GetSampleCount())
+		dst.Summary.SampleSum = ptr(dst.Summary.GetSampleSum() + src.Summary.GetSampleSum())
+	default:
+		return errors.New("series of different kinds")
+	}
+	return nil
+}
+
+// ptr points to a copy of v (dto's optional fields).
+func ptr[T any](v T) *T { return &v }

@@ -269,13 +269,24 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 	// Every queue's series are exported, once, by the node leading its
 	// shard, and a node's metrics gather without a clash between its
 	// shards' engines.
+	// The requests each shard's server answered are counted once, on
+	// the node whose server answered: summed over the nodes, the
+	// SendMessage calls made so far (one per orders-i, the poison one).
 	exported := map[string]uint64{}
+	var sends float64
 	for _, n := range nodes {
 		mfs, err := n.gatherers().Gather()
 		if err != nil {
 			t.Fatalf("node %d's metrics: %v", n.opts.Cluster.NodeID, err)
 		}
 		for _, mf := range mfs {
+			if mf.GetName() == "sluice_http_requests_total" {
+				for _, m := range mf.GetMetric() {
+					if labelSignature(m) == "action\x00SendMessage\xffapi\x00sqs\xffcode\x00200\xff" {
+						sends += m.GetCounter().GetValue()
+					}
+				}
+			}
 			if mf.GetName() != "sluice_queue_visible_messages" {
 				continue
 			}
@@ -293,6 +304,9 @@ func TestShardsPlaceSQSQueues(t *testing.T) {
 	}
 	if len(exported) != len(want) {
 		t.Errorf("sluice_queue_visible_messages for %d queues (%v), want %d", len(exported), exported, len(want))
+	}
+	if sends != queues+1 {
+		t.Errorf("the nodes count %v SendMessage requests answered 200, summed; %d were made", sends, queues+1)
 	}
 
 	// Each node's status lists every shard with the leader it routes to.
