@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -258,7 +259,8 @@ func processWide(name string) bool {
 // addFamily adds src's series to dst's (families of one name): a series
 // with the labels of one of dst's is added to it (counters, gauges,
 // untyped values, histograms' counts, sums and buckets; a summary's count
-// and sum, its quantiles kept from dst); any other is appended.
+// and sum, its quantiles kept from dst; the larger of two maxGauge
+// values); any other is appended.
 func addFamily(dst, src *dto.MetricFamily) error {
 	if dst.GetType() != src.GetType() {
 		return fmt.Errorf("metric family %s: type %v and %v", dst.GetName(), dst.GetType(), src.GetType())
@@ -273,7 +275,7 @@ func addFamily(dst, src *dto.MetricFamily) error {
 			dst.Metric = append(dst.Metric, m)
 			continue
 		}
-		if err := addMetric(d, m); err != nil {
+		if err := addMetric(d, m, maxGauge(dst.GetName())); err != nil {
 			return fmt.Errorf("metric family %s: %w", dst.GetName(), err)
 		}
 	}
@@ -292,11 +294,22 @@ func labelSignature(m *dto.Metric) string {
 	return b.String()
 }
 
-// addMetric adds src's value into dst (series of one family and labels).
-func addMetric(dst, src *dto.Metric) error {
+// maxGauge reports whether the series of gauge family name combine by
+// their maximum rather than their sum: an age (the oldest message of the
+// queues folded into queue="other" on two shards is the older of the
+// two) or a flag.
+func maxGauge(name string) bool {
+	return name == "sluice_queue_oldest_message_age_seconds" || name == "sluice_store_failed"
+}
+
+// addMetric adds src's value into dst (series of one family and labels);
+// for gauges with max set, it keeps the larger value.
+func addMetric(dst, src *dto.Metric, max bool) error {
 	switch {
 	case dst.Counter != nil && src.Counter != nil:
 		dst.Counter.Value = ptr(dst.Counter.GetValue() + src.Counter.GetValue())
+	case dst.Gauge != nil && src.Gauge != nil && max:
+		dst.Gauge.Value = ptr(math.Max(dst.Gauge.GetValue(), src.Gauge.GetValue()))
 	case dst.Gauge != nil && src.Gauge != nil:
 		dst.Gauge.Value = ptr(dst.Gauge.GetValue() + src.Gauge.GetValue())
 	case dst.Untyped != nil && src.Untyped != nil:

@@ -25,7 +25,12 @@ func TestShardSumAddsTheShardsServers(t *testing.T) {
 		}
 		disk := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_disk_free_bytes", Help: "h"})
 		disk.Set(free)
-		r.MustRegister(req, visible, sync, disk)
+		// The queues beyond the label cap, folded into queue="other"
+		// on every shard: their counts add up, their oldest age does not.
+		age := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_queue_oldest_message_age_seconds", Help: "h"}, []string{"queue"})
+		age.WithLabelValues("other").Set(requests * 10)
+		visible.WithLabelValues("other").Set(1)
+		r.MustRegister(req, visible, sync, disk, age)
 		return r
 	}
 	g := shardSum{
@@ -67,6 +72,8 @@ func TestShardSumAddsTheShardsServers(t *testing.T) {
 		"sluice_queue_visible_messages" + sig("queue", "a"):                                      "3",
 		"sluice_queue_visible_messages" + sig("queue", "b"):                                      "4",
 		"sluice_queue_visible_messages" + sig("queue", "c"):                                      "5",
+		"sluice_queue_visible_messages" + sig("queue", "other"):                                  "3",
+		"sluice_queue_oldest_message_age_seconds" + sig("queue", "other"):                        "50",
 		"sluice_store_wal_sync_seconds":                                                          "[0.001:1 0.01:2] count 3 sum 0.5055",
 	}
 	if !maps.Equal(got, want) {
