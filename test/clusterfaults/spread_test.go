@@ -96,8 +96,8 @@ func finishSpread(t *testing.T, ctx context.Context, extra []*workload) {
 	for _, e := range extra {
 		e.drain(t, ctx, 20*time.Second, nil, nil)
 		r := e.Ck.Report()
-		t.Logf("%s / %s (shard %d's workload): %s; requests %d (errors %d): %s",
-			e.Main, e.DLQ, shardOf(e.DLQ, e.c.shards), r, e.Ops.Load(), e.nerrs.Load(), e.errorSummary())
+		t.Logf("%s / %s (shard %d's workload): %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term: %s",
+			e.Main, e.DLQ, shardOf(e.DLQ, e.c.shards), r, e.Ops.Load(), e.nerrs.Load(), e.deletes.Load(), e.sameTerm.Load(), e.errorSummary())
 		if r.Violations() > 0 {
 			t.Errorf("the checker found violations on %s:\n%s", e.Main, r.Details(10))
 		}
