@@ -50,6 +50,7 @@ func (cs *consumer) run() {
 	defer cs.ch.c.containPanic("consumer")
 	s := cs.ch.c.s
 	lease := leaseFor(cs.q.settings.timeout(s.opts.ConsumerTimeout))
+	var reuse []engine.Delivery // the last batch's array, cleared, for the next
 	for {
 		n, ok := cs.reserve()
 		if !ok {
@@ -58,7 +59,7 @@ func (cs *consumer) run() {
 		s.fail("consumer", nil)
 		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
 			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
-			OnTake: cs.q.noteTaken, Session: true})
+			OnTake: cs.q.noteTaken, Session: true, Reuse: reuse})
 		cs.unreserve(n - len(ds))
 		s.checkFlow(cs.q) // taking messages may relieve publishers (flow.go)
 		if err != nil && len(ds) == 0 {
@@ -105,6 +106,12 @@ func (cs *consumer) run() {
 			cs.q.undelivered.Add(-1) // queued for writing
 		}
 		settle()
+		if written == len(ds) {
+			clear(ds) // written out: keep no bodies
+			if cap(ds) > cap(reuse) {
+				reuse = ds[:0]
+			}
+		}
 		if written < len(ds) {
 			cs.ch.c.kick()
 			cs.unreserve(len(ds) - written)

@@ -166,3 +166,36 @@ func (e *Engine) queueVisibleLocked(name string) int {
 	}
 	return q.nState[stateVisible]
 }
+
+// A receive fills ReceiveRequest.Reuse when it is large enough, and never
+// the array of a receive attempt, which the engine keeps for its retries.
+func TestReceiveReuse(t *testing.T) {
+	f := newFixture(t)
+	f.create("q", nil)
+	f.send("q", body("a"), body("b"), body("c"))
+	buf := make([]Delivery, 0, 10)
+	d, err := f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true, Reuse: buf})
+	if err != nil || len(d) != 3 || &d[0] != &buf[:1][0] || string(d[0].Body) != "a" || string(d[2].Body) != "c" {
+		t.Fatalf("receive %d, %v: reused %v", len(d), err, len(d) > 0 && &d[0] == &buf[:1][0])
+	}
+	f.send("q", body("d"), body("e"))
+	small := make([]Delivery, 0, 1)
+	d, err = f.e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true, Reuse: small})
+	if err != nil || len(d) != 2 || &d[0] == &small[:1][0] {
+		t.Fatalf("receive into too small an array: %d, %v", len(d), err)
+	}
+
+	f.create("f.fifo", func(c *QueueConfig) { c.FIFO = true })
+	f.send("f.fifo", Message{Body: []byte("x"), GroupID: "g", DedupID: "x"})
+	buf = make([]Delivery, 0, 10)
+	req := ReceiveRequest{Max: 10, WaitSet: true, AttemptID: "try-1", Reuse: buf}
+	d, err = f.e.Receive(context.Background(), "f.fifo", req)
+	if err != nil || len(d) != 1 || &d[0] == &buf[:1][0] {
+		t.Fatalf("receive attempt: %d, %v (the kept attempt must not be the caller's array)", len(d), err)
+	}
+	clear(buf[:cap(buf)])
+	again, err := f.e.Receive(context.Background(), "f.fifo", req)
+	if err != nil || len(again) != 1 || string(again[0].Body) != "x" || again[0].ReceiptHandle != d[0].ReceiptHandle {
+		t.Fatalf("the attempt's retry: %+v, %v", again, err)
+	}
+}

@@ -397,7 +397,13 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 	if req.VisibilitySet {
 		vis = req.Visibility
 	}
-	out := make([]Delivery, 0, min(req.Max, q.nState[stateVisible]))
+	var out []Delivery
+	// Not for a receive attempt, whose deliveries are kept for its retries.
+	if n := min(req.Max, q.nState[stateVisible]); cap(req.Reuse) >= n && n > 0 && req.AttemptID == "" {
+		out = req.Reuse[:0]
+	} else {
+		out = make([]Delivery, 0, n)
+	}
 	var leases []lease
 	if req.AttemptID != "" {
 		leases = make([]lease, 0, cap(out))

@@ -262,6 +262,14 @@ type ReceiveRequest struct {
 	// backoff, as RabbitMQ requeues a dead connection's unacknowledged
 	// messages. SQS leases run their course, as in SQS.
 	Session bool
+
+	// Reuse, when its capacity suffices, is the array Receive returns
+	// the deliveries in, instead of a new one: a consumer that receives
+	// in a loop passes back the slice it is done with (cleared, so that
+	// it holds no bodies). The caller must not read or write it until
+	// Receive has returned. Not used with an AttemptID (whose deliveries
+	// the engine keeps for the attempt's retries).
+	Reuse []Delivery
 }
 
 // Delivery is one received message.
