@@ -30,11 +30,11 @@ const (
 // (ok true: give it back with put once nothing reads it) when n fits a
 // class, else a new one (ok false).
 func (p *frameBufs) get(n int) (buf *[]byte, ok bool) {
-	shift := max(bits.Len(uint(n-1)), frameBufMinShift)
-	if n <= 0 || shift > frameBufMaxShift {
+	if n <= 0 || n > 1<<frameBufMaxShift {
 		b := make([]byte, 0, max(n, 0))
 		return &b, false
 	}
+	shift := max(bits.Len(uint(n-1)), frameBufMinShift)
 	if v := p.classes[shift-frameBufMinShift].Get(); v != nil {
 		b := v.(*[]byte)
 		*b = (*b)[:0]

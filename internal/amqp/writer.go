@@ -274,20 +274,20 @@ func (c *conn) writeDeadline() time.Time {
 // writing what was queued) or a write fails, which closes the socket.
 func (c *conn) writeLoop() {
 	defer close(c.wdone)
-	// The lists of the last round, emptied: the next round's out and
-	// outPooled, so that the queue's lists are not allocated anew each
-	// round.
+	// The queue's two lists swap with the writer's at each round: the
+	// queue gets the lists this loop emptied last round, and this round's
+	// become the spares once written, so no list is allocated anew and
+	// the queue and the writer never hold the same array.
 	var spareOut [][]byte
 	var sparePooled []*[]byte
 	for {
 		c.omu.Lock()
 		bufs, pooled := c.out, c.outPooled
 		c.out, c.outPooled = spareOut, sparePooled
-		spareOut, sparePooled = nil, nil // now the queue's: never shared
+		spareOut, sparePooled = bufs[:0], pooled[:0]
 		closing := c.wclosing
 		c.omu.Unlock()
 		if len(bufs) == 0 {
-			spareOut, sparePooled = bufs, pooled // empty
 			if closing {
 				c.failWrites(errConnClosed)
 				return
@@ -312,12 +312,11 @@ func (c *conn) writeLoop() {
 		c.room = make(chan struct{})
 		c.omu.Unlock()
 		// Written (or failed for good): nothing reads these any more.
-		for i, b := range pooled {
+		for _, b := range pooled {
 			c.s.bufs.put(b)
-			pooled[i] = nil
 		}
+		clear(pooled)
 		clear(bufs)
-		spareOut, sparePooled = bufs[:0], pooled[:0]
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !c.closing.Load() && c.drainBy.Load() == 0 {
