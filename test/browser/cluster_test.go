@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/test/crash"
 )
 
 // startCluster runs three cluster nodes in this process (cluster.New, as
@@ -230,7 +230,11 @@ func TestClusterPageShards(t *testing.T) {
 	shardOf := map[string]int{}
 	for _, name := range []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot"} {
 		b.createQueue(t, name, nil, nil)
-		shardOf[name] = answeringShard(t, nodes[1], name)
+		k, _, err := crash.ShardOf(context.Background(), "http://"+nodes[1].HTTPAddr(), b.urls[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		shardOf[name] = k
 	}
 	if used := distinct(shardOf); used < 2 {
 		t.Fatalf("six queues placed on %d shard(s): the check below would not tell shards apart", used)
@@ -253,28 +257,6 @@ func TestClusterPageShards(t *testing.T) {
 	if errs := cons.errors(false); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
-}
-
-// answeringShard is the shard whose leader answers GetQueueUrl for queue
-// through node n (its X-Sluice-Shard header).
-func answeringShard(t *testing.T, n *cluster.Node, queue string) int {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr()+"/", strings.NewReader(`{"QueueName":"`+queue+`"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
-	req.Header.Set("X-Amz-Target", "AmazonSQS.GetQueueUrl")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close() // the header is the answer
-	k, err := strconv.Atoi(resp.Header.Get(cluster.HeaderShard))
-	if resp.StatusCode != http.StatusOK || err != nil {
-		t.Fatalf("GetQueueUrl %s: HTTP %d, %s %q", queue, resp.StatusCode, cluster.HeaderShard, resp.Header.Get(cluster.HeaderShard))
-	}
-	return k
 }
 
 // distinct counts the different values of m.

@@ -3,9 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,34 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
-	"github.com/sluicemq/sluice/internal/cluster"
+	"github.com/sluicemq/sluice/test/crash"
 )
-
-// shardOf asks node n, with a bare JSON-protocol request, which shard
-// serves the queue at url: the X-Sluice-Shard header of the answer, which
-// the leader of the queue's shard stamps.
-func shardOf(ctx context.Context, n *node, url string) (int, uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", n.srv.URL()+"/", strings.NewReader(fmt.Sprintf(`{"QueueUrl":%q,"AttributeNames":["QueueArn"]}`, url)))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
-	req.Header.Set("X-Amz-Target", "AmazonSQS.GetQueueAttributes")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("GetQueueAttributes %s: %s", url, resp.Status)
-	}
-	k, err := strconv.Atoi(resp.Header.Get(cluster.HeaderShard))
-	if err != nil {
-		return 0, 0, fmt.Errorf("%s = %q", cluster.HeaderShard, resp.Header.Get(cluster.HeaderShard))
-	}
-	leader, err := strconv.ParseUint(resp.Header.Get(cluster.HeaderNode), 10, 64)
-	return k, leader, err
-}
 
 // TestShardsKillAShardLeader: three `sluice server --shards 3` processes.
 // The shards' leaders spread over the three nodes; SQS queues created
@@ -94,7 +65,7 @@ func TestShardsKillAShardLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 		urls[i] = aws.ToString(out.QueueUrl)
-		k, leader, err := shardOf(ctx, nodes[(i+1)%3], urls[i])
+		k, leader, err := crash.ShardOf(ctx, nodes[(i+1)%3].srv.URL(), urls[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +96,7 @@ func TestShardsKillAShardLeader(t *testing.T) {
 		victimShard = k
 		break
 	}
-	_, victimID, err := shardOf(ctx, nodes[0], urls[byShard[victimShard][0]])
+	_, victimID, err := crash.ShardOf(ctx, nodes[0].srv.URL(), urls[byShard[victimShard][0]])
 	if err != nil {
 		t.Fatal(err)
 	}

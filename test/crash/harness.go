@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -168,6 +169,36 @@ func GetJSON(ctx context.Context, hc *http.Client, url string, v any) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// ShardOf asks the node at endpoint ("http://host:port"), with a bare
+// JSON-protocol GetQueueAttributes, which cluster shard serves the queue
+// at queueURL: the X-Sluice-Shard and X-Sluice-Node headers of the
+// answer, which the leader of the queue's shard stamps (cluster.HeaderShard
+// and HeaderNode; named here, not imported, so that internal/cluster's
+// own tests can use this package).
+func ShardOf(ctx context.Context, endpoint, queueURL string) (shard int, leader uint64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+"/",
+		strings.NewReader(fmt.Sprintf(`{"QueueUrl":%q,"AttributeNames":["QueueArn"]}`, queueURL)))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", "AmazonSQS.GetQueueAttributes")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	_ = resp.Body.Close() // the headers are the answer
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("GetQueueAttributes %s: %s", queueURL, resp.Status)
+	}
+	shard, err = strconv.Atoi(resp.Header.Get("X-Sluice-Shard"))
+	if err != nil {
+		return 0, 0, fmt.Errorf("X-Sluice-Shard = %q", resp.Header.Get("X-Sluice-Shard"))
+	}
+	leader, err = strconv.ParseUint(resp.Header.Get("X-Sluice-Node"), 10, 64)
+	return shard, leader, err
 }
 
 // Build compiles ./cmd/sluice of the enclosing module into dir, with the
