@@ -45,3 +45,19 @@ type Engine interface {
 }
 
 var _ Engine = (*engine.Engine)(nil)
+
+// Elsewhere reaches the queues of vhost "/" that live outside this
+// server's engine: in a cluster with shards, the SQS queues other shards
+// hold (ADR 0015). Publishes through the default exchange reach them;
+// consumers, gets, purges and deletes do not (docs/amqp-compat.md).
+type Elsewhere interface {
+	// Holds reports whether queue name lives outside this server's
+	// engine. It may take a moment (a cluster node catches its copies
+	// up first).
+	Holds(name string) bool
+	// Send appends msgs to queue name where it lives, with Engine.Send's
+	// contract: a result without an error counts once that queue's own
+	// engine has made it durable. It returns engine.ErrQueueNotFound
+	// when no queue of that name lives elsewhere.
+	Send(ctx context.Context, name string, msgs []engine.Message) ([]engine.SendResult, error)
+}

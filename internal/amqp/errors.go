@@ -18,6 +18,9 @@ type amqpError struct {
 	classID  uint16
 	methodID uint16
 	hard     bool
+	// elsewhere marks errElsewhere's: the queue lives outside this
+	// server's engine (Options.Elsewhere).
+	elsewhere bool
 }
 
 func (e *amqpError) Error() string { return e.text }
@@ -46,6 +49,15 @@ func rs(kind, name, vhost string) string {
 
 func errNoQueue(vhost, name string) *amqpError {
 	return errorf(wire.NotFound, "no %s", rs("queue", name, vhost))
+}
+
+// errElsewhere is the 404 for a queue of vhost "/" that lives outside this
+// server's engine (a cluster's other shard): publishes through the default
+// exchange reach it, nothing else does.
+func errElsewhere(vhost, name string) *amqpError {
+	e := errorf(wire.NotFound, "%s is an SQS queue on another shard of this cluster: AMQP reaches it only by publishing through the default exchange", rs("queue", name, vhost))
+	e.elsewhere = true
+	return e
 }
 
 func errNoExchange(vhost, name string) *amqpError {

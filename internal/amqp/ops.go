@@ -295,6 +295,9 @@ func (s *Server) findQueue(c *conn, name string) (*queue, error) {
 	if q == nil {
 		var err error
 		if q, err = s.adopt(vh, name); err != nil {
+			if e, ok := err.(*amqpError); ok && e.code == wire.NotFound && s.elsewhere(vh, name) {
+				return nil, errElsewhere(vh, name)
+			}
 			return nil, err
 		}
 	}
@@ -302,6 +305,13 @@ func (s *Server) findQueue(c *conn, name string) (*queue, error) {
 		return nil, errLocked(vh, name)
 	}
 	return q, nil
+}
+
+// elsewhere reports whether queue name of vhost vh lives outside this
+// server's engine (Options.Elsewhere; only vhost "/" shares its names with
+// SQS).
+func (s *Server) elsewhere(vh, name string) bool {
+	return vh == "/" && s.opts.Elsewhere != nil && s.opts.Elsewhere.Holds(name)
 }
 
 // adopt registers an engine queue of vhost "/" that AMQP has not declared
@@ -384,6 +394,9 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t := s.topo
 	if m.Passive {
 		q, err := s.findQueue(c, name)
+		if e, ok := err.(*amqpError); ok && e.elsewhere {
+			return name, 0, 0, nil // it exists: its counts are its shard's
+		}
 		if err != nil {
 			return "", 0, 0, err
 		}
@@ -434,8 +447,13 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		// Only an SQS delete gets here (AMQP deletes drop the name at once).
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
 	case errors.Is(err, engine.ErrQueueElsewhere):
-		// A cluster's SQS queue on a shard AMQP does not reach (ADR 0015).
-		return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS queue on another shard of this cluster, which AMQP does not reach", rs("queue", name, vh))
+		// A cluster's SQS queue on another shard (ADR 0015): a publisher
+		// may declare it as an SQS queue adopted here would be declared,
+		// and then publishes to it through the default exchange.
+		if m.Durable && !m.Exclusive && !m.AutoDelete && len(m.Arguments) == 0 {
+			return name, 0, 0, nil
+		}
+		return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS queue on another shard of this cluster: AMQP declares it only durable, not exclusive, not auto-delete and without arguments, and reaches it only by publishing through the default exchange", rs("queue", name, vh))
 	case errors.Is(err, engine.ErrTooManyQueues):
 		// RabbitMQ's words for its max-queues limit.
 		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())

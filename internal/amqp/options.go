@@ -129,6 +129,12 @@ type Options struct {
 	FlowMinBacklog   int
 	FlowCreditFactor int
 	FlowMaxWait      time.Duration
+
+	// Elsewhere, when set, reaches queues that live outside the engine
+	// (a cluster's other shards): a default-exchange publish whose
+	// routing key names no queue here is sent there, and confirmed once
+	// it is durable there.
+	Elsewhere Elsewhere
 }
 
 // User is an account that may log in.

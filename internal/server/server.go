@@ -217,7 +217,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes,
 		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes,
 		FlowMinBacklog: opts.AMQPFlowMinBacklog, FlowCreditFactor: opts.AMQPFlowCreditFactor,
-		FlowMaxWait: time.Duration(opts.AMQPFlowMaxWait)})
+		FlowMaxWait: time.Duration(opts.AMQPFlowMaxWait), Elsewhere: amqpElsewhere(opts)})
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}

@@ -52,6 +52,7 @@ func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *das
 	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)
 	mux.Handle("GET "+ShardAlertsPath, al)
 	mux.HandleFunc("GET "+ShardAdvisorPath, dash.ServeLocalAdvisor)
+	mux.HandleFunc("POST "+ShardSendPath, s.serveShardSend)
 }
 
 // otherAdminQueues returns admin.Options.OtherQueues reading the other
