@@ -57,6 +57,9 @@ const (
 type amqpLoad struct {
 	w  *workload // the SQS workload: node picking and error counts
 	Ck *faults.Checker
+	// queue is where the publishers publish (through the default
+	// exchange): amqpQueue, or another shard's SQS queue (spreadPublishers).
+	queue string
 
 	seq atomic.Int64 // message ids
 	// epochs numbers the AMQP deliveries, one epoch each (above
@@ -79,7 +82,7 @@ type amqpLoad struct {
 }
 
 func newAMQPLoad(w *workload) *amqpLoad {
-	return &amqpLoad{w: w, Ck: faults.NewChecker(false, 0)}
+	return &amqpLoad{w: w, Ck: faults.NewChecker(false, 0), queue: amqpQueue}
 }
 
 // declare declares the durable queue through node 1's AMQP listener.
@@ -150,15 +153,9 @@ func (a *amqpLoad) pickAMQP(ctx context.Context, rng *rand.Rand) (string, error)
 
 // Start starts the publishers, the AMQP consumers and the SQS consumer.
 func (a *amqpLoad) Start(ctx context.Context, rng *rand.Rand) {
-	pctx, stopP := context.WithCancel(ctx)
+	a.StartPublishers(ctx, rng)
 	cctx, stopC := context.WithCancel(ctx)
-	a.stopPublish, a.stopConsume = stopP, stopC
-	a.publishing.Store(true)
-	for p := range amqpPublishers {
-		a.pwg.Add(1)
-		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(200+p)))
-		go func() { defer a.pwg.Done(); a.publishLoop(pctx, p, r) }()
-	}
+	a.stopConsume = stopC
 	for c := range amqpConsumers {
 		a.cwg.Add(1)
 		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(300+c)))
@@ -167,6 +164,18 @@ func (a *amqpLoad) Start(ctx context.Context, rng *rand.Rand) {
 	a.cwg.Add(1)
 	r := rand.New(rand.NewPCG(rng.Uint64(), 399))
 	go func() { defer a.cwg.Done(); a.sqsConsume(cctx, r) }()
+}
+
+// StartPublishers starts the publishers alone.
+func (a *amqpLoad) StartPublishers(ctx context.Context, rng *rand.Rand) {
+	pctx, stopP := context.WithCancel(ctx)
+	a.stopPublish = stopP
+	a.publishing.Store(true)
+	for p := range amqpPublishers {
+		a.pwg.Add(1)
+		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(200+p)))
+		go func() { defer a.pwg.Done(); a.publishLoop(pctx, p, r) }()
+	}
 }
 
 // StopPublishers stops the publishers and waits for them.
@@ -267,7 +276,7 @@ func (a *amqpLoad) publish(ctx context.Context, url string, p int) error {
 		body := faults.Body(id, false)
 		a.Ck.Attempt(faults.Send{ID: id, Body: body}, time.Now())
 		a.w.Ops.Add(1)
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", amqpQueue, false, false,
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", a.queue, false, false,
 			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
 		if err != nil {
 			return &stepError{"basic.publish", err}

@@ -312,9 +312,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	w.Start(ctx, rng)
 	a.Start(ctx, rng)
-	for _, e := range extra {
-		e.Start(ctx, rng)
-	}
+	startSpread(ctx, rng, w, extra)
 
 	var injected []string
 	kinds := map[string]int{}
@@ -372,9 +370,7 @@ func TestClusterFaults(t *testing.T) {
 		}
 	}
 	a.StopPublishers()
-	for _, e := range extra {
-		e.StopProducers()
-	}
+	stopSpreadProducers(w, extra)
 	if w.drain(t, ctx, drainLimit, spreadDrained(extra, a.drained), spreadHeld(extra, a.held)) {
 		a.Ck.DrainIncomplete() // the AMQP queue's part of the same drain
 	}
@@ -385,8 +381,8 @@ func TestClusterFaults(t *testing.T) {
 	r := w.Ck.Report()
 	viol, observations, terms := mo.leaderViolations()
 	t.Logf("%d nodes, %v under faults, %d faults injected %v", size, dur, len(injected), kinds)
-	t.Logf("%s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term (checked for resurrection); %d deliveries without X-Sluice-Term",
-		r, w.Ops.Load(), w.nerrs.Load(), w.deletes.Load(), w.sameTerm.Load(), w.noTerm.Load())
+	t.Logf("%s; %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term (checked for resurrection); %d deliveries without X-Sluice-Term",
+		r, pubSummary(w), w.Ops.Load(), w.nerrs.Load(), w.deletes.Load(), w.sameTerm.Load(), w.noTerm.Load())
 	t.Logf("leader per term: %d observations of /sluice/v1/cluster over %d terms (%d polls failed), %d violations",
 		observations, terms, mo.errs, len(viol))
 	if shards > 1 {
@@ -407,6 +403,7 @@ func TestClusterFaults(t *testing.T) {
 	if ra.Violations() > 0 {
 		t.Errorf("the checker found violations on the AMQP queue:\n%s", ra.Details(10))
 	}
+	checkPub(t, w)
 	if ra.Acked == 0 {
 		t.Errorf("no AMQP publish was confirmed: the AMQP half of the run proves nothing")
 	}

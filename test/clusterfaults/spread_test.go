@@ -14,7 +14,11 @@ import (
 // leader. spreadWorkloads adds a workload (its own queue pair, producers,
 // consumers and Checker) for every other shard, so that each shard's
 // leader serves acknowledged sends, receives and deletes under the faults
-// and each shard's history is checked.
+// and each shard's history is checked. On a standard run each such
+// workload also has AMQP publishers (through the default exchange, with
+// confirms, into its source queue, under its Checker), so that AMQP's
+// publishes to other shards than its own (ADR 0015 step 4) are checked
+// under the faults too.
 
 // shardOf is the shard a new queue pair lands on: the one its DLQ's name
 // hashes to (the DLQ is created first, and its source is placed with it).
@@ -36,6 +40,9 @@ func spreadWorkloads(c *testCluster, w *workload, shards int) []*workload {
 	if shards <= 1 {
 		return nil
 	}
+	if !w.FIFO && shardOf(w.DLQ, shards) != 0 {
+		w.pub = &amqpLoad{w: w, Ck: w.Ck, queue: w.Main}
+	}
 	covered := map[int]bool{shardOf(w.DLQ, shards): true}
 	var out []*workload
 	for k := 1; len(covered) < shards && k < 10000; k++ {
@@ -51,9 +58,57 @@ func spreadWorkloads(c *testCluster, w *workload, shards int) []*workload {
 		e := newWorkload(c, fmt.Sprintf("%ss%d", w.Run, s), w.FIFO)
 		e.Main, e.DLQ = main, dlq
 		e.served = w.served
+		if !w.FIFO && s != 0 { // AMQP cannot use FIFO queues; shard 0's are AMQP's own
+			e.pub = &amqpLoad{w: e, Ck: e.Ck, queue: e.Main}
+		}
 		out = append(out, e)
 	}
 	return out
+}
+
+// startSpread starts the AMQP publishers of w (the main workload, when
+// its queues are not on shard 0) and every extra workload with its own.
+func startSpread(ctx context.Context, rng *rand.Rand, w *workload, extra []*workload) {
+	if w.pub != nil {
+		w.pub.StartPublishers(ctx, rng)
+	}
+	for _, e := range extra {
+		e.Start(ctx, rng)
+		if e.pub != nil {
+			e.pub.StartPublishers(ctx, rng)
+		}
+	}
+}
+
+// stopSpreadProducers stops the AMQP publishers of w and every extra
+// workload's producers and AMQP publishers, and waits for them.
+func stopSpreadProducers(w *workload, extra []*workload) {
+	if w.pub != nil {
+		w.pub.StopPublishers()
+	}
+	for _, e := range extra {
+		e.StopProducers()
+		if e.pub != nil {
+			e.pub.StopPublishers()
+		}
+	}
+}
+
+// pubSummary is what w's AMQP publishers did, for its report line.
+func pubSummary(w *workload) string {
+	if w.pub == nil {
+		return "no AMQP publishers"
+	}
+	return fmt.Sprintf("AMQP publishes %d, confirmed %d (counted in the sends above)", w.pub.Publishes.Load(), w.pub.Confirms.Load())
+}
+
+// checkPub fails the test when w has AMQP publishers and none of their
+// publishes was confirmed.
+func checkPub(t *testing.T, w *workload) {
+	t.Helper()
+	if w.pub != nil && w.pub.Confirms.Load() == 0 {
+		t.Errorf("%s: no AMQP publish confirmed: AMQP's publishes to shard %d went unchecked", w.Main, shardOf(w.DLQ, w.c.shards))
+	}
 }
 
 // spreadDrained reports whether every extra workload's Checker has
@@ -96,13 +151,14 @@ func finishSpread(t *testing.T, ctx context.Context, extra []*workload) {
 	for _, e := range extra {
 		e.drain(t, ctx, 20*time.Second, nil, nil)
 		r := e.Ck.Report()
-		t.Logf("%s / %s (shard %d's workload): %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term: %s",
-			e.Main, e.DLQ, shardOf(e.DLQ, e.c.shards), r, e.Ops.Load(), e.nerrs.Load(), e.deletes.Load(), e.sameTerm.Load(), e.errorSummary())
+		t.Logf("%s / %s (shard %d's workload): %s; %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term: %s",
+			e.Main, e.DLQ, shardOf(e.DLQ, e.c.shards), r, pubSummary(e), e.Ops.Load(), e.nerrs.Load(), e.deletes.Load(), e.sameTerm.Load(), e.errorSummary())
 		if r.Violations() > 0 {
 			t.Errorf("the checker found violations on %s:\n%s", e.Main, r.Details(10))
 		}
 		if r.Acked == 0 {
 			t.Errorf("%s: no send acknowledged: its shard's part of the run proves nothing", e.Main)
 		}
+		checkPub(t, e)
 	}
 }

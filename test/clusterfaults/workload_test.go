@@ -66,6 +66,10 @@ type workload struct {
 
 	errs  sync.Map // "op: message" → *atomic.Int64
 	nerrs atomic.Int64
+
+	// pub, on a workload of another shard than AMQP's (spreadWorkloads),
+	// publishes to its standard source queue over AMQP as well.
+	pub *amqpLoad
 }
 
 // noTermEpoch is where the epochs of deliveries without a term start.
