@@ -3,7 +3,6 @@ package amqp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -199,8 +198,6 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 	}
 	byQueue := make(map[string]*slot)
 	var order []string
-	var away map[string]*slot // by queue name: publishes for queues elsewhere
-	var awayOrder []string
 	for i, cmd := range cmds {
 		m := cmd.m.(*wire.BasicPublish)
 		if ch.confirm {
@@ -237,14 +234,18 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 		}
 		t.mu.RUnlock()
 		if x != nil && x.name == "" && len(targets) == 0 && c.vhost == "/" {
-			if q, err := s.adopt("/", m.RoutingKey); err == nil {
+			q, err := s.adopt("/", m.RoutingKey)
+			if err == nil {
 				targets = append(targets, q)
+			} else if e, ok := err.(*amqpError); ok && e.code == wire.ResourceError {
+				// Where the queue is could not be told: nacked, not
+				// dropped as unroutable.
+				s.log.Warn("amqp: publish refused", "queue", m.RoutingKey, "err", err)
+				results[i].ok = false
+				continue
 			}
 		}
-		// A default-exchange publish naming no queue here may name one
-		// that lives elsewhere (a cluster's other shard): sent there below.
-		elsewhere := len(targets) == 0 && x != nil && x.name == "" && c.vhost == "/" && s.opts.Elsewhere != nil
-		if len(targets) == 0 && !elsewhere {
+		if len(targets) == 0 {
 			if m.Mandatory {
 				if err := ch.returnMessage(m, cmd); err != nil {
 					return 0, err
@@ -260,20 +261,6 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 			if d, ok := parseExpiration(props.Expiration); ok {
 				msg.TTL, msg.TTLSet = d, true
 			}
-		}
-		if elsewhere {
-			if away == nil {
-				away = make(map[string]*slot)
-			}
-			sl := away[m.RoutingKey]
-			if sl == nil {
-				sl = &slot{}
-				away[m.RoutingKey] = sl
-				awayOrder = append(awayOrder, m.RoutingKey)
-			}
-			sl.msgs = append(sl.msgs, msg)
-			sl.idx = append(sl.idx, i)
-			continue
 		}
 		for _, q := range targets {
 			sl := byQueue[q.engine]
@@ -318,28 +305,6 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 		}
 		if err == nil {
 			c.noteRouted(sl.q) // flow control: over its high-water mark, the reader pauses
-		}
-		for j, i := range sl.idx {
-			e := err
-			if e == nil {
-				e = res[j].Err
-			}
-			results[i].ok = s.published(name, e)
-		}
-	}
-	for _, name := range awayOrder {
-		sl := away[name]
-		res, err := ch.sendElsewhere(name, sl.msgs)
-		if errors.Is(err, engine.ErrQueueNotFound) {
-			// No queue of that name anywhere: unroutable, as it was.
-			for _, i := range sl.idx {
-				if m := cmds[i].m.(*wire.BasicPublish); m.Mandatory {
-					if err := ch.returnMessage(m, cmds[i]); err != nil {
-						return 0, err
-					}
-				}
-			}
-			continue
 		}
 		for j, i := range sl.idx {
 			e := err
@@ -394,23 +359,6 @@ func (s *Server) published(name string, e error) bool {
 		s.log.Warn("amqp: publish failed", "queue", name, "err", e)
 		return false
 	}
-}
-
-// elsewhereTimeout bounds a publish's send to a queue elsewhere (another
-// shard's leader, which may be changing): past it the publish is nacked.
-const elsewhereTimeout = 30 * time.Second
-
-// sendElsewhere sends msgs to queue name outside this server's engine
-// (Options.Elsewhere), returning one result per message or an error for
-// them all (engine.ErrQueueNotFound: no such queue there either).
-func (ch *channel) sendElsewhere(name string, msgs []engine.Message) ([]engine.SendResult, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), elsewhereTimeout)
-	defer cancel()
-	res, err := ch.c.s.opts.Elsewhere.Send(ctx, name, msgs)
-	if err == nil && len(res) != len(msgs) {
-		err = fmt.Errorf("amqp: %d results for %d messages sent to queue %q elsewhere", len(res), len(msgs), name)
-	}
-	return res, err
 }
 
 // returnMessage sends basic.return 312 NO_ROUTE for a mandatory publish.

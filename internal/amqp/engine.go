@@ -46,18 +46,15 @@ type Engine interface {
 
 var _ Engine = (*engine.Engine)(nil)
 
-// Elsewhere reaches the queues of vhost "/" that live outside this
-// server's engine: in a cluster with shards, the SQS queues other shards
-// hold (ADR 0015). Publishes through the default exchange reach them;
-// consumers, gets, purges and deletes do not (docs/amqp-compat.md).
+// Elsewhere names the queues of vhost "/" that live outside this server's
+// own store: in a cluster with shards, the SQS queues other shards hold
+// (ADR 0015), which the Engine given to the server reaches on their
+// shards' leaders. The server uses them as it uses an SQS queue of its own
+// (adopted: publishes, consumers, gets, purges, deletes), except that it
+// declares them only without arguments and binds no exchange to them
+// (docs/amqp-compat.md).
 type Elsewhere interface {
-	// Holds reports whether queue name lives outside this server's
-	// engine. It may take a moment (a cluster node catches its copies
-	// up first).
+	// Holds reports whether queue name lives elsewhere. It may take a
+	// moment (a cluster node catches its copies up first).
 	Holds(name string) bool
-	// Send appends msgs to queue name where it lives, with Engine.Send's
-	// contract: a result without an error counts once that queue's own
-	// engine has made it durable. It returns engine.ErrQueueNotFound
-	// when no queue of that name lives elsewhere.
-	Send(ctx context.Context, name string, msgs []engine.Message) ([]engine.SendResult, error)
 }

@@ -18,9 +18,6 @@ type amqpError struct {
 	classID  uint16
 	methodID uint16
 	hard     bool
-	// elsewhere marks errElsewhere's: the queue lives outside this
-	// server's engine (Options.Elsewhere).
-	elsewhere bool
 }
 
 func (e *amqpError) Error() string { return e.text }
@@ -51,13 +48,10 @@ func errNoQueue(vhost, name string) *amqpError {
 	return errorf(wire.NotFound, "no %s", rs("queue", name, vhost))
 }
 
-// errElsewhere is the 404 for a queue of vhost "/" that lives outside this
-// server's engine (a cluster's other shard): publishes through the default
-// exchange reach it, nothing else does.
-func errElsewhere(vhost, name string) *amqpError {
-	e := errorf(wire.NotFound, "%s is an SQS queue on another shard of this cluster: AMQP reaches it only by publishing through the default exchange", rs("queue", name, vhost))
-	e.elsewhere = true
-	return e
+// errElsewhere is the 406 for what AMQP does not do with a queue of vhost
+// "/" that lives on another shard of a cluster (Options.Elsewhere).
+func errElsewhere(what, vhost, name string) *amqpError {
+	return errorf(wire.PreconditionFailed, "%s is an SQS queue on another shard of this cluster, which AMQP cannot %s", rs("queue", name, vhost), what)
 }
 
 func errNoExchange(vhost, name string) *amqpError {

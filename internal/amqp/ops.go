@@ -194,6 +194,10 @@ func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, ar
 		if _, err := s.findQueue(c, dest); err != nil {
 			return err
 		}
+		if s.elsewhere(vh, dest) {
+			// Its binding would be kept here, its queue there.
+			return errElsewhere("bind to an exchange", vh, dest)
+		}
 	}
 	t := s.topo
 	t.mu.Lock()
@@ -295,9 +299,6 @@ func (s *Server) findQueue(c *conn, name string) (*queue, error) {
 	if q == nil {
 		var err error
 		if q, err = s.adopt(vh, name); err != nil {
-			if e, ok := err.(*amqpError); ok && e.code == wire.NotFound && s.elsewhere(vh, name) {
-				return nil, errElsewhere(vh, name)
-			}
 			return nil, err
 		}
 	}
@@ -342,8 +343,13 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 			return nil, errNoQueue(vh, name)
 		}
 		cfg, err := s.eng.Config(name)
-		if err != nil {
+		if errors.Is(err, engine.ErrQueueNotFound) {
 			return nil, errNoQueue(vh, name)
+		}
+		if err != nil {
+			// Not known either way (a cluster's other shard could not be
+			// asked): not "no such queue", which would drop a publish.
+			return nil, errorf(wire.ResourceError, "cannot tell whether %s exists now: %v", rs("queue", name, vh), err)
 		}
 		if cfg.FIFO {
 			return nil, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
@@ -394,9 +400,6 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t := s.topo
 	if m.Passive {
 		q, err := s.findQueue(c, name)
-		if e, ok := err.(*amqpError); ok && e.elsewhere {
-			return name, 0, 0, nil // it exists: its counts are its shard's
-		}
 		if err != nil {
 			return "", 0, 0, err
 		}
@@ -405,13 +408,32 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t.mu.RLock()
 	q := t.vhosts[vh].queues[name]
 	t.mu.RUnlock()
+	if q == nil && s.elsewhere(vh, name) {
+		// An SQS queue on another shard: used as one of this shard's
+		// would be, but not written here (its record lives there) and
+		// without arguments (they could not be applied there).
+		if !m.Durable || m.Exclusive || m.AutoDelete || len(m.Arguments) > 0 {
+			return "", 0, 0, errElsewhere("declare exclusive, auto-delete, non-durable or with arguments", vh, name)
+		}
+		q, err := s.adopt(vh, name)
+		if err != nil {
+			return "", 0, 0, err
+		}
+		return s.queueCounts(q)
+	}
 	if q == nil && vh == "/" {
 		// An SQS queue of that name: adopt it, then compare as usual.
-		if cfg, err := s.eng.Config(name); err == nil {
+		cfg, err := s.eng.Config(name)
+		switch {
+		case err == nil:
 			if cfg.FIFO {
 				return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS FIFO queue, which AMQP cannot use", rs("queue", name, vh))
 			}
 			return s.adoptDeclared(c, m, name)
+		case !errors.Is(err, engine.ErrQueueNotFound):
+			// Not known either way (another shard could not be asked):
+			// not created here, where it may already be elsewhere.
+			return "", 0, 0, errorf(wire.ResourceError, "cannot tell whether %s exists now: %v", rs("queue", name, vh), err)
 		}
 	}
 	if q != nil {
@@ -447,13 +469,8 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		// Only an SQS delete gets here (AMQP deletes drop the name at once).
 		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
 	case errors.Is(err, engine.ErrQueueElsewhere):
-		// A cluster's SQS queue on another shard (ADR 0015): a publisher
-		// may declare it as an SQS queue adopted here would be declared,
-		// and then publishes to it through the default exchange.
-		if m.Durable && !m.Exclusive && !m.AutoDelete && len(m.Arguments) == 0 {
-			return name, 0, 0, nil
-		}
-		return "", 0, 0, errorf(wire.PreconditionFailed, "%s is an SQS queue on another shard of this cluster: AMQP declares it only durable, not exclusive, not auto-delete and without arguments, and reaches it only by publishing through the default exchange", rs("queue", name, vh))
+		// Created on another shard since the look above.
+		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was just created as an SQS queue on another shard of this cluster; declare it again", rs("queue", name, vh))
 	case errors.Is(err, engine.ErrTooManyQueues):
 		// RabbitMQ's words for its max-queues limit.
 		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())

@@ -130,10 +130,9 @@ type Options struct {
 	FlowCreditFactor int
 	FlowMaxWait      time.Duration
 
-	// Elsewhere, when set, reaches queues that live outside the engine
-	// (a cluster's other shards): a default-exchange publish whose
-	// routing key names no queue here is sent there, and confirmed once
-	// it is durable there.
+	// Elsewhere, when set, names the queues that live outside this
+	// server's own store (a cluster's other shards; the Engine reaches
+	// them).
 	Elsewhere Elsewhere
 }
 

@@ -551,9 +551,9 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 		o.Placement = &server.Placement{Shard: k, Leader: o.Cluster.NodeID}
 		// A name that lives on another shard is not created here too.
 		o.NameTaken = func(name string) bool { return n.queueElsewhere(k, name) }
-		// Shard 0's AMQP publishes reach the other shards' SQS queues.
-		o.ShardSend = func(ctx context.Context, name string, body []byte) ([]byte, error) {
-			return n.shardSend(ctx, k, name, body)
+		// Shard 0's AMQP server uses the other shards' SQS queues.
+		o.ShardCall = func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
+			return n.shardCall(ctx, k, name, path, body)
 		}
 		// One node may lead every shard at once (the others down): its
 		// servers share its memory.

@@ -96,18 +96,45 @@ func hashShard(name string, count int) int {
 // read for them; it was a read per shard until the queue's, 7 % of a
 // node's CPU under an SQS load of several queues).
 func (n *Node) findQueue(name string) (int, bool) {
+	k, ok, _ := n.findQueueErr(name)
+	return k, ok
+}
+
+// findQueueErr is findQueue that also returns the error of a copy that
+// could not be read, when no copy held the queue: its "not found" is then
+// not certain.
+func (n *Node) findQueueErr(name string) (int, bool, error) {
 	count := n.shards.Len()
 	first := hashShard(name, count)
+	var errs []error
 	for i := range count {
 		k := (first + i) % count
 		st := n.shards.Shard(k).Store()
 		ok, err := server.StoredQueue(st, name)
 		_ = st.Close() // a view: closing it ends nothing beneath
-		if err == nil && ok {
-			return k, true
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shard %d's copy: %w", k, err))
+			continue
+		}
+		if ok {
+			return k, true, nil
 		}
 	}
-	return 0, false
+	return 0, false, errors.Join(errs...)
+}
+
+// locateQueue returns the shard holding queue name: where a copy on this
+// node holds it, else once every copy has caught up. Not found is
+// certain only without an error: a copy that could not be read or caught
+// up makes it an error.
+func (n *Node) locateQueue(ctx context.Context, name string) (int, bool, error) {
+	if k, ok, _ := n.findQueueErr(name); ok {
+		return k, true, nil
+	}
+	if err := n.catchUp(ctx); err != nil {
+		return 0, false, err
+	}
+	return n.findQueueErr(name)
 }
 
 // placeQueue returns the shard of the queue rt names: where a copy on this
@@ -124,7 +151,7 @@ func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
 	if k, ok := n.findQueue(rt.Queue); ok {
 		return k
 	}
-	n.catchUp(ctx)
+	_ = n.catchUp(ctx) // best effort: a request for a queue not found goes by its name
 	if k, ok := n.findQueue(rt.Queue); ok {
 		return k
 	}
@@ -189,7 +216,7 @@ func (n *Node) findTask(ctx context.Context, id string) int {
 	if k, ok := find(); ok {
 		return k
 	}
-	n.catchUp(ctx)
+	_ = n.catchUp(ctx) // best effort: a task not found is answered by shard 0
 	k, _ := find()
 	return k
 }
@@ -201,30 +228,36 @@ const catchUpTimeout = time.Second
 // catchUp brings every shard's copy on this node up to what its group had
 // committed when catchUp was called (raftstore's ReadBarrier, in parallel,
 // at most catchUpTimeout).
-func (n *Node) catchUp(ctx context.Context) {
+func (n *Node) catchUp(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	errs := make([]error, n.shards.Len())
 	for k := range n.shards.Len() {
 		wg.Go(func() {
-			if err := n.shards.Shard(k).ReadBarrier(ctx); err != nil && ctx.Err() == nil {
+			if err := n.shards.Shard(k).ReadBarrier(ctx); err != nil {
 				n.log.Debug("a shard's copy could not catch up", "shard", k, "err", err)
+				errs[k] = fmt.Errorf("shard %d's copy could not catch up: %w", k, err)
 			}
 		})
 	}
 	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // queueElsewhere reports whether queue name lives on a shard other than
-// k, once every copy on this node has caught up (the engine of shard k
-// asks before it creates the queue: a create acknowledged on another
-// shard, through any node, is seen).
+// k: where a copy on this node holds it, else once every copy has caught
+// up (the engine of shard k asks before it creates the queue: a create
+// acknowledged on another shard, through any node, is seen).
 func (n *Node) queueElsewhere(k int, name string) bool {
 	if !server.ValidQueueName(name) {
 		return false // AMQP-only names (vhosts, dots) are no SQS queue's
 	}
-	n.catchUp(context.Background())
 	at, ok := n.findQueue(name)
+	if !ok {
+		_ = n.catchUp(context.Background()) // best effort, as before
+		at, ok = n.findQueue(name)
+	}
 	return ok && at != k
 }
 

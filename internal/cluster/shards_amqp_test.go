@@ -10,19 +10,22 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// TestShardsAMQPPublishesToOtherShards (ADR 0015 step 4, its publish
-// part): AMQP lives on shard 0's leader, yet a publish through the default
+// TestShardsAMQPOverShards (ADR 0015 step 4): AMQP lives on shard 0's leader, yet a publish through the default
 // exchange to an SQS queue on another shard reaches that queue, confirmed
 // only once it is stored there, with its headers as message attributes —
 // through every node, for queues on both other shards. A mandatory publish
-// to a name no shard holds is still returned. What AMQP does not do with
-// such a queue (consume) fails with a 404 that says why.
-func TestShardsAMQPPublishesToOtherShards(t *testing.T) {
+// to a name no shard holds is still returned. An AMQP consumer through
+// any node consumes such a queue (its deliveries leased by that shard's
+// leader), with nacks, requeues on close and acks as on shard 0; a bind
+// to it is refused with a 406 that says why.
+func TestShardsAMQPOverShards(t *testing.T) {
 	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
 	ctx := context.Background()
 	queueOn := func(k int) string {
@@ -91,17 +94,29 @@ func TestShardsAMQPPublishesToOtherShards(t *testing.T) {
 			t.Fatalf("returned a publish to %q through node %d", r.RoutingKey, i+1)
 		default:
 		}
-		// Consuming is not reached across shards: a 404 that says so.
-		_, err = ch.Consume(queues[0], "", false, false, false, false, nil)
+		// A binding would be kept on shard 0, its queue elsewhere: refused.
+		bch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = bch.QueueBind(queues[0], "k", "amq.direct", false, nil)
 		var ae *amqp.Error
-		if !errors.As(err, &ae) || ae.Code != amqp.NotFound || !strings.Contains(ae.Reason, "another shard") {
-			t.Fatalf("consume from %s through node %d: %v, want 404 naming another shard", queues[0], i+1, err)
+		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed || !strings.Contains(ae.Reason, "another shard") {
+			t.Fatalf("bind of %s through node %d: %v, want 406 naming another shard", queues[0], i+1, err)
 		}
 		_ = conn.Close() // done with this node
 	}
 
-	// Every confirmed publish is in its queue, with its header.
-	for qi, q := range queues {
+	// An AMQP consumer, through a node that leads neither shard 1 nor
+	// shard 0 when it can, takes queues[0]'s messages from its shard's
+	// leader: a nack with requeue comes back redelivered, a channel
+	// closed with a delivery unacknowledged gives it back, and the acks
+	// delete (the queue is empty after).
+	consumeRemote(t, nodes, queues[0], each*len(nodes))
+
+	// Every confirmed publish is in queues[1], with its header.
+	for qi, q := range queues[1:] {
+		qi++
 		client := shardClient(nodes[(qi+1)%3])
 		url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(q)})
 		if err != nil {
@@ -130,4 +145,115 @@ func TestShardsAMQPPublishesToOtherShards(t *testing.T) {
 			t.Fatalf("%s holds %d of the %d confirmed publishes", q, len(seen), each*len(nodes))
 		}
 	}
+}
+
+// consumeRemote consumes the n messages of queue (on a shard other than
+// 0) over AMQP through node 3, checking a nack's redelivery, a closed
+// channel's requeue and, at the end, through SQS, that the acks deleted
+// every message.
+func consumeRemote(t *testing.T, nodes []*Node, queue string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }() // the test is over
+	next := func(ds <-chan amqp.Delivery) amqp.Delivery {
+		t.Helper()
+		select {
+		case d, ok := <-ds:
+			if !ok {
+				t.Fatal("the consumer's deliveries ended")
+			}
+			return d
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no delivery from %s in 30 s", queue)
+		}
+		return amqp.Delivery{}
+	}
+	// A delivery left unacknowledged when its channel closes comes back.
+	ch1, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch1.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds1, err := ch1.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", queue, err)
+	}
+	held := next(ds1)
+	if err := ch1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(10, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", queue, err)
+	}
+	seen := map[string]bool{}
+	nacked := ""
+	heldBack := false
+	for len(seen) < n {
+		d := next(ds)
+		body := string(d.Body)
+		if !strings.HasPrefix(body, queue+"/") {
+			t.Fatalf("%s delivered %q", queue, body)
+		}
+		if body == string(held.Body) && d.Redelivered {
+			heldBack = true
+		}
+		if nacked == "" && !d.Redelivered {
+			nacked = body
+			if err := d.Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if body == nacked && !d.Redelivered {
+			t.Fatalf("%q came back after its nack without redelivered", body)
+		}
+		if seen[body] && !d.Redelivered {
+			t.Fatalf("%q delivered twice, the second time without redelivered", body)
+		}
+		seen[body] = true
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !heldBack {
+		t.Errorf("%q, unacknowledged when its channel closed, did not come back redelivered", held.Body)
+	}
+	if !seen[nacked] {
+		t.Errorf("%q, nacked with requeue, did not come back", nacked)
+	}
+	// The acks deleted on the queue's shard: nothing is left, in flight
+	// or visible (an ack is settled by the next method on its channel).
+	if err := ch.Qos(10, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	client := shardClient(nodes[0])
+	url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True(queue+" is empty after the acks", func() bool {
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+		if err != nil {
+			t.Logf("%s: %v", queue, err)
+			return false
+		}
+		t.Logf("%s: %v", queue, out.Attributes)
+		return out.Attributes["ApproximateNumberOfMessages"] == "0" && out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+	}))
 }

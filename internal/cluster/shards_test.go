@@ -503,13 +503,16 @@ func TestShardsKeepOneQueuePerName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err = ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
-		t.Fatalf("AMQP declare of %s: %v, want declare-ok", name, err)
-	}
 	_, err = ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-message-ttl": int32(1000)})
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed || !strings.Contains(ae.Reason, "another shard") {
 		t.Fatalf("AMQP declare of %s with arguments: %v, want 406 naming another shard", name, err)
+	}
+	if ch, err = conn.Channel(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		t.Fatalf("AMQP declare of %s: %v, want declare-ok", name, err)
 	}
 	if at := held(name); len(at) != 1 {
 		t.Fatalf("after the AMQP declares %s is on shards %v", name, at)

@@ -91,13 +91,12 @@ type Options struct {
 	// it here is refused, and the config's and an import's declarations
 	// of it are skipped. Not settable from a config file.
 	NameTaken func(name string) bool `toml:"-"`
-	// ShardSend, when set with NameTaken, posts body (a ShardSendPath
-	// request for queue name) to the leader of the other shard that holds
-	// that queue and returns its answer's body; ErrNotElsewhere when no
-	// other shard holds it. Through it the AMQP server's publishes via
-	// the default exchange reach those queues (amqp.Options.Elsewhere).
+	// ShardCall, when set with NameTaken, posts body to path (one of the
+	// Shard*Path) on the leader of the other shard that holds queue name
+	// and returns its answer's body; ErrNotElsewhere when no other shard
+	// holds it. Through it the AMQP server uses those queues (remote.go).
 	// Not settable from a config file.
-	ShardSend func(ctx context.Context, name string, body []byte) ([]byte, error) `toml:"-"`
+	ShardCall func(ctx context.Context, name, path string, body []byte) ([]byte, error) `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
 	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,

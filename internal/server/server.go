@@ -25,6 +25,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,14 +51,20 @@ import (
 
 // Server is a running Sluice.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	st      store.Store
-	eng     *engine.Engine
-	metrics *metrics.Metrics
-	alerts  *alerts.Manager
-	dash    *dashboard.Dashboard
-	amqp    *amqp.Server
+	opts Options
+	log  *slog.Logger
+	st   store.Store
+	eng  *engine.Engine
+	// remote, in a cluster with shards, is the AMQP server's engine for
+	// the queues of other shards (remote.go); sessions are the callers
+	// this server's leases went to over ShardEnginePath (shardengine.go).
+	remote   *remoteEngine
+	sessions leaseSessions
+	clk      clock.Clock
+	metrics  *metrics.Metrics
+	alerts   *alerts.Manager
+	dash     *dashboard.Dashboard
+	amqp     *amqp.Server
 	// budget bounds request bodies buffered across HTTP requests.
 	budget *httpbody.Budget
 
@@ -109,7 +116,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	if opts.NodeShare > 1 {
 		opts = opts.shared(opts.NodeShare)
 	}
-	s := &Server{opts: opts, log: log, freeBytes: FreeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
+	s := &Server{clk: clk, opts: opts, log: log, freeBytes: FreeBytes, memHigh: memoryWatermark(opts.MemoryHighWatermark)}
 	if opts.freeBytes != nil {
 		s.freeBytes = opts.freeBytes
 	}
@@ -212,12 +219,18 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 
 	// The AMQP server loads the topology even when no AMQP listener is
 	// configured: the engine's dead-letter routing depends on it.
-	s.amqp, err = amqp.New(eng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers(),
+	aeng, remote := newRemoteEngine(eng, opts, log.With("component", "amqp"))
+	s.remote = remote
+	var elsewhere amqp.Elsewhere
+	if remote != nil {
+		elsewhere = remote
+	}
+	s.amqp, err = amqp.New(aeng, topo, amqp.Options{Logger: log.With("component", "amqp"), Clock: clk, Users: opts.amqpUsers(),
 		MaxMessageSize: opts.AMQPMaxMessageSize, Product: opts.AMQPProduct,
 		MaxPartialBytesPerConnection: opts.AMQPMaxPartialBytes, MaxTxBytesPerConnection: opts.AMQPMaxTxBytes,
 		MaxConnectionsPerIP: opts.AMQPMaxConnectionsPerIP, MaxHandshakes: opts.AMQPMaxHandshakes,
 		FlowMinBacklog: opts.AMQPFlowMinBacklog, FlowCreditFactor: opts.AMQPFlowCreditFactor,
-		FlowMaxWait: time.Duration(opts.AMQPFlowMaxWait), Elsewhere: amqpElsewhere(opts)})
+		FlowMaxWait: time.Duration(opts.AMQPFlowMaxWait), Elsewhere: elsewhere})
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
@@ -495,6 +508,13 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { s.dash.Run(bg); close(dashDone) }()
 	go func() { s.watchDisk(bg, diskPollInterval); close(diskDone) }()
 	go func() { s.watchMemory(bg, memPollInterval); close(memDone) }()
+	var sessions sync.WaitGroup
+	if s.opts.ShardViews {
+		sessions.Go(func() { s.expireSessions(bg) })
+	}
+	if s.remote != nil {
+		sessions.Go(func() { s.remote.keepalive(bg) })
+	}
 	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
@@ -514,6 +534,7 @@ func (s *Server) Run(ctx context.Context) error {
 	<-dashDone
 	<-diskDone
 	<-memDone
+	sessions.Wait()
 	s.shutdown()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil

@@ -52,7 +52,7 @@ func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *das
 	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)
 	mux.Handle("GET "+ShardAlertsPath, al)
 	mux.HandleFunc("GET "+ShardAdvisorPath, dash.ServeLocalAdvisor)
-	mux.HandleFunc("POST "+ShardSendPath, s.serveShardSend)
+	mux.HandleFunc("POST "+ShardEnginePath, s.serveShardEngine)
 }
 
 // otherAdminQueues returns admin.Options.OtherQueues reading the other

@@ -1,0 +1,462 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/amqp"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// remoteEngine is the amqp.Engine of shard 0's server in a cluster with
+// shards: its own *engine.Engine for the queues it holds, and, for a queue
+// another shard holds, engine calls to that shard's leader
+// (shardengine.go). A queue is known to live elsewhere once Config or
+// GetQueue found it there (the AMQP server asks one of them before it uses
+// a queue it has not declared); a call answered "no such queue" forgets it.
+// "No such queue" is an answer only when it is certain (ShardCall's
+// ErrNotElsewhere, or the leader's engine): a shard that cannot be asked,
+// or a copy that cannot be read, is an error of its own, so that a publish
+// is nacked rather than dropped as unroutable.
+//
+// It embeds *engine.Engine, so every method the AMQP server may call on
+// its engine (amqp.Engine, and the optional ones it asserts: DeleteLeased)
+// that names a queue is overridden here; the others are the local
+// engine's.
+//
+// What does not cross: UpdateQueue (a function), metadata, creates, and
+// Browse, which stay local (the AMQP server neither declares with
+// arguments nor binds a queue of another shard, amqp.Elsewhere); a
+// receive's OnTake runs after the call, not under that queue's lock; and
+// VisibleHint answers "no hint" for such a queue (publisher flow control
+// does not see its backlog).
+type remoteEngine struct {
+	*engine.Engine
+	call  func(ctx context.Context, name, path string, body []byte) ([]byte, error)
+	holds func(name string) bool
+	log   *slog.Logger
+	base  string // this server's sessions' prefix
+
+	mu     sync.Mutex
+	queues map[string]*remoteQueue // by name: queues found elsewhere
+}
+
+// remoteQueue is a queue found on another shard: the generation of this
+// server's session with it (a receive whose answer was lost starts a new
+// one, so that the leases it may have granted end with the old one).
+type remoteQueue struct {
+	gen int
+}
+
+var (
+	_ amqp.Engine    = (*remoteEngine)(nil)
+	_ amqp.Elsewhere = (*remoteEngine)(nil)
+)
+
+// newRemoteEngine returns the amqp.Engine of opts for eng: eng itself
+// without ShardCall, else a remoteEngine.
+func newRemoteEngine(eng *engine.Engine, opts Options, log *slog.Logger) (amqp.Engine, *remoteEngine) {
+	if opts.NameTaken == nil || opts.ShardCall == nil {
+		return eng, nil
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand does not fail
+	r := &remoteEngine{Engine: eng, call: opts.ShardCall, holds: opts.NameTaken, log: log,
+		base: hex.EncodeToString(b), queues: make(map[string]*remoteQueue)}
+	return r, r
+}
+
+// Holds reports whether queue name lives on another shard (amqp.Elsewhere).
+func (r *remoteEngine) Holds(name string) bool { return r.holds(name) }
+
+// remote reports whether name is a queue found elsewhere, and its session.
+func (r *remoteEngine) remote(name string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[name]
+	if q == nil {
+		return "", false
+	}
+	return r.base + "/" + strconv.Itoa(q.gen) + "/" + name, true
+}
+
+func (r *remoteEngine) found(name string) {
+	r.mu.Lock()
+	if r.queues[name] == nil {
+		r.queues[name] = &remoteQueue{}
+	}
+	r.mu.Unlock()
+}
+
+// newSession ends this server's session with queue name (its leases come
+// back when that shard's leader expires it) and starts another.
+func (r *remoteEngine) newSession(name string) {
+	r.mu.Lock()
+	if q := r.queues[name]; q != nil {
+		q.gen++
+	}
+	r.mu.Unlock()
+}
+
+// do runs c on the leader of the shard holding c.Queue. A queue that is
+// not there (any longer) is forgotten.
+func (r *remoteEngine) do(ctx context.Context, c engineCall) (engineReply, error) {
+	body, err := encodeGob(c)
+	if err != nil {
+		return engineReply{}, err
+	}
+	out, err := r.call(ctx, c.Queue, ShardEnginePath, body)
+	if errors.Is(err, ErrNotElsewhere) {
+		err = engine.ErrQueueNotFound
+	}
+	var rep engineReply
+	if err == nil {
+		rep, err = decodeEngineReply(out)
+	}
+	if errors.Is(err, engine.ErrQueueNotFound) {
+		r.mu.Lock()
+		delete(r.queues, c.Queue)
+		r.mu.Unlock()
+	}
+	return rep, err
+}
+
+// callTimeout bounds every call but a receive's (whose wait it adds to).
+const callTimeout = 30 * time.Second
+
+func (r *remoteEngine) settle(op, queue string, handles []string, f func(*engineCall)) ([]error, error) {
+	session, _ := r.remote(queue)
+	c := engineCall{Op: op, Queue: queue, Session: session, Handles: handles}
+	if f != nil {
+		f(&c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rep, err := r.do(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Errs) != len(handles) {
+		return nil, fmt.Errorf("another shard's leader: %d answers for %d handles", len(rep.Errs), len(handles))
+	}
+	errs := make([]error, len(rep.Errs))
+	for i, e := range rep.Errs {
+		errs[i] = e.err()
+	}
+	return errs, nil
+}
+
+// Config is the queue's configuration, from its shard's leader when it
+// lives elsewhere.
+func (r *remoteEngine) Config(name string) (*engine.QueueConfig, error) {
+	if _, ok := r.remote(name); !ok {
+		cfg, err := r.Engine.Config(name)
+		if !errors.Is(err, engine.ErrQueueNotFound) {
+			return cfg, err
+		}
+	}
+	info, err := r.getRemote(name)
+	if err != nil {
+		return nil, err
+	}
+	return &info.Config, nil
+}
+
+// GetQueue is Engine.GetQueue, from the queue's shard's leader when it
+// lives elsewhere.
+func (r *remoteEngine) GetQueue(name string) (engine.QueueInfo, error) {
+	if _, ok := r.remote(name); !ok {
+		info, err := r.Engine.GetQueue(name)
+		if !errors.Is(err, engine.ErrQueueNotFound) {
+			return info, err
+		}
+	}
+	return r.getRemote(name)
+}
+
+func (r *remoteEngine) getRemote(name string) (engine.QueueInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rep, err := r.do(ctx, engineCall{Op: opGetQueue, Queue: name})
+	if err != nil {
+		return engine.QueueInfo{}, err
+	}
+	r.found(name)
+	return rep.Info, nil
+}
+
+// Send is Engine.Send; for a queue elsewhere, in calls of at most
+// ShardSendChunk bytes of messages, one after the other: a call that fails
+// fails its messages and those not yet sent.
+func (r *remoteEngine) Send(name string, msgs []engine.Message) ([]engine.SendResult, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.Send(name, msgs)
+	}
+	out := make([]engine.SendResult, 0, len(msgs))
+	for len(msgs) > 0 {
+		end, size := 0, 0
+		for end < len(msgs) && (end == 0 || size+msgs[end].Size()+len(msgs[end].Envelope) <= ShardSendChunk) {
+			size += msgs[end].Size() + len(msgs[end].Envelope)
+			end++
+		}
+		res, err := r.sendChunk(name, msgs[:end])
+		switch {
+		case err != nil && len(out) == 0:
+			return nil, err
+		case err != nil:
+			for range msgs {
+				out = append(out, engine.SendResult{Err: err})
+			}
+			return out, nil
+		}
+		out = append(out, res...)
+		msgs = msgs[end:]
+	}
+	return out, nil
+}
+
+func (r *remoteEngine) sendChunk(name string, msgs []engine.Message) ([]engine.SendResult, error) {
+	if len(msgs) == 1 && msgs[0].Size() > engine.MaxMaxMessageSize {
+		// Every queue another shard holds is an SQS queue, whose limit
+		// is at most this: its engine would refuse the message.
+		return []engine.SendResult{{Err: &engine.MessageTooLargeError{Size: msgs[0].Size(), Limit: engine.MaxMaxMessageSize}}}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rep, err := r.do(ctx, engineCall{Op: opSend, Queue: name, Msgs: msgs})
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Results) != len(msgs) {
+		return nil, fmt.Errorf("another shard's leader: %d results for %d messages", len(rep.Results), len(msgs))
+	}
+	out := make([]engine.SendResult, len(msgs))
+	for i, x := range rep.Results {
+		out[i] = engine.SendResult{MessageID: x.MessageID, SequenceNumber: x.SequenceNumber, Err: x.Err.err()}
+	}
+	return out, nil
+}
+
+// SendMany is Engine.SendMany: the queues held here in one batch, each
+// queue elsewhere in its own calls (no atomicity across shards).
+func (r *remoteEngine) SendMany(sends []engine.QueueSend) ([]engine.QueueSendResult, error) {
+	var local []engine.QueueSend
+	var at []int
+	out := make([]engine.QueueSendResult, len(sends))
+	for i, s := range sends {
+		if _, ok := r.remote(s.Queue); ok {
+			res, err := r.Send(s.Queue, s.Msgs)
+			out[i] = engine.QueueSendResult{Results: res, Err: err}
+			continue
+		}
+		local = append(local, s)
+		at = append(at, i)
+	}
+	if len(local) == 0 {
+		return out, nil
+	}
+	res, err := r.Engine.SendMany(local)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = res[j]
+	}
+	return out, nil
+}
+
+// remoteWait bounds the wait of one receive call elsewhere: a consumer
+// that is cancelled waits at most this for its call to return.
+const remoteWait = time.Second
+
+// Receive is Engine.Receive; for a queue elsewhere, one call whose wait is
+// at most remoteWait (a consumer loops). Deliveries that arrive after ctx
+// ended go back to the front of the queue. A call whose answer is lost
+// starts a new session with the queue, so that the leases it may have
+// granted end with the old one.
+func (r *remoteEngine) Receive(ctx context.Context, name string, req engine.ReceiveRequest) ([]engine.Delivery, error) {
+	session, ok := r.remote(name)
+	if !ok {
+		return r.Engine.Receive(ctx, name, req)
+	}
+	wait := req.Wait
+	if !req.WaitSet {
+		wait = remoteWait
+	}
+	wait = min(wait, remoteWait)
+	c := engineCall{Op: opReceive, Queue: name, Session: session, Max: req.Max, Visibility: req.Visibility,
+		VisibilitySet: req.VisibilitySet, Wait: wait, WaitSet: true, SessionLease: req.Session}
+	// Not ctx: the answer must be read whatever the caller does meanwhile.
+	cctx, cancel := context.WithTimeout(context.Background(), callTimeout+wait)
+	defer cancel()
+	rep, err := r.do(cctx, c)
+	if err != nil {
+		if !errors.Is(err, engine.ErrQueueNotFound) && req.Session {
+			r.newSession(name)
+		}
+		return nil, err
+	}
+	ds := rep.Deliveries
+	if ctx.Err() != nil && len(ds) > 0 {
+		hs := make([]string, len(ds))
+		for i := range ds {
+			hs[i] = ds[i].ReceiptHandle
+		}
+		if _, err := r.Requeue(name, hs, true); err != nil {
+			r.log.Warn("amqp: cannot return deliveries of a cancelled receive", "queue", name, "err", err)
+		}
+		return nil, ctx.Err()
+	}
+	if req.OnTake != nil && len(ds) > 0 {
+		req.OnTake(len(ds))
+	}
+	if len(ds) == 0 && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return ds, nil
+}
+
+// Delete is Engine.Delete, elsewhere for a queue elsewhere.
+func (r *remoteEngine) Delete(name string, handles []string) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.Delete(name, handles)
+	}
+	return r.settle(opDelete, name, handles, nil)
+}
+
+// DeleteLeased is Engine.DeleteLeased (the AMQP server's acks), elsewhere
+// for a queue elsewhere.
+func (r *remoteEngine) DeleteLeased(name string, handles []string) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.DeleteLeased(name, handles)
+	}
+	return r.settle(opDeleteLeased, name, handles, nil)
+}
+
+// Requeue is Engine.Requeue, elsewhere for a queue elsewhere.
+func (r *remoteEngine) Requeue(name string, handles []string, front bool) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.Requeue(name, handles, front)
+	}
+	return r.settle(opRequeue, name, handles, func(c *engineCall) { c.Front = front })
+}
+
+// Nack is Engine.Nack, elsewhere for a queue elsewhere.
+func (r *remoteEngine) Nack(name string, handles []string) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.Nack(name, handles)
+	}
+	return r.settle(opNack, name, handles, nil)
+}
+
+// Abandon is Engine.Abandon, elsewhere for a queue elsewhere.
+func (r *remoteEngine) Abandon(name string, handles []string) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.Abandon(name, handles)
+	}
+	return r.settle(opAbandon, name, handles, nil)
+}
+
+// Reject is Engine.Reject, elsewhere for a queue elsewhere.
+func (r *remoteEngine) Reject(name string, handles []string, f engine.Failure) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.Reject(name, handles, f)
+	}
+	return r.settle(opReject, name, handles, func(c *engineCall) { c.Failure = f })
+}
+
+// LeaseEnd is Engine.LeaseEnd, elsewhere for a queue elsewhere.
+func (r *remoteEngine) LeaseEnd(name, handle string) (time.Time, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.LeaseEnd(name, handle)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rep, err := r.do(ctx, engineCall{Op: opLeaseEnd, Queue: name, Handles: []string{handle}})
+	return rep.Time, err
+}
+
+// PurgeReady is Engine.PurgeReady, elsewhere for a queue elsewhere.
+func (r *remoteEngine) PurgeReady(name string) (int, error) {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.PurgeReady(name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rep, err := r.do(ctx, engineCall{Op: opPurgeReady, Queue: name})
+	return rep.N, err
+}
+
+// DeleteQueue is Engine.DeleteQueue, elsewhere for a queue elsewhere.
+func (r *remoteEngine) DeleteQueue(name string) error {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.DeleteQueue(name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, err := r.do(ctx, engineCall{Op: opDeleteQueue, Queue: name})
+	return err
+}
+
+// DropQueue is Engine.DropQueue; a queue elsewhere (an SQS queue, which
+// AMQP deletes as SQS does) is deleted there.
+func (r *remoteEngine) DropQueue(name string) error {
+	if _, ok := r.remote(name); !ok {
+		return r.Engine.DropQueue(name)
+	}
+	return r.DeleteQueue(name)
+}
+
+// UpdateQueue is Engine.UpdateQueue; a queue elsewhere is refused.
+func (r *remoteEngine) UpdateQueue(name string, fn func(cfg *engine.QueueConfig) error) error {
+	if _, ok := r.remote(name); ok {
+		return engine.ErrQueueElsewhere
+	}
+	return r.Engine.UpdateQueue(name, fn)
+}
+
+// VisibleHint is Engine.VisibleHint; no hint for a queue elsewhere.
+func (r *remoteEngine) VisibleHint(name string) (int, bool) {
+	if _, ok := r.remote(name); ok {
+		return 0, false
+	}
+	return r.Engine.VisibleHint(name)
+}
+
+// keepalive pings, every engineKeepalive until ctx ends, the session of
+// every queue found elsewhere, so that their leaders keep its leases.
+func (r *remoteEngine) keepalive(ctx context.Context) {
+	tick := time.NewTicker(engineKeepalive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		names := make([]string, 0, len(r.queues))
+		for name := range r.queues {
+			names = append(names, name)
+		}
+		r.mu.Unlock()
+		for _, name := range names {
+			session, ok := r.remote(name)
+			if !ok {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, engineKeepalive)
+			if _, err := r.do(cctx, engineCall{Op: opKeepalive, Queue: name, Session: session}); err != nil && ctx.Err() == nil && !errors.Is(err, engine.ErrQueueNotFound) {
+				r.log.Debug("amqp: a session's keepalive failed", "queue", name, "err", err)
+			}
+			cancel()
+		}
+	}
+}

@@ -1,0 +1,389 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// AMQP over a cluster's shards (ADR 0015 step 4, in the manner of step
+// 3's smaller router). The AMQP server lives on shard 0's leader. For a
+// queue that another shard holds (an SQS queue placed there), its engine
+// calls go, through the cluster node (Options.ShardCall), to a node-only
+// path of that shard's leader, which runs them on its engine: this file is
+// that path's wire and its server side; remote.go is the caller's.
+//
+// Deliveries to AMQP consumers are leases of that leader's engine bound
+// to a connection (ReceiveRequest.Session, ADR 0014). The leader keeps,
+// per caller session, the handles it handed out and not yet saw settled;
+// a caller keeps its sessions alive (engineKeepalive), and a session not
+// heard from for sessionExpiry has its leases returned to the front of
+// their queues, as a closed connection's are: a caller that died, or lost
+// its leadership of shard 0, loses nothing it held.
+
+// ErrNotElsewhere is Options.ShardCall's answer when no other shard
+// holds the queue.
+var ErrNotElsewhere = errors.New("server: no other shard holds the queue")
+
+// ShardEnginePath is the node-only path (Options.ShardViews) on which a
+// shard's leader runs engine calls for one of its queues: a POST whose
+// body is an engineCall (gob), answered with an engineReply (gob).
+const ShardEnginePath = "/sluice/internal/shard/engine"
+
+// Bounds of one ShardEnginePath request: what a caller puts in one send
+// (it splits a larger batch) and what a leader reads. A message is never
+// split; the queues a call can reach are SQS queues, whose messages are at
+// most engine.MaxMaxMessageSize (a larger one fails without a call).
+const (
+	ShardSendChunk      = 4 << 20
+	maxShardEngineBody  = 2*ShardSendChunk + 2*engine.MaxMaxMessageSize
+	maxShardEngineReply = 64 << 20
+)
+
+// Session bounds: a caller pings every engineKeepalive; a leader returns
+// the leases of a session it has not heard from for sessionExpiry.
+const (
+	engineKeepalive = 2 * time.Second
+	sessionExpiry   = 15 * time.Second
+)
+
+// Engine call operations.
+const (
+	opSend         = "send"
+	opReceive      = "receive"
+	opDelete       = "delete"
+	opDeleteLeased = "delete-leased"
+	opRequeue      = "requeue"
+	opNack         = "nack"
+	opAbandon      = "abandon"
+	opReject       = "reject"
+	opLeaseEnd     = "lease-end"
+	opGetQueue     = "get-queue"
+	opPurgeReady   = "purge-ready"
+	opDeleteQueue  = "delete-queue"
+	opKeepalive    = "keepalive"
+)
+
+// engineCall is one engine call for Queue (gob).
+type engineCall struct {
+	Op      string
+	Queue   string
+	Session string // the caller's session (receive, settlements, keepalive)
+	Msgs    []engine.Message
+	Handles []string
+	Front   bool
+	Failure engine.Failure
+	// Receive's request (its callbacks and reused array stay with the
+	// caller).
+	Max                    int
+	Visibility, Wait       time.Duration
+	VisibilitySet, WaitSet bool
+	SessionLease           bool
+}
+
+// engineReply is the answer to an engineCall (gob): Err for the whole
+// call, else what its operation returns.
+type engineReply struct {
+	Err        remoteError
+	Errs       []remoteError
+	Results    []remoteSendResult
+	Deliveries []engine.Delivery
+	Info       engine.QueueInfo
+	Time       time.Time
+	N          int
+}
+
+type remoteSendResult struct {
+	MessageID, SequenceNumber string
+	Err                       remoteError
+}
+
+// remoteError carries an engine error across: the sentinel it wraps (by
+// its place in remoteSentinels, 1-based; 0 for none) and its text.
+type remoteError struct {
+	Sentinel int
+	Text     string
+}
+
+// remoteSentinels are the engine errors a caller tells apart; any other
+// arrives as its text alone.
+var remoteSentinels = [...]error{engine.ErrQueueNotFound, engine.ErrQueueFull, engine.ErrDiskFull,
+	engine.ErrMemoryHigh, engine.ErrClosed, engine.ErrStorage, engine.ErrNotLeading,
+	engine.ErrReceiptHandleInvalid, engine.ErrReceiptHandleExpired, engine.ErrMessageNotInflight,
+	engine.ErrMessageNotAvailable, engine.ErrPurgeInProgress, engine.ErrOverLimit}
+
+func toRemoteError(err error) remoteError {
+	if err == nil {
+		return remoteError{}
+	}
+	e := remoteError{Text: err.Error()}
+	for i, s := range remoteSentinels {
+		if errors.Is(err, s) {
+			e.Sentinel = i + 1
+			break
+		}
+	}
+	return e
+}
+
+// err is the error e carries: its sentinel wrapped with its text, or nil.
+func (e remoteError) err() error {
+	switch {
+	case e.Sentinel > 0 && e.Sentinel <= len(remoteSentinels):
+		return fmt.Errorf("%w (another shard's leader: %s)", remoteSentinels[e.Sentinel-1], e.Text)
+	case e.Text != "" || e.Sentinel != 0:
+		return fmt.Errorf("another shard's leader: %s", e.Text)
+	}
+	return nil
+}
+
+func toRemoteErrors(errs []error) []remoteError {
+	out := make([]remoteError, len(errs))
+	for i, err := range errs {
+		out[i] = toRemoteError(err)
+	}
+	return out
+}
+
+func encodeGob(v any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := gob.NewEncoder(&b).Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// decodeEngineCall reads an engineCall body.
+func decodeEngineCall(body []byte) (engineCall, error) {
+	var c engineCall
+	err := gob.NewDecoder(bytes.NewReader(body)).Decode(&c)
+	return c, err
+}
+
+// decodeEngineReply reads an engineReply body; its Err as an error.
+func decodeEngineReply(body []byte) (engineReply, error) {
+	var r engineReply
+	if err := gob.NewDecoder(bytes.NewReader(body)).Decode(&r); err != nil {
+		return r, fmt.Errorf("another shard's leader: unreadable answer: %w", err)
+	}
+	return r, r.Err.err()
+}
+
+// leaseSessions are the sessions of the callers a shard's leader handed
+// connection leases to, by session id: the handles not yet settled, by
+// queue, and when the caller was last heard from.
+type leaseSessions struct {
+	mu sync.Mutex
+	m  map[string]*leaseSession
+}
+
+type leaseSession struct {
+	seen time.Time
+	held map[string]map[string]struct{} // queue → handles
+}
+
+// touch notes that session id was heard from now, and returns it.
+func (ls *leaseSessions) touchLocked(id string, now time.Time) *leaseSession {
+	if ls.m == nil {
+		ls.m = make(map[string]*leaseSession)
+	}
+	s := ls.m[id]
+	if s == nil {
+		s = &leaseSession{held: make(map[string]map[string]struct{})}
+		ls.m[id] = s
+	}
+	s.seen = now
+	return s
+}
+
+// hold records handles of queue as session id's.
+func (ls *leaseSessions) hold(id, queue string, ds []engine.Delivery, now time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	s := ls.touchLocked(id, now)
+	hs := s.held[queue]
+	if hs == nil {
+		hs = make(map[string]struct{}, len(ds))
+		s.held[queue] = hs
+	}
+	for i := range ds {
+		hs[ds[i].ReceiptHandle] = struct{}{}
+	}
+}
+
+// release forgets handles of queue, settled by session id.
+func (ls *leaseSessions) release(id, queue string, handles []string, now time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	s := ls.touchLocked(id, now)
+	if hs := s.held[queue]; hs != nil {
+		for _, h := range handles {
+			delete(hs, h)
+		}
+		if len(hs) == 0 {
+			delete(s.held, queue)
+		}
+	}
+}
+
+// touch notes that session id was heard from now.
+func (ls *leaseSessions) touch(id string, now time.Time) {
+	ls.mu.Lock()
+	ls.touchLocked(id, now)
+	ls.mu.Unlock()
+}
+
+// expired removes the sessions not heard from since before, returning
+// what they held, by queue.
+func (ls *leaseSessions) expired(before time.Time) map[string][]string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var out map[string][]string
+	for id, s := range ls.m {
+		if !s.seen.Before(before) {
+			continue
+		}
+		delete(ls.m, id)
+		for q, hs := range s.held {
+			if out == nil {
+				out = make(map[string][]string)
+			}
+			for h := range hs {
+				out[q] = append(out[q], h)
+			}
+		}
+	}
+	return out
+}
+
+// expireSessions returns, every second until ctx ends, the leases of the
+// sessions whose callers went silent to the front of their queues (a
+// closed connection's requeue, with its receive count kept).
+func (s *Server) expireSessions(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for q, hs := range s.sessions.expired(s.clk.Now().Add(-sessionExpiry)) {
+			if _, err := s.eng.Requeue(q, hs, true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+				s.log.Warn("cannot return the leases of a silent caller", "queue", q, "leases", len(hs), "err", err)
+			}
+		}
+	}
+}
+
+// serveShardEngine runs one engineCall on this server's engine.
+func (s *Server) serveShardEngine(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxShardEngineBody+1))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(body) > maxShardEngineBody {
+		http.Error(w, "request over its size bound", http.StatusRequestEntityTooLarge)
+		return
+	}
+	c, err := decodeEngineCall(body)
+	if err != nil {
+		http.Error(w, "unreadable request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	reply := s.runEngineCall(r.Context(), c)
+	out, err := encodeGob(reply)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-gob")
+	_, _ = w.Write(out) // a broken connection fails the caller's request
+}
+
+// runEngineCall runs c on this server's engine.
+func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
+	var r engineReply
+	now := s.clk.Now()
+	settle := func(errs []error, err error) {
+		r.Err, r.Errs = toRemoteError(err), toRemoteErrors(errs)
+		if c.Session != "" {
+			s.sessions.release(c.Session, c.Queue, c.Handles, now)
+		}
+	}
+	switch c.Op {
+	case opSend:
+		res, err := s.eng.Send(c.Queue, c.Msgs)
+		r.Err = toRemoteError(err)
+		if err == nil {
+			r.Results = make([]remoteSendResult, len(res))
+			for i, x := range res {
+				r.Results[i] = remoteSendResult{MessageID: x.MessageID, SequenceNumber: x.SequenceNumber, Err: toRemoteError(x.Err)}
+			}
+		}
+	case opReceive:
+		ds, err := s.eng.Receive(ctx, c.Queue, engine.ReceiveRequest{Max: c.Max, Visibility: c.Visibility, VisibilitySet: c.VisibilitySet,
+			Wait: c.Wait, WaitSet: c.WaitSet, Session: c.SessionLease})
+		if len(ds) > 0 && c.SessionLease {
+			if c.Session == "" || ctx.Err() != nil {
+				// No caller to keep them, or none left to read them.
+				s.returnLeases(c.Queue, ds)
+				ds = nil
+			} else {
+				s.sessions.hold(c.Session, c.Queue, ds, now)
+			}
+		}
+		r.Deliveries, r.Err = ds, toRemoteError(err)
+	case opDelete:
+		settle(s.eng.Delete(c.Queue, c.Handles))
+	case opDeleteLeased:
+		settle(s.eng.DeleteLeased(c.Queue, c.Handles))
+	case opRequeue:
+		settle(s.eng.Requeue(c.Queue, c.Handles, c.Front))
+	case opNack:
+		settle(s.eng.Nack(c.Queue, c.Handles))
+	case opAbandon:
+		settle(s.eng.Abandon(c.Queue, c.Handles))
+	case opReject:
+		settle(s.eng.Reject(c.Queue, c.Handles, c.Failure))
+	case opLeaseEnd:
+		if len(c.Handles) == 1 {
+			t, err := s.eng.LeaseEnd(c.Queue, c.Handles[0])
+			r.Time, r.Err = t, toRemoteError(err)
+		}
+	case opGetQueue:
+		info, err := s.eng.GetQueue(c.Queue)
+		r.Info, r.Err = info, toRemoteError(err)
+	case opPurgeReady:
+		n, err := s.eng.PurgeReady(c.Queue)
+		r.N, r.Err = n, toRemoteError(err)
+	case opDeleteQueue:
+		r.Err = toRemoteError(s.eng.DeleteQueue(c.Queue))
+	case opKeepalive:
+		s.sessions.touch(c.Session, now)
+	default:
+		r.Err = remoteError{Text: "unknown engine call " + c.Op}
+	}
+	return r
+}
+
+// returnLeases puts deliveries no caller will see back at the front of
+// their queue.
+func (s *Server) returnLeases(queue string, ds []engine.Delivery) {
+	hs := make([]string, len(ds))
+	for i := range ds {
+		hs[i] = ds[i].ReceiptHandle
+	}
+	if _, err := s.eng.Requeue(queue, hs, true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		s.log.Warn("cannot return leases no caller took", "queue", queue, "err", err)
+	}
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// TestEngineCallErrorsCross: an engine error answered by another shard's
+// leader arrives as the same sentinel (what the AMQP front-end tells
+// apart: a queue gone, a full queue, a stale handle), with its text; an
+// error without a sentinel arrives as its text.
+func TestEngineCallErrorsCross(t *testing.T) {
+	for _, s := range remoteSentinels {
+		got := toRemoteError(fmt.Errorf("queue q: %w", s)).err()
+		if !errors.Is(got, s) {
+			t.Errorf("%v arrived as %v", s, got)
+		}
+	}
+	other := toRemoteError(&engine.MessageTooLargeError{Size: 9, Limit: 1}).err()
+	if other == nil || errors.Is(other, engine.ErrQueueNotFound) || errors.Is(other, engine.ErrQueueFull) {
+		t.Errorf("a message too large arrived as %v", other)
+	}
+	if toRemoteError(nil).err() != nil {
+		t.Error("no error arrived as one")
+	}
+}
+
+// TestEngineCallRoundTrip: a call's messages arrive whole (body, envelope,
+// attributes, TTL), and a reply's results, deliveries and errors.
+func TestEngineCallRoundTrip(t *testing.T) {
+	msgs := []engine.Message{
+		{Body: []byte("one"), Envelope: []byte{1, 2, 3}, TTL: 5, TTLSet: true,
+			Attributes: []engine.Attribute{{Name: "origin", DataType: "String", StringValue: "node-1"}}},
+		{Body: []byte("two")},
+	}
+	body, err := encodeGob(engineCall{Op: opSend, Queue: "orders", Msgs: msgs, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeEngineCall(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Op != opSend || c.Queue != "orders" || c.Wait != time.Second || len(c.Msgs) != 2 || string(c.Msgs[0].Body) != "one" ||
+		!bytes.Equal(c.Msgs[0].Envelope, []byte{1, 2, 3}) || c.Msgs[0].TTL != 5 || !c.Msgs[0].TTLSet ||
+		len(c.Msgs[0].Attributes) != 1 || c.Msgs[0].Attributes[0].StringValue != "node-1" || string(c.Msgs[1].Body) != "two" {
+		t.Fatalf("arrived: %+v", c)
+	}
+
+	out, err := encodeGob(engineReply{Results: []remoteSendResult{{MessageID: "a"}, {Err: toRemoteError(engine.ErrQueueFull)}},
+		Deliveries: []engine.Delivery{{MessageID: "m", ReceiptHandle: "h", Body: []byte("b"), ReceiveCount: 2, Redelivered: true,
+			LastFailure: &engine.FailureRecord{ErrorClass: "E"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := decodeEngineReply(out)
+	if err != nil || rep.Results[0].MessageID != "a" || rep.Results[0].Err.err() != nil || !errors.Is(rep.Results[1].Err.err(), engine.ErrQueueFull) {
+		t.Fatalf("reply: %+v, %v", rep, err)
+	}
+	if d := rep.Deliveries[0]; d.ReceiptHandle != "h" || string(d.Body) != "b" || d.ReceiveCount != 2 || !d.Redelivered || d.LastFailure == nil || d.LastFailure.ErrorClass != "E" {
+		t.Fatalf("delivery arrived as %+v", d)
+	}
+	out, err = encodeGob(engineReply{Err: toRemoteError(engine.ErrNotLeading)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeEngineReply(out); !errors.Is(err, engine.ErrNotLeading) {
+		t.Fatalf("a refused call arrived as %v", err)
+	}
+}
+
+// TestLeaseSessionsExpire: a session not heard from for the expiry gives
+// back the handles it holds and not those it settled; a session heard
+// from keeps them.
+func TestLeaseSessionsExpire(t *testing.T) {
+	var ls leaseSessions
+	t0 := time.Unix(1000, 0)
+	ds := []engine.Delivery{{ReceiptHandle: "a"}, {ReceiptHandle: "b"}, {ReceiptHandle: "c"}}
+	ls.hold("s1", "q", ds, t0)
+	ls.hold("s2", "q", ds[:1], t0)
+	ls.release("s1", "q", []string{"b"}, t0)
+	ls.touch("s2", t0.Add(10*time.Second))
+	got := ls.expired(t0.Add(5 * time.Second))
+	if len(got) != 1 || len(got["q"]) != 2 {
+		t.Fatalf("expired: %v, want s1's a and c", got)
+	}
+	if again := ls.expired(t0.Add(5 * time.Second)); len(again) != 0 {
+		t.Fatalf("expired twice: %v", again)
+	}
+	if last := ls.expired(t0.Add(11 * time.Second)); len(last["q"]) != 1 || last["q"][0] != "a" {
+		t.Fatalf("s2 expired with %v", last)
+	}
+}
+
+// FuzzEngineCallDecoders: the node-only engine path's decoders take any
+// bytes without a panic, and a call they accept encodes again.
+func FuzzEngineCallDecoders(f *testing.F) {
+	body, err := encodeGob(engineCall{Op: opSend, Queue: "q", Msgs: []engine.Message{{Body: []byte("x"),
+		Attributes: []engine.Attribute{{Name: "a", DataType: "String", StringValue: "b"}}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(body)
+	out, err := encodeGob(engineReply{Results: []remoteSendResult{{MessageID: "m", Err: remoteError{Sentinel: 2, Text: "full"}}},
+		Deliveries: []engine.Delivery{{MessageID: "m", Body: []byte("b")}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(out)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if c, err := decodeEngineCall(data); err == nil {
+			if _, err := encodeGob(c); err != nil {
+				t.Fatalf("a decoded call does not encode: %v", err)
+			}
+		}
+		rep, _ := decodeEngineReply(data)
+		for _, r := range rep.Results {
+			_ = r.Err.err()
+		}
+	})
+}
+
+// TestShardEngineReturnsASilentCallersLeases: a shard's leader that
+// handed connection leases to a caller over ShardEnginePath returns those
+// the caller did not settle to their queue once the caller has been silent
+// for sessionExpiry (the caller died, or lost shard 0), with the
+// redelivered flag; those it acknowledged stay deleted.
+func TestShardEngineReturnsASilentCallersLeases(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	o.ShardViews = true
+	s, stop := run(t, o, clk)
+	defer stop()
+	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.eng.Send("q", []engine.Message{{Body: []byte("1")}, {Body: []byte("2")}, {Body: []byte("3")}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rep := s.runEngineCall(ctx, engineCall{Op: opReceive, Queue: "q", Session: "caller-1", Max: 3,
+		Visibility: time.Hour, VisibilitySet: true, WaitSet: true, SessionLease: true})
+	if err := rep.Err.err(); err != nil || len(rep.Deliveries) != 3 {
+		t.Fatalf("receive: %d deliveries, %v", len(rep.Deliveries), err)
+	}
+	acked := rep.Deliveries[0]
+	if r := s.runEngineCall(ctx, engineCall{Op: opDeleteLeased, Queue: "q", Session: "caller-1", Handles: []string{acked.ReceiptHandle}}); r.Err.err() != nil || len(r.Errs) != 1 || r.Errs[0].err() != nil {
+		t.Fatalf("ack: %+v", r)
+	}
+	// Heard from within the expiry: kept.
+	clk.Advance(sessionExpiry - time.Second)
+	s.runEngineCall(ctx, engineCall{Op: opKeepalive, Queue: "q", Session: "caller-1"})
+	clk.Advance(sessionExpiry - time.Second)
+	if back := s.sessions.expired(clk.Now().Add(-sessionExpiry)); len(back) != 0 {
+		t.Fatalf("a session heard from %v ago gave back %v", sessionExpiry-time.Second, back)
+	}
+	// Silent past it: the two it held come back, redelivered.
+	clk.Advance(2 * time.Second)
+	poll.CheckFor(t, 10*time.Second, poll.True("the silent caller's two leases are visible again", func() bool {
+		info, err := s.eng.GetQueue("q")
+		return err == nil && info.Visible == 2 && info.InFlight == 0
+	}))
+	ds, err := s.eng.Receive(ctx, "q", engine.ReceiveRequest{Max: 10, WaitSet: true})
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("receive after the expiry: %d, %v", len(ds), err)
+	}
+	for _, d := range ds {
+		if d.MessageID == acked.MessageID || !d.Redelivered {
+			t.Fatalf("after the expiry got %s (redelivered %v); the acknowledged one was %s", d.MessageID, d.Redelivered, acked.MessageID)
+		}
+	}
+}
