@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -188,5 +189,27 @@ func checkTakeover(ctx context.Context, t *testing.T, sc *sqs.Client, q *string,
 				t.Errorf("SentTimestamp of a send to the new leader is %v off the true time, want the cluster's clock (±2 s)", d.Round(time.Millisecond))
 			}
 		}
+	}
+}
+
+// TestStampClockOnlyWhileLeading: a status report's answer carries the
+// clock the answering node's engine runs on, and no clock at all from a
+// node without one (its leadership just ended): its wall clock is not the
+// cluster's, and a follower that measured it would carry that node's skew
+// into its own next leadership.
+func TestStampClockOnlyWhileLeading(t *testing.T) {
+	n := &Node{}
+	rec := httptest.NewRecorder()
+	n.stampClock(rec)
+	if h := rec.Header().Get(clockHeader); h != "" {
+		t.Fatalf("a node without a timeline stamped %s", h)
+	}
+	base := clock.NewFake(time.Unix(1_800_000_000, 0))
+	n.timeline = newTimeline(base, -20*time.Second)
+	rec = httptest.NewRecorder()
+	n.stampClock(rec)
+	got, err := strconv.ParseInt(rec.Header().Get(clockHeader), 10, 64)
+	if err != nil || got != base.Now().Add(-20*time.Second).UnixNano() {
+		t.Fatalf("a leader stamped %q (%v), want its engine clock %d", rec.Header().Get(clockHeader), err, base.Now().Add(-20*time.Second).UnixNano())
 	}
 }
