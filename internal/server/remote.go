@@ -430,6 +430,9 @@ func (r *remoteEngine) VisibleHint(name string) (int, bool) {
 	return r.Engine.VisibleHint(name)
 }
 
+// keepaliveParallel bounds the keepalive calls in flight at once.
+const keepaliveParallel = 16
+
 // keepalive pings, every engineKeepalive until ctx ends, the session of
 // every queue found elsewhere, so that their leaders keep its leases.
 func (r *remoteEngine) keepalive(ctx context.Context) {
@@ -447,16 +450,26 @@ func (r *remoteEngine) keepalive(ctx context.Context) {
 			names = append(names, name)
 		}
 		r.mu.Unlock()
+		// In parallel (at most keepaliveParallel at once): a shard whose
+		// leader does not answer holds its pings for engineKeepalive, not
+		// the other shards' past their sessions' expiry.
+		sem := make(chan struct{}, keepaliveParallel)
+		var wg sync.WaitGroup
 		for _, name := range names {
 			session, ok := r.remote(name)
 			if !ok {
 				continue
 			}
-			cctx, cancel := context.WithTimeout(ctx, engineKeepalive)
-			if _, err := r.do(cctx, engineCall{Op: opKeepalive, Queue: name, Session: session}); err != nil && ctx.Err() == nil && !errors.Is(err, engine.ErrQueueNotFound) {
-				r.log.Debug("amqp: a session's keepalive failed", "queue", name, "err", err)
-			}
-			cancel()
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				cctx, cancel := context.WithTimeout(ctx, engineKeepalive)
+				defer cancel()
+				if _, err := r.do(cctx, engineCall{Op: opKeepalive, Queue: name, Session: session}); err != nil && ctx.Err() == nil && !errors.Is(err, engine.ErrQueueNotFound) {
+					r.log.Debug("amqp: a session's keepalive failed", "queue", name, "err", err)
+				}
+			})
 		}
+		wg.Wait()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/engine"
@@ -181,8 +182,9 @@ func decodeEngineReply(body []byte) (engineReply, error) {
 // connection leases to, by session id: the handles not yet settled, by
 // queue, and when the caller was last heard from.
 type leaseSessions struct {
-	mu sync.Mutex
-	m  map[string]*leaseSession
+	mu     sync.Mutex
+	m      map[string]*leaseSession
+	sweeps atomic.Int64 // expired calls, for tests
 }
 
 type leaseSession struct {
@@ -246,6 +248,7 @@ func (ls *leaseSessions) touch(id string, now time.Time) {
 func (ls *leaseSessions) expired(before time.Time) map[string][]string {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	defer ls.sweeps.Add(1)
 	var out map[string][]string
 	for id, s := range ls.m {
 		if !s.seen.Before(before) {

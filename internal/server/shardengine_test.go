@@ -181,3 +181,72 @@ func TestShardEngineReturnsASilentCallersLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteKeepaliveKeepsASession: the caller's keepalive reaches the
+// queue's leader every engineKeepalive, so a consumer that holds a
+// delivery longer than sessionExpiry (a slow handler) keeps its lease: the
+// leader, its clock moved past the expiry twice over, returns nothing
+// while the pings arrive, and returns the lease once they stop.
+func TestRemoteKeepaliveKeepsASession(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	o.ShardViews = true
+	holder, stop := run(t, o, clk)
+	defer stop()
+	if _, _, err := holder.eng.CreateQueue("slow", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.eng.Send("slow", []engine.Message{{Body: []byte("long job")}}); err != nil {
+		t.Fatal(err)
+	}
+	// The caller: a remoteEngine whose calls run on holder directly (the
+	// cluster node's HTTP hop left out).
+	pings := make(chan struct{}, 64)
+	call := func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		rep := holder.runEngineCall(ctx, c)
+		if c.Op == opKeepalive {
+			pings <- struct{}{}
+		}
+		return encodeGob(rep)
+	}
+	o2 := DefaultOptions()
+	o2.DataDir = t.TempDir()
+	o2.SQSListen, o2.AMQPListen = "127.0.0.1:0", ""
+	caller, stop2 := run(t, o2, nil) // its engine holds no queue "slow"
+	defer stop2()
+	_, r := newRemoteEngine(caller.eng, Options{NameTaken: func(string) bool { return true }, ShardCall: call}, holder.log)
+	if _, err := r.GetQueue("slow"); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := r.Receive(context.Background(), "slow", engine.ReceiveRequest{Max: 1, Visibility: time.Hour, VisibilitySet: true, WaitSet: true, Session: true})
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %d, %v", len(ds), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.keepalive(ctx); close(done) }()
+	for range 2 {
+		clk.Advance(sessionExpiry - time.Second)
+		<-pings // a ping after the advance: heard from at the new time
+	}
+	// The leader's sweeps since (its clock now twice the expiry past the
+	// receive) left the lease in flight.
+	from := holder.sessions.sweeps.Load()
+	poll.CheckFor(t, 10*time.Second, poll.True("two sweeps of the sessions", func() bool { return holder.sessions.sweeps.Load() >= from+2 }))
+	if info, err := holder.eng.GetQueue("slow"); err != nil || info.Visible != 0 || info.InFlight != 1 {
+		t.Fatalf("a session kept alive lost its lease: %+v, %v", info, err)
+	}
+	cancel()
+	<-done
+	clk.Advance(sessionExpiry + time.Second)
+	poll.CheckFor(t, 10*time.Second, poll.True("the lease is back once the pings stopped", func() bool {
+		info, err := holder.eng.GetQueue("slow")
+		return err == nil && info.Visible == 1
+	}))
+}
