@@ -527,8 +527,10 @@ const (
 // InjectedStore to the replicated store bound to that leadership. With
 // several shards, shard 0's server also lists the other shards' queues
 // (ListQueues from this node's copies; the admin API's queue list and the
-// dashboard's overview read from the other shards' leaders), and the
-// others serve no AMQP (AMQP reaches shard 0 only, ADR 0015 step 4).
+// dashboard's overview read from the other shards' leaders) and serves
+// AMQP, reaching the other shards' SQS queues through their leaders
+// (ShardCall, internal/server remote.go); the others serve no AMQP of
+// their own.
 func (n *Node) internalOptions(k int, term uint64) server.Options {
 	o := n.opts
 	if k == 0 {
