@@ -1,10 +1,8 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/sluicemq/sluice/internal/server"
@@ -31,29 +29,5 @@ func (n *Node) shardCall(ctx context.Context, own int, name, path string, body [
 	if !ok || k == own {
 		return nil, server.ErrNotElsewhere
 	}
-	rctx, cancel := context.WithTimeout(ctx, n.hold)
-	ad, _, err := n.route(rctx, k)
-	cancel()
-	if err != nil || ad.SQS == "" {
-		return nil, fmt.Errorf("no leader of shard %d is serving", k)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ad.SQS+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := (&http.Client{Transport: n.transport}).Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
-	}
-	defer func() { _ = resp.Body.Close() }() // read below
-	reply, err := io.ReadAll(io.LimitReader(resp.Body, maxShardCallReply+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("shard %d's leader answered %s: %s", k, resp.Status, bytes.TrimSpace(reply[:min(len(reply), 200)]))
-	case len(reply) > maxShardCallReply:
-		return nil, fmt.Errorf("shard %d's answer is over %d bytes", k, maxShardCallReply)
-	}
-	return reply, nil
+	return n.shardRequest(ctx, k, http.MethodPost, path, body, maxShardCallReply, 0)
 }

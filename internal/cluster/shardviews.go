@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -44,15 +45,29 @@ func (n *Node) otherShards(ctx context.Context, own int, path string) []server.S
 
 // readShardView reads path from the leader of shard k.
 func (n *Node) readShardView(ctx context.Context, k int, path string) ([]byte, error) {
+	return n.shardRequest(ctx, k, http.MethodGet, path, nil, maxShardView, shardViewTimeout)
+}
+
+// shardRequest sends a request to path on the node-only internal
+// listener of shard k's leader (waiting at most the hold timeout for one
+// to serve) and returns its 200 answer's body, at most limit bytes. A
+// timeout above 0 bounds the request once the leader is found.
+func (n *Node) shardRequest(ctx context.Context, k int, method, path string, body []byte, limit int, timeout time.Duration) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, n.hold)
 	ad, _, err := n.route(rctx, k)
 	cancel()
 	if err != nil || ad.SQS == "" {
 		return nil, fmt.Errorf("no leader of shard %d is serving", k)
 	}
-	ctx, cancel = context.WithTimeout(ctx, shardViewTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ad.SQS+path, nil)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+ad.SQS+path, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -61,14 +76,14 @@ func (n *Node) readShardView(ctx context.Context, k int, path string) ([]byte, e
 		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
 	}
 	defer func() { _ = resp.Body.Close() }() // read below
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxShardView+1))
+	reply, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
 	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("shard %d's leader answered %s", k, resp.Status)
-	case len(body) > maxShardView:
-		return nil, fmt.Errorf("shard %d's listing is over %d bytes", k, maxShardView)
+		return nil, fmt.Errorf("shard %d's leader answered %s: %s", k, resp.Status, bytes.TrimSpace(reply[:min(len(reply), 200)]))
+	case len(reply) > limit:
+		return nil, fmt.Errorf("shard %d's answer is over %d bytes", k, limit)
 	}
-	return body, nil
+	return reply, nil
 }
