@@ -131,10 +131,12 @@ func (n *Node) locateQueue(ctx context.Context, name string) (int, bool, error) 
 	if k, ok, _ := n.findQueueErr(name); ok {
 		return k, true, nil
 	}
-	if err := n.catchUp(ctx); err != nil {
-		return 0, false, err
+	cerr := n.catchUp(ctx)
+	k, ok, err := n.findQueueErr(name)
+	if ok {
+		return k, true, nil
 	}
-	return n.findQueueErr(name)
+	return 0, false, errors.Join(cerr, err)
 }
 
 // placeQueue returns the shard of the queue rt names: where a copy on this
@@ -253,11 +255,7 @@ func (n *Node) queueElsewhere(k int, name string) bool {
 	if !server.ValidQueueName(name) {
 		return false // AMQP-only names (vhosts, dots) are no SQS queue's
 	}
-	at, ok := n.findQueue(name)
-	if !ok {
-		_ = n.catchUp(context.Background()) // best effort, as before
-		at, ok = n.findQueue(name)
-	}
+	at, ok, _ := n.locateQueue(context.Background(), name) // not certain: taken as not elsewhere, as a create guard always did
 	return ok && at != k
 }
 
