@@ -44,7 +44,9 @@ type remoteEngine struct {
 	log   *slog.Logger
 	base  string // this server's sessions' prefix
 
-	mu     sync.Mutex
+	// mu guards queues; every engine call the AMQP server makes looks
+	// here first (a read), so it is a read-write lock.
+	mu     sync.RWMutex
 	queues map[string]*remoteQueue // by name: queues found elsewhere
 }
 
@@ -78,8 +80,8 @@ func (r *remoteEngine) Holds(name string) bool { return r.holds(name) }
 
 // remote reports whether name is a queue found elsewhere, and its session.
 func (r *remoteEngine) remote(name string) (string, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	q := r.queues[name]
 	if q == nil {
 		return "", false

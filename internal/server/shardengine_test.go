@@ -136,11 +136,7 @@ func FuzzEngineCallDecoders(f *testing.F) {
 // redelivered flag; those it acknowledged stay deleted.
 func TestShardEngineReturnsASilentCallersLeases(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	o := DefaultOptions()
-	o.DataDir = t.TempDir()
-	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
-	o.ShardViews = true
-	s, stop := run(t, o, clk)
+	s, stop := startShardLeader(t, clk)
 	defer stop()
 	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
@@ -189,11 +185,7 @@ func TestShardEngineReturnsASilentCallersLeases(t *testing.T) {
 // while the pings arrive, and returns the lease once they stop.
 func TestRemoteKeepaliveKeepsASession(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	o := DefaultOptions()
-	o.DataDir = t.TempDir()
-	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
-	o.ShardViews = true
-	holder, stop := run(t, o, clk)
+	holder, stop := startShardLeader(t, clk)
 	defer stop()
 	if _, _, err := holder.eng.CreateQueue("slow", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
@@ -249,4 +241,15 @@ func TestRemoteKeepaliveKeepsASession(t *testing.T) {
 		info, err := holder.eng.GetQueue("slow")
 		return err == nil && info.Visible == 1
 	}))
+}
+
+// startShardLeader runs a server as a shard's leader runs (ShardViews:
+// the node-only paths), on clk, without AMQP.
+func startShardLeader(t *testing.T, clk clock.Clock) (*Server, func()) {
+	t.Helper()
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	o.ShardViews = true
+	return run(t, o, clk)
 }
