@@ -58,7 +58,9 @@ type amqpLoad struct {
 	w  *workload // the SQS workload: node picking and error counts
 	Ck *faults.Checker
 	// queue is where the publishers publish (through the default
-	// exchange): amqpQueue, or another shard's SQS queue (spreadPublishers).
+	// exchange) and the consumers consume: amqpQueue; another shard's
+	// SQS workload queue (publishers only, spreadWorkloads); or an SQS
+	// queue on another shard (remoteAMQPLoads).
 	queue string
 
 	seq atomic.Int64 // message ids
@@ -335,7 +337,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 	}
 	begin := time.Now()
 	a.w.Ops.Add(1)
-	ds, err := ch.ConsumeWithContext(ctx, amqpQueue, "", false, false, false, false, nil)
+	ds, err := ch.ConsumeWithContext(ctx, a.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return err
 	}
@@ -392,7 +394,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 			if k := len(ackAt) + 1; k > amqpPrefetch {
 				taken = ackAt[k-amqpPrefetch-1]
 			}
-			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: "", Queue: amqpQueue,
+			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: "", Queue: a.queue,
 				Begin: taken, End: end, Count: count, Epoch: lease.Epoch})
 			a.AMQPDels.Add(1)
 			ackAt = append(ackAt, time.Now())
@@ -414,7 +416,7 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 	w := a.w
 	for ctx.Err() == nil {
 		a.holdOff(ctx)
-		_, client, url, err := w.pick(ctx, rng, amqpQueue)
+		_, client, url, err := w.pick(ctx, rng, a.queue)
 		if err != nil {
 			return
 		}
@@ -449,7 +451,7 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 			id, _ := faults.ParseBody(body)
 			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 			l := faults.Lease{Count: count, Epoch: epoch}
-			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: amqpQueue,
+			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: a.queue,
 				Begin: begin, End: end, Count: count, Visibility: faults.LeaseTime, Epoch: l.Epoch})
 			a.SQSDels.Add(1)
 			a.Ck.DeleteAttempted(id, l, time.Now())
@@ -467,7 +469,7 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 			if ctx.Err() != nil {
 				return
 			}
-			if _, client, url, err = w.pick(ctx, rng, amqpQueue); err != nil {
+			if _, client, url, err = w.pick(ctx, rng, a.queue); err != nil {
 				return
 			}
 			w.Ops.Add(1)
@@ -501,7 +503,7 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 // log.
 func (a *amqpLoad) summary(r faults.Report) string {
 	return fmt.Sprintf("AMQP queue %s: publishes %d, confirms %d; deliveries to AMQP consumers %d (acks proved applied by a basic.qos reply, checked for resurrection: %d), to the SQS consumer %d (delete batches answered in their receive's term, checked for resurrection: %d); %s",
-		amqpQueue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.AcksConfirmed.Load(), a.SQSDels.Load(), a.SQSSameTerm.Load(), r)
+		a.queue, a.Publishes.Load(), a.Confirms.Load(), a.AMQPDels.Load(), a.AcksConfirmed.Load(), a.SQSDels.Load(), a.SQSSameTerm.Load(), r)
 }
 
 // held reports whether the broker, asked through any live node, counts
@@ -514,11 +516,11 @@ func (a *amqpLoad) held(ctx context.Context, rng *rand.Rand) bool {
 // counts asks any live node whether the AMQP queue is empty, with a
 // description of its counts.
 func (a *amqpLoad) counts(ctx context.Context, rng *rand.Rand) (empty bool, desc string, err error) {
-	_, client, url, err := a.w.pick(ctx, rng, amqpQueue)
+	_, client, url, err := a.w.pick(ctx, rng, a.queue)
 	if err != nil {
 		return false, "", err
 	}
-	return faults.QueueCounts(ctx, client, url, amqpQueue)
+	return faults.QueueCounts(ctx, client, url, a.queue)
 }
 
 // drained reports whether every confirmed message of the AMQP queue is
@@ -526,7 +528,7 @@ func (a *amqpLoad) counts(ctx context.Context, rng *rand.Rand) (empty bool, desc
 // in it (for the drain).
 func (a *amqpLoad) drained(ctx context.Context, rng *rand.Rand) (bool, string) {
 	if n := a.Ck.Unsettled(); n > 0 {
-		return false, fmt.Sprintf("%s: %d confirmed messages unsettled: %s", amqpQueue, n, strings.Join(a.Ck.UnsettledDetails(3), "; "))
+		return false, fmt.Sprintf("%s: %d confirmed messages unsettled: %s", a.queue, n, strings.Join(a.Ck.UnsettledDetails(3), "; "))
 	}
 	empty, desc, err := a.counts(ctx, rng)
 	if err != nil {

@@ -310,8 +310,15 @@ func TestClusterFaults(t *testing.T) {
 	if err := a.declare(); err != nil {
 		t.Fatal(err)
 	}
+	remote, err := remoteAMQPLoads(ctx, c, w, shards) // with shards: AMQP on an SQS queue of each other shard
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.Start(ctx, rng)
 	a.Start(ctx, rng)
+	for _, r := range remote {
+		r.Start(ctx, rng)
+	}
 	startSpread(ctx, rng, w, extra)
 
 	var injected []string
@@ -327,6 +334,9 @@ func TestClusterFaults(t *testing.T) {
 		}
 		w.Ck.Fault()
 		a.Ck.Fault()
+		for _, r := range remote {
+			r.Ck.Fault()
+		}
 		for _, e := range extra {
 			e.Ck.Fault()
 		}
@@ -370,12 +380,22 @@ func TestClusterFaults(t *testing.T) {
 		}
 	}
 	a.StopPublishers()
+	for _, r := range remote {
+		r.StopPublishers()
+	}
 	stopSpreadProducers(w, extra)
-	if w.drain(t, ctx, drainLimit, spreadDrained(extra, a.drained), spreadHeld(extra, a.held)) {
-		a.Ck.DrainIncomplete() // the AMQP queue's part of the same drain
+	if w.drain(t, ctx, drainLimit, spreadDrained(extra, amqpDrained(a, remote)), spreadHeld(extra, amqpHeld(a, remote))) {
+		a.Ck.DrainIncomplete() // the AMQP queues' part of the same drain
+		for _, r := range remote {
+			r.Ck.DrainIncomplete()
+		}
 	}
 	a.StopConsumers()
+	for _, r := range remote {
+		r.StopConsumers()
+	}
 	finishSpread(t, ctx, extra)
+	finishRemote(t, remote)
 	mo.close()
 
 	r := w.Ck.Report()
@@ -387,7 +407,7 @@ func TestClusterFaults(t *testing.T) {
 		observations, terms, mo.errs, len(viol))
 	if shards > 1 {
 		served := mo.answeringShards()
-		t.Logf("the SQS queues were served by the leaders of shard(s) %v of %d (AMQP: shard 0)", served, shards)
+		t.Logf("the SQS queues were served by the leaders of shard(s) %v of %d (AMQP: shard 0's, and through its router every shard's)", served, shards)
 		if len(served) < shards {
 			t.Errorf("the SQS workloads reached shard(s) %v of %d: a shard's leader served none of them under the faults", served, shards)
 		}

@@ -7,6 +7,11 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/test/faults"
 )
 
 // With several shards one SQS queue pair lives on one shard, so the
@@ -160,5 +165,88 @@ func finishSpread(t *testing.T, ctx context.Context, extra []*workload) {
 			t.Errorf("%s: no send acknowledged: its shard's part of the run proves nothing", e.Main)
 		}
 		checkPub(t, e)
+	}
+}
+
+// remoteAMQPLoads returns, with more than one shard, an AMQP load for
+// every shard but 0 on an SQS queue placed there (cf-amqp-r<k>, its name
+// chosen to hash to the shard): publishers with confirms, AMQP consumers
+// with manual acks and an SQS consumer, all through random nodes, each
+// load under its own Checker. AMQP clients reach shard 0's leader, whose
+// router makes every publish, delivery, ack and requeue a call to the
+// queue's shard's leader (ADR 0015 step 4), so the faults hit those
+// calls, the remote sessions and their leases: a remote ack lost or
+// applied twice, a delivery handed to two consumers, or a confirm for a
+// publish the other shard never stored is a violation as on shard 0's
+// queue. The queues are created over SQS through node 1 (an AMQP declare
+// of a new queue makes it on shard 0).
+func remoteAMQPLoads(ctx context.Context, c *testCluster, w *workload, shards int) ([]*amqpLoad, error) {
+	if shards <= 1 {
+		return nil, nil
+	}
+	var out []*amqpLoad
+	covered := map[int]bool{0: true}
+	for k := 1; len(covered) < shards && k < 10000; k++ {
+		name := fmt.Sprintf("cf-amqp-r%d", k)
+		s := shardOf(name, shards)
+		if covered[s] {
+			continue
+		}
+		covered[s] = true
+		rw := newWorkload(c, fmt.Sprintf("%sr%d", w.Run, s), false)
+		rw.served = w.served
+		_, client := c.nodes[0].current()
+		if _, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
+			return nil, fmt.Errorf("create %s: %w", name, err)
+		}
+		out = append(out, &amqpLoad{w: rw, Ck: faults.NewChecker(false, 0), queue: name})
+	}
+	return out, nil
+}
+
+// amqpDrained is the drain's condition over a and the remote loads: every
+// confirmed message settled and every queue empty.
+func amqpDrained(a *amqpLoad, remote []*amqpLoad) func(context.Context, *rand.Rand) (bool, string) {
+	return func(ctx context.Context, rng *rand.Rand) (bool, string) {
+		for _, r := range remote {
+			if ok, desc := r.drained(ctx, rng); !ok {
+				return false, desc
+			}
+		}
+		return a.drained(ctx, rng)
+	}
+}
+
+// amqpHeld reports whether a's queue or any remote load's still holds
+// messages (or cannot be asked).
+func amqpHeld(a *amqpLoad, remote []*amqpLoad) func(context.Context, *rand.Rand) bool {
+	return func(ctx context.Context, rng *rand.Rand) bool {
+		for _, r := range remote {
+			if r.held(ctx, rng) {
+				return true
+			}
+		}
+		return a.held(ctx, rng)
+	}
+}
+
+// finishRemote reports each remote AMQP load's history and fails the
+// test on any violation, on a load with no publish confirmed, and on one
+// whose AMQP consumers got no delivery (the remote consume path then went
+// unchecked).
+func finishRemote(t *testing.T, remote []*amqpLoad) {
+	t.Helper()
+	for _, r := range remote {
+		rep := r.Ck.Report()
+		t.Logf("remote (shard %d): %s; errors: %s", shardOf(r.queue, r.w.c.shards), r.summary(rep), r.w.errorSummary())
+		if rep.Violations() > 0 {
+			t.Errorf("the checker found violations on %s:\n%s", r.queue, rep.Details(10))
+		}
+		if rep.Acked == 0 {
+			t.Errorf("%s: no AMQP publish confirmed: its shard's AMQP part proves nothing", r.queue)
+		}
+		if r.AMQPDels.Load() == 0 {
+			t.Errorf("%s: no delivery to an AMQP consumer: the remote consume path went unchecked", r.queue)
+		}
 	}
 }
