@@ -257,3 +257,71 @@ func consumeRemote(t *testing.T, nodes []*Node, queue string, n int) {
 		return out.Attributes["ApproximateNumberOfMessages"] == "0" && out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
 	}))
 }
+
+// TestShardsAMQPRemoteFullQueueNacks: a publish to an SQS queue on
+// another shard that its shard's engine refuses (the queue is at
+// max_queue_messages) is nacked, not confirmed, and the publishes it
+// stored are confirmed and there; through node 3 (each node leads one
+// shard).
+func TestShardsAMQPRemoteFullQueueNacks(t *testing.T) {
+	const limit = 3
+	nodes, _ := shardedNodesWith(t, func(o *server.Options) { o.MaxQueueMessages = limit })
+	ctx := context.Background()
+	name := "full-1"
+	for i := 0; hashShard(name, 3) != 1; i++ {
+		name = fmt.Sprintf("full-1-%d", i)
+	}
+	if _, err := shardClient(nodes[0]).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	var acked, nacked int
+	for j := range limit + 2 {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprintf("m%d", j))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ok, err := dc.WaitContext(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("publish %d: %v", j, err)
+		}
+		if ok {
+			acked++
+		} else {
+			nacked++
+		}
+	}
+	if acked != limit || nacked != 2 {
+		t.Fatalf("%d publishes to a queue of at most %d on shard 1: %d acked, %d nacked; want %d and 2", limit+2, limit, acked, nacked, limit)
+	}
+	if ch.IsClosed() {
+		t.Fatal("a nacked publish closed the channel")
+	}
+	client := shardClient(nodes[2])
+	url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := attrs.Attributes["ApproximateNumberOfMessages"]; got != fmt.Sprint(limit) {
+		t.Fatalf("%s holds %s messages, want the %d confirmed", name, got, limit)
+	}
+}
