@@ -325,3 +325,146 @@ func TestShardsAMQPRemoteFullQueueNacks(t *testing.T) {
 		t.Fatalf("%s holds %s messages, want the %d confirmed", name, got, limit)
 	}
 }
+
+// TestShardsAMQPFlowControlsARemoteQueue: AMQP publisher flow control
+// covers a queue on another shard. Its one consumer holds its prefetch
+// without acking while a confirming publisher floods it through shard 0's
+// router: the publisher's connection is paused (shard 0's leader reports
+// it) and the queue stops near its high-water mark; once the consumer
+// acks again everything is delivered and confirmed. Without a backlog
+// hint for remote queues nothing is ever paused.
+func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
+	const (
+		total      = 1500
+		window     = 20
+		prefetch   = 5
+		minBacklog = 100
+	)
+	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
+		o.AMQPFlowMinBacklog, o.AMQPFlowCreditFactor = minBacklog, 1
+		o.AMQPFlowMaxWait = 60_000_000_000 // a minute (the option's type is the server's own duration)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := "flow-1"
+	for i := 0; hashShard(name, 3) != 1; i++ {
+		name = fmt.Sprintf("flow-1-%d", i)
+	}
+	client := shardClient(nodes[0])
+	cq, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shard 0's leader runs the AMQP server (and its router).
+	var lead0 *Node
+	poll.CheckFor(t, 10*time.Second, poll.True("shard 0 led by one of the nodes", func() bool {
+		_, l, ok := nodes[0].target(0)
+		for _, n := range nodes {
+			if ok && n.opts.Cluster.NodeID == l {
+				lead0 = n
+			}
+		}
+		return lead0 != nil
+	}))
+
+	cconn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cconn.Close() }()
+	cch, err := cconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cch.Qos(prefetch, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := cch.Consume(name, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pconn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pconn.Close() }()
+	pch, err := pconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan error, 1)
+	go func() {
+		var inflight []*amqp.DeferredConfirmation
+		wait := func() error {
+			ok, err := inflight[0].WaitContext(ctx)
+			inflight = inflight[1:]
+			if err == nil && !ok {
+				err = errors.New("a publish was nacked")
+			}
+			return err
+		}
+		for i := range total {
+			for len(inflight) >= window {
+				if err := wait(); err != nil {
+					published <- err
+					return
+				}
+			}
+			dc, err := pch.PublishWithDeferredConfirmWithContext(ctx, "", name, false, false,
+				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprintf("m%d", i))})
+			if err != nil {
+				published <- err
+				return
+			}
+			inflight = append(inflight, dc)
+		}
+		for len(inflight) > 0 {
+			if err := wait(); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+
+	poll.CheckFor(t, 30*time.Second, poll.True("the publisher paused by flow control on shard 0's leader", func() bool {
+		v, _ := scrape(t, lead0)
+		return v["sluice_amqp_flow_paused_connections"] >= 1 && v["sluice_amqp_flow_throttling_queues"] == 1
+	}))
+	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: cq.QueueUrl,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := attrs.Attributes["ApproximateNumberOfMessages"]
+	var n int
+	if _, err := fmt.Sscan(ready, &n); err != nil || n <= minBacklog || n > minBacklog+2*window {
+		t.Fatalf("ready while paused: %s, want over the mark %d and at most %d", ready, minBacklog, minBacklog+2*window)
+	}
+	select {
+	case err := <-published:
+		t.Fatalf("the publisher finished while the consumer was stalled: %v", err)
+	default:
+	}
+
+	for got := 0; got < total; got++ {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				t.Fatal("deliveries closed")
+			}
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("received %d of %d", got, total)
+		}
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp"
@@ -35,8 +36,10 @@ import (
 // Browse, which stay local (the AMQP server neither declares with
 // arguments nor binds a queue of another shard, amqp.Elsewhere); a
 // receive's OnTake runs after the call, not under that queue's lock; and
-// VisibleHint answers "no hint" for such a queue (publisher flow control
-// does not see its backlog).
+// VisibleHint answers, for such a queue, the ready count its leader
+// reported with the last answer of any call for it (publisher flow
+// control sees its backlog as of this server's last send, receive or
+// settlement there, at most a consumer's poll old while one consumes).
 type remoteEngine struct {
 	*engine.Engine
 	call  func(ctx context.Context, name, path string, body []byte) ([]byte, error)
@@ -55,6 +58,9 @@ type remoteEngine struct {
 // one, so that the leases it may have granted end with the old one).
 type remoteQueue struct {
 	gen int
+	// hint is the ready count the queue's leader last reported; -1:
+	// none yet.
+	hint atomic.Int64
 }
 
 var (
@@ -92,7 +98,9 @@ func (r *remoteEngine) remote(name string) (string, bool) {
 func (r *remoteEngine) found(name string) {
 	r.mu.Lock()
 	if r.queues[name] == nil {
-		r.queues[name] = &remoteQueue{}
+		q := &remoteQueue{}
+		q.hint.Store(-1)
+		r.queues[name] = q
 	}
 	r.mu.Unlock()
 }
@@ -122,12 +130,29 @@ func (r *remoteEngine) do(ctx context.Context, c engineCall) (engineReply, error
 	if err == nil {
 		rep, err = decodeEngineReply(out)
 	}
-	if errors.Is(err, engine.ErrQueueNotFound) {
+	switch {
+	case errors.Is(err, engine.ErrQueueNotFound):
 		r.mu.Lock()
 		delete(r.queues, c.Queue)
 		r.mu.Unlock()
+	case err == nil:
+		r.noteHint(c.Queue, rep)
 	}
 	return rep, err
+}
+
+// noteHint keeps the ready count rep reports for queue name, when it is a
+// queue found elsewhere.
+func (r *remoteEngine) noteHint(name string, rep engineReply) {
+	r.mu.RLock()
+	if q := r.queues[name]; q != nil {
+		if rep.VisibleOK {
+			q.hint.Store(int64(rep.Visible))
+		} else {
+			q.hint.Store(-1)
+		}
+	}
+	r.mu.RUnlock()
 }
 
 // callTimeout bounds every call but a receive's (whose wait it adds to).
@@ -191,6 +216,7 @@ func (r *remoteEngine) getRemote(name string) (engine.QueueInfo, error) {
 		return engine.QueueInfo{}, err
 	}
 	r.found(name)
+	r.noteHint(name, rep)
 	return rep.Info, nil
 }
 
@@ -424,12 +450,17 @@ func (r *remoteEngine) UpdateQueue(name string, fn func(cfg *engine.QueueConfig)
 	return r.Engine.UpdateQueue(name, fn)
 }
 
-// VisibleHint is Engine.VisibleHint; no hint for a queue elsewhere.
+// VisibleHint is Engine.VisibleHint; for a queue elsewhere, the ready
+// count its leader reported last (none before its first answer).
 func (r *remoteEngine) VisibleHint(name string) (int, bool) {
-	if _, ok := r.remote(name); ok {
-		return 0, false
+	r.mu.RLock()
+	q := r.queues[name]
+	r.mu.RUnlock()
+	if q == nil {
+		return r.Engine.VisibleHint(name)
 	}
-	return r.Engine.VisibleHint(name)
+	n := q.hint.Load()
+	return int(max(n, 0)), n >= 0
 }
 
 // keepaliveParallel bounds the keepalive calls in flight at once.

@@ -100,6 +100,11 @@ type engineReply struct {
 	Info       engine.QueueInfo
 	Time       time.Time
 	N          int
+	// Visible is the queue's ready count when the call ended (its
+	// leader's VisibleHint; VisibleOK false: none), which the caller's
+	// AMQP publisher flow control reads for a queue elsewhere.
+	Visible   int
+	VisibleOK bool
 }
 
 type remoteSendResult struct {
@@ -375,6 +380,9 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		s.sessions.touch(c.Session, now)
 	default:
 		r.Err = remoteError{Text: "unknown engine call " + c.Op}
+	}
+	if c.Queue != "" {
+		r.Visible, r.VisibleOK = s.eng.VisibleHint(c.Queue)
 	}
 	return r
 }

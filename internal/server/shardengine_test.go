@@ -253,3 +253,58 @@ func startShardLeader(t *testing.T, clk clock.Clock) (*Server, func()) {
 	o.ShardViews = true
 	return run(t, o, clk)
 }
+
+// TestRemoteVisibleHint: for a queue on another shard, the router's
+// VisibleHint (what AMQP publisher flow control reads) is the ready count
+// its leader reported with its last answer: none before any call, then
+// after sends and a receive the queue's count at that leader.
+func TestRemoteVisibleHint(t *testing.T) {
+	holder, stop := startShardLeader(t, nil)
+	defer stop()
+	if _, _, err := holder.eng.CreateQueue("hinted", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	call := func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		return encodeGob(holder.runEngineCall(ctx, c))
+	}
+	o2 := DefaultOptions()
+	o2.DataDir = t.TempDir()
+	o2.SQSListen, o2.AMQPListen = "127.0.0.1:0", ""
+	caller, stop2 := run(t, o2, nil)
+	defer stop2()
+	_, r := newRemoteEngine(caller.eng, Options{NameTaken: func(string) bool { return true }, ShardCall: call}, holder.log)
+	if _, ok := r.VisibleHint("hinted"); ok {
+		t.Fatal("a hint for a queue not looked up yet")
+	}
+	if _, err := r.GetQueue("hinted"); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := r.VisibleHint("hinted"); !ok || n != 0 {
+		t.Fatalf("hint after the lookup: %d, %v; want 0", n, ok)
+	}
+	msgs := make([]engine.Message, 5)
+	for i := range msgs {
+		msgs[i] = engine.Message{Body: []byte{byte('a' + i)}}
+	}
+	if _, err := r.Send("hinted", msgs); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := r.VisibleHint("hinted"); !ok || n != 5 {
+		t.Fatalf("hint after five sends: %d, %v; want 5", n, ok)
+	}
+	// Messages sent at the leader by others show with the next answer.
+	if _, err := holder.eng.Send("hinted", msgs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := r.Receive(context.Background(), "hinted", engine.ReceiveRequest{Max: 3, WaitSet: true, Session: true})
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("receive: %d, %v", len(ds), err)
+	}
+	if n, ok := r.VisibleHint("hinted"); !ok || n != 4 {
+		t.Fatalf("hint after 7 sent and 3 received: %d, %v; want 4", n, ok)
+	}
+}
