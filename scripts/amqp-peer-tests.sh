@@ -20,6 +20,10 @@
 #                         quarantine a test while a Sluice fix is pending)
 #   AMQP_PEER_RACE=1      run the suite under -race (needs cgo; slower)
 #   AMQP_PEER_KEEP=1      keep the work directory (server log, test output)
+#   AMQP_PEER_CLUSTER=1   run the suite against a three-node cluster on
+#                         127.0.0.1 instead, through a follower's AMQP
+#                         listener (every connection relayed to the leader)
+#   AMQP_PEER_SHARDS=N    with AMQP_PEER_CLUSTER=1: [cluster] shards (default 1)
 #   GO                    go command (default: go)
 set -euo pipefail
 
@@ -68,15 +72,21 @@ fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/sluice-amqp-peer.XXXXXX")"
 SERVER_PID=""
+NODE_PIDS=()
+stop_pid() {
+  local pid=$1
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    # Wait up to 10 s for a clean shutdown, then SIGKILL.
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+}
 cleanup() {
   local rc=$?
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    # Wait up to 10 s for a clean shutdown, then SIGKILL.
-    for _ in $(seq 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
+  stop_pid "$SERVER_PID"
+  for pid in "${NODE_PIDS[@]}"; do stop_pid "$pid"; done
   if [ "${AMQP_PEER_KEEP:-0}" = 1 ] || [ "$rc" -ne 0 ]; then
     echo "amqp-peer: work directory kept: $WORK" >&2
   else
@@ -102,26 +112,72 @@ fi
 cp -r "$dir" "$WORK/amqp091-go"
 chmod -R u+w "$WORK/amqp091-go"
 
-echo "== amqp-peer: start sluice"
-"$WORK/sluice" server --data-dir "$WORK/data" \
-  --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 --amqp-product RabbitMQ \
-  --ready-file "$WORK/ready.json" >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
+# ready_addr FILE PID: the AMQP address in ready file FILE once it is
+# written (up to 30 s), empty if PID ended first or it never was.
+ready_addr() {
+  local addr=""
+  for _ in $(seq 300); do
+    if [ -s "$1" ]; then
+      addr="$(sed -n 's/.*"amqp":"\([^"]*\)".*/\1/p' "$1")"
+      break
+    fi
+    if ! kill -0 "$2" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  echo "$addr"
+}
+
 amqp_addr=""
-for _ in $(seq 300); do # up to 30 s
-  if [ -s "$WORK/ready.json" ]; then
-    amqp_addr="$(sed -n 's/.*"amqp":"\([^"]*\)".*/\1/p' "$WORK/ready.json")"
-    break
+if [ "${AMQP_PEER_CLUSTER:-0}" = 1 ]; then
+  echo "== amqp-peer: start a three-node cluster (shards: ${AMQP_PEER_SHARDS:-1})"
+  # Raft ports: reserved by binding port 0 and closing it (the peer list
+  # must name them before the nodes start); everything else on port 0.
+  port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
+  peers="1=127.0.0.1:$(port),2=127.0.0.1:$(port),3=127.0.0.1:$(port)"
+  declare -A AMQP_OF HTTP_OF
+  for id in 1 2 3; do
+    "$WORK/sluice" server --node-id "$id" --peers "$peers" --shards "${AMQP_PEER_SHARDS:-1}" \
+      --data-dir "$WORK/data$id" --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 --amqp-product RabbitMQ \
+      --ready-file "$WORK/ready$id.json" >"$WORK/server$id.log" 2>&1 &
+    NODE_PIDS+=($!)
+  done
+  for id in 1 2 3; do
+    AMQP_OF[$id]="$(ready_addr "$WORK/ready$id.json" "${NODE_PIDS[$((id-1))]}")"
+    HTTP_OF[$id]="$(sed -n 's/.*"sqs":"\([^"]*\)".*/\1/p' "$WORK/ready$id.json" 2>/dev/null)"
+    if [ -z "${AMQP_OF[$id]}" ]; then
+      echo "amqp-peer: node $id did not become ready" >&2
+      tail -n 30 "$WORK/server$id.log" >&2 || true
+      exit 1
+    fi
+  done
+  leader=""
+  for _ in $(seq 300); do # up to 30 s for a leader (of shard 0: AMQP's)
+    leader="$(curl -s "http://${HTTP_OF[1]}/sluice/v1/cluster" |
+      python3 -c 'import sys,json; l=json.load(sys.stdin)["node"].get("leader", 0); print(l if l else "")' 2>/dev/null)"
+    [ -n "$leader" ] && break
+    sleep 0.1
+  done
+  if [ -z "$leader" ]; then
+    echo "amqp-peer: the cluster elected no leader in 30 s" >&2
+    exit 1
   fi
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then break; fi
-  sleep 0.1
-done
-if [ -z "$amqp_addr" ]; then
-  echo "amqp-peer: sluice did not become ready; ready file: $(cat "$WORK/ready.json" 2>/dev/null)" >&2
-  tail -n 30 "$WORK/server.log" >&2 || true
-  exit 1
+  via=$(( leader % 3 + 1 ))
+  amqp_addr="${AMQP_OF[$via]}"
+  echo "   leader node $leader; the suite connects through follower node $via, AMQP on $amqp_addr"
+else
+  echo "== amqp-peer: start sluice"
+  "$WORK/sluice" server --data-dir "$WORK/data" \
+    --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 --amqp-product RabbitMQ \
+    --ready-file "$WORK/ready.json" >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+  amqp_addr="$(ready_addr "$WORK/ready.json" "$SERVER_PID")"
+  if [ -z "$amqp_addr" ]; then
+    echo "amqp-peer: sluice did not become ready; ready file: $(cat "$WORK/ready.json" 2>/dev/null)" >&2
+    tail -n 30 "$WORK/server.log" >&2 || true
+    exit 1
+  fi
+  echo "   sluice pid $SERVER_PID, AMQP on $amqp_addr"
 fi
-echo "   sluice pid $SERVER_PID, AMQP on $amqp_addr"
 
 race=()
 if [ "${AMQP_PEER_RACE:-0}" = 1 ]; then race=(-race); fi
