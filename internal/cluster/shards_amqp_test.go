@@ -58,9 +58,15 @@ func TestShardsAMQPOverShards(t *testing.T) {
 		}
 		returns := ch.NotifyReturn(make(chan amqp.Return, 64))
 		for _, q := range queues {
-			// A publisher's usual first step: declare, then publish.
-			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			// A publisher's usual first step: declare, then publish. The
+			// declare-ok counts are the queue's shard's: what the nodes
+			// before this one published, no consumer.
+			dq, err := ch.QueueDeclare(q, true, false, false, false, nil)
+			if err != nil {
 				t.Fatalf("declare %s through node %d: %v", q, i+1, err)
+			}
+			if dq.Messages != each*i || dq.Consumers != 0 {
+				t.Fatalf("declare-ok of %s through node %d: %d messages, %d consumers; want %d and 0", q, i+1, dq.Messages, dq.Consumers, each*i)
 			}
 			for j := range each {
 				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
