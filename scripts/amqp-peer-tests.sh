@@ -132,6 +132,7 @@ if [ "${AMQP_PEER_CLUSTER:-0}" = 1 ]; then
   echo "== amqp-peer: start a three-node cluster (shards: ${AMQP_PEER_SHARDS:-1})"
   # Raft ports: reserved by binding port 0 and closing it (the peer list
   # must name them before the nodes start); everything else on port 0.
+  # python3 (which .ci/run installs with boto3) also reads the leader.
   port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
   peers="1=127.0.0.1:$(port),2=127.0.0.1:$(port),3=127.0.0.1:$(port)"
   declare -A AMQP_OF HTTP_OF
@@ -152,8 +153,13 @@ if [ "${AMQP_PEER_CLUSTER:-0}" = 1 ]; then
   done
   leader=""
   for _ in $(seq 300); do # up to 30 s for a leader (of shard 0: AMQP's)
-    leader="$(curl -s "http://${HTTP_OF[1]}/sluice/v1/cluster" |
-      python3 -c 'import sys,json; l=json.load(sys.stdin)["node"].get("leader", 0); print(l if l else "")' 2>/dev/null)"
+    leader="$(python3 - "http://${HTTP_OF[1]}/sluice/v1/cluster" 2>/dev/null <<'PY'
+import json, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
+    l = json.load(r)["node"].get("leader", 0)
+print(l if l else "")
+PY
+)"
     [ -n "$leader" ] && break
     sleep 0.1
   done
