@@ -273,25 +273,8 @@ func TestShardsAMQPRemoteFullQueueNacks(t *testing.T) {
 	const limit = 3
 	nodes, _ := shardedNodesWith(t, func(o *server.Options) { o.MaxQueueMessages = limit })
 	ctx := context.Background()
-	name := "full-1"
-	for i := 0; hashShard(name, 3) != 1; i++ {
-		name = fmt.Sprintf("full-1-%d", i)
-	}
-	if _, err := shardClient(nodes[0]).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	name, url := queueOnShard(t, nodes, "full-1", 1)
+	ch := amqpChannel(t, nodes[2], true)
 	var acked, nacked int
 	for j := range limit + 2 {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, false, false,
@@ -317,12 +300,7 @@ func TestShardsAMQPRemoteFullQueueNacks(t *testing.T) {
 	if ch.IsClosed() {
 		t.Fatal("a nacked publish closed the channel")
 	}
-	client := shardClient(nodes[2])
-	url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl,
+	attrs, err := shardClient(nodes[2]).GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url,
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
 	if err != nil {
 		t.Fatal(err)
@@ -352,15 +330,7 @@ func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name := "flow-1"
-	for i := 0; hashShard(name, 3) != 1; i++ {
-		name = fmt.Sprintf("flow-1-%d", i)
-	}
-	client := shardClient(nodes[0])
-	cq, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	name, url := queueOnShard(t, nodes, "flow-1", 1)
 	// Shard 0's leader runs the AMQP server (and its router).
 	var lead0 *Node
 	poll.CheckFor(t, 10*time.Second, poll.True("shard 0 led by one of the nodes", func() bool {
@@ -373,15 +343,7 @@ func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
 		return lead0 != nil
 	}))
 
-	cconn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cconn.Close() }()
-	cch, err := cconn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cch := amqpChannel(t, nodes[2], false)
 	if err := cch.Qos(prefetch, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -390,18 +352,7 @@ func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pconn, err := amqp.Dial("amqp://guest:guest@" + nodes[2].AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pconn.Close() }()
-	pch, err := pconn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	pch := amqpChannel(t, nodes[2], true)
 	published := make(chan error, 1)
 	go func() {
 		var inflight []*amqp.DeferredConfirmation
@@ -441,7 +392,7 @@ func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
 		v, _ := scrape(t, lead0)
 		return v["sluice_amqp_flow_paused_connections"] >= 1 && v["sluice_amqp_flow_throttling_queues"] == 1
 	}))
-	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: cq.QueueUrl,
+	attrs, err := shardClient(nodes[0]).GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url,
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
 	if err != nil {
 		t.Fatal(err)
@@ -473,4 +424,40 @@ func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
 	if err := <-published; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// queueOnShard creates, through node 1, an SQS queue whose name (prefix,
+// or prefix-N) hashes to shard k of three, and returns its name and URL.
+func queueOnShard(t *testing.T, nodes []*Node, prefix string, k int) (string, *string) {
+	t.Helper()
+	name := prefix
+	for i := 0; hashShard(name, 3) != k; i++ {
+		name = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	out, err := shardClient(nodes[0]).CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, out.QueueUrl
+}
+
+// amqpChannel opens a channel on a new AMQP connection through node n
+// (closed when the test ends), in confirm mode when confirm is set.
+func amqpChannel(t *testing.T, n *Node, confirm bool) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial("amqp://guest:guest@" + n.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() }) // the test is over
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if confirm {
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ch
 }
