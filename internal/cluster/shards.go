@@ -27,6 +27,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -299,6 +300,9 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 				return n.placeQueue(r.Context(), server.SQSRoute{Queue: src}), r, release, true
 			}
 		}
+		if rest == "v1/queues" && r.Method == http.MethodPost {
+			return n.placeAdminCreate(w, r)
+		}
 		return 0, r, release, true
 	}
 	var body []byte
@@ -326,6 +330,49 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 	return k, r, release, true
 }
 
+// maxAdminCreateBody bounds the body of POST /sluice/v1/queues that a node
+// reads to place the queue (the admin API's own limit for it is 1 MiB;
+// the form's fields are a few hundred bytes).
+const maxAdminCreateBody = 64 << 10
+
+// placeAdminCreate places the queue that POST /sluice/v1/queues (the
+// dashboard's create form) names as an SQS CreateQueue is placed: with the
+// existing dead-letter queue the form chose, else by its name (its own
+// dead-letter queue, if asked for, is created with it). Without this every
+// such queue landed on shard 0, and one given a dead-letter queue on
+// another shard was refused. A body it cannot read or decode goes to shard
+// 0, whose handler answers it.
+func (n *Node) placeAdminCreate(w http.ResponseWriter, r *http.Request) (int, *http.Request, func(), bool) {
+	release := func() {}
+	if r.Body == nil || r.Body == http.NoBody {
+		return 0, r, release, true
+	}
+	body, rel, err := n.bodies.Read(r.Context(), http.MaxBytesReader(w, r.Body, maxAdminCreateBody), maxAdminCreateBody)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) || errors.Is(err, server.ErrBodyTooLarge) {
+			http.Error(w, "request body over "+strconv.Itoa(maxAdminCreateBody)+" bytes", http.StatusRequestEntityTooLarge)
+		} else {
+			unavailable(w, r, "the request body could not be read now; retry")
+		}
+		return 0, r, release, false
+	}
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = nil
+	var form struct {
+		Name            string `json:"name"`
+		DeadLetterQueue string `json:"deadLetterQueue"`
+	}
+	if json.Unmarshal(body, &form) != nil || form.Name == "" {
+		return 0, r, rel, true
+	}
+	rt := server.SQSRoute{Queue: form.Name, Create: true, DeadLetterTarget: form.DeadLetterQueue}
+	k := n.placeQueue(r.Context(), rt)
+	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
+	return k, r, rel, true
+}
+
 // unavailableOrTooLarge answers a request whose body shardOf could not
 // read: 413 in the request's protocol for one over the SQS limit, else
 // 503 (retryable: the budget was full, or the client stopped sending).
@@ -340,13 +387,14 @@ func unavailableOrTooLarge(w http.ResponseWriter, r *http.Request, err error) {
 	unavailable(w, r, "the request body could not be read now; retry")
 }
 
-// awaitCreated, for a CreateQueue forwarded to its shard's leader and
-// answered 200, waits (at most the hold timeout) until this node's copy of
-// that shard has applied the create, so that the client's next request
-// through this node finds the queue without a barrier of its own.
+// awaitCreated, for a CreateQueue (or the admin API's create) forwarded to
+// its shard's leader and answered 200 (201), waits (at most the hold
+// timeout) until this node's copy of that shard has applied the create, so
+// that the client's next request through this node finds the queue
+// without a barrier of its own.
 func (n *Node) awaitCreated(resp *http.Response) {
 	c, ok := resp.Request.Context().Value(createdKey{}).(created)
-	if !ok || resp.StatusCode != http.StatusOK {
+	if !ok || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(resp.Request.Context(), n.hold)

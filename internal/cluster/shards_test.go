@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -516,5 +517,52 @@ func TestShardsKeepOneQueuePerName(t *testing.T) {
 	}
 	if at := held(name); len(at) != 1 {
 		t.Fatalf("after the AMQP declares %s is on shards %v", name, at)
+	}
+}
+
+// TestShardsAdminCreatePlaces: the admin API's create (POST
+// /sluice/v1/queues, the dashboard's form) places its queue as an SQS
+// CreateQueue does: with the existing dead-letter queue the form names,
+// whatever shard that is on, else by the name's hash (through nodes 3
+// and 1; each node leads one shard). Sent to shard 0 as before, the first was refused (its
+// dead-letter queue on another shard) and the second landed on shard 0.
+func TestShardsAdminCreatePlaces(t *testing.T) {
+	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
+	dlq, _ := queueOnShard(t, nodes, "failures-1", 1)
+	post := func(via *Node, body string) {
+		t.Helper()
+		resp, err := http.Post("http://"+via.HTTPAddr()+"/sluice/v1/queues", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body) // for the message only
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /sluice/v1/queues %s through node %d: %d %s", body, via.opts.Cluster.NodeID, resp.StatusCode, b)
+		}
+	}
+	nameOn := func(prefix string, k int) string {
+		name := prefix
+		for i := 0; hashShard(name, 3) != k; i++ {
+			name = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		return name
+	}
+	// A source whose name hashes to shard 2, with the dead-letter queue on
+	// shard 1: it lives on shard 1.
+	src := nameOn("billing", 2)
+	post(nodes[2], fmt.Sprintf(`{"name":%q,"deadLetterQueue":%q,"maxReceiveCount":3}`, src, dlq))
+	// A queue without one: by its name, shard 2.
+	plain := nameOn("reports", 2)
+	post(nodes[0], fmt.Sprintf(`{"name":%q}`, plain))
+	// Through every node (each caught up with every shard first).
+	ctx := context.Background()
+	for _, n := range nodes {
+		if k, ok, err := n.locateQueue(ctx, src); !ok || k != 1 {
+			t.Fatalf("node %d: %s on shard %d (%v, %v), want 1, with its dead-letter queue", n.opts.Cluster.NodeID, src, k, ok, err)
+		}
+		if k, ok, err := n.locateQueue(ctx, plain); !ok || k != 2 {
+			t.Fatalf("node %d: %s on shard %d (%v, %v), want 2, where its name hashes", n.opts.Cluster.NodeID, plain, k, ok, err)
+		}
 	}
 }
