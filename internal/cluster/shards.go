@@ -305,19 +305,12 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 		}
 		return 0, r, release, true
 	}
-	var body []byte
-	if r.Body != nil && r.Body != http.NoBody {
-		b, rel, err := n.bodies.Read(r.Context(), http.MaxBytesReader(w, r.Body, server.MaxSQSRequestBody), server.MaxSQSRequestBody)
-		if err != nil {
-			// Too large, unreadable, or over the budget: the leader's
-			// handler would refuse it too; this node says so itself.
-			unavailableOrTooLarge(w, r, err)
-			return 0, r, release, false
-		}
-		body, release = b, rel
-		r = r.Clone(r.Context())
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.GetBody = nil
+	body, r, release, err := n.bufferBody(w, r, server.MaxSQSRequestBody)
+	if err != nil {
+		// Too large, unreadable, or over the budget: the leader's
+		// handler would refuse it too; this node says so itself.
+		unavailableOrTooLarge(w, r, err)
+		return 0, r, release, false
 	}
 	rt := server.SQSRouteOf(r, body)
 	if rt.Queue == "" {
@@ -330,47 +323,56 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 	return k, r, release, true
 }
 
-// maxAdminCreateBody bounds the body of POST /sluice/v1/queues that a node
-// reads to place the queue (the admin API's own limit for it is 1 MiB;
-// the form's fields are a few hundred bytes).
-const maxAdminCreateBody = 64 << 10
+// bufferBody reads r's body (at most limit bytes, under the node's shared
+// body budget) and returns it with a copy of r that carries it again, and
+// the function that gives the buffer back once the request is over. A
+// request without a body is returned as it is, with a body of nil.
+func (n *Node) bufferBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, *http.Request, func(), error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, r, func() {}, nil
+	}
+	body, release, err := n.bodies.Read(r.Context(), http.MaxBytesReader(w, r.Body, int64(limit)), int64(limit))
+	if err != nil {
+		return nil, r, func() {}, err
+	}
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = nil
+	return body, r, release, nil
+}
 
 // placeAdminCreate places the queue that POST /sluice/v1/queues (the
 // dashboard's create form) names as an SQS CreateQueue is placed: with the
 // existing dead-letter queue the form chose, else by its name (its own
 // dead-letter queue, if asked for, is created with it). Without this every
 // such queue landed on shard 0, and one given a dead-letter queue on
-// another shard was refused. A body it cannot read or decode goes to shard
-// 0, whose handler answers it.
+// another shard was refused. It reads at most the admin API's own body
+// limit, and refuses a longer body as the admin API does (413
+// RequestTooLarge); a body it cannot decode goes to shard 0, whose handler
+// answers it.
 func (n *Node) placeAdminCreate(w http.ResponseWriter, r *http.Request) (int, *http.Request, func(), bool) {
-	release := func() {}
-	if r.Body == nil || r.Body == http.NoBody {
-		return 0, r, release, true
-	}
-	body, rel, err := n.bodies.Read(r.Context(), http.MaxBytesReader(w, r.Body, maxAdminCreateBody), maxAdminCreateBody)
+	body, r, release, err := n.bufferBody(w, r, server.MaxAdminRequestBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) || errors.Is(err, server.ErrBodyTooLarge) {
-			http.Error(w, "request body over "+strconv.Itoa(maxAdminCreateBody)+" bytes", http.StatusRequestEntityTooLarge)
+			server.WriteAdminError(w, http.StatusRequestEntityTooLarge, "RequestTooLarge",
+				"request body exceeds "+strconv.Itoa(server.MaxAdminRequestBody)+" bytes")
 		} else {
 			unavailable(w, r, "the request body could not be read now; retry")
 		}
 		return 0, r, release, false
 	}
-	r = r.Clone(r.Context())
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.GetBody = nil
 	var form struct {
 		Name            string `json:"name"`
 		DeadLetterQueue string `json:"deadLetterQueue"`
 	}
 	if json.Unmarshal(body, &form) != nil || form.Name == "" {
-		return 0, r, rel, true
+		return 0, r, release, true
 	}
 	rt := server.SQSRoute{Queue: form.Name, Create: true, DeadLetterTarget: form.DeadLetterQueue}
 	k := n.placeQueue(r.Context(), rt)
 	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
-	return k, r, rel, true
+	return k, r, release, true
 }
 
 // unavailableOrTooLarge answers a request whose body shardOf could not

@@ -524,7 +524,8 @@ func TestShardsKeepOneQueuePerName(t *testing.T) {
 // /sluice/v1/queues, the dashboard's form) places its queue as an SQS
 // CreateQueue does: with the existing dead-letter queue the form names,
 // whatever shard that is on, else by the name's hash (through nodes 3
-// and 1; each node leads one shard). Sent to shard 0 as before, the first was refused (its
+// and 1; each node leads one shard); a body over the admin API's limit
+// gets the admin API's 413. Sent to shard 0 as before, the first was refused (its
 // dead-letter queue on another shard) and the second landed on shard 0.
 func TestShardsAdminCreatePlaces(t *testing.T) {
 	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
@@ -555,6 +556,18 @@ func TestShardsAdminCreatePlaces(t *testing.T) {
 	// A queue without one: by its name, shard 2.
 	plain := nameOn("reports", 2)
 	post(nodes[0], fmt.Sprintf(`{"name":%q}`, plain))
+	// A body over the admin API's limit is refused as the admin API
+	// refuses it, by the node that would place it.
+	big := fmt.Sprintf(`{"name":"huge","pad":%q}`, strings.Repeat("x", server.MaxAdminRequestBody))
+	resp, err := http.Post("http://"+nodes[1].HTTPAddr()+"/sluice/v1/queues", "application/json", strings.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body) // for the check only
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"RequestTooLarge"`) {
+		t.Fatalf("a body over %d bytes: %d %s, want 413 RequestTooLarge", server.MaxAdminRequestBody, resp.StatusCode, b)
+	}
 	// Through every node (each caught up with every shard first).
 	ctx := context.Background()
 	for _, n := range nodes {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sluicemq/sluice/internal/admin"
 	"github.com/sluicemq/sluice/internal/amqp"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -41,6 +42,15 @@ var ErrBodyTooLarge = httpbody.ErrTooLarge
 // MaxSQSRequestBody is the largest SQS request body a router reads before
 // it hands the request on (the SQS handler's own cap).
 const MaxSQSRequestBody = 5 << 20
+
+// MaxAdminRequestBody is the admin API's cap on a request body
+// (admin.MaxRequestBody), for a router that reads one to place it.
+const MaxAdminRequestBody = admin.MaxRequestBody
+
+// WriteAdminError answers with the admin API's error body.
+func WriteAdminError(w http.ResponseWriter, status int, code, msg string) {
+	writeAdminError(w, status, code, msg)
+}
 
 // ValidQueueName reports whether name is a valid queue name
 // (engine.ValidQueueName).
