@@ -116,7 +116,7 @@ func (l *Listener) handshake(c net.Conn) {
 	l.mu.Unlock()
 	if err != nil {
 		_ = c.Close()
-		if !Silent(err) {
+		if !Silent(err) && !l.stopped() {
 			l.fail(c, err)
 		}
 		return
@@ -129,6 +129,17 @@ func (l *Listener) handshake(c net.Conn) {
 	case l.conns <- out:
 	case <-l.done:
 		_ = c.Close()
+	}
+}
+
+// stopped reports whether the listener has stopped: a handshake it cut
+// then (Close ends those in progress) is no failure of the peer's.
+func (l *Listener) stopped() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -354,3 +354,36 @@ func TestAcceptAnySurface(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseMidHandshakeNotCounted: closing a listener ends the handshakes
+// in progress; a dialer cut that way (a node stopping while a peer dials
+// it, as a rolling restart does) failed no authentication, and is not
+// counted as a refusal.
+func TestCloseMidHandshakeNotCounted(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fails atomic.Int64
+	l := NewListener(inner, Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Write([]byte{1, 2, 3}); err != nil { // a proof begun, not finished
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 5*time.Second, func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if len(l.open) == 0 {
+			return errors.New("no handshake in progress yet")
+		}
+		return nil
+	})
+	_ = l.Close() // waits for the handshakes it ends
+	if n := fails.Load(); n != 0 {
+		t.Fatalf("a handshake the listener's own Close ended counted as %d refusals", n)
+	}
+}
