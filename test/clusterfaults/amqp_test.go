@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -332,6 +333,13 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 		return err
 	}
 	defer conn.Close()
+	// For a violation's report: the node dialled and the client's port,
+	// which the node's relay or server sees.
+	host := url
+	if u, err := neturl.Parse(url); err == nil {
+		host = u.Host
+	}
+	via := fmt.Sprintf("amqp %s from %s", host, conn.LocalAddr())
 	if err := ch.Qos(amqpPrefetch, 0, false); err != nil {
 		return err
 	}
@@ -395,7 +403,7 @@ func (a *amqpLoad) consume(ctx context.Context, url string) error {
 				taken = ackAt[k-amqpPrefetch-1]
 			}
 			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: "", Queue: a.queue,
-				Begin: taken, End: end, Count: count, Epoch: lease.Epoch})
+				Begin: taken, End: end, Count: count, Epoch: lease.Epoch, Via: fmt.Sprintf("%s redelivered %v", via, d.Redelivered)})
 			a.AMQPDels.Add(1)
 			ackAt = append(ackAt, time.Now())
 			if err := d.Ack(false); err != nil {
@@ -452,7 +460,7 @@ func (a *amqpLoad) sqsConsume(ctx context.Context, rng *rand.Rand) {
 			count, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 			l := faults.Lease{Count: count, Epoch: epoch}
 			a.Ck.Received(faults.Receipt{ID: id, Body: body, MessageID: aws.ToString(m.MessageId), Queue: a.queue,
-				Begin: begin, End: end, Count: count, Visibility: faults.LeaseTime, Epoch: l.Epoch})
+				Begin: begin, End: end, Count: count, Visibility: faults.LeaseTime, Epoch: l.Epoch, Via: "sqs " + url})
 			a.SQSDels.Add(1)
 			a.Ck.DeleteAttempted(id, l, time.Now())
 			dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(len(dels))), ReceiptHandle: m.ReceiptHandle})

@@ -279,6 +279,7 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 		if t.Failed() {
 			for _, m := range c.nodes {
 				t.Logf("node %d log:\n%s", m.id, crash.Tail(m.dir))
+				t.Logf("node %d leadership events (to set a violation's deliveries against):\n%s", m.id, leadershipEvents(m.dir, 200))
 			}
 		}
 	})
@@ -684,4 +685,33 @@ func leaderViolations(obs [][]observation) (viol []string, observations int, ter
 	}
 	sort.Strings(viol)
 	return viol, observations, len(leaders)
+}
+
+// leadershipEvents returns up to n lines of the node's log at dir that
+// carry a leadership mark, the last n if there are more.
+func leadershipEvents(dir string, n int) string {
+	b, err := os.ReadFile(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return err.Error()
+	}
+	// The messages that date a node's leaderships and the ends of its
+	// servers and engines.
+	marks := []string{
+		"msg=leading", "no longer leading", "serving as leader", "raftstore: lost leadership",
+		"raftstore: became leader", "raftstore: leader ready", "leadership lost: refusing further changes",
+		"storage failed", "engine failed", "server stopped with an error", "sluice cluster node",
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, mark := range marks {
+			if strings.Contains(line, mark) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
 }

@@ -53,6 +53,9 @@ type Receipt struct {
 	// not asked for). With Checker.ClockSlack it must lie within the
 	// message's send attempts, give or take the slack.
 	Sent time.Time
+	// Via says, for a violation's report only, what served the delivery
+	// (a node, a connection, a term); the checker does not read it.
+	Via string
 }
 
 // Lease names one delivery of a message: its receive count and the broker
@@ -848,8 +851,12 @@ func (c *Checker) UnsettledDetails(n int) []string {
 func describeDeliveries(dels []*delivery) string {
 	ds := make([]string, 0, len(dels))
 	for _, d := range dels {
-		ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s–%s deleted %v ok %v failed %v consumed %v}", d.Epoch, d.Count, d.DLQ,
-			d.Begin.Format(time.StampMilli), d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed, d.consumed))
+		via := ""
+		if d.Via != "" {
+			via = " via " + d.Via
+		}
+		ds = append(ds, fmt.Sprintf("{epoch %d count %d dlq %v %s–%s deleted %v ok %v failed %v consumed %v%s}", d.Epoch, d.Count, d.DLQ,
+			d.Begin.Format(time.StampMilli), d.End.Format(time.StampMilli), d.deleted, d.deleteOK, d.deleteFailed, d.consumed, via))
 	}
 	return strings.Join(ds, " ")
 }
