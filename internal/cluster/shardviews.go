@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,13 +53,25 @@ func (n *Node) readShardView(ctx context.Context, k int, path string) ([]byte, e
 // listener of shard k's leader (waiting at most the hold timeout for one
 // to serve) and returns its 200 answer's body, at most limit bytes. A
 // timeout above 0 bounds the request once the leader is found.
+//
+// A request to a leader that another node replaces before it answers (a
+// leader frozen or cut off, which keeps the connection open and never
+// answers) ends then with an error, as a forwarded client request does
+// (trackForward), instead of at its timeout: a remote queue's publish is
+// nacked, and its consumer's receive tried again on the new leader,
+// within the failover rather than after the call's 30 s.
 func (n *Node) shardRequest(ctx context.Context, k int, method, path string, body []byte, limit int, timeout time.Duration) ([]byte, error) {
+	n.mu.Lock()
+	changed := n.changed // for trackForward
+	n.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, n.hold)
-	ad, _, err := n.route(rctx, k)
+	ad, leader, err := n.route(rctx, k)
 	cancel()
 	if err != nil || ad.SQS == "" {
 		return nil, fmt.Errorf("no leader of shard %d is serving", k)
 	}
+	ctx, done := n.trackForward(ctx, k, leader, changed)
+	defer done()
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -73,7 +86,15 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 	}
 	resp, err := (&http.Client{Transport: n.transport}).Do(req)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errLeaderChanged) {
+			err = errLeaderChanged
+		}
 		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
+	}
+	if f, ok := ctx.Value(forwardKey{}).(*forward); ok {
+		// The answer is produced (a receive's messages are leased to
+		// this caller): a leader change no longer cuts its copy.
+		f.answered.Store(true)
 	}
 	defer func() { _ = resp.Body.Close() }() // read below
 	reply, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))

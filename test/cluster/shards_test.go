@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -27,33 +30,7 @@ func TestShardsKillAShardLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	nodes := startClusterWith(t, ctx, 3, "--shards", "3")
-
-	// Every node routes every shard, and each node leads one (the
-	// balancer moves a leadership only after two 10 s rounds agree).
-	poll.CheckFor(t, 60*time.Second, func() error {
-		leaders := map[uint64]bool{}
-		for _, n := range nodes {
-			rep, err := n.status(ctx)
-			if err != nil {
-				return err
-			}
-			if len(rep.Shards) != 3 {
-				return fmt.Errorf("node %d lists %d shards", n.id, len(rep.Shards))
-			}
-			for _, sh := range rep.Shards {
-				if sh.Leader == 0 {
-					return fmt.Errorf("node %d: shard %d has no leader", n.id, sh.Shard)
-				}
-				if n == nodes[0] {
-					leaders[sh.Leader] = true
-				}
-			}
-		}
-		if len(leaders) != 3 {
-			return fmt.Errorf("shard leaders %v: not one per node yet", leaders)
-		}
-		return nil
-	})
+	awaitSpreadLeaders(t, ctx, nodes)
 
 	const queues, perQueue = 9, 20
 	urls := make([]string, queues)
@@ -188,4 +165,169 @@ func TestShardsKillAShardLeader(t *testing.T) {
 		t.Fatalf("received %d messages never sent to that queue: %q", len(unknown), unknown)
 	}
 	t.Logf("%d acknowledged sends over %d queues on %d shards; every one received through the survivors", len(sent), queues, len(byShard))
+}
+
+// awaitSpreadLeaders waits until every node routes every shard and each
+// node leads one (the balancer moves a leadership only after two 10 s
+// rounds agree).
+func awaitSpreadLeaders(t *testing.T, ctx context.Context, nodes []*node) {
+	t.Helper()
+	poll.CheckFor(t, 60*time.Second, func() error {
+		leaders := map[uint64]bool{}
+		for _, n := range nodes {
+			rep, err := n.status(ctx)
+			if err != nil {
+				return err
+			}
+			if len(rep.Shards) != 3 {
+				return fmt.Errorf("node %d lists %d shards", n.id, len(rep.Shards))
+			}
+			for _, sh := range rep.Shards {
+				if sh.Leader == 0 {
+					return fmt.Errorf("node %d: shard %d has no leader", n.id, sh.Shard)
+				}
+				if n == nodes[0] {
+					leaders[sh.Leader] = true
+				}
+			}
+		}
+		if len(leaders) != 3 {
+			return fmt.Errorf("shard leaders %v: not one per node yet", leaders)
+		}
+		return nil
+	})
+}
+
+// TestShardsAMQPPublishWhileAShardLeaderFreezes: an AMQP publisher on
+// shard 0's leader publishes with confirms into a queue whose shard
+// another node leads; that node is frozen (SIGSTOP: its connections stay
+// open and never answer). Every publish is answered — nacked while the
+// shard has no serving leader, confirmed once it has a new one — within
+// 20 s, where the router's call to the frozen leader would otherwise
+// wait out its 30 s call timeout (internal/server callTimeout); the
+// router ends it when its node learns of the new leader. Every confirmed
+// message is then received.
+func TestShardsAMQPPublishWhileAShardLeaderFreezes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	nodes := startClusterWith(t, ctx, 3, "--shards", "3")
+	awaitSpreadLeaders(t, ctx, nodes)
+	rep, err := nodes[0].status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lead0 uint64
+	for _, sh := range rep.Shards {
+		if sh.Shard == 0 {
+			lead0 = sh.Leader
+		}
+	}
+	front, _ := splitLeader(nodes, lead0)
+	// A queue on a shard that another node leads.
+	var name, url string
+	var victimID uint64
+	for i := 0; victimID == 0; i++ {
+		if i == 40 {
+			t.Fatal("40 queues, none on a shard another node than shard 0's leader leads")
+		}
+		name = fmt.Sprintf("frozen-%d", i)
+		out, err := front.sqs().CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url = aws.ToString(out.QueueUrl)
+		if k, leader, err := crash.ShardOf(ctx, front.srv.URL(), url); err != nil {
+			t.Fatal(err)
+		} else if k != 0 && leader != lead0 {
+			victimID = leader
+		}
+	}
+	victim, _ := splitLeader(nodes, victimID)
+
+	// Through shard 0's leader: its own server, no relay in between.
+	conn, ch := amqpChannel(t, front)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, ctx, ch, name, "before", 3)
+	acked := []string{"before-0", "before-1", "before-2"}
+
+	if err := syscall.Kill(victim.srv.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = syscall.Kill(victim.srv.PID, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw) // before the cluster's own cleanup stops it
+	frozenAt := time.Now()
+	nacks, reopened := 0, 0
+	for i := 0; ; i++ {
+		if time.Since(frozenAt) > 90*time.Second {
+			t.Fatalf("no publish confirmed in 90 s after freezing node %d (%d nacked)", victimID, nacks)
+		}
+		if ch.IsClosed() {
+			// A publish the router could not place may close the
+			// channel rather than nack it: open another and go on.
+			if conn.IsClosed() {
+				conn, ch = amqpChannel(t, front)
+			} else if ch, err = conn.Channel(); err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.Confirm(false); err != nil {
+				t.Fatal(err)
+			}
+			reopened++
+		}
+		body := fmt.Sprintf("during-%d", i)
+		start := time.Now()
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
+		if err != nil {
+			continue // the channel closed under it: reopened above
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		ok, err := dc.WaitContext(wctx)
+		wcancel()
+		if err != nil {
+			t.Fatalf("publish %s, %v after freezing node %d (leader of the queue's shard): neither confirmed nor nacked within 20 s: %v",
+				body, start.Sub(frozenAt).Round(time.Millisecond), victimID, err)
+		}
+		if ok {
+			acked = append(acked, body)
+			t.Logf("froze node %d; %d publishes nacked (%d channels reopened), then %s confirmed %v after the freeze, answered in %v",
+				victimID, nacks, reopened, body, time.Since(frozenAt).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+			break
+		}
+		nacks++
+	}
+	publishConfirmed(t, ctx, ch, name, "after", 3)
+	acked = append(acked, "after-0", "after-1", "after-2")
+	thaw()
+
+	got := map[string]bool{}
+	poll.CheckFor(t, 60*time.Second, func() error {
+		out, err := front.sqs().ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			return err
+		}
+		for _, m := range out.Messages {
+			got[aws.ToString(m.Body)] = true
+			if _, err := front.sqs().DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				return err
+			}
+		}
+		for _, b := range acked {
+			if !got[b] {
+				return fmt.Errorf("confirmed %s not received yet (%d of %d received)", b, len(got), len(acked))
+			}
+		}
+		return nil
+	})
 }
