@@ -540,10 +540,22 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 			o.OtherShards = func(ctx context.Context, path string) []server.ShardAnswer { return n.otherShards(ctx, 0, path) }
 		}
 	} else {
-		// No AMQP, and the config's declarations are shard 0's alone
-		// (each shard's server would otherwise make its own copy).
+		// No AMQP, and the config's AMQP declarations are shard 0's
+		// alone (each shard's server would otherwise make its own copy).
 		o.AMQPListen = ""
-		o.Queues, o.Exchanges, o.AMQPQueues, o.Bindings = nil, nil, nil, nil
+		o.Exchanges, o.AMQPQueues, o.Bindings = nil, nil, nil
+	}
+	if n.shards.Len() > 1 && len(o.Queues) > 0 {
+		// The config's SQS queues: each shard's server declares those
+		// placed on it.
+		at := n.placeDeclared(o.Queues)
+		var mine []server.QueueDeclaration
+		for i, q := range o.Queues {
+			if at[i] == k {
+				mine = append(mine, q)
+			}
+		}
+		o.Queues = mine
 	}
 	if n.shards.Len() > 1 {
 		// Shard 0's leader reads this server's own listings (shardviews.go)

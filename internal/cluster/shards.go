@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,6 +175,97 @@ func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
 		}
 	}
 	return hashShard(rt.Queue, n.shards.Len())
+}
+
+// placeDeclared returns the shard of each of the configuration's SQS
+// queues ([[queues]]), placed as CreateQueue places a queue, so that each
+// shard's server declares its own: a queue that a copy on this node holds
+// already stays where it is. The others go in groups: a queue and those it
+// is tied to (QueueDeclaration.Ties: its dead-letter queue, the queue its
+// sluice:place-with tag names; for a name like orders-dlq, the queue
+// orders), transitively, declared or not, live together — on the shard of
+// the group's first existing queue (by name), else on the shard the
+// group's first name hashes to. A dead-letter queue declared with its
+// sources is thus on their shard whichever is declared first, and the
+// same configuration places alike on every node. (A queue a copy does
+// not show yet, created elsewhere a moment ago, is declared here and
+// refused by the engine as a name taken elsewhere, then skipped:
+// Server.withoutQueuesElsewhere.) A queue that exists on one shard and
+// names one that lives on another (both made before) is placed nowhere
+// (-1) with a warning: no shard could apply its declaration.
+func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
+	parent := map[string]string{}
+	var root func(string) string
+	root = func(x string) string {
+		p, ok := parent[x]
+		if !ok {
+			parent[x] = x
+			return x
+		}
+		if p == x {
+			return x
+		}
+		r := root(p)
+		parent[x] = r
+		return r
+	}
+	for _, q := range qs {
+		root(q.Name)
+		for _, with := range append(q.Ties(), deadLetterBase(q.Name)) {
+			if with == "" || !server.ValidQueueName(with) {
+				continue
+			}
+			a, b := root(q.Name), root(with)
+			if b < a {
+				a, b = b, a
+			}
+			parent[b] = a // the smaller name is the group's root
+		}
+	}
+	members := map[string][]string{}
+	for name := range parent {
+		r := root(name)
+		members[r] = append(members[r], name)
+	}
+	groupShard := map[string]int{}
+	for r, names := range members {
+		slices.Sort(names)
+		k := hashShard(r, n.shards.Len())
+		for _, name := range names {
+			if at, ok := n.findQueue(name); ok {
+				k = at
+				break
+			}
+		}
+		groupShard[r] = k
+	}
+	out := make([]int, len(qs))
+	declared := map[string]int{}
+	for i, q := range qs {
+		if at, ok := n.findQueue(q.Name); ok {
+			out[i] = at
+		} else {
+			out[i] = groupShard[root(q.Name)]
+		}
+		declared[q.Name] = out[i]
+	}
+	// An existing queue whose dead-letter queue lives elsewhere (both
+	// made before, on different shards) cannot take that RedrivePolicy:
+	// its server would refuse the declaration and fail to start.
+	for i, q := range qs {
+		for _, with := range q.Ties() {
+			at, ok := declared[with]
+			if !ok {
+				at, ok = n.findQueue(with)
+			}
+			if ok && at != out[i] && out[i] >= 0 {
+				n.log.Warn("a declared queue and the queue it names live on different shards; its declaration is skipped, its settings left as they are",
+					"queue", q.Name, "shard", out[i], "names", with, "its_shard", at)
+				out[i] = -1
+			}
+		}
+	}
+	return out
 }
 
 // deadLetterBase returns, for a name that reads as a dead-letter queue's

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
 	sqsapi "github.com/sluicemq/sluice/internal/sqs"
 )
 
@@ -101,5 +104,115 @@ func TestShardsPlaceANewDLQWithItsQueue(t *testing.T) {
 		if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != "poison" {
 			t.Fatalf("%s holds %+v, %v; want the poison message", tc.dlq, out, err)
 		}
+	}
+}
+
+// TestShardsPlaceDeclaredQueues: with shards, the config's [[queues]] are
+// placed as CreateQueue places queues, each declared by its own shard's
+// server: a plain queue on the shard its name hashes to, a queue and its
+// dead-letter queue together (declared source first, by the shorthand,
+// or dead-letter queue first, by a RedrivePolicy ARN), each on exactly
+// one shard, and the source dead-letters into it. Declared by shard 0's
+// server alone, as before, every one of them was on shard 0.
+func TestShardsPlaceDeclaredQueues(t *testing.T) {
+	// Names whose halves hash to different shards.
+	pair := func(src func(int) string, dlq func(int) string) (string, string) {
+		for i := 0; ; i++ {
+			if hashShard(src(i), 3) != hashShard(dlq(i), 3) {
+				return src(i), dlq(i)
+			}
+		}
+	}
+	jobs, failed := pair(func(i int) string { return fmt.Sprintf("jobs-%d", i) }, func(i int) string { return fmt.Sprintf("failed-%d", i) })
+	orders, ordersDLQ := pair(func(i int) string { return fmt.Sprintf("orders-%d", i) }, func(i int) string { return fmt.Sprintf("orders-%d-dlq", i) })
+	plain := []string{"cfg-0", "cfg-1", "cfg-2"} // they hash to shards 1, 0 and 2
+	decl := []server.QueueDeclaration{
+		{Name: jobs, DeadLetterQueue: failed, MaxReceiveCount: 1},
+		{Name: failed},
+		{Name: ordersDLQ},
+		{Name: orders, Attributes: map[string]string{
+			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:%s","maxReceiveCount":"1"}`, ordersDLQ)}},
+	}
+	for _, p := range plain {
+		decl = append(decl, server.QueueDeclaration{Name: p})
+	}
+	nodes, _ := shardedNodesWith(t, func(o *server.Options) { o.Queues = decl })
+	held := func(name string) []int { return heldBy(t, nodes[1], name) }
+	poll.CheckFor(t, 20*time.Second, func() error {
+		for _, q := range decl {
+			if at := held(q.Name); len(at) != 1 {
+				return fmt.Errorf("%s is held by shards %v", q.Name, at)
+			}
+		}
+		return nil
+	})
+	for _, p := range plain {
+		if at := held(p)[0]; at != hashShard(p, 3) {
+			t.Errorf("%s is on shard %d, want %d (its name's)", p, at, hashShard(p, 3))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, pr := range [][2]string{{jobs, failed}, {orders, ordersDLQ}} {
+		src, dlq := pr[0], pr[1]
+		if a, b := held(src)[0], held(dlq)[0]; a != b {
+			t.Fatalf("%s is on shard %d, its dead-letter queue %s on %d", src, a, dlq, b)
+		}
+		// It dead-letters there: received once, the receive after its lease moves it.
+		c := shardClient(nodes[2])
+		srcURL, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(src)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dlqURL, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(dlq)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: srcURL.QueueUrl, MessageBody: aws.String("poison of " + src)}); err != nil {
+			t.Fatal(err)
+		}
+		poll.CheckFor(t, 20*time.Second, func() error {
+			if _, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: srcURL.QueueUrl, VisibilityTimeout: 1}); err != nil {
+				return err
+			}
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: dlqURL.QueueUrl})
+			if err != nil {
+				return err
+			}
+			if len(out.Messages) == 0 || aws.ToString(out.Messages[0].Body) != "poison of "+src {
+				return fmt.Errorf("%s: nothing dead-lettered into %s yet", src, dlq)
+			}
+			return nil
+		})
+	}
+	shards := map[int]bool{}
+	for _, q := range decl {
+		shards[held(q.Name)[0]] = true
+	}
+	if len(shards) != 3 {
+		t.Errorf("the declared queues are on shards %v, want all three", shards)
+	}
+
+	// Two queues made apart (on different shards), then declared as a
+	// source and its dead-letter queue: no shard's server could apply
+	// that, so the source is placed nowhere (and its server still starts).
+	lone, loneDLQ := pair(func(i int) string { return fmt.Sprintf("lone-%d", i) }, func(i int) string { return fmt.Sprintf("apart-%d", i) })
+	c := shardClient(nodes[0])
+	for _, q := range []string{lone, loneDLQ} {
+		if _, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(q)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.CheckFor(t, 10*time.Second, func() error {
+		for _, q := range []string{lone, loneDLQ} {
+			if _, ok := nodes[0].findQueue(q); !ok || len(held(q)) != 1 {
+				return fmt.Errorf("%s not in the copies yet", q)
+			}
+		}
+		return nil
+	})
+	got := nodes[0].placeDeclared([]server.QueueDeclaration{{Name: lone, DeadLetterQueue: loneDLQ, MaxReceiveCount: 3}, {Name: loneDLQ}})
+	if want := []int{-1, held(loneDLQ)[0]}; !slices.Equal(got, want) {
+		t.Errorf("placeDeclared of %s (on shard %v) naming %s (on %v) = %v, want %v", lone, held(lone), loneDLQ, held(loneDLQ), got, want)
 	}
 }

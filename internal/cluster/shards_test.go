@@ -460,21 +460,7 @@ func TestShardsKeepOneQueuePerName(t *testing.T) {
 	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
 		o.Queues = []server.QueueDeclaration{{Name: "configured"}}
 	})
-	held := func(name string) []int {
-		var at []int
-		for k := range 3 {
-			st := nodes[0].shards.Shard(k).Store()
-			ok, err := server.StoredQueue(st, name)
-			_ = st.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok {
-				at = append(at, k)
-			}
-		}
-		return at
-	}
+	held := func(name string) []int { return heldBy(t, nodes[0], name) }
 	poll.CheckFor(t, 10*time.Second, poll.True("the configured queue is on shard 0", func() bool { return slices.Equal(held("configured"), []int{0}) }))
 
 	// An SQS queue on a shard other than 0.
@@ -578,4 +564,22 @@ func TestShardsAdminCreatePlaces(t *testing.T) {
 			t.Fatalf("node %d: %s on shard %d (%v, %v), want 2, where its name hashes", n.opts.Cluster.NodeID, plain, k, ok, err)
 		}
 	}
+}
+
+// heldBy returns the shards whose copy on node n holds queue name.
+func heldBy(t *testing.T, n *Node, name string) []int {
+	t.Helper()
+	var at []int
+	for k := range n.shards.Len() {
+		st := n.shards.Shard(k).Store()
+		ok, err := server.StoredQueue(st, name)
+		_ = st.Close() // a view: closing it ends nothing beneath
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			at = append(at, k)
+		}
+	}
+	return at
 }

@@ -85,6 +85,28 @@ func (q QueueDeclaration) attributes(h *sqs.Handler) (map[string]string, error) 
 	return attrs, nil
 }
 
+// Ties returns the queues the declared queue names as the ones it lives
+// with in a cluster with shards: its dead-letter queue (dead_letter_queue,
+// or the target of its RedrivePolicy) and the queue its sluice:place-with
+// tag names, in that order, those that are set.
+func (q QueueDeclaration) Ties() []string {
+	var out []string
+	if q.DeadLetterQueue != "" {
+		out = append(out, q.DeadLetterQueue)
+	} else if rp := q.Attributes["RedrivePolicy"]; rp != "" {
+		var p struct {
+			Target string `json:"deadLetterTargetArn"`
+		}
+		if json.Unmarshal([]byte(rp), &p) == nil && p.Target != "" {
+			out = append(out, p.Target[strings.LastIndexByte(p.Target, ':')+1:])
+		}
+	}
+	if w := q.Tags[sqs.PlaceWithTag]; w != "" {
+		out = append(out, w)
+	}
+	return out
+}
+
 // applyDefinitions declares d: SQS queues first without their redrive
 // policies, then the redrive policies (so a queue may name a dead-letter
 // queue declared after it), then the AMQP exchanges, queues and bindings.
