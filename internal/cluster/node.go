@@ -538,6 +538,9 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 		if n.shards.Len() > 1 {
 			o.OtherQueueNames = n.otherQueueNames
 			o.OtherShards = func(ctx context.Context, path string) []server.ShardAnswer { return n.otherShards(ctx, 0, path) }
+			o.DeclareElsewhere = func(ctx context.Context, qs []server.QueueDeclaration) ([]server.QueueDeclaration, error) {
+				return n.declareElsewhere(ctx, 0, qs)
+			}
 		}
 	} else {
 		// No AMQP, and the config's AMQP declarations are shard 0's

@@ -3,7 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +217,64 @@ func TestShardsPlaceDeclaredQueues(t *testing.T) {
 	got := nodes[0].placeDeclared([]server.QueueDeclaration{{Name: lone, DeadLetterQueue: loneDLQ, MaxReceiveCount: 3}, {Name: loneDLQ}})
 	if want := []int{-1, held(loneDLQ)[0]}; !slices.Equal(got, want) {
 		t.Errorf("placeDeclared of %s (on shard %v) naming %s (on %v) = %v, want %v", lone, held(lone), loneDLQ, held(loneDLQ), got, want)
+	}
+}
+
+// TestShardsPlaceImportedQueues: an imported definitions document (POST
+// /sluice/v1/definitions, through any node) is placed as the config's
+// [[queues]] are: its plain queues on the shards their names hash to, a
+// source with its dead-letter queue, each declared by its own shard's
+// leader; a declaration that a shard's leader refuses makes the import
+// answer 400 with that refusal. Declared by shard 0's server alone, as
+// before, every queue of it was on shard 0.
+func TestShardsPlaceImportedQueues(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	src, dlq := "imp-src", "imp-dlq"
+	for i := 0; hashShard(src, 3) == hashShard(dlq, 3); i++ {
+		src, dlq = fmt.Sprintf("imp-src-%d", i), fmt.Sprintf("imp-dlq-%d", i)
+	}
+	plain := []string{"cfg-0", "cfg-1", "cfg-2"} // they hash to shards 1, 0 and 2
+	doc := fmt.Sprintf(`{"queues":[{"name":%q,"dead_letter_queue":%q,"max_receive_count":2},{"name":%q},{"name":"cfg-0"},{"name":"cfg-1"},{"name":"cfg-2"}]}`, src, dlq, dlq)
+	post := func(via *Node, doc string) (int, string) {
+		t.Helper()
+		resp, err := http.Post("http://"+via.HTTPAddr()+"/sluice/v1/definitions", "application/json", strings.NewReader(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body) // for the checks only
+		_ = resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, b := post(nodes[2], doc); code != http.StatusOK || !strings.Contains(b, `"queues":5`) {
+		t.Fatalf("import through node 3: %d %s", code, b)
+	}
+	ctx := context.Background()
+	where := func(name string) int {
+		k, ok, err := nodes[1].locateQueue(ctx, name)
+		if !ok {
+			t.Fatalf("%s: not found (%v)", name, err)
+		}
+		return k
+	}
+	for _, p := range plain {
+		if k := where(p); k != hashShard(p, 3) {
+			t.Errorf("%s is on shard %d, want %d (its name's)", p, k, hashShard(p, 3))
+		}
+	}
+	if a, b := where(src), where(dlq); a != b {
+		t.Errorf("%s is on shard %d, its dead-letter queue %s on %d", src, a, dlq, b)
+	}
+	// A refusal on another shard than 0: a bad attribute of a queue whose
+	// name hashes elsewhere.
+	bad := "bad-import"
+	for i := 0; hashShard(bad, 3) == 0; i++ {
+		bad = fmt.Sprintf("bad-import-%d", i)
+	}
+	code, b := post(nodes[0], fmt.Sprintf(`{"queues":[{"name":%q,"attributes":{"VisibilityTimeout":"-5"}}]}`, bad))
+	if code != http.StatusBadRequest || !strings.Contains(b, "InvalidDefinitions") || !strings.Contains(b, bad) {
+		t.Fatalf("an import refused by shard %d: %d %s, want 400 InvalidDefinitions naming %s", hashShard(bad, 3), code, b, bad)
+	}
+	if !strings.Contains(b, fmt.Sprintf("refused by shard %d", hashShard(bad, 3))) {
+		t.Fatalf("the refusal does not name the shard that refused: %s", b)
 	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -102,9 +103,59 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 	case err != nil:
 		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
 	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("shard %d's leader answered %s: %s", k, resp.Status, bytes.TrimSpace(reply[:min(len(reply), 200)]))
+		return nil, &shardAnswerError{k: k, status: resp.StatusCode, body: reply,
+			msg: fmt.Sprintf("shard %d's leader answered %s: %s", k, resp.Status, bytes.TrimSpace(reply[:min(len(reply), 200)]))}
 	case len(reply) > limit:
 		return nil, fmt.Errorf("shard %d's answer is over %d bytes", k, limit)
 	}
 	return reply, nil
+}
+
+// shardAnswerError is a shard leader's answer other than 200.
+type shardAnswerError struct {
+	k, status int
+	body      []byte // the answer, at most the request's limit
+	msg       string
+}
+
+func (e *shardAnswerError) Error() string { return e.msg }
+
+// declareElsewhere is shard own's server.Options.DeclareElsewhere: it
+// places qs as the config's queues are placed (placeDeclared), posts to
+// each other shard's leader the queues placed there, in shard order, and
+// returns those placed on own. Queues placed nowhere are left out (with
+// placeDeclared's warning).
+func (n *Node) declareElsewhere(ctx context.Context, own int, qs []server.QueueDeclaration) ([]server.QueueDeclaration, error) {
+	at := n.placeDeclared(qs)
+	parts := make([][]server.QueueDeclaration, n.shards.Len())
+	for i, q := range qs {
+		if at[i] >= 0 {
+			parts[at[i]] = append(parts[at[i]], q)
+		}
+	}
+	for k, part := range parts {
+		if k == own || len(part) == 0 {
+			continue
+		}
+		body, err := json.Marshal(server.Definitions{Queues: part})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := n.shardRequest(ctx, k, http.MethodPost, server.ShardDefinitionsPath, body, 1<<20, 30*time.Second); err != nil {
+			var ae *shardAnswerError
+			if errors.As(err, &ae) && ae.status == http.StatusBadRequest {
+				var eb struct { // the admin API's error body (api.ErrorBody)
+					Error struct {
+						Message string `json:"message"`
+					} `json:"error"`
+				}
+				if json.Unmarshal(ae.body, &eb) != nil || eb.Error.Message == "" {
+					eb.Error.Message = err.Error()
+				}
+				return nil, fmt.Errorf("%w by shard %d: %s", server.ErrDefinitionsRefused, k, eb.Error.Message)
+			}
+			return nil, fmt.Errorf("shard %d: %w", k, err)
+		}
+	}
+	return parts[own], nil
 }

@@ -178,6 +178,29 @@ func (s *Server) serveLocalDefinitions(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(s.exportDefinitions()) // a client gone cannot be told
 }
 
+// ErrDefinitionsRefused marks, in Options.DeclareElsewhere's error, a
+// declaration another shard's leader refused (the import answers 400, as
+// for one refused here).
+var ErrDefinitionsRefused = errors.New("the declarations were refused")
+
+// declareLocalQueues declares, in this server's engine, the SQS queues of
+// a definitions document another shard's leader sent (Options.
+// DeclareElsewhere); the document's AMQP objects are not for it. It
+// answers 200, or 400 with the refusal.
+func (s *Server) declareLocalQueues(w http.ResponseWriter, r *http.Request) {
+	var d Definitions
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxDefinitionsBody)).Decode(&d); err != nil {
+		writeAdminError(w, http.StatusBadRequest, "InvalidDefinitions", "not a definitions document: "+err.Error())
+		return
+	}
+	if err := s.applyDefinitions(Definitions{Queues: d.Queues}); err != nil {
+		writeAdminError(w, http.StatusBadRequest, "InvalidDefinitions", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, "{}\n") // a caller gone cannot be told
+}
+
 func (s *Server) definitionsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
@@ -218,7 +241,24 @@ func (s *Server) definitionsHandler() http.Handler {
 				writeAdminError(w, http.StatusBadRequest, "InvalidDefinitions", "not a definitions document: "+err.Error())
 				return
 			}
-			if err := s.applyDefinitions(d); err != nil {
+			local := d
+			if elsewhere := s.opts.DeclareElsewhere; elsewhere != nil {
+				// A cluster's other shards declare the queues placed
+				// there first: a queue and its dead-letter queue are
+				// always placed together, so each part stands alone.
+				qs, err := elsewhere(r.Context(), d.Queues)
+				switch {
+				case errors.Is(err, ErrDefinitionsRefused):
+					writeAdminError(w, http.StatusBadRequest, "InvalidDefinitions", err.Error())
+					return
+				case err != nil:
+					w.Header().Set("Retry-After", "1")
+					writeAdminError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the queues of another shard could not be declared ("+err.Error()+"); retry")
+					return
+				}
+				local.Queues = qs
+			}
+			if err := s.applyDefinitions(local); err != nil {
 				writeAdminError(w, http.StatusBadRequest, "InvalidDefinitions", err.Error())
 				return
 			}

@@ -82,6 +82,14 @@ type Options struct {
 	// those shards' queues with this server's. Not settable from a
 	// config file.
 	OtherShards func(ctx context.Context, path string) []ShardAnswer `toml:"-"`
+	// DeclareElsewhere, when set, takes an imported definitions
+	// document's SQS queues (POST /sluice/v1/definitions), declares on
+	// the leaders of the other shards of the cluster those placed there
+	// (as the config's [[queues]] are placed), and returns those to
+	// declare here. An error wrapping ErrDefinitionsRefused is a shard's
+	// refusal of a declaration; any other, a shard that could not be
+	// reached. Not settable from a config file.
+	DeclareElsewhere func(ctx context.Context, qs []QueueDeclaration) ([]QueueDeclaration, error) `toml:"-"`
 	// Placement, when set, names the cluster shard this server's queues
 	// live on and the node leading it, shown with each queue on the
 	// dashboard. Not settable from a config file.

@@ -28,7 +28,7 @@ const (
 	ShardTasksPath       = "/sluice/internal/shard/tasks"       // admin.Handler.ServeLocalTasks: api.TaskList
 	ShardAlertsPath      = "/sluice/internal/shard/alerts"      // alerts.Manager.ServeHTTP: alerts.List
 	ShardAdvisorPath     = "/sluice/internal/shard/advisor"     // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
-	ShardDefinitionsPath = "/sluice/internal/shard/definitions" // Server.serveLocalDefinitions: Definitions
+	ShardDefinitionsPath = "/sluice/internal/shard/definitions" // GET Server.serveLocalDefinitions: Definitions; POST Server.declareLocalQueues
 )
 
 // Placement is a cluster shard and the node leading it
@@ -47,6 +47,7 @@ type ShardAnswer struct {
 // shardViews mounts the paths of this server's own listings on mux.
 func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard, al *alerts.Manager) {
 	mux.HandleFunc("GET "+ShardDefinitionsPath, s.serveLocalDefinitions)
+	mux.HandleFunc("POST "+ShardDefinitionsPath, s.declareLocalQueues)
 	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
 	mux.HandleFunc("GET "+ShardTasksPath, adminH.ServeLocalTasks)
