@@ -51,6 +51,47 @@ func ReservePorts(t testing.TB, n int) []string {
 	return out
 }
 
+// ReservePortBlocks returns the first addresses of n blocks of size
+// consecutive free ports on 127.0.0.1, no two blocks overlapping, chosen
+// and checked as ReservePorts chooses and checks its ports: for a cluster
+// node with shards, which listens on a configured port plus the shard's
+// number.
+func ReservePortBlocks(t testing.TB, n, size int) []string {
+	t.Helper()
+	lo, hi := reservableRange()
+	out := make([]string, 0, n)
+	taken := map[int]bool{}
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 10000 {
+			t.Fatalf("ReservePortBlocks: no %d free consecutive ports in [%d, %d) after %d tries", size, lo, hi, tries)
+		}
+		base := lo + rand.IntN(hi-lo-size)
+		free := true
+		for p := base; p < base+size && free; p++ {
+			if taken[p] {
+				free = false
+				break
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				free = false
+				break
+			}
+			if err := ln.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !free {
+			continue
+		}
+		for p := base; p < base+size; p++ {
+			taken[p] = true
+		}
+		out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(base)))
+	}
+	return out
+}
+
 // reservableRange is [lo, hi): ports below the ephemeral range and above
 // the well-known and registered ones most services listen on. If the
 // ephemeral range cannot be read, Linux's default is assumed.

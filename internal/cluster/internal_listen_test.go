@@ -161,3 +161,64 @@ func TestLeaderThatCannotServeHandsOver(t *testing.T) {
 	}
 	poll.CheckFor(t, 60*time.Second, serving(3))
 }
+
+// TestShardInternalAddr: shard k's internal HTTP address is the configured
+// port plus k; an empty address or port 0 is every shard's as it is.
+func TestShardInternalAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		k    int
+		want string
+	}{
+		{"127.0.0.1:7201", 0, "127.0.0.1:7201"},
+		{"127.0.0.1:7201", 2, "127.0.0.1:7203"},
+		{"[::1]:9000", 1, "[::1]:9001"},
+		{"10.0.0.5:0", 3, "10.0.0.5:0"},
+		{"", 1, ""},
+	} {
+		if got := server.ShardInternalAddr(tc.addr, tc.k); got != tc.want {
+			t.Errorf("ShardInternalAddr(%q, %d) = %q, want %q", tc.addr, tc.k, got, tc.want)
+		}
+	}
+}
+
+// TestShardsOnFixedInternalPorts: with three shards and
+// internal_http_listen on a fixed port P, each shard a node leads
+// listens on P plus the shard's number, its leadership advertises that,
+// and SQS requests through every node reach a queue on every shard.
+// Before, a fixed internal address was refused with shards (every
+// shard's server would have bound the same port).
+func TestShardsOnFixedInternalPorts(t *testing.T) {
+	bases := brokertest.ReservePortBlocks(t, 3, 3)
+	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
+		o.Cluster.InternalHTTPListen = bases[o.Cluster.NodeID-1]
+	})
+	for k := range 3 {
+		ad, leader, ok := nodes[0].target(k)
+		if !ok {
+			t.Fatalf("shard %d: no route", k)
+		}
+		if want := server.ShardInternalAddr(bases[leader-1], k); ad.SQS != want {
+			t.Errorf("shard %d's leader (node %d) advertises %s, want %s", k, leader, ad.SQS, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for k := range 3 {
+		name, url := queueOnShard(t, nodes, fmt.Sprintf("fixed-port-%d", k), k)
+		for _, n := range nodes {
+			c := shardClient(n)
+			body := fmt.Sprintf("%s via node %d", name, n.opts.Cluster.NodeID)
+			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String(body)}); err != nil {
+				t.Fatalf("send to %s (shard %d) through node %d: %v", name, k, n.opts.Cluster.NodeID, err)
+			}
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, WaitTimeSeconds: 5})
+			if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != body {
+				t.Fatalf("receive from %s through node %d: %v %v", name, n.opts.Cluster.NodeID, out, err)
+			}
+			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: url, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -168,7 +168,7 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, term u
 	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers()}
 	// Where the others dial, when that is not where the listeners bound
 	// (a port mapping or a proxy in between).
-	ad.SQS = cmp.Or(n.opts.Cluster.InternalHTTPAdvertise, ad.SQS)
+	ad.SQS = cmp.Or(server.ShardInternalAddr(n.opts.Cluster.InternalHTTPAdvertise, k), ad.SQS)
 	if ad.AMQP != "" {
 		ad.AMQP = cmp.Or(n.opts.Cluster.InternalAMQPAdvertise, ad.AMQP)
 	}

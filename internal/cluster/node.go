@@ -587,7 +587,7 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 		o.ResponseHeaders.Set(HeaderShard, strconv.Itoa(k))
 	}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
-	o.SQSListen = cmp.Or(o.Cluster.InternalHTTPListen, net.JoinHostPort(host, "0"))
+	o.SQSListen = cmp.Or(server.ShardInternalAddr(o.Cluster.InternalHTTPListen, k), net.JoinHostPort(host, "0"))
 	if o.AMQPListen != "" {
 		o.AMQPListen = cmp.Or(o.Cluster.InternalAMQPListen, net.JoinHostPort(host, "0"))
 	}

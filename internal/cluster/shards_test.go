@@ -388,10 +388,19 @@ func TestShardCountIsFixed(t *testing.T) {
 func TestShardedConfigRefused(t *testing.T) {
 	o := server.DefaultOptions()
 	o.DataDir = t.TempDir()
-	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}, {ID: 2, Raft: "127.0.0.1:7102"}}, Shards: 3, InternalHTTPListen: "127.0.0.1:7201"}
-	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.internal_http_listen: a fixed internal address needs cluster.shards = 1") {
+	o.Cluster = server.ClusterConfig{NodeID: 1, Peers: []server.ClusterPeer{{ID: 1, Raft: "127.0.0.1:7101"}, {ID: 2, Raft: "127.0.0.1:7102"}}, Shards: 3, InternalHTTPListen: "127.0.0.1:65534"}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.internal_http_listen: shard 2's port would be 65536, past 65535") {
+		t.Fatalf("a fixed internal listener whose third shard's port is past 65535: %v", err)
+	}
+	o.Cluster.InternalHTTPListen = "127.0.0.1:7201" // shards 0, 1, 2 on 7201, 7202, 7203
+	if err := o.Validate(); err != nil {
 		t.Fatalf("a fixed internal listener with 3 shards: %v", err)
 	}
+	o.Cluster.InternalAMQPListen = "127.0.0.1:7203"
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.internal_http_listen: the shards' ports 7201-7203 include the internal AMQP port 7203") {
+		t.Fatalf("an internal AMQP port among the shards' HTTP ports: %v", err)
+	}
+	o.Cluster.InternalAMQPListen = ""
 	o.Cluster.InternalHTTPListen, o.Cluster.Shards = "", server.MaxShards+1
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.shards") {
 		t.Fatalf("%d shards: %v", server.MaxShards+1, err)

@@ -113,6 +113,11 @@ type ClusterConfig struct {
 	// listener's own (a NAT, a port mapping, a proxy in between). They
 	// need the matching listen setting with a fixed port. "": the address
 	// the listener bound.
+	//
+	// With Shards above 1 each shard this node leads has its own internal
+	// HTTP listener: a fixed internal_http_listen or internal_http_advertise
+	// port P is shard 0's, and shard k's is P+k (ShardInternalAddr). The
+	// internal AMQP listener is shard 0's alone (AMQP is served there).
 	InternalHTTPAdvertise string `toml:"internal_http_advertise"`
 	InternalAMQPAdvertise string `toml:"internal_amqp_advertise"`
 	// Shards is how many Raft groups (data shards) the cluster's queues
@@ -122,9 +127,10 @@ type ClusterConfig struct {
 	// same, and a node refuses to start on a data_dir written with
 	// another. 0 or 1: one group, the layout of a cluster without the
 	// setting. Above 1 (experimental, README "Spreading SQS queues over
-	// leaders"): SQS queues are placed on shards at creation; AMQP and
-	// the dashboard's and admin API's queue lists see shard 0's queues
-	// only; a membership change changes every shard.
+	// leaders"): SQS queues are placed on shards at creation; AMQP is
+	// served by shard 0's leader, which reaches the other shards' SQS
+	// queues through their leaders; the dashboard's and admin API's lists
+	// cover every shard; a membership change changes every shard.
 	Shards int `toml:"shards"`
 }
 
@@ -295,9 +301,15 @@ func (o *Options) validateCluster() []error {
 		errs = append(errs, fmt.Errorf("cluster.shards: %d is not between 1 and %d (0: the default, 1)", c.Shards, MaxShards))
 	}
 	if c.Shards > 1 {
-		for _, kv := range [][2]string{{"internal_http_listen", c.InternalHTTPListen}, {"internal_amqp_listen", c.InternalAMQPListen}, {"internal_http_advertise", c.InternalHTTPAdvertise}, {"internal_amqp_advertise", c.InternalAMQPAdvertise}} {
-			if kv[1] != "" {
-				errs = append(errs, fmt.Errorf("cluster.%s: a fixed internal address needs cluster.shards = 1 (each shard this node leads has its own internal listener)", kv[0]))
+		for _, kv := range [][3]string{{"http_listen", c.InternalHTTPListen, c.InternalAMQPListen}, {"http_advertise", c.InternalHTTPAdvertise, c.InternalAMQPAdvertise}} {
+			p := fixedPort(kv[1])
+			if p == 0 {
+				continue
+			}
+			if last := p + c.Shards - 1; last > 65535 {
+				errs = append(errs, fmt.Errorf("cluster.internal_%s: shard %d's port would be %d, past 65535 (shard k listens on the port plus k)", kv[0], c.Shards-1, last))
+			} else if q := fixedPort(kv[2]); q >= p && q <= last {
+				errs = append(errs, fmt.Errorf("cluster.internal_%s: the shards' ports %d-%d include the internal AMQP port %d; move one", kv[0], p, last, q))
 			}
 		}
 	}
@@ -369,6 +381,33 @@ func (o *Options) validateCluster() []error {
 		errs = append(errs, errors.New("tls, amqps_listen: not supported with [cluster] yet"))
 	}
 	return errs
+}
+
+// fixedPort returns the port of host:port addr, 0 when it has none (or
+// port 0).
+func fixedPort(addr string) int {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	p, _ := strconv.Atoi(port) // not a number: 0, and validateInternal says why
+	return p
+}
+
+// ShardInternalAddr returns the internal HTTP address of shard k for the
+// configured one, addr (internal_http_listen or internal_http_advertise):
+// addr's port plus k. An empty addr, or one on port 0, is returned as it
+// is (every shard's listener then takes a port of its own).
+func ShardInternalAddr(addr string, k int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || k == 0 {
+		return addr
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+k))
 }
 
 // validateInternal checks one internal listener's listen and advertise
