@@ -185,13 +185,16 @@ func TestShardInternalAddr(t *testing.T) {
 // TestShardsOnFixedInternalPorts: with three shards and
 // internal_http_listen on a fixed port P, each shard a node leads
 // listens on P plus the shard's number, its leadership advertises that,
-// and SQS requests through every node reach a queue on every shard.
+// and SQS requests through every node reach a queue on every shard; a
+// fixed internal AMQP port is shard 0's alone (the other shards' servers,
+// which serve no AMQP, would refuse it).
 // Before, a fixed internal address was refused with shards (every
 // shard's server would have bound the same port).
 func TestShardsOnFixedInternalPorts(t *testing.T) {
-	bases := brokertest.ReservePortBlocks(t, 3, 3)
+	bases := brokertest.ReservePortBlocks(t, 6, 3) // per node: the shards' HTTP ports; the AMQP port (a block's first)
 	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
 		o.Cluster.InternalHTTPListen = bases[o.Cluster.NodeID-1]
+		o.Cluster.InternalAMQPListen = bases[3+o.Cluster.NodeID-1] // shard 0's alone
 	})
 	for k := range 3 {
 		ad, leader, ok := nodes[0].target(k)

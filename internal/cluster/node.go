@@ -546,6 +546,7 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 		// No AMQP, and the config's AMQP declarations are shard 0's
 		// alone (each shard's server would otherwise make its own copy).
 		o.AMQPListen = ""
+		o.Cluster.InternalAMQPListen, o.Cluster.InternalAMQPAdvertise = "", "" // shard 0's
 		o.Exchanges, o.AMQPQueues, o.Bindings = nil, nil, nil
 	}
 	if n.shards.Len() > 1 && len(o.Queues) > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -83,13 +84,17 @@ func (m *member) queueURL(ctx context.Context, queue string) (string, error) {
 // AMQP connections the other nodes forward to node j while it leads pass
 // through inHTTP[j] and inAMQP[j] (its internal listeners are on fixed
 // ports, and it advertises these Links instead): one Link per node and
-// protocol, shared by every node that forwards to it.
+// protocol, shared by every node that forwards to it. With shards, the
+// requests to shard k > 0's server on node j pass through
+// inShard[j][k-1] (shard k listens and advertises on the configured
+// ports plus k).
 type testCluster struct {
 	t              *testing.T
 	bin            string
 	nodes          []*member
 	links          [][]*Link
 	inHTTP, inAMQP []*Link
+	inShard        [][]*Link
 	timeout        time.Duration // SQS client request timeout
 	// skew is each node's clock offset (nil: none); a node with one runs
 	// with SLUICE_FAULT_CLOCK_OFFSET, which a binary built with the
@@ -100,7 +105,15 @@ type testCluster struct {
 }
 
 // clientLinks are node i's inbound client Links.
-func (c *testCluster) clientLinks(i int) []*Link { return []*Link{c.inHTTP[i], c.inAMQP[i]} }
+func (c *testCluster) clientLinks(i int) []*Link {
+	return append([]*Link{c.inHTTP[i], c.inAMQP[i]}, c.inShard[i]...)
+}
+
+// allLinks are every Link, by rows.
+func (c *testCluster) allLinks() [][]*Link {
+	rows := append([][]*Link{c.inHTTP, c.inAMQP}, c.links...)
+	return append(rows, c.inShard...)
+}
 
 // raftSummary counts, from the nodes' logs, the snapshots they sent
 // and installed (the low truncation thresholds of clusterTOML are meant to
@@ -199,9 +212,10 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 
 // startSkewedCluster is startCluster with node i's clock offset by skew[i]
 // (skew nil or shorter: none) and [cluster] shards. With several shards
-// the nodes' internal listeners are on port 0 (each shard a node leads has
-// its own): the requests forwarded between nodes then bypass the client
-// Links, and only the Raft links carry faults.
+// each node's internal HTTP listeners are on a block of consecutive
+// ports (shard k on the base plus k), advertised as another block, of
+// Links, in front of them: the requests forwarded between nodes for every
+// shard pass through Links that the faults cut.
 func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int) *testCluster {
 	t.Helper()
 	bin := crash.Binary(t)
@@ -210,8 +224,17 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
 	// Each node's internal listeners (HTTP, AMQP) on fixed ports, so that
-	// a Link can stand in front of each.
+	// a Link can stand in front of each. With shards, blocks of
+	// consecutive ports: each node's HTTP listeners, and the Links that
+	// it advertises for them (the AMQP listener is shard 0's alone).
 	internal := brokertest.ReservePorts(t, 2*size)
+	var blocks []string
+	if shards > 1 {
+		blocks = brokertest.ReservePortBlocks(t, 2*size, shards)
+		for i := range size {
+			internal[2*i] = blocks[i] // shard 0's port, the block's first
+		}
+	}
 	// Every node holds the same cluster secret, so the faults run with
 	// the node handshake on every Raft connection and internal listener.
 	secret := filepath.Join(t.TempDir(), "cluster.secret")
@@ -221,10 +244,25 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 	config := clusterTOML + fmt.Sprintf("secret_file = %q\nshards = %d\n", secret, shards)
 	for i := range size {
 		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
-		h, err := Listen(internal[2*i])
+		var h *Link
+		var err error
+		if shards > 1 {
+			h, err = ListenOn(blocks[size+i], internal[2*i])
+		} else {
+			h, err = Listen(internal[2*i])
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		var more []*Link // shards 1 … shards-1
+		for k := 1; k < shards; k++ {
+			l, err := ListenOn(shardAddr(blocks[size+i], k), shardAddr(internal[2*i], k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			more = append(more, l)
+		}
+		c.inShard = append(c.inShard, more)
 		a, err := Listen(internal[2*i+1])
 		if err != nil {
 			t.Fatal(err)
@@ -234,11 +272,8 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 		// entries), so that the run compacts every few seconds and a node
 		// that was down or cut off catches up by a snapshot, not only from
 		// the log: the faults then exercise snapshot streaming and install.
-		node := config
-		if shards == 1 {
-			node += fmt.Sprintf("internal_http_listen = %q\ninternal_http_advertise = %q\ninternal_amqp_listen = %q\ninternal_amqp_advertise = %q\n",
-				internal[2*i], h.Addr(), internal[2*i+1], a.Addr())
-		}
+		node := config + fmt.Sprintf("internal_http_listen = %q\ninternal_http_advertise = %q\ninternal_amqp_listen = %q\ninternal_amqp_advertise = %q\n",
+			internal[2*i], h.Addr(), internal[2*i+1], a.Addr())
 		if err := os.WriteFile(filepath.Join(m.dir, "cluster.toml"), []byte(node), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +304,7 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 			}
 			m.mu.Unlock()
 		}
-		for _, row := range append(c.links, c.inHTTP, c.inAMQP) {
+		for _, row := range c.allLinks() {
 			for _, l := range row {
 				if l != nil {
 					_ = l.Close() // as above
@@ -464,7 +499,7 @@ func (c *testCluster) split(in []bool, mode Mode) {
 
 // healLinks returns every Link to Pass without delay.
 func (c *testCluster) healLinks() {
-	for _, row := range append(c.links, c.inHTTP, c.inAMQP) {
+	for _, row := range c.allLinks() {
 		for _, l := range row {
 			if l != nil {
 				l.Heal()
@@ -714,4 +749,18 @@ func leadershipEvents(dir string, n int) string {
 		out = out[len(out)-n:]
 	}
 	return strings.Join(out, "\n")
+}
+
+// shardAddr is addr's host with addr's port plus k (a shard's internal
+// port, as the node derives it).
+func shardAddr(addr string, k int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		panic(err) // the test's own reserved addresses
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		panic(err)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+k))
 }

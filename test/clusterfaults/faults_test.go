@@ -72,16 +72,10 @@ func shardCount(t *testing.T) int {
 }
 
 // drawnKinds is envKinds as a list, every kind checked, or every kind.
-// With several shards client-cut is left out: the nodes' internal
-// listeners are then on port 0 (one per shard a node leads), not behind
-// the Links that fault cuts.
-func drawnKinds(t *testing.T, shards int) []string {
+func drawnKinds(t *testing.T) []string {
 	t.Helper()
 	s := os.Getenv(envKinds)
 	if s == "" {
-		if shards > 1 {
-			return slices.DeleteFunc(faultKinds(), func(k string) bool { return k == "client-cut" })
-		}
 		return faultKinds()
 	}
 	var kinds []string
@@ -282,7 +276,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	dur, size, seed := settings(t)
 	shards := shardCount(t)
-	drawn := drawnKinds(t, shards)
+	drawn := drawnKinds(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()

@@ -88,8 +88,11 @@ func (p *pipe) close() {
 }
 
 // Listen starts a Link on 127.0.0.1:0 that forwards to target.
-func Listen(target string) (*Link, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func Listen(target string) (*Link, error) { return ListenOn("127.0.0.1:0", target) }
+
+// ListenOn starts a Link on addr that forwards to target.
+func ListenOn(addr, target string) (*Link, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
