@@ -64,8 +64,16 @@ func (n *Node) readShardView(ctx context.Context, k int, path string) ([]byte, e
 func (n *Node) shardRequest(ctx context.Context, k int, method, path string, body []byte, limit int, timeout time.Duration) ([]byte, error) {
 	n.mu.Lock()
 	changed := n.changed // for trackForward
+	hold := n.hold
+	if n.done {
+		// Stopping: the calls left (shard 0's AMQP server returning its
+		// consumers' deliveries on its way out) do not wait for a leader
+		// of a shard this node may itself be leaving; the leader there
+		// returns a silent caller's leases (sessionExpiry).
+		hold = 0
+	}
 	n.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, n.hold)
+	rctx, cancel := context.WithTimeout(ctx, hold)
 	ad, leader, err := n.route(rctx, k)
 	cancel()
 	if err != nil || ad.SQS == "" {

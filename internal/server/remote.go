@@ -170,6 +170,9 @@ func (r *remoteEngine) settle(op, queue string, handles []string, f func(*engine
 	if err != nil {
 		return nil, err
 	}
+	if err := rep.Err.err(); err != nil {
+		return nil, err
+	}
 	if len(rep.Errs) != len(handles) {
 		return nil, fmt.Errorf("another shard's leader: %d answers for %d handles", len(rep.Errs), len(handles))
 	}

@@ -241,6 +241,26 @@ func (ls *leaseSessions) release(id, queue string, handles []string, now time.Ti
 	}
 }
 
+// heldAll reports whether every one of handles of queue is held by some
+// session: handed out by this leader and not yet settled.
+func (ls *leaseSessions) heldAll(queue string, handles []string) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, h := range handles {
+		found := false
+		for _, s := range ls.m {
+			if _, ok := s.held[queue][h]; ok {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // touch notes that session id was heard from now.
 func (ls *leaseSessions) touch(id string, now time.Time) {
 	ls.mu.Lock()
@@ -354,6 +374,17 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 	case opDelete:
 		settle(s.eng.Delete(c.Queue, c.Handles))
 	case opDeleteLeased:
+		if c.Session != "" && !s.sessions.heldAll(c.Queue, c.Handles) {
+			// An ack of a delivery this leader did not hand out, or whose
+			// session expired: its lease ended with the leadership (or
+			// the session) that granted it, and the message is back in
+			// the queue. The engine would answer success without deleting
+			// (DeleteLeased), and the caller's client would take its ack
+			// for applied; the call fails instead, so the caller's channel
+			// closes and the client sees the message again.
+			r.Err = toRemoteError(fmt.Errorf("%w: acknowledged deliveries of %q that this leader did not hand out (another leadership's, or an expired session's): their leases are gone", engine.ErrNotLeading, c.Queue))
+			break
+		}
 		settle(s.eng.DeleteLeased(c.Queue, c.Handles))
 	case opRequeue:
 		settle(s.eng.Requeue(c.Queue, c.Handles, c.Front))

@@ -308,3 +308,53 @@ func TestRemoteVisibleHint(t *testing.T) {
 		t.Fatalf("hint after 7 sent and 3 received: %d, %v; want 4", n, ok)
 	}
 }
+
+// TestShardEngineRefusesAcksOfLeasesItDidNotGrant: an ack (opDeleteLeased
+// with a session) of a delivery that this leader's sessions do not hold —
+// one a previous leader of the shard handed out, whose lease died with
+// that leadership, or one whose session expired — fails as a call
+// instead of answering success without deleting: the caller's AMQP
+// client would otherwise take that ack for applied, and then see the
+// message again (the fault harness caught it: 13 acks proved by basic.qos
+// and followed by redeliveries after a leadership transfer of the
+// queue's shard). An ack of a delivery a session holds still deletes it,
+// under any of the caller's sessions.
+func TestShardEngineRefusesAcksOfLeasesItDidNotGrant(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	s, stop := startShardLeader(t, clk)
+	defer stop()
+	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.eng.Send("q", []engine.Message{{Body: []byte("1")}, {Body: []byte("2")}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rep := s.runEngineCall(ctx, engineCall{Op: opReceive, Queue: "q", Session: "caller-1", Max: 1,
+		Visibility: time.Hour, VisibilitySet: true, WaitSet: true, SessionLease: true})
+	if err := rep.Err.err(); err != nil || len(rep.Deliveries) != 1 {
+		t.Fatalf("receive: %d deliveries, %v", len(rep.Deliveries), err)
+	}
+	held := rep.Deliveries[0]
+	// A delivery no session here holds: as a new leader sees one that
+	// its predecessor handed out (here, one taken outside the sessions).
+	other, err := s.eng.Receive(ctx, "q", engine.ReceiveRequest{Max: 1, WaitSet: true, Session: true})
+	if err != nil || len(other) != 1 {
+		t.Fatalf("receive outside the sessions: %d, %v", len(other), err)
+	}
+	r := s.runEngineCall(ctx, engineCall{Op: opDeleteLeased, Queue: "q", Session: "caller-1", Handles: []string{held.ReceiptHandle, other[0].ReceiptHandle}})
+	if err := r.Err.err(); !errors.Is(err, engine.ErrNotLeading) {
+		t.Fatalf("an ack including a delivery no session holds: %v, want a call error (ErrNotLeading)", err)
+	}
+	if info, _ := s.eng.GetQueue("q"); info.InFlight != 2 {
+		t.Fatalf("the refused ack changed the queue: %+v", info)
+	}
+	// The held one, acknowledged under the caller's next session: deleted.
+	r = s.runEngineCall(ctx, engineCall{Op: opDeleteLeased, Queue: "q", Session: "caller-2", Handles: []string{held.ReceiptHandle}})
+	if r.Err.err() != nil || len(r.Errs) != 1 || r.Errs[0].err() != nil {
+		t.Fatalf("ack of a held delivery: %+v", r)
+	}
+	if info, _ := s.eng.GetQueue("q"); info.InFlight != 1 {
+		t.Fatalf("after the ack: %+v", info)
+	}
+}
