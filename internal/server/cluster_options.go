@@ -399,14 +399,11 @@ func fixedPort(addr string) int {
 // addr's port plus k. An empty addr, or one on port 0, is returned as it
 // is (every shard's listener then takes a port of its own).
 func ShardInternalAddr(addr string, k int) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || k == 0 {
+	p := fixedPort(addr)
+	if p == 0 || k == 0 {
 		return addr
 	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p == 0 {
-		return addr
-	}
+	host, _, _ := net.SplitHostPort(addr) // fixedPort parsed it
 	return net.JoinHostPort(host, strconv.Itoa(p+k))
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/cluster"
+	"github.com/sluicemq/sluice/internal/server"
 	"github.com/sluicemq/sluice/test/crash"
 	"github.com/sluicemq/sluice/test/faults"
 )
@@ -256,7 +256,7 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 		}
 		var more []*Link // shards 1 … shards-1
 		for k := 1; k < shards; k++ {
-			l, err := ListenOn(shardAddr(blocks[size+i], k), shardAddr(internal[2*i], k))
+			l, err := ListenOn(server.ShardInternalAddr(blocks[size+i], k), server.ShardInternalAddr(internal[2*i], k))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -749,18 +749,4 @@ func leadershipEvents(dir string, n int) string {
 		out = out[len(out)-n:]
 	}
 	return strings.Join(out, "\n")
-}
-
-// shardAddr is addr's host with addr's port plus k (a shard's internal
-// port, as the node derives it).
-func shardAddr(addr string, k int) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		panic(err) // the test's own reserved addresses
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		panic(err)
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p+k))
 }
