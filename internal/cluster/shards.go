@@ -222,8 +222,14 @@ func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
 			parent[b] = a // the smaller name is the group's root
 		}
 	}
+	// Where each name lives now, read once: every lookup opens a view of
+	// each shard's copy.
+	existing := map[string]int{}
 	members := map[string][]string{}
 	for name := range parent {
+		if at, ok := n.findQueue(name); ok {
+			existing[name] = at
+		}
 		r := root(name)
 		members[r] = append(members[r], name)
 	}
@@ -232,7 +238,7 @@ func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
 		slices.Sort(names)
 		k := hashShard(r, n.shards.Len())
 		for _, name := range names {
-			if at, ok := n.findQueue(name); ok {
+			if at, ok := existing[name]; ok {
 				k = at
 				break
 			}
@@ -242,7 +248,7 @@ func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
 	out := make([]int, len(qs))
 	declared := map[string]int{}
 	for i, q := range qs {
-		if at, ok := n.findQueue(q.Name); ok {
+		if at, ok := existing[q.Name]; ok {
 			out[i] = at
 		} else {
 			out[i] = groupShard[root(q.Name)]
@@ -256,7 +262,7 @@ func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
 		for _, with := range q.Ties() {
 			at, ok := declared[with]
 			if !ok {
-				at, ok = n.findQueue(with)
+				at, ok = existing[with]
 			}
 			if ok && at != out[i] && out[i] >= 0 {
 				n.log.Warn("a declared queue and the queue it names live on different shards; its declaration is skipped, its settings left as they are",
