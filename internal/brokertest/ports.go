@@ -26,29 +26,7 @@ import (
 // one, and the check-by-binding makes even that need two tests to race.
 func ReservePorts(t testing.TB, n int) []string {
 	t.Helper()
-	lo, hi := reservableRange()
-	out := make([]string, 0, n)
-	seen := map[int]bool{}
-	for tries := 0; len(out) < n; tries++ {
-		if tries > 10000 {
-			t.Fatalf("ReservePorts: no free port in [%d, %d) after %d tries", lo, hi, tries)
-		}
-		p := lo + rand.IntN(hi-lo)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue // in use: try another
-		}
-		if err := ln.Close(); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, addr)
-	}
-	return out
+	return ReservePortBlocks(t, n, 1)
 }
 
 // ReservePortBlocks returns the first addresses of n blocks of size
