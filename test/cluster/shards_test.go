@@ -24,13 +24,7 @@ import (
 // served through the two survivors, and every acknowledged message —
 // before, across and after the kill — is received, and nothing else.
 func TestShardsKillAShardLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three server processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
-	defer cancel()
-	nodes := startClusterWith(t, ctx, 3, "--shards", "3")
-	awaitSpreadLeaders(t, ctx, nodes)
+	ctx, nodes, _ := startSpreadShards(t)
 
 	const queues, perQueue = 9, 20
 	urls := make([]string, queues)
@@ -167,12 +161,22 @@ func TestShardsKillAShardLeader(t *testing.T) {
 	t.Logf("%d acknowledged sends over %d queues on %d shards; every one received through the survivors", len(sent), queues, len(byShard))
 }
 
-// awaitSpreadLeaders waits until every node routes every shard and each
-// node leads one (the balancer moves a leadership only after two 10 s
-// rounds agree).
-func awaitSpreadLeaders(t *testing.T, ctx context.Context, nodes []*node) {
+// startSpreadShards starts three `sluice server --shards 3` processes
+// (skipped with -short), waits until every node routes every shard and
+// each node leads one (the balancer moves a leadership only after two
+// 10 s rounds agree), and returns the test's context, the nodes and each
+// shard's leader as the first node saw it.
+func startSpreadShards(t *testing.T) (context.Context, []*node, map[int]uint64) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	t.Cleanup(cancel)
+	nodes := startClusterWith(t, ctx, 3, "--shards", "3")
+	var byShard map[int]uint64
 	poll.CheckFor(t, 60*time.Second, func() error {
+		byShard = map[int]uint64{}
 		leaders := map[uint64]bool{}
 		for _, n := range nodes {
 			rep, err := n.status(ctx)
@@ -188,6 +192,7 @@ func awaitSpreadLeaders(t *testing.T, ctx context.Context, nodes []*node) {
 				}
 				if n == nodes[0] {
 					leaders[sh.Leader] = true
+					byShard[sh.Shard] = sh.Leader
 				}
 			}
 		}
@@ -196,6 +201,7 @@ func awaitSpreadLeaders(t *testing.T, ctx context.Context, nodes []*node) {
 		}
 		return nil
 	})
+	return ctx, nodes, byShard
 }
 
 // TestShardsAMQPPublishWhileAShardLeaderFreezes: an AMQP publisher on
@@ -208,23 +214,8 @@ func awaitSpreadLeaders(t *testing.T, ctx context.Context, nodes []*node) {
 // router ends it when its node learns of the new leader. Every confirmed
 // message is then received.
 func TestShardsAMQPPublishWhileAShardLeaderFreezes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three server processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
-	defer cancel()
-	nodes := startClusterWith(t, ctx, 3, "--shards", "3")
-	awaitSpreadLeaders(t, ctx, nodes)
-	rep, err := nodes[0].status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lead0 uint64
-	for _, sh := range rep.Shards {
-		if sh.Shard == 0 {
-			lead0 = sh.Leader
-		}
-	}
+	ctx, nodes, leaders := startSpreadShards(t)
+	lead0 := leaders[0]
 	front, _ := splitLeader(nodes, lead0)
 	// A queue on a shard that another node leads.
 	var name, url string
@@ -277,8 +268,11 @@ func TestShardsAMQPPublishWhileAShardLeaderFreezes(t *testing.T) {
 			// channel rather than nack it: open another and go on.
 			if conn.IsClosed() {
 				conn, ch = amqpChannel(t, front)
-			} else if ch, err = conn.Channel(); err != nil {
-				t.Fatal(err)
+			} else {
+				var err error
+				if ch, err = conn.Channel(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := ch.Confirm(false); err != nil {
 				t.Fatal(err)
