@@ -180,7 +180,13 @@ func (ch *channel) exec(cmd *command) {
 		ch.raise(cmd.fail)
 		return
 	}
-	if ch.closing.Load() {
+	if ch.closing.Load() || ch.c.closing.Load() {
+		// A closing channel answers nothing but close-ok (handled by the
+		// connection); nor does any channel of a connection the server
+		// is closing (hardClose): a reply written after connection.close
+		// — a basic.qos-ok after an ack whose delete failed — can still
+		// reach a client library that reads it before the close, which
+		// would then take the failed ack for applied.
 		return
 	}
 	if err := ch.handle(cmd); err != nil {

@@ -461,3 +461,84 @@ func amqpChannel(t *testing.T, n *Node, confirm bool) *amqp.Channel {
 	}
 	return ch
 }
+
+// TestShardsAMQPAckAfterTheQueuesLeaderMoved: a delivery from an SQS
+// queue on another shard than AMQP's is a lease in the memory of that
+// shard's leader; when that leadership moves before the consumer acks,
+// the lease is gone and the message is back in the queue. The ack must
+// then not be taken for applied: the connection closes (the basic.qos
+// sent after the ack fails instead of proving it), and the message is
+// received again. Until the queue's new leader refused such an ack, it
+// answered success without deleting anything, basic.qos proved the ack,
+// and the message came back anyway (the fault harness's finding).
+func TestShardsAMQPAckAfterTheQueuesLeaderMoved(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const k = 1
+	name, url := queueOnShard(t, nodes, "ack-after-move", k)
+	if _, err := shardClient(nodes[1]).SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: aws.String("once")}); err != nil {
+		t.Fatal(err)
+	}
+	ch := amqpChannel(t, nodes[2], false)
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(name, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d amqp.Delivery
+	select {
+	case d = <-ds:
+	case <-ctx.Done():
+		t.Fatal("no delivery")
+	}
+	// Move shard k's leadership to another node.
+	_, from, ok := nodes[0].target(k)
+	if !ok {
+		t.Fatalf("shard %d has no route", k)
+	}
+	to := from%3 + 1
+	if err := nodes[from-1].shards.Shard(k).TransferLeadershipTo(ctx, to); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, poll.True("every node routes the shard to a new leader", func() bool {
+		for _, n := range nodes {
+			if _, l, ok := n.target(k); !ok || l == from {
+				return false
+			}
+		}
+		return true
+	}))
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(1, 0, false); err == nil {
+		t.Fatal("basic.qos after an ack of a delivery whose leader is gone answered: the ack would pass for applied")
+	}
+	// Closed: 541 from shard 0's leader for the refused ack, or 320 when
+	// the balancer, evening out the moved leadership, moved shard 0's
+	// too (its relays close); either way after no reply to the qos.
+	select {
+	case e := <-closed:
+		if e == nil {
+			t.Fatal("the channel closed without an error")
+		}
+		t.Logf("closed: %v", e)
+	case <-ctx.Done():
+		t.Fatal("the channel did not close")
+	}
+	// The message is in the queue again.
+	poll.CheckFor(t, 20*time.Second, func() error {
+		out, err := shardClient(nodes[0]).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, WaitTimeSeconds: 1})
+		if err != nil {
+			return err
+		}
+		if len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != "once" {
+			return fmt.Errorf("received %d messages", len(out.Messages))
+		}
+		return nil
+	})
+}
