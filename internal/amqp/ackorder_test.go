@@ -1,12 +1,14 @@
 package amqp
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/amqp/wire"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -114,5 +116,166 @@ func TestAckAppliedBeforeNextReply(t *testing.T) {
 	must(t, err)
 	if info.InFlight != 0 || info.Visible != 0 {
 		t.Fatalf("after the qos reply: %d in flight, %d visible; want nothing left", info.InFlight, info.Visible)
+	}
+}
+
+// errTermLost stands for what a cluster node's store answers when its
+// leader lost its term before a write was applied.
+var errTermLost = errors.New("not the leader: lost leadership before the write was applied")
+
+// failingDeleteStore fails the Wait of every durable write that deletes
+// something while fail is set, as a leader's store does for the writes in
+// flight when it loses its term.
+type failingDeleteStore struct {
+	store.Store
+	fail    atomic.Bool
+	held    atomic.Int64 // failing writes waiting for release
+	release chan struct{}
+}
+
+// failedPending is a write that was never applied: its Wait holds until
+// release, then fails (a leader learns only after a while that its term
+// is gone).
+type failedPending struct{ s *failingDeleteStore }
+
+func (p failedPending) Wait() error {
+	p.s.held.Add(1)
+	<-p.s.release
+	return errTermLost
+}
+
+func (s *failingDeleteStore) Write(b *store.Batch, durable bool) (store.Pending, error) {
+	if durable && s.fail.Load() {
+		for _, op := range b.Ops {
+			if op.Kind == store.OpDelete || op.Kind == store.OpSingleDelete {
+				return failedPending{s}, nil // dropped, as a lost term drops it
+			}
+		}
+	}
+	return s.Store.Write(b, durable)
+}
+
+// queuedCommands is how many commands wait in the inbox of channel id of
+// every connection of b's server.
+func queuedCommands(b *broker, id uint16) int {
+	s := b.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.chMu.Lock()
+		if ch := c.channels[id]; ch != nil {
+			n += len(ch.inbox)
+		}
+		c.chMu.Unlock()
+	}
+	return n
+}
+
+// TestFailedAckIsNotProvedByTheNextReply is TestAckAppliedBeforeNextReply's
+// other half, on one node: when applying acks fails (here the store fails
+// their write after a while, as a cluster leader's does when it loses its
+// term), the server closes the connection and must not answer a basic.qos
+// that was sent after the acks — not even after its connection.close: a
+// client library may still hand such a qos-ok to the waiting call
+// (amqp091-go did), which would then prove acks never applied, and their
+// messages come back. A raw client reads every frame the server writes.
+// The one-shard counterpart of internal/cluster's
+// TestShardsAMQPAckAfterTheQueuesLeaderMoved; the cluster fault harness
+// reported this timeline as a resurrection (docs/reliability.md).
+func TestFailedAckIsNotProvedByTheNextReply(t *testing.T) {
+	fs := &failingDeleteStore{release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(fs.release) }) }
+	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { fs.Store = s; return fs }))
+	t.Cleanup(release) // runs before the broker's stop: a failed test ends
+	_, _, err := b.eng.CreateQueue("acks", engine.DefaultQueueConfig(), nil)
+	must(t, err)
+	_, err = b.eng.Send("acks", []engine.Message{{Body: []byte("m1")}, {Body: []byte("m2")}})
+	must(t, err)
+
+	c := rawDial(t, b, wire.ConnectionTuneOK{ChannelMax: 16, FrameMax: 131072})
+	must(t, c.nc.SetReadDeadline(time.Now().Add(20*time.Second)))
+	// next reads the next method frame, skipping content frames.
+	next := func() wire.Method {
+		t.Helper()
+		for {
+			f, err := wire.ReadFrame(c.r, 0)
+			must(t, err)
+			if f.Type != wire.FrameMethod {
+				continue
+			}
+			m, err := wire.ParseMethod(f.Payload)
+			must(t, err)
+			return m
+		}
+	}
+	expect := func(want wire.Method) {
+		t.Helper()
+		if m := next(); fmt.Sprintf("%T", m) != fmt.Sprintf("%T", want) {
+			t.Fatalf("got %s, want %s", m.Name(), want.Name())
+		}
+	}
+	expect(&wire.ConnectionOpenOK{})
+	sendMethod(t, c.w, 1, &wire.ChannelOpen{})
+	expect(&wire.ChannelOpenOK{})
+	sendMethod(t, c.w, 1, &wire.BasicQos{PrefetchCount: 2})
+	expect(&wire.BasicQosOK{})
+	sendMethod(t, c.w, 1, &wire.BasicConsume{Queue: "acks", ConsumerTag: "c"})
+	expect(&wire.BasicConsumeOK{})
+	expect(&wire.BasicDeliver{})
+	expect(&wire.BasicDeliver{})
+
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never happened", what)
+			}
+			time.Sleep(time.Millisecond) // polling the store wrapper and the inbox
+		}
+	}
+	// The first ack's delete waits in the channel (the store fails it
+	// only on release); the second ack and the basic.qos sent meanwhile
+	// queue up behind it, as acks and a qos sent while a leader is losing
+	// its term do.
+	fs.fail.Store(true)
+	sendMethod(t, c.w, 1, &wire.BasicAck{DeliveryTag: 1})
+	poll("the first ack's delete", func() bool { return fs.held.Load() > 0 })
+	sendMethod(t, c.w, 1, &wire.BasicAck{DeliveryTag: 2})
+	sendMethod(t, c.w, 1, &wire.BasicQos{PrefetchCount: 2})
+	poll("the second ack and the qos queued behind the first", func() bool { return queuedCommands(b, 1) >= 2 })
+	release()
+	closed := false
+	for {
+		f, err := wire.ReadFrame(c.r, 0)
+		if err != nil {
+			break // the server ended the connection
+		}
+		if f.Type != wire.FrameMethod {
+			continue
+		}
+		m, err := wire.ParseMethod(f.Payload)
+		must(t, err)
+		switch m.(type) {
+		case *wire.BasicQosOK:
+			t.Fatalf("basic.qos answered after acks whose delete failed (after connection.close: %v): the client would hold a proof of acks never applied", closed)
+		case *wire.ConnectionClose:
+			closed = true
+			sendMethod(t, c.w, 0, &wire.ConnectionCloseOK{})
+		}
+	}
+	if !closed {
+		t.Fatal("the connection ended without connection.close")
+	}
+	// Nothing was deleted: the store holds both messages, and the engine
+	// (failed, as after a lost term) gives them back once reopened.
+	fs.fail.Store(false)
+	b.restart()
+	info, err := b.eng.GetQueue("acks")
+	must(t, err)
+	if info.Visible+info.InFlight != 2 {
+		t.Fatalf("after the failed acks and a restart: %d visible, %d in flight; want both messages back", info.Visible, info.InFlight)
 	}
 }
