@@ -341,7 +341,9 @@ func (c *conn) hardClose(e *amqpError) {
 	if !c.closing.CompareAndSwap(false, true) {
 		return
 	}
-	c.s.log.Info("amqp: closing connection", "conn", c.name, "code", e.code, "text", e.text)
+	// class and method name what failed (basic.ack is 60/80), as the
+	// connection.close below does, so that a log shows which call it was.
+	c.s.log.Info("amqp: closing connection", "conn", c.name, "code", e.code, "text", e.text, "class", e.classID, "method", e.methodID)
 	// Fails only once the writer has failed, and the connection is closing then.
 	_ = c.sendNow(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
 	// Fails only on a closed socket, which the next read or write reports.

@@ -137,6 +137,33 @@ func (c *testCluster) raftSummary() string {
 		sent, installed, replaced, promoted, demoted)
 }
 
+// settleSummary counts, from the nodes' logs, the AMQP connections a
+// server closed because applying a consumer's basic.ack, basic.reject or
+// basic.nack failed (541, as when a leader loses its term with the write
+// in flight): the path where a basic.qos reply once proved acks never
+// applied (docs/reliability.md), so that a run shows whether it took it.
+func (c *testCluster) settleSummary() string {
+	counts := map[string]int{}
+	for _, m := range c.nodes {
+		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
+		if err != nil {
+			continue // a node's log is only read for this report
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, `msg="amqp: closing connection"`) || !strings.Contains(line, "code=541") || !strings.Contains(line, "class=60") {
+				continue
+			}
+			for name, id := range map[string]string{"basic.ack": "method=80", "basic.reject": "method=90", "basic.nack": "method=120"} {
+				if strings.HasSuffix(line, id) || strings.Contains(line, id+" ") {
+					counts[name]++
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("AMQP connections closed because a settlement failed: basic.ack %d, basic.reject %d, basic.nack %d",
+		counts["basic.ack"], counts["basic.reject"], counts["basic.nack"])
+}
+
 // clockSummary counts, from the nodes' logs, the leaderships that started
 // on a clock far (over 0.5 s) from the leading node's own, by where that
 // clock came from (the node's own measurement of the previous leader's,

@@ -410,6 +410,7 @@ func TestClusterFaults(t *testing.T) {
 	t.Logf("%s", a.summary(ra))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())
 	t.Logf("raft log: %s", c.raftSummary())
+	t.Logf("%s", c.settleSummary())
 	t.Logf("cluster clock: %s", c.clockSummary())
 	if r.Violations() > 0 {
 		t.Errorf("the checker found violations:\n%s", r.Details(10))
