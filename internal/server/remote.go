@@ -166,11 +166,8 @@ func (r *remoteEngine) settle(op, queue string, handles []string, f func(*engine
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	rep, err := r.do(ctx, c)
+	rep, err := r.do(ctx, c) // rep.Err, the call's own error, is err
 	if err != nil {
-		return nil, err
-	}
-	if err := rep.Err.err(); err != nil {
 		return nil, err
 	}
 	if len(rep.Errs) != len(handles) {

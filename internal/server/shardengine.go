@@ -241,21 +241,31 @@ func (ls *leaseSessions) release(id, queue string, handles []string, now time.Ti
 	}
 }
 
-// heldAll reports whether every one of handles of queue is held by some
-// session: handed out by this leader and not yet settled.
-func (ls *leaseSessions) heldAll(queue string, handles []string) bool {
+// claim takes handles of queue out of the sessions that hold them — handed
+// out by this leader and not yet settled — if every one is held, and
+// reports whether they were. Claimed handles are no longer any session's,
+// so a session's expiry (which returns what it holds to the queue) cannot
+// return one between this check and the ack's delete.
+func (ls *leaseSessions) claim(queue string, handles []string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for _, h := range handles {
-		found := false
+	owners := make([]*leaseSession, len(handles))
+	for i, h := range handles {
 		for _, s := range ls.m {
 			if _, ok := s.held[queue][h]; ok {
-				found = true
+				owners[i] = s
 				break
 			}
 		}
-		if !found {
+		if owners[i] == nil {
 			return false
+		}
+	}
+	for i, h := range handles {
+		hs := owners[i].held[queue]
+		delete(hs, h)
+		if len(hs) == 0 {
+			delete(owners[i].held, queue)
 		}
 	}
 	return true
@@ -374,14 +384,16 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 	case opDelete:
 		settle(s.eng.Delete(c.Queue, c.Handles))
 	case opDeleteLeased:
-		if c.Session != "" && !s.sessions.heldAll(c.Queue, c.Handles) {
+		if c.Session != "" && !s.sessions.claim(c.Queue, c.Handles) {
 			// An ack of a delivery this leader did not hand out, or whose
 			// session expired: its lease ended with the leadership (or
 			// the session) that granted it, and the message is back in
 			// the queue. The engine would answer success without deleting
 			// (DeleteLeased), and the caller's client would take its ack
 			// for applied; the call fails instead, so the caller's channel
-			// closes and the client sees the message again.
+			// closes and the client sees the message again. (Claimed
+			// handles, once deleted, are settled: a failed delete fails
+			// the engine, and the leases end with its leadership.)
 			r.Err = toRemoteError(fmt.Errorf("%w: acknowledged deliveries of %q that this leader did not hand out (another leadership's, or an expired session's): their leases are gone", engine.ErrNotLeading, c.Queue))
 			break
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -138,19 +139,8 @@ func TestShardEngineReturnsASilentCallersLeases(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	s, stop := startShardLeader(t, clk)
 	defer stop()
-	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.eng.Send("q", []engine.Message{{Body: []byte("1")}, {Body: []byte("2")}, {Body: []byte("3")}}); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	rep := s.runEngineCall(ctx, engineCall{Op: opReceive, Queue: "q", Session: "caller-1", Max: 3,
-		Visibility: time.Hour, VisibilitySet: true, WaitSet: true, SessionLease: true})
-	if err := rep.Err.err(); err != nil || len(rep.Deliveries) != 3 {
-		t.Fatalf("receive: %d deliveries, %v", len(rep.Deliveries), err)
-	}
-	acked := rep.Deliveries[0]
+	acked := sessionReceive(t, s, 3, 3)[0]
 	if r := s.runEngineCall(ctx, engineCall{Op: opDeleteLeased, Queue: "q", Session: "caller-1", Handles: []string{acked.ReceiptHandle}}); r.Err.err() != nil || len(r.Errs) != 1 || r.Errs[0].err() != nil {
 		t.Fatalf("ack: %+v", r)
 	}
@@ -323,19 +313,8 @@ func TestShardEngineRefusesAcksOfLeasesItDidNotGrant(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	s, stop := startShardLeader(t, clk)
 	defer stop()
-	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.eng.Send("q", []engine.Message{{Body: []byte("1")}, {Body: []byte("2")}}); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	rep := s.runEngineCall(ctx, engineCall{Op: opReceive, Queue: "q", Session: "caller-1", Max: 1,
-		Visibility: time.Hour, VisibilitySet: true, WaitSet: true, SessionLease: true})
-	if err := rep.Err.err(); err != nil || len(rep.Deliveries) != 1 {
-		t.Fatalf("receive: %d deliveries, %v", len(rep.Deliveries), err)
-	}
-	held := rep.Deliveries[0]
+	held := sessionReceive(t, s, 2, 1)[0]
 	// A delivery no session here holds: as a new leader sees one that
 	// its predecessor handed out (here, one taken outside the sessions).
 	other, err := s.eng.Receive(ctx, "q", engine.ReceiveRequest{Max: 1, WaitSet: true, Session: true})
@@ -357,4 +336,32 @@ func TestShardEngineRefusesAcksOfLeasesItDidNotGrant(t *testing.T) {
 	if info, _ := s.eng.GetQueue("q"); info.InFlight != 1 {
 		t.Fatalf("after the ack: %+v", info)
 	}
+	// The ack took the handle out of caller-1's session: its expiry has
+	// nothing of it left to return.
+	if back := s.sessions.expired(clk.Now().Add(time.Second)); len(back) != 0 {
+		t.Fatalf("the expired sessions gave back %v after the ack", back)
+	}
+}
+
+// sessionReceive creates queue "q" on s's engine, sends it n messages and
+// receives max of them as connection leases of session "caller-1", as
+// shard 0's router does for an AMQP consumer.
+func sessionReceive(t *testing.T, s *Server, n, max int) []engine.Delivery {
+	t.Helper()
+	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]engine.Message, n)
+	for i := range ms {
+		ms[i].Body = []byte(strconv.Itoa(i + 1))
+	}
+	if _, err := s.eng.Send("q", ms); err != nil {
+		t.Fatal(err)
+	}
+	rep := s.runEngineCall(context.Background(), engineCall{Op: opReceive, Queue: "q", Session: "caller-1", Max: max,
+		Visibility: time.Hour, VisibilitySet: true, WaitSet: true, SessionLease: true})
+	if err := rep.Err.err(); err != nil || len(rep.Deliveries) != max {
+		t.Fatalf("receive: %d deliveries, %v", len(rep.Deliveries), err)
+	}
+	return rep.Deliveries
 }
