@@ -115,18 +115,26 @@ func (c *testCluster) allLinks() [][]*Link {
 	return append(rows, c.inShard...)
 }
 
+// logs reads every node's log, for the end-of-run reports (a node whose
+// log cannot be read is left out of them).
+func (c *testCluster) logs() [][]byte {
+	var out [][]byte
+	for _, m := range c.nodes {
+		if b, err := os.ReadFile(filepath.Join(m.dir, "server.log")); err == nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // raftSummary counts, from the nodes' logs, the snapshots they sent
 // and installed (the low truncation thresholds of clusterTOML are meant to
 // make the faults exercise them), and the voter changes leaders proposed
 // (with 5 nodes, replication_factor and replace_after make the faults
 // exercise them).
-func (c *testCluster) raftSummary() string {
+func raftSummary(logs [][]byte) string {
 	var sent, installed, replaced, promoted, demoted int
-	for _, m := range c.nodes {
-		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
-		if err != nil {
-			continue // a node's log is only read for this report
-		}
+	for _, b := range logs {
 		sent += bytes.Count(b, []byte("raftstore: sending a snapshot"))
 		installed += bytes.Count(b, []byte("raftstore: installed a snapshot"))
 		replaced += bytes.Count(b, []byte("raftstore: replacing a silent voter"))
@@ -142,21 +150,16 @@ func (c *testCluster) raftSummary() string {
 // basic.nack failed (541, as when a leader loses its term with the write
 // in flight): the path where a basic.qos reply once proved acks never
 // applied (docs/reliability.md), so that a run shows whether it took it.
-func (c *testCluster) settleSummary() string {
+func settleSummary(logs [][]byte) string {
+	names := map[string]string{"80": "basic.ack", "90": "basic.reject", "120": "basic.nack"}
 	counts := map[string]int{}
-	for _, m := range c.nodes {
-		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
-		if err != nil {
-			continue // a node's log is only read for this report
-		}
+	for _, b := range logs {
 		for _, line := range strings.Split(string(b), "\n") {
-			if !strings.Contains(line, `msg="amqp: closing connection"`) || !strings.Contains(line, "code=541") || !strings.Contains(line, "class=60") {
+			if !strings.Contains(line, `msg="amqp: closing connection"`) || !strings.Contains(line, " code=541 ") || !strings.Contains(line, " class=60 ") {
 				continue
 			}
-			for name, id := range map[string]string{"basic.ack": "method=80", "basic.reject": "method=90", "basic.nack": "method=120"} {
-				if strings.HasSuffix(line, id) || strings.Contains(line, id+" ") {
-					counts[name]++
-				}
+			if _, m, ok := strings.Cut(line, " method="); ok {
+				counts[names[strings.TrimSpace(m)]]++
 			}
 		}
 	}
@@ -171,13 +174,9 @@ func (c *testCluster) settleSummary() string {
 // node's own clock for want of either (internal/cluster/timeline.go): with
 // a skewed node, the first kind are its leaderships done right, the last
 // a risk of early redeliveries.
-func (c *testCluster) clockSummary() string {
+func clockSummary(logs [][]byte) string {
 	var measured, estimates, median, own int
-	for _, m := range c.nodes {
-		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
-		if err != nil {
-			continue // a node's log is only read for this report
-		}
+	for _, b := range logs {
 		for _, line := range bytes.Split(b, []byte("\n")) {
 			switch {
 			case bytes.Contains(line, []byte("leading on this node's own clock")):

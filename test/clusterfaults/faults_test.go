@@ -409,9 +409,10 @@ func TestClusterFaults(t *testing.T) {
 	ra := a.Ck.Report()
 	t.Logf("%s", a.summary(ra))
 	t.Logf("errors (expected under faults): %s", w.errorSummary())
-	t.Logf("raft log: %s", c.raftSummary())
-	t.Logf("%s", c.settleSummary())
-	t.Logf("cluster clock: %s", c.clockSummary())
+	logs := c.logs()
+	t.Logf("raft log: %s", raftSummary(logs))
+	t.Logf("%s", settleSummary(logs))
+	t.Logf("cluster clock: %s", clockSummary(logs))
 	if r.Violations() > 0 {
 		t.Errorf("the checker found violations:\n%s", r.Details(10))
 	}
