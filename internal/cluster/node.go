@@ -569,9 +569,18 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 		o.Placement = &server.Placement{Shard: k, Leader: o.Cluster.NodeID}
 		// A name that lives on another shard is not created here too.
 		o.NameTaken = func(name string) bool { return n.queueElsewhere(k, name) }
-		// Shard 0's AMQP server uses the other shards' SQS queues.
+		// Shard 0's AMQP server uses the other shards' SQS queues; every
+		// shard's mover carries dead letters to the shard of their
+		// dead-letter queue (ADR 0015 step 5).
 		o.ShardCall = func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
 			return n.shardCall(ctx, k, name, path, body)
+		}
+		o.QueueHeldElsewhere = func(name string) bool {
+			if !server.ValidQueueName(name) {
+				return false
+			}
+			at, ok := n.findQueue(name) // this node's copies: no catch-up, no network
+			return ok && at != k
 		}
 		// One node may lead every shard at once (the others down): its
 		// servers share its memory.

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -74,13 +73,13 @@ func TestNameTakenRefusesACreate(t *testing.T) {
 		t.Fatalf("NameTaken asked for %q; want here (new) and there, not here again", asked)
 	}
 
-	// A RedrivePolicy naming a queue of another shard is refused with
-	// that reason, not as a queue that does not exist.
+	// Without QueueHeldElsewhere (no mover) a RedrivePolicy naming a
+	// queue of another shard is refused: its dead letters could not move.
 	cfg := DefaultQueueConfig()
 	cfg.DeadLetter = &DeadLetterPolicy{Target: "there", MaxReceiveCount: 3}
 	_, _, err = e.CreateQueue("src", cfg, nil)
-	if ce := (*ConfigError)(nil); !errors.As(err, &ce) || !strings.Contains(ce.Reason, "lives on another shard") {
-		t.Fatalf("a dead-letter target on another shard: %v", err)
+	if ce := (*ConfigError)(nil); !errors.As(err, &ce) || ce.Reason != "dead-letter target queue does not exist" {
+		t.Fatalf("a dead-letter target on another shard, no mover: %v", err)
 	}
 	cfg.DeadLetter.Target = "nowhere"
 	_, _, err = e.CreateQueue("src", cfg, nil)

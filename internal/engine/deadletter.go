@@ -119,7 +119,7 @@ func (e *Engine) canDeadLetter(q *queue) bool {
 	case p.Routed:
 		return e.router != nil
 	default:
-		return e.deadLetterTarget(q, p.Target) != nil
+		return e.deadLetterTarget(q, p.Target) != nil || e.heldElsewhere(p.Target)
 	}
 }
 
@@ -155,6 +155,13 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 			}
 		} else if t := e.deadLetterTarget(q, p.Target); t != nil {
 			targets = append(targets, t)
+		} else if e.heldElsewhere(p.Target) {
+			// On another shard: a transfer, moved there by the mover.
+			q.stats.deadLettered.Add(1)
+			e.noteDeadLetterClass(q, m, reason)
+			e.transferDeadLetterLocked(q, m, p.Target, reason, env, now, b)
+			e.log.Debug("dead-lettered to another shard", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "target", p.Target)
+			return []string{p.Target}
 		}
 	}
 	full := 0
@@ -181,13 +188,7 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	}
 	q.stats.deadLettered.Add(1)
 	names := make([]string, len(targets))
-	if co, ok := e.obs.(ErrorClassObserver); ok {
-		class := ""
-		if m.ext != nil && m.ext.failure != nil {
-			class = m.ext.failure.ErrorClass
-		}
-		co.DeadLetteredClass(q.name, reason, class)
-	}
+	e.noteDeadLetterClass(q, m, reason)
 	for i, t := range targets {
 		names[i] = t.name
 		mv := e.copyDeadLetterLocked(q, m, t, reason, env, now, b)
@@ -199,13 +200,42 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	return names
 }
 
+// noteDeadLetterClass tells an ErrorClassObserver that m left q as a dead
+// letter, with its failure's error class.
+func (e *Engine) noteDeadLetterClass(q *queue, m *message, reason string) {
+	if co, ok := e.obs.(ErrorClassObserver); ok {
+		class := ""
+		if m.ext != nil && m.ext.failure != nil {
+			class = m.ext.failure.ErrorClass
+		}
+		co.DeadLetteredClass(q.name, reason, class)
+	}
+}
+
 // copyDeadLetterLocked writes m's copy for target t, keeping its
 // MessageId, body, attributes, send time and receive count and adding its
 // dead-letter context.
 func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason string, env []byte, now int64, b *store.Batch) pendingCopy {
+	n := e.deadLetterCopyLocked(q, m, reason, env, now, t.isFIFO)
+	n.seq = t.nextSeq.Add(1) - 1
+	if t.cfg.HasMessageTTL {
+		n.ttlAt = now + int64(t.cfg.MessageTTL)
+	}
+	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
+	t.cold.addPending(n.seq)          // not refilled before insertCopies inserts it
+	rec := encodeContent(n)
+	b.Set(messageKey(t.id, n.seq, kindContent), rec)
+	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
+	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load(), recLen: len(rec)}
+}
+
+// deadLetterCopyLocked is m's dead-letter copy for a target of type fifo,
+// without what depends on the target itself (sequence number, TTL, group):
+// what a local target holds (copyDeadLetterLocked) and what a transfer
+// carries to a target elsewhere (transferDeadLetterLocked).
+func (e *Engine) deadLetterCopyLocked(q *queue, m *message, reason string, env []byte, now int64, fifo bool) *message {
 	body, _ := q.bodyLocked(m) // a failed read fails the engine
 	n := &message{
-		seq:         t.nextSeq.Add(1) - 1,
 		id:          m.id,
 		body:        body,
 		attrs:       m.attrs,
@@ -236,21 +266,13 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 	if m.ext != nil {
 		n.ext.failure, n.ext.redrive = m.ext.failure, m.ext.redrive
 	}
-	if t.isFIFO {
+	if fifo {
 		// SQS: on FIFO the enqueue time resets and the dedup id becomes
 		// the message id.
 		n.enqueuedAt = now
 		n.dedupID = FormatID(m.id)
 	}
-	if t.cfg.HasMessageTTL {
-		n.ttlAt = now + int64(t.cfg.MessageTTL)
-	}
-	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
-	t.cold.addPending(n.seq)          // not refilled before insertCopies inserts it
-	rec := encodeContent(n)
-	b.Set(messageKey(t.id, n.seq, kindContent), rec)
-	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load(), recLen: len(rec)}
+	return n
 }
 
 // insertCopies inserts copies into their targets' memory once p, the

@@ -74,6 +74,14 @@ type Options struct {
 	// a moment (a catch-up with other groups), and must not
 	// call the engine.
 	NameTaken func(name string) bool
+	// QueueHeldElsewhere, when set, reports whether a queue that this
+	// engine does not hold lives outside it (in a cluster, on another
+	// shard) from local state alone: it is called with a queue's lock
+	// held, when a message is dead-lettered into a queue this engine does
+	// not hold, and must not wait for the network or call the engine.
+	// Such a dead letter becomes a transfer (transfer.go), and a
+	// RedrivePolicy may name such a queue.
+	QueueHeldElsewhere func(name string) bool
 	// DeadLetterRouter routes dead letters of queues whose
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
@@ -137,6 +145,13 @@ type Engine struct {
 	obs    Observer
 	router DeadLetterRouter
 	taken  func(name string) bool // Options.NameTaken
+
+	// Transfers (transfer.go).
+	elsewhere    func(name string) bool // Options.QueueHeldElsewhere
+	transfers    atomic.Int64           // transfer records written and not yet ended
+	transferPoke chan struct{}
+	transferMu   sync.Mutex // serializes EndTransfers (its count)
+	importMu     sync.Mutex // serializes ImportTransfers (its dedup check and write)
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -218,17 +233,19 @@ func Open(opts Options) (*Engine, error) {
 	}
 	leaser, _ := opts.Store.(store.Leaser)
 	e := &Engine{
-		st:      opts.Store,
-		leaser:  leaser,
-		clock:   opts.Clock,
-		log:     opts.Logger,
-		obs:     opts.Observer,
-		router:  opts.DeadLetterRouter,
-		taken:   opts.NameTaken,
-		queues:  make(map[string]*queue),
-		deleted: make(map[string]int64),
-		nextQID: 1,
-		done:    make(chan struct{}),
+		st:           opts.Store,
+		leaser:       leaser,
+		clock:        opts.Clock,
+		log:          opts.Logger,
+		obs:          opts.Observer,
+		router:       opts.DeadLetterRouter,
+		taken:        opts.NameTaken,
+		elsewhere:    opts.QueueHeldElsewhere,
+		transferPoke: make(chan struct{}, 1),
+		queues:       make(map[string]*queue),
+		deleted:      make(map[string]int64),
+		nextQID:      1,
+		done:         make(chan struct{}),
 	}
 	e.sched.poke = make(chan struct{}, 1)
 	e.syncPoke = make(chan struct{}, 1)
@@ -252,6 +269,9 @@ func Open(opts Options) (*Engine, error) {
 	e.log.Info("engine recovered", "queues", len(e.queues), "messages", n, "elapsed", time.Since(start))
 	if err := e.recoverMoveTasks(); err != nil {
 		return nil, err
+	}
+	if err := e.countTransfers(); err != nil {
+		return nil, fmt.Errorf("engine: recover transfers: %w", err)
 	}
 	if err := e.loadReceiptKey(); err != nil {
 		return nil, err
@@ -763,10 +783,12 @@ func (e *Engine) checkDeadLetter(source string, fifo bool, d *DeadLetterPolicy) 
 	}
 	t, err := e.lookup(d.Target)
 	if err != nil {
-		if e.taken != nil && e.taken(d.Target) {
-			return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue " + d.Target +
-				" lives on another shard of this cluster than " + source + "; a dead-letter queue must be on its source's shard " +
-				"(a new queue named " + source + "-dlq is placed there, and a source created with this RedrivePolicy is placed with its dead-letter queue)"}
+		if e.elsewhere != nil && e.elsewhere(d.Target) {
+			// On another shard: its dead letters are transfers
+			// (transfer.go); the target's engine checks its type and
+			// RedriveAllowPolicy when it imports them, the SQS front-end
+			// (which asks that engine) before.
+			return nil
 		}
 		return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter target queue does not exist"}
 	}

@@ -21,6 +21,8 @@ type fixture struct {
 	st  store.Store
 	clk *clock.Fake
 	e   *Engine
+	// opts, when set, changes the options each open uses.
+	opts func(*Options)
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -60,7 +62,11 @@ func newTestStore(t *testing.T) store.Store {
 
 func (f *fixture) open() {
 	f.t.Helper()
-	e, err := Open(Options{Store: f.st, Clock: f.clk})
+	o := Options{Store: f.st, Clock: f.clk}
+	if f.opts != nil {
+		f.opts(&o)
+	}
+	e, err := Open(o)
 	if err != nil {
 		f.t.Fatalf("open: %v", err)
 	}

@@ -105,6 +105,12 @@ type Options struct {
 	// holds it. Through it the AMQP server uses those queues (remote.go).
 	// Not settable from a config file.
 	ShardCall func(ctx context.Context, name, path string, body []byte) ([]byte, error) `toml:"-"`
+	// QueueHeldElsewhere, when set with ShardCall, reports from this
+	// node's copies alone whether a queue lives on another shard
+	// (engine.Options.QueueHeldElsewhere): a RedrivePolicy may then name
+	// it, and this server's mover (transfer.go) carries the dead letters
+	// there.
+	QueueHeldElsewhere func(name string) bool `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
 	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,

@@ -178,18 +178,19 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		readyWindow = -1
 	}
 	eng, err := engine.Open(engine.Options{
-		Store:            s.st,
-		Clock:            clk,
-		Logger:           log.With("component", "engine"),
-		Observer:         metrics.Multi(s.metrics, arrivals, dashRec),
-		DeadLetterRouter: topo,
-		BodyMemoryBudget: opts.BodyMemoryBudget,
-		MaxQueues:        opts.MaxQueues,
-		MaxQueueMessages: opts.MaxQueueMessages,
-		MaxQueueBytes:    opts.MaxQueueBytes,
-		LogDrops:         opts.LogDrops,
-		ReadyWindow:      readyWindow,
-		NameTaken:        opts.NameTaken,
+		Store:              s.st,
+		Clock:              clk,
+		Logger:             log.With("component", "engine"),
+		Observer:           metrics.Multi(s.metrics, arrivals, dashRec),
+		DeadLetterRouter:   topo,
+		BodyMemoryBudget:   opts.BodyMemoryBudget,
+		MaxQueues:          opts.MaxQueues,
+		MaxQueueMessages:   opts.MaxQueueMessages,
+		MaxQueueBytes:      opts.MaxQueueBytes,
+		LogDrops:           opts.LogDrops,
+		ReadyWindow:        readyWindow,
+		NameTaken:          opts.NameTaken,
+		QueueHeldElsewhere: opts.QueueHeldElsewhere,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
@@ -353,7 +354,10 @@ func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	budget := s.budget
 	var sqsEng sqs.Engine = eng
 	if opts.OtherQueueNames != nil {
-		sqsEng = listingEngine{Engine: eng, other: opts.OtherQueueNames, log: s.log}
+		sqsEng = listingEngine{Engine: sqsEng, other: opts.OtherQueueNames, log: s.log}
+	}
+	if s.remote != nil {
+		sqsEng = elsewhereEngine{Engine: sqsEng, remote: s.remote}
 	}
 	sqsAPI := sqs.New(sqsEng, sqs.Options{AccountID: opts.AccountID, Region: opts.Region, Logger: s.log.With("component", "sqs"), Clock: clk, BodyBudget: budget,
 		OnRequest: s.metrics.ObserveSQSRequest, SendFlowBacklog: opts.SQSSendFlowBacklog, SendFlowMaxWait: time.Duration(opts.SQSSendFlowMaxWait)})
@@ -514,6 +518,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.remote != nil {
 		sessions.Go(func() { s.remote.keepalive(bg) })
+	}
+	if s.opts.ShardCall != nil {
+		sessions.Go(func() { s.moveTransfers(bg) })
 	}
 	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)

@@ -71,6 +71,8 @@ const (
 	opPurgeReady   = "purge-ready"
 	opDeleteQueue  = "delete-queue"
 	opKeepalive    = "keepalive"
+	opImport       = "import" // transfer.go
+	opForget       = "forget"
 )
 
 // engineCall is one engine call for Queue (gob).
@@ -88,6 +90,9 @@ type engineCall struct {
 	Visibility, Wait       time.Duration
 	VisibilitySet, WaitSet bool
 	SessionLease           bool
+	// Dead letters from another shard (transfer.go).
+	Transfers   []engine.Transfer
+	TransferIDs []engine.TransferID
 }
 
 // engineReply is the answer to an engineCall (gob): Err for the whole
@@ -421,6 +426,10 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		r.Err = toRemoteError(s.eng.DeleteQueue(c.Queue))
 	case opKeepalive:
 		s.sessions.touch(c.Session, now)
+	case opImport:
+		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
+	case opForget:
+		r.Err = toRemoteError(s.eng.ForgetTransfers(c.TransferIDs))
 	default:
 		r.Err = remoteError{Text: "unknown engine call " + c.Op}
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -68,6 +69,23 @@ func StoredTask(st store.Store, id string) (bool, error) { return engine.StoredT
 // (engine.StoredQueueNames).
 func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 	return engine.StoredQueueNames(st, prefix)
+}
+
+// elsewhereEngine is the SQS handler's engine on a server whose cluster
+// has other shards: it reads a queue of another shard from that shard's
+// leader (sqs.QueuesElsewhere), so that a RedrivePolicy may name it.
+type elsewhereEngine struct {
+	sqs.Engine
+	remote *remoteEngine
+}
+
+// GetQueueElsewhere is GetQueue asked of the leader of the shard that holds
+// queue name.
+func (e elsewhereEngine) GetQueueElsewhere(name string) (engine.QueueInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rep, err := e.remote.do(ctx, engineCall{Op: opGetQueue, Queue: name})
+	return rep.Info, err
 }
 
 // listingEngine is the SQS handler's engine on a server whose cluster has

@@ -321,14 +321,15 @@ func (c *call) parseRedrivePolicy(raw, src string, fifo bool) (*engine.DeadLette
 	}
 	info, err := c.h.eng.GetQueue(dlq)
 	if errors.Is(err, engine.ErrQueueNotFound) {
-		if c.h.eng.QueueElsewhere(dlq) {
-			// A cluster with shards: the target lives on another shard,
-			// where this source's dead letters cannot move (ADR 0015).
-			return nil, bad("Dead letter target " + dlq + " is on another shard of this cluster than the source; " +
-				"a dead-letter queue must be on its source's shard: create it named <source>-dlq, or with the tag " + PlaceWithTag + "=<source>, " +
-				"and it is placed with its source (or create the source with this RedrivePolicy, and it is placed with its dead-letter queue).")
+		ee, ok := c.h.eng.(QueuesElsewhere)
+		if !ok || !c.h.eng.QueueElsewhere(dlq) {
+			return nil, bad("Dead letter target does not exist.")
 		}
-		return nil, bad("Dead letter target does not exist.")
+		// A cluster with shards: the target lives on another shard, to
+		// which this source's dead letters move (ADR 0015 step 5).
+		if info, err = ee.GetQueueElsewhere(dlq); errors.Is(err, engine.ErrQueueNotFound) {
+			return nil, bad("Dead letter target does not exist.")
+		}
 	}
 	if err != nil {
 		return nil, mapEngineErr(err, errDetail{queue: dlq})

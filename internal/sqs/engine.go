@@ -7,6 +7,15 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
+// QueuesElsewhere may be implemented by an Engine whose queues may live
+// elsewhere (a cluster's other shards, where QueueElsewhere is true): the
+// settings of such a queue, asked of where it lives, so that a
+// RedrivePolicy naming it is checked as one naming a queue of this
+// engine (its dead letters move there: ADR 0015 step 5).
+type QueuesElsewhere interface {
+	GetQueueElsewhere(name string) (engine.QueueInfo, error)
+}
+
 // Engine is what the SQS front-end needs of the queue engine. The server
 // passes its *engine.Engine; ADR 0015's router, which sends each call to
 // the shard that holds the named queue, is to implement it too, so that

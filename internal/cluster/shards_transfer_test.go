@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// TestShardsDeadLetterToAnotherShard (ADR 0015 step 5, dead letters): a
+// RedrivePolicy set on a queue after both it and its dead-letter queue
+// exist, on two different shards, is taken (it was refused before), and
+// the source's dead letters arrive in the dead-letter queue, each once,
+// with their MessageId, body, attributes and dead-letter context, through
+// any node. A FIFO pair too. It fails without the mover (the dead letters
+// stay in transfer) and without the RedrivePolicy check that asks the
+// other shard (the policy is refused).
+func TestShardsDeadLetterToAnotherShard(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	pair := func(src, dlq string) (string, string) {
+		for i := 0; ; i++ {
+			s, d := fmt.Sprintf(src, i), fmt.Sprintf(dlq, i)
+			if hashShard(s, 3) != hashShard(d, 3) {
+				return s, d
+			}
+		}
+	}
+	for _, fifo := range []bool{false, true} {
+		src, dlq := pair("work-%d", "graveyard-%d")
+		attrs := map[string]string{"VisibilityTimeout": "0"}
+		dlqAttrs := map[string]string{}
+		if fifo {
+			src, dlq = pair("work-%d.fifo", "graveyard-%d.fifo")
+			attrs["FifoQueue"], dlqAttrs["FifoQueue"] = "true", "true"
+			attrs["ContentBasedDeduplication"] = "true"
+		}
+		c0, c1, c2 := shardClient(nodes[0]), shardClient(nodes[1]), shardClient(nodes[2])
+		s, err := c0.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(src), Attributes: attrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := c1.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(dlq), Attributes: dlqAttrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nodes[0].catchUp(ctx)
+		ks, oks := nodes[0].findQueue(src)
+		kd, okd := nodes[0].findQueue(dlq)
+		if !oks || !okd || ks == kd {
+			t.Fatalf("%s on shard %d (%v), %s on %d (%v): want two shards", src, ks, oks, dlq, kd, okd)
+		}
+		arn, err := c2.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: d.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, arn.Attributes["QueueArn"])
+		if _, err := c2.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: s.QueueUrl, Attributes: map[string]string{"RedrivePolicy": policy}}); err != nil {
+			t.Fatalf("a RedrivePolicy on %s (shard %d) naming %s (shard %d): %v", src, ks, dlq, kd, err)
+		}
+		const n = 30
+		sent := map[string]string{} // MessageId → body
+		for i := range n {
+			in := &sqs.SendMessageInput{QueueUrl: s.QueueUrl, MessageBody: aws.String(fmt.Sprintf("poison %d", i)),
+				MessageAttributes: map[string]types.MessageAttributeValue{"tenant": {DataType: aws.String("String"), StringValue: aws.String("acme")}}}
+			if fifo {
+				in.MessageGroupId = aws.String(fmt.Sprintf("g%d", i%3))
+			}
+			out, err := c0.SendMessage(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent[aws.ToString(out.MessageId)] = fmt.Sprintf("poison %d", i)
+		}
+		// Each message received once, then over its limit: dead-lettered.
+		poll.CheckFor(t, 30*time.Second, poll.True("the source empty", func() bool {
+			out, err := c1.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: s.QueueUrl, MaxNumberOfMessages: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Messages) > 0 {
+				return false
+			}
+			a, err := c1.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: s.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a.Attributes["ApproximateNumberOfMessages"] == "0" && a.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+		}))
+		got := map[string]bool{}
+		poll.CheckFor(t, 30*time.Second, func() error {
+			out, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: d.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600,
+				MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range out.Messages {
+				id := aws.ToString(m.MessageId)
+				if got[id] {
+					t.Fatalf("%s received twice from %s", id, dlq)
+				}
+				got[id] = true
+				if want, ok := sent[id]; !ok || aws.ToString(m.Body) != want {
+					t.Fatalf("%s in %s: body %q, sent %q (%v)", id, dlq, aws.ToString(m.Body), want, ok)
+				}
+				if v := m.MessageAttributes["tenant"]; aws.ToString(v.StringValue) != "acme" {
+					t.Fatalf("%s lost its attributes: %+v", id, m.MessageAttributes)
+				}
+				if rc := m.Attributes["ApproximateReceiveCount"]; rc != "2" {
+					t.Fatalf("%s: receive count %s in the dead-letter queue, want 2 (one in the source)", id, rc)
+				}
+				if fifo && m.Attributes["MessageGroupId"] == "" {
+					t.Fatalf("%s lost its group: %+v", id, m.Attributes)
+				}
+			}
+			if len(got) < n {
+				return fmt.Errorf("%d of %d dead letters in %s", len(got), n, dlq)
+			}
+			return nil
+		})
+	}
+}

@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// shardPair is two engines as two shards of a cluster: src holds the
+// source queues, dst the dead-letter queue "dlq", which src sees as held
+// elsewhere.
+func shardPair(t *testing.T) (src, dst *fixture) {
+	t.Helper()
+	dst = newFixture(t)
+	dst.create("dlq", nil)
+	src = &fixture{t: t, st: newTestStore(t), clk: dst.clk}
+	src.opts = func(o *Options) {
+		o.QueueHeldElsewhere = func(name string) bool { return name == "dlq" }
+	}
+	src.open()
+	return src, dst
+}
+
+// moveAll is one mover round: the durable transfers of src imported into
+// dst, then ended, then forgotten.
+func moveAll(t *testing.T, src, dst *Engine) int {
+	t.Helper()
+	ts, err := src.Transfers(nil, 100)
+	if err != nil {
+		t.Fatalf("transfers: %v", err)
+	}
+	if len(ts) == 0 {
+		return 0
+	}
+	if err := dst.ImportTransfers(ts[0].Target, ts); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	ids := make([]TransferID, len(ts))
+	for i, x := range ts {
+		ids[i] = x.ID
+	}
+	if err := src.EndTransfers(ids); err != nil {
+		t.Fatalf("end: %v", err)
+	}
+	if err := dst.ForgetTransfers(ids); err != nil {
+		t.Fatalf("forget: %v", err)
+	}
+	return len(ts)
+}
+
+func TestDeadLetterToAQueueHeldElsewhere(t *testing.T) {
+	src, dst := shardPair(t)
+	src.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1}
+	})
+	res := src.send("q", Message{Body: []byte("poison"), Attributes: []Attribute{{Name: "k", DataType: "String", StringValue: "v"}}})
+	d := src.recv("q", 1, 30*time.Second)
+	out, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{ErrorClass: "KeyError", Message: "no such customer", Terminal: true})
+	if err != nil || !out.DeadLettered || out.Target != "dlq" {
+		t.Fatalf("report: %+v %v", out, err)
+	}
+	if info, _ := src.e.GetQueue("q"); info.Visible+info.InFlight+info.Delayed != 0 {
+		t.Fatalf("source still holds it: %+v", info)
+	}
+	if n := src.e.TransfersPending(); n != 1 {
+		t.Fatalf("pending transfers %d, want 1", n)
+	}
+	// The transfer is in the source's store: a restart keeps it.
+	src.restart()
+	if n := src.e.TransfersPending(); n != 1 {
+		t.Fatalf("pending transfers after restart %d, want 1", n)
+	}
+	ts, err := src.e.Transfers(nil, 10)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("transfers: %v %v", ts, err)
+	}
+	// A mover that imports and dies before ending the transfer imports
+	// it again: the second import adds nothing.
+	for range 2 {
+		if err := dst.e.ImportTransfers("dlq", ts); err != nil {
+			t.Fatalf("import: %v", err)
+		}
+	}
+	if moveAll(t, src.e, dst.e) != 1 {
+		t.Fatal("the transfer was not there for the next mover")
+	}
+	if n := src.e.TransfersPending(); n != 0 {
+		t.Fatalf("pending transfers after the move %d", n)
+	}
+	dst.restart()
+	got := dst.recv("dlq", 10, -1)
+	if len(got) != 1 || got[0].MessageID != res[0].MessageID || string(got[0].Body) != "poison" {
+		t.Fatalf("dlq holds %+v", got)
+	}
+	m := got[0]
+	if m.DeadLetter == nil || m.DeadLetter.Reason != ReasonTerminal || m.DeadLetter.SourceQueue != "q" || m.DeadLetter.Attempts != 1 {
+		t.Fatalf("dead-letter info %+v", m.DeadLetter)
+	}
+	if m.LastFailure == nil || m.LastFailure.ErrorClass != "KeyError" {
+		t.Fatalf("failure %+v", m.LastFailure)
+	}
+	if len(m.Attributes) != 1 || m.Attributes[0].StringValue != "v" {
+		t.Fatalf("attributes %+v", m.Attributes)
+	}
+	if moveAll(t, src.e, dst.e) != 0 {
+		t.Fatal("an ended transfer came back")
+	}
+}
+
+func TestDeadLetterElsewhereByReceiveCount(t *testing.T) {
+	src, dst := shardPair(t)
+	src.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 2}
+	})
+	for range 3 {
+		src.send("q", body("x"))
+	}
+	// Two receives, each lease expiring; the third receive finds them
+	// over the limit and moves them out.
+	for i := 0; i < 2; i++ {
+		if got := src.recv("q", 10, time.Second); len(got) != 3 {
+			t.Fatalf("receive %d: %d messages", i, len(got))
+		}
+		src.clk.Advance(2 * time.Second)
+	}
+	src.stepUntil("three transfers", 100*time.Millisecond, func() bool {
+		_ = src.recv("q", 10, time.Second)
+		return src.e.TransfersPending() == 3
+	})
+	if moveAll(t, src.e, dst.e) != 3 {
+		t.Fatal("want 3 moved")
+	}
+	if got := dst.recvCopies("dlq", 3, -1); len(got) != 3 || got[0].ReceiveCount != 3 || got[0].DeadLetter == nil || got[0].DeadLetter.Attempts != 2 {
+		t.Fatalf("dlq: %+v", got)
+	}
+}
+
+func TestImportRefusesWithoutLosing(t *testing.T) {
+	src, dst := shardPair(t)
+	src.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1}
+	})
+	src.send("q", body("x"))
+	d := src.recv("q", 1, 30*time.Second)
+	if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := src.e.Transfers(nil, 10)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("transfers %v %v", ts, err)
+	}
+	// The dead-letter queue no longer allows this source.
+	if err := dst.e.UpdateQueue("dlq", func(c *QueueConfig) error {
+		c.RedriveAllow = &RedriveAllowPolicy{Permission: "denyAll"}
+		return nil
+	}); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	var ce *ConfigError
+	if err := dst.e.ImportTransfers("dlq", ts); !errors.As(err, &ce) {
+		t.Fatalf("import into a queue that refuses the source: %v", err)
+	}
+	if err := dst.e.ImportTransfers("missing", ts); !errors.Is(err, ErrQueueNotFound) {
+		t.Fatalf("import into no queue: %v", err)
+	}
+	if info, _ := dst.e.GetQueue("dlq"); info.Visible != 0 {
+		t.Fatalf("refused import left %d messages", info.Visible)
+	}
+	if n := src.e.TransfersPending(); n != 1 {
+		t.Fatalf("the transfer is gone: %d pending", n)
+	}
+}

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// The mover of ADR 0015 step 5 (the first slice: dead letters). In a
+// cluster with shards, a queue's RedrivePolicy may name a dead-letter queue
+// on another shard; the engine writes each dead letter for it as a
+// transfer in the batch that takes it out of its source (engine
+// transfer.go). The mover runs on every shard's leader: it reads this
+// engine's durable transfers, has the leader of the dead-letter queue's
+// shard import them (opImport on ShardEnginePath: the copies and an import
+// record of each transfer, one durable write), ends them here, then lets
+// that leader forget their import records (opForget). A mover that stops
+// between the import and the end — a crash, a lost leadership — leaves
+// the transfers here, and the next leader's mover imports them again,
+// which the import records make a no-op.
+
+// Mover bounds: how many transfers one round reads, how often it looks
+// when not told of a new one (transfers a restart or a new leadership
+// found), and how long it waits after a round that failed.
+const (
+	moverBatch = 256
+	moverPoll  = time.Second
+	moverRetry = 2 * time.Second
+)
+
+// moveTransfers runs the mover until ctx ends.
+func (s *Server) moveTransfers(ctx context.Context) {
+	tick := time.NewTicker(moverPoll)
+	defer tick.Stop()
+	warned := map[string]time.Time{} // target → last warning, one a minute
+	var after *engine.TransferID     // where the next round reads from
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.eng.TransferReady():
+		case <-tick.C:
+		}
+		for ctx.Err() == nil && s.eng.TransfersPending() > 0 {
+			moved, next, err := s.moveRound(ctx, after, warned)
+			after = next
+			if err != nil || (moved == 0 && after == nil) {
+				break
+			}
+		}
+	}
+}
+
+// moveRound moves one round of transfers (up to moverBatch after after,
+// in calls of at most ShardSendChunk bytes per target). It returns how many
+// ended, and where the next round reads from: past this round's when it
+// read a full batch (transfers that cannot move yet, for a missing or full
+// dead-letter queue, do not hold up the others), else from the start. A
+// target that fails is skipped this round and warned about.
+func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned map[string]time.Time) (int, *engine.TransferID, error) {
+	ts, err := s.eng.Transfers(after, moverBatch)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, engine.ErrNotLeading) {
+			s.log.Warn("cannot read dead letters bound for other shards", "err", err)
+		}
+		s.waitRetry(ctx)
+		return 0, nil, err
+	}
+	var next *engine.TransferID
+	if len(ts) == moverBatch {
+		next = &ts[len(ts)-1].ID
+	}
+	byTarget := map[string][]engine.Transfer{}
+	var order []string
+	for _, t := range ts {
+		if byTarget[t.Target] == nil {
+			order = append(order, t.Target)
+		}
+		byTarget[t.Target] = append(byTarget[t.Target], t)
+	}
+	moved, failed := 0, false
+	for _, target := range order {
+		list := byTarget[target]
+		for len(list) > 0 {
+			n, size := 0, 0
+			for n < len(list) && (n == 0 || size+len(list[n].Record) <= ShardSendChunk) {
+				size += len(list[n].Record)
+				n++
+			}
+			chunk := list[:n]
+			list = list[n:]
+			if err := s.moveChunk(ctx, target, chunk); err != nil {
+				failed = true
+				if now := s.clk.Now(); ctx.Err() == nil && now.Sub(warned[target]) >= time.Minute {
+					warned[target] = now
+					s.log.Warn("dead letters wait for their dead-letter queue on another shard", "target", target,
+						"waiting", s.eng.TransfersPending(), "err", err)
+				}
+				break // this target's others wait for the next round
+			}
+			moved += len(chunk)
+		}
+	}
+	if failed && next == nil {
+		s.waitRetry(ctx)
+	}
+	return moved, next, nil
+}
+
+// moveChunk imports transfers into target's shard, ends them here, and
+// lets the target forget their import records.
+func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Transfer) error {
+	ids := make([]engine.TransferID, len(chunk))
+	for i, t := range chunk {
+		ids[i] = t.ID
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk}); err != nil {
+		return err
+	}
+	if err := s.eng.EndTransfers(ids); err != nil {
+		return err
+	}
+	// Best effort: an import record left behind costs a few dozen bytes.
+	if err := s.transferCall(cctx, engineCall{Op: opForget, Queue: target, TransferIDs: ids}); err != nil && ctx.Err() == nil {
+		s.log.Debug("cannot forget import records", "target", target, "err", err)
+	}
+	return nil
+}
+
+// transferCall runs c on the leader of the shard holding c.Queue.
+func (s *Server) transferCall(ctx context.Context, c engineCall) error {
+	body, err := encodeGob(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.opts.ShardCall(ctx, c.Queue, ShardEnginePath, body)
+	if errors.Is(err, ErrNotElsewhere) {
+		return engine.ErrQueueNotFound
+	}
+	if err != nil {
+		return err
+	}
+	rep, err := decodeEngineReply(out)
+	if err != nil {
+		return err
+	}
+	return rep.Err.err()
+}
+
+func (s *Server) waitRetry(ctx context.Context) {
+	t := time.NewTimer(moverRetry)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
