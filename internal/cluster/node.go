@@ -582,6 +582,20 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 			at, ok := n.findQueue(name) // this node's copies: no catch-up, no network
 			return ok && at != k
 		}
+		o.SourcesElsewhere = func(dlq string) ([]string, error) {
+			var all []string
+			for j := range n.shards.Len() {
+				if j == k {
+					continue
+				}
+				names, err := server.StoredDeadLetterSources(n.shards.Shard(j).Store(), dlq)
+				if err != nil {
+					return nil, fmt.Errorf("shard %d's copy: %w", j, err)
+				}
+				all = append(all, names...)
+			}
+			return all, nil
+		}
 		// One node may lead every shard at once (the others down): its
 		// servers share its memory.
 		o.NodeShare = n.shards.Len()

@@ -255,15 +255,18 @@ func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
 		}
 		declared[q.Name] = out[i]
 	}
-	// An existing queue whose dead-letter queue lives elsewhere (both
-	// made before, on different shards) cannot take that RedrivePolicy:
-	// its server would refuse the declaration and fail to start.
+	// A queue may name a dead-letter queue that exists on another shard
+	// (its dead letters move there, ADR 0015 step 5). One that names a
+	// queue this declaration creates on another shard (both tied to
+	// queues made apart) cannot: that queue may not exist yet when this
+	// queue's server declares it, which would then refuse the
+	// declaration and fail to start.
 	for i, q := range qs {
 		for _, with := range q.Ties() {
-			at, ok := declared[with]
-			if !ok {
-				at, ok = existing[with]
+			if _, ok := existing[with]; ok {
+				continue
 			}
+			at, ok := declared[with]
 			if ok && at != out[i] && out[i] >= 0 {
 				n.log.Warn("a declared queue and the queue it names live on different shards; its declaration is skipped, its settings left as they are",
 					"queue", q.Name, "shard", out[i], "names", with, "its_shard", at)

@@ -197,8 +197,9 @@ func TestShardsPlaceDeclaredQueues(t *testing.T) {
 	}
 
 	// Two queues made apart (on different shards), then declared as a
-	// source and its dead-letter queue: no shard's server could apply
-	// that, so the source is placed nowhere (and its server still starts).
+	// source and its dead-letter queue: each stays where it is, and the
+	// source's server applies the RedrivePolicy naming the other shard's
+	// queue (before transfers, it was placed nowhere).
 	lone, loneDLQ := pair(func(i int) string { return fmt.Sprintf("lone-%d", i) }, func(i int) string { return fmt.Sprintf("apart-%d", i) })
 	c := shardClient(nodes[0])
 	for _, q := range []string{lone, loneDLQ} {
@@ -215,7 +216,7 @@ func TestShardsPlaceDeclaredQueues(t *testing.T) {
 		return nil
 	})
 	got := nodes[0].placeDeclared([]server.QueueDeclaration{{Name: lone, DeadLetterQueue: loneDLQ, MaxReceiveCount: 3}, {Name: loneDLQ}})
-	if want := []int{-1, held(loneDLQ)[0]}; !slices.Equal(got, want) {
+	if want := []int{held(lone)[0], held(loneDLQ)[0]}; !slices.Equal(got, want) {
 		t.Errorf("placeDeclared of %s (on shard %v) naming %s (on %v) = %v, want %v", lone, held(lone), loneDLQ, held(loneDLQ), got, want)
 	}
 }

@@ -18,9 +18,12 @@ import (
 // exist, on two different shards, is taken (it was refused before), and
 // the source's dead letters arrive in the dead-letter queue, each once,
 // with their MessageId, body, attributes and dead-letter context, through
-// any node. A FIFO pair too. It fails without the mover (the dead letters
-// stay in transfer) and without the RedrivePolicy check that asks the
-// other shard (the policy is refused).
+// any node; the dead-letter queue lists its source, and a redrive
+// (StartMessageMoveTask) moves them back, each once. A FIFO pair too. It
+// fails without the mover (the dead letters stay in transfer), without the
+// RedrivePolicy check that asks the other shard (the policy is refused),
+// and without the other shards' sources (the redrive is refused: not a
+// dead-letter queue).
 func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 	nodes, _ := shardedNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -95,6 +98,7 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 			return a.Attributes["ApproximateNumberOfMessages"] == "0" && a.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
 		}))
 		got := map[string]bool{}
+		var handles []string
 		poll.CheckFor(t, 30*time.Second, func() error {
 			out, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: d.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600,
 				MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
@@ -107,6 +111,7 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 					t.Fatalf("%s received twice from %s", id, dlq)
 				}
 				got[id] = true
+				handles = append(handles, aws.ToString(m.ReceiptHandle))
 				if want, ok := sent[id]; !ok || aws.ToString(m.Body) != want {
 					t.Fatalf("%s in %s: body %q, sent %q (%v)", id, dlq, aws.ToString(m.Body), want, ok)
 				}
@@ -125,5 +130,47 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 			}
 			return nil
 		})
+
+		// The other half of the workflow: the dead-letter queue lists
+		// its source on the other shard, and a redrive moves its
+		// messages back there.
+		srcs, err := c0.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: d.QueueUrl})
+		if err != nil || len(srcs.QueueUrls) != 1 || srcs.QueueUrls[0] != aws.ToString(s.QueueUrl) {
+			t.Fatalf("sources of %s: %+v, %v; want %s", dlq, srcs, err, aws.ToString(s.QueueUrl))
+		}
+		for _, h := range handles {
+			if _, err := c2.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: d.QueueUrl, ReceiptHandle: aws.String(h)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c0.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(arn.Attributes["QueueArn"])}); err != nil {
+			t.Fatalf("redrive of %s back to %s on another shard: %v", dlq, src, err)
+		}
+		back := map[string]bool{}
+		poll.CheckFor(t, 30*time.Second, func() error {
+			out, err := c1.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: s.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range out.Messages {
+				b := aws.ToString(m.Body)
+				if back[b] {
+					t.Fatalf("%q redriven twice into %s", b, src)
+				}
+				back[b] = true
+				// A FIFO group's next message comes once this one is gone.
+				if _, err := c1.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: s.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(back) < n {
+				return fmt.Errorf("%d of %d redriven into %s", len(back), n, src)
+			}
+			return nil
+		})
+		a, err := c2.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: d.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		if err != nil || a.Attributes["ApproximateNumberOfMessages"] != "0" || a.Attributes["ApproximateNumberOfMessagesNotVisible"] != "0" {
+			t.Fatalf("%s after the redrive: %v, %v", dlq, a, err)
+		}
 	}
 }

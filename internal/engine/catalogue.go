@@ -73,3 +73,29 @@ func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 	}
 	return names, err
 }
+
+// StoredDeadLetterSources returns the queues whose record st holds and
+// whose RedrivePolicy names dlq as their dead-letter queue: in a cluster
+// with shards, another shard's sources of a dead-letter queue
+// (Options.SourcesElsewhere).
+func StoredDeadLetterSources(st store.Store, dlq string) ([]string, error) {
+	var names []string
+	fn := func(_, v []byte) error {
+		r, err := decodeQueue(v)
+		if err != nil {
+			return err
+		}
+		if d := r.Config.DeadLetter; d != nil && !d.Routed && d.Target == dlq {
+			names = append(names, r.Name)
+		}
+		return nil
+	}
+	start, end := []byte{prefixQueue}, []byte{prefixQueue + 1}
+	var err error
+	if sr, ok := st.(store.SettledReader); ok {
+		err = sr.ScanRangeSettled(start, end, fn)
+	} else {
+		err = st.ScanRange(start, end, fn)
+	}
+	return names, err
+}

@@ -49,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,12 @@ type Options struct {
 	// Such a dead letter becomes a transfer (transfer.go), and a
 	// RedrivePolicy may name such a queue.
 	QueueHeldElsewhere func(name string) bool
+	// SourcesElsewhere, when set, returns the queues outside this engine
+	// (a cluster's other shards) whose RedrivePolicy names dlq: they
+	// count as its sources (ListDeadLetterSourceQueues, and a redrive out
+	// of it, whose messages go back to them as transfers). It must not
+	// call the engine.
+	SourcesElsewhere func(dlq string) ([]string, error)
 	// DeadLetterRouter routes dead letters of queues whose
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
@@ -147,11 +154,12 @@ type Engine struct {
 	taken  func(name string) bool // Options.NameTaken
 
 	// Transfers (transfer.go).
-	elsewhere    func(name string) bool // Options.QueueHeldElsewhere
-	transfers    atomic.Int64           // transfer records written and not yet ended
-	transferPoke chan struct{}
-	transferMu   sync.Mutex // serializes EndTransfers (its count)
-	importMu     sync.Mutex // serializes ImportTransfers (its dedup check and write)
+	elsewhere        func(name string) bool             // Options.QueueHeldElsewhere
+	sourcesElsewhere func(dlq string) ([]string, error) // Options.SourcesElsewhere
+	transfers        atomic.Int64                       // transfer records written and not yet ended
+	transferPoke     chan struct{}
+	transferMu       sync.Mutex // serializes EndTransfers (its count)
+	importMu         sync.Mutex // serializes ImportTransfers (its dedup check and write)
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -233,19 +241,20 @@ func Open(opts Options) (*Engine, error) {
 	}
 	leaser, _ := opts.Store.(store.Leaser)
 	e := &Engine{
-		st:           opts.Store,
-		leaser:       leaser,
-		clock:        opts.Clock,
-		log:          opts.Logger,
-		obs:          opts.Observer,
-		router:       opts.DeadLetterRouter,
-		taken:        opts.NameTaken,
-		elsewhere:    opts.QueueHeldElsewhere,
-		transferPoke: make(chan struct{}, 1),
-		queues:       make(map[string]*queue),
-		deleted:      make(map[string]int64),
-		nextQID:      1,
-		done:         make(chan struct{}),
+		st:               opts.Store,
+		leaser:           leaser,
+		clock:            opts.Clock,
+		log:              opts.Logger,
+		obs:              opts.Observer,
+		router:           opts.DeadLetterRouter,
+		taken:            opts.NameTaken,
+		elsewhere:        opts.QueueHeldElsewhere,
+		sourcesElsewhere: opts.SourcesElsewhere,
+		transferPoke:     make(chan struct{}, 1),
+		queues:           make(map[string]*queue),
+		deleted:          make(map[string]int64),
+		nextQID:          1,
+		done:             make(chan struct{}),
 	}
 	e.sched.poke = make(chan struct{}, 1)
 	e.syncPoke = make(chan struct{}, 1)
@@ -963,7 +972,17 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 	if _, err := e.lookup(dlq); err != nil {
 		return nil, err
 	}
-	return e.DeadLetterQueues()[dlq], nil
+	local := e.DeadLetterQueues()[dlq]
+	if e.sourcesElsewhere == nil {
+		return local, nil
+	}
+	other, err := e.sourcesElsewhere(dlq)
+	if err != nil {
+		return nil, err
+	}
+	all := append(local, other...)
+	slices.Sort(all)
+	return slices.Compact(all), nil
 }
 
 // clearMessagesLocked forgets every message and dedup entry.

@@ -155,11 +155,16 @@ func (e *Engine) checkMoveSpec(spec *MoveTaskSpec) error {
 	}
 	if spec.Destination != "" {
 		d, err := e.lookup(spec.Destination)
-		if err != nil {
+		switch {
+		case err == nil:
+			if d.isFIFO != src.isFIFO {
+				return &ConfigError{Setting: "DestinationArn", Reason: "destination must be the same type as the source"}
+			}
+		case e.heldElsewhere(spec.Destination):
+			// On another shard: its messages go as transfers, whose
+			// import checks the type (transfer.go).
+		default:
 			return ErrDestinationNotFound
-		}
-		if d.isFIFO != src.isFIFO {
-			return &ConfigError{Setting: "DestinationArn", Reason: "destination must be the same type as the source"}
 		}
 	}
 	if spec.Rate == 0 {
@@ -582,6 +587,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	var b store.Batch
 	q.advanceLocked(now, &b)
 	var moves []pendingCopy
+	transfers := 0 // messages moved out as transfers (to other shards)
 	cands := q.candidatesLocked(&tk.Filter, tk.UpTo)
 	// The source's cold part is loaded as the task reaches it, a window
 	// at a time (messages the filter leaves stay in memory, as loaded).
@@ -597,6 +603,13 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	for _, m := range cands[:min(n, len(cands))] {
 		dname := e.redriveDestinationLocked(q, tk.Destination, m)
 		d, err := e.lookup(dname)
+		if err != nil && dname != "" && e.heldElsewhere(dname) {
+			// On another shard: a transfer, moved there by the mover
+			// (its import waits for room, as below).
+			e.redriveTransferLocked(q, m, dname, tk.ID, now, &b)
+			transfers++
+			continue
+		}
 		if err != nil || d == q {
 			reason = "AWS.SimpleQueueService.NonExistentQueue"
 			break
@@ -621,7 +634,7 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	// (see persistTask): a pause or cancel saved meanwhile is either
 	// already in it or written after it, never overwritten by it.
 	e.tasks.mu.Lock()
-	tk.Moved += len(moves)
+	tk.Moved += len(moves) + transfers
 	tk.UpdatedAt = fromNanos(now)
 	b.Set(taskKey(tk.ID), encodeTask(tk))
 	p, err := e.write(&b, true)
@@ -636,10 +649,15 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 	// could receive and delete a copy that a power cut puts back in the
 	// DLQ), and never when its sync fails.
 	if err := e.insertCopies(moves, p); err != nil {
-		return len(moves), false, "storage failed"
+		return len(moves) + transfers, false, "storage failed"
 	}
-	e.noteDrain(tk, len(moves), fromNanos(now))
-	return len(moves), false, reason
+	if transfers > 0 {
+		if err := e.wait(p); err != nil {
+			return len(moves) + transfers, false, "storage failed"
+		}
+	}
+	e.noteDrain(tk, len(moves)+transfers, fromNanos(now))
+	return len(moves) + transfers, false, reason
 }
 
 // redriveOutLocked moves m from q into d as a new message: a new
@@ -647,6 +665,26 @@ func (e *Engine) moveBatch(tk *task, n int) (moved int, done bool, reason string
 // Its original id and the number of redrives travel in RedriveInfo.
 func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string, now int64, b *store.Batch) pendingCopy {
 	q.dropLocked(m, b)
+	n := e.redriveCopyLocked(q, m, taskID, now, d.isFIFO)
+	n.seq = d.nextSeq.Add(1) - 1
+	d.cold.addPending(n.seq) // not refilled before insertCopies inserts it
+	rec := encodeContent(n)
+	b.Set(messageKey(d.id, n.seq, kindContent), rec)
+	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
+	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load(), recLen: len(rec)}
+}
+
+// redriveTransferLocked moves m from q, toward dest on another shard, as a
+// transfer (transfer.go) in b.
+func (e *Engine) redriveTransferLocked(q *queue, m *message, dest, taskID string, now int64, b *store.Batch) {
+	q.dropLocked(m, b)
+	n := e.redriveCopyLocked(q, m, taskID, now, q.isFIFO)
+	e.writeTransferLocked(&Transfer{Target: dest, Source: q.name, Redrive: true}, n, now, b)
+}
+
+// redriveCopyLocked is the message a redrive of m puts in its
+// destination, of type fifo, without its sequence number there.
+func (e *Engine) redriveCopyLocked(q *queue, m *message, taskID string, now int64, fifo bool) *message {
 	orig, count := FormatID(m.id), 1
 	if m.ext != nil && m.ext.redrive != nil {
 		orig, count = m.ext.redrive.OriginalMessageID, m.ext.redrive.Count+1
@@ -654,7 +692,6 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	id := newID()
 	body, _ := q.bodyLocked(m) // a failed read fails the engine
 	n := &message{
-		seq:        d.nextSeq.Add(1) - 1,
 		id:         id,
 		body:       body,
 		attrs:      m.attrs,
@@ -669,14 +706,10 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 			redrive: &RedriveInfo{OriginalMessageID: orig, Count: count, TaskID: taskID, At: fromNanos(now)}},
 		group: &group{id: m.groupID()},
 	}
-	if d.isFIFO {
+	if fifo {
 		n.dedupID = FormatID(id)
 	}
-	d.cold.addPending(n.seq) // not refilled before insertCopies inserts it
-	rec := encodeContent(n)
-	b.Set(messageKey(d.id, n.seq, kindContent), rec)
-	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
-	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load(), recLen: len(rec)}
+	return n
 }
 
 // recoverMoveTasks loads task records. RUNNING tasks resume (their

@@ -60,7 +60,11 @@ type Transfer struct {
 	ID     TransferID
 	Target string // the dead-letter queue
 	Source string // the queue it left
-	Reason string
+	Reason string // a dead letter's reason
+	// Redrive is set for a message a redrive (move task) moves back to
+	// its source or to a destination: its target's RedriveAllowPolicy,
+	// which is about dead letters, does not apply.
+	Redrive bool
 	// Record is the copy the target holds, as a content record of this
 	// engine's format (storage-format.md), opaque to a mover.
 	Record []byte
@@ -76,6 +80,7 @@ func encodeTransfer(t *Transfer) []byte {
 	e.str(t.Source)
 	e.str(t.Reason)
 	e.bytes(t.Record)
+	e.boolean(t.Redrive)
 	return e.b
 }
 
@@ -90,6 +95,7 @@ func decodeTransfer(key, v []byte) (Transfer, error) {
 	t.Source = d.str()
 	t.Reason = d.str()
 	t.Record = append([]byte(nil), d.bytes()...)
+	t.Redrive = d.boolean()
 	if d.err != nil {
 		return t, fmt.Errorf("%w: transfer record %x", errCorrupt, key)
 	}
@@ -122,8 +128,14 @@ func (e *Engine) heldElsewhere(name string) bool {
 func (e *Engine) transferDeadLetterLocked(q *queue, m *message, target, reason string, env []byte, now int64, b *store.Batch) {
 	n := e.deadLetterCopyLocked(q, m, reason, env, now, q.isFIFO)
 	n.group = &group{id: m.groupID()}
-	t := Transfer{ID: e.newTransferID(now), Target: target, Source: q.name, Reason: reason, Record: encodeContent(n)}
-	b.Set(transferKey(t.ID), encodeTransfer(&t))
+	e.writeTransferLocked(&Transfer{Target: target, Source: q.name, Reason: reason}, n, now, b)
+}
+
+// writeTransferLocked writes t, carrying n, in b.
+func (e *Engine) writeTransferLocked(t *Transfer, n *message, now int64, b *store.Batch) {
+	t.ID = e.newTransferID(now)
+	t.Record = encodeContent(n)
+	b.Set(transferKey(t.ID), encodeTransfer(t))
 	e.transfers.Add(1)
 	select {
 	case e.transferPoke <- struct{}{}:
@@ -274,12 +286,15 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 			release()
 			return &ConfigError{Setting: "RedrivePolicy", Reason: "dead-letter queue " + target + " is not of the same type as source " + x.Source}
 		}
-		if !t.accepts(x.Source) {
+		if !x.Redrive && !t.accepts(x.Source) {
 			release()
 			return &ConfigError{Setting: "RedrivePolicy", Reason: "the RedriveAllowPolicy of " + target + " does not allow source " + x.Source}
 		}
 		size := int64(len(m.body))
-		if !t.room.reserve(t.snap.Load(), size, false) {
+		// A redrive waits for room below the destination's length limit
+		// (DLQ-97, as moveBatch does for a destination here); a dead
+		// letter is refused by a full reject-publish queue only.
+		if !t.room.reserve(t.snap.Load(), size, x.Redrive) {
 			release()
 			return fmt.Errorf("%w: dead-letter queue %s", ErrQueueFull, target)
 		}
@@ -299,8 +314,11 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 		if m.sentAt != 0 {
 			age = time.Duration(now - m.sentAt)
 		}
-		copies = append(copies, pendingCopy{target: t, m: m, group: g, purges: t.purges.Load(), size: size, recLen: len(rec),
-			dead: &deadLetterEvent{source: x.Source, reason: x.Reason, age: age}})
+		c := pendingCopy{target: t, m: m, group: g, purges: t.purges.Load(), size: size, recLen: len(rec)}
+		if !x.Redrive {
+			c.dead = &deadLetterEvent{source: x.Source, reason: x.Reason, age: age}
+		}
+		copies = append(copies, c)
 	}
 	if len(copies) == 0 {
 		// Every one imported before: answer once those imports are durable.

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/clock"
 )
 
 // shardPair is two engines as two shards of a cluster: src holds the
@@ -11,9 +14,20 @@ import (
 // elsewhere.
 func shardPair(t *testing.T) (src, dst *fixture) {
 	t.Helper()
-	dst = newFixture(t)
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	dst = &fixture{t: t, st: newTestStore(t), clk: clk}
+	dst.opts = func(o *Options) {
+		o.QueueHeldElsewhere = func(name string) bool { return name == "q" }
+		o.SourcesElsewhere = func(dlq string) ([]string, error) {
+			if dlq == "dlq" {
+				return []string{"q"}, nil
+			}
+			return nil, nil
+		}
+	}
+	dst.open()
 	dst.create("dlq", nil)
-	src = &fixture{t: t, st: newTestStore(t), clk: dst.clk}
+	src = &fixture{t: t, st: newTestStore(t), clk: clk}
 	src.opts = func(o *Options) {
 		o.QueueHeldElsewhere = func(name string) bool { return name == "dlq" }
 	}
@@ -168,5 +182,60 @@ func TestImportRefusesWithoutLosing(t *testing.T) {
 	}
 	if n := src.e.TransfersPending(); n != 1 {
 		t.Fatalf("the transfer is gone: %d pending", n)
+	}
+}
+
+// TestRedriveToASourceHeldElsewhere: a dead-letter queue whose source
+// lives elsewhere lists it, and a redrive moves its messages back there as
+// transfers flagged as redrives (the source's own RedriveAllowPolicy does
+// not apply), each with a new MessageId and its redrive history; the task
+// completes once they have left.
+func TestRedriveToASourceHeldElsewhere(t *testing.T) {
+	src, dst := shardPair(t)
+	src.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1}
+		c.RedriveAllow = &RedriveAllowPolicy{Permission: "denyAll"} // q is no one's DLQ
+	})
+	var ids []string
+	for i := range 3 {
+		res := src.send("q", body(string(rune('a'+i))))
+		ids = append(ids, res[0].MessageID)
+		d := src.recv("q", 1, 30*time.Second)
+		if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if moveAll(t, src.e, dst.e) != 3 {
+		t.Fatal("want 3 dead letters moved")
+	}
+	if got, err := dst.e.DeadLetterSources("dlq"); err != nil || !slices.Equal(got, []string{"q"}) {
+		t.Fatalf("sources of dlq: %q, %v", got, err)
+	}
+	tk, err := dst.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Rate: 100})
+	if err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	dst.stepUntil("the task completed", 100*time.Millisecond, func() bool {
+		got, err := dst.e.GetMoveTask(tk.ID)
+		return err == nil && got.Status == TaskCompleted
+	})
+	if info, _ := dst.e.GetQueue("dlq"); info.Visible+info.InFlight != 0 {
+		t.Fatalf("dlq still holds %+v", info)
+	}
+	ts, err := dst.e.Transfers(nil, 10)
+	if err != nil || len(ts) != 3 || !ts[0].Redrive || ts[0].Target != "q" {
+		t.Fatalf("redrive transfers %+v, %v", ts, err)
+	}
+	if moveAll(t, dst.e, src.e) != 3 {
+		t.Fatal("want 3 redriven")
+	}
+	got := src.recv("q", 10, -1)
+	if len(got) != 3 {
+		t.Fatalf("q holds %d", len(got))
+	}
+	for _, m := range got {
+		if slices.Contains(ids, m.MessageID) || m.Redrive == nil || !slices.Contains(ids, m.Redrive.OriginalMessageID) || m.Redrive.TaskID != tk.ID {
+			t.Fatalf("redriven message %+v (redrive %+v)", m, m.Redrive)
+		}
 	}
 }

@@ -191,6 +191,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		ReadyWindow:        readyWindow,
 		NameTaken:          opts.NameTaken,
 		QueueHeldElsewhere: opts.QueueHeldElsewhere,
+		SourcesElsewhere:   opts.SourcesElsewhere,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {
@@ -256,6 +257,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_amqp_refused_publishes_total",
 			Help: "AMQP publishes without confirms or a transaction that the engine refused (full reject-publish queue, disk watermark, failed store) and that were dropped."},
 			func() float64 { return float64(s.amqp.RefusedPublishes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_transfers_pending",
+			Help: "Dead letters and redriven messages on their way from this shard to a queue on another shard (written out of their source, not yet imported there)."},
+			func() float64 { return float64(eng.TransfersPending()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_amqp_panics_total",
 			Help: "Panics in AMQP connection, channel and consumer goroutines, each contained to its connection (closed with 541)."},
 			func() float64 { return float64(s.amqp.Panics()) }),

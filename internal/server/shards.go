@@ -71,6 +71,12 @@ func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 	return engine.StoredQueueNames(st, prefix)
 }
 
+// StoredDeadLetterSources lists the queues st holds whose RedrivePolicy
+// names dlq (engine.StoredDeadLetterSources).
+func StoredDeadLetterSources(st store.Store, dlq string) ([]string, error) {
+	return engine.StoredDeadLetterSources(st, dlq)
+}
+
 // elsewhereEngine is the SQS handler's engine on a server whose cluster
 // has other shards: it reads a queue of another shard from that shard's
 // leader (sqs.QueuesElsewhere), so that a RedrivePolicy may name it.
