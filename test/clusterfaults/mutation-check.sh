@@ -24,6 +24,13 @@
 #                      deliveries, or leases stuck 20 s in the future once
 #                      node 3 hands back (undrained, poison kept from the
 #                      DLQ).
+#   end-before-import  internal/server/transfer.go: the mover ends a
+#                      transfer (a dead letter on its way to a DLQ on
+#                      another shard, ADR 0015 step 5) without having the
+#                      DLQ's shard import it. Run with 3 shards, where one
+#                      workload's source and DLQ live on two shards; must
+#                      fail with lost messages (or poison never
+#                      dead-lettered) on that workload.
 #
 # SLUICE_FAULT_SEED defaults to a seed whose schedule makes the leader lose
 # leadership early and often (any schedule with such faults catches them).
@@ -72,12 +79,16 @@ check() {
       go test -count=1 -timeout 15m -run '^TestClusterFaults$' -v ./test/clusterfaults/ 2>&1)
     summary=$(grep -m1 -E 'ops: sends attempted' <<<"$out" | sed 's/^ *//' | cut -c1-400)
     amqp=$(grep -m1 -E 'AMQP queue cf-amqp' <<<"$out" | sed 's/^ *//' | cut -c1-400)
+    # With shards, the workload whose dead letters cross shards reports
+    # on a line of its own.
+    cross=$(grep -m1 -E 'dead letters cross shards' <<<"$out" | sed 's/^ *//' | cut -c1-400)
     # The verdict may show in the SQS workload's summary or the AMQP
     # queue's (an ack-before-commit leader loses AMQP confirms too).
-    if grep -q -- '--- FAIL' <<<"$out" && grep -q -E "$verdict" <<<"$summary"$'\n'"$amqp"; then
+    if grep -q -- '--- FAIL' <<<"$out" && grep -q -E "$verdict" <<<"$summary"$'\n'"$amqp"$'\n'"$cross"; then
       echo "ok   $name mutant failed TestClusterFaults, as it must (run $attempt of at most $attempts):"
       echo "       $summary"
       echo "       $amqp"
+      [[ -n $cross ]] && echo "       $cross"
       grep -m1 -E 'cluster clock:' <<<"$out" | sed 's/^ */       /' | cut -c1-400
       return 0
     fi
@@ -98,8 +109,8 @@ check() {
   return 1
 }
 
-# MUTANTS picks which to run (default both).
-mutants=" ${MUTANTS:-ack-before-commit own-clock} "
+# MUTANTS picks which to run (default all three).
+mutants=" ${MUTANTS:-ack-before-commit own-clock end-before-import} "
 rc=0
 [[ $mutants == *" ack-before-commit "* ]] && { mutate ack-before-commit internal/cluster/raftstore/store.go \
   $'func (p *pending) Wait() error {\n\terr := p.w.Wait()' \
@@ -109,4 +120,8 @@ rc=0
   $'\treturn newTimeline(clock.NewSteady(n.clk), adj)\n}' \
   $'\treturn newTimeline(clock.NewSteady(n.clk), 0) // MUTANT: a new leader on its own clock\n}' &&
   check own-clock 'clock [1-9]|early [1-9]|undrained[^,]* [1-9]|dlq [1-9]' SLUICE_CLUSTER_FAULTS_KINDS=handover || rc=1; }
+[[ $mutants == *" end-before-import "* ]] && { mutate end-before-import internal/server/transfer.go \
+  $'\tif err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk}); err != nil {\n\t\treturn err\n\t}' \
+  $'\t// MUTANT: the transfers end without their import' &&
+  check end-before-import 'cross shards.*(lost [1-9]|dlq [1-9])' SLUICE_CLUSTER_FAULTS_SHARDS=3 || rc=1; }
 exit $rc

@@ -68,6 +68,23 @@ func spreadWorkloads(c *testCluster, w *workload, shards int) []*workload {
 		}
 		out = append(out, e)
 	}
+	// And one pair whose queues live on two shards (the RedrivePolicy
+	// set after both exist): its dead letters cross shards as transfers
+	// (ADR 0015 step 5), under the faults, checked by its Checker.
+	for k := 1; k < 10000; k++ {
+		main, dlq := fmt.Sprintf("cfx%d", k), fmt.Sprintf("cfx%d-graves", k)
+		if w.FIFO {
+			main, dlq = main+".fifo", dlq+".fifo"
+		}
+		if shardOf(main, shards) == shardOf(dlq, shards) {
+			continue
+		}
+		e := newWorkload(c, fmt.Sprintf("%sx", w.Run), w.FIFO)
+		e.Main, e.DLQ, e.PolicyLater = main, dlq, true
+		e.served = w.served
+		out = append(out, e)
+		break
+	}
 	return out
 }
 
@@ -156,8 +173,12 @@ func finishSpread(t *testing.T, ctx context.Context, extra []*workload) {
 	for _, e := range extra {
 		e.drain(t, ctx, 20*time.Second, nil, nil)
 		r := e.Ck.Report()
-		t.Logf("%s / %s (shard %d's workload): %s; %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term: %s",
-			e.Main, e.DLQ, shardOf(e.DLQ, e.c.shards), r, pubSummary(e), e.Ops.Load(), e.nerrs.Load(), e.deletes.Load(), e.sameTerm.Load(), e.errorSummary())
+		where := fmt.Sprintf("shard %d's workload", shardOf(e.DLQ, e.c.shards))
+		if e.PolicyLater {
+			where = fmt.Sprintf("source on shard %d, DLQ on shard %d: dead letters cross shards", shardOf(e.Main, e.c.shards), shardOf(e.DLQ, e.c.shards))
+		}
+		t.Logf("%s / %s (%s): %s; %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term: %s",
+			e.Main, e.DLQ, where, r, pubSummary(e), e.Ops.Load(), e.nerrs.Load(), e.deletes.Load(), e.sameTerm.Load(), e.errorSummary())
 		if r.Violations() > 0 {
 			t.Errorf("the checker found violations on %s:\n%s", e.Main, r.Details(10))
 		}

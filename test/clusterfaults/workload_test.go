@@ -104,6 +104,26 @@ func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
 	return int(term), true
 }
 
+// dlqEpochs sets the epochs of a workload's DLQ deliveries above every
+// term of its source's shard when the two queues live on different
+// shards (PolicyLater, spreadWorkloads): the Checker orders a message's
+// deliveries by epoch, then receive count, and the terms of two shards
+// have no common order — a DLQ delivery served in term 2 of its shard
+// comes after the source's deliveries served in term 5 of theirs. So for
+// such a pair the Checker judges losses, bodies, receive counts and
+// resurrection within each queue, but cannot see a source delivery after
+// a DLQ delivery (a message in both queues would show as a second
+// dead-lettering instead).
+const dlqEpochs = 1 << 20
+
+// epochOf is the Checker's epoch of an answer served in term by t.
+func (w *workload) epochOf(t faults.Target[*member], term int) int {
+	if w.PolicyLater && strings.HasSuffix(t.URL, "/"+w.DLQ) {
+		return dlqEpochs + term
+	}
+	return term
+}
+
 // clockSlack is how far a SentTimestamp may be from the time its message
 // was sent (faults.Checker.ClockSlack): far below the skewed node's 20 s.
 const clockSlack = 2 * time.Second
@@ -129,19 +149,19 @@ func newWorkload(c *testCluster, run string, fifo bool) *workload {
 		Pause: func(ctx context.Context, _ faults.Target[*member]) {
 			faults.SleepCtx(ctx, 20*time.Millisecond) // pacing after an error
 		},
-		Epoch: func(_ faults.Target[*member], meta middleware.Metadata) int {
+		Epoch: func(t faults.Target[*member], meta middleware.Metadata) int {
 			if term, ok := w.termOf(meta); ok {
-				return term
+				return w.epochOf(t, term)
 			}
 			w.noTerm.Add(1)
 			return noTermEpoch + int(w.epochs.Add(1))
 		},
-		DeleteAcked: func(_ faults.Target[*member], id string, l faults.Lease, _, at time.Time, meta middleware.Metadata) {
+		DeleteAcked: func(t faults.Target[*member], id string, l faults.Lease, _, at time.Time, meta middleware.Metadata) {
 			// Epoch -1 matches no delivery: the delete settles the
 			// message without being certain.
 			epoch := -1
-			if term, ok := w.termOf(meta); ok && term == l.Epoch {
-				epoch = term
+			if term, ok := w.termOf(meta); ok && w.epochOf(t, term) == l.Epoch {
+				epoch = l.Epoch
 				w.sameTerm.Add(1)
 			}
 			w.deletes.Add(1)

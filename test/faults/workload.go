@@ -76,6 +76,11 @@ type Workload[N any] struct {
 	Backlog   int    // producers pause while the Checker's backlog exceeds it
 	Ck        *Checker
 	Hooks     Hooks[N]
+	// PolicyLater creates the source queue without its RedrivePolicy and
+	// sets it afterwards, so that a cluster with shards places each queue
+	// by its own name (a source created with the policy is placed with
+	// its DLQ) and the dead letters cross shards.
+	PolicyLater bool
 
 	Sends atomic.Int64 // acknowledged sends
 	Ops   atomic.Int64 // requests made
@@ -106,6 +111,17 @@ func (w *Workload[N]) CreateQueues(ctx context.Context, client *sqs.Client) erro
 	policy, err := json.Marshal(map[string]any{"deadLetterTargetArn": ga.Attributes["QueueArn"], "maxReceiveCount": MaxReceiveCount})
 	if err != nil {
 		return err
+	}
+	if w.PolicyLater {
+		src, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.Main), Attributes: attrs})
+		if err != nil {
+			return fmt.Errorf("create %s: %w", w.Main, err)
+		}
+		if _, err := client.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl,
+			Attributes: map[string]string{"RedrivePolicy": string(policy)}}); err != nil {
+			return fmt.Errorf("redrive policy of %s: %w", w.Main, err)
+		}
+		return nil
 	}
 	attrs["RedrivePolicy"] = string(policy)
 	if _, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.Main), Attributes: attrs}); err != nil {
