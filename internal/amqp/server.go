@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,15 @@ func (s *Server) load() error {
 	var drop []doomed
 	var dropBindings []string
 	var keep []*queue
+	// Bindings to queues AMQP did not declare (SQS queues it adopted):
+	// their queues are adopted once the topology is released (adopt asks
+	// the engine, which may be waiting for the topology under a queue's
+	// lock to route a dead letter).
+	type toAdopt struct {
+		key, vhost string
+		b          *binding
+	}
+	var adoptLater []toAdopt
 	t.mu.Lock()
 	t.log = s.log
 	t.vhostLocked("/")
@@ -182,6 +192,10 @@ func (s *Server) load() error {
 			src := v.exchanges[b.source]
 			ok := src != nil
 			if b.toQueue {
+				if ok && v.queues[b.dest] == nil && r.str("vhost") == "/" {
+					adoptLater = append(adoptLater, toAdopt{key, r.str("vhost"), b})
+					return nil
+				}
 				ok = ok && v.queues[b.dest] != nil
 			} else {
 				ok = ok && v.exchanges[b.dest] != nil
@@ -206,6 +220,28 @@ func (s *Server) load() error {
 		if err := s.eng.DeleteMeta(metaQueues, d.key); err != nil {
 			return err
 		}
+	}
+	for _, a := range adoptLater {
+		_, err := s.adopt(a.vhost, a.b.dest)
+		var ae *amqpError
+		switch {
+		case errors.As(err, &ae) && ae.code == wire.NotFound:
+			// Certainly gone (an SQS DeleteQueue while AMQP was not
+			// running to drop its bindings).
+			dropBindings = append(dropBindings, a.key)
+			continue
+		case err != nil:
+			// Not known now (a cluster's other shard could not be asked):
+			// the record stays for the next start, the binding is not
+			// active until then.
+			s.log.Warn("amqp: a binding to a queue AMQP did not declare is not restored: its queue cannot be looked up now", "queue", a.b.dest, "exchange", a.b.source, "err", err)
+			continue
+		}
+		t.mu.Lock()
+		if src := t.vhosts[a.vhost].exchanges[a.b.source]; src != nil && !slices.ContainsFunc(src.bindings, a.b.same) {
+			src.bindings = append(src.bindings, a.b)
+		}
+		t.mu.Unlock()
 	}
 	for _, k := range dropBindings {
 		if err := s.eng.DeleteMeta(metaBindings, k); err != nil {
