@@ -191,12 +191,12 @@ func (s *Server) bind(c *conn, source, dest string, toQueue bool, key string, ar
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	if toQueue {
+		// A queue of another shard of a cluster (adopted, like an SQS
+		// queue here) takes bindings too: publishes routed to it are sent
+		// to its shard's leader, dead letters routed to it move there as
+		// transfers (ADR 0015 step 5).
 		if _, err := s.findQueue(c, dest); err != nil {
 			return err
-		}
-		if s.elsewhere(vh, dest) {
-			// Its binding would be kept here, its queue there.
-			return errElsewhere("bind to an exchange", vh, dest)
 		}
 	}
 	t := s.topo

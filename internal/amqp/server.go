@@ -221,27 +221,46 @@ func (s *Server) load() error {
 			return err
 		}
 	}
+	var uncertain []toAdopt
 	for _, a := range adoptLater {
-		_, err := s.adopt(a.vhost, a.b.dest)
-		var ae *amqpError
+		gone, err := s.restoreBinding(a.vhost, a.b)
 		switch {
-		case errors.As(err, &ae) && ae.code == wire.NotFound:
+		case gone:
 			// Certainly gone (an SQS DeleteQueue while AMQP was not
 			// running to drop its bindings).
 			dropBindings = append(dropBindings, a.key)
-			continue
 		case err != nil:
-			// Not known now (a cluster's other shard could not be asked):
-			// the record stays for the next start, the binding is not
-			// active until then.
-			s.log.Warn("amqp: a binding to a queue AMQP did not declare is not restored: its queue cannot be looked up now", "queue", a.b.dest, "exchange", a.b.source, "err", err)
-			continue
+			uncertain = append(uncertain, a)
 		}
-		t.mu.Lock()
-		if src := t.vhosts[a.vhost].exchanges[a.b.source]; src != nil && !slices.ContainsFunc(src.bindings, a.b.same) {
-			src.bindings = append(src.bindings, a.b)
-		}
-		t.mu.Unlock()
+	}
+	if len(uncertain) > 0 {
+		// Not known now (a cluster's other shard could not be asked): the
+		// records stay, and the bindings are restored once their queues
+		// answer.
+		s.log.Warn("amqp: bindings to queues AMQP did not declare wait for their queues to be looked up", "bindings", len(uncertain))
+		s.wg.Go(func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for len(uncertain) > 0 {
+				select {
+				case <-s.quit:
+					return
+				case <-tick.C:
+				}
+				rest := uncertain[:0]
+				for _, a := range uncertain {
+					if gone, err := s.restoreBinding(a.vhost, a.b); err != nil && !gone {
+						rest = append(rest, a)
+					} else if gone {
+						if err := s.eng.DeleteMeta(metaBindings, a.key); err != nil {
+							s.log.Warn("amqp: cannot delete the record of a binding whose queue is gone", "queue", a.b.dest, "err", err)
+						}
+					}
+				}
+				uncertain = rest
+			}
+			s.log.Info("amqp: every binding to a queue AMQP did not declare is restored")
+		})
 	}
 	for _, k := range dropBindings {
 		if err := s.eng.DeleteMeta(metaBindings, k); err != nil {
@@ -317,6 +336,27 @@ func (s *Server) Serve(ln net.Listener) error {
 // slots.go); over the limit connection.open is answered with RabbitMQ's
 // 530 (clients report it as a refused connection, not a dropped socket).
 func (s *Server) ServeConn(nc net.Conn) { s.ServeConnThen(nc, nil) }
+
+// restoreBinding adopts the queue of b, a binding of vhost vh to a queue
+// AMQP did not declare (an SQS queue), and attaches b. gone reports that
+// the engine certainly holds no such queue; err that it could not tell.
+func (s *Server) restoreBinding(vh string, b *binding) (gone bool, err error) {
+	_, err = s.adopt(vh, b.dest)
+	var ae *amqpError
+	if errors.As(err, &ae) && ae.code == wire.NotFound {
+		return true, err
+	}
+	if err != nil {
+		return false, err
+	}
+	t := s.topo
+	t.mu.Lock()
+	if src := t.vhosts[vh].exchanges[b.source]; src != nil && !slices.ContainsFunc(src.bindings, b.same) {
+		src.bindings = append(src.bindings, b)
+	}
+	t.mu.Unlock()
+	return false, nil
+}
 
 // ServeConnThen is ServeConn, and calls done (when not nil) once the
 // server is finished with nc: its socket closed and its goroutine ending,

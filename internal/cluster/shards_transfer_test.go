@@ -3,12 +3,14 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
@@ -173,4 +175,127 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 			t.Fatalf("%s after the redrive: %v, %v", dlq, a, err)
 		}
 	}
+}
+
+// TestShardsAMQPBindAndDeadLetterElsewhere (ADR 0015 step 5, AMQP): an
+// exchange on shard 0's AMQP server binds an SQS queue of another shard,
+// publishes routed through it reach that queue (confirmed once stored
+// there), and an AMQP queue's dead letters routed by its
+// x-dead-letter-exchange to that queue move there as transfers. After the
+// node leading shard 0 stops, the new leader restores the binding (its
+// queue looked up on its shard) and routes through it again. Before, such
+// a bind was refused (406), and a routed dead letter to a queue of another
+// shard was dropped.
+func TestShardsAMQPBindAndDeadLetterElsewhere(t *testing.T) {
+	nodes, stop := shardedNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	remote := "paid-0"
+	for i := 0; hashShard(remote, 3) == 0; i++ {
+		remote = fmt.Sprintf("paid-%d", i)
+	}
+	c := shardClient(nodes[0])
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(remote)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n *Node, exchange, key string, bodies ...string) {
+		t.Helper()
+		conn, err := amqp.Dial("amqp://guest:guest@" + n.AMQPAddr() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bodies {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(b)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+				t.Fatalf("publish %q to %s/%s: acked %v, %v", b, exchange, key, ok, err)
+			}
+		}
+	}
+	conn, err := amqp.Dial("amqp://guest:guest@" + nodes[1].AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare("billing", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(remote, "paid", "billing", false, nil); err != nil {
+		t.Fatalf("bind of %s (shard %d) to an exchange: %v", remote, hashShard(remote, 3), err)
+	}
+	if _, err := ch.QueueDeclare("invoices", true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "billing", "x-dead-letter-routing-key": "paid"}); err != nil {
+		t.Fatal(err)
+	}
+	publish(nodes[2], "billing", "paid", "routed-1", "routed-2")
+	publish(nodes[0], "", "invoices", "rejected-1", "rejected-2")
+	deliveries, err := ch.Consume("invoices", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case d := <-deliveries:
+			if err := d.Reject(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("no delivery from invoices")
+		}
+	}
+	_ = conn.Close()
+
+	receiveAll := func(n *Node, want ...string) {
+		t.Helper()
+		got := map[string]bool{}
+		poll.CheckFor(t, 30*time.Second, func() error {
+			out, err := shardClient(n).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range out.Messages {
+				b := aws.ToString(m.Body)
+				if got[b] || !slices.Contains(want, b) {
+					t.Fatalf("%s: %q unexpected (want %q once each, have %v)", remote, b, want, got)
+				}
+				got[b] = true
+				if _, err := shardClient(n).DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(got) < len(want) {
+				return fmt.Errorf("%d of %d in %s: %v", len(got), len(want), remote, got)
+			}
+			return nil
+		})
+	}
+	receiveAll(nodes[2], "routed-1", "routed-2", "rejected-1", "rejected-2")
+
+	// Shard 0's leader stops; the next one loads the topology and
+	// restores the binding to the queue of the other shard.
+	_, leader, _ := nodes[0].target(0)
+	if err := stop(int(leader) - 1); err != nil {
+		t.Fatalf("stopping node %d: %v", leader, err)
+	}
+	survivor := nodes[int(leader)%3]
+	poll.CheckFor(t, 20*time.Second, poll.True("another node leads shard 0 and serves AMQP", func() bool {
+		_, now, ok := survivor.target(0)
+		return ok && now != leader && survivor.health().Status == "ok"
+	}))
+	publish(survivor, "billing", "paid", "after-failover")
+	receiveAll(survivor, "after-failover")
 }

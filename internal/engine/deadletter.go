@@ -132,10 +132,13 @@ func (e *Engine) deadLetterLocked(q *queue, m *message, reason string, now int64
 
 // routeDeadLetterLocked writes a copy of m (no longer, or never, in q) into
 // each dead-letter target in batch b, so the removal and the copies are one
-// atomic write: after a crash the message is in exactly one place. With no
-// target the message is dropped, and counted, never silently.
+// atomic write: after a crash the message is in exactly one place. A
+// target held elsewhere (another shard of a cluster) gets a transfer in b
+// instead (transfer.go), which the mover carries there. With no target the
+// message is dropped, and counted, never silently.
 func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now int64, b *store.Batch) []string {
 	var targets []*queue
+	var remote []string // targets held elsewhere (another shard): transfers
 	env := m.envelope()
 	if p := q.cfg.DeadLetter; p != nil {
 		if p.Routed {
@@ -148,20 +151,19 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 					env = newEnv
 				}
 				for _, n := range names {
-					if t, err := e.lookup(n); err == nil && t.isFIFO == q.isFIFO {
-						targets = append(targets, t)
+					if t, err := e.lookup(n); err == nil {
+						if t.isFIFO == q.isFIFO {
+							targets = append(targets, t)
+						}
+					} else if e.heldElsewhere(n) {
+						remote = append(remote, n)
 					}
 				}
 			}
 		} else if t := e.deadLetterTarget(q, p.Target); t != nil {
 			targets = append(targets, t)
 		} else if e.heldElsewhere(p.Target) {
-			// On another shard: a transfer, moved there by the mover.
-			q.stats.deadLettered.Add(1)
-			e.noteDeadLetterClass(q, m, reason)
-			e.transferDeadLetterLocked(q, m, p.Target, reason, env, now, b)
-			e.log.Debug("dead-lettered to another shard", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "target", p.Target)
-			return []string{p.Target}
+			remote = append(remote, p.Target)
 		}
 	}
 	full := 0
@@ -179,7 +181,7 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 		e.log.Warn("dead letter refused: target queue is full", "queue", q.name, "target", t.name, "reason", reason, "message", FormatID(m.id))
 	}
 	targets = kept
-	if len(targets) == 0 {
+	if len(targets) == 0 && len(remote) == 0 {
 		if full > 0 {
 			reason = ReasonTargetFull
 		}
@@ -187,8 +189,14 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 		return nil
 	}
 	q.stats.deadLettered.Add(1)
-	names := make([]string, len(targets))
+	names := make([]string, len(targets), len(targets)+len(remote))
 	e.noteDeadLetterClass(q, m, reason)
+	for _, n := range remote {
+		// On another shard: a transfer, moved there by the mover (its
+		// import checks the target's type and room).
+		e.transferDeadLetterLocked(q, m, n, reason, env, now, b)
+		names = append(names, n)
+	}
 	for i, t := range targets {
 		names[i] = t.name
 		mv := e.copyDeadLetterLocked(q, m, t, reason, env, now, b)

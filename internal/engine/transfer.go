@@ -163,14 +163,16 @@ func (e *Engine) countTransfers() error {
 	return err
 }
 
-// Transfers returns up to max transfers, oldest first (after the one
+// Transfers returns up to max transfers (and, past the first, up to about
+// maxBytes of their copies), oldest first (after the one
 // named by after, when not nil: a mover goes on past transfers it cannot
 // move yet), each of them durable: a transfer returned here is never
 // undone by a crash or a lost leadership of this engine's store, so
 // importing it elsewhere cannot duplicate a message that then comes back
 // in its source.
-func (e *Engine) Transfers(after *TransferID, max int) ([]Transfer, error) {
+func (e *Engine) Transfers(after *TransferID, max int, maxBytes int) ([]Transfer, error) {
 	var out []Transfer
+	bytes := 0
 	start := []byte{prefixTransfer}
 	if after != nil {
 		start = append(transferKey(*after), 0)
@@ -181,7 +183,8 @@ func (e *Engine) Transfers(after *TransferID, max int) ([]Transfer, error) {
 			return err
 		}
 		out = append(out, t)
-		if len(out) >= max {
+		bytes += len(t.Record)
+		if len(out) >= max || bytes >= maxBytes {
 			return store.ErrStopScan
 		}
 		return nil

@@ -39,7 +39,7 @@ func shardPair(t *testing.T) (src, dst *fixture) {
 // dst, then ended, then forgotten.
 func moveAll(t *testing.T, src, dst *Engine) int {
 	t.Helper()
-	ts, err := src.Transfers(nil, 100)
+	ts, err := src.Transfers(nil, 100, 1<<20)
 	if err != nil {
 		t.Fatalf("transfers: %v", err)
 	}
@@ -84,7 +84,7 @@ func TestDeadLetterToAQueueHeldElsewhere(t *testing.T) {
 	if n := src.e.TransfersPending(); n != 1 {
 		t.Fatalf("pending transfers after restart %d, want 1", n)
 	}
-	ts, err := src.e.Transfers(nil, 10)
+	ts, err := src.e.Transfers(nil, 10, 1<<20)
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("transfers: %v %v", ts, err)
 	}
@@ -141,6 +141,16 @@ func TestDeadLetterElsewhereByReceiveCount(t *testing.T) {
 		_ = src.recv("q", 10, time.Second)
 		return src.e.TransfersPending() == 3
 	})
+	// A mover reads a bounded round (by count and by bytes, past the
+	// first), then goes on after the last one it read.
+	first, err := src.e.Transfers(nil, 10, 1)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("a round bounded to 1 byte: %d transfers, %v; want the first alone", len(first), err)
+	}
+	rest, err := src.e.Transfers(&first[0].ID, 10, 1<<20)
+	if err != nil || len(rest) != 2 || rest[0].ID == first[0].ID {
+		t.Fatalf("the round after %s: %d transfers, %v; want the other 2", first[0].ID, len(rest), err)
+	}
 	if moveAll(t, src.e, dst.e) != 3 {
 		t.Fatal("want 3 moved")
 	}
@@ -159,7 +169,7 @@ func TestImportRefusesWithoutLosing(t *testing.T) {
 	if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := src.e.Transfers(nil, 10)
+	ts, err := src.e.Transfers(nil, 10, 1<<20)
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("transfers %v %v", ts, err)
 	}
@@ -222,7 +232,7 @@ func TestRedriveToASourceHeldElsewhere(t *testing.T) {
 	if info, _ := dst.e.GetQueue("dlq"); info.Visible+info.InFlight != 0 {
 		t.Fatalf("dlq still holds %+v", info)
 	}
-	ts, err := dst.e.Transfers(nil, 10)
+	ts, err := dst.e.Transfers(nil, 10, 1<<20)
 	if err != nil || len(ts) != 3 || !ts[0].Redrive || ts[0].Target != "q" {
 		t.Fatalf("redrive transfers %+v, %v", ts, err)
 	}
@@ -237,5 +247,47 @@ func TestRedriveToASourceHeldElsewhere(t *testing.T) {
 		if slices.Contains(ids, m.MessageID) || m.Redrive == nil || !slices.Contains(ids, m.Redrive.OriginalMessageID) || m.Redrive.TaskID != tk.ID {
 			t.Fatalf("redriven message %+v (redrive %+v)", m, m.Redrive)
 		}
+	}
+}
+
+// routeTo is a DeadLetterRouter that routes every dead letter to names,
+// with envelope env.
+type routeTo struct {
+	names []string
+	env   []byte
+}
+
+func (r routeTo) RouteDeadLetter(string, *DeadLetter) ([]string, []byte) { return r.names, r.env }
+
+// TestRoutedDeadLetterElsewhere: a routed dead letter (an AMQP dead-letter
+// exchange) whose targets are a queue here and a queue held elsewhere goes
+// to both: a copy here, a transfer there, with the router's envelope. Only
+// to a queue elsewhere, it is a transfer, not a drop.
+func TestRoutedDeadLetterElsewhere(t *testing.T) {
+	src, dst := shardPair(t)
+	src.opts = func(o *Options) {
+		o.QueueHeldElsewhere = func(name string) bool { return name == "dlq" }
+		o.DeadLetterRouter = routeTo{names: []string{"here", "dlq"}, env: []byte("x-death")}
+	}
+	src.restart()
+	src.create("here", nil)
+	src.create("amqp", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Routed: true} })
+	src.send("amqp", body("rejected"))
+	d := src.recv("amqp", 1, 30*time.Second)
+	if _, err := src.e.Reject("amqp", []string{d[0].ReceiptHandle}, Failure{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.recvCopies("here", 1, -1); string(got[0].Envelope) != "x-death" {
+		t.Fatalf("local copy %+v", got)
+	}
+	if moveAll(t, src.e, dst.e) != 1 {
+		t.Fatal("want the transfer to dlq")
+	}
+	got := dst.recv("dlq", 10, -1)
+	if len(got) != 1 || string(got[0].Body) != "rejected" || string(got[0].Envelope) != "x-death" {
+		t.Fatalf("dlq holds %+v", got)
+	}
+	if info, _ := src.e.GetQueue("amqp"); info.Visible+info.InFlight != 0 || info.Dropped != 0 {
+		t.Fatalf("source %+v", info)
 	}
 }

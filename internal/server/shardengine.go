@@ -41,11 +41,15 @@ const ShardEnginePath = "/sluice/internal/shard/engine"
 
 // Bounds of one ShardEnginePath request: what a caller puts in one send
 // (it splits a larger batch) and what a leader reads. A message is never
-// split; the queues a call can reach are SQS queues, whose messages are at
-// most engine.MaxMaxMessageSize (a larger one fails without a call).
+// split; the queues a send can reach are SQS queues, whose messages are at
+// most engine.MaxMaxMessageSize (a larger one fails without a call). A
+// transfer (transfer.go) may carry an AMQP dead letter up to
+// engine.MaxStoredMessageSize, alone in its call when it is over
+// ShardSendChunk: the bound lets it through. Only nodes holding the
+// cluster secret reach the path.
 const (
 	ShardSendChunk      = 4 << 20
-	maxShardEngineBody  = 2*ShardSendChunk + 2*engine.MaxMaxMessageSize
+	maxShardEngineBody  = 2*ShardSendChunk + engine.MaxStoredMessageSize + 1<<20
 	maxShardEngineReply = 64 << 20
 )
 

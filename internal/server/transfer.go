@@ -26,6 +26,7 @@ import (
 // found), and how long it waits after a round that failed.
 const (
 	moverBatch = 256
+	moverBytes = 4 * ShardSendChunk // what one round holds in memory, past its first transfer
 	moverPoll  = time.Second
 	moverRetry = 2 * time.Second
 )
@@ -60,7 +61,7 @@ func (s *Server) moveTransfers(ctx context.Context) {
 // dead-letter queue, do not hold up the others), else from the start. A
 // target that fails is skipped this round and warned about.
 func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned map[string]time.Time) (int, *engine.TransferID, error) {
-	ts, err := s.eng.Transfers(after, moverBatch)
+	ts, err := s.eng.Transfers(after, moverBatch, moverBytes)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, engine.ErrNotLeading) {
 			s.log.Warn("cannot read dead letters bound for other shards", "err", err)
@@ -69,7 +70,7 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned
 		return 0, nil, err
 	}
 	var next *engine.TransferID
-	if len(ts) == moverBatch {
+	if len(ts) == moverBatch || transferBytes(ts) >= moverBytes {
 		next = &ts[len(ts)-1].ID
 	}
 	byTarget := map[string][]engine.Transfer{}
@@ -158,4 +159,12 @@ func (s *Server) waitRetry(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+func transferBytes(ts []engine.Transfer) int {
+	n := 0
+	for _, t := range ts {
+		n += len(t.Record)
+	}
+	return n
 }
