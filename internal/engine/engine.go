@@ -160,6 +160,7 @@ type Engine struct {
 	transferPoke     chan struct{}
 	transferMu       sync.Mutex // serializes EndTransfers (its count)
 	importMu         sync.Mutex // serializes ImportTransfers (its dedup check and write)
+	importSwept      int64      // when import records were last swept (under importMu)
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 

@@ -22,24 +22,39 @@ import (
 // the engine (internal/server transfer.go, on the source shard's leader)
 // reads the durable transfers (Transfers), has the target's engine import
 // them (ImportTransfers, on the target shard's leader), then ends them
-// here (EndTransfers), then tells the target it may forget their ids
-// (ForgetTransfers). The target writes each imported copy together with
+// here (EndTransfers). The target writes each imported copy together with
 // an import record of its transfer id, and skips an id it has recorded: a
 // mover that crashed, or lost its leadership, between the import and the
-// end imports again, and the second import is a no-op. The message is
+// end imports again, and the second import is a no-op. Import records are
+// swept importKeep after their import, not sooner: a mover that lost its
+// leadership may still have an import of the same transfer in flight
+// while the next leader's mover imports and ends it. The message is
 // therefore in its source, or in the outbox, or in its target — never in
 // none — and, once a transfer has ended, in exactly one queue. What is
 // given up is atomicity: between the source's batch and the import the
 // message is in neither queue's counts (TransfersPending counts it).
 //
 //	"O" id:16              transfer record: target name, source name, content record
-//	"J" id:16              import record: when the transfer was imported (varint UnixNano)
+//	"J" id:16              import record: when the transfer was imported (varint UnixNano), swept importKeep later
 //
 // A transfer id is 8 bytes of the engine's clock (so transfers are read
 // roughly in the order they were written) and 8 random bytes.
 const (
 	prefixTransfer = 'O'
 	prefixImport   = 'J'
+)
+
+// importKeep is how long an import record is kept after its import:
+// far beyond any call a mover may still have in flight (they time out in
+// 30 s), so an import of the same transfer by a deposed mover is still a
+// no-op.
+const importKeep = 5 * time.Minute
+
+// importSweepEvery bounds how often an import sweeps old import records,
+// and importSweepMax how many one sweep deletes.
+const (
+	importSweepEvery = time.Minute
+	importSweepMax   = 4096
 )
 
 // importSeqSource is the source id under which imports keep their
@@ -254,6 +269,9 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 	defer e.importMu.Unlock()
 	now := e.now()
 	var b store.Batch
+	if err := e.sweepImportsLocked(now, &b); err != nil {
+		return err
+	}
 	var copies []pendingCopy
 	release := func() {
 		for _, c := range copies {
@@ -324,8 +342,9 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 		copies = append(copies, c)
 	}
 	if len(copies) == 0 {
-		// Every one imported before: answer once those imports are durable.
-		p, err := e.write(&store.Batch{}, true)
+		// Every one imported before: answer once those imports are
+		// durable (with the sweep's deletes, if any).
+		p, err := e.write(&b, true)
 		if err == nil {
 			err = e.wait(p)
 		}
@@ -340,21 +359,27 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 	return e.insertCopies(copies, p)
 }
 
-// ForgetTransfers deletes the import records of transfers that their
-// source has ended (EndTransfers): no mover imports them again. Import
-// records not forgotten (a mover that lost its leadership between the end
-// and this call) stay, a few dozen bytes each.
-func (e *Engine) ForgetTransfers(ids []TransferID) error {
-	if len(ids) == 0 {
+// sweepImportsLocked deletes, into b, the import records older than
+// importKeep, at most once every importSweepEvery (e.importMu held). The
+// records are in the order of their transfer ids, whose first 8 bytes are
+// the writer's clock when the transfer was written, never after its
+// import: the scan stops at the first id younger than importKeep, after
+// which every record is younger too.
+func (e *Engine) sweepImportsLocked(now int64, b *store.Batch) error {
+	if now-e.importSwept < int64(importSweepEvery) {
 		return nil
 	}
-	var b store.Batch
-	for _, id := range ids {
-		b.Delete(importKey(id))
-	}
-	p, err := e.write(&b, true)
-	if err == nil {
-		err = e.wait(p)
-	}
-	return err
+	e.importSwept = now
+	cutoff := now - int64(importKeep)
+	n := 0
+	return e.st.ScanRange([]byte{prefixImport}, []byte{prefixImport + 1}, func(k, v []byte) error {
+		if len(k) != 17 || int64(binary.BigEndian.Uint64(k[1:9])) > cutoff || n >= importSweepMax {
+			return store.ErrStopScan
+		}
+		if at, m := binary.Varint(v); m > 0 && at <= cutoff {
+			b.Delete(append([]byte(nil), k...))
+			n++
+		}
+		return nil
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/store"
 )
 
 // shardPair is two engines as two shards of a cluster: src holds the
@@ -36,7 +37,7 @@ func shardPair(t *testing.T) (src, dst *fixture) {
 }
 
 // moveAll is one mover round: the durable transfers of src imported into
-// dst, then ended, then forgotten.
+// dst, then ended.
 func moveAll(t *testing.T, src, dst *Engine) int {
 	t.Helper()
 	ts, err := src.Transfers(nil, 100, 1<<20)
@@ -55,9 +56,6 @@ func moveAll(t *testing.T, src, dst *Engine) int {
 	}
 	if err := src.EndTransfers(ids); err != nil {
 		t.Fatalf("end: %v", err)
-	}
-	if err := dst.ForgetTransfers(ids); err != nil {
-		t.Fatalf("forget: %v", err)
 	}
 	return len(ts)
 }
@@ -289,5 +287,49 @@ func TestRoutedDeadLetterElsewhere(t *testing.T) {
 	}
 	if info, _ := src.e.GetQueue("amqp"); info.Visible+info.InFlight != 0 || info.Dropped != 0 {
 		t.Fatalf("source %+v", info)
+	}
+}
+
+// TestImportRecordsSweptAfterTheirKeep: an import record stays importKeep
+// after its import (a deposed mover's late import of the same transfer is
+// still a no-op), and an import after that sweeps it.
+func TestImportRecordsSweptAfterTheirKeep(t *testing.T) {
+	src, dst := shardPair(t)
+	src.create("q", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1}
+	})
+	deadLetter := func() []Transfer {
+		t.Helper()
+		src.send("q", body("x"))
+		d := src.recv("q", 1, 30*time.Second)
+		if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := src.e.Transfers(nil, 10, 1<<20)
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("transfers %v, %v", ts, err)
+		}
+		if err := dst.e.ImportTransfers("dlq", ts); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.e.EndTransfers([]TransferID{ts[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	first := deadLetter()
+	// Within importKeep a late import of the same transfer adds nothing.
+	src.clk.Advance(importKeep - time.Second)
+	if err := dst.e.ImportTransfers("dlq", first); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := dst.e.GetQueue("dlq"); info.Visible != 1 {
+		t.Fatalf("dlq holds %d, want 1", info.Visible)
+	}
+	// A minute on (imports sweep at most once a minute), past its keep.
+	src.clk.Advance(importSweepEvery + time.Second)
+	deadLetter() // its import sweeps the first one's record
+	if _, err := dst.st.Get(importKey(first[0].ID)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("import record of %s after importKeep: %v, want swept", first[0].ID, err)
 	}
 }

@@ -76,7 +76,6 @@ const (
 	opDeleteQueue  = "delete-queue"
 	opKeepalive    = "keepalive"
 	opImport       = "import" // transfer.go
-	opForget       = "forget"
 )
 
 // engineCall is one engine call for Queue (gob).
@@ -95,8 +94,7 @@ type engineCall struct {
 	VisibilitySet, WaitSet bool
 	SessionLease           bool
 	// Dead letters from another shard (transfer.go).
-	Transfers   []engine.Transfer
-	TransferIDs []engine.TransferID
+	Transfers []engine.Transfer
 }
 
 // engineReply is the answer to an engineCall (gob): Err for the whole
@@ -432,8 +430,6 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		s.sessions.touch(c.Session, now)
 	case opImport:
 		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
-	case opForget:
-		r.Err = toRemoteError(s.eng.ForgetTransfers(c.TransferIDs))
 	default:
 		r.Err = remoteError{Text: "unknown engine call " + c.Op}
 	}

@@ -15,11 +15,11 @@ import (
 // transfer.go). The mover runs on every shard's leader: it reads this
 // engine's durable transfers, has the leader of the dead-letter queue's
 // shard import them (opImport on ShardEnginePath: the copies and an import
-// record of each transfer, one durable write), ends them here, then lets
-// that leader forget their import records (opForget). A mover that stops
-// between the import and the end — a crash, a lost leadership — leaves
-// the transfers here, and the next leader's mover imports them again,
-// which the import records make a no-op.
+// record of each transfer, one durable write), then ends them here. A
+// mover that stops between the import and the end — a crash, a lost
+// leadership — leaves the transfers here, and the next leader's mover
+// imports them again, which the import records (kept five minutes) make
+// a no-op.
 
 // Mover bounds: how many transfers one round reads, how often it looks
 // when not told of a new one (transfers a restart or a new leadership
@@ -110,8 +110,7 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned
 	return moved, next, nil
 }
 
-// moveChunk imports transfers into target's shard, ends them here, and
-// lets the target forget their import records.
+// moveChunk imports transfers into target's shard, then ends them here.
 func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Transfer) error {
 	ids := make([]engine.TransferID, len(chunk))
 	for i, t := range chunk {
@@ -122,14 +121,7 @@ func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Tr
 	if err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk}); err != nil {
 		return err
 	}
-	if err := s.eng.EndTransfers(ids); err != nil {
-		return err
-	}
-	// Best effort: an import record left behind costs a few dozen bytes.
-	if err := s.transferCall(cctx, engineCall{Op: opForget, Queue: target, TransferIDs: ids}); err != nil && ctx.Err() == nil {
-		s.log.Debug("cannot forget import records", "target", target, "err", err)
-	}
-	return nil
+	return s.eng.EndTransfers(ids)
 }
 
 // transferCall runs c on the leader of the shard holding c.Queue.
