@@ -582,17 +582,19 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 			at, ok := n.findQueue(name) // this node's copies: no catch-up, no network
 			return ok && at != k
 		}
-		o.SourcesElsewhere = func(dlq string) ([]string, error) {
-			var all []string
+		o.SourcesElsewhere = func() (map[string][]string, error) {
+			all := map[string][]string{}
 			for j := range n.shards.Len() {
 				if j == k {
 					continue
 				}
-				names, err := server.StoredDeadLetterSources(n.shards.Shard(j).Store(), dlq)
+				m, err := server.StoredDeadLetterSources(n.shards.Shard(j).Store())
 				if err != nil {
 					return nil, fmt.Errorf("shard %d's copy: %w", j, err)
 				}
-				all = append(all, names...)
+				for dlq, srcs := range m {
+					all[dlq] = append(all[dlq], srcs...)
+				}
 			}
 			return all, nil
 		}

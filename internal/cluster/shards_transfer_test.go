@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
@@ -139,6 +142,19 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 		srcs, err := c0.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: d.QueueUrl})
 		if err != nil || len(srcs.QueueUrls) != 1 || srcs.QueueUrls[0] != aws.ToString(s.QueueUrl) {
 			t.Fatalf("sources of %s: %+v, %v; want %s", dlq, srcs, err, aws.ToString(s.QueueUrl))
+		}
+		// It is a dead-letter queue to the operator surfaces too (the
+		// admin API here; the alerts, metrics and advisor read the same
+		// list), with its source on the other shard.
+		resp, err := http.Get("http://" + nodes[0].HTTPAddr() + "/sluice/v1/queues/" + dlq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var aq api.Queue
+		err = json.NewDecoder(resp.Body).Decode(&aq)
+		_ = resp.Body.Close()
+		if err != nil || !aq.IsDeadLetterQueue || len(aq.Sources) != 1 || aq.Sources[0] != src {
+			t.Fatalf("admin API on %s: dead-letter queue %v, sources %v (%v); want one source, %s", dlq, aq.IsDeadLetterQueue, aq.Sources, err, src)
 		}
 		for _, h := range handles {
 			if _, err := c2.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: d.QueueUrl, ReceiptHandle: aws.String(h)}); err != nil {

@@ -74,19 +74,19 @@ func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 	return names, err
 }
 
-// StoredDeadLetterSources returns the queues whose record st holds and
-// whose RedrivePolicy names dlq as their dead-letter queue: in a cluster
-// with shards, another shard's sources of a dead-letter queue
+// StoredDeadLetterSources returns, for every queue named by the
+// RedrivePolicy of a queue whose record st holds, those queues: in a
+// cluster with shards, another shard's sources of each dead-letter queue
 // (Options.SourcesElsewhere).
-func StoredDeadLetterSources(st store.Store, dlq string) ([]string, error) {
-	var names []string
+func StoredDeadLetterSources(st store.Store) (map[string][]string, error) {
+	out := map[string][]string{}
 	fn := func(_, v []byte) error {
 		r, err := decodeQueue(v)
 		if err != nil {
 			return err
 		}
-		if d := r.Config.DeadLetter; d != nil && !d.Routed && d.Target == dlq {
-			names = append(names, r.Name)
+		if d := r.Config.DeadLetter; d != nil && !d.Routed && d.Target != "" {
+			out[d.Target] = append(out[d.Target], r.Name)
 		}
 		return nil
 	}
@@ -97,5 +97,5 @@ func StoredDeadLetterSources(st store.Store, dlq string) ([]string, error) {
 	} else {
 		err = st.ScanRange(start, end, fn)
 	}
-	return names, err
+	return out, err
 }

@@ -19,7 +19,21 @@ type DeadLetterTargeter interface {
 // the queues a Routed policy reaches (when the router is a
 // DeadLetterTargeter). A Routed source does not count as its own
 // dead-letter queue (a dead-letter exchange bound back to its source).
+// With Options.SourcesElsewhere, a queue of this engine that sources
+// elsewhere name counts too, with those sources (a dead-letter queue whose
+// sources live on other shards gets its DLQ alerts, metrics and advice
+// here); when they cannot be read, it is logged and they are left out.
 func (e *Engine) DeadLetterQueues() map[string][]string {
+	out, err := e.deadLetterQueues()
+	if err != nil {
+		e.log.Warn("cannot read the dead-letter sources of other shards; listing this shard's alone", "err", err)
+	}
+	return out
+}
+
+// deadLetterQueues is DeadLetterQueues, with the error of
+// Options.SourcesElsewhere (out then holds this engine's sources alone).
+func (e *Engine) deadLetterQueues() (map[string][]string, error) {
 	out := make(map[string][]string)
 	var routed []string
 	for _, q := range e.allQueues() {
@@ -43,11 +57,22 @@ func (e *Engine) DeadLetterQueues() map[string][]string {
 			}
 		}
 	}
+	var err error
+	if e.sourcesElsewhere != nil {
+		var other map[string][]string
+		if other, err = e.sourcesElsewhere(); err == nil {
+			for dlq, srcs := range other {
+				if q, _ := e.lookup(dlq); q != nil {
+					out[dlq] = append(out[dlq], srcs...)
+				}
+			}
+		}
+	}
 	for k, v := range out {
 		sort.Strings(v)
 		out[k] = dedupSorted(v)
 	}
-	return out
+	return out, err
 }
 
 func dedupSorted(s []string) []string {

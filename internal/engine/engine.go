@@ -49,7 +49,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -83,12 +82,13 @@ type Options struct {
 	// Such a dead letter becomes a transfer (transfer.go), and a
 	// RedrivePolicy may name such a queue.
 	QueueHeldElsewhere func(name string) bool
-	// SourcesElsewhere, when set, returns the queues outside this engine
-	// (a cluster's other shards) whose RedrivePolicy names dlq: they
-	// count as its sources (ListDeadLetterSourceQueues, and a redrive out
-	// of it, whose messages go back to them as transfers). It must not
-	// call the engine.
-	SourcesElsewhere func(dlq string) ([]string, error)
+	// SourcesElsewhere, when set, returns, for every queue named by the
+	// RedrivePolicy of a queue outside this engine (a cluster's other
+	// shards), those queues: they count as the sources of this engine's
+	// queues they name (DeadLetterQueues, ListDeadLetterSourceQueues, a
+	// redrive out of such a dead-letter queue, whose messages go back to
+	// them as transfers). It must not call the engine.
+	SourcesElsewhere func() (map[string][]string, error)
 	// DeadLetterRouter routes dead letters of queues whose
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
@@ -154,9 +154,9 @@ type Engine struct {
 	taken  func(name string) bool // Options.NameTaken
 
 	// Transfers (transfer.go).
-	elsewhere        func(name string) bool             // Options.QueueHeldElsewhere
-	sourcesElsewhere func(dlq string) ([]string, error) // Options.SourcesElsewhere
-	transfers        atomic.Int64                       // transfer records written and not yet ended
+	elsewhere        func(name string) bool              // Options.QueueHeldElsewhere
+	sourcesElsewhere func() (map[string][]string, error) // Options.SourcesElsewhere
+	transfers        atomic.Int64                        // transfer records written and not yet ended
 	transferPoke     chan struct{}
 	transferMu       sync.Mutex // serializes EndTransfers (its count)
 	importMu         sync.Mutex // serializes ImportTransfers (its dedup check and write)
@@ -973,17 +973,11 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 	if _, err := e.lookup(dlq); err != nil {
 		return nil, err
 	}
-	local := e.DeadLetterQueues()[dlq]
-	if e.sourcesElsewhere == nil {
-		return local, nil
-	}
-	other, err := e.sourcesElsewhere(dlq)
+	all, err := e.deadLetterQueues()
 	if err != nil {
 		return nil, err
 	}
-	all := append(local, other...)
-	slices.Sort(all)
-	return slices.Compact(all), nil
+	return all[dlq], nil
 }
 
 // clearMessagesLocked forgets every message and dedup entry.

@@ -19,11 +19,8 @@ func shardPair(t *testing.T) (src, dst *fixture) {
 	dst = &fixture{t: t, st: newTestStore(t), clk: clk}
 	dst.opts = func(o *Options) {
 		o.QueueHeldElsewhere = func(name string) bool { return name == "q" }
-		o.SourcesElsewhere = func(dlq string) ([]string, error) {
-			if dlq == "dlq" {
-				return []string{"q"}, nil
-			}
-			return nil, nil
+		o.SourcesElsewhere = func() (map[string][]string, error) {
+			return map[string][]string{"dlq": {"q"}, "not-here": {"other"}}, nil
 		}
 	}
 	dst.open()
@@ -218,6 +215,11 @@ func TestRedriveToASourceHeldElsewhere(t *testing.T) {
 	}
 	if got, err := dst.e.DeadLetterSources("dlq"); err != nil || !slices.Equal(got, []string{"q"}) {
 		t.Fatalf("sources of dlq: %q, %v", got, err)
+	}
+	// It is a dead-letter queue here (alerts, metrics, the advisor); a
+	// queue named elsewhere that this engine does not hold is not listed.
+	if all := dst.e.DeadLetterQueues(); len(all) != 1 || !slices.Equal(all["dlq"], []string{"q"}) {
+		t.Fatalf("dead-letter queues %v, want dlq alone, with q", all)
 	}
 	tk, err := dst.e.StartMoveTask(MoveTaskSpec{Source: "dlq", Rate: 100})
 	if err != nil {

@@ -111,10 +111,10 @@ type Options struct {
 	// it, and this server's mover (transfer.go) carries the dead letters
 	// there.
 	QueueHeldElsewhere func(name string) bool `toml:"-"`
-	// SourcesElsewhere, when set, lists the queues of the cluster's other
-	// shards whose RedrivePolicy names dlq
-	// (engine.Options.SourcesElsewhere).
-	SourcesElsewhere func(dlq string) ([]string, error) `toml:"-"`
+	// SourcesElsewhere, when set, maps every queue named by the
+	// RedrivePolicy of a queue of the cluster's other shards to those
+	// queues (engine.Options.SourcesElsewhere).
+	SourcesElsewhere func() (map[string][]string, error) `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
 	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,

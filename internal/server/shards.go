@@ -71,10 +71,10 @@ func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 	return engine.StoredQueueNames(st, prefix)
 }
 
-// StoredDeadLetterSources lists the queues st holds whose RedrivePolicy
-// names dlq (engine.StoredDeadLetterSources).
-func StoredDeadLetterSources(st store.Store, dlq string) ([]string, error) {
-	return engine.StoredDeadLetterSources(st, dlq)
+// StoredDeadLetterSources maps every queue named by the RedrivePolicy of a
+// queue st holds to those queues (engine.StoredDeadLetterSources).
+func StoredDeadLetterSources(st store.Store) (map[string][]string, error) {
+	return engine.StoredDeadLetterSources(st)
 }
 
 // elsewhereEngine is the SQS handler's engine on a server whose cluster
