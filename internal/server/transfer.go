@@ -96,7 +96,7 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned
 				failed = true
 				if now := s.clk.Now(); ctx.Err() == nil && now.Sub(warned[target]) >= time.Minute {
 					warned[target] = now
-					s.log.Warn("dead letters wait for their dead-letter queue on another shard", "target", target,
+					s.log.Warn("messages moving to a queue of another shard wait for it (dead letters, or redriven messages)", "target", target,
 						"waiting", s.eng.TransfersPending(), "err", err)
 				}
 				break // this target's others wait for the next round
@@ -118,22 +118,26 @@ func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Tr
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk}); err != nil {
+	err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk})
+	if errors.Is(err, ErrNotElsewhere) {
+		// The target lives on this shard now (deleted on its shard and
+		// made again here since the transfer was written): imported here.
+		err = s.eng.ImportTransfers(target, chunk)
+	}
+	if err != nil {
 		return err
 	}
 	return s.eng.EndTransfers(ids)
 }
 
-// transferCall runs c on the leader of the shard holding c.Queue.
+// transferCall runs c on the leader of the shard holding c.Queue
+// (ErrNotElsewhere: no other shard holds it).
 func (s *Server) transferCall(ctx context.Context, c engineCall) error {
 	body, err := encodeGob(c)
 	if err != nil {
 		return err
 	}
 	out, err := s.opts.ShardCall(ctx, c.Queue, ShardEnginePath, body)
-	if errors.Is(err, ErrNotElsewhere) {
-		return engine.ErrQueueNotFound
-	}
 	if err != nil {
 		return err
 	}
