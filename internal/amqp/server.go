@@ -130,11 +130,7 @@ func (s *Server) load() error {
 	// their queues are adopted once the topology is released (adopt asks
 	// the engine, which may be waiting for the topology under a queue's
 	// lock to route a dead letter).
-	type toAdopt struct {
-		key, vhost string
-		b          *binding
-	}
-	var adoptLater []toAdopt
+	var adoptLater []bindingToAdopt
 	t.mu.Lock()
 	t.log = s.log
 	t.vhostLocked("/")
@@ -193,7 +189,7 @@ func (s *Server) load() error {
 			ok := src != nil
 			if b.toQueue {
 				if ok && v.queues[b.dest] == nil && r.str("vhost") == "/" {
-					adoptLater = append(adoptLater, toAdopt{key, r.str("vhost"), b})
+					adoptLater = append(adoptLater, bindingToAdopt{key, r.str("vhost"), b})
 					return nil
 				}
 				ok = ok && v.queues[b.dest] != nil
@@ -221,46 +217,22 @@ func (s *Server) load() error {
 			return err
 		}
 	}
-	var uncertain []toAdopt
-	for _, a := range adoptLater {
-		gone, err := s.restoreBinding(a.vhost, a.b)
-		switch {
-		case gone:
-			// Certainly gone (an SQS DeleteQueue while AMQP was not
-			// running to drop its bindings).
-			dropBindings = append(dropBindings, a.key)
-		case err != nil:
-			uncertain = append(uncertain, a)
+	if len(adoptLater) > 0 {
+		// Most answer at once (an SQS queue of this engine); a queue of
+		// another shard of a cluster is asked of its shard's leader,
+		// which may take up to a call's timeout or fail during a
+		// failover: the start waits for them at most restoreWait, and a
+		// goroutine (not waited for by Close: it may be inside such a
+		// call) goes on retrying those not restored, every second.
+		first := make(chan struct{})
+		go s.restoreBindings(adoptLater, first)
+		wait := s.clk.NewTimer(restoreWait)
+		select {
+		case <-first:
+			wait.Stop()
+		case <-wait.C():
+			s.log.Warn("amqp: bindings to queues AMQP did not declare are still being restored; publishes through them are unroutable until then", "bindings", len(adoptLater))
 		}
-	}
-	if len(uncertain) > 0 {
-		// Not known now (a cluster's other shard could not be asked): the
-		// records stay, and the bindings are restored once their queues
-		// answer.
-		s.log.Warn("amqp: bindings to queues AMQP did not declare wait for their queues to be looked up", "bindings", len(uncertain))
-		s.wg.Go(func() {
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for len(uncertain) > 0 {
-				select {
-				case <-s.quit:
-					return
-				case <-tick.C:
-				}
-				rest := uncertain[:0]
-				for _, a := range uncertain {
-					if gone, err := s.restoreBinding(a.vhost, a.b); err != nil && !gone {
-						rest = append(rest, a)
-					} else if gone {
-						if err := s.eng.DeleteMeta(metaBindings, a.key); err != nil {
-							s.log.Warn("amqp: cannot delete the record of a binding whose queue is gone", "queue", a.b.dest, "err", err)
-						}
-					}
-				}
-				uncertain = rest
-			}
-			s.log.Info("amqp: every binding to a queue AMQP did not declare is restored")
-		})
 	}
 	for _, k := range dropBindings {
 		if err := s.eng.DeleteMeta(metaBindings, k); err != nil {
@@ -336,6 +308,58 @@ func (s *Server) Serve(ln net.Listener) error {
 // slots.go); over the limit connection.open is answered with RabbitMQ's
 // 530 (clients report it as a refused connection, not a dropped socket).
 func (s *Server) ServeConn(nc net.Conn) { s.ServeConnThen(nc, nil) }
+
+// restoreWait bounds how long a start waits for the bindings to queues
+// AMQP did not declare (restoreBindings).
+const restoreWait = 2 * time.Second
+
+// bindingToAdopt is a stored binding to a queue AMQP did not declare,
+// restored by restoreBindings.
+type bindingToAdopt struct {
+	key, vhost string
+	b          *binding
+}
+
+// restoreBindings restores each binding (restoreBinding), drops the
+// records of those whose queue is certainly gone, closes first after one
+// pass, and then retries the others every second until the server closes.
+func (s *Server) restoreBindings(list []bindingToAdopt, first chan struct{}) {
+	pass := func() []bindingToAdopt {
+		var rest []bindingToAdopt
+		for _, a := range list {
+			gone, err := s.restoreBinding(a.vhost, a.b)
+			switch {
+			case gone:
+				// Deleted (over SQS) while AMQP was not there to drop
+				// its bindings.
+				if err := s.eng.DeleteMeta(metaBindings, a.key); err != nil {
+					s.log.Warn("amqp: cannot delete the record of a binding whose queue is gone", "queue", a.b.dest, "err", err)
+				}
+			case err != nil:
+				rest = append(rest, a)
+			}
+		}
+		return rest
+	}
+	list = pass()
+	close(first)
+	if len(list) == 0 {
+		return
+	}
+	s.log.Warn("amqp: bindings to queues AMQP did not declare wait for their queues to be looked up", "bindings", len(list))
+	retry := s.clk.NewTimer(time.Second)
+	defer retry.Stop()
+	for len(list) > 0 {
+		select {
+		case <-s.quit:
+			return
+		case <-retry.C():
+		}
+		list = pass()
+		retry.Reset(time.Second)
+	}
+	s.log.Info("amqp: every binding to a queue AMQP did not declare is restored")
+}
 
 // restoreBinding adopts the queue of b, a binding of vhost vh to a queue
 // AMQP did not declare (an SQS queue), and attaches b. gone reports that
