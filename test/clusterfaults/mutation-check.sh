@@ -121,7 +121,7 @@ rc=0
   $'\treturn newTimeline(clock.NewSteady(n.clk), 0) // MUTANT: a new leader on its own clock\n}' &&
   check own-clock 'clock [1-9]|early [1-9]|undrained[^,]* [1-9]|dlq [1-9]' SLUICE_CLUSTER_FAULTS_KINDS=handover || rc=1; }
 [[ $mutants == *" end-before-import "* ]] && { mutate end-before-import internal/server/transfer.go \
-  $'\tif err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk}); err != nil {\n\t\treturn err\n\t}' \
-  $'\t// MUTANT: the transfers end without their import' &&
+  $'\terr := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk})' \
+  $'\tvar err error\n\t_ = cctx // MUTANT: the transfers end without their import' &&
   check end-before-import 'cross shards.*(lost [1-9]|dlq [1-9])' SLUICE_CLUSTER_FAULTS_SHARDS=3 || rc=1; }
 exit $rc
