@@ -225,7 +225,10 @@ func (r *remoteEngine) getRemote(name string) (engine.QueueInfo, error) {
 // fails its messages and those not yet sent.
 func (r *remoteEngine) Send(name string, msgs []engine.Message) ([]engine.SendResult, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.Send(name, msgs)
+		res, err := r.Engine.Send(name, msgs)
+		if !r.refound(name, err) {
+			return res, err
+		}
 	}
 	out := make([]engine.SendResult, 0, len(msgs))
 	for len(msgs) > 0 {
@@ -296,8 +299,27 @@ func (r *remoteEngine) SendMany(sends []engine.QueueSend) ([]engine.QueueSendRes
 	}
 	for j, i := range at {
 		out[i] = res[j]
+		if r.refound(sends[i].Queue, res[j].Err) {
+			res, err := r.Send(sends[i].Queue, sends[i].Msgs)
+			out[i] = engine.QueueSendResult{Results: res, Err: err}
+		}
 	}
 	return out, nil
+}
+
+// refound reports, for a send to queue name that this engine answered
+// with err, whether name is a queue of another shard after all, and then
+// notes it as one. A queue this router used on another shard and forgot
+// when its leader answered "no such queue" (deleted there) may have been
+// made again on some shard since; the AMQP topology still names it (a
+// binding, an adopted queue), so without this its publishes would be
+// dropped as unroutable until shard 0's next leadership.
+func (r *remoteEngine) refound(name string, err error) bool {
+	if !errors.Is(err, engine.ErrQueueNotFound) || !r.holds(name) {
+		return false
+	}
+	r.found(name)
+	return true
 }
 
 // remoteWait bounds the wait of one receive call elsewhere: a consumer

@@ -365,3 +365,72 @@ func sessionReceive(t *testing.T, s *Server, n, max int) []engine.Delivery {
 	}
 	return rep.Deliveries
 }
+
+// TestRemoteSendFindsAQueueMadeAgain: a queue of another shard that the
+// router forgot (its leader answered "no such queue": deleted there) and
+// that was made again is sent to there again, through Send and SendMany,
+// instead of being dropped as missing by this shard's engine.
+func TestRemoteSendFindsAQueueMadeAgain(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	holder, stop := startShardLeader(t, clk)
+	defer stop()
+	if _, _, err := holder.eng.CreateQueue("again", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	call := func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		return encodeGob(holder.runEngineCall(ctx, c))
+	}
+	o2 := DefaultOptions()
+	o2.DataDir = t.TempDir()
+	o2.SQSListen, o2.AMQPListen = "127.0.0.1:0", ""
+	caller, stop2 := run(t, o2, nil)
+	defer stop2()
+	if _, _, err := caller.eng.CreateQueue("local", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	exists := true
+	_, r := newRemoteEngine(caller.eng, Options{NameTaken: func(n string) bool { return n == "again" && exists }, ShardCall: call}, holder.log)
+	if _, err := r.GetQueue("again"); err != nil {
+		t.Fatal(err)
+	}
+	msg := []engine.Message{{Body: []byte("x")}}
+	if err := holder.eng.DeleteQueue("again"); err != nil {
+		t.Fatal(err)
+	}
+	exists = false
+	if _, err := r.Send("again", msg); !errors.Is(err, engine.ErrQueueNotFound) {
+		t.Fatalf("send to the deleted queue: %v, want ErrQueueNotFound", err)
+	}
+	clk.Advance(engine.NameReuseDelay + time.Second)
+	if _, _, err := holder.eng.CreateQueue("again", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	exists = true
+	if res, err := r.Send("again", msg); err != nil || res[0].Err != nil {
+		t.Fatalf("send to the queue made again: %v, %+v", err, res)
+	}
+	// Forgotten again, then a publish routed to it and to a local queue.
+	if err := holder.eng.DeleteQueue("again"); err != nil {
+		t.Fatal(err)
+	}
+	exists = false
+	if _, err := r.Send("again", msg); !errors.Is(err, engine.ErrQueueNotFound) {
+		t.Fatalf("send to the deleted queue: %v", err)
+	}
+	clk.Advance(engine.NameReuseDelay + time.Second)
+	if _, _, err := holder.eng.CreateQueue("again", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	exists = true
+	out, err := r.SendMany([]engine.QueueSend{{Queue: "local", Msgs: msg}, {Queue: "again", Msgs: msg}})
+	if err != nil || out[0].Err != nil || out[1].Err != nil {
+		t.Fatalf("send many: %v, %+v", err, out)
+	}
+	if info, err := holder.eng.GetQueue("again"); err != nil || info.Visible != 1 {
+		t.Fatalf("the queue made again holds %+v, %v; want the one message of the SendMany", info, err)
+	}
+}
