@@ -315,3 +315,124 @@ func TestShardsAMQPBindAndDeadLetterElsewhere(t *testing.T) {
 	publish(survivor, "billing", "paid", "after-failover")
 	receiveAll(survivor, "after-failover")
 }
+
+// TestShardsDeadLettersWaitForARefusingQueue: dead letters bound for a
+// dead-letter queue on another shard that refuses them (its
+// RedriveAllowPolicy changed to denyAll after the source's RedrivePolicy
+// was set) leave the source and wait, counted, on the source's shard —
+// none lost, none in the dead-letter queue — and arrive once the queue
+// allows the source again.
+func TestShardsDeadLettersWaitForARefusingQueue(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	src, dlq := "", ""
+	for i := 0; src == ""; i++ {
+		s, d := fmt.Sprintf("jobs-%d", i), fmt.Sprintf("refusing-%d", i)
+		if hashShard(s, 3) != hashShard(d, 3) {
+			src, dlq = s, d
+		}
+	}
+	c := shardClient(nodes[0])
+	s, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(src), Attributes: map[string]string{"VisibilityTimeout": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(dlq)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arn, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: d.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: s.QueueUrl, Attributes: map[string]string{
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, arn.Attributes["QueueArn"])}}); err != nil {
+		t.Fatal(err)
+	}
+	allow := func(policy string) {
+		t.Helper()
+		if _, err := c.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: d.QueueUrl, Attributes: map[string]string{"RedriveAllowPolicy": policy}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allow(`{"redrivePermission":"denyAll"}`)
+	poison := func(body string) {
+		t.Helper()
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: s.QueueUrl, MessageBody: aws.String(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func(url *string) (visible, inflight string) {
+		t.Helper()
+		a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Attributes["ApproximateNumberOfMessages"], a.Attributes["ApproximateNumberOfMessagesNotVisible"]
+	}
+	for i := range 5 {
+		poison(fmt.Sprintf("refused-%d", i))
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("the source emptied into transfers", func() bool {
+		if _, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: s.QueueUrl, MaxNumberOfMessages: 10}); err != nil {
+			t.Fatal(err)
+		}
+		v, f := counts(s.QueueUrl)
+		return v == "0" && f == "0"
+	}))
+	// Refused: in neither queue, counted as waiting on the source's shard.
+	kSrc, _ := nodes[0].findQueue(src)
+	_, leader, _ := nodes[0].target(kSrc)
+	pending := func() int64 {
+		for _, n := range nodes {
+			if n.opts.Cluster.NodeID == leader {
+				return n.transfersPending(kSrc)
+			}
+		}
+		return -1
+	}
+	if v, f := counts(d.QueueUrl); v != "0" || f != "0" {
+		t.Fatalf("%s refuses %s yet holds %s visible, %s in flight", dlq, src, v, f)
+	}
+	if n := pending(); n != 5 {
+		t.Fatalf("%d transfers waiting on shard %d, want 5", n, kSrc)
+	}
+	// Allowed again, and one more dead letter: all six arrive, once each.
+	allow(`{"redrivePermission":"allowAll"}`)
+	poison("refused-5")
+	got := map[string]bool{}
+	poll.CheckFor(t, 60*time.Second, func() error {
+		_, _ = c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: s.QueueUrl, MaxNumberOfMessages: 10})
+		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: d.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			b := aws.ToString(m.Body)
+			if got[b] {
+				t.Fatalf("%q twice in %s", b, dlq)
+			}
+			got[b] = true
+		}
+		if len(got) < 6 {
+			return fmt.Errorf("%d of 6 dead letters in %s", len(got), dlq)
+		}
+		return nil
+	})
+	if n := pending(); n != 0 {
+		t.Fatalf("%d transfers still waiting", n)
+	}
+}
+
+// transfersPending is the transfer count of n's server for shard k (-1: n
+// does not serve it).
+func (n *Node) transfersPending(k int) int64 {
+	n.mu.Lock()
+	s := n.serving[k]
+	n.mu.Unlock()
+	if s == nil {
+		return -1
+	}
+	return s.srv.Engine().TransfersPending()
+}

@@ -8,65 +8,95 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
-// The mover of ADR 0015 step 5 (the first slice: dead letters). In a
-// cluster with shards, a queue's RedrivePolicy may name a dead-letter queue
-// on another shard; the engine writes each dead letter for it as a
-// transfer in the batch that takes it out of its source (engine
-// transfer.go). The mover runs on every shard's leader: it reads this
-// engine's durable transfers, has the leader of the dead-letter queue's
-// shard import them (opImport on ShardEnginePath: the copies and an import
+// The mover of ADR 0015 step 5. In a cluster with shards, a dead letter
+// (or a redriven message) whose queue lives on another shard is written by
+// the engine as a transfer in the batch that takes it out of its source
+// (engine transfer.go). The mover runs on every shard's leader: it reads
+// this engine's durable transfers, has the leader of each target's shard
+// import them (opImport on ShardEnginePath: the copies and an import
 // record of each transfer, one durable write), then ends them here. A
 // mover that stops between the import and the end — a crash, a lost
 // leadership — leaves the transfers here, and the next leader's mover
 // imports them again, which the import records (kept five minutes) make
 // a no-op.
 
-// Mover bounds: how many transfers one round reads, how often it looks
-// when not told of a new one (transfers a restart or a new leadership
-// found), and how long it waits after a round that failed.
+// Mover bounds: how many transfers one round reads (and, past the first,
+// how many bytes of them), how often it looks when not told of a new one
+// (transfers a restart or a new leadership found), and the most it waits
+// between passes that moved nothing (the wait doubles from moverPoll).
 const (
-	moverBatch = 256
-	moverBytes = 4 * ShardSendChunk // what one round holds in memory, past its first transfer
-	moverPoll  = time.Second
-	moverRetry = 2 * time.Second
+	moverBatch   = 256
+	moverBytes   = 4 * ShardSendChunk
+	moverPoll    = time.Second
+	moverBackoff = 30 * time.Second
 )
 
-// moveTransfers runs the mover until ctx ends.
+// moveTransfers runs the mover until ctx ends. A pass reads every
+// transfer, a round at a time; a target that fails is not called again in
+// that pass (its transfers wait). A new transfer starts a pass (at most
+// one a moverPoll); otherwise, after a pass that moved nothing, the next
+// waits longer, up to moverBackoff, so that transfers stuck on a missing
+// or full queue cost a read of the outbox now and then, not a stream of
+// calls.
 func (s *Server) moveTransfers(ctx context.Context) {
-	tick := time.NewTicker(moverPoll)
-	defer tick.Stop()
 	warned := map[string]time.Time{} // target → last warning, one a minute
-	var after *engine.TransferID     // where the next round reads from
+	wait := moverPoll
+	timer := s.clk.NewTimer(wait)
+	defer timer.Stop()
+	var last time.Time // when the last pass began
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.eng.TransferReady():
-		case <-tick.C:
+			// A new transfer starts a pass, but not more than one a
+			// moverPoll: while a target fails, every dead letter for it
+			// would start another.
+			if d := moverPoll - s.clk.Now().Sub(last); d > 0 {
+				pause := s.clk.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					pause.Stop()
+					return
+				case <-pause.C():
+				}
+			}
+		case <-timer.C():
 		}
+		last = s.clk.Now()
+		moved := 0
+		failing := map[string]bool{}
+		var after *engine.TransferID
 		for ctx.Err() == nil && s.eng.TransfersPending() > 0 {
-			moved, next, err := s.moveRound(ctx, after, warned)
-			after = next
-			if err != nil || (moved == 0 && after == nil) {
+			n, next, err := s.moveRound(ctx, after, failing, warned)
+			moved += n
+			if after = next; err != nil || next == nil {
 				break
 			}
 		}
+		switch {
+		case moved > 0 && s.eng.TransfersPending() > 0:
+			wait = 0 // progress: the next pass at once
+		case moved > 0 || s.eng.TransfersPending() == 0:
+			wait = moverPoll
+		default:
+			wait = min(2*max(wait, moverPoll), moverBackoff)
+		}
+		timer.Reset(wait)
 	}
 }
 
-// moveRound moves one round of transfers (up to moverBatch after after,
-// in calls of at most ShardSendChunk bytes per target). It returns how many
-// ended, and where the next round reads from: past this round's when it
-// read a full batch (transfers that cannot move yet, for a missing or full
-// dead-letter queue, do not hold up the others), else from the start. A
-// target that fails is skipped this round and warned about.
-func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned map[string]time.Time) (int, *engine.TransferID, error) {
+// moveRound moves one round of transfers: those after after (up to
+// moverBatch, and moverBytes past the first), in calls of at most
+// ShardSendChunk bytes per target, skipping targets in failing and adding
+// those that fail. It returns how many ended, and where the next round of
+// the pass reads from (nil: the pass is over).
+func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, failing map[string]bool, warned map[string]time.Time) (int, *engine.TransferID, error) {
 	ts, err := s.eng.Transfers(after, moverBatch, moverBytes)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, engine.ErrNotLeading) {
-			s.log.Warn("cannot read dead letters bound for other shards", "err", err)
+			s.log.Warn("cannot read the messages bound for other shards", "err", err)
 		}
-		s.waitRetry(ctx)
 		return 0, nil, err
 	}
 	var next *engine.TransferID
@@ -76,12 +106,15 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned
 	byTarget := map[string][]engine.Transfer{}
 	var order []string
 	for _, t := range ts {
+		if failing[t.Target] {
+			continue
+		}
 		if byTarget[t.Target] == nil {
 			order = append(order, t.Target)
 		}
 		byTarget[t.Target] = append(byTarget[t.Target], t)
 	}
-	moved, failed := 0, false
+	moved := 0
 	for _, target := range order {
 		list := byTarget[target]
 		for len(list) > 0 {
@@ -93,19 +126,16 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, warned
 			chunk := list[:n]
 			list = list[n:]
 			if err := s.moveChunk(ctx, target, chunk); err != nil {
-				failed = true
+				failing[target] = true
 				if now := s.clk.Now(); ctx.Err() == nil && now.Sub(warned[target]) >= time.Minute {
 					warned[target] = now
 					s.log.Warn("messages moving to a queue of another shard wait for it (dead letters, or redriven messages)", "target", target,
 						"waiting", s.eng.TransfersPending(), "err", err)
 				}
-				break // this target's others wait for the next round
+				break // this target's others wait for a later pass
 			}
 			moved += len(chunk)
 		}
-	}
-	if failed && next == nil {
-		s.waitRetry(ctx)
 	}
 	return moved, next, nil
 }
@@ -148,15 +178,7 @@ func (s *Server) transferCall(ctx context.Context, c engineCall) error {
 	return rep.Err.err()
 }
 
-func (s *Server) waitRetry(ctx context.Context) {
-	t := time.NewTimer(moverRetry)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
+// transferBytes is the size of the copies ts carry.
 func transferBytes(ts []engine.Transfer) int {
 	n := 0
 	for _, t := range ts {
