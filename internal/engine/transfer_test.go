@@ -159,15 +159,7 @@ func TestImportRefusesWithoutLosing(t *testing.T) {
 	src.create("q", func(c *QueueConfig) {
 		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1}
 	})
-	src.send("q", body("x"))
-	d := src.recv("q", 1, 30*time.Second)
-	if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
-		t.Fatal(err)
-	}
-	ts, err := src.e.Transfers(nil, 10, 1<<20)
-	if err != nil || len(ts) != 1 {
-		t.Fatalf("transfers %v %v", ts, err)
-	}
+	ts := terminalDeadLetter(t, src, "x")
 	// The dead-letter queue no longer allows this source.
 	if err := dst.e.UpdateQueue("dlq", func(c *QueueConfig) error {
 		c.RedriveAllow = &RedriveAllowPolicy{Permission: "denyAll"}
@@ -302,15 +294,7 @@ func TestImportRecordsSweptAfterTheirKeep(t *testing.T) {
 	})
 	deadLetter := func() []Transfer {
 		t.Helper()
-		src.send("q", body("x"))
-		d := src.recv("q", 1, 30*time.Second)
-		if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
-			t.Fatal(err)
-		}
-		ts, err := src.e.Transfers(nil, 10, 1<<20)
-		if err != nil || len(ts) != 1 {
-			t.Fatalf("transfers %v, %v", ts, err)
-		}
+		ts := terminalDeadLetter(t, src, "x")
 		if err := dst.e.ImportTransfers("dlq", ts); err != nil {
 			t.Fatal(err)
 		}
@@ -334,4 +318,21 @@ func TestImportRecordsSweptAfterTheirKeep(t *testing.T) {
 	if _, err := dst.st.Get(importKey(first[0].ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("import record of %s after importKeep: %v, want swept", first[0].ID, err)
 	}
+}
+
+// terminalDeadLetter sends body to src's queue q, receives it and reports
+// a terminal failure, and returns the one transfer that made (src holds no
+// other).
+func terminalDeadLetter(t *testing.T, src *fixture, body string) []Transfer {
+	t.Helper()
+	src.send("q", Message{Body: []byte(body)})
+	d := src.recv("q", 1, 30*time.Second)
+	if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{Terminal: true}); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := src.e.Transfers(nil, 10, 1<<20)
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("transfers %v, %v", ts, err)
+	}
+	return ts
 }

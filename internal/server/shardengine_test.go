@@ -254,17 +254,7 @@ func TestRemoteVisibleHint(t *testing.T) {
 	if _, _, err := holder.eng.CreateQueue("hinted", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
 	}
-	call := func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
-		c, err := decodeEngineCall(body)
-		if err != nil {
-			return nil, err
-		}
-		return encodeGob(holder.runEngineCall(ctx, c))
-	}
-	o2 := DefaultOptions()
-	o2.DataDir = t.TempDir()
-	o2.SQSListen, o2.AMQPListen = "127.0.0.1:0", ""
-	caller, stop2 := run(t, o2, nil)
+	call, caller, stop2 := directCaller(t, holder)
 	defer stop2()
 	_, r := newRemoteEngine(caller.eng, Options{NameTaken: func(string) bool { return true }, ShardCall: call}, holder.log)
 	if _, ok := r.VisibleHint("hinted"); ok {
@@ -377,17 +367,7 @@ func TestRemoteSendFindsAQueueMadeAgain(t *testing.T) {
 	if _, _, err := holder.eng.CreateQueue("again", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
 	}
-	call := func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
-		c, err := decodeEngineCall(body)
-		if err != nil {
-			return nil, err
-		}
-		return encodeGob(holder.runEngineCall(ctx, c))
-	}
-	o2 := DefaultOptions()
-	o2.DataDir = t.TempDir()
-	o2.SQSListen, o2.AMQPListen = "127.0.0.1:0", ""
-	caller, stop2 := run(t, o2, nil)
+	call, caller, stop2 := directCaller(t, holder)
 	defer stop2()
 	if _, _, err := caller.eng.CreateQueue("local", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
@@ -433,4 +413,23 @@ func TestRemoteSendFindsAQueueMadeAgain(t *testing.T) {
 	if info, err := holder.eng.GetQueue("again"); err != nil || info.Visible != 1 {
 		t.Fatalf("the queue made again holds %+v, %v; want the one message of the SendMany", info, err)
 	}
+}
+
+// directCaller starts a server with no queues that plays another shard's
+// caller of holder, and returns a ShardCall that runs each call on holder
+// directly (the cluster node's HTTP hop left out).
+func directCaller(t *testing.T, holder *Server) (call func(ctx context.Context, name, path string, body []byte) ([]byte, error), caller *Server, stop func()) {
+	t.Helper()
+	call = func(ctx context.Context, name, path string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		return encodeGob(holder.runEngineCall(ctx, c))
+	}
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	caller, stop = run(t, o, nil)
+	return call, caller, stop
 }
