@@ -409,14 +409,23 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		leases = make([]lease, 0, cap(out))
 	}
 	limit := 0
-	if dl := q.cfg.DeadLetter; dl != nil && e.canDeadLetter(q) {
+	if dl := q.cfg.DeadLetter; dl != nil {
 		limit = dl.MaxReceiveCount
 	}
+	// Whether q has somewhere to send dead letters is asked once a message
+	// is over the limit, once per receive: for a target on another shard
+	// it is a store lookup, which most receives need not make.
+	canDL, asked := false, false
 	redelivered := 0
 	take := func(m *message) {
 		if limit > 0 && int(m.recvCount) >= limit {
-			e.deadLetterLocked(q, m, ReasonMaxReceives, now, b)
-			return
+			if !asked {
+				canDL, asked = e.canDeadLetter(q), true
+			}
+			if canDL {
+				e.deadLetterLocked(q, m, ReasonMaxReceives, now, b)
+				return
+			}
 		}
 		if m.recvCount > 0 {
 			redelivered++

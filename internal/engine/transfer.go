@@ -11,9 +11,9 @@ import (
 	"github.com/sluicemq/sluice/internal/store"
 )
 
-// Dead letters into a queue that lives outside this engine (ADR 0015
-// decision 6, step 5: in a cluster with shards, a dead-letter queue on
-// another shard than its source).
+// Messages into a queue that lives outside this engine (ADR 0015 decision
+// 6, step 5: in a cluster with shards, a dead-letter queue on another shard
+// than its source, or a redrive's destination there).
 //
 // A message that leaves its source for such a queue is written, in the
 // batch that takes it out of the source, as a transfer record under
