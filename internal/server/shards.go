@@ -2,7 +2,6 @@ package server
 
 import (
 	"cmp"
-	"context"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -86,12 +85,10 @@ type elsewhereEngine struct {
 }
 
 // GetQueueElsewhere is GetQueue asked of the leader of the shard that holds
-// queue name.
+// queue name (the AMQP router's lookup, which also notes it as a queue
+// elsewhere).
 func (e elsewhereEngine) GetQueueElsewhere(name string) (engine.QueueInfo, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	rep, err := e.remote.do(ctx, engineCall{Op: opGetQueue, Queue: name})
-	return rep.Info, err
+	return e.remote.getRemote(name)
 }
 
 // listingEngine is the SQS handler's engine on a server whose cluster has
