@@ -21,7 +21,9 @@ import (
 // another shard holds, engine calls to that shard's leader
 // (shardengine.go). A queue is known to live elsewhere once Config or
 // GetQueue found it there (the AMQP server asks one of them before it uses
-// a queue it has not declared); a call answered "no such queue" forgets it.
+// a queue it has not declared); a call answered "no such queue" forgets it,
+// and any call that this server's engine answers "no such queue" for a
+// name placed on another shard finds it again (refound).
 // "No such queue" is an answer only when it is certain (ShardCall's
 // ErrNotElsewhere, or the leader's engine): a shard that cannot be asked,
 // or a copy that cannot be read, is an error of its own, so that a publish
@@ -307,13 +309,15 @@ func (r *remoteEngine) SendMany(sends []engine.QueueSend) ([]engine.QueueSendRes
 	return out, nil
 }
 
-// refound reports, for a send to queue name that this engine answered
+// refound reports, for a call on queue name that this engine answered
 // with err, whether name is a queue of another shard after all, and then
-// notes it as one. A queue this router used on another shard and forgot
-// when its leader answered "no such queue" (deleted there) may have been
-// made again on some shard since; the AMQP topology still names it (a
-// binding, an adopted queue), so without this its publishes would be
-// dropped as unroutable until shard 0's next leadership.
+// notes it as one; every call that names a queue not known elsewhere
+// asks it after its local miss. A queue this router used on another shard
+// and forgot when its leader answered "no such queue" (deleted there) may
+// have been made again on some shard since; the AMQP topology still names
+// it (a binding, an adopted queue, a consumer's queue), so without this
+// its publishes would be dropped as unroutable, and its receives, settles
+// and purges answered "no such queue", until shard 0's next leadership.
 func (r *remoteEngine) refound(name string, err error) bool {
 	if !errors.Is(err, engine.ErrQueueNotFound) || !r.holds(name) {
 		return false
@@ -334,7 +338,11 @@ const remoteWait = time.Second
 func (r *remoteEngine) Receive(ctx context.Context, name string, req engine.ReceiveRequest) ([]engine.Delivery, error) {
 	session, ok := r.remote(name)
 	if !ok {
-		return r.Engine.Receive(ctx, name, req)
+		ds, err := r.Engine.Receive(ctx, name, req)
+		if !r.refound(name, err) {
+			return ds, err
+		}
+		session, _ = r.remote(name)
 	}
 	wait := req.Wait
 	if !req.WaitSet {
@@ -376,7 +384,10 @@ func (r *remoteEngine) Receive(ctx context.Context, name string, req engine.Rece
 // Delete is Engine.Delete, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Delete(name string, handles []string) ([]error, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.Delete(name, handles)
+		errs, err := r.Engine.Delete(name, handles)
+		if !r.refound(name, err) {
+			return errs, err
+		}
 	}
 	return r.settle(opDelete, name, handles, nil)
 }
@@ -385,7 +396,10 @@ func (r *remoteEngine) Delete(name string, handles []string) ([]error, error) {
 // for a queue elsewhere.
 func (r *remoteEngine) DeleteLeased(name string, handles []string) ([]error, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.DeleteLeased(name, handles)
+		errs, err := r.Engine.DeleteLeased(name, handles)
+		if !r.refound(name, err) {
+			return errs, err
+		}
 	}
 	return r.settle(opDeleteLeased, name, handles, nil)
 }
@@ -393,7 +407,10 @@ func (r *remoteEngine) DeleteLeased(name string, handles []string) ([]error, err
 // Requeue is Engine.Requeue, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Requeue(name string, handles []string, front bool) ([]error, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.Requeue(name, handles, front)
+		errs, err := r.Engine.Requeue(name, handles, front)
+		if !r.refound(name, err) {
+			return errs, err
+		}
 	}
 	return r.settle(opRequeue, name, handles, func(c *engineCall) { c.Front = front })
 }
@@ -401,7 +418,10 @@ func (r *remoteEngine) Requeue(name string, handles []string, front bool) ([]err
 // Nack is Engine.Nack, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Nack(name string, handles []string) ([]error, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.Nack(name, handles)
+		errs, err := r.Engine.Nack(name, handles)
+		if !r.refound(name, err) {
+			return errs, err
+		}
 	}
 	return r.settle(opNack, name, handles, nil)
 }
@@ -409,7 +429,10 @@ func (r *remoteEngine) Nack(name string, handles []string) ([]error, error) {
 // Abandon is Engine.Abandon, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Abandon(name string, handles []string) ([]error, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.Abandon(name, handles)
+		errs, err := r.Engine.Abandon(name, handles)
+		if !r.refound(name, err) {
+			return errs, err
+		}
 	}
 	return r.settle(opAbandon, name, handles, nil)
 }
@@ -417,7 +440,10 @@ func (r *remoteEngine) Abandon(name string, handles []string) ([]error, error) {
 // Reject is Engine.Reject, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Reject(name string, handles []string, f engine.Failure) ([]error, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.Reject(name, handles, f)
+		errs, err := r.Engine.Reject(name, handles, f)
+		if !r.refound(name, err) {
+			return errs, err
+		}
 	}
 	return r.settle(opReject, name, handles, func(c *engineCall) { c.Failure = f })
 }
@@ -425,7 +451,10 @@ func (r *remoteEngine) Reject(name string, handles []string, f engine.Failure) (
 // LeaseEnd is Engine.LeaseEnd, elsewhere for a queue elsewhere.
 func (r *remoteEngine) LeaseEnd(name, handle string) (time.Time, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.LeaseEnd(name, handle)
+		t, err := r.Engine.LeaseEnd(name, handle)
+		if !r.refound(name, err) {
+			return t, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -436,7 +465,10 @@ func (r *remoteEngine) LeaseEnd(name, handle string) (time.Time, error) {
 // PurgeReady is Engine.PurgeReady, elsewhere for a queue elsewhere.
 func (r *remoteEngine) PurgeReady(name string) (int, error) {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.PurgeReady(name)
+		n, err := r.Engine.PurgeReady(name)
+		if !r.refound(name, err) {
+			return n, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -447,7 +479,9 @@ func (r *remoteEngine) PurgeReady(name string) (int, error) {
 // DeleteQueue is Engine.DeleteQueue, elsewhere for a queue elsewhere.
 func (r *remoteEngine) DeleteQueue(name string) error {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.DeleteQueue(name)
+		if err := r.Engine.DeleteQueue(name); !r.refound(name, err) {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -459,7 +493,9 @@ func (r *remoteEngine) DeleteQueue(name string) error {
 // AMQP deletes as SQS does) is deleted there.
 func (r *remoteEngine) DropQueue(name string) error {
 	if _, ok := r.remote(name); !ok {
-		return r.Engine.DropQueue(name)
+		if err := r.Engine.DropQueue(name); !r.refound(name, err) {
+			return err
+		}
 	}
 	return r.DeleteQueue(name)
 }
@@ -469,7 +505,10 @@ func (r *remoteEngine) UpdateQueue(name string, fn func(cfg *engine.QueueConfig)
 	if _, ok := r.remote(name); ok {
 		return engine.ErrQueueElsewhere
 	}
-	return r.Engine.UpdateQueue(name, fn)
+	if err := r.Engine.UpdateQueue(name, fn); !r.refound(name, err) {
+		return err
+	}
+	return engine.ErrQueueElsewhere
 }
 
 // VisibleHint is Engine.VisibleHint; for a queue elsewhere, the ready

@@ -433,3 +433,65 @@ func directCaller(t *testing.T, holder *Server) (call func(ctx context.Context, 
 	caller, stop = run(t, o, nil)
 	return call, caller, stop
 }
+
+// TestRemoteCallsFindAQueueMadeAgain: after the router forgot a queue of
+// another shard (its leader answered "no such queue"), every kind of call
+// on the queue made again reaches it, not only a send.
+func TestRemoteCallsFindAQueueMadeAgain(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	holder, stop := startShardLeader(t, clk)
+	defer stop()
+	call, caller, stop2 := directCaller(t, holder)
+	defer stop2()
+	exists := false
+	_, r := newRemoteEngine(caller.eng, Options{NameTaken: func(n string) bool { return n == "again" && exists }, ShardCall: call}, holder.log)
+	// remake deletes the queue (if any), has r forget it, and makes it
+	// again holding one message.
+	remake := func() {
+		t.Helper()
+		if exists {
+			if err := holder.eng.DeleteQueue("again"); err != nil {
+				t.Fatal(err)
+			}
+			exists = false
+			if _, err := r.PurgeReady("again"); !errors.Is(err, engine.ErrQueueNotFound) {
+				t.Fatalf("purge of the deleted queue: %v, want ErrQueueNotFound", err)
+			}
+			clk.Advance(engine.NameReuseDelay + time.Second)
+		}
+		if _, _, err := holder.eng.CreateQueue("again", engine.DefaultQueueConfig(), nil); err != nil {
+			t.Fatal(err)
+		}
+		exists = true
+		if _, err := holder.eng.Send("again", []engine.Message{{Body: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remake()
+	if _, err := r.GetQueue("again"); err != nil {
+		t.Fatal(err)
+	}
+	remake()
+	ds, err := r.Receive(context.Background(), "again", engine.ReceiveRequest{Max: 1, Wait: 0, WaitSet: true})
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive from the queue made again: %d deliveries, %v", len(ds), err)
+	}
+	if errs, err := r.Delete("again", []string{ds[0].ReceiptHandle}); err != nil || errs[0] != nil {
+		t.Fatalf("delete: %v, %v", err, errs)
+	}
+	remake()
+	if n, err := r.PurgeReady("again"); err != nil || n != 1 {
+		t.Fatalf("purge of the queue made again: %d, %v; want 1", n, err)
+	}
+	remake()
+	if err := r.UpdateQueue("again", func(*engine.QueueConfig) error { return nil }); !errors.Is(err, engine.ErrQueueElsewhere) {
+		t.Fatalf("update of the queue made again: %v, want ErrQueueElsewhere", err)
+	}
+	remake()
+	if err := r.DeleteQueue("again"); err != nil {
+		t.Fatalf("delete of the queue made again: %v", err)
+	}
+	if _, err := holder.eng.GetQueue("again"); !errors.Is(err, engine.ErrQueueNotFound) {
+		t.Fatalf("the queue made again after its delete: %v", err)
+	}
+}
