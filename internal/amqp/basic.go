@@ -191,6 +191,18 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 		ok  bool
 	}
 	results := make([]pending, len(cmds))
+	// reach is, for each mandatory message routed to queues, whether one
+	// of them took it or refused it (reached) or the engine found every
+	// one deleted (gone: a queue deleted over SQS, or on another shard,
+	// whose binding is still in the topology). A gone one went nowhere
+	// and is returned, as RabbitMQ, which drops a deleted queue's
+	// bindings, returns it as unroutable. Nil without a mandatory message.
+	const (
+		_ = iota // not a mandatory message routed to a queue
+		gone
+		reached
+	)
+	var reach []int8
 	type slot struct {
 		q    *queue
 		msgs []engine.Message
@@ -253,6 +265,9 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 			}
 			continue
 		}
+		if m.Mandatory && reach == nil {
+			reach = make([]int8, len(cmds))
+		}
 		env := envelope{exchange: m.Exchange, keys: keys, props: raw}
 		msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers)}
 		if props.Flags&wire.FlagExpiration != 0 || props.Expiration != "" {
@@ -312,6 +327,20 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 				e = res[j].Err
 			}
 			results[i].ok = s.published(name, e)
+			if reach != nil && cmds[i].m.(*wire.BasicPublish).Mandatory {
+				if errors.Is(e, engine.ErrQueueNotFound) {
+					reach[i] = max(reach[i], gone)
+				} else {
+					reach[i] = reached
+				}
+			}
+		}
+	}
+	for i, r := range reach {
+		if r == gone {
+			if err := ch.returnMessage(cmds[i].m.(*wire.BasicPublish), cmds[i]); err != nil {
+				return 0, err
+			}
 		}
 	}
 	for _, r := range results {
