@@ -3,7 +3,10 @@ package engine
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
+
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // TestStoredQueues: the catalogue reads see exactly the queue records of
@@ -85,5 +88,41 @@ func TestNameTakenRefusesACreate(t *testing.T) {
 	_, _, err = e.CreateQueue("src", cfg, nil)
 	if ce := (*ConfigError)(nil); !errors.As(err, &ce) || ce.Reason != "dead-letter target queue does not exist" {
 		t.Fatalf("a dead-letter target that is nowhere: %v", err)
+	}
+}
+
+// BenchmarkStoredDeadLetterSources measures the read a cluster with
+// shards makes of each other shard's copy whenever a DLQ's sources are
+// listed (metrics scrape, alert evaluation, admin API, dashboard): a
+// pebble store of 1,000 queues, every other one with a RedrivePolicy. It
+// reports, it asserts nothing:
+//
+//	go test -run '^$' -bench StoredDeadLetterSources ./internal/engine/
+func BenchmarkStoredDeadLetterSources(b *testing.B) {
+	st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := Open(Options{Store: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	const n = 1000
+	for i := range n {
+		cfg := DefaultQueueConfig()
+		if i%2 == 1 {
+			cfg.DeadLetter = &DeadLetterPolicy{Target: "q" + strconv.Itoa(i-1), MaxReceiveCount: 5}
+		}
+		if _, _, err := e.CreateQueue("q"+strconv.Itoa(i), cfg, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		m, err := StoredDeadLetterSources(st)
+		if err != nil || len(m) != n/2 {
+			b.Fatalf("%d dead-letter queues, %v", len(m), err)
+		}
 	}
 }
