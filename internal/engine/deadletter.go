@@ -78,6 +78,7 @@ func (e *Engine) unlockAndInsertCopies(q *queue) { e.unlockAndInsertCopiesAfter(
 func (e *Engine) unlockAndInsertCopiesAfter(q *queue, p store.Pending) {
 	out := q.outbox
 	q.outbox = nil
+	e.pokeTransfersLocked(q)
 	q.publishRoomLocked()
 	q.mu.Unlock()
 	e.insertCopiesAfter(out, p)

@@ -428,6 +428,10 @@ type queue struct {
 	// outbox holds the copies (pendingCopy) decided under the lock;
 	// Engine.unlockAndInsertCopies inserts them into their targets' memory.
 	outbox []pendingCopy
+	// transferOut: a transfer (transfer.go) was written in the batch
+	// under the lock; the unlock tells the mover (Engine.TransferReady),
+	// once that batch is in the store, so that its read finds it.
+	transferOut bool
 
 	// FIFO deduplication (dedup.go): the young set, by id and in write
 	// order; the ordinal of the latest entry written and of the latest

@@ -146,6 +146,7 @@ func (e *Engine) unlockAllAfter(qs []*queue, p store.Pending) {
 	for _, q := range qs {
 		copies = append(copies, q.outbox...)
 		q.outbox = nil
+		e.pokeTransfersLocked(q)
 		q.publishRoomLocked()
 		q.mu.Unlock()
 	}

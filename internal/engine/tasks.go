@@ -679,7 +679,7 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 func (e *Engine) redriveTransferLocked(q *queue, m *message, dest, taskID string, now int64, b *store.Batch) {
 	q.dropLocked(m, b)
 	n := e.redriveCopyLocked(q, m, taskID, now, q.isFIFO)
-	e.writeTransferLocked(&Transfer{Target: dest, Source: q.name, Redrive: true}, n, now, b)
+	e.writeTransferLocked(q, &Transfer{Target: dest, Source: q.name, Redrive: true}, n, now, b)
 }
 
 // redriveCopyLocked is the message a redrive of m puts in its

@@ -143,15 +143,29 @@ func (e *Engine) heldElsewhere(name string) bool {
 func (e *Engine) transferDeadLetterLocked(q *queue, m *message, target, reason string, env []byte, now int64, b *store.Batch) {
 	n := e.deadLetterCopyLocked(q, m, reason, env, now, q.isFIFO)
 	n.group = &group{id: m.groupID()}
-	e.writeTransferLocked(&Transfer{Target: target, Source: q.name, Reason: reason}, n, now, b)
+	e.writeTransferLocked(q, &Transfer{Target: target, Source: q.name, Reason: reason}, n, now, b)
 }
 
-// writeTransferLocked writes t, carrying n, in b.
-func (e *Engine) writeTransferLocked(t *Transfer, n *message, now int64, b *store.Batch) {
+// writeTransferLocked writes t, carrying n, in b, a batch of q's under its
+// lock; the unlock that follows the batch's write tells the mover
+// (pokeTransfers). Not here: a mover told now could read the outbox
+// before b is in the store, find nothing, and wait out its backoff.
+func (e *Engine) writeTransferLocked(q *queue, t *Transfer, n *message, now int64, b *store.Batch) {
 	t.ID = e.newTransferID(now)
 	t.Record = encodeContent(n)
 	b.Set(transferKey(t.ID), encodeTransfer(t))
 	e.transfers.Add(1)
+	q.transferOut = true
+}
+
+// pokeTransfersLocked tells the mover that transfers were written
+// (TransferReady), if q's batch, now in the store, carried some; q's lock
+// is held.
+func (e *Engine) pokeTransfersLocked(q *queue) {
+	if !q.transferOut {
+		return
+	}
+	q.transferOut = false
 	select {
 	case e.transferPoke <- struct{}{}:
 	default:

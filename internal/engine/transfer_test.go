@@ -336,3 +336,64 @@ func terminalDeadLetter(t *testing.T, src *fixture, body string) []Transfer {
 	}
 	return ts
 }
+
+// pokeWatchStore is a store that records, at each write of a batch
+// carrying a transfer record, whether the engine had already told the
+// mover (TransferReady).
+type pokeWatchStore struct {
+	store.Store
+	ready func() <-chan struct{}
+	early int // transfer batches written after the mover was told
+	seen  int // transfer batches written
+}
+
+func (s *pokeWatchStore) Write(b *store.Batch, durable bool) (store.Pending, error) {
+	for _, op := range b.Ops {
+		if op.Kind == store.OpSet && len(op.Key) > 0 && op.Key[0] == prefixTransfer {
+			s.seen++
+			if s.ready != nil && len(s.ready()) > 0 {
+				s.early++
+			}
+			break
+		}
+	}
+	return s.Store.Write(b, durable)
+}
+
+// TestTransferReadyAfterTheWrite: the mover is told of a transfer only
+// once the batch carrying it is in the store. Told before (as until
+// 2026-12-01), its read could run before the write, find nothing, and
+// leave the dead letter waiting out a backoff of up to 30 s.
+func TestTransferReadyAfterTheWrite(t *testing.T) {
+	ws := &pokeWatchStore{Store: newTestStore(t)}
+	src := &fixture{t: t, st: ws, clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	src.opts = func(o *Options) { o.QueueHeldElsewhere = func(name string) bool { return name == "dlq" } }
+	src.open()
+	ws.ready = src.e.TransferReady
+	src.create("q", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1} })
+	for i := range 3 {
+		src.send("q", Message{Body: []byte("poison")})
+		d := src.recv("q", 1, 30*time.Second)
+		switch i {
+		case 0: // a failure report
+			if _, err := src.e.ReportFailure("q", d[0].ReceiptHandle, Failure{ErrorClass: "E", Terminal: true}); err != nil {
+				t.Fatal(err)
+			}
+		default: // over its receive count at the next receive
+			if errs, err := src.e.ChangeVisibility("q", []VisibilityChange{{ReceiptHandle: d[0].ReceiptHandle}}); err != nil || errs[0] != nil {
+				t.Fatal(err, errs)
+			}
+			if got := src.recv("q", 1, 30*time.Second); len(got) != 0 {
+				t.Fatalf("received %d, want the message dead-lettered", len(got))
+			}
+		}
+		select {
+		case <-src.e.TransferReady():
+		default:
+			t.Fatalf("dead letter %d: the mover was not told", i+1)
+		}
+	}
+	if ws.seen != 3 || ws.early != 0 {
+		t.Fatalf("%d transfer batches, %d written after the mover was told; want 3, 0", ws.seen, ws.early)
+	}
+}
