@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/clock"
+	"github.com/sluicemq/sluice/internal/engine"
+)
+
+// moverRig is a shard leader whose dead-letter queue "far" lives on
+// another shard that the test plays: its ShardCall records every import
+// the mover asks for, at the fake clock's time, and answers as the test
+// says.
+type moverRig struct {
+	t   *testing.T
+	clk *clock.Fake
+	s   *Server
+
+	mu      sync.Mutex
+	imports []time.Time // when each import call came
+	answer  error       // what an import call gets
+	far     bool        // "far" lives on another shard
+}
+
+func newMoverRig(t *testing.T) (*moverRig, func()) {
+	r := &moverRig{t: t, clk: clock.NewFake(time.Now()), answer: errors.New("the target's leader refuses"), far: true}
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	elsewhere := func(name string) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return name == "far" && r.far
+	}
+	o.NameTaken, o.QueueHeldElsewhere = elsewhere, elsewhere
+	o.ShardCall = func(_ context.Context, _, _ string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		if c.Op != opImport {
+			return nil, ErrNotElsewhere
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.imports = append(r.imports, r.clk.Now())
+		if r.answer != nil {
+			return nil, r.answer
+		}
+		return encodeGob(engineReply{})
+	}
+	s, stop := run(t, o, r.clk)
+	r.s = s
+	cfg := engine.DefaultQueueConfig()
+	cfg.DeadLetter = &engine.DeadLetterPolicy{Target: "far", MaxReceiveCount: 1}
+	if _, _, err := s.eng.CreateQueue("src", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	return r, stop
+}
+
+// deadLetter sends a message to src and fails it terminally: it leaves
+// src as a transfer to far.
+func (r *moverRig) deadLetter() {
+	r.t.Helper()
+	if _, err := r.s.eng.Send("src", []engine.Message{{Body: []byte("poison")}}); err != nil {
+		r.t.Fatal(err)
+	}
+	ds, err := r.s.eng.Receive(context.Background(), "src", engine.ReceiveRequest{Max: 1, WaitSet: true})
+	if err != nil || len(ds) != 1 {
+		r.t.Fatalf("receive: %d, %v", len(ds), err)
+	}
+	out, err := r.s.eng.ReportFailure("src", ds[0].ReceiptHandle, engine.Failure{ErrorClass: "E", Terminal: true})
+	if err != nil || !out.DeadLettered {
+		r.t.Fatalf("report: %+v, %v", out, err)
+	}
+}
+
+func (r *moverRig) calls() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.imports...)
+}
+
+// tick advances the fake clock by a second, then waits (at most a
+// second, a pace, not a check) until the goroutines whose timers fired
+// have set theirs again, so that the mover sees each second.
+func (r *moverRig) tick() {
+	n := r.clk.Timers()
+	r.clk.Advance(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = r.clk.BlockUntil(ctx, n)
+}
+
+// TestMoverBacksOffFromAFailingTarget: a target that refuses its imports
+// is asked again after 2, 4, 8, 16 s and then every 30 s (moverBackoff),
+// not every second; a new dead letter for it starts a pass at once (at
+// most one a second); once it takes them, every transfer arrives and ends.
+func TestMoverBacksOffFromAFailingTarget(t *testing.T) {
+	r, stop := newMoverRig(t)
+	defer stop()
+	r.deadLetter()
+	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
+	start := r.clk.Now()
+	for r.clk.Now().Sub(start) < 150*time.Second {
+		r.tick()
+	}
+	got := r.calls()
+	for i := 1; i < len(got); i++ {
+		gap := got[i].Sub(got[i-1])
+		want := min(time.Second<<i, moverBackoff)
+		if gap < want || gap > want+3*time.Second {
+			t.Errorf("import %d came %v after the one before, want %v (the backoff): calls at %v", i+1, gap, want, offsets(got))
+		}
+	}
+	// 0, 2, 6, 14, 30, 60, 90, 120, 150 s.
+	if len(got) < 7 || len(got) > 9 {
+		t.Fatalf("%d import calls in 150 s of a refusing target, want 8 or 9 (backoff to 30 s): %v", len(got), offsets(got))
+	}
+	// A new dead letter starts a pass, backoff or not, once a second has
+	// passed since the last: with the clock stopped short of the next
+	// backoff pass, only the new transfer can start it.
+	before := len(r.calls())
+	r.tick()
+	if since := r.clk.Now().Sub(r.calls()[before-1]); since >= moverBackoff {
+		t.Fatalf("the clock is %v past the last pass, the backoff's next is due", since)
+	}
+	r.deadLetter()
+	poll.CheckFor(t, 5*time.Second, poll.True("a pass started by the new transfer", func() bool { return len(r.calls()) > before }))
+	r.mu.Lock()
+	r.answer = nil
+	r.mu.Unlock()
+	poll.CheckFor(t, 10*time.Second, poll.True("both transfers ended once the target takes them", func() bool {
+		if r.s.eng.TransfersPending() == 0 {
+			return true
+		}
+		r.tick()
+		return false
+	}))
+}
+
+// TestMoverImportsHereATargetMadeHere: a transfer whose target has since
+// been deleted on its shard and made again on this one (its shard's leader
+// answers ErrNotElsewhere) is imported into the local queue and ended.
+func TestMoverImportsHereATargetMadeHere(t *testing.T) {
+	r, stop := newMoverRig(t)
+	defer stop()
+	r.deadLetter()
+	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
+	r.mu.Lock()
+	r.far, r.answer = false, ErrNotElsewhere
+	r.mu.Unlock()
+	if _, _, err := r.s.eng.CreateQueue("far", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("the transfer imported here and ended", func() bool {
+		if r.s.eng.TransfersPending() == 0 {
+			return true
+		}
+		r.tick()
+		return false
+	}))
+	ds, err := r.s.eng.Receive(context.Background(), "far", engine.ReceiveRequest{Max: 10, WaitSet: true})
+	if err != nil || len(ds) != 1 || string(ds[0].Body) != "poison" || ds[0].DeadLetter == nil || ds[0].DeadLetter.SourceQueue != "src" {
+		t.Fatalf("far holds %d: %+v, %v; want the dead letter from src", len(ds), ds, err)
+	}
+}
+
+// offsets is each time's distance from the first, for messages.
+func offsets(ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, x := range ts {
+		out[i] = x.Sub(ts[0])
+	}
+	return out
+}
