@@ -2,12 +2,14 @@ package amqp
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
@@ -145,4 +147,114 @@ func TestMandatoryPublishToADeletedBoundQueueIsReturned(t *testing.T) {
 	if info, err := b.eng.GetQueue("live"); err != nil || info.Visible != 1 {
 		t.Fatalf("live holds %+v, %v; want the k-both publish", info, err)
 	}
+}
+
+// slowConfigEngine is an engine whose Config of one queue blocks until
+// released: a queue of another shard whose leader does not answer yet.
+type slowConfigEngine struct {
+	*engine.Engine
+	slow    string
+	release chan struct{}
+}
+
+func (e *slowConfigEngine) Config(name string) (*engine.QueueConfig, error) {
+	if name == e.slow {
+		<-e.release
+	}
+	return e.Engine.Config(name)
+}
+
+// TestStartWaitsForSlowBindingRestoresAtMostRestoreWait: a start whose
+// bindings to a queue AMQP did not declare cannot be restored at once (the
+// lookup of the queue hangs, as on a shard whose leader does not answer)
+// waits for them at most restoreWait on its clock, then serves; the
+// binding is restored once the lookup answers.
+func TestStartWaitsForSlowBindingRestoresAtMostRestoreWait(t *testing.T) {
+	b := startBroker(t)
+	if _, _, err := b.eng.CreateQueue("sq", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn := b.dial()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("sq", "k", "amq.direct", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	b.stop()
+
+	topo := NewTopology()
+	eng, err := engine.Open(engine.Options{Store: b.st, DeadLetterRouter: topo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	slow := &slowConfigEngine{Engine: eng, slow: "sq", release: make(chan struct{})}
+	clk := clock.NewFake(time.Now())
+	type started struct {
+		srv *Server
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		srv, err := New(slow, topo, Options{Clock: clk})
+		done <- started{srv, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.BlockUntil(ctx, 1); err != nil {
+		t.Fatalf("the start does not wait on its clock: %v", err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the start returned before its restore finished or its wait ended")
+	default:
+	}
+	clk.Advance(restoreWait)
+	var s started
+	select {
+	case s = <-done:
+	case <-ctx.Done():
+		close(slow.release)
+		t.Fatal("the start waited past restoreWait for a binding's queue")
+	}
+	close(slow.release)
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(ln) }()
+	defer func() {
+		s.srv.Close()
+		if err := <-errc; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	c, err := amqp091.Dial("amqp://guest:guest@" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	// The first pass answers once released: the binding routes again.
+	poll.CheckFor(t, 10*time.Second, poll.True("a publish through the restored binding in sq", func() bool {
+		pc, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "amq.direct", "k", false, false, amqp091.Publishing{Body: []byte("x")})
+		if err != nil || !pc.Wait() {
+			return false
+		}
+		info, err := eng.GetQueue("sq")
+		return err == nil && info.Visible > 0
+	}))
 }
