@@ -149,15 +149,22 @@ func (n *Node) locateQueue(ctx context.Context, name string) (int, bool, error) 
 // name's hash. A name that is not a queue name goes to shard
 // 0 (whose server answers it), without a catch-up.
 func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
+	k, _ := n.placeQueueFound(ctx, rt)
+	return k
+}
+
+// placeQueueFound is placeQueue, and reports whether a copy holds the
+// queue (else the shard is where placement puts a new one).
+func (n *Node) placeQueueFound(ctx context.Context, rt server.SQSRoute) (int, bool) {
 	if !server.ValidQueueName(rt.Queue) {
-		return 0
+		return 0, false
 	}
 	if k, ok := n.findQueue(rt.Queue); ok {
-		return k
+		return k, true
 	}
 	_ = n.catchUp(ctx) // best effort: a request for a queue not found goes by its name
 	if k, ok := n.findQueue(rt.Queue); ok {
-		return k
+		return k, true
 	}
 	if rt.Create {
 		// A new queue lives with the queue it is tied to, when that
@@ -170,11 +177,42 @@ func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
 				continue
 			}
 			if k, ok := n.findQueue(with); ok {
-				return k
+				return k, false
 			}
 		}
 	}
-	return hashShard(rt.Queue, n.shards.Len())
+	return hashShard(rt.Queue, n.shards.Len()), false
+}
+
+// placeCreate places a create of queue rt.Queue: where the queue is, if a
+// copy holds it; else where placement puts it, once the shard its name
+// hashes to has reserved the name for that shard (engine.ReserveName) —
+// or answered that another create of the name was sent elsewhere a
+// moment ago, or that it made the queue itself, when the create goes
+// there. So two creates of one name placed on two shards (tied to
+// dead-letter queues on two shards, or one tied and one by its name) meet
+// on one, whose engine answers the second as a single node does. A
+// reservation that cannot be made (no leader of that shard now) is
+// logged and the create goes where placement put it: the two could then
+// still land on two shards.
+func (n *Node) placeCreate(ctx context.Context, rt server.SQSRoute) int {
+	k, found := n.placeQueueFound(ctx, rt)
+	if found || !server.ValidQueueName(rt.Queue) {
+		return k
+	}
+	h := hashShard(rt.Queue, n.shards.Len())
+	body, err := server.ReserveNameCall(rt.Queue, k, h)
+	if err == nil {
+		var out []byte
+		if out, err = n.shardRequest(ctx, h, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, 0); err == nil {
+			var to int
+			if to, err = server.ReserveNameReply(out); err == nil && to >= 0 && to < n.shards.Len() {
+				return to
+			}
+		}
+	}
+	n.log.Warn("cannot reserve a new queue's name on the shard it hashes to; creating it where it was placed", "queue", rt.Queue, "shard", k, "hash_shard", h, "err", err)
+	return k
 }
 
 // placeDeclared returns the shard of each of the configuration's SQS
@@ -417,10 +455,11 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 	if rt.Queue == "" {
 		return 0, r, release, true
 	}
-	k = n.placeQueue(r.Context(), rt)
-	if rt.Create {
-		r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
+	if !rt.Create {
+		return n.placeQueue(r.Context(), rt), r, release, true
 	}
+	k = n.placeCreate(r.Context(), rt)
+	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
 	return k, r, release, true
 }
 
@@ -471,7 +510,7 @@ func (n *Node) placeAdminCreate(w http.ResponseWriter, r *http.Request) (int, *h
 		return 0, r, release, true
 	}
 	rt := server.SQSRoute{Queue: form.Name, Create: true, DeadLetterTarget: form.DeadLetterQueue}
-	k := n.placeQueue(r.Context(), rt)
+	k := n.placeCreate(r.Context(), rt)
 	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
 	return k, r, release, true
 }

@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,5 +279,70 @@ func TestShardsPlaceImportedQueues(t *testing.T) {
 	}
 	if !strings.Contains(b, fmt.Sprintf("refused by shard %d", hashShard(bad, 3))) {
 		t.Fatalf("the refusal does not name the shard that refused: %s", b)
+	}
+}
+
+// TestShardsConcurrentCreatesMeetOnOneShard: creates of one new name sent
+// at once through every node — tied to a dead-letter queue on shard 1, to
+// one on shard 2, or to none (the name hashes to shard 0) — make the queue
+// on one shard only: the name's hash shard reserves it for the first
+// (engine.ReserveName), and the others are sent there, where they are
+// answered as on one node (the same queue, or QueueAlreadyExists for other
+// attributes). Before, each could pass its own shard's check that no
+// other shard held the name, and the name lived on two or three shards.
+func TestShardsConcurrentCreatesMeetOnOneShard(t *testing.T) {
+	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
+	dlqA, _ := queueOnShard(t, nodes, "graves-a", 1)
+	dlqB, _ := queueOnShard(t, nodes, "graves-b", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	arn := func(q string) string { return "arn:aws:sqs:us-east-1:000000000000:" + q }
+	policies := []string{
+		fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"3"}`, arn(dlqA)),
+		fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"3"}`, arn(dlqB)),
+		"",
+	}
+	const rounds, per = 6, 12
+	for r := range rounds {
+		name := fmt.Sprintf("contested-%d", r)
+		for i := 0; hashShard(name, 3) != 0; i++ {
+			name = fmt.Sprintf("contested-%d-%d", r, i)
+		}
+		errs := make([]error, per)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range per {
+			wg.Go(func() {
+				in := &sqs.CreateQueueInput{QueueName: aws.String(name)}
+				if p := policies[i%len(policies)]; p != "" {
+					in.Attributes = map[string]string{"RedrivePolicy": p}
+				}
+				<-start
+				_, errs[i] = shardClient(nodes[i%len(nodes)]).CreateQueue(ctx, in)
+			})
+		}
+		close(start)
+		wg.Wait()
+		ok := 0
+		for i, err := range errs {
+			var exists *types.QueueNameExists
+			switch {
+			case err == nil:
+				ok++
+			case !errors.As(err, &exists):
+				t.Fatalf("round %d: create %d: %v, want success or QueueAlreadyExists", r, i, err)
+			}
+		}
+		if ok == 0 {
+			t.Fatalf("round %d: no create of %s succeeded", r, name)
+		}
+		for _, n := range nodes {
+			if err := n.catchUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if at := heldBy(t, n, name); len(at) != 1 {
+				t.Fatalf("round %d: node %d's copies hold %s on shards %v, want one", r, n.opts.Cluster.NodeID, name, at)
+			}
+		}
 	}
 }

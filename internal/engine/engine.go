@@ -161,6 +161,7 @@ type Engine struct {
 	transferMu       sync.Mutex // serializes EndTransfers (its count)
 	importMu         sync.Mutex // serializes ImportTransfers (its dedup check and write)
 	importSwept      int64      // when import records were last swept (under importMu)
+	reserveSwept     int64      // when name reservations were last swept (under adminMu)
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -842,8 +843,17 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	if err := e.checkQueueCount(); err != nil {
 		return QueueInfo{}, false, err
 	}
-	if e.taken != nil && e.taken(name) {
-		return QueueInfo{}, false, ErrQueueElsewhere
+	if e.taken != nil {
+		// A cluster with shards: the name may live on another shard,
+		// or a create of it be on its way to one (reserve.go).
+		if e.taken(name) {
+			return QueueInfo{}, false, ErrQueueElsewhere
+		}
+		if _, reserved, err := e.reservedLocked(name, now); err != nil {
+			return QueueInfo{}, false, err
+		} else if reserved {
+			return QueueInfo{}, false, ErrQueueElsewhere
+		}
 	}
 	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
 		return QueueInfo{}, false, err

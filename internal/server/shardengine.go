@@ -75,7 +75,8 @@ const (
 	opPurgeReady   = "purge-ready"
 	opDeleteQueue  = "delete-queue"
 	opKeepalive    = "keepalive"
-	opImport       = "import" // transfer.go
+	opImport       = "import"  // transfer.go
+	opReserve      = "reserve" // a new queue's name, on the shard it hashes to (ReserveNameCall)
 )
 
 // engineCall is one engine call for Queue (gob).
@@ -95,6 +96,9 @@ type engineCall struct {
 	SessionLease           bool
 	// Dead letters from another shard (transfer.go).
 	Transfers []engine.Transfer
+	// A name reservation (opReserve): the shard the create goes to, and
+	// the shard of the called leader.
+	Shard, Own int
 }
 
 // engineReply is the answer to an engineCall (gob): Err for the whole
@@ -112,6 +116,9 @@ type engineReply struct {
 	// AMQP publisher flow control reads for a queue elsewhere.
 	Visible   int
 	VisibleOK bool
+	// Here: opReserve found the queue on the called shard (N is then
+	// that shard).
+	Here bool
 }
 
 type remoteSendResult struct {
@@ -430,6 +437,10 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		s.sessions.touch(c.Session, now)
 	case opImport:
 		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
+	case opReserve:
+		to, here, err := s.eng.ReserveName(c.Queue, c.Shard, c.Own)
+		r.N, r.Here, r.Err = to, here, toRemoteError(err)
+		return r
 	default:
 		r.Err = remoteError{Text: "unknown engine call " + c.Op}
 	}
@@ -449,4 +460,22 @@ func (s *Server) returnLeases(queue string, ds []engine.Delivery) {
 	if _, err := s.eng.Requeue(queue, hs, true); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 		s.log.Warn("cannot return leases no caller took", "queue", queue, "err", err)
 	}
+}
+
+// ReserveNameCall is the body of a ShardEnginePath request that reserves
+// queue name, on the leader of own (the shard name hashes to), for a
+// create the caller would send to shard (engine.ReserveName: in a cluster
+// with shards, two creates of one name must meet on one shard).
+func ReserveNameCall(name string, shard, own int) ([]byte, error) {
+	return encodeGob(engineCall{Op: opReserve, Queue: name, Shard: shard, Own: own})
+}
+
+// ReserveNameReply reads the answer to a ReserveNameCall: the shard the
+// create is to go to.
+func ReserveNameReply(body []byte) (int, error) {
+	r, err := decodeEngineReply(body)
+	if err != nil {
+		return 0, err
+	}
+	return r.N, nil
 }

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Name reservations (ADR 0015): in a cluster with shards, a queue name
+// lives on one shard, and two creates of one name must not make it on two.
+// A create placed by its name goes to the shard the name hashes to, whose
+// engine serialises it with every other create there; one placed with the
+// queue it is tied to (its dead-letter queue) goes elsewhere, and two such
+// creates of one name tied to queues on two shards, or one of them and a
+// create placed by the name, would each pass its own engine's check that
+// no other shard holds the name (neither has applied yet). So the router
+// first reserves the name on the shard it hashes to: ReserveName writes,
+// durably and in that shard's log, the shard the name's create goes to,
+// unless a create already went somewhere; the other creates of the name
+// are then sent there, and the hash shard's own CreateQueue refuses a
+// name reserved for another shard.
+//
+// A reservation matters only while its create is in flight: once the
+// queue exists, the catalogue (Options.NameTaken) finds it. So it lives
+// reserveKeep, and reservations older than that are swept by later
+// reservations.
+
+// prefixReserve keys a reservation: "V" name → format byte 1, uvarint
+// shard, varint Unix ns of the reservation.
+const prefixReserve = 'V'
+
+// reserveKeep is how long a reservation binds the creates of its name:
+// far more than a create's round trip, short enough that a create that
+// failed on the reserved shard (refused attributes) holds up the name's
+// placement for no longer than this; such creates are sent to that shard
+// meanwhile, and succeed there.
+const reserveKeep = time.Minute
+
+// reserveSweepEvery bounds how often a reservation sweeps the old ones.
+const reserveSweepEvery = time.Minute
+
+func reserveKey(name string) []byte { return append([]byte{prefixReserve}, name...) }
+
+func encodeReservation(shard int, at int64) []byte {
+	b := []byte{recordV1}
+	b = binary.AppendUvarint(b, uint64(shard))
+	return binary.AppendVarint(b, at)
+}
+
+func decodeReservation(v []byte) (shard int, at int64, err error) {
+	if len(v) < 1 || v[0] != recordV1 {
+		return 0, 0, errors.New("engine: reservation record: unknown format")
+	}
+	s, n := binary.Uvarint(v[1:])
+	if n <= 0 || s > 1<<16 {
+		return 0, 0, errors.New("engine: reservation record: bad shard")
+	}
+	t, m := binary.Varint(v[1+n:])
+	if m <= 0 || 1+n+m != len(v) {
+		return 0, 0, errors.New("engine: reservation record: bad time")
+	}
+	return int(s), t, nil
+}
+
+// ReserveName is the reservation of queue name for a create the router
+// sends to shard (ADR 0015; this engine is the shard name hashes to). It
+// answers where that create is to go instead, if anywhere: here (this
+// engine holds the queue), or the shard of a reservation younger than
+// reserveKeep (a create of the name is, or was a moment ago, in flight
+// there). Else it reserves the name for shard, durably — unless shard is
+// own, this engine's shard, whose CreateQueue needs no reservation — and
+// answers shard.
+func (e *Engine) ReserveName(name string, shard, own int) (to int, here bool, err error) {
+	if !ValidQueueName(name) {
+		return 0, false, &ConfigError{Setting: "QueueName", Reason: fmt.Sprintf("%q is not a queue name", name)}
+	}
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	if q, _ := e.lookup(name); q != nil {
+		return own, true, nil
+	}
+	if err := e.Failed(); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	now := e.now()
+	if s, ok, err := e.reservedLocked(name, now); err != nil || ok {
+		return s, false, err
+	}
+	if shard == own {
+		return own, false, nil
+	}
+	var b store.Batch
+	b.Set(reserveKey(name), encodeReservation(shard, now))
+	if err := e.sweepReservationsLocked(now, &b); err != nil {
+		return 0, false, err
+	}
+	p, err := e.write(&b, true)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := e.wait(p); err != nil {
+		return 0, false, err
+	}
+	return shard, false, nil
+}
+
+// reservedLocked returns the shard name is reserved for, if a reservation
+// younger than reserveKeep holds it (e.adminMu held).
+func (e *Engine) reservedLocked(name string, now int64) (int, bool, error) {
+	v, err := e.st.Get(reserveKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	s, at, err := decodeReservation(v)
+	if err != nil {
+		return 0, false, err
+	}
+	return s, now-at < int64(reserveKeep), nil
+}
+
+// sweepReservationsLocked deletes, into b, the reservations older than
+// reserveKeep, at most once every reserveSweepEvery (e.adminMu held).
+func (e *Engine) sweepReservationsLocked(now int64, b *store.Batch) error {
+	if now-e.reserveSwept < int64(reserveSweepEvery) {
+		return nil
+	}
+	e.reserveSwept = now
+	return e.st.ScanRange([]byte{prefixReserve}, []byte{prefixReserve + 1}, func(k, v []byte) error {
+		if _, at, err := decodeReservation(v); err != nil || now-at >= int64(reserveKeep) {
+			b.Delete(append([]byte(nil), k...))
+		}
+		return nil
+	})
+}
