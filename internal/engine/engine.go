@@ -843,17 +843,8 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	if err := e.checkQueueCount(); err != nil {
 		return QueueInfo{}, false, err
 	}
-	if e.taken != nil {
-		// A cluster with shards: the name may live on another shard,
-		// or a create of it be on its way to one (reserve.go).
-		if e.taken(name) {
-			return QueueInfo{}, false, ErrQueueElsewhere
-		}
-		if _, reserved, err := e.reservedLocked(name, now); err != nil {
-			return QueueInfo{}, false, err
-		} else if reserved {
-			return QueueInfo{}, false, ErrQueueElsewhere
-		}
+	if err := e.nameElsewhereLocked(name, now); err != nil {
+		return QueueInfo{}, false, err
 	}
 	if err := e.checkDeadLetter(name, cfg.FIFO, cfg.DeadLetter); err != nil {
 		return QueueInfo{}, false, err

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -105,6 +106,23 @@ func (e *Engine) ReserveName(name string, shard, own int) (to int, here bool, er
 		return 0, false, err
 	}
 	return shard, false, nil
+}
+
+// nameElsewhereLocked returns ErrQueueElsewhere, in a cluster with
+// shards (Options.NameTaken), when name lives on another shard or a
+// create of it is on its way to one (a young reservation); e.adminMu is
+// held, by CreateQueue.
+func (e *Engine) nameElsewhereLocked(name string, now int64) error {
+	if e.taken == nil {
+		return nil
+	}
+	if e.taken(name) {
+		return ErrQueueElsewhere
+	}
+	if _, reserved, err := e.reservedLocked(name, now); err != nil || reserved {
+		return cmp.Or(err, ErrQueueElsewhere)
+	}
+	return nil
 }
 
 // reservedLocked returns the shard name is reserved for, if a reservation
