@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,4 +180,29 @@ func offsets(ts []time.Time) []time.Duration {
 		out[i] = x.Sub(ts[0])
 	}
 	return out
+}
+
+// TestShardEngineBodyAdmitsTheLargestTransfer: the node-only engine path
+// reads a call carrying one transfer of the largest message the engine
+// stores (an AMQP dead letter of engine.MaxStoredMessageSize, with an
+// envelope and failure context of up to a MiB), which the mover sends
+// alone when it is over ShardSendChunk. Measured on a 1 MiB record: the
+// gob framing around a record does not grow with it.
+func TestShardEngineBodyAdmitsTheLargestTransfer(t *testing.T) {
+	long := strings.Repeat("n", 80)
+	call := func(record int) int {
+		b, err := encodeGob(engineCall{Op: opImport, Queue: long, Transfers: []engine.Transfer{{
+			Target: long, Source: long, Reason: strings.Repeat("r", 1024), Record: make([]byte, record)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
+	overhead := call(1<<20) - 1<<20
+	if grows := call(2<<20) - 2<<20; grows != overhead+1 && grows != overhead {
+		t.Fatalf("gob framing %d bytes around 1 MiB, %d around 2 MiB: it grows with the record", overhead, grows)
+	}
+	if need := engine.MaxStoredMessageSize + 1<<20 + overhead + 16; need > maxShardEngineBody {
+		t.Fatalf("a call with the largest transfer needs %d bytes, the path reads %d", need, maxShardEngineBody)
+	}
 }
