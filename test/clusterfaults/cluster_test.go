@@ -320,6 +320,9 @@ func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout tim
 		}
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			c.dumpStuck(t)
+		}
 		for _, m := range c.nodes {
 			m.mu.Lock()
 			if m.paused && m.srv != nil {
@@ -775,4 +778,65 @@ func leadershipEvents(dir string, n int) string {
 		out = out[len(out)-n:]
 	}
 	return strings.Join(out, "\n")
+}
+
+// dumpStuck, for a failed run, has every running node print its
+// goroutines (SIGQUIT: the Go runtime writes them to the node's log and
+// exits) and logs those blocked for a minute or more, and those ending or
+// starting a leadership: a run that fails because a node never became
+// ready (a leadership whose server would not shut down) shows where it
+// hung.
+func (c *testCluster) dumpStuck(t *testing.T) {
+	for _, m := range c.nodes {
+		m.mu.Lock()
+		srv, paused := m.srv, m.paused
+		m.mu.Unlock()
+		if srv == nil {
+			continue
+		}
+		if paused {
+			_ = syscall.Kill(srv.PID, syscall.SIGCONT) // a stopped process cannot dump
+		}
+		if syscall.Kill(srv.PID, syscall.SIGQUIT) != nil {
+			continue
+		}
+		select {
+		case <-srv.Exited():
+		case <-time.After(10 * time.Second):
+			t.Logf("node %d did not exit on SIGQUIT within 10 s", m.id)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(m.dir, "server.log"))
+		if err != nil {
+			continue
+		}
+		if stuck := stuckGoroutines(string(b), 40); stuck != "" {
+			t.Logf("node %d goroutines blocked a minute or more, or in a leadership's start or end (SIGQUIT):\n%s", m.id, stuck)
+		}
+	}
+}
+
+// stuckGoroutines returns, from a log ending in a Go runtime goroutine
+// dump, at most max goroutines blocked for a minute or more (the runtime
+// notes ", N minutes" from one minute on) or inside a leadership's start
+// or end.
+func stuckGoroutines(log string, max int) string {
+	i := strings.LastIndex(log, "SIGQUIT: quit")
+	if i < 0 {
+		return ""
+	}
+	var out []string
+	for _, g := range strings.Split(log[i:], "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if !strings.HasPrefix(head, "goroutine ") {
+			continue
+		}
+		if strings.Contains(head, " minutes]") || strings.Contains(g, "cluster.(*leadership).end") || strings.Contains(g, "server.(*Server).shutdown") {
+			out = append(out, g)
+			if len(out) == max {
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n\n")
 }

@@ -212,3 +212,21 @@ func TestHarnessCatchesLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestStuckGoroutines: from a node's log ending in a goroutine dump, the
+// goroutines blocked a minute or more and those in a leadership's end are
+// picked, the others left.
+func TestStuckGoroutines(t *testing.T) {
+	log := "time=… level=INFO msg=x\nSIGQUIT: quit\nPC=0x1 m=0 sigcode=0\n\n" +
+		"goroutine 1 [running]:\nmain.main()\n\n" +
+		"goroutine 7 [chan receive, 3 minutes]:\ngithub.com/sluicemq/sluice/internal/amqp.(*Server).Close()\n\n" +
+		"goroutine 9 [chan receive]:\ngithub.com/sluicemq/sluice/internal/cluster.(*leadership).end(...)\n\n" +
+		"goroutine 11 [select, 2 seconds]:\nnet/http.(*conn).serve()\n"
+	got := stuckGoroutines(log, 10)
+	if !strings.Contains(got, "goroutine 7 ") || !strings.Contains(got, "goroutine 9 ") || strings.Contains(got, "goroutine 1 ") || strings.Contains(got, "goroutine 11 ") {
+		t.Fatalf("picked:\n%s", got)
+	}
+	if stuckGoroutines("no dump here", 10) != "" {
+		t.Fatal("picked goroutines from a log without a dump")
+	}
+}
