@@ -49,6 +49,16 @@ type remoteEngine struct {
 	log   *slog.Logger
 	base  string // this server's sessions' prefix
 
+	// ctx is every call's: ended (end) a moment after the server
+	// starts shutting down, so that its AMQP connections' teardown — the
+	// requeues of their deliveries elsewhere, a publish waiting for a
+	// leader — cannot hold the shutdown for a call's 30 s each, and with
+	// it this node's next term as shard 0's leader. What such a call
+	// would have returned comes back anyway: a caller session not heard
+	// from expires at its leader (sessionExpiry), its leases with it.
+	ctx context.Context
+	end context.CancelFunc
+
 	// mu guards queues; every engine call the AMQP server makes looks
 	// here first (a read), so it is a read-write lock.
 	mu     sync.RWMutex
@@ -80,7 +90,19 @@ func newRemoteEngine(eng *engine.Engine, opts Options, log *slog.Logger) (amqp.E
 	_, _ = rand.Read(b) // crypto/rand does not fail
 	r := &remoteEngine{Engine: eng, call: opts.ShardCall, holds: opts.NameTaken, log: log,
 		base: hex.EncodeToString(b), queues: make(map[string]*remoteQueue)}
+	r.ctx, r.end = context.WithCancel(context.Background())
 	return r, r
+}
+
+// remoteGrace is how long a shutting-down server's calls elsewhere may
+// still run (closing).
+const remoteGrace = 2 * time.Second
+
+// closing ends every call elsewhere, in flight or to come, after grace;
+// it returns the function that ends them at once.
+func (r *remoteEngine) closing(grace time.Duration) context.CancelFunc {
+	t := time.AfterFunc(grace, r.end)
+	return func() { t.Stop(); r.end() }
 }
 
 // Holds reports whether queue name lives on another shard (amqp.Elsewhere).
@@ -166,7 +188,7 @@ func (r *remoteEngine) settle(op, queue string, handles []string, f func(*engine
 	if f != nil {
 		f(&c)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
 	rep, err := r.do(ctx, c) // rep.Err, the call's own error, is err
 	if err != nil {
@@ -211,7 +233,7 @@ func (r *remoteEngine) GetQueue(name string) (engine.QueueInfo, error) {
 }
 
 func (r *remoteEngine) getRemote(name string) (engine.QueueInfo, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
 	rep, err := r.do(ctx, engineCall{Op: opGetQueue, Queue: name})
 	if err != nil {
@@ -261,7 +283,7 @@ func (r *remoteEngine) sendChunk(name string, msgs []engine.Message) ([]engine.S
 		// is at most this: its engine would refuse the message.
 		return []engine.SendResult{{Err: &engine.MessageTooLargeError{Size: msgs[0].Size(), Limit: engine.MaxMaxMessageSize}}}, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
 	rep, err := r.do(ctx, engineCall{Op: opSend, Queue: name, Msgs: msgs})
 	if err != nil {
@@ -352,7 +374,7 @@ func (r *remoteEngine) Receive(ctx context.Context, name string, req engine.Rece
 	c := engineCall{Op: opReceive, Queue: name, Session: session, Max: req.Max, Visibility: req.Visibility,
 		VisibilitySet: req.VisibilitySet, Wait: wait, WaitSet: true, SessionLease: req.Session}
 	// Not ctx: the answer must be read whatever the caller does meanwhile.
-	cctx, cancel := context.WithTimeout(context.Background(), callTimeout+wait)
+	cctx, cancel := context.WithTimeout(r.ctx, callTimeout+wait)
 	defer cancel()
 	rep, err := r.do(cctx, c)
 	if err != nil {
@@ -456,7 +478,7 @@ func (r *remoteEngine) LeaseEnd(name, handle string) (time.Time, error) {
 			return t, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
 	rep, err := r.do(ctx, engineCall{Op: opLeaseEnd, Queue: name, Handles: []string{handle}})
 	return rep.Time, err
@@ -470,7 +492,7 @@ func (r *remoteEngine) PurgeReady(name string) (int, error) {
 			return n, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
 	rep, err := r.do(ctx, engineCall{Op: opPurgeReady, Queue: name})
 	return rep.N, err
@@ -483,7 +505,7 @@ func (r *remoteEngine) DeleteQueue(name string) error {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
 	_, err := r.do(ctx, engineCall{Op: opDeleteQueue, Queue: name})
 	return err

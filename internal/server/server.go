@@ -583,7 +583,11 @@ func (s *Server) shutdown() {
 	s.serving.Store(false)
 	s.log.Info("sluice stopping")
 	// AMQP first: its consumers requeue their unacknowledged deliveries
-	// into the engine, which must still be open.
+	// into the engine, which must still be open. Those of queues on
+	// other shards get a moment (remoteGrace), not a call's 30 s each.
+	if s.remote != nil {
+		defer s.remote.closing(remoteGrace)()
+	}
 	if err := s.amqp.Close(); err != nil {
 		s.log.Warn("closing the AMQP server", "err", err)
 	}

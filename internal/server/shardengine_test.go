@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store/memstore"
 )
 
 // TestEngineCallErrorsCross: an engine error answered by another shard's
@@ -493,5 +495,47 @@ func TestRemoteCallsFindAQueueMadeAgain(t *testing.T) {
 	}
 	if _, err := holder.eng.GetQueue("again"); !errors.Is(err, engine.ErrQueueNotFound) {
 		t.Fatalf("the queue made again after its delete: %v", err)
+	}
+}
+
+// TestRemoteCallsEndWhenTheServerCloses: a call to another shard's leader
+// that does not answer (a requeue of an AMQP connection's deliveries, made
+// while the server shuts down) ends remoteGrace after the shutdown began
+// (here a moment), not after its own 30 s: a leadership of shard 0 whose
+// server is closing cannot hold up the node's next one for so long.
+func TestRemoteCallsEndWhenTheServerCloses(t *testing.T) {
+	call := func(ctx context.Context, _, _ string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		if c.Op == opGetQueue {
+			return encodeGob(engineReply{Info: engine.QueueInfo{Name: c.Queue}})
+		}
+		<-ctx.Done() // a leader that does not answer
+		return nil, ctx.Err()
+	}
+	eng, err := engine.Open(engine.Options{Store: memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	_, r := newRemoteEngine(eng, Options{NameTaken: func(string) bool { return true }, ShardCall: call}, slog.New(slog.DiscardHandler))
+	if _, err := r.GetQueue("far"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Requeue("far", []string{"handle"}, true)
+		done <- err
+	}()
+	defer r.closing(time.Millisecond)()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the requeue ended with %v, want its call cancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call still waits 10 s after the shutdown began")
 	}
 }

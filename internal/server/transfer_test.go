@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -204,5 +206,81 @@ func TestShardEngineBodyAdmitsTheLargestTransfer(t *testing.T) {
 	}
 	if need := engine.MaxStoredMessageSize + 1<<20 + overhead + 16; need > maxShardEngineBody {
 		t.Fatalf("a call with the largest transfer needs %d bytes, the path reads %d", need, maxShardEngineBody)
+	}
+}
+
+// TestShutdownDoesNotWaitForAnotherShardsSilence: a server whose AMQP
+// consumer holds a delivery of a queue on another shard, whose leader then
+// stops answering, shuts down in about remoteGrace: the connection's
+// teardown requeues the delivery there, and that call is ended, not waited
+// for its 30 s (the delivery comes back when its session expires there).
+// A shard 0 leadership whose server would not close kept this node from
+// serving its next term (a 3-shard fault run, 2026-12-01).
+func TestShutdownDoesNotWaitForAnotherShardsSilence(t *testing.T) {
+	var mu sync.Mutex
+	handed := false
+	o := DefaultOptions()
+	o.DataDir = t.TempDir()
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
+	o.NameTaken = func(name string) bool { return name == "far" }
+	o.ShardCall = func(ctx context.Context, _, _ string, body []byte) ([]byte, error) {
+		c, err := decodeEngineCall(body)
+		if err != nil {
+			return nil, err
+		}
+		switch c.Op {
+		case opGetQueue:
+			return encodeGob(engineReply{Info: engine.QueueInfo{Name: c.Queue, Config: engine.DefaultQueueConfig()}})
+		case opKeepalive:
+			return encodeGob(engineReply{})
+		case opReceive:
+			mu.Lock()
+			first := !handed
+			handed = true
+			mu.Unlock()
+			if first {
+				return encodeGob(engineReply{Deliveries: []engine.Delivery{{MessageID: "m1", ReceiptHandle: "h1", Body: []byte("held")}}})
+			}
+			return encodeGob(engineReply{})
+		}
+		<-ctx.Done() // the requeue: a leader that does not answer
+		return nil, ctx.Err()
+	}
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume("far", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-ds:
+		if string(d.Body) != "held" {
+			t.Fatalf("delivered %q", d.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery of the queue elsewhere")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server still shuts down 20 s later, waiting for another shard's leader")
 	}
 }
