@@ -56,19 +56,7 @@ func TestBindingToAnSQSQueueSurvivesARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	returns := ch.NotifyReturn(make(chan amqp091.Return, 2))
-	for _, key := range []string{"k-sq", "k-gone"} {
-		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "amq.direct", key, true, false, amqp091.Publishing{Body: []byte(key)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !c.Wait() {
-			t.Fatalf("publish to %s nacked", key)
-		}
-	}
+	returns := publishMandatory(t, ch, "k-sq", "k-gone")
 	poll.CheckFor(t, 5*time.Second, poll.True("the publish through the restored binding in sq", func() bool {
 		info, err := b.eng.GetQueue("sq")
 		return err == nil && info.Visible == 1
@@ -117,19 +105,7 @@ func TestMandatoryPublishToADeletedBoundQueueIsReturned(t *testing.T) {
 	if err := b.eng.DeleteQueue("gone"); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	returns := ch.NotifyReturn(make(chan amqp091.Return, 4))
-	for _, key := range []string{"k-gone", "k-both"} {
-		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "amq.direct", key, true, false, amqp091.Publishing{Body: []byte(key)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !c.Wait() {
-			t.Fatalf("publish to %s nacked", key)
-		}
-	}
+	returns := publishMandatory(t, ch, "k-gone", "k-both")
 	// The confirms came after any return (a return precedes its ack).
 	select {
 	case r := <-returns:
@@ -257,4 +233,26 @@ func TestStartWaitsForSlowBindingRestoresAtMostRestoreWait(t *testing.T) {
 		info, err := eng.GetQueue("sq")
 		return err == nil && info.Visible > 0
 	}))
+}
+
+// publishMandatory puts ch in confirm mode and publishes to amq.direct,
+// mandatory, one message per key (its body the key), each confirmed with
+// an ack before the next; it returns the channel of the returns (every
+// return precedes its message's ack).
+func publishMandatory(t *testing.T, ch *amqp091.Channel, keys ...string) <-chan amqp091.Return {
+	t.Helper()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp091.Return, len(keys)))
+	for _, key := range keys {
+		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "amq.direct", key, true, false, amqp091.Publishing{Body: []byte(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Wait() {
+			t.Fatalf("publish to %s nacked", key)
+		}
+	}
+	return returns
 }
