@@ -737,6 +737,7 @@ func (n *Node) routes() http.Handler {
 		ModifyResponse: func(resp *http.Response) error {
 			_ = answeredForward(resp)
 			n.awaitCreated(resp)
+			n.holdDeleted(resp.Request.Context(), resp.StatusCode)
 			return nil
 		},
 		FlushInterval: -1, // dashboard event streams and long polls pass through at once
@@ -769,6 +770,16 @@ func (n *Node) routes() http.Handler {
 			return
 		}
 		if srv := n.localServerFor(k, ad); srv != nil {
+			if _, del := r.Context().Value(deletedKey{}).(created); del {
+				// The status must be seen before the answer is done: a
+				// delete's is small and written at once, so it is held
+				// in the handler's writer until holdDeleted returns.
+				hw := &heldWriter{w: w}
+				srv.Handler().ServeHTTP(hw, r) // this node leads: no second HTTP hop
+				n.holdDeleted(r.Context(), hw.code())
+				hw.flush()
+				return
+			}
 			srv.Handler().ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}

@@ -346,3 +346,74 @@ func TestShardsConcurrentCreatesMeetOnOneShard(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsDeletedNameWaitsOnEveryShard: a queue deleted on one shard
+// cannot be made again within NameReuseDelay (QueueDeletedRecently, as on
+// one node) by a create that placement puts on another shard (here, by
+// its name, without the dead-letter queue that had put it with that
+// queue); deleted over SQS or through the admin API, through any node.
+// Before, only the queue's own shard remembered the delete, and such a
+// create made the queue at once. (The queues are declared in the
+// configuration, which places them without a name reservation: a create
+// of the name within a minute of its own reservation would be sent to the
+// same shard anyway.)
+func TestShardsDeletedNameWaitsOnEveryShard(t *testing.T) {
+	on := func(prefix string, k int) string {
+		name := prefix
+		for j := 0; hashShard(name, 3) != k; j++ {
+			name = fmt.Sprintf("%s-%d", prefix, j)
+		}
+		return name
+	}
+	dlq := on("aaa-graves", 1) // first by name: the group lives on its shard
+	names := map[string]string{"sqs": on("reborn-sqs", 0), "admin": on("reborn-admin", 0)}
+	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
+		o.Queues = []server.QueueDeclaration{{Name: dlq},
+			{Name: names["sqs"], DeadLetterQueue: dlq, MaxReceiveCount: 3},
+			{Name: names["admin"], DeadLetterQueue: dlq, MaxReceiveCount: 3}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i, via := range []string{"sqs", "admin"} {
+		name := names[via]
+		poll.CheckFor(t, 10*time.Second, poll.True(name+" declared on shard 1, with its dead-letter queue", func() bool {
+			return slices.Equal(heldBy(t, nodes[i], name), []int{1})
+		}))
+		switch via {
+		case "sqs":
+			url, err := shardClient(nodes[i]).GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := shardClient(nodes[(i+1)%3]).DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: url.QueueUrl}); err != nil {
+				t.Fatal(err)
+			}
+		case "admin":
+			req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+nodes[(i+1)%3].HTTPAddr()+"/sluice/v1/queues/"+name, nil)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				t.Fatalf("admin delete of %s: %d", name, resp.StatusCode)
+			}
+		}
+		for _, n := range nodes {
+			_, err := shardClient(n).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+			var recently *types.QueueDeletedRecently
+			if !errors.As(err, &recently) {
+				t.Fatalf("a create of %s (deleted over %s) through node %d right after: %v, want QueueDeletedRecently", name, via, n.opts.Cluster.NodeID, err)
+			}
+		}
+		for _, n := range nodes {
+			if err := n.catchUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if at := heldBy(t, n, name); len(at) != 0 {
+				t.Fatalf("%s (deleted over %s) was made again on shards %v", name, via, at)
+			}
+		}
+	}
+}

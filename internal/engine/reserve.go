@@ -36,9 +36,10 @@ const prefixReserve = 'V'
 // reserveKeep is how long a reservation binds the creates of its name:
 // far more than a create's round trip, short enough that a create that
 // failed on the reserved shard (refused attributes) holds up the name's
-// placement for no longer than this; such creates are sent to that shard
-// meanwhile, and succeed there.
-const reserveKeep = time.Minute
+// placement for no longer than this (such creates are sent to that shard
+// meanwhile, and succeed there); and, for a queue deleted on another
+// shard (HoldDeletedName), a single node's NameReuseDelay.
+const reserveKeep = NameReuseDelay
 
 // reserveSweepEvery bounds how often a reservation sweeps the old ones.
 const reserveSweepEvery = time.Minute
@@ -106,6 +107,36 @@ func (e *Engine) ReserveName(name string, shard, own int) (to int, here bool, er
 		return 0, false, err
 	}
 	return shard, false, nil
+}
+
+// HoldDeletedName is, on the shard queue name hashes to (own), the note
+// that the queue was deleted on shard a moment ago: for reserveKeep (the
+// NameReuseDelay of a single node) the name's creates are sent to that
+// shard, whose engine refuses them as deleted recently (ErrQueueDeletedRecently),
+// wherever placement would have put them (another dead-letter queue, or
+// none), and this engine's own CreateQueue refuses the name. It writes
+// nothing when shard is own (this engine's own note of the delete does
+// that) or when this engine holds a queue of that name (made again here
+// already).
+func (e *Engine) HoldDeletedName(name string, shard, own int) error {
+	if !ValidQueueName(name) || shard == own {
+		return nil
+	}
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	if q, _ := e.lookup(name); q != nil {
+		return nil
+	}
+	if err := e.Failed(); err != nil {
+		return fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	var b store.Batch
+	b.Set(reserveKey(name), encodeReservation(shard, e.now()))
+	p, err := e.write(&b, true)
+	if err != nil {
+		return err
+	}
+	return e.wait(p)
 }
 
 // nameElsewhereLocked returns ErrQueueElsewhere, in a cluster with

@@ -81,3 +81,43 @@ func FuzzDecodeReservation(f *testing.F) {
 		}
 	})
 }
+
+// TestHoldDeletedName: a queue deleted on another shard (2) holds its name
+// on the shard it hashes to (own = 0) as a fresh reservation for that
+// shard, replacing an older one: creates are sent there, this engine's own
+// is refused; nothing is written for a delete on this shard or for a name
+// this engine holds again.
+func TestHoldDeletedName(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	f := &fixture{t: t, st: newTestStore(t), clk: clk}
+	f.opts = func(o *Options) { o.NameTaken = func(string) bool { return false } }
+	f.open()
+	if to, _, err := f.e.ReserveName("d", 1, 0); err != nil || to != 1 {
+		t.Fatalf("reservation: %d, %v", to, err)
+	}
+	clk.Advance(reserveKeep / 2)
+	if err := f.e.HoldDeletedName("d", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(reserveKeep / 2) // the first reservation's minute is over, not the delete's
+	if to, _, err := f.e.ReserveName("d", 1, 0); err != nil || to != 2 {
+		t.Fatalf("a create after the delete on shard 2: sent to %d, %v; want 2", to, err)
+	}
+	if _, _, err := f.e.CreateQueue("d", DefaultQueueConfig(), nil); !errors.Is(err, ErrQueueElsewhere) {
+		t.Fatalf("create here after the delete elsewhere: %v, want ErrQueueElsewhere", err)
+	}
+	if err := f.e.HoldDeletedName("e", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.e.CreateQueue("here", DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.HoldDeletedName("here", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"e", "here"} {
+		if _, err := f.st.Get(reserveKey(name)); err == nil {
+			t.Errorf("a reservation of %q was written", name)
+		}
+	}
+}

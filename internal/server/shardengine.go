@@ -77,6 +77,7 @@ const (
 	opKeepalive    = "keepalive"
 	opImport       = "import"  // transfer.go
 	opReserve      = "reserve" // a new queue's name, on the shard it hashes to (ReserveNameCall)
+	opHoldDeleted  = "hold-deleted"
 )
 
 // engineCall is one engine call for Queue (gob).
@@ -441,6 +442,9 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		to, here, err := s.eng.ReserveName(c.Queue, c.Shard, c.Own)
 		r.N, r.Here, r.Err = to, here, toRemoteError(err)
 		return r
+	case opHoldDeleted:
+		r.Err = toRemoteError(s.eng.HoldDeletedName(c.Queue, c.Shard, c.Own))
+		return r
 	default:
 		r.Err = remoteError{Text: "unknown engine call " + c.Op}
 	}
@@ -478,4 +482,12 @@ func ReserveNameReply(body []byte) (int, error) {
 		return 0, err
 	}
 	return r.N, nil
+}
+
+// HoldDeletedNameCall is the body of a ShardEnginePath request that tells
+// the leader of own (the shard queue name hashes to) that the queue was
+// deleted on shard (engine.HoldDeletedName); the answer is read with
+// ReserveNameReply.
+func HoldDeletedNameCall(name string, shard, own int) ([]byte, error) {
+	return encodeGob(engineCall{Op: opHoldDeleted, Queue: name, Shard: shard, Own: own})
 }
