@@ -70,7 +70,8 @@ func decodeReservation(v []byte) (shard int, at int64, err error) {
 // ReserveName is the reservation of queue name for a create the router
 // sends to shard (ADR 0015; this engine is the shard name hashes to). It
 // answers where that create is to go instead, if anywhere: here (this
-// engine holds the queue), or the shard of a reservation younger than
+// engine holds the queue, or deleted it less than NameReuseDelay ago), or
+// the shard of a reservation younger than
 // reserveKeep (a create of the name is, or was a moment ago, in flight
 // there). Else it reserves the name for shard, durably — unless shard is
 // own, this engine's shard, whose CreateQueue needs no reservation — and
@@ -88,6 +89,14 @@ func (e *Engine) ReserveName(name string, shard, own int) (to int, here bool, er
 		return 0, false, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	now := e.now()
+	e.mu.RLock()
+	at, recently := e.deleted[name]
+	e.mu.RUnlock()
+	if recently && now-at < int64(NameReuseDelay) {
+		// Deleted here a moment ago: the create comes here, and is
+		// refused as a single node refuses it.
+		return own, false, nil
+	}
 	if s, ok, err := e.reservedLocked(name, now); err != nil || ok {
 		return s, false, err
 	}

@@ -121,3 +121,29 @@ func TestHoldDeletedName(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveNameOfANameDeletedHere: a name deleted on the shard it
+// hashes to a moment ago is not reserved for another: its creates come
+// here, where they are refused as deleted recently, for NameReuseDelay.
+func TestReserveNameOfANameDeletedHere(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	f := &fixture{t: t, st: newTestStore(t), clk: clk}
+	f.opts = func(o *Options) { o.NameTaken = func(string) bool { return false } }
+	f.open()
+	if _, _, err := f.e.CreateQueue("gone", DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.DeleteQueue("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if to, _, err := f.e.ReserveName("gone", 2, 0); err != nil || to != 0 {
+		t.Fatalf("a create tied to shard 2 right after the delete: sent to %d, %v; want here (0)", to, err)
+	}
+	if _, _, err := f.e.CreateQueue("gone", DefaultQueueConfig(), nil); !errors.Is(err, ErrQueueDeletedRecently) {
+		t.Fatalf("create here: %v, want ErrQueueDeletedRecently", err)
+	}
+	clk.Advance(NameReuseDelay)
+	if to, _, err := f.e.ReserveName("gone", 2, 0); err != nil || to != 2 {
+		t.Fatalf("after NameReuseDelay: sent to %d, %v; want 2", to, err)
+	}
+}
