@@ -104,7 +104,7 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 		}))
 		got := map[string]bool{}
 		var handles []string
-		poll.CheckFor(t, 30*time.Second, func() error {
+		poll.CheckFor(t, transferWait, func() error {
 			out, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: d.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600,
 				MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
 			if err != nil {
@@ -165,7 +165,7 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 			t.Fatalf("redrive of %s back to %s on another shard: %v", dlq, src, err)
 		}
 		back := map[string]bool{}
-		poll.CheckFor(t, 30*time.Second, func() error {
+		poll.CheckFor(t, transferWait, func() error {
 			out, err := c1.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: s.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600})
 			if err != nil {
 				t.Fatal(err)
@@ -278,7 +278,7 @@ func TestShardsAMQPBindAndDeadLetterElsewhere(t *testing.T) {
 	receiveAll := func(n *Node, want ...string) {
 		t.Helper()
 		got := map[string]bool{}
-		poll.CheckFor(t, 30*time.Second, func() error {
+		poll.CheckFor(t, transferWait, func() error {
 			out, err := shardClient(n).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10})
 			if err != nil {
 				t.Fatal(err)
@@ -402,7 +402,7 @@ func TestShardsDeadLettersWaitForARefusingQueue(t *testing.T) {
 	allow(`{"redrivePermission":"allowAll"}`)
 	poison("refused-5")
 	got := map[string]bool{}
-	poll.CheckFor(t, 60*time.Second, func() error {
+	poll.CheckFor(t, transferWait, func() error {
 		_, _ = c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: s.QueueUrl, MaxNumberOfMessages: 10})
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: d.QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 600})
 		if err != nil {
@@ -436,3 +436,11 @@ func (n *Node) transfersPending(k int) int64 {
 	}
 	return s.srv.Engine().TransfersPending()
 }
+
+// transferWait bounds a wait for transfers to arrive: beyond the mover's
+// retries after failed imports (a target shard's leader moving, as the
+// balancer moves leaderships right after a start: waits of 2, 4, 8 and
+// 16 s, then 30 s), so that a slow machine (CI under -race) does not fail
+// a test the mover would pass a few seconds later. Found in CI: 4 of 30
+// dead letters after 30 s.
+const transferWait = 90 * time.Second
