@@ -34,14 +34,19 @@ func StoredTask(st store.Store, id string) (bool, error) {
 	return storedKey(st, taskKey(id))
 }
 
+// getSettled is st.Get read settled when st can (store.SettledReader):
+// without waiting for this node's own last proposal to apply. It sees
+// every write whose Pending.Wait has returned.
+func getSettled(st store.Store, key []byte) ([]byte, error) {
+	if sr, ok := st.(store.SettledReader); ok {
+		return sr.GetSettled(key)
+	}
+	return st.Get(key)
+}
+
 // storedKey reports whether st holds key, read settled when st can.
 func storedKey(st store.Store, key []byte) (bool, error) {
-	var err error
-	if sr, ok := st.(store.SettledReader); ok {
-		_, err = sr.GetSettled(key)
-	} else {
-		_, err = st.Get(key)
-	}
+	_, err := getSettled(st, key)
 	switch {
 	case err == nil:
 		return true, nil

@@ -48,7 +48,12 @@ func (e *Engine) metaWrite(ns string, fill func(*store.Batch)) error {
 	}
 	var b store.Batch
 	fill(&b)
-	p, err := e.write(&b, true)
+	return e.writeSynced(&b)
+}
+
+// writeSynced writes b durably and waits for its sync.
+func (e *Engine) writeSynced(b *store.Batch) error {
+	p, err := e.write(b, true)
 	if err != nil {
 		return err
 	}

@@ -108,11 +108,7 @@ func (e *Engine) ReserveName(name string, shard, own int) (to int, here bool, er
 	if err := e.sweepReservationsLocked(now, &b); err != nil {
 		return 0, false, err
 	}
-	p, err := e.write(&b, true)
-	if err != nil {
-		return 0, false, err
-	}
-	if err := e.wait(p); err != nil {
+	if err := e.writeSynced(&b); err != nil {
 		return 0, false, err
 	}
 	return shard, false, nil
@@ -141,11 +137,7 @@ func (e *Engine) HoldDeletedName(name string, shard, own int) error {
 	}
 	var b store.Batch
 	b.Set(reserveKey(name), encodeReservation(shard, e.now()))
-	p, err := e.write(&b, true)
-	if err != nil {
-		return err
-	}
-	return e.wait(p)
+	return e.writeSynced(&b)
 }
 
 // nameElsewhereLocked returns ErrQueueElsewhere, in a cluster with
@@ -166,9 +158,17 @@ func (e *Engine) nameElsewhereLocked(name string, now int64) error {
 }
 
 // reservedLocked returns the shard name is reserved for, if a reservation
-// younger than reserveKeep holds it (e.adminMu held).
+// younger than reserveKeep holds it (e.adminMu held). Only SQS queue names
+// are ever reserved: an AMQP-only name (a server-named reply queue) costs
+// no read. The read is settled (no wait for this node's last proposal
+// under adminMu): every reservation was written by a leader that waited
+// for its sync (ReserveName, HoldDeletedName), and a previous leader's
+// applied before this one served.
 func (e *Engine) reservedLocked(name string, now int64) (int, bool, error) {
-	v, err := e.st.Get(reserveKey(name))
+	if !ValidQueueName(name) {
+		return 0, false, nil
+	}
+	v, err := getSettled(e.st, reserveKey(name))
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, false, nil
 	}
