@@ -203,14 +203,9 @@ func (n *Node) placeCreate(ctx context.Context, rt server.SQSRoute) int {
 	}
 	h := hashShard(rt.Queue, n.shards.Len())
 	body, err := server.ReserveNameCall(rt.Queue, k, h)
-	if err == nil {
-		var out []byte
-		if out, err = n.shardRequest(ctx, h, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, 0); err == nil {
-			var to int
-			if to, err = server.ReserveNameReply(out); err == nil && to >= 0 && to < n.shards.Len() {
-				return to
-			}
-		}
+	to, err := n.nameCall(ctx, h, 0, body, err)
+	if err == nil && to >= 0 && to < n.shards.Len() {
+		return to
 	}
 	n.log.Warn("cannot reserve a new queue's name on the shard it hashes to; creating it where it was placed", "queue", rt.Queue, "shard", k, "hash_shard", h, "err", err)
 	return k
@@ -578,15 +573,24 @@ func (n *Node) holdDeleted(ctx context.Context, status int) {
 		return // the queue's own engine refuses the name
 	}
 	body, err := server.HoldDeletedNameCall(d.queue, d.shard, h)
-	if err == nil {
-		var out []byte
-		if out, err = n.shardRequest(context.WithoutCancel(ctx), h, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, n.hold); err == nil {
-			_, err = server.ReserveNameReply(out)
-		}
-	}
-	if err != nil {
+	if _, err := n.nameCall(context.WithoutCancel(ctx), h, n.hold, body, err); err != nil {
 		n.log.Warn("a deleted queue's name may be made again on another shard before 60 s", "queue", d.queue, "shard", d.shard, "hash_shard", h, "err", err)
 	}
+}
+
+// nameCall runs a name call (server.ReserveNameCall,
+// server.HoldDeletedNameCall: body and its encoding error) on the leader
+// of shard h, the one the name hashes to, and returns its answer
+// (server.NameCallReply).
+func (n *Node) nameCall(ctx context.Context, h int, timeout time.Duration, body []byte, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	out, err := n.shardRequest(ctx, h, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, timeout)
+	if err != nil {
+		return 0, err
+	}
+	return server.NameCallReply(out)
 }
 
 // heldWriter holds a handler's answer (status and body; its headers are

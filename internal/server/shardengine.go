@@ -117,9 +117,6 @@ type engineReply struct {
 	// AMQP publisher flow control reads for a queue elsewhere.
 	Visible   int
 	VisibleOK bool
-	// Here: opReserve found the queue on the called shard (N is then
-	// that shard).
-	Here bool
 }
 
 type remoteSendResult struct {
@@ -439,8 +436,8 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 	case opImport:
 		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
 	case opReserve:
-		to, here, err := s.eng.ReserveName(c.Queue, c.Shard, c.Own)
-		r.N, r.Here, r.Err = to, here, toRemoteError(err)
+		to, _, err := s.eng.ReserveName(c.Queue, c.Shard, c.Own)
+		r.N, r.Err = to, toRemoteError(err)
 		return r
 	case opHoldDeleted:
 		r.Err = toRemoteError(s.eng.HoldDeletedName(c.Queue, c.Shard, c.Own))
@@ -474,9 +471,9 @@ func ReserveNameCall(name string, shard, own int) ([]byte, error) {
 	return encodeGob(engineCall{Op: opReserve, Queue: name, Shard: shard, Own: own})
 }
 
-// ReserveNameReply reads the answer to a ReserveNameCall: the shard the
-// create is to go to.
-func ReserveNameReply(body []byte) (int, error) {
+// NameCallReply reads the answer to a ReserveNameCall (the shard the
+// create is to go to) or a HoldDeletedNameCall (its error alone).
+func NameCallReply(body []byte) (int, error) {
 	r, err := decodeEngineReply(body)
 	if err != nil {
 		return 0, err
@@ -487,7 +484,7 @@ func ReserveNameReply(body []byte) (int, error) {
 // HoldDeletedNameCall is the body of a ShardEnginePath request that tells
 // the leader of own (the shard queue name hashes to) that the queue was
 // deleted on shard (engine.HoldDeletedName); the answer is read with
-// ReserveNameReply.
+// NameCallReply.
 func HoldDeletedNameCall(name string, shard, own int) ([]byte, error) {
 	return encodeGob(engineCall{Op: opHoldDeleted, Queue: name, Shard: shard, Own: own})
 }
