@@ -182,6 +182,19 @@ func (r *remoteEngine) noteHint(name string, rep engineReply) {
 // callTimeout bounds every call but a receive's (whose wait it adds to).
 const callTimeout = 30 * time.Second
 
+// settleAt settles handles of queue name: with local on this server's
+// engine when name is not a queue known elsewhere and local finds it
+// (refound), else as op on its shard's leader (settle, with f's fields).
+func (r *remoteEngine) settleAt(name string, handles []string, local func() ([]error, error), op string, f func(*engineCall)) ([]error, error) {
+	if _, ok := r.remote(name); !ok {
+		errs, err := local()
+		if !r.refound(name, err) {
+			return errs, err
+		}
+	}
+	return r.settle(op, name, handles, f)
+}
+
 func (r *remoteEngine) settle(op, queue string, handles []string, f func(*engineCall)) ([]error, error) {
 	session, _ := r.remote(queue)
 	c := engineCall{Op: op, Queue: queue, Session: session, Handles: handles}
@@ -405,69 +418,33 @@ func (r *remoteEngine) Receive(ctx context.Context, name string, req engine.Rece
 
 // Delete is Engine.Delete, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Delete(name string, handles []string) ([]error, error) {
-	if _, ok := r.remote(name); !ok {
-		errs, err := r.Engine.Delete(name, handles)
-		if !r.refound(name, err) {
-			return errs, err
-		}
-	}
-	return r.settle(opDelete, name, handles, nil)
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.Delete(name, handles) }, opDelete, nil)
 }
 
 // DeleteLeased is Engine.DeleteLeased (the AMQP server's acks), elsewhere
 // for a queue elsewhere.
 func (r *remoteEngine) DeleteLeased(name string, handles []string) ([]error, error) {
-	if _, ok := r.remote(name); !ok {
-		errs, err := r.Engine.DeleteLeased(name, handles)
-		if !r.refound(name, err) {
-			return errs, err
-		}
-	}
-	return r.settle(opDeleteLeased, name, handles, nil)
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.DeleteLeased(name, handles) }, opDeleteLeased, nil)
 }
 
 // Requeue is Engine.Requeue, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Requeue(name string, handles []string, front bool) ([]error, error) {
-	if _, ok := r.remote(name); !ok {
-		errs, err := r.Engine.Requeue(name, handles, front)
-		if !r.refound(name, err) {
-			return errs, err
-		}
-	}
-	return r.settle(opRequeue, name, handles, func(c *engineCall) { c.Front = front })
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.Requeue(name, handles, front) }, opRequeue, func(c *engineCall) { c.Front = front })
 }
 
 // Nack is Engine.Nack, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Nack(name string, handles []string) ([]error, error) {
-	if _, ok := r.remote(name); !ok {
-		errs, err := r.Engine.Nack(name, handles)
-		if !r.refound(name, err) {
-			return errs, err
-		}
-	}
-	return r.settle(opNack, name, handles, nil)
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.Nack(name, handles) }, opNack, nil)
 }
 
 // Abandon is Engine.Abandon, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Abandon(name string, handles []string) ([]error, error) {
-	if _, ok := r.remote(name); !ok {
-		errs, err := r.Engine.Abandon(name, handles)
-		if !r.refound(name, err) {
-			return errs, err
-		}
-	}
-	return r.settle(opAbandon, name, handles, nil)
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.Abandon(name, handles) }, opAbandon, nil)
 }
 
 // Reject is Engine.Reject, elsewhere for a queue elsewhere.
 func (r *remoteEngine) Reject(name string, handles []string, f engine.Failure) ([]error, error) {
-	if _, ok := r.remote(name); !ok {
-		errs, err := r.Engine.Reject(name, handles, f)
-		if !r.refound(name, err) {
-			return errs, err
-		}
-	}
-	return r.settle(opReject, name, handles, func(c *engineCall) { c.Failure = f })
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.Reject(name, handles, f) }, opReject, func(c *engineCall) { c.Failure = f })
 }
 
 // LeaseEnd is Engine.LeaseEnd, elsewhere for a queue elsewhere.
