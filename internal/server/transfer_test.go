@@ -246,13 +246,7 @@ func TestShutdownDoesNotWaitForAnotherShardsSilence(t *testing.T) {
 		<-ctx.Done() // the requeue: a leader that does not answer
 		return nil, ctx.Err()
 	}
-	s, err := New(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	s, stop := run(t, o, nil)
 	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -274,12 +268,10 @@ func TestShutdownDoesNotWaitForAnotherShardsSilence(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no delivery of the queue elsewhere")
 	}
-	cancel()
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }() // run's stop fails the test on a Run error
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
+	case <-stopped:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the server still shuts down 20 s later, waiting for another shard's leader")
 	}
