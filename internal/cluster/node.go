@@ -582,6 +582,9 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 			at, ok := n.findQueue(name) // this node's copies: no catch-up, no network
 			return ok && at != k
 		}
+		// A deleted name is held on the shard it hashes to, whatever
+		// front-end deleted it (SQS, the admin API, AMQP).
+		o.QueueDeleted = func(name string) { n.holdDeleted(k, name) }
 		o.SourcesElsewhere = func() (map[string][]string, error) {
 			all := map[string][]string{}
 			for j := range n.shards.Len() {
@@ -737,7 +740,6 @@ func (n *Node) routes() http.Handler {
 		ModifyResponse: func(resp *http.Response) error {
 			_ = answeredForward(resp)
 			n.awaitCreated(resp)
-			n.holdDeleted(resp.Request.Context(), resp.StatusCode)
 			return nil
 		},
 		FlushInterval: -1, // dashboard event streams and long polls pass through at once
@@ -770,16 +772,6 @@ func (n *Node) routes() http.Handler {
 			return
 		}
 		if srv := n.localServerFor(k, ad); srv != nil {
-			if _, del := r.Context().Value(deletedKey{}).(created); del {
-				// The status must be seen before the answer is done: a
-				// delete's is small and written at once, so it is held
-				// in the handler's writer until holdDeleted returns.
-				hw := &heldWriter{w: w}
-				srv.Handler().ServeHTTP(hw, r) // this node leads: no second HTTP hop
-				n.holdDeleted(r.Context(), hw.code())
-				hw.flush()
-				return
-			}
 			srv.Handler().ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}

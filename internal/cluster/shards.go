@@ -26,7 +26,6 @@ package cluster
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -420,12 +419,8 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 		// shard 0, whose server reads the lists of the others.
 		for _, perQueue := range []string{"v1/queues/", "v1/dashboard/queues/"} {
 			if rest, found := strings.CutPrefix(rest, perQueue); found {
-				name, sub, _ := strings.Cut(rest, "/")
-				k := n.placeQueue(r.Context(), server.SQSRoute{Queue: name})
-				if perQueue == "v1/queues/" && sub == "" && r.Method == http.MethodDelete {
-					r = r.WithContext(context.WithValue(r.Context(), deletedKey{}, created{shard: k, queue: name}))
-				}
-				return k, r, release, true
+				name, _, _ := strings.Cut(rest, "/")
+				return n.placeQueue(r.Context(), server.SQSRoute{Queue: name}), r, release, true
 			}
 		}
 		// Move tasks live with their source queue: a task's paths go to
@@ -456,11 +451,7 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 		return 0, r, release, true
 	}
 	if !rt.Create {
-		k = n.placeQueue(r.Context(), rt)
-		if rt.Action == "DeleteQueue" {
-			r = r.WithContext(context.WithValue(r.Context(), deletedKey{}, created{shard: k, queue: rt.Queue}))
-		}
-		return k, r, release, true
+		return n.placeQueue(r.Context(), rt), r, release, true
 	}
 	k = n.placeCreate(r.Context(), rt)
 	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
@@ -550,31 +541,26 @@ func (n *Node) awaitCreated(resp *http.Response) {
 	}
 }
 
-// deletedKey is the context key of a forwarded DeleteQueue's (or the
-// admin API's delete's) queue and shard (holdDeleted).
-type deletedKey struct{}
-
-// holdDeleted, for a delete of a queue answered with success by its
-// shard's leader, tells the shard its name hashes to (when that is
-// another) that it was deleted there, so that for NameReuseDelay every
-// create of the name is sent to that shard, whose engine refuses it as
-// deleted recently (engine.HoldDeletedName): a single node's rule, which
-// otherwise held on the queue's own shard only (a create tied to another
-// dead-letter queue, or to none, was placed elsewhere and made at once).
-// It runs before the answer reaches the client, so that the client's
-// next create sees it; a note that cannot be made is logged.
-func (n *Node) holdDeleted(ctx context.Context, status int) {
-	d, ok := ctx.Value(deletedKey{}).(created)
-	if !ok || status < 200 || status > 299 {
+// holdDeleted, for queue name deleted by this node's leader of shard k
+// (server.Options.QueueDeleted, before the delete is answered), tells the
+// shard its name hashes to, when that is another, that it was deleted
+// there: for NameReuseDelay every create of the name is then sent to
+// shard k, whose engine refuses it as deleted recently
+// (engine.HoldDeletedName) — a single node's rule, which otherwise held
+// on the queue's own shard only (a create tied to another dead-letter
+// queue, or to none, was placed elsewhere and made at once). A note that
+// cannot be made is logged.
+func (n *Node) holdDeleted(k int, name string) {
+	if !server.ValidQueueName(name) {
 		return
 	}
-	h := hashShard(d.queue, n.shards.Len())
-	if h == d.shard {
+	h := hashShard(name, n.shards.Len())
+	if h == k {
 		return // the queue's own engine refuses the name
 	}
-	body, err := server.HoldDeletedNameCall(d.queue, d.shard, h)
-	if _, err := n.nameCall(context.WithoutCancel(ctx), h, n.hold, body, err); err != nil {
-		n.log.Warn("a deleted queue's name may be made again on another shard before 60 s", "queue", d.queue, "shard", d.shard, "hash_shard", h, "err", err)
+	body, err := server.HoldDeletedNameCall(name, k, h)
+	if _, err := n.nameCall(context.Background(), h, n.hold, body, err); err != nil {
+		n.log.Warn("a deleted queue's name may be made again on another shard before 60 s", "queue", name, "shard", k, "hash_shard", h, "err", err)
 	}
 }
 
@@ -591,39 +577,6 @@ func (n *Node) nameCall(ctx context.Context, h int, timeout time.Duration, body 
 		return 0, err
 	}
 	return server.NameCallReply(out)
-}
-
-// heldWriter holds a handler's answer (status and body; its headers are
-// w's) until flush writes it to w, so that something can be done between
-// the handler's end and the client's receipt of the answer. For small
-// answers only: it buffers the whole body.
-type heldWriter struct {
-	w      http.ResponseWriter
-	status int
-	body   bytes.Buffer
-}
-
-func (h *heldWriter) Header() http.Header { return h.w.Header() }
-
-func (h *heldWriter) WriteHeader(code int) {
-	if h.status == 0 {
-		h.status = code
-	}
-}
-
-func (h *heldWriter) Write(b []byte) (int, error) {
-	h.WriteHeader(http.StatusOK)
-	return h.body.Write(b)
-}
-
-// code is the status the handler answered with (200 if it wrote a body
-// without one, 0 if nothing).
-func (h *heldWriter) code() int { return h.status }
-
-// flush writes the held answer to w.
-func (h *heldWriter) flush() {
-	h.w.WriteHeader(cmp.Or(h.status, http.StatusOK))
-	_, _ = h.w.Write(h.body.Bytes()) // a client gone cannot be told
 }
 
 // otherQueueNames lists the queues of shards 1 and up from this node's

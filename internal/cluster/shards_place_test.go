@@ -351,7 +351,9 @@ func TestShardsConcurrentCreatesMeetOnOneShard(t *testing.T) {
 // cannot be made again within NameReuseDelay (QueueDeletedRecently, as on
 // one node) by a create that placement puts on another shard (here, by
 // its name, without the dead-letter queue that had put it with that
-// queue); deleted over SQS or through the admin API, through any node.
+// queue); deleted over SQS, through the admin API or over AMQP, through
+// any node: the shard that deletes it holds the name on the shard it
+// hashes to (server.Options.QueueDeleted).
 // Before, only the queue's own shard remembered the delete, and such a
 // create made the queue at once. (The queues are declared in the
 // configuration, which places them without a name reservation: a create
@@ -366,15 +368,16 @@ func TestShardsDeletedNameWaitsOnEveryShard(t *testing.T) {
 		return name
 	}
 	dlq := on("aaa-graves", 1) // first by name: the group lives on its shard
-	names := map[string]string{"sqs": on("reborn-sqs", 0), "admin": on("reborn-admin", 0)}
+	names := map[string]string{"sqs": on("reborn-sqs", 0), "admin": on("reborn-admin", 0), "amqp": on("reborn-amqp", 0)}
 	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
 		o.Queues = []server.QueueDeclaration{{Name: dlq},
 			{Name: names["sqs"], DeadLetterQueue: dlq, MaxReceiveCount: 3},
-			{Name: names["admin"], DeadLetterQueue: dlq, MaxReceiveCount: 3}}
+			{Name: names["admin"], DeadLetterQueue: dlq, MaxReceiveCount: 3},
+			{Name: names["amqp"], DeadLetterQueue: dlq, MaxReceiveCount: 3}}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for i, via := range []string{"sqs", "admin"} {
+	for i, via := range []string{"sqs", "admin", "amqp"} {
 		name := names[via]
 		poll.CheckFor(t, 10*time.Second, poll.True(name+" declared on shard 1, with its dead-letter queue", func() bool {
 			return slices.Equal(heldBy(t, nodes[i], name), []int{1})
@@ -398,6 +401,10 @@ func TestShardsDeletedNameWaitsOnEveryShard(t *testing.T) {
 			_ = resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
 				t.Fatalf("admin delete of %s: %d", name, resp.StatusCode)
+			}
+		case "amqp":
+			if _, err := amqpChannel(t, nodes[(i+1)%3], false).QueueDelete(name, false, false, false); err != nil {
+				t.Fatalf("AMQP delete of %s: %v", name, err)
 			}
 		}
 		for _, n := range nodes {

@@ -114,8 +114,16 @@ func (e *Engine) ListQueues(prefix string) []string {
 }
 
 // DeleteQueue removes the queue and all its messages. The name cannot be
-// reused for NameReuseDelay.
-func (e *Engine) DeleteQueue(name string) error { return e.removeQueue(name, true) }
+// reused for NameReuseDelay (on every shard: Options.QueueDeleted).
+func (e *Engine) DeleteQueue(name string) error {
+	if err := e.removeQueue(name, true); err != nil {
+		return err
+	}
+	if e.queueDeleted != nil {
+		e.queueDeleted(name)
+	}
+	return nil
+}
 
 // removeQueue deletes a queue; block keeps its name from being reused for
 // NameReuseDelay (SQS semantics).

@@ -147,3 +147,37 @@ func TestReserveNameOfANameDeletedHere(t *testing.T) {
 		t.Fatalf("after NameReuseDelay: sent to %d, %v; want 2", to, err)
 	}
 }
+
+// TestQueueDeletedHook: DeleteQueue tells Options.QueueDeleted of the
+// queue once it is gone (its record no longer in the store), DropQueue
+// and a delete of a missing queue do not.
+func TestQueueDeletedHook(t *testing.T) {
+	var told []string
+	f := &fixture{t: t, st: newTestStore(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	f.opts = func(o *Options) {
+		o.QueueDeleted = func(name string) {
+			if ok, err := StoredQueue(f.st, name); err != nil || ok {
+				t.Errorf("told of %s while its record is still stored (%v, %v)", name, ok, err)
+			}
+			told = append(told, name)
+		}
+	}
+	f.open()
+	for _, q := range []string{"deleted", "dropped"} {
+		if _, _, err := f.e.CreateQueue(q, DefaultQueueConfig(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.e.DeleteQueue("deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.DropQueue("dropped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.DeleteQueue("never"); !errors.Is(err, ErrQueueNotFound) {
+		t.Fatal(err)
+	}
+	if len(told) != 1 || told[0] != "deleted" {
+		t.Fatalf("told of %v, want [deleted]", told)
+	}
+}
