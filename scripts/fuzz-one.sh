@@ -2,24 +2,30 @@
 # fuzz-one.sh PKG TARGET FUZZTIME: run one fuzz target for FUZZTIME.
 #
 # Go 1.26's fuzz coordinator can fail a target that found nothing with a
-# bare "context deadline exceeded" at the -fuzztime boundary, when a worker
-# is mid-call as the deadline fires (golang/go#75804, fixed in Go 1.27).
-# A real finding always writes a reproducer ("Failing input written to").
-# So: a failure whose output has that race's line and no reproducer is
-# run once more; any other failure, or the same flake twice, fails.
+# bare "context deadline exceeded" at the -fuzztime boundary: the
+# deadline closes the coordinator's context a moment before it reaches
+# the workers' child context, and the coordinator reports the parent's
+# error instead of stopping quietly (golang/go#75804). It came twice in a
+# row on one target in CI (stop 40), so a rerun is no cure.
+#
+# A real finding always writes a reproducer ("Failing input written to");
+# a worker that hangs or dies says "hung or terminated"; a panic prints
+# "panic:". So a failure whose only message is that race's line, and
+# which has none of those, means the target ran its whole budget and
+# found nothing: it passes, with a note. Any other failure fails.
 set -uo pipefail
 pkg=$1 target=$2 fuzztime=$3
 go=${GO:-go}
-for attempt in 1 2; do
-  log=$(mktemp)
-  $go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  if [ "$rc" -eq 0 ]; then rm -f "$log"; exit 0; fi
-  if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log" && ! grep -qE '^\s+panic:|--- FAIL:.*\n\s+\S+_test\.go' "$log" && [ "$attempt" -eq 1 ]; then
-    echo "fuzz-one: $target hit the -fuzztime deadline race (golang/go#75804; no failing input was written); running it once more"
-    rm -f "$log"
-    continue
-  fi
-  rm -f "$log"
-  exit "$rc"
-done
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+$go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] && exit 0
+# The race's whole report: "--- FAIL: Target (Ns)" followed by exactly
+# "    context deadline exceeded", and nothing that marks a finding.
+if grep -A1 -E "^--- FAIL: ${target} \(" "$log" | tail -n1 | grep -qx '    context deadline exceeded' &&
+  ! grep -qE 'Failing input written|hung or terminated|panic:|_test\.go:[0-9]+:' "$log"; then
+  echo "fuzz-one: $target ran its whole -fuzztime and found nothing; its failure is the coordinator's deadline race (golang/go#75804), counted as a pass"
+  exit 0
+fi
+exit "$rc"
