@@ -22,8 +22,9 @@ import (
 
 // Mover bounds: how many transfers one round reads (and, past the first,
 // how many bytes of them), how often it looks when not told of a new one
-// (transfers a restart or a new leadership found), and the most it waits
-// between passes that moved nothing (the wait doubles from moverPoll).
+// (transfers a restart or a new leadership found) and retries a target
+// whose shard did not answer, and the most a refusing target waits (its
+// wait doubles from moverPoll).
 const (
 	moverBatch   = 256
 	moverBytes   = 4 * ShardSendChunk
@@ -31,15 +32,51 @@ const (
 	moverBackoff = 30 * time.Second
 )
 
+// A mover's failure is a refusal when the target's engine answered it: no
+// such queue, full, of the other type, not taking this source, its disk
+// full. Asked again at once it would answer the same, so the target is
+// held: not called again for 2 s, then 4, 8, 16 and 30 s (moverBackoff),
+// until it takes a chunk. Any other failure — no leader of the target's
+// shard serving, one that stopped leading or is closing, a call that did
+// not arrive or timed out — ends with a leader election, so the target is
+// called again the next pass, a moverPoll later: a dead letter waits about
+// as long as the election, not a backoff that grew while it ran.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// refused marks err, the target engine's answer, as a refusal unless it
+// says that engine is not the one to ask (not leading, closing).
+func refused(err error) error {
+	if err == nil || errors.Is(err, engine.ErrNotLeading) || errors.Is(err, engine.ErrClosed) {
+		return err
+	}
+	return &refusal{err}
+}
+
+// moverState is what the mover keeps between passes.
+type moverState struct {
+	warned map[string]time.Time // target → last warning, one a minute
+	held   map[string]*hold     // refusing targets
+}
+
+// hold is a refusing target's backoff: not called before until; wait is
+// the last wait, doubled at the next refusal.
+type hold struct {
+	until time.Time
+	wait  time.Duration
+}
+
 // moveTransfers runs the mover until ctx ends. A pass reads every
 // transfer, a round at a time; a target that fails is not called again in
-// that pass (its transfers wait). A new transfer starts a pass (at most
-// one a moverPoll); otherwise, after a pass that moved nothing, the next
-// waits longer, up to moverBackoff, so that transfers stuck on a missing
-// or full queue cost a read of the outbox now and then, not a stream of
-// calls.
+// that pass (its transfers wait), and one that refuses is held (refusal).
+// A new transfer starts a pass (at most one a moverPoll); otherwise a
+// pass that left transfers waits for the held target due first, or a
+// moverPoll when a target did not answer. A pass that could not read the
+// outbox waits longer each time, up to moverBackoff.
 func (s *Server) moveTransfers(ctx context.Context) {
-	warned := map[string]time.Time{} // target → last warning, one a minute
+	st := &moverState{warned: map[string]time.Time{}, held: map[string]*hold{}}
 	wait := moverPoll
 	timer := s.clk.NewTimer(wait)
 	defer timer.Stop()
@@ -64,21 +101,35 @@ func (s *Server) moveTransfers(ctx context.Context) {
 		case <-timer.C():
 		}
 		last = s.clk.Now()
-		moved := 0
-		failing := map[string]bool{}
+		p := &movePass{failing: map[string]bool{}, seen: map[string]bool{}}
 		var after *engine.TransferID
+		var err error
 		for ctx.Err() == nil && s.eng.TransfersPending() > 0 {
-			n, next, err := s.moveRound(ctx, after, failing, warned)
-			moved += n
+			var next *engine.TransferID
+			next, err = s.moveRound(ctx, after, p, st)
 			if after = next; err != nil || next == nil {
 				break
 			}
 		}
-		switch {
-		case moved > 0 && s.eng.TransfersPending() > 0:
+		now := s.clk.Now()
+		if err == nil {
+			for target := range st.held {
+				if !p.seen[target] {
+					delete(st.held, target) // no transfer waits for it
+				}
+			}
+		}
+		switch pending := s.eng.TransfersPending(); {
+		case p.moved > 0 && pending > 0:
 			wait = 0 // progress: the next pass at once
-		case moved > 0 || s.eng.TransfersPending() == 0:
+		case p.moved > 0 || pending == 0 || p.unanswered:
 			wait = moverPoll
+		case err == nil && len(st.held) > 0:
+			wait = moverBackoff
+			for _, h := range st.held {
+				wait = min(wait, h.until.Sub(now))
+			}
+			wait = max(wait, moverPoll)
 		default:
 			wait = min(2*max(wait, moverPoll), moverBackoff)
 		}
@@ -86,27 +137,40 @@ func (s *Server) moveTransfers(ctx context.Context) {
 	}
 }
 
+// movePass is what one pass of the mover learns: how many transfers it
+// ended, the targets that failed (not called again in the pass), the
+// targets it read transfers for, and whether a target's shard did not
+// answer.
+type movePass struct {
+	moved      int
+	failing    map[string]bool
+	seen       map[string]bool
+	unanswered bool
+}
+
 // moveRound moves one round of transfers: those after after (up to
 // moverBatch, and moverBytes past the first), in calls of at most
-// ShardSendChunk bytes per target, skipping targets in failing and adding
-// those that fail. It returns how many ended, and where the next round of
-// the pass reads from (nil: the pass is over).
-func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, failing map[string]bool, warned map[string]time.Time) (int, *engine.TransferID, error) {
+// ShardSendChunk bytes per target, skipping targets failing in this pass
+// or held, and noting in p and st those that fail. It returns where the
+// next round of the pass reads from (nil: the pass is over).
+func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, p *movePass, st *moverState) (*engine.TransferID, error) {
 	ts, err := s.eng.Transfers(after, moverBatch, moverBytes)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, engine.ErrNotLeading) {
 			s.log.Warn("cannot read the messages bound for other shards", "err", err)
 		}
-		return 0, nil, err
+		return nil, err
 	}
 	var next *engine.TransferID
 	if len(ts) == moverBatch || transferBytes(ts) >= moverBytes {
 		next = &ts[len(ts)-1].ID
 	}
+	now := s.clk.Now()
 	byTarget := map[string][]engine.Transfer{}
 	var order []string
 	for _, t := range ts {
-		if failing[t.Target] {
+		p.seen[t.Target] = true
+		if h := st.held[t.Target]; p.failing[t.Target] || h != nil && now.Before(h.until) {
 			continue
 		}
 		if byTarget[t.Target] == nil {
@@ -114,7 +178,6 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, failin
 		}
 		byTarget[t.Target] = append(byTarget[t.Target], t)
 	}
-	moved := 0
 	for _, target := range order {
 		list := byTarget[target]
 		for len(list) > 0 {
@@ -126,18 +189,31 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, failin
 			chunk := list[:n]
 			list = list[n:]
 			if err := s.moveChunk(ctx, target, chunk); err != nil {
-				failing[target] = true
-				if now := s.clk.Now(); ctx.Err() == nil && now.Sub(warned[target]) >= time.Minute {
-					warned[target] = now
+				p.failing[target] = true
+				var r *refusal
+				if errors.As(err, &r) {
+					h := st.held[target]
+					if h == nil {
+						h = &hold{}
+						st.held[target] = h
+					}
+					h.wait = min(2*max(h.wait, moverPoll), moverBackoff)
+					h.until = s.clk.Now().Add(h.wait)
+				} else {
+					p.unanswered = true
+				}
+				if now := s.clk.Now(); ctx.Err() == nil && now.Sub(st.warned[target]) >= time.Minute {
+					st.warned[target] = now
 					s.log.Warn("messages moving to a queue of another shard wait for it (dead letters, or redriven messages)", "target", target,
 						"waiting", s.eng.TransfersPending(), "err", err)
 				}
 				break // this target's others wait for a later pass
 			}
-			moved += len(chunk)
+			delete(st.held, target)
+			p.moved += len(chunk)
 		}
 	}
-	return moved, next, nil
+	return next, nil
 }
 
 // moveChunk imports transfers into target's shard, then ends them here.
@@ -152,7 +228,7 @@ func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Tr
 	if errors.Is(err, ErrNotElsewhere) {
 		// The target lives on this shard now (deleted on its shard and
 		// made again here since the transfer was written): imported here.
-		err = s.eng.ImportTransfers(target, chunk)
+		err = refused(s.eng.ImportTransfers(target, chunk))
 	}
 	if err != nil {
 		return err
@@ -172,10 +248,10 @@ func (s *Server) transferCall(ctx context.Context, c engineCall) error {
 		return err
 	}
 	rep, err := decodeEngineReply(out)
-	if err != nil {
-		return err
+	if err != nil && rep.Err != (remoteError{}) {
+		return refused(err) // the target's engine answered
 	}
-	return rep.Err.err()
+	return err // nil, or an unreadable answer
 }
 
 // transferBytes is the size of the copies ts carry.

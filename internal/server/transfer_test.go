@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -15,30 +16,35 @@ import (
 	"github.com/sluicemq/sluice/internal/engine"
 )
 
-// moverRig is a shard leader whose dead-letter queue "far" lives on
-// another shard that the test plays: its ShardCall records every import
-// the mover asks for, at the fake clock's time, and answers as the test
-// says.
+// moverRig is a shard leader whose dead-letter queues "far" and "far2"
+// live on another shard that the test plays: its ShardCall records every
+// import the mover asks for, at the fake clock's time, and answers as the
+// test says.
 type moverRig struct {
 	t   *testing.T
 	clk *clock.Fake
 	s   *Server
 
 	mu      sync.Mutex
-	imports []time.Time // when each import call came
-	answer  error       // what an import call gets
-	far     bool        // "far" lives on another shard
+	imports map[string][]time.Time // target → when each import call came
+	answer  map[string]error       // target → what its engine answers (nil: takes them)
+	down    error                  // not nil: no call arrives, the caller gets this
+	far     bool                   // "far" lives on another shard
 }
 
+// refuses is a target engine's refusal (ImportTransfers' ErrQueueFull).
+var refuses = fmt.Errorf("%w: dead-letter queue far", engine.ErrQueueFull)
+
 func newMoverRig(t *testing.T) (*moverRig, func()) {
-	r := &moverRig{t: t, clk: clock.NewFake(time.Now()), answer: errors.New("the target's leader refuses"), far: true}
+	r := &moverRig{t: t, clk: clock.NewFake(time.Now()), far: true,
+		imports: map[string][]time.Time{}, answer: map[string]error{"far": refuses}}
 	o := DefaultOptions()
 	o.DataDir = t.TempDir()
 	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
 	elsewhere := func(name string) bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return name == "far" && r.far
+		return name == "far" && r.far || name == "far2"
 	}
 	o.NameTaken, o.QueueHeldElsewhere = elsewhere, elsewhere
 	o.ShardCall = func(_ context.Context, _, _ string, body []byte) ([]byte, error) {
@@ -51,43 +57,62 @@ func newMoverRig(t *testing.T) (*moverRig, func()) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		r.imports = append(r.imports, r.clk.Now())
-		if r.answer != nil {
-			return nil, r.answer
+		r.imports[c.Queue] = append(r.imports[c.Queue], r.clk.Now())
+		switch a := r.answer[c.Queue]; {
+		case r.down != nil:
+			return nil, r.down
+		case a == ErrNotElsewhere:
+			return nil, a // the router's answer: no other shard holds it
+		default:
+			return encodeGob(engineReply{Err: toRemoteError(a)})
 		}
-		return encodeGob(engineReply{})
 	}
 	s, stop := run(t, o, r.clk)
 	r.s = s
-	cfg := engine.DefaultQueueConfig()
-	cfg.DeadLetter = &engine.DeadLetterPolicy{Target: "far", MaxReceiveCount: 1}
-	if _, _, err := s.eng.CreateQueue("src", cfg, nil); err != nil {
-		t.Fatal(err)
+	for src, dlq := range map[string]string{"src": "far", "src2": "far2"} {
+		cfg := engine.DefaultQueueConfig()
+		cfg.DeadLetter = &engine.DeadLetterPolicy{Target: dlq, MaxReceiveCount: 1}
+		if _, _, err := s.eng.CreateQueue(src, cfg, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return r, stop
 }
 
 // deadLetter sends a message to src and fails it terminally: it leaves
 // src as a transfer to far.
-func (r *moverRig) deadLetter() {
+func (r *moverRig) deadLetter() { r.deadLetterFrom("src") }
+
+// deadLetterFrom does the same on queue src (src2: a transfer to far2).
+func (r *moverRig) deadLetterFrom(src string) {
 	r.t.Helper()
-	if _, err := r.s.eng.Send("src", []engine.Message{{Body: []byte("poison")}}); err != nil {
+	if _, err := r.s.eng.Send(src, []engine.Message{{Body: []byte("poison")}}); err != nil {
 		r.t.Fatal(err)
 	}
-	ds, err := r.s.eng.Receive(context.Background(), "src", engine.ReceiveRequest{Max: 1, WaitSet: true})
+	ds, err := r.s.eng.Receive(context.Background(), src, engine.ReceiveRequest{Max: 1, WaitSet: true})
 	if err != nil || len(ds) != 1 {
 		r.t.Fatalf("receive: %d, %v", len(ds), err)
 	}
-	out, err := r.s.eng.ReportFailure("src", ds[0].ReceiptHandle, engine.Failure{ErrorClass: "E", Terminal: true})
+	out, err := r.s.eng.ReportFailure(src, ds[0].ReceiptHandle, engine.Failure{ErrorClass: "E", Terminal: true})
 	if err != nil || !out.DeadLettered {
 		r.t.Fatalf("report: %+v, %v", out, err)
 	}
 }
 
-func (r *moverRig) calls() []time.Time {
+// calls are the import calls for far.
+func (r *moverRig) calls() []time.Time { return r.callsFor("far") }
+
+func (r *moverRig) callsFor(target string) []time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]time.Time(nil), r.imports...)
+	return append([]time.Time(nil), r.imports[target]...)
+}
+
+// set runs f under the rig's lock (to change its answers).
+func (r *moverRig) set(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f()
 }
 
 // tick advances the fake clock by a second, then waits (at most a
@@ -101,11 +126,22 @@ func (r *moverRig) tick() {
 	_ = r.clk.BlockUntil(ctx, n)
 }
 
-// TestMoverBacksOffFromAFailingTarget: a target that refuses its imports
-// is asked again after 2, 4, 8, 16 s and then every 30 s (moverBackoff),
-// not every second; a new dead letter for it starts a pass at once (at
-// most one a second); once it takes them, every transfer arrives and ends.
-func TestMoverBacksOffFromAFailingTarget(t *testing.T) {
+// tickUntil ticks until cond holds, at most limit ticks.
+func (r *moverRig) tickUntil(what string, limit int, cond func() bool) {
+	r.t.Helper()
+	for i := 0; !cond(); i++ {
+		if i == limit {
+			r.t.Fatalf("%s: not after %d s", what, limit)
+		}
+		r.tick()
+	}
+}
+
+// TestMoverBacksOffFromARefusingTarget: a target whose engine refuses its
+// imports (full, here) is asked again after 2, 4, 8, 16 s and then every
+// 30 s (moverBackoff), not every second, even when a new dead letter for
+// it comes; once it takes them, every transfer arrives and ends.
+func TestMoverBacksOffFromARefusingTarget(t *testing.T) {
 	r, stop := newMoverRig(t)
 	defer stop()
 	r.deadLetter()
@@ -126,26 +162,59 @@ func TestMoverBacksOffFromAFailingTarget(t *testing.T) {
 	if len(got) < 7 || len(got) > 9 {
 		t.Fatalf("%d import calls in 150 s of a refusing target, want 8 or 9 (backoff to 30 s): %v", len(got), offsets(got))
 	}
-	// A new dead letter starts a pass, backoff or not, once a second has
-	// passed since the last: with the clock stopped short of the next
-	// backoff pass, only the new transfer can start it.
-	before := len(r.calls())
-	r.tick()
-	if since := r.clk.Now().Sub(r.calls()[before-1]); since >= moverBackoff {
-		t.Fatalf("the clock is %v past the last pass, the backoff's next is due", since)
-	}
+	// A new dead letter for it waits for the hold to end: the next
+	// call comes 30 s after the last, not at once.
 	r.deadLetter()
-	poll.CheckFor(t, 5*time.Second, poll.True("a pass started by the new transfer", func() bool { return len(r.calls()) > before }))
-	r.mu.Lock()
-	r.answer = nil
-	r.mu.Unlock()
-	poll.CheckFor(t, 10*time.Second, poll.True("both transfers ended once the target takes them", func() bool {
-		if r.s.eng.TransfersPending() == 0 {
-			return true
-		}
+	r.set(func() { r.answer["far"] = nil })
+	r.tickUntil("both transfers ended once the target takes them", 40, func() bool { return r.s.eng.TransfersPending() == 0 })
+	got = r.calls()
+	if gap := got[len(got)-1].Sub(got[len(got)-2]); gap < moverBackoff {
+		t.Fatalf("the call that took them came %v after the last refusal, want %v (the hold): calls at %v", gap, moverBackoff, offsets(got))
+	}
+}
+
+// TestMoverRetriesATargetThatDidNotAnswer: a target whose shard does not
+// answer (no leader serving: an election) is called again every second,
+// not after a growing backoff, so a dead letter lands about when the
+// election ends.
+func TestMoverRetriesATargetThatDidNotAnswer(t *testing.T) {
+	r, stop := newMoverRig(t)
+	defer stop()
+	r.set(func() { r.down, r.answer["far"] = errors.New("no leader of shard 1 is serving"), nil })
+	r.deadLetter()
+	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
+	for range 20 {
 		r.tick()
-		return false
-	}))
+	}
+	got := r.calls()
+	for i := 1; i < len(got); i++ {
+		if gap := got[i].Sub(got[i-1]); gap > moverPoll+time.Second {
+			t.Errorf("import %d came %v after the one before, want %v: calls at %v", i+1, gap, moverPoll, offsets(got))
+		}
+	}
+	if len(got) < 15 {
+		t.Fatalf("%d import calls in 20 s of a shard without a leader, want about 20: %v", len(got), offsets(got))
+	}
+	r.set(func() { r.down = nil })
+	r.tickUntil("the transfer ended once the shard answers", 3, func() bool { return r.s.eng.TransfersPending() == 0 })
+}
+
+// TestMoverHoldsOnlyTheRefusingTarget: a target that refuses is held
+// alone; a dead letter for another target moves at once.
+func TestMoverHoldsOnlyTheRefusingTarget(t *testing.T) {
+	r, stop := newMoverRig(t)
+	defer stop()
+	r.deadLetter()
+	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
+	r.tickUntil("far held 8 s", 20, func() bool { return len(r.calls()) == 4 }) // at 0, 2, 6, 14 s
+	r.deadLetterFrom("src2")
+	r.tickUntil("the dead letter for far2 moved", 2, func() bool { return r.s.eng.TransfersPending() == 1 })
+	if n := len(r.callsFor("far2")); n != 1 {
+		t.Fatalf("%d import calls for far2, want 1", n)
+	}
+	if n := len(r.calls()); n != 4 {
+		t.Fatalf("far was called again (%d calls) while held: %v", n, offsets(r.calls()))
+	}
 }
 
 // TestMoverImportsHereATargetMadeHere: a transfer whose target has since
@@ -156,9 +225,7 @@ func TestMoverImportsHereATargetMadeHere(t *testing.T) {
 	defer stop()
 	r.deadLetter()
 	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
-	r.mu.Lock()
-	r.far, r.answer = false, ErrNotElsewhere
-	r.mu.Unlock()
+	r.set(func() { r.far, r.answer["far"] = false, ErrNotElsewhere })
 	if _, _, err := r.s.eng.CreateQueue("far", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
 	}
