@@ -32,12 +32,12 @@ type moverRig struct {
 	far     bool                   // "far" lives on another shard
 }
 
-// refuses is a target engine's refusal (ImportTransfers' ErrQueueFull).
-var refuses = fmt.Errorf("%w: dead-letter queue far", engine.ErrQueueFull)
+// errRefused is a target engine's refusal (ImportTransfers' ErrQueueFull).
+var errRefused = fmt.Errorf("%w: dead-letter queue far", engine.ErrQueueFull)
 
 func newMoverRig(t *testing.T) (*moverRig, func()) {
 	r := &moverRig{t: t, clk: clock.NewFake(time.Now()), far: true,
-		imports: map[string][]time.Time{}, answer: map[string]error{"far": refuses}}
+		imports: map[string][]time.Time{}, answer: map[string]error{"far": errRefused}}
 	o := DefaultOptions()
 	o.DataDir = t.TempDir()
 	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
@@ -137,7 +137,7 @@ func (r *moverRig) tickUntil(what string, limit int, cond func() bool) {
 	}
 }
 
-// TestMoverBacksOffFromARefusingTarget: a target whose engine refuses its
+// TestMoverBacksOffFromARefusingTarget: a target whose engine errRefused its
 // imports (full, here) is asked again after 2, 4, 8, 16 s and then every
 // 30 s (moverBackoff), not every second, even when a new dead letter for
 // it comes; once it takes them, every transfer arrives and ends.
@@ -199,7 +199,7 @@ func TestMoverRetriesATargetThatDidNotAnswer(t *testing.T) {
 	r.tickUntil("the transfer ended once the shard answers", 3, func() bool { return r.s.eng.TransfersPending() == 0 })
 }
 
-// TestMoverHoldsOnlyTheRefusingTarget: a target that refuses is held
+// TestMoverHoldsOnlyTheRefusingTarget: a target that errRefused is held
 // alone; a dead letter for another target moves at once.
 func TestMoverHoldsOnlyTheRefusingTarget(t *testing.T) {
 	r, stop := newMoverRig(t)
