@@ -188,26 +188,34 @@ func (n *Node) placeQueueFound(ctx context.Context, rt server.SQSRoute) (int, bo
 // copy holds it; else where placement puts it, once the shard its name
 // hashes to has reserved the name for that shard (engine.ReserveName) —
 // or answered that another create of the name was sent elsewhere a
-// moment ago, or that it made the queue itself, when the create goes
-// there. So two creates of one name placed on two shards (tied to
+// moment ago, or that the name is its own: there. So two creates of one
+// new name sent at once through two nodes (tied to existing
 // dead-letter queues on two shards, or one tied and one by its name) meet
 // on one, whose engine answers the second as a single node does. A
-// reservation that cannot be made (no leader of that shard now) is
-// logged and the create goes where placement put it: the two could then
-// still land on two shards.
-func (n *Node) placeCreate(ctx context.Context, rt server.SQSRoute) int {
+// reservation that cannot be made — no leader of that shard serving
+// within the hold, one that stopped leading — fails the create with an
+// error the caller answers 503 (the SDKs retry it): made without it, two
+// such creates could land on two shards, a name split for good. Only a
+// leader that does not know the call (a node of an older build, during a
+// rolling upgrade) lets the create go on without one, logged.
+func (n *Node) placeCreate(ctx context.Context, rt server.SQSRoute) (int, error) {
 	k, found := n.placeQueueFound(ctx, rt)
 	if found || !server.ValidQueueName(rt.Queue) {
-		return k
+		return k, nil
 	}
 	h := hashShard(rt.Queue, n.shards.Len())
 	body, err := server.ReserveNameCall(rt.Queue, k, h)
 	to, err := n.nameCall(ctx, h, 0, body, err)
-	if err == nil && to >= 0 && to < n.shards.Len() {
-		return to
+	switch {
+	case err == nil && to >= 0 && to < n.shards.Len():
+		return to, nil
+	case err == nil:
+		return 0, fmt.Errorf("shard %d reserved queue %q for shard %d, which this cluster does not have", h, rt.Queue, to)
+	case errors.Is(err, server.ErrUnknownEngineCall):
+		n.log.Warn("cannot reserve a new queue's name on the shard it hashes to (a node of an older build leads it); creating it where it was placed", "queue", rt.Queue, "shard", k, "hash_shard", h, "err", err)
+		return k, nil
 	}
-	n.log.Warn("cannot reserve a new queue's name on the shard it hashes to; creating it where it was placed", "queue", rt.Queue, "shard", k, "hash_shard", h, "err", err)
-	return k
+	return 0, fmt.Errorf("cannot reserve queue name %q on shard %d, the shard it hashes to: %w", rt.Queue, h, err)
 }
 
 // placeDeclared returns the shard of each of the configuration's SQS
@@ -453,7 +461,12 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 	if !rt.Create {
 		return n.placeQueue(r.Context(), rt), r, release, true
 	}
-	k = n.placeCreate(r.Context(), rt)
+	k, err = n.placeCreate(r.Context(), rt)
+	if err != nil {
+		n.log.Warn("a create is refused for now", "queue", rt.Queue, "err", err)
+		unavailable(w, r, "the new queue's name cannot be reserved on the shard it hashes to now (no serving leader there); retry")
+		return 0, r, release, false
+	}
 	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
 	return k, r, release, true
 }
@@ -505,7 +518,12 @@ func (n *Node) placeAdminCreate(w http.ResponseWriter, r *http.Request) (int, *h
 		return 0, r, release, true
 	}
 	rt := server.SQSRoute{Queue: form.Name, Create: true, DeadLetterTarget: form.DeadLetterQueue}
-	k := n.placeCreate(r.Context(), rt)
+	k, err := n.placeCreate(r.Context(), rt)
+	if err != nil {
+		n.log.Warn("a create is refused for now", "queue", rt.Queue, "err", err)
+		unavailable(w, r, "the new queue's name cannot be reserved on the shard it hashes to now (no serving leader there); retry")
+		return 0, r, release, false
+	}
 	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
 	return k, r, release, true
 }

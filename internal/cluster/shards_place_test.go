@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
@@ -422,5 +424,61 @@ func TestShardsDeletedNameWaitsOnEveryShard(t *testing.T) {
 				t.Fatalf("%s (deleted over %s) was made again on shards %v", name, via, at)
 			}
 		}
+	}
+}
+
+// TestShardsCreateWaitsForItsNamesShard: a create of a new queue tied to
+// a dead-letter queue on one shard, whose name hashes to another shard
+// that has no leader now (its group cut on every node, the others
+// serving), is answered 503 ServiceUnavailable — which the SDKs retry —
+// and makes nothing, since it cannot reserve the name; once that shard
+// elects a leader again, the create is made, on the dead-letter queue's
+// shard. Before, the create went on without the reservation, and two such
+// creates through two nodes could make one name on two shards.
+func TestShardsCreateWaitsForItsNamesShard(t *testing.T) {
+	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
+	const k, h = 1, 2
+	dlq, _ := queueOnShard(t, nodes, "tomb", k)
+	name := "tied"
+	for i := 0; hashShard(name, 3) != h; i++ {
+		name = fmt.Sprintf("tied-%d", i)
+	}
+	for _, n := range nodes {
+		n.shards.Shard(h).BlockTransport(true)
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True(fmt.Sprintf("no node routes shard %d", h), func() bool {
+		for _, n := range nodes {
+			if _, _, ok := n.target(h); ok {
+				return false
+			}
+		}
+		return true
+	}))
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + nodes[0].HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		Credentials: shardClient(nodes[0]).Options().Credentials})
+	in := &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:%s","maxReceiveCount":"3"}`, dlq)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := c.CreateQueue(ctx, in)
+	var api smithy.APIError
+	var resp *awshttp.ResponseError
+	if !errors.As(err, &api) || !errors.As(err, &resp) || api.ErrorCode() != "ServiceUnavailable" || resp.HTTPStatusCode() != http.StatusServiceUnavailable {
+		t.Fatalf("create while shard %d (its name's) has no leader: %v, want 503 ServiceUnavailable", h, err)
+	}
+	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if at := heldBy(t, nodes[0], name); len(at) != 0 {
+		t.Fatalf("the refused create made %s on shards %v", name, at)
+	}
+	for _, n := range nodes {
+		n.shards.Shard(h).BlockTransport(false)
+	}
+	if _, err := shardClient(nodes[0]).CreateQueue(ctx, in); err != nil {
+		t.Fatalf("create once shard %d is back: %v", h, err)
+	}
+	if at := heldBy(t, nodes[0], name); !slices.Equal(at, []int{k}) {
+		t.Fatalf("%s is on shards %v, want [%d] (its dead-letter queue's)", name, at, k)
 	}
 }

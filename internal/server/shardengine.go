@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -443,7 +444,7 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		r.Err = toRemoteError(s.eng.HoldDeletedName(c.Queue, c.Shard, c.Own))
 		return r
 	default:
-		r.Err = remoteError{Text: "unknown engine call " + c.Op}
+		r.Err = remoteError{Text: unknownCall + c.Op}
 	}
 	if c.Queue != "" {
 		r.Visible, r.VisibleOK = s.eng.VisibleHint(c.Queue)
@@ -472,14 +473,27 @@ func ReserveNameCall(name string, shard, own int) ([]byte, error) {
 }
 
 // NameCallReply reads the answer to a ReserveNameCall (the shard the
-// create is to go to) or a HoldDeletedNameCall (its error alone).
+// create is to go to) or a HoldDeletedNameCall (its error alone). A
+// leader that does not know the call (a node of an older build, during a
+// rolling upgrade) answers ErrUnknownEngineCall.
 func NameCallReply(body []byte) (int, error) {
 	r, err := decodeEngineReply(body)
+	if err != nil && r.Err.Sentinel == 0 && strings.HasPrefix(r.Err.Text, unknownCall) {
+		return 0, fmt.Errorf("%w: %s", ErrUnknownEngineCall, r.Err.Text)
+	}
 	if err != nil {
 		return 0, err
 	}
 	return r.N, nil
 }
+
+// unknownCall begins the answer to an engine call a leader does not know
+// (every build so far answers it so).
+const unknownCall = "unknown engine call "
+
+// ErrUnknownEngineCall is NameCallReply's answer when the leader does not
+// know the call: a node of an older build.
+var ErrUnknownEngineCall = errors.New("server: the shard's leader does not know this engine call (a node of an older build)")
 
 // HoldDeletedNameCall is the body of a ShardEnginePath request that tells
 // the leader of own (the shard queue name hashes to) that the queue was

@@ -80,6 +80,50 @@ func TestEngineCallRoundTrip(t *testing.T) {
 	}
 }
 
+// TestNameCallOfAnOlderLeader: a leader that does not know a name call (a
+// node of an older build, which answers every unknown call so) is told
+// apart from one that failed it, so that the router lets the create go
+// on without a reservation only then; a leader that knows it answers the
+// shard, and its errors cross as they are.
+func TestNameCallOfAnOlderLeader(t *testing.T) {
+	s, stop := run(t, func() Options {
+		o := DefaultOptions()
+		o.DataDir = t.TempDir()
+		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+		return o
+	}(), nil)
+	defer stop()
+	unknown, err := encodeGob(s.runEngineCall(context.Background(), engineCall{Op: "reserve-v9", Queue: "q"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NameCallReply(unknown); !errors.Is(err, ErrUnknownEngineCall) {
+		t.Fatalf("an unknown call answered %v, want ErrUnknownEngineCall", err)
+	}
+	body, err := ReserveNameCall("fresh", 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeEngineCall(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := encodeGob(s.runEngineCall(context.Background(), c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to, err := NameCallReply(out); err != nil || to != 2 {
+		t.Fatalf("a reservation answered %d, %v; want shard 2", to, err)
+	}
+	out, err = encodeGob(engineReply{Err: toRemoteError(engine.ErrNotLeading)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NameCallReply(out); !errors.Is(err, engine.ErrNotLeading) || errors.Is(err, ErrUnknownEngineCall) {
+		t.Fatalf("a leader that stopped leading answered %v", err)
+	}
+}
+
 // TestLeaseSessionsExpire: a session not heard from for the expiry gives
 // back the handles it holds and not those it settled; a session heard
 // from keeps them.

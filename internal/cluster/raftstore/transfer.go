@@ -121,3 +121,10 @@ func (n *Node) requestTransfer(to uint64) {
 	case <-n.stopc:
 	}
 }
+
+// BlockTransport makes this group's transport on this node drop every
+// Raft message in both directions (blocked), or deliver again. Tests of
+// the layers above use it to cut one shard's group on some nodes while the
+// node's other groups and its HTTP surfaces go on: a shard without a
+// leader in a cluster that otherwise serves.
+func (n *Node) BlockTransport(blocked bool) { n.tr.setBlocked(blocked) }
