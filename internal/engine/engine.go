@@ -170,6 +170,7 @@ type Engine struct {
 	importMu         sync.Mutex // serializes ImportTransfers (its dedup check and write)
 	importSwept      int64      // when import records were last swept (under importMu)
 	reserveSwept     int64      // when name reservations were last swept (under adminMu)
+	goneSwept        int64      // when deleted names' records were last swept (under adminMu)
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 
@@ -862,6 +863,9 @@ func (e *Engine) createQueue(name string, cfg QueueConfig, tags map[string]strin
 	rec := &queueRecord{ID: e.nextQID, Name: name, Config: cfg, Tags: cloneMap(tags), CreatedAt: now, ModifiedAt: now}
 	var b store.Batch
 	b.Set(queueKey(name), encodeQueue(rec))
+	if recently {
+		b.Delete(goneKey(name)) // the name's delete is over (gone.go)
+	}
 	b.Set([]byte{prefixNextID}, binary.BigEndian.AppendUint32(nil, rec.ID+1))
 	for _, m := range meta {
 		b.Set(metaKey(m.Namespace, m.Key), m.Value)

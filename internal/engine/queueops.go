@@ -126,7 +126,8 @@ func (e *Engine) DeleteQueue(name string) error {
 }
 
 // removeQueue deletes a queue; block keeps its name from being reused for
-// NameReuseDelay (SQS semantics).
+// NameReuseDelay (SQS semantics), across a restart (a gone record, in the
+// delete's batch).
 func (e *Engine) removeQueue(name string, block bool) error {
 	e.adminMu.Lock()
 	defer e.adminMu.Unlock()
@@ -139,6 +140,14 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixDedupExpiry, prefixSeq, prefixSessionMark} {
 		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
 	}
+	now := e.now()
+	if block {
+		// The name's NameReuseDelay outlives a restart (gone.go).
+		if err := e.sweepGoneLocked(now, &b); err != nil {
+			return err
+		}
+		b.Set(goneKey(name), encodeGone(now))
+	}
 	p, err := e.write(&b, true)
 	if err == nil {
 		err = e.wait(p)
@@ -149,7 +158,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	e.mu.Lock()
 	delete(e.queues, name)
 	if block {
-		e.deleted[name] = e.now()
+		e.deleted[name] = now
 	}
 	e.mu.Unlock()
 	q.mu.Lock()

@@ -23,6 +23,9 @@ func (e *Engine) recover() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("engine: recover: %w", err)
 	}
+	if err := e.recoverGone(); err != nil {
+		return 0, fmt.Errorf("engine: recover: %w", err)
+	}
 	byID := make(map[uint32]*queue)
 	err = e.st.Scan([]byte{prefixQueue}, func(k, v []byte) error {
 		r, err := decodeQueue(v)
