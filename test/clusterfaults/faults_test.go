@@ -308,8 +308,15 @@ func TestClusterFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rd, err := newRedriveLoad(ctx, c, w.Run, shards) // with shards: every message dead-lettered and redriven across two
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.Start(ctx, rng)
 	a.Start(ctx, rng)
+	if rd != nil {
+		rd.Start(ctx, rng)
+	}
 	for _, r := range remote {
 		r.Start(ctx, rng)
 	}
@@ -378,7 +385,11 @@ func TestClusterFaults(t *testing.T) {
 		r.StopPublishers()
 	}
 	stopSpreadProducers(w, extra)
-	if w.drain(t, ctx, drainLimit, spreadDrained(extra, amqpDrained(a, remote)), spreadHeld(extra, amqpHeld(a, remote))) {
+	if rd != nil {
+		rd.StopProducers()
+	}
+	held := w.drain(t, ctx, drainLimit, redriveDrained(rd, spreadDrained(extra, amqpDrained(a, remote))), redriveHeld(rd, spreadHeld(extra, amqpHeld(a, remote))))
+	if held {
 		a.Ck.DrainIncomplete() // the AMQP queues' part of the same drain
 		for _, r := range remote {
 			r.Ck.DrainIncomplete()
@@ -387,6 +398,10 @@ func TestClusterFaults(t *testing.T) {
 	a.StopConsumers()
 	for _, r := range remote {
 		r.StopConsumers()
+	}
+	if rd != nil {
+		rd.StopConsumers()
+		rd.finish(t, ctx, held)
 	}
 	finishSpread(t, ctx, extra)
 	finishRemote(t, remote)
