@@ -59,21 +59,14 @@ func (e *Engine) recoverGone() error {
 // NameReuseDelay (and unreadable ones), and forgets those deletes in
 // e.deleted, at most once every goneSweepEvery (e.adminMu held).
 func (e *Engine) sweepGoneLocked(now int64, b *store.Batch) error {
-	if now-e.goneSwept < int64(goneSweepEvery) {
-		return nil
-	}
-	e.goneSwept = now
-	e.mu.Lock()
-	for name, at := range e.deleted {
-		if now-at >= int64(NameReuseDelay) {
-			delete(e.deleted, name)
+	if now-e.goneSwept >= int64(goneSweepEvery) {
+		e.mu.Lock()
+		for name, at := range e.deleted {
+			if now-at >= int64(NameReuseDelay) {
+				delete(e.deleted, name)
+			}
 		}
+		e.mu.Unlock()
 	}
-	e.mu.Unlock()
-	return e.st.ScanRange([]byte{prefixGone}, []byte{prefixGone + 1}, func(k, v []byte) error {
-		if at, err := decodeGone(v); err != nil || now-at >= int64(NameReuseDelay) {
-			b.Delete(append([]byte(nil), k...))
-		}
-		return nil
-	})
+	return e.sweepAgedLocked(prefixGone, &e.goneSwept, goneSweepEvery, NameReuseDelay, now, b, decodeGone)
 }

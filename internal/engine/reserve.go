@@ -185,12 +185,23 @@ func (e *Engine) reservedLocked(name string, now int64) (int, bool, error) {
 // sweepReservationsLocked deletes, into b, the reservations older than
 // reserveKeep, at most once every reserveSweepEvery (e.adminMu held).
 func (e *Engine) sweepReservationsLocked(now int64, b *store.Batch) error {
-	if now-e.reserveSwept < int64(reserveSweepEvery) {
+	return e.sweepAgedLocked(prefixReserve, &e.reserveSwept, reserveSweepEvery, reserveKeep, now, b, func(v []byte) (int64, error) {
+		_, at, err := decodeReservation(v)
+		return at, err
+	})
+}
+
+// sweepAgedLocked deletes, into b, the records under prefix whose time
+// (read by at) is keep or more before now, and those at cannot read, at
+// most once every `every` (*swept: when it last did; e.adminMu held).
+// Name reservations and deleted names' records are swept so.
+func (e *Engine) sweepAgedLocked(prefix byte, swept *int64, every, keep time.Duration, now int64, b *store.Batch, at func([]byte) (int64, error)) error {
+	if now-*swept < int64(every) {
 		return nil
 	}
-	e.reserveSwept = now
-	return e.st.ScanRange([]byte{prefixReserve}, []byte{prefixReserve + 1}, func(k, v []byte) error {
-		if _, at, err := decodeReservation(v); err != nil || now-at >= int64(reserveKeep) {
+	*swept = now
+	return e.st.ScanRange([]byte{prefix}, []byte{prefix + 1}, func(k, v []byte) error {
+		if t, err := at(v); err != nil || now-t >= int64(keep) {
 			b.Delete(append([]byte(nil), k...))
 		}
 		return nil
