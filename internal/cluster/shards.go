@@ -461,14 +461,22 @@ func (n *Node) shardOf(w http.ResponseWriter, r *http.Request) (k int, out *http
 	if !rt.Create {
 		return n.placeQueue(r.Context(), rt), r, release, true
 	}
-	k, err = n.placeCreate(r.Context(), rt)
+	k, r, ok = n.routeCreate(w, r, rt)
+	return k, r, release, ok
+}
+
+// routeCreate places a create (placeCreate) and returns its shard and the
+// request to forward, which carries them for awaitCreated. ok is false
+// when it answered the request itself: 503, retryable, when the name
+// could not be reserved.
+func (n *Node) routeCreate(w http.ResponseWriter, r *http.Request, rt server.SQSRoute) (int, *http.Request, bool) {
+	k, err := n.placeCreate(r.Context(), rt)
 	if err != nil {
 		n.log.Warn("a create is refused for now", "queue", rt.Queue, "err", err)
 		unavailable(w, r, "the new queue's name cannot be reserved on the shard it hashes to now (no serving leader there); retry")
-		return 0, r, release, false
+		return 0, r, false
 	}
-	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
-	return k, r, release, true
+	return k, r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue})), true
 }
 
 // bufferBody reads r's body (at most limit bytes, under the node's shared
@@ -518,14 +526,8 @@ func (n *Node) placeAdminCreate(w http.ResponseWriter, r *http.Request) (int, *h
 		return 0, r, release, true
 	}
 	rt := server.SQSRoute{Queue: form.Name, Create: true, DeadLetterTarget: form.DeadLetterQueue}
-	k, err := n.placeCreate(r.Context(), rt)
-	if err != nil {
-		n.log.Warn("a create is refused for now", "queue", rt.Queue, "err", err)
-		unavailable(w, r, "the new queue's name cannot be reserved on the shard it hashes to now (no serving leader there); retry")
-		return 0, r, release, false
-	}
-	r = r.WithContext(context.WithValue(r.Context(), createdKey{}, created{shard: k, queue: rt.Queue}))
-	return k, r, release, true
+	k, r, ok := n.routeCreate(w, r, rt)
+	return k, r, release, ok
 }
 
 // unavailableOrTooLarge answers a request whose body shardOf could not
