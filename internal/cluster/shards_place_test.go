@@ -482,3 +482,37 @@ func TestShardsCreateWaitsForItsNamesShard(t *testing.T) {
 		t.Fatalf("%s is on shards %v, want [%d] (its dead-letter queue's)", name, at, k)
 	}
 }
+
+// TestShardsDeletedNameWaitsAfterALeaderChange: through an SQS client, a
+// queue deleted just before its shard's leader stops still cannot be made
+// again through the new leader (QueueDeletedRecently): the delete's 60 s
+// wait is in the shard's replicated log (a gone record), which the next
+// leader's engine reads as it opens, not only in the old leader's memory.
+// The name hashes to its own shard, so no other shard holds it.
+func TestShardsDeletedNameWaitsAfterALeaderChange(t *testing.T) {
+	nodes, stop := shardedNodes(t)
+	const k = 1
+	name, url := queueOnShard(t, nodes, "phoenix", k)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := shardClient(nodes[0]).DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: url}); err != nil {
+		t.Fatal(err)
+	}
+	_, old, ok := nodes[0].target(k)
+	if !ok {
+		t.Fatalf("no leader of shard %d", k)
+	}
+	if err := stop(int(old - 1)); err != nil {
+		t.Fatal(err)
+	}
+	survivor := nodes[old%3] // another node
+	poll.CheckFor(t, 30*time.Second, poll.True(fmt.Sprintf("a new leader of shard %d serves", k), func() bool {
+		_, leader, ok := survivor.target(k)
+		return ok && leader != old
+	}))
+	_, err := shardClient(survivor).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	var recently *types.QueueDeletedRecently
+	if !errors.As(err, &recently) {
+		t.Fatalf("create through node %d after shard %d's leader (node %d) stopped: %v, want QueueDeletedRecently", survivor.opts.Cluster.NodeID, k, old, err)
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -268,5 +269,30 @@ func TestDashboardServedAndRootRedirects(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "ListQueuesResponse") {
 		t.Fatalf("Query GET on /: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestDeletedNameWaitsAfterARestart: through an SQS client, a queue
+// deleted just before the server restarts still cannot be made again
+// (QueueDeletedRecently): the delete's 60 s wait is in its own write (a
+// gone record), not only in the engine's memory.
+func TestDeletedNameWaitsAfterARestart(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := start(t, dir)
+	ctx := context.Background()
+	q, err := client(s.SQSAddr()).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("phoenix")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client(s.SQSAddr()).DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	s, stop = start(t, dir)
+	defer stop()
+	_, err = client(s.SQSAddr()).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("phoenix")})
+	var recently *types.QueueDeletedRecently
+	if !errors.As(err, &recently) {
+		t.Fatalf("create right after the delete and a restart: %v, want QueueDeletedRecently", err)
 	}
 }
