@@ -37,8 +37,7 @@ import (
 // send carried is unexpected. Duplicates are allowed (at-least-once), and a body may go
 // round more than once (a lost delete, a lease a failover forgot).
 type redriveLoad struct {
-	w      *workload // for pick, note, queuesEmpty and the error summary (Main: source, DLQ: DLQ)
-	dlqARN string
+	w *workload // for pick, note, queuesEmpty, the error summary and the DLQ's ARN (Main: source, DLQ: DLQ)
 
 	mu       sync.Mutex
 	sent     map[string]bool     // body → acknowledged (false: attempted only)
@@ -71,29 +70,11 @@ func newRedriveLoad(ctx context.Context, c *testCluster, run string, shards int)
 			break
 		}
 	}
-	_, client := c.nodes[0].current()
-	if _, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.DLQ)}); err != nil {
-		return nil, fmt.Errorf("create %s: %w", w.DLQ, err)
-	}
-	src, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(w.Main)})
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", w.Main, err)
-	}
-	dlqURL, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(w.DLQ)})
-	if err != nil {
+	w.PolicyLater, w.MaxReceives = true, 1
+	if err := w.createQueues(ctx); err != nil {
 		return nil, err
 	}
-	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlqURL.QueueUrl,
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		return nil, err
-	}
-	arn := attrs.Attributes[string(types.QueueAttributeNameQueueArn)]
-	if _, err := client.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"1"}`, arn)}}); err != nil {
-		return nil, fmt.Errorf("set the RedrivePolicy of %s: %w", w.Main, err)
-	}
-	return &redriveLoad{w: w, dlqARN: arn, sent: map[string]bool{}, seen: map[string]bool{}, deleted: map[string]bool{}, tried: map[string]bool{}, trace: map[string][]string{}}, nil
+	return &redriveLoad{w: w, sent: map[string]bool{}, seen: map[string]bool{}, deleted: map[string]bool{}, tried: map[string]bool{}, trace: map[string][]string{}}, nil
 }
 
 // Start starts one producer, two consumers and the redriver.
@@ -213,7 +194,7 @@ func (r *redriveLoad) redrive(ctx context.Context, rng *rand.Rand) {
 		if err != nil {
 			return
 		}
-		out, err := client.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(r.dlqARN)})
+		out, err := client.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(r.w.DLQARN)})
 		if err != nil {
 			r.w.note("start move task", err)
 			continue
@@ -261,7 +242,7 @@ func (r *redriveLoad) finish(t *testing.T, ctx context.Context, held bool) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	moved := int64(0)
 	if _, client, _, err := r.w.pick(ctx, rng, r.w.DLQ); err == nil {
-		if out, err := client.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(r.dlqARN), MaxResults: aws.Int32(10)}); err == nil {
+		if out, err := client.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(r.w.DLQARN), MaxResults: aws.Int32(10)}); err == nil {
 			for _, e := range out.Results {
 				moved += e.ApproximateNumberOfMessagesMoved
 			}
@@ -315,7 +296,7 @@ func (r *redriveLoad) diagnose(t *testing.T, ctx context.Context) {
 	r.mu.Unlock()
 	rng := rand.New(rand.NewPCG(5, 6))
 	if _, client, _, err := r.w.pick(ctx, rng, r.w.DLQ); err == nil {
-		out, err := client.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(r.dlqARN), MaxResults: aws.Int32(10)})
+		out, err := client.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(r.w.DLQARN), MaxResults: aws.Int32(10)})
 		if err == nil {
 			for _, e := range out.Results {
 				t.Logf("redrive: task %s moved %d of %d, %s", aws.ToString(e.Status), e.ApproximateNumberOfMessagesMoved,

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -81,6 +82,11 @@ type Workload[N any] struct {
 	// by its own name (a source created with the policy is placed with
 	// its DLQ) and the dead letters cross shards.
 	PolicyLater bool
+	// MaxReceives is the RedrivePolicy's maxReceiveCount CreateQueues
+	// sets (0: MaxReceiveCount, which the Checker assumes).
+	MaxReceives int
+	// DLQARN is the DLQ's QueueArn, set by CreateQueues.
+	DLQARN string
 
 	Sends atomic.Int64 // acknowledged sends
 	Ops   atomic.Int64 // requests made
@@ -108,7 +114,8 @@ func (w *Workload[N]) CreateQueues(ctx context.Context, client *sqs.Client) erro
 	if err != nil {
 		return err
 	}
-	policy, err := json.Marshal(map[string]any{"deadLetterTargetArn": ga.Attributes["QueueArn"], "maxReceiveCount": MaxReceiveCount})
+	w.DLQARN = ga.Attributes["QueueArn"]
+	policy, err := json.Marshal(map[string]any{"deadLetterTargetArn": w.DLQARN, "maxReceiveCount": cmp.Or(w.MaxReceives, MaxReceiveCount)})
 	if err != nil {
 		return err
 	}
