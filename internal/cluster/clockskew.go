@@ -88,6 +88,7 @@ func (n *Node) noteClock(leader uint64, sent, got time.Time, header string) {
 	n.clock = c
 	if c.uncertainty <= offsetMaxUncertainty {
 		n.clockGood = c
+		n.steerShardClocksLocked(startAdjustment(c, 0))
 	}
 	n.mu.Unlock()
 }

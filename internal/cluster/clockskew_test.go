@@ -78,7 +78,7 @@ func TestClockOffsetMeasured(t *testing.T) {
 
 // TestFailoverKeepsTheClusterClock: a node whose clock is 20 s ahead takes
 // over from a leader with a correct clock. It leads on the old leader's
-// clock (slewing to its own at 1 %), so a message received with a 10 s
+// clock (then steered to the voters' median), so a message received with a 10 s
 // visibility timeout just before the failover stays hidden — on its own
 // clock the lease would have ended 10 s ago and the message would be
 // redelivered at once — and a message sent after the failover carries a
@@ -205,7 +205,7 @@ func TestStampClockOnlyWhileLeading(t *testing.T) {
 		t.Fatalf("a node without a timeline stamped %s", h)
 	}
 	base := clock.NewFake(time.Unix(1_800_000_000, 0))
-	n.timeline = newTimeline(base, -20*time.Second)
+	n.timeline = newTimeline(base, -20*time.Second, 0)
 	rec = httptest.NewRecorder()
 	n.stampClock(rec)
 	got, err := strconv.ParseInt(rec.Header().Get(clockHeader), 10, 64)

@@ -99,7 +99,7 @@ func (n *Node) lead(ctx context.Context, k int, term uint64) {
 		}
 		o := n.internalOptions(k, viewTerm)
 		o.InjectedStore = st
-		tl := n.leadershipClock(ctx)
+		tl := n.leadershipClock(ctx, k)
 		srv, err := server.New(o, log.With("component", "server"), tl)
 		if err != nil {
 			log.Error("cannot start the leader's server", "err", err)
@@ -123,6 +123,9 @@ func (n *Node) lead(ctx context.Context, k int, term uint64) {
 			n.mu.Unlock()
 			n.applyDiskVerdict()
 		} else {
+			n.mu.Lock()
+			n.shardClocks[k] = tl
+			n.mu.Unlock()
 			n.applyShardDiskAlarm(srv)
 		}
 		n.serveLocal(ctx, k, srv, viewTerm, log)
@@ -225,6 +228,7 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, term u
 	}
 	n.mu.Lock()
 	n.serving[k] = nil
+	n.shardClocks[k] = nil
 	if k == 0 {
 		n.localMetrics = nil
 		n.localServer = nil

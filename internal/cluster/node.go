@@ -190,6 +190,10 @@ type Node struct {
 	// leads (timeline.go).
 	clockGood clockOffset
 	timeline  *timeline
+	// shardClocks are, by shard above 0, the clocks of the shards this
+	// node leads (nil where it does not), steered to the cluster's clock
+	// (timeline.go).
+	shardClocks []*timeline
 	// clockWarned: the clock warning is standing (logged once per
 	// episode, clockskew.go).
 	clockWarned bool
@@ -209,7 +213,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: opts.Clock}
 	if n.clk == nil {
 		n.clk = clock.Real{}
 	}

@@ -22,8 +22,9 @@ import (
 // −offset, where offset is its clock minus the old leader's as it measured
 // it at its status reports (clockskew.go). The adjustment then slews, at
 // slewRate (the engine's clock runs at 99 % or 101 % of real time while it
-// moves), toward a target: this node's own clock until its followers
-// report, then the median of the voters' clocks (retargetClockLocked), so
+// moves), toward a target: none (it holds the clock it started on) until
+// its followers report, then the median of the voters' clocks
+// (retargetClockLocked), so
 // a deadline set before the failover moves by at most 1 % of the time it
 // still had to run, never by Δ at once, and the cluster's time follows the
 // majority's clocks: one skewed node, leader or not, does not move it.
@@ -69,7 +70,7 @@ func startAdjustment(c clockOffset, age time.Duration) time.Duration {
 
 // timeline is a leadership's engine clock: base plus an adjustment that
 // slews toward a target at slewRate. It starts at startAdjustment's value
-// with target 0 (this node's own clock); the leader retargets it to the
+// and holds it (target = start); the leader retargets it to the
 // median of the voters' clocks as their reports arrive (medianTarget), so
 // the cluster's time follows the majority's clocks, not whichever node
 // leads. Readers are lock-free: the current segment is swapped whole.
@@ -96,10 +97,10 @@ func (s *segment) at(now time.Time) time.Duration {
 }
 
 // newTimeline starts a leadership's clock on base, adjusted by adj0 and
-// slewing toward 0.
-func newTimeline(base clock.Clock, adj0 time.Duration) *timeline {
+// slewing toward target.
+func newTimeline(base clock.Clock, adj0, target time.Duration) *timeline {
 	t := &timeline{base: base}
-	t.seg.Store(&segment{from: base.Now(), adj: adj0})
+	t.seg.Store(&segment{from: base.Now(), adj: adj0, target: target})
 	return t
 }
 
@@ -169,18 +170,36 @@ func (r *timelineTimer) ResetAt(at time.Time) bool {
 	return r.Timer.ResetAt(at.Add(-r.tl.Adjustment()))
 }
 
-// leadershipClock returns the clock for a leadership this node starts now:
-// the timeline of the last leader it measured against, when it has a good
-// recent measurement of another node's; else the one its voters' answers
-// give (clockprobe.go), waiting at most probeWait for them; else its own
-// clock.
-func (n *Node) leadershipClock(ctx context.Context) *timeline {
+// leadershipClock returns the clock for a leadership of shard k this node
+// starts now. Shard 0's is the cluster's clock: the timeline of the last
+// leader it measured against, when it has a good recent measurement of
+// another node's; else the one its voters' answers give (clockprobe.go),
+// waiting at most probeWait for them; else its own clock. Every other
+// shard runs on the cluster's clock too, never on a clock of its own: on
+// shard 0's timeline's adjustment when this node leads shard 0, else
+// started as shard 0's is, and either way steered after that (as the
+// cluster's clock is measured or moves) by steerShardClocksLocked. A
+// leader of shard k thus hands its successor the clock the successor
+// starts on, whichever node that is.
+//
+// Until 2026-12-01 a shard above 0 started on its measurement of shard
+// 0's clock and then slewed toward its leader's own wall clock: a leader
+// whose clock was behind the cluster's drifted 1 % of its term behind it,
+// and its successor, starting on the cluster's clock, ended that much of
+// every inherited lease early (docs/reliability.md).
+func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 	n.mu.Lock()
-	c := n.clockGood
+	c, cluster := n.clockGood, n.timeline
 	n.mu.Unlock()
+	if k > 0 && cluster != nil {
+		return newTimeline(clock.NewSteady(n.clk), cluster.Adjustment(), cluster.seg.Load().target)
+	}
 	now := n.clk.Now()
 	var adj time.Duration
 	from := "the previous leader's clock, as this node measured it"
+	if k > 0 {
+		from = "the cluster's clock, as this node measured it"
+	}
 	if age := now.Sub(c.at); c.measured && c.leader != n.opts.Cluster.NodeID && age >= 0 && age <= offsetMaxAge {
 		adj = startAdjustment(c, age)
 	} else if a, f, ok := n.probeClock(ctx); ok {
@@ -196,10 +215,32 @@ func (n *Node) leadershipClock(ctx context.Context) *timeline {
 		n.log.Info("leading on a clock a little off this node's, steering toward the median of the voters' clocks at 1 %",
 			"clock", from, "adjustment", adj.Round(time.Millisecond))
 	}
+	// The clock holds where it starts until steered: shard 0's by the
+	// voters' reports (retargetClockLocked), any other shard's by the next
+	// measurement of the cluster's clock (steerShardClocksLocked). Until
+	// 2026-12-01 shard 0 slewed toward this node's own wall clock until
+	// the reports came, and when they did not (round trips over
+	// offsetMaxUncertainty on a loaded machine), a leader with a skewed
+	// clock drifted 1 % of its term toward it.
+	target := adj
 	// On a Steady base: a step of this node's wall clock while it leads
 	// (an NTP step, a VM resumed) does not move the engine's clock; the
 	// voters' median goes on steering it at 1 %.
-	return newTimeline(clock.NewSteady(n.clk), adj)
+	return newTimeline(clock.NewSteady(n.clk), adj, target)
+}
+
+// steerShardClocksLocked, with n.mu held, steers the clock of every shard
+// above 0 that this node leads toward adj, the cluster's clock as this
+// node knows it now (its wall clock plus adj): measured at a status report
+// (noteClock) or, while this node leads shard 0, that shard's timeline
+// (retargetClockLocked). The shards' clocks follow the cluster's at the
+// same 1 %, a measurement (a second) behind.
+func (n *Node) steerShardClocksLocked(adj time.Duration) {
+	for k, tl := range n.shardClocks {
+		if k > 0 && tl != nil {
+			tl.retarget(adj)
+		}
+	}
 }
 
 // reportFresh: a follower's report older than this does not steer the
@@ -235,9 +276,11 @@ func (n *Node) retargetClockLocked(st raftstore.Status, now time.Time) {
 	}
 	target, ok := medianTarget(diffs, voters, cur)
 	if !ok {
+		n.steerShardClocksLocked(cur)
 		return
 	}
 	tl.retarget(target)
+	n.steerShardClocksLocked(tl.Adjustment())
 	// The leader's own clock is −target off the cluster's: it warns as a
 	// follower would.
 	n.clockWarningLocked(-target, 0,

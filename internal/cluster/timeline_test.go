@@ -14,7 +14,7 @@ func TestTimelineSlews(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
 	for _, adj0 := range []time.Duration{-3 * time.Second, 3 * time.Second, 0} {
 		base := clock.NewFake(start)
-		tl := newTimeline(base, adj0)
+		tl := newTimeline(base, adj0, 0)
 		if got := tl.Now().Sub(start); got != adj0 {
 			t.Fatalf("adj0 %v: starts at %v, want %v", adj0, got, adj0)
 		}
@@ -41,7 +41,7 @@ func TestTimelineSlews(t *testing.T) {
 	// A timer for an instant on the adjusted clock fires when the base
 	// reaches that instant minus the adjustment.
 	base := clock.NewFake(start)
-	tl := newTimeline(base, -10*time.Second) // the engine runs 10 s behind the base
+	tl := newTimeline(base, -10*time.Second, 0) // the engine runs 10 s behind the base
 	at := tl.Now().Add(5 * time.Second)
 	tm := tl.NewTimerAt(at)
 	base.Advance(4900 * time.Millisecond)
@@ -118,9 +118,9 @@ func TestMedianTarget(t *testing.T) {
 func TestTimelineRetarget(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
 	base := clock.NewFake(start)
-	tl := newTimeline(base, -2*time.Second) // toward 0
-	base.Advance(100 * time.Second)         // -1 s now
-	tl.retarget(-5 * time.Second)           // the voters are 5 s behind this node
+	tl := newTimeline(base, -2*time.Second, 0) // toward 0
+	base.Advance(100 * time.Second)            // -1 s now
+	tl.retarget(-5 * time.Second)              // the voters are 5 s behind this node
 	if got := tl.Adjustment(); got != -time.Second {
 		t.Fatalf("after the retarget: %v, want -1s (no jump)", got)
 	}

@@ -764,6 +764,7 @@ func leadershipEvents(dir string, n int) string {
 		"msg=leading", "no longer leading", "serving as leader", "raftstore: lost leadership",
 		"raftstore: became leader", "raftstore: leader ready", "leadership lost: refusing further changes",
 		"storage failed", "engine failed", "server stopped with an error", "sluice cluster node",
+		"leading on a clock", "leading on this node's own clock",
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {

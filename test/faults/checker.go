@@ -642,8 +642,10 @@ func (c *Checker) judge(m *message, dels []*delivery, r *Report) {
 		// after every term's; its receive count, kept in memory, can
 		// be above that of a later receive after a failover).
 		if d.End.Before(end.Add(-c.Slack)) && !d.End.Before(prev.Begin) {
-			r.Early = append(r.Early, fmt.Sprintf("%s: receive %d returned %v before receive %d's lease (%v) could end",
-				m.ID, d.Count, end.Sub(d.End).Round(time.Millisecond), prev.Count, prev.Visibility))
+			r.Early = append(r.Early, fmt.Sprintf("%s: receive %d returned %v before receive %d's lease (%v) could end (receive %d: %s–%s, epoch %d, %s; receive %d: %s–%s, epoch %d, %s)",
+				m.ID, d.Count, end.Sub(d.End).Round(time.Millisecond), prev.Count, prev.Visibility,
+				prev.Count, prev.Begin.Format("15:04:05.000"), prev.End.Format("15:04:05.000"), prev.Epoch, prev.Via,
+				d.Count, d.Begin.Format("15:04:05.000"), d.End.Format("15:04:05.000"), d.Epoch, d.Via))
 		}
 	}
 	if m.Poison && m.acked && c.MaxReceiveCount > 0 && !inDLQ {
