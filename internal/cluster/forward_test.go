@@ -303,9 +303,9 @@ func TestTermHeader(t *testing.T) {
 			}
 			_, _ = io.Copy(io.Discard, resp.Body) // only the headers matter
 			_ = resp.Body.Close()
-			if got, node := resp.Header.Get(HeaderTerm), resp.Header.Get(HeaderNode); got != wantTerm || node != wantNode {
-				t.Errorf("%s %s %s through the %s: status %d, %s %q, %s %q; want %s, %s",
-					req.method, req.path, req.target, role, resp.StatusCode, HeaderTerm, got, HeaderNode, node, wantTerm, wantNode)
+			if got, node, eng := resp.Header.Get(HeaderTerm), resp.Header.Get(HeaderNode), resp.Header.Get(HeaderEngine); got != wantTerm || node != wantNode || eng != "1" {
+				t.Errorf("%s %s %s through the %s: status %d, %s %q, %s %q, %s %q; want %s, %s, 1",
+					req.method, req.path, req.target, role, resp.StatusCode, HeaderTerm, got, HeaderNode, node, HeaderEngine, eng, wantTerm, wantNode)
 			}
 		}
 		for _, path := range []string{"/sluice/v1/cluster", "/health", "/ready"} {

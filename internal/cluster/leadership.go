@@ -73,6 +73,7 @@ func (n *Node) lead(ctx context.Context, k int, term uint64) {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	failures := 0 // server starts failed in a row
+	engines := 0  // engines opened in this term (HeaderEngine)
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,7 +98,8 @@ func (n *Node) lead(ctx context.Context, k int, term uint64) {
 			_ = st.Close() // a follower's view, never used
 			continue
 		}
-		o := n.internalOptions(k, viewTerm)
+		engines++
+		o := n.internalOptions(k, viewTerm, engines)
 		o.InjectedStore = st
 		tl := n.leadershipClock(ctx, k)
 		srv, err := server.New(o, log.With("component", "server"), tl)

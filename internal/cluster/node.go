@@ -522,10 +522,18 @@ const (
 	// HeaderShard names the shard whose leader served the response (its
 	// term is that shard's), with [cluster] shards above 1.
 	HeaderShard = "X-Sluice-Shard"
+	// HeaderEngine numbers the engine of the leadership that served the
+	// response: 1 for the engine a term opens first, then 2, 3 … for each
+	// fresh engine that replaces a failed one within the same term (lead).
+	// A lease written without a sync (a receive's) that the failed engine
+	// answered and Raft then dropped is unknown to the next one, so the
+	// pair (term, engine), not the term alone, is an incarnation in which
+	// no lease is forgotten.
+	HeaderEngine = "X-Sluice-Engine"
 )
 
 // internalOptions are the leader's server settings for the leadership of
-// shard k in term: this node's, with listeners on the configured internal
+// shard k in term, for the engine-th engine it opens (HeaderEngine): this node's, with listeners on the configured internal
 // addresses, by default port 0 of the Raft address's host (peers reach
 // them there or at the advertised addresses, serveLocal). The caller sets
 // InjectedStore to the replicated store bound to that leadership. With
@@ -535,7 +543,7 @@ const (
 // AMQP, reaching the other shards' SQS queues through their leaders
 // (ShardCall, internal/server remote.go); the others serve no AMQP of
 // their own.
-func (n *Node) internalOptions(k int, term uint64) server.Options {
+func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 	o := n.opts
 	if k == 0 {
 		o.InternalHandler = n.internalHandler()
@@ -615,7 +623,8 @@ func (n *Node) internalOptions(k int, term uint64) server.Options {
 			n.authFailed(kind, remote, err)
 		})
 	}
-	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)}}
+	o.ResponseHeaders = http.Header{HeaderTerm: {strconv.FormatUint(term, 10)}, HeaderNode: {strconv.FormatUint(o.Cluster.NodeID, 10)},
+		HeaderEngine: {strconv.Itoa(engine)}}
 	if n.shards.Len() > 1 {
 		o.ResponseHeaders.Set(HeaderShard, strconv.Itoa(k))
 	}

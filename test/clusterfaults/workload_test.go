@@ -92,7 +92,11 @@ func servedBy(meta middleware.Metadata) (shard, term, node uint64, ok bool) {
 	return shard, term, node, true
 }
 
-// termOf is the epoch of a delivery received in the response of meta.
+// termOf is the epoch of a delivery received in the response of meta:
+// the incarnation that served it, its term and the number of its engine
+// within the term (X-Sluice-Engine: a leader whose engine failed serves on
+// with a fresh one, which may not know a lease the failed one answered),
+// as term×engineEpochs + engine, so epochs sort as the incarnations ran.
 func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
 	shard, term, node, ok := servedBy(meta)
 	if !ok {
@@ -101,7 +105,25 @@ func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
 	if w.served != nil {
 		w.served(shard, term, node)
 	}
-	return int(term), true
+	return int(term)*engineEpochs + engineOf(meta), true
+}
+
+// engineEpochs bounds the engines counted within one term (a leader opens
+// at most one a second); an answer of a later one shares the last epoch.
+const engineEpochs = 1 << 10
+
+// engineOf is the X-Sluice-Engine of the response of meta, 1 when it has
+// none (a node of an older build), at most engineEpochs-1.
+func engineOf(meta middleware.Metadata) int {
+	resp, _ := awsmiddleware.GetRawResponse(meta).(*smithyhttp.Response)
+	if resp == nil {
+		return 1
+	}
+	e, err := strconv.Atoi(resp.Header.Get("X-Sluice-Engine"))
+	if err != nil || e < 1 {
+		return 1
+	}
+	return min(e, engineEpochs-1)
 }
 
 // dlqEpochs sets the epochs of a workload's DLQ deliveries above every
@@ -114,7 +136,7 @@ func (w *workload) termOf(meta middleware.Metadata) (int, bool) {
 // resurrection within each queue, but cannot see a source delivery after
 // a DLQ delivery (a message in both queues would show as a second
 // dead-lettering instead).
-const dlqEpochs = 1 << 20
+const dlqEpochs = 1 << 36
 
 // epochOf is the Checker's epoch of an answer served in term by t.
 func (w *workload) epochOf(t faults.Target[*member], term int) int {
