@@ -245,6 +245,9 @@ type Node struct {
 	// each member active (Status.Heard); run's only.
 	heard     map[uint64]time.Time
 	heardTerm uint64
+	// answered is when a Raft message of each other member last arrived
+	// (Status.Answered); run's only.
+	answered  map[uint64]time.Time
 	leadSince time.Time // when this node's leadership of heardTerm began
 	// leaseRounds are the lease rounds awaiting a majority, oldest first,
 	// and leaseSeq the last round's number; run's only (lease.go).
@@ -634,6 +637,10 @@ func (n *Node) step(m *pb.Message) {
 	if n.removedPeer(m.GetFrom()) {
 		return // a removed node that has not learnt it yet
 	}
+	if n.answered == nil {
+		n.answered = map[uint64]time.Time{}
+	}
+	n.answered[m.GetFrom()] = time.Now()
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}

@@ -373,3 +373,24 @@ func TestShardsConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEligibleNeedsARecentAnswer: a leadership goes only to a voter that
+// answered shard 0's leader within half an election timeout, not to one
+// merely heard from within a timeout (Heard is refreshed once a timeout,
+// so a node killed a moment ago is still "heard"), nor to a learner.
+func TestEligibleNeedsARecentAnswer(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	const election = time.Second
+	members := []Member{{ID: 1, Membership: Voter}, {ID: 2, Membership: Voter}, {ID: 3, Membership: Voter}, {ID: 4, Membership: Learner}}
+	st := Status{ID: 1,
+		Heard:    map[uint64]time.Time{2: now.Add(-100 * time.Millisecond), 3: now.Add(-100 * time.Millisecond), 4: now},
+		Answered: map[uint64]time.Time{2: now.Add(-50 * time.Millisecond), 3: now.Add(-700 * time.Millisecond), 4: now},
+	}
+	if got := eligibleAt(members, st, now, election); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("eligible = %v, want [1 2] (3 silent for 700ms, 4 a learner)", got)
+	}
+	delete(st.Answered, 2)
+	if got := eligibleAt(members, st, now, election); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("eligible = %v, want [1] (2 never answered)", got)
+	}
+}

@@ -23,6 +23,11 @@ type Status struct {
 	// election timeout); missing for a member not heard from since the
 	// leadership began.
 	Heard map[uint64]time.Time
+	// Answered (leader only) is, for each other member, when a Raft
+	// message of its last arrived: a live voter answers the leader's
+	// heartbeat every tick, so unlike Heard (refreshed once an election
+	// timeout) it tells within a few ticks that a member went silent.
+	Answered map[uint64]time.Time
 	// InSync (leader only) lists the members the leader replicates to
 	// normally (not probing, no snapshot under way), heard from within an
 	// election timeout, whose log holds every entry up to the commit index
@@ -72,6 +77,7 @@ func (n *Node) updateStatus() {
 			}
 		})
 		st.Heard = maps.Clone(n.heard)
+		st.Answered = maps.Clone(n.answered)
 	case raft.StateCandidate, raft.StatePreCandidate:
 		st.Role = "candidate"
 	default:
