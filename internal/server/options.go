@@ -126,6 +126,11 @@ type Options struct {
 	// (of the default when unset), so the node's total stays within what
 	// is configured. Not settable from a config file.
 	NodeShare int `toml:"-"`
+	// MoverPassTransfers bounds how many transfers (dead letters and
+	// redriven messages bound for another shard) one pass of the mover
+	// reads; 0: 16 rounds of 256 (transfer.go). Tests set a smaller one.
+	// Not settable from a config file.
+	MoverPassTransfers int `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

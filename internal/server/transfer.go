@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -32,6 +33,18 @@ const (
 	moverBackoff = 30 * time.Second
 )
 
+// Pass bounds: one pass of the mover reads at most this many transfers
+// (Options.MoverPassTransfers overrides it) and, past its first round,
+// this many bytes of them, then the next pass goes on where it stopped.
+// An outbox that cannot drain (its targets' shards without a leader, or
+// refusing) is so read a part at a time, at most one pass a moverPoll
+// while nothing moves, not whole every second; a transfer behind a long
+// wait is reached within its length ÷ moverPassTransfers passes.
+const (
+	moverPassTransfers = 16 * moverBatch
+	moverPassBytes     = 4 * moverBytes
+)
+
 // A mover's failure is a refusal when the target's engine answered it: no
 // such queue, full, of the other type, not taking this source, its disk
 // full. Asked again at once it would answer the same, so the target is
@@ -59,6 +72,12 @@ func refused(err error) error {
 type moverState struct {
 	warned map[string]time.Time // target → last warning, one a minute
 	held   map[string]*hold     // refusing targets
+	// cursor is where the next pass reads from (nil: the oldest
+	// transfer); cycle holds the targets read since the passes last
+	// started from the oldest, so that once they reach the newest, held
+	// targets with no transfer left are let go.
+	cursor *engine.TransferID
+	cycle  map[string]bool
 }
 
 // hold is a refusing target's backoff: not called before until; wait is
@@ -68,15 +87,20 @@ type hold struct {
 	wait  time.Duration
 }
 
-// moveTransfers runs the mover until ctx ends. A pass reads every
-// transfer, a round at a time; a target that fails is not called again in
-// that pass (its transfers wait), and one that refuses is held (refusal).
-// A new transfer starts a pass (at most one a moverPoll); otherwise a
-// pass that left transfers waits for the held target due first, or a
-// moverPoll when a target did not answer. A pass that could not read the
-// outbox waits longer each time, up to moverBackoff.
+// moveTransfers runs the mover until ctx ends. A pass reads the
+// transfers from where the last one stopped, a round at a time, up to the
+// pass bounds (moverPassTransfers, moverPassBytes) or the newest, and the
+// pass after one that reached the newest starts again from the oldest. A
+// target that fails is not called again in that pass (its transfers
+// wait), and one that refuses is held (refusal). A new transfer starts a
+// pass (at most one a moverPoll); otherwise a pass that moved something
+// is followed at once, one that stopped at its bounds or saw a target not
+// answer a moverPoll later, and one that reached the newest with only
+// held targets left waits for the held target due first. A pass that
+// could not read the outbox waits longer each time, up to moverBackoff.
 func (s *Server) moveTransfers(ctx context.Context) {
-	st := &moverState{warned: map[string]time.Time{}, held: map[string]*hold{}}
+	st := &moverState{warned: map[string]time.Time{}, held: map[string]*hold{}, cycle: map[string]bool{}}
+	limit := cmp.Or(s.opts.MoverPassTransfers, moverPassTransfers)
 	wait := moverPoll
 	timer := s.clk.NewTimer(wait)
 	defer timer.Stop()
@@ -101,28 +125,45 @@ func (s *Server) moveTransfers(ctx context.Context) {
 		case <-timer.C():
 		}
 		last = s.clk.Now()
-		p := &movePass{failing: map[string]bool{}, seen: map[string]bool{}}
-		var after *engine.TransferID
+		p := &movePass{failing: map[string]bool{}, seen: st.cycle}
+		after, end := st.cursor, false
 		var err error
 		for ctx.Err() == nil && s.eng.TransfersPending() > 0 {
 			var next *engine.TransferID
-			next, err = s.moveRound(ctx, after, p, st)
-			if after = next; err != nil || next == nil {
+			next, err = s.moveRound(ctx, after, min(moverBatch, limit-p.read), p, st)
+			if err != nil {
+				break
+			}
+			if after = next; next == nil {
+				end = true
+				break
+			}
+			if p.read >= limit || p.bytes >= moverPassBytes {
 				break
 			}
 		}
 		now := s.clk.Now()
+		pending := s.eng.TransfersPending()
 		if err == nil {
-			for target := range st.held {
-				if !p.seen[target] {
-					delete(st.held, target) // no transfer waits for it
+			st.cursor = after
+			if end || pending == 0 {
+				for target := range st.held {
+					if !st.cycle[target] {
+						delete(st.held, target) // no transfer waits for it
+					}
 				}
+				st.cursor, st.cycle = nil, map[string]bool{}
 			}
 		}
-		switch pending := s.eng.TransfersPending(); {
+		for target, at := range st.warned {
+			if now.Sub(at) >= time.Minute {
+				delete(st.warned, target) // its next warning may come at once
+			}
+		}
+		switch {
 		case p.moved > 0 && pending > 0:
 			wait = 0 // progress: the next pass at once
-		case p.moved > 0 || pending == 0 || p.unanswered:
+		case p.moved > 0 || pending == 0 || p.unanswered || err == nil && st.cursor != nil:
 			wait = moverPoll
 		case err == nil && len(st.held) > 0:
 			wait = moverBackoff
@@ -138,31 +179,34 @@ func (s *Server) moveTransfers(ctx context.Context) {
 }
 
 // movePass is what one pass of the mover learns: how many transfers it
-// ended, the targets that failed (not called again in the pass), the
-// targets it read transfers for, and whether a target's shard did not
-// answer.
+// read (and their bytes) and ended, the targets that failed (not called
+// again in the pass), the targets it read transfers for (the cycle's:
+// moverState.cycle), and whether a target's shard did not answer.
 type movePass struct {
-	moved      int
-	failing    map[string]bool
-	seen       map[string]bool
-	unanswered bool
+	read, bytes int
+	moved       int
+	failing     map[string]bool
+	seen        map[string]bool
+	unanswered  bool
 }
 
-// moveRound moves one round of transfers: those after after (up to
-// moverBatch, and moverBytes past the first), in calls of at most
-// ShardSendChunk bytes per target, skipping targets failing in this pass
-// or held, and noting in p and st those that fail. It returns where the
-// next round of the pass reads from (nil: the pass is over).
-func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, p *movePass, st *moverState) (*engine.TransferID, error) {
-	ts, err := s.eng.Transfers(after, moverBatch, moverBytes)
+// moveRound moves one round of transfers: those after after (up to batch,
+// and moverBytes past the first), in calls of at most ShardSendChunk
+// bytes per target, skipping targets failing in this pass or held, and
+// noting in p and st those that fail. It returns where the next round
+// reads from (nil: it read the newest).
+func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, batch int, p *movePass, st *moverState) (*engine.TransferID, error) {
+	ts, err := s.eng.Transfers(after, batch, moverBytes)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, engine.ErrNotLeading) {
 			s.log.Warn("cannot read the messages bound for other shards", "err", err)
 		}
 		return nil, err
 	}
+	size := transferBytes(ts)
+	p.read, p.bytes = p.read+len(ts), p.bytes+size
 	var next *engine.TransferID
-	if len(ts) == moverBatch || transferBytes(ts) >= moverBytes {
+	if len(ts) == batch || size >= moverBytes {
 		next = &ts[len(ts)-1].ID
 	}
 	now := s.clk.Now()

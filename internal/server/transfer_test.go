@@ -36,9 +36,16 @@ type moverRig struct {
 var errRefused = fmt.Errorf("%w: dead-letter queue far", engine.ErrQueueFull)
 
 func newMoverRig(t *testing.T) (*moverRig, func()) {
+	return newMoverRigWith(t, func(*Options) {})
+}
+
+// newMoverRigWith is newMoverRig with edit applied to the server's
+// options.
+func newMoverRigWith(t *testing.T, edit func(*Options)) (*moverRig, func()) {
 	r := &moverRig{t: t, clk: clock.NewFake(time.Now()), far: true,
 		imports: map[string][]time.Time{}, answer: map[string]error{"far": errRefused}}
 	o := DefaultOptions()
+	edit(&o)
 	o.DataDir = t.TempDir()
 	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
 	elsewhere := func(name string) bool {
@@ -215,6 +222,37 @@ func TestMoverHoldsOnlyTheRefusingTarget(t *testing.T) {
 	if n := len(r.calls()); n != 4 {
 		t.Fatalf("far was called again (%d calls) while held: %v", n, offsets(r.calls()))
 	}
+}
+
+// TestMoverReadsAPartAPass: while no transfer can move (the target
+// shard has no leader), a pass reads at most Options.MoverPassTransfers of
+// them and the next goes on from there, so the outbox is read a part a
+// second, not whole every second: with 2 a pass, 6 transfers for far and
+// then 1 for far2, far2's is read (and its shard called) about one pass in
+// four, far's every pass that reads one. Once the shard answers, all move.
+func TestMoverReadsAPartAPass(t *testing.T) {
+	r, stop := newMoverRigWith(t, func(o *Options) { o.MoverPassTransfers = 2 })
+	defer stop()
+	r.set(func() { r.down, r.answer["far"] = errors.New("no leader of shard 1 is serving"), nil })
+	for range 6 {
+		r.deadLetter()
+	}
+	r.deadLetterFrom("src2")
+	if n := r.s.eng.TransfersPending(); n != 7 {
+		t.Fatalf("%d transfers pending, want 7", n)
+	}
+	far, far2 := len(r.calls()), len(r.callsFor("far2"))
+	const passes = 24
+	for range passes {
+		r.tick()
+	}
+	far, far2 = len(r.calls())-far, len(r.callsFor("far2"))-far2
+	if far2 < passes/4-2 || far2 > passes/4+2 || far < passes/2 {
+		t.Fatalf("in %d s: %d calls for far, %d for far2; want far2's about one pass in four (%d), far's at least every other pass: a pass read more than 2 transfers",
+			passes, far, far2, passes/4)
+	}
+	r.set(func() { r.down = nil })
+	r.tickUntil("every transfer moved once the shard answers", 10, func() bool { return r.s.eng.TransfersPending() == 0 })
 }
 
 // TestMoverImportsHereATargetMadeHere: a transfer whose target has since
