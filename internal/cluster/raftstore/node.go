@@ -71,6 +71,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
@@ -626,6 +627,32 @@ func (n *Node) run() {
 	}
 }
 
+// canTakeOver reports whether this node may hand its leadership to id
+// at a request that came from the network (the balancer's, forwarded by
+// the follower that made it; MsgTransferLeader names the target as its
+// sender): true unless this node leads and id is not in sync (inSync,
+// with PromoteLagEntries of lag). Raft would otherwise start the transfer
+// at once, send the target what it lacks, and refuse every proposal until
+// the target caught up or an election timeout passed: a member just
+// restarted and catching up, or one killed a moment ago that shard 0's
+// leader still counted, cost the group up to that timeout of failed
+// writes (and its engine, whose unsynced leases went with it). A
+// transfer this node starts itself (TransferLeadership, at a graceful
+// stop) does not come here. Loop only.
+func (n *Node) canTakeOver(id uint64) bool {
+	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+		return true // Raft forwards it to the leader, or drops it
+	}
+	commit := n.rn.BasicStatus().GetCommit()
+	ok := false
+	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pid == id {
+			ok = inSync(&pr, commit, n.cfg.PromoteLagEntries)
+		}
+	})
+	return ok
+}
+
 // step feeds one received message to Raft. Errors (a local message type
 // from the network, a message for another group) are dropped, as Raft
 // tolerates lost messages.
@@ -641,6 +668,10 @@ func (n *Node) step(m *pb.Message) {
 		n.answered = map[uint64]time.Time{}
 	}
 	n.answered[m.GetFrom()] = time.Now()
+	if m.GetType() == pb.MessageType_MsgTransferLeader && !n.canTakeOver(m.GetFrom()) {
+		n.log.Info("raftstore: not handing the leadership to a member that is not in sync; it may be asked again once it is", "to", m.GetFrom())
+		return
+	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}

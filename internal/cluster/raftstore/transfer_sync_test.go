@@ -1,0 +1,54 @@
+package raftstore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// TestNoTransferToAMemberOutOfSync: a request from the network to hand
+// the leadership to a member that is not in sync (here cut off, so
+// behind and silent) is not started: the leader keeps leading and every
+// write goes through, where Raft would have refused proposals until the
+// transfer failed an election timeout later. Once the member is in sync
+// again, the same request moves the leadership.
+func TestNoTransferToAMemberOutOfSync(t *testing.T) {
+	c := newCluster(t, 3)
+	li := c.leader(-1)
+	lag, fwd := (li+1)%3, (li+2)%3
+	c.nodes[lag].BlockTransport(true)
+	s := c.nodes[li].Store()
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if err := writeKV(s, "behind", "yes"); err != nil {
+			return err
+		}
+		if st := c.nodes[li].Status(); st.InSync[uint64(lag+1)] {
+			return fmt.Errorf("node %d still in sync", lag+1)
+		}
+		return nil
+	})
+	c.nodes[fwd].requestTransfer(uint64(lag + 1))
+	deadline := time.Now().Add(3 * testTick * electionTicks) // past the timeout a started transfer would hold
+	for i := 0; time.Now().Before(deadline); i++ {
+		if err := writeKV(c.nodes[li].Store(), fmt.Sprint("k", i), "v"); err != nil {
+			t.Fatalf("write %d after a request to move the leadership to node %d, out of sync: %v", i, lag+1, err)
+		}
+	}
+	if st := c.nodes[li].Status(); st.Role != "leader" {
+		t.Fatalf("node %d no longer leads: %+v", li+1, st)
+	}
+
+	c.nodes[lag].BlockTransport(false)
+	poll.CheckFor(t, 10*time.Second, poll.True("the cut member in sync again", func() bool {
+		return c.nodes[li].Status().InSync[uint64(lag+1)]
+	}))
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if st := c.nodes[lag].Status(); st.Role == "leader" {
+			return nil
+		}
+		c.nodes[fwd].requestTransfer(uint64(lag + 1))
+		return fmt.Errorf("node %d does not lead yet", lag+1)
+	})
+}
