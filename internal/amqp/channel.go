@@ -243,7 +243,7 @@ func (ch *channel) raise(e *amqpError) {
 	ch.c.s.log.Debug("amqp: channel error", "conn", ch.c.name, "channel", ch.id, "code", e.code, "text", e.text)
 	ch.release()
 	// Fails only once the writer has failed, and the connection is closing then.
-	_ = ch.c.send(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	_ = ch.c.send(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: replyText(e.text), ClassID: e.classID, MethodID: e.methodID})
 }
 
 // failAsync raises e from outside the channel goroutine (consumer

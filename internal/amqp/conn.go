@@ -207,7 +207,7 @@ func (c *conn) handshake() bool {
 		if c.capAuth {
 			// Fails only once the writer has failed, and the connection is closing then.
 			_ = c.send(0, &wire.ConnectionClose{ReplyCode: wire.AccessRefused,
-				ReplyText: fmt.Sprintf("ACCESS_REFUSED - Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism)})
+				ReplyText: replyText(fmt.Sprintf("ACCESS_REFUSED - Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))})
 		}
 		// Without authentication_failure_close the socket simply closes;
 		// amqp091-go reports that as ErrCredentials.
@@ -316,7 +316,7 @@ func (c *conn) readHandshake() (wire.Method, bool) {
 // briefly for close-ok.
 func (c *conn) closeHandshake(e *amqpError) {
 	// Fails only once the writer has failed, and the connection is closing then.
-	_ = c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	_ = c.send(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: replyText(e.text), ClassID: e.classID, MethodID: e.methodID})
 	// Fails only on a closed socket, which the next read or write reports.
 	_ = c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 	for {
@@ -345,7 +345,7 @@ func (c *conn) hardClose(e *amqpError) {
 	// connection.close below does, so that a log shows which call it was.
 	c.s.log.Info("amqp: closing connection", "conn", c.name, "code", e.code, "text", e.text, "class", e.classID, "method", e.methodID)
 	// Fails only once the writer has failed, and the connection is closing then.
-	_ = c.sendNow(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.classID, MethodID: e.methodID})
+	_ = c.sendNow(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: replyText(e.text), ClassID: e.classID, MethodID: e.methodID})
 	// Fails only on a closed socket, which the next read or write reports.
 	_ = c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 }

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
 )
@@ -21,6 +22,23 @@ type amqpError struct {
 }
 
 func (e *amqpError) Error() string { return e.text }
+
+// replyText fits s into a close method's reply-text, a shortstr of at
+// most 255 bytes, cut at a UTF-8 boundary. Texts are built from names a
+// client chose (a queue name alone may be 255 bytes) and from errors of
+// other layers; a longer one could not be encoded, so the close was never
+// written and the client waited for it forever.
+func replyText(s string) string {
+	const max = 255
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
 
 // isHard reports whether the error closes the connection.
 func (e *amqpError) isHard() bool { return e.hard }
