@@ -257,6 +257,8 @@ func (h *Handler) mapError(err error) *apiError {
 		return &apiError{http.StatusBadRequest, "MissingGroupId", "a FIFO queue needs a groupId on every message"}
 	case errors.As(err, &ce):
 		return &apiError{http.StatusBadRequest, "InvalidParameter", ce.Setting + ": " + ce.Reason}
+	case errors.Is(err, engine.ErrUnavailable):
+		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "a part of the cluster this request needs did not answer in time; nothing was changed; retry"}
 	case errors.Is(err, engine.ErrStorage):
 		return &apiError{http.StatusServiceUnavailable, "StorageFailed", "the store failed; the broker accepts no changes"}
 	case errors.Is(err, engine.ErrClosed):

@@ -642,7 +642,11 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 		n = info.Visible + info.Delayed
 	}
 	ops = append(ops, metaOp{metaQueues, metaKey(q.vhost, q.name), nil})
-	if err := s.eng.DropQueue(q.engine); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+	if err := s.eng.DropQueue(q.engine); errors.Is(err, engine.ErrUnavailable) {
+		// An SQS queue on another shard whose name could not be held
+		// (cluster mode): not deleted; the client may retry.
+		return 0, errorf(wire.ResourceError, "cannot delete %s now: %v; retry", rs("queue", q.name, q.vhost), err)
+	} else if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 		return 0, storageError(err)
 	}
 	if err := s.applyMeta(ops); err != nil {

@@ -595,8 +595,9 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 			return ok && at != k
 		}
 		// A deleted name is held on the shard it hashes to, whatever
-		// front-end deleted it (SQS, the admin API, AMQP).
-		o.QueueDeleted = func(name string) { n.holdDeleted(k, name) }
+		// front-end deletes it (SQS, the admin API, AMQP), before the
+		// delete.
+		o.HoldDeleted = func(name string) error { return n.holdDeleted(k, name) }
 		o.SourcesElsewhere = func() (map[string][]string, error) {
 			all := map[string][]string{}
 			for j := range n.shards.Len() {

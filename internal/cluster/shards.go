@@ -561,27 +561,38 @@ func (n *Node) awaitCreated(resp *http.Response) {
 	}
 }
 
-// holdDeleted, for queue name deleted by this node's leader of shard k
-// (server.Options.QueueDeleted, before the delete is answered), tells the
-// shard its name hashes to, when that is another, that it was deleted
+// holdDeleted, for queue name about to be deleted by this node's leader
+// of shard k (server.Options.HoldDeleted, before the delete), tells the
+// shard its name hashes to, when that is another, that it is deleted
 // there: for NameReuseDelay every create of the name is then sent to
 // shard k, whose engine refuses it as deleted recently
 // (engine.HoldDeletedName) — a single node's rule, which otherwise held
 // on the queue's own shard only (a create tied to another dead-letter
-// queue, or to none, was placed elsewhere and made at once). A note that
-// cannot be made is logged.
-func (n *Node) holdDeleted(k int, name string) {
+// queue, or to none, was placed elsewhere and made at once). A hold that
+// cannot be made within n.hold fails the delete (503 over SQS; until
+// 2026-12-01 it was logged and the delete went on, so the name could be
+// made again elsewhere at once).
+func (n *Node) holdDeleted(k int, name string) error {
 	if !server.ValidQueueName(name) {
-		return
+		return nil
 	}
 	h := hashShard(name, n.shards.Len())
 	if h == k {
-		return // the queue's own engine refuses the name
+		return nil // the queue's own engine refuses the name
 	}
 	body, err := server.HoldDeletedNameCall(name, k, h)
-	if _, err := n.nameCall(context.Background(), h, n.hold, body, err); err != nil {
-		n.log.Warn("a deleted queue's name may be made again on another shard before 60 s", "queue", name, "shard", k, "hash_shard", h, "err", err)
+	_, err = n.nameCall(context.Background(), h, n.hold, body, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, server.ErrUnknownEngineCall):
+		// A leader of an older build (a rolling upgrade) keeps no holds:
+		// the delete goes on, as it did before them.
+		n.log.Warn("a deleted queue's name may be made again on another shard before 60 s: the leader of the shard it hashes to is of an older build", "queue", name, "shard", k, "hash_shard", h)
+		return nil
 	}
+	n.log.Warn("a queue is not deleted: its name cannot be held on the shard it hashes to", "queue", name, "shard", k, "hash_shard", h, "err", err)
+	return fmt.Errorf("the leader of shard %d, which holds the name, did not answer: %w", h, err)
 }
 
 // nameCall runs a name call (server.ReserveNameCall,

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
@@ -355,7 +356,7 @@ func TestShardsConcurrentCreatesMeetOnOneShard(t *testing.T) {
 // its name, without the dead-letter queue that had put it with that
 // queue); deleted over SQS, through the admin API or over AMQP, through
 // any node: the shard that deletes it holds the name on the shard it
-// hashes to (server.Options.QueueDeleted).
+// hashes to (server.Options.HoldDeleted).
 // Before, only the queue's own shard remembered the delete, and such a
 // create made the queue at once. (The queues are declared in the
 // configuration, which places them without a name reservation: a create
@@ -514,5 +515,81 @@ func TestShardsDeletedNameWaitsAfterALeaderChange(t *testing.T) {
 	var recently *types.QueueDeletedRecently
 	if !errors.As(err, &recently) {
 		t.Fatalf("create through node %d after shard %d's leader (node %d) stopped: %v, want QueueDeletedRecently", survivor.opts.Cluster.NodeID, k, old, err)
+	}
+}
+
+// TestShardsDeleteWaitsForItsNamesShard: a delete of a queue whose name
+// hashes to another shard, while that shard has no leader (its group cut
+// on every node), is answered 503 ServiceUnavailable and deletes nothing:
+// the name could not be held there, and without the hold a create placed
+// elsewhere could make it again at once. Once that shard elects a leader
+// again, the delete goes through, and a create of the name through any
+// node is refused as deleted recently. Before, the delete went on and the
+// hold was only logged.
+func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
+	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
+	const k, h = 1, 2
+	dlq, _ := queueOnShard(t, nodes, "grave", k)
+	name := "doomed"
+	for i := 0; hashShard(name, 3) != h; i++ {
+		name = fmt.Sprintf("doomed-%d", i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := shardClient(nodes[0]).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:%s","maxReceiveCount":"3"}`, dlq)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := heldBy(t, nodes[0], name); !slices.Equal(at, []int{k}) {
+		t.Fatalf("%s is on shards %v, want [%d] (its dead-letter queue's)", name, at, k)
+	}
+	for _, n := range nodes {
+		n.shards.Shard(h).BlockTransport(true)
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True(fmt.Sprintf("no node routes shard %d", h), func() bool {
+		for _, n := range nodes {
+			if _, _, ok := n.target(h); ok {
+				return false
+			}
+		}
+		return true
+	}))
+	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + nodes[1].HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		Credentials: shardClient(nodes[0]).Options().Credentials})
+	_, err = c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
+	var api smithy.APIError
+	var resp *awshttp.ResponseError
+	if !errors.As(err, &api) || !errors.As(err, &resp) || api.ErrorCode() != "ServiceUnavailable" || resp.HTTPStatusCode() != http.StatusServiceUnavailable {
+		t.Fatalf("delete while shard %d (its name's) has no leader: %v, want 503 ServiceUnavailable", h, err)
+	}
+	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Over AMQP (shard 0's leader deletes it on shard 1): a channel
+	// error, 506, the queue kept.
+	_, err = amqpChannel(t, nodes[2], false).QueueDelete(name, false, false, false)
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.ResourceError {
+		t.Fatalf("AMQP delete while shard %d has no leader: %v, want 506 RESOURCE_ERROR", h, err)
+	}
+	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if at := heldBy(t, nodes[0], name); !slices.Equal(at, []int{k}) {
+		t.Fatalf("after the refused deletes %s is on shards %v, want still [%d]", name, at, k)
+	}
+	for _, n := range nodes {
+		n.shards.Shard(h).BlockTransport(false)
+	}
+	if _, err := shardClient(nodes[1]).DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl}); err != nil {
+		t.Fatalf("delete once shard %d is back: %v", h, err)
+	}
+	for _, n := range nodes {
+		_, err := shardClient(n).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+		var recently *types.QueueDeletedRecently
+		if !errors.As(err, &recently) {
+			t.Fatalf("a create of %s through node %d right after its delete: %v, want QueueDeletedRecently", name, n.opts.Cluster.NodeID, err)
+		}
 	}
 }

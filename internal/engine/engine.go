@@ -89,13 +89,17 @@ type Options struct {
 	// redrive out of such a dead-letter queue, whose messages go back to
 	// them as transfers). It must not call the engine.
 	SourcesElsewhere func() (map[string][]string, error)
-	// QueueDeleted, when set, is called by DeleteQueue once queue name is
-	// durably gone and before DeleteQueue returns, outside every engine
-	// lock (not by DropQueue, which does not hold the name): a cluster
-	// with shards holds the name for NameReuseDelay on the shard it
-	// hashes to (HoldDeletedName there), so that a create placed on any
-	// shard is refused as deleted recently.
-	QueueDeleted func(name string)
+	// HoldDeleted, when set, is called by DeleteQueue for a queue that
+	// exists, before anything of it is removed, outside every engine lock
+	// (not by DropQueue, which does not hold the name): a cluster with
+	// shards holds the name for NameReuseDelay on the shard it hashes to
+	// (HoldDeletedName there), so that a create placed on any shard is
+	// refused as deleted recently. An error fails the delete with
+	// ErrUnavailable and nothing removed: a delete whose name could be
+	// made again elsewhere at once is not done. A hold made for a delete
+	// that then fails only sends that name's creates to this shard for
+	// NameReuseDelay, where the queue still exists.
+	HoldDeleted func(name string) error
 	// DeadLetterRouter routes dead letters of queues whose
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
@@ -163,7 +167,7 @@ type Engine struct {
 	// Transfers (transfer.go).
 	elsewhere        func(name string) bool              // Options.QueueHeldElsewhere
 	sourcesElsewhere func() (map[string][]string, error) // Options.SourcesElsewhere
-	queueDeleted     func(name string)                   // Options.QueueDeleted
+	holdDeleted      func(name string) error             // Options.HoldDeleted
 	transfers        atomic.Int64                        // transfer records written and not yet ended
 	transferPoke     chan struct{}
 	transferMu       sync.Mutex // serializes EndTransfers (its count)
@@ -261,7 +265,7 @@ func Open(opts Options) (*Engine, error) {
 		taken:            opts.NameTaken,
 		elsewhere:        opts.QueueHeldElsewhere,
 		sourcesElsewhere: opts.SourcesElsewhere,
-		queueDeleted:     opts.QueueDeleted,
+		holdDeleted:      opts.HoldDeleted,
 		transferPoke:     make(chan struct{}, 1),
 		queues:           make(map[string]*queue),
 		deleted:          make(map[string]int64),

@@ -15,6 +15,10 @@ var (
 	// ErrQueueDeletedRecently: a queue of this name was deleted less than
 	// NameReuseDelay ago.
 	ErrQueueDeletedRecently = errors.New("engine: queue deleted recently")
+	// ErrUnavailable: the change needs a part of the cluster that did not
+	// answer in time (the leader of another shard: Options.HoldDeleted);
+	// nothing was changed, and the request may be retried.
+	ErrUnavailable = errors.New("engine: a part of the cluster this change needs did not answer")
 	// ErrQueueElsewhere: a queue of this name lives outside this engine
 	// (Options.NameTaken: another shard of a cluster).
 	ErrQueueElsewhere = errors.New("engine: a queue of this name lives on another shard")

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -114,15 +115,18 @@ func (e *Engine) ListQueues(prefix string) []string {
 }
 
 // DeleteQueue removes the queue and all its messages. The name cannot be
-// reused for NameReuseDelay (on every shard: Options.QueueDeleted).
+// reused for NameReuseDelay (on every shard: Options.HoldDeleted, whose
+// failure fails the delete with ErrUnavailable, nothing removed).
 func (e *Engine) DeleteQueue(name string) error {
-	if err := e.removeQueue(name, true); err != nil {
-		return err
+	if e.holdDeleted != nil {
+		if _, err := e.lookup(name); err != nil {
+			return err
+		}
+		if err := e.holdDeleted(name); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
 	}
-	if e.queueDeleted != nil {
-		e.queueDeleted(name)
-	}
-	return nil
+	return e.removeQueue(name, true)
 }
 
 // removeQueue deletes a queue; block keeps its name from being reused for

@@ -148,18 +148,22 @@ func TestReserveNameOfANameDeletedHere(t *testing.T) {
 	}
 }
 
-// TestQueueDeletedHook: DeleteQueue tells Options.QueueDeleted of the
-// queue once it is gone (its record no longer in the store), DropQueue
-// and a delete of a missing queue do not.
-func TestQueueDeletedHook(t *testing.T) {
+// TestHoldDeletedHook: DeleteQueue asks Options.HoldDeleted to hold the
+// name before anything of the queue is removed (its record still
+// stored); a hold that fails fails the delete with ErrUnavailable and the
+// queue is as it was; DropQueue and a delete of a missing queue ask
+// nothing.
+func TestHoldDeletedHook(t *testing.T) {
 	var told []string
+	var refuse error
 	f := &fixture{t: t, st: newTestStore(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	f.opts = func(o *Options) {
-		o.QueueDeleted = func(name string) {
-			if ok, err := StoredQueue(f.st, name); err != nil || ok {
-				t.Errorf("told of %s while its record is still stored (%v, %v)", name, ok, err)
+		o.HoldDeleted = func(name string) error {
+			if ok, err := StoredQueue(f.st, name); err != nil || !ok {
+				t.Errorf("asked to hold %s while its record is gone (%v, %v)", name, ok, err)
 			}
 			told = append(told, name)
+			return refuse
 		}
 	}
 	f.open()
@@ -168,8 +172,22 @@ func TestQueueDeletedHook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := f.e.Send("deleted", []Message{{Body: []byte("kept")}}); err != nil {
+		t.Fatal(err)
+	}
+	refuse = errors.New("no leader of shard 2")
+	if err := f.e.DeleteQueue("deleted"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("delete with the hold refused: %v, want ErrUnavailable", err)
+	}
+	if info, err := f.e.GetQueue("deleted"); err != nil || info.Visible != 1 {
+		t.Fatalf("after the refused delete: %+v, %v; want the queue with its message", info, err)
+	}
+	refuse = nil
 	if err := f.e.DeleteQueue("deleted"); err != nil {
 		t.Fatal(err)
+	}
+	if _, _, err := f.e.CreateQueue("deleted", DefaultQueueConfig(), nil); !errors.Is(err, ErrQueueDeletedRecently) {
+		t.Fatalf("create right after the delete: %v, want ErrQueueDeletedRecently", err)
 	}
 	if err := f.e.DropQueue("dropped"); err != nil {
 		t.Fatal(err)
@@ -177,7 +195,7 @@ func TestQueueDeletedHook(t *testing.T) {
 	if err := f.e.DeleteQueue("never"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatal(err)
 	}
-	if len(told) != 1 || told[0] != "deleted" {
-		t.Fatalf("told of %v, want [deleted]", told)
+	if len(told) != 2 || told[0] != "deleted" || told[1] != "deleted" {
+		t.Fatalf("asked to hold %v, want [deleted deleted]", told)
 	}
 }

@@ -115,10 +115,12 @@ type Options struct {
 	// RedrivePolicy of a queue of the cluster's other shards to those
 	// queues (engine.Options.SourcesElsewhere).
 	SourcesElsewhere func() (map[string][]string, error) `toml:"-"`
-	// QueueDeleted, when set, is told of every queue this server's
-	// engine deleted (engine.Options.QueueDeleted), before the delete is
-	// answered.
-	QueueDeleted func(name string) `toml:"-"`
+	// HoldDeleted, when set, is asked to hold the name of every queue
+	// this server's engine deletes, before the delete
+	// (engine.Options.HoldDeleted): an error fails the delete, 503
+	// ServiceUnavailable over SQS, with nothing removed. Not settable from
+	// a config file.
+	HoldDeleted func(name string) error `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
 	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,

@@ -192,7 +192,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		NameTaken:          opts.NameTaken,
 		QueueHeldElsewhere: opts.QueueHeldElsewhere,
 		SourcesElsewhere:   opts.SourcesElsewhere,
-		QueueDeleted:       opts.QueueDeleted,
+		HoldDeleted:        opts.HoldDeleted,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {

@@ -137,7 +137,8 @@ type remoteError struct {
 var remoteSentinels = [...]error{engine.ErrQueueNotFound, engine.ErrQueueFull, engine.ErrDiskFull,
 	engine.ErrMemoryHigh, engine.ErrClosed, engine.ErrStorage, engine.ErrNotLeading,
 	engine.ErrReceiptHandleInvalid, engine.ErrReceiptHandleExpired, engine.ErrMessageNotInflight,
-	engine.ErrMessageNotAvailable, engine.ErrPurgeInProgress, engine.ErrOverLimit}
+	engine.ErrMessageNotAvailable, engine.ErrPurgeInProgress, engine.ErrOverLimit,
+	engine.ErrUnavailable} // appended only: a node of another build reads the others by index
 
 func toRemoteError(err error) remoteError {
 	if err == nil {

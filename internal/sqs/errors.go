@@ -239,6 +239,10 @@ func mapEngineErr(err error, d errDetail) *apiError {
 	case errors.Is(err, engine.ErrDiskFull):
 		// 503 makes the SDKs back off and retry: back-pressure.
 		return newErr(kindServiceUnavailable, "The broker's disk is nearly full; new messages are refused until space returns. Retry later.")
+	case errors.Is(err, engine.ErrUnavailable):
+		// Cluster mode: another shard's leader the change needs (a
+		// deleted name's hold) did not answer; nothing was changed.
+		return newErr(kindServiceUnavailable, "A part of the cluster this request needs did not answer in time; nothing was changed. Retry.")
 	case errors.Is(err, engine.ErrNotLeading):
 		// Cluster mode: the leader changed under the request. 503 makes
 		// the SDKs retry, through the new leader; an InternalFailure
