@@ -77,7 +77,7 @@ func TestLateMessageDoesNotRenewTheLease(t *testing.T) {
 	// cycle (and lease refresh) that followed the message. (A transfer to
 	// the leader itself is ignored.)
 	poll.CheckFor(t, 15*time.Second, poll.True("the loop took the message", func() bool { return len(l.recvc) == 0 }))
-	l.transferc <- l.cfg.ID
+	l.transferc <- transferRequest{to: l.cfg.ID}
 	if st := l.Status(); st.Role != "leader" || st.Term != term {
 		t.Fatalf("the cut-off leader stepped down (%s, term %d) before the test could judge it", st.Role, st.Term)
 	}

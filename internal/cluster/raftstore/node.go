@@ -273,9 +273,9 @@ type Node struct {
 	snaps       snapshots // snapshots streamed out and received (snapshot.go)
 
 	recvc     chan *pb.Message
-	propc     chan struct{} // a proposal is queued (buffered 1)
-	transferc chan uint64   // TransferLeadership's target, for the loop
-	barrierc  chan struct{} // a read barrier is waiting (buffered 1)
+	propc     chan struct{}        // a proposal is queued (buffered 1)
+	transferc chan transferRequest // a transfer's target, for the loop
+	barrierc  chan struct{}        // a read barrier is waiting (buffered 1)
 	stopc     chan struct{}
 	donec     chan struct{} // run has returned
 	changes   chan Status   // latest wins, buffered 1
@@ -378,7 +378,7 @@ func Open(cfg Config) (n *Node, err error) {
 		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
 		recvc:      make(chan *pb.Message, 1024),
 		propc:      make(chan struct{}, 1),
-		transferc:  make(chan uint64),
+		transferc:  make(chan transferRequest),
 		barrierc:   make(chan struct{}, 1),
 		stopc:      make(chan struct{}),
 		donec:      make(chan struct{}),
@@ -608,8 +608,12 @@ func (n *Node) run() {
 			n.checkRole()
 		case <-n.propc:
 			n.proposeQueued()
-		case to := <-n.transferc:
-			n.rn.TransferLeader(to)
+		case r := <-n.transferc:
+			if r.ifInSync && !n.canTakeOver(r.to) {
+				n.log.Info("raftstore: not handing the leadership to a member that is not in sync; it may be asked again once it is", "to", r.to)
+				break
+			}
+			n.rn.TransferLeader(r.to)
 		case <-n.barrierc:
 			n.startBarrierRound()
 		}

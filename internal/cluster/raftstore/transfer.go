@@ -31,7 +31,7 @@ func (n *Node) TransferLeadershipTo(ctx context.Context, to uint64) error {
 		return nil
 	}
 	select {
-	case n.transferc <- to:
+	case n.transferc <- transferRequest{to: to}:
 	case <-n.donec:
 		return ErrNodeClosed
 	case <-ctx.Done():
@@ -108,15 +108,26 @@ func bestVoters(self uint64, match map[uint64]uint64, voters []uint64) []uint64 
 	return best
 }
 
+// transferRequest is a transfer for the Raft loop: to the voter to, and,
+// when ifInSync, only if this node does not lead or to is in sync with it
+// (canTakeOver), as a request from the network is (step): the balancer's
+// (requestTransfer) are; a graceful stop's (TransferLeadershipTo) hands
+// over to the best it has.
+type transferRequest struct {
+	to       uint64
+	ifInSync bool
+}
+
 // requestTransfer asks the group's leader to hand its leadership to the
 // voter to, without waiting for it: on the leader Raft starts the
-// transfer, on a follower Raft forwards the request to the leader it
-// knows (and drops it while it knows none). Raft ignores a request for a
+// transfer if to is in sync (canTakeOver; else nothing happens), on a
+// follower Raft forwards the request to the leader it knows, which checks
+// the same (step), and drops it while it knows none. Raft ignores a request for a
 // learner or for the leader itself, and abandons a transfer the target
 // does not complete within an election timeout.
 func (n *Node) requestTransfer(to uint64) {
 	select {
-	case n.transferc <- to:
+	case n.transferc <- transferRequest{to: to, ifInSync: true}:
 	case <-n.donec:
 	case <-n.stopc:
 	}

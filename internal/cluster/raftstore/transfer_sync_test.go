@@ -8,10 +8,11 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
-// TestNoTransferToAMemberOutOfSync: a request from the network to hand
-// the leadership to a member that is not in sync (here cut off, so
-// behind and silent) is not started: the leader keeps leading and every
-// write goes through, where Raft would have refused proposals until the
+// TestNoTransferToAMemberOutOfSync: a balancer's request to hand the
+// leadership to a member that is not in sync (here cut off, so behind and
+// silent), made on a follower (forwarded over the network) or on the
+// leader itself, is not started: the leader keeps leading and every write
+// goes through, where Raft would have refused proposals until the
 // transfer failed an election timeout later. Once the member is in sync
 // again, the same request moves the leadership.
 func TestNoTransferToAMemberOutOfSync(t *testing.T) {
@@ -29,11 +30,13 @@ func TestNoTransferToAMemberOutOfSync(t *testing.T) {
 		}
 		return nil
 	})
-	c.nodes[fwd].requestTransfer(uint64(lag + 1))
-	deadline := time.Now().Add(3 * testTick * electionTicks) // past the timeout a started transfer would hold
-	for i := 0; time.Now().Before(deadline); i++ {
-		if err := writeKV(c.nodes[li].Store(), fmt.Sprint("k", i), "v"); err != nil {
-			t.Fatalf("write %d after a request to move the leadership to node %d, out of sync: %v", i, lag+1, err)
+	for _, asker := range []int{fwd, li} {
+		c.nodes[asker].requestTransfer(uint64(lag + 1))
+		deadline := time.Now().Add(3 * testTick * electionTicks) // past the timeout a started transfer would hold
+		for i := 0; time.Now().Before(deadline); i++ {
+			if err := writeKV(c.nodes[li].Store(), fmt.Sprint("k", i), "v"); err != nil {
+				t.Fatalf("write %d after node %d asked to move the leadership to node %d, out of sync: %v", i, asker+1, lag+1, err)
+			}
 		}
 	}
 	if st := c.nodes[li].Status(); st.Role != "leader" {
