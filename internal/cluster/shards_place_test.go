@@ -444,38 +444,21 @@ func TestShardsCreateWaitsForItsNamesShard(t *testing.T) {
 	for i := 0; hashShard(name, 3) != h; i++ {
 		name = fmt.Sprintf("tied-%d", i)
 	}
-	for _, n := range nodes {
-		n.shards.Shard(h).BlockTransport(true)
-	}
-	poll.CheckFor(t, 30*time.Second, poll.True(fmt.Sprintf("no node routes shard %d", h), func() bool {
-		for _, n := range nodes {
-			if _, _, ok := n.target(h); ok {
-				return false
-			}
-		}
-		return true
-	}))
-	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + nodes[0].HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
-		Credentials: shardClient(nodes[0]).Options().Credentials})
+	cutShard(t, nodes, h, true)
+	c := oneTryClient(nodes[0])
 	in := &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
 		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:%s","maxReceiveCount":"3"}`, dlq)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err := c.CreateQueue(ctx, in)
-	var api smithy.APIError
-	var resp *awshttp.ResponseError
-	if !errors.As(err, &api) || !errors.As(err, &resp) || api.ErrorCode() != "ServiceUnavailable" || resp.HTTPStatusCode() != http.StatusServiceUnavailable {
-		t.Fatalf("create while shard %d (its name's) has no leader: %v, want 503 ServiceUnavailable", h, err)
-	}
+	want503(t, err, fmt.Sprintf("create while shard %d (its name's) has no leader", h))
 	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if at := heldBy(t, nodes[0], name); len(at) != 0 {
 		t.Fatalf("the refused create made %s on shards %v", name, at)
 	}
-	for _, n := range nodes {
-		n.shards.Shard(h).BlockTransport(false)
-	}
+	cutShard(t, nodes, h, false)
 	if _, err := shardClient(nodes[0]).CreateQueue(ctx, in); err != nil {
 		t.Fatalf("create once shard %d is back: %v", h, err)
 	}
@@ -544,25 +527,10 @@ func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
 	if at := heldBy(t, nodes[0], name); !slices.Equal(at, []int{k}) {
 		t.Fatalf("%s is on shards %v, want [%d] (its dead-letter queue's)", name, at, k)
 	}
-	for _, n := range nodes {
-		n.shards.Shard(h).BlockTransport(true)
-	}
-	poll.CheckFor(t, 30*time.Second, poll.True(fmt.Sprintf("no node routes shard %d", h), func() bool {
-		for _, n := range nodes {
-			if _, _, ok := n.target(h); ok {
-				return false
-			}
-		}
-		return true
-	}))
-	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + nodes[1].HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
-		Credentials: shardClient(nodes[0]).Options().Credentials})
+	cutShard(t, nodes, h, true)
+	c := oneTryClient(nodes[1])
 	_, err = c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
-	var api smithy.APIError
-	var resp *awshttp.ResponseError
-	if !errors.As(err, &api) || !errors.As(err, &resp) || api.ErrorCode() != "ServiceUnavailable" || resp.HTTPStatusCode() != http.StatusServiceUnavailable {
-		t.Fatalf("delete while shard %d (its name's) has no leader: %v, want 503 ServiceUnavailable", h, err)
-	}
+	want503(t, err, fmt.Sprintf("delete while shard %d (its name's) has no leader", h))
 	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -579,9 +547,7 @@ func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
 	if at := heldBy(t, nodes[0], name); !slices.Equal(at, []int{k}) {
 		t.Fatalf("after the refused deletes %s is on shards %v, want still [%d]", name, at, k)
 	}
-	for _, n := range nodes {
-		n.shards.Shard(h).BlockTransport(false)
-	}
+	cutShard(t, nodes, h, false)
 	if _, err := shardClient(nodes[1]).DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl}); err != nil {
 		t.Fatalf("delete once shard %d is back: %v", h, err)
 	}
@@ -591,5 +557,42 @@ func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
 		if !errors.As(err, &recently) {
 			t.Fatalf("a create of %s through node %d right after its delete: %v, want QueueDeletedRecently", name, n.opts.Cluster.NodeID, err)
 		}
+	}
+}
+
+// cutShard drops shard h's Raft traffic on every node (cut) and waits
+// until no node routes the shard, or lets it through again.
+func cutShard(t *testing.T, nodes []*Node, h int, cut bool) {
+	t.Helper()
+	for _, n := range nodes {
+		n.shards.Shard(h).BlockTransport(cut)
+	}
+	if !cut {
+		return
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True(fmt.Sprintf("no node routes shard %d", h), func() bool {
+		for _, n := range nodes {
+			if _, _, ok := n.target(h); ok {
+				return false
+			}
+		}
+		return true
+	}))
+}
+
+// oneTryClient is an aws-sdk-go-v2 client of node n that does not retry,
+// so that a test sees a 503 the SDK would otherwise retry.
+func oneTryClient(n *Node) *sqs.Client {
+	return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		Credentials: shardClient(n).Options().Credentials})
+}
+
+// want503 fails the test unless err is an SQS 503 ServiceUnavailable.
+func want503(t *testing.T, err error, what string) {
+	t.Helper()
+	var api smithy.APIError
+	var resp *awshttp.ResponseError
+	if !errors.As(err, &api) || !errors.As(err, &resp) || api.ErrorCode() != "ServiceUnavailable" || resp.HTTPStatusCode() != http.StatusServiceUnavailable {
+		t.Fatalf("%s: %v, want 503 ServiceUnavailable", what, err)
 	}
 }
