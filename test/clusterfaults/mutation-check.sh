@@ -117,8 +117,8 @@ rc=0
   $'func (p *pending) Wait() error {\n\tif p != nil {\n\t\treturn nil // MUTANT: acknowledged before commit\n\t}\n\terr := p.w.Wait()' &&
   check ack-before-commit 'lost [1-9]|resurrected [1-9]' || rc=1; }
 [[ $mutants == *" own-clock "* ]] && { mutate own-clock internal/cluster/timeline.go \
-  $'\treturn newTimeline(clock.NewSteady(n.clk), adj)\n}' \
-  $'\treturn newTimeline(clock.NewSteady(n.clk), 0) // MUTANT: a new leader on its own clock\n}' &&
+  $'\treturn newTimeline(clock.NewSteady(n.clk), adj, target)\n}' \
+  $'\t_ = target\n\treturn newTimeline(clock.NewSteady(n.clk), 0, 0) // MUTANT: a new leader on its own clock\n}' &&
   check own-clock 'clock [1-9]|early [1-9]|undrained[^,]* [1-9]|dlq [1-9]' SLUICE_CLUSTER_FAULTS_KINDS=handover || rc=1; }
 [[ $mutants == *" end-before-import "* ]] && { mutate end-before-import internal/server/transfer.go \
   $'\terr := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk})' \
