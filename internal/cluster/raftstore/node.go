@@ -632,10 +632,10 @@ func (n *Node) run() {
 }
 
 // canTakeOver reports whether this node may hand its leadership to id
-// at a request that came from the network (the balancer's, forwarded by
-// the follower that made it; MsgTransferLeader names the target as its
-// sender): true unless this node leads and id is not in sync (inSync,
-// with PromoteLagEntries of lag). Raft would otherwise start the transfer
+// at a balancer's request, made on this node (transferRequest.ifInSync)
+// or forwarded by the follower that made it (step: MsgTransferLeader
+// names the target as its sender): true unless this node leads and id is
+// not in sync (inSync, with PromoteLagEntries of lag). Raft would otherwise start the transfer
 // at once, send the target what it lacks, and refuse every proposal until
 // the target caught up or an election timeout passed: a member just
 // restarted and catching up, or one killed a moment ago that shard 0's
@@ -668,13 +668,18 @@ func (n *Node) step(m *pb.Message) {
 	if n.removedPeer(m.GetFrom()) {
 		return // a removed node that has not learnt it yet
 	}
-	if n.answered == nil {
-		n.answered = map[uint64]time.Time{}
-	}
-	n.answered[m.GetFrom()] = time.Now()
-	if m.GetType() == pb.MessageType_MsgTransferLeader && !n.canTakeOver(m.GetFrom()) {
-		n.log.Info("raftstore: not handing the leadership to a member that is not in sync; it may be asked again once it is", "to", m.GetFrom())
-		return
+	if m.GetType() == pb.MessageType_MsgTransferLeader {
+		// Forwarded unchanged: its From is the transfer's target, which
+		// did not send it (and is no sign of life).
+		if !n.canTakeOver(m.GetFrom()) {
+			n.log.Info("raftstore: not handing the leadership to a member that is not in sync; it may be asked again once it is", "to", m.GetFrom())
+			return
+		}
+	} else {
+		if n.answered == nil {
+			n.answered = map[uint64]time.Time{}
+		}
+		n.answered[m.GetFrom()] = time.Now()
 	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
