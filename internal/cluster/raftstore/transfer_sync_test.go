@@ -14,7 +14,9 @@ import (
 // leader itself, is not started: the leader keeps leading and every write
 // goes through, where Raft would have refused proposals until the
 // transfer failed an election timeout later. Once the member is in sync
-// again, the same request moves the leadership.
+// again, the same request moves the leadership. The forwarded request,
+// which names its target as its sender, does not count as a message from
+// that member (Status.Answered).
 func TestNoTransferToAMemberOutOfSync(t *testing.T) {
 	c := newCluster(t, 3)
 	li := c.leader(-1)
@@ -30,6 +32,7 @@ func TestNoTransferToAMemberOutOfSync(t *testing.T) {
 		}
 		return nil
 	})
+	silentSince := time.Now() // lag is out of sync: silent for a while
 	for _, asker := range []int{fwd, li} {
 		c.nodes[asker].requestTransfer(uint64(lag + 1))
 		deadline := time.Now().Add(3 * testTick * electionTicks) // past the timeout a started transfer would hold
@@ -41,6 +44,11 @@ func TestNoTransferToAMemberOutOfSync(t *testing.T) {
 	}
 	if st := c.nodes[li].Status(); st.Role != "leader" {
 		t.Fatalf("node %d no longer leads: %+v", li+1, st)
+	}
+	// The forwarded request names lag as its sender (Raft forwards it
+	// unchanged): it is no sign of life of lag's.
+	if a := c.nodes[li].Status().Answered[uint64(lag+1)]; a.After(silentSince) {
+		t.Fatalf("node %d, cut off, counted as answering at %v (after %v): the forwarded request was taken for its message", lag+1, a, silentSince)
 	}
 
 	c.nodes[lag].BlockTransport(false)
