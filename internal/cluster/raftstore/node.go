@@ -644,10 +644,11 @@ func (n *Node) run() {
 // transfer this node starts itself (TransferLeadership, at a graceful
 // stop) does not come here. Loop only.
 func (n *Node) canTakeOver(id uint64) bool {
-	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+	bs := n.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
 		return true // Raft forwards it to the leader, or drops it
 	}
-	commit := n.rn.BasicStatus().GetCommit()
+	commit := bs.GetCommit()
 	ok := false
 	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if pid == id {
