@@ -416,14 +416,21 @@ func TestShardsAMQPFlowControlsARemoteQueue(t *testing.T) {
 	}
 }
 
-// queueOnShard creates, through node 1, an SQS queue whose name (prefix,
-// or prefix-N) hashes to shard k of three, and returns its name and URL.
-func queueOnShard(t *testing.T, nodes []*Node, prefix string, k int) (string, *string) {
-	t.Helper()
+// nameOnShard is prefix, or prefix-N, the first that hashes to shard k
+// of three.
+func nameOnShard(prefix string, k int) string {
 	name := prefix
 	for i := 0; hashShard(name, 3) != k; i++ {
 		name = fmt.Sprintf("%s-%d", prefix, i)
 	}
+	return name
+}
+
+// queueOnShard creates, through node 1, an SQS queue whose name
+// (nameOnShard) hashes to shard k of three, and returns its name and URL.
+func queueOnShard(t *testing.T, nodes []*Node, prefix string, k int) (string, *string) {
+	t.Helper()
+	name := nameOnShard(prefix, k)
 	out, err := shardClient(nodes[0]).CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name)})
 	if err != nil {
 		t.Fatal(err)

@@ -363,13 +363,7 @@ func TestShardsConcurrentCreatesMeetOnOneShard(t *testing.T) {
 // of the name within a minute of its own reservation would be sent to the
 // same shard anyway.)
 func TestShardsDeletedNameWaitsOnEveryShard(t *testing.T) {
-	on := func(prefix string, k int) string {
-		name := prefix
-		for j := 0; hashShard(name, 3) != k; j++ {
-			name = fmt.Sprintf("%s-%d", prefix, j)
-		}
-		return name
-	}
+	on := nameOnShard
 	dlq := on("aaa-graves", 1) // first by name: the group lives on its shard
 	names := map[string]string{"sqs": on("reborn-sqs", 0), "admin": on("reborn-admin", 0), "amqp": on("reborn-amqp", 0)}
 	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
@@ -440,10 +434,7 @@ func TestShardsCreateWaitsForItsNamesShard(t *testing.T) {
 	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
 	const k, h = 1, 2
 	dlq, _ := queueOnShard(t, nodes, "tomb", k)
-	name := "tied"
-	for i := 0; hashShard(name, 3) != h; i++ {
-		name = fmt.Sprintf("tied-%d", i)
-	}
+	name := nameOnShard("tied", h)
 	cutShard(t, nodes, h, true)
 	c := oneTryClient(nodes[0])
 	in := &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
@@ -513,10 +504,7 @@ func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
 	nodes, _ := shardedNodesWith(t, func(*server.Options) {})
 	const k, h = 1, 2
 	dlq, _ := queueOnShard(t, nodes, "grave", k)
-	name := "doomed"
-	for i := 0; hashShard(name, 3) != h; i++ {
-		name = fmt.Sprintf("doomed-%d", i)
-	}
+	name := nameOnShard("doomed", h)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := shardClient(nodes[0]).CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
@@ -533,6 +521,21 @@ func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
 	want503(t, err, fmt.Sprintf("delete while shard %d (its name's) has no leader", h))
 	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Through the admin API: 503 ServiceUnavailable.
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+nodes[2].HTTPAddr()+"/sluice/v1/queues/"+name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json") // the admin API's CSRF guard
+	adm, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(adm.Body)
+	_ = adm.Body.Close()
+	if adm.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"ServiceUnavailable"`) {
+		t.Fatalf("admin API delete while shard %d has no leader: %d %s, want 503 ServiceUnavailable", h, adm.StatusCode, body)
 	}
 	// Over AMQP (shard 0's leader deletes it on shard 1): a channel
 	// error, 506, the queue kept.
