@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/sluicemq/sluice/internal/advisor"
@@ -617,7 +618,8 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 	}
 	var ops []metaOp
 	var emptied []*exchange
-	for _, b := range v.bindingsToLocked(q.name, true) {
+	removed := v.bindingsToLocked(q.name, true)
+	for _, b := range removed {
 		v.removeBindingLocked(b)
 		ops = append(ops, metaOp{metaBindings, bindingKey(q.vhost, b), nil})
 		if src := v.exchanges[b.source]; src != nil && src.autoDelete && len(src.bindings) == 0 {
@@ -645,8 +647,10 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 	if err := s.eng.DropQueue(q.engine); errors.Is(err, engine.ErrUnavailable) {
 		// An SQS queue on another shard whose name could not be held
 		// (cluster mode): not deleted; the client may retry.
+		s.undoDeleteLocked(q, removed)
 		return 0, errorf(wire.ResourceError, "cannot delete %s now: %v; retry", rs("queue", q.name, q.vhost), err)
 	} else if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+		s.undoDeleteLocked(q, removed)
 		return 0, storageError(err)
 	}
 	if err := s.applyMeta(ops); err != nil {
@@ -658,6 +662,37 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// undoDeleteLocked puts back in the topology a queue whose engine queue
+// deleteQueueLocked could not drop, with the bindings it took from it
+// (their durable records were never deleted): the queue is still there,
+// and publishes routed to it must reach it, not be dropped as unroutable
+// until the next start. Its consumers stay cancelled (they were told with
+// basic.cancel). The caller holds adminMu, so no declare or bind ran
+// meanwhile; an adopt of the name did not register it either (dropping).
+func (s *Server) undoDeleteLocked(q *queue, removed []*binding) {
+	t := s.topo
+	t.mu.Lock()
+	q.deleted = false
+	v := t.vhostLocked(q.vhost)
+	if v.queues[q.name] == nil {
+		v.queues[q.name] = q
+	}
+	if t.byEngine[q.engine] == nil {
+		t.byEngine[q.engine] = q
+	}
+	for _, b := range removed {
+		src := v.exchanges[b.source]
+		if src == nil || slices.ContainsFunc(src.bindings, b.same) {
+			continue
+		}
+		src.bindings = append(src.bindings, b)
+	}
+	t.mu.Unlock()
+	if q.owner != nil {
+		q.owner.addExclusive(q)
+	}
 }
 
 // purgeQueue removes a queue's ready messages (not those delivered and

@@ -538,11 +538,33 @@ func TestShardsDeleteWaitsForItsNamesShard(t *testing.T) {
 		t.Fatalf("admin API delete while shard %d has no leader: %d %s, want 503 ServiceUnavailable", h, adm.StatusCode, body)
 	}
 	// Over AMQP (shard 0's leader deletes it on shard 1): a channel
-	// error, 506, the queue kept.
+	// error, 506, the queue kept — and its bindings with it: a publish
+	// routed to it still reaches it (the refused delete had taken them
+	// out of the routing until the next start).
+	pub := amqpChannel(t, nodes[2], true)
+	if err := pub.ExchangeDeclare("keep", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.QueueBind(name, "k", "keep", false, nil); err != nil {
+		t.Fatal(err)
+	}
 	_, err = amqpChannel(t, nodes[2], false).QueueDelete(name, false, false, false)
 	var aerr *amqp.Error
 	if !errors.As(err, &aerr) || aerr.Code != amqp.ResourceError {
 		t.Fatalf("AMQP delete while shard %d has no leader: %v, want 506 RESOURCE_ERROR", h, err)
+	}
+	returned := pub.NotifyReturn(make(chan amqp.Return, 1))
+	conf, err := pub.PublishWithDeferredConfirmWithContext(ctx, "keep", "k", true, false, amqp.Publishing{Body: []byte("after the refused delete")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := conf.WaitContext(ctx); !ok || err != nil {
+		t.Fatalf("publish through the bound exchange after the refused delete: ack %v, %v", ok, err)
+	}
+	select {
+	case r := <-returned:
+		t.Fatalf("publish through the bound exchange after the refused AMQP delete came back unroutable: %d %s", r.ReplyCode, r.ReplyText)
+	default:
 	}
 	if err := nodes[0].shards.Shard(k).ReadBarrier(ctx); err != nil {
 		t.Fatal(err)
