@@ -200,6 +200,68 @@ func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
 	}
 }
 
+// TestExpiredDeadLetterNotReceivableBeforeSync is
+// TestDeadLetterCopyNotReceivableBeforeSync for the scheduler's dead
+// letters: a message whose TTL runs out in a queue with a dead-letter
+// target is moved by the timer, whose batch is written without a sync
+// (expiry deletes need none); its copy must still wait for a sync barrier
+// before it is receivable. When that sync fails, the copy never appears,
+// the engine fails, and after a power cut the message is in its source
+// (to expire again) — never in both queues, never in neither.
+func TestExpiredDeadLetterNotReceivableBeforeSync(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		name := "synced"
+		if fail {
+			name = "sync fails"
+		}
+		t.Run(name, func(t *testing.T) {
+			pf := newPowerFixture(t, time.Hour)
+			pf.withDLQ(5, func(c *QueueConfig) { c.MessageTTL, c.HasMessageTTL = time.Minute, true })
+			pf.send("q", body("stale"))
+			pf.ps.holdSyncs()
+			t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
+			pf.clk.Advance(2 * time.Minute)
+			// The scheduler's tick moves the message and waits, outside
+			// q's lock, for the barrier that publishes the copy.
+			poll.CheckFor(t, 20*time.Second, poll.True("the expiry's dead-letter move to wait for a sync (or to show its copy at once)", func() bool {
+				return pf.ps.held() == 1 || browseCount(t, pf.e, "dlq") > 0
+			}))
+			if d := pf.recv("dlq", 10, -1); len(d) != 0 {
+				t.Fatalf("expired dead letter %q received before its move was synced", bodies(d))
+			}
+			if n := browseCount(t, pf.e, "dlq"); n != 0 {
+				t.Fatalf("browse lists %d dead-letter copies before their move was synced", n)
+			}
+			if !fail {
+				pf.ps.releaseSyncs(nil)
+				var got []Delivery
+				poll.CheckFor(t, 20*time.Second, poll.True("the expired message in the dead-letter queue", func() bool {
+					got = append(got, pf.recv("dlq", 10, -1)...)
+					return len(got) > 0
+				}))
+				if len(got) != 1 || string(got[0].Body) != "stale" {
+					t.Fatalf("after the sync, dlq receive: %q", bodies(got))
+				}
+				return
+			}
+			pf.ps.releaseSyncs(syscall.EIO)
+			poll.CheckFor(t, 20*time.Second, poll.True("the engine to fail with its sync", func() bool { return pf.e.Failed() != nil }))
+			if page, err := pf.e.Browse("dlq", Filter{}, 0, 1000); err != nil || len(page.Messages) != 0 {
+				t.Fatalf("after a failed sync browse lists %d dead-letter copies (%v)", len(page.Messages), err)
+			}
+			if _, err := pf.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
+				t.Fatalf("the engine did not fail with its sync: send %v", err)
+			}
+			pf.powerCut()
+			// The move was lost with the power: the message is in q, where
+			// it expires (and is moved) again — one copy in all.
+			poll.CheckFor(t, 20*time.Second, poll.True("one copy of the message after the power cut", func() bool {
+				return browseCount(t, pf.e, "q")+browseCount(t, pf.e, "dlq") == 1
+			}))
+		})
+	}
+}
+
 // TestMovedCopyIntoColdQueueNotReceivableBeforeSync: a move's copy into a
 // queue whose backlog is cold is written in the queue's key range before
 // its batch is synced; refills that pass over it (receives draining the
