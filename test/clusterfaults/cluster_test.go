@@ -814,7 +814,33 @@ func (c *testCluster) dumpStuck(t *testing.T) {
 		if stuck := stuckGoroutines(string(b), 40); stuck != "" {
 			t.Logf("node %d goroutines blocked a minute or more, or in a leadership's start or end (SIGQUIT):\n%s", m.id, stuck)
 		}
+		keepLog(t, m.id, b)
 	}
+}
+
+// keepLog saves a failed run's node log, its whole goroutine dump
+// included, where the test's temporary directories do not remove it
+// (those goroutines that a hang waits on may have been blocked for less
+// than the minute stuckGoroutines picks: a loop that retries).
+func keepLog(t *testing.T, id uint64, b []byte) {
+	dir := os.Getenv(envKeep)
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	f, err := os.CreateTemp(dir, fmt.Sprintf("sluice-cluster-faults-node%d-*.log", id))
+	if err != nil {
+		t.Logf("node %d: cannot keep its log: %v", id, err)
+		return
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Logf("node %d: cannot keep its log: %v", id, err)
+		return
+	}
+	t.Logf("node %d: whole log with its goroutine dump kept in %s", id, f.Name())
 }
 
 // stuckGoroutines returns, from a log ending in a Go runtime goroutine

@@ -25,6 +25,7 @@ const (
 	envKinds    = "SLUICE_CLUSTER_FAULTS_KINDS"    // comma-separated kinds drawn after the first two faults (default all)
 	envSkew     = "SLUICE_CLUSTER_FAULTS_SKEW"     // the last node's clock offset (default 20s; 0: none)
 	envShards   = "SLUICE_CLUSTER_FAULTS_SHARDS"   // [cluster] shards (default 1)
+	envKeep     = "SLUICE_CLUSTER_FAULTS_KEEP"     // where a failed run keeps its nodes' logs (default the temp dir)
 )
 
 // defaultSkew is the last node's clock offset: far beyond the workload's
