@@ -811,7 +811,7 @@ func (c *testCluster) dumpStuck(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if stuck := stuckGoroutines(string(b), 40); stuck != "" {
+		if stuck := stuckGoroutines(string(b), 150); stuck != "" {
 			t.Logf("node %d goroutines blocked a minute or more, or in a leadership's start or end (SIGQUIT):\n%s", m.id, stuck)
 		}
 		keepLog(t, m.id, b)
@@ -846,19 +846,23 @@ func keepLog(t *testing.T, id uint64, b []byte) {
 // stuckGoroutines returns, from a log ending in a Go runtime goroutine
 // dump, at most max goroutines blocked for a minute or more (the runtime
 // notes ", N minutes" from one minute on) or inside a leadership's start
-// or end.
+// or end — and, when the AMQP server's Close is waiting, every goroutine
+// of the AMQP server (the connections and channels it waits for may each
+// have been blocked for less than a minute).
 func stuckGoroutines(log string, max int) string {
 	i := strings.LastIndex(log, "SIGQUIT: quit")
 	if i < 0 {
 		return ""
 	}
+	amqpClosing := strings.Contains(log[i:], "amqp.(*Server).Close(")
 	var out []string
 	for _, g := range strings.Split(log[i:], "\n\n") {
 		head, _, _ := strings.Cut(g, "\n")
 		if !strings.HasPrefix(head, "goroutine ") {
 			continue
 		}
-		if strings.Contains(head, " minutes]") || strings.Contains(g, "cluster.(*leadership).end") || strings.Contains(g, "server.(*Server).shutdown") {
+		if strings.Contains(head, " minutes]") || strings.Contains(g, "cluster.(*leadership).end") || strings.Contains(g, "server.(*Server).shutdown") ||
+			amqpClosing && strings.Contains(g, "sluice/internal/amqp.") {
 			out = append(out, g)
 			if len(out) == max {
 				break
