@@ -139,65 +139,59 @@ func TestPauseWaitsForBatchInProgress(t *testing.T) {
 // writes the move without a sync (like a lease); the copy is published in
 // the DLQ only after a sync covers it, and never when that sync fails.
 func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
-	for _, fail := range []bool{false, true} {
-		name := "synced"
-		if fail {
-			name = "sync fails"
+	syncOutcomes(t, func(t *testing.T, fail bool) {
+		pf := newPowerFixture(t, time.Hour)
+		pf.withDLQ(1, nil)
+		pf.send("q", body("poison"))
+		if d := pf.recv("q", 1, 0); len(d) != 1 {
+			t.Fatal("first receive should return the message")
 		}
-		t.Run(name, func(t *testing.T) {
-			pf := newPowerFixture(t, time.Hour)
-			pf.withDLQ(1, nil)
-			pf.send("q", body("poison"))
-			if d := pf.recv("q", 1, 0); len(d) != 1 {
-				t.Fatal("first receive should return the message")
+		pf.ps.holdSyncs()
+		t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
+		recvd := make(chan []Delivery, 1)
+		go func() {
+			d, _ := pf.e.Receive(context.Background(), "q", ReceiveRequest{Max: 1, WaitSet: true})
+			recvd <- d
+		}()
+		answered := false
+		poll.CheckFor(t, 20*time.Second, poll.True("the dead-lettering receive to answer or wait for a sync", func() bool {
+			if len(recvd) > 0 {
+				answered = true
 			}
-			pf.ps.holdSyncs()
-			t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
-			recvd := make(chan []Delivery, 1)
-			go func() {
-				d, _ := pf.e.Receive(context.Background(), "q", ReceiveRequest{Max: 1, WaitSet: true})
-				recvd <- d
-			}()
-			answered := false
-			poll.CheckFor(t, 20*time.Second, poll.True("the dead-lettering receive to answer or wait for a sync", func() bool {
-				if len(recvd) > 0 {
-					answered = true
-				}
-				return answered || pf.ps.held() == 1
-			}))
-			if d := pf.recv("dlq", 10, -1); len(d) != 0 {
-				t.Fatalf("dead-letter copy %q received before its move was synced (receive answered: %v)", bodies(d), answered)
+			return answered || pf.ps.held() == 1
+		}))
+		if d := pf.recv("dlq", 10, -1); len(d) != 0 {
+			t.Fatalf("dead-letter copy %q received before its move was synced (receive answered: %v)", bodies(d), answered)
+		}
+		if n := browseCount(t, pf.e, "dlq"); n != 0 {
+			t.Fatalf("browse lists %d dead-letter copies before their move was synced", n)
+		}
+		if !fail {
+			pf.ps.releaseSyncs(nil)
+			if d := <-recvd; len(d) != 0 {
+				t.Fatalf("the dead-lettering receive returned %q", bodies(d))
 			}
-			if n := browseCount(t, pf.e, "dlq"); n != 0 {
-				t.Fatalf("browse lists %d dead-letter copies before their move was synced", n)
+			if d := pf.recv("dlq", 10, -1); len(d) != 1 || string(d[0].Body) != "poison" {
+				t.Fatalf("after the sync, dlq receive: %q", bodies(d))
 			}
-			if !fail {
-				pf.ps.releaseSyncs(nil)
-				if d := <-recvd; len(d) != 0 {
-					t.Fatalf("the dead-lettering receive returned %q", bodies(d))
-				}
-				if d := pf.recv("dlq", 10, -1); len(d) != 1 || string(d[0].Body) != "poison" {
-					t.Fatalf("after the sync, dlq receive: %q", bodies(d))
-				}
-				return
-			}
-			pf.ps.releaseSyncs(syscall.EIO)
-			<-recvd
-			if n := browseCount(t, pf.e, "dlq"); n != 0 {
-				t.Fatalf("after a failed sync browse lists %d dead-letter copies", n)
-			}
-			if _, err := pf.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
-				t.Fatalf("the engine did not fail with its sync: send %v", err)
-			}
-			pf.powerCut()
-			if n := browseCount(t, pf.e, "dlq"); n != 0 {
-				t.Fatalf("after the power cut the DLQ holds %d messages", n)
-			}
-			if n := browseCount(t, pf.e, "q"); n != 1 {
-				t.Fatalf("after the power cut q holds %d messages, want the one", n)
-			}
-		})
-	}
+			return
+		}
+		pf.ps.releaseSyncs(syscall.EIO)
+		<-recvd
+		if n := browseCount(t, pf.e, "dlq"); n != 0 {
+			t.Fatalf("after a failed sync browse lists %d dead-letter copies", n)
+		}
+		if _, err := pf.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
+			t.Fatalf("the engine did not fail with its sync: send %v", err)
+		}
+		pf.powerCut()
+		if n := browseCount(t, pf.e, "dlq"); n != 0 {
+			t.Fatalf("after the power cut the DLQ holds %d messages", n)
+		}
+		if n := browseCount(t, pf.e, "q"); n != 1 {
+			t.Fatalf("after the power cut q holds %d messages, want the one", n)
+		}
+	})
 }
 
 // TestExpiredDeadLetterNotReceivableBeforeSync is
@@ -209,56 +203,62 @@ func TestDeadLetterCopyNotReceivableBeforeSync(t *testing.T) {
 // the engine fails, and after a power cut the message is in its source
 // (to expire again) — never in both queues, never in neither.
 func TestExpiredDeadLetterNotReceivableBeforeSync(t *testing.T) {
+	syncOutcomes(t, func(t *testing.T, fail bool) {
+		pf := newPowerFixture(t, time.Hour)
+		pf.withDLQ(5, func(c *QueueConfig) { c.MessageTTL, c.HasMessageTTL = time.Minute, true })
+		pf.send("q", body("stale"))
+		pf.ps.holdSyncs()
+		t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
+		pf.clk.Advance(2 * time.Minute)
+		// The scheduler's tick moves the message and waits, outside
+		// q's lock, for the barrier that publishes the copy.
+		poll.CheckFor(t, 20*time.Second, poll.True("the expiry's dead-letter move to wait for a sync (or to show its copy at once)", func() bool {
+			return pf.ps.held() == 1 || browseCount(t, pf.e, "dlq") > 0
+		}))
+		if d := pf.recv("dlq", 10, -1); len(d) != 0 {
+			t.Fatalf("expired dead letter %q received before its move was synced", bodies(d))
+		}
+		if n := browseCount(t, pf.e, "dlq"); n != 0 {
+			t.Fatalf("browse lists %d dead-letter copies before their move was synced", n)
+		}
+		if !fail {
+			pf.ps.releaseSyncs(nil)
+			var got []Delivery
+			poll.CheckFor(t, 20*time.Second, poll.True("the expired message in the dead-letter queue", func() bool {
+				got = append(got, pf.recv("dlq", 10, -1)...)
+				return len(got) > 0
+			}))
+			if len(got) != 1 || string(got[0].Body) != "stale" {
+				t.Fatalf("after the sync, dlq receive: %q", bodies(got))
+			}
+			return
+		}
+		pf.ps.releaseSyncs(syscall.EIO)
+		poll.CheckFor(t, 20*time.Second, poll.True("the engine to fail with its sync", func() bool { return pf.e.Failed() != nil }))
+		if page, err := pf.e.Browse("dlq", Filter{}, 0, 1000); err != nil || len(page.Messages) != 0 {
+			t.Fatalf("after a failed sync browse lists %d dead-letter copies (%v)", len(page.Messages), err)
+		}
+		if _, err := pf.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
+			t.Fatalf("the engine did not fail with its sync: send %v", err)
+		}
+		pf.powerCut()
+		// The move was lost with the power: the message is in q, where
+		// it expires (and is moved) again — one copy in all.
+		poll.CheckFor(t, 20*time.Second, poll.True("one copy of the message after the power cut", func() bool {
+			return browseCount(t, pf.e, "q")+browseCount(t, pf.e, "dlq") == 1
+		}))
+	})
+}
+
+// syncOutcomes runs f as two subtests: the sync that covers the move
+// succeeds ("synced"), or fails ("sync fails").
+func syncOutcomes(t *testing.T, f func(t *testing.T, fail bool)) {
 	for _, fail := range []bool{false, true} {
 		name := "synced"
 		if fail {
 			name = "sync fails"
 		}
-		t.Run(name, func(t *testing.T) {
-			pf := newPowerFixture(t, time.Hour)
-			pf.withDLQ(5, func(c *QueueConfig) { c.MessageTTL, c.HasMessageTTL = time.Minute, true })
-			pf.send("q", body("stale"))
-			pf.ps.holdSyncs()
-			t.Cleanup(func() { pf.ps.releaseSyncs(nil) })
-			pf.clk.Advance(2 * time.Minute)
-			// The scheduler's tick moves the message and waits, outside
-			// q's lock, for the barrier that publishes the copy.
-			poll.CheckFor(t, 20*time.Second, poll.True("the expiry's dead-letter move to wait for a sync (or to show its copy at once)", func() bool {
-				return pf.ps.held() == 1 || browseCount(t, pf.e, "dlq") > 0
-			}))
-			if d := pf.recv("dlq", 10, -1); len(d) != 0 {
-				t.Fatalf("expired dead letter %q received before its move was synced", bodies(d))
-			}
-			if n := browseCount(t, pf.e, "dlq"); n != 0 {
-				t.Fatalf("browse lists %d dead-letter copies before their move was synced", n)
-			}
-			if !fail {
-				pf.ps.releaseSyncs(nil)
-				var got []Delivery
-				poll.CheckFor(t, 20*time.Second, poll.True("the expired message in the dead-letter queue", func() bool {
-					got = append(got, pf.recv("dlq", 10, -1)...)
-					return len(got) > 0
-				}))
-				if len(got) != 1 || string(got[0].Body) != "stale" {
-					t.Fatalf("after the sync, dlq receive: %q", bodies(got))
-				}
-				return
-			}
-			pf.ps.releaseSyncs(syscall.EIO)
-			poll.CheckFor(t, 20*time.Second, poll.True("the engine to fail with its sync", func() bool { return pf.e.Failed() != nil }))
-			if page, err := pf.e.Browse("dlq", Filter{}, 0, 1000); err != nil || len(page.Messages) != 0 {
-				t.Fatalf("after a failed sync browse lists %d dead-letter copies (%v)", len(page.Messages), err)
-			}
-			if _, err := pf.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
-				t.Fatalf("the engine did not fail with its sync: send %v", err)
-			}
-			pf.powerCut()
-			// The move was lost with the power: the message is in q, where
-			// it expires (and is moved) again — one copy in all.
-			poll.CheckFor(t, 20*time.Second, poll.True("one copy of the message after the power cut", func() bool {
-				return browseCount(t, pf.e, "q")+browseCount(t, pf.e, "dlq") == 1
-			}))
-		})
+		t.Run(name, func(t *testing.T) { f(t, fail) })
 	}
 }
 
