@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
@@ -51,12 +52,47 @@ func (l *leadership) onStatus(ctx context.Context, st raftstore.Status) {
 	l.end()
 }
 
-// end stops the leadership's server, if any, and waits for it.
+// stuckStopAfter is how long a leadership's end waits for its server to
+// stop before it logs every goroutine's stack (Node.stuckStop shortens it
+// in tests). A server stops within seconds (its AMQP connections get
+// closeTimeout, its calls elsewhere remoteGrace, its HTTP shutdown 5 s);
+// one that has not after a minute is held by something that may never
+// end, and while it waits nothing else of this shard — for shard 0,
+// nothing of this node's Run loop, /health included — goes on. The dump
+// is what tells where (a fault run of 2026-12-01 wedged a node there,
+// in the AMQP server's Close, and its cause is still unknown).
+const stuckStopAfter = time.Minute
+
+// end stops the leadership's server, if any, and waits for it; a wait
+// past stuckStopAfter is logged once with every goroutine's stack.
 func (l *leadership) end() {
-	if l.stop != nil {
-		l.stop()
+	if l.stop == nil {
+		return
+	}
+	l.stop()
+	after := cmp.Or(l.n.stuckStop, stuckStopAfter)
+	t := time.NewTimer(after)
+	select {
+	case <-l.done:
+	case <-t.C:
+		l.n.log.Error("the server of a leadership that ended has not stopped; this shard's leadership changes (for shard 0, the node's status and health) wait for it",
+			"shard", l.k, "term", l.term, "waited", after, "goroutines", allStacks())
 		<-l.done
-		l.stop = nil
+		l.n.log.Info("the server of a leadership that ended has stopped at last", "shard", l.k, "term", l.term)
+	}
+	t.Stop()
+	l.stop = nil
+}
+
+// allStacks returns every goroutine's stack (at most 16 MiB of it).
+func allStacks() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) || len(buf) >= 16<<20 {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 

@@ -130,6 +130,8 @@ type Node struct {
 	// closes them and the Raft listener.
 	shards *raftstore.Shards
 	hold   time.Duration
+	// stuckStop, when set, replaces stuckStopAfter (tests).
+	stuckStop time.Duration
 	// bodies bounds the SQS request bodies buffered to find the shard of
 	// their queue (shards.go; only with several shards).
 	bodies *server.BodyBudget
