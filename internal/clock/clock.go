@@ -121,8 +121,11 @@ func (f *Fake) Advance(d time.Duration) {
 	if len(due) > 0 {
 		f.changedLocked()
 	}
-	f.mu.Unlock()
+	// Sorted under the lock: a goroutine woken by an earlier timer of
+	// due may Reset a later one (writing its when) before this loop
+	// reaches it.
 	sort.Slice(due, func(i, j int) bool { return due[i].when.Before(due[j].when) })
+	f.mu.Unlock()
 	for _, t := range due {
 		select {
 		case t.c <- now:
@@ -217,7 +220,7 @@ func (t *fakeTimer) resetLocked(when time.Time) bool {
 	if !when.After(t.f.now) {
 		t.f.mu.Unlock()
 		select {
-		case t.c <- t.when:
+		case t.c <- when: // not t.when: read without the lock, another Reset may write it
 		default:
 		}
 		return was
