@@ -255,6 +255,7 @@ func TestThreeNodesReplicate(t *testing.T) {
 func TestAdvertise(t *testing.T) {
 	c := newCluster(t, 3)
 	li := c.leader(-1)
+	proposed := time.Now()
 	if err := c.nodes[li].Advertise([]byte(`{"sqs":"127.0.0.1:1"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -267,11 +268,22 @@ func TestAdvertise(t *testing.T) {
 			return string(nd.Advertised(uint64(li+1))) == `{"sqs":"127.0.0.1:1"}`
 		}))
 	}
-	// It survives a restart of a follower.
+	// Each node knows when it applied it: not before the proposal.
+	for i, nd := range c.nodes {
+		a := nd.AdvertisedSince()[uint64(li+1)]
+		if string(a.Info) != `{"sqs":"127.0.0.1:1"}` || a.AppliedAt.Before(proposed) || a.AppliedAt.After(time.Now()) {
+			t.Fatalf("node %d: AdvertisedSince = %q applied at %v, want the info applied after %v", i+1, a.Info, a.AppliedAt, proposed)
+		}
+	}
+	// It survives a restart of a follower, which no longer knows when it
+	// was written.
 	c.stop(fi)
 	c.restart(fi)
 	if got := c.nodes[fi].Advertised(uint64(li + 1)); string(got) != `{"sqs":"127.0.0.1:1"}` {
 		t.Fatalf("after restart Advertised = %q", got)
+	}
+	if a := c.nodes[fi].AdvertisedSince()[uint64(li+1)]; string(a.Info) != `{"sqs":"127.0.0.1:1"}` || !a.AppliedAt.IsZero() {
+		t.Fatalf("after restart AdvertisedSince = %q applied at %v, want the info with no apply time", a.Info, a.AppliedAt)
 	}
 }
 

@@ -113,6 +113,10 @@ type Config struct {
 	// (at most MaxProbeAnswer bytes; longer is cut); nil answers empty.
 	// It is called on a transport goroutine and must not block.
 	ProbeAnswer func() []byte
+	// Now, when set, is the clock AdvertisedSince reports apply times on
+	// (the cluster node's, so that a test's fake clock is used); nil is
+	// time.Now.
+	Now func() time.Time
 	// Join starts a node that is being added to a running group: it
 	// boots with an empty membership and log, never campaigns on its own,
 	// and learns everything from the leader once a member ran AddMember
@@ -295,6 +299,10 @@ type Node struct {
 	applied    uint64
 	status     Status
 	advertised map[uint64][]byte
+	// advertisedAt is when (Config.Now) this process applied each node's
+	// latest advertisement; absent for one only loaded from the state
+	// store at start.
+	advertisedAt map[uint64]time.Time
 	// barrierWaiting are the read barriers for the next round, and
 	// appliedWaits the ones waiting for their index to apply
 	// (barrier.go).
@@ -376,18 +384,22 @@ func Open(cfg Config) (n *Node, err error) {
 	_, _ = rand.Read(eb[:])
 	n = &Node{
 		cfg: cfg, log: log, epoch: binary.BigEndian.Uint64(eb[:]),
-		recvc:      make(chan *pb.Message, 1024),
-		propc:      make(chan struct{}, 1),
-		transferc:  make(chan transferRequest),
-		barrierc:   make(chan struct{}, 1),
-		stopc:      make(chan struct{}),
-		donec:      make(chan struct{}),
-		changes:    make(chan Status, 1),
-		unreach:    map[uint64]bool{},
-		waiters:    map[uint64]*waiter{},
-		changed:    make(chan struct{}),
-		advertised: map[uint64][]byte{},
-		leaseBase:  time.Now(),
+		recvc:        make(chan *pb.Message, 1024),
+		propc:        make(chan struct{}, 1),
+		transferc:    make(chan transferRequest),
+		barrierc:     make(chan struct{}, 1),
+		stopc:        make(chan struct{}),
+		donec:        make(chan struct{}),
+		changes:      make(chan Status, 1),
+		unreach:      map[uint64]bool{},
+		waiters:      map[uint64]*waiter{},
+		changed:      make(chan struct{}),
+		advertised:   map[uint64][]byte{},
+		leaseBase:    time.Now(),
+		advertisedAt: map[uint64]time.Time{},
+	}
+	if cfg.Now == nil {
+		n.cfg.Now = time.Now
 	}
 	if cfg.FS == nil {
 		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -843,8 +855,13 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	n.applied = last
 	n.appliedLocked()
 	n.commitConfLocked(&ca)
+	at := time.Time{}
+	if len(adv) > 0 {
+		at = n.cfg.Now()
+	}
 	for id, v := range adv {
 		n.advertised[id] = append([]byte(nil), v...)
+		n.advertisedAt[id] = at
 	}
 	for _, seq := range mine {
 		if w := n.waiters[seq]; w != nil {
@@ -968,6 +985,30 @@ func (n *Node) Advertised(id uint64) []byte {
 		return append([]byte(nil), v...)
 	}
 	return nil
+}
+
+// AdvertisedSince returns every node's latest advertisement and, for
+// each one this process applied (rather than loaded from the state store
+// at start), when it applied it, on Config.Now. An advertisement is
+// applied after its proposal, so that time is never before the
+// advertiser encoded it: what the advertiser's clock read then, it reads
+// at least as much (less its rate's error) by the time elapsed since.
+func (n *Node) AdvertisedSince() map[uint64]Advertised {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[uint64]Advertised, len(n.advertised))
+	for id, v := range n.advertised {
+		out[id] = Advertised{Info: append([]byte(nil), v...), AppliedAt: n.advertisedAt[id]}
+	}
+	return out
+}
+
+// Advertised is one node's latest advertisement (AdvertisedSince).
+type Advertised struct {
+	Info []byte
+	// AppliedAt is when this process applied it; zero when it was only
+	// loaded from the state store at start.
+	AppliedAt time.Time
 }
 
 // Close stops the node: every waiting Pending fails with ErrNodeClosed,

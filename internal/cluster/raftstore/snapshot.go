@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
@@ -663,6 +664,13 @@ func (n *Node) installSnapshot(s *pb.Snapshot) error {
 	n.applied = applied
 	n.appliedLocked()
 	n.advertised = adv
+	// Every advertisement in the copy was encoded before it was taken,
+	// so before now (AdvertisedSince).
+	now := n.cfg.Now()
+	n.advertisedAt = make(map[uint64]time.Time, len(adv))
+	for id := range adv {
+		n.advertisedAt[id] = now
+	}
 	n.mu.Unlock()
 	n.log.Info("raftstore: installed a snapshot", "index", applied, "term", md.GetTerm())
 	return nil

@@ -195,6 +195,7 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 	if err := c.nodes[li].Advertise([]byte("leader info")); err != nil {
 		t.Fatal(err)
 	}
+	restarted := time.Now()
 	c.restart(fi)
 	// Readers of the follower's store keep going through the install's
 	// swap of its state store.
@@ -210,6 +211,11 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 	}
 	if got := c.nodes[fi].Advertised(c.peers[li].ID); string(got) != "leader info" {
 		t.Fatalf("follower's advertised info of the leader: %q", got)
+	}
+	// Taken from the copy, it counts as applied at the install: after it
+	// was written, and after the restart.
+	if a := c.nodes[fi].AdvertisedSince()[c.peers[li].ID]; a.AppliedAt.Before(restarted) {
+		t.Fatalf("follower's advertised info of the leader applied at %v, want after the restart at %v", a.AppliedAt, restarted)
 	}
 	// The follower goes on from the snapshot: new writes reach it.
 	writeMany(t, c.nodes[li].Store(), "c", 30)
