@@ -124,12 +124,27 @@ func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, 
 // probedAdjustment is the adjustment a leadership starts with from the
 // voters' answers (this node's own clock not among them) out of voters:
 // see the comment at the top of this file. Answers less certain than
-// offsetMaxUncertainty are left out.
+// offsetMaxUncertainty are left out — unless without them fewer than a
+// majority answered: then every answer counts, each erring late by its
+// own uncertainty, which on a loaded machine (round trips of tens of
+// milliseconds) is still far nearer the cluster's time than this node's
+// own clock, the only other choice. (Until 2026-12-02 they were left out
+// either way, and a node 20 s ahead that restarted on a loaded machine
+// led on its own clock.)
 func probedAdjustment(answers []probed, voters int) (adj time.Duration, from string, ok bool) {
+	if adj, from, ok := probedFrom(answers, voters, offsetMaxUncertainty); ok {
+		return adj, from, true
+	}
+	return probedFrom(answers, voters, probeWait)
+}
+
+// probedFrom is probedAdjustment on the answers at most maxUncertainty
+// uncertain.
+func probedFrom(answers []probed, voters int, maxUncertainty time.Duration) (adj time.Duration, from string, ok bool) {
 	var ests, walls []time.Duration
 	walls = append(walls, 0) // this node's own
 	for _, p := range answers {
-		if p.uncertainty > offsetMaxUncertainty {
+		if p.uncertainty > maxUncertainty {
 			continue
 		}
 		if p.hasEst {

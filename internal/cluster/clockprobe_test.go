@@ -19,7 +19,8 @@ import (
 // the earliest wins; without, the median of the wall clocks (this node's
 // own as 0) when a majority answered, the earlier middle value for an even
 // count; each erring late by its uncertainty; answers less certain than
-// offsetMaxUncertainty left out; fewer than a majority: no verdict.
+// offsetMaxUncertainty left out unless there is no majority without them;
+// fewer than a majority: no verdict.
 func TestProbedAdjustment(t *testing.T) {
 	ms := time.Millisecond
 	s := time.Second
@@ -38,6 +39,8 @@ func TestProbedAdjustment(t *testing.T) {
 		{"even, this node behind: its own", []probed{{wall: 20 * s}}, 3, 0, true},
 		{"errs late by the uncertainty", []probed{{wall: -20 * s, uncertainty: 2 * ms}, {wall: -20 * s, uncertainty: 4 * ms}}, 3, -20*s - 2*ms, true},
 		{"uncertain answers left out", []probed{{wall: -20 * s, est: -20 * s, hasEst: true, uncertainty: 50 * ms}, {wall: 1 * s}}, 3, 0, true},
+		{"uncertain answers when there is no majority without them", []probed{{wall: -20 * s, uncertainty: 50 * ms}, {wall: -19 * s, uncertainty: 30 * ms}}, 3, -19*s - 30*ms, true},
+		{"an uncertain estimate when there is no majority without it", []probed{{wall: -20 * s, est: -20*s - 50*ms, hasEst: true, uncertainty: 50 * ms}}, 3, -20*s - 50*ms, true},
 		{"no majority", []probed{{wall: -20 * s}}, 5, 0, false},
 		{"nobody answered", nil, 3, 0, false},
 		{"alone", nil, 1, 0, true},

@@ -7,7 +7,6 @@ package cluster
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
@@ -166,7 +165,7 @@ func (n *Node) lead(ctx context.Context, k int, term uint64) {
 			n.mu.Unlock()
 			n.applyShardDiskAlarm(srv)
 		}
-		n.serveLocal(ctx, k, srv, viewTerm, log)
+		n.serveLocal(ctx, k, srv, tl, viewTerm, log)
 	}
 }
 
@@ -200,12 +199,12 @@ type serving struct {
 	srv *server.Server
 }
 
-// serveLocal runs srv, shard k's, until ctx ends or its engine fails,
-// advertising its addresses meanwhile, and shuts it down.
-func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, term uint64, log *slog.Logger) {
+// serveLocal runs srv, shard k's on clock tl, until ctx ends or its
+// engine fails, advertising its addresses meanwhile, and shuts it down.
+// The first advertisement, stamped with tl's reading, is applied before
+// srv serves (beacon.go).
+func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, tl *timeline, term uint64, log *slog.Logger) {
 	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(sctx) }()
 	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers()}
 	// Where the others dial, when that is not where the listeners bound
 	// (a port mapping or a proxy in between).
@@ -213,6 +212,17 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, term u
 	if ad.AMQP != "" {
 		ad.AMQP = cmp.Or(n.opts.Cluster.InternalAMQPAdvertise, ad.AMQP)
 	}
+	// Advertise waits for its entry to commit, and takes no context: it
+	// returns when the entry commits, leadership ends or the Raft node
+	// closes, so a stop waits for a quorum at most until leadership ends.
+	if !n.stampFirst(sctx, k, ad, tl, log) {
+		stop()
+		srv.Close() // never served
+		n.endServing(k)
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
 	n.mu.Lock()
 	n.serving[k] = &serving{ad: ad, srv: srv}
 	if k == 0 {
@@ -222,26 +232,7 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, term u
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
 	log.Info("serving as leader", "internal_http", ad.SQS, "internal_amqp", ad.AMQP)
-	// Advertise waits for its entry to commit, and takes no context: it
-	// runs on its own, so stopping never waits for a quorum. It returns
-	// when the entry commits, leadership ends or the Raft node closes.
-	go func() {
-		b, _ := json.Marshal(ad) // a struct of strings and a number always encodes
-		for {
-			err := n.shards.Shard(k).Advertise(b)
-			if err == nil || sctx.Err() != nil {
-				return
-			}
-			log.Warn("cannot advertise the leader's addresses yet; retrying", "err", err)
-			t := time.NewTimer(time.Second)
-			select {
-			case <-sctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	go n.stampEvery(sctx, k, ad, tl, log)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for running := true; running; {
@@ -264,17 +255,22 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, term u
 			}
 		}
 	}
+	n.endServing(k)
+	stop()
+	if err := <-done; err != nil {
+		log.Warn("the leader's server stopped with an error", "err", err)
+	}
+}
+
+// endServing forgets this node's server and clock for shard k.
+func (n *Node) endServing(k int) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.serving[k] = nil
 	n.shardClocks[k] = nil
 	if k == 0 {
 		n.localMetrics = nil
 		n.localServer = nil
 		n.timeline = nil
-	}
-	n.mu.Unlock()
-	stop()
-	if err := <-done; err != nil {
-		log.Warn("the leader's server stopped with an error", "err", err)
 	}
 }

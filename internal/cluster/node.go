@@ -291,7 +291,7 @@ func New(opts Options) (_ *Node, err error) {
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
-		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
+		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, Now: n.clk.Now, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
 		o.Cluster.ShardCount(), opts.BalanceInterval)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)

@@ -192,7 +192,7 @@ func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 	c, cluster := n.clockGood, n.timeline
 	n.mu.Unlock()
 	if k > 0 && cluster != nil {
-		return newTimeline(clock.NewSteady(n.clk), cluster.Adjustment(), cluster.seg.Load().target)
+		return newTimeline(clock.NewSteady(n.clk), n.boundByBeacon(k, cluster.Adjustment()), cluster.seg.Load().target)
 	}
 	now := n.clk.Now()
 	var adj time.Duration
@@ -207,6 +207,8 @@ func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 	} else {
 		n.log.Warn("leading on this node's own clock: it has no recent measurement of the cluster's clock and fewer than a majority of the voters answered its clock probe; deadlines inherited from the previous leader move by this node's offset from it")
 	}
+	// Never ahead of the previous leader's last stamped clock (beacon.go).
+	adj = n.boundByBeacon(k, adj)
 	switch {
 	case adj.Abs() > clockSkewWarn:
 		n.log.Warn("leading on a clock far from this node's; steering toward the median of the voters' clocks at 1 %; fix the time sync of whichever is wrong",

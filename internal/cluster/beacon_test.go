@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// TestBeaconBound: the bound comes from the latest leadership's stamp
+// only, advanced by the time since this node applied it at 99 % of its
+// rate, and from nothing when that stamp is missing or was only loaded.
+func TestBeaconBound(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	stamp := func(term uint64, clock time.Time) []byte {
+		b, err := json.Marshal(advertisement{Advertisement: Advertisement{Term: term, SQS: "127.0.0.1:1"}, Clock: clock.UnixNano()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	old, _ := json.Marshal(Advertisement{Term: 9, SQS: "127.0.0.1:1"}) // an older release's: no stamp
+	for _, c := range []struct {
+		name  string
+		ads   map[uint64]raftstore.Advertised
+		want  time.Time
+		term  uint64
+		bound bool
+	}{
+		{name: "none", ads: nil},
+		{name: "latest term, advanced 99 % of 10 s", ads: map[uint64]raftstore.Advertised{
+			1: {Info: stamp(3, now.Add(time.Hour)), AppliedAt: now.Add(-time.Minute)},
+			2: {Info: stamp(5, now.Add(-3*time.Second)), AppliedAt: now.Add(-10 * time.Second)},
+			3: {Info: []byte("not json"), AppliedAt: now},
+		}, want: now.Add(-3*time.Second + 9900*time.Millisecond), term: 5, bound: true},
+		{name: "the latest has no stamp: an older one bounds nothing", ads: map[uint64]raftstore.Advertised{
+			1: {Info: stamp(3, now), AppliedAt: now},
+			2: {Info: old, AppliedAt: now},
+		}, term: 9},
+		{name: "the latest was loaded, not applied", ads: map[uint64]raftstore.Advertised{
+			1: {Info: stamp(3, now), AppliedAt: now},
+			2: {Info: stamp(4, now)},
+		}, term: 4},
+		{name: "applied in the future (a clock step back): no advance", ads: map[uint64]raftstore.Advertised{
+			1: {Info: stamp(3, now.Add(-time.Second)), AppliedAt: now.Add(time.Minute)},
+		}, want: now.Add(-time.Second), term: 3, bound: true},
+	} {
+		got, term, ok := beaconBound(c.ads, now)
+		if ok != c.bound || term != c.term || !got.Equal(c.want) {
+			t.Errorf("%s: beaconBound = %v, term %d, %v; want %v, term %d, %v", c.name, got, term, ok, c.want, c.term, c.bound)
+		}
+	}
+}
+
+// TestShardTakeoverBoundByBeacon: a node that leads shard 0 and takes
+// over shard 1 starts shard 1 on shard 0's clock — unless shard 1's
+// leader ran behind that clock, as a leader does after a late start
+// until its slew catches up. Here shard 1's leader runs 3 s behind; a
+// message received there with a 10 s visibility timeout is not
+// redelivered early by the node that takes shard 1 over (on shard 0's
+// clock alone it came back 3 s early), and it does come back.
+func TestShardTakeoverBoundByBeacon(t *testing.T) {
+	const lag = 3 * time.Second
+	nodes, _ := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3 },
+		func(i int, o *Options) { o.BalanceInterval = time.Hour }, nil, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	taker, giver := nodes[0], nodes[1]
+	// Node 1 leads shard 0, node 2 shard 1.
+	lead := func(n *Node, k int) {
+		t.Helper()
+		poll.CheckFor(t, 30*time.Second, func() error {
+			r := n.shards.Shard(k)
+			st := r.Status()
+			if st.Leader == n.opts.Cluster.NodeID {
+				n.mu.Lock()
+				defer n.mu.Unlock()
+				if n.serving[k] == nil {
+					return fmt.Errorf("node %d leads shard %d but does not serve it yet", st.Leader, k)
+				}
+				return nil
+			}
+			for _, o := range nodes {
+				if o.opts.Cluster.NodeID == st.Leader {
+					tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+					defer tcancel()
+					_ = o.shards.Shard(k).TransferLeadershipTo(tctx, n.opts.Cluster.NodeID) // retried by the poll
+				}
+			}
+			return fmt.Errorf("node %d does not lead shard %d yet", n.opts.Cluster.NodeID, k)
+		})
+	}
+	lead(taker, 0)
+	lead(giver, 1)
+	// Shard 1's clock falls 3 s behind the cluster's: it slews back at 1 %
+	// from there, as after a late start.
+	giver.mu.Lock()
+	tl := giver.shardClocks[1]
+	giver.mu.Unlock()
+	tl.mu.Lock()
+	now := tl.base.Now()
+	tl.seg.Store(&segment{from: now, adj: tl.seg.Load().at(now) - lag, target: tl.seg.Load().target})
+	tl.mu.Unlock()
+	// The taker has applied a stamp of the lagging clock.
+	poll.CheckFor(t, 10*time.Second, func() error {
+		a := taker.shards.Shard(1).AdvertisedSince()[giver.opts.Cluster.NodeID]
+		var ad advertisement
+		if err := json.Unmarshal(a.Info, &ad); err != nil {
+			return err
+		}
+		if behind := time.Since(time.Unix(0, ad.Clock)); behind < lag*9/10 {
+			return fmt.Errorf("node 2's last stamp of shard 1 is %v behind, want about %v", behind, lag)
+		}
+		return nil
+	})
+
+	_, q := queueOnShard(t, nodes, "beacon-bound", 1)
+	cli := shardClient(nodes[2])
+	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("in flight")}); err != nil {
+		t.Fatal(err)
+	}
+	const vis = 10 * time.Second
+	begin := time.Now()
+	got, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, VisibilityTimeout: int32(vis / time.Second)})
+	if err != nil || len(got.Messages) != 1 {
+		t.Fatalf("receive on shard 1: %v, %d messages", err, len(got.Messages))
+	}
+	if _, l, ok := taker.target(1); !ok || l != giver.opts.Cluster.NodeID {
+		t.Skipf("shard 1 moved off node 2 before the receive")
+	}
+	lead(taker, 1)
+	if _, l, ok := taker.target(0); !ok || l != taker.opts.Cluster.NodeID {
+		t.Skipf("shard 0 moved off node 1 before it took shard 1 over")
+	}
+	for {
+		r, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 1})
+		if ctx.Err() != nil {
+			t.Fatalf("the message received through node 2 never came back: %v", ctx.Err())
+		}
+		if err != nil || len(r.Messages) == 0 {
+			continue
+		}
+		if early := vis - time.Since(begin); early > 50*time.Millisecond {
+			t.Fatalf("the message came back %v before its %v lease could end, from shard 1's new leader", early.Round(time.Millisecond), vis)
+		}
+		return
+	}
+}
