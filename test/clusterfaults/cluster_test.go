@@ -827,6 +827,10 @@ func keepLog(t *testing.T, id uint64, b []byte) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("node %d: cannot keep its log: %v", id, err)
+		return
+	}
 	f, err := os.CreateTemp(dir, fmt.Sprintf("sluice-cluster-faults-node%d-*.log", id))
 	if err != nil {
 		t.Logf("node %d: cannot keep its log: %v", id, err)
