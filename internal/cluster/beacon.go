@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
@@ -25,21 +27,28 @@ import (
 //
 // So every leader stamps its advertisement (the entry that tells the
 // other nodes where it serves, replicated in its shard's Raft log) with
-// its engine clock: once before its server serves — so that no write of
-// its leadership can commit without a stamp of it before them — and
-// again every beaconInterval. A node that starts leading a shard has
-// applied every entry committed before its term, its predecessor's last
-// stamp among them, and knows when it applied it (raftstore
-// AdvertisedSince): the stamp was encoded before, and the predecessor's
-// clock runs at no less than 1 − slewRate of real time, so by now that
-// clock reads at least Clock + (now − applied) × (1 − slewRate)
-// (beaconBound). The leadership starts no later than that, whichever way
-// it chose its clock.
+// its engine clock and how far that clock is behind the one it slews
+// toward: once before its server serves — so that no write of its
+// leadership can commit without a stamp of it before them — and again
+// every beaconInterval. A node that starts leading a shard has applied
+// every entry committed before its term, its predecessor's last stamp
+// among them, and knows when it applied it (raftstore AdvertisedSince):
+// the stamp was encoded before, and the predecessor's clock runs at no
+// less than 1 − slewRate of real time, so by now that clock reads at least
+// Clock + (now − applied) × (1 − slewRate) (beaconBound). That bound is
+// certain but can be loose: a stamp applied by a node that restarted or
+// caught up after the shard had no leader for a while was written that
+// long before. So the stamped lag bounds how far it may hold a
+// leadership back (boundByBeacon): a predecessor that was on its target
+// clock holds its successor back by at most beaconMargin.
 //
-// What it does not cover: a node that restarted since its predecessor's
-// last stamp loaded that stamp from its state store and does not know
-// when it was written (it may be long ago: a whole cluster down for an
-// hour); it starts as before, unbounded.
+// A node that restarted since its predecessor's last stamp loaded that
+// stamp from its state store and does not know when it was written (it
+// may be long ago: a whole cluster down for an hour), so it asks the
+// other voters for their certain bound on the same leadership's clock (a
+// probe, as clockprobe.go's, on that shard's connections; at most
+// probeWait). When none has one (they restarted too), the stamped lag
+// alone bounds it.
 
 // beaconInterval is how often a leader stamps its advertisement again:
 // the bound's slack, besides the apply delay, is 1 % of the time since
@@ -52,12 +61,21 @@ const beaconInterval = time.Second
 type advertisement struct {
 	Advertisement
 	Clock int64 `json:"clock,omitempty"`
+	// Behind is how far (ns) the stamped clock was behind the clock it
+	// slews toward (the voters' median for shard 0, the cluster's clock
+	// for the others): 0 when on it or ahead.
+	Behind int64 `json:"behind,omitempty"`
 }
+
+// beaconMargin is how much further than its stamped lag a leadership may
+// start behind its candidate clock when the stamp's age is not known
+// closely (boundByBeacon): for the lag's change since the stamp.
+const beaconMargin = 50 * time.Millisecond
 
 // stampAdvertisement replicates ad, stamped with tl's reading now, on
 // shard k, and waits until it is applied here (raftstore Advertise).
 func (n *Node) stampAdvertisement(k int, ad Advertisement, tl *timeline) error {
-	b, _ := json.Marshal(advertisement{Advertisement: ad, Clock: tl.Now().UnixNano()}) // strings and numbers always encode
+	b, _ := json.Marshal(advertisement{Advertisement: ad, Clock: tl.Now().UnixNano(), Behind: int64(tl.Behind())}) // strings and numbers always encode
 	return n.shards.Shard(k).Advertise(b)
 }
 
@@ -101,6 +119,20 @@ func (n *Node) stampEvery(ctx context.Context, k int, ad Advertisement, tl *time
 	}
 }
 
+// latestStamp returns the advertisement of the latest leadership in ads
+// (the highest term) and when this process applied it (zero: loaded at
+// start); found is false when ads holds none.
+func latestStamp(ads map[uint64]raftstore.Advertised) (last advertisement, at time.Time, found bool) {
+	for _, a := range ads {
+		var ad advertisement
+		if json.Unmarshal(a.Info, &ad) != nil || ad.Term < last.Term || (ad.Term == last.Term && found) {
+			continue
+		}
+		last, at, found = ad, a.AppliedAt, true
+	}
+	return last, at, found
+}
+
 // beaconBound returns the earliest reading the clock of the latest
 // leadership that advertised in ads (the highest term) is certain to have
 // reached at now (on the clock raftstore's AdvertisedSince used), and
@@ -110,35 +142,56 @@ func (n *Node) stampEvery(ctx context.Context, k int, ad Advertisement, tl *time
 // a later one, which may have started behind it, so it is never used
 // instead.
 func beaconBound(ads map[uint64]raftstore.Advertised, now time.Time) (bound time.Time, term uint64, ok bool) {
-	var last advertisement
-	var at time.Time
-	for _, a := range ads {
-		var ad advertisement
-		if json.Unmarshal(a.Info, &ad) != nil || ad.Term < last.Term || (ad.Term == last.Term && last.Term != 0) {
-			continue
-		}
-		last, at = ad, a.AppliedAt
-	}
-	if last.Term == 0 || last.Clock == 0 || at.IsZero() {
+	last, at, found := latestStamp(ads)
+	if !found || last.Clock == 0 || at.IsZero() {
 		return time.Time{}, last.Term, false
 	}
-	elapsed := max(now.Sub(at), 0)
-	return time.Unix(0, last.Clock).Add(time.Duration(float64(elapsed) * (1 - slewRate))), last.Term, true
+	return advanced(time.Unix(0, last.Clock), now.Sub(at)), last.Term, true
+}
+
+// advanced is a clock reading c advanced by elapsed of real time at the
+// slowest rate a timeline runs at (1 − slewRate); a negative elapsed (a
+// step back of the measuring clock) advances nothing.
+func advanced(c time.Time, elapsed time.Duration) time.Time {
+	return c.Add(time.Duration(float64(max(elapsed, 0)) * (1 - slewRate)))
 }
 
 // boundByBeacon returns adj, the adjustment a leadership of shard k is to
-// start with, or less: no more than puts the engine clock at shard k's
-// beaconBound now.
-func (n *Node) boundByBeacon(k int, adj time.Duration) time.Duration {
+// start with, or less. Two bounds on its predecessor's clock come from
+// the predecessor's last stamp:
+//
+//   - a certain one: the stamp advanced by the time since this node
+//     applied it, or, when this node only loaded it at start (it
+//     restarted since), the latest such bound the shard's other voters
+//     have (probeBeacon). It is never ahead of the predecessor's clock,
+//     but it is far behind when the stamp was applied long after it was
+//     written: by a node that restarted or caught up, the whole time the
+//     shard had no leader;
+//   - an estimate: adj less the lag behind its target the predecessor
+//     stamped and beaconMargin (the predecessor was that far behind the
+//     clock adj is taken from).
+//
+// The leadership starts no later than the greater of the two: on the
+// certain bound where that is the closer, and never more than the
+// stamped lag (plus the margin) behind adj for a certain bound that is
+// only loose. Without a stamp (none, or an older release's), adj.
+func (n *Node) boundByBeacon(ctx context.Context, k int, adj time.Duration) time.Duration {
 	if n.shards == nil {
 		return adj
 	}
-	now := n.clk.Now()
-	bound, term, ok := beaconBound(n.shards.Shard(k).AdvertisedSince(), now)
-	if !ok {
-		return adj
+	ads := n.shards.Shard(k).AdvertisedSince()
+	last, at, found := latestStamp(ads)
+	if !found || last.Clock == 0 {
+		return adj // no leadership stamped before: nothing to bound by
 	}
-	limit := bound.Sub(now)
+	var certain time.Time
+	ok := false
+	if !at.IsZero() {
+		certain, _, ok = beaconBound(ads, n.clk.Now())
+	} else {
+		certain, ok = n.probeBeacon(ctx, k, last.Term, time.Unix(0, last.Clock))
+	}
+	limit, from := startLimit(adj, time.Duration(last.Behind), certain, ok, n.clk.Now())
 	if adj <= limit {
 		return adj
 	}
@@ -146,7 +199,76 @@ func (n *Node) boundByBeacon(k int, adj time.Duration) time.Duration {
 	if adj-limit < quietAdjustment {
 		lvl = slog.LevelDebug
 	}
-	n.shardLog(k).Log(context.Background(), lvl, "starting behind the clock chosen: the previous leader's last stamped clock was behind it",
-		"previous_term", term, "behind_by", (adj - limit).Round(time.Millisecond))
+	n.shardLog(k).Log(ctx, lvl, "starting behind the clock chosen: the previous leader's clock was behind it",
+		"previous_term", last.Term, "bound", from, "behind_by", (adj - limit).Round(time.Millisecond))
 	return limit
+}
+
+// startLimit is boundByBeacon's verdict: the latest adjustment a
+// leadership may start with at now, given its candidate adj, the lag its
+// predecessor stamped (behind) and, when ok, the certain bound on the
+// predecessor's clock; from says which of the two it is.
+func startLimit(adj, behind time.Duration, certain time.Time, ok bool, now time.Time) (limit time.Duration, from string) {
+	limit, from = adj-behind-beaconMargin, "its stamped lag"
+	if ok {
+		if c := certain.Sub(now); c > limit {
+			limit, from = c, "its last stamp"
+		}
+	}
+	return limit, from
+}
+
+// probeBeacon asks the other voters of shard k for their bound on the
+// clock of its leadership of term (clockAnswer) and returns the latest
+// of those bounds and floor, the stamp this node loaded, as of now; ok is
+// false when no voter answered with a bound for that term within
+// probeWait. Each voter's bound held when it answered, so before this
+// node read the answer, and is advanced from there.
+func (n *Node) probeBeacon(ctx context.Context, k int, term uint64, floor time.Time) (time.Time, bool) {
+	r := n.shards.Shard(k)
+	var others []uint64
+	for _, m := range r.Members() {
+		if m.Membership == raftstore.Voter && m.ID != n.opts.Cluster.NodeID {
+			others = append(others, m.ID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	type answer struct {
+		bound time.Time
+		got   time.Time
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		wg      sync.WaitGroup
+	)
+	for _, id := range others {
+		wg.Go(func() {
+			a, _, got, err := r.Probe(ctx, id, n.clk.Now)
+			if err != nil || len(a) < clockAnswerSize+beaconAnswerSize {
+				return
+			}
+			t := binary.BigEndian.Uint64(a[clockAnswerSize:])
+			b := int64(binary.BigEndian.Uint64(a[clockAnswerSize+8:]))
+			if t != term || b == 0 {
+				return
+			}
+			mu.Lock()
+			answers = append(answers, answer{bound: time.Unix(0, b), got: got})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(answers) == 0 {
+		return time.Time{}, false
+	}
+	now := n.clk.Now()
+	best := floor
+	for _, a := range answers {
+		if b := advanced(a.bound, now.Sub(a.got)); b.After(best) {
+			best = b
+		}
+	}
+	return best, true
 }

@@ -154,3 +154,100 @@ func TestShardTakeoverBoundByBeacon(t *testing.T) {
 		return
 	}
 }
+
+// TestProbeBeacon: a node that only loaded its predecessor's stamp asks
+// the other voters of the shard for their bound on that leadership's
+// clock (clockAnswer on the shard's own connections): the answer is
+// never ahead of the leader's clock and close behind it, here a leader of
+// shard 1 running 3 s behind the cluster's clock; a term other than the
+// latest stamp's gets no bound.
+func TestProbeBeacon(t *testing.T) {
+	nodes, _ := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3 },
+		func(i int, o *Options) { o.BalanceInterval = time.Hour }, nil, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var leader, asker *Node
+	var tl *timeline
+	poll.CheckFor(t, 30*time.Second, func() error {
+		for _, n := range nodes {
+			n.mu.Lock()
+			if n.shardClocks[1] != nil {
+				leader, tl = n, n.shardClocks[1]
+			}
+			n.mu.Unlock()
+		}
+		if leader == nil {
+			return fmt.Errorf("no node serves shard 1 yet")
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		if n != leader {
+			asker = n
+		}
+	}
+	tl.mu.Lock()
+	now := tl.base.Now()
+	tl.seg.Store(&segment{from: now, adj: tl.seg.Load().at(now) - 3*time.Second, target: tl.seg.Load().target})
+	tl.mu.Unlock()
+	term := leader.shards.Shard(1).Status().Term
+	// Every node has applied a stamp of the lagging clock (the test stepped
+	// the clock back, which a timeline never does: stamps from before
+	// would be ahead of it).
+	poll.CheckFor(t, 10*time.Second, func() error {
+		for _, n := range nodes {
+			var ad advertisement
+			if err := json.Unmarshal(n.shards.Shard(1).AdvertisedSince()[leader.opts.Cluster.NodeID].Info, &ad); err != nil {
+				return err
+			}
+			if behind := time.Since(time.Unix(0, ad.Clock)); behind < 2700*time.Millisecond {
+				return fmt.Errorf("node %d's last stamp of shard 1 is %v behind, want about 3s", n.opts.Cluster.NodeID, behind)
+			}
+		}
+		return nil
+	})
+	poll.CheckFor(t, 20*time.Second, func() error {
+		before := tl.Now()
+		bound, ok := asker.probeBeacon(ctx, 1, term, time.Time{})
+		after := tl.Now()
+		switch {
+		case !ok:
+			return fmt.Errorf("no voter answered with a bound for term %d", term)
+		case bound.After(after):
+			t.Fatalf("the voters' bound %v is ahead of the leader's clock %v", bound, after)
+		case bound.Before(before.Add(-200 * time.Millisecond)):
+			return fmt.Errorf("the voters' bound is %v behind the leader's clock (a stamp before the lag?)", before.Sub(bound))
+		}
+		return nil
+	})
+	if _, ok := asker.probeBeacon(ctx, 1, term+1, time.Time{}); ok {
+		t.Fatalf("a bound for term %d, which no leader stamped", term+1)
+	}
+}
+
+// TestStartLimit: a leadership starts no later than the greater of the
+// certain bound and its candidate less the stamped lag and the margin.
+func TestStartLimit(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := time.Second
+	for _, c := range []struct {
+		name     string
+		adj      time.Duration
+		behind   time.Duration
+		certain  time.Duration // the certain bound, as an adjustment
+		ok       bool
+		want     time.Duration
+		wantFrom string
+	}{
+		{"certain and close: it", 20 * s, 3 * s, 17 * s, true, 17 * s, "its last stamp"},
+		{"certain ahead of the candidate: not below it", 0, 0, 1 * s, true, 1 * s, "its last stamp"},
+		{"certain but loose (a restart): the stamped lag", 0, 0, -4 * s, true, -beaconMargin, "its stamped lag"},
+		{"loose, the predecessor 3 s behind", 0, 3 * s, -10 * s, true, -3*s - beaconMargin, "its stamped lag"},
+		{"none: the stamped lag", 5 * s, 200 * time.Millisecond, 0, false, 5*s - 200*time.Millisecond - beaconMargin, "its stamped lag"},
+	} {
+		got, from := startLimit(c.adj, c.behind, now.Add(c.certain), c.ok, now)
+		if got != c.want || from != c.wantFrom {
+			t.Errorf("%s: startLimit = %v (%s), want %v (%s)", c.name, got, from, c.want, c.wantFrom)
+		}
+	}
+}

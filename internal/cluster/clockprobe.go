@@ -45,14 +45,19 @@ const probeWait = 300 * time.Millisecond
 
 // clockAnswerSize is a clock probe's answer: this node's wall clock and
 // its estimate of the cluster's clock (0: none), Unix nanoseconds,
-// big-endian.
-const clockAnswerSize = 16
+// big-endian; then (since 2026-12-02, beaconAnswerSize more) the bound
+// this node has on the clock of the probed shard's latest leadership: its
+// term and the bound, Unix nanoseconds (0: none; beacon.go).
+const (
+	clockAnswerSize  = 16
+	beaconAnswerSize = 16
+)
 
-// clockAnswer is this node's answer to a clock probe (raftstore
-// Config.ProbeAnswer).
-func (n *Node) clockAnswer() []byte {
+// clockAnswer is this node's answer to a clock probe on shard k's
+// connections (raftstore Config.ProbeAnswer).
+func (n *Node) clockAnswer(k int) []byte {
 	n.mu.Lock()
-	tl, c := n.timeline, n.clockGood
+	tl, c, shards := n.timeline, n.clockGood, n.shards
 	n.mu.Unlock()
 	now := n.clk.Now()
 	var est int64
@@ -61,8 +66,17 @@ func (n *Node) clockAnswer() []byte {
 	} else if age := now.Sub(c.at); c.measured && age >= 0 && age <= offsetMaxAge {
 		est = now.Add(startAdjustment(c, age)).UnixNano()
 	}
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, clockAnswerSize), uint64(now.UnixNano()))
-	return binary.BigEndian.AppendUint64(b, uint64(est))
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, clockAnswerSize+beaconAnswerSize), uint64(now.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(est))
+	var term uint64
+	var bound int64
+	if shards != nil && k >= 0 && k < shards.Len() {
+		if at, t, ok := beaconBound(shards.Shard(k).AdvertisedSince(), now); ok {
+			term, bound = t, at.UnixNano()
+		}
+	}
+	b = binary.BigEndian.AppendUint64(b, term)
+	return binary.BigEndian.AppendUint64(b, uint64(bound))
 }
 
 // probed is one voter's answer to a clock probe, against this node's

@@ -299,7 +299,9 @@ func New(opts Options) (_ *Node, err error) {
 	if o.Cluster.ShardCount() > 1 {
 		n.bodies = server.NewBodyBudget(o.HTTPBodyBudget)
 	}
+	n.mu.Lock() // clockAnswer may read it already: a peer's probe
 	n.shards, n.raft = shards, shards.Shard(0)
+	n.mu.Unlock()
 	factor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_raft_replication_factor",
 		Help: "Voters this node keeps while it leads ([cluster] replication_factor); sluice_raft_voters below it means no caught-up learner could replace a lost voter."})
 	factor.Set(float64(o.Cluster.Factor()))

@@ -138,6 +138,13 @@ func medianTarget(diffs []time.Duration, voters int, current time.Duration) (tim
 	return hi, true
 }
 
+// Behind is how far the clock is behind the target it slews toward now
+// (0 when on it or ahead).
+func (t *timeline) Behind() time.Duration {
+	s := t.seg.Load()
+	return max(s.target-s.at(t.base.Now()), 0)
+}
+
 // Adjustment is the engine clock minus base now.
 func (t *timeline) Adjustment() time.Duration { return t.seg.Load().at(t.base.Now()) }
 
@@ -192,7 +199,7 @@ func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 	c, cluster := n.clockGood, n.timeline
 	n.mu.Unlock()
 	if k > 0 && cluster != nil {
-		return newTimeline(clock.NewSteady(n.clk), n.boundByBeacon(k, cluster.Adjustment()), cluster.seg.Load().target)
+		return newTimeline(clock.NewSteady(n.clk), n.boundByBeacon(ctx, k, cluster.Adjustment()), cluster.seg.Load().target)
 	}
 	now := n.clk.Now()
 	var adj time.Duration
@@ -208,7 +215,7 @@ func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 		n.log.Warn("leading on this node's own clock: it has no recent measurement of the cluster's clock and fewer than a majority of the voters answered its clock probe; deadlines inherited from the previous leader move by this node's offset from it")
 	}
 	// Never ahead of the previous leader's last stamped clock (beacon.go).
-	adj = n.boundByBeacon(k, adj)
+	adj = n.boundByBeacon(ctx, k, adj)
 	switch {
 	case adj.Abs() > clockSkewWarn:
 		n.log.Warn("leading on a clock far from this node's; steering toward the median of the voters' clocks at 1 %; fix the time sync of whichever is wrong",

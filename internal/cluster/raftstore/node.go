@@ -111,8 +111,10 @@ type Config struct {
 	OnAuthFailure func()
 	// ProbeAnswer, when set, is what this node answers a peer's Probe
 	// (at most MaxProbeAnswer bytes; longer is cut); nil answers empty.
-	// It is called on a transport goroutine and must not block.
-	ProbeAnswer func() []byte
+	// It is given the node's Shard (a probe is asked on one shard's
+	// connections). It is called on a transport goroutine and must not
+	// block.
+	ProbeAnswer func(shard int) []byte
 	// Now, when set, is the clock AdvertisedSince reports apply times on
 	// (the cluster node's, so that a test's fake clock is used); nil is
 	// time.Now.

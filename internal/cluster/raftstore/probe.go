@@ -48,7 +48,7 @@ func isProbe(m *pb.Message) bool {
 func (n *Node) answerProbe() []byte {
 	var a []byte
 	if n.cfg.ProbeAnswer != nil {
-		a = n.cfg.ProbeAnswer()
+		a = n.cfg.ProbeAnswer(n.cfg.Shard)
 	}
 	a = a[:min(len(a), MaxProbeAnswer)]
 	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(a)), uint32(len(a))), a...)

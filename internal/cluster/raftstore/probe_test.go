@@ -22,9 +22,9 @@ func TestProbe(t *testing.T) {
 	c := startClusterTuned(t, 3, false, func(i int, cfg *Config) {
 		switch i {
 		case 0:
-			cfg.ProbeAnswer = func() []byte { return []byte("node 1") }
+			cfg.ProbeAnswer = func(int) []byte { return []byte("node 1") }
 		case 1:
-			cfg.ProbeAnswer = func() []byte { return long }
+			cfg.ProbeAnswer = func(int) []byte { return long }
 		}
 	})
 	l := c.leader(-1)
