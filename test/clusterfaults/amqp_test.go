@@ -85,7 +85,9 @@ type amqpLoad struct {
 }
 
 func newAMQPLoad(w *workload) *amqpLoad {
-	return &amqpLoad{w: w, Ck: faults.NewChecker(false, 0), queue: amqpQueue}
+	ck := faults.NewChecker(false, 0)
+	ck.UnorderedFrom = noTermEpoch // an AMQP delivery has no term
+	return &amqpLoad{w: w, Ck: ck, queue: amqpQueue}
 }
 
 // declare declares the durable queue through node 1's AMQP listener.

@@ -220,7 +220,9 @@ func remoteAMQPLoads(ctx context.Context, c *testCluster, w *workload, shards in
 		if _, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
 			return nil, fmt.Errorf("create %s: %w", name, err)
 		}
-		out = append(out, &amqpLoad{w: rw, Ck: faults.NewChecker(false, 0), queue: name})
+		ck := faults.NewChecker(false, 0)
+		ck.UnorderedFrom = noTermEpoch // an AMQP delivery has no term
+		out = append(out, &amqpLoad{w: rw, Ck: ck, queue: name})
 	}
 	return out, nil
 }

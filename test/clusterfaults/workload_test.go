@@ -158,6 +158,7 @@ func newWorkload(c *testCluster, run string, fifo bool) *workload {
 	// the true send time, give or take the slew and the harness's own
 	// scheduling.
 	w.Ck.ClockSlack = clockSlack
+	w.Ck.UnorderedFrom = noTermEpoch // a delivery whose answer carried no term
 	w.Main, w.DLQ, w.Backlog = "cf", "cf-dlq", maxBacklog
 	if fifo {
 		w.Main, w.DLQ, w.Backlog = "cf.fifo", "cf-dlq.fifo", maxBacklogFIFO

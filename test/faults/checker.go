@@ -119,6 +119,14 @@ type Checker struct {
 	Slack time.Duration
 	// FIFO: check first deliveries against send order per group.
 	FIFO bool
+	// UnorderedFrom, when positive, marks the epochs at or above it as
+	// carrying no server order (deliveries whose broker incarnation is not
+	// known: an AMQP delivery in a cluster has no term). A message with
+	// such a delivery is put in server order by receive count, then by
+	// the receive's end: an epoch numbered after every term would put an
+	// AMQP delivery after an SQS receive that came later, and a message
+	// deleted by that receive would look lost.
+	UnorderedFrom int
 	// ClockSlack, when positive, checks every delivery's SentTimestamp
 	// (Receipt.Sent) against the time the message was sent, as this
 	// process saw it: a broker stamping messages on a clock more than
@@ -379,8 +387,9 @@ func (c *Checker) DeleteRetryAcked(id string, l Lease, epoch int, at time.Time) 
 	}
 	d.deleted, d.deleteOK = true, true
 	c.touch(m, at)
+	unordered := c.unordered(m)
 	for _, o := range m.dels {
-		if o != d && (o.Epoch > d.Epoch || o.Epoch == d.Epoch && o.Count > d.Count) {
+		if o != d && later(o, d, unordered) {
 			return // received again since: the old handle may rightly do nothing
 		}
 	}
@@ -547,12 +556,8 @@ func (c *Checker) Report() Report {
 		// Server order of the deliveries: by incarnation, then receive
 		// count (strictly increasing within one incarnation).
 		dels := append([]*delivery(nil), m.dels...)
-		sort.SliceStable(dels, func(i, j int) bool {
-			if dels[i].Epoch != dels[j].Epoch {
-				return dels[i].Epoch < dels[j].Epoch
-			}
-			return dels[i].Count < dels[j].Count
-		})
+		unordered := c.unordered(m)
+		sort.SliceStable(dels, func(i, j int) bool { return later(dels[j], dels[i], unordered) })
 		c.judge(m, dels, &r)
 		if c.FIFO && len(dels) > 0 && !dels[0].DLQ {
 			groups[m.Group] = append(groups[m.Group], m)
@@ -826,7 +831,7 @@ func (c *Checker) Unsettled() int {
 	defer c.mu.Unlock()
 	n := 0
 	for _, m := range c.msgs {
-		if m.acked && !settled(m) {
+		if m.acked && !c.settledMsg(m) {
 			n++
 		}
 	}
@@ -840,7 +845,7 @@ func (c *Checker) UnsettledDetails(n int) []string {
 	defer c.mu.Unlock()
 	var out []string
 	for _, m := range c.msgs {
-		if !m.acked || settled(m) {
+		if !m.acked || c.settledMsg(m) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s group %q seq %d: %s", m.ID, m.Group, m.Seq, describeDeliveries(m.dels)))
@@ -878,17 +883,48 @@ func settles(d *delivery) bool {
 // settled: the latest delivery (in server order) was followed by an
 // acknowledged delete or a consumer ack (a delete whose answer never came
 // settles nothing).
-func settled(m *message) bool {
+func (c *Checker) settledMsg(m *message) bool {
 	if len(m.dels) == 0 {
 		return false
 	}
+	unordered := c.unordered(m)
 	last := m.dels[0]
 	for _, d := range m.dels[1:] {
-		if d.Epoch > last.Epoch || d.Epoch == last.Epoch && d.Count > last.Count {
+		if later(d, last, unordered) {
 			last = d
 		}
 	}
 	return settles(last)
+}
+
+// unordered reports whether one of m's deliveries has an epoch without
+// server order (Checker.UnorderedFrom).
+func (c *Checker) unordered(m *message) bool {
+	if c.UnorderedFrom <= 0 {
+		return false
+	}
+	for _, d := range m.dels {
+		if d.Epoch >= c.UnorderedFrom {
+			return true
+		}
+	}
+	return false
+}
+
+// later reports whether a comes after b in server order: by epoch, then
+// receive count; for a message with a delivery of no known epoch
+// (unordered), by receive count, then the receive's end.
+func later(a, b *delivery, unordered bool) bool {
+	if unordered {
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return a.End.After(b.End)
+	}
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	return a.Count > b.Count
 }
 
 // AckedAttemptedAfter lists acknowledged messages whose send began after t:

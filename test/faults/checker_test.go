@@ -623,3 +623,45 @@ func TestCheckerAckConfirmedIsCertain(t *testing.T) {
 	h.c.Consumed("a", l, at(5020))
 	expect(t, h.c.Report(), map[string]int{"resurrected": 1})
 }
+
+// TestCheckerUnorderedEpochs: a delivery whose epoch carries no server
+// order (an AMQP delivery in a cluster has no term, and its epoch is
+// numbered after every term) is ordered with the message's other
+// deliveries by receive count: a message received over AMQP (count 1, its
+// ack lost) and then over SQS in term 3 (count 2, deleted) is settled, not
+// lost; received over SQS first and then over AMQP without an ack, it is.
+func TestCheckerUnorderedEpochs(t *testing.T) {
+	const noTerm = 1 << 40
+	for _, c := range []struct {
+		name    string
+		amqpFst bool
+		want    map[string]int
+	}{
+		{"AMQP, then SQS deleted", true, nil},
+		{"SQS, then AMQP unacked", false, map[string]int{"lost": 1}},
+	} {
+		ck := NewChecker(false, 0)
+		ck.UnorderedFrom = noTerm
+		ck.Attempt(Send{ID: "m", Body: "body m"}, at(0))
+		ck.Acked("m", "", at(5))
+		amqp := func(ms, count int) {
+			ck.Received(Receipt{ID: "m", Body: "body m", Begin: at(ms), End: at(ms + 10), Count: count, Epoch: noTerm + 1})
+		}
+		sqs := func(ms, count int) {
+			ck.Received(Receipt{ID: "m", Body: "body m", Begin: at(ms), End: at(ms + 10), Count: count, Visibility: vis, Epoch: 3})
+		}
+		if c.amqpFst {
+			amqp(10, 1)
+			sqs(100, 2)
+			ck.DeleteAttempted("m", Lease{2, 3}, at(120))
+			ck.DeleteAcked("m", Lease{2, 3}, 3, at(120))
+		} else {
+			sqs(10, 1)
+			amqp(3000, 2)
+		}
+		expect(t, ck.Report(), c.want)
+		if n, want := ck.Unsettled(), c.want["lost"]; n != want {
+			t.Errorf("%s: Unsettled = %d, want %d", c.name, n, want)
+		}
+	}
+}
