@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
@@ -185,9 +184,9 @@ func (n *Node) boundByBeacon(ctx context.Context, k int, adj time.Duration) time
 		return adj // no leadership stamped before: nothing to bound by
 	}
 	var certain time.Time
-	ok := false
+	ok := true
 	if !at.IsZero() {
-		certain, _, ok = beaconBound(ads, n.clk.Now())
+		certain = advanced(time.Unix(0, last.Clock), n.clk.Now().Sub(at))
 	} else {
 		certain, ok = n.probeBeacon(ctx, k, last.Term, time.Unix(0, last.Clock))
 	}
@@ -225,50 +224,23 @@ func startLimit(adj, behind time.Duration, certain time.Time, ok bool, now time.
 // probeWait. Each voter's bound held when it answered, so before this
 // node read the answer, and is advanced from there.
 func (n *Node) probeBeacon(ctx context.Context, k int, term uint64, floor time.Time) (time.Time, bool) {
-	r := n.shards.Shard(k)
-	var others []uint64
-	for _, m := range r.Members() {
-		if m.Membership == raftstore.Voter && m.ID != n.opts.Cluster.NodeID {
-			others = append(others, m.ID)
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, probeWait)
-	defer cancel()
-	type answer struct {
-		bound time.Time
-		got   time.Time
-	}
-	var (
-		mu      sync.Mutex
-		answers []answer
-		wg      sync.WaitGroup
-	)
-	for _, id := range others {
-		wg.Go(func() {
-			a, _, got, err := r.Probe(ctx, id, n.clk.Now)
-			if err != nil || len(a) < clockAnswerSize+beaconAnswerSize {
-				return
-			}
-			t := binary.BigEndian.Uint64(a[clockAnswerSize:])
-			b := int64(binary.BigEndian.Uint64(a[clockAnswerSize+8:]))
-			if t != term || b == 0 {
-				return
-			}
-			mu.Lock()
-			answers = append(answers, answer{bound: time.Unix(0, b), got: got})
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if len(answers) == 0 {
-		return time.Time{}, false
-	}
+	_, answers := n.probeVoters(ctx, n.shards.Shard(k))
 	now := n.clk.Now()
-	best := floor
-	for _, a := range answers {
-		if b := advanced(a.bound, now.Sub(a.got)); b.After(best) {
-			best = b
+	best, ok := floor, false
+	for _, v := range answers {
+		a := v.answer
+		if len(a) < clockAnswerSize+beaconAnswerSize {
+			continue // an older release's answer: no bound
+		}
+		t := binary.BigEndian.Uint64(a[clockAnswerSize:])
+		b := int64(binary.BigEndian.Uint64(a[clockAnswerSize+8:]))
+		if t != term || b == 0 {
+			continue
+		}
+		ok = true
+		if c := advanced(time.Unix(0, b), now.Sub(v.got)); c.After(best) {
+			best = c
 		}
 	}
-	return best, true
+	return best, ok
 }

@@ -94,10 +94,40 @@ type probed struct {
 // probeClock asks every other voter for its clock and returns
 // probedAdjustment's verdict on the answers that came within probeWait.
 func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, ok bool) {
+	voters, raw := n.probeVoters(ctx, n.raft)
+	answers := make([]probed, 0, len(raw))
+	for _, v := range raw {
+		a := v.answer
+		if len(a) < clockAnswerSize {
+			n.log.Debug("no clock from a voter", "voter", v.id, "answer_bytes", len(a))
+			continue
+		}
+		rtt := v.got.Sub(v.sent)
+		mid := v.sent.Add(rtt / 2)
+		p := probed{uncertainty: rtt / 2, wall: time.Unix(0, int64(binary.BigEndian.Uint64(a))).Sub(mid)}
+		if est := int64(binary.BigEndian.Uint64(a[8:])); est != 0 {
+			p.est, p.hasEst = time.Unix(0, est).Sub(mid)-p.uncertainty, true
+		}
+		answers = append(answers, p)
+	}
+	return probedAdjustment(answers, voters)
+}
+
+// voterAnswer is one voter's answer to a probe, with this node's clock
+// just before the question and just after the answer.
+type voterAnswer struct {
+	id        uint64
+	answer    []byte
+	sent, got time.Time
+}
+
+// probeVoters probes every voter of r's group but this node at once and
+// returns how many voters the group has and the answers that came within
+// probeWait (a voter that could not be asked is logged and left out).
+func (n *Node) probeVoters(ctx context.Context, r *raftstore.Node) (voters int, answers []voterAnswer) {
 	self := n.opts.Cluster.NodeID
 	var others []uint64
-	voters := 0
-	for _, m := range n.raft.Members() {
+	for _, m := range r.Members() {
 		if m.Membership != raftstore.Voter {
 			continue
 		}
@@ -109,30 +139,23 @@ func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, 
 	ctx, cancel := context.WithTimeout(ctx, probeWait)
 	defer cancel()
 	var (
-		mu      sync.Mutex
-		answers []probed
-		wg      sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for _, id := range others {
 		wg.Go(func() {
-			a, sent, got, err := n.raft.Probe(ctx, id, n.clk.Now)
-			if err != nil || len(a) < clockAnswerSize {
-				n.log.Debug("no clock from a voter", "voter", id, "err", err, "answer_bytes", len(a))
+			a, sent, got, err := r.Probe(ctx, id, n.clk.Now)
+			if err != nil {
+				n.log.Debug("no answer from a voter", "voter", id, "err", err)
 				return
 			}
-			rtt := got.Sub(sent)
-			mid := sent.Add(rtt / 2)
-			p := probed{uncertainty: rtt / 2, wall: time.Unix(0, int64(binary.BigEndian.Uint64(a))).Sub(mid)}
-			if est := int64(binary.BigEndian.Uint64(a[8:])); est != 0 {
-				p.est, p.hasEst = time.Unix(0, est).Sub(mid)-p.uncertainty, true
-			}
 			mu.Lock()
-			answers = append(answers, p)
+			answers = append(answers, voterAnswer{id: id, answer: a, sent: sent, got: got})
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return probedAdjustment(answers, voters)
+	return voters, answers
 }
 
 // probedAdjustment is the adjustment a leadership starts with from the
