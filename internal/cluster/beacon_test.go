@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
 	"github.com/sluicemq/sluice/internal/server"
@@ -122,17 +119,8 @@ func TestShardTakeoverBoundByBeacon(t *testing.T) {
 		return nil
 	})
 
-	_, q := queueOnShard(t, nodes, "beacon-bound", 1)
-	cli := shardClient(nodes[2])
-	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("in flight")}); err != nil {
-		t.Fatal(err)
-	}
 	const vis = 10 * time.Second
-	begin := time.Now()
-	got, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, VisibilityTimeout: int32(vis / time.Second)})
-	if err != nil || len(got.Messages) != 1 {
-		t.Fatalf("receive on shard 1: %v, %d messages", err, len(got.Messages))
-	}
+	cli, q, begin := leaseOneOnShard(ctx, t, nodes, nodes[2], "beacon-bound", 1, vis)
 	if _, l, ok := taker.target(1); !ok || l != giver.opts.Cluster.NodeID {
 		t.Skipf("shard 1 moved off node 2 before the receive")
 	}
@@ -140,19 +128,7 @@ func TestShardTakeoverBoundByBeacon(t *testing.T) {
 	if _, l, ok := taker.target(0); !ok || l != taker.opts.Cluster.NodeID {
 		t.Skipf("shard 0 moved off node 1 before it took shard 1 over")
 	}
-	for {
-		r, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 1})
-		if ctx.Err() != nil {
-			t.Fatalf("the message received through node 2 never came back: %v", ctx.Err())
-		}
-		if err != nil || len(r.Messages) == 0 {
-			continue
-		}
-		if early := vis - time.Since(begin); early > 50*time.Millisecond {
-			t.Fatalf("the message came back %v before its %v lease could end, from shard 1's new leader", early.Round(time.Millisecond), vis)
-		}
-		return
-	}
+	awaitNotEarly(ctx, t, cli, q, 1, begin, vis)
 }
 
 // TestProbeBeacon: a node that only loaded its predecessor's stamp asks

@@ -77,17 +77,8 @@ func TestShardClockFollowsTheCluster(t *testing.T) {
 		return nil
 	})
 
-	_, q := queueOnShard(t, nodes, "shard-clock", k)
-	cli := shardClient(nodes[0])
-	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("in flight")}); err != nil {
-		t.Fatal(err)
-	}
 	const vis = 10 * time.Second
-	begin := time.Now()
-	got, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, VisibilityTimeout: int32(vis / time.Second)})
-	if err != nil || len(got.Messages) != 1 {
-		t.Fatalf("receive on shard %d: %v, %d messages", k, err, len(got.Messages))
-	}
+	cli, q, begin := leaseOneOnShard(ctx, t, nodes, nodes[0], "shard-clock", k, vis)
 	if _, l, ok := nodes[0].target(k); !ok || l != skewed.opts.Cluster.NodeID {
 		t.Skipf("shard %d moved off the skewed node before the receive", k)
 	}
@@ -96,10 +87,36 @@ func TestShardClockFollowsTheCluster(t *testing.T) {
 	}
 	// Until its lease ends, no receive through a survivor may see the
 	// message; after that, one must.
+	awaitNotEarly(ctx, t, cli, q, k, begin, vis)
+}
+
+// leaseOneOnShard creates a queue on shard k, sends it a message through
+// node via and receives it with visibility timeout vis; it returns the
+// client, the queue and when the receive began.
+func leaseOneOnShard(ctx context.Context, t *testing.T, nodes []*Node, via *Node, prefix string, k int, vis time.Duration) (*sqs.Client, *string, time.Time) {
+	t.Helper()
+	_, q := queueOnShard(t, nodes, prefix, k)
+	cli := shardClient(via)
+	if _, err := cli.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("in flight")}); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	got, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, VisibilityTimeout: int32(vis / time.Second)})
+	if err != nil || len(got.Messages) != 1 {
+		t.Fatalf("receive on shard %d: %v, %d messages", k, err, len(got.Messages))
+	}
+	return cli, q, begin
+}
+
+// awaitNotEarly receives from q until the message leased at begin for vis
+// comes back, and fails the test if it does more than 50 ms before its
+// lease could end, or never.
+func awaitNotEarly(ctx context.Context, t *testing.T, cli *sqs.Client, q *string, k int, begin time.Time, vis time.Duration) {
+	t.Helper()
 	for {
 		r, err := cli.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 1})
 		if ctx.Err() != nil {
-			t.Fatalf("the message received on the stopped node never came back: %v", ctx.Err())
+			t.Fatalf("the message leased on shard %d never came back: %v", k, ctx.Err())
 		}
 		if err != nil || len(r.Messages) == 0 {
 			continue // no leader yet, or nothing visible
