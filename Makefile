@@ -93,13 +93,8 @@ bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, 
 bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS)
 	scripts/bench-quorum.sh
 
-fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-one.sh)
-	@for m in $(MODULES); do (cd $$m && \
-	for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; GO=$(GO) $(CURDIR)/scripts/fuzz-one.sh $$pkg $$f $(FUZZTIME) || exit 1; \
-	  done; \
-	done) || exit 1; done
+fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-all.sh: one instrumented build per package)
+	@for m in $(MODULES); do (cd $$m && GO=$(GO) $(CURDIR)/scripts/fuzz-all.sh $(FUZZTIME)) || exit 1; done
 
 crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
 	SLUICE_CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(GO) test -count=1 -timeout 2h -run . -v ./test/crash/
