@@ -162,7 +162,9 @@ func advanced(c time.Time, elapsed time.Duration) time.Time {
 //   - a certain one: the stamp advanced by the time since this node
 //     applied it, or, when this node only loaded it at start (it
 //     restarted since), the latest such bound the shard's other voters
-//     have (probeBeacon). It is never ahead of the predecessor's clock,
+//     have: from asked, their answers to a probe this node just made,
+//     when not nil, else from a probe of its own (probeBeacon). It is
+//     never ahead of the predecessor's clock,
 //     but it is far behind when the stamp was applied long after it was
 //     written: by a node that restarted or caught up, the whole time the
 //     shard had no leader;
@@ -174,7 +176,7 @@ func advanced(c time.Time, elapsed time.Duration) time.Time {
 // certain bound where that is the closer, and never more than the
 // stamped lag (plus the margin) behind adj for a certain bound that is
 // only loose. Without a stamp (none, or an older release's), adj.
-func (n *Node) boundByBeacon(ctx context.Context, k int, adj time.Duration) time.Duration {
+func (n *Node) boundByBeacon(ctx context.Context, k int, adj time.Duration, asked *[]voterAnswer) time.Duration {
 	if n.shards == nil {
 		return adj
 	}
@@ -187,6 +189,8 @@ func (n *Node) boundByBeacon(ctx context.Context, k int, adj time.Duration) time
 	ok := true
 	if !at.IsZero() {
 		certain = advanced(time.Unix(0, last.Clock), n.clk.Now().Sub(at))
+	} else if asked != nil {
+		certain, ok = beaconFromAnswers(*asked, n.clk.Now(), last.Term, time.Unix(0, last.Clock))
 	} else {
 		certain, ok = n.probeBeacon(ctx, k, last.Term, time.Unix(0, last.Clock))
 	}
@@ -224,8 +228,13 @@ func startLimit(adj, behind time.Duration, certain time.Time, ok bool, now time.
 // probeWait. Each voter's bound held when it answered, so before this
 // node read the answer, and is advanced from there.
 func (n *Node) probeBeacon(ctx context.Context, k int, term uint64, floor time.Time) (time.Time, bool) {
-	_, answers := n.probeVoters(ctx, n.shards.Shard(k))
-	now := n.clk.Now()
+	_, answers := n.probeVoters(ctx, k)
+	return beaconFromAnswers(answers, n.clk.Now(), term, floor)
+}
+
+// beaconFromAnswers is probeBeacon's verdict on answers, the voters'
+// answers to a probe on one shard's connections, as of now.
+func beaconFromAnswers(answers []voterAnswer, now time.Time, term uint64, floor time.Time) (time.Time, bool) {
 	best, ok := floor, false
 	for _, v := range answers {
 		a := v.answer

@@ -91,10 +91,12 @@ type probed struct {
 	uncertainty time.Duration
 }
 
-// probeClock asks every other voter for its clock and returns
-// probedAdjustment's verdict on the answers that came within probeWait.
-func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, ok bool) {
-	voters, raw := n.probeVoters(ctx, n.raft)
+// probeClock asks every other voter of shard 0 for its clock and returns
+// probedAdjustment's verdict on the answers that came within probeWait,
+// and those answers (they carry shard 0's stamp bound too, for
+// boundByBeacon).
+func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, ok bool, raw []voterAnswer) {
+	voters, raw := n.probeVoters(ctx, 0)
 	answers := make([]probed, 0, len(raw))
 	for _, v := range raw {
 		a := v.answer
@@ -110,7 +112,8 @@ func (n *Node) probeClock(ctx context.Context) (adj time.Duration, from string, 
 		}
 		answers = append(answers, p)
 	}
-	return probedAdjustment(answers, voters)
+	adj, from, ok = probedAdjustment(answers, voters)
+	return adj, from, ok, raw
 }
 
 // voterAnswer is one voter's answer to a probe, with this node's clock
@@ -121,10 +124,12 @@ type voterAnswer struct {
 	sent, got time.Time
 }
 
-// probeVoters probes every voter of r's group but this node at once and
-// returns how many voters the group has and the answers that came within
-// probeWait (a voter that could not be asked is logged and left out).
-func (n *Node) probeVoters(ctx context.Context, r *raftstore.Node) (voters int, answers []voterAnswer) {
+// probeVoters probes every voter of shard k's group but this node at once
+// and returns how many voters the group has and the answers that came
+// within probeWait (a voter that could not be asked is logged and left
+// out).
+func (n *Node) probeVoters(ctx context.Context, k int) (voters int, answers []voterAnswer) {
+	r := n.shards.Shard(k)
 	self := n.opts.Cluster.NodeID
 	var others []uint64
 	for _, m := range r.Members() {
@@ -155,6 +160,7 @@ func (n *Node) probeVoters(ctx context.Context, r *raftstore.Node) (voters int, 
 		})
 	}
 	wg.Wait()
+	n.log.Debug("probed the voters", "shard", k, "voters", voters, "answers", len(answers))
 	return voters, answers
 }
 

@@ -136,3 +136,50 @@ func rerun(t *testing.T, old *Node, opt func(*Options)) *Node {
 	runNode(t, n, fmt.Sprintf("node %d, restarted", o.Server.Cluster.NodeID))
 	return n
 }
+
+// TestRestartedClusterProbesShardZeroOnce: after the whole cluster
+// restarts, the first leader of shard 0 has measured no leader's clock
+// and only loaded its predecessor's last stamp, so it asks shard 0's
+// voters for their clocks. Their answers carry their bounds on that stamp
+// too (clockAnswer), so it does not ask them again for those: a second
+// probe cost up to another probeWait of the failover when a voter was
+// down.
+func TestRestartedClusterProbesShardZeroOnce(t *testing.T) {
+	var mu sync.Mutex
+	logs := make([]*testlog.Buffer, 3)
+	nodes, stop := startThreeWith(t, func(*server.Options) {}, nil, nil, 3)
+	// Every node has applied a stamp of shard 0's leader, and will load it.
+	poll.CheckFor(t, 10*time.Second, poll.True("every node applied a stamp of shard 0", func() bool {
+		for _, n := range nodes {
+			if last, _, found := latestStamp(n.shards.Shard(0).AdvertisedSince()); !found || last.Clock == 0 {
+				return false
+			}
+		}
+		return true
+	}))
+	for i := range nodes {
+		if err := stop(i); err != nil {
+			t.Fatalf("stop node %d: %v", i+1, err)
+		}
+	}
+	restarted := make([]*Node, 3)
+	for i := range nodes {
+		restarted[i] = rerun(t, nodes[i], func(o *Options) {
+			mu.Lock()
+			defer mu.Unlock()
+			o.Logger, logs[i] = testlog.New(slog.LevelDebug)
+		})
+	}
+	poll.CheckFor(t, 30*time.Second, routed(restarted))
+	leader := awaitLeader(t, restarted)
+	mu.Lock()
+	log := logs[leader.opts.Cluster.NodeID-1].String()
+	mu.Unlock()
+	first, _, _ := strings.Cut(log, "serving as leader")
+	if strings.Contains(first, "as this node measured it") {
+		t.Skipf("the leader measured a clock before it led: nothing to probe\n%s", first)
+	}
+	if probes := strings.Count(first, `msg="probed the voters" shard=0`); probes != 1 {
+		t.Fatalf("shard 0's first leader after the restart probed its voters %d times before it served, want 1:\n%s", probes, first)
+	}
+}

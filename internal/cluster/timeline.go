@@ -199,7 +199,7 @@ func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 	c, cluster := n.clockGood, n.timeline
 	n.mu.Unlock()
 	if k > 0 && cluster != nil {
-		return newTimeline(clock.NewSteady(n.clk), n.boundByBeacon(ctx, k, cluster.Adjustment()), cluster.seg.Load().target)
+		return newTimeline(clock.NewSteady(n.clk), n.boundByBeacon(ctx, k, cluster.Adjustment(), nil), cluster.seg.Load().target)
 	}
 	now := n.clk.Now()
 	var adj time.Duration
@@ -207,15 +207,25 @@ func (n *Node) leadershipClock(ctx context.Context, k int) *timeline {
 	if k > 0 {
 		from = "the cluster's clock, as this node measured it"
 	}
+	// Shard 0's voters' answers, when this node asked them: they carry
+	// shard 0's stamp bound as well, which boundByBeacon then need not
+	// ask for again (another probeWait when a voter is down).
+	var shard0 *[]voterAnswer
 	if age := now.Sub(c.at); c.measured && c.leader != n.opts.Cluster.NodeID && age >= 0 && age <= offsetMaxAge {
 		adj = startAdjustment(c, age)
-	} else if a, f, ok := n.probeClock(ctx); ok {
-		adj, from = a, f
 	} else {
-		n.log.Warn("leading on this node's own clock: it has no recent measurement of the cluster's clock and fewer than a majority of the voters answered its clock probe; deadlines inherited from the previous leader move by this node's offset from it")
+		a, f, ok, answers := n.probeClock(ctx)
+		if ok {
+			adj, from = a, f
+		} else {
+			n.log.Warn("leading on this node's own clock: it has no recent measurement of the cluster's clock and fewer than a majority of the voters answered its clock probe; deadlines inherited from the previous leader move by this node's offset from it")
+		}
+		if k == 0 {
+			shard0 = &answers
+		}
 	}
 	// Never ahead of the previous leader's last stamped clock (beacon.go).
-	adj = n.boundByBeacon(ctx, k, adj)
+	adj = n.boundByBeacon(ctx, k, adj, shard0)
 	switch {
 	case adj.Abs() > clockSkewWarn:
 		n.log.Warn("leading on a clock far from this node's; steering toward the median of the voters' clocks at 1 %; fix the time sync of whichever is wrong",
