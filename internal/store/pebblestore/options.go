@@ -25,6 +25,7 @@ const (
 	DefaultWALBytesPerSync             = 0
 	DefaultBytesPerSync                = 512 << 10
 	DefaultValueSeparationMin          = 256
+	DefaultIdleFlushAfter              = 10 * time.Second
 )
 
 // Value separation settings (see Options.ValueSeparationMin). Pebble keeps
@@ -100,6 +101,12 @@ type Options struct {
 	// 16 MiB). The engine reads only during its start-up Scan, so a big
 	// cache buys little.
 	CacheSize int64
+
+	// IdleFlushAfter is how long the store must take next to no writes
+	// (idleQuietBytes or less) before it flushes its memtable, when it took
+	// at least idleFlushMinBytes since its last flush; 0 means
+	// DefaultIdleFlushAfter (10 s), negative never (idleflush.go).
+	IdleFlushAfter time.Duration
 
 	// WALMinSyncInterval, if positive, makes the WAL wait at least this long
 	// after one sync before the next, so that more concurrent durable writers

@@ -100,6 +100,8 @@ type Store struct {
 
 	// failed holds the first write error, wrapped in store.ErrFailed.
 	failed atomic.Pointer[error]
+
+	idle idleFlusher
 }
 
 var _ store.Store = (*Store)(nil)
@@ -145,6 +147,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.idle.start(s, opts.IdleFlushAfter)
 	return s, nil
 }
 
@@ -388,6 +391,7 @@ func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
 			err = s.fail(fe.err)
 		}
 	}()
+	n := uint64(pb.Len())
 	if durable {
 		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
 	} else {
@@ -396,6 +400,7 @@ func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
 	if err != nil {
 		return s.fail(err)
 	}
+	s.idle.written.Add(n)
 	return nil
 }
 
@@ -581,6 +586,7 @@ func (s *Store) Sync() error {
 // and every Snapshot still open. Pendings of earlier writes remain valid. Later operations, including a
 // second Close, return store.ErrClosed.
 func (s *Store) Close() error {
+	s.idle.stop() // before the lock: a flush under way holds it shared
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
