@@ -15,11 +15,13 @@ import (
 // it, and the store goes quiet. The deletes of the drain's end sit in a
 // memtable that no longer fills, so the blob files holding the bodies
 // they delete are still live; the idle flush then makes pebble compact
-// them away without a restart. (With idle flushes off they stay until
-// the next busy spell or restart: 54 MiB of a 94 MiB backlog, watched for
-// 10 s, when this was written.)
+// them away without a restart. (Without it they stay until the next busy
+// spell or restart: 54 MiB of a 94 MiB backlog, watched for 10 s, when
+// this was written.) The periods are driven by hand (idleFlusher.due),
+// so that a slow machine cannot make one pass as quiet in the middle of
+// the drain; TestIdleFlushLoop covers the loop.
 func TestIdleFlushFreesDrainedBodies(t *testing.T) {
-	s := mustOpen(t, t.TempDir(), Options{MemTableSize: MinMemTableSize, IdleFlushAfter: 100 * time.Millisecond})
+	s := mustOpen(t, t.TempDir(), Options{MemTableSize: MinMemTableSize, IdleFlushAfter: -1})
 	defer func() { _ = s.Close() }()
 	rng := rand.NewChaCha8([32]byte{1})
 	const n, per = 24000, 100
@@ -48,14 +50,23 @@ func TestIdleFlushFreesDrainedBodies(t *testing.T) {
 		}
 		commit(&b)
 	}
+	if s.idle.due() {
+		t.Fatal("a flush is due at the end of a period that wrote the whole backlog: it was not quiet")
+	}
 	m := s.db.Metrics()
 	if m.BlobFiles.LiveCount == 0 {
 		t.Fatalf("the drain left no live blob file: nothing for an idle flush to free (blob metrics %+v)", m.BlobFiles)
 	}
 	t.Logf("after the drain: %d live blob files, %d bytes", m.BlobFiles.LiveCount, m.BlobFiles.LiveSize)
+	if !s.idle.due() {
+		t.Fatal("no flush due after a quiet period that followed the drain")
+	}
+	if err := s.flush(); err != nil {
+		t.Fatal(err)
+	}
 	poll.CheckFor(t, 20*time.Second, func() error {
 		if b := s.db.Metrics().BlobFiles; b.LiveCount > 0 {
-			return fmt.Errorf("%d blob files (%d bytes) still live while the store is quiet", b.LiveCount, b.LiveSize)
+			return fmt.Errorf("%d blob files (%d bytes) still live after the idle flush", b.LiveCount, b.LiveSize)
 		}
 		return nil
 	})
@@ -64,4 +75,68 @@ func TestIdleFlushFreesDrainedBodies(t *testing.T) {
 			t.Fatalf("deleted body %d read back after the idle flush", i)
 		}
 	}
+	if s.idle.due() {
+		t.Fatal("a second flush due with nothing written since the first")
+	}
+}
+
+// TestIdleFlushDue: a flush is due after a quiet period that follows a
+// busy one when a delete came since the last flush, and after any quiet
+// period once idleFlushMinBytes came since the last flush; a period that
+// wrote more than idleQuietBytes is not quiet; small writes and deletes
+// alone (a light broker, a cluster leader's stamps) make one due only a
+// megabyte at a time.
+func TestIdleFlushDue(t *testing.T) {
+	var f idleFlusher
+	steps := []struct {
+		bytes   int
+		deletes bool
+		due     bool
+	}{
+		{0, false, false},                  // nothing written
+		{4 << 10, false, false},            // a few stamps
+		{idleQuietBytes + 1, true, false},  // busy: not quiet
+		{0, false, true},                   // quiet after busy, with a delete
+		{0, false, false},                  // flushed already
+		{512, true, false},                 // a lone delete, never busy
+		{idleQuietBytes, false, false},     // quiet, under the minimum
+		{idleQuietBytes + 1, false, false}, // busy
+		{0, false, true},                   // quiet after busy; the lone delete is unflushed
+		{idleQuietBytes + 1, false, false}, // busy, sets only
+		{0, false, false},                  // quiet after busy, no delete since the flush
+	}
+	for i, st := range steps {
+		if st.bytes > 0 || st.deletes {
+			f.applied(st.bytes, st.deletes)
+		}
+		if got := f.due(); got != st.due {
+			t.Fatalf("step %d (%d bytes, deletes %v): due %v, want %v", i, st.bytes, st.deletes, got, st.due)
+		}
+	}
+	// A megabyte of small writes and deletes over quiet periods (under
+	// idleQuietBytes each) makes one due.
+	for range (idleFlushMinBytes / idleQuietBytes) + 1 {
+		f.applied(idleQuietBytes, true)
+		if f.due() {
+			return
+		}
+	}
+	t.Fatal("no flush due after a megabyte of quiet writes")
+}
+
+// TestIdleFlushLoop: the store's own loop flushes after a quiet period.
+func TestIdleFlushLoop(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{MemTableSize: MinMemTableSize, IdleFlushAfter: 50 * time.Millisecond})
+	defer func() { _ = s.Close() }()
+	flushes := s.db.Metrics().Flush.Count
+	var b store.Batch // a busy period (over idleQuietBytes) with a delete
+	b.Set([]byte("M/a"), make([]byte, 2*idleQuietBytes))
+	b.Delete([]byte("M/a"))
+	p, err := s.Write(&b, true)
+	if err != nil || p.Wait() != nil {
+		t.Fatalf("write: %v", err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("an idle flush", func() bool {
+		return s.db.Metrics().Flush.Count > flushes
+	}))
 }

@@ -102,10 +102,12 @@ type Options struct {
 	// cache buys little.
 	CacheSize int64
 
-	// IdleFlushAfter is how long the store must take next to no writes
-	// (idleQuietBytes or less) before it flushes its memtable, when it took
-	// at least idleFlushMinBytes since its last flush; 0 means
-	// DefaultIdleFlushAfter (10 s), negative never (idleflush.go).
+	// IdleFlushAfter is the period of the idle flush: after a period of
+	// next to no writes (idleQuietBytes or less) that follows a busy one
+	// with a delete since the last flush, or once idleFlushMinBytes came
+	// since it, the store flushes its memtable, so that a drained
+	// backlog's space comes back while the broker idles (idleflush.go).
+	// 0 means DefaultIdleFlushAfter (10 s), negative never.
 	IdleFlushAfter time.Duration
 
 	// WALMinSyncInterval, if positive, makes the WAL wait at least this long

@@ -249,7 +249,7 @@ func (s *Store) checkFormat() error {
 	}
 	pb := s.db.NewBatch()
 	_ = pb.Set([]byte(formatKey), []byte(FormatVersion), nil)
-	err = s.apply(pb, true)
+	err = s.apply(pb, true, false)
 	if err == nil {
 		err = (&pending{s: s, b: pb}).Wait()
 	}
@@ -291,6 +291,13 @@ func (s *Store) write(b *store.Batch, meta []Meta, durable bool) (store.Pending,
 	if err := s.failure(); err != nil {
 		return nil, err
 	}
+	deletes := false // for the idle flush
+	for _, op := range b.Ops {
+		if op.Kind != store.OpSet {
+			deletes = true
+			break
+		}
+	}
 	pb := s.db.NewBatchWithSize(b.Size() + 16*b.Len() + 16)
 	if err := fill(pb, b); err != nil {
 		_ = pb.Close()
@@ -307,7 +314,7 @@ func (s *Store) write(b *store.Batch, meta []Meta, durable bool) (store.Pending,
 			_ = pb.Close()
 			return store.Done{}, nil
 		}
-		if err := s.apply(pb, false); err != nil {
+		if err := s.apply(pb, false, deletes); err != nil {
 			return nil, err
 		}
 		_ = pb.Close()
@@ -317,7 +324,7 @@ func (s *Store) write(b *store.Batch, meta []Meta, durable bool) (store.Pending,
 		// A WAL-only record, so that pebble queues a sync for it.
 		_ = pb.LogData(nil, nil)
 	}
-	if err := s.apply(pb, true); err != nil {
+	if err := s.apply(pb, true, deletes); err != nil {
 		return nil, err
 	}
 	return &pending{s: s, b: pb}, nil
@@ -380,8 +387,9 @@ func deleteRange(pb *pebble.Batch, start, end []byte) error {
 // abandoned to the garbage collector, as pebble requires. A fatal error
 // pebble reports while committing (its commit pipeline is broken) has
 // already stopped the process through Options.OnFatal; the recover below
-// only matters when a test's OnFatal returns.
-func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
+// only matters when a test's OnFatal returns. deletes says pb holds a
+// delete of any kind (for the idle flush).
+func (s *Store) apply(pb *pebble.Batch, durable, deletes bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			fe, ok := r.(fatalError)
@@ -391,7 +399,7 @@ func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
 			err = s.fail(fe.err)
 		}
 	}()
-	n := uint64(pb.Len())
+	n := pb.Len()
 	if durable {
 		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
 	} else {
@@ -400,7 +408,7 @@ func (s *Store) apply(pb *pebble.Batch, durable bool) (err error) {
 	if err != nil {
 		return s.fail(err)
 	}
-	s.idle.written.Add(n)
+	s.idle.applied(n, deletes)
 	return nil
 }
 

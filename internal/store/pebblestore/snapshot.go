@@ -176,7 +176,7 @@ func (s *Store) Import(kvs iter.Seq2[[]byte, []byte], durable bool) error {
 	if pb.Empty() {
 		_ = pb.LogData(nil, nil)
 	}
-	if err := s.apply(pb, durable); err != nil {
+	if err := s.apply(pb, durable, false); err != nil { // sets only
 		return err
 	}
 	if durable {
