@@ -291,15 +291,9 @@ func (s *Store) write(b *store.Batch, meta []Meta, durable bool) (store.Pending,
 	if err := s.failure(); err != nil {
 		return nil, err
 	}
-	deletes := false // for the idle flush
-	for _, op := range b.Ops {
-		if op.Kind != store.OpSet {
-			deletes = true
-			break
-		}
-	}
 	pb := s.db.NewBatchWithSize(b.Size() + 16*b.Len() + 16)
-	if err := fill(pb, b); err != nil {
+	deletes, err := fill(pb, b)
+	if err != nil {
 		_ = pb.Close()
 		return nil, s.fail(err)
 	}
@@ -330,36 +324,36 @@ func (s *Store) write(b *store.Batch, meta []Meta, durable bool) (store.Pending,
 	return &pending{s: s, b: pb}, nil
 }
 
-// fill translates b into pb.
-func fill(pb *pebble.Batch, b *store.Batch) error {
+// fill translates b into pb; deletes reports a delete of any kind among
+// b's operations (for the idle flush).
+func fill(pb *pebble.Batch, b *store.Batch) (deletes bool, err error) {
 	for _, op := range b.Ops {
-		var err error
 		switch op.Kind {
 		case store.OpSet:
 			if reserved(op.Key) {
-				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
+				return false, fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
 			}
 			err = pb.Set(op.Key, op.Value, nil)
 		case store.OpDelete:
 			if reserved(op.Key) {
-				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
+				return false, fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
 			}
-			err = pb.Delete(op.Key, nil)
+			err, deletes = pb.Delete(op.Key, nil), true
 		case store.OpSingleDelete:
 			if reserved(op.Key) {
-				return fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
+				return false, fmt.Errorf("%w: %q", ErrReservedKey, op.Key)
 			}
-			err = pb.SingleDelete(op.Key, nil)
+			err, deletes = pb.SingleDelete(op.Key, nil), true
 		case store.OpDeleteRange:
-			err = deleteRange(pb, op.Key, op.Value)
+			err, deletes = deleteRange(pb, op.Key, op.Value), true
 		default:
-			return fmt.Errorf("pebblestore: unknown operation kind %d", op.Kind)
+			return false, fmt.Errorf("pebblestore: unknown operation kind %d", op.Kind)
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return deletes, nil
 }
 
 // deleteRange adds a range deletion of [start, end) minus the reserved
