@@ -93,7 +93,7 @@ bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, 
 bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS)
 	scripts/bench-quorum.sh
 
-fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-all.sh: one instrumented build per package)
+fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-all.sh: targets read from the test files, one instrumented build per package)
 	@for m in $(MODULES); do (cd $$m && GO=$(GO) $(CURDIR)/scripts/fuzz-all.sh $(FUZZTIME)) || exit 1; done
 
 crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
