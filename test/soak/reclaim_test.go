@@ -5,7 +5,9 @@ package soak
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,6 +188,10 @@ func (s *soak) report(in reportInput) {
 			st.what, mib(st.start.disk), mib(st.start.apparent), mib(st.low), st.lowAfter.Round(time.Second), st.took.Round(time.Second), mib(st.end.disk), mib(st.end.apparent),
 			mib(st.start.rss), mib(st.end.rss), reclaimed(st.low, in.base, in.full), st.note)
 	}
+	// The store's idle compactions, which say whose work a reclaim was.
+	for _, l := range grepLog(filepath.Join(s.dir, "server.log"), "pebblestore: compact") {
+		t.Logf("server: %s", l)
+	}
 
 	// Correctness.
 	var acked, seen, dups, afterDel, unexpected, misrouted, corrupt, lost uint64
@@ -225,4 +231,20 @@ func (s *soak) report(in reportInput) {
 	if n := s.errs.server5x.Load(); n > 0 {
 		t.Errorf("%d server errors (HTTP 5xx or server-fault batch entries)", n)
 	}
+}
+
+// grepLog returns the lines of the file at path that contain substr (none
+// when it cannot be read).
+func grepLog(path, substr string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for l := range strings.Lines(string(b)) {
+		if strings.Contains(l, substr) {
+			out = append(out, strings.TrimRight(l, "\n"))
+		}
+	}
+	return out
 }

@@ -1,9 +1,14 @@
 package pebblestore
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Idle flushes: giving the space of a drained backlog back while the
@@ -32,20 +37,32 @@ import (
 // leader's clock stamp every second even when idle, still counts as
 // quiet.
 //
-// Known limit: a flush only leads to the compactions that free space when
-// pebble's picker finds one due. After a drain to the end that is what
-// happened (the soak, TestIdleFlushFreesDrainedBodies). A small flush that
-// follows another idle flush closely (a drain that paused long enough for
-// one) adds one small L0 file, which may start none: the bodies its
-// deletes shadow then wait for the next compaction (about every fourth
-// such flush, or the next busy spell, or a restart). Measured in a test
-// that paused a drain at three quarters: 9 MiB of 24 stayed. A drain
-// slower than idleQuietBytes a period never looks busy, so its deletes
-// are flushed a megabyte at a time. Nor is a drain to the end always
-// freed: a soak of 500,000 messages kept 92 MiB of blob files, still
-// referenced by 3 MiB of sstables, through the idle flush and through a
-// restart, because pebble found no compaction due (docs/reliability.md,
-// soak gap 4). The flush brings forward what a restart does, no more.
+// A flush only leads to the compactions that free space when pebble's
+// picker finds one due. After a drain to the end that is what usually
+// happens (the soak, TestIdleFlushFreesDrainedBodies), but not always: a
+// small flush that follows another idle flush closely (a drain that
+// paused long enough for one) adds one small L0 file, which may start
+// none (9 MiB of 24 stayed in a test that paused a drain at three
+// quarters), and a soak of 500,000 messages kept 92 MiB of blob files,
+// referenced by 3 MiB of sstables, through the idle flush and a restart.
+// So the first quiet period after a flush (or after Open, for a store
+// that restarts over a drained backlog), once pebble has the statistics
+// of its new tables, asks pebble how many bytes its deletes shadow; if
+// that is at least idleCompactMinBytes and an eighth of the bytes of the
+// sstables and blob files, the store compacts its whole key range, which
+// drops every shadowed key and frees the blob files no live key
+// references (TestIdleCompactionFreesPausedDrain). Pebble's estimate was
+// a third of the truth in that test (a drain's tombstones lower the
+// average value size it multiplies by), hence an eighth. Such a
+// compaction rewrites the sstables, which hold keys and references to
+// values but not the values themselves (value separation; unless an
+// output would reference more than maxBlobReferenceDepth blob files,
+// when pebble copies its live values into a new one), so it costs about
+// the keys of the live backlog, once per busy spell at most, and
+// only when a good part of the store is garbage; a Close during it waits
+// for the compaction step under way. A drain slower than idleQuietBytes
+// a period never looks busy, so its deletes are flushed a megabyte at a
+// time, each followed by the check.
 
 const (
 	// idleQuietBytes is the most a period may write and still count as
@@ -54,6 +71,9 @@ const (
 	// idleFlushMinBytes is the least written since the last flush for an
 	// idle flush to be worth a new sstable.
 	idleFlushMinBytes = 1 << 20
+	// idleCompactMinBytes is the least garbage pebble must estimate for
+	// an idle compaction.
+	idleCompactMinBytes = 1 << 20
 )
 
 // idleFlusher is a Store's idle-flush loop.
@@ -65,10 +85,14 @@ type idleFlusher struct {
 	// was not quiet.
 	last, flushedBytes, flushedDeletes uint64
 	busy                               bool
+	// checkGarbage: the next quiet period checks whether the deletes on
+	// disk shadow enough to compact (set by a flush and at Open).
+	checkGarbage bool
 
-	quit chan struct{}
-	once sync.Once
-	done sync.WaitGroup
+	quit   chan struct{}
+	cancel context.CancelFunc
+	once   sync.Once
+	done   sync.WaitGroup
 }
 
 // start runs the loop for s, checking every after (0: the default;
@@ -81,7 +105,9 @@ func (f *idleFlusher) start(s *Store, after time.Duration) {
 		after = DefaultIdleFlushAfter
 	}
 	f.quit = make(chan struct{})
-	f.done.Go(func() { f.run(s, after) })
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.done.Go(func() { f.run(ctx, s, after) })
 }
 
 // stop ends the loop and waits for a flush under way; it may be called
@@ -90,7 +116,10 @@ func (f *idleFlusher) stop() {
 	if f.quit == nil {
 		return
 	}
-	f.once.Do(func() { close(f.quit) })
+	f.once.Do(func() {
+		f.cancel() // a compaction under way ends at its current step
+		close(f.quit)
+	})
 	f.done.Wait()
 }
 
@@ -103,7 +132,7 @@ func (f *idleFlusher) applied(n int, deletes bool) {
 	}
 }
 
-func (f *idleFlusher) run(s *Store, every time.Duration) {
+func (f *idleFlusher) run(ctx context.Context, s *Store, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -112,13 +141,45 @@ func (f *idleFlusher) run(s *Store, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		if !f.due() {
-			continue
-		}
+		f.period(ctx, s)
+	}
+}
+
+// idleAction is what a period did.
+type idleAction int
+
+const (
+	idleNothing idleAction = iota
+	idleFlushed
+	idleCompacted
+)
+
+// period is one period's work, called once a period: a flush when one is
+// due, else, after a quiet period, the compaction check once a flush (or
+// Open) asked for it and pebble has the statistics it needs.
+func (f *idleFlusher) period(ctx context.Context, s *Store) idleAction {
+	if f.due() {
 		if err := s.flush(); err != nil {
 			s.log.Warn("pebblestore: idle flush failed", "dir", s.dir, "err", err)
 		}
+		f.checkGarbage = true
+		return idleFlushed
 	}
+	if f.busy || !f.checkGarbage {
+		return idleNothing
+	}
+	compacted, ready, err := s.compactIfGarbage(ctx)
+	if err != nil && ctx.Err() == nil { // cancelled: the store is closing
+		s.log.Warn("pebblestore: idle compaction failed", "dir", s.dir, "err", err)
+	}
+	if !ready {
+		return idleNothing // the statistics come in the background; next period
+	}
+	f.checkGarbage = false
+	if compacted {
+		return idleCompacted
+	}
+	return idleNothing
 }
 
 // due is one period's verdict, called once a period: whether the period
@@ -149,4 +210,58 @@ func (s *Store) flush() error {
 	}
 	s.log.Debug("pebblestore: flushing after a quiet period", "dir", s.dir)
 	return s.db.Flush()
+}
+
+// compactIfGarbage compacts the whole store when pebble estimates that its
+// deletes shadow at least idleCompactMinBytes and an eighth of the bytes
+// of its sstables and blob files; ready is false while pebble still
+// collects the statistics of a table (which the estimate needs).
+func (s *Store) compactIfGarbage(ctx context.Context) (compacted, ready bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.failure() != nil {
+		return false, true, nil
+	}
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return false, true, err
+	}
+	var (
+		garbage, size uint64
+		first, last   []byte
+		noStats       pebble.SSTableInfo
+	)
+	for _, tables := range levels {
+		for _, t := range tables {
+			if t.TableStats == noStats.TableStats {
+				// Not collected yet: Metrics' pending count does not
+				// include the tables being collected right now.
+				return false, false, nil
+			}
+			garbage += t.TableStats.PointDeletionsBytesEstimate + t.TableStats.RangeDeletionsBytesEstimate
+			size += t.Size
+			if k := t.Smallest.UserKey; first == nil || bytes.Compare(k, first) < 0 {
+				first = k
+			}
+			if k := t.Largest.UserKey; last == nil || bytes.Compare(k, last) > 0 {
+				last = k
+			}
+		}
+	}
+	size += s.db.Metrics().BlobFiles.LiveSize
+	if garbage < idleCompactMinBytes || garbage < size/8 {
+		return false, true, nil
+	}
+	s.log.Info("pebblestore: compacting after a drain", "dir", s.dir, "garbage_bytes", garbage, "store_bytes", size)
+	start := time.Now()
+	if err := s.db.Compact(ctx, bytes.Clone(first), append(bytes.Clone(last), 0), false); err != nil {
+		return false, true, fmt.Errorf("pebblestore: compact: %w", err)
+	}
+	m := s.db.Metrics()
+	after := m.BlobFiles.LiveSize
+	for _, l := range m.Levels {
+		after += uint64(l.TablesSize)
+	}
+	s.log.Info("pebblestore: compacted after a drain", "dir", s.dir, "store_bytes", after, "took", time.Since(start).Round(time.Millisecond))
+	return true, true, nil
 }

@@ -140,3 +140,77 @@ func TestIdleFlushLoop(t *testing.T) {
 		return s.db.Metrics().Flush.Count > flushes
 	}))
 }
+
+// TestIdleCompactionFreesPausedDrain: a drain pauses at three quarters
+// long enough for an idle flush, then finishes. The second flush adds one
+// small L0 file, which pebble's picker may leave alone, so the bodies its
+// deletes shadow stay (9 MiB of 24 when the idle flush alone was
+// measured); the idle compaction that follows a flush, once pebble
+// estimates that the deletes shadow an eighth of the store, frees them.
+// With restart, the store is closed after the drain instead and the
+// compaction comes in the first quiet period after Open.
+func TestIdleCompactionFreesPausedDrain(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) { testIdleCompaction(t, restart) })
+	}
+}
+
+func testIdleCompaction(t *testing.T, restart bool) {
+	dir := t.TempDir()
+	opts := Options{MemTableSize: MinMemTableSize, IdleFlushAfter: -1}
+	s := mustOpen(t, dir, opts)
+	defer func() { _ = s.Close() }()
+	rng := rand.NewChaCha8([32]byte{2})
+	const n, per = 24000, 100
+	key := func(i int) []byte { return fmt.Appendf(nil, "M/body/q%d/%08d", i%8, i) }
+	commit := func(b *store.Batch) {
+		p, err := s.Write(b, true)
+		if err != nil || p.Wait() != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	for i := 0; i < n; i += per {
+		var b store.Batch
+		for j := i; j < i+per; j++ {
+			body := make([]byte, 1024)
+			_, _ = rng.Read(body)
+			b.Set(key(j), body)
+		}
+		commit(&b)
+	}
+	drain := func(from, to int) {
+		for i := from; i < to; i += per {
+			var b store.Batch
+			for j := i; j < i+per; j++ {
+				b.SingleDelete(key(j))
+			}
+			commit(&b)
+		}
+	}
+	// idle runs quiet periods by hand, as the loop would, until the store
+	// has checked its garbage and pebble has no compaction running.
+	idle := func() {
+		poll.CheckFor(t, 20*time.Second, poll.True("an idle store with nothing left to do", func() bool {
+			return s.idle.period(t.Context(), s) == idleNothing && !s.idle.checkGarbage && s.db.Metrics().Compact.NumInProgress == 0
+		}))
+	}
+	_ = s.idle.period(t.Context(), s) // the fill: busy
+	drain(0, n*3/4)
+	_ = s.idle.period(t.Context(), s) // busy
+	idle()
+	drain(n*3/4, n)
+	_ = s.idle.period(t.Context(), s) // busy
+	if restart {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = mustOpen(t, dir, opts)
+	}
+	idle()
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if b := s.db.Metrics().BlobFiles; b.LiveSize > 1<<20 {
+			return fmt.Errorf("%d blob files (%d bytes) still live after the idle flush and compaction", b.LiveCount, b.LiveSize)
+		}
+		return nil
+	})
+}

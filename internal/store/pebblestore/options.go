@@ -106,8 +106,10 @@ type Options struct {
 	// next to no writes (idleQuietBytes or less) that follows a busy one
 	// with a delete since the last flush, or once idleFlushMinBytes came
 	// since it, the store flushes its memtable, so that a drained
-	// backlog's space comes back while the broker idles (idleflush.go).
-	// 0 means DefaultIdleFlushAfter (10 s), negative never.
+	// backlog's space comes back while the broker idles; the first quiet
+	// period after such a flush (or after Open) compacts the whole store
+	// if pebble estimates that its deletes shadow an eighth of it
+	// (idleflush.go). 0 means DefaultIdleFlushAfter (10 s), negative never.
 	IdleFlushAfter time.Duration
 
 	// WALMinSyncInterval, if positive, makes the WAL wait at least this long

@@ -147,6 +147,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.idle.checkGarbage = true // a restart may find a drained backlog on disk
 	s.idle.start(s, opts.IdleFlushAfter)
 	return s, nil
 }
