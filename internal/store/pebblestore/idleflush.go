@@ -45,24 +45,30 @@ import (
 // none (9 MiB of 24 stayed in a test that paused a drain at three
 // quarters), and a soak of 500,000 messages kept 92 MiB of blob files,
 // referenced by 3 MiB of sstables, through the idle flush and a restart.
-// So the first quiet period after a flush (or after Open, for a store
-// that restarts over a drained backlog), once pebble has the statistics
-// of its new tables, asks pebble how many bytes its deletes shadow; if
+// So the first light period (idleLightBytes or less) after a flush, the
+// idle flush or one of pebble's own (producers that go on sending a
+// little while consumers drain a backlog keep every period from being
+// quiet, and fill the memtable that pebble then flushes), or after Open
+// (a store that restarts over a drained backlog), once pebble has the
+// statistics of its new tables, asks pebble how many bytes its deletes
+// shadow; if
 // that is at least idleCompactMinBytes and an eighth of the bytes of the
 // sstables and blob files, the store compacts its whole key range, which
 // drops every shadowed key and frees the blob files no live key
-// references (TestIdleCompactionFreesPausedDrain). Pebble's estimate was
+// references (TestIdleCompactionFreesPausedDrain,
+// TestIdleCompactionUnderATrickle). Pebble's estimate was
 // a third of the truth in that test (a drain's tombstones lower the
 // average value size it multiplies by), hence an eighth. Such a
 // compaction rewrites the sstables, which hold keys and references to
 // values but not the values themselves (value separation; unless an
 // output would reference more than maxBlobReferenceDepth blob files,
 // when pebble copies its live values into a new one), so it costs about
-// the keys of the live backlog, once per busy spell at most, and
-// only when a good part of the store is garbage; a Close during it waits
+// the keys of the live backlog, once per flush at most, and only when a
+// good part of the store is garbage; a Close during it waits
 // for the compaction step under way. A drain slower than idleQuietBytes
 // a period never looks busy, so its deletes are flushed a megabyte at a
-// time, each followed by the check.
+// time, each followed by the check. Above idleLightBytes a period, no
+// check: pebble flushes and compacts often enough on its own.
 
 const (
 	// idleQuietBytes is the most a period may write and still count as
@@ -74,6 +80,11 @@ const (
 	// idleCompactMinBytes is the least garbage pebble must estimate for
 	// an idle compaction.
 	idleCompactMinBytes = 1 << 20
+	// idleLightBytes is the most a period may write for the compaction
+	// check to run in it (1.6 MB/s at the default period): a drain under
+	// a trickle of new sends. Above it, pebble's own compactions run often
+	// enough.
+	idleLightBytes = 16 << 20
 )
 
 // idleFlusher is a Store's idle-flush loop.
@@ -85,7 +96,12 @@ type idleFlusher struct {
 	// was not quiet.
 	last, flushedBytes, flushedDeletes uint64
 	busy                               bool
-	// checkGarbage: the next quiet period checks whether the deletes on
+	// flushes counts pebble's flushes (from its event listener) and
+	// seenFlush is its value at the last period; lastPeriod is the bytes
+	// the last period wrote.
+	flushes               atomic.Uint64
+	seenFlush, lastPeriod uint64
+	// checkGarbage: the next light period checks whether the deletes on
 	// disk shadow enough to compact (set by a flush and at Open).
 	checkGarbage bool
 
@@ -155,17 +171,22 @@ const (
 )
 
 // period is one period's work, called once a period: a flush when one is
-// due, else, after a quiet period, the compaction check once a flush (or
-// Open) asked for it and pebble has the statistics it needs.
+// due, else, after a light period (idleLightBytes or less), the
+// compaction check once a flush (idle or pebble's own) or Open asked for
+// it and pebble has the statistics it needs.
 func (f *idleFlusher) period(ctx context.Context, s *Store) idleAction {
 	if f.due() {
 		if err := s.flush(); err != nil {
 			s.log.Warn("pebblestore: idle flush failed", "dir", s.dir, "err", err)
 		}
 		f.checkGarbage = true
+		f.seenFlush = f.flushes.Load()
 		return idleFlushed
 	}
-	if f.busy || !f.checkGarbage {
+	if n := f.flushes.Load(); n != f.seenFlush {
+		f.seenFlush, f.checkGarbage = n, true
+	}
+	if f.lastPeriod > idleLightBytes || !f.checkGarbage {
 		return idleNothing
 	}
 	compacted, ready, err := s.compactIfGarbage(ctx)
@@ -189,7 +210,7 @@ func (f *idleFlusher) due() bool {
 	w, d := f.written.Load(), f.deletes.Load()
 	quiet := w-f.last <= idleQuietBytes
 	afterBusy := f.busy
-	f.last, f.busy = w, !quiet
+	f.last, f.busy, f.lastPeriod = w, !quiet, w-f.last
 	if !quiet {
 		return false
 	}

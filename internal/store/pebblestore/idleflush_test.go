@@ -214,3 +214,90 @@ func testIdleCompaction(t *testing.T, restart bool) {
 		return nil
 	})
 }
+
+// TestIdleCompactionUnderATrickle: producers go on sending a little while
+// the consumers drain a backlog, so no period is quiet and no idle flush
+// comes; the memtable fills with the trickle and pebble flushes it
+// itself. The drain paused at three quarters, as in
+// TestIdleCompactionFreesPausedDrain, so that flush may start no
+// compaction that drops the rest; the check after pebble's own flush, in
+// a period light enough (idleLightBytes), frees the bodies.
+func TestIdleCompactionUnderATrickle(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{MemTableSize: MinMemTableSize, IdleFlushAfter: -1})
+	defer func() { _ = s.Close() }()
+	rng := rand.NewChaCha8([32]byte{3})
+	const n, per = 24000, 100
+	key := func(i int) []byte { return fmt.Appendf(nil, "M/body/q%d/%08d", i%8, i) }
+	commit := func(b *store.Batch) {
+		p, err := s.Write(b, true)
+		if err != nil || p.Wait() != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	body := func() []byte {
+		b := make([]byte, 1024)
+		_, _ = rng.Read(b)
+		return b
+	}
+	for i := 0; i < n; i += per {
+		var b store.Batch
+		for j := i; j < i+per; j++ {
+			b.Set(key(j), body())
+		}
+		commit(&b)
+	}
+	drain := func(from, to int) {
+		for i := from; i < to; i += per {
+			var b store.Batch
+			for j := i; j < i+per; j++ {
+				b.SingleDelete(key(j))
+			}
+			commit(&b)
+		}
+	}
+	settle := func() {
+		poll.CheckFor(t, 20*time.Second, poll.True("no compaction running", func() bool {
+			return s.db.Metrics().Compact.NumInProgress == 0
+		}))
+	}
+	_ = s.idle.period(t.Context(), s) // the fill: busy
+	drain(0, n*3/4)
+	if err := s.flush(); err != nil { // a memtable that filled mid-drain
+		t.Fatal(err)
+	}
+	settle()
+	drain(n*3/4, n)
+	// The trickle: each period sends and consumes 200 messages (about
+	// 200 KiB: neither quiet nor busy), until pebble has flushed the
+	// memtable on its own and the periods after it have run.
+	next := n
+	trickle := func() {
+		var b store.Batch
+		for range 200 {
+			b.Set(key(next), body())
+			next++
+		}
+		commit(&b)
+		var d store.Batch
+		for j := next - 200; j < next; j++ {
+			d.SingleDelete(key(j))
+		}
+		commit(&d)
+		_ = s.idle.period(t.Context(), s)
+	}
+	flushes := s.db.Metrics().Flush.Count
+	for p := 0; p < 200 && s.db.Metrics().Flush.Count <= flushes; p++ {
+		trickle()
+	}
+	if s.db.Metrics().Flush.Count <= flushes {
+		t.Fatal("the trickle never filled a memtable")
+	}
+	settle()
+	poll.CheckFor(t, 20*time.Second, func() error {
+		trickle()
+		if b := s.db.Metrics().BlobFiles; b.LiveSize > 2<<20 {
+			return fmt.Errorf("%d blob files (%d bytes) still live under the trickle", b.LiveCount, b.LiveSize)
+		}
+		return nil
+	})
+}

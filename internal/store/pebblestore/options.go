@@ -106,9 +106,10 @@ type Options struct {
 	// next to no writes (idleQuietBytes or less) that follows a busy one
 	// with a delete since the last flush, or once idleFlushMinBytes came
 	// since it, the store flushes its memtable, so that a drained
-	// backlog's space comes back while the broker idles; the first quiet
-	// period after such a flush (or after Open) compacts the whole store
-	// if pebble estimates that its deletes shadow an eighth of it
+	// backlog's space comes back while the broker idles; the first light
+	// period after a flush (this one or pebble's own) or after Open
+	// compacts the whole store if pebble estimates that its deletes
+	// shadow an eighth of it
 	// (idleflush.go). 0 means DefaultIdleFlushAfter (10 s), negative never.
 	IdleFlushAfter time.Duration
 
