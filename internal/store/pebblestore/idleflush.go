@@ -68,7 +68,8 @@ import (
 // for the compaction step under way. A drain slower than idleQuietBytes
 // a period never looks busy, so its deletes are flushed a megabyte at a
 // time, each followed by the check. Above idleLightBytes a period, no
-// check: pebble flushes and compacts often enough on its own.
+// check: a store that busy is left to pebble's own compactions (whether
+// they always free a drain's garbage at such rates was not measured).
 
 const (
 	// idleQuietBytes is the most a period may write and still count as
@@ -82,8 +83,8 @@ const (
 	idleCompactMinBytes = 1 << 20
 	// idleLightBytes is the most a period may write for the compaction
 	// check to run in it (1.6 MB/s at the default period): a drain under
-	// a trickle of new sends. Above it, pebble's own compactions run often
-	// enough.
+	// a trickle of new sends. Above it the store is left to pebble's own
+	// compactions.
 	idleLightBytes = 16 << 20
 )
 
