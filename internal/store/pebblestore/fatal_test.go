@@ -24,7 +24,7 @@ func TestFatalErrorStopsTheProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		Options{}.pebbleOptions(log).Logger.Fatalf("pebble: fatal commit error: %v", errors.New("injected"))
+		Options{}.pebbleOptions(log, nil).Logger.Fatalf("pebble: fatal commit error: %v", errors.New("injected"))
 		os.Stderr.WriteString("still running after a fatal error\n")
 		return
 	}
@@ -48,7 +48,7 @@ func TestFatalErrorStopsTheProcess(t *testing.T) {
 // TestFatalErrorHook: Options.OnFatal receives pebble's fatal error.
 func TestFatalErrorHook(t *testing.T) {
 	var got error
-	lg := Options{OnFatal: func(err error) { got = err }}.pebbleOptions(slog.New(slog.DiscardHandler)).Logger
+	lg := Options{OnFatal: func(err error) { got = err }}.pebbleOptions(slog.New(slog.DiscardHandler), nil).Logger
 	func() {
 		defer func() {
 			if _, ok := recover().(fatalError); !ok {

@@ -93,15 +93,13 @@ type idleFlusher struct {
 	written atomic.Uint64 // bytes of batches applied since Open
 	deletes atomic.Uint64 // batches applied since Open with a delete in them
 	// due's state, owned by the loop: written at the last period's end,
-	// and written and deletes at the last flush; busy: the last period
-	// was not quiet.
-	last, flushedBytes, flushedDeletes uint64
-	busy                               bool
+	// the bytes the last period wrote (over idleQuietBytes: it was busy),
+	// and written and deletes at the last flush.
+	last, lastPeriod, flushedBytes, flushedDeletes uint64
 	// flushes counts pebble's flushes (from its event listener) and
-	// seenFlush is its value at the last period; lastPeriod is the bytes
-	// the last period wrote.
-	flushes               atomic.Uint64
-	seenFlush, lastPeriod uint64
+	// seenFlush is its value at the last period.
+	flushes   atomic.Uint64
+	seenFlush uint64
 	// checkGarbage: the next light period checks whether the deletes on
 	// disk shadow enough to compact (set by a flush and at Open).
 	checkGarbage bool
@@ -209,9 +207,9 @@ func (f *idleFlusher) period(ctx context.Context, s *Store) idleAction {
 // this file); true counts as flushed.
 func (f *idleFlusher) due() bool {
 	w, d := f.written.Load(), f.deletes.Load()
-	quiet := w-f.last <= idleQuietBytes
-	afterBusy := f.busy
-	f.last, f.busy, f.lastPeriod = w, !quiet, w-f.last
+	afterBusy := f.lastPeriod > idleQuietBytes
+	f.last, f.lastPeriod = w, w-f.last
+	quiet := f.lastPeriod <= idleQuietBytes
 	if !quiet {
 		return false
 	}

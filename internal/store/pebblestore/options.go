@@ -151,8 +151,9 @@ type Options struct {
 	OnSync func(time.Duration)
 }
 
-// pebbleOptions translates o into pebble's options.
-func (o Options) pebbleOptions(log *slog.Logger) *pebble.Options {
+// pebbleOptions translates o into pebble's options; onFlush, if not nil,
+// is called after each flush that succeeded (the idle flusher counts them).
+func (o Options) pebbleOptions(log *slog.Logger, onFlush func()) *pebble.Options {
 	po := &pebble.Options{
 		FS:                          o.FS,
 		FormatMajorVersion:          formatMajorVersion,
@@ -210,6 +211,15 @@ func (o Options) pebbleOptions(log *slog.Logger) *pebble.Options {
 	}
 	el.DiskSlow = func(info pebble.DiskSlowInfo) {
 		log.Warn("pebble: disk slow", "info", info.String())
+	}
+	if onFlush != nil {
+		logged := el.FlushEnd
+		el.FlushEnd = func(info pebble.FlushInfo) {
+			logged(info)
+			if info.Err == nil {
+				onFlush()
+			}
+		}
 	}
 	po.EventListener = &el
 	return po

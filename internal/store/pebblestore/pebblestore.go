@@ -115,18 +115,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		log = slog.Default()
 	}
 	s := &Store{dir: dir, log: log}
-	po := opts.pebbleOptions(log)
-	if el := po.EventListener; el != nil {
-		logged := el.FlushEnd
-		el.FlushEnd = func(info pebble.FlushInfo) {
-			if logged != nil {
-				logged(info)
-			}
-			if info.Err == nil {
-				s.idle.flushes.Add(1)
-			}
-		}
-	}
+	po := opts.pebbleOptions(log, func() { s.idle.flushes.Add(1) })
 	if opts.MemTableSize == 0 {
 		po.MemTableSize = memTableSizeFor(po.FS, dir)
 	}
