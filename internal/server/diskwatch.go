@@ -26,11 +26,14 @@ func FreeBytes(dir string) (uint64, error) {
 // RestartReserve is the free space a restart of the disk store may need:
 // at open, pebble replays the write-ahead log that was not yet flushed into
 // sorted tables and writes them out, which is at most
-// DefaultMemTableStopWritesThreshold memtables of DefaultMemTableSize
-// (256 MiB), plus a new WAL and MANIFEST. A min_free_disk of at least this
-// much keeps a restart at the watermark possible, since nothing the broker
-// still accepts at the watermark can use up that reserve.
-const RestartReserve = pebblestore.DefaultMemTableStopWritesThreshold * pebblestore.DefaultMemTableSize
+// DefaultMemTableStopWritesThreshold memtables, plus a new WAL and
+// MANIFEST. It is sized for the 64 MiB memtables releases used before
+// 2026-12-02 (256 MiB), so a store last written by one of them can still
+// restart at the watermark; today's memtables of at most
+// DefaultMemTableSize need a quarter of it. A min_free_disk of at least
+// this much keeps a restart at the watermark possible, since nothing the
+// broker still accepts at the watermark can use up that reserve.
+const RestartReserve = pebblestore.DefaultMemTableStopWritesThreshold * (64 << 20)
 
 // checkDisk reads the data directory's free space and sets or lifts the
 // engine's admission: below MinFreeDisk new messages are refused

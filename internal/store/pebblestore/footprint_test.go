@@ -92,12 +92,12 @@ func TestMemTableSizeFor(t *testing.T) {
 	if got := memTableSizeFor(fs, "d"); got != MinMemTableSize {
 		t.Fatalf("100 MiB: %d", got)
 	}
-	put("000003.sst", 300<<20) // 400 MiB → 25 MiB → 32 MiB
-	if got := memTableSizeFor(fs, "d"); got != 32<<20 {
-		t.Fatalf("400 MiB: %d", got)
+	put("000003.sst", 100<<20) // 200 MiB → 12.5 MiB → 16 MiB
+	if got := memTableSizeFor(fs, "d"); got != 16<<20 {
+		t.Fatalf("200 MiB: %d", got)
 	}
-	put("000004.sst", 2<<30) // beyond 1 GiB → capped
+	put("000004.sst", 2<<30) // beyond 256 MiB → capped
 	if got := memTableSizeFor(fs, "d"); got != DefaultMemTableSize {
-		t.Fatalf("2.4 GiB: %d", got)
+		t.Fatalf("2.2 GiB: %d", got)
 	}
 }

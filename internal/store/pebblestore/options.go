@@ -16,9 +16,19 @@ import (
 // Defaults for the zero values of Options.
 const (
 	// DefaultMemTableSize is the largest memtable the automatic sizing
-	// picks (a store of a gigabyte or more); MinMemTableSize the smallest
+	// picks (a store of more than 128 MiB); MinMemTableSize the smallest
 	// (a new or small store). See Options.MemTableSize.
-	DefaultMemTableSize                = 64 << 20
+	//
+	// It was 64 MiB until 2026-12-02. In a build without cgo (the release
+	// binaries and the container image: CGO_ENABLED=0) pebble allocates
+	// memtables and the block cache on the Go heap, where the collector's
+	// goal doubles them: after a restart over 2 M queued 1 KiB messages
+	// the drain peaked at 418 MiB RSS with 64 MiB memtables, 201–225 MiB
+	// with 32 MiB and 138–139 MiB with 16 MiB (cgo builds, which allocate
+	// them with malloc: 141–148, 120–163 and 104–118 MiB). Stores that
+	// start empty run at MinMemTableSize, and every throughput figure in
+	// docs/benchmarks*.md was measured so.
+	DefaultMemTableSize                = 16 << 20
 	MinMemTableSize                    = 8 << 20
 	DefaultMemTableStopWritesThreshold = 4
 	DefaultCacheSize                   = 16 << 20
@@ -80,7 +90,7 @@ type Options struct {
 	// MemTableSize is the size of one memtable in bytes. 0 sizes it for
 	// the data at each Open: a sixteenth of the store's sstables, rounded
 	// up to a power of two, between MinMemTableSize (8 MiB) and
-	// DefaultMemTableSize (64 MiB). Larger memtables mean fewer flushes and
+	// DefaultMemTableSize (16 MiB). Larger memtables mean fewer flushes and
 	// fewer L0 files, and a longer WAL to replay at start-up; the process
 	// holds up to MemTableStopWritesThreshold of them in memory. A batch
 	// larger than half a memtable is applied as a flushable batch of its
