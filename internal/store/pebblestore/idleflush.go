@@ -28,12 +28,19 @@ import (
 //
 // The store therefore flushes its memtable once it has taken next to no
 // writes (idleQuietBytes or less) for a whole IdleFlushAfter period right
-// after a busy one, if it took a delete of any kind since its last flush
-// (the end of a drain, whose deletes are small), or after any quiet
-// period once it took idleFlushMinBytes since its last flush: once per
-// busy spell, never while writes come at a rate that will fill the
+// after a busier one, or little (idleCalmBytes or less: producers that go
+// on sending a trickle once the consumers have drained the backlog) right
+// after one busier than that, if it took a delete of any kind since its
+// last flush (the end of a drain, whose deletes are small), or after any
+// quiet period once it took idleFlushMinBytes since its last flush: once
+// per busy spell (a load that swings around idleCalmBytes from one period
+// to the next flushes at most every other period, a memtable of a
+// megabyte or two), never while writes come at a rate that will fill the
 // memtable anyway, and about once a megabyte on a broker whose traffic
-// is always light. A cluster node's state store, which applies a
+// is always light. Without the calm step a trickle of 10 KB/s kept
+// every period from being quiet, and the drain's last deletes waited
+// for the trickle to fill the memtable: 13 minutes for an 8 MiB one
+// (TestIdleFlushUnderATrickle). A cluster node's state store, which applies a
 // leader's clock stamp every second even when idle, still counts as
 // quiet.
 //
@@ -46,9 +53,9 @@ import (
 // quarters), and a soak of 500,000 messages kept 92 MiB of blob files,
 // referenced by 3 MiB of sstables, through the idle flush and a restart.
 // So the first light period (idleLightBytes or less) after a flush, the
-// idle flush or one of pebble's own (producers that go on sending a
-// little while consumers drain a backlog keep every period from being
-// quiet, and fill the memtable that pebble then flushes), or after Open
+// idle flush or one of pebble's own (producers that go on sending more
+// than a trickle while consumers drain a backlog keep every period from
+// being calm, and fill the memtable that pebble then flushes), or after Open
 // (a store that restarts over a drained backlog), once pebble has the
 // statistics of its new tables, asks pebble how many bytes its deletes
 // shadow; if
@@ -75,6 +82,11 @@ const (
 	// idleQuietBytes is the most a period may write and still count as
 	// quiet: a leader's stamps, a scheduler's occasional records.
 	idleQuietBytes = 64 << 10
+	// idleCalmBytes is the most a period may write and still count as
+	// calm (100 KB/s at the default period): producers that go on
+	// sending a little after the consumers have drained a backlog. The
+	// first calm period after a busier one flushes too.
+	idleCalmBytes = 1 << 20
 	// idleFlushMinBytes is the least written since the last flush for an
 	// idle flush to be worth a new sstable.
 	idleFlushMinBytes = 1 << 20
@@ -203,17 +215,20 @@ func (f *idleFlusher) period(ctx context.Context, s *Store) idleAction {
 }
 
 // due is one period's verdict, called once a period: whether the period
-// since the last call was quiet and a flush is worth it (see the top of
-// this file); true counts as flushed.
+// since the last call stepped down (quiet after a busier one, or calm
+// after one busier than calm) with a delete since the last flush, or was
+// quiet with idleFlushMinBytes since the last flush (see the top of this
+// file); true counts as flushed.
 func (f *idleFlusher) due() bool {
 	w, d := f.written.Load(), f.deletes.Load()
-	afterBusy := f.lastPeriod > idleQuietBytes
+	prev := f.lastPeriod
 	f.last, f.lastPeriod = w, w-f.last
-	quiet := f.lastPeriod <= idleQuietBytes
-	if !quiet {
-		return false
-	}
-	if !(afterBusy && d != f.flushedDeletes) && w-f.flushedBytes < idleFlushMinBytes {
+	cur := f.lastPeriod
+	stepDown := (cur <= idleQuietBytes && prev > idleQuietBytes) || (cur <= idleCalmBytes && prev > idleCalmBytes)
+	switch {
+	case stepDown && d != f.flushedDeletes:
+	case cur <= idleQuietBytes && w-f.flushedBytes >= idleFlushMinBytes:
+	default:
 		return false
 	}
 	f.flushedBytes, f.flushedDeletes = w, d

@@ -80,12 +80,13 @@ func TestIdleFlushFreesDrainedBodies(t *testing.T) {
 	}
 }
 
-// TestIdleFlushDue: a flush is due after a quiet period that follows a
-// busy one when a delete came since the last flush, and after any quiet
-// period once idleFlushMinBytes came since the last flush; a period that
-// wrote more than idleQuietBytes is not quiet; small writes and deletes
-// alone (a light broker, a cluster leader's stamps) make one due only a
-// megabyte at a time.
+// TestIdleFlushDue: a flush is due after a period that steps down (quiet
+// after a busier one, or calm after one busier than calm) when a delete
+// came since the last flush, and after any quiet period once
+// idleFlushMinBytes came since the last flush; a period that wrote more
+// than idleQuietBytes is not quiet; small writes and deletes alone (a
+// light broker, a cluster leader's stamps) make one due only a megabyte
+// at a time.
 func TestIdleFlushDue(t *testing.T) {
 	var f idleFlusher
 	steps := []struct {
@@ -95,15 +96,20 @@ func TestIdleFlushDue(t *testing.T) {
 	}{
 		{0, false, false},                  // nothing written
 		{4 << 10, false, false},            // a few stamps
-		{idleQuietBytes + 1, true, false},  // busy: not quiet
+		{idleCalmBytes + 1, true, false},   // busy: not quiet
 		{0, false, true},                   // quiet after busy, with a delete
 		{0, false, false},                  // flushed already
 		{512, true, false},                 // a lone delete, never busy
 		{idleQuietBytes, false, false},     // quiet, under the minimum
-		{idleQuietBytes + 1, false, false}, // busy
-		{0, false, true},                   // quiet after busy; the lone delete is unflushed
-		{idleQuietBytes + 1, false, false}, // busy, sets only
-		{0, false, false},                  // quiet after busy, no delete since the flush
+		{idleQuietBytes + 1, false, false}, // calm, not quiet: no step down from quiet
+		{0, false, true},                   // quiet after calm; the lone delete is unflushed
+		{idleCalmBytes + 1, false, false},  // busy, sets only
+		{0, false, true},                   // quiet after busy, no delete since the flush, but a megabyte written
+		{idleCalmBytes + 1, true, false},   // busy: a drain
+		{idleQuietBytes + 1, false, true},  // calm after busy: a trickle after the drain
+		{idleQuietBytes + 1, true, false},  // calm after calm: no step down
+		{idleCalmBytes, true, false},       // calm
+		{0, false, true},                   // quiet after calm, with a delete since the flush
 	}
 	for i, st := range steps {
 		if st.bytes > 0 || st.deletes {
@@ -254,8 +260,57 @@ func testIdleCompaction(t *testing.T, restart bool) {
 	b.freed(1<<20, nil)
 }
 
+// TestIdleFlushUnderATrickle: producers go on sending a trickle (about
+// 100 KiB a period: not quiet) after the consumers have drained a
+// backlog. The first such period after the drain's flushes the memtable,
+// so the drain's deletes reach the compactions (and the check after the
+// flush) long before the trickle would fill the memtable: the bodies are
+// freed with no flush but that one.
+func TestIdleFlushUnderATrickle(t *testing.T) {
+	b := &backlog{t: t, s: mustOpen(t, t.TempDir(), Options{MemTableSize: MinMemTableSize, IdleFlushAfter: -1}), rng: rand.NewChaCha8([32]byte{4})}
+	defer func() { _ = b.s.Close() }()
+	const n = 24000
+	b.send(0, n)
+	b.drain(0, n)
+	if got := b.period(); got != idleNothing {
+		t.Fatalf("the period that wrote the whole backlog did %v: it was busy", got)
+	}
+	if m := b.s.db.Metrics().BlobFiles; m.LiveCount == 0 {
+		t.Fatal("the drain left no live blob file: nothing to free")
+	}
+	next := n
+	trickle := func() idleAction {
+		b.send(next, next+100)
+		b.drain(next, next+100)
+		next += 100
+		return b.period()
+	}
+	flushes := b.s.db.Metrics().Flush.Count
+	if got := trickle(); got != idleFlushed {
+		t.Fatalf("the first period of the trickle after the drain did %v, want a flush", got)
+	}
+	// At most 40 periods of the trickle (4 MiB: half the memtable), each
+	// once pebble has no compaction running.
+	for p := 0; ; p++ {
+		poll.CheckFor(t, 20*time.Second, poll.True("no compaction running", func() bool {
+			return b.s.db.Metrics().Compact.NumInProgress == 0
+		}))
+		m := b.s.db.Metrics()
+		if m.BlobFiles.LiveSize <= 1<<20 {
+			break
+		}
+		if p == 40 {
+			t.Fatalf("%d blob files (%d bytes) still live after %d periods of the trickle", m.BlobFiles.LiveCount, m.BlobFiles.LiveSize, p)
+		}
+		_ = trickle()
+	}
+	if got := b.s.db.Metrics().Flush.Count - flushes; got != 1 {
+		t.Fatalf("%d flushes since the drain, want the idle one only", got)
+	}
+}
+
 // TestIdleCompactionUnderATrickle: producers go on sending a little while
-// the consumers drain a backlog, so no period is quiet and no idle flush
+// the consumers drain a backlog, so no period is calm and no idle flush
 // comes; the memtable fills with the trickle and pebble flushes it
 // itself. The drain paused at three quarters, as in
 // TestIdleCompactionFreesPausedDrain, so that flush may start no
@@ -279,15 +334,17 @@ func TestIdleCompactionUnderATrickle(t *testing.T) {
 	}
 	settle()
 	b.drain(n*3/4, n)
-	// The trickle: each period sends and consumes 200 messages (about
-	// 200 KiB: neither quiet nor busy), until pebble has flushed the
-	// memtable on its own, and on while the test waits.
+	// The trickle: each period sends and consumes 1,500 messages (about
+	// 1.5 MiB: above idleCalmBytes, so no idle flush, and under
+	// idleLightBytes), until pebble has flushed the memtable on its own,
+	// and on while the test waits. (With 1,200, as with 100, pebble's own
+	// compactions happened to free the bodies without the check.)
 	next := n
-	b.per = 200 // one batch of sends and one of deletes a period
+	b.per = 1500 // one batch of sends and one of deletes a period
 	trickle := func() {
-		b.send(next, next+200)
-		b.drain(next, next+200)
-		next += 200
+		b.send(next, next+b.per)
+		b.drain(next, next+b.per)
+		next += b.per
 		_ = b.period()
 	}
 	flushes := b.s.db.Metrics().Flush.Count
