@@ -33,13 +33,21 @@ func reclaimed(size int64, base, full snapshot) bool {
 	return size <= base.disk+(full.disk-base.disk)/10
 }
 
-// reclaim watches the data directory after the drain: first idle, then
+// reclaim watches the data directory after the drain: first idle (or
+// under the trickle, which quiesce then ends, with the consumers), then
 // across a restart, then (if space is still held) while a small churn of
 // writes gives the store's compactions something to do.
-func (s *soak) reclaim(ctx context.Context, base, full snapshot) reclamation {
+func (s *soak) reclaim(ctx context.Context, base, full snapshot, quiesce func()) reclamation {
 	var r reclamation
 	s.setPhase("settle")
-	r.steps = append(r.steps, s.settle(ctx, "idle after the drain", s.cfg.settle))
+	what := "idle after the drain"
+	if s.cfg.trickle > 0 {
+		what = fmt.Sprintf("trickle of %d/s after the drain", s.cfg.trickle)
+	}
+	r.steps = append(r.steps, s.settle(ctx, what, s.cfg.settle))
+	if s.cfg.trickle > 0 {
+		quiesce()
+	}
 
 	s.setPhase("restart")
 	st := s.snap()

@@ -19,6 +19,9 @@
 //	SLUICE_SOAK_POLLERS      parked long polls, default 2000
 //	SLUICE_SOAK_RATE         steady SQS sends (and receives) per second on the backlog, default 1000
 //	SLUICE_SOAK_SETTLE       longest wait for the disk to stop shrinking after the drain, default 3m
+//	SLUICE_SOAK_TRICKLE      SQS sends per second on the hot queues, whose long polls take them,
+//	                         from the drain's start to the end of that wait, default 0 (none):
+//	                         producers that never quite stop while consumers drain a backlog
 //	SLUICE_SOAK_DIR          where the data directory goes; default the repository's parent.
 //	                         Must be a real disk, not tmpfs.
 //	SLUICE_BIN               a prebuilt sluice binary instead of building ./cmd/sluice
@@ -77,6 +80,7 @@ type config struct {
 	messages int
 	pollers  int
 	rate     int
+	trickle  int // msg/s during the drain and the settle after it
 	settle   time.Duration
 	dir      string
 }
@@ -109,6 +113,7 @@ func loadConfig(t *testing.T) config {
 	num("SLUICE_SOAK_MESSAGES", &c.messages)
 	num("SLUICE_SOAK_POLLERS", &c.pollers)
 	num("SLUICE_SOAK_RATE", &c.rate)
+	num("SLUICE_SOAK_TRICKLE", &c.trickle)
 	c.dir = os.Getenv("SLUICE_SOAK_DIR")
 	if c.dir == "" {
 		out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -363,10 +368,11 @@ func TestSoak(t *testing.T) {
 	}
 	steadyEnd := s.snap()
 
-	// Phase 3: drain.
+	// Phase 3: drain (under the trickle, if any).
 	s.setPhase("drain")
 	stopProducers()
 	pwg.Wait()
+	stopTrickle := s.startTrickle(ctx)
 	drainStart := time.Now()
 	drainCtx, stopDrain := context.WithCancel(ctx)
 	var dwg sync.WaitGroup
@@ -375,15 +381,26 @@ func TestSoak(t *testing.T) {
 	drainTook := time.Since(drainStart)
 	stopDrain()
 	dwg.Wait()
-	stopConsumers()
-	cwg.Wait()
-	amqpStop()
+	// quiesce ends the trickle, lets the long polls take what it sent,
+	// and stops every consumer.
+	quiesce := func() {
+		stopTrickle()
+		if s.cfg.trickle > 0 && !s.waitDrained(ctx, 2*time.Minute) {
+			s.t.Logf("the trickle's last messages were not all delivered within 2 min")
+		}
+		stopConsumers()
+		cwg.Wait()
+		amqpStop()
+	}
+	if s.cfg.trickle == 0 {
+		quiesce()
+	}
 	stopSampler()
 	samplerDone.Wait()
 	afterDrain := s.snap()
 
 	// Phase 4: does the disk space come back?
-	rec := s.reclaim(ctx, base, full)
+	rec := s.reclaim(ctx, base, full, quiesce)
 
 	s.report(reportInput{
 		base: base, full: full, fullDepth: fullDepth, steadyEnd: steadyEnd, afterDrain: afterDrain,
@@ -661,6 +678,31 @@ func (s *soak) startSteady(producers, consumers context.Context, pwg, cwg *sync.
 			buf = s.sendTo(producers, s.hot[i%len(s.hot)], batch, buf)
 		}
 	}()
+}
+
+// startTrickle sends cfg.trickle messages a second, one at a time, round
+// the hot queues (whose long polls take them) until the returned func is
+// called; it returns when the sender has stopped. No trickle: a no-op.
+func (s *soak) startTrickle(ctx context.Context) func() {
+	if s.cfg.trickle <= 0 {
+		return func() {}
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		buf := make([]byte, 0, maxBody)
+		tick := time.NewTicker(time.Second / time.Duration(s.cfg.trickle))
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-tctx.Done():
+				return
+			case <-tick.C:
+			}
+			buf = s.sendTo(tctx, s.hot[i%len(s.hot)], 1, buf)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
 }
 
 // startAMQP declares the AMQP queues, starts amqpConsumers consumers
