@@ -40,9 +40,9 @@ import (
 // is always light. Without the calm step a trickle of 10 KB/s kept
 // every period from being quiet, and the drain's last deletes waited
 // for the trickle to fill the memtable: 13 minutes for an 8 MiB one
-// (TestIdleFlushUnderATrickle). A cluster node's state store, which applies a
-// leader's clock stamp every second even when idle, still counts as
-// quiet.
+// (TestIdleFlushUnderATrickle). A cluster node's state store, which
+// applies a leader's clock stamp every second even when idle, still
+// counts as quiet.
 //
 // A flush only leads to the compactions that free space when pebble's
 // picker finds one due. After a drain to the end that is what usually
@@ -71,7 +71,14 @@ import (
 // output would reference more than maxBlobReferenceDepth blob files,
 // when pebble copies its live values into a new one), so it costs about
 // the keys of the live backlog, once per flush at most, and only when a
-// good part of the store is garbage; a Close during it waits
+// good part of the store is garbage (measured in soaks: 2.6 s for a store
+// of 480 MB, 69 MB of it garbage by pebble's count, in the middle of a
+// 500,000-message drain; 37 ms for a drained one of 139 MB.
+// TestIdleCompactionCost, SLUICE_PERF=1: a store of 1 M bodies drained
+// to 40 % held 5 MiB of sstables, and its 100 MB of garbage sat in blob
+// files shared with live bodies, which pebble rewrites on its own once
+// they are blobRewriteMinAge old; the check found too little to
+// compact, and a forced compaction wrote nothing); a Close during it waits
 // for the compaction step under way. A drain slower than idleQuietBytes
 // a period never looks busy, so its deletes are flushed a megabyte at a
 // time, each followed by the check. Above idleLightBytes a period, no

@@ -262,7 +262,7 @@ func testIdleCompaction(t *testing.T, restart bool) {
 
 // TestIdleFlushUnderATrickle: producers go on sending a trickle (about
 // 100 KiB a period: not quiet) after the consumers have drained a
-// backlog. The first such period after the drain's flushes the memtable,
+// backlog. The first such period after the drain flushes the memtable,
 // so the drain's deletes reach the compactions (and the check after the
 // flush) long before the trickle would fill the memtable: the bodies are
 // freed with no flush but that one.

@@ -25,9 +25,10 @@ const (
 	// goal doubles them: after a restart over 2 M queued 1 KiB messages
 	// the drain peaked at 418 MiB RSS with 64 MiB memtables, 201–225 MiB
 	// with 32 MiB and 138–139 MiB with 16 MiB (cgo builds, which allocate
-	// them with malloc: 141–148, 120–163 and 104–118 MiB). Stores that
-	// start empty run at MinMemTableSize, and every throughput figure in
-	// docs/benchmarks*.md was measured so.
+	// them with malloc: 141–148, 120–163 and 104–118 MiB). A store that
+	// starts empty runs at MinMemTableSize until its next restart, as in
+	// every benchmark that starts from an empty store (the deep backlog's
+	// drain after its restart ran at 64 MiB until then).
 	DefaultMemTableSize                = 16 << 20
 	MinMemTableSize                    = 8 << 20
 	DefaultMemTableStopWritesThreshold = 4
