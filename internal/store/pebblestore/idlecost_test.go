@@ -1,7 +1,6 @@
 package pebblestore
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -113,19 +112,9 @@ func TestIdleCompactionCost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var first, last []byte
-		for _, tables := range levels {
-			for _, tb := range tables {
-				if first == nil || bytes.Compare(tb.Smallest.UserKey, first) < 0 {
-					first = tb.Smallest.UserKey
-				}
-				if last == nil || bytes.Compare(tb.Largest.UserKey, last) > 0 {
-					last = tb.Largest.UserKey
-				}
-			}
-		}
 		t0 = time.Now()
-		if err := b.s.db.Compact(t.Context(), bytes.Clone(first), append(bytes.Clone(last), 0), false); err != nil {
+		start, end := tablesSpan(levels)
+		if err := b.s.db.Compact(t.Context(), start, end, false); err != nil {
 			t.Fatal(err)
 		}
 		took = time.Since(t0)

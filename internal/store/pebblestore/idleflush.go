@@ -270,7 +270,6 @@ func (s *Store) compactIfGarbage(ctx context.Context) (compacted, ready bool, er
 	}
 	var (
 		garbage, size uint64
-		first, last   []byte
 		noStats       pebble.SSTableInfo
 	)
 	for _, tables := range levels {
@@ -282,6 +281,35 @@ func (s *Store) compactIfGarbage(ctx context.Context) (compacted, ready bool, er
 			}
 			garbage += t.TableStats.PointDeletionsBytesEstimate + t.TableStats.RangeDeletionsBytesEstimate
 			size += t.Size
+		}
+	}
+	size += s.db.Metrics().BlobFiles.LiveSize
+	if garbage < idleCompactMinBytes || garbage < size/8 {
+		return false, true, nil
+	}
+	s.log.Info("pebblestore: compacting after a drain", "dir", s.dir, "garbage_bytes", garbage, "store_bytes", size)
+	start, end := tablesSpan(levels)
+	begun := time.Now()
+	if err := s.db.Compact(ctx, start, end, false); err != nil {
+		return false, true, fmt.Errorf("pebblestore: compact: %w", err)
+	}
+	m := s.db.Metrics()
+	after := m.BlobFiles.LiveSize
+	for _, l := range m.Levels {
+		after += uint64(l.TablesSize)
+	}
+	s.log.Info("pebblestore: compacted after a drain", "dir", s.dir, "store_bytes", after, "took", time.Since(begun).Round(time.Millisecond))
+	return true, true, nil
+}
+
+// tablesSpan returns the key range [start, end) that covers every table
+// of levels: Compact's range for the whole store. The range comes from
+// the tables, not from an iterator: a drained store's live keys are only
+// its meta key.
+func tablesSpan(levels [][]pebble.SSTableInfo) (start, end []byte) {
+	var first, last []byte
+	for _, tables := range levels {
+		for _, t := range tables {
 			if k := t.Smallest.UserKey; first == nil || bytes.Compare(k, first) < 0 {
 				first = k
 			}
@@ -290,20 +318,5 @@ func (s *Store) compactIfGarbage(ctx context.Context) (compacted, ready bool, er
 			}
 		}
 	}
-	size += s.db.Metrics().BlobFiles.LiveSize
-	if garbage < idleCompactMinBytes || garbage < size/8 {
-		return false, true, nil
-	}
-	s.log.Info("pebblestore: compacting after a drain", "dir", s.dir, "garbage_bytes", garbage, "store_bytes", size)
-	start := time.Now()
-	if err := s.db.Compact(ctx, bytes.Clone(first), append(bytes.Clone(last), 0), false); err != nil {
-		return false, true, fmt.Errorf("pebblestore: compact: %w", err)
-	}
-	m := s.db.Metrics()
-	after := m.BlobFiles.LiveSize
-	for _, l := range m.Levels {
-		after += uint64(l.TablesSize)
-	}
-	s.log.Info("pebblestore: compacted after a drain", "dir", s.dir, "store_bytes", after, "took", time.Since(start).Round(time.Millisecond))
-	return true, true, nil
+	return bytes.Clone(first), append(bytes.Clone(last), 0)
 }
