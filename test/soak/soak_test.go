@@ -663,21 +663,22 @@ func (s *soak) startSteady(producers, consumers context.Context, pwg, cwg *sync.
 			}()
 		}
 	}
-	pwg.Add(1)
-	go func() {
-		defer pwg.Done()
-		buf := make([]byte, 0, batch*maxBody)
-		tick := time.NewTicker(every(hotRate, 1))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-producers.Done():
-				return
-			case <-tick.C:
-			}
-			buf = s.sendTo(producers, s.hot[i%len(s.hot)], batch, buf)
+	pwg.Go(func() { s.sendRound(producers, s.hot, batch, every(hotRate, 1)) })
+}
+
+// sendRound sends n messages every interval, round qs, until ctx ends.
+func (s *soak) sendRound(ctx context.Context, qs []*tracked, n int, interval time.Duration) {
+	buf := make([]byte, 0, n*maxBody)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
-	}()
+		buf = s.sendTo(ctx, qs[i%len(qs)], n, buf)
+	}
 }
 
 // startTrickle sends cfg.trickle messages a second, one at a time, round
@@ -689,19 +690,7 @@ func (s *soak) startTrickle(ctx context.Context) func() {
 	}
 	tctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		buf := make([]byte, 0, maxBody)
-		tick := time.NewTicker(time.Second / time.Duration(s.cfg.trickle))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-tctx.Done():
-				return
-			case <-tick.C:
-			}
-			buf = s.sendTo(tctx, s.hot[i%len(s.hot)], 1, buf)
-		}
-	})
+	wg.Go(func() { s.sendRound(tctx, s.hot, 1, time.Second/time.Duration(s.cfg.trickle)) })
 	return func() { cancel(); wg.Wait() }
 }
 
