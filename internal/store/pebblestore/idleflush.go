@@ -39,8 +39,10 @@ import (
 // memtable anyway, and about once a megabyte on a broker whose traffic
 // is always light. Without the calm step a trickle of 10 KB/s kept
 // every period from being quiet, and the drain's last deletes waited
-// for the trickle to fill the memtable: 13 minutes for an 8 MiB one
-// (TestIdleFlushUnderATrickle). A cluster node's state store, which
+// for the trickle to fill the memtable (about 13 minutes for an 8 MiB
+// one at that rate, computed, not timed; a soak with a trickle of 20
+// sends a second kept them for its whole 60 s watch):
+// TestIdleFlushUnderATrickle. A cluster node's state store, which
 // applies a leader's clock stamp every second even when idle, still
 // counts as quiet.
 //
