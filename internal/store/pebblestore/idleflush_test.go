@@ -201,6 +201,14 @@ func (b *backlog) drain(from, to int) {
 // period runs one idle period by hand, as the store's loop would.
 func (b *backlog) period() idleAction { return b.s.idle.period(b.t.Context(), b.s) }
 
+// settle waits until pebble has no compaction running.
+func (b *backlog) settle() {
+	b.t.Helper()
+	poll.CheckFor(b.t, 20*time.Second, poll.True("no compaction running", func() bool {
+		return b.s.db.Metrics().Compact.NumInProgress == 0
+	}))
+}
+
 // freed waits until at most limit bytes of blob files are live, running
 // between checks what the broker does meanwhile (nil: nothing).
 func (b *backlog) freed(limit uint64, meanwhile func()) {
@@ -292,9 +300,7 @@ func TestIdleFlushUnderATrickle(t *testing.T) {
 	// At most 40 periods of the trickle (4 MiB: half the memtable), each
 	// once pebble has no compaction running.
 	for p := 0; ; p++ {
-		poll.CheckFor(t, 20*time.Second, poll.True("no compaction running", func() bool {
-			return b.s.db.Metrics().Compact.NumInProgress == 0
-		}))
+		b.settle()
 		m := b.s.db.Metrics()
 		if m.BlobFiles.LiveSize <= 1<<20 {
 			break
@@ -321,18 +327,13 @@ func TestIdleCompactionUnderATrickle(t *testing.T) {
 	b := &backlog{t: t, s: mustOpen(t, t.TempDir(), Options{MemTableSize: MinMemTableSize, IdleFlushAfter: -1}), rng: rand.NewChaCha8([32]byte{3})}
 	defer func() { _ = b.s.Close() }()
 	const n = 24000
-	settle := func() {
-		poll.CheckFor(t, 20*time.Second, poll.True("no compaction running", func() bool {
-			return b.s.db.Metrics().Compact.NumInProgress == 0
-		}))
-	}
 	b.send(0, n)
 	_ = b.period() // the fill: busy
 	b.drain(0, n*3/4)
 	if err := b.s.flush(); err != nil { // a memtable that filled mid-drain
 		t.Fatal(err)
 	}
-	settle()
+	b.settle()
 	b.drain(n*3/4, n)
 	// The trickle: each period sends and consumes 1,500 messages (about
 	// 1.5 MiB: above idleCalmBytes, so no idle flush, and under
@@ -354,6 +355,6 @@ func TestIdleCompactionUnderATrickle(t *testing.T) {
 	if b.s.db.Metrics().Flush.Count <= flushes {
 		t.Fatal("the trickle never filled a memtable")
 	}
-	settle()
+	b.settle()
 	b.freed(2<<20, trickle)
 }
