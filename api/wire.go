@@ -50,6 +50,9 @@ type Queue struct {
 	Visible  int    `json:"visible"`
 	InFlight int    `json:"inflight"`
 	Delayed  int    `json:"delayed"`
+	// Waiting counts the receives parked on the queue now, waiting for a
+	// message: SQS long polls and AMQP consumers with prefetch credit left.
+	Waiting int `json:"waiting"`
 	// OldestAgeSeconds is the age of the oldest message in any state,
 	// counted from its original send time; 0 when the queue is empty.
 	OldestAgeSeconds float64 `json:"oldestAgeSeconds"`

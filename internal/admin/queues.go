@@ -90,6 +90,7 @@ func (h *Handler) queue(name string, detail bool) (api.Queue, error) {
 		Visible:           info.Visible,
 		InFlight:          info.InFlight,
 		Delayed:           info.Delayed,
+		Waiting:           info.Waiting,
 		IsDeadLetterQueue: len(sources) > 0,
 		Sources:           sources,
 		Counters: api.Counters{

@@ -49,7 +49,7 @@ func Queues(ctx context.Context, args []string, env *Env) int {
 		if c.json {
 			return c.printJSON(list)
 		}
-		t := newTable(c.env.Stdout, "NAME", "TYPE", "VISIBLE", "INFLIGHT", "DELAYED", "OLDEST", "DLQ", "MAX-RECV", "DLQ-FOR")
+		t := newTable(c.env.Stdout, "NAME", "TYPE", "VISIBLE", "INFLIGHT", "DELAYED", "WAITING", "OLDEST", "DLQ", "MAX-RECV", "DLQ-FOR")
 		for _, q := range list.Queues {
 			typ := "standard"
 			if q.FIFO {
@@ -62,7 +62,7 @@ func Queues(ctx context.Context, args []string, env *Env) int {
 			if q.MaxReceiveCount > 0 {
 				maxRecv = strconv.Itoa(q.MaxReceiveCount)
 			}
-			t.row(q.Name, typ, strconv.Itoa(q.Visible), strconv.Itoa(q.InFlight), strconv.Itoa(q.Delayed),
+			t.row(q.Name, typ, strconv.Itoa(q.Visible), strconv.Itoa(q.InFlight), strconv.Itoa(q.Delayed), strconv.Itoa(q.Waiting),
 				age(q.OldestAgeSeconds), dash(q.DeadLetterQueue), maxRecv, dash(strings.Join(q.Sources, ",")))
 		}
 		t.flush()

@@ -340,6 +340,10 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 			t := e.clock.NewTimer(wait)
 			defer t.Stop()
 			timer = t.C()
+			// Parked from here until it returns, whatever it waits for
+			// on each pass (a message, or the lease of a store view).
+			q.room.waiting.Add(1)
+			defer q.room.waiting.Add(-1)
 		}
 		var retryC <-chan time.Time
 		if retry != nil {

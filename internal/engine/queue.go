@@ -816,6 +816,7 @@ func (q *queue) infoLocked() QueueInfo {
 		DeadLettered: q.stats.deadLettered.Load(),
 		Expired:      q.stats.expired.Load(),
 		Dropped:      q.stats.dropped.Load(),
+		Waiting:      int(q.room.waiting.Load()),
 	}
 	if m := q.expiry.oldest(); m != nil {
 		// The oldest by enqueue time; for the oldest-message meter that

@@ -20,12 +20,14 @@ import (
 // visible mirrors the queue's visible (receivable now) count as of its
 // last unlock, and receivedAt the engine-clock time (Unix nanoseconds) of
 // its last receive call, for flow control (Engine.VisibleHint,
-// Engine.ReceivedAtHint).
+// Engine.ReceivedAtHint). waiting counts the receives parked on the queue
+// now, waiting for a message (QueueInfo.Waiting).
 type roomHints struct {
 	ready, readyBytes       atomic.Int64
 	incoming, incomingBytes atomic.Int64
 	visible                 atomic.Int64
 	receivedAt              atomic.Int64
+	waiting                 atomic.Int64
 }
 
 // publishRoomLocked updates the hints from the queue's counts.

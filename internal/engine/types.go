@@ -148,6 +148,16 @@ type QueueInfo struct {
 	// Dropped counts messages that had to be dead-lettered (rejected,
 	// expired, over a length limit) but had no target.
 	Dropped uint64
+
+	// Waiting counts the receives parked on the queue now, waiting for a
+	// message to become visible: SQS long polls (WaitTimeSeconds > 0) and
+	// AMQP consumers with prefetch credit left. A receive counts from its
+	// first wait until it returns. Consumers busy with what they hold are
+	// not counted, so 0 with a backlog means every consumer is busy or
+	// there is none; more than 0 with visible messages means the queue
+	// cannot hand them out (paused, or a FIFO queue whose groups are all
+	// in flight).
+	Waiting int
 }
 
 // Attribute is one user message attribute (SQS MessageAttributes; AMQP

@@ -96,7 +96,7 @@ type Metrics struct {
 	other     atomic.Pointer[queueMetrics] // queue="(other)"
 
 	visible, inFlight, delayed, oldestAge, isDLQ, dlqTarget, storeFailed, unlabelled *prometheus.Desc
-	dropped, paused                                                                  *prometheus.Desc
+	dropped, paused, waiting                                                         *prometheus.Desc
 
 	http *httpRequests
 
@@ -167,6 +167,7 @@ func New(opts ...Option) *Metrics {
 		unlabelled:  prometheus.NewDesc("sluice_metrics_unlabelled_queues", "Queues beyond the per-queue series cap, counted together under queue=\"(other)\".", nil, nil),
 		dropped:     prometheus.NewDesc("sluice_dropped_total", "Messages dropped for want of a dead-letter target (rejected without requeue, over a length limit, at the delivery limit), since the broker started.", []string{"queue"}, nil),
 		paused:      prometheus.NewDesc("sluice_queue_paused", "1 while delivery from the queue is paused by an operator (messages held visible), else 0.", []string{"queue"}, nil),
+		waiting:     prometheus.NewDesc("sluice_queue_waiting_receives", "Receives parked on the queue now, waiting for a message: SQS long polls and AMQP consumers with prefetch credit left.", []string{"queue"}, nil),
 		storeFailed: prometheus.NewDesc("sluice_store_failed", "1 once a storage error has made the engine refuse all changes, else 0.", nil, nil),
 	}
 	for _, o := range opts {
@@ -346,7 +347,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 		v.Describe(ch)
 	}
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.unlabelled, m.dropped, m.paused} {
+	for _, d := range []*prometheus.Desc{m.visible, m.inFlight, m.delayed, m.oldestAge, m.isDLQ, m.dlqTarget, m.storeFailed, m.unlabelled, m.dropped, m.paused, m.waiting} {
 		ch <- d
 	}
 }
@@ -391,7 +392,7 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	var folded int
-	var other struct{ visible, inFlight, delayed, age float64 }
+	var other struct{ visible, inFlight, delayed, age, waiting float64 }
 	for _, info := range infos {
 		name := info.Name
 		m.queue(name) // the counters exist from the queue's first scrape
@@ -405,12 +406,14 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 			other.inFlight += float64(info.InFlight)
 			other.delayed += float64(info.Delayed)
 			other.age = max(other.age, age)
+			other.waiting += float64(info.Waiting)
 			continue
 		}
 		gauge(m.visible, float64(info.Visible), name)
 		gauge(m.inFlight, float64(info.InFlight), name)
 		gauge(m.delayed, float64(info.Delayed), name)
 		gauge(m.oldestAge, age, name)
+		gauge(m.waiting, float64(info.Waiting), name)
 		isDLQ := 0.0
 		if dlqs[name] {
 			isDLQ = 1
@@ -440,5 +443,6 @@ func (m *Metrics) collectQueues(eng *engine.Engine, ch chan<- prometheus.Metric)
 		gauge(m.inFlight, other.inFlight, otherLabel)
 		gauge(m.delayed, other.delayed, otherLabel)
 		gauge(m.oldestAge, other.age, otherLabel)
+		gauge(m.waiting, other.waiting, otherLabel)
 	}
 }
