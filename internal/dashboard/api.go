@@ -54,10 +54,13 @@ type QueueMeters struct {
 	Shard  *int   `json:"shard,omitempty"`
 	Leader uint64 `json:"leader,omitempty"`
 
-	Visible          int     `json:"visible"`
-	InFlight         int     `json:"inflight"`
-	Delayed          int     `json:"delayed"`
-	Depth            int     `json:"depth"`
+	Visible  int `json:"visible"`
+	InFlight int `json:"inflight"`
+	Delayed  int `json:"delayed"`
+	Depth    int `json:"depth"`
+	// Waiting counts the receives parked on the queue now
+	// (engine.QueueInfo.Waiting); not in the series.
+	Waiting          int     `json:"waiting"`
 	OldestAgeSeconds float64 `json:"oldestAgeSeconds"`
 	// Level colours a dead-letter queue's depth: ok, warn (>= DLQWarn) or
 	// critical (>= DLQCritical); empty on other queues.
@@ -323,7 +326,7 @@ func (d *Dashboard) meters(info *engine.QueueInfo, sources []string, now time.Ti
 		Name: info.Name, FIFO: info.Config.FIFO,
 		IsDeadLetterQueue: len(sources) > 0, Sources: sources,
 		Visible: cur.visible, InFlight: cur.inflight, Delayed: cur.delayed, Depth: cur.depth(),
-		OldestAgeSeconds: cur.oldestAge, Paused: info.Config.Paused,
+		OldestAgeSeconds: cur.oldestAge, Paused: info.Config.Paused, Waiting: info.Waiting,
 	}
 	if m.Sources == nil {
 		m.Sources = []string{}

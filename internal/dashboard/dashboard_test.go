@@ -473,3 +473,31 @@ func TestAdvisorEndpoint(t *testing.T) {
 		t.Fatalf("stats: %+v", qs)
 	}
 }
+
+// TestWaitingReceivesMeter: a long poll parked on a queue shows in that
+// queue's meters as long as it waits.
+func TestWaitingReceivesMeter(t *testing.T) {
+	f := newFixture(t, Options{})
+	waiting := func(name string) int {
+		var ov Overview
+		if code := f.get("/sluice/v1/dashboard/overview", &ov); code != 200 {
+			t.Fatalf("overview: %d", code)
+		}
+		return f.queue(ov, name).Waiting
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = f.eng.Receive(ctx, "orders", engine.ReceiveRequest{Max: 1, Wait: 20 * time.Second, WaitSet: true})
+	}()
+	poll.CheckFor(t, 10*time.Second, poll.True("the long poll counted on orders", func() bool { return waiting("orders") == 1 }))
+	if n := waiting("orders-dlq"); n != 0 {
+		t.Fatalf("orders-dlq shows %d waiting", n)
+	}
+	cancel()
+	<-done
+	if n := waiting("orders"); n != 0 {
+		t.Fatalf("orders shows %d waiting after the poll returned", n)
+	}
+}

@@ -73,6 +73,7 @@ export function render(main, name, ctx) {
       tile('Visible', fmtInt(q.visible)),
       tile('In flight', fmtInt(q.inflight)),
       tile('Delayed', fmtInt(q.delayed)),
+      tile('Waiting receives', fmtInt(q.waiting)),
       tile('Oldest message', fmtAge(q.oldestAgeSeconds)),
       tile('Sent', fmtRate(r && r.sent)),
       tile('Received', fmtRate(r && r.received)),
