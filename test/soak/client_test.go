@@ -252,6 +252,7 @@ type queueDepth struct {
 	Visible  int64  `json:"visible"`
 	Inflight int64  `json:"inflight"`
 	Delayed  int64  `json:"delayed"`
+	Waiting  int64  `json:"waiting"` // receives parked on it, as the broker counts them
 }
 
 func (c *sqsClient) depths(ctx context.Context) (map[string]queueDepth, error) {

@@ -164,7 +164,7 @@ type sample struct {
 	pub, dlv              float64 // AMQP msg/s
 	visible, inflight     int64
 	disk, apparent        int64
-	parked                int64
+	parked, waiting       int64 // long polls parked: as the client counts them, as the broker does
 	load                  string
 	machineCPU, clientCPU float64
 }
@@ -582,28 +582,6 @@ func (s *soak) startPollers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// waitParked polls until n long polls have been written and are waiting
-// for their answer, and returns how long that took.
-func (s *soak) waitParked(ctx context.Context, n int64, limit time.Duration) time.Duration {
-	t0 := time.Now()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for s.parked.Load() < n {
-		if time.Since(t0) > limit {
-			s.t.Logf("only %d of %d long polls parked after %v", s.parked.Load(), n, limit)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(t0)
-		case <-tick.C:
-		}
-	}
-	took := time.Since(t0)
-	s.t.Logf("%d long polls parked after %v", s.parked.Load(), took.Round(time.Millisecond))
-	return took
-}
-
 // cpuWindow measures the server's and this process's CPU over d, in % of
 // one core.
 func (s *soak) cpuWindow(ctx context.Context, d time.Duration) (server, client float64) {
@@ -934,15 +912,16 @@ func (s *soak) sampler(ctx context.Context) {
 				sm.visible += d[q.name].Visible
 				sm.inflight += d[q.name].Inflight
 			}
+			sm.waiting = waitingIn(d)
 		} else {
-			sm.visible, sm.inflight = -1, -1
+			sm.visible, sm.inflight, sm.waiting = -1, -1, -1
 		}
 		s.sampleMu.Lock()
 		s.samples = append(s.samples, sm)
 		s.sampleMu.Unlock()
-		s.t.Logf("%7.0fs %-6s rss %9s cpu %5.1f%% | sqs send %6.0f recv %6.0f del %6.0f /s | amqp pub %4.0f dlv %4.0f /s | queued %8d inflight %5d | parked %4d | disk %10s (apparent %10s) | machine %5.1f%% test %5.1f%% | load %s",
+		s.t.Logf("%7.0fs %-6s rss %9s cpu %5.1f%% | sqs send %6.0f recv %6.0f del %6.0f /s | amqp pub %4.0f dlv %4.0f /s | queued %8d inflight %5d | parked %4d (broker %4d) | disk %10s (apparent %10s) | machine %5.1f%% test %5.1f%% | load %s",
 			sm.at.Seconds(), sm.phase, mib(sm.rss), sm.cpu, sm.send, sm.recv, sm.del, sm.pub, sm.dlv,
-			sm.visible, sm.inflight, sm.parked, mib(sm.disk), mib(sm.apparent), sm.machineCPU, sm.clientCPU, sm.load)
+			sm.visible, sm.inflight, sm.parked, sm.waiting, mib(sm.disk), mib(sm.apparent), sm.machineCPU, sm.clientCPU, sm.load)
 	}
 }
 
