@@ -152,7 +152,9 @@ type QueueInfo struct {
 	// Waiting counts the receives parked on the queue now, waiting for a
 	// message to become visible: SQS long polls (WaitTimeSeconds > 0) and
 	// AMQP consumers with prefetch credit left. A receive counts from its
-	// first wait until it returns. Consumers busy with what they hold are
+	// first wait until it returns, including time it spends waiting for
+	// its store view's lease (store.Leaser) rather than for a message, as
+	// a cluster leader under load can for a moment. Consumers busy with what they hold are
 	// not counted, so 0 with a backlog means every consumer is busy or
 	// there is none; more than 0 with visible messages means the queue
 	// cannot hand them out (paused, or a FIFO queue whose groups are all
