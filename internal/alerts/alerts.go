@@ -60,6 +60,8 @@ const (
 	RuleDLQDepth   = "dlq_depth"
 	RuleQueueDepth = "queue_depth"
 	RuleOldestAge  = "oldest_message_age"
+	// RuleNotConsumed: a backlog nobody takes from (Options.NotConsumedAfter).
+	RuleNotConsumed = "not_consumed"
 )
 
 // Severities.
@@ -104,6 +106,10 @@ type Manager struct {
 
 	arrivals *arrivals
 	hooks    []*webhook
+
+	// started is when New made the Manager: the not_consumed rule counts
+	// from it for a queue that has had no receive since.
+	started time.Time
 
 	mu     sync.Mutex
 	alerts map[key]*alert
@@ -150,6 +156,7 @@ func New(eng *engine.Engine, arr *Arrivals, opts Options, clk clock.Clock, log *
 		clk:      clk,
 		log:      log,
 		arrivals: arr.a,
+		started:  clk.Now(),
 		alerts:   make(map[key]*alert),
 		firingDesc: prometheus.NewDesc("sluice_alert_firing",
 			"1 while the built-in alert is firing, else 0.", []string{"queue", "rule", "severity"}, nil),
@@ -288,6 +295,9 @@ func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, arrived 
 		depth(RuleDLQDepth, info.Visible+info.InFlight+info.Delayed, o.DLQDepthWarn, o.DLQDepthCritical, "dead letters")
 	} else {
 		depth(RuleQueueDepth, info.Visible, o.QueueDepthWarn, o.QueueDepthCritical, "visible messages")
+		if o.NotConsumedAfter > 0 && !info.Config.Paused {
+			out = append(out, m.notConsumed(info, now))
+		}
 	}
 	var age time.Duration
 	if !info.OldestSentAt.IsZero() {
@@ -306,6 +316,28 @@ func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, arrived 
 		}
 	}
 	return out
+}
+
+// notConsumed is the not_consumed check of a queue that is neither a
+// dead-letter queue nor paused: firing while the queue has visible
+// messages, no receive waits on it (engine.QueueInfo.Waiting) and none
+// has asked it for messages for Options.NotConsumedAfter, counted from
+// the Manager's start when none has since (engine.ReceivedAtHint: SQS
+// receives, AMQP consumers' fetches and basic.get, found or not). A
+// consumer that holds its whole prefetch that long without settling
+// counts as not consuming too.
+func (m *Manager) notConsumed(info engine.QueueInfo, now time.Time) check {
+	since := m.started
+	if at, ok := m.eng.ReceivedAtHint(info.Name); ok && at.After(since) {
+		since = at
+	}
+	idle, after := max(0, now.Sub(since)), m.opts.NotConsumedAfter
+	return check{
+		key: key{info.Name, RuleNotConsumed, SeverityWarning}, value: idle.Seconds(), threshold: after.Seconds(),
+		firing: info.Visible > 0 && info.Waiting == 0 && idle >= after,
+		message: fmt.Sprintf("%s holds %d visible messages and no consumer has asked for one in %v (warning at %v)",
+			info.Name, info.Visible, idle.Round(time.Second), after),
+	}
 }
 
 // apply updates the alerts from this evaluation's checks, resolves and

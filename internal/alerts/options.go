@@ -37,6 +37,13 @@ type Options struct {
 	// drain continuously.
 	OldestAgeWarn, OldestAgeCritical time.Duration
 
+	// not_consumed (severity warning) fires for a queue that is neither a
+	// dead-letter queue nor paused while it has visible messages, no
+	// receive is waiting on it, and no receive has asked it for messages
+	// for NotConsumedAfter: the consumer outage. 0 (the default) turns it
+	// off; 10m suits a queue whose consumers poll continuously.
+	NotConsumedAfter time.Duration
+
 	// Webhooks receive a JSON POST (a Notification) for every transition
 	// to firing and to resolved. Each has its own bounded queue of
 	// WebhookQueueSize notifications; when it is full the oldest is
@@ -61,7 +68,8 @@ type Options struct {
 
 // DefaultOptions returns the presets of dlq-practice §8 (DLQ-71): page on
 // more than 10 new dead letters in 15 minutes; DLQ depth warning at 50 and
-// critical at 200; queue depth and message age off; no webhooks.
+// critical at 200; queue depth, message age and not_consumed off; no
+// webhooks.
 func DefaultOptions() Options {
 	return Options{
 		Interval:           15 * time.Second,
@@ -109,6 +117,9 @@ func (o Options) Validate() error {
 	pair("dlq depth", int64(o.DLQDepthWarn), int64(o.DLQDepthCritical), count)
 	pair("queue depth", int64(o.QueueDepthWarn), int64(o.QueueDepthCritical), count)
 	pair("oldest message age", int64(o.OldestAgeWarn), int64(o.OldestAgeCritical), func(v int64) any { return time.Duration(v) })
+	if o.NotConsumedAfter < 0 {
+		bad("not consumed after must not be negative, got %v", o.NotConsumedAfter)
+	}
 	for i, w := range o.Webhooks {
 		// The URL is not repeated in the error: webhook URLs often carry
 		// a secret token.

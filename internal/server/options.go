@@ -397,6 +397,7 @@ type AlertsConfig struct {
 	QueueDepthCritical int      `toml:"queue_depth_critical"`
 	OldestAgeWarn      duration `toml:"oldest_age_warn"`
 	OldestAgeCritical  duration `toml:"oldest_age_critical"`
+	NotConsumedAfter   duration `toml:"not_consumed_after"`
 	Webhooks           []string `toml:"webhooks"`
 	WebhookTimeout     duration `toml:"webhook_timeout"`
 	WebhookMaxAttempts int      `toml:"webhook_max_attempts"`
@@ -419,7 +420,8 @@ func alertsConfigFrom(o alerts.Options) AlertsConfig {
 		DLQDepthWarn: o.DLQDepthWarn, DLQDepthCritical: o.DLQDepthCritical,
 		QueueDepthWarn: o.QueueDepthWarn, QueueDepthCritical: o.QueueDepthCritical,
 		OldestAgeWarn: duration(o.OldestAgeWarn), OldestAgeCritical: duration(o.OldestAgeCritical),
-		Webhooks: append([]string{}, o.Webhooks...), WebhookTimeout: duration(o.WebhookTimeout), WebhookMaxAttempts: o.WebhookMaxAttempts,
+		NotConsumedAfter: duration(o.NotConsumedAfter),
+		Webhooks:         append([]string{}, o.Webhooks...), WebhookTimeout: duration(o.WebhookTimeout), WebhookMaxAttempts: o.WebhookMaxAttempts,
 	}
 }
 
@@ -431,6 +433,7 @@ func (c AlertsConfig) options() alerts.Options {
 	o.DLQDepthWarn, o.DLQDepthCritical = c.DLQDepthWarn, c.DLQDepthCritical
 	o.QueueDepthWarn, o.QueueDepthCritical = c.QueueDepthWarn, c.QueueDepthCritical
 	o.OldestAgeWarn, o.OldestAgeCritical = time.Duration(c.OldestAgeWarn), time.Duration(c.OldestAgeCritical)
+	o.NotConsumedAfter = time.Duration(c.NotConsumedAfter)
 	o.Webhooks, o.WebhookTimeout, o.WebhookMaxAttempts = c.Webhooks, time.Duration(c.WebhookTimeout), c.WebhookMaxAttempts
 	return o
 }
