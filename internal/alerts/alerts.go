@@ -13,6 +13,8 @@
 //	dlq_depth           warning, critical  all messages >= threshold             dead-letter queues
 //	queue_depth         warning, critical  visible messages >= threshold         other queues
 //	oldest_message_age  warning, critical  age of oldest message >= threshold    all queues
+//	not_consumed        warning            visible, none waiting, no receive     other queues, not paused
+//	                                       for NotConsumedAfter
 //
 // A dead-letter queue is one that some queue's DeadLetterPolicy names, or
 // one that has received a dead letter since the Manager started. Growth,
