@@ -28,8 +28,10 @@
 // holds, and firing again if it returns. Each change to firing and to
 // resolved is logged and sent to every webhook. An alert whose queue is
 // deleted (or stops being a dead-letter queue) is resolved, if firing, and
-// forgotten. State lives in memory: after a restart every alert starts
-// ok, and the growth rule's window starts empty.
+// forgotten. Firing alerts are kept in the engine's metadata and survive
+// a restart, and the growth rule's window survives a planned one
+// (persist.go); the not_consumed rule counts a queue's time without a
+// receive from the Manager's start when it has had none since.
 //
 // # Goroutines
 //
