@@ -330,18 +330,35 @@ func (m *Manager) rules(out []check, info engine.QueueInfo, isDLQ bool, arrived 
 // receives, AMQP consumers' fetches and basic.get, found or not). A
 // consumer that holds its whole prefetch that long without settling
 // counts as not consuming too.
+//
+// An alert already firing when no receive has come since the start (one
+// loaded after a restart, persist.go) keeps counting from before it
+// fired, so a restart in the middle of an outage does not resolve it.
 func (m *Manager) notConsumed(info engine.QueueInfo, now time.Time) check {
+	k, after := key{info.Name, RuleNotConsumed, SeverityWarning}, m.opts.NotConsumedAfter
 	since := m.started
 	if at, ok := m.eng.ReceivedAtHint(info.Name); ok && at.After(since) {
 		since = at
+	} else if fired, ok := m.firingSince(k); ok && fired.Add(-after).Before(since) {
+		since = fired.Add(-after)
 	}
-	idle, after := max(0, now.Sub(since)), m.opts.NotConsumedAfter
+	idle := max(0, now.Sub(since))
 	return check{
-		key: key{info.Name, RuleNotConsumed, SeverityWarning}, value: idle.Seconds(), threshold: after.Seconds(),
+		key: k, value: idle.Seconds(), threshold: after.Seconds(),
 		firing: info.Visible > 0 && info.Waiting == 0 && idle >= after,
 		message: fmt.Sprintf("%s holds %d visible messages and no consumer has asked for one in %v (warning at %v)",
 			info.Name, info.Visible, idle.Round(time.Second), after),
 	}
+}
+
+// firingSince returns when the alert k started firing, if it is firing.
+func (m *Manager) firingSince(k key) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.alerts[k]; a != nil && a.Status == StatusFiring {
+		return a.Since, true
+	}
+	return time.Time{}, false
 }
 
 // apply updates the alerts from this evaluation's checks, resolves and

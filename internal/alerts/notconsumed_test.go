@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -65,4 +66,46 @@ func TestNotConsumedFiresOnABacklogNobodyTakesFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.stepUntil("not_consumed on orphan resolved", 15*time.Second, func() bool { return status("orphan") == StatusResolved })
+}
+
+// TestNotConsumedSurvivesRestart: a not_consumed alert firing when the
+// broker restarts keeps firing through the restart (no resolved
+// notification) as long as no receive comes, and resolves at the first.
+func TestNotConsumedSurvivesRestart(t *testing.T) {
+	const after = 10 * time.Minute
+	wh := newHook(t, 0)
+	mod := func(o *Options) {
+		o.DLQGrowthWindow = 0
+		o.NotConsumedAfter = after
+		o.Webhooks = []string{wh.srv.URL}
+	}
+	f := newFixture(t, mod)
+	f.create("orphan", nil)
+	f.send("orphan", 3)
+	f.run()
+	f.stepUntil("the firing POST", 15*time.Second, func() bool {
+		return len(wh.received()) == 1 && f.m.hooks[0].delivered.Load() == 1
+	})
+	first := f.state("orphan", RuleNotConsumed, SeverityWarning)
+	f.stop()
+
+	// A new manager over the same engine, as after a broker restart.
+	opts := DefaultOptions()
+	mod(&opts)
+	f.m = New(f.e, nil, opts, f.clk, slog.New(slog.NewTextHandler(f.logs, nil)))
+	f.run()
+	f.stepUntil("two evaluations after the restart", 15*time.Second, func() bool { return f.m.parks.Load() >= 3 })
+	if s := f.state("orphan", RuleNotConsumed, SeverityWarning); s.Status != StatusFiring || !s.Since.Equal(first.Since) || s.Value < after.Seconds() {
+		t.Fatalf("after the restart %+v, want firing since %v", s, first.Since)
+	}
+	if n := len(wh.received()); n != 1 {
+		t.Fatalf("%d notifications after the restart, want only the first firing: %+v", n, wh.received())
+	}
+	if _, err := f.e.Receive(context.Background(), "orphan", engine.ReceiveRequest{Max: 1, WaitSet: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.stepUntil("the resolved POST", 15*time.Second, func() bool { return len(wh.received()) == 2 })
+	if r := wh.received()[1]; r.Status != StatusResolved {
+		t.Fatalf("second notification %+v", r)
+	}
 }
