@@ -31,7 +31,8 @@
 // forgotten. Firing alerts are kept in the engine's metadata and survive
 // a restart, and the growth rule's window survives a planned one
 // (persist.go); the not_consumed rule counts a queue's time without a
-// receive from the Manager's start when it has had none since.
+// receive from the Manager's start when it has had none since, or, for an
+// alert firing before the restart, from before it fired.
 //
 // # Goroutines
 //
