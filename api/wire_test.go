@@ -14,7 +14,9 @@ import (
 //
 // One string differs from that output on purpose: FailureReport{} now
 // carries "terminal":false. The broker only decodes reports, and the worker
-// SDK, which encodes them, has always sent terminal.
+// SDK, which encodes them, has always sent terminal. Queue gained
+// "waiting" (receives parked on the queue) on 2026-12-02: a field added,
+// which older CLIs ignore.
 func TestWireGolden(t *testing.T) {
 	at := time.Date(2026, 11, 24, 21, 30, 0, 123456789, time.UTC)
 	f := 2.5
@@ -27,7 +29,7 @@ func TestWireGolden(t *testing.T) {
 		LastFailure: &FailureRecord{ErrorClass: "E", Message: "m", Trace: "t", ConsumerID: "c", ConsumerVersion: "v", ReportedAt: &at, Attempt: 1},
 		Redrive:     &RedriveInfo{OriginalMessageID: "o", Count: 1, TaskID: "tk", At: &at}}
 	flt := Filter{Reason: "terminal", ErrorClass: "E", SourceQueue: "s", SentAfter: &at, SentBefore: &at, Attribute: &AttributeFilter{Name: "a", Value: "v"}, IDs: []string{"x"}}
-	q := Queue{Name: "q", FIFO: true, Visible: 1, InFlight: 2, Delayed: 3, OldestAgeSeconds: 1.5, DeadLetterQueue: "q-dlq", MaxReceiveCount: 5,
+	q := Queue{Name: "q", FIFO: true, Visible: 1, InFlight: 2, Delayed: 3, Waiting: 7, OldestAgeSeconds: 1.5, DeadLetterQueue: "q-dlq", MaxReceiveCount: 5,
 		IsDeadLetterQueue: true, Sources: []string{"a"}, Counters: Counters{1, 2, 3, 4, 5, 6},
 		RetryPolicy: &RetryPolicy{Strategy: "exponential", BaseSeconds: 1, CapSeconds: 2}, Paused: true,
 		Config: &QueueConfig{FIFO: true, ContentBasedDedup: true, DedupScope: "queue", FifoThroughputLimit: "perQueue", DelaySeconds: 1,
@@ -42,9 +44,9 @@ func TestWireGolden(t *testing.T) {
 		want string
 	}{
 		{Queue{},
-			`{"name":"","fifo":false,"visible":0,"inflight":0,"delayed":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false}`},
+			`{"name":"","fifo":false,"visible":0,"inflight":0,"delayed":0,"waiting":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false}`},
 		{q,
-			`{"name":"q","fifo":true,"visible":1,"inflight":2,"delayed":3,"oldestAgeSeconds":1.5,"deadLetterQueue":"q-dlq","maxReceiveCount":5,"isDeadLetterQueue":true,"sources":["a"],"counters":{"sent":1,"received":2,"redelivered":3,"deleted":4,"deadLettered":5,"expired":6},"retryPolicy":{"strategy":"exponential","baseSeconds":1,"capSeconds":2},"paused":true,"config":{"fifo":true,"contentBasedDeduplication":true,"deduplicationScope":"queue","fifoThroughputLimit":"perQueue","delaySeconds":1,"maxMessageSize":2,"retentionSeconds":3,"receiveWaitSeconds":4,"visibilityTimeoutSeconds":5,"deadLetter":{"target":"t","maxReceiveCount":3},"redriveAllow":{"permission":"byQueue","sourceQueues":["s"]},"retry":{"strategy":"fixed","baseSeconds":0,"capSeconds":0},"extra":{"k":"v"}},"tags":{"owner":"me"},"createdAt":"2026-11-24T21:30:00.123456789Z","modifiedAt":"2026-11-24T21:30:00.123456789Z"}`},
+			`{"name":"q","fifo":true,"visible":1,"inflight":2,"delayed":3,"waiting":7,"oldestAgeSeconds":1.5,"deadLetterQueue":"q-dlq","maxReceiveCount":5,"isDeadLetterQueue":true,"sources":["a"],"counters":{"sent":1,"received":2,"redelivered":3,"deleted":4,"deadLettered":5,"expired":6},"retryPolicy":{"strategy":"exponential","baseSeconds":1,"capSeconds":2},"paused":true,"config":{"fifo":true,"contentBasedDeduplication":true,"deduplicationScope":"queue","fifoThroughputLimit":"perQueue","delaySeconds":1,"maxMessageSize":2,"retentionSeconds":3,"receiveWaitSeconds":4,"visibilityTimeoutSeconds":5,"deadLetter":{"target":"t","maxReceiveCount":3},"redriveAllow":{"permission":"byQueue","sourceQueues":["s"]},"retry":{"strategy":"fixed","baseSeconds":0,"capSeconds":0},"extra":{"k":"v"}},"tags":{"owner":"me"},"createdAt":"2026-11-24T21:30:00.123456789Z","modifiedAt":"2026-11-24T21:30:00.123456789Z"}`},
 		{Counters{},
 			`{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0}`},
 		{RetryPolicy{},
@@ -104,7 +106,7 @@ func TestWireGolden(t *testing.T) {
 		{QueueList{},
 			`{"queues":null}`},
 		{QueueList{Queues: []Queue{{Name: "q"}}},
-			`{"queues":[{"name":"q","fifo":false,"visible":0,"inflight":0,"delayed":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false}]}`},
+			`{"queues":[{"name":"q","fifo":false,"visible":0,"inflight":0,"delayed":0,"waiting":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false}]}`},
 		{FailureReport{},
 			`{"receiptHandle":"","terminal":false}`},
 		{FailureReport{QueueURL: "http://h/0/q", Queue: "q", ReceiptHandle: "r", ErrorClass: "E", ErrorMessage: "m", Trace: "t",
@@ -123,10 +125,10 @@ func TestWireGolden(t *testing.T) {
 		{CreateQueueRequest{FIFO: true, VisibilityTimeoutSeconds: 3, DeadLetterQueue: &no, MaxReceiveCount: 4, Owner: "o", Tags: map[string]string{"a": "b"}},
 			`{"fifo":true,"visibilityTimeoutSeconds":3,"deadLetterQueue":false,"maxReceiveCount":4,"owner":"o","tags":{"a":"b"}}`},
 		{CreateQueueResponse{},
-			`{"queue":{"name":"","fifo":false,"visible":0,"inflight":0,"delayed":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false},"warnings":null}`},
+			`{"queue":{"name":"","fifo":false,"visible":0,"inflight":0,"delayed":0,"waiting":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false},"warnings":null}`},
 		{CreateQueueResponse{Queue: Queue{Name: "q"}, DeadLetterQueue: &Queue{Name: "q-dlq"},
 			Warnings: []Finding{{Queue: "q", Check: "visibility", Verdict: "yellow", Reason: "r", Fix: "f"}, {Queue: "q", Check: "c", Verdict: "green"}}},
-			`{"queue":{"name":"q","fifo":false,"visible":0,"inflight":0,"delayed":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false},"deadLetterQueue":{"name":"q-dlq","fifo":false,"visible":0,"inflight":0,"delayed":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false},"warnings":[{"queue":"q","check":"visibility","verdict":"yellow","reason":"r","fix":"f"},{"queue":"q","check":"c","verdict":"green","reason":""}]}`},
+			`{"queue":{"name":"q","fifo":false,"visible":0,"inflight":0,"delayed":0,"waiting":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false},"deadLetterQueue":{"name":"q-dlq","fifo":false,"visible":0,"inflight":0,"delayed":0,"waiting":0,"oldestAgeSeconds":0,"isDeadLetterQueue":false,"sources":null,"counters":{"sent":0,"received":0,"redelivered":0,"deleted":0,"deadLettered":0,"expired":0},"paused":false},"warnings":[{"queue":"q","check":"visibility","verdict":"yellow","reason":"r","fix":"f"},{"queue":"q","check":"c","verdict":"green","reason":""}]}`},
 	} {
 		b, err := json.Marshal(c.v)
 		if err != nil {
