@@ -33,6 +33,11 @@ type Listener struct {
 	mu      sync.Mutex
 	err     error // why the inner listener stopped
 	open    map[net.Conn]struct{}
+	// closing is set, under mu, before stop closes the handshakes in
+	// progress: a handshake that ends in error reads it under the same
+	// lock, so one cut by stop is never taken for the peer's failure
+	// (done is closed only after mu is released, too late to tell).
+	closing bool
 }
 
 // NewListener wraps inner; onFail may be nil. It starts accepting at once.
@@ -113,10 +118,11 @@ func (l *Listener) handshake(c net.Conn) {
 	<-l.pending
 	l.mu.Lock()
 	delete(l.open, c)
+	cut := l.closing
 	l.mu.Unlock()
 	if err != nil {
 		_ = c.Close()
-		if !Silent(err) && !l.stopped() {
+		if !Silent(err) && !cut {
 			l.fail(c, err)
 		}
 		return
@@ -132,21 +138,11 @@ func (l *Listener) handshake(c net.Conn) {
 	}
 }
 
-// stopped reports whether the listener has stopped: a handshake it cut
-// then (Close ends those in progress) is no failure of the peer's.
-func (l *Listener) stopped() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
-
 func (l *Listener) stop(err error) {
 	l.once.Do(func() {
 		l.mu.Lock()
 		l.err = err
+		l.closing = true
 		for c := range l.open {
 			_ = c.Close() // ends its handshake
 		}
