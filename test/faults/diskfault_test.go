@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,20 +21,20 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sluicemq/sluice/internal/engine"
-	sluicesqs "github.com/sluicemq/sluice/internal/sqs"
+	"github.com/sluicemq/sluice/internal/server"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 	"github.com/sluicemq/sluice/test/crash"
 )
 
 // The disk-fault broker. The server binary cannot take a filesystem, so
-// the test binary re-executes itself as a broker (TestMain, envChild set)
-// built from the same parts as internal/server: pebblestore on a
-// pebblestore.FaultFS over the real disk, the engine, and the SQS handler,
-// with GET /health answering as internal/server's does (503 once the
-// engine has failed). It speaks the crash harness's contract (flags
-// --data-dir, --sqs-listen, --ready-file; a ready file), so crash.Start
-// runs it, and it adds a control endpoint:
+// the test binary re-executes itself as a broker (TestMain, envChild set):
+// the real server (internal/server: its store, engine, SQS and AMQP
+// front-ends and its own /health) with its store on a
+// pebblestore.FaultFS over the real disk (server.Options.StoreFS). It
+// speaks the crash harness's contract (flags --data-dir, --sqs-listen,
+// --amqp-listen, --ready-file; a ready file), so crash.Start runs it, and
+// it serves a control API on a listener of its own, named "control" in
+// the ready file:
 //
 //	POST /faults/inject?op=sync|write&err=EIO|ENOSPC   arm a fault on WAL files
 //	POST /faults/heal                                  the disk works again
@@ -43,9 +44,8 @@ import (
 // (Logger.Fatalf, or a panic while it rotates a failed WAL) in some failure
 // windows, which is fail-stop but would kill an in-process test.
 func runDiskChild(args []string) int {
-	// The crash harness's flags; others it passes (listeners this broker
-	// does not have) are ignored.
-	flags := map[string]string{"--sqs-listen": "127.0.0.1:0"}
+	// The crash harness's flags; others it passes are ignored.
+	flags := map[string]string{"--sqs-listen": "127.0.0.1:0", "--amqp-listen": "127.0.0.1:0"}
 	for i := 0; i < len(args); i++ {
 		if k, v, ok := strings.Cut(args[i], "="); ok {
 			flags[k] = v
@@ -54,13 +54,13 @@ func runDiskChild(args []string) int {
 			i++
 		}
 	}
-	dataDir, listen, readyFile := ptr(flags["--data-dir"]), ptr(flags["--sqs-listen"]), ptr(flags["--ready-file"])
-	if *dataDir == "" || *readyFile == "" {
+	dataDir, readyFile := flags["--data-dir"], flags["--ready-file"]
+	if dataDir == "" || readyFile == "" {
 		fmt.Fprintln(os.Stderr, "faults child: --data-dir and --ready-file are required")
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		log.Error("data dir", "err", err)
 		return 1
 	}
@@ -68,26 +68,15 @@ func runDiskChild(args []string) int {
 	// Only the WAL: a failed MANIFEST sync makes pebble stop the process
 	// at once, which teaches nothing the SIGKILL test does not.
 	fs.OnlyWAL(true)
-	st, err := pebblestore.Open(*dataDir, pebblestore.Options{FS: fs, Logger: log.With("component", "store")})
+	opts := server.DefaultOptions()
+	opts.DataDir, opts.StoreFS = dataDir, fs
+	opts.SQSListen, opts.AMQPListen = flags["--sqs-listen"], flags["--amqp-listen"]
+	srv, err := server.New(opts, log, nil)
 	if err != nil {
-		log.Error("open store", "err", err)
-		return 1
-	}
-	eng, err := engine.Open(engine.Options{Store: st, Logger: log.With("component", "engine")})
-	if err != nil {
-		log.Error("open engine", "err", err)
+		log.Error("start server", "err", err)
 		return 1
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if err := eng.Failed(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(map[string]string{"status": "failed", "error": err.Error()})
-			return
-		}
-		json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
-	})
 	mux.HandleFunc("POST /faults/inject", func(w http.ResponseWriter, r *http.Request) {
 		var e error
 		switch r.FormValue("err") {
@@ -116,54 +105,73 @@ func runDiskChild(args []string) int {
 		if t := fs.FirstInjected(); !t.IsZero() {
 			first = t.UnixNano()
 		}
-		json.NewEncoder(w).Encode(map[string]int64{"injected": fs.Injected(), "first": first})
+		_ = json.NewEncoder(w).Encode(map[string]int64{"injected": fs.Injected(), "first": first})
 	})
-	mux.Handle("/", sluicesqs.New(eng, sluicesqs.Options{Logger: log.With("component", "sqs")}))
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Error("listen", "err", err)
 		return 1
 	}
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	data, _ := json.Marshal(map[string]any{"sqs": ln.Addr().String(), "pid": os.Getpid()})
-	tmp := *readyFile + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil || os.Rename(tmp, *readyFile) != nil {
+	ctl := &http.Server{Handler: mux}
+	go func() { _ = ctl.Serve(ln) }() // ends when the process does
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	// The ready file once the server serves: its /health answers.
+	for health("http://"+srv.SQSAddr()) == 0 {
+		select {
+		case err := <-done:
+			log.Error("server stopped before it was ready", "err", err)
+			return 1
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	data, _ := json.Marshal(map[string]any{"sqs": srv.SQSAddr(), "amqp": srv.AMQPAddr(), "control": ln.Addr().String(), "pid": os.Getpid()})
+	tmp := readyFile + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil || os.Rename(tmp, readyFile) != nil {
 		log.Error("ready file", "err", err)
 		return 1
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
-	if err := st.Close(); err != nil {
-		log.Error("close store", "err", err)
+	if err := <-done; err != nil {
+		log.Error("server run", "err", err)
+		return 1
 	}
 	return 0
 }
 
+// diskChild is a running disk-fault broker and its control API.
+type diskChild struct {
+	*crash.Server
+	control string // base URL of the control API
+}
+
 // startChild starts the disk-fault broker on dir.
-func startChild(t *testing.T, ctx context.Context, dir string) *crash.Server {
+func startChild(t *testing.T, ctx context.Context, dir string) *diskChild {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.Setenv(envChild, "disk")
-	srv, err := crash.Start(ctx, self, dir, 60*time.Second)
-	os.Unsetenv(envChild)
+	srv, err := crash.StartEnv(ctx, self, dir, 60*time.Second, []string{envChild + "=disk"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv
+	b, err := os.ReadFile(filepath.Join(dir, "ready.json"))
+	var rf struct{ Control string }
+	if err == nil {
+		err = json.Unmarshal(b, &rf)
+	}
+	if err != nil || rf.Control == "" {
+		_ = srv.Kill()
+		t.Fatalf("the disk-fault broker's ready file %q names no control address: %v", b, err)
+	}
+	return &diskChild{Server: srv, control: "http://" + rf.Control}
 }
 
-func control(t *testing.T, srv *crash.Server, method, path string) []byte {
+func control(t *testing.T, srv *diskChild, method, path string) []byte {
 	t.Helper()
-	req, _ := http.NewRequest(method, srv.URL()+path, nil)
+	req, _ := http.NewRequest(method, srv.control+path, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -234,7 +242,7 @@ func runDiskFault(t *testing.T, op, errName string, load time.Duration, s uint64
 		_ = srv.Kill()
 		t.Fatal(err)
 	}
-	inc, err := w.connect(ctx, srv)
+	inc, err := w.connect(ctx, srv.Server)
 	if err != nil {
 		_ = srv.Kill()
 		t.Fatal(err)
