@@ -1,9 +1,12 @@
-// Package interop drives a real Sluice with other languages' real SQS
-// clients: boto3 (Python) and the AWS CLI, over whichever protocol their
-// version speaks (old botocore: Query; botocore >= 1.31.81: JSON 1.0).
+// Package interop drives a real Sluice with other languages' real
+// clients: over SQS boto3 (Python) and the AWS CLI, over whichever
+// protocol their version speaks (old botocore: Query; botocore >= 1.31.81:
+// JSON 1.0); over AMQP pika (Python) and amqplib (Node).
 //
-// The clients come from the machine (Debian's python3-boto3 and awscli,
-// which .ci/run installs). When one is missing the test skips, unless
+// The clients come from the machine (Debian's python3-boto3, awscli,
+// python3-pika, nodejs and npm, which .ci/run installs; amqplib from npm,
+// installed by TestAmqplib at the version its lock file pins). When one
+// is missing the test skips, unless
 // SLUICE_REQUIRE_INTEROP=1 (set by .ci/run), which turns a missing client
 // into a failure so CI cannot pass without running these.
 package interop
