@@ -103,7 +103,9 @@ var allowed = map[string][]string{
 	// import it.
 	"internal/testlog": {},
 
-	// Test-only packages: all their code is in _test.go files.
+	// Test-only packages: their non-test files (test/crash's process
+	// harness, test/interop's client helpers) import no Sluice package;
+	// the rest of their code is in _test.go files.
 	"test/browser":       {},
 	"test/cluster":       {},
 	"test/clusterfaults": {},

@@ -14,7 +14,6 @@ package interop
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,30 +38,8 @@ func need(t *testing.T, what string, ok bool) {
 	t.Skipf("%s is not installed", what)
 }
 
-// pythons returns the interpreters that can import boto3: Debian's
-// (old botocore, Query protocol) and the one on PATH, if different.
-func pythons() []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		path, err := exec.LookPath(p)
-		if err != nil {
-			continue
-		}
-		real, _ := filepath.EvalSymlinks(path)
-		if seen[real] {
-			continue
-		}
-		if exec.Command(path, "-c", "import boto3").Run() == nil {
-			seen[real] = true
-			out = append(out, path)
-		}
-	}
-	return out
-}
-
 func TestBoto3(t *testing.T) {
-	py := pythons()
+	py := Pythons("boto3")
 	need(t, "python3 with boto3", len(py) > 0)
 	endpoint := startServer(t)
 	for _, p := range py {

@@ -23,7 +23,7 @@ func TestBoto3ReadmeSnippet(t *testing.T) {
 	if !ok || !ok2 || !strings.Contains(snippet, "delete_message") {
 		t.Fatal("README.md has no boto3 snippet")
 	}
-	py := pythons()
+	py := Pythons("boto3")
 	need(t, "python3 with boto3", len(py) > 0)
 	// The README shows the default endpoint; the test's server listens on
 	// 127.0.0.1:0. The snippet must not keep any fixed port: it would
