@@ -1,10 +1,13 @@
 package interop
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -35,14 +38,24 @@ func Pythons(module string) []string {
 	return out
 }
 
-// Amqplib prepares a directory of the test's own holding the amqplib
-// check (check.js) with amqplib installed at the version the lock file
-// pins (`npm ci`), and returns it; "" when node or npm is missing or the
-// install fails (logged). A directory per test, so that packages testing
-// at once never install into one another's node_modules.
-func Amqplib(t testing.TB) string {
+// Amqplib prepares the amqplib check (amqplib/check.js): see Node.
+func Amqplib(t testing.TB) string { t.Helper(); return Node(t, "amqplib") }
+
+// Node prepares a directory of the test's own holding the Node client
+// check in sub (check.js) with the packages its lock file pins installed
+// (`npm ci`), and returns it; "" when node or npm is missing, node is
+// older than its package.json's engines (major version, from the
+// "engines" node field's ">=N"), or the install fails (each logged). A
+// directory per test, so that packages testing at once never install
+// into one another's node_modules.
+func Node(t testing.TB, sub string) string {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return ""
+	}
+	if need := NodeNeeds(t, sub); NodeMajor(node) < need {
+		t.Logf("%s needs node >= %d; this machine's is %d", sub, need, NodeMajor(node))
 		return ""
 	}
 	npm, err := exec.LookPath("npm")
@@ -51,7 +64,7 @@ func Amqplib(t testing.TB) string {
 	}
 	dir := t.TempDir()
 	for _, f := range []string{"package.json", "package-lock.json", "check.js"} {
-		b, err := os.ReadFile(filepath.Join(Dir(), "amqplib", f))
+		b, err := os.ReadFile(filepath.Join(Dir(), sub, f))
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
 		}
@@ -66,4 +79,33 @@ func Amqplib(t testing.TB) string {
 		return ""
 	}
 	return dir
+}
+
+// NodeNeeds is the least major version of node the client in sub runs on
+// (its package.json's engines field, ">=N"; 0 when it names none).
+func NodeNeeds(t testing.TB, sub string) int {
+	t.Helper()
+	var pkg struct {
+		Engines struct{ Node string }
+	}
+	b, err := os.ReadFile(filepath.Join(Dir(), sub, "package.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &pkg)
+	}
+	if err != nil {
+		t.Fatalf("%s/package.json: %v", sub, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimPrefix(pkg.Engines.Node, ">="))
+	return n
+}
+
+// NodeMajor is the major version of the node at path (0 if it cannot
+// tell).
+func NodeMajor(path string) int {
+	out, err := exec.Command(path, "-p", "process.versions.node.split('.')[0]").Output()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return n
 }

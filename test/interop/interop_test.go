@@ -90,3 +90,21 @@ func TestAWSCLIReadmeExample(t *testing.T) {
 		})
 	}
 }
+
+// TestAWSSDKJS runs awssdkjs/check.js, @aws-sdk/client-sqs at the version
+// its lock file pins (npm ci), against a real server: queues with a
+// redrive policy, attributes of every type, batches, the body MD5s the SDK
+// checks, dead-lettering, a redrive move task, FIFO order and
+// deduplication, tags, purge, and QueueDoesNotExist. The SDK needs node
+// 20 or later; an older node (Debian 12 ships 18) skips the test even
+// with SLUICE_REQUIRE_INTEROP=1, saying so.
+func TestAWSSDKJS(t *testing.T) {
+	if node, err := exec.LookPath("node"); err == nil {
+		if have, need := NodeMajor(node), NodeNeeds(t, "awssdkjs"); have < need {
+			t.Skipf("@aws-sdk/client-sqs needs node >= %d; this machine's is %d", need, have)
+		}
+	}
+	dir := Node(t, "awssdkjs")
+	need(t, "node and npm with @aws-sdk/client-sqs (npm ci)", dir != "")
+	runScript(t, dir, "node", "check.js", startServer(t))
+}
