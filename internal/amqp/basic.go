@@ -71,6 +71,7 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 		refuse = errorf(wire.AccessRefused, "%s in exclusive use", rs("queue", q.name, q.vhost))
 	default:
 		q.consumers[cs] = struct{}{}
+		q.sacJoinLocked(cs)
 		q.hadConsumer = true
 		if m.Exclusive {
 			q.exclusiveBy = cs

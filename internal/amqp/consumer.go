@@ -48,10 +48,14 @@ func newConsumerTag() string {
 func (cs *consumer) run() {
 	defer close(cs.done)
 	defer cs.ch.c.containPanic("consumer")
+	defer cs.leaveLine()
 	s := cs.ch.c.s
 	lease := leaseFor(cs.q.settings.timeout(s.opts.ConsumerTimeout))
 	var reuse []engine.Delivery // the last batch's array, cleared, for the next
 	for {
+		if !cs.awaitActive() {
+			return
+		}
 		n, ok := cs.reserve()
 		if !ok {
 			return
@@ -298,6 +302,7 @@ func (s *Server) removeConsumer(cs *consumer) {
 	t := s.topo
 	t.mu.Lock()
 	delete(q.consumers, cs)
+	q.sacLeaveLocked(cs)
 	if q.exclusiveBy == cs {
 		q.exclusiveBy = nil
 	}

@@ -631,6 +631,7 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 		consumers = append(consumers, cs)
 	}
 	q.consumers = map[*consumer]struct{}{}
+	q.sacClearLocked()
 	q.exclusiveBy = nil
 	t.mu.Unlock()
 	for _, cs := range consumers {

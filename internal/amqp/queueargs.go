@@ -22,6 +22,7 @@ type queueSettings struct {
 	hasDLRK       bool
 	deliveryLimit int // -1: none
 	qtype         string
+	singleActive  bool // x-single-active-consumer (sac.go)
 
 	// Sluice's dead-letter practice (docs/amqp-compat.md).
 	requeue         string        // x-sluice-requeue: head (""), tail, delayed
@@ -131,6 +132,13 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 		default:
 			return s, bad("x-queue-type", fmt.Sprintf("{unsupported_queue_type,<<\"%s\">>}", v))
 		}
+	}
+	if v, ok := args.Get("x-single-active-consumer"); ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			return s, bad("x-single-active-consumer", fmt.Sprintf("{unacceptable_type,%s}", typeName(v)))
+		}
+		s.singleActive = b
 	}
 	if s.qtype == "quorum" {
 		s.deliveryLimit = 20 // RabbitMQ 4.0+

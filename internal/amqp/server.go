@@ -167,6 +167,12 @@ func (s *Server) load() error {
 			}
 			st, aerr := parseQueueArgs(q.vhost, q.name, q.args)
 			if aerr != nil {
+				// Stored before x-single-active-consumer was read (any
+				// value was accepted then): keep the rest of the
+				// arguments, without it.
+				st, aerr = parseQueueArgs(q.vhost, q.name, slices.Clone(q.args).Delete("x-single-active-consumer"))
+			}
+			if aerr != nil {
 				s.log.Warn("amqp: stored queue arguments no longer valid; using defaults", "queue", q.name, "vhost", q.vhost, "err", aerr.text)
 				st, _ = parseQueueArgs(q.vhost, q.name, nil)
 			}

@@ -72,6 +72,10 @@ type queue struct {
 
 	consumers   map[*consumer]struct{}
 	exclusiveBy *consumer // the exclusive consumer, if any
+	// sac is the single-active-consumer line, sacWake closed when its
+	// head leaves (sac.go).
+	sac         []*consumer
+	sacWake     chan struct{}
 	hadConsumer bool      // for auto-delete: deleted when the last consumer goes
 	lastUsed    time.Time // for x-expires
 	deleted     bool

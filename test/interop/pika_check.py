@@ -237,6 +237,42 @@ def ttl_and_limits(conn):
     ch.close()
 
 
+def single_active_consumer(conn):
+    """x-single-active-consumer: the first consumer gets everything; when
+    it cancels, the second takes over."""
+    ch1, ch2 = conn.channel(), conn.channel()
+    ch1.confirm_delivery()
+    q = name("sac")
+    ch1.queue_declare(q, durable=True, arguments={"x-single-active-consumer": True})
+    got = {"first": [], "second": []}
+
+    def on(who):
+        def cb(c, method, props, body):
+            got[who].append(body)
+            c.basic_ack(method.delivery_tag)
+        return cb
+
+    t1 = ch1.basic_consume(q, on("first"))
+    ch2.basic_consume(q, on("second"))
+    for i in range(10):
+        ch1.basic_publish("", q, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    deadline = time.monotonic() + 10
+    while len(got["first"]) + len(got["second"]) < 10 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    check(got["first"] == [b"%d" % i for i in range(10)] and not got["second"],
+          "single active consumer: the first gets all, in order (%d / %d)" % (len(got["first"]), len(got["second"])))
+    ch1.basic_cancel(t1)
+    for i in range(10, 15):
+        ch1.basic_publish("", q, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    deadline = time.monotonic() + 10
+    while len(got["second"]) < 5 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    check(got["second"] == [b"%d" % i for i in range(10, 15)], "after a cancel the next consumer takes over")
+    ch1.queue_delete(q)
+    ch1.close()
+    ch2.close()
+
+
 def main():
     conn = connect()
     try:
@@ -245,6 +281,7 @@ def main():
         routing(conn)
         rpc(conn)
         ttl_and_limits(conn)
+        single_active_consumer(conn)
     finally:
         if conn.is_open:
             conn.close()
