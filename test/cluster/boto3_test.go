@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/test/interop"
 )
 
 // TestBoto3ThroughFollowers runs the boto3 checks of test/interop
@@ -22,29 +24,14 @@ func TestBoto3ThroughFollowers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
-	var pythons []string
-	seen := map[string]bool{}
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		path, err := exec.LookPath(p)
-		if err != nil {
-			continue
-		}
-		real, _ := filepath.EvalSymlinks(path)
-		if !seen[real] && exec.Command(path, "-c", "import boto3").Run() == nil {
-			seen[real] = true
-			pythons = append(pythons, path)
-		}
-	}
+	pythons := interop.Pythons("boto3")
 	if len(pythons) == 0 {
 		if os.Getenv("SLUICE_REQUIRE_INTEROP") == "1" {
 			t.Fatal("python3 with boto3 is not installed but SLUICE_REQUIRE_INTEROP=1")
 		}
 		t.Skip("python3 with boto3 is not installed")
 	}
-	script, err := filepath.Abs("../interop/boto3_check.py")
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := filepath.Join(interop.Dir(), "boto3_check.py")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	nodes := startCluster(t, ctx, 3)
