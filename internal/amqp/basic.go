@@ -45,8 +45,8 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	cs := &consumer{ch: ch, tag: tag, q: q, engine: q.engine, noAck: m.NoAck, exclusive: m.Exclusive,
-		failureHeaders: flagIn(m.Arguments, optFailureHeaders),
-		ctx:            ctx, stop: stop, done: make(chan struct{})}
+		failureHeaders: flagIn(m.Arguments, optFailureHeaders), priority: consumerPriority(m.Arguments),
+		ctx: ctx, stop: stop, done: make(chan struct{})}
 	ch.mu.Lock()
 	if _, dup := ch.consumers[tag]; dup {
 		ch.mu.Unlock()
@@ -72,6 +72,7 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	default:
 		q.consumers[cs] = struct{}{}
 		q.sacJoinLocked(cs)
+		q.prio.join(cs)
 		q.hadConsumer = true
 		if m.Exclusive {
 			q.exclusiveBy = cs

@@ -22,6 +22,7 @@ type consumer struct {
 	noAck     bool
 	exclusive bool
 	prefetch  int // per-consumer limit; 0: unlimited
+	priority  int // x-priority (priority.go)
 	// failureHeaders: basic.consume asked for x-sluice-receipt and
 	// x-sluice-queue (optFailureHeaders).
 	failureHeaders bool
@@ -49,6 +50,7 @@ func (cs *consumer) run() {
 	defer close(cs.done)
 	defer cs.ch.c.containPanic("consumer")
 	defer cs.leaveLine()
+	defer cs.q.prio.leave(cs)
 	s := cs.ch.c.s
 	lease := leaseFor(cs.q.settings.timeout(s.opts.ConsumerTimeout))
 	var reuse []engine.Delivery // the last batch's array, cleared, for the next
@@ -60,15 +62,24 @@ func (cs *consumer) run() {
 		if !ok {
 			return
 		}
+		rctx, release, ok := cs.q.prio.awaitTurn(cs)
+		if !ok {
+			cs.unreserve(n)
+			return
+		}
 		s.fail("consumer", nil)
-		ds, err := s.eng.Receive(cs.ctx, cs.engine, engine.ReceiveRequest{
+		ds, err := s.eng.Receive(rctx, cs.engine, engine.ReceiveRequest{
 			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
 			OnTake: cs.q.noteTaken, Session: true, Reuse: reuse})
+		release()
 		cs.unreserve(n - len(ds))
 		s.checkFlow(cs.q) // taking messages may relieve publishers (flow.go)
 		if err != nil && len(ds) == 0 {
 			if cs.ctx.Err() != nil {
 				return
+			}
+			if rctx.Err() != nil {
+				continue // preempted by a higher-priority consumer
 			}
 			if errors.Is(err, engine.ErrQueueNotFound) {
 				// Deleted behind AMQP's back (over SQS): cancel.
@@ -145,6 +156,7 @@ func (s *Server) settleNoAck(queue string, ds []engine.Delivery) {
 // reserve waits for prefetch credit and reserves up to MaxBatch of it.
 func (cs *consumer) reserve() (int, bool) {
 	ch := cs.ch
+	blocked := false
 	for {
 		ch.mu.Lock()
 		if cs.cancelled || ch.stopped {
@@ -172,10 +184,17 @@ func (cs *consumer) reserve() (int, bool) {
 				ch.globalUsed += n
 			}
 			ch.mu.Unlock()
+			if blocked {
+				cs.q.prio.setActive(cs, true)
+			}
 			return n, true
 		}
 		wait := ch.credit
 		ch.mu.Unlock()
+		if !blocked {
+			blocked = true
+			cs.q.prio.setActive(cs, false) // no credit: lower priorities may go
+		}
 		select {
 		case <-wait:
 		case <-cs.ctx.Done():

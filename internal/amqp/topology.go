@@ -74,8 +74,10 @@ type queue struct {
 	exclusiveBy *consumer // the exclusive consumer, if any
 	// sac is the single-active-consumer line, sacWake closed when its
 	// head leaves (sac.go).
-	sac         []*consumer
-	sacWake     chan struct{}
+	sac     []*consumer
+	sacWake chan struct{}
+	// prio is the consumer-priority state (priority.go).
+	prio        prioLine
 	hadConsumer bool      // for auto-delete: deleted when the last consumer goes
 	lastUsed    time.Time // for x-expires
 	deleted     bool

@@ -198,6 +198,29 @@ async function queueArguments(conn) {
   await ch.close();
 }
 
+// Consumer priorities: while the higher-priority consumer has prefetch
+// credit, the lower one gets nothing.
+async function consumerPriority(conn) {
+  const setup = await conn.createConfirmChannel();
+  const q = name('prio');
+  await setup.assertQueue(q, { durable: true });
+  const hi = await conn.createChannel();
+  const lo = await conn.createChannel();
+  await hi.prefetch(50);
+  await lo.prefetch(50);
+  const got = { hi: 0, lo: 0 };
+  await hi.consume(q, (m) => { got.hi++; hi.ack(m); }, { priority: 10 });
+  await lo.consume(q, (m) => { got.lo++; lo.ack(m); }, { priority: 1 });
+  for (let i = 0; i < 20; i++) setup.sendToQueue(q, Buffer.from(`p${i}`), { persistent: true });
+  await setup.waitForConfirms();
+  await waitFor(async () => got.hi + got.lo === 20, 10000, `20 consumed (${got.hi} + ${got.lo})`);
+  check(got.hi === 20 && got.lo === 0, `x-priority: the higher consumer got all 20 (${got.hi} / ${got.lo})`);
+  await hi.close();
+  await lo.close();
+  await setup.deleteQueue(q);
+  await setup.close();
+}
+
 async function main() {
   const conn = await amqp.connect(URL, { heartbeat: 10 });
   conn.on('error', (e) => { console.error('connection error:', e); });
@@ -206,6 +229,7 @@ async function main() {
     await throughPrefetch(conn);
     await routing(conn);
     await queueArguments(conn);
+    await consumerPriority(conn);
   } finally {
     await conn.close();
   }
