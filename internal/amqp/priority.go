@@ -131,7 +131,10 @@ func (p *prioLine) awaitTurn(cs *consumer) (ctx context.Context, release func(),
 		p.mu.Lock()
 		st := p.cons[cs]
 		higher := false
-		if p.on.Load() {
+		// A single-active-consumer queue's line decides alone: its
+		// waiting consumers keep their credit, and must not hold back
+		// the one at its head.
+		if p.on.Load() && !cs.q.settings.singleActive {
 			for c, s := range p.cons {
 				if c.priority > cs.priority && s.active {
 					higher = true

@@ -102,3 +102,20 @@ func onlyFirst(t *testing.T, b *broker, ch *amqp091.Channel, q string, first, se
 	default:
 	}
 }
+
+// TestSingleActiveConsumerIgnoresPriorities: a waiting consumer with a
+// higher x-priority does not hold back the head of the line (the line is
+// by registration order).
+func TestSingleActiveConsumerIgnoresPriorities(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("sacp", true, false, false, false, amqp091.Table{"x-single-active-consumer": true})
+	must(t, err)
+	_, chA := b.channel()
+	_, chB := b.channel()
+	a, err := chA.Consume("sacp", "a", false, false, false, false, nil)
+	must(t, err)
+	bm, err := chB.Consume("sacp", "b", false, false, false, false, amqp091.Table{"x-priority": 10})
+	must(t, err)
+	onlyFirst(t, b, ch, "sacp", a, bm, 5)
+}
