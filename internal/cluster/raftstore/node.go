@@ -483,7 +483,7 @@ func (n *Node) run() {
 // at a balancer's request, made on this node (transferRequest.ifInSync)
 // or forwarded by the follower that made it (step: MsgTransferLeader
 // names the target as its sender): true unless this node leads and id is
-// not in sync (inSync, with PromoteLagEntries of lag). Raft would otherwise start the transfer
+// not in sync (transferable, with PromoteLagEntries of lag). Raft would otherwise start the transfer
 // at once, send the target what it lacks, and refuse every proposal until
 // the target caught up or an election timeout passed: a member just
 // restarted and catching up, or one killed a moment ago that shard 0's
@@ -500,10 +500,33 @@ func (n *Node) canTakeOver(id uint64) bool {
 	ok := false
 	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if pid == id {
-			ok = inSync(&pr, commit, n.cfg.PromoteLagEntries)
+			ok = transferable(&pr, commit, n.cfg.PromoteLagEntries, n.answered[id], time.Now(), n.takeOverWindow())
 		}
 	})
 	return ok
+}
+
+// takeOverWindow is how recently a member must have sent a Raft message
+// for canTakeOver: half an election timeout, five heartbeats of a live
+// member's.
+func (n *Node) takeOverWindow() time.Duration {
+	return n.cfg.TickInterval * electionTicks / 2
+}
+
+// transferable reports whether the leader may hand its leadership to a
+// member whose progress pr is and whose last Raft message arrived at
+// lastAnswer: Raft replicates to it normally, its log holds every entry
+// up to commit − lag, and it answered within window of now.
+// Progress.RecentActive is not the test: with CheckQuorum the leader
+// clears it at every election timeout and sets it again at the next
+// answer, so a request that came just after that tick (the balancer's
+// ticker, started with the Raft ticker and at a multiple of its period,
+// came at the same phase round after round) found a live, caught-up member
+// "not in sync" every time, and a shard's leadership never moved.
+func transferable(pr *tracker.Progress, commit, lag uint64, lastAnswer, now time.Time, window time.Duration) bool {
+	return pr.State == tracker.StateReplicate &&
+		(pr.Match >= commit || commit-pr.Match <= lag) &&
+		!lastAnswer.IsZero() && now.Sub(lastAnswer) <= window
 }
 
 // step feeds one received message to Raft. Errors (a local message type

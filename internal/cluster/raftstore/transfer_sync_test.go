@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/tracker"
+
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
@@ -27,8 +29,12 @@ func TestNoTransferToAMemberOutOfSync(t *testing.T) {
 		if err := writeKV(s, "behind", "yes"); err != nil {
 			return err
 		}
-		if st := c.nodes[li].Status(); st.InSync[uint64(lag+1)] {
+		st := c.nodes[li].Status()
+		if st.InSync[uint64(lag+1)] {
 			return fmt.Errorf("node %d still in sync", lag+1)
+		}
+		if a := st.Answered[uint64(lag+1)]; time.Since(a) <= c.nodes[li].takeOverWindow() {
+			return fmt.Errorf("node %d answered %v ago", lag+1, time.Since(a))
 		}
 		return nil
 	})
@@ -62,4 +68,33 @@ func TestNoTransferToAMemberOutOfSync(t *testing.T) {
 		c.nodes[fwd].requestTransfer(uint64(lag + 1))
 		return fmt.Errorf("node %d does not lead yet", lag+1)
 	})
+}
+
+// TestTransferableWithoutRecentActive: a member that answered a moment
+// ago and holds the log is one a leadership may move to even while
+// Raft's RecentActive is clear (CheckQuorum clears it at every election
+// timeout until the next answer); one silent for longer than the window,
+// one behind by more than the lag, and one Raft only probes are not.
+func TestTransferableWithoutRecentActive(t *testing.T) {
+	now := time.Now()
+	const window = 500 * time.Millisecond
+	live := tracker.Progress{State: tracker.StateReplicate, Match: 100, RecentActive: false}
+	cases := []struct {
+		name   string
+		pr     tracker.Progress
+		answer time.Time
+		want   bool
+	}{
+		{"live, RecentActive just cleared", live, now.Add(-50 * time.Millisecond), true},
+		{"within the lag", tracker.Progress{State: tracker.StateReplicate, Match: 95}, now, true},
+		{"silent past the window", live, now.Add(-window - time.Millisecond), false},
+		{"never answered", live, time.Time{}, false},
+		{"behind past the lag", tracker.Progress{State: tracker.StateReplicate, Match: 80}, now, false},
+		{"probed", tracker.Progress{State: tracker.StateProbe, Match: 100}, now, false},
+	}
+	for _, c := range cases {
+		if got := transferable(&c.pr, 100, 10, c.answer, now, window); got != c.want {
+			t.Errorf("%s: transferable = %v, want %v", c.name, got, c.want)
+		}
+	}
 }
