@@ -171,11 +171,14 @@ func startSpreadShards(t *testing.T) (context.Context, []*node, map[int]uint64) 
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	t.Cleanup(cancel)
 	nodes := startClusterWith(t, ctx, 3, "--shards", "3")
 	var byShard map[int]uint64
-	poll.CheckFor(t, 60*time.Second, func() error {
+	// Up to two moves, each two balancer rounds (10 s) apart; 100 s
+	// leaves room for a round that declines (a member that did not
+	// answer within half an election timeout on a loaded machine).
+	poll.CheckFor(t, 100*time.Second, func() error {
 		byShard = map[int]uint64{}
 		leaders := map[uint64]bool{}
 		for _, n := range nodes {
