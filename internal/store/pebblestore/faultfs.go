@@ -23,7 +23,8 @@ import (
 // Faults apply to files opened for writing (created, reused or opened
 // read-write) and to directories opened for syncing, whether opened before
 // or after the fault was armed. By default they hit every such file; OnlyWAL
-// restricts them to the write-ahead log.
+// restricts them to the write-ahead log and the space probe (ProbeSpace,
+// which stands for the WAL's next write).
 type FaultFS struct {
 	vfs.FS
 
@@ -58,7 +59,8 @@ func (fs *FaultFS) FailSyncs(err error) {
 	fs.syncErr = err
 }
 
-// OnlyWAL restricts faults to pebble's write-ahead log files (*.log).
+// OnlyWAL restricts faults to pebble's write-ahead log files (*.log) and
+// the space probe (ProbeFile).
 // Pebble stops the process (Logger.Fatalf) when a MANIFEST sync fails, so
 // tests that must keep their process alive confine faults to the WAL.
 func (fs *FaultFS) OnlyWAL(only bool) {
@@ -133,7 +135,7 @@ func (fs *FaultFS) fault(name string, sync bool) error {
 	if sync {
 		err = fs.syncErr
 	}
-	if err != nil && fs.onlyWAL && !strings.HasSuffix(name, ".log") {
+	if err != nil && fs.onlyWAL && !strings.HasSuffix(name, ".log") && filepath.Base(name) != ProbeFile {
 		err = nil
 	}
 	fs.mu.Unlock()

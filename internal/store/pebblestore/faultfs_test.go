@@ -12,8 +12,8 @@ import (
 
 // TestFaultFS checks the fault filesystem itself: an armed fault fails the
 // store with that error, a failed sync makes nothing durable, and healing
-// the disk does not revive a failed store (fail-stop; see
-// docs/reliability.md for why a full disk is not survived in place).
+// the disk does not revive a failed store (it stays failed; after a full
+// disk the server opens a new one, TestReopenAfterWriteENOSPC).
 func TestFaultFS(t *testing.T) {
 	for _, tc := range []struct {
 		name string

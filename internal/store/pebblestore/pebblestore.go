@@ -57,6 +57,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/record"
@@ -100,6 +101,9 @@ type Store struct {
 
 	// failed holds the first write error, wrapped in store.ErrFailed.
 	failed atomic.Pointer[error]
+	// syncFailed: a sync of one of the store's files failed
+	// (FailedOnFullDisk).
+	syncFailed atomic.Bool
 
 	idle idleFlusher
 }
@@ -415,9 +419,28 @@ func (s *Store) failure() error {
 	return nil
 }
 
+// FailedOnFullDisk reports whether the store failed because a write
+// found its disk full (ENOSPC), and no sync of any of its files has
+// failed since it opened. Such a failure has lost nothing: every durable
+// write was synced before it was acknowledged, and a failed write(2),
+// unlike a failed fsync, leaves the page cache as it was. So once space
+// is back, a store opened on the same directory (after this one is
+// closed) holds every durable write, and the unsynced tail is the torn
+// tail a crash leaves. Any other failure (a failed sync, EIO) is
+// fail-stop: the kernel may have dropped written pages.
+func (s *Store) FailedOnFullDisk() bool {
+	var ioe *IOError
+	err := s.failure()
+	return err != nil && !s.syncFailed.Load() && errors.As(err, &ioe) &&
+		ioe.Op == "write" && errors.Is(ioe.Err, syscall.ENOSPC)
+}
+
 // fail records err as the store's failure unless one is already recorded,
 // and returns the recorded failure.
 func (s *Store) fail(err error) error {
+	if ioe := (*IOError)(nil); errors.As(err, &ioe) && ioe.Op != "write" {
+		s.syncFailed.Store(true)
+	}
 	werr := fmt.Errorf("%w: pebblestore %s: %w", store.ErrFailed, s.dir, err)
 	if s.failed.CompareAndSwap(nil, &werr) {
 		s.log.Error("store failed; refusing further writes", "dir", s.dir, "err", err)

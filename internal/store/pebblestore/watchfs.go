@@ -1,7 +1,6 @@
 package pebblestore
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -68,6 +67,18 @@ func (fs *watchFS) OpenDir(name string) (vfs.File, error) {
 // Unwrap returns the wrapped filesystem.
 func (fs *watchFS) Unwrap() vfs.FS { return fs.FS }
 
+// IOError is a failed write or sync of one of the store's files, as the
+// store records it (Op is "write" or "sync").
+type IOError struct {
+	Op, File string
+	Err      error
+}
+
+func (e *IOError) Error() string { return e.Op + " " + e.File + ": " + e.Err.Error() }
+
+// Unwrap returns the operating system's error.
+func (e *IOError) Unwrap() error { return e.Err }
+
 type watchFile struct {
 	vfs.File
 	name   string
@@ -77,7 +88,7 @@ type watchFile struct {
 
 func (f *watchFile) check(op string, err error) error {
 	if err != nil {
-		f.onErr(fmt.Errorf("%s %s: %w", op, f.name, err))
+		f.onErr(&IOError{Op: op, File: f.name, Err: err})
 	}
 	return err
 }
