@@ -219,15 +219,17 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	if opts.Cluster.Enabled() {
 		return runClusterNode(opts, log, stderr)
 	}
-	srv, err := server.New(opts, log, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice server: %v\n", err)
-		return 1
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := srv.Run(ctx); err != nil {
-		log.Error("server stopped", "err", err)
+	// Supervise is New then Run, and after a full disk that failed the
+	// store, a restart in place once space is back.
+	serving := false
+	if err := server.Supervise(ctx, opts, log, func(*server.Server) { serving = true }); err != nil {
+		if !serving {
+			fmt.Fprintf(stderr, "sluice server: %v\n", err)
+		} else {
+			log.Error("server stopped", "err", err)
+		}
 		return 1
 	}
 	return 0
