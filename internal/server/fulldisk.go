@@ -57,10 +57,11 @@ func Supervise(ctx context.Context, opts Options, log *slog.Logger, started func
 		}
 		runCtx, stopRun := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- srv.Run(runCtx) }()
+		s := srv
+		go func() { done <- s.Run(runCtx) }()
 		back := make(chan struct{})
 		go func() {
-			if srv.awaitSpaceAfterFullDisk(runCtx) {
+			if s.awaitSpaceAfterFullDisk(runCtx) {
 				close(back)
 			}
 		}()
