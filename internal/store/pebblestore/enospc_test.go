@@ -106,3 +106,22 @@ func TestFailedOnFullDiskOnlyForWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryLimiter: the first event goes through, the next ones within
+// the period are held and counted, and the first after it goes through
+// with that count.
+func TestEveryLimiter(t *testing.T) {
+	l := &everyLimiter{every: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	if n, ok := l.allow(t0); !ok || n != 0 {
+		t.Fatalf("first: %d %v", n, ok)
+	}
+	for i := range 5 {
+		if _, ok := l.allow(t0.Add(time.Duration(i+1) * time.Second)); ok {
+			t.Fatalf("event %d within the period went through", i)
+		}
+	}
+	if n, ok := l.allow(t0.Add(10 * time.Second)); !ok || n != 5 {
+		t.Fatalf("after the period: %d held, %v; want 5, true", n, ok)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -211,8 +212,15 @@ func (o Options) pebbleOptions(log *slog.Logger, onFlush func()) *pebble.Options
 	lg := slogAdapter{log: log, onFatal: o.OnFatal}
 	po.Logger = lg
 	el := pebble.MakeLoggingEventListener(lg)
+	// A flush or compaction that fails (a full disk) is retried at once
+	// and fails again, dozens of times a second for as long as the cause
+	// lasts; each report with pebble's stack trace (slog formats errors
+	// with %+v) would flood the log — and, on the same disk, fill it.
+	bg := &everyLimiter{every: backgroundErrorEvery}
 	el.BackgroundError = func(err error) {
-		log.Error("pebble: background error", "err", err)
+		if n, ok := bg.allow(time.Now()); ok {
+			log.Error("pebble: background error", "err", err.Error(), "suppressed_since_last", n)
+		}
 	}
 	el.WriteStallBegin = func(info pebble.WriteStallBeginInfo) {
 		log.Warn("pebble: write stall began", "reason", info.Reason)
@@ -300,4 +308,30 @@ func memTableSizeFor(fs vfs.FS, dir string) uint64 {
 		size <<= 1
 	}
 	return size
+}
+
+// backgroundErrorEvery is how often pebble's background errors are logged
+// at most (the first at once).
+const backgroundErrorEvery = 10 * time.Second
+
+// everyLimiter lets an event through at most once every `every`,
+// counting the ones it holds back.
+type everyLimiter struct {
+	every time.Duration
+	mu    sync.Mutex
+	last  time.Time
+	held  int
+}
+
+// allow reports whether the event at now goes through, and how many were
+// held back since the last one that did.
+func (l *everyLimiter) allow(now time.Time) (held int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.held++
+		return 0, false
+	}
+	held, l.held, l.last = l.held, 0, now
+	return held, true
 }
