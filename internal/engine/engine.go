@@ -156,7 +156,8 @@ const DefaultBodyMemoryBudget = 512 << 20
 // Engine is the queue engine. Create it with Open.
 type Engine struct {
 	st     store.Store
-	leaser store.Leaser // st's lease, nil when it has none (store.Leaser)
+	leaser store.Leaser          // st's lease, nil when it has none (store.Leaser)
+	failer store.FailureReporter // st's own failures, nil when it reports none
 	clock  clock.Clock
 	log    *slog.Logger
 	obs    Observer
@@ -229,9 +230,11 @@ func Open(opts Options) (*Engine, error) {
 		opts.Observer = NopObserver{}
 	}
 	leaser, _ := opts.Store.(store.Leaser)
+	failer, _ := opts.Store.(store.FailureReporter)
 	e := &Engine{
 		st:               opts.Store,
 		leaser:           leaser,
+		failer:           failer,
 		clock:            opts.Clock,
 		log:              opts.Logger,
 		obs:              opts.Observer,
@@ -458,10 +461,15 @@ func (e *Engine) admit() error {
 // other record recovery cannot load stops Open with ErrNeedsRepair.
 func (e *Engine) RecoveryDropped() int64 { return e.recoveryDropped.Load() }
 
-// Failed returns the storage error that stopped the engine, or nil.
+// Failed returns the storage error that stopped the engine, or nil: the
+// first that one of its writes met, or its store's own (a flush that
+// found the disk full, store.FailureReporter) before any write met it.
 func (e *Engine) Failed() error {
 	if p := e.failed.Load(); p != nil {
 		return *p
+	}
+	if e.failer != nil {
+		return e.failer.Failure()
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
+	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
@@ -140,5 +143,52 @@ func TestSuperviseStaysDownAfterOtherFailures(t *testing.T) {
 	}
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal(ctx.Err())
+	}
+}
+
+// TestHealthSeesAStoreFailureNoRequestMet: the store can fail in work of
+// its own (pebble flushing a memtable onto a full disk) while no request
+// writes; /health, /ready and sluice_store_failed say so at once, not at
+// the next write.
+func TestHealthSeesAStoreFailureNoRequestMet(t *testing.T) {
+	fs := pebblestore.NewFaultFS(vfs.Default)
+	fs.OnlyWAL(true)
+	o := DefaultOptions()
+	o.DataDir, o.StoreFS = t.TempDir(), fs
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	s, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + s.SQSAddr() + path)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("/health 200", func() bool { c, _ := get("/health"); return c == http.StatusOK }))
+
+	// A write of the store's own, as a background flush is: the engine's
+	// writes have not met the failure.
+	fs.FailWrites(syscall.ENOSPC)
+	var b store.Batch
+	b.Set([]byte("background"), []byte("x"))
+	if p, err := s.st.Write(&b, true); err == nil {
+		_ = p.Wait()
+	}
+	for _, path := range []string{"/health", "/ready"} {
+		if c, body := get(path); c != http.StatusServiceUnavailable {
+			t.Errorf("%s after the store failed: %d %s, want 503", path, c, body)
+		}
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, "sluice_store_failed 1") {
+		t.Errorf("/metrics after the store failed does not say sluice_store_failed 1")
 	}
 }

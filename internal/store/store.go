@@ -58,6 +58,14 @@ var ErrFailed = errors.New("store: failed")
 // Only stores that replicate return it.
 var ErrNotLeading = errors.New("store: this node does not lead the replicated store")
 
+// FailureReporter is implemented by stores that can fail in work of
+// their own that no Write of the caller's has met yet (pebble's flushes
+// and compactions finding the disk full). Failure returns that failure,
+// wrapping ErrFailed, or nil; every later Write returns it too.
+type FailureReporter interface {
+	Failure() error
+}
+
 // Store is the interface both implementations (pebble on disk, memory for
 // fast tests) satisfy, and which the conformance suite in storetest checks.
 type Store interface {

@@ -411,6 +411,12 @@ func (s *Store) apply(pb *pebble.Batch, durable, deletes bool) (err error) {
 	return nil
 }
 
+// Failure returns the error that failed the store, wrapping
+// store.ErrFailed, or nil: also a failure found by pebble's own
+// background work (a flush that found the disk full), which no write of
+// the caller's has met yet.
+func (s *Store) Failure() error { return s.failure() }
+
 // failure returns the error that failed the store, or nil.
 func (s *Store) failure() error {
 	if p := s.failed.Load(); p != nil {
