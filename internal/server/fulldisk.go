@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -20,9 +22,11 @@ import (
 // failed fsync, has lost nothing (pebblestore.Store.FailedOnFullDisk), so
 // Supervise does that restart in place once space is back.
 
-// fullDiskRetry bounds how long Supervise tries to open the store again
-// when the reopen itself fails (the disk filled up again meanwhile), one
-// attempt a second, before it gives up and returns the error.
+// fullDiskRetry bounds how long Supervise tries, one attempt a second,
+// to start the server again when that fails for another reason than a
+// full disk (a port taken meanwhile), before it gives up and returns the
+// error. A start that finds the disk full again is tried for as long as
+// it takes.
 const fullDiskRetry = time.Minute
 
 // probeBytes is what the space probe writes: a WAL block's worth and more.
@@ -86,8 +90,9 @@ func Supervise(ctx context.Context, opts Options, log *slog.Logger, started func
 	}
 }
 
-// reopen is New, tried once a second for up to fullDiskRetry while it
-// fails; nil, nil when ctx ends first.
+// reopen is New, tried once a second while it fails: for as long as it
+// fails on a full disk, for up to fullDiskRetry otherwise; nil, nil when
+// ctx ends first.
 func reopen(ctx context.Context, opts Options, log *slog.Logger) (*Server, error) {
 	deadline := time.Now().Add(fullDiskRetry)
 	for {
@@ -95,7 +100,7 @@ func reopen(ctx context.Context, opts Options, log *slog.Logger) (*Server, error
 		if err == nil {
 			return srv, nil
 		}
-		if time.Now().After(deadline) {
+		if !errors.Is(err, syscall.ENOSPC) && time.Now().After(deadline) {
 			return nil, fmt.Errorf("restarting after a full disk: %w", err)
 		}
 		log.Warn("restarting after a full disk failed; trying again", "err", err)
