@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -12,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -20,19 +22,28 @@ import (
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
-// TestSuperviseRestartsAfterFullDisk (docs/reliability.md, gap 1b): a
-// write that finds the disk full fails the store; the server refuses
-// sends and answers /health 503 while the disk stays full; once space is
-// back, Supervise restarts it in place on the same address, every send
-// acknowledged before the fault is there, and sends are acknowledged
-// again.
-func TestSuperviseRestartsAfterFullDisk(t *testing.T) {
+// faultOptions are a server's options with its store on the real disk
+// through a FaultFS that faults only the WAL and the space probe (a
+// MANIFEST fault would make pebble stop the test process).
+func faultOptions(t *testing.T, amqpListen string) (Options, *pebblestore.FaultFS) {
+	t.Helper()
 	fs := pebblestore.NewFaultFS(vfs.Default)
 	fs.OnlyWAL(true)
 	o := DefaultOptions()
 	o.DataDir, o.StoreFS = t.TempDir(), fs
-	o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
+	o.SQSListen, o.AMQPListen = "127.0.0.1:0", amqpListen
+	return o, fs
+}
 
+// TestSuperviseRestartsAfterFullDisk (docs/reliability.md, gap 1b): a
+// write that finds the disk full fails the store; the server refuses
+// sends and answers /health 503 while the disk stays full; once space is
+// back, Supervise restarts it in place on the same addresses: an AMQP
+// connection of the failed server's is closed with 320, a new one to the
+// same address publishes with confirms, an SQS client's send is
+// acknowledged, and every send acknowledged before the fault is there.
+func TestSuperviseRestartsAfterFullDisk(t *testing.T) {
+	o, fs := faultOptions(t, "127.0.0.1:0")
 	var cur atomic.Pointer[Server]
 	starts := atomic.Int32{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,17 +57,12 @@ func TestSuperviseRestartsAfterFullDisk(t *testing.T) {
 			t.Errorf("Supervise: %v", err)
 		}
 	}()
+	// started is called once New has bound the listeners: a request
+	// waits in the backlog until Run accepts it.
 	poll.CheckFor(t, 10*time.Second, poll.True("the server started", func() bool { return cur.Load() != nil }))
 	first := cur.Load()
-	addr := first.SQSAddr()
-	health := func() int {
-		resp, err := http.Get("http://" + addr + "/health")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	addr, amqpAddr := first.SQSAddr(), first.AMQPAddr()
+	health := func() int { c, _ := rawRequest(t, http.MethodGet, "http://"+addr+"/health", "", nil); return c }
 	poll.CheckFor(t, 10*time.Second, poll.True("/health 200", func() bool { return health() == http.StatusOK }))
 
 	eng := first.Engine()
@@ -69,6 +75,12 @@ func TestSuperviseRestartsAfterFullDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	conn, err := amqp091.Dial("amqp://guest:guest@" + amqpAddr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
 
 	fs.FailWrites(syscall.ENOSPC)
 	if _, err := eng.Send("q", []engine.Message{{Body: []byte("on a full disk")}}); err == nil {
@@ -81,16 +93,47 @@ func TestSuperviseRestartsAfterFullDisk(t *testing.T) {
 	fs.Heal()
 	poll.CheckFor(t, 30*time.Second, poll.True("a second server", func() bool { return starts.Load() == 2 }))
 	s := cur.Load()
-	if s.SQSAddr() != addr {
-		t.Fatalf("restarted on %s, want the same address %s", s.SQSAddr(), addr)
+	if s.SQSAddr() != addr || s.AMQPAddr() != amqpAddr {
+		t.Fatalf("restarted on %s and %s, want the same addresses %s and %s", s.SQSAddr(), s.AMQPAddr(), addr, amqpAddr)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp091.ConnectionForced {
+			t.Fatalf("the failed server's AMQP connection ended with %v, want 320 CONNECTION_FORCED", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failed server's AMQP connection was not closed by the restart")
 	}
 	poll.CheckFor(t, 10*time.Second, poll.True("/health 200 after the restart", func() bool { return health() == http.StatusOK }))
-	eng = s.Engine()
-	if _, err := eng.Send("q", []engine.Message{{Body: []byte("after")}}); err != nil {
-		t.Fatalf("send after space returned: %v", err)
+
+	// Real clients on the same addresses.
+	if _, err := client(addr).SendMessage(context.Background(), &sqs.SendMessageInput{
+		QueueUrl: aws.String("http://" + addr + "/000000000000/q"), MessageBody: aws.String("after")}); err != nil {
+		t.Fatalf("SQS send after space returned: %v", err)
 	}
+	conn2, err := amqp091.Dial("amqp://guest:guest@" + amqpAddr + "/")
+	if err != nil {
+		t.Fatalf("AMQP dial after the restart: %v", err)
+	}
+	defer conn2.Close()
+	ch, err := conn2.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirm := ch.NotifyPublish(make(chan amqp091.Confirmation, 1))
+	if err := ch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte("after over amqp"), DeliveryMode: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-confirm; !c.Ack {
+		t.Fatal("AMQP publish after the restart not confirmed")
+	}
+
+	eng = s.Engine()
 	got := map[string]bool{}
-	for len(got) < before+1 {
+	for len(got) < before+2 {
 		ds, err := eng.Receive(context.Background(), "q", engine.ReceiveRequest{Max: 10, WaitSet: true})
 		if err != nil {
 			t.Fatal(err)
@@ -110,19 +153,17 @@ func TestSuperviseRestartsAfterFullDisk(t *testing.T) {
 	if got["on a full disk"] {
 		t.Log("the refused send's message was stored after all (allowed: it was never acknowledged)")
 	}
-	if !got["after"] {
-		t.Fatal("the send after the restart is missing")
+	for _, b := range []string{"after", "after over amqp"} {
+		if !got[b] {
+			t.Fatalf("%q, acknowledged after the restart, is missing", b)
+		}
 	}
 }
 
 // TestSuperviseStaysDownAfterOtherFailures: a failed sync is not a full
 // disk; Supervise does not restart the server however long it waits.
 func TestSuperviseStaysDownAfterOtherFailures(t *testing.T) {
-	fs := pebblestore.NewFaultFS(vfs.Default)
-	fs.OnlyWAL(true)
-	o := DefaultOptions()
-	o.DataDir, o.StoreFS = t.TempDir(), fs
-	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+	o, fs := faultOptions(t, "")
 	s, err := New(o, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -151,27 +192,10 @@ func TestSuperviseStaysDownAfterOtherFailures(t *testing.T) {
 // writes; /health, /ready and sluice_store_failed say so at once, not at
 // the next write.
 func TestHealthSeesAStoreFailureNoRequestMet(t *testing.T) {
-	fs := pebblestore.NewFaultFS(vfs.Default)
-	fs.OnlyWAL(true)
-	o := DefaultOptions()
-	o.DataDir, o.StoreFS = t.TempDir(), fs
-	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
-	s, err := New(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	o, fs := faultOptions(t, "")
+	s := startWith(t, func(opts *Options) { *opts = o })
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + s.SQSAddr() + path)
-		if err != nil {
-			return 0, ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return rawRequest(t, http.MethodGet, "http://"+s.SQSAddr()+path, "", nil)
 	}
 	poll.CheckFor(t, 10*time.Second, poll.True("/health 200", func() bool { c, _ := get("/health"); return c == http.StatusOK }))
 
