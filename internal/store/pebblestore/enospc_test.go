@@ -28,13 +28,7 @@ func TestReopenAfterWriteENOSPC(t *testing.T) {
 		write(t, s, true, fmt.Sprint("before-", i), "1")
 	}
 	fs.FailWrites(syscall.ENOSPC)
-	var b store.Batch
-	b.Set([]byte("during"), []byte("2"))
-	p, err := s.Write(&b, true)
-	if err == nil {
-		err = p.Wait()
-	}
-	if !errors.Is(err, store.ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+	if err := durableSet(s, "during", "2"); !errors.Is(err, store.ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("durable write on a full disk: %v, want ErrFailed wrapping ENOSPC", err)
 	}
 	if !s.FailedOnFullDisk() {
@@ -91,13 +85,7 @@ func TestFailedOnFullDiskOnlyForWrites(t *testing.T) {
 			defer s.Close()
 			write(t, s, true, "before", "1")
 			tc.arm(fs)
-			var b store.Batch
-			b.Set([]byte("during"), []byte("2"))
-			p, err := s.Write(&b, true)
-			if err == nil {
-				err = p.Wait()
-			}
-			if !errors.Is(err, store.ErrFailed) {
+			if err := durableSet(s, "during", "2"); !errors.Is(err, store.ErrFailed) {
 				t.Fatalf("durable write under the fault: %v, want ErrFailed", err)
 			}
 			if s.FailedOnFullDisk() {
@@ -124,4 +112,16 @@ func TestEveryLimiter(t *testing.T) {
 	if n, ok := l.allow(t0.Add(10 * time.Second)); !ok || n != 5 {
 		t.Fatalf("after the period: %d held, %v; want 5, true", n, ok)
 	}
+}
+
+// durableSet writes key = value durably and returns the Write's or the
+// Wait's error, for tests that expect one.
+func durableSet(s store.Store, key, value string) error {
+	var b store.Batch
+	b.Set([]byte(key), []byte(value))
+	p, err := s.Write(&b, true)
+	if err != nil {
+		return err
+	}
+	return p.Wait()
 }

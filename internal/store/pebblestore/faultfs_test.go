@@ -34,12 +34,7 @@ func TestFaultFS(t *testing.T) {
 			}
 
 			tc.arm(fs)
-			var b store.Batch
-			b.Set([]byte("during"), []byte("2"))
-			p, err := s.Write(&b, true)
-			if err == nil {
-				err = p.Wait()
-			}
+			err := durableSet(s, "during", "2")
 			if !errors.Is(err, store.ErrFailed) || !errors.Is(err, tc.err) {
 				t.Fatalf("durable write under the fault: %v, want ErrFailed wrapping %v", err, tc.err)
 			}
@@ -48,7 +43,7 @@ func TestFaultFS(t *testing.T) {
 			}
 
 			fs.Heal()
-			if _, err := s.Write(&b, true); !errors.Is(err, store.ErrFailed) {
+			if err := durableSet(s, "during", "2"); !errors.Is(err, store.ErrFailed) {
 				t.Fatalf("write after healing: %v, want ErrFailed (the store stays failed)", err)
 			}
 
