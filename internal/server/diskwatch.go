@@ -45,8 +45,7 @@ const RestartReserve = pebblestore.DefaultMemTableStopWritesThreshold * (64 << 2
 // accepts anything, so a broker restarted at the watermark never accepts a
 // message it should refuse; watchDisk then calls it every interval.
 func (s *Server) checkDisk(refusing bool) bool {
-	low := uint64(s.opts.MinFreeDisk)
-	high := low + low/4
+	low, high := uint64(s.opts.MinFreeDisk), s.diskResumeAt()
 	free, err := s.freeBytes(s.opts.DataDir)
 	switch {
 	case err != nil:
@@ -61,6 +60,14 @@ func (s *Server) checkDisk(refusing bool) bool {
 		s.log.Info("disk space back: accepting new messages", "free_bytes", free)
 	}
 	return refusing
+}
+
+// diskResumeAt is the free space at which a disk that went below
+// MinFreeDisk counts as having room again: 125 % of it, so that the
+// refusal does not flap around the watermark.
+func (s *Server) diskResumeAt() uint64 {
+	low := uint64(s.opts.MinFreeDisk)
+	return low + low/4
 }
 
 // diskWatched reports whether the server's own free-space watch applies

@@ -169,7 +169,7 @@ func (s *Server) spaceBack() error {
 		if err != nil {
 			return err
 		}
-		if want := uint64(s.opts.MinFreeDisk) + uint64(s.opts.MinFreeDisk)/4; free < want {
+		if want := s.diskResumeAt(); free < want {
 			return fmt.Errorf("%d bytes free, want %d", free, want)
 		}
 	}
