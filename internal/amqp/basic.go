@@ -271,7 +271,7 @@ func (ch *channel) route(cmds ...*command) (refused int, err error) {
 			reach = make([]int8, len(cmds))
 		}
 		env := envelope{exchange: m.Exchange, keys: keys, props: raw}
-		msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers)}
+		msg := engine.Message{Body: cmd.body, Envelope: env.encode(), Attributes: attributesFromHeaders(props.Headers), Priority: props.Priority}
 		if props.Flags&wire.FlagExpiration != 0 || props.Expiration != "" {
 			// Checked by publish; most messages carry none, and parsing
 			// the empty string would allocate an error per message.

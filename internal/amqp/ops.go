@@ -511,6 +511,11 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 	}
 	q := &queue{vhost: "/", name: name, engine: name, durable: m.Durable, autoDelete: m.AutoDelete,
 		args: m.Arguments, settings: st, consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+	if st.maxPriority > 0 {
+		// The engine orders a queue's messages by priority from its
+		// creation on; an SQS queue has none.
+		return "", 0, 0, errorf(wire.PreconditionFailed, "invalid arg 'x-max-priority' for %s: the queue exists as an SQS queue, and priorities cannot be added to an existing queue", rs("queue", name, "/"))
+	}
 	if len(m.Arguments) > 0 {
 		want := engineConfig(st, s.opts.ConsumerTimeout)
 		err := s.eng.UpdateQueue(name, func(cfg *engine.QueueConfig) error {

@@ -23,6 +23,7 @@ type queueSettings struct {
 	deliveryLimit int // -1: none
 	qtype         string
 	singleActive  bool // x-single-active-consumer (sac.go)
+	maxPriority   int  // x-max-priority; 0: none
 
 	// Sluice's dead-letter practice (docs/amqp-compat.md).
 	requeue         string        // x-sluice-requeue: head (""), tail, delayed
@@ -94,6 +95,14 @@ func parseQueueArgs(vh, name string, args wire.Table) (queueSettings, *amqpError
 		return s, err
 	} else if ok {
 		s.maxLen = int(min(n, 1<<31-1))
+	}
+	if n, ok, err := intArg("x-max-priority", 0); err != nil {
+		return s, err
+	} else if ok {
+		if n > engine.MaxPriority {
+			return s, bad("x-max-priority", fmt.Sprintf("{max_value_exceeded,%d}", n))
+		}
+		s.maxPriority = int(n)
 	}
 	if n, ok, err := intArg("x-max-length-bytes", 0); err != nil {
 		return s, err
@@ -267,6 +276,7 @@ func engineConfig(s queueSettings, consumerTimeout time.Duration) engine.QueueCo
 	cfg.UnknownFailure = s.unknownFailure
 	cfg.MessageTTL, cfg.HasMessageTTL = s.ttl, s.hasTTL
 	cfg.MaxLength, cfg.MaxLengthBytes, cfg.Overflow = s.maxLen, s.maxBytes, s.overflow
+	cfg.MaxPriority = s.maxPriority
 	if s.hasDLX || s.deliveryLimit >= 0 {
 		p := &engine.DeadLetterPolicy{Routed: true}
 		if s.deliveryLimit >= 0 {

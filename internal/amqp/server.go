@@ -250,6 +250,13 @@ func (s *Server) load() error {
 		if err != nil {
 			return fmt.Errorf("amqp: restoring queue %q: %w", q.engine, err)
 		}
+		if !created && info.Config.MaxPriority != q.settings.maxPriority {
+			// Declared with x-max-priority before Sluice acted on it
+			// (2026-12-03): the engine queue has no priorities, and
+			// they cannot be added to a queue holding messages.
+			s.log.Warn("amqp: queue declared with x-max-priority before priorities were supported delivers in arrival order; delete it and declare it again to order by priority",
+				"queue", q.name, "vhost", q.vhost, "x-max-priority", q.settings.maxPriority)
+		}
 		if !created && info.Config.MaxMessageSize < engine.MaxStoredMessageSize {
 			// Declared when the engine capped AMQP queues at 1 MiB: the
 			// front-end's MaxMessageSize is the limit now.

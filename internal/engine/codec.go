@@ -243,6 +243,7 @@ func encodeQueue(r *queueRecord) []byte {
 	e.boolean(c.Paused)
 	e.uvarint(uint64(c.RetryBudgetPercent))
 	e.str(c.UnknownFailure)
+	e.uvarint(uint64(c.MaxPriority))
 	return e.b
 }
 
@@ -331,6 +332,9 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	if len(d.b) > 0 {
 		c.UnknownFailure = d.str()
 	}
+	if len(d.b) > 0 {
+		c.MaxPriority = int(d.uvarint())
+	}
 	return r, d.err
 }
 
@@ -345,7 +349,8 @@ const (
 	tagTTL        = 6
 	tagCrashes    = 7
 	tagBodyMD5    = 8
-	tagSession    = 9 // state record: the lease is a connection's (message.session)
+	tagSession    = 9  // state record: the lease is a connection's (message.session)
+	tagPriority   = 10 // content record: Message.Priority when above 0 (one byte)
 )
 
 func encodeExt(e *encoder, x *messageExt, withDead, withRedrive bool) {
@@ -449,6 +454,12 @@ func decodeExt(d *decoder, m *message) {
 			}
 			copy(m.bodyMD5[:], f.b)
 			m.hasMD5 = true
+		case tagPriority:
+			if len(f.b) != 1 {
+				f.fail()
+				break
+			}
+			m.prio = f.b[0]
 		case tagCrashes:
 			n := f.uvarint()
 			if n > uint64(len(f.b)) {
@@ -512,6 +523,10 @@ func encodeContentBodyAt(m *message) (rec []byte, bodyAt int) {
 		e.uvarint(tagTTL)
 		e.bytes(f.b)
 	}
+	if m.prio != 0 {
+		e.uvarint(tagPriority)
+		e.bytes([]byte{m.prio})
+	}
 	return e.b, bodyAt
 }
 
@@ -520,8 +535,9 @@ func encodeContentBodyAt(m *message) (rec []byte, bodyAt int) {
 // body and doubles the allocation).
 func contentSizeHint(m *message) int {
 	// Fixed part: format byte, id, six varints (≤10 bytes each), nine
-	// length prefixes, and the body MD5 with its tag and length.
-	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64 + 2 + 16
+	// length prefixes, the body MD5 with its tag and length, and the
+	// priority with its tag and length.
+	n := 1 + 16 + 6*10 + 9*binary.MaxVarintLen64 + 2 + 16 + 3
 	n += len(m.body) + len(m.groupID()) + len(m.dedupID) + len(m.sender) + len(m.traceHeader()) + len(m.deadLetterSource())
 	for _, a := range m.attrs {
 		n += 4*binary.MaxVarintLen64 + len(a.Name) + len(a.DataType) + len(a.StringValue) + len(a.BinaryValue)

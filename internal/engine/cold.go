@@ -348,7 +348,8 @@ func (q *queue) notColdLocked(seq uint64) bool {
 
 // goesColdLocked reports whether the new message m stays only in the store:
 // while the queue is cold, or when the hot messages the window bounds fill
-// it, any new message does, delayed or not. On a FIFO queue this keeps
+// it, any new message does, delayed or not, except a priority queue's
+// sends of a band above 0, which stay in memory up to twice the window. On a FIFO queue this keeps
 // every cold message of a group after every hot one of that group (see
 // FIFO queues above); on a standard queue it keeps a backlog of delayed
 // sends on disk like any other.
@@ -358,6 +359,13 @@ func (q *queue) goesColdLocked(m *message) bool {
 		return false
 	}
 	n, bytes := q.waitingLocked()
+	if q.maxPrio > 0 && q.band(m) > 0 {
+		// A priority queue keeps a send above the lowest priority in
+		// memory, ahead of the cold backlog, while the waiting
+		// messages fit in two windows: delivered before the backlog
+		// (a refill loads in sequence order), memory still bounded.
+		return n >= 2*w || (wb > 0 && bytes >= 2*wb)
+	}
 	return q.cold.on || n >= w || (wb > 0 && bytes >= wb)
 }
 

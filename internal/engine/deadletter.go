@@ -258,6 +258,7 @@ func (e *Engine) deadLetterCopyLocked(q *queue, m *message, reason string, env [
 		state:       stateVisible,
 		hasMD5:      m.hasMD5,
 		bodyMD5:     m.bodyMD5,
+		prio:        m.prio,
 		ext: &messageExt{
 			trace:     m.traceHeader(),
 			dlqSource: q.name,

@@ -366,6 +366,7 @@ func (e *Engine) Import(name string, views []View) (int, error) {
 			firstRecvAt: nanos(v.FirstReceiveAt),
 			recvCount:   int32(v.ReceiveCount),
 			state:       stateVisible,
+			prio:        v.Priority,
 		}
 		if m.sentAt == 0 {
 			m.sentAt = now

@@ -557,6 +557,9 @@ func validateConfig(c *QueueConfig) error {
 	if c.MaxLength < 0 || c.MaxLengthBytes < 0 {
 		return &ConfigError{Setting: "MaxLength", Reason: "must not be negative"}
 	}
+	if c.MaxPriority < 0 || c.MaxPriority > MaxPriority {
+		return &ConfigError{Setting: "MaxPriority", Reason: fmt.Sprintf("must be between 0 (none) and %d", MaxPriority)}
+	}
 	if c.HasMessageTTL && c.MessageTTL < 0 {
 		return &ConfigError{Setting: "MessageTTL", Reason: "must not be negative"}
 	}
@@ -713,6 +716,10 @@ func (e *Engine) updateQueue(name string, fn func(*QueueConfig) error) error {
 	}
 	if cfg.FIFO != q.isFIFO {
 		return &ConfigError{Setting: "FifoQueue", Reason: "Modifying queue type is not supported."}
+	}
+	if cfg.MaxPriority != q.cfg.MaxPriority {
+		// The messages in memory are ordered by it (queue.band).
+		return &ConfigError{Setting: "MaxPriority", Reason: "a queue's priorities cannot change"}
 	}
 	if err := validateConfig(&cfg); err != nil {
 		return err

@@ -159,6 +159,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		state:      stateVisible,
 		hasMD5:     in.BodyMD5Set,
 		bodyMD5:    in.BodyMD5,
+		prio:       in.Priority,
 	}
 	if in.TraceHeader != "" || len(in.Envelope) > 0 {
 		m.ext = &messageExt{trace: in.TraceHeader, envelope: in.Envelope}
@@ -552,6 +553,7 @@ func (q *queue) deliveryLocked(m *message) (Delivery, error) {
 		Redelivered:      m.recvCount > 1 || m.maybeDelivered,
 		BodyMD5:          m.bodyMD5,
 		BodyMD5Set:       m.hasMD5,
+		Priority:         m.prio,
 	}
 	if x := m.ext; x != nil {
 		d.DeadLetter, d.LastFailure, d.Redrive = x.dead, x.failure, x.redrive

@@ -61,7 +61,10 @@ type message struct {
 	// session mark found at open) though its records show no receive:
 	// deliveries report it Redelivered.
 	maybeDelivered bool
-	ext            *messageExt // failure context and history; nil for most messages
+	// prio is the priority it was sent with (Message.Priority); its
+	// queue orders by it only with a MaxPriority (queue.band).
+	prio uint8
+	ext  *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // slot in queue.expiry's in-order slice, -1 when absent
@@ -145,7 +148,34 @@ func (l *list) insertSorted(m *message) {
 	for at != nil && at.seq > m.seq {
 		at = at.prev
 	}
-	if at == nil { // front
+	l.insertAfter(at, m)
+}
+
+// band is m's priority as q orders its ready messages: its priority capped
+// at q's maximum, so always 0 on a queue without priorities.
+func (q *queue) band(m *message) uint8 { return min(m.prio, q.maxPrio) }
+
+// pushBand appends m to a standard group's list of ready messages after
+// every message of its band or a higher one (q.band), so the list stays
+// ordered highest band first and by arrival within a band. On a queue
+// without priorities every band is 0 and it is pushBack. The scan from
+// the tail passes only messages of lower bands.
+func (l *list) pushBand(m *message, q *queue) {
+	if q.maxPrio == 0 || l.tail == nil || q.band(l.tail) >= q.band(m) {
+		l.pushBack(m)
+		return
+	}
+	b := q.band(m)
+	at := l.tail
+	for at != nil && q.band(at) < b {
+		at = at.prev
+	}
+	l.insertAfter(at, m)
+}
+
+// insertAfter places m after at (at the front when at is nil).
+func (l *list) insertAfter(at, m *message) {
+	if at == nil {
 		m.prev, m.next = nil, l.head
 		if l.head != nil {
 			l.head.prev = m
@@ -166,11 +196,13 @@ func (l *list) insertSorted(m *message) {
 	l.n++
 }
 
-// insertFromFront places m by seq, scanning from the head: a requeued
-// message goes back to its original position, which is near the front.
-func (l *list) insertFromFront(m *message) {
+// insertFromFront places m by seq within its band (q.band), scanning from
+// the head: a requeued message goes back to its original position, which
+// is near the front of its band.
+func (l *list) insertFromFront(m *message, q *queue) {
+	b := q.band(m)
 	at := l.head
-	for at != nil && at.seq < m.seq {
+	for at != nil && (q.band(at) > b || q.band(at) == b && at.seq < m.seq) {
 		at = at.next
 	}
 	if at == nil {
@@ -364,8 +396,11 @@ type counters struct {
 type queue struct {
 	id     uint32
 	name   string
-	isFIFO bool    // immutable: a queue's type never changes
-	eng    *Engine // for dead-lettering from timers and limits
+	isFIFO bool // immutable: a queue's type never changes
+	// maxPrio is cfg.MaxPriority on a standard queue (immutable; 0 on a
+	// FIFO queue): see band.
+	maxPrio uint8
+	eng     *Engine // for dead-lettering from timers and limits
 
 	// allow mirrors cfg.RedriveAllow (nil: allowAll) so that a source
 	// queue can check it without taking this queue's lock.
@@ -490,6 +525,9 @@ func (q *queue) fifo() bool { return q.isFIFO }
 // setConfigLocked installs a new configuration.
 func (q *queue) setConfigLocked(cfg QueueConfig) {
 	q.cfg = cfg
+	if !q.isFIFO {
+		q.maxPrio = uint8(cfg.MaxPriority)
+	}
 	q.allow.Store(cfg.RedriveAllow)
 	c := cloneConfig(cfg)
 	q.snap.Store(&c)
@@ -574,7 +612,7 @@ func (q *queue) addLocked(m *message) {
 	if q.fifo() {
 		g.msgs.insertSorted(m)
 	} else if m.state == stateVisible {
-		g.msgs.pushBack(m)
+		g.msgs.pushBand(m, q)
 	}
 	q.updateGroupLocked(g)
 	if m.state == stateVisible {
@@ -719,7 +757,7 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 			g.msgs.remove(m)
 		}
 		if s == stateVisible {
-			g.msgs.pushBack(m)
+			g.msgs.pushBand(m, q)
 		}
 	}
 	q.updateGroupLocked(g)

@@ -702,6 +702,7 @@ func (e *Engine) redriveCopyLocked(q *queue, m *message, taskID string, now int6
 		state:      stateVisible,
 		hasMD5:     m.hasMD5,
 		bodyMD5:    m.bodyMD5,
+		prio:       m.prio,
 		ext: &messageExt{trace: m.traceHeader(), envelope: m.envelope(),
 			redrive: &RedriveInfo{OriginalMessageID: orig, Count: count, TaskID: taskID, At: fromNanos(now)}},
 		group: &group{id: m.groupID()},

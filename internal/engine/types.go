@@ -103,6 +103,17 @@ type QueueConfig struct {
 	// Engine.SetPaused.
 	Paused bool
 
+	// MaxPriority, when > 0, makes a standard queue a priority queue
+	// (AMQP x-max-priority, 1–255): within each message group its ready
+	// messages are delivered highest Message.Priority first, a priority
+	// above MaxPriority counting as MaxPriority, and in arrival order
+	// within one priority. It orders the messages in memory: a backlog
+	// beyond the ready window keeps sequence order on disk, except that
+	// sends of priority above 0 stay in memory up to a second window
+	// (see cold.go). 0: arrival order. FIFO queues ignore it. It cannot
+	// change after the queue is created.
+	MaxPriority int
+
 	// Extra holds protocol-specific queue attributes that the engine stores
 	// and returns but does not interpret (for SQS: Policy, KmsMasterKeyId,
 	// KmsDataKeyReusePeriodSeconds, SqsManagedSseEnabled). Keys and values
@@ -216,6 +227,11 @@ type Message struct {
 	// md5.Sum(Body).
 	BodyMD5    [16]byte
 	BodyMD5Set bool
+
+	// Priority is the message's priority (AMQP basic.properties
+	// priority), kept with it through dead-letter moves and redrives. A
+	// queue orders by it only when it has a MaxPriority.
+	Priority uint8
 }
 
 // Size is the message's size as SQS counts it against MaximumMessageSize:
@@ -316,6 +332,9 @@ type Delivery struct {
 	BodyMD5    [16]byte
 	BodyMD5Set bool
 
+	// Priority is the priority it was sent with (Message.Priority).
+	Priority uint8
+
 	// Failure context, when present (read-only, shared with the engine).
 	DeadLetter  *DeadLetterInfo
 	LastFailure *FailureRecord
@@ -353,4 +372,6 @@ const (
 	PurgeInterval        = 60 * time.Second
 	MaxInFlight          = 120000
 	MaxTags              = 50
+	// MaxPriority is the largest QueueConfig.MaxPriority (RabbitMQ's).
+	MaxPriority = 255
 )

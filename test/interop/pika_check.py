@@ -273,6 +273,33 @@ def single_active_consumer(conn):
     ch2.close()
 
 
+def priority_queue(conn):
+    """x-max-priority: ready messages come highest priority first (above the
+    maximum counts as the maximum), in publish order within a priority."""
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = name("prio")
+    ch.queue_declare(q, durable=True, arguments={"x-max-priority": 5})
+    for i, p in enumerate((0, 3, 9, 3, 1)):
+        ch.basic_publish("", q, b"%d-%d" % (p, i), pika.BasicProperties(delivery_mode=2, priority=p))
+    got = []
+    for _ in range(5):
+        method, props, body = get_one(ch, q)
+        got.append((body, props.priority))
+        ch.basic_ack(method.delivery_tag)
+    check([b for b, _ in got] == [b"9-2", b"3-1", b"3-3", b"1-4", b"0-0"],
+          "priority queue: highest first, publish order within one (%r)" % ([b for b, _ in got],))
+    check(got[0][1] == 9, "the priority property as published")
+    try:
+        ch.queue_declare(name("prio-bad"), durable=True, arguments={"x-max-priority": 256})
+        check(False, "x-max-priority 256 refused")
+    except pika.exceptions.ChannelClosedByBroker as e:
+        check(e.reply_code == 406, "x-max-priority 256 refused with 406 (%s)" % (e.reply_text,))
+    ch = conn.channel()
+    ch.queue_delete(q)
+    ch.close()
+
+
 def main():
     conn = connect()
     try:
@@ -282,6 +309,7 @@ def main():
         rpc(conn)
         ttl_and_limits(conn)
         single_active_consumer(conn)
+        priority_queue(conn)
     finally:
         if conn.is_open:
             conn.close()

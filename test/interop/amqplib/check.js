@@ -221,6 +221,37 @@ async function consumerPriority(conn) {
   await setup.close();
 }
 
+// Queue priorities (maxPriority, x-max-priority): a prefetch-1 consumer
+// that holds one message gets the highest priority published meanwhile
+// next, then the rest by priority, publish order within one.
+async function queuePriority(conn) {
+  const ch = await conn.createConfirmChannel();
+  const q = name('pq');
+  await ch.assertQueue(q, { durable: true, maxPriority: 4 });
+  ch.sendToQueue(q, Buffer.from('first'), { persistent: true });
+  await ch.waitForConfirms();
+  const cons = await conn.createChannel();
+  await cons.prefetch(1);
+  const got = [];
+  let held = null;
+  await cons.consume(q, (m) => {
+    got.push(`${m.content.toString()}/${m.properties.priority}`);
+    if (held === null) { held = m; return; } // hold the first: no credit
+    cons.ack(m);
+  });
+  await waitFor(async () => held !== null, 10000, 'the first delivery');
+  const sends = [['a', 1], ['b', 0], ['c', 7], ['d', 1], ['e', 3]];
+  for (const [b, p] of sends) ch.sendToQueue(q, Buffer.from(b), { persistent: true, priority: p });
+  await ch.waitForConfirms();
+  cons.ack(held);
+  await waitFor(async () => got.length === 6, 10000, `6 consumed (${got})`);
+  check(got.join(' ') === 'first/undefined c/7 e/3 a/1 d/1 b/0',
+    `maxPriority: by priority, then publish order (${got.join(' ')})`);
+  await cons.close();
+  await ch.deleteQueue(q);
+  await ch.close();
+}
+
 async function main() {
   const conn = await amqp.connect(URL, { heartbeat: 10 });
   conn.on('error', (e) => { console.error('connection error:', e); });
@@ -230,6 +261,7 @@ async function main() {
     await routing(conn);
     await queueArguments(conn);
     await consumerPriority(conn);
+    await queuePriority(conn);
   } finally {
     await conn.close();
   }

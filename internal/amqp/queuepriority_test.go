@@ -1,0 +1,141 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// publishPriorities publishes, with confirms, one message per priority in
+// prios to queue q (body: "p<priority>-<index>"), and waits for every
+// confirm.
+func publishPriorities(t *testing.T, ch *amqp091.Channel, q string, prios ...uint8) {
+	t.Helper()
+	must(t, ch.Confirm(false))
+	for i, p := range prios {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+			amqp091.Publishing{Body: []byte(fmt.Sprintf("p%d-%d", p, i)), Priority: p, DeliveryMode: amqp091.Persistent})
+		must(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok, err := dc.WaitContext(ctx)
+		cancel()
+		if err != nil || !ok {
+			t.Fatalf("publish %d not confirmed: %v", i, err)
+		}
+	}
+}
+
+// TestQueuePriorities: a queue declared with x-max-priority delivers its
+// ready messages highest priority first (above the maximum counting as
+// the maximum), in publish order within one priority, through basic.get
+// and basic.consume, with the priority property as published; the order
+// holds across a restart. A queue without the argument keeps publish
+// order.
+func TestQueuePriorities(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("pq", true, false, false, false, amqp091.Table{"x-max-priority": int32(10)})
+	must(t, err)
+	_, err = ch.QueueDeclare("plain", true, false, false, false, nil)
+	must(t, err)
+	publishPriorities(t, ch, "pq", 0, 5, 9, 12, 5, 1)
+	publishPriorities(t, ch, "plain", 0, 5, 9)
+
+	var got []string
+	for range 3 {
+		d := getOne(t, ch, "plain")
+		got = append(got, string(d.Body))
+		must(t, d.Ack(false))
+	}
+	if s := strings.Join(got, " "); s != "p0-0 p5-1 p9-2" {
+		t.Fatalf("queue without priorities: %s", s)
+	}
+
+	d := getOne(t, ch, "pq")
+	if string(d.Body) != "p12-3" || d.Priority != 12 {
+		t.Fatalf("first get: %q priority %d, want p12-3 priority 12", d.Body, d.Priority)
+	}
+	must(t, d.Ack(false))
+	poll.CheckFor(t, 5*time.Second, poll.True("the ack applied", func() bool {
+		info, _ := b.eng.GetQueue(engineName("/", "pq"))
+		return info.InFlight == 0 && info.Visible == 5
+	}))
+
+	b.restart()
+	_, ch = b.channel()
+	must(t, ch.Qos(1, 0, false))
+	ds, err := ch.Consume("pq", "", false, false, false, false, nil)
+	must(t, err)
+	got = nil
+	for range 5 {
+		d := recv(t, ds)
+		got = append(got, string(d.Body))
+		must(t, d.Ack(false))
+	}
+	if s := strings.Join(got, " "); s != "p9-2 p5-1 p5-4 p1-5 p0-0" {
+		t.Fatalf("after a restart, consumed %s, want p9-2 p5-1 p5-4 p1-5 p0-0", s)
+	}
+}
+
+// TestQueuePriorityRequeue: a rejected message goes back ahead of lower
+// priorities, and a higher priority published while a consumer holds
+// lower ones is delivered next.
+func TestQueuePriorityRequeue(t *testing.T) {
+	b := startBroker(t)
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("pq", true, false, false, false, amqp091.Table{"x-max-priority": int64(3)})
+	must(t, err)
+	publishPriorities(t, ch, "pq", 1, 1, 0)
+	d := getOne(t, ch, "pq") // p1-0
+	must(t, d.Reject(true))
+	poll.CheckFor(t, 5*time.Second, poll.True("the reject applied", func() bool {
+		info, _ := b.eng.GetQueue(engineName("/", "pq"))
+		return info.InFlight == 0
+	}))
+	publishPriorities(t, ch, "pq", 2)
+	var got []string
+	for range 4 {
+		d := getOne(t, ch, "pq")
+		got = append(got, string(d.Body))
+		must(t, d.Ack(false))
+	}
+	if s := strings.Join(got, " "); s != "p2-0 p1-0 p1-1 p0-2" {
+		t.Fatalf("got %s, want p2-0 p1-0 p1-1 p0-2", s)
+	}
+}
+
+// TestQueuePriorityArgument: x-max-priority is a non-negative integer up to
+// 255, and a redeclare must repeat it (RabbitMQ's 406s).
+func TestQueuePriorityArgument(t *testing.T) {
+	b := startBroker(t)
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{int32(256), "max_value_exceeded,256"},
+		{int32(-1), "value_negative"},
+		{"ten", "unacceptable_type"},
+	} {
+		_, ch := b.channel()
+		_, err := ch.QueueDeclare("bad", true, false, false, false, amqp091.Table{"x-max-priority": c.v})
+		e := amqpErr(t, err)
+		if e.Code != 406 || !strings.Contains(e.Reason, c.want) {
+			t.Fatalf("x-max-priority %v: %d %s, want 406 with %s", c.v, e.Code, e.Reason, c.want)
+		}
+	}
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("pq", true, false, false, false, amqp091.Table{"x-max-priority": int32(5)})
+	must(t, err)
+	_, err = ch.QueueDeclare("pq", true, false, false, false, amqp091.Table{"x-max-priority": int32(5)})
+	must(t, err)
+	_, err = ch.QueueDeclare("pq", true, false, false, false, amqp091.Table{"x-max-priority": int32(6)})
+	if e := amqpErr(t, err); e.Code != 406 {
+		t.Fatalf("redeclare with another x-max-priority: %v", e)
+	}
+}
