@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,43 @@ func TestQueuePriorityArgument(t *testing.T) {
 	_, err = ch.QueueDeclare("pq", true, false, false, false, amqp091.Table{"x-max-priority": int32(6)})
 	if e := amqpErr(t, err); e.Code != 406 {
 		t.Fatalf("redeclare with another x-max-priority: %v", e)
+	}
+}
+
+// TestQueuePriorityDeepBacklog: 400 messages of random priorities into a
+// queue whose engine keeps a window of 16 in memory, a restart, then one
+// consumer with prefetch 1: highest priority first, publish order within
+// one, across the part of the backlog that was only on disk.
+func TestQueuePriorityDeepBacklog(t *testing.T) {
+	b := startBroker(t, withReadyWindow(16))
+	_, ch := b.channel()
+	_, err := ch.QueueDeclare("deep", true, false, false, false, amqp091.Table{"x-max-priority": int32(4)})
+	must(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	prios := make([]uint8, 400)
+	byBand := make([][]string, 5)
+	for i := range prios {
+		prios[i] = uint8(rng.IntN(6)) // 5 counts as 4
+		band := min(int(prios[i]), 4)
+		byBand[band] = append(byBand[band], fmt.Sprintf("p%d-%d", prios[i], i))
+	}
+	publishPriorities(t, ch, "deep", prios...)
+	var want []string
+	for band := 4; band >= 0; band-- {
+		want = append(want, byBand[band]...)
+	}
+	b.restart()
+	_, ch = b.channel()
+	must(t, ch.Qos(1, 0, false))
+	ds, err := ch.Consume("deep", "", false, false, false, false, nil)
+	must(t, err)
+	var got []string
+	for range want {
+		d := recv(t, ds)
+		got = append(got, string(d.Body))
+		must(t, d.Ack(false))
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("consumed\n%v\nwant\n%v", got, want)
 	}
 }

@@ -95,6 +95,10 @@ type coldPart struct {
 	n     int    // cold messages
 	bytes int64  // their content records' bytes
 
+	// prio is above 0 while priority records of cold messages may exist
+	// (priority.go): a hint, set to 0 by a scan that finds none left.
+	prio int
+
 	// gone holds the sequence numbers at or above from of hot messages
 	// dropped while the queue was cold (dropLocked). Their records are
 	// deleted in the operation's batch, which is written only when the
@@ -317,7 +321,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 // forgetColdLocked makes the queue hot with nothing cold: its records are
 // being deleted wholesale (purge, delete).
 func (q *queue) forgetColdLocked() {
-	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes = false, 0, 0, 0
+	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes, q.cold.prio = false, 0, 0, 0, 0
 	q.cold.gone, q.cold.delayed, q.cold.leased, q.cold.restored = nil, nil, nil, nil
 	q.cold.idle = lookAheadIdle{}
 }
@@ -424,6 +428,9 @@ func (q *queue) lowLocked() bool {
 // past their retention are dropped here, when a receive reaches them.
 func (q *queue) topUpLocked(now int64, b *store.Batch) {
 	const maxRefills = 16
+	if q.promotePrioritiesLocked(b) > 0 {
+		q.advanceLocked(now, b)
+	}
 	for i := 0; i < maxRefills && q.cold.on && q.lowLocked() && q.eng.failed.Load() == nil; i++ {
 		if q.refillLocked(now) == 0 && q.cold.on {
 			continue

@@ -290,6 +290,7 @@ func (e *Engine) DeleteMatching(name string, f Filter) (int, error) {
 			if m.delayRec {
 				b.SingleDelete(delayKey(q.id, m.seq))
 			}
+			q.dropPrioRecordLocked(m, &b)
 			coldN++
 			coldBytes += int64(contentLen)
 		}

@@ -3,9 +3,12 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
 )
 
 // prio is a message with body s sent with priority p.
@@ -141,52 +144,107 @@ func TestPriorityConfig(t *testing.T) {
 	}
 }
 
+// drainBodies receives everything from q, ten at a time, deleting each,
+// and checks the memory the engine holds on the way.
+func (f *coldFixture) drainBodies(q string) []string {
+	f.t.Helper()
+	var got []string
+	for {
+		ds := f.recv(q, 10, 30*time.Second)
+		if len(ds) == 0 {
+			return got
+		}
+		var handles []string
+		for _, d := range ds {
+			got = append(got, string(d.Body))
+			handles = append(handles, d.ReceiptHandle)
+		}
+		f.del(q, handles...)
+		if held := f.e.MemoryHeld(); held > coldMemBound {
+			f.t.Fatalf("after %d received: %d bytes held, bound %d", len(got), held, coldMemBound)
+		}
+	}
+}
+
 // TestPriorityAheadOfColdBacklog: on a priority queue whose backlog is
-// mostly on disk, sends above the lowest priority are delivered before
-// the backlog, up to a second window of them; memory stays bounded.
+// mostly on disk, every message comes highest priority first and by
+// arrival within one, whether the higher priorities stayed in memory or
+// went to disk behind more than two windows of waiting messages, and
+// across a restart that leaves them all past the first window. Memory
+// stays bounded by a few windows.
 func TestPriorityAheadOfColdBacklog(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			coldStores(t, func(t *testing.T, f *coldFixture) {
+				f.create("pq", priorityQueue)
+				f.sendN("pq", 0, 500) // priority 0: all but the window cold
+				var want []string
+				var urgent []Message
+				for i := range 3 * coldWindow { // a window in memory, two on disk
+					urgent = append(urgent, prio(fmt.Sprintf("u%02d", i), 2))
+				}
+				for i := 0; i < len(urgent); i += 10 {
+					f.send("pq", urgent[i:min(i+10, len(urgent))]...)
+				}
+				f.send("pq", prio("late", 3))
+				want = append(want, "late")
+				for _, m := range urgent {
+					want = append(want, string(m.Body))
+				}
+				for i := range 500 {
+					want = append(want, fmt.Sprintf("m%05d", i))
+				}
+				if restart {
+					f.restartCold()
+				}
+				got := f.drainBodies("pq")
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("received (%d)\n%v\nwant (%d)\n%v", len(got), got, len(want), want)
+				}
+				if n := countKeys(t, f.st, prefixPriority); n != 0 {
+					t.Fatalf("%d priority records left on an empty queue", n)
+				}
+			})
+		})
+	}
+}
+
+// TestPriorityRandomDeep: 600 messages of random priorities through a
+// queue whose window is 16, with a restart after the sends and consumers
+// taking in the middle: highest priority first, arrival order within one.
+func TestPriorityRandomDeep(t *testing.T) {
 	coldStores(t, func(t *testing.T, f *coldFixture) {
 		f.create("pq", priorityQueue)
-		f.sendN("pq", 0, 500) // priority 0: all but the window cold
-		var urgent []Message
-		for i := range coldWindow {
-			urgent = append(urgent, prio(fmt.Sprintf("u%02d", i), 2))
-		}
-		for i := 0; i < len(urgent); i += 10 {
-			f.send("pq", urgent[i:min(i+10, len(urgent))]...)
-		}
-		// Beyond two windows waiting in memory a priority send goes
-		// cold too, and comes in sequence order.
-		f.send("pq", prio("late", 3))
-		got := bodies(f.recv("pq", 10, 30*time.Second))
-		got = append(got, bodies(f.recv("pq", 10, 30*time.Second))...)
-		for i := range coldWindow {
-			if want := fmt.Sprintf("u%02d", i); got[i] != want {
-				t.Fatalf("receive %d: %q, want %q (all: %v)", i, got[i], want, got)
+		rng := rand.New(rand.NewPCG(1, 2))
+		byBand := make([][]string, 6)
+		for i := 0; i < 600; i += 10 {
+			var batch []Message
+			for j := i; j < i+10; j++ {
+				p := uint8(rng.IntN(8)) // 6 and 7 count as 5
+				body := fmt.Sprintf("%d-%03d", p, j)
+				batch = append(batch, prio(body, p))
+				band := min(int(p), 5)
+				byBand[band] = append(byBand[band], body)
 			}
+			f.send("pq", batch...)
 		}
-		if mem := f.e.MemoryHeld(); mem > coldMemBound {
-			t.Fatalf("memory %d over the bound %d", mem, coldMemBound)
+		var want []string
+		for band := 5; band >= 0; band-- {
+			want = append(want, byBand[band]...)
 		}
-		// Everything else arrives exactly once.
-		seen := map[string]bool{}
-		for _, s := range got {
-			seen[s] = true
-		}
-		for {
-			ds := f.recv("pq", 10, 30*time.Second)
-			if len(ds) == 0 {
-				break
-			}
-			for _, d := range ds {
-				if seen[string(d.Body)] {
-					t.Fatalf("%s twice", d.Body)
-				}
-				seen[string(d.Body)] = true
-			}
-		}
-		if len(seen) != 500+coldWindow+1 || !seen["late"] {
-			t.Fatalf("received %d distinct, want %d", len(seen), 500+coldWindow+1)
+		f.restartCold()
+		got := f.drainBodies("pq")
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("received (%d)\n%v\nwant (%d)\n%v", len(got), got, len(want), want)
 		}
 	})
+}
+
+func countKeys(t *testing.T, st store.Store, prefix byte) int {
+	t.Helper()
+	n := 0
+	if err := st.Scan([]byte{prefix}, func(_, _ []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

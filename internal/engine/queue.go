@@ -64,7 +64,11 @@ type message struct {
 	// prio is the priority it was sent with (Message.Priority); its
 	// queue orders by it only with a MaxPriority (queue.band).
 	prio uint8
-	ext  *messageExt // failure context and history; nil for most messages
+	// noPrioRec says the message has no priority record (prioKey): it
+	// was sent into memory, or the record was deleted. Unset for a
+	// message read from the store, which may have one.
+	noPrioRec bool
+	ext       *messageExt // failure context and history; nil for most messages
 
 	timerIdx  int32 // index in queue.timers, -1 when absent
 	expiryIdx int32 // slot in queue.expiry's in-order slice, -1 when absent
@@ -658,6 +662,7 @@ func (q *queue) dropLocked(m *message, b *store.Batch) {
 	if m.delayRec {
 		b.SingleDelete(delayKey(q.id, m.seq))
 	}
+	q.dropPrioRecordLocked(m, b)
 	switch m.stateRec {
 	case stateRecNone:
 	case stateRecOnce:

@@ -28,6 +28,7 @@ func (e *Engine) PurgeQueue(name string) error {
 	var b store.Batch
 	b.DeleteRange(messageKey(q.id, 0, 0), messageKey(q.id, q.nextSeq.Load(), 0))
 	b.DeleteRange(delayKey(q.id, 0), delayKey(q.id, q.nextSeq.Load()))
+	b.DeleteRange(qidPrefix(prefixPriority, q.id), qidPrefix(prefixPriority, q.id+1))
 	b.DeleteRange(qidPrefix(prefixDedup, q.id), qidPrefix(prefixDedup, q.id+1))
 	b.DeleteRange(qidPrefix(prefixDedupExpiry, q.id), qidPrefix(prefixDedupExpiry, q.id+1))
 	q.lastPurge = now
@@ -141,7 +142,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	}
 	var b store.Batch
 	b.Delete(queueKey(name))
-	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixDedupExpiry, prefixSeq, prefixSessionMark} {
+	for _, p := range []byte{prefixMessage, prefixDelay, prefixDedup, prefixDedupExpiry, prefixSeq, prefixSessionMark, prefixPriority} {
 		b.DeleteRange(qidPrefix(p, q.id), qidPrefix(p, q.id+1))
 	}
 	now := e.now()

@@ -216,6 +216,9 @@ func (e *Engine) recoverQueueMessages(q *queue, delays []pendingDelay, audit *re
 		if err := q.countColdLocked(stopAt, now, delays, audit); err != nil {
 			return 0, err
 		}
+		if q.maxPrio > 0 {
+			q.cold.prio = 1 // priority records may exist: the first receive looks
+		}
 	}
 	return loaded, nil
 }

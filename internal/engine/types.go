@@ -107,11 +107,9 @@ type QueueConfig struct {
 	// (AMQP x-max-priority, 1–255): within each message group its ready
 	// messages are delivered highest Message.Priority first, a priority
 	// above MaxPriority counting as MaxPriority, and in arrival order
-	// within one priority. It orders the messages in memory: a backlog
-	// beyond the ready window keeps sequence order on disk, except that
-	// sends of priority above 0 stay in memory up to a second window
-	// (see cold.go). 0: arrival order. FIFO queues ignore it. It cannot
-	// change after the queue is created.
+	// within one priority, behind a backlog deeper than the ready window
+	// too (priority.go gives the bounds). 0: arrival order. FIFO queues
+	// ignore it. It cannot change after the queue is created.
 	MaxPriority int
 
 	// Extra holds protocol-specific queue attributes that the engine stores
