@@ -353,10 +353,11 @@ func (q *queue) notColdLocked(seq uint64) bool {
 // goesColdLocked reports whether the new message m stays only in the store:
 // while the queue is cold, or when the hot messages the window bounds fill
 // it, any new message does, delayed or not, except a priority queue's
-// sends of a band above 0, which stay in memory up to twice the window. On a FIFO queue this keeps
-// every cold message of a group after every hot one of that group (see
-// FIFO queues above); on a standard queue it keeps a backlog of delayed
-// sends on disk like any other.
+// sends of a band above 0, which stay in memory up to twice the window
+// (priority.go). On a FIFO queue this keeps every cold message of a group
+// after every hot one of that group (see FIFO queues above); on a
+// standard queue it keeps a backlog of delayed sends on disk like any
+// other.
 func (q *queue) goesColdLocked(m *message) bool {
 	w, wb := q.eng.window, q.eng.windowB
 	if w <= 0 {

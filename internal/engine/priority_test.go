@@ -248,3 +248,52 @@ func countKeys(t *testing.T, st store.Store, prefix byte) int {
 	}
 	return n
 }
+
+// TestBandTailsRandom: random appends, requeues and removals on a list
+// indexed by band keep it ordered by band, highest first, with pushBand's
+// messages by arrival and insertFromFront's by sequence within a band,
+// and the index naming each band's last message.
+func TestBandTailsRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	l := list{bands: newBandTails(4)}
+	in := map[*message]bool{}
+	seq := uint64(0)
+	for step := range 20000 {
+		switch op := rng.IntN(10); {
+		case op < 5 || len(in) == 0:
+			seq++
+			m := &message{seq: seq, prio: uint8(rng.IntN(7))}
+			l.pushBand(m)
+			in[m] = true
+		case op < 7:
+			for m := range in { // requeue one
+				l.remove(m)
+				l.insertFromFront(m)
+				break
+			}
+		default:
+			for m := range in {
+				l.remove(m)
+				delete(in, m)
+				break
+			}
+		}
+		n := 0
+		last := make([]*message, 5)
+		for m := l.head; m != nil; m = m.next {
+			n++
+			if m.next != nil && l.bands.band(m.next) > l.bands.band(m) {
+				t.Fatalf("step %d: band %d before band %d", step, l.bands.band(m), l.bands.band(m.next))
+			}
+			last[l.bands.band(m)] = m
+		}
+		if n != len(in) || l.n != n {
+			t.Fatalf("step %d: %d linked, n %d, want %d", step, n, l.n, len(in))
+		}
+		for b := range last {
+			if last[b] != l.bands.last[b] {
+				t.Fatalf("step %d: band %d's last is wrong", step, b)
+			}
+		}
+	}
+}

@@ -132,6 +132,53 @@ func (m *message) extension() *messageExt {
 type list struct {
 	head, tail *message
 	n          int
+	// bands indexes a priority queue's standard group list (nil
+	// otherwise): see bandTails.
+	bands *bandTails
+}
+
+// bandTails indexes a list kept ordered by band, highest first (a
+// priority queue's ready messages of one group): last[b] is the list's
+// last message of band b (nil: none), so that an insert finds its place
+// without walking past the messages of lower bands.
+type bandTails struct {
+	max  uint8
+	last []*message // max+1 entries
+}
+
+func newBandTails(maxPrio uint8) *bandTails {
+	return &bandTails{max: maxPrio, last: make([]*message, int(maxPrio)+1)}
+}
+
+func (t *bandTails) band(m *message) uint8 { return min(m.prio, t.max) }
+
+// above returns the last message of the lowest non-empty band at or above
+// b (nil: there is none, so a message of band b goes first).
+func (t *bandTails) above(b uint8) *message {
+	for c := int(b); c <= int(t.max); c++ {
+		if t.last[c] != nil {
+			return t.last[c]
+		}
+	}
+	return nil
+}
+
+// inserted notes that m has just been linked in its place.
+func (t *bandTails) inserted(m *message) {
+	if b := t.band(m); m.next == nil || t.band(m.next) != b {
+		t.last[b] = m
+	}
+}
+
+// removing notes that m is about to be unlinked.
+func (t *bandTails) removing(m *message) {
+	if b := t.band(m); t.last[b] == m {
+		if m.prev != nil && t.band(m.prev) == b {
+			t.last[b] = m.prev
+		} else {
+			t.last[b] = nil
+		}
+	}
 }
 
 func (l *list) pushBack(m *message) {
@@ -160,21 +207,17 @@ func (l *list) insertSorted(m *message) {
 func (q *queue) band(m *message) uint8 { return min(m.prio, q.maxPrio) }
 
 // pushBand appends m to a standard group's list of ready messages after
-// every message of its band or a higher one (q.band), so the list stays
+// every message of its band or a higher one (queue.band), so the list stays
 // ordered highest band first and by arrival within a band. On a queue
-// without priorities every band is 0 and it is pushBack. The scan from
-// the tail passes only messages of lower bands.
-func (l *list) pushBand(m *message, q *queue) {
-	if q.maxPrio == 0 || l.tail == nil || q.band(l.tail) >= q.band(m) {
+// without priorities (no bandTails) it is pushBack.
+func (l *list) pushBand(m *message) {
+	t := l.bands
+	if t == nil {
 		l.pushBack(m)
 		return
 	}
-	b := q.band(m)
-	at := l.tail
-	for at != nil && q.band(at) < b {
-		at = at.prev
-	}
-	l.insertAfter(at, m)
+	l.insertAfter(t.above(t.band(m)), m)
+	t.inserted(m)
 }
 
 // insertAfter places m after at (at the front when at is nil).
@@ -200,13 +243,32 @@ func (l *list) insertAfter(at, m *message) {
 	l.n++
 }
 
-// insertFromFront places m by seq within its band (q.band), scanning from
+// insertFromFront places m by seq within its band (queue.band), scanning from
 // the head: a requeued message goes back to its original position, which
 // is near the front of its band.
-func (l *list) insertFromFront(m *message, q *queue) {
-	b := q.band(m)
+func (l *list) insertFromFront(m *message) {
+	if t := l.bands; t != nil {
+		b := t.band(m)
+		var prev *message // the last of the higher bands, if any
+		if b < t.max {
+			prev = t.above(b + 1)
+		}
+		for {
+			next := l.head
+			if prev != nil {
+				next = prev.next
+			}
+			if next == nil || t.band(next) != b || next.seq > m.seq {
+				break
+			}
+			prev = next
+		}
+		l.insertAfter(prev, m)
+		t.inserted(m)
+		return
+	}
 	at := l.head
-	for at != nil && (q.band(at) > b || q.band(at) == b && at.seq < m.seq) {
+	for at != nil && at.seq < m.seq {
 		at = at.next
 	}
 	if at == nil {
@@ -224,6 +286,9 @@ func (l *list) insertFromFront(m *message, q *queue) {
 }
 
 func (l *list) remove(m *message) {
+	if l.bands != nil {
+		l.bands.removing(m)
+	}
 	if m.prev != nil {
 		m.prev.next = m.next
 	} else {
@@ -577,6 +642,9 @@ func (q *queue) groupLocked(id string) *group {
 	g := q.groups[id]
 	if g == nil {
 		g = &group{id: id}
+		if q.maxPrio > 0 {
+			g.msgs.bands = newBandTails(q.maxPrio)
+		}
 		q.groups[id] = g
 	}
 	return g
@@ -616,7 +684,7 @@ func (q *queue) addLocked(m *message) {
 	if q.fifo() {
 		g.msgs.insertSorted(m)
 	} else if m.state == stateVisible {
-		g.msgs.pushBand(m, q)
+		g.msgs.pushBand(m)
 	}
 	q.updateGroupLocked(g)
 	if m.state == stateVisible {
@@ -762,7 +830,7 @@ func (q *queue) setStateLocked(m *message, s uint8) {
 			g.msgs.remove(m)
 		}
 		if s == stateVisible {
-			g.msgs.pushBand(m, q)
+			g.msgs.pushBand(m)
 		}
 	}
 	q.updateGroupLocked(g)

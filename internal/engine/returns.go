@@ -234,7 +234,7 @@ func (q *queue) placeReturnedLocked(m *message, kind returnKind, now int64) {
 		// and its group to the front of the rotation.
 		g := m.group
 		g.msgs.remove(m)
-		g.msgs.insertFromFront(m, q)
+		g.msgs.insertFromFront(m)
 		if g.available && q.available.head != g {
 			q.available.remove(g)
 			q.available.pushFront(g)
