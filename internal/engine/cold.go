@@ -95,9 +95,12 @@ type coldPart struct {
 	n     int    // cold messages
 	bytes int64  // their content records' bytes
 
-	// prio is above 0 while priority records of cold messages may exist
-	// (priority.go): a hint, set to 0 by a scan that finds none left.
-	prio int
+	// prioFrom holds, for each band whose priority records may name cold
+	// messages (priority.go), the sequence number a scan of that band
+	// starts at: every record of the band below it names a message in
+	// memory or gone. A hint: a scan that finds none left removes the
+	// band.
+	prioFrom map[uint8]uint64
 
 	// gone holds the sequence numbers at or above from of hot messages
 	// dropped while the queue was cold (dropLocked). Their records are
@@ -321,7 +324,7 @@ func (c *coldPart) isPending(seq uint64) bool {
 // forgetColdLocked makes the queue hot with nothing cold: its records are
 // being deleted wholesale (purge, delete).
 func (q *queue) forgetColdLocked() {
-	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes, q.cold.prio = false, 0, 0, 0, 0
+	q.cold.on, q.cold.from, q.cold.n, q.cold.bytes, q.cold.prioFrom = false, 0, 0, 0, nil
 	q.cold.gone, q.cold.delayed, q.cold.leased, q.cold.restored = nil, nil, nil, nil
 	q.cold.idle = lookAheadIdle{}
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -25,20 +27,21 @@ import (
 //     those records name, highest band first (promotePrioritiesLocked),
 //     while the waiting messages fit in two windows, and up to three for
 //     a band above every ready message in memory; then it refills in
-//     sequence order as any queue does.
+//     sequence order as any queue does. Only bands that may hold cold
+//     records are scanned, each from where its last scan stopped
+//     (coldPart.prioFrom; all bands from the start after a restart).
 //
 // A record is deleted when its message is loaded through it or dropped; a
 // scan deletes the ones it finds stale (message gone, or in memory and
-// not ready: in flight or delayed, which a scan would otherwise pass over
-// every time) and leaves those of ready messages in memory for a
-// restart. A dead-letter or redrive copy gets none: in a cold priority
+// not ready) and passes over those of ready messages in memory, kept for
+// a restart. A dead-letter or redrive copy gets none: in a cold priority
 // queue it is ordered by arrival until a refill loads it. So a higher
 // priority waits behind a lower one only while three windows of messages
 // wait in memory, for copies, and, after a restart, for a message that
 // was in flight or delayed when a scan passed its record.
 
-// prioKey is the priority record of cold message seq of band band of
-// queue qid. The band is stored inverted so that a scan from the
+// prioKey is the priority record of message seq of band band of queue
+// qid. The band is stored inverted so that a scan from the
 // queue's prefix meets the highest band first, then sequence order.
 func prioKey(qid uint32, band uint8, seq uint64) []byte {
 	k := append(qidPrefix(prefixPriority, qid), 255-band)
@@ -51,8 +54,14 @@ func (q *queue) indexColdLocked(m *message, b *store.Batch) {
 	if q.maxPrio == 0 || q.band(m) == 0 {
 		return
 	}
-	b.Set(prioKey(q.id, q.band(m), m.seq), nil)
-	q.cold.prio++
+	band := q.band(m)
+	b.Set(prioKey(q.id, band, m.seq), nil)
+	if q.cold.prioFrom == nil {
+		q.cold.prioFrom = make(map[uint8]uint64)
+	}
+	if _, ok := q.cold.prioFrom[band]; !ok {
+		q.cold.prioFrom[band] = m.seq
+	}
 }
 
 // indexHotLocked writes the priority record of m, a send of q kept in
@@ -83,10 +92,12 @@ func (q *queue) dropPrioRecordLocked(m *message, b *store.Batch) {
 // two windows, and past that, up to three windows, those of a band above
 // every ready message in memory, so that none is delivered while a higher
 // priority waits on disk. It deletes the records it read (of the messages
-// loaded, and stale ones) and returns how many messages it loaded. A read
-// failure fails the engine.
+// loaded, and stale ones) and returns how many messages it loaded. Each
+// band's scan starts where the last one stopped (coldPart.prioFrom), so
+// it does not pass again over the records of ready messages in memory. A
+// read failure fails the engine.
 func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
-	if q.maxPrio == 0 || !q.cold.on || q.cold.prio <= 0 {
+	if q.maxPrio == 0 || !q.cold.on || len(q.cold.prioFrom) == 0 {
 		return 0
 	}
 	e := q.eng
@@ -99,62 +110,65 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 	if wb > 0 && bytes >= 3*wb {
 		over = 0
 	}
-	if over <= 0 {
-		return 0
-	}
 	best := q.bestReadyBandLocked()
-	type rec struct {
-		key []byte
-		seq uint64
+	bands := make([]int, 0, len(q.cold.prioFrom))
+	for band := range q.cold.prioFrom {
+		bands = append(bands, int(band))
 	}
+	slices.Sort(bands)
 	var (
-		cold  []rec
+		cold  [][]byte // records of cold messages to load, in order
 		stale [][]byte
-		ended = true // the scan reached the end of the queue's records
 	)
-	lo, hi := qidPrefix(prefixPriority, q.id), qidPrefix(prefixPriority, q.id+1)
-	err := e.st.ScanRange(lo, hi, func(k, _ []byte) error {
-		if len(k) != 14 {
-			return fmt.Errorf("%w: priority key %x", errCorrupt, k)
+	full := func(band int) bool { return len(cold) >= over || len(cold) >= room && band <= best }
+	for i := len(bands) - 1; i >= 0 && !full(bands[i]); i-- {
+		band := uint8(bands[i])
+		next, ended := uint64(0), true
+		lo, hi := prioKey(q.id, band, q.cold.prioFrom[band]), prioKey(q.id, band, math.MaxUint64)
+		err := e.st.ScanRange(lo, hi, func(k, _ []byte) error {
+			if len(k) != 14 {
+				return fmt.Errorf("%w: priority key %x", errCorrupt, k)
+			}
+			seq := binary.BigEndian.Uint64(k[6:])
+			if full(int(band)) || len(stale) >= 4*w {
+				next, ended = seq, false
+				return store.ErrStopScan
+			}
+			key := append([]byte(nil), k...)
+			switch m := q.msgs[seq]; {
+			case m != nil && m.state == stateVisible && !m.noPrioRec:
+				// In memory and ready: the record stays for a
+				// restart, and the next scan starts past it (a
+				// message in memory never goes cold again).
+			case seq < q.cold.from || q.notColdLocked(seq):
+				stale = append(stale, key) // gone, or in memory and delivered
+			default:
+				cold = append(cold, key)
+			}
+			return nil
+		})
+		if err != nil {
+			_ = e.fail(fmt.Errorf("reading the priority records of queue %q: %w", q.name, err))
+			return 0
 		}
-		band := int(255 - k[5])
-		if len(cold) >= over || len(cold) >= room && band <= best || len(stale) >= 4*w {
-			ended = false
-			return store.ErrStopScan
-		}
-		seq := binary.BigEndian.Uint64(k[6:])
-		if m := q.msgs[seq]; m != nil && m.state == stateVisible && !m.noPrioRec {
-			return nil // in memory and ready: the record stays for a restart
-		}
-		key := append([]byte(nil), k...)
-		if seq < q.cold.from || q.notColdLocked(seq) {
-			stale = append(stale, key) // gone, or in memory and delivered
+		if ended {
+			delete(q.cold.prioFrom, band)
 		} else {
-			cold = append(cold, rec{key, seq})
+			q.cold.prioFrom[band] = next
 		}
-		return nil
-	})
-	if err != nil {
-		_ = e.fail(fmt.Errorf("reading the priority records of queue %q: %w", q.name, err))
-		return 0
 	}
 	for _, k := range stale {
 		b.Delete(k)
 	}
 	loaded := 0
-	for _, r := range cold {
-		b.Delete(r.key)
-		if m := q.promoteColdLocked(r.seq); m != nil {
+	for _, k := range cold {
+		b.Delete(k)
+		if m := q.promoteColdLocked(binary.BigEndian.Uint64(k[6:])); m != nil {
 			m.noPrioRec = true
 			loaded++
 		} else if e.failed.Load() != nil {
 			return loaded
 		}
-	}
-	if ended {
-		q.cold.prio = 0 // none left: no scan until a send writes one
-	} else {
-		q.cold.prio = max(q.cold.prio-loaded, 1)
 	}
 	return loaded
 }

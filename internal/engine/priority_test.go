@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // prio is a message with body s sent with priority p.
@@ -295,5 +297,65 @@ func TestBandTailsRandom(t *testing.T) {
 				t.Fatalf("step %d: band %d's last is wrong", step, b)
 			}
 		}
+	}
+}
+
+// BenchmarkPriorityBacklog: one message's life (send, receive, delete, in
+// batches of 10, random priorities 0-9) on a queue holding a standing
+// backlog of 10,000 such messages, beyond the default ready window, in
+// pebble, with
+// and without x-max-priority: what ordering by priority costs.
+func BenchmarkPriorityBacklog(b *testing.B) {
+	for _, maxPrio := range []int{0, 9} {
+		b.Run(fmt.Sprintf("max=%d", maxPrio), func(b *testing.B) {
+			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			e, err := Open(Options{Store: st})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			cfg := DefaultQueueConfig()
+			cfg.MaxPriority = maxPrio
+			if _, _, err := e.CreateQueue("q", cfg, nil); err != nil {
+				b.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 8))
+			payload := make([]byte, 1024)
+			batch := make([]Message, 10)
+			fill := func() {
+				for i := range batch {
+					batch[i] = Message{Body: payload, Priority: uint8(rng.IntN(10))}
+				}
+			}
+			for range 1000 {
+				fill()
+				if _, err := e.Send("q", batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += 10 {
+				fill()
+				if _, err := e.Send("q", batch); err != nil {
+					b.Fatal(err)
+				}
+				d, err := e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				handles := make([]string, len(d))
+				for j := range d {
+					handles[j] = d[j].ReceiptHandle
+				}
+				if _, err := e.Delete("q", handles); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -217,7 +217,12 @@ func (e *Engine) recoverQueueMessages(q *queue, delays []pendingDelay, audit *re
 			return 0, err
 		}
 		if q.maxPrio > 0 {
-			q.cold.prio = 1 // priority records may exist: the first receive looks
+			// Priority records may exist in any band: the first
+			// receive looks at each from its start.
+			q.cold.prioFrom = make(map[uint8]uint64, q.maxPrio)
+			for b := uint8(1); b <= q.maxPrio && b != 0; b++ {
+				q.cold.prioFrom[b] = 0
+			}
 		}
 	}
 	return loaded, nil
