@@ -14,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum fuzz crash faults cluster-faults soak perf perf-fifo release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum priority-vs-rabbitmq fuzz crash faults cluster-faults soak perf perf-fifo release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -92,6 +92,9 @@ bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, 
 
 bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS)
 	scripts/bench-quorum.sh
+
+priority-vs-rabbitmq: ## the order of N messages of random priorities on a priority queue, Sluice against RabbitMQ (N, MAXP, SEED)
+	scripts/priority-vs-rabbitmq.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (scripts/fuzz-all.sh: targets read from the test files, one instrumented build per package)
 	@for m in $(MODULES); do (cd $$m && GO=$(GO) $(CURDIR)/scripts/fuzz-all.sh $(FUZZTIME)) || exit 1; done
