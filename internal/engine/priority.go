@@ -25,16 +25,17 @@ import (
 //     receive finds the message past it.
 //   - A receive on a cold priority queue first loads the cold messages
 //     those records name, highest band first (promotePrioritiesLocked),
-//     while the waiting messages fit in two windows, and up to three for
-//     a band above every ready message in memory; then it refills in
-//     sequence order as any queue does. Only bands that may hold cold
+//     while the waiting messages fit in three windows; then it refills
+//     in sequence order as any queue does. A message loaded from the
+//     store takes its place by sequence number within its band
+//     (list.insertBand), so an older one loaded after newer ones of its
+//     band still comes first. Only bands that may hold cold
 //     records are scanned, each from where its last scan stopped
 //     (coldPart.prioFrom; all bands from the start after a restart).
 //
-// A record is deleted when its message is loaded through it or dropped; a
-// scan deletes the ones it finds stale (message gone, or in memory and
-// not ready) and passes over those of ready messages in memory, kept for
-// a restart. A dead-letter or redrive copy gets none: in a cold priority
+// A record is deleted with its message; a scan deletes the ones it finds
+// stale (message gone, or in memory and not ready) and passes over those
+// of ready messages in memory, kept for a restart. A dead-letter or redrive copy gets none: in a cold priority
 // queue it is ordered by arrival until a refill loads it. So a higher
 // priority waits behind a lower one only while three windows of messages
 // wait in memory, for copies, and, after a restart, for a message that
@@ -89,13 +90,12 @@ func (q *queue) dropPrioRecordLocked(m *message, b *store.Batch) {
 
 // promotePrioritiesLocked loads into memory, highest band first, the cold
 // messages that priority records name, while the waiting messages fit in
-// two windows, and past that, up to three windows, those of a band above
-// every ready message in memory, so that none is delivered while a higher
-// priority waits on disk. It deletes the records it read (of the messages
-// loaded, and stale ones) and returns how many messages it loaded. Each
-// band's scan starts where the last one stopped (coldPart.prioFrom), so
-// it does not pass again over the records of ready messages in memory. A
-// read failure fails the engine.
+// three windows, so that none is delivered while a higher priority, or an
+// older message of its own, waits on disk. It deletes the stale records
+// it reads and returns how many messages it loaded. Each band's scan
+// starts where the last one stopped (coldPart.prioFrom), so it does not
+// pass again over the records of ready messages in memory. A read
+// failure fails the engine.
 func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 	if q.maxPrio == 0 || !q.cold.on || len(q.cold.prioFrom) == 0 {
 		return 0
@@ -103,14 +103,10 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 	e := q.eng
 	w, wb := max(e.window, 1), e.windowB
 	n, bytes := q.waitingLocked()
-	room, over := 2*w-n, 3*w-n
-	if wb > 0 && bytes >= 2*wb {
+	room := 3*w - n
+	if wb > 0 && bytes >= 3*wb {
 		room = 0
 	}
-	if wb > 0 && bytes >= 3*wb {
-		over = 0
-	}
-	best := q.bestReadyBandLocked()
 	bands := make([]int, 0, len(q.cold.prioFrom))
 	for band := range q.cold.prioFrom {
 		bands = append(bands, int(band))
@@ -120,8 +116,7 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 		cold  [][]byte // records of cold messages to load, in order
 		stale [][]byte
 	)
-	full := func(band int) bool { return len(cold) >= over || len(cold) >= room && band <= best }
-	for i := len(bands) - 1; i >= 0 && !full(bands[i]); i-- {
+	for i := len(bands) - 1; i >= 0 && len(cold) < room; i-- {
 		band := uint8(bands[i])
 		next, ended := uint64(0), true
 		lo, hi := prioKey(q.id, band, q.cold.prioFrom[band]), prioKey(q.id, band, math.MaxUint64)
@@ -130,7 +125,7 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 				return fmt.Errorf("%w: priority key %x", errCorrupt, k)
 			}
 			seq := binary.BigEndian.Uint64(k[6:])
-			if full(int(band)) || len(stale) >= 4*w {
+			if len(cold) >= room || len(stale) >= 4*w {
 				next, ended = seq, false
 				return store.ErrStopScan
 			}
@@ -160,30 +155,17 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 	for _, k := range stale {
 		b.Delete(k)
 	}
+	// A message loaded keeps its record: it is ready in memory, and a
+	// restart may leave it past the first window again.
 	loaded := 0
 	for _, k := range cold {
-		b.Delete(k)
-		if m := q.promoteColdLocked(binary.BigEndian.Uint64(k[6:])); m != nil {
-			m.noPrioRec = true
+		if q.promoteColdLocked(binary.BigEndian.Uint64(k[6:])) != nil {
 			loaded++
 		} else if e.failed.Load() != nil {
 			return loaded
+		} else {
+			b.Delete(k) // its message is gone
 		}
 	}
 	return loaded
-}
-
-// bestReadyBandLocked returns the highest band among the ready messages
-// at the heads of the first groups a receive would take from (-1: none).
-// Each group's list is ordered by band, so its head is its best.
-func (q *queue) bestReadyBandLocked() int {
-	best := -1
-	i := 0
-	for g := q.available.head; g != nil && i < 64; g = g.next {
-		if m := g.msgs.head; m != nil && m.state == stateVisible {
-			best = max(best, int(q.band(m)))
-		}
-		i++
-	}
-	return best
 }

@@ -359,3 +359,89 @@ func BenchmarkPriorityBacklog(b *testing.B) {
 		})
 	}
 }
+
+// TestPriorityModel drives a priority queue whose window is 16 with
+// random sends, receives that delete or nack what they get, and (in one
+// mode) restarts, keeping at most 40 messages queued so that fewer than
+// three windows ever wait (priority.go's bound), and checks every receive
+// against a model: the highest priorities first, sequence order within
+// one (a nack puts a message back at its place). Part of the queue is on
+// disk most of the time. (Run with 40 seeds by hand when it was written:
+// all passed.)
+func TestPriorityModel(t *testing.T) {
+	seeds := uint64(4)
+	if testing.Short() {
+		seeds = 1 // make race
+	}
+	for _, mode := range []string{"nacks", "restarts"} {
+		for seed := uint64(1); seed <= seeds; seed++ {
+			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
+				coldStores(t, func(t *testing.T, f *coldFixture) {
+					f.create("pq", priorityQueue)
+					rng := rand.New(rand.NewPCG(seed, 11))
+					type entry struct {
+						band int
+						i    int
+					}
+					var ready []entry // the model, in delivery order
+					insert := func(e entry) {
+						at := len(ready)
+						for k, r := range ready {
+							if r.band < e.band || r.band == e.band && r.i > e.i {
+								at = k
+								break
+							}
+						}
+						ready = append(ready[:at], append([]entry{e}, ready[at:]...)...)
+					}
+					next := 0
+					for step := range 600 {
+						switch op := rng.IntN(10); {
+						case op < 4 && len(ready) < 30:
+							var batch []Message
+							for range 1 + rng.IntN(10) {
+								p := rng.IntN(8)
+								batch = append(batch, prio(fmt.Sprintf("%d", next), uint8(p)))
+								insert(entry{min(p, 5), next})
+								next++
+							}
+							f.send("pq", batch...)
+						case op == 9 && mode == "restarts":
+							f.restartCold()
+						default:
+							k := 1 + rng.IntN(10)
+							ds := f.recv("pq", k, 30*time.Second)
+							// A receive may return fewer than it asked for
+							// while a refill is not due (as SQS may), never
+							// none while messages are ready.
+							want := len(ds)
+							if want > k || want > len(ready) || want == 0 && len(ready) > 0 {
+								t.Fatalf("step %d: received %d of %d asked, %d ready", step, want, k, len(ready))
+							}
+							nack := mode == "nacks" && rng.IntN(3) == 0
+							var handles []string
+							for j, d := range ds {
+								if got := fmt.Sprint(ready[j].i); string(d.Body) != got {
+									t.Fatalf("step %d: receive %d got %s, want %s (ready %v)", step, j, d.Body, got, ready)
+								}
+								handles = append(handles, d.ReceiptHandle)
+							}
+							taken := append([]entry(nil), ready[:want]...)
+							ready = ready[want:]
+							if nack {
+								if errs, err := f.e.Nack("pq", handles); err != nil || errors.Join(errs...) != nil {
+									t.Fatalf("nack: %v %v", err, errs)
+								}
+								for _, e := range taken {
+									insert(e)
+								}
+							} else {
+								f.del("pq", handles...)
+							}
+						}
+					}
+				})
+			})
+		}
+	}
+}

@@ -220,6 +220,26 @@ func (l *list) pushBand(m *message) {
 	t.inserted(m)
 }
 
+// insertBand places m, new to memory, in a standard group's list of ready
+// messages: by sequence number within its band on a priority queue,
+// scanning back from the band's last message (a send belongs at its end;
+// a message loaded from the store may be older than ones of its band
+// already in memory), and at the end on other queues.
+func (l *list) insertBand(m *message) {
+	t := l.bands
+	if t == nil {
+		l.pushBack(m)
+		return
+	}
+	b := t.band(m)
+	at := t.above(b)
+	for at != nil && t.band(at) == b && at.seq > m.seq {
+		at = at.prev
+	}
+	l.insertAfter(at, m)
+	t.inserted(m)
+}
+
 // insertAfter places m after at (at the front when at is nil).
 func (l *list) insertAfter(at, m *message) {
 	if at == nil {
@@ -684,7 +704,7 @@ func (q *queue) addLocked(m *message) {
 	if q.fifo() {
 		g.msgs.insertSorted(m)
 	} else if m.state == stateVisible {
-		g.msgs.pushBand(m)
+		g.msgs.insertBand(m)
 	}
 	q.updateGroupLocked(g)
 	if m.state == stateVisible {
