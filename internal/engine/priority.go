@@ -12,10 +12,10 @@ import (
 // Priority queues (QueueConfig.MaxPriority, AMQP x-max-priority).
 //
 // In memory a priority queue keeps each group's ready messages ordered by
-// band, highest first (list.pushBand). On disk its messages are in
-// sequence order like any queue's, so a refill alone would load a deep
-// backlog's messages by arrival and deliver a low priority ahead of a
-// higher one still on disk. What keeps the order across the cold part:
+// band, highest first (list.insertBand, pushBand). On disk its messages
+// are in sequence order like any queue's, so a refill alone would load a
+// deep backlog's messages by arrival and deliver a low priority ahead of
+// a higher one still on disk. What keeps the order across the cold part:
 //
 //   - A send of band above 0 stays in memory while the waiting messages
 //     fit in two windows, even when the queue is cold (goesColdLocked).
@@ -29,17 +29,19 @@ import (
 //     in sequence order as any queue does. A message loaded from the
 //     store takes its place by sequence number within its band
 //     (list.insertBand), so an older one loaded after newer ones of its
-//     band still comes first. Only bands that may hold cold
-//     records are scanned, each from where its last scan stopped
-//     (coldPart.prioFrom; all bands from the start after a restart).
+//     band still comes first. Only bands that may hold cold records are
+//     scanned, each from where its last scan stopped (coldPart.prioFrom;
+//     every band from the start after a restart).
 //
 // A record is deleted with its message; a scan deletes the ones it finds
 // stale (message gone, or in memory and not ready) and passes over those
-// of ready messages in memory, kept for a restart. A dead-letter or redrive copy gets none: in a cold priority
-// queue it is ordered by arrival until a refill loads it. So a higher
-// priority waits behind a lower one only while three windows of messages
-// wait in memory, for copies, and, after a restart, for a message that
-// was in flight or delayed when a scan passed its record.
+// of ready messages in memory, kept for a restart. A dead-letter or
+// redrive copy gets none: in a cold priority queue it is ordered by
+// arrival until a refill loads it. So a higher priority waits behind a
+// lower one only while three windows of messages wait in memory, for
+// copies, and, after a restart, for a message that was in flight or
+// delayed when a scan passed its record (TestPriorityModel checks the
+// order against a model within the first bound).
 
 // prioKey is the priority record of message seq of band band of queue
 // qid. The band is stored inverted so that a scan from the
