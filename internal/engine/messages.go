@@ -201,7 +201,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		m.group = &group{id: in.GroupID}
 		rec := encodeContent(m)
 		b.Set(messageKey(q.id, seq, kindContent), rec)
-		q.indexColdLocked(m, b)
+		q.indexLocked(m, true, b)
 		q.addColdLocked(seq, len(rec), m.state == stateDelayed)
 		if m.state == stateDelayed {
 			q.cold.addDelayed(m.visibleAt, now)
@@ -213,7 +213,7 @@ func (q *queue) sendOneLocked(in *Message, id [16]byte, now int64, b *store.Batc
 		rec, bodyAt := encodeContentBodyAt(m)
 		b.Set(messageKey(q.id, seq, kindContent), rec)
 		m.stateRec = stateRecNone // a fresh sequence number: no state record yet
-		m.noPrioRec = !q.indexHotLocked(m, b)
+		m.noPrioRec = !q.indexLocked(m, false, b)
 		if in.BodyBorrowed {
 			m.body = ownBody(rec, bodyAt, in.Body)
 		}

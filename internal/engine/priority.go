@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -51,39 +50,33 @@ func prioKey(qid uint32, band uint8, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
-// indexColdLocked writes the priority record of m, a send of q going cold
-// in b, when q orders by priority and m's band is above 0.
-func (q *queue) indexColdLocked(m *message, b *store.Batch) {
-	if q.maxPrio == 0 || q.band(m) == 0 {
-		return
-	}
+// indexLocked writes in b the priority record of m, a send of q, when q
+// orders by priority and m's band is above 0, and reports whether it
+// wrote one. A send kept in memory needs it too: a restart loads only
+// the first window and may find m past it, in the cold part, where only
+// its record lets a receive find it ahead of the backlog. For a send
+// going cold (cold), the band's scan is told where to start.
+func (q *queue) indexLocked(m *message, cold bool, b *store.Batch) bool {
 	band := q.band(m)
-	b.Set(prioKey(q.id, band, m.seq), nil)
-	if q.cold.prioFrom == nil {
-		q.cold.prioFrom = make(map[uint8]uint64)
-	}
-	if _, ok := q.cold.prioFrom[band]; !ok {
-		q.cold.prioFrom[band] = m.seq
-	}
-}
-
-// indexHotLocked writes the priority record of m, a send of q kept in
-// memory, in b when q orders by priority and m's band is above 0: a
-// restart loads only the first window, and may find m past it, in the
-// cold part, where only its record lets a receive find it ahead of the
-// backlog. It reports whether it wrote one.
-func (q *queue) indexHotLocked(m *message, b *store.Batch) bool {
-	if q.maxPrio == 0 || q.band(m) == 0 {
+	if band == 0 {
 		return false
 	}
-	b.Set(prioKey(q.id, q.band(m), m.seq), nil)
+	b.Set(prioKey(q.id, band, m.seq), nil)
+	if cold {
+		if q.cold.prioFrom == nil {
+			q.cold.prioFrom = make(map[uint8]uint64)
+		}
+		if _, ok := q.cold.prioFrom[band]; !ok {
+			q.cold.prioFrom[band] = m.seq
+		}
+	}
 	return true
 }
 
 // dropPrioRecordLocked deletes m's priority record in b when it may have
 // one.
 func (q *queue) dropPrioRecordLocked(m *message, b *store.Batch) {
-	if q.maxPrio == 0 || q.band(m) == 0 || m.noPrioRec {
+	if q.band(m) == 0 || m.noPrioRec {
 		return
 	}
 	b.Delete(prioKey(q.id, q.band(m), m.seq))
@@ -109,19 +102,17 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 	if wb > 0 && bytes >= 3*wb {
 		room = 0
 	}
-	bands := make([]int, 0, len(q.cold.prioFrom))
-	for band := range q.cold.prioFrom {
-		bands = append(bands, int(band))
-	}
-	slices.Sort(bands)
 	var (
 		cold  [][]byte // records of cold messages to load, in order
 		stale [][]byte
 	)
-	for i := len(bands) - 1; i >= 0 && len(cold) < room; i-- {
-		band := uint8(bands[i])
+	for band := q.maxPrio; band > 0 && len(cold) < room; band-- {
+		from, ok := q.cold.prioFrom[band]
+		if !ok {
+			continue
+		}
 		next, ended := uint64(0), true
-		lo, hi := prioKey(q.id, band, q.cold.prioFrom[band]), prioKey(q.id, band, math.MaxUint64)
+		lo, hi := prioKey(q.id, band, from), prioKey(q.id, band, math.MaxUint64)
 		err := e.st.ScanRange(lo, hi, func(k, _ []byte) error {
 			if len(k) != 14 {
 				return fmt.Errorf("%w: priority key %x", errCorrupt, k)
