@@ -11,6 +11,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // publishPriorities publishes, with confirms, one message per priority in
@@ -32,6 +33,19 @@ func publishPriorities(t *testing.T, ch *amqp091.Channel, q string, prios ...uin
 	}
 }
 
+// getBodies takes n messages from q with basic.get, acking each, and
+// returns their bodies joined by spaces.
+func getBodies(t *testing.T, ch *amqp091.Channel, q string, n int) string {
+	t.Helper()
+	var got []string
+	for range n {
+		d := getOne(t, ch, q)
+		got = append(got, string(d.Body))
+		must(t, d.Ack(false))
+	}
+	return strings.Join(got, " ")
+}
+
 // TestQueuePriorities: a queue declared with x-max-priority delivers its
 // ready messages highest priority first (above the maximum counting as
 // the maximum), in publish order within one priority, through basic.get
@@ -48,13 +62,7 @@ func TestQueuePriorities(t *testing.T) {
 	publishPriorities(t, ch, "pq", 0, 5, 9, 12, 5, 1)
 	publishPriorities(t, ch, "plain", 0, 5, 9)
 
-	var got []string
-	for range 3 {
-		d := getOne(t, ch, "plain")
-		got = append(got, string(d.Body))
-		must(t, d.Ack(false))
-	}
-	if s := strings.Join(got, " "); s != "p0-0 p5-1 p9-2" {
+	if s := getBodies(t, ch, "plain", 3); s != "p0-0 p5-1 p9-2" {
 		t.Fatalf("queue without priorities: %s", s)
 	}
 
@@ -73,7 +81,7 @@ func TestQueuePriorities(t *testing.T) {
 	must(t, ch.Qos(1, 0, false))
 	ds, err := ch.Consume("pq", "", false, false, false, false, nil)
 	must(t, err)
-	got = nil
+	var got []string
 	for range 5 {
 		d := recv(t, ds)
 		got = append(got, string(d.Body))
@@ -100,19 +108,14 @@ func TestQueuePriorityRequeue(t *testing.T) {
 		return info.InFlight == 0
 	}))
 	publishPriorities(t, ch, "pq", 2)
-	var got []string
-	for range 4 {
-		d := getOne(t, ch, "pq")
-		got = append(got, string(d.Body))
-		must(t, d.Ack(false))
-	}
-	if s := strings.Join(got, " "); s != "p2-0 p1-0 p1-1 p0-2" {
+	if s := getBodies(t, ch, "pq", 4); s != "p2-0 p1-0 p1-1 p0-2" {
 		t.Fatalf("got %s, want p2-0 p1-0 p1-1 p0-2", s)
 	}
 }
 
 // TestQueuePriorityArgument: x-max-priority is a non-negative integer up to
-// 255, and a redeclare must repeat it (RabbitMQ's 406s).
+// 255, a redeclare must repeat it (RabbitMQ's 406s), and a queue created
+// over SQS cannot be given it.
 func TestQueuePriorityArgument(t *testing.T) {
 	b := startBroker(t)
 	for _, c := range []struct {
@@ -139,6 +142,24 @@ func TestQueuePriorityArgument(t *testing.T) {
 	if e := amqpErr(t, err); e.Code != 406 {
 		t.Fatalf("redeclare with another x-max-priority: %v", e)
 	}
+
+	// A queue created over SQS cannot become a priority queue by a
+	// declare (its messages are in arrival order); without the argument
+	// the declare adopts it as before.
+	if _, _, err := b.eng.CreateQueue("sqs-made", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, ch = b.channel()
+	_, err = ch.QueueDeclare("sqs-made", true, false, false, false, amqp091.Table{"x-max-priority": int32(5)})
+	if e := amqpErr(t, err); e.Code != 406 || !strings.Contains(e.Reason, "x-max-priority") {
+		t.Fatalf("x-max-priority on an SQS queue: %v", e)
+	}
+	if cfg, _ := b.eng.Config("sqs-made"); cfg.MaxPriority != 0 {
+		t.Fatalf("the SQS queue's MaxPriority became %d", cfg.MaxPriority)
+	}
+	_, ch = b.channel()
+	_, err = ch.QueueDeclare("sqs-made", true, false, false, false, nil)
+	must(t, err)
 }
 
 // TestQueuePriorityDeepBacklog: 400 messages of random priorities into a

@@ -29,20 +29,26 @@ func BenchmarkSendReceiveDelete(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += 10 {
-		if _, err := e.Send("q", batch); err != nil {
-			b.Fatal(err)
-		}
-		d, err := e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		handles := make([]string, len(d))
-		for j := range d {
-			handles[j] = d[j].ReceiptHandle
-		}
-		if _, err := e.Delete("q", handles); err != nil {
-			b.Fatal(err)
-		}
+		sendReceiveDelete(b, e, "q", batch)
+	}
+}
+
+// sendReceiveDelete is one step of the life-cycle benchmarks: batch sent
+// to q, then a receive of up to ten, each deleted.
+func sendReceiveDelete(b *testing.B, e *Engine, q string, batch []Message) {
+	if _, err := e.Send(q, batch); err != nil {
+		b.Fatal(err)
+	}
+	d, err := e.Receive(context.Background(), q, ReceiveRequest{Max: 10, WaitSet: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handles := make([]string, len(d))
+	for j := range d {
+		handles[j] = d[j].ReceiptHandle
+	}
+	if _, err := e.Delete(q, handles); err != nil {
+		b.Fatal(err)
 	}
 }
 

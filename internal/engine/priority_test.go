@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -341,20 +340,7 @@ func BenchmarkPriorityBacklog(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i += 10 {
 				fill()
-				if _, err := e.Send("q", batch); err != nil {
-					b.Fatal(err)
-				}
-				d, err := e.Receive(context.Background(), "q", ReceiveRequest{Max: 10, WaitSet: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				handles := make([]string, len(d))
-				for j := range d {
-					handles[j] = d[j].ReceiptHandle
-				}
-				if _, err := e.Delete("q", handles); err != nil {
-					b.Fatal(err)
-				}
+				sendReceiveDelete(b, e, "q", batch)
 			}
 		})
 	}
