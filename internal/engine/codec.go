@@ -26,8 +26,8 @@ import (
 //	"K"                        receipt key: 32 random bytes (see receiptKey)
 //	"R" qid:4                  session mark: every message with a lower sequence
 //	                           number may have gone to a connection (sessionMarkKey)
-//	"P" qid:4 255-band:1 seq:8 priority record of a cold message of a priority
-//	                           queue (prioKey, priority.go)
+//	"P" qid:4 255-band:1 seq:8 priority record of a priority queue's message of
+//	                           priority above 0 (prioKey, priority.go)
 //
 // A queue's data all share the prefix qid, so dropping a queue is one
 // DeleteRange per prefix. Queue ids are never reused, so a late write for a

@@ -367,7 +367,7 @@ func (q *queue) goesColdLocked(m *message) bool {
 		return false
 	}
 	n, bytes := q.waitingLocked()
-	if q.maxPrio > 0 && q.band(m) > 0 {
+	if q.band(m) > 0 {
 		// A priority queue keeps a send above the lowest priority in
 		// memory, ahead of the cold backlog, while the waiting
 		// messages fit in two windows: delivered before the backlog
