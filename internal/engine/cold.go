@@ -553,9 +553,13 @@ func (q *queue) insertMovedLocked(m *message, groupID string, recLen int) {
 		if m.state == stateDelayed {
 			q.cold.addDelayed(m.visibleAt, q.eng.now())
 		}
+		if band := q.band(m); band > 0 {
+			q.notePrioColdLocked(band, m.seq) // its record: writeCopy
+		}
 		return
 	}
 	m.group = q.groupLocked(groupID)
+	m.noPrioRec = q.band(m) == 0
 	q.addLocked(m)
 }
 

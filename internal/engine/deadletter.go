@@ -232,10 +232,9 @@ func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason str
 	}
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert
 	t.cold.addPending(n.seq)          // not refilled before insertCopies inserts it
-	rec := encodeContent(n)
-	b.Set(messageKey(t.id, n.seq, kindContent), rec)
+	recLen := t.writeCopy(n, b)
 	b.Set(movedSeqKey(t.id, q.id), binary.BigEndian.AppendUint64(nil, n.seq))
-	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load(), recLen: len(rec)}
+	return pendingCopy{target: t, m: n, group: m.groupID(), purges: t.purges.Load(), recLen: recLen}
 }
 
 // deadLetterCopyLocked is m's dead-letter copy for a target of type fifo,
@@ -322,9 +321,7 @@ func (e *Engine) insertCopies(moves []pendingCopy, p store.Pending) error {
 		for failed == nil && !t.deleted && t.purges.Load() != mv.purges {
 			mv.purges = t.purges.Load()
 			var b store.Batch
-			rec := encodeContent(mv.m)
-			mv.recLen = len(rec)
-			b.Set(messageKey(t.id, mv.m.seq, kindContent), rec)
+			mv.recLen = t.writeCopy(mv.m, &b)
 			rewrite, err := e.write(&b, true)
 			e.unlockAndInsertCopies(t)
 			if err == nil {

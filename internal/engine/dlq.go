@@ -380,14 +380,13 @@ func (e *Engine) Import(name string, views []View) (int, error) {
 			// Behind a cold FIFO backlog: cold too, so that it follows
 			// the cold messages of its group (cold.go).
 			m.group = &group{id: v.GroupID}
-			rec := encodeContent(m)
-			b.Set(messageKey(q.id, m.seq, kindContent), rec)
-			q.addColdLocked(m.seq, len(rec), false)
+			q.addColdLocked(m.seq, q.writeCopy(m, &b), false)
 			n++
 			continue
 		}
 		m.group = q.groupLocked(v.GroupID)
-		b.Set(messageKey(q.id, m.seq, kindContent), encodeContent(m))
+		q.writeCopy(m, &b) // with its priority record, if any
+		m.noPrioRec = q.band(m) == 0
 		q.addLocked(m)
 		n++
 	}

@@ -32,15 +32,19 @@ import (
 //     scanned, each from where its last scan stopped (coldPart.prioFrom;
 //     every band from the start after a restart).
 //
+// Dead-letter, redrive and imported copies write their record as a send
+// does (writeCopy), in the batch that moves them; a scan passes over the
+// record of a copy not yet inserted (coldPart.pending), which registers
+// its band when it is inserted cold (insertMovedLocked).
+//
 // A record is deleted with its message; a scan deletes the ones it finds
-// stale (message gone, or in memory and not ready) and passes over those
-// of ready messages in memory, kept for a restart. A dead-letter or
-// redrive copy gets none: in a cold priority queue it is ordered by
-// arrival until a refill loads it. So a higher priority waits behind a
-// lower one only while three windows of messages wait in memory, for
-// copies, and, after a restart, for a message that was in flight or
-// delayed when a scan passed its record (TestPriorityModel checks the
-// order against a model within the first bound).
+// stale (message gone) and passes over those of messages in memory, ready,
+// in flight or delayed, kept for a restart. So a higher priority waits
+// behind a lower one only while three windows of messages wait in memory
+// (TestPriorityModel checks the order against a model within that bound;
+// TestPriorityCopiesAheadOfColdBacklog and
+// TestPriorityInFlightAcrossRestarts the cases a model of sends and
+// receives does not reach).
 
 // prioKey is the priority record of message seq of band band of queue
 // qid. The band is stored inverted so that a scan from the
@@ -63,14 +67,38 @@ func (q *queue) indexLocked(m *message, cold bool, b *store.Batch) bool {
 	}
 	b.Set(prioKey(q.id, band, m.seq), nil)
 	if cold {
-		if q.cold.prioFrom == nil {
-			q.cold.prioFrom = make(map[uint8]uint64)
-		}
-		if _, ok := q.cold.prioFrom[band]; !ok {
-			q.cold.prioFrom[band] = m.seq
-		}
+		q.notePrioColdLocked(band, m.seq)
 	}
 	return true
+}
+
+// notePrioColdLocked tells band's scan that the cold message seq has a
+// priority record: the next scan starts at seq at the latest.
+func (q *queue) notePrioColdLocked(band uint8, seq uint64) {
+	if q.cold.prioFrom == nil {
+		q.cold.prioFrom = make(map[uint8]uint64)
+	}
+	if from, ok := q.cold.prioFrom[band]; !ok || seq < from {
+		q.cold.prioFrom[band] = seq
+	}
+}
+
+// writeCopy writes in b the content record of m, a copy into q (a dead
+// letter, a redrive, an import), and its priority record when q orders by
+// priority and m's band is above 0, and returns the content record's
+// length. It reads only what never changes after q's creation, so a
+// caller may hold another queue's lock instead of q's. m's sequence
+// number must be pending in q (coldPart.addPending) until m is inserted,
+// or inserted under the same hold of q's lock, so that no scan takes
+// the record for a stale one; insertMovedLocked then registers it when m
+// goes cold.
+func (q *queue) writeCopy(m *message, b *store.Batch) int {
+	rec := encodeContent(m)
+	b.Set(messageKey(q.id, m.seq, kindContent), rec)
+	if band := q.band(m); band > 0 {
+		b.Set(prioKey(q.id, band, m.seq), nil)
+	}
+	return len(rec)
 }
 
 // dropPrioRecordLocked deletes m's priority record in b when it may have
@@ -124,12 +152,16 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 			}
 			key := append([]byte(nil), k...)
 			switch m := q.msgs[seq]; {
-			case m != nil && m.state == stateVisible && !m.noPrioRec:
-				// In memory and ready: the record stays for a
+			case m != nil && !m.noPrioRec:
+				// In memory, ready or not: the record stays for a
 				// restart, and the next scan starts past it (a
 				// message in memory never goes cold again).
+			case m == nil && q.cold.isPending(seq):
+				// A copy whose write is not yet durable: it is
+				// inserted later, and registers its band then if
+				// it goes cold (insertMovedLocked).
 			case seq < q.cold.from || q.notColdLocked(seq):
-				stale = append(stale, key) // gone, or in memory and delivered
+				stale = append(stale, key) // gone, or in memory with its record deleted
 			default:
 				cold = append(cold, key)
 			}

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
@@ -109,6 +111,115 @@ func TestPriorityCopies(t *testing.T) {
 	if ds[0].Priority != 5 || ds[1].Priority != 1 {
 		t.Fatalf("copies' priorities %d, %d", ds[0].Priority, ds[1].Priority)
 	}
+}
+
+// TestPriorityCopiesAheadOfColdBacklog: dead-letter copies into a
+// priority queue whose backlog is on disk come ahead of it, by priority,
+// whether they stayed in memory or went cold behind two windows of
+// waiting messages, and across a restart that leaves them all past the
+// first window: a copy writes a priority record as a send does.
+func TestPriorityCopiesAheadOfColdBacklog(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			coldStores(t, func(t *testing.T, f *coldFixture) {
+				f.create("dlq", priorityQueue)
+				f.create("work", func(c *QueueConfig) {
+					c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 1}
+				})
+				f.sendN("dlq", 0, 300) // priority 0: all but the window cold
+				n := 3 * coldWindow
+				var want []string
+				for i := 0; i < n; i += 8 {
+					var batch []Message
+					for j := i; j < i+8; j++ {
+						p := uint8(1 + j%2*3) // 1 and 4
+						batch = append(batch, prio(fmt.Sprintf("%d-%03d", p, j), p))
+					}
+					f.send("work", batch...)
+				}
+				for p := 4; p >= 1; p -= 3 {
+					for j := range n {
+						if 1+j%2*3 == p {
+							want = append(want, fmt.Sprintf("%d-%03d", p, j))
+						}
+					}
+				}
+				for i := range 300 {
+					want = append(want, fmt.Sprintf("m%05d", i))
+				}
+				// The first receive leases every message, the second,
+				// once the leases ended, dead-letters them all.
+				for got := 0; got < n; {
+					got += len(f.recv("work", 10, time.Second))
+				}
+				f.clk.Advance(2 * time.Second)
+				if ds := f.recv("work", 10, time.Second); len(ds) != 0 {
+					t.Fatalf("work still delivers %d", len(ds))
+				}
+				poll.CheckFor(t, 10*time.Second, func() error {
+					if info, _ := f.e.GetQueue("dlq"); info.Visible != n+300 {
+						return fmt.Errorf("%d in the dead-letter queue, want %d", info.Visible, n+300)
+					}
+					return nil
+				})
+				if restart {
+					f.restartCold()
+				}
+				got := f.drainBodies("dlq")
+				// Within a band the copies come in the order they
+				// reached the dead-letter queue, which the lease
+				// expiries decide: compare each band as a set.
+				if len(got) == len(want) {
+					for _, band := range [][2]int{{0, n / 2}, {n / 2, n}} {
+						slices.Sort(got[band[0]:band[1]])
+						slices.Sort(want[band[0]:band[1]])
+					}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("received (%d)\n%v\nwant (%d)\n%v", len(got), got, len(want), want)
+				}
+				if n := countKeys(t, f.st, prefixPriority); n != 0 {
+					t.Fatalf("%d priority records left on an empty queue", n)
+				}
+			})
+		})
+	}
+}
+
+// TestPriorityInFlightAcrossRestarts: a message that was in flight, in
+// memory, when a receive's scan passed its priority record keeps the
+// record, so after its lease ends and another restart leaves it past the
+// first window, it still comes ahead of the backlog.
+func TestPriorityInFlightAcrossRestarts(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("pq", priorityQueue)
+		f.sendN("pq", 0, 100)
+		f.send("pq", prio("high", 3))
+		ds := f.recv("pq", 1, 30*time.Second)
+		if len(ds) != 1 || string(ds[0].Body) != "high" {
+			t.Fatalf("first receive: %v", bodies(ds))
+		}
+		f.restartCold() // high: cold, and in flight
+		// Its handle brings it into memory, still in flight; the
+		// next receive scans the priority records from the start.
+		if errs, err := f.e.ChangeVisibility("pq", []VisibilityChange{{ReceiptHandle: ds[0].ReceiptHandle, Timeout: 10 * time.Second}}); err != nil || errors.Join(errs...) != nil {
+			t.Fatalf("change visibility: %v %v", err, errs)
+		}
+		second := f.recv("pq", 1, 30*time.Second)
+		if got := bodies(second); fmt.Sprint(got) != "[m00000]" {
+			t.Fatalf("second receive: %v", got)
+		}
+		f.del("pq", second[0].ReceiptHandle)
+		f.clk.Advance(11 * time.Second) // high's lease ends
+		f.restartCold()
+		want := []string{"high"}
+		for i := 1; i < 100; i++ {
+			want = append(want, fmt.Sprintf("m%05d", i))
+		}
+		if got := f.drainBodies("pq"); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("received (%d)\n%v\nwant (%d)\n%v", len(got), got, len(want), want)
+		}
+	})
 }
 
 // TestPriorityConfig: MaxPriority is 0–255 and cannot change; a FIFO queue

@@ -65,8 +65,9 @@ type message struct {
 	// queue orders by it only with a MaxPriority (queue.band).
 	prio uint8
 	// noPrioRec says the message has no priority record (prioKey): it
-	// was sent into memory, or the record was deleted. Unset for a
-	// message read from the store, which may have one.
+	// was sent or copied into memory without one (band 0), or the record
+	// was deleted. Unset for a message read from the store, which may
+	// have one.
 	noPrioRec bool
 	ext       *messageExt // failure context and history; nil for most messages
 

@@ -668,10 +668,9 @@ func (e *Engine) redriveOutLocked(q *queue, m *message, d *queue, taskID string,
 	n := e.redriveCopyLocked(q, m, taskID, now, d.isFIFO)
 	n.seq = d.nextSeq.Add(1) - 1
 	d.cold.addPending(n.seq) // not refilled before insertCopies inserts it
-	rec := encodeContent(n)
-	b.Set(messageKey(d.id, n.seq, kindContent), rec)
+	recLen := d.writeCopy(n, b)
 	b.Set(movedSeqKey(d.id, q.id), binaryUint64(n.seq))
-	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load(), recLen: len(rec)}
+	return pendingCopy{target: d, m: n, group: m.groupID(), purges: d.purges.Load(), recLen: recLen}
 }
 
 // redriveTransferLocked moves m from q, toward dest on another shard, as a

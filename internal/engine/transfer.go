@@ -342,14 +342,13 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 		}
 		m.group = &group{id: g}  // replaced by the target's group on insert
 		t.cold.addPending(m.seq) // not refilled before insertCopies inserts it
-		rec := encodeContent(m)
-		b.Set(messageKey(t.id, m.seq, kindContent), rec)
+		recLen := t.writeCopy(m, &b)
 		b.Set(importKey(x.ID), binary.AppendVarint(nil, now))
 		var age time.Duration
 		if m.sentAt != 0 {
 			age = time.Duration(now - m.sentAt)
 		}
-		c := pendingCopy{target: t, m: m, group: g, purges: t.purges.Load(), size: size, recLen: len(rec)}
+		c := pendingCopy{target: t, m: m, group: g, purges: t.purges.Load(), size: size, recLen: recLen}
 		if !x.Redrive {
 			c.dead = &deadLetterEvent{source: x.Source, reason: x.Reason, age: age}
 		}
