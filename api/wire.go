@@ -131,6 +131,11 @@ type RedriveAllowPolicy struct {
 // Body is the body as a string when it is valid UTF-8; otherwise it is
 // base64 and BodyEncoding is "base64". Import reads State, VisibleAt and
 // LastReceivedAt but ignores them: an imported message is visible at once.
+//
+// Priority and Envelope carry what an AMQP publish adds to a message (its
+// priority property; its exchange, routing keys and basic properties), so
+// that an exported AMQP message imported elsewhere is delivered as it was
+// published. Import checks an envelope before storing anything.
 type Message struct {
 	ID             string      `json:"id"`
 	Body           string      `json:"body"`
@@ -152,6 +157,11 @@ type Message struct {
 	DeadLetter       *DeadLetterInfo `json:"deadLetter,omitempty"`
 	LastFailure      *FailureRecord  `json:"lastFailure,omitempty"`
 	Redrive          *RedriveInfo    `json:"redrive,omitempty"`
+	// Priority is the message's priority, 0 to 255 (0: none).
+	Priority int `json:"priority,omitempty"`
+	// Envelope is the protocol metadata the message was sent with, opaque
+	// (base64 in JSON); absent for a message sent over SQS.
+	Envelope []byte `json:"envelope,omitempty"`
 }
 
 // Attribute is a user message attribute. BinaryValue is base64 in JSON.

@@ -291,7 +291,10 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if !strings.Contains(e.Error.Message, "line 4") {
 		t.Fatalf("error does not name the line: %q", e.Error.Message)
 	}
-	for _, b := range []string{"{not json\n", `{"id":"` + ids[0] + `"}` + "\n", `{"id":"` + ids[0] + `","body":"x","bodyEncoding":"rot13"}`, `{"id":"` + ids[0] + `","body":"x"} {}`} {
+	for _, b := range []string{"{not json\n", `{"id":"` + ids[0] + `"}` + "\n", `{"id":"` + ids[0] + `","body":"x","bodyEncoding":"rot13"}`, `{"id":"` + ids[0] + `","body":"x"} {}`,
+		`{"id":"` + ids[0] + `","body":"x","priority":256}`, `{"id":"` + ids[0] + `","body":"x","priority":-1}`,
+		// No protocol checks envelopes in this handler: refused.
+		`{"id":"` + ids[0] + `","body":"x","envelope":"AQIDBA=="}`} {
 		f.wantError("POST", "/sluice/v1/queues/other/import", b, http.StatusBadRequest, "InvalidImportLine")
 	}
 	if info, _ := f.eng.GetQueue("other"); info.Visible != 0 {

@@ -122,6 +122,7 @@ func FuzzImportLine(f *testing.F) {
 	f.Add(`{"id":"0e4a4a5e-27f4-4c6e-9d0f-5d3c1a2b3c4d","body":"x","attributes":[{"name":"a","dataType":"Binary.x","binaryValue":"AQI="}]}`)
 	f.Add(`{"id":"0e4a4a5e-27f4-4c6e-9d0f-5d3c1a2b3c4d","body":"x","receiveCount":-1}`)
 	f.Add(`{"id":"0e4a4a5e-27f4-4c6e-9d0f-5d3c1a2b3c4d","body":"x","sentAt":"0001-01-01T00:00:00Z","lastFailure":{"trace":"` + strings.Repeat("é", 100) + `"}}`)
+	f.Add(`{"id":"0e4a4a5e-27f4-4c6e-9d0f-5d3c1a2b3c4d","body":"x","priority":7,"envelope":"AQABeAEBawAAAA=="}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		for _, q := range []string{"dlq", "f.fifo"} {
 			rec := serve(h, "POST", "/sluice/v1/queues/"+q+"/import", line)

@@ -58,6 +58,11 @@ type Options struct {
 	// OtherTasks is OtherQueues for GET /sluice/v1/tasks without a source:
 	// the move tasks that live outside this handler's engine.
 	OtherTasks func(ctx context.Context) ([]api.Task, error)
+	// CheckEnvelope checks the envelope of an imported message (the
+	// protocol metadata an AMQP publish stores with it) and returns why
+	// it cannot be delivered as it is. nil: an import with an envelope is
+	// refused.
+	CheckEnvelope func(envelope []byte) error
 }
 
 // Handler serves the admin API. It is safe for concurrent use and keeps no
@@ -66,6 +71,7 @@ type Handler struct {
 	eng        *engine.Engine
 	other      func(ctx context.Context) ([]api.Queue, error)
 	otherTasks func(ctx context.Context) ([]api.Task, error)
+	checkEnv   func([]byte) error
 	log        *slog.Logger
 	clock      clock.Clock
 	mux        *http.ServeMux
@@ -76,7 +82,7 @@ var _ http.Handler = (*Handler)(nil)
 // New returns a Handler serving eng, to be mounted at api.Prefix:
 // mux.Handle(api.Prefix, h).
 func New(eng *engine.Engine, opts Options) *Handler {
-	h := &Handler{eng: eng, other: opts.OtherQueues, otherTasks: opts.OtherTasks, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
+	h := &Handler{eng: eng, other: opts.OtherQueues, otherTasks: opts.OtherTasks, checkEnv: opts.CheckEnvelope, log: opts.Logger, clock: opts.Clock, mux: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}

@@ -178,7 +178,7 @@ func (h *Handler) importMessages(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if len(bytes.TrimSpace(b)) > 0 {
-			v, verr := decodeImportLine(b, cfg)
+			v, verr := decodeImportLine(b, cfg, h.checkEnv)
 			if verr != nil {
 				return &apiError{http.StatusBadRequest, "InvalidImportLine", "line " + strconv.Itoa(line) + ": " + verr.Error() + "; nothing was imported"}
 			}
@@ -199,8 +199,10 @@ func (h *Handler) importMessages(w http.ResponseWriter, r *http.Request) error {
 
 // decodeImportLine decodes and validates one JSONL line for a queue with
 // settings cfg. It checks everything the engine would refuse, so that an
-// import either stores every line or none.
-func decodeImportLine(line []byte, cfg *engine.QueueConfig) (engine.View, error) {
+// import either stores every line or none, and an envelope with
+// checkEnv (nil: an envelope is refused), so that no consumer is given
+// properties it cannot decode.
+func decodeImportLine(line []byte, cfg *engine.QueueConfig, checkEnv func([]byte) error) (engine.View, error) {
 	var m api.Message
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
@@ -236,6 +238,17 @@ func decodeImportLine(line []byte, cfg *engine.QueueConfig) (engine.View, error)
 	if cfg.FIFO && m.GroupID == "" {
 		return engine.View{}, errors.New("groupId is required on a FIFO queue")
 	}
+	if m.Priority < 0 || m.Priority > engine.MaxPriority {
+		return engine.View{}, errors.New("priority must be 0 to " + strconv.Itoa(engine.MaxPriority))
+	}
+	if len(m.Envelope) > 0 {
+		if checkEnv == nil {
+			return engine.View{}, errors.New("envelope: this server has no protocol to check it")
+		}
+		if err := checkEnv(m.Envelope); err != nil {
+			return engine.View{}, errors.New("envelope: " + err.Error())
+		}
+	}
 	v := engine.View{Delivery: engine.Delivery{
 		MessageID:        id,
 		Body:             body,
@@ -247,6 +260,8 @@ func decodeImportLine(line []byte, cfg *engine.QueueConfig) (engine.View, error)
 		GroupID:          m.GroupID,
 		DedupID:          m.DedupID,
 		DeadLetterSource: m.DeadLetterSource,
+		Priority:         uint8(m.Priority),
+		Envelope:         m.Envelope,
 	}}
 	for i, a := range m.Attributes {
 		base, _, _ := strings.Cut(a.DataType, ".")
@@ -258,7 +273,7 @@ func decodeImportLine(line []byte, cfg *engine.QueueConfig) (engine.View, error)
 		}
 		v.Attributes = append(v.Attributes, engine.Attribute{Name: a.Name, DataType: a.DataType, StringValue: a.StringValue, BinaryValue: a.BinaryValue})
 	}
-	msg := engine.Message{Body: body, Attributes: v.Attributes}
+	msg := engine.Message{Body: body, Attributes: v.Attributes, Envelope: m.Envelope}
 	if size := msg.Size(); size > cfg.MaxMessageSize {
 		return engine.View{}, errors.New("message of " + strconv.Itoa(size) + " bytes exceeds the queue's limit of " + strconv.Itoa(cfg.MaxMessageSize))
 	}

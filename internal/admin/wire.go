@@ -55,6 +55,8 @@ func messageJSON(v *engine.View) api.Message {
 		VisibleAt:        timePtr(v.VisibleAt),
 		LastReceivedAt:   timePtr(v.LastReceived),
 		DeadLetterSource: v.DeadLetterSource,
+		Priority:         int(v.Priority),
+		Envelope:         v.Envelope,
 	}
 	if utf8.Valid(v.Body) {
 		m.Body = string(v.Body)

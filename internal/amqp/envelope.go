@@ -3,6 +3,7 @@ package amqp
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
 )
@@ -100,6 +101,22 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	}
 	e.props = b
 	return e, nil
+}
+
+// CheckEnvelope returns why b is not an envelope the AMQP front-end can
+// deliver, or nil: its framing and its properties, header tables
+// included, must decode. The admin API's import checks the envelopes an
+// operator supplies with it (wired by the server), so that no consumer
+// is handed property bytes it cannot parse.
+func CheckEnvelope(b []byte) error {
+	e, err := decodeEnvelope(b)
+	if err != nil {
+		return err
+	}
+	if _, err := parseProps(e.props); err != nil {
+		return fmt.Errorf("%w: properties: %v", errEnvelope, err)
+	}
+	return nil
 }
 
 func takeShortstr(b []byte) (string, []byte, bool) {

@@ -115,3 +115,31 @@ func FuzzConnection(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckEnvelope: an envelope CheckEnvelope accepts (an admin import
+// stores such envelopes) can be delivered: it decodes, and its
+// properties with the broker's headers added parse again.
+func FuzzCheckEnvelope(f *testing.F) {
+	props, err := encodeProps(&wire.Properties{ContentType: "text/plain", Priority: 3,
+		Headers: wire.Table{{Key: "a", Value: int32(1)}, {Key: "t", Value: wire.Table{{Key: "b", Value: "c"}}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	e := envelope{exchange: "x", keys: []string{"k", "cc"}, props: props}
+	f.Add(e.encode())
+	f.Add([]byte{envelopeVersion, 0, 0, 0, 0, 0})
+	f.Add([]byte{envelopeVersion, 0, 1, 'x', 1, 1, 'k', 0x80, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if CheckEnvelope(b) != nil {
+			return
+		}
+		env, err := decodeEnvelope(b)
+		if err != nil {
+			t.Fatalf("accepted envelope %x does not decode: %v", b, err)
+		}
+		out := addHeaders(env.props, wire.Table{{Key: "x-delivery-count", Value: int64(2)}, {Key: "x-first-death-queue", Value: "q"}})
+		if _, err := parseProps(out); err != nil {
+			t.Fatalf("accepted envelope %x: its properties with headers added do not parse: %v", b, err)
+		}
+	})
+}

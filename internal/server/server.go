@@ -332,7 +332,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 func (s *Server) routes(eng *engine.Engine, clk clock.Clock) http.Handler {
 	opts := s.opts
 	ops := http.NewServeMux()
-	aopts := admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest}
+	aopts := admin.Options{Logger: s.log.With("component", "admin"), Clock: clk, OnRequest: s.metrics.ObserveAdminRequest, CheckEnvelope: amqp.CheckEnvelope}
 	if opts.OtherShards != nil {
 		aopts.OtherQueues = otherAdminQueues(opts.OtherShards)
 		aopts.OtherTasks = otherAdminTasks(opts.OtherShards)
