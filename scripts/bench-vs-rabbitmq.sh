@@ -5,6 +5,8 @@
 #   scripts/bench-vs-rabbitmq.sh                # scenarios below, 10 s each
 #   DURATION=20s REPEAT=3 scripts/bench-vs-rabbitmq.sh
 #   SCENARIOS="4 4 0;16 16 0" scripts/bench-vs-rabbitmq.sh   # "producers consumers rate"
+#   EXTRA="-queue prio -queue-arg x-max-priority=9 -priorities 9" scripts/bench-vs-rabbitmq.sh
+#                                               # more sluice bench amqp flags, both brokers
 #
 # Needs rabbitmq-server (Debian: apt-get install rabbitmq-server; the
 # package's own service start is denied in containers, so it is started
@@ -52,7 +54,7 @@ run() {
   local broker=$1 p=$2 c=$3 rate=$4 dur="$DURATION"
   [ "$rate" != 0 ] && dur="${RATE_DURATION:-20s}"
   "$SLUICE" bench amqp -url "$URL" -pid "$PID" -producers "$p" -consumers "$c" -size 1024 \
-    -rate "$rate" -duration "$dur" -drain-timeout "$DRAIN" -json |
+    -rate "$rate" -duration "$dur" -drain-timeout "$DRAIN" ${EXTRA:-} -json |
     jq -c --arg b "$broker" --arg s "${p}P/${c}C rate $rate" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
       '. + {broker: $b, scenario: $s, loadavg: $load}' >> "$RUNS"
 }

@@ -65,10 +65,11 @@ type AMQPResult struct {
 	AckEvery      int            `json:"ack_every"`
 	NoAck         bool           `json:"no_ack,omitempty"`
 	Persistent    bool           `json:"persistent"`
-	Product       string         `json:"server_product"` // server-properties product and version
-	Purged        int            `json:"purged"`         // messages left in the queue by earlier runs
-	Backlog       int            `json:"backlog"`        // messages published before the run (-backlog)
-	BacklogTime   time.Duration  `json:"backlog_ns"`     // how long publishing them took
+	Priorities    int            `json:"priorities,omitempty"` // -priorities
+	Product       string         `json:"server_product"`       // server-properties product and version
+	Purged        int            `json:"purged"`               // messages left in the queue by earlier runs
+	Backlog       int            `json:"backlog"`              // messages published before the run (-backlog)
+	BacklogTime   time.Duration  `json:"backlog_ns"`           // how long publishing them took
 
 	Published   uint64 `json:"published"`   // basic.publish calls that were written
 	Confirmed   uint64 `json:"confirmed"`   // publisher confirms (basic.ack)
@@ -273,7 +274,7 @@ func (r *amqpRun) do(ctx context.Context) (AMQPResult, error) {
 
 	res := AMQPResult{
 		URL: redactURL(o.URL), Queue: o.Queue, QueueArgs: o.QueueArgs, Producers: o.Producers, Consumers: o.Consumers,
-		Size: o.Size, Rate: o.Rate, ConfirmWindow: o.ConfirmWindow, Prefetch: o.Prefetch, AckEvery: o.AckEvery, NoAck: o.NoAck, Persistent: o.Persistent,
+		Size: o.Size, Rate: o.Rate, ConfirmWindow: o.ConfirmWindow, Prefetch: o.Prefetch, AckEvery: o.AckEvery, NoAck: o.NoAck, Persistent: o.Persistent, Priorities: o.Priorities,
 		Published: r.published.Load(), Confirmed: r.confirmed.Load(), Nacked: r.nacked.Load(),
 		Received: r.received.Load(), Redelivered: r.redelivered.Load(), Acked: r.acked.Load(), Stale: r.stale.Load(),
 		SendElapsed: time.Duration(r.lastConfirm.Load()), Elapsed: time.Duration(r.lastAck.Load()),
@@ -387,6 +388,7 @@ publish:
 		now := time.Since(r.t0)
 		sent[tag%uint64(window)].Store(int64(now))
 		binary.BigEndian.PutUint64(msg.Body[8:16], uint64(now))
+		msg.Priority = cyclePriority(tag, o.Priorities)
 		// Publish writes the frames before it returns, so the body is
 		// reused for the next message.
 		if err := ch.PublishWithContext(ctx, "", o.Queue, false, false, msg); err != nil {
@@ -541,6 +543,9 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "sluice bench amqp: %s (%s) queue=%s producers=%d consumers=%d size=%dB persistent=%t confirm-window=%d prefetch=%d ack-every=%d no-ack=%t rate=%s\n",
 		res.URL, res.Product, queue, res.Producers, res.Consumers, res.Size, res.Persistent, res.ConfirmWindow, res.Prefetch, res.AckEvery, res.NoAck, rate)
+	if res.Priorities > 0 {
+		fmt.Fprintf(w, "  %-12s %10d  priorities 0..%[2]d published in turn\n", "priorities", res.Priorities)
+	}
 	if res.Purged > 0 {
 		fmt.Fprintf(w, "  %-12s %10d  (left by earlier runs)\n", "purged", res.Purged)
 	}
@@ -559,6 +564,15 @@ func (res *AMQPResult) WriteTable(w io.Writer) {
 	printLatencies(w, namedLatency{"latency", res.Latency}, namedLatency{"confirm rtt", res.ConfirmRTT})
 	printCPU(w, res.CPUUse, res.Elapsed)
 	printErrors(w, res.Errors)
+}
+
+// cyclePriority is the priority property of the n-th publish when
+// priorities 0 … max are published in turn (max 0: none).
+func cyclePriority(n uint64, max int) uint8 {
+	if max == 0 {
+		return 0
+	}
+	return uint8(n % uint64(max+1))
 }
 
 // fill publishes o.Backlog persistent messages of another run id to the
@@ -605,6 +619,7 @@ func (r *amqpRun) fill(ctx context.Context) error {
 				return err
 			}
 		}
+		msg.Priority = cyclePriority(uint64(i), r.o.Priorities)
 		if err := ch.PublishWithContext(ctx, "", r.o.Queue, false, false, msg); err != nil {
 			return fmt.Errorf("bench: backlog publish: %w", err)
 		}

@@ -52,6 +52,10 @@ type AMQPOptions struct {
 	NoAck bool
 	// Persistent publishes with delivery-mode 2.
 	Persistent bool
+	// Priorities, when > 0, publishes with the priority property cycling
+	// through 0 … Priorities, message by message (backlog included): with
+	// -queue-arg x-max-priority=N, the load of a priority queue.
+	Priorities int
 	// Backlog, when > 0, is how many messages (of another run id, so they
 	// count as Stale) are published to the purged queue, with no consumer,
 	// before the consumers subscribe and the timed run begins: the night
@@ -114,6 +118,7 @@ func (o *AMQPOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.AckEvery, "ack-every", o.AckEvery, "ack with multiple=true every N deliveries (1 = ack each delivery)")
 	fs.BoolVar(&o.NoAck, "no-ack", o.NoAck, "consume with automatic acknowledgement (no basic.ack; -prefetch and -ack-every do not apply)")
 	fs.BoolVar(&o.Persistent, "persistent", o.Persistent, "publish with delivery-mode 2 (persistent)")
+	fs.IntVar(&o.Priorities, "priorities", o.Priorities, "publish priorities 0..N in turn (0 = no priority property; use with -queue-arg x-max-priority=N)")
 	fs.IntVar(&o.Backlog, "backlog", o.Backlog, "messages published before the run with no consumer (an old backlog the consumers drain while producers go on)")
 	fs.IntVar(&o.PID, "pid", o.PID, "broker PID: report its CPU-seconds per 100,000 messages")
 	fs.BoolVar(&o.JSON, "json", o.JSON, "print the result as JSON")
@@ -162,6 +167,8 @@ func (o *AMQPOptions) Validate() error {
 		return errors.New("bench: -pid must be >= 0")
 	case o.Backlog < 0:
 		return errors.New("bench: -backlog must be >= 0")
+	case o.Priorities < 0 || o.Priorities > 255:
+		return errors.New("bench: -priorities must be 0-255")
 	case o.DrainTimeout < 0:
 		return errors.New("bench: -drain-timeout must be >= 0")
 	}

@@ -64,6 +64,11 @@ func TestRunAMQPAgainstServer(t *testing.T) {
 			// scripts/bench-quorum.sh asks RabbitMQ for).
 			o.Queue, o.QueueArgs = "bench-quorum", map[string]any{"x-queue-type": "quorum"}
 		}
+		if run.backlog > 0 {
+			// A priority queue, its backlog and run publishing
+			// priorities in turn (-priorities).
+			o.Queue, o.QueueArgs, o.Priorities = "bench-prio", map[string]any{"x-max-priority": int64(9)}, 9
+		}
 		var out strings.Builder
 		res, err := bench.RunAMQP(context.Background(), o, &out)
 		t.Logf("ack-every=%d no-ack=%t\n%s", run.ackEvery, run.noAck, out.String())
@@ -142,6 +147,7 @@ func TestAMQPOptionsValidate(t *testing.T) {
 		func(o *bench.AMQPOptions) { o.AckEvery = o.Prefetch + 1 },
 		func(o *bench.AMQPOptions) { o.Queue = "" },
 		func(o *bench.AMQPOptions) { o.Backlog = -1 },
+		func(o *bench.AMQPOptions) { o.Priorities = 256 },
 	} {
 		o := bench.DefaultAMQPOptions()
 		bad(&o)
