@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -513,32 +514,61 @@ func (q *queue) refillLocked(now int64) int {
 // seq is not a cold message (then the caller's lookup finds nothing, as
 // for a message deleted meanwhile). A read failure fails the engine.
 func (q *queue) promoteColdLocked(seq uint64) *message {
-	if !q.cold.on || seq < q.cold.from || q.notColdLocked(seq) {
-		return nil
-	}
-	e := q.eng
 	var m *message
-	var group string
-	var contentLen int
-	_, _, err := q.scanRecords(messageKey(q.id, seq, kindContent), messageKey(q.id, seq+1, kindContent), recordScan{
-		keepBody: e.keepBodies,
-		message: func(found *message, g string, n int) error {
-			m, group, contentLen = found, g, n
-			return nil
-		},
-	})
-	if err != nil {
-		_ = e.fail(fmt.Errorf("reading cold message %d of queue %q: %w", seq, q.name, err))
-		return nil
-	}
-	if m == nil {
-		return nil // deleted
-	}
-	q.cold.leftCold(m)
-	q.cold.n--
-	q.cold.bytes -= int64(contentLen)
-	q.restoreLocked(m, group, e.now())
+	q.promoteColdSeqsLocked([]uint64{seq}, func(found *message) { m = found })
 	return m
+}
+
+// promoteGap is the largest distance between the sequence numbers of two
+// cold messages that promoteColdSeqsLocked reads in one store scan: the
+// scan passes over the records between them, cheaper than a new
+// iterator and seek for each (a pebble iterator's first seek reads its
+// blocks again), up to about this many messages.
+const promoteGap = 32
+
+// promoteColdSeqsLocked is promoteColdLocked for the cold messages seqs,
+// in ascending order: it brings each into memory and calls loaded for it,
+// and passes over the ones that are not cold (deleted, or in memory). It
+// reads runs of nearby sequence numbers (promoteGap) in one store scan
+// each, instead of one per message. A read failure fails the engine.
+func (q *queue) promoteColdSeqsLocked(seqs []uint64, loaded func(m *message)) {
+	cold := func(seq uint64) bool { return q.cold.on && seq >= q.cold.from && !q.notColdLocked(seq) }
+	// Only the cold ones are read: a handle's message may be deleted
+	// or in memory, and a queue that is no longer cold has none.
+	seqs = slices.DeleteFunc(slices.Clone(seqs), func(seq uint64) bool { return !cold(seq) })
+	e := q.eng
+	now := e.now()
+	for i := 0; i < len(seqs); {
+		j := i + 1
+		for j < len(seqs) && seqs[j]-seqs[j-1] <= promoteGap {
+			j++
+		}
+		run := seqs[i:j]
+		i = j
+		k := 0 // run[k] is the next wanted sequence number
+		wanted := func(seq uint64) bool {
+			for k < len(run) && run[k] < seq {
+				k++
+			}
+			return k < len(run) && run[k] == seq && cold(seq)
+		}
+		_, _, err := q.scanRecords(messageKey(q.id, run[0], kindContent), messageKey(q.id, run[len(run)-1]+1, kindContent), recordScan{
+			content:  func(seq uint64) (skip, stop bool) { return !wanted(seq), false },
+			keepBody: e.keepBodies,
+			message: func(m *message, group string, contentLen int) error {
+				q.cold.leftCold(m)
+				q.cold.n--
+				q.cold.bytes -= int64(contentLen)
+				q.restoreLocked(m, group, now)
+				loaded(m)
+				return nil
+			},
+		})
+		if err != nil {
+			_ = e.fail(fmt.Errorf("reading cold messages %d to %d of queue %q: %w", run[0], run[len(run)-1], q.name, err))
+			return
+		}
+	}
 }
 
 // insertMovedLocked inserts a dead-letter or redrive copy whose batch is

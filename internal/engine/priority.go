@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -24,7 +25,9 @@ import (
 //     receive finds the message past it.
 //   - A receive on a cold priority queue first loads the cold messages
 //     those records name, highest band first (promotePrioritiesLocked),
-//     while the waiting messages fit in three windows; then it refills
+//     while the waiting messages fit in three windows, reading them in
+//     sequence order, nearby ones in one store scan
+//     (promoteColdSeqsLocked); then it refills
 //     in sequence order as any queue does. A message loaded from the
 //     store takes its place by sequence number within its band
 //     (list.insertBand), so an older one loaded after newer ones of its
@@ -182,15 +185,23 @@ func (q *queue) promotePrioritiesLocked(b *store.Batch) int {
 	}
 	// A message loaded keeps its record: it is ready in memory, and a
 	// restart may leave it past the first window again.
-	loaded := 0
+	// They are read in sequence order, nearby ones in one scan
+	// (promoteColdSeqsLocked); each takes its place in its band by
+	// sequence number whatever the order of loading.
+	seqs := make([]uint64, len(cold))
+	for i, k := range cold {
+		seqs[i] = binary.BigEndian.Uint64(k[6:])
+	}
+	slices.Sort(seqs)
+	found := make(map[uint64]bool, len(cold))
+	q.promoteColdSeqsLocked(seqs, func(m *message) { found[m.seq] = true })
+	if e.failed.Load() != nil {
+		return len(found)
+	}
 	for _, k := range cold {
-		if q.promoteColdLocked(binary.BigEndian.Uint64(k[6:])) != nil {
-			loaded++
-		} else if e.failed.Load() != nil {
-			return loaded
-		} else {
+		if !found[binary.BigEndian.Uint64(k[6:])] {
 			b.Delete(k) // its message is gone
 		}
 	}
-	return loaded
+	return len(found)
 }
