@@ -395,8 +395,9 @@ func (q *queue) fullLocked(size int) bool {
 		(q.cfg.MaxLengthBytes > 0 && bytes+int64(size) > q.cfg.MaxLengthBytes)
 }
 
-// enforceLimitsLocked drops (dead-letters, reason maxlen) the oldest ready
-// messages while the queue is over a length limit with drop-head overflow.
+// enforceLimitsLocked drops (dead-letters, reason maxlen) the queue's head
+// (headReadyLocked) while it is over a length limit with drop-head
+// overflow.
 func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 	if q.cfg.MaxLength == 0 && q.cfg.MaxLengthBytes == 0 {
 		return
@@ -404,14 +405,21 @@ func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 	if o := q.cfg.Overflow; o != "" && o != OverflowDropHead {
 		return
 	}
+	promoted := false
 	for {
 		n, bytes := q.readyLocked()
 		if !(q.cfg.MaxLength > 0 && n > q.cfg.MaxLength) && !(q.cfg.MaxLengthBytes > 0 && bytes > q.cfg.MaxLengthBytes) {
 			return
 		}
-		m := q.oldestReadyLocked()
+		if !promoted {
+			// A priority queue's head may be a higher priority on
+			// disk: load those first (within their memory bound).
+			promoted = true
+			q.promotePrioritiesLocked(b)
+		}
+		m := q.headReadyLocked()
 		if m == nil && q.cold.on && q.refillLocked(now) > 0 {
-			m = q.oldestReadyLocked()
+			m = q.headReadyLocked()
 		}
 		if m == nil {
 			return
@@ -425,15 +433,18 @@ func (q *queue) enforceLimitsLocked(now int64, b *store.Batch) {
 	}
 }
 
-// oldestReadyLocked finds the visible message with the lowest sequence
-// number: the head of each group's list (the first not in flight, for
-// FIFO). O(groups); only used at a length limit.
-func (q *queue) oldestReadyLocked() *message {
+// headReadyLocked finds the queue's head, the message a drop-head
+// overflow drops: among the first visible message of each group's list
+// (the first not in flight, for FIFO), the one with the lowest sequence
+// number, or on a priority queue the highest band first, as RabbitMQ
+// drops a priority queue's highest priority first. O(groups); only used
+// at a length limit.
+func (q *queue) headReadyLocked() *message {
 	var best *message
 	for _, g := range q.groups {
 		for m := g.msgs.head; m != nil; m = m.next {
 			if m.state == stateVisible {
-				if best == nil || m.seq < best.seq {
+				if best == nil || q.band(m) > q.band(best) || q.band(m) == q.band(best) && m.seq < best.seq {
 					best = m
 				}
 				break

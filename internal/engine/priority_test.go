@@ -222,6 +222,48 @@ func TestPriorityInFlightAcrossRestarts(t *testing.T) {
 	})
 }
 
+// TestPriorityDropHead: a length limit with drop-head overflow drops a
+// priority queue's head, which is its highest priority (RabbitMQ's
+// priority_queue_SUITE "drop"), also when those messages wait on disk
+// behind a deeper backlog, and across message groups.
+func TestPriorityDropHead(t *testing.T) {
+	coldStores(t, func(t *testing.T, f *coldFixture) {
+		f.create("pq", func(c *QueueConfig) { c.MaxPriority, c.MaxLength = 5, 135 })
+		f.sendN("pq", 0, 90) // priority 0, past the window: cold
+		var want []string
+		for i := 0; i < 40; i += 10 { // priority 1: in memory up to two windows, then cold
+			var batch []Message
+			for j := i; j < i+10; j++ {
+				batch = append(batch, prio(fmt.Sprintf("p1-%02d", j), 1))
+				want = append(want, fmt.Sprintf("p1-%02d", j))
+			}
+			f.send("pq", batch...)
+		}
+		var urgent []Message
+		for i := range 5 {
+			urgent = append(urgent, prio(fmt.Sprintf("u%d", i), 3))
+		}
+		f.send("pq", urgent...) // two windows wait: on disk
+		f.sendN("pq", 90, 5)    // five over the limit
+		for i := range 95 {
+			want = append(want, fmt.Sprintf("m%05d", i))
+		}
+		if got := f.drainBodies("pq"); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("received (%d)\n%v\nwant the five of priority 3 dropped (%d)\n%v", len(got), got, len(want), want)
+		}
+	})
+	t.Run("groups", func(t *testing.T) {
+		f := newFixture(t)
+		f.create("pq", func(c *QueueConfig) { c.MaxPriority, c.MaxLength = 5, 2 })
+		f.send("pq", Message{Body: []byte("a-low"), GroupID: "a"})
+		f.send("pq", Message{Body: []byte("b-high"), GroupID: "b", Priority: 4})
+		f.send("pq", Message{Body: []byte("a-low2"), GroupID: "a"})
+		if got := fmt.Sprint(bodies(f.recv("pq", 10, time.Minute))); got != "[a-low a-low2]" {
+			t.Fatalf("got %s, want the priority 4 message dropped", got)
+		}
+	})
+}
+
 // TestPriorityConfig: MaxPriority is 0–255 and cannot change; a FIFO queue
 // ignores it.
 func TestPriorityConfig(t *testing.T) {
