@@ -264,7 +264,7 @@ export function render(main, name, ctx) {
           ['First received', fmtTime(dlx.firstReceiveAt || m.firstReceiveAt)], ['Last received', fmtTime(dlx.lastReceiveAt)],
           ['Dead-lettered', fmtTime(dlx.deadLetteredAt)]]),
         h('h3', {}, 'Message'),
-        kv([['Sent', fmtTime(m.sentAt)], ['Receive count', m.receiveCount], ['State', m.state], ['Group', m.groupId], ['Trace header', m.traceHeader],
+        kv([['Sent', fmtTime(m.sentAt)], ['Receive count', m.receiveCount], ['State', m.state], ['Group', m.groupId], ['Priority', m.priority], ['Trace header', m.traceHeader],
           ['Redriven', m.redrive ? `${m.redrive.count}× (original ${m.redrive.originalMessageId})` : '']]),
         (m.attributes || []).length ? [h('h3', {}, 'Attributes'), kv(m.attributes.map((a) => [a.name, `${a.stringValue ?? a.binaryValue ?? ''} (${a.dataType})`]))] : null,
         h('h3', {}, 'Body'), h('pre', { class: 'body', tabindex: 0 }, body)),
