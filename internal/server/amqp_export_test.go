@@ -22,15 +22,7 @@ import (
 // whole.
 func TestAMQPExportImportKeepsProperties(t *testing.T) {
 	s := startWith(t, func(*Options) {})
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, s)
 	if _, err := ch.QueueDeclare("src", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}

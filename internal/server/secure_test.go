@@ -50,16 +50,27 @@ func startWith(t *testing.T, mod func(*Options)) *Server {
 	return s
 }
 
-// TestAMQPAndSQSShareQueues: a message published over AMQP to a queue
-// declared over AMQP is received over SQS from the same server.
-func TestAMQPAndSQSShareQueues(t *testing.T) {
-	s := startWith(t, func(*Options) {})
+// amqpChannel dials s's AMQP listener as guest and opens a channel; the
+// connection is closed when the test ends.
+func amqpChannel(t *testing.T, s *Server) *amqp091.Channel {
+	t.Helper()
 	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// TestAMQPAndSQSShareQueues: a message published over AMQP to a queue
+// declared over AMQP is received over SQS from the same server.
+func TestAMQPAndSQSShareQueues(t *testing.T) {
+	s := startWith(t, func(*Options) {})
+	ch := amqpChannel(t, s)
 	if _, err := ch.QueueDeclare("shared", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/clock"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -352,15 +350,7 @@ func TestShutdownDoesNotWaitForAnotherShardsSilence(t *testing.T) {
 		return nil, ctx.Err()
 	}
 	s, stop := run(t, o, nil)
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, s)
 	ds, err := ch.Consume("far", "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)

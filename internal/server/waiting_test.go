@@ -9,7 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/api"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
@@ -27,15 +26,7 @@ func TestWaitingCountsRealClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, s)
 	if _, err := ch.QueueDeclare("consumed", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
