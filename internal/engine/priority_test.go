@@ -264,6 +264,45 @@ func TestPriorityDropHead(t *testing.T) {
 	})
 }
 
+// TestPriorityCopyRacesConfigUpdate: a dead-letter copy reads its target's
+// settings (priority levels in writeCopy, message TTL) under the source's
+// lock only, so a configuration update of the target must not write what
+// the copy reads; under -race this fails if it does.
+func TestPriorityCopyRacesConfigUpdate(t *testing.T) {
+	f := newFixture(t)
+	f.create("dlq", priorityQueue)
+	f.create("work", func(c *QueueConfig) {
+		c.DeadLetter = &DeadLetterPolicy{Target: "dlq", MaxReceiveCount: 5}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			if err := f.e.UpdateQueue("dlq", func(c *QueueConfig) error {
+				c.Visibility = time.Duration(10+i%5) * time.Second
+				return nil
+			}); err != nil {
+				t.Errorf("update: %v", err)
+				return
+			}
+		}
+	}()
+	for i := range 50 {
+		f.send("work", prio(fmt.Sprint(i), uint8(i%6)))
+		ds := f.recv("work", 1, time.Minute)
+		if len(ds) != 1 {
+			t.Fatalf("receive %d: %d messages", i, len(ds))
+		}
+		if errs, err := f.e.Reject("work", []string{ds[0].ReceiptHandle}, Failure{}); err != nil || errors.Join(errs...) != nil {
+			t.Fatalf("reject: %v %v", err, errs)
+		}
+	}
+	<-done
+	if info, _ := f.e.GetQueue("dlq"); info.Visible != 50 {
+		t.Fatalf("%d dead letters, want 50", info.Visible)
+	}
+}
+
 // TestPriorityConfig: MaxPriority is 0–255 and cannot change; a FIFO queue
 // ignores it.
 func TestPriorityConfig(t *testing.T) {

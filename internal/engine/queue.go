@@ -615,8 +615,11 @@ func (q *queue) fifo() bool { return q.isFIFO }
 // setConfigLocked installs a new configuration.
 func (q *queue) setConfigLocked(cfg QueueConfig) {
 	q.cfg = cfg
-	if !q.isFIFO {
-		q.maxPrio = uint8(cfg.MaxPriority)
+	if p := uint8(cfg.MaxPriority); !q.isFIFO && q.maxPrio != p {
+		// Only when the queue is made: MaxPriority never changes after
+		// (updateQueue refuses it), and writeCopy reads maxPrio under
+		// another queue's lock, so a config update must not write it.
+		q.maxPrio = p
 	}
 	q.allow.Store(cfg.RedriveAllow)
 	c := cloneConfig(cfg)
