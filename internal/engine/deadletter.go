@@ -227,7 +227,7 @@ func (e *Engine) noteDeadLetterClass(q *queue, m *message, reason string) {
 func (e *Engine) copyDeadLetterLocked(q *queue, m *message, t *queue, reason string, env []byte, now int64, b *store.Batch) pendingCopy {
 	n := e.deadLetterCopyLocked(q, m, reason, env, now, t.isFIFO)
 	n.seq = t.nextSeq.Add(1) - 1
-	if cfg := t.snap.Load(); cfg.HasMessageTTL { // t.cfg is t's lock's
+	if cfg := t.snap.Load(); cfg.HasMessageTTL { // t.cfg needs t's lock
 		n.ttlAt = now + int64(cfg.MessageTTL)
 	}
 	n.group = &group{id: m.groupID()} // replaced by the target's group on insert

@@ -487,8 +487,9 @@ type queue struct {
 	id     uint32
 	name   string
 	isFIFO bool // immutable: a queue's type never changes
-	// maxPrio is cfg.MaxPriority on a standard queue (immutable; 0 on a
-	// FIFO queue): see band.
+	// maxPrio is cfg.MaxPriority on a standard queue (0 on a FIFO queue):
+	// see band. Immutable, set by newQueue (updateQueue refuses a change),
+	// so dead-letter copies read it under another queue's lock.
 	maxPrio uint8
 	eng     *Engine // for dead-lettering from timers and limits
 
@@ -606,21 +607,20 @@ func newQueue(e *Engine, id uint32, name string, cfg QueueConfig) *queue {
 		groups: make(map[string]*group),
 		dedup:  make(map[string]*dedupEntry),
 	}
+	if !cfg.FIFO {
+		q.maxPrio = uint8(cfg.MaxPriority)
+	}
 	q.setConfigLocked(cfg)
 	return q
 }
 
 func (q *queue) fifo() bool { return q.isFIFO }
 
-// setConfigLocked installs a new configuration.
+// setConfigLocked installs a new configuration. What other queues read
+// under their own lock is not written here: maxPrio is fixed by newQueue,
+// the rest is read through snap.
 func (q *queue) setConfigLocked(cfg QueueConfig) {
 	q.cfg = cfg
-	if p := uint8(cfg.MaxPriority); !q.isFIFO && q.maxPrio != p {
-		// Only when the queue is made: MaxPriority never changes after
-		// (updateQueue refuses it), and writeCopy reads maxPrio under
-		// another queue's lock, so a config update must not write it.
-		q.maxPrio = p
-	}
 	q.allow.Store(cfg.RedriveAllow)
 	c := cloneConfig(cfg)
 	q.snap.Store(&c)
