@@ -9,7 +9,8 @@
 // dashboard adds history:
 //
 //   - Run samples every queue's QueueInfo each SampleInterval of the
-//     injectable clock into a bounded ring per queue (History long): depth
+//     injectable clock into a bounded series per queue (History long,
+//     stored as runs of unchanged readings: history.go): depth
 //     by state, oldest age, and the sent/received/redelivered/deleted/
 //     dead-lettered counters, from which rates are derived.
 //   - Observer (give it to engine.Options, with metrics.Multi when there
@@ -18,8 +19,9 @@
 //     percentiles, and counts dead letters by reason per source and per
 //     target queue.
 //
-// Memory is bounded per queue: at most maxSamples samples and
-// maxProcessing processing times. Series of deleted queues are dropped.
+// Memory is bounded per queue: at most maxSamples samples (one run each
+// at worst, one in all for an idle queue) and maxProcessing processing
+// times. Series of deleted queues are dropped.
 //
 // # Endpoints
 //
@@ -45,7 +47,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -153,11 +154,13 @@ type Dashboard struct {
 	clk  clock.Clock
 	mux  *http.ServeMux
 
-	mu      sync.Mutex
-	series  map[string]*ring
-	subs    map[chan []byte]struct{}
-	done    chan struct{} // closed when Run returns
-	running bool
+	mu sync.Mutex
+	// timeline and series are the history: see history.go.
+	timeline *timeline
+	series   map[string]*series
+	subs     map[chan []byte]struct{}
+	done     chan struct{} // closed when Run returns
+	running  bool
 }
 
 var _ http.Handler = (*Dashboard)(nil)
@@ -179,14 +182,15 @@ func New(eng *engine.Engine, rec *Recorder, opts Options) *Dashboard {
 		panic("dashboard: the Recorder runs on another clock than Options.Clock")
 	}
 	d := &Dashboard{
-		eng:    eng,
-		rec:    rec,
-		opts:   opts,
-		log:    opts.Logger,
-		clk:    opts.Clock,
-		series: make(map[string]*ring),
-		subs:   make(map[chan []byte]struct{}),
-		done:   make(chan struct{}),
+		eng:      eng,
+		rec:      rec,
+		opts:     opts,
+		log:      opts.Logger,
+		clk:      opts.Clock,
+		timeline: newTimeline(min(maxSamples, int(opts.History/opts.SampleInterval)+2)),
+		series:   make(map[string]*series),
+		subs:     make(map[chan []byte]struct{}),
+		done:     make(chan struct{}),
 	}
 	d.routes()
 	return d
@@ -222,24 +226,24 @@ func (d *Dashboard) tick() {
 	eng := d.eng
 	now := d.clk.Now()
 	snap := eng.Snapshot()
-	capacity := min(maxSamples, int(d.opts.History/d.opts.SampleInterval)+2)
 	// Queues the snapshot could not read (a failed store) keep their
 	// history: they exist, only this sample is missing.
 	exists := snap.Exists
-	taken := make([]sample, 0, len(snap.Infos))
+	taken := make([]reading, 0, len(snap.Infos))
 	takenNames := make([]string, 0, len(snap.Infos))
 	for i := range snap.Infos {
-		taken = append(taken, sampleOf(&snap.Infos[i], now))
+		taken = append(taken, readingOf(&snap.Infos[i]))
 		takenNames = append(takenNames, snap.Infos[i].Name)
 	}
 	d.mu.Lock()
+	k := d.timeline.add(now)
 	for i, n := range takenNames {
-		r := d.series[n]
-		if r == nil {
-			r = newRing(capacity)
-			d.series[n] = r
+		s := d.series[n]
+		if s == nil {
+			s = newSeries(d.timeline)
+			d.series[n] = s
 		}
-		r.push(taken[i])
+		s.push(k, taken[i])
 	}
 	for n := range d.series {
 		if !exists[n] && gone(eng, n) {
@@ -293,50 +297,6 @@ func sampleOf(info *engine.QueueInfo, now time.Time) sample {
 
 func (s *sample) depth() int { return s.visible + s.inflight + s.delayed }
 
-// ring is a bounded series of samples, oldest first.
-type ring struct {
-	buf   []sample
-	start int // index of the oldest
-	n     int
-}
-
-func newRing(capacity int) *ring { return &ring{buf: make([]sample, capacity)} }
-
-func (r *ring) push(s sample) {
-	if r.n < len(r.buf) {
-		r.buf[(r.start+r.n)%len(r.buf)] = s
-		r.n++
-		return
-	}
-	r.buf[r.start] = s
-	r.start = (r.start + 1) % len(r.buf)
-}
-
-func (r *ring) at(i int) sample { return r.buf[(r.start+i)%len(r.buf)] }
-
-// since copies the samples taken at or after t, oldest first.
-func (r *ring) since(t time.Time) []sample {
-	i := sort.Search(r.n, func(i int) bool { return !r.at(i).at.Before(t) })
-	out := make([]sample, 0, r.n-i)
-	for ; i < r.n; i++ {
-		out = append(out, r.at(i))
-	}
-	return out
-}
-
-// baseline returns the newest sample taken at or before t, else the
-// oldest one; ok is false when the ring is empty.
-func (r *ring) baseline(t time.Time) (sample, bool) {
-	if r.n == 0 {
-		return sample{}, false
-	}
-	i := sort.Search(r.n, func(i int) bool { return r.at(i).at.After(t) })
-	if i == 0 {
-		return r.at(0), true
-	}
-	return r.at(i - 1), true
-}
-
 // observed is what the Recorder records for one queue.
 type observed struct {
 	mu   sync.Mutex
@@ -347,8 +307,10 @@ type observed struct {
 	arrivedByReason map[string]uint64
 }
 
+// procTime is one processing time and when it ended; 16 bytes, where a
+// time.Time alone takes 24 (a busy queue holds maxProcessing of them).
 type procTime struct {
-	at time.Time
+	at int64 // Unix nanoseconds
 	d  time.Duration
 }
 
@@ -365,8 +327,9 @@ func (o *observed) processing(t time.Time) []time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := make([]time.Duration, 0, len(o.proc))
+	from := t.UnixNano()
 	for _, p := range o.proc {
-		if !p.at.Before(t) {
+		if p.at >= from {
 			out = append(out, p.d)
 		}
 	}
@@ -421,7 +384,7 @@ func (*Recorder) Expired(string, int) {}
 // Deleted implements engine.Observer: it records the processing time.
 func (r *Recorder) Deleted(queue string, processing time.Duration) {
 	ob := r.observed(queue)
-	now := r.clk.Now()
+	now := r.clk.Now().UnixNano()
 	ob.mu.Lock()
 	if len(ob.proc) < maxProcessing {
 		ob.proc = append(ob.proc, procTime{now, processing})

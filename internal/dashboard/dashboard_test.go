@@ -234,7 +234,7 @@ func TestDLQLevelsAndHistoryBounds(t *testing.T) {
 		f.d.tick()
 	}
 	f.d.mu.Lock()
-	n := f.d.series["orders"].n
+	n := f.d.series["orders"].n()
 	f.d.mu.Unlock()
 	if n != 12 {
 		t.Fatalf("ring holds %d samples, want 12", n)
