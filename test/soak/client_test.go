@@ -289,29 +289,36 @@ func (c *sqsClient) depths(ctx context.Context) (map[string]queueDepth, error) {
 	return m, nil
 }
 
-// goHeap reads the broker's Go heap from /metrics: bytes allocated now
-// (live plus garbage not yet collected) and the next GC's goal. With
-// GOGC=100, which the server runs with once recovered, the goal is twice
-// the heap that survived the last collection, so goal/2 estimates the live
-// heap.
-func (c *sqsClient) goHeap(ctx context.Context) (alloc, goal int64, err error) {
+// goMem is the broker's Go memory as /metrics reports it.
+type goMem struct {
+	// heap is the heap allocated now (live plus garbage not yet
+	// collected); goal is the next GC's goal. With GOGC=100, which the
+	// server runs with once recovered, the goal is twice the heap that
+	// survived the last collection, so goal/2 estimates the live heap.
+	heap, goal int64
+	stack      int64 // goroutine stacks in use
+}
+
+// goMemory reads the broker's goMem from /metrics.
+func (c *sqsClient) goMemory(ctx context.Context) (goMem, error) {
+	var m goMem
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint()+"metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
+		return m, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		name, v, ok := strings.Cut(line, " ")
@@ -321,22 +328,24 @@ func (c *sqsClient) goHeap(ctx context.Context) (alloc, goal int64, err error) {
 		var p *int64
 		switch name {
 		case "go_memstats_heap_alloc_bytes":
-			p = &alloc
+			p = &m.heap
 		case "go_memstats_next_gc_bytes":
-			p = &goal
+			p = &m.goal
+		case "go_memstats_stack_inuse_bytes":
+			p = &m.stack
 		default:
 			continue
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/metrics %s: %w", name, err)
+			return m, fmt.Errorf("/metrics %s: %w", name, err)
 		}
 		*p = int64(f)
 	}
-	if alloc == 0 || goal == 0 {
-		return 0, 0, errors.New("/metrics: no go_memstats heap figures")
+	if m.heap == 0 || m.goal == 0 {
+		return m, errors.New("/metrics: no go_memstats heap figures")
 	}
-	return alloc, goal, nil
+	return m, nil
 }
 
 // errorLog counts failures by "op:kind" and keeps the first few of each.

@@ -168,9 +168,11 @@ func (s *soak) report(in reportInput) {
 		t.Logf("| %.0f | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s | %.0f%% | %s (%s) | %s |",
 			sm.at.Seconds(), sm.phase, sm.send, sm.recv, sm.del, sm.pub, sm.dlv, sm.visible+sm.inflight, mib(sm.rss), sm.cpu, mib(sm.disk), mib(sm.apparent), sm.load)
 	}
-	var maxRSS int64
+	var peak sample
 	for _, sm := range samples {
-		maxRSS = max(maxRSS, sm.rss)
+		if sm.rss > peak.rss {
+			peak = sm
+		}
 	}
 
 	perM := func(a, b snapshot, n int64) float64 {
@@ -186,7 +188,8 @@ func (s *soak) report(in reportInput) {
 		mib(in.full.apparent), mib(in.base.apparent), float64(in.full.apparent)/float64(max(in.fullDepth, 1)))
 	t.Logf("full backlog: Go heap %s allocated, next GC goal %s → live heap ≈ %s, %.0f MiB per million above the baseline's (the body budget, 512 MiB by default, is part of it)",
 		mib(in.full.heap), mib(in.full.heapGoal), mib(in.full.heapGoal/2), float64(in.full.heapGoal/2-in.base.heapGoal/2)/(1<<20)/(float64(max(in.fullDepth, 1))/1e6))
-	t.Logf("peak sampled rss %s; end of steady load rss %s, disk %s", mib(maxRSS), mib(in.steadyEnd.rss), mib(in.steadyEnd.disk))
+	t.Logf("peak sampled rss %s (%s, %.0f s: Go heap %s, GC goal %s, goroutine stacks %s); end of steady load rss %s, disk %s", mib(peak.rss), peak.phase, peak.at.Seconds(),
+		mib(peak.mem.heap), mib(peak.mem.goal), mib(peak.mem.stack), mib(in.steadyEnd.rss), mib(in.steadyEnd.disk))
 	t.Logf("cpu: idle with the full backlog %.1f%% of a core; with %d long polls parked %.1f%% (test process %.1f%%; %d empty answers in the %v window; all parked %v after starting)",
 		in.idleCPU, s.cfg.pollers, in.parkedCPU, in.parkedClientCPU, in.parkedEmpty, quietWindow, in.parkedAt.Round(time.Millisecond))
 	t.Logf("drain: %v (drained: %v); after it rss %s, heap %s (goal %s), disk %s (apparent %s)", in.drainTook.Round(time.Second), in.drained,

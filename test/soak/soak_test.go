@@ -159,6 +159,7 @@ type sample struct {
 	at                    time.Duration
 	phase                 string
 	rss                   int64
+	mem                   goMem
 	cpu                   float64 // server CPU, % of one core, over the interval
 	send, recv, del       float64 // SQS msg/s
 	pub, dlv              float64 // AMQP msg/s
@@ -262,9 +263,11 @@ func (s *soak) snap() snapshot {
 		s.t.Logf("disk: %v", err)
 	}
 	if s.c != nil {
-		if sn.heap, sn.heapGoal, err = s.c.goHeap(context.Background()); err != nil {
+		m, err := s.c.goMemory(context.Background())
+		if err != nil {
 			s.t.Logf("heap: %v", err)
 		}
+		sn.heap, sn.heapGoal = m.heap, m.goal
 	}
 	return sn
 }
@@ -906,6 +909,7 @@ func (s *soak) sampler(ctx context.Context) {
 		}
 		prev = cur
 		sm.rss, _ = procRSS(s.server().PID)
+		sm.mem, _ = s.c.goMemory(ctx)
 		sm.disk, sm.apparent, _ = diskUsage(filepath.Join(s.dir, "data"))
 		if d, err := s.c.depths(ctx); err == nil {
 			for _, q := range s.queues {
@@ -919,8 +923,8 @@ func (s *soak) sampler(ctx context.Context) {
 		s.sampleMu.Lock()
 		s.samples = append(s.samples, sm)
 		s.sampleMu.Unlock()
-		s.t.Logf("%7.0fs %-6s rss %9s cpu %5.1f%% | sqs send %6.0f recv %6.0f del %6.0f /s | amqp pub %4.0f dlv %4.0f /s | queued %8d inflight %5d | parked %4d (broker %4d) | disk %10s (apparent %10s) | machine %5.1f%% test %5.1f%% | load %s",
-			sm.at.Seconds(), sm.phase, mib(sm.rss), sm.cpu, sm.send, sm.recv, sm.del, sm.pub, sm.dlv,
+		s.t.Logf("%7.0fs %-6s rss %9s (heap %s, goal %s, stacks %s) cpu %5.1f%% | sqs send %6.0f recv %6.0f del %6.0f /s | amqp pub %4.0f dlv %4.0f /s | queued %8d inflight %5d | parked %4d (broker %4d) | disk %10s (apparent %10s) | machine %5.1f%% test %5.1f%% | load %s",
+			sm.at.Seconds(), sm.phase, mib(sm.rss), mib(sm.mem.heap), mib(sm.mem.goal), mib(sm.mem.stack), sm.cpu, sm.send, sm.recv, sm.del, sm.pub, sm.dlv,
 			sm.visible, sm.inflight, sm.parked, sm.waiting, mib(sm.disk), mib(sm.apparent), sm.machineCPU, sm.clientCPU, sm.load)
 	}
 }
