@@ -121,6 +121,7 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	amqpProduct := fs.String("amqp-product", opts.AMQPProduct, "the \"product\" server property AMQP clients see")
 	account := fs.String("account-id", opts.AccountID, "12-digit account id used in queue URLs and ARNs")
 	region := fs.String("region", opts.Region, "region used in ARNs")
+	debugListen := fs.String("debug-listen", "", "loopback address serving Go runtime profiles under /debug/pprof/ (heap, goroutines, CPU; no authentication; default off)")
 	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
 	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
@@ -178,6 +179,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Region = *region
 		case "ready-file":
 			opts.ReadyFile = *ready
+		case "debug-listen":
+			opts.DebugListen = *debugListen
 		case "log-level":
 			opts.LogLevel = *logLevel
 		case "log-format":
@@ -216,6 +219,21 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	}
 	opts.Build = buildinfo.Read(version, commit, date)
 	log := newLogger(stderr, opts.LogLevel, opts.LogFormat)
+	if opts.DebugListen != "" {
+		ds, err := server.ListenDebug(opts.DebugListen, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice server: %v\n", err)
+			return 1
+		}
+		defer func() { _ = ds.Close() }() // the process is exiting
+		go func() {
+			if err := ds.Serve(); err != nil {
+				log.Error("debug listener stopped", "err", err)
+			}
+		}()
+		opts.DebugAddr = ds.Addr()
+		log.Info("debug listener serving Go runtime profiles", "addr", ds.Addr(), "path", "/debug/pprof/")
+	}
 	if opts.Cluster.Enabled() {
 		return runClusterNode(opts, log, stderr)
 	}

@@ -363,7 +363,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("sluice cluster node started", "node_id", n.opts.Cluster.NodeID, "http", n.HTTPAddr(), "amqp", n.AMQPAddr(),
 		"raft", n.opts.Cluster.Self().Raft, "peers", len(n.opts.Cluster.Peers), "data_dir", n.opts.DataDir)
 	if n.opts.ReadyFile != "" {
-		if err := server.WriteReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr()); err != nil {
+		if err := server.WriteReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr(), n.opts.DebugAddr); err != nil {
 			n.log.Error("cannot write ready file", "err", err)
 		}
 	}

@@ -144,6 +144,17 @@ type Options struct {
 	// up, with JSON {"sqs":"host:port","pid":N}. Tests and scripts that
 	// start Sluice on port 0 read the address from it.
 	ReadyFile string `toml:"ready_file"`
+	// DebugListen, if set, is the address of a listener serving the Go
+	// runtime's profiles under /debug/pprof/ (DebugServer): heap,
+	// goroutines, CPU, traces. It has no authentication, so it must be a
+	// loopback address; allow_non_loopback does not lift that. Port 0
+	// picks a free port, named "debug" in the ready file. "" (the
+	// default) is off.
+	DebugListen string `toml:"debug_listen"`
+	// DebugAddr is the address the debug listener bound, which the
+	// process that opened it (cmd/sluice) sets for the ready file. Not
+	// settable from a config file.
+	DebugAddr string `toml:"-"`
 	// LogLevel is debug, info, warn or error. LogFormat is text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
@@ -501,6 +512,13 @@ func (o *Options) Validate() error {
 		"configure [[amqp_users]]")...)
 	if o.AMQPSListen != "" && o.TLS.Cert == "" {
 		errs = append(errs, errors.New("amqps_listen: needs [tls] cert and key"))
+	}
+	if o.DebugListen != "" {
+		if host, _, err := net.SplitHostPort(o.DebugListen); err != nil {
+			errs = append(errs, fmt.Errorf("debug_listen: %q is not host:port: %v", o.DebugListen, err))
+		} else if !isLoopback(host) {
+			errs = append(errs, fmt.Errorf("debug_listen: %q is not a loopback address; the profiles it serves have no authentication, so it listens on loopback only (reach it through an SSH tunnel or kubectl port-forward; allow_non_loopback does not lift this)", o.DebugListen))
+		}
 	}
 	if o.AMQPMaxMessageSize < 1 || o.AMQPMaxMessageSize > engine.MaxStoredMessageSize {
 		errs = append(errs, fmt.Errorf("amqp_max_message_size: %d is not between 1 and %d bytes", o.AMQPMaxMessageSize, engine.MaxStoredMessageSize))

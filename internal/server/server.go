@@ -530,7 +530,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
-		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr()); err != nil {
+		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr(), s.opts.DebugAddr); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
 		}
 	}
@@ -639,9 +639,14 @@ func (s *Server) MetricsGatherer() prometheus.Gatherer { return s.metrics.Regist
 
 // WriteReadyFile writes, atomically (a temporary file renamed into place),
 // the JSON {"sqs":…,"amqp":…,"pid":…} that tests and scripts read to find a
-// broker started on port 0. Cluster nodes write theirs with it too.
-func WriteReadyFile(path, httpAddr, amqpAddr string) error {
-	data, _ := json.Marshal(map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()})
+// broker started on port 0, with "debug" when there is a debug listener
+// (Options.DebugAddr). Cluster nodes write theirs with it too.
+func WriteReadyFile(path, httpAddr, amqpAddr, debugAddr string) error {
+	m := map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()}
+	if debugAddr != "" {
+		m["debug"] = debugAddr
+	}
+	data, _ := json.Marshal(m)
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err

@@ -228,7 +228,10 @@ func Build(dir string, tags ...string) (string, error) {
 type Server struct {
 	Addr string // host:port of the SQS listener
 	AMQP string // host:port of the AMQP listener ("" when it has none)
-	PID  int
+	// Debug is host:port of the debug listener ("" without
+	// --debug-listen).
+	Debug string
+	PID   int
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the process has been waited for
@@ -297,9 +300,10 @@ func StartEnv(ctx context.Context, bin, dir string, timeout time.Duration, env [
 		b, err := os.ReadFile(ready)
 		if err == nil {
 			var rf struct {
-				SQS  string `json:"sqs"`
-				AMQP string `json:"amqp"`
-				PID  int    `json:"pid"`
+				SQS   string `json:"sqs"`
+				AMQP  string `json:"amqp"`
+				Debug string `json:"debug"`
+				PID   int    `json:"pid"`
 			}
 			if err := json.Unmarshal(b, &rf); err != nil || rf.SQS == "" {
 				return fail(fmt.Errorf("ready file %q: %v", b, err))
@@ -307,7 +311,7 @@ func StartEnv(ctx context.Context, bin, dir string, timeout time.Duration, env [
 			if rf.PID != 0 && rf.PID != s.PID {
 				return fail(fmt.Errorf("ready file names pid %d, started %d", rf.PID, s.PID))
 			}
-			s.Addr, s.AMQP = rf.SQS, rf.AMQP
+			s.Addr, s.AMQP, s.Debug = rf.SQS, rf.AMQP, rf.Debug
 			break
 		}
 		if !errors.Is(err, os.ErrNotExist) {

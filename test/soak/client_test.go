@@ -559,3 +559,42 @@ func fsType(dir string) (string, bool, error) {
 	}
 	return fmt.Sprintf("0x%x", st.Type), false, nil
 }
+
+// saveHeapProfile saves the broker's heap profile, from its debug
+// listener, as SLUICE_SOAK_PROFILES/heap-<phase>.pb.gz, when that is set.
+func (s *soak) saveHeapProfile(phase string) {
+	if s.cfg.profiles == "" {
+		return
+	}
+	addr := s.server().Debug
+	if addr == "" {
+		s.t.Logf("heap profile: the broker has no debug listener")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap", nil)
+	if err != nil {
+		s.t.Logf("heap profile: %v", err)
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	if err == nil {
+		path := filepath.Join(s.cfg.profiles, "heap-"+phase+".pb.gz")
+		if err = os.WriteFile(path, b, 0o644); err == nil {
+			s.t.Logf("heap profile at the end of %s: %s", phase, path)
+		}
+	}
+	if err != nil {
+		s.t.Logf("heap profile: %v", err)
+	}
+}

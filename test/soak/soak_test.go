@@ -25,6 +25,8 @@
 //	SLUICE_SOAK_DIR          where the data directory goes; default the repository's parent.
 //	                         Must be a real disk, not tmpfs.
 //	SLUICE_BIN               a prebuilt sluice binary instead of building ./cmd/sluice
+//	SLUICE_SOAK_PROFILES     a directory: the broker's heap profile at the end of the steady
+//	                         load is saved there (go tool pprof -top FILE); default none
 //
 // Only correctness is asserted — no acknowledged message is lost, nothing
 // is delivered that was not sent or after its delete was acknowledged, no
@@ -83,6 +85,7 @@ type config struct {
 	trickle  int // msg/s during the drain and the settle after it
 	settle   time.Duration
 	dir      string
+	profiles string // SLUICE_SOAK_PROFILES
 }
 
 func loadConfig(t *testing.T) config {
@@ -115,6 +118,7 @@ func loadConfig(t *testing.T) config {
 	num("SLUICE_SOAK_RATE", &c.rate)
 	num("SLUICE_SOAK_TRICKLE", &c.trickle)
 	c.dir = os.Getenv("SLUICE_SOAK_DIR")
+	c.profiles = os.Getenv("SLUICE_SOAK_PROFILES")
 	if c.dir == "" {
 		out, err := exec.Command("go", "env", "GOMOD").Output()
 		if err != nil {
@@ -197,7 +201,7 @@ func (s *soak) start(ctx context.Context) time.Duration {
 	if err := os.WriteFile(conf, []byte(limit), 0o644); err != nil {
 		s.t.Fatalf("config: %v", err)
 	}
-	srv, err := crash.Start(ctx, s.bin, s.dir, 10*time.Minute, "-config", conf)
+	srv, err := crash.Start(ctx, s.bin, s.dir, 10*time.Minute, "-config", conf, "-debug-listen", "127.0.0.1:0")
 	if err != nil {
 		s.t.Fatalf("start server: %v", err)
 	}
@@ -370,6 +374,7 @@ func TestSoak(t *testing.T) {
 	case <-ctx.Done():
 	}
 	steadyEnd := s.snap()
+	s.saveHeapProfile("steady")
 
 	// Phase 3: drain (under the trickle, if any).
 	s.setPhase("drain")
