@@ -375,6 +375,7 @@ func (q *queue) goesColdLocked(m *message) bool {
 		// (a refill loads in sequence order), memory still bounded.
 		return n >= 2*w || (wb > 0 && bytes >= 2*wb)
 	}
+	w, wb = q.eng.windowNow()
 	return q.cold.on || n >= w || (wb > 0 && bytes >= wb)
 }
 
@@ -397,9 +398,25 @@ func (q *queue) waitingLocked() (int, int64) {
 	return n, bytes
 }
 
+// windowNow returns the ready window in force now (count, body bytes):
+// Options.ReadyWindow and ReadyWindowBytes, or, while the index memory
+// is at or above Options.ReadyMemoryBudget, the squeezed window. A window
+// of 0 (none) stays 0.
+func (e *Engine) windowNow() (int, int64) {
+	w, wb := e.window, e.windowB
+	if e.readyMem > 0 && w > 0 && e.memHeld.Load() >= e.readyMem {
+		w = min(w, SqueezedReadyWindow)
+		if wb > 0 {
+			wb = min(wb, SqueezedReadyWindowBytes)
+		}
+	}
+	return w, wb
+}
+
 // windowFull reports whether n messages of bodies bytes fill a window.
 func (e *Engine) windowFull(n int, bodies int64) bool {
-	return n >= max(e.window, 1) || (e.windowB > 0 && bodies >= e.windowB)
+	w, wb := e.windowNow()
+	return n >= max(w, 1) || (wb > 0 && bodies >= wb)
 }
 
 // addColdLocked counts a message whose content record (of recLen bytes)
@@ -422,9 +439,9 @@ func (q *queue) addColdLocked(seq uint64, recLen int, delayed bool) {
 // water mark (half a window, by count and by bytes) at which a receive
 // refills.
 func (q *queue) lowLocked() bool {
-	e := q.eng
+	w, wb := q.eng.windowNow()
 	n, bytes := q.waitingLocked()
-	return n < max(e.window/2, 1) && (e.windowB <= 0 || bytes < e.windowB/2)
+	return n < max(w/2, 1) && (wb <= 0 || bytes < wb/2)
 }
 
 // topUpLocked refills a cold queue whose hot visible count is under the low

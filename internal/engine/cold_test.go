@@ -25,6 +25,7 @@ type coldFixture struct {
 	closeStore  func()
 	window      int   // ReadyWindow (0: coldWindow)
 	windowBytes int64 // ReadyWindowBytes
+	readyMem    int64 // ReadyMemoryBudget
 }
 
 func coldStores(t *testing.T, run func(t *testing.T, f *coldFixture)) {
@@ -71,7 +72,7 @@ func (f *coldFixture) openCold() {
 	if w == 0 {
 		w = coldWindow
 	}
-	e, err := Open(Options{Store: f.st, Clock: f.clk, ReadyWindow: w, ReadyWindowBytes: f.windowBytes})
+	e, err := Open(Options{Store: f.st, Clock: f.clk, ReadyWindow: w, ReadyWindowBytes: f.windowBytes, ReadyMemoryBudget: f.readyMem})
 	if err != nil {
 		f.t.Fatalf("open: %v", err)
 	}

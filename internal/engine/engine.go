@@ -134,6 +134,16 @@ type Options struct {
 	// messages keeps fewer of them.
 	ReadyWindow      int
 	ReadyWindowBytes int64
+	// ReadyMemoryBudget bounds the ready windows of all queues together
+	// by the index memory the engine holds (MemoryHeld without bodies):
+	// while that is at or above it, every standard and FIFO queue's
+	// window shrinks to SqueezedReadyWindow messages (and
+	// SqueezedReadyWindowBytes), so that a backlog spread over many
+	// queues costs memory for a few messages of each, not a window of
+	// each (0: DefaultReadyMemoryBudget; negative: none). In-flight,
+	// delayed and FIFO messages count toward it as they do toward
+	// MemoryHeld.
+	ReadyMemoryBudget int64
 	// LogDrops logs every message dropped for want of a dead-letter
 	// target (a reject without requeue and without a DLQ, an overflow or
 	// expiry with nowhere to go) at Info with its id, instead of Debug.
@@ -148,6 +158,16 @@ const DefaultSyncInterval = 100 * time.Millisecond
 const (
 	DefaultReadyWindow      = 2048
 	DefaultReadyWindowBytes = 4 << 20
+)
+
+// DefaultReadyMemoryBudget is the default Options.ReadyMemoryBudget, and
+// SqueezedReadyWindow and SqueezedReadyWindowBytes the window each queue
+// keeps while the engine is over it: enough for a few receives of ten
+// between refills.
+const (
+	DefaultReadyMemoryBudget       = 32 << 20
+	SqueezedReadyWindow            = 64
+	SqueezedReadyWindowBytes int64 = 256 << 10
 )
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
@@ -190,6 +210,7 @@ type Engine struct {
 	bodyBudget int64        // see Options.BodyMemoryBudget; <0: none
 	window     int          // see Options.ReadyWindow; 0: none
 	windowB    int64        // see Options.ReadyWindowBytes; 0: none
+	readyMem   int64        // see Options.ReadyMemoryBudget; <=0: none
 	limits     limits       // queue count and size caps (limits.go)
 	memBodies  atomic.Int64 // bytes of bodies held in memory
 	memHeld    atomic.Int64 // bytes of index, attributes, envelopes and dedup entries (memory.go)
@@ -262,6 +283,12 @@ func Open(opts Options) (*Engine, error) {
 		e.bodyBudget = DefaultBodyMemoryBudget
 	}
 	e.window, e.windowB = resolveWindow(&opts)
+	switch e.readyMem = opts.ReadyMemoryBudget; {
+	case e.readyMem == 0:
+		e.readyMem = DefaultReadyMemoryBudget
+	case e.readyMem < 0:
+		e.readyMem = 0
+	}
 	e.tasks.init()
 	start := time.Now()
 	n, err := e.recover()

@@ -1,10 +1,11 @@
 package engine
 
 // Memory accounting. The engine keeps the index entry of every message it
-// holds in memory (and its body while the body budget allows): every FIFO
-// message, every delayed or in-flight one, and up to about a window of each
-// standard queue's ready messages (cold messages, cold.go, cost nothing
-// here), so its memory grows with FIFO and delayed backlogs. It counts what it holds so that the server can refuse
+// holds in memory (and its body while the body budget allows): every
+// in-flight message and every received one waiting out a retry backoff,
+// and up to about a window of each queue's waiting messages, fewer once
+// the windows together pass Options.ReadyMemoryBudget (cold messages,
+// cold.go, cost nothing here). It counts what it holds so that the server can refuse
 // new messages before the process runs out of memory (see
 // Engine.MemoryHeld and the server's memory_high_watermark).
 //

@@ -27,6 +27,7 @@ var archDocNotCode = map[string]bool{
 	"replace_after":                       true,
 	"internal_amqp_listen":                true,
 	"body_memory_budget":                  true,
+	"ready_memory_budget":                 true,
 	"sluice_amqp_refused_publishes_total": true,
 	"user_id":                             true,
 	"InternalFailure":                     true,

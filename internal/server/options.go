@@ -123,7 +123,7 @@ type Options struct {
 	HoldDeleted func(name string) error `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
-	// sharing the node's memory: BodyMemoryBudget, MemoryHighWatermark,
+	// sharing the node's memory: BodyMemoryBudget, ReadyMemoryBudget, MemoryHighWatermark,
 	// HTTPBodyBudget and MaxQueues each get that fraction of their value
 	// (of the default when unset), so the node's total stays within what
 	// is configured. Not settable from a config file.
@@ -162,6 +162,13 @@ type Options struct {
 	// bodies beyond it stay on disk and are read when needed. 0: the
 	// engine's default (512 MiB); negative: no cap.
 	BodyMemoryBudget int64 `toml:"body_memory_budget"`
+	// ReadyMemoryBudget bounds the index memory of the queues' ready
+	// windows together (engine.Options.ReadyMemoryBudget): past it, each
+	// queue keeps a few dozen ready messages in memory instead of up to
+	// 2,048, so a backlog spread over many queues costs memory for a
+	// few messages of each. 0: the engine's default (32 MiB); negative:
+	// no bound.
+	ReadyMemoryBudget int64 `toml:"ready_memory_budget"`
 	// LogDrops logs every message dropped for want of a dead-letter
 	// target (an AMQP reject without a DLX, a full dead-letter target) at
 	// Info with its id; otherwise at Debug. Drops are always counted

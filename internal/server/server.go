@@ -184,6 +184,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		Observer:           metrics.Multi(s.metrics, arrivals, dashRec),
 		DeadLetterRouter:   topo,
 		BodyMemoryBudget:   opts.BodyMemoryBudget,
+		ReadyMemoryBudget:  opts.ReadyMemoryBudget,
 		MaxQueues:          opts.MaxQueues,
 		MaxQueueMessages:   opts.MaxQueueMessages,
 		MaxQueueBytes:      opts.MaxQueueBytes,

@@ -131,6 +131,7 @@ func (o Options) shared(n int) Options {
 		return max(v/int64(n), 1)
 	}
 	o.BodyMemoryBudget = div(o.BodyMemoryBudget, engine.DefaultBodyMemoryBudget)
+	o.ReadyMemoryBudget = div(o.ReadyMemoryBudget, engine.DefaultReadyMemoryBudget)
 	if w := memoryWatermark(o.MemoryHighWatermark); w > 0 {
 		o.MemoryHighWatermark = max(w/int64(n), 1)
 	}

@@ -14,7 +14,7 @@ import (
 func TestSharedDividesTheNodesBounds(t *testing.T) {
 	o := DefaultOptions()
 	s := o.shared(3)
-	if s.BodyMemoryBudget != engine.DefaultBodyMemoryBudget/3 || s.HTTPBodyBudget != httpbody.DefaultLimit/3 || s.MaxQueues != (engine.DefaultMaxQueues+2)/3 {
+	if s.BodyMemoryBudget != engine.DefaultBodyMemoryBudget/3 || s.ReadyMemoryBudget != engine.DefaultReadyMemoryBudget/3 || s.HTTPBodyBudget != httpbody.DefaultLimit/3 || s.MaxQueues != (engine.DefaultMaxQueues+2)/3 {
 		t.Fatalf("defaults shared by 3: body %d, http %d, queues %d", s.BodyMemoryBudget, s.HTTPBodyBudget, s.MaxQueues)
 	}
 	if w := memoryWatermark(0); w > 0 && s.MemoryHighWatermark != w/3 {
