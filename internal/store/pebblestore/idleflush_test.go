@@ -298,7 +298,12 @@ func TestIdleFlushUnderATrickle(t *testing.T) {
 		t.Fatalf("the first period of the trickle after the drain did %v, want a flush", got)
 	}
 	// At most 40 periods of the trickle (4 MiB: half the memtable), each
-	// once pebble has no compaction running.
+	// once pebble has no compaction running. None of them is another
+	// idle flush. (Pebble may flush on its own when a slow run, under
+	// the race detector on a loaded machine, needs many periods: the
+	// trickle's sends and deletes fill the memtable. Counting
+	// Metrics().Flush failed then; the idle flushes are what is tested.)
+	idleFlushes := 0
 	for p := 0; ; p++ {
 		b.settle()
 		m := b.s.db.Metrics()
@@ -308,10 +313,12 @@ func TestIdleFlushUnderATrickle(t *testing.T) {
 		if p == 40 {
 			t.Fatalf("%d blob files (%d bytes) still live after %d periods of the trickle", m.BlobFiles.LiveCount, m.BlobFiles.LiveSize, p)
 		}
-		_ = trickle()
+		if trickle() == idleFlushed {
+			idleFlushes++
+		}
 	}
-	if got := b.s.db.Metrics().Flush.Count - flushes; got != 1 {
-		t.Fatalf("%d flushes since the drain, want the idle one only", got)
+	if idleFlushes != 0 {
+		t.Fatalf("%d more idle flushes during the trickle (%d flushes in all since the drain), want the first one only", idleFlushes, b.s.db.Metrics().Flush.Count-flushes)
 	}
 }
 
