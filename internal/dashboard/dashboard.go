@@ -283,16 +283,10 @@ type sample struct {
 	deleted, deadLettered, exp uint64
 }
 
+// sampleOf is what info says at now.
 func sampleOf(info *engine.QueueInfo, now time.Time) sample {
-	s := sample{
-		at: now, visible: info.Visible, inflight: info.InFlight, delayed: info.Delayed,
-		sent: info.Sent, received: info.Received, redeliv: info.Redelivered,
-		deleted: info.Deleted, deadLettered: info.DeadLettered, exp: info.Expired,
-	}
-	if !info.OldestSentAt.IsZero() {
-		s.oldestAge = max(0, now.Sub(info.OldestSentAt).Seconds())
-	}
-	return s
+	rd := readingOf(info)
+	return rd.at(now)
 }
 
 func (s *sample) depth() int { return s.visible + s.inflight + s.delayed }

@@ -105,16 +105,17 @@ func (s *series) n() int {
 }
 
 // sampleAt is the sample of run i at tick k.
-func (s *series) sampleAt(i int, k uint64) sample {
-	rd := &s.runs[i].r
-	at := s.tl.at(k)
+func (s *series) sampleAt(i int, k uint64) sample { return s.runs[i].r.at(s.tl.at(k)) }
+
+// at is the sample that says rd at time t.
+func (rd *reading) at(t time.Time) sample {
 	sm := sample{
-		at: at, visible: rd.visible, inflight: rd.inflight, delayed: rd.delayed,
+		at: t, visible: rd.visible, inflight: rd.inflight, delayed: rd.delayed,
 		sent: rd.sent, received: rd.received, redeliv: rd.redeliv,
 		deleted: rd.deleted, deadLettered: rd.deadLettered, exp: rd.exp,
 	}
 	if rd.oldestSentAt != 0 {
-		sm.oldestAge = max(0, at.Sub(time.Unix(0, rd.oldestSentAt)).Seconds())
+		sm.oldestAge = max(0, t.Sub(time.Unix(0, rd.oldestSentAt)).Seconds())
 	}
 	return sm
 }
