@@ -14,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum priority-vs-rabbitmq fuzz crash faults cluster-faults soak perf perf-fifo release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum priority-vs-rabbitmq fuzz crash faults cluster-faults soak perf perf-fifo perf-many release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -117,6 +117,9 @@ soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DUR
 
 perf: ## restart time and memory with 1M queued messages, then the deep backlog (2M over AMQP, kill -9, restart, drain; writes ~5 GB; SLUICE_PERF_DIR, SLUICE_PERF_MESSAGES)
 	SLUICE_PERF=1 $(GO) test -count=1 -run 'TestRestart|TestDeepBacklog' -v -timeout 90m ./test/perf/
+
+perf-many: ## a backlog over many queues at once (400 queues × 2,100 messages of 200 B over SQS, kill -9, restart, drain): memory bounded by the ready and body budgets; SLUICE_PERF_QUEUES, SLUICE_PERF_QUEUE_DEPTH, SLUICE_PERF_BODY, SLUICE_PERF_CONFIG
+	SLUICE_PERF=1 SLUICE_PERF_MANY=1 $(GO) test -count=1 -run TestManyQueues -v -timeout 60m ./test/perf/
 
 perf-fifo: ## the deep backlog on a FIFO queue over SQS (2M in 64 groups, kill -9, restart, drain; SLUICE_PERF_DIR, SLUICE_PERF_MESSAGES, SLUICE_PERF_FIFO_GROUPS)
 	SLUICE_PERF=1 SLUICE_PERF_FIFO=1 $(GO) test -count=1 -run 'TestDeepBacklogFIFO$$' -v -timeout 90m ./test/perf/

@@ -67,8 +67,12 @@ func runDeepBacklog(t *testing.T, label string, publish func(b *broker, total in
 	total := perfMessages(t)
 	bin := buildBinary(t)
 	dir := dataDir(t)
+	extra := perfConfig(t)
+	if len(extra) > 0 {
+		label += "(config " + extra[1] + ") "
+	}
 
-	b := startBroker(t, bin, dir)
+	b := startBroker(t, bin, dir, extra...)
 	rss := watchRSS(b.cmd.Process.Pid)
 	start := time.Now()
 	confirmed := publish(b, total)
@@ -86,7 +90,7 @@ func runDeepBacklog(t *testing.T, label string, publish func(b *broker, total in
 	t.Logf("%sdata dir after kill -9: %d files, %.0f MiB allocated", label, files, mib(du.allocated))
 
 	restartAt := time.Now()
-	b = startBroker(t, bin, dir)
+	b = startBroker(t, bin, dir, extra...)
 	healthy := waitHealth(t, b.httpAddr)
 	restart := healthy.Sub(restartAt)
 	rss = watchRSS(b.cmd.Process.Pid)
@@ -107,6 +111,21 @@ func runDeepBacklog(t *testing.T, label string, publish func(b *broker, total in
 	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	_ = b.cmd.Wait()
+}
+
+// perfConfig returns the server arguments that load SLUICE_PERF_CONFIG, a
+// TOML config file, when it is set: the scenarios run with other budgets
+// or windows that way, for side-by-side runs.
+func perfConfig(t *testing.T) []string {
+	t.Helper()
+	c := os.Getenv(envConfig)
+	if c == "" {
+		return nil
+	}
+	if _, err := os.Stat(c); err != nil {
+		t.Fatalf("%s: %v", envConfig, err)
+	}
+	return []string{"--config", c}
 }
 
 func meets(ok bool) string {
@@ -134,12 +153,13 @@ type broker struct {
 }
 
 // startBroker runs `sluice server` on dir with both listeners on port 0 and
-// waits for its ready file.
-func startBroker(t *testing.T, bin, dir string) *broker {
+// waits for its ready file; extra are more arguments for the server.
+func startBroker(t *testing.T, bin, dir string, extra ...string) *broker {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready.json")
-	cmd := exec.Command(bin, "server", "--data-dir", dir, "--sqs-listen", "127.0.0.1:0", "--amqp-listen", "127.0.0.1:0",
-		"--ready-file", ready, "--log-level", "warn")
+	args := append([]string{"server", "--data-dir", dir, "--sqs-listen", "127.0.0.1:0", "--amqp-listen", "127.0.0.1:0",
+		"--ready-file", ready, "--log-level", "warn"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -590,7 +590,10 @@ func (s *soak) saveHeapProfile(phase string) {
 	}
 	if err == nil {
 		path := filepath.Join(s.cfg.profiles, "heap-"+phase+".pb.gz")
-		if err = os.WriteFile(path, b, 0o644); err == nil {
+		if err = os.MkdirAll(s.cfg.profiles, 0o755); err == nil {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		if err == nil {
 			s.t.Logf("heap profile at the end of %s: %s", phase, path)
 		}
 	}
