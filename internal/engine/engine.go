@@ -171,7 +171,7 @@ const (
 )
 
 // DefaultBodyMemoryBudget is the default Options.BodyMemoryBudget.
-const DefaultBodyMemoryBudget = 512 << 20
+const DefaultBodyMemoryBudget = 64 << 20
 
 // Engine is the queue engine. Create it with Open.
 type Engine struct {

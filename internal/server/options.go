@@ -160,7 +160,8 @@ type Options struct {
 	LogFormat string `toml:"log_format"`
 	// BodyMemoryBudget caps the bytes of message bodies kept in memory;
 	// bodies beyond it stay on disk and are read when needed. 0: the
-	// engine's default (512 MiB); negative: no cap.
+	// engine's default (64 MiB, engine.DefaultBodyMemoryBudget); negative:
+	// no cap.
 	BodyMemoryBudget int64 `toml:"body_memory_budget"`
 	// ReadyMemoryBudget bounds the index memory of the queues' ready
 	// windows together (engine.Options.ReadyMemoryBudget): past it, each

@@ -186,7 +186,7 @@ func (s *soak) report(in reportInput) {
 		in.fullDepth, mib(in.full.rss), mib(in.base.rss), perM(in.full, in.base, in.fullDepth),
 		mib(in.full.disk), mib(in.base.disk), float64(in.full.disk)/float64(max(in.fullDepth, 1)),
 		mib(in.full.apparent), mib(in.base.apparent), float64(in.full.apparent)/float64(max(in.fullDepth, 1)))
-	t.Logf("full backlog: Go heap %s allocated, next GC goal %s → live heap ≈ %s, %.0f MiB per million above the baseline's (the body budget, 512 MiB by default, is part of it)",
+	t.Logf("full backlog: Go heap %s allocated, next GC goal %s → live heap ≈ %s, %.0f MiB per million above the baseline's (bodies within the body budget, 64 MiB by default, are part of it)",
 		mib(in.full.heap), mib(in.full.heapGoal), mib(in.full.heapGoal/2), float64(in.full.heapGoal/2-in.base.heapGoal/2)/(1<<20)/(float64(max(in.fullDepth, 1))/1e6))
 	t.Logf("peak sampled rss %s (%s, %.0f s: Go heap %s, GC goal %s, goroutine stacks %s); end of steady load rss %s, disk %s", mib(peak.rss), peak.phase, peak.at.Seconds(),
 		mib(peak.mem.heap), mib(peak.mem.goal), mib(peak.mem.stack), mib(in.steadyEnd.rss), mib(in.steadyEnd.disk))
