@@ -461,6 +461,10 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		out = append(out, d)
 		if req.AttemptID != "" {
 			leases = append(leases, lease{seq: m.seq, receipt: m.receipt, visibleAt: m.visibleAt})
+		} else {
+			// A receive attempt keeps its deliveries, bodies and all,
+			// for its retries: its bodies stay counted.
+			q.dropDeliveredBodyLocked(m)
 		}
 	}
 	if q.fifo() {

@@ -674,6 +674,27 @@ func (q *queue) groupLocked(id string) *group {
 	return g
 }
 
+// dropDeliveredBodyLocked lets go of m's body, m having just been
+// delivered, while the bodies in memory take half of the body budget or
+// more. A delivered body is needed again only if m is delivered again (a
+// visibility timeout or a requeue: a failure path), and then it is read
+// back from its content record like any body beyond the budget
+// (bodyLocked); a waiting message's body is certainly needed soon. So
+// under pressure the budget goes to the waiting messages, and a consumer
+// that holds many messages in flight does not leave the queues' windows
+// to be read back one point read at a time. Below half the budget
+// nothing changes: a redelivery finds its body in memory.
+func (q *queue) dropDeliveredBodyLocked(m *message) {
+	e := q.eng
+	if m.body == nil || e.bodyBudget < 0 || 2*e.memBodies.Load() < e.bodyBudget {
+		return
+	}
+	n := int64(len(m.body))
+	e.memBodies.Add(-n)
+	q.memBody -= n
+	m.body = nil // m.bodyLen stays: bodyLocked reads it back
+}
+
 // addLocked inserts a message that is new to memory (sent, recovered or
 // dead-lettered in). m.state must be set: delayed/in-flight messages go to
 // the timer heap.
