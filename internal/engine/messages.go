@@ -462,8 +462,8 @@ func (e *Engine) takeLocked(q *queue, now int64, req *ReceiveRequest, b *store.B
 		if req.AttemptID != "" {
 			leases = append(leases, lease{seq: m.seq, receipt: m.receipt, visibleAt: m.visibleAt})
 		} else {
-			// A receive attempt keeps its deliveries, bodies and all,
-			// for its retries: its bodies stay counted.
+			// Not for a receive attempt: it keeps its deliveries,
+			// bodies and all, for its retries, so they stay counted.
 			q.dropDeliveredBodyLocked(m)
 		}
 	}
