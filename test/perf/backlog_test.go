@@ -48,15 +48,46 @@ func TestDeepBacklog(t *testing.T) {
 // perfMessages is SLUICE_PERF_MESSAGES, or 2,000,000.
 func perfMessages(t *testing.T) int {
 	t.Helper()
-	total := 2_000_000
-	if v := os.Getenv(envMessages); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("%s=%q: want a positive count", envMessages, v)
-		}
-		total = n
+	return envInt(t, envMessages, 2_000_000)
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return total
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// filler returns n bytes of repeating letters and digits, the rest of a
+// test body after its index (indexedBody).
+func filler(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[i%36]
+	}
+	return string(b)
+}
+
+// indexLen is how many digits of its message's index start a test body.
+const indexLen = 10
+
+// indexedBody is message i's body: i, zero-padded to indexLen digits,
+// then the rest of fill, so that the body is len(fill) bytes long.
+func indexedBody(i int, fill string) string {
+	s := fmt.Sprintf("%0*d", indexLen, i)
+	return s + fill[len(s):]
+}
+
+// bodyIndex is the index indexedBody put at the start of body.
+func bodyIndex(body string) (int, error) {
+	return strconv.Atoi(body[:min(indexLen, len(body))])
 }
 
 // runDeepBacklog is the deep-backlog scenario with the given publish and
@@ -67,9 +98,9 @@ func runDeepBacklog(t *testing.T, label string, publish func(b *broker, total in
 	total := perfMessages(t)
 	bin := buildBinary(t)
 	dir := dataDir(t)
-	extra := perfConfig(t)
-	if len(extra) > 0 {
-		label += "(config " + extra[1] + ") "
+	config, extra := perfConfig(t)
+	if config != "" {
+		label += "(config " + config + ") "
 	}
 
 	b := startBroker(t, bin, dir, extra...)
@@ -113,19 +144,19 @@ func runDeepBacklog(t *testing.T, label string, publish func(b *broker, total in
 	_ = b.cmd.Wait()
 }
 
-// perfConfig returns the server arguments that load SLUICE_PERF_CONFIG, a
-// TOML config file, when it is set: the scenarios run with other budgets
-// or windows that way, for side-by-side runs.
-func perfConfig(t *testing.T) []string {
+// perfConfig returns SLUICE_PERF_CONFIG, a TOML config file, and the
+// server arguments that load it; "" and none when it is not set. The
+// scenarios run with other budgets or windows that way, side by side.
+func perfConfig(t *testing.T) (path string, args []string) {
 	t.Helper()
-	c := os.Getenv(envConfig)
-	if c == "" {
-		return nil
+	path = os.Getenv(envConfig)
+	if path == "" {
+		return "", nil
 	}
-	if _, err := os.Stat(c); err != nil {
+	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("%s: %v", envConfig, err)
 	}
-	return []string{"--config", c}
+	return path, []string{"--config", path}
 }
 
 func meets(ok bool) string {

@@ -41,7 +41,6 @@ const (
 	fifoQueue      = "perf.fifo"
 	fifoPublishers = 8
 	fifoConsumers  = 4
-	fifoIndexLen   = 10 // the body's first bytes: the message's index, zero-padded
 )
 
 func TestDeepBacklogFIFO(t *testing.T) {
@@ -70,12 +69,6 @@ func sqsClient(b *broker, timeout time.Duration) *sqs.Client {
 	return crash.NewClient("http://"+b.httpAddr, "perf", 2*(fifoPublishers+fifoConsumers), timeout)
 }
 
-// fifoBody is message i's body: its index, then filler up to bodySize.
-func fifoBody(i int, filler string) string {
-	s := fmt.Sprintf("%0*d", fifoIndexLen, i)
-	return s + filler[:bodySize-len(s)]
-}
-
 // publishFIFO creates the FIFO queue and sends total messages: message i
 // goes to group i % groups, with deduplication id i, sent by publisher
 // i % fifoPublishers, which sends its messages in index order one batch at
@@ -91,10 +84,7 @@ func publishFIFO(t *testing.T, b *broker, total, groups int) int {
 		t.Fatal(err)
 	}
 	url := out.QueueUrl
-	filler := make([]byte, bodySize)
-	for i := range filler {
-		filler[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[i%36]
-	}
+	fill := filler(bodySize)
 	var acked atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, fifoPublishers)
@@ -121,7 +111,7 @@ func publishFIFO(t *testing.T, b *broker, total, groups int) int {
 			for i := p; i < total; i += fifoPublishers {
 				id := strconv.Itoa(i)
 				entries = append(entries, types.SendMessageBatchRequestEntry{
-					Id: aws.String(id), MessageBody: aws.String(fifoBody(i, string(filler))),
+					Id: aws.String(id), MessageBody: aws.String(indexedBody(i, fill)),
 					MessageGroupId: aws.String("g" + strconv.Itoa(i%groups)), MessageDeduplicationId: aws.String(id)})
 				if len(entries) == batchSize {
 					if err := flush(); err != nil {
@@ -188,7 +178,7 @@ func drainFIFO(t *testing.T, b *broker, want, groups int, delivered []atomic.Boo
 				del := make([]types.DeleteMessageBatchRequestEntry, 0, len(res.Messages))
 				for k, m := range res.Messages {
 					body := aws.ToString(m.Body)
-					i, err := strconv.Atoi(body[:min(fifoIndexLen, len(body))])
+					i, err := bodyIndex(body)
 					if err != nil || i < 0 || i >= len(delivered) {
 						errc <- fmt.Errorf("unexpected body %.20q", body)
 						return

@@ -63,17 +63,17 @@ func TestManyQueues(t *testing.T) {
 		t.Skipf("set %s=1 to run the many-queues backlog", envMany)
 	}
 	l := &manyLoad{queues: envInt(t, envManyQueues, 400), depth: envInt(t, envManyDepth, 2_100), body: envInt(t, envManyBody, 200)}
-	if l.body < fifoIndexLen {
-		t.Fatalf("%s=%d: want at least %d bytes", envManyBody, l.body, fifoIndexLen)
+	if l.body < indexLen {
+		t.Fatalf("%s=%d: want at least %d bytes", envManyBody, l.body, indexLen)
 	}
-	extra := perfConfig(t)
+	config, extra := perfConfig(t)
 	l.acked = make([]atomic.Int64, l.queues)
 	l.seen = make([]atomic.Bool, l.queues*l.depth)
 	bin := buildBinary(t)
 	dir := dataDir(t)
 	label := fmt.Sprintf("%d queues × %d messages of %d B", l.queues, l.depth, l.body)
-	if len(extra) > 0 {
-		label += " (config " + extra[1] + ")"
+	if config != "" {
+		label += " (config " + config + ")"
 	}
 
 	b := startBroker(t, bin, dir, extra...)
@@ -114,20 +114,6 @@ func TestManyQueues(t *testing.T) {
 	_ = b.cmd.Wait()
 }
 
-// envInt is the positive integer in the environment variable name, or def.
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
 func (l *manyLoad) create(t *testing.T, c *sqs.Client) {
 	t.Helper()
 	l.urls = make([]*string, l.queues)
@@ -145,10 +131,7 @@ func (l *manyLoad) create(t *testing.T, c *sqs.Client) {
 // body starts with its message's number (queue*depth + i), zero-padded.
 func (l *manyLoad) send(t *testing.T, c *sqs.Client) int {
 	t.Helper()
-	filler := make([]byte, l.body)
-	for i := range filler {
-		filler[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[i%36]
-	}
+	fill := filler(l.body)
 	var wg sync.WaitGroup
 	errc := make(chan error, manySenders)
 	for s := range manySenders {
@@ -160,9 +143,8 @@ func (l *manyLoad) send(t *testing.T, c *sqs.Client) int {
 				for q := s; q < l.queues; q += manySenders {
 					entries = entries[:0]
 					for k := i; k < min(i+batchSize, l.depth); k++ {
-						n := fmt.Sprintf("%0*d", fifoIndexLen, q*l.depth+k)
 						entries = append(entries, types.SendMessageBatchRequestEntry{
-							Id: aws.String(strconv.Itoa(k - i)), MessageBody: aws.String(n + string(filler[len(n):]))})
+							Id: aws.String(strconv.Itoa(k - i)), MessageBody: aws.String(indexedBody(q*l.depth+k, fill))})
 					}
 					res, err := c.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: l.urls[q], Entries: entries})
 					if err == nil && len(res.Failed) > 0 {
@@ -233,7 +215,7 @@ func (l *manyLoad) drain(t *testing.T, c *sqs.Client) int {
 					del := make([]types.DeleteMessageBatchRequestEntry, 0, len(res.Messages))
 					for i, m := range res.Messages {
 						body := aws.ToString(m.Body)
-						n, err := strconv.Atoi(body[:min(fifoIndexLen, len(body))])
+						n, err := bodyIndex(body)
 						if err != nil || n/l.depth != q {
 							errc <- fmt.Errorf("queue %d: unexpected body %.20q", q, body)
 							return
