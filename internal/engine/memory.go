@@ -51,6 +51,14 @@ func (q *queue) accountLocked(n int64) {
 	q.eng.memHeld.Add(n)
 }
 
+// releaseBodyLocked takes m's body, held in memory, out of q's and the
+// engine's counts; the caller drops m or its body.
+func (q *queue) releaseBodyLocked(m *message) {
+	n := int64(len(m.body))
+	q.eng.memBodies.Add(-n)
+	q.memBody -= n
+}
+
 // unaccountAllLocked removes everything q holds from the engine's counts
 // (q's messages and dedup entries are being dropped wholesale).
 func (q *queue) unaccountAllLocked() {

@@ -689,9 +689,7 @@ func (q *queue) dropDeliveredBodyLocked(m *message) {
 	if m.body == nil || e.bodyBudget < 0 || 2*e.memBodies.Load() < e.bodyBudget {
 		return
 	}
-	n := int64(len(m.body))
-	e.memBodies.Add(-n)
-	q.memBody -= n
+	q.releaseBodyLocked(m)
 	m.body = nil // m.bodyLen stays: bodyLocked reads it back
 }
 
@@ -800,8 +798,7 @@ func (q *queue) removeLocked(m *message) {
 	q.countFreshLocked(m, -1)
 	q.accountLocked(-int64(m.held))
 	if m.body != nil {
-		q.eng.memBodies.Add(-int64(len(m.body)))
-		q.memBody -= int64(len(m.body))
+		q.releaseBodyLocked(m)
 	}
 	g := m.group
 	wasHead := g.msgs.head == m
