@@ -213,7 +213,14 @@ func TestMoverHoldsOnlyTheRefusingTarget(t *testing.T) {
 	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
 	r.tickUntil("far held 8 s", 20, func() bool { return len(r.calls()) == 4 }) // at 0, 2, 6, 14 s
 	r.deadLetterFrom("src2")
-	r.tickUntil("the dead letter for far2 moved", 2, func() bool { return r.s.eng.TransfersPending() == 1 })
+	// The pass a new transfer starts waits out the rest of a moverPoll
+	// since the last pass began: one second of the fake clock. Then it
+	// must move far2's dead letter with the clock standing still (far's
+	// hold cannot end meanwhile). Waiting in real time, not by ticks: a
+	// tick does not wait for a pass to finish, and under a loaded race
+	// run two ticks went by before it had.
+	r.tick()
+	poll.CheckFor(t, 10*time.Second, poll.True("the dead letter for far2 moved", func() bool { return r.s.eng.TransfersPending() == 1 }))
 	if n := len(r.callsFor("far2")); n != 1 {
 		t.Fatalf("%d import calls for far2, want 1", n)
 	}
