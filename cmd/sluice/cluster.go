@@ -21,14 +21,17 @@ func runClusterNode(opts server.Options, log *slog.Logger, stderr io.Writer) int
 		fmt.Fprintf(stderr, "sluice server: %v\n", err)
 		return 1
 	}
-	n, err := cluster.New(cluster.Options{Server: opts, Logger: log, Clock: clk})
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice server: %v\n", err)
-		return 1
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := n.Run(ctx); err != nil {
+	// Supervise restarts the node in place when a shard's store failed on
+	// a full disk and space is back; every other failure ends it.
+	started := false
+	err = cluster.Supervise(ctx, cluster.Options{Server: opts, Logger: log, Clock: clk}, func(*cluster.Node) { started = true })
+	switch {
+	case err != nil && !started:
+		fmt.Fprintf(stderr, "sluice server: %v\n", err)
+		return 1
+	case err != nil:
 		log.Error("cluster node stopped", "err", err)
 		return 1
 	}

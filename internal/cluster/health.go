@@ -258,6 +258,15 @@ func (n *Node) health() Health {
 			fail("apply_lag", "shard "+strconv.Itoa(k)+": committed entries not yet applied: "+strconv.FormatUint(lag(st.Commit, st.Applied), 10))
 		}
 	}
+	// A shard whose Raft node stopped (its log or state store failed)
+	// takes no part in its group here until the node restarts (in place,
+	// after a full disk: Supervise).
+	for k := range n.shards.Len() {
+		if err := n.shards.Shard(k).Failure(); err != nil {
+			fail("store_failed", "shard "+strconv.Itoa(k)+"'s Raft log or state store here failed: "+err.Error())
+			h.Status = "failed"
+		}
+	}
 	if diskLow {
 		fail("disk_low", "free space on the data directory is below min_free_disk")
 	}

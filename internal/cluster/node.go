@@ -138,6 +138,8 @@ type Node struct {
 
 	httpLn, amqpLn net.Listener
 	httpSrv        *http.Server
+	// raftAddr is the Raft listener's bound address.
+	raftAddr string
 	// transport carries requests to the leader's internal listener, each
 	// connection opened with the node handshake; publicTransport carries
 	// the membership requests forwarded to the leader's public listener.
@@ -256,6 +258,7 @@ func New(opts Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("cluster.raft_listen: %w", err)
 	}
 	closers = append(closers, func() { _ = rln.Close() })
+	n.raftAddr = rln.Addr().String()
 	n.httpLn, err = net.Listen("tcp", o.SQSListen)
 	if err != nil {
 		return nil, fmt.Errorf("sqs_listen: %w", err)
@@ -287,7 +290,7 @@ func New(opts Options) (_ *Node, err error) {
 	// Shard 0's group is the one Raft group of ADR 0012, in the data
 	// directory as before; the others are in shard-<k>/ (ADR 0015). All
 	// are on the listener's mux (raftstore/mux.go).
-	shards, err := raftstore.OpenShards(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, Listener: rln, Join: o.Cluster.Join,
+	shards, err := raftstore.OpenShards(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),

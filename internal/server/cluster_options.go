@@ -374,9 +374,6 @@ func (o *Options) validateCluster() []error {
 	if o.Store != "disk" {
 		errs = append(errs, fmt.Errorf("store: %q is not supported with [cluster]: a cluster node keeps its Raft log and state on disk", o.Store))
 	}
-	if o.StoreFS != nil {
-		errs = append(errs, errors.New("store_fs: not supported with [cluster]"))
-	}
 	if o.TLS.Cert != "" || o.AMQPSListen != "" {
 		errs = append(errs, errors.New("tls, amqps_listen: not supported with [cluster] yet"))
 	}

@@ -44,7 +44,7 @@ const probeBytes = 256 << 10
 // then the failed server keeps answering: writes with an error, /health
 // and /ready with 503. Every other failure stays fail-stop. started, if
 // not nil, is called with each server New returns, before it serves.
-// Single node only: a cluster node's store is not this one.
+// Single node only: cluster.Supervise does the same for a cluster node.
 func Supervise(ctx context.Context, opts Options, log *slog.Logger, started func(*Server)) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -159,23 +159,33 @@ func (s *Server) awaitSpaceAfterFullDisk(ctx context.Context) bool {
 }
 
 // spaceBack reports, as an error, why the data directory cannot take the
-// store's writes yet: free space under 125 % of min_free_disk (checked
-// when the server watches the disk itself), or a probe file that cannot be
-// written and synced (pebblestore.ProbeSpace, through the store's
-// filesystem).
+// store's writes yet (SpaceBack; free space is checked when the server
+// watches the disk itself).
 func (s *Server) spaceBack() error {
+	var resumeAt uint64
 	if s.diskWatched() {
-		free, err := s.freeBytes(s.opts.DataDir)
+		resumeAt = s.diskResumeAt()
+	}
+	return SpaceBack(s.opts.StoreFS, s.opts.DataDir, resumeAt, s.freeBytes)
+}
+
+// SpaceBack reports, as an error, why dir cannot take a store's writes
+// again after the store failed on a full disk: free space (read with
+// freeBytes) under resumeAt, when resumeAt is not 0, or a probe file
+// that cannot be written and synced there (pebblestore.ProbeSpace,
+// through fs; nil: the operating system's). nil when both pass.
+func SpaceBack(fs vfs.FS, dir string, resumeAt uint64, freeBytes func(dir string) (uint64, error)) error {
+	if resumeAt > 0 {
+		free, err := freeBytes(dir)
 		if err != nil {
 			return err
 		}
-		if want := s.diskResumeAt(); free < want {
-			return fmt.Errorf("%d bytes free, want %d", free, want)
+		if free < resumeAt {
+			return fmt.Errorf("%d bytes free, want %d", free, resumeAt)
 		}
 	}
-	fs := s.opts.StoreFS
 	if fs == nil {
 		fs = vfs.Default
 	}
-	return pebblestore.ProbeSpace(fs, s.opts.DataDir, probeBytes)
+	return pebblestore.ProbeSpace(fs, dir, probeBytes)
 }

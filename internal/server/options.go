@@ -37,7 +37,9 @@ type Options struct {
 	// instead of the operating system's; DataDir is then a path inside it
 	// and the free-disk watch is off. Tests pass pebble's
 	// vfs.NewCrashableMem to cut power under the real front-ends
-	// (test/faults). Not settable from a config file.
+	// (test/faults). In cluster mode it is the filesystem of every
+	// shard's Raft log, state store and snapshots (raftstore.Config.FS);
+	// tests fault it there too. Not settable from a config file.
 	StoreFS vfs.FS `toml:"-"`
 	// InjectedStore, when set, is the store the server runs on instead of
 	// opening one: Store and StoreFS then choose nothing, and DataDir

@@ -1,0 +1,249 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
+)
+
+// supervised is one member started with Supervise: the node it runs now
+// and how many it has started.
+type supervised struct {
+	cur    atomic.Pointer[Node]
+	starts atomic.Int32
+	fs     *pebblestore.FaultFS
+	// ended holds Supervise's error once it returned.
+	ended atomic.Pointer[error]
+}
+
+// superviseThree starts a three-member cluster in this process, each
+// member under Supervise with its Raft log and state store on the real
+// disk through a FaultFS that faults only WAL files (a MANIFEST fault
+// would make pebble stop the test process), and waits until every member
+// routes to a serving leader.
+func superviseThree(t *testing.T) []*supervised {
+	t.Helper()
+	raft := brokertest.ReservePorts(t, 3)
+	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
+	members := make([]*supervised, 3)
+	for i := range members {
+		m := &supervised{fs: pebblestore.NewFaultFS(vfs.Default)}
+		m.fs.OnlyWAL(true)
+		o := server.DefaultOptions()
+		o.DataDir, o.StoreFS = t.TempDir(), m.fs
+		o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
+		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			err := Supervise(ctx, Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+				func(n *Node) { m.cur.Store(n); m.starts.Add(1) })
+			m.ended.Store(&err)
+			done <- err
+		}()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("node %d: Supervise: %v", i+1, err)
+			}
+		})
+
+		members[i] = m
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("every member routes to a serving leader", func() bool {
+		for i, m := range members {
+			if err := m.ended.Load(); err != nil {
+				t.Fatalf("node %d: Supervise returned: %v", i+1, *err)
+			}
+			n := m.cur.Load()
+			if n == nil {
+				return false
+			}
+			if _, _, ok := n.target(0); !ok {
+				return false
+			}
+		}
+		return true
+	}))
+	return members
+}
+
+// TestSuperviseRestartsNodeAfterFullDisk (docs/reliability.md, gap 1b,
+// in cluster mode): the leader's Raft log write finds the disk full; its
+// Raft node stops, its /health says store_failed, and the two others
+// elect a leader and go on acknowledging sends. Once space is back,
+// Supervise restarts the node in place on the same addresses: it rejoins,
+// catches up, answers /health 200, serves a send, and every message
+// acknowledged before, during and after the fault is received through it.
+func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
+	members := superviseThree(t)
+	lead := -1
+	for i, m := range members {
+		if st := m.cur.Load().raft.Status(); st.Role == "leader" {
+			lead = i
+		}
+	}
+	if lead < 0 {
+		t.Fatal("no member leads")
+	}
+	failed := members[lead]
+	first := failed.cur.Load()
+	addr, amqpAddr := first.HTTPAddr(), first.AMQPAddr()
+	via := members[(lead+1)%3].cur.Load()
+	ctx := context.Background()
+	client := func(addr string) *sqs.Client {
+		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + addr), Region: "us-east-1", RetryMaxAttempts: 10,
+			Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	}
+	c := client(via.HTTPAddr())
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("full")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	send := func(c *sqs.Client, body string) error {
+		_, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(body)})
+		if err == nil {
+			acked[body] = true
+		}
+		return err
+	}
+	for i := range 20 {
+		if err := send(c, fmt.Sprint("before-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	failed.fs.FailWrites(syscall.ENOSPC)
+	// The next write the leader's log takes fails; sends go on through a
+	// new leader (a send refused on the way is not acknowledged).
+	for i := 0; len(acked) < 40; i++ {
+		_ = send(c, fmt.Sprint("during-", i))
+		if i > 1000 {
+			t.Fatalf("only %d sends acknowledged with one member's disk full", len(acked))
+		}
+	}
+	if err := first.shards.Shard(0).Failure(); err == nil {
+		t.Fatal("the leader's Raft node did not stop on the full disk")
+	}
+	health := func(addr string) (int, string) {
+		resp, err := http.Get("http://" + addr + "/health")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := health(addr); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_failed") {
+		t.Fatalf("/health of the node whose disk is full: %d %s, want 503 with store_failed", code, body)
+	}
+	if failed.starts.Load() != 1 {
+		t.Fatal("the node restarted while its disk was still full")
+	}
+
+	failed.fs.Heal()
+	poll.CheckFor(t, 30*time.Second, poll.True("the node restarted in place", func() bool { return failed.starts.Load() == 2 }))
+	again := failed.cur.Load()
+	if again.HTTPAddr() != addr || again.AMQPAddr() != amqpAddr || again.raftAddr != first.raftAddr {
+		t.Fatalf("restarted on %s, %s and %s; want %s, %s and %s", again.HTTPAddr(), again.AMQPAddr(), again.raftAddr, addr, amqpAddr, first.raftAddr)
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("/health 200 on the restarted node", func() bool {
+		code, _ := health(addr)
+		return code == http.StatusOK
+	}))
+	c2 := client(addr)
+	if err := send(c2, "after"); err != nil {
+		t.Fatalf("send through the restarted node: %v", err)
+	}
+	// It has caught up: its log holds, and its state store has applied,
+	// what the leader committed up to that send.
+	leader := via
+	for _, m := range members {
+		if n := m.cur.Load(); n.raft.Status().Role == "leader" {
+			leader = n
+		}
+	}
+	commit := leader.raft.Status().Commit
+	poll.CheckFor(t, 10*time.Second, poll.True("the restarted node applied the leader's commit index", func() bool {
+		return again.raft.Status().Applied >= commit
+	}))
+	got := map[string]bool{}
+	for empty := 0; empty < 2; {
+		out, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			empty++
+			continue
+		}
+		for _, m := range out.Messages {
+			got[*m.Body] = true
+		}
+	}
+	for b := range acked {
+		if !got[b] {
+			t.Errorf("acknowledged %q lost across the full disk and the restart in place (received %d of %d)", b, len(got), len(acked))
+		}
+	}
+}
+
+// TestFullDiskClassification: a shard stopped by a write that found the
+// disk full is restarted in place once space is back; one stopped by a
+// failed sync is not (the kernel may have dropped what it wrote), however
+// long Supervise waits.
+func TestFullDiskClassification(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		arm     func(*pebblestore.FaultFS)
+		restart bool
+	}{
+		{"write-ENOSPC", func(fs *pebblestore.FaultFS) { fs.FailWrites(syscall.ENOSPC) }, true},
+		{"sync-ENOSPC", func(fs *pebblestore.FaultFS) { fs.FailSyncs(syscall.ENOSPC) }, false},
+		{"write-EIO", func(fs *pebblestore.FaultFS) { fs.FailWrites(syscall.EIO) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := pebblestore.NewFaultFS(vfs.Default)
+			fs.OnlyWAL(true)
+			n, _ := soloNode(t, io.Discard, func(o *server.Options) { o.StoreFS = fs })
+			c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+				Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+			q, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("q")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.arm(fs)
+			if _, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("x")}); err == nil {
+				t.Fatal("a send was acknowledged although its Raft log write failed")
+			}
+			poll.CheckFor(t, 10*time.Second, poll.True("the Raft node stopped", func() bool { return n.raft.Failure() != nil }))
+			if got := n.failedOnFullDisk(); got != tc.restart {
+				t.Fatalf("failedOnFullDisk %v after %s (%v), want %v", got, tc.name, n.raft.Failure(), tc.restart)
+			}
+			fs.Heal()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*fullDiskPoll)
+			defer cancel()
+			if back := n.awaitSpaceAfterFullDisk(ctx); back != tc.restart {
+				t.Fatalf("awaitSpaceAfterFullDisk %v, want %v", back, tc.restart)
+			}
+		})
+	}
+}
