@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -155,6 +156,9 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 	if code, body := health(addr); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_failed") {
 		t.Fatalf("/health of the node whose disk is full: %d %s, want 503 with store_failed", code, body)
 	}
+	if v := stoppedGauge(t, addr); v != 1 {
+		t.Fatalf("sluice_raft_stopped %v on the node whose disk is full, want 1", v)
+	}
 	if failed.starts.Load() != 1 {
 		t.Fatal("the node restarted while its disk was still full")
 	}
@@ -169,6 +173,9 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 		code, _ := health(addr)
 		return code == http.StatusOK
 	}))
+	if v := stoppedGauge(t, addr); v != 0 {
+		t.Fatalf("sluice_raft_stopped %v after the restart in place, want 0", v)
+	}
 	c2 := client(addr)
 	if err := send(c2, "after"); err != nil {
 		t.Fatalf("send through the restarted node: %v", err)
@@ -246,4 +253,29 @@ func TestFullDiskClassification(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stoppedGauge reads sluice_raft_stopped from the node's /metrics.
+func stoppedGauge(t *testing.T, addr string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "sluice_raft_stopped "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatal("no sluice_raft_stopped in /metrics")
+	return 0
 }

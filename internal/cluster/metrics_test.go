@@ -106,6 +106,7 @@ func TestRaftMetrics(t *testing.T) {
 			// Three boot members, all voters; no node was added.
 			"sluice_raft_voters":             3,
 			"sluice_raft_learners":           0,
+			"sluice_raft_stopped":            0,
 			"sluice_raft_replication_factor": 3,
 		}
 		role := "follower"

@@ -51,6 +51,10 @@ type Status struct {
 	// membership yet. Removed: this node was removed from the group (Role
 	// is then "removed"); it neither votes nor campaigns.
 	Joining, Removed bool
+	// Stopped: the node's loop stopped on an error it cannot continue
+	// past (Failure: a write of its Raft log or state store failed); it
+	// takes no part in its group until it is opened again.
+	Stopped bool
 }
 
 // updateStatus refreshes the status snapshot and publishes a change of
@@ -115,6 +119,7 @@ func (n *Node) Status() Status {
 	defer n.mu.Unlock()
 	st := n.status
 	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
+	st.Stopped = n.err != nil
 	if st.Match != nil {
 		st.Match, st.Heard, st.InSync = maps.Clone(st.Match), maps.Clone(st.Heard), maps.Clone(st.InSync)
 	}
