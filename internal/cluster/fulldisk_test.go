@@ -22,11 +22,13 @@ import (
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/server"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
+	"github.com/sluicemq/sluice/internal/testlog"
 )
 
 // supervised is one member started with Supervise: the node it runs now
 // and how many it has started.
 type supervised struct {
+	logs   *testlog.Buffer
 	cur    atomic.Pointer[Node]
 	starts atomic.Int32
 	fs     *pebblestore.FaultFS
@@ -38,23 +40,28 @@ type supervised struct {
 // member under Supervise with its Raft log and state store on the real
 // disk through a FaultFS that faults only WAL files (a MANIFEST fault
 // would make pebble stop the test process), and waits until every member
-// routes to a serving leader.
-func superviseThree(t *testing.T) []*supervised {
+// routes to a serving leader. edit, when not nil, applies to every
+// member's options.
+func superviseThree(t *testing.T, edit func(*server.Options)) []*supervised {
 	t.Helper()
 	raft := brokertest.ReservePorts(t, 3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	members := make([]*supervised, 3)
 	for i := range members {
-		m := &supervised{fs: pebblestore.NewFaultFS(vfs.Default)}
+		log, logs := testlog.New(slog.LevelInfo)
+		m := &supervised{fs: pebblestore.NewFaultFS(vfs.Default), logs: logs}
 		m.fs.OnlyWAL(true)
 		o := server.DefaultOptions()
 		o.DataDir, o.StoreFS = t.TempDir(), m.fs
 		o.SQSListen, o.AMQPListen = "127.0.0.1:0", "127.0.0.1:0"
 		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		if edit != nil {
+			edit(&o)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			err := Supervise(ctx, Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+			err := Supervise(ctx, Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: log},
 				func(n *Node) { m.cur.Store(n); m.starts.Add(1) })
 			m.ended.Store(&err)
 			done <- err
@@ -86,15 +93,38 @@ func superviseThree(t *testing.T) []*supervised {
 	return members
 }
 
-// TestSuperviseRestartsNodeAfterFullDisk (docs/reliability.md, gap 1b,
-// in cluster mode): the leader's Raft log write finds the disk full; its
-// Raft node stops, its /health says store_failed, and the two others
-// elect a leader and go on acknowledging sends. Once space is back,
-// Supervise restarts the node in place on the same addresses: it rejoins,
-// catches up, answers /health 200, serves a send, and every message
-// acknowledged before, during and after the fault is received through it.
+// TestSuperviseRestartsNodeAfterFullDisk (docs/reliability.md, gap 1c):
+// a member's Raft log write finds the disk full; its Raft node stops, its
+// /health says store_failed and sluice_raft_stopped is 1, and the others
+// go on acknowledging sends (electing a leader when the member led). Once
+// space is back, Supervise restarts it in place on the same addresses: it
+// rejoins, catches up (from the log, or from a snapshot when the leader
+// cut its log meanwhile), answers /health 200, serves a send, and every
+// message acknowledged before, during and after the fault is received
+// through it.
 func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
-	members := superviseThree(t)
+	for _, tc := range []struct {
+		name     string
+		leader   bool // fault the leader, else a follower
+		during   int  // sends acknowledged while the disk is full
+		snapshot bool // the leader cuts its log meanwhile: the member catches up by a snapshot
+	}{
+		{"leader", true, 20, false},
+		{"follower-by-snapshot", false, 200, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var edit func(*server.Options)
+			if tc.snapshot {
+				edit = func(o *server.Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 50, 10 }
+			}
+			fullDiskRestart(t, superviseThree(t, edit), tc.leader, tc.during, tc.snapshot)
+		})
+	}
+}
+
+// fullDiskRestart is TestSuperviseRestartsNodeAfterFullDisk's body for one
+// case.
+func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, during int, snapshot bool) {
 	lead := -1
 	for i, m := range members {
 		if st := m.cur.Load().raft.Status(); st.Role == "leader" {
@@ -104,10 +134,14 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 	if lead < 0 {
 		t.Fatal("no member leads")
 	}
-	failed := members[lead]
+	victim := lead
+	if !faultLeader {
+		victim = (lead + 1) % 3
+	}
+	failed := members[victim]
 	first := failed.cur.Load()
 	addr, amqpAddr := first.HTTPAddr(), first.AMQPAddr()
-	via := members[(lead+1)%3].cur.Load()
+	via := members[(victim+1)%3].cur.Load()
 	ctx := context.Background()
 	client := func(addr string) *sqs.Client {
 		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + addr), Region: "us-east-1", RetryMaxAttempts: 10,
@@ -133,17 +167,17 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 	}
 
 	failed.fs.FailWrites(syscall.ENOSPC)
-	// The next write the leader's log takes fails; sends go on through a
-	// new leader (a send refused on the way is not acknowledged).
-	for i := 0; len(acked) < 40; i++ {
+	// The next write the member's log takes fails; sends go on (through a
+	// new leader if it led; a send refused on the way is not acknowledged).
+	for i := 0; len(acked) < 20+during; i++ {
 		_ = send(c, fmt.Sprint("during-", i))
-		if i > 1000 {
+		if i > 10*during {
 			t.Fatalf("only %d sends acknowledged with one member's disk full", len(acked))
 		}
 	}
-	if err := first.shards.Shard(0).Failure(); err == nil {
-		t.Fatal("the leader's Raft node did not stop on the full disk")
-	}
+	poll.CheckFor(t, 10*time.Second, poll.True("the member's Raft node stopped on the full disk", func() bool {
+		return first.shards.Shard(0).Failure() != nil
+	}))
 	health := func(addr string) (int, string) {
 		resp, err := http.Get("http://" + addr + "/health")
 		if err != nil {
@@ -176,12 +210,9 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 	if v := stoppedGauge(t, addr); v != 0 {
 		t.Fatalf("sluice_raft_stopped %v after the restart in place, want 0", v)
 	}
-	c2 := client(addr)
-	if err := send(c2, "after"); err != nil {
-		t.Fatalf("send through the restarted node: %v", err)
-	}
-	// It has caught up: its log holds, and its state store has applied,
-	// what the leader committed up to that send.
+	// It catches up: its state store applies what the leader has
+	// committed. (Its /health may say 200 before: a follower learns the
+	// commit index only up to what it holds, and it serves by forwarding.)
 	leader := via
 	for _, m := range members {
 		if n := m.cur.Load(); n.raft.Status().Role == "leader" {
@@ -192,6 +223,13 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 	poll.CheckFor(t, 10*time.Second, poll.True("the restarted node applied the leader's commit index", func() bool {
 		return again.raft.Status().Applied >= commit
 	}))
+	if snapshot && !strings.Contains(failed.logs.String(), "raftstore: installed a snapshot") {
+		t.Fatal("the restarted member caught up without a snapshot; the case meant to cut the leader's log past it")
+	}
+	c2 := client(addr)
+	if err := send(c2, "after"); err != nil {
+		t.Fatalf("send through the restarted node: %v", err)
+	}
 	got := map[string]bool{}
 	for empty := 0; empty < 2; {
 		out, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
