@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"log/slog"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/server"
@@ -25,11 +23,6 @@ import (
 // disk, and then for space.
 const fullDiskPoll = time.Second
 
-// fullDiskRetry bounds how long Supervise tries, once a second, to open
-// the node again when that fails for another reason than a full disk (a
-// port taken meanwhile) before it returns the error.
-const fullDiskRetry = time.Minute
-
 // Supervise creates a node from opts (New) and runs it (Run) until ctx
 // ends, like New then Run, with one addition: when one of the node's
 // shards stops because a write of its Raft log or state store found the
@@ -46,71 +39,23 @@ const fullDiskRetry = time.Minute
 // fail-stop. started, if not nil, is called with each node New returns,
 // before it runs.
 func Supervise(ctx context.Context, opts Options, started func(*Node)) error {
-	n, err := New(opts)
-	if err != nil {
-		return err
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	for {
-		// A node opened again listens where this one does, port 0 or not.
-		opts.Server = n.pinnedAddrs(opts.Server)
-		if started != nil {
-			started(n)
+	var prev *Node
+	open := func() (*Node, error) {
+		if prev != nil {
+			// A node opened again listens where this one did, port 0 or not.
+			opts.Server = prev.pinnedAddrs(opts.Server)
 		}
-		runCtx, stopRun := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		cur := n
-		go func() { done <- cur.Run(runCtx) }()
-		back := make(chan struct{})
-		go func() {
-			if cur.awaitSpaceAfterFullDisk(runCtx) {
-				close(back)
-			}
-		}()
-		select {
-		case err := <-done:
-			stopRun()
-			return err
-		case <-back:
-		}
-		n.log.Warn("disk space is back after a shard's Raft log or state store failed on a full disk: restarting the node in place")
-		stopRun()
-		if err := <-done; err != nil {
-			// Closing a store that failed may say so again; what it holds
-			// is what a crash would have left, which opening recovers.
-			n.log.Warn("the node that failed on a full disk stopped with an error", "err", err)
-		}
-		if n, err = reopen(ctx, opts); err != nil {
-			return err
-		}
-		if n == nil {
-			return nil // ctx ended
-		}
-		n.log.Info("cluster node restarted in place after a full disk")
-	}
-}
-
-// reopen is New, tried once a second while it fails: for as long as it
-// fails on a full disk, for up to fullDiskRetry otherwise; nil, nil when
-// ctx ends first.
-func reopen(ctx context.Context, opts Options) (*Node, error) {
-	deadline := time.Now().Add(fullDiskRetry)
-	for {
 		n, err := New(opts)
 		if err == nil {
-			return n, nil
+			prev = n
 		}
-		if !errors.Is(err, syscall.ENOSPC) && time.Now().After(deadline) {
-			return nil, fmt.Errorf("restarting after a full disk: %w", err)
-		}
-		if opts.Logger != nil {
-			opts.Logger.Warn("restarting after a full disk failed; trying again", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(time.Second):
-		}
+		return n, err
 	}
+	return server.SuperviseInPlace(ctx, log, "a shard's Raft log or state store failed on a full disk", "node", open, started)
 }
 
 // pinnedAddrs returns o with each listen address configured with port 0
@@ -139,32 +84,14 @@ func anyPort(addr string) bool {
 	return err == nil && (port == "0" || port == "")
 }
 
-// awaitSpaceAfterFullDisk polls, every fullDiskPoll until ctx ends, for a
-// shard to have stopped on a full disk with no shard stopped otherwise,
-// and for space to be back (spaceBack); true once both hold.
-func (n *Node) awaitSpaceAfterFullDisk(ctx context.Context) bool {
-	t := time.NewTicker(fullDiskPoll)
-	defer t.Stop()
-	logged := false
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-		if !n.failedOnFullDisk() {
-			continue
-		}
-		if !logged {
-			logged = true
-			n.log.Error("a shard's Raft log or state store failed on a full disk: this node takes no part in it until space returns, then restarts in place")
-		}
-		if err := n.spaceBack(); err != nil {
-			n.log.Debug("no space yet", "err", err)
-			continue
-		}
-		return true
-	}
+// AwaitSpaceAfterFullDisk implements server.InPlace: it polls every
+// fullDiskPoll for a shard to have stopped on a full disk with no shard
+// stopped otherwise (failedOnFullDisk), and for space to be back
+// (spaceBack).
+func (n *Node) AwaitSpaceAfterFullDisk(ctx context.Context) bool {
+	return server.AwaitSpace(ctx, fullDiskPoll, n.log,
+		"a shard's Raft log or state store failed on a full disk: this node takes no part in it until space returns, then restarts in place",
+		n.failedOnFullDisk, n.spaceBack)
 }
 
 // failedOnFullDisk reports whether some shard's Raft node stopped on a

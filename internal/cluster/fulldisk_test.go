@@ -286,8 +286,8 @@ func TestFullDiskClassification(t *testing.T) {
 			fs.Heal()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*fullDiskPoll)
 			defer cancel()
-			if back := n.awaitSpaceAfterFullDisk(ctx); back != tc.restart {
-				t.Fatalf("awaitSpaceAfterFullDisk %v, want %v", back, tc.restart)
+			if back := n.AwaitSpaceAfterFullDisk(ctx); back != tc.restart {
+				t.Fatalf("AwaitSpaceAfterFullDisk %v, want %v", back, tc.restart)
 			}
 		})
 	}

@@ -22,7 +22,7 @@ import (
 // failed fsync, has lost nothing (pebblestore.Store.FailedOnFullDisk), so
 // Supervise does that restart in place once space is back.
 
-// fullDiskRetry bounds how long Supervise tries, one attempt a second,
+// fullDiskRetry bounds how long SuperviseInPlace tries, one attempt a second,
 // to start the server again when that fails for another reason than a
 // full disk (a port taken meanwhile), before it gives up and returns the
 // error. A start that finds the disk full again is tried for as long as
@@ -49,23 +49,57 @@ func Supervise(ctx context.Context, opts Options, log *slog.Logger, started func
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, err := New(opts, log, nil)
+	var prev *Server
+	open := func() (*Server, error) {
+		if prev != nil {
+			// A server started again serves where this one did, port 0 or not.
+			opts = prev.pinnedAddrs(opts)
+		}
+		srv, err := New(opts, log, nil)
+		if err == nil {
+			prev = srv
+		}
+		return srv, err
+	}
+	return SuperviseInPlace(ctx, log, "the store failed on a full disk", "server", open, started)
+}
+
+// InPlace is what SuperviseInPlace runs: a single node's Server, or a
+// cluster node.
+type InPlace interface {
+	// Run serves until ctx ends.
+	Run(ctx context.Context) error
+	// AwaitSpaceAfterFullDisk polls until ctx ends (false) or until a
+	// store it runs on has failed because a write found the disk full,
+	// nothing else failed, and space is back (true).
+	AwaitSpaceAfterFullDisk(ctx context.Context) bool
+}
+
+// SuperviseInPlace opens a T (open) and runs it until ctx ends, and when
+// its AwaitSpaceAfterFullDisk reports space back after a full disk,
+// stops it (Run's context ends) and opens and runs a new one in its
+// place; open is called for each, after the one before has stopped.
+// failure ("the store failed on a full disk") and what ("server") word
+// the log lines. It returns the first open's error, a later open's once
+// it has failed for fullDiskRetry on anything but a full disk, Run's
+// error when Run ends for another reason, or nil when ctx ends. started,
+// if not nil, is called with each T open returns, before it runs.
+func SuperviseInPlace[T InPlace](ctx context.Context, log *slog.Logger, failure, what string, open func() (T, error), started func(T)) error {
+	cur, err := open()
 	if err != nil {
 		return err
 	}
 	for {
-		// A server started again serves where this one does, port 0 or not.
-		opts = srv.pinnedAddrs(opts)
 		if started != nil {
-			started(srv)
+			started(cur)
 		}
 		runCtx, stopRun := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		s := srv
-		go func() { done <- s.Run(runCtx) }()
+		c := cur
+		go func() { done <- c.Run(runCtx) }()
 		back := make(chan struct{})
 		go func() {
-			if s.awaitSpaceAfterFullDisk(runCtx) {
+			if c.AwaitSpaceAfterFullDisk(runCtx) {
 				close(back)
 			}
 		}()
@@ -75,38 +109,39 @@ func Supervise(ctx context.Context, opts Options, log *slog.Logger, started func
 			return err
 		case <-back:
 		}
-		log.Warn("disk space is back after the store failed on a full disk: restarting the server in place")
+		log.Warn("disk space is back after " + failure + ": restarting the " + what + " in place")
 		stopRun()
 		if err := <-done; err != nil {
-			return err
+			// Closing a store that failed may say so again; what it
+			// holds is what a crash would have left, which opening
+			// recovers.
+			log.Warn("the "+what+" that failed on a full disk stopped with an error", "err", err)
 		}
-		if srv, err = reopen(ctx, opts, log); err != nil {
-			return err
+		var ok bool
+		if cur, ok, err = reopen(ctx, log, open); err != nil || !ok {
+			return err // nil: ctx ended
 		}
-		if srv == nil {
-			return nil // ctx ended
-		}
-		log.Info("server restarted in place after a full disk")
+		log.Info(what + " restarted in place after a full disk")
 	}
 }
 
-// reopen is New, tried once a second while it fails: for as long as it
-// fails on a full disk, for up to fullDiskRetry otherwise; nil, nil when
-// ctx ends first.
-func reopen(ctx context.Context, opts Options, log *slog.Logger) (*Server, error) {
+// reopen is open, tried once a second while it fails: for as long as it
+// fails on a full disk, for up to fullDiskRetry otherwise; ok is false
+// when ctx ends first.
+func reopen[T any](ctx context.Context, log *slog.Logger, open func() (T, error)) (_ T, ok bool, _ error) {
 	deadline := time.Now().Add(fullDiskRetry)
 	for {
-		srv, err := New(opts, log, nil)
+		v, err := open()
 		if err == nil {
-			return srv, nil
+			return v, true, nil
 		}
 		if !errors.Is(err, syscall.ENOSPC) && time.Now().After(deadline) {
-			return nil, fmt.Errorf("restarting after a full disk: %w", err)
+			return v, false, fmt.Errorf("restarting after a full disk: %w", err)
 		}
 		log.Warn("restarting after a full disk failed; trying again", "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, nil
+			return v, false, nil
 		case <-time.After(time.Second):
 		}
 	}
@@ -126,15 +161,25 @@ func (s *Server) pinnedAddrs(opts Options) Options {
 	return opts
 }
 
-// awaitSpaceAfterFullDisk polls, every diskPollInterval until ctx ends,
-// for the store to have failed on a full disk and space to be back
-// (spaceBack); true once both hold.
-func (s *Server) awaitSpaceAfterFullDisk(ctx context.Context) bool {
+// AwaitSpaceAfterFullDisk implements InPlace: it polls every
+// diskPollInterval for the store to have failed on a full disk
+// (pebblestore.Store.FailedOnFullDisk) and for space to be back
+// (spaceBack).
+func (s *Server) AwaitSpaceAfterFullDisk(ctx context.Context) bool {
 	fd, ok := s.st.(interface{ FailedOnFullDisk() bool })
 	if !ok || s.opts.Store != "disk" {
 		return false
 	}
-	t := time.NewTicker(diskPollInterval)
+	return AwaitSpace(ctx, diskPollInterval, s.log,
+		"the store failed on a full disk: writes are refused until space returns, then the server restarts in place",
+		fd.FailedOnFullDisk, s.spaceBack)
+}
+
+// AwaitSpace polls, every interval until ctx ends (false), for failed to
+// report a failure on a full disk and spaceBack to return nil; true once
+// both hold. It logs msg at error once, when it first sees the failure.
+func AwaitSpace(ctx context.Context, interval time.Duration, log *slog.Logger, msg string, failed func() bool, spaceBack func() error) bool {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	logged := false
 	for {
@@ -143,15 +188,15 @@ func (s *Server) awaitSpaceAfterFullDisk(ctx context.Context) bool {
 			return false
 		case <-t.C:
 		}
-		if !fd.FailedOnFullDisk() {
+		if !failed() {
 			continue
 		}
 		if !logged {
 			logged = true
-			s.log.Error("the store failed on a full disk: writes are refused until space returns, then the server restarts in place")
+			log.Error(msg)
 		}
-		if err := s.spaceBack(); err != nil {
-			s.log.Debug("no space yet", "err", err)
+		if err := spaceBack(); err != nil {
+			log.Debug("no space yet", "err", err)
 			continue
 		}
 		return true

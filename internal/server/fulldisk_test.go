@@ -179,7 +179,7 @@ func TestSuperviseStaysDownAfterOtherFailures(t *testing.T) {
 	fs.Heal()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*diskPollInterval)
 	defer cancel()
-	if s.awaitSpaceAfterFullDisk(ctx) {
+	if s.AwaitSpaceAfterFullDisk(ctx) {
 		t.Fatal("a failed sync was taken for a full disk to restart after")
 	}
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
