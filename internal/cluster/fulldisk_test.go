@@ -113,6 +113,9 @@ func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 		{"follower-by-snapshot", false, 200, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.snapshot && testing.Short() {
+				t.Skip("the snapshot case runs without -short (make test); the race run keeps the leader's")
+			}
 			var edit func(*server.Options)
 			if tc.snapshot {
 				edit = func(o *server.Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 50, 10 }

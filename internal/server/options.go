@@ -38,8 +38,10 @@ type Options struct {
 	// and the free-disk watch is off. Tests pass pebble's
 	// vfs.NewCrashableMem to cut power under the real front-ends
 	// (test/faults). In cluster mode it is the filesystem of every
-	// shard's Raft log, state store and snapshots (raftstore.Config.FS);
-	// tests fault it there too. Not settable from a config file.
+	// shard's Raft log, state store and snapshots (raftstore.Config.FS),
+	// where tests fault it; the node still watches the free space of
+	// DataDir on the operating system's filesystem (min_free_disk). Not
+	// settable from a config file.
 	StoreFS vfs.FS `toml:"-"`
 	// InjectedStore, when set, is the store the server runs on instead of
 	// opening one: Store and StoreFS then choose nothing, and DataDir
