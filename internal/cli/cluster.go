@@ -66,6 +66,7 @@ type clusterReport struct {
 		Applied uint64            `json:"applied"`
 		Match   map[string]uint64 `json:"match"`
 		Joining bool              `json:"joining"`
+		Stopped bool              `json:"stopped"`
 	} `json:"node"`
 	Public struct {
 		HTTP string `json:"http"`
@@ -97,6 +98,7 @@ type shardReport struct {
 	Applied  uint64   `json:"applied"`
 	Voters   []uint64 `json:"voters"`
 	Learners []uint64 `json:"learners"`
+	Stopped  bool     `json:"stopped"`
 }
 
 // viewReport mirrors the leader's view (internal/cluster.ClusterView).
@@ -344,6 +346,9 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		if n.Joining {
 			fmt.Fprintf(w, "joining: waiting to be added (sluice cluster add %d <its raft address>, run against a member)\n", n.ID)
 		}
+		if n.Stopped {
+			fmt.Fprintln(w, "stopped: a write of this node's Raft log or state store failed, so it takes no part in the cluster (see its /health); after a full disk it restarts itself in place once space is back, after any other failure restart it by hand once the disk is sound")
+		}
 		for _, p := range rep.Peers {
 			if p.ID == n.ID && p.Membership == "learner" {
 				fmt.Fprintln(w, "learner: receives every write but does not vote; the leader promotes it to voter once it has caught up and a voter is needed")
@@ -418,7 +423,11 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 				if sh.Leader != 0 {
 					leader = strconv.FormatUint(sh.Leader, 10)
 				}
-				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), sh.Role, strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10), ids(sh.Voters), ids(sh.Learners))
+				role := sh.Role
+				if sh.Stopped {
+					role = "stopped"
+				}
+				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), role, strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10), ids(sh.Voters), ids(sh.Learners))
 			}
 			t.flush()
 		}

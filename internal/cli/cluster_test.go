@@ -140,14 +140,16 @@ func TestClusterStatusClock(t *testing.T) {
 }
 
 // `cluster status` of a node with several shards lists each shard's
-// leader after the members.
+// leader after the members, "stopped" for a shard whose Raft node here
+// stopped on a failed write, and says the node is stopped.
 func TestClusterStatusShards(t *testing.T) {
-	const report = `{"node":{"id":2,"role":"follower","term":3,"leader":1,"commit":9,"applied":9},
+	const report = `{"node":{"id":2,"role":"follower","term":3,"leader":1,"commit":9,"applied":9,"stopped":true},
 		"public":{"http":"127.0.0.1:1"},
 		"peers":[{"id":1,"raft":"127.0.0.1:11","membership":"voter"},{"id":2,"raft":"127.0.0.1:12","membership":"voter"}],
 		"shards":[{"shard":0,"role":"follower","term":3,"leader":1,"commit":9,"applied":9,"voters":[1,2]},
 			{"shard":1,"role":"leader","term":5,"leader":2,"commit":40,"applied":40,"voters":[1,2],"learners":[4]},
-			{"shard":2,"role":"candidate","term":7,"leader":0,"commit":12,"applied":11,"voters":[1,2]}]}`
+			{"shard":2,"role":"candidate","term":7,"leader":0,"commit":12,"applied":11,"voters":[1,2]},
+			{"shard":3,"role":"follower","term":2,"leader":0,"commit":5,"applied":5,"voters":[1,2],"stopped":true}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(report))
@@ -158,7 +160,7 @@ func TestClusterStatusShards(t *testing.T) {
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED +VOTERS +LEARNERS$`, `(?m)^0 +1 +3 +follower +9 +9 +1,2 +-$`, `(?m)^1 +2 +5 +leader +40 +40 +1,2 +4$`, `(?m)^2 +none +7 +candidate +12 +11 +1,2 +-$`} {
+	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED +VOTERS +LEARNERS$`, `(?m)^0 +1 +3 +follower +9 +9 +1,2 +-$`, `(?m)^1 +2 +5 +leader +40 +40 +1,2 +4$`, `(?m)^2 +none +7 +candidate +12 +11 +1,2 +-$`, `(?m)^3 +none +2 +stopped +5 +5 +1,2 +-$`, `(?m)^stopped: a write of this node's Raft log`} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("want %s in:\n%s", re, r.stdout)
 		}

@@ -196,6 +196,9 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	if v := stoppedGauge(t, addr); v != 1 {
 		t.Fatalf("sluice_raft_stopped %v on the node whose disk is full, want 1", v)
 	}
+	if rep := first.Status(); !rep.Node.Stopped {
+		t.Fatalf("GET /sluice/v1/cluster of the node whose disk is full: %+v, want stopped", rep.Node)
+	}
 	if failed.starts.Load() != 1 {
 		t.Fatal("the node restarted while its disk was still full")
 	}

@@ -44,6 +44,9 @@ type ShardStatus struct {
 	// applied it.
 	Voters   []uint64 `json:"voters"`
 	Learners []uint64 `json:"learners,omitempty"`
+	// Stopped: this node's Raft node of the shard stopped on a failed
+	// write of its Raft log or state store (raftstore Status.Stopped).
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
@@ -59,6 +62,11 @@ type NodeStatus struct {
 	// Joining: started with join = true and not yet added by the leader
 	// (`sluice cluster add`); it has no membership yet.
 	Joining bool `json:"joining,omitempty"`
+	// Stopped: this node's Raft node stopped on a failed write of its
+	// Raft log or state store (of shard 0, or with shards of any shard:
+	// Report.Shards says which); it takes no part in the group until it
+	// is opened again, in place after a full disk (Supervise).
+	Stopped bool `json:"stopped,omitempty"`
 	// DiskLow: this node's free disk is below min_free_disk (health.go);
 	// the leader counts it in its followers' reports.
 	DiskLow bool `json:"disk_low,omitempty"`
@@ -98,7 +106,7 @@ type PeerReport struct {
 func (n *Node) Status() Report {
 	st := n.raft.Status()
 	rep := Report{
-		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied, Joining: st.Joining},
+		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied, Joining: st.Joining, Stopped: st.Stopped},
 		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr()},
 	}
 	n.mu.Lock()
@@ -125,7 +133,8 @@ func (n *Node) Status() Report {
 	if n.shards.Len() > 1 {
 		for k := range n.shards.Len() {
 			s := n.shards.Shard(k).Status()
-			ss := ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied}
+			ss := ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied, Stopped: s.Stopped}
+			rep.Node.Stopped = rep.Node.Stopped || s.Stopped
 			for _, m := range s.Members {
 				if m.Membership == raftstore.Learner {
 					ss.Learners = append(ss.Learners, m.ID)
