@@ -146,11 +146,7 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	addr, amqpAddr := first.HTTPAddr(), first.AMQPAddr()
 	via := members[(victim+1)%3].cur.Load()
 	ctx := context.Background()
-	client := func(addr string) *sqs.Client {
-		return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + addr), Region: "us-east-1", RetryMaxAttempts: 10,
-			Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
-	}
-	c := client(via.HTTPAddr())
+	c := retryingClient(via.HTTPAddr())
 	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("full")})
 	if err != nil {
 		t.Fatal(err)
@@ -232,24 +228,11 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	if snapshot && !strings.Contains(failed.logs.String(), "raftstore: installed a snapshot") {
 		t.Fatal("the restarted member caught up without a snapshot; the case meant to cut the leader's log past it")
 	}
-	c2 := client(addr)
+	c2 := retryingClient(addr)
 	if err := send(c2, "after"); err != nil {
 		t.Fatalf("send through the restarted node: %v", err)
 	}
-	got := map[string]bool{}
-	for empty := 0; empty < 2; {
-		out, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(out.Messages) == 0 {
-			empty++
-			continue
-		}
-		for _, m := range out.Messages {
-			got[*m.Body] = true
-		}
-	}
+	got := receiveAll(t, c2, *q.QueueUrl)
 	for b := range acked {
 		if !got[b] {
 			t.Errorf("acknowledged %q lost across the full disk and the restart in place (received %d of %d)", b, len(got), len(acked))
@@ -322,4 +305,128 @@ func stoppedGauge(t *testing.T, addr string) float64 {
 	}
 	t.Fatal("no sluice_raft_stopped in /metrics")
 	return 0
+}
+
+// retryingClient is an SQS client of the node at addr whose SDK retries
+// up to 10 times (a 503 while a leader is elected).
+func retryingClient(addr string) *sqs.Client {
+	return sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + addr), Region: "us-east-1", RetryMaxAttempts: 10,
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+}
+
+// receiveAll receives (without deleting) until two receives of a second
+// come back empty, and returns the bodies seen.
+func receiveAll(t *testing.T, c *sqs.Client, url string) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	for empty := 0; empty < 2; {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			empty++
+			continue
+		}
+		for _, m := range out.Messages {
+			got[*m.Body] = true
+		}
+	}
+	return got
+}
+
+// TestSuperviseRestartsEveryNodeAfterFullDisk: every member's disk fills
+// at once (another process filled a disk they share, say); the cluster
+// stops acknowledging, every member's Raft node stops (the leader's on
+// its next append, the others' on their votes), and none restarts while
+// the disks stay full. Once space is back every member restarts in
+// place, they elect a leader among themselves, and every send
+// acknowledged before is there.
+func TestSuperviseRestartsEveryNodeAfterFullDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three restarts in place; runs without -short (make test)")
+	}
+	members := superviseThree(t, nil)
+	first := make([]*Node, len(members))
+	for i, m := range members {
+		first[i] = m.cur.Load()
+	}
+	c := retryingClient(first[0].HTTPAddr())
+	ctx := context.Background()
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("all-full")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	for i := range 30 {
+		b := fmt.Sprint("before-", i)
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(b)}); err != nil {
+			t.Fatal(err)
+		}
+		acked[b] = true
+	}
+	for _, m := range members {
+		m.fs.FailWrites(syscall.ENOSPC)
+	}
+	once := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + first[1].HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	for i := 0; ; i++ {
+		// Sends fail once the leader's log write fails; one that was
+		// acknowledged first counts.
+		b := fmt.Sprint("during-", i)
+		_, err := once.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(b)})
+		if err != nil {
+			break
+		}
+		acked[b] = true
+		if i > 1000 {
+			t.Fatal("sends still acknowledged with every member's disk full")
+		}
+	}
+	// A member stops once a write of its log fails: the leader at once,
+	// the others when they campaign (a vote is written before it is
+	// cast) or append a new leader's entries.
+	poll.CheckFor(t, 20*time.Second, poll.True("every member's Raft node stopped", func() bool {
+		for _, n := range first {
+			if n.raft.Failure() == nil {
+				return false
+			}
+		}
+		return true
+	}))
+	for i, m := range members {
+		if m.starts.Load() != 1 {
+			t.Fatalf("node %d restarted while its disk was still full", i+1)
+		}
+	}
+	for _, m := range members {
+		m.fs.Heal()
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("every member restarted in place", func() bool {
+		for _, m := range members {
+			if m.starts.Load() < 2 {
+				return false
+			}
+		}
+		return true
+	}))
+	poll.CheckFor(t, 60*time.Second, poll.True("a serving leader after space came back", func() bool {
+		for _, m := range members {
+			if _, _, ok := m.cur.Load().target(0); !ok {
+				return false
+			}
+		}
+		return true
+	}))
+	c2 := retryingClient(members[2].cur.Load().HTTPAddr())
+	if _, err := c2.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("after")}); err != nil {
+		t.Fatalf("send after space came back: %v", err)
+	}
+	acked["after"] = true
+	got := receiveAll(t, c2, *q.QueueUrl)
+	for b := range acked {
+		if !got[b] {
+			t.Errorf("acknowledged %q lost (received %d of %d)", b, len(got), len(acked))
+		}
+	}
 }
