@@ -234,6 +234,9 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 		opts.DebugAddr = ds.Addr()
 		log.Info("debug listener serving Go runtime profiles", "addr", ds.Addr(), "path", "/debug/pprof/")
 	}
+	// The Go heap's soft limit follows the live heap (server/memlimit.go);
+	// for the process's life, whichever way it serves.
+	go server.RunSoftMemoryLimit(context.Background(), opts, log)
 	if opts.Cluster.Enabled() {
 		return runClusterNode(opts, log, stderr)
 	}

@@ -278,6 +278,9 @@ func (s *soak) snap() snapshot {
 
 func TestSoak(t *testing.T) {
 	cfg := loadConfig(t)
+	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	fsName, tmp, err := fsType(cfg.dir)
 	if err != nil {
 		t.Fatalf("statfs %s: %v", cfg.dir, err)
