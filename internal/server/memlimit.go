@@ -13,9 +13,10 @@ import (
 
 // The Go collector lets the heap grow to twice what is live before it
 // runs (GOGC 100). In a build without cgo (the release binaries) pebble's
-// memtables and block cache are on the Go heap too, so a broker whose
-// budgets hold some 150 MiB live peaked near 360 MiB of RSS
-// (docs/reliability.md, "The release build, and GOMEMLIMIT"). A fixed soft
+// memtables and block cache are on the Go heap too, so a broker holding
+// its two budgets' worth (96 MiB of bodies and window index by default)
+// peaked near 360 MiB of RSS (docs/reliability.md, "The release build,
+// and GOMEMLIMIT"). A fixed soft
 // limit under that would cost nothing while the live heap stays well
 // under it, and make the collector run nearly all the time once the live
 // heap reaches it (many connections, a large in-flight set). So the
