@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -189,8 +188,8 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	if code, body := health(addr); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_failed") {
 		t.Fatalf("/health of the node whose disk is full: %d %s, want 503 with store_failed", code, body)
 	}
-	if v := stoppedGauge(t, addr); v != 1 {
-		t.Fatalf("sluice_raft_stopped %v on the node whose disk is full, want 1", v)
+	if vals, _ := scrape(t, first); vals["sluice_raft_stopped"] != 1 {
+		t.Fatalf("sluice_raft_stopped %v on the node whose disk is full, want 1", vals["sluice_raft_stopped"])
 	}
 	if rep := first.Status(); !rep.Node.Stopped {
 		t.Fatalf("GET /sluice/v1/cluster of the node whose disk is full: %+v, want stopped", rep.Node)
@@ -209,8 +208,10 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 		code, _ := health(addr)
 		return code == http.StatusOK
 	}))
-	if v := stoppedGauge(t, addr); v != 0 {
-		t.Fatalf("sluice_raft_stopped %v after the restart in place, want 0", v)
+	if vals, _ := scrape(t, again); vals["sluice_raft_stopped"] != 0 {
+		t.Fatalf("sluice_raft_stopped %v after the restart in place, want 0", vals["sluice_raft_stopped"])
+	} else if _, ok := vals["sluice_raft_stopped"]; !ok {
+		t.Fatal("no sluice_raft_stopped in the restarted node's /metrics")
 	}
 	// It catches up: its state store applies what the leader has
 	// committed. (Its /health may say 200 before: a follower learns the
@@ -280,31 +281,6 @@ func TestFullDiskClassification(t *testing.T) {
 			}
 		})
 	}
-}
-
-// stoppedGauge reads sluice_raft_stopped from the node's /metrics.
-func stoppedGauge(t *testing.T, addr string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "sluice_raft_stopped "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatal("no sluice_raft_stopped in /metrics")
-	return 0
 }
 
 // retryingClient is an SQS client of the node at addr whose SDK retries
