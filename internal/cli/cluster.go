@@ -120,6 +120,8 @@ type viewMember struct {
 	// ClockOffsetMs is the member's wall clock minus the cluster's (the
 	// leader's engine clock), as it measured it; nil when it has not.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
+	// Stopped: one of the member's Raft nodes stopped on a failed write.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // clockSkewWarnMs mirrors the cluster's warning threshold (0.5 s).
@@ -365,6 +367,11 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			}
 		}
 		if rep.View != nil {
+			for _, m := range rep.View.Members {
+				if m.Stopped && m.ID != n.ID {
+					fmt.Fprintf(w, "warning: node %d is stopped: a write of its Raft log or state store failed, so it takes no part in the cluster (see its /health); after a full disk it restarts itself in place once space is back, after any other failure restart it by hand once the disk is sound\n", m.ID)
+				}
+			}
 			for _, m := range rep.View.Members {
 				if m.ClockOffsetMs != nil && math.Abs(*m.ClockOffsetMs) > clockSkewWarnMs {
 					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the cluster's (the leader's engine clock): fix its time sync; the leader steers the cluster's clock toward the median of the voters' clocks at 1 %% a second, so a skewed minority does not move visibility deadlines\n",

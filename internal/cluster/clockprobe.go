@@ -47,7 +47,8 @@ const probeWait = 300 * time.Millisecond
 // its estimate of the cluster's clock (0: none), Unix nanoseconds,
 // big-endian; then (since 2026-12-02, beaconAnswerSize more) the bound
 // this node has on the clock of the probed shard's latest leadership: its
-// term and the bound, Unix nanoseconds (0: none; beacon.go).
+// term and the bound, Unix nanoseconds (0: none; beacon.go); then (since
+// 2026-12-04) statusAnswerSize of status flags (silent.go).
 const (
 	clockAnswerSize  = 16
 	beaconAnswerSize = 16
@@ -66,7 +67,7 @@ func (n *Node) clockAnswer(k int) []byte {
 	} else if age := now.Sub(c.at); c.measured && age >= 0 && age <= offsetMaxAge {
 		est = now.Add(startAdjustment(c, age)).UnixNano()
 	}
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, clockAnswerSize+beaconAnswerSize), uint64(now.UnixNano()))
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, clockAnswerSize+beaconAnswerSize+statusAnswerSize), uint64(now.UnixNano()))
 	b = binary.BigEndian.AppendUint64(b, uint64(est))
 	var term uint64
 	var bound int64
@@ -76,7 +77,8 @@ func (n *Node) clockAnswer(k int) []byte {
 		}
 	}
 	b = binary.BigEndian.AppendUint64(b, term)
-	return binary.BigEndian.AppendUint64(b, uint64(bound))
+	b = binary.BigEndian.AppendUint64(b, uint64(bound))
+	return binary.BigEndian.AppendUint64(b, n.statusFlags())
 }
 
 // probed is one voter's answer to a clock probe, against this node's

@@ -89,6 +89,12 @@ type MemberView struct {
 	// absent when the member has not measured against this leader). See
 	// clockskew.go.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
+	// Stopped: one of the member's Raft nodes stopped on a failed write
+	// of its Raft log or state store (raftstore Node.Failure), as its last
+	// report said or, when it stopped reporting (its shard 0 stopped: it
+	// knows no leader to report to), as it answered the leader's probe
+	// (silent.go). Its other fields are then its last report's.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // FactorMismatch returns the members whose own replication factor, as
@@ -116,6 +122,7 @@ func (n *Node) view() (ClusterView, bool) {
 		return ClusterView{}, false
 	}
 	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex, ReplicationFactor: n.opts.Cluster.Factor()}
+	selfStopped := n.statusFlags()&statusStopped != 0
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -129,6 +136,7 @@ func (n *Node) view() (ClusterView, bool) {
 			m.DiskLow = n.disk.low
 			m.ReplicationFactor = v.ReplicationFactor
 			m.ClockOffsetMs = new(leaderOffset(n.timeline).Seconds() * 1000)
+			m.Stopped = selfStopped
 		case ok:
 			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
 			m.DiskLow = r.st.DiskLow
@@ -138,12 +146,20 @@ func (n *Node) view() (ClusterView, bool) {
 			}
 			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
 		}
+		if p.ID != st.ID {
+			m.Stopped = n.memberStoppedLocked(p.ID, now)
+		}
 		v.Members = append(v.Members, m)
 	}
 	// Forget the reports of members removed since.
 	for id := range n.reports {
 		if !slices.ContainsFunc(st.Members, func(p raftstore.Member) bool { return p.ID == id }) {
 			delete(n.reports, id)
+		}
+	}
+	for id := range n.probed {
+		if !slices.ContainsFunc(st.Members, func(p raftstore.Member) bool { return p.ID == id }) {
+			delete(n.probed, id)
 		}
 	}
 	return v, true
@@ -252,7 +268,8 @@ func (n *Node) report(ctx context.Context) error {
 
 // reportLoop, every reportInterval until ctx ends, checks this node's
 // disk, and then reports its status to the leader or, while it leads, sets
-// its server's disk alarm (health.go).
+// its server's disk alarm (health.go) and probes the members that stopped
+// reporting (silent.go).
 func (n *Node) reportLoop(ctx context.Context) {
 	tick := time.NewTicker(reportInterval)
 	defer tick.Stop()
@@ -270,5 +287,6 @@ func (n *Node) reportLoop(ctx context.Context) {
 			n.log.Debug("cannot report this node's status to the leader", "err", err)
 		}
 		cancel()
+		n.probeSilent(ctx)
 	}
 }

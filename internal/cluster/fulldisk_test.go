@@ -194,6 +194,25 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	if rep := first.Status(); !rep.Node.Stopped {
 		t.Fatalf("GET /sluice/v1/cluster of the node whose disk is full: %+v, want stopped", rep.Node)
 	}
+	// The leader's view (the dashboard's Cluster page) says so too,
+	// though the member, its shard 0 stopped, knows no leader to report
+	// to: the leader probes it (silent.go).
+	memberStopped := func(n *Node) (bool, error) {
+		v, err := n.leaderView(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, m := range v.Members {
+			if m.ID == first.opts.Cluster.NodeID {
+				return m.Stopped, nil
+			}
+		}
+		return false, fmt.Errorf("member %d not in the view", first.opts.Cluster.NodeID)
+	}
+	poll.CheckFor(t, 15*time.Second, poll.True("the leader's view shows the member stopped", func() bool {
+		stopped, err := memberStopped(via)
+		return err == nil && stopped
+	}))
 	if failed.starts.Load() != 1 {
 		t.Fatal("the node restarted while its disk was still full")
 	}
@@ -207,6 +226,10 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	poll.CheckFor(t, 30*time.Second, poll.True("/health 200 on the restarted node", func() bool {
 		code, _ := health(addr)
 		return code == http.StatusOK
+	}))
+	poll.CheckFor(t, 15*time.Second, poll.True("the leader's view no longer shows the member stopped", func() bool {
+		stopped, err := memberStopped(via)
+		return err == nil && !stopped
 	}))
 	if vals, _ := scrape(t, again); vals["sluice_raft_stopped"] != 0 {
 		t.Fatalf("sluice_raft_stopped %v after the restart in place, want 0", vals["sluice_raft_stopped"])

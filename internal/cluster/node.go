@@ -174,6 +174,9 @@ type Node struct {
 	// reports are the followers' latest statuses, while this node leads
 	// (clusterview.go).
 	reports map[uint64]reported
+	// probed are, while this node leads, its last probes of members that
+	// stopped reporting (silent.go).
+	probed map[uint64]probedMember
 
 	// Each node answers for itself (health.go): its disk watch, when it
 	// last reached the leader, and while it leads shard 0, its server and
@@ -217,7 +220,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
 	if n.clk == nil {
 		n.clk = clock.Real{}
 	}

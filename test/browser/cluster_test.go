@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,12 +16,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/chromedp/chromedp"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/cluster"
 	"github.com/sluicemq/sluice/internal/server"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 	"github.com/sluicemq/sluice/test/crash"
 )
 
@@ -276,4 +280,99 @@ func startClusterClient(t *testing.T, n *cluster.Node) *broker {
 	url := "http://" + n.HTTPAddr()
 	return &broker{url: url, urls: map[string]string{}, sqs: sqs.New(sqs.Options{BaseEndpoint: aws.String(url), Region: "us-east-1",
 		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})}
+}
+
+// TestClusterPageShowsAStoppedMember: a member whose Raft log write found
+// the disk full stops (it takes no part in the cluster, knows no leader
+// and so sends no reports); the leader learns it from a probe, and the
+// Cluster page marks that member stopped and names it in a warning, as
+// `sluice cluster status` does. Once space is back the member restarts in
+// place (cluster.Supervise, as `sluice server` runs it) and the page
+// shows it as a follower again.
+func TestClusterPageShowsAStoppedMember(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	raft := brokertest.ReservePorts(t, 3)
+	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
+	var cur [3]atomic.Pointer[cluster.Node]
+	fss := make([]*pebblestore.FaultFS, 3)
+	for i := range 3 {
+		fss[i] = pebblestore.NewFaultFS(vfs.Default)
+		fss[i].OnlyWAL(true) // a MANIFEST fault would make pebble stop the test process
+		o := server.DefaultOptions()
+		o.DataDir, o.StoreFS = t.TempDir(), fss[i]
+		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
+		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
+		runCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- cluster.Supervise(runCtx, cluster.Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+				func(n *cluster.Node) { cur[i].Store(n) })
+		}()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("node %d: %v", i+1, err)
+			}
+		})
+	}
+	var leader *cluster.Node
+	victim := -1
+	poll.CheckFor(t, 30*time.Second, poll.True("a leader and two followers that know it", func() bool {
+		leader, victim = nil, -1
+		for i := range cur {
+			n := cur[i].Load()
+			if n == nil {
+				return false
+			}
+			switch st := n.Status().Node; {
+			case st.Leader == 0:
+				return false
+			case st.Leader == st.ID:
+				leader = n
+			default:
+				victim = i
+			}
+		}
+		return leader != nil && victim >= 0
+	}))
+	vid := uint64(victim + 1)
+	stoppedNode := cur[victim].Load()
+	fss[victim].FailWrites(syscall.ENOSPC)
+	b := startClusterClient(t, leader)
+	poll.CheckFor(t, 20*time.Second, poll.True("the member's Raft node stopped", func() bool {
+		b.createQueue(t, "q"+strconv.FormatInt(time.Now().UnixNano(), 10), nil, nil)
+		return stoppedNode.Status().Node.Stopped
+	}))
+
+	role := `document.querySelector('#cluster-members tr[data-member="` + itoa(vid) + `"] .m-role')`
+	do(t, ctx, "open the cluster page", chromedp.Navigate("http://"+leader.HTTPAddr()+"/ui/#/cluster"))
+	waitJS(t, ctx, "the member marked stopped", `(() => { const r = `+role+`;
+		return r !== null && r.innerText.toLowerCase() === 'stopped'; })()`, 20*time.Second)
+	waitJS(t, ctx, "a warning naming it", `(() => {
+		const n = document.querySelector('main .status-slot .notice-warn');
+		return n !== null && n.innerText.includes('Node `+itoa(vid)+` stopped: a write of its Raft log or state store failed');
+	})()`, 10*time.Second)
+	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`[...document.querySelectorAll('#cluster-members tr[data-member]')].filter((r) =>
+		r.querySelector('.m-role').innerText.toLowerCase() === 'stopped').length === 1`))
+	if err != nil || !ok {
+		t.Errorf("more than the faulted member marked stopped (%v)", err)
+	}
+	screenshot(t, ctx, shotDir(t), "cluster-stopped.png")
+	var out, errOut bytes.Buffer
+	if code := cli.Cluster(context.Background(), []string{"status", "--endpoint", "http://" + leader.HTTPAddr()}, &cli.Env{Stdout: &out, Stderr: &errOut}); code != cli.ExitOK {
+		t.Fatalf("sluice cluster status: exit %d: %s", code, errOut.String())
+	}
+	if want := "warning: node " + itoa(vid) + " is stopped:"; !strings.Contains(out.String(), want) {
+		t.Errorf("sluice cluster status printed no %q:\n%s", want, out.String())
+	}
+
+	// Space back: the member restarts in place and reports again.
+	fss[victim].Heal()
+	waitJS(t, ctx, "the member a follower again", `(() => { const r = `+role+`;
+		return r !== null && r.innerText.toLowerCase() === 'follower'; })()`, 30*time.Second)
+	check := `document.querySelector('main .status-slot .notice-warn')`
+	waitJS(t, ctx, "no warning left", `(() => { const n = `+check+`; return n === null || !n.innerText.includes('stopped'); })()`, 10*time.Second)
+	if errs := cons.errors(false); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
 }

@@ -2,7 +2,8 @@
 // membership (voter, or learner: until the leader promotes it, or a
 // standby beyond the replication factor), whether it is in sync, term,
 // commit and applied index, and how far its Raft log is behind the
-// leader's. The data is GET /sluice/v1/cluster, which the node this
+// leader's; a member whose Raft node stopped (a failed write) is marked
+// stopped and named in a warning. The data is GET /sluice/v1/cluster, which the node this
 // browser talks to answers itself (with the leader's view of the
 // members); a single node answers 404 and the page says so. With
 // [cluster] shards above 1, a second table lists each shard (its own Raft
@@ -24,7 +25,7 @@ const SHARD_COLUMNS = [
 
 const COLUMNS = [
   ['Node', ''],
-  ['Role', 'As the member last reported it'],
+  ['Role', 'As the member last reported it; stopped: a write of its Raft log or state store failed (it answers the leader’s probe so)'],
   ['Membership', 'Voter, or learner: receiving the log without voting, until the leader promotes it (once caught up, while the voters are fewer than the replication factor); a learner beyond the factor is a standby that replaces a silent voter'],
   ['In sync', 'The leader replicates to it normally, heard from it recently, and its log is close to the commit index'],
   ['Raft address', ''],
@@ -105,13 +106,15 @@ export function render(main, _param, ctx) {
     }
     const odd = v.members.filter((m) => m.replication_factor && m.replication_factor !== v.replication_factor);
     const skewed = v.members.filter((m) => Math.abs(m.clock_offset_ms || 0) > 500);
+    const stopped = v.members.filter((m) => m.stopped);
     const warnings = [];
+    if (stopped.length) warnings.push(`${stopped.map((m) => `Node ${m.id}`).join(', ')} stopped: a write of its Raft log or state store failed, so it takes no part in the cluster (its /health says which). After a full disk it restarts itself once space is back; after any other failure, restart it by hand once its disk is sound.`);
     if (odd.length) warnings.push(`${odd.map((m) => `Node ${m.id} is configured with replication factor ${m.replication_factor}`).join('; ')}, the leader with ${v.replication_factor}. The leader’s setting applies while it leads, so the voters change with the leader: set the same replication_factor on every node.`);
     if (skewed.length) warnings.push(`${skewed.map((m) => `Node ${m.id}’s clock is ${offset(m.clock_offset_ms)} off the cluster’s`).join('; ')}. Fix its time sync (NTP); the leader steers the cluster’s clock toward the median of the voters’ clocks at 1 %, so a skewed minority does not move visibility deadlines.`);
     notice(status, warnings.join(' '), 'warn');
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
-      h('td', { 'data-label': 'Role', class: 'm-role' }, m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
+      h('td', { 'data-label': 'Role', class: 'm-role' }, m.stopped ? badge('stopped', 'critical') : m.role ? badge(m.role, m.role === 'leader' ? 'info' : m.role === 'follower' ? 'ok' : 'warn') : h('span', { class: 'muted' }, 'unknown')),
       h('td', { 'data-label': 'Membership', class: 'm-membership' }, m.membership ? badge(m.membership, m.membership === 'voter' ? 'ok' : 'warn') : '—'),
       h('td', { 'data-label': 'In sync', class: 'm-insync' }, m.in_sync ? badge('yes', 'ok') : badge('no', 'warn')),
       h('td', { 'data-label': 'Raft address' }, h('code', {}, m.raft)),
