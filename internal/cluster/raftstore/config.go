@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // Peer is one member of the cluster.
@@ -101,6 +103,14 @@ type Config struct {
 	// crashPoint, when set, is called at each step of a compaction and of
 	// a snapshot install (tests cut the power there; snapshot.go).
 	crashPoint func(step string) error
+	// sharedLog, when set (OpenShards, with several shards), is the
+	// node's shared Raft log store, in which this group's log lives under
+	// its shard's keys (sharedlog.go); nil: the group's own store in
+	// Dir/raft.
+	sharedLog *pebblestore.Store
+	// ownLogs (tests) makes OpenShards give every shard a log store of
+	// its own, as releases before the shared one did.
+	ownLogs bool
 }
 
 // Defaults.

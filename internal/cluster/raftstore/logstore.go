@@ -81,13 +81,46 @@ func entryKey(i uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte(entryKeyPrefix), i)
 }
 
+// logKeys are one group's keys in a log store: the keys above behind
+// prefix, which is empty for shard 0 (and a one-group node) and, with
+// several shards, shard k's own in the node's shared log store
+// (sharedlog.go).
+type logKeys struct{ prefix []byte }
+
+// key is prefix + s, in a slice of its own.
+func (k logKeys) key(s string) []byte {
+	return append(append(make([]byte, 0, len(k.prefix)+len(s)+8), k.prefix...), s...)
+}
+
+func (k logKeys) entry(i uint64) []byte {
+	return binary.BigEndian.AppendUint64(k.key(entryKeyPrefix), i)
+}
+func (k logKeys) entriesStart() []byte { return k.key(entryKeyPrefix) }
+func (k logKeys) entriesEnd() []byte   { return k.key(entryKeyEnd) }
+func (k logKeys) compaction() []byte   { return k.key(compactKey) }
+func (k logKeys) hardState() []byte    { return k.key(hardStateKey) }
+
+// index is the index of entry key e (false: not one of this group's
+// entry keys).
+func (k logKeys) index(e []byte) (uint64, bool) {
+	n := len(k.prefix) + len(entryKeyPrefix)
+	if len(e) != n+8 || string(e[:n]) != string(k.prefix)+entryKeyPrefix {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(e[n:]), true
+}
+
 // raftLog is the durable Raft log and the raft.Storage over it. It is used
 // by the Raft loop only (RawNode calls it from the loop's goroutine).
 type raftLog struct {
-	db   *pebblestore.Store
-	hs   *pb.HardState
-	cs   *pb.ConfState // the node's ConfState (the loop updates it as conf changes apply)
-	last uint64        // index of the last stored entry (compacted if none)
+	db *pebblestore.Store
+	// keys are this group's keys in db; shared: db is the node's shared
+	// log store (sharedlog.go), which close leaves open.
+	keys   logKeys
+	shared bool
+	hs     *pb.HardState
+	cs     *pb.ConfState // the node's ConfState (the loop updates it as conf changes apply)
+	last   uint64        // index of the last stored entry (compacted if none)
 	// The compaction point: entries at or below compacted are gone;
 	// compactedTerm is the term of entry compacted.
 	compacted, compactedTerm uint64
@@ -111,24 +144,45 @@ var _ raft.Storage = (*raftLog)(nil)
 // openRaftLog opens the log in dir and finds its last entry; voters is the
 // membership.
 func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raftLog, error) {
+	db, err := openLogStore(dir, fs, log)
+	if err != nil {
+		return nil, err
+	}
+	l, err := loadRaftLog(db, logKeys{}, voters, false)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("raftstore: raft log %s: %w", dir, err)
+	}
+	return l, nil
+}
+
+// openLogStore opens the pebble store of a Raft log (one group's, or the
+// node's shared one).
+func openLogStore(dir string, fs vfs.FS, log *slog.Logger) (*pebblestore.Store, error) {
 	db, err := pebblestore.Open(dir, pebblestore.Options{Logger: log, FS: fs, MemTableSize: pebblestore.MinMemTableSize})
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: raft log: %w", err)
 	}
-	l := &raftLog{db: db, hs: &pb.HardState{}, cs: &pb.ConfState{Voters: voters},
+	return db, nil
+}
+
+// loadRaftLog reads the log of the group whose keys in db are keys: its
+// compaction point, its last entry and its HardState. It does not close db.
+func loadRaftLog(db *pebblestore.Store, keys logKeys, voters []uint64, shared bool) (*raftLog, error) {
+	l := &raftLog{db: db, keys: keys, shared: shared, hs: &pb.HardState{}, cs: &pb.ConfState{Voters: voters},
 		compacted: bootIndex, compactedTerm: bootTerm,
 		maxEntries: tailMaxEntries, maxBytes: tailMaxBytes}
-	err = l.loadCompaction()
+	err := l.loadCompaction()
 	if err == nil {
 		l.last = l.compacted
 		// Key lengths only: values of separated entries are not read. The
 		// scan starts after the compaction point, so it reads the short
 		// log only.
-		err = db.ScanLengths(entryKey(l.compacted+1), []byte(entryKeyEnd), func(k []byte, _ int) error {
-			if len(k) != len(entryKeyPrefix)+8 {
+		err = db.ScanLengths(keys.entry(l.compacted+1), keys.entriesEnd(), func(k []byte, _ int) error {
+			i, ok := keys.index(k)
+			if !ok {
 				return fmt.Errorf("raftstore: raft log key %x", k)
 			}
-			i := binary.BigEndian.Uint64(k[len(entryKeyPrefix):])
 			if want := l.last + 1; i != want {
 				return fmt.Errorf("raftstore: raft log has entry %d where %d belongs", i, want)
 			}
@@ -138,7 +192,7 @@ func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raf
 	}
 	if err == nil {
 		var hsb []byte
-		hsb, err = db.Get([]byte(hardStateKey))
+		hsb, err = db.Get(keys.hardState())
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			err = nil
@@ -147,8 +201,7 @@ func openRaftLog(dir string, voters []uint64, fs vfs.FS, log *slog.Logger) (*raf
 		}
 	}
 	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("raftstore: raft log %s: %w", dir, err)
+		return nil, err
 	}
 	l.applied = l.compacted
 	l.tailFirst = l.last + 1
@@ -167,14 +220,14 @@ func (l *raftLog) save(ents []*pb.Entry, hs *pb.HardState, sync bool) error {
 			return fmt.Errorf("raftstore: raft log: appending entry %d after %d", first, l.last)
 		}
 		if first <= l.last {
-			b.DeleteRange(entryKey(first), entryKey(l.last+1))
+			b.DeleteRange(l.keys.entry(first), l.keys.entry(l.last+1))
 		}
 		for _, e := range ents {
 			v, err := proto.Marshal(e)
 			if err != nil {
 				return fmt.Errorf("raftstore: marshal entry: %w", err)
 			}
-			b.Set(entryKey(e.GetIndex()), v)
+			b.Set(l.keys.entry(e.GetIndex()), v)
 		}
 	}
 	if !raft.IsEmptyHardState(hs) {
@@ -182,7 +235,7 @@ func (l *raftLog) save(ents []*pb.Entry, hs *pb.HardState, sync bool) error {
 		if err != nil {
 			return fmt.Errorf("raftstore: marshal hard state: %w", err)
 		}
-		b.Set([]byte(hardStateKey), v)
+		b.Set(l.keys.hardState(), v)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -248,7 +301,7 @@ func (l *raftLog) entry(i uint64) (*pb.Entry, error) {
 	if i >= l.tailFirst {
 		return l.tail[i-l.tailFirst], nil
 	}
-	v, err := l.db.Get(entryKey(i))
+	v, err := l.db.Get(l.keys.entry(i))
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: raft log entry %d: %w", i, err)
 	}
@@ -351,7 +404,7 @@ func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
 
 // loadCompaction reads the compaction point, if one is stored.
 func (l *raftLog) loadCompaction() error {
-	v, err := l.db.Get([]byte(compactKey))
+	v, err := l.db.Get(l.keys.compaction())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -378,12 +431,12 @@ func (l *raftLog) setCompaction(md *pb.SnapshotMetadata, all bool) error {
 		return fmt.Errorf("raftstore: marshal compaction point: %w", err)
 	}
 	var b store.Batch
-	b.Set([]byte(compactKey), v)
-	end := entryKey(md.GetIndex() + 1)
+	b.Set(l.keys.compaction(), v)
+	end := l.keys.entry(md.GetIndex() + 1)
 	if all {
-		end = []byte(entryKeyEnd)
+		end = l.keys.entriesEnd()
 	}
-	b.DeleteRange([]byte(entryKeyPrefix), end)
+	b.DeleteRange(l.keys.entriesStart(), end)
 	p, err := l.db.Write(&b, true)
 	if err == nil {
 		err = p.Wait()
@@ -446,5 +499,11 @@ func (l *raftLog) dropTail(i uint64) {
 	}
 }
 
-// close closes the durable log.
-func (l *raftLog) close() error { return l.db.Close() }
+// close closes the durable log (a shared log store is closed by its
+// Shards, after every group).
+func (l *raftLog) close() error {
+	if l.shared {
+		return nil
+	}
+	return l.db.Close()
+}

@@ -285,7 +285,12 @@ func Open(cfg Config) (n *Node, err error) {
 	for _, p := range cfg.Peers {
 		voters = append(voters, p.ID)
 	}
-	if n.rl, err = openRaftLog(filepath.Join(cfg.Dir, "raft"), voters, cfg.FS, log); err != nil {
+	if cfg.sharedLog != nil {
+		n.rl, err = n.openShardLog(cfg.sharedLog, voters)
+	} else {
+		n.rl, err = openRaftLog(filepath.Join(cfg.Dir, "raft"), voters, cfg.FS, log)
+	}
+	if err != nil {
 		return nil, err
 	}
 	// The state store is opened after the log: a snapshot install cut

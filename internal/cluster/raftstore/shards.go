@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
+	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
 // Shards is a node's share of a sharded cluster (ADR 0015): one Raft
@@ -25,7 +26,10 @@ import (
 // calls between nodes for a queue led elsewhere, are the layers above
 // (ADR 0015 steps 3 to 5).
 type Shards struct {
-	nodes    []*Node
+	nodes []*Node
+	// logs is the node's shared Raft log store, with several shards
+	// (sharedlog.go; nil with one): closed after every group.
+	logs     *pebblestore.Store
 	mux      *mux
 	log      *slog.Logger
 	interval time.Duration // between two balancer rounds
@@ -71,10 +75,16 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 		log: log, interval: cmp.Or(balance, DefaultBalanceInterval),
 		election: electionTicks * tick, stop: make(chan struct{}),
 	}
+	if count > 1 && !cfg.ownLogs {
+		if s.logs, err = openSharedLog(ShardDir(cfg.Dir, 0), cfg.FS, log); err != nil {
+			_ = cfg.Listener.Close()
+			return nil, err
+		}
+	}
 	s.mux = newMux(cfg.Listener, cfg.ID, count, nodeauth.With(cfg.Secret, cfg.ExtraSecret), cfg.OnAuthFailure, log.With("node", cfg.ID))
 	for k := range count {
 		c := cfg
-		c.Shard, c.Dir, c.Listener = k, ShardDir(cfg.Dir, k), s.mux.listener(k)
+		c.Shard, c.Dir, c.Listener, c.sharedLog = k, ShardDir(cfg.Dir, k), s.mux.listener(k), s.logs
 		if count > 1 {
 			c.Logger = log.With("shard", k)
 		}
@@ -127,6 +137,12 @@ func (s *Shards) closeNodes() error {
 		if err := n.Close(); err != nil && !errors.Is(err, ErrNodeClosed) {
 			errs = append(errs, err)
 		}
+	}
+	if s.logs != nil {
+		if err := s.logs.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftstore: shared raft log: %w", err))
+		}
+		s.logs = nil
 	}
 	return errors.Join(errs...)
 }
