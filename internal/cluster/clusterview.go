@@ -37,6 +37,10 @@ const (
 	reportInterval = time.Second
 	// maxStatusBody bounds a reported status.
 	maxStatusBody = 64 << 10
+	// commitHeader carries the leader's commit index (shard 0's) on the
+	// answer to a status report: a follower's own goes no further than its
+	// log, so its /health measures its apply lag against this (health.go).
+	commitHeader = "Sluice-Commit"
 )
 
 // ClusterView is the leader's view of every member.
@@ -192,6 +196,9 @@ func (n *Node) internalHandler() http.Handler {
 		}
 		n.lowDisk.Store(st.ID, st.DiskLow)
 		n.stampClock(w)
+		if rs.Role == "leader" {
+			w.Header().Set(commitHeader, strconv.FormatUint(rs.Commit, 10))
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET "+internalMembers, func(w http.ResponseWriter, _ *http.Request) {
@@ -260,8 +267,9 @@ func (n *Node) report(ctx context.Context) error {
 		return fmt.Errorf("cluster: the leader answered %d to a status report", resp.StatusCode)
 	}
 	n.noteClock(leader, sent, got, resp.Header.Get(clockHeader))
+	commit, _ := strconv.ParseUint(resp.Header.Get(commitHeader), 10, 64) // absent (an older leader): 0
 	n.mu.Lock()
-	n.contact = contact{leader: leader, at: time.Now()}
+	n.contact = contact{leader: leader, at: time.Now(), commit: commit}
 	n.mu.Unlock()
 	return nil
 }

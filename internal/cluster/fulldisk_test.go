@@ -237,8 +237,9 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 		t.Fatal("no sluice_raft_stopped in the restarted node's /metrics")
 	}
 	// It catches up: its state store applies what the leader has
-	// committed. (Its /health may say 200 before: a follower learns the
-	// commit index only up to what it holds, and it serves by forwarding.)
+	// committed. (Its /health may say 200 a moment before: it counts its
+	// lag against the leader's commit index only from its first report,
+	// and it allows 1,000 entries.)
 	leader := via
 	for _, m := range members {
 		if n := m.cur.Load(); n.raft.Status().Role == "leader" {

@@ -67,10 +67,13 @@ type diskState struct {
 }
 
 // contact is when this follower last reached a leader's server (a status
-// report it accepted), or first knew that leader.
+// report it accepted), or first knew that leader; commit is that leader's
+// commit index as its answer to the report gave it (0: none yet, or a
+// leader of an older release).
 type contact struct {
 	leader uint64
 	at     time.Time
+	commit uint64
 }
 
 // checkDisk reads this node's free space and updates diskState, logging
@@ -236,8 +239,17 @@ func (n *Node) health() Health {
 	case c.leader == rep.Leader && now.Sub(c.at) > staleAfter:
 		fail("leader_unreachable", "the leader's server has not been reached for "+now.Sub(c.at).Round(time.Second).String())
 	}
-	if lag(rep.Commit, rep.Applied) > maxHealthApplyLag {
-		fail("apply_lag", "committed entries not yet applied: "+strconv.FormatUint(lag(rep.Commit, rep.Applied), 10))
+	// A follower's own commit index goes no further than its log, so one
+	// catching up (after a restart, or cut off for a while) is measured
+	// against the leader's commit index as the leader's answer to its
+	// last report gave it (at most staleAfter old).
+	commit := rep.Commit
+	if rep.Leader != rep.ID && c.leader == rep.Leader && now.Sub(c.at) <= staleAfter {
+		commit = max(commit, c.commit)
+	}
+	if lag(commit, rep.Applied) > maxHealthApplyLag {
+		fail("apply_lag", "committed entries not yet applied: "+strconv.FormatUint(lag(commit, rep.Applied), 10)+
+			" (applied "+strconv.FormatUint(rep.Applied, 10)+", commit index "+strconv.FormatUint(commit, 10)+")")
 	}
 	// The other shards: a request for one of their queues waits, then
 	// fails, while this node cannot route it (shard 0's checks are above).

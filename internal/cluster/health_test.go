@@ -560,3 +560,56 @@ func isolate(links *[3][3]*cuttableLink, i int) {
 		}
 	}
 }
+
+// TestHealthApplyLagAgainstTheLeadersCommit: a follower's own commit index
+// goes no further than its log, so its /health measures its apply lag
+// against the leader's commit index, which the leader's answer to each
+// status report carries: the follower learns it within a report or two,
+// and while it has applied more than maxHealthApplyLag entries less than
+// that, /health answers 503 apply_lag (a follower catching up); a
+// leader's index older than staleAfter counts no more.
+func TestHealthApplyLagAgainstTheLeadersCommit(t *testing.T) {
+	nodes := threeNodes(t, func(*server.Options) {})
+	leader, followers := leaderAndFollowers(t, nodes)
+	f := followers[0]
+	want := leader.raft.Status().Commit
+	poll.CheckFor(t, 10*time.Second, poll.True("the follower knows the leader's commit index", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.contact.commit >= want
+	}))
+	if code, h, err := getHealth(f); err != nil || code != http.StatusOK {
+		t.Fatalf("the follower, caught up: %d %+v %v", code, h, err)
+	}
+	// The leader's commit index far ahead of what the follower applied
+	// (as after a restart behind a busy leader): apply_lag, whatever its
+	// own commit index says.
+	behind := func(at time.Time) (int, Health) {
+		t.Helper()
+		var code int
+		var h Health
+		poll.CheckFor(t, 10*time.Second, func() error {
+			st := f.raft.Status()
+			f.mu.Lock()
+			f.contact = contact{leader: st.Leader, at: at, commit: st.Applied + 5*maxHealthApplyLag}
+			f.mu.Unlock()
+			var err error
+			if code, h, err = getHealth(f); err != nil {
+				return err
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.contact.at != at {
+				return errors.New("a report replaced the contact meanwhile")
+			}
+			return nil
+		})
+		return code, h
+	}
+	if code, h := behind(time.Now()); code != http.StatusServiceUnavailable || !h.failed("apply_lag") {
+		t.Fatalf("a follower %d entries behind the leader's commit index: %d %+v", 5*maxHealthApplyLag, code, h)
+	}
+	if code, h := behind(time.Now().Add(-2 * staleAfter)); h.failed("apply_lag") {
+		t.Fatalf("a leader's commit index older than staleAfter still counted: %d %+v", code, h)
+	}
+}
