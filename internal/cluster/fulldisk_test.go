@@ -100,24 +100,29 @@ func superviseThree(t *testing.T, edit func(*server.Options)) []*supervised {
 // rejoins, catches up (from the log, or from a snapshot when the leader
 // cut its log meanwhile), answers /health 200, serves a send, and every
 // message acknowledged before, during and after the fault is received
-// through it.
+// through it. With three shards (every shard's Raft log in the node's one
+// log store, so the full disk stops them all) the same.
 func TestSuperviseRestartsNodeAfterFullDisk(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		leader   bool // fault the leader, else a follower
 		during   int  // sends acknowledged while the disk is full
 		snapshot bool // the leader cuts its log meanwhile: the member catches up by a snapshot
+		shards   int  // [cluster] shards: above 1, every shard's log in one store per node
 	}{
-		{"leader", true, 20, false},
-		{"follower-by-snapshot", false, 200, true},
+		{"leader", true, 20, false, 1},
+		{"follower-by-snapshot", false, 200, true, 1},
+		{"leader-of-three-shards", true, 20, false, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.snapshot && testing.Short() {
-				t.Skip("the snapshot case runs without -short (make test); the race run keeps the leader's")
+			if (tc.snapshot || tc.shards > 1) && testing.Short() {
+				t.Skip("runs without -short (make test); the race run keeps the leader's case")
 			}
-			var edit func(*server.Options)
-			if tc.snapshot {
-				edit = func(o *server.Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 50, 10 }
+			edit := func(o *server.Options) {
+				o.Cluster.Shards = tc.shards
+				if tc.snapshot {
+					o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 50, 10
+				}
 			}
 			fullDiskRestart(t, superviseThree(t, edit), tc.leader, tc.during, tc.snapshot)
 		})
@@ -188,8 +193,13 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 	if code, body := health(addr); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_failed") {
 		t.Fatalf("/health of the node whose disk is full: %d %s, want 503 with store_failed", code, body)
 	}
-	if vals, _ := scrape(t, first); vals["sluice_raft_stopped"] != 1 {
-		t.Fatalf("sluice_raft_stopped %v on the node whose disk is full, want 1", vals["sluice_raft_stopped"])
+	// shard 0's series (labelled by shard with several)
+	stoppedSeries := "sluice_raft_stopped"
+	if first.shards.Len() > 1 {
+		stoppedSeries += `{shard="0"}`
+	}
+	if vals, _ := scrape(t, first); vals[stoppedSeries] != 1 {
+		t.Fatalf("%s %v on the node whose disk is full, want 1", stoppedSeries, vals[stoppedSeries])
 	}
 	if rep := first.Status(); !rep.Node.Stopped {
 		t.Fatalf("GET /sluice/v1/cluster of the node whose disk is full: %+v, want stopped", rep.Node)
@@ -231,10 +241,10 @@ func fullDiskRestart(t *testing.T, members []*supervised, faultLeader bool, duri
 		stopped, err := memberStopped(via)
 		return err == nil && !stopped
 	}))
-	if vals, _ := scrape(t, again); vals["sluice_raft_stopped"] != 0 {
-		t.Fatalf("sluice_raft_stopped %v after the restart in place, want 0", vals["sluice_raft_stopped"])
-	} else if _, ok := vals["sluice_raft_stopped"]; !ok {
-		t.Fatal("no sluice_raft_stopped in the restarted node's /metrics")
+	if vals, _ := scrape(t, again); vals[stoppedSeries] != 0 {
+		t.Fatalf("%s %v after the restart in place, want 0", stoppedSeries, vals[stoppedSeries])
+	} else if _, ok := vals[stoppedSeries]; !ok {
+		t.Fatalf("no %s in the restarted node's /metrics", stoppedSeries)
 	}
 	// It catches up: its state store applies what the leader has
 	// committed. (Its /health may say 200 a moment before: it counts its
