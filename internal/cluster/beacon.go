@@ -100,15 +100,20 @@ func (n *Node) stampFirst(ctx context.Context, k int, ad Advertisement, tl *time
 	}
 }
 
-// stampEvery stamps ad every beaconInterval until ctx ends.
+// stampEvery stamps ad every beaconInterval until ctx ends, at the
+// whole multiples of beaconInterval of the wall clock: every shard's
+// leader stamps at the same moments, so that with several shards the
+// Raft log appends of an idle cluster coincide on each node and share its
+// log store's fsync (raftstore sharedlog.go) rather than each taking one.
 func (n *Node) stampEvery(ctx context.Context, k int, ad Advertisement, tl *timeline, log *slog.Logger) {
-	t := time.NewTicker(beaconInterval)
+	t := time.NewTimer(untilNextBeat(time.Now()))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(untilNextBeat(time.Now()))
 		}
 		// A stamp that fails (leadership ending, no quorum for now) is
 		// replaced by the next one.
@@ -116,6 +121,12 @@ func (n *Node) stampEvery(ctx context.Context, k int, ad Advertisement, tl *time
 			log.Debug("cannot stamp the leader's advertisement", "err", err)
 		}
 	}
+}
+
+// untilNextBeat is the time from now to the next whole multiple of
+// beaconInterval (a full interval when now is on one).
+func untilNextBeat(now time.Time) time.Duration {
+	return now.Truncate(beaconInterval).Add(beaconInterval).Sub(now)
 }
 
 // latestStamp returns the advertisement of the latest leadership in ads
