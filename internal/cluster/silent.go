@@ -44,12 +44,15 @@ type probedMember struct {
 
 // statusFlags are this node's status flags in a probe's answer.
 func (n *Node) statusFlags() uint64 {
+	n.mu.Lock()
+	shards := n.shards // set under n.mu: a peer's probe may come during New
+	n.mu.Unlock()
 	var f uint64
-	if n.shards == nil {
+	if shards == nil {
 		return f
 	}
-	for k := range n.shards.Len() {
-		if n.shards.Shard(k).Failure() != nil {
+	for k := range shards.Len() {
+		if shards.Shard(k).Failure() != nil {
 			f |= statusStopped
 		}
 	}
