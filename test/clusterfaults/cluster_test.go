@@ -89,7 +89,7 @@ func (m *member) queueURL(ctx context.Context, queue string) (string, error) {
 // inShard[j][k-1] (shard k listens and advertises on the configured
 // ports plus k).
 type testCluster struct {
-	t              *testing.T
+	t              testing.TB
 	bin            string
 	nodes          []*member
 	links          [][]*Link
@@ -231,7 +231,7 @@ replace_after = "2s"
 
 // startCluster starts size nodes with their Links and waits until every
 // node answers /health (through a leader).
-func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration) *testCluster {
+func startCluster(t testing.TB, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
 	return startSkewedCluster(t, ctx, size, timeout, nil, 1)
 }
@@ -242,7 +242,7 @@ func startCluster(t *testing.T, ctx context.Context, size int, timeout time.Dura
 // ports (shard k on the base plus k), advertised as another block, of
 // Links, in front of them: the requests forwarded between nodes for every
 // shard pass through Links that the faults cut.
-func startSkewedCluster(t *testing.T, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int) *testCluster {
+func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int) *testCluster {
 	t.Helper()
 	bin := crash.Binary(t)
 	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew, shards: shards}
@@ -787,7 +787,7 @@ func leadershipEvents(dir string, n int) string {
 // starting a leadership: a run that fails because a node never became
 // ready (a leadership whose server would not shut down) shows where it
 // hung.
-func (c *testCluster) dumpStuck(t *testing.T) {
+func (c *testCluster) dumpStuck(t testing.TB) {
 	for _, m := range c.nodes {
 		m.mu.Lock()
 		srv, paused := m.srv, m.paused
@@ -822,7 +822,7 @@ func (c *testCluster) dumpStuck(t *testing.T) {
 // included, where the test's temporary directories do not remove it
 // (those goroutines that a hang waits on may have been blocked for less
 // than the minute stuckGoroutines picks: a loop that retries).
-func keepLog(t *testing.T, id uint64, b []byte) {
+func keepLog(t testing.TB, id uint64, b []byte) {
 	dir := os.Getenv(envKeep)
 	if dir == "" {
 		dir = os.TempDir()

@@ -36,7 +36,7 @@ const defaultSkew = 20 * time.Second
 
 // skews reads envSkew: the clock offset of each node (the last one's
 // only).
-func skews(t *testing.T, size int) []time.Duration {
+func skews(t testing.TB, size int) []time.Duration {
 	t.Helper()
 	d := defaultSkew
 	if s := os.Getenv(envSkew); s != "" {
@@ -58,7 +58,7 @@ func faultKinds() []string {
 }
 
 // shardCount reads envShards (default 1).
-func shardCount(t *testing.T) int {
+func shardCount(t testing.TB) int {
 	t.Helper()
 	s := os.Getenv(envShards)
 	if s == "" {
@@ -73,7 +73,7 @@ func shardCount(t *testing.T) int {
 }
 
 // drawnKinds is envKinds as a list, every kind checked, or every kind.
-func drawnKinds(t *testing.T) []string {
+func drawnKinds(t testing.TB) []string {
 	t.Helper()
 	s := os.Getenv(envKinds)
 	if s == "" {
@@ -93,7 +93,7 @@ func drawnKinds(t *testing.T) []string {
 const defaultDuration = 45 * time.Second
 
 // settings reads the run's duration, size and seed (logged).
-func settings(t *testing.T) (time.Duration, int, uint64) {
+func settings(t testing.TB) (time.Duration, int, uint64) {
 	t.Helper()
 	d := defaultDuration
 	if s := os.Getenv(envDuration); s != "" {
@@ -271,13 +271,15 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, kinds []str
 // drains after healing everything, and fails on any violation either
 // Checker finds, on a term with two leaders, and on a cluster that does
 // not recover.
-func TestClusterFaults(t *testing.T) {
+func TestClusterFaults(tt *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a cluster of server processes under faults for tens of seconds")
+		tt.Skip("runs a cluster of server processes under faults for tens of seconds")
 	}
+	t := recordFailures(tt) // first: its summary prints after the node logs
 	dur, size, seed := settings(t)
 	shards := shardCount(t)
 	drawn := drawnKinds(t)
+	t.setRerun(fmt.Sprintf("%s=%d %s=%v %s=%d %s=%d %s=%q", envSeed, seed, envDuration, dur, envNodes, size, envShards, shards, envFIFO, os.Getenv(envFIFO)))
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()

@@ -126,7 +126,7 @@ func pubSummary(w *workload) string {
 
 // checkPub fails the test when w has AMQP publishers and none of their
 // publishes was confirmed.
-func checkPub(t *testing.T, w *workload) {
+func checkPub(t testing.TB, w *workload) {
 	t.Helper()
 	if w.pub != nil && w.pub.Confirms.Load() == 0 {
 		t.Errorf("%s: no AMQP publish confirmed: AMQP's publishes to shard %d went unchecked", w.Main, shardOf(w.DLQ, w.c.shards))
@@ -168,7 +168,7 @@ func spreadHeld(extra []*workload, also func(context.Context, *rand.Rand) bool) 
 // consumers and tells its Checker if messages are still held), then
 // reports its history and fails the test on any violation or on a
 // workload that had no send acknowledged.
-func finishSpread(t *testing.T, ctx context.Context, extra []*workload) {
+func finishSpread(t testing.TB, ctx context.Context, extra []*workload) {
 	t.Helper()
 	for _, e := range extra {
 		e.drain(t, ctx, 20*time.Second, nil, nil)
@@ -257,7 +257,7 @@ func amqpHeld(a *amqpLoad, remote []*amqpLoad) func(context.Context, *rand.Rand)
 // test on any violation, on a load with no publish confirmed, and on one
 // whose AMQP consumers got no delivery (the remote consume path then went
 // unchecked).
-func finishRemote(t *testing.T, remote []*amqpLoad) {
+func finishRemote(t testing.TB, remote []*amqpLoad) {
 	t.Helper()
 	for _, r := range remote {
 		rep := r.Ck.Report()

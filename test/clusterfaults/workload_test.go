@@ -288,7 +288,7 @@ func (w *workload) queuesEmpty(ctx context.Context, rng *rand.Rand) (bool, strin
 // elsewhere than in the two SQS queues. It reports whether the drain
 // ended with messages still held (then what is not settled may be queued
 // rather than lost).
-func (w *workload) drain(t *testing.T, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string), held func(context.Context, *rand.Rand) bool) (stillHeld bool) {
+func (w *workload) drain(t testing.TB, ctx context.Context, limit time.Duration, also func(context.Context, *rand.Rand) (bool, string), held func(context.Context, *rand.Rand) bool) (stillHeld bool) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	return w.Drain(t, ctx, limit, func() (bool, string) {
