@@ -183,6 +183,20 @@ func TestMoveTaskStopsWhenRefillExceedsDrain(t *testing.T) {
 	if err != nil || len(ts) != 1 || ts[0].StopRule != engine.StopRefill || ts[0].Refilled < 3 {
 		t.Fatalf("task %+v %v", ts, err)
 	}
+	// A paused task keeps the source's one task slot: a new start is
+	// refused until the operator resumes or cancels it, and SQS's
+	// CancelMessageMoveTask cancels it like a RUNNING one (the cluster
+	// fault harness's redriver relies on both).
+	if _, err := e.cli.StartMessageMoveTask(e.ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(e.arn("dlq"))}); err == nil {
+		t.Fatal("a move task started while a PAUSED one holds the source")
+	}
+	if _, err := e.cancelMove(aws.ToString(tk.TaskHandle)); err != nil {
+		t.Fatalf("cancelling the PAUSED task: %v", err)
+	}
+	if st := aws.ToString(e.latest("dlq").Status); st != "CANCELLED" {
+		t.Fatalf("after cancelling the PAUSED task: %s", st)
+	}
+	e.startMove("dlq", "parking", 0)
 }
 
 // TestCreationWarnings: SQS accepts a DLQ shared by unrelated sources and
