@@ -109,17 +109,14 @@ func (n *Node) moveOwnLog(db *pebblestore.Store, keys logKeys) error {
 		if err := fs.RemoveAll(moved); err != nil {
 			return err
 		}
-		if err := fs.Rename(own, moved); err != nil {
-			return err
-		}
-		if err := syncDir(fs, n.cfg.Dir); err != nil {
+		if err := renameSynced(fs, own, moved, n.cfg.Dir); err != nil {
 			return err
 		}
 		n.log.Info("raftstore: moved this shard's raft log into the node's shared raft log store", "from", own)
 	case err == nil:
 		// The marker: moved before.
 		return fs.RemoveAll(moved) // a removal a crash cut short
-	case !isNotExist(err):
+	case !errors.Is(err, os.ErrNotExist):
 		return err
 	}
 	if err := writeMarker(fs, own); err != nil {
@@ -188,6 +185,3 @@ func writeMarker(fs vfs.FS, name string) error {
 	}
 	return err
 }
-
-// isNotExist reports whether err says a file does not exist.
-func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }

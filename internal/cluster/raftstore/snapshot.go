@@ -587,10 +587,7 @@ func (n *Node) finishReceive(r *snapRecv) error {
 		}
 		return n.crashPoint(installReceived)
 	}
-	if err := n.fs().Rename(r.dir, final); err != nil {
-		return err
-	}
-	if err := syncDir(n.fs(), n.cfg.Dir); err != nil {
+	if err := renameSynced(n.fs(), r.dir, final, n.cfg.Dir); err != nil {
 		return err
 	}
 	return n.crashPoint(installReceived)
@@ -730,11 +727,8 @@ func (n *Node) openState() error {
 			from = old
 		}
 		if exists(fs, from) {
-			if err := fs.Rename(from, state); err != nil {
+			if err := renameSynced(fs, from, state, n.cfg.Dir); err != nil {
 				return fmt.Errorf("raftstore: finishing a snapshot install: %w", err)
-			}
-			if err := syncDir(fs, n.cfg.Dir); err != nil {
-				return err
 			}
 		}
 	}
@@ -777,20 +771,14 @@ func (n *Node) swapState(dir string) error {
 		return err
 	}
 	if exists(fs, state) {
-		if err := fs.Rename(state, old); err != nil {
-			return err
-		}
-		if err := syncDir(fs, n.cfg.Dir); err != nil {
+		if err := renameSynced(fs, state, old, n.cfg.Dir); err != nil {
 			return err
 		}
 		if err := n.crashPoint(installMoved); err != nil {
 			return err
 		}
 	}
-	if err := fs.Rename(dir, state); err != nil {
-		return err
-	}
-	if err := syncDir(fs, n.cfg.Dir); err != nil {
+	if err := renameSynced(fs, dir, state, n.cfg.Dir); err != nil {
 		return err
 	}
 	if err := n.crashPoint(installSwapped); err != nil {
@@ -854,6 +842,15 @@ func (n *Node) removeSnapDirs(index uint64) {
 func exists(fs vfs.FS, name string) bool {
 	_, err := fs.Stat(name)
 	return err == nil
+}
+
+// renameSynced renames from to to, both in dir, and syncs dir: the
+// rename survives a crash once it returns.
+func renameSynced(fs vfs.FS, from, to, dir string) error {
+	if err := fs.Rename(from, to); err != nil {
+		return err
+	}
+	return syncDir(fs, dir)
 }
 
 // syncDir makes renames in dir durable.
