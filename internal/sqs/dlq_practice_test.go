@@ -187,8 +187,15 @@ func TestMoveTaskStopsWhenRefillExceedsDrain(t *testing.T) {
 	// refused until the operator resumes or cancels it, and SQS's
 	// CancelMessageMoveTask cancels it like a RUNNING one (the cluster
 	// fault harness's redriver relies on both).
-	if _, err := e.cli.StartMessageMoveTask(e.ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(e.arn("dlq"))}); err == nil {
+	// The refusal keeps AWS's text and adds that the task is paused, why,
+	// and how to free the slot.
+	_, err = e.cli.StartMessageMoveTask(e.ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(e.arn("dlq"))})
+	if err == nil {
 		t.Fatal("a move task started while a PAUSED one holds the source")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "There is already a task running.") ||
+		!strings.Contains(msg, "The active task is PAUSED (Sluice.RefillExceedsDrain:") || !strings.Contains(msg, "sluice dlq resume "+ts[0].ID) {
+		t.Fatalf("the refusal while the task is PAUSED: %v", err)
 	}
 	if _, err := e.cancelMove(aws.ToString(tk.TaskHandle)); err != nil {
 		t.Fatalf("cancelling the PAUSED task: %v", err)
