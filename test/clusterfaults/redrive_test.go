@@ -36,8 +36,8 @@ import (
 // applied, and such bodies are counted apart; a body received that no
 // send carried is unexpected. Duplicates are allowed (at-least-once), and a body may go
 // round more than once (a lost delete, a lease a failover forgot). A
-// task the safety stop pauses (a lost delete brings a redriven copy
-// back, dead-lettered again) is cancelled and the next one started.
+// task a safety rule pauses (a lost delete brings a redriven copy back,
+// dead-lettered again) is cancelled and the next one started.
 type redriveLoad struct {
 	w *workload // for pick, note, queuesEmpty, the error summary and the DLQ's ARN (Main: source, DLQ: DLQ)
 
@@ -50,7 +50,7 @@ type redriveLoad struct {
 	trace    map[string][]string // body → what happened to it, for diagnose
 	returned atomic.Int64        // second receives of a body: the redriven copy (or a lost delete's)
 	tasks    atomic.Int64        // move tasks started
-	paused   atomic.Int64        // tasks the safety stop paused, cancelled by the redriver
+	paused   atomic.Int64        // tasks a safety rule paused, cancelled by the redriver
 
 	prodCtx, consCtx      context.Context
 	stopProd, stopCons    context.CancelFunc
@@ -211,10 +211,11 @@ func (r *redriveLoad) redrive(ctx context.Context, rng *rand.Rand) {
 	}
 }
 
-// cancelPaused cancels the DLQ's newest move task if its safety stop
+// cancelPaused cancels the DLQ's newest move task if a safety rule
 // paused it, as an operator would once the cause is known: here a delete
 // lost to a fault brings a redriven copy back, and its next receive
-// dead-letters it again within the stop's window — the stop working as
+// dead-letters it again within the safety stop's window (or the load's
+// dead letters outrun the task: the refill rule) — the rules working as
 // documented, not a violation. A paused task keeps the source's one
 // task slot, so without this the bodies dead-lettered after the pause
 // would stay in the DLQ and the drain would never end.
@@ -281,7 +282,7 @@ func (r *redriveLoad) finish(t testing.TB, ctx context.Context, held bool) {
 	unknown := append([]string(nil), r.unknown...)
 	deleted := len(r.deleted)
 	r.mu.Unlock()
-	t.Logf("redrive (source %s on shard %d, DLQ %s on shard %d): sends attempted %d, acked %d; receives %d, second receives (redriven copies) %d; bodies deleted %d; move tasks started %d (the last ten moved %d; paused by the safety stop and cancelled %d); acknowledged and not deleted %d (and %d whose unanswered delete may have been applied), unexpected %d; errors: %s",
+	t.Logf("redrive (source %s on shard %d, DLQ %s on shard %d): sends attempted %d, acked %d; receives %d, second receives (redriven copies) %d; bodies deleted %d; move tasks started %d (the last ten moved %d; paused by a safety rule and cancelled %d); acknowledged and not deleted %d (and %d whose unanswered delete may have been applied), unexpected %d; errors: %s",
 		r.w.Main, shardOf(r.w.Main, r.w.c.shards), r.w.DLQ, shardOf(r.w.DLQ, r.w.c.shards), r.attempts.Load(), r.acks.Load(),
 		r.recvs.Load(), r.returned.Load(), deleted, r.tasks.Load(), moved, r.paused.Load(), owed, ambiguous, len(unknown), r.w.errorSummary())
 	if owed > 0 {
