@@ -71,15 +71,8 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	tk, err := h.eng.StartMoveTask(spec)
-	if errors.Is(err, engine.ErrTaskRunning) {
-		if tasks, lerr := h.eng.MoveTasks(spec.Source); lerr == nil {
-			for _, cur := range tasks {
-				switch cur.Status {
-				case engine.TaskRunning, engine.TaskPaused, engine.TaskCancelling:
-					return &apiError{http.StatusConflict, "TaskRunning", fmt.Sprintf("%s already has an active redrive: %s", spec.Source, taskStateMessage("start another", &cur))}
-				}
-			}
-		}
+	if active := (*engine.ActiveTaskError)(nil); errors.As(err, &active) {
+		return &apiError{http.StatusConflict, "TaskRunning", fmt.Sprintf("%s already has an active redrive: %s", spec.Source, taskStateMessage("start another", &active.Task))}
 	}
 	if err != nil {
 		return err

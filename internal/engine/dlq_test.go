@@ -259,8 +259,10 @@ func TestRedriveAfterFixDrainsAtRate(t *testing.T) {
 	if err != nil || tk.ToMove != 20 || tk.Status != TaskRunning {
 		t.Fatalf("start %+v %v", tk, err)
 	}
-	if _, err := f.e.StartMoveTask(MoveTaskSpec{Source: "dlq"}); !errors.Is(err, ErrTaskRunning) {
-		t.Fatalf("second task: %v", err)
+	_, err = f.e.StartMoveTask(MoveTaskSpec{Source: "dlq"})
+	var active *ActiveTaskError
+	if !errors.Is(err, ErrTaskRunning) || !errors.As(err, &active) || active.Task.ID != tk.ID || active.Task.Status != TaskRunning {
+		t.Fatalf("second task: %v (want the refusal naming %s)", err, tk.ID)
 	}
 	// At 5 per second, 20 messages need at least 19/5 s of simulated time
 	// (the bucket starts with one token).

@@ -86,6 +86,21 @@ func (e *MessageTooLargeError) Error() string {
 	return fmt.Sprintf("engine: message of %d bytes exceeds the queue's limit of %d bytes", e.Size, e.Limit)
 }
 
+// ActiveTaskError is StartMoveTask's refusal while the source has an
+// active task (RUNNING, CANCELLING or PAUSED): Task is that task as it was
+// at the refusal, so a front-end can say which and what frees the slot
+// without listing the tasks again. errors.Is(err, ErrTaskRunning) is true.
+type ActiveTaskError struct {
+	Task MoveTask
+}
+
+func (e *ActiveTaskError) Error() string {
+	return fmt.Sprintf("%v (task %s is %s)", ErrTaskRunning, e.Task.ID, e.Task.Status)
+}
+
+// Unwrap makes errors.Is(err, ErrTaskRunning) true.
+func (e *ActiveTaskError) Unwrap() error { return ErrTaskRunning }
+
 // ConfigError describes an invalid queue setting; it wraps ErrInvalidConfig.
 type ConfigError struct {
 	Setting string // e.g. "VisibilityTimeout", "RedrivePolicy"

@@ -227,7 +227,8 @@ func newTaskID() string {
 }
 
 // StartMoveTask starts a redrive. Only one task may be active (RUNNING,
-// CANCELLING or PAUSED) per source. Tasks are persisted: after a restart a
+// CANCELLING or PAUSED) per source: a start while one is returns an
+// *ActiveTaskError naming it (errors.Is ErrTaskRunning). Tasks are persisted: after a restart a
 // RUNNING task resumes.
 func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
 	if err := e.checkMoveSpec(&spec); err != nil {
@@ -259,9 +260,11 @@ func (e *Engine) StartMoveTask(spec MoveTaskSpec) (MoveTask, error) {
 		wake: make(chan struct{}, 1),
 	}
 	e.tasks.mu.Lock()
-	if e.tasks.activeLocked(spec.Source) != nil {
+	if cur := e.tasks.activeLocked(spec.Source); cur != nil {
+		active := cur.MoveTask
+		active.ReturnedClasses = slices.Clone(active.ReturnedClasses)
 		e.tasks.mu.Unlock()
-		return MoveTask{}, ErrTaskRunning
+		return MoveTask{}, &ActiveTaskError{Task: active}
 	}
 	e.tasks.add(tk)
 	e.tasks.mu.Unlock()

@@ -215,31 +215,16 @@ func (c *call) startMessageMoveTask() (output, *apiError) {
 	tk, serr := c.h.eng.StartMoveTask(spec)
 	if serr != nil {
 		aerr := mapEngineErr(serr, errDetail{queue: src, sourceArn: in.SourceArn, destArn: in.DestinationArn})
-		if errors.Is(serr, engine.ErrTaskRunning) {
-			aerr.msg += c.pausedTaskHint(src)
+		if active := (*engine.ActiveTaskError)(nil); errors.As(serr, &active) && active.Task.Status == engine.TaskPaused {
+			// AWS's text ("There is already a task running") would send
+			// an operator looking for a task that moves nothing, held by
+			// a safety rule until someone resumes or cancels it.
+			aerr.msg += fmt.Sprintf(" The active task is PAUSED (%s): cancel it with CancelMessageMoveTask (its TaskHandle is in ListMessageMoveTasks) or resume it with `sluice dlq resume %s`.",
+				active.Task.FailureReason, active.Task.ID)
 		}
 		return nil, aerr
 	}
 	return &startMoveTaskOutput{TaskHandle: c.h.taskHandle(&tk)}, nil
-}
-
-// pausedTaskHint, for a start refused because src has an active task,
-// says so when that task is Sluice's PAUSED rather than running: AWS's
-// text ("There is already a task running") would send an operator
-// looking for a task that moves nothing, held by a safety rule until
-// someone resumes or cancels it. Empty when the task runs (or is gone).
-func (c *call) pausedTaskHint(src string) string {
-	tasks, err := c.h.eng.MoveTasks(src) // newest first
-	if err != nil {
-		return ""
-	}
-	for i := range tasks {
-		if tk := &tasks[i]; tk.Status == engine.TaskPaused {
-			return fmt.Sprintf(" The active task is PAUSED (%s): cancel it with CancelMessageMoveTask (its TaskHandle is in ListMessageMoveTasks) or resume it with `sluice dlq resume %s`.",
-				tk.FailureReason, tk.ID)
-		}
-	}
-	return ""
 }
 
 func (c *call) cancelMessageMoveTask() (output, *apiError) {
