@@ -227,3 +227,21 @@ func TestStartLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestUntilNextBeat: every leader stamps at the wall clock's whole
+// multiples of beaconInterval, so that several shards' stamps arrive at a
+// node together; on a beat the next is a full interval away.
+func TestUntilNextBeat(t *testing.T) {
+	base := time.Date(2026, 12, 4, 12, 0, 7, 0, time.UTC)
+	for _, c := range []struct{ at, want time.Duration }{
+		{0, beaconInterval},
+		{300 * time.Millisecond, beaconInterval - 300*time.Millisecond},
+		{beaconInterval - time.Nanosecond, time.Nanosecond},
+	} {
+		now := base.Add(c.at)
+		got := untilNextBeat(now)
+		if got != c.want || now.Add(got).Sub(base)%beaconInterval != 0 {
+			t.Errorf("untilNextBeat(%v) = %v, want %v (to a whole beat)", now.Format("15:04:05.000000000"), got, c.want)
+		}
+	}
+}
