@@ -340,13 +340,15 @@ func (e *Engine) Receive(ctx context.Context, name string, req ReceiveRequest) (
 			return nil, nil
 		}
 		if timer == nil && !expired {
+			// Parked from here until it returns, whatever it waits for
+			// on each pass (a message, or the lease of a store view).
+			// Counted before its timer exists: whoever sees the timer
+			// (a fake clock's parked count) sees the count too.
+			q.room.waiting.Add(1)
+			defer q.room.waiting.Add(-1)
 			t := e.clock.NewTimer(wait)
 			defer t.Stop()
 			timer = t.C()
-			// Parked from here until it returns, whatever it waits for
-			// on each pass (a message, or the lease of a store view).
-			q.room.waiting.Add(1)
-			defer q.room.waiting.Add(-1)
 		}
 		var retryC <-chan time.Time
 		if retry != nil {
