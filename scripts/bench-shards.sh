@@ -7,28 +7,45 @@
 # Each layout gets QUEUES concurrent `sluice bench sqs` processes, bench i on
 # its own queue "shq-<i>" through node (i mod nodes) + 1, each with
 # PRODUCERS/CONSUMERS and DURATION. Reported per layout: the sum of the
-# benches' end-to-end rates (deleted/s), and the CPU of every server process
-# of the layout per 100,000 messages deleted (from /proc, before and after).
-# On one machine the nodes share its cores with each other and the load
-# tool: this says what the layouts cost, not what three machines give.
+# benches' end-to-end rates (deleted/s), the CPU of every server process
+# of the layout per 100,000 messages deleted (from /proc, before and after),
+# and each node's own share of it. On one machine the nodes share its cores
+# with each other and the load tool: this says what the layouts cost, not
+# what three machines give. The busiest node's CPU per message is what
+# would bound a cluster whose nodes had cores of their own (each node's
+# CPU-s per 100k is 100,000 messages' worth of one of its cores), so the
+# ratio of the busiest nodes' figures between two layouts is the ratio of
+# those bounds; the script prints it, a projection, not a measurement of
+# three machines.
 #
 # Environment: QUEUES (6), PRODUCERS (2), CONSUMERS (2), DURATION (20s),
-# REPEAT (1), LAYOUTS ("single cluster1 shards3").
+# ENTRY ("spread", or "leader": each bench through its queue's leader),
+# REPEAT (1), LAYOUTS ("single cluster1 shards3"; also nNsS: N nodes with S
+# shards, e.g. n5s5, at the default replication factor of 3).
 set -u
 bin="${SLUICE_BIN:-./sluice}"
 QUEUES="${QUEUES:-6}" PRODUCERS="${PRODUCERS:-2}" CONSUMERS="${CONSUMERS:-2}" DURATION="${DURATION:-20s}"
 REPEAT="${REPEAT:-1}" LAYOUTS="${LAYOUTS:-single cluster1 shards3}"
 W="${BENCH_DIR:-/var/tmp/sluice-shards-bench}"
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
+ports() { # N distinct free ports: every socket stays bound until all are chosen
+  python3 -c 'import socket,sys
+ss=[socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1",0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"; }
 cpu() { # total utime+stime ticks of the given pids
   local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 
 run_layout() { # layout
   local layout=$1 nodes=3 shards=1
-  case $layout in single) nodes=1;; cluster1) shards=1;; shards3) shards=3;; *) echo "unknown layout $layout"; return 1;; esac
+  case $layout in
+    single) nodes=1;; cluster1) shards=1;; shards3) shards=3;;
+    n[0-9]*s[0-9]*) nodes=${layout#n}; nodes=${nodes%%s*}; shards=${layout#*s};; # e.g. n5s5: 5 nodes, 5 shards
+    *) echo "unknown layout $layout"; return 1;;
+  esac
   rm -rf $W; mkdir -p $W
   local R=() S=() A=() pids=()
-  for i in $(seq 1 $nodes); do R+=($(port)); S+=($(port)); A+=($(port)); done
+  local P=($(ports $((3 * nodes))))
+  for i in $(seq 0 $((nodes - 1))); do R+=(${P[$i]}); S+=(${P[$((nodes + i))]}); A+=(${P[$((2 * nodes + i))]}); done
   local peers=""
   for i in $(seq 1 $nodes); do peers="$peers${peers:+,}$i=127.0.0.1:${R[$((i-1))]}"; done
   for i in $(seq 1 $nodes); do
@@ -50,6 +67,7 @@ run_layout() { # layout
     sleep 0.2
   done
   # Create the queues, and say where each lives (X-Sluice-Shard, X-Sluice-Node).
+  local entry=()
   for q in $(seq 0 $((QUEUES-1))); do
     local sp=${S[$((q % nodes))]}
     curl -s -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.CreateQueue' \
@@ -57,23 +75,32 @@ run_layout() { # layout
     local where
     where=$(curl -s -D - -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.GetQueueAttributes' \
       -d "{\"QueueUrl\":\"http://127.0.0.1:$sp/000000000000/shq-$q\"}" http://127.0.0.1:$sp/ | tr -d '\r' | awk -F': ' 'tolower($1)=="x-sluice-shard"{s=$2} tolower($1)=="x-sluice-node"{n=$2} END{print "shard " (s==""?"-":s) ", leader " (n==""?"-":n)}')
-    echo "  shq-$q through node $((q % nodes + 1)): $where"
+    # ENTRY=leader: each bench through the node leading its queue (no
+    # forwards, so each node's CPU is its leading and replicating alone).
+    local through=$((q % nodes + 1)) lead=${where##*leader }
+    if [ "${ENTRY:-spread}" = leader ] && [ "$lead" != - ]; then through=$lead; fi
+    entry+=(${S[$((through - 1))]})
+    echo "  shq-$q through node $through: $where"
   done
   sleep 1
   local before; before=$(cpu "${pids[@]}")
+  local nbefore=(); for p in "${pids[@]}"; do nbefore+=($(cpu $p)); done
   local outs=()
   for q in $(seq 0 $((QUEUES-1))); do
-    $bin bench sqs -endpoint http://127.0.0.1:${S[$((q % nodes))]} -queue shq-$q -producers $PRODUCERS -consumers $CONSUMERS \
+    $bin bench sqs -endpoint http://127.0.0.1:${entry[$q]} -queue shq-$q -producers $PRODUCERS -consumers $CONSUMERS \
       -duration $DURATION -json > $W/bench-$q.json 2> $W/bench-$q.err &
     outs+=($!)
   done
   wait "${outs[@]}"
   local after; after=$(cpu "${pids[@]}")
-  python3 - "$layout" "$nodes" "$shards" "$before" "$after" "$(getconf CLK_TCK)" $W/bench-*.json <<'PY'
+  local nticks=""; local k=0
+  for p in "${pids[@]}"; do nticks="$nticks${nticks:+,}$(( $(cpu $p) - ${nbefore[$k]} ))"; k=$((k+1)); done
+  python3 - "$layout" "$nodes" "$shards" "$before" "$after" "$(getconf CLK_TCK)" "$nticks" $W/bench-*.json <<'PY'
 import sys, json
 layout, nodes, shards, before, after, tck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+per_node = [int(x) / tck for x in sys.argv[7].split(",")]
 rate = deleted = errors = 0
-for f in sys.argv[7:]:
+for f in sys.argv[8:]:
     try:
         d = json.load(open(f))
     except Exception as e:
@@ -81,7 +108,9 @@ for f in sys.argv[7:]:
     rate += d.get("throughput", 0); deleted += d.get("deleted", 0); errors += sum((d.get("errors") or {}).values())
 cpu = (after - before) / tck
 print("%-9s nodes %d shards %d: %d benches, end to end %.0f msg/s (sum), deleted %d, errors %d; servers' CPU %.1f s = %.2f CPU-s per 100k" %
-      (layout, nodes, shards, len(sys.argv) - 7, rate, deleted, errors, cpu, cpu / max(deleted, 1) * 1e5))
+      (layout, nodes, shards, len(sys.argv) - 8, rate, deleted, errors, cpu, cpu / max(deleted, 1) * 1e5))
+each = [c / max(deleted, 1) * 1e5 for c in per_node]
+print("%-9s per node: %s CPU-s per 100k; busiest %.2f" % (layout, ", ".join("n%d %.2f" % (i + 1, c) for i, c in enumerate(each)), max(each)))
 PY
   for p in "${pids[@]}"; do kill -TERM $p 2>/dev/null; done
   wait "${pids[@]}" 2>/dev/null
