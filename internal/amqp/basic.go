@@ -87,6 +87,10 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 		return refuse
 	}
 	if err := ch.reply(m.NoWait, &wire.BasicConsumeOK{ConsumerTag: tag}); err != nil {
+		// The connection can no longer write (it is closing): the
+		// consumer never runs, but it is registered, and the channel's
+		// release waits for it to end.
+		cs.abort()
 		return err
 	}
 	go cs.run()

@@ -46,6 +46,18 @@ func newConsumerTag() string {
 	return "amq.ctag-" + base64.RawURLEncoding.EncodeToString(b)
 }
 
+// abort ends a registered consumer that never ran (its consume-ok could
+// not be written) as run would have: out of its queue's lines, done
+// closed, so that the channel's release does not wait for it forever and
+// then unregisters it from its queue (an exclusive or single-active
+// consumer left behind would hold the queue from every other consumer).
+func (cs *consumer) abort() {
+	cs.stop()
+	cs.leaveLine()
+	cs.q.prio.leave(cs)
+	close(cs.done)
+}
+
 func (cs *consumer) run() {
 	defer close(cs.done)
 	defer cs.ch.c.containPanic("consumer")

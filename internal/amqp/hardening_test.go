@@ -27,7 +27,13 @@ type rawClient struct {
 // returns the client before connection.open.
 func rawDial(t *testing.T, b *broker, tune wire.ConnectionTuneOK) *rawClient {
 	t.Helper()
-	nc, err := net.Dial("tcp", b.ln.Addr().String())
+	return rawDialAddr(t, b.ln.Addr().String(), tune)
+}
+
+// rawDialAddr is rawDial to a listener of the test's own.
+func rawDialAddr(t *testing.T, addr string, tune wire.ConnectionTuneOK) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
 	must(t, err)
 	t.Cleanup(func() { nc.Close() })
 	c := &rawClient{t: t, nc: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc)}
