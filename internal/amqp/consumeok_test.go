@@ -18,14 +18,12 @@ import (
 // does while a dying connection's last frames are still buffered.
 type brokenWriteConn struct {
 	net.Conn
-	fail   atomic.Bool
-	failed atomic.Int32
-	once   sync.Once
+	fail atomic.Bool
+	once sync.Once
 }
 
 func (c *brokenWriteConn) Write(b []byte) (int, error) {
 	if c.fail.Load() {
-		c.failed.Add(1)
 		return 0, errors.New("test: the connection's writes fail")
 	}
 	return c.Conn.Write(b)
