@@ -53,16 +53,21 @@ func newConsumerTag() string {
 // consumer left behind would hold the queue from every other consumer).
 func (cs *consumer) abort() {
 	cs.stop()
-	cs.leaveLine()
-	cs.q.prio.leave(cs)
+	cs.leaveLines()
 	close(cs.done)
+}
+
+// leaveLines takes cs out of its queue's priority line, then out of its
+// single-active line: the end of run, and of abort.
+func (cs *consumer) leaveLines() {
+	cs.q.prio.leave(cs)
+	cs.leaveLine()
 }
 
 func (cs *consumer) run() {
 	defer close(cs.done)
 	defer cs.ch.c.containPanic("consumer")
-	defer cs.leaveLine()
-	defer cs.q.prio.leave(cs)
+	defer cs.leaveLines()
 	s := cs.ch.c.s
 	lease := leaseFor(cs.q.settings.timeout(s.opts.ConsumerTimeout))
 	var reuse []engine.Delivery // the last batch's array, cleared, for the next
