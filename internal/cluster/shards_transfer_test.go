@@ -102,6 +102,21 @@ func TestShardsDeadLetterToAnotherShard(t *testing.T) {
 			}
 			return a.Attributes["ApproximateNumberOfMessages"] == "0" && a.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
 		}))
+		// All of them in the dead-letter queue before the first receive:
+		// a FIFO group's messages that arrive after one of its messages
+		// was received (and held, for 600 s) would wait behind it, as they
+		// do on SQS. A slow machine's mover can be mid-way when the
+		// source is empty.
+		poll.CheckFor(t, transferWait, func() error {
+			a, err := c2.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: d.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := a.Attributes["ApproximateNumberOfMessages"]; v != fmt.Sprint(n) {
+				return fmt.Errorf("%s of %d dead letters arrived in %s", v, n, dlq)
+			}
+			return nil
+		})
 		got := map[string]bool{}
 		var handles []string
 		poll.CheckFor(t, transferWait, func() error {
@@ -442,7 +457,11 @@ func (n *Node) transfersPending(k int) int64 {
 // balancer moves leaderships right after a start: waits of 2, 4, 8 and
 // 16 s, then 30 s), so that a slow machine (CI under -race) does not fail
 // a test the mover would pass a few seconds later. Found in CI: 4 of 30
-// dead letters after 30 s.
+// dead letters after 30 s, then (with this wait) 21 of 30 after 90 s —
+// most likely both a FIFO group held by a message the test had received
+// before the rest of its group arrived (a mover slowed by hand reproduces
+// that failure every time); TestShardsDeadLetterToAnotherShard now waits
+// for all of them before receiving.
 const transferWait = 90 * time.Second
 
 // transferTestBudget bounds a whole transfer test's requests: above the
