@@ -84,6 +84,9 @@ var allowed = map[string][]string{
 	// The one poll helper of every package's tests; it imports only the
 	// clock so that internal tests of brokertest's imports can use it.
 	"internal/brokertest/poll": {"internal/clock"},
+	// A test's own TLS certificate; nothing of Sluice, for the same
+	// reason.
+	"internal/brokertest/selfsigned": {},
 
 	// The engine and storage.
 	"internal/engine":            {"internal/clock", "internal/store"},

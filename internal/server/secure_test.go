@@ -3,20 +3,11 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,6 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/brokertest/selfsigned"
 )
 
 func startWith(t *testing.T, mod func(*Options)) *Server {
@@ -168,34 +160,8 @@ func TestNonLoopbackNeedsCredentials(t *testing.T) {
 	}
 }
 
-// selfSigned writes a certificate and key for 127.0.0.1 and returns their
-// paths and a pool trusting it.
-func selfSigned(t *testing.T) (certPath, keyPath string, pool *x509.CertPool) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	kb, _ := x509.MarshalECPrivateKey(key)
-	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certPath, keyPath, pool
-}
-
 func TestTLSOnHTTPAndAMQP(t *testing.T) {
-	certPath, keyPath, pool := selfSigned(t)
+	certPath, keyPath, pool := selfsigned.Cert(t)
 	s := startWith(t, func(o *Options) {
 		o.TLS = TLSConfig{Cert: certPath, Key: keyPath}
 		o.AMQPListen = ""
@@ -204,8 +170,13 @@ func TestTLSOnHTTPAndAMQP(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("https://" + s.SQSAddr()), Region: "us-east-1", HTTPClient: hc,
 		Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")})
-	if _, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("tls")}); err != nil {
+	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("tls")})
+	if err != nil {
 		t.Fatalf("SQS over HTTPS: %v", err)
+	}
+	// The queue's URL is the one the client reached it at: https.
+	if u := aws.ToString(out.QueueUrl); u != "https://"+s.SQSAddr()+"/000000000000/tls" {
+		t.Fatalf("queue URL over HTTPS: %s", u)
 	}
 	conn, err := amqp091.DialTLS("amqps://guest:guest@"+s.AMQPAddr()+"/", &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
 	if err != nil {

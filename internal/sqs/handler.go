@@ -465,10 +465,11 @@ func splitQueuePath(p string) (account, name string) {
 }
 
 // baseURL is scheme://host of the queue URLs for this request: the Host
-// header, and https only when a proxy says so with X-Forwarded-Proto.
+// header, and https when the request came over TLS ([tls]) or a proxy says
+// so with X-Forwarded-Proto.
 func baseURL(r *http.Request) string {
 	scheme := "http"
-	if proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ","); strings.EqualFold(strings.TrimSpace(proto), "https") {
+	if proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ","); r.TLS != nil || strings.EqualFold(strings.TrimSpace(proto), "https") {
 		scheme = "https"
 	}
 	host := r.Host
