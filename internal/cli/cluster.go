@@ -69,8 +69,10 @@ type clusterReport struct {
 		Stopped bool              `json:"stopped"`
 	} `json:"node"`
 	Public struct {
-		HTTP string `json:"http"`
-		AMQP string `json:"amqp"`
+		HTTP  string `json:"http"`
+		AMQP  string `json:"amqp"`
+		AMQPS string `json:"amqps"`
+		TLS   bool   `json:"tls"`
 	} `json:"public"`
 	Peers []struct {
 		ID         uint64 `json:"id"`
@@ -379,7 +381,15 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 				}
 			}
 		}
-		fmt.Fprintf(w, "public: http %s, amqp %s\n\n", rep.Public.HTTP, dash(rep.Public.AMQP))
+		scheme := "http"
+		if rep.Public.TLS {
+			scheme = "https"
+		}
+		fmt.Fprintf(w, "public: %s %s, amqp %s", scheme, rep.Public.HTTP, dash(rep.Public.AMQP))
+		if rep.Public.AMQPS != "" {
+			fmt.Fprintf(w, ", amqps %s", rep.Public.AMQPS)
+		}
+		fmt.Fprint(w, "\n\n")
 		sort.Slice(rep.Peers, func(i, j int) bool { return rep.Peers[i].ID < rep.Peers[j].ID })
 		t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "IN-SYNC", "CLOCK", "ADVERTISED-TERM", "INTERNAL-HTTP", "INTERNAL-AMQP")
 		for _, p := range rep.Peers {

@@ -74,7 +74,7 @@ func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			ad, _ := r.In.Context().Value(targetKey{}).(Advertisement)
-			r.Out.URL.Scheme = "http"
+			r.Out.URL.Scheme = n.publicScheme()
 			r.Out.URL.Host = ad.Public
 			r.Out.Host = r.In.Host // the leader's guards check the client's Host
 			r.Out.Header.Set(forwardedHeader, "1")
@@ -215,6 +215,14 @@ func memberError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}}) // a client gone cannot be told
+}
+
+// publicScheme is the scheme of the public listeners: https with [tls].
+func (n *Node) publicScheme() string {
+	if n.tls != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // publicForPeers is this node's public HTTP address as other nodes dial it:

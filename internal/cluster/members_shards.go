@@ -96,7 +96,7 @@ func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []b
 	if err != nil || ad.Public == "" {
 		return fmt.Errorf("no leader of shard %d is serving: %w", k, errNoLeader)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ad.Public+r.URL.Path+"?shard="+strconv.Itoa(k), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, n.publicScheme()+"://"+ad.Public+r.URL.Path+"?shard="+strconv.Itoa(k), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,8 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -137,7 +139,13 @@ type Node struct {
 	bodies *server.BodyBudget
 
 	httpLn, amqpLn net.Listener
-	httpSrv        *http.Server
+	// amqpsLn is the public AMQP-over-TLS listener (amqps_listen), nil
+	// when off; amqpsAddr its bound address. tls is the public
+	// listeners' TLS settings ([tls]), nil without.
+	amqpsLn   net.Listener
+	amqpsAddr string
+	tls       *tls.Config
+	httpSrv   *http.Server
 	// raftAddr is the Raft listener's bound address.
 	raftAddr string
 	// transport carries requests to the leader's internal listener, each
@@ -274,6 +282,23 @@ func New(opts Options) (_ *Node, err error) {
 		}
 		closers = append(closers, func() { _ = n.amqpLn.Close() })
 	}
+	// [tls]: the public listeners speak TLS, and this node ends it; what
+	// it forwards and relays to a leader's internal listeners stays on
+	// the node handshake's connections (the leader's server runs without
+	// [tls], internalOptions).
+	n.tls, err = o.TLS.Load()
+	if err != nil {
+		return nil, err
+	}
+	if o.AMQPSListen != "" {
+		ln, err := net.Listen("tcp", o.AMQPSListen)
+		if err != nil {
+			return nil, fmt.Errorf("amqps_listen: %w", err)
+		}
+		closers = append(closers, func() { _ = ln.Close() })
+		n.amqpsAddr = ln.Addr().String()
+		n.amqpsLn = tls.NewListener(ln, n.tls)
+	}
 	peers := make([]raftstore.Peer, len(o.Cluster.Peers))
 	for i, p := range o.Cluster.Peers {
 		peers[i] = raftstore.Peer{ID: p.ID, RaftAddr: p.Raft}
@@ -330,10 +355,25 @@ func New(opts Options) (_ *Node, err error) {
 		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, n.advertiserOf(addr))
 	})
 	n.publicTransport = newTransport(dialer.DialContext)
+	if n.tls != nil {
+		// Membership changes go to the leader's public listener, now
+		// TLS: its certificate must be one the system trusts or one of
+		// those in this node's own certificate file (nodes that share a
+		// certificate, or certificates from a private CA whose chain the
+		// file carries), for the address the leader advertised.
+		roots, err := publicRoots(o.TLS.Cert)
+		if err != nil {
+			return nil, err
+		}
+		n.publicTransport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	// The connection caps apply here, where the clients' addresses are
 	// known (the leader's internal listener sees only nodes).
 	var connState func(net.Conn, http.ConnState)
 	n.httpLn, connState = server.LimitHTTPConnections(n.httpLn, o.MaxHTTPConnections, o.MaxHTTPConnectionsPerIP)
+	if n.tls != nil {
+		n.httpLn = tls.NewListener(n.httpLn, n.tls)
+	}
 	n.httpSrv = &http.Server{
 		ConnState:         connState,
 		Handler:           n.routes(),
@@ -358,16 +398,29 @@ func (n *Node) AMQPAddr() string {
 	return n.amqpLn.Addr().String()
 }
 
+// AMQPSAddr is the public AMQP-over-TLS listener's address, "" when off.
+func (n *Node) AMQPSAddr() string { return n.amqpsAddr }
+
 // Run serves until ctx ends, then stops the public listeners, the relayed
 // connections, the local server if this node leads, and the Raft node.
 func (n *Node) Run(ctx context.Context) error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- n.httpSrv.Serve(n.httpLn) }()
 	if n.amqpLn != nil {
 		go func() { errc <- n.serveAMQP(n.amqpLn) }()
 	}
-	n.log.Info("sluice cluster node started", "node_id", n.opts.Cluster.NodeID, "http", n.HTTPAddr(), "amqp", n.AMQPAddr(),
-		"raft", n.opts.Cluster.Self().Raft, "peers", len(n.opts.Cluster.Peers), "data_dir", n.opts.DataDir)
+	if n.amqpsLn != nil {
+		go func() { errc <- n.serveAMQP(n.amqpsLn) }()
+	}
+	started := []any{"node_id", n.opts.Cluster.NodeID, "http", n.HTTPAddr(), "amqp", n.AMQPAddr(),
+		"raft", n.opts.Cluster.Self().Raft, "peers", len(n.opts.Cluster.Peers), "data_dir", n.opts.DataDir}
+	if n.tls != nil {
+		started = append(started, "tls", true)
+	}
+	if n.amqpsLn != nil {
+		started = append(started, "amqps", n.AMQPSAddr())
+	}
+	n.log.Info("sluice cluster node started", started...)
 	if n.opts.ReadyFile != "" {
 		if err := server.WriteReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr(), n.opts.DebugAddr); err != nil {
 			n.log.Error("cannot write ready file", "err", err)
@@ -420,8 +473,10 @@ loop:
 	stopReports()
 	<-reportsDone
 	_ = n.httpLn.Close() // stop accepting; Shutdown below reports what matters
-	if n.amqpLn != nil {
-		_ = n.amqpLn.Close()
+	for _, ln := range []net.Listener{n.amqpLn, n.amqpsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
 	}
 	n.mu.Lock()
 	n.done = true
@@ -641,10 +696,15 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 	}
 	host, _, _ := net.SplitHostPort(o.Cluster.Self().Raft) // Validate checked it
 	o.SQSListen = cmp.Or(server.ShardInternalAddr(o.Cluster.InternalHTTPListen, k), net.JoinHostPort(host, "0"))
-	if o.AMQPListen != "" {
+	if o.AMQPListen != "" || (k == 0 && o.AMQPSListen != "") {
+		// The public AMQP listeners' connections (plain or TLS) are
+		// relayed here.
 		o.AMQPListen = cmp.Or(o.Cluster.InternalAMQPListen, net.JoinHostPort(host, "0"))
 	}
 	o.ReadyFile = ""
+	// This node's public listeners end TLS; the internal ones take nodes
+	// alone, through the node handshake.
+	o.TLS, o.AMQPSListen = server.TLSConfig{}, ""
 	// The node watches its data directory and counts its followers'
 	// disks (health.go), and sets the server's disk alarm itself.
 	o.ExternalDiskWatch = true
@@ -759,6 +819,15 @@ func (n *Node) routes() http.Handler {
 			// The client's Host: SigV4 signed it, queue URLs are built
 			// from it, and the leader's allow-list checks it.
 			r.Out.Host = r.In.Host
+			// And how the client reached it, which the leader cannot
+			// see (Rewrite drops the X-Forwarded headers): https when
+			// this node ended TLS, else what a proxy in front said, as
+			// the leader reads it when it serves the client itself.
+			if r.In.TLS != nil {
+				r.Out.Header.Set("X-Forwarded-Proto", "https")
+			} else if p := r.In.Header.Values("X-Forwarded-Proto"); len(p) > 0 {
+				r.Out.Header["X-Forwarded-Proto"] = p
+			}
 		},
 		Transport: n.transport,
 		ModifyResponse: func(resp *http.Response) error {
@@ -856,4 +925,22 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code, fault,
 		_, _ = io.WriteString(w, "<ErrorResponse><Error><Type>"+fault+"</Type><Code>"+code+"</Code><Message>"+b.String()+ // a client gone cannot be told
 			"</Message><Detail/></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>")
 	}
+}
+
+// publicRoots is the pool a node verifies another node's public listener
+// with: the system's roots and every certificate in the PEM file at
+// certFile (this node's own certificate and the chain after it).
+func publicRoots(certFile string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	pemData, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("tls: no certificate in %s", certFile)
+	}
+	return pool, nil
 }

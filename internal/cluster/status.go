@@ -89,6 +89,12 @@ type NodeStatus struct {
 type Addresses struct {
 	HTTP string `json:"http"`
 	AMQP string `json:"amqp,omitempty"`
+	// AMQPS is the AMQP-over-TLS listener (amqps_listen), on public
+	// addresses only.
+	AMQPS string `json:"amqps,omitempty"`
+	// TLS says the HTTP listener serves HTTPS ([tls]), on public
+	// addresses only.
+	TLS bool `json:"tls,omitempty"`
 }
 
 // PeerReport is one member as this node sees it.
@@ -107,7 +113,7 @@ func (n *Node) Status() Report {
 	st := n.raft.Status()
 	rep := Report{
 		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied, Joining: st.Joining, Stopped: st.Stopped},
-		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr()},
+		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr(), AMQPS: n.AMQPSAddr(), TLS: n.tls != nil},
 	}
 	n.mu.Lock()
 	rep.Node.DiskLow = n.disk.low

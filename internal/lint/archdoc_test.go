@@ -23,6 +23,8 @@ import (
 // SQS error codes, the Locked suffix.
 var archDocNotCode = map[string]bool{
 	"sqs_listen":                          true,
+	"amqp_listen":                         true,
+	"amqps_listen":                        true,
 	"internal_http_listen":                true,
 	"replace_after":                       true,
 	"internal_amqp_listen":                true,

@@ -368,14 +368,11 @@ func (o *Options) validateCluster() []error {
 			errs = append(errs, fmt.Errorf("%s: %q is not a loopback address and no cluster.secret_file is set; the nodes' handshake needs the secret beyond loopback", key, l.listen))
 		}
 	}
-	if o.AMQPListen == "" && (c.InternalAMQPListen != "" || c.InternalAMQPAdvertise != "") {
-		errs = append(errs, errors.New("cluster.internal_amqp_listen, cluster.internal_amqp_advertise: AMQP is off on this node (amqp_listen is empty)"))
+	if o.AMQPListen == "" && o.AMQPSListen == "" && (c.InternalAMQPListen != "" || c.InternalAMQPAdvertise != "") {
+		errs = append(errs, errors.New("cluster.internal_amqp_listen, cluster.internal_amqp_advertise: AMQP is off on this node (amqp_listen and amqps_listen are empty)"))
 	}
 	if o.Store != "disk" {
 		errs = append(errs, fmt.Errorf("store: %q is not supported with [cluster]: a cluster node keeps its Raft log and state on disk", o.Store))
-	}
-	if o.TLS.Cert != "" || o.AMQPSListen != "" {
-		errs = append(errs, errors.New("tls, amqps_listen: not supported with [cluster] yet"))
 	}
 	return errs
 }

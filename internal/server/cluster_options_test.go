@@ -57,7 +57,7 @@ func TestClusterValidate(t *testing.T) {
 		{"replication factor too large", func(o *Options) { o.Cluster.ReplicationFactor = 10 }, "cluster.replication_factor: 10 is not between 1 and 9"},
 		{"negative replication factor", func(o *Options) { o.Cluster.ReplicationFactor = -1 }, "cluster.replication_factor: -1 is not between 1 and 9"},
 		{"replace_after below a second", func(o *Options) { o.Cluster.SetReplaceAfter(500 * time.Millisecond) }, "cluster.replace_after: 500ms is below 1s"},
-		{"amqps", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: not supported with [cluster]"},
+		{"amqps without tls", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: needs [tls] cert and key"},
 		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},
 		{"internal listen not host:port", func(o *Options) { o.Cluster.InternalHTTPListen = "7201" }, `cluster.internal_http_listen: "7201" is not host:port`},
 		{"advertise without a fixed port", func(o *Options) { o.Cluster.InternalHTTPAdvertise = "10.0.0.2:7201" }, "cluster.internal_http_advertise: set only with cluster.internal_http_listen on a fixed port"},

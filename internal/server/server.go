@@ -105,13 +105,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		// real time, toward the machine's clock.
 		clk = clock.NewSlewed(clock.Real{})
 	}
-	var tlsCfg *tls.Config
-	if opts.TLS.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(opts.TLS.Cert, opts.TLS.Key)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tlsCfg, err := opts.TLS.Load()
+	if err != nil {
+		return nil, err
 	}
 	if opts.NodeShare > 1 {
 		opts = opts.shared(opts.NodeShare)
