@@ -50,7 +50,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -145,6 +144,7 @@ type Node struct {
 	amqpsLn   net.Listener
 	amqpsAddr string
 	tls       *tls.Config
+	cert      *server.ServingCert
 	httpSrv   *http.Server
 	// raftAddr is the Raft listener's bound address.
 	raftAddr string
@@ -286,9 +286,12 @@ func New(opts Options) (_ *Node, err error) {
 	// it forwards and relays to a leader's internal listeners stays on
 	// the node handshake's connections (the leader's server runs without
 	// [tls], internalOptions).
-	n.tls, err = o.TLS.Load()
+	n.cert, err = o.TLS.Open(log.With("component", "tls"))
 	if err != nil {
 		return nil, err
+	}
+	if n.cert != nil {
+		n.tls = n.cert.Config()
 	}
 	if o.AMQPSListen != "" {
 		ln, err := net.Listen("tcp", o.AMQPSListen)
@@ -355,17 +358,29 @@ func New(opts Options) (_ *Node, err error) {
 		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, n.advertiserOf(addr))
 	})
 	n.publicTransport = newTransport(dialer.DialContext)
-	if n.tls != nil {
+	if n.cert != nil {
 		// Membership changes go to the leader's public listener, now
 		// TLS: its certificate must be one the system trusts or one of
-		// those in this node's own certificate file (nodes that share a
-		// certificate, or certificates from a private CA whose chain the
-		// file carries), for the address the leader advertised.
-		roots, err := publicRoots(o.TLS.Cert)
-		if err != nil {
-			return nil, err
+		// those in this node's own certificate file as it is now (nodes
+		// that share a certificate, or certificates from a private CA
+		// whose chain the file carries), for the address the leader
+		// advertised.
+		n.publicTransport.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(c, &tls.Config{RootCAs: n.cert.Roots(), ServerName: host, MinVersion: tls.VersionTLS12})
+			if err := tc.HandshakeContext(ctx); err != nil {
+				_ = c.Close() // the handshake's error says why
+				return nil, err
+			}
+			return tc, nil
 		}
-		n.publicTransport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
 	// The connection caps apply here, where the clients' addresses are
 	// known (the leader's internal listener sees only nodes).
@@ -925,22 +940,4 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code, fault,
 		_, _ = io.WriteString(w, "<ErrorResponse><Error><Type>"+fault+"</Type><Code>"+code+"</Code><Message>"+b.String()+ // a client gone cannot be told
 			"</Message><Detail/></Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>")
 	}
-}
-
-// publicRoots is the pool a node verifies another node's public listener
-// with: the system's roots and every certificate in the PEM file at
-// certFile (this node's own certificate and the chain after it).
-func publicRoots(certFile string) (*x509.CertPool, error) {
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	pemData, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, fmt.Errorf("tls: %w", err)
-	}
-	if !pool.AppendCertsFromPEM(pemData) {
-		return nil, fmt.Errorf("tls: no certificate in %s", certFile)
-	}
-	return pool, nil
 }

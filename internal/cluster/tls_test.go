@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,14 +33,42 @@ import (
 // membership change asked of the follower reaches the leader's public
 // listener over TLS (its answer is the leader's 404 MemberNotFound, not
 // the 503 of a forward that failed). The node's status report says TLS
-// and the AMQPS address. It fails with the public listeners plain, with
+// and the AMQPS address. Then every node's certificate files are replaced
+// by another certificate's, and all of it holds again with a client that
+// trusts the new one alone (the follower checks the leader's new
+// certificate against its own new file). It fails with the public listeners plain, with
 // the leader's server holding [tls] on its internal listeners, without
 // the forwarded X-Forwarded-Proto (follower's URLs http), and with the
 // membership forward in plain HTTP.
 func TestClusterTLS(t *testing.T) {
-	certPath, keyPath, pool := selfsigned.Cert(t)
 	for _, shards := range []int{1, 3} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			// The nodes' files: a copy of certificate A, replaced by B
+			// below.
+			certA, keyA, pool := selfsigned.Cert(t)
+			certB, keyB, poolB := selfsigned.Cert(t)
+			dir := t.TempDir()
+			certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+			at := time.Now()
+			install := func(cert, key string) {
+				for _, f := range [][2]string{{cert, certPath}, {key, keyPath}} {
+					b, err := os.ReadFile(f[0])
+					if err != nil {
+						t.Fatal(err)
+					}
+					at = at.Add(time.Second) // a modification time of its own
+					if err := os.WriteFile(f[1]+".new", b, 0o600); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Chtimes(f[1]+".new", at, at); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Rename(f[1]+".new", f[1]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			install(certA, keyA)
 			edit := func(o *server.Options) {
 				o.TLS = server.TLSConfig{Cert: certPath, Key: keyPath}
 				o.AMQPListen = ""
@@ -53,6 +83,14 @@ func TestClusterTLS(t *testing.T) {
 			}
 			leader, follower := leaderAndFollower(t, nodes)
 			checkClusterTLS(t, leader, follower, pool)
+			// A renewed certificate (every node's files replaced) is
+			// served from the next connection on, and the follower
+			// checks the leader's against the new one: the membership
+			// forward still reaches it.
+			install(certB, keyB)
+			// New connections, as after the pool's idle timeout.
+			follower.publicTransport.CloseIdleConnections()
+			checkClusterTLS(t, leader, follower, poolB)
 		})
 	}
 }

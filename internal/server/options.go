@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -381,20 +380,6 @@ type HTTPAuthConfig struct {
 type TLSConfig struct {
 	Cert string `toml:"cert"`
 	Key  string `toml:"key"`
-}
-
-// Load reads the certificate and key and returns the listeners' TLS
-// settings (TLS 1.2 at least, Go's default cipher suites); nil, nil when
-// no certificate is configured.
-func (c TLSConfig) Load() (*tls.Config, error) {
-	if c.Cert == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
-	if err != nil {
-		return nil, fmt.Errorf("tls: %w", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // Options converts the section to the httpauth middleware's options.

@@ -105,9 +105,11 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		// real time, toward the machine's clock.
 		clk = clock.NewSlewed(clock.Real{})
 	}
-	tlsCfg, err := opts.TLS.Load()
-	if err != nil {
+	var tlsCfg *tls.Config
+	if sc, err := opts.TLS.Open(log.With("component", "tls")); err != nil {
 		return nil, err
+	} else if sc != nil {
+		tlsCfg = sc.Config()
 	}
 	if opts.NodeShare > 1 {
 		opts = opts.shared(opts.NodeShare)

@@ -1,0 +1,96 @@
+package server
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/selfsigned"
+)
+
+// TestTLSCertificateReload: a certificate replaced on disk is served from
+// the next connection on, on the HTTPS and the AMQPS listener, without a
+// restart; files that do not form a pair (a key from another certificate)
+// leave the one in use, and the server goes on serving it. It fails
+// with the certificate read once at start.
+func TestTLSCertificateReload(t *testing.T) {
+	certA, keyA, _ := selfsigned.Cert(t)
+	certB, keyB, _ := selfsigned.Cert(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	at := time.Now()
+	// replace writes src's bytes to a new file and renames it over dst,
+	// as certbot's links and mounted secrets change, with a modification
+	// time of its own (a file system's clock may be coarse).
+	replace := func(dst, src string) {
+		t.Helper()
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := dst + ".new"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		at = at.Add(time.Second)
+		if err := os.Chtimes(tmp, at, at); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(cert, certA)
+	replace(key, keyA)
+	s := startWith(t, func(o *Options) {
+		o.TLS = TLSConfig{Cert: cert, Key: key}
+		o.AMQPSListen = "127.0.0.1:0"
+	})
+	amqps := s.amqpLns[len(s.amqpLns)-1].Addr().String()
+	der := func(path string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			t.Fatalf("%s: no PEM block", path)
+		}
+		return blk.Bytes
+	}
+	served := func(addr string) []byte {
+		t.Helper()
+		// Which certificate is served is the question, not whether it
+		// is trusted: the test compares it with the files.
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("TLS to %s: %v", addr, err)
+		}
+		defer func() { _ = conn.Close() }() // the certificate is read
+		return conn.ConnectionState().PeerCertificates[0].Raw
+	}
+	for _, addr := range []string{s.SQSAddr(), amqps} {
+		if !bytes.Equal(served(addr), der(certA)) {
+			t.Fatalf("%s: not the certificate it started with", addr)
+		}
+	}
+	replace(cert, certB)
+	replace(key, keyB)
+	for _, addr := range []string{s.SQSAddr(), amqps} {
+		if !bytes.Equal(served(addr), der(certB)) {
+			t.Fatalf("%s: the replaced certificate is not served", addr)
+		}
+	}
+	// A key that is not the certificate's: B stays in use.
+	replace(key, keyA)
+	for _, addr := range []string{s.SQSAddr(), amqps} {
+		if !bytes.Equal(served(addr), der(certB)) {
+			t.Fatalf("%s: a certificate and key that do not match replaced the pair in use", addr)
+		}
+	}
+}
