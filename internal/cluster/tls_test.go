@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,10 +35,11 @@ import (
 // and the AMQPS address. Then every node's certificate files are replaced
 // by another certificate's, and all of it holds again with a client that
 // trusts the new one alone (the follower checks the leader's new
-// certificate against its own new file). It fails with the public listeners plain, with
-// the leader's server holding [tls] on its internal listeners, without
-// the forwarded X-Forwarded-Proto (follower's URLs http), and with the
-// membership forward in plain HTTP.
+// certificate against its own new file). It fails with the leader's
+// server holding [tls] on its internal listeners, without the forwarded
+// X-Forwarded-Proto (follower's URLs http), with the membership forward in
+// plain HTTP, and with the follower's roots fixed at its start (after the
+// replacement).
 func TestClusterTLS(t *testing.T) {
 	for _, shards := range []int{1, 3} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
@@ -51,22 +51,9 @@ func TestClusterTLS(t *testing.T) {
 			certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 			at := time.Now()
 			install := func(cert, key string) {
-				for _, f := range [][2]string{{cert, certPath}, {key, keyPath}} {
-					b, err := os.ReadFile(f[0])
-					if err != nil {
-						t.Fatal(err)
-					}
-					at = at.Add(time.Second) // a modification time of its own
-					if err := os.WriteFile(f[1]+".new", b, 0o600); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.Chtimes(f[1]+".new", at, at); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.Rename(f[1]+".new", f[1]); err != nil {
-						t.Fatal(err)
-					}
-				}
+				at = at.Add(time.Second)
+				selfsigned.Install(t, certPath, cert, at)
+				selfsigned.Install(t, keyPath, key, at)
 			}
 			install(certA, keyA)
 			edit := func(o *server.Options) {

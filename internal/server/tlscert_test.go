@@ -23,26 +23,12 @@ func TestTLSCertificateReload(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	at := time.Now()
-	// replace writes src's bytes to a new file and renames it over dst,
-	// as certbot's links and mounted secrets change, with a modification
-	// time of its own (a file system's clock may be coarse).
+	// replace installs src at dst as a renewal does, each with a
+	// modification time of its own.
 	replace := func(dst, src string) {
 		t.Helper()
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmp := dst + ".new"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
 		at = at.Add(time.Second)
-		if err := os.Chtimes(tmp, at, at); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, dst); err != nil {
-			t.Fatal(err)
-		}
+		selfsigned.Install(t, dst, src, at)
 	}
 	replace(cert, certA)
 	replace(key, keyA)

@@ -61,3 +61,25 @@ func Cert(t testing.TB) (certPath, keyPath string, pool *x509.CertPool) {
 	pool.AddCert(cert)
 	return certPath, keyPath, pool
 }
+
+// Install puts a copy of the file src at dst as a renewal does: written to
+// a new file, given the modification time mod (a file system's clock may
+// be coarser than a test's steps), then renamed over dst. It fails t on
+// any error.
+func Install(t testing.TB, dst, src string, mod time.Time) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".new"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tmp, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}
