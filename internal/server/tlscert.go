@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // ServingCert is the [tls] certificate a server's (or a cluster node's)
@@ -33,8 +32,8 @@ type ServingCert struct {
 
 // fileStamp is what says a file changed: its modification time and size.
 type fileStamp struct {
-	mod  time.Time
-	size int64
+	modNanos int64 // Unix ns
+	size     int64
 }
 
 // Open reads the certificate and key of c; nil, nil when no certificate
@@ -110,7 +109,7 @@ func (s *ServingCert) stamps() ([2]fileStamp, error) {
 		if err != nil {
 			return out, err
 		}
-		out[i] = fileStamp{mod: fi.ModTime(), size: fi.Size()}
+		out[i] = fileStamp{modNanos: fi.ModTime().UnixNano(), size: fi.Size()}
 	}
 	return out, nil
 }
