@@ -340,6 +340,9 @@ func New(opts Options) (_ *Node, err error) {
 		Help: "Voters this node keeps while it leads ([cluster] replication_factor); sluice_raft_voters below it means no caught-up learner could replace a lost voter."})
 	factor.Set(float64(o.Cluster.Factor()))
 	n.metrics.raft.MustRegister(newDiskCollector(n), newClockCollector(n), factor)
+	if n.cert != nil {
+		n.metrics.raft.MustRegister(n.cert.Collector()) // the leader's server runs without [tls]
+	}
 	n.warnRestartReserve()
 	n.checkDisk() // before anything is served: a node restarted at the watermark says so at once
 	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -194,6 +195,23 @@ func checkClusterTLS(t *testing.T, leader, follower *Node, pool *x509.CertPool) 
 	_ = resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK || !st.Public.TLS || st.Public.AMQPS != follower.AMQPSAddr() {
 		t.Fatalf("cluster status of the follower: %d %+v, %v", resp.StatusCode, st.Public, err)
+	}
+	// Each node exports its certificate's expiry, once.
+	for _, n := range []*Node{leader, follower} {
+		req, err := http.NewRequest(http.MethodGet, "https://"+n.HTTPAddr()+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer tls-cluster-token-0123456789")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || strings.Count(string(b), "\n"+server.ExpiryMetric+" ") != 1 {
+			t.Fatalf("node %d's /metrics (%d, %v): want %s once", n.opts.Cluster.NodeID, resp.StatusCode, err, server.ExpiryMetric)
+		}
 	}
 }
 

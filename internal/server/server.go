@@ -106,10 +106,12 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		clk = clock.NewSlewed(clock.Real{})
 	}
 	var tlsCfg *tls.Config
-	if sc, err := opts.TLS.Open(log.With("component", "tls")); err != nil {
+	cert, err := opts.TLS.Open(log.With("component", "tls"))
+	if err != nil {
 		return nil, err
-	} else if sc != nil {
-		tlsCfg = sc.Config()
+	}
+	if cert != nil {
+		tlsCfg = cert.Config()
 	}
 	if opts.NodeShare > 1 {
 		opts = opts.shared(opts.NodeShare)
@@ -215,6 +217,9 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 	}
 	s.dash = dashboard.New(eng, dashRec, dopts)
 	s.metrics.Registry().MustRegister(s.alerts.Collector())
+	if cert != nil {
+		s.metrics.Registry().MustRegister(cert.Collector())
+	}
 	if opts.Store != "memory" && !opts.ExternalDiskWatch {
 		s.metrics.Registry().MustRegister(newDiskCollector(s))
 	}

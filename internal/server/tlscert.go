@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ServingCert is the [tls] certificate a server's (or a cluster node's)
@@ -76,6 +78,24 @@ func (s *ServingCert) Config() *tls.Config {
 func (s *ServingCert) Roots() *x509.CertPool {
 	s.refresh()
 	return s.roots.Load()
+}
+
+// ExpiryMetric is the name of the gauge Collector exports.
+const ExpiryMetric = "sluice_tls_certificate_expiry_timestamp_seconds"
+
+// Collector exports ExpiryMetric: when the certificate in use stops being
+// valid (its NotAfter, Unix seconds), after a look at its files, so that
+// an alert can fire before a renewal that did not happen shows.
+func (s *ServingCert) Collector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: ExpiryMetric,
+		Help: "When the [tls] certificate the listeners present stops being valid (its NotAfter), in Unix seconds; it follows a certificate renewed on disk."},
+		func() float64 {
+			s.refresh()
+			if leaf := s.cert.Load().Leaf; leaf != nil { // nil only with GODEBUG=x509keypairleaf=0
+				return float64(leaf.NotAfter.Unix())
+			}
+			return 0
+		})
 }
 
 // refresh reads the files again when their stamps changed since they were

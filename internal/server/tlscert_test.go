@@ -1,11 +1,16 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +77,15 @@ func TestTLSCertificateReload(t *testing.T) {
 			t.Fatalf("%s: the replaced certificate is not served", addr)
 		}
 	}
+	// The expiry gauge is the served certificate's.
+	leafB, err := x509.ParseCertificate(der(certB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // as served above
+	if got, want := scrapeGauge(t, hc, "https://"+s.SQSAddr()+"/metrics", "", ExpiryMetric), float64(leafB.NotAfter.Unix()); got != want {
+		t.Fatalf("%s %v, want %v (the served certificate's NotAfter)", ExpiryMetric, got, want)
+	}
 	// A key that is not the certificate's: B stays in use.
 	replace(key, keyA)
 	for _, addr := range []string{s.SQSAddr(), amqps} {
@@ -79,4 +93,35 @@ func TestTLSCertificateReload(t *testing.T) {
 			t.Fatalf("%s: a certificate and key that do not match replaced the pair in use", addr)
 		}
 	}
+}
+
+// scrapeGauge reads the value of the gauge name, without labels, from the
+// Prometheus text at url (with a bearer token when token is not "").
+func scrapeGauge(t *testing.T, hc *http.Client, url, token, name string) float64 {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read below
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s: no %s in %d answer (%v)", url, name, resp.StatusCode, sc.Err())
+	return 0
 }
