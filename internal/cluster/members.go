@@ -219,7 +219,7 @@ func memberError(w http.ResponseWriter, status int, code, msg string) {
 
 // publicScheme is the scheme of the public listeners: https with [tls].
 func (n *Node) publicScheme() string {
-	if n.tls != nil {
+	if n.cert != nil {
 		return "https"
 	}
 	return "http"

@@ -139,11 +139,10 @@ type Node struct {
 
 	httpLn, amqpLn net.Listener
 	// amqpsLn is the public AMQP-over-TLS listener (amqps_listen), nil
-	// when off; amqpsAddr its bound address. tls is the public
-	// listeners' TLS settings ([tls]), nil without.
+	// when off; amqpsAddr its bound address. cert is the public
+	// listeners' certificate ([tls]), nil without.
 	amqpsLn   net.Listener
 	amqpsAddr string
-	tls       *tls.Config
 	cert      *server.ServingCert
 	httpSrv   *http.Server
 	// raftAddr is the Raft listener's bound address.
@@ -290,17 +289,14 @@ func New(opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.cert != nil {
-		n.tls = n.cert.Config()
-	}
-	if o.AMQPSListen != "" {
+	if o.AMQPSListen != "" { // Validate: only with [tls]
 		ln, err := net.Listen("tcp", o.AMQPSListen)
 		if err != nil {
 			return nil, fmt.Errorf("amqps_listen: %w", err)
 		}
 		closers = append(closers, func() { _ = ln.Close() })
 		n.amqpsAddr = ln.Addr().String()
-		n.amqpsLn = tls.NewListener(ln, n.tls)
+		n.amqpsLn = tls.NewListener(ln, n.cert.Config())
 	}
 	peers := make([]raftstore.Peer, len(o.Cluster.Peers))
 	for i, p := range o.Cluster.Peers {
@@ -389,8 +385,8 @@ func New(opts Options) (_ *Node, err error) {
 	// known (the leader's internal listener sees only nodes).
 	var connState func(net.Conn, http.ConnState)
 	n.httpLn, connState = server.LimitHTTPConnections(n.httpLn, o.MaxHTTPConnections, o.MaxHTTPConnectionsPerIP)
-	if n.tls != nil {
-		n.httpLn = tls.NewListener(n.httpLn, n.tls)
+	if n.cert != nil {
+		n.httpLn = tls.NewListener(n.httpLn, n.cert.Config())
 	}
 	n.httpSrv = &http.Server{
 		ConnState:         connState,
@@ -432,7 +428,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	started := []any{"node_id", n.opts.Cluster.NodeID, "http", n.HTTPAddr(), "amqp", n.AMQPAddr(),
 		"raft", n.opts.Cluster.Self().Raft, "peers", len(n.opts.Cluster.Peers), "data_dir", n.opts.DataDir}
-	if n.tls != nil {
+	if n.cert != nil {
 		started = append(started, "tls", true)
 	}
 	if n.amqpsLn != nil {

@@ -113,7 +113,7 @@ func (n *Node) Status() Report {
 	st := n.raft.Status()
 	rep := Report{
 		Node:   NodeStatus{ID: st.ID, Role: st.Role, Term: st.Term, Leader: st.Leader, Commit: st.Commit, Applied: st.Applied, Joining: st.Joining, Stopped: st.Stopped},
-		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr(), AMQPS: n.AMQPSAddr(), TLS: n.tls != nil},
+		Public: Addresses{HTTP: n.HTTPAddr(), AMQP: n.AMQPAddr(), AMQPS: n.AMQPSAddr(), TLS: n.cert != nil},
 	}
 	n.mu.Lock()
 	rep.Node.DiskLow = n.disk.low

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -91,11 +92,20 @@ func (s *ServingCert) Collector() prometheus.Collector {
 		Help: "When the [tls] certificate the listeners present stops being valid (its NotAfter), in Unix seconds; it follows a certificate renewed on disk."},
 		func() float64 {
 			s.refresh()
-			if leaf := s.cert.Load().Leaf; leaf != nil { // nil only with GODEBUG=x509keypairleaf=0
-				return float64(leaf.NotAfter.Unix())
+			if end, ok := s.notAfter(); ok {
+				return float64(end.Unix())
 			}
 			return 0
 		})
+}
+
+// notAfter is the end of the certificate in use; false only with
+// GODEBUG=x509keypairleaf=0 (no parsed leaf).
+func (s *ServingCert) notAfter() (time.Time, bool) {
+	if leaf := s.cert.Load().Leaf; leaf != nil {
+		return leaf.NotAfter, true
+	}
+	return time.Time{}, false
 }
 
 // refresh reads the files again when their stamps changed since they were
@@ -116,8 +126,8 @@ func (s *ServingCert) refresh() {
 		return
 	}
 	attrs := []any{"cert", s.certFile}
-	if leaf := s.cert.Load().Leaf; leaf != nil { // nil only with GODEBUG=x509keypairleaf=0
-		attrs = append(attrs, "not_after", leaf.NotAfter)
+	if end, ok := s.notAfter(); ok {
+		attrs = append(attrs, "not_after", end)
 	}
 	s.log.Info("tls: certificate reloaded", attrs...)
 }
@@ -134,13 +144,18 @@ func (s *ServingCert) stamps() ([2]fileStamp, error) {
 	return out, nil
 }
 
-// load reads both files and, when they form a pair, puts them in use.
+// load reads both files, once each, and, when they form a pair, puts them
+// in use.
 func (s *ServingCert) load() error {
-	pair, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+	certPEM, err := os.ReadFile(s.certFile)
 	if err != nil {
 		return err
 	}
-	pemData, err := os.ReadFile(s.certFile)
+	keyPEM, err := os.ReadFile(s.keyFile)
+	if err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return err
 	}
@@ -148,7 +163,7 @@ func (s *ServingCert) load() error {
 	if err != nil || roots == nil {
 		roots = x509.NewCertPool()
 	}
-	roots.AppendCertsFromPEM(pemData) // LoadX509KeyPair found one at least
+	roots.AppendCertsFromPEM(certPEM) // X509KeyPair found one at least
 	s.cert.Store(&pair)
 	s.roots.Store(roots)
 	return nil
