@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,17 +47,10 @@ func TestClusterTLS(t *testing.T) {
 			// below.
 			certA, keyA, pool := selfsigned.Cert(t)
 			certB, keyB, poolB := selfsigned.Cert(t)
-			dir := t.TempDir()
-			certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-			at := time.Now()
-			install := func(cert, key string) {
-				at = at.Add(time.Second)
-				selfsigned.Install(t, certPath, cert, at)
-				selfsigned.Install(t, keyPath, key, at)
-			}
-			install(certA, keyA)
+			slot := selfsigned.NewSlot(t)
+			slot.Put(certA, keyA)
 			edit := func(o *server.Options) {
-				o.TLS = server.TLSConfig{Cert: certPath, Key: keyPath}
+				o.TLS = server.TLSConfig{Cert: slot.CertPath, Key: slot.KeyPath}
 				o.AMQPListen = ""
 				o.AMQPSListen = "127.0.0.1:0"
 				o.HTTPAuth.Tokens = []string{"tls-cluster-token-0123456789"}
@@ -75,7 +67,7 @@ func TestClusterTLS(t *testing.T) {
 			// served from the next connection on, and the follower
 			// checks the leader's against the new one: the membership
 			// forward still reaches it.
-			install(certB, keyB)
+			slot.Put(certB, keyB)
 			// New connections, as after the pool's idle timeout.
 			follower.publicTransport.CloseIdleConnections()
 			checkClusterTLS(t, leader, follower, poolB)

@@ -8,11 +8,9 @@ import (
 	"encoding/pem"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicemq/sluice/internal/brokertest/selfsigned"
 )
@@ -25,20 +23,10 @@ import (
 func TestTLSCertificateReload(t *testing.T) {
 	certA, keyA, _ := selfsigned.Cert(t)
 	certB, keyB, _ := selfsigned.Cert(t)
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	at := time.Now()
-	// replace installs src at dst as a renewal does, each with a
-	// modification time of its own.
-	replace := func(dst, src string) {
-		t.Helper()
-		at = at.Add(time.Second)
-		selfsigned.Install(t, dst, src, at)
-	}
-	replace(cert, certA)
-	replace(key, keyA)
+	slot := selfsigned.NewSlot(t)
+	slot.Put(certA, keyA)
 	s := startWith(t, func(o *Options) {
-		o.TLS = TLSConfig{Cert: cert, Key: key}
+		o.TLS = TLSConfig{Cert: slot.CertPath, Key: slot.KeyPath}
 		o.AMQPSListen = "127.0.0.1:0"
 	})
 	amqps := s.amqpLns[len(s.amqpLns)-1].Addr().String()
@@ -70,8 +58,7 @@ func TestTLSCertificateReload(t *testing.T) {
 			t.Fatalf("%s: not the certificate it started with", addr)
 		}
 	}
-	replace(cert, certB)
-	replace(key, keyB)
+	slot.Put(certB, keyB)
 	for _, addr := range []string{s.SQSAddr(), amqps} {
 		if !bytes.Equal(served(addr), der(certB)) {
 			t.Fatalf("%s: the replaced certificate is not served", addr)
@@ -87,7 +74,7 @@ func TestTLSCertificateReload(t *testing.T) {
 		t.Fatalf("%s %v, want %v (the served certificate's NotAfter)", ExpiryMetric, got, want)
 	}
 	// A key that is not the certificate's: B stays in use.
-	replace(key, keyA)
+	slot.Put(certB, keyA)
 	for _, addr := range []string{s.SQSAddr(), amqps} {
 		if !bytes.Equal(served(addr), der(certB)) {
 			t.Fatalf("%s: a certificate and key that do not match replaced the pair in use", addr)

@@ -62,11 +62,37 @@ func Cert(t testing.TB) (certPath, keyPath string, pool *x509.CertPool) {
 	return certPath, keyPath, pool
 }
 
-// Install puts a copy of the file src at dst as a renewal does: written to
-// a new file, given the modification time mod (a file system's clock may
-// be coarser than a test's steps), then renamed over dst. It fails t on
-// any error.
-func Install(t testing.TB, dst, src string, mod time.Time) {
+// Slot is where a server under test reads its [tls] files: two fixed
+// paths in a test's temporary directory, which Put fills as a renewal
+// does.
+type Slot struct {
+	CertPath, KeyPath string
+
+	t  testing.TB
+	at time.Time // the last modification time Put gave
+}
+
+// NewSlot returns an empty Slot in t's temporary directory.
+func NewSlot(t testing.TB) *Slot {
+	dir := t.TempDir()
+	return &Slot{CertPath: filepath.Join(dir, "cert.pem"), KeyPath: filepath.Join(dir, "key.pem"), t: t, at: time.Now()}
+}
+
+// Put installs copies of the files cert and key (Cert's paths) at the
+// slot's paths, each written to a new file and renamed over the old one,
+// with a modification time a second after the last Put's (a file system's
+// clock may be coarser than a test's steps). It fails the test on any
+// error.
+func (s *Slot) Put(cert, key string) {
+	s.t.Helper()
+	s.at = s.at.Add(time.Second)
+	install(s.t, s.CertPath, cert, s.at)
+	install(s.t, s.KeyPath, key, s.at)
+}
+
+// install puts a copy of the file src at dst: written to a new file with
+// the modification time mod, then renamed over dst.
+func install(t testing.TB, dst, src string, mod time.Time) {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
