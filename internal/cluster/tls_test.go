@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -18,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/selfsigned"
+	"github.com/sluicemq/sluice/internal/cli"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -205,6 +207,16 @@ func checkClusterTLS(t *testing.T, leader, follower *Node, pool *x509.CertPool) 
 			t.Fatalf("node %d's /metrics (%d, %v): want %s once", n.opts.Cluster.NodeID, resp.StatusCode, err, server.ExpiryMetric)
 		}
 	}
+
+	// `sluice cluster status` over HTTPS prints how to reach the node.
+	var out, errOut strings.Builder
+	cliClient := &http.Client{Transport: headerTransport{base: hc.Transport, set: map[string]string{"Authorization": "Bearer tls-cluster-token-0123456789"}}}
+	if code := cli.Cluster(ctx, []string{"status", "--endpoint", "https://" + follower.HTTPAddr()}, &cli.Env{Stdout: &out, Stderr: &errOut, HTTPClient: cliClient}); code != cli.ExitOK {
+		t.Fatalf("sluice cluster status over HTTPS: exit %d: %s", code, errOut.String())
+	}
+	if want := "public: https " + follower.HTTPAddr() + ", amqp -, amqps " + follower.AMQPSAddr() + "\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("sluice cluster status printed:\n%s\nwant the line %q", out.String(), want)
+	}
 }
 
 // TestForwardKeepsTheProxysScheme: behind a TLS-terminating proxy (plain
@@ -217,7 +229,7 @@ func TestForwardKeepsTheProxysScheme(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, n := range []*Node{leader, follower} {
-		hc := &http.Client{Transport: headerTransport{"X-Forwarded-Proto": "https"}}
+		hc := &http.Client{Transport: headerTransport{set: map[string]string{"X-Forwarded-Proto": "https"}}}
 		c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", HTTPClient: hc, RetryMaxAttempts: 10,
 			Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
 		name := fmt.Sprintf("proxied-%d", n.opts.Cluster.NodeID)
@@ -231,13 +243,18 @@ func TestForwardKeepsTheProxysScheme(t *testing.T) {
 	}
 }
 
-// headerTransport sets its headers on every request (a proxy's).
-type headerTransport map[string]string
+// headerTransport sets its headers on every request (a proxy's, or a
+// token the client does not send itself) and sends it with base (nil:
+// http.DefaultTransport).
+type headerTransport struct {
+	base http.RoundTripper
+	set  map[string]string
+}
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	for k, v := range h {
+	for k, v := range h.set {
 		r.Header.Set(k, v)
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	return cmp.Or(h.base, http.DefaultTransport).RoundTrip(r)
 }
