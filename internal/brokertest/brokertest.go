@@ -19,6 +19,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -52,14 +53,14 @@ func Options(t testing.TB) server.Options {
 }
 
 // CrashOptions is Options with the disk store on an in-memory filesystem
-// that can simulate a power cut (pebble's vfs.NewCrashableMem, as the
-// power-loss tests of test/faults use): a broker started from them can
+// that can simulate a power cut (crashfs, as the power-loss tests of
+// test/faults use): a broker started from them can
 // Crash. The data directory is "db" inside that filesystem; the free-disk
 // watch is off, as for any Options.StoreFS.
 func CrashOptions(t testing.TB) server.Options {
 	t.Helper()
 	o := Options(t)
-	o.DataDir, o.StoreFS = "db", vfs.NewCrashableMem()
+	o.DataDir, o.StoreFS = "db", crashfs.New()
 	return o
 }
 
@@ -150,7 +151,7 @@ func (b *Broker) Restart() {
 
 // Crash cuts the broker's power and starts it again: the new broker opens
 // a crash clone of the store's filesystem, which holds only what had been
-// synced when Crash was called (pebble's MemFS.CrashClone), on new ports,
+// synced when Crash was called (crashfs.FS.CrashClone), on new ports,
 // as it would find its disk after a power cut. Nothing is flushed for it;
 // recovery runs as after a real crash. The broker must have been started
 // from CrashOptions, or Crash fails the test.
@@ -161,7 +162,7 @@ func (b *Broker) Restart() {
 // to the new URLs.
 func (b *Broker) Crash() {
 	b.t.Helper()
-	mem, ok := b.Options.StoreFS.(*vfs.MemFS)
+	mem, ok := b.Options.StoreFS.(crashfs.FS)
 	if !ok || b.Options.Store == "memory" {
 		b.t.Fatalf("brokertest: Crash needs a disk store on a crashable filesystem: start the broker from CrashOptions")
 	}

@@ -80,13 +80,16 @@ var allowed = map[string][]string{
 	"internal/bench": {},
 	// Test support: starts real brokers through server, as cmd does;
 	// imported only by _test.go files.
-	"internal/brokertest": {"internal/server"},
+	"internal/brokertest": {"internal/brokertest/crashfs", "internal/server"},
 	// The one poll helper of every package's tests; it imports only the
 	// clock so that internal tests of brokertest's imports can use it.
 	"internal/brokertest/poll": {"internal/clock"},
 	// A test's own TLS certificate; nothing of Sluice, for the same
 	// reason.
 	"internal/brokertest/selfsigned": {},
+	// The power-cut filesystem of tests (pebble's crashable MemFS without
+	// its ReuseForWrite deadlock); nothing of Sluice, for the same reason.
+	"internal/brokertest/crashfs": {},
 
 	// The engine and storage.
 	"internal/engine":            {"internal/clock", "internal/store"},

@@ -35,9 +35,9 @@ type Options struct {
 	Store string `toml:"store"`
 	// StoreFS, when set, is the filesystem the "disk" store lives on
 	// instead of the operating system's; DataDir is then a path inside it
-	// and the free-disk watch is off. Tests pass pebble's
-	// vfs.NewCrashableMem to cut power under the real front-ends
-	// (test/faults). In cluster mode it is the filesystem of every
+	// and the free-disk watch is off. Tests pass a crashable in-memory
+	// filesystem (internal/brokertest/crashfs) to cut power under the
+	// real front-ends (test/faults). In cluster mode it is the filesystem of every
 	// shard's Raft log, state store and snapshots (raftstore.Config.FS),
 	// where tests fault it; the node still watches the free space of
 	// DataDir on the operating system's filesystem (min_free_disk). Not

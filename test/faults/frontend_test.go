@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/server"
 )
@@ -171,7 +172,7 @@ func frontEndPowerLoss(t *testing.T, load time.Duration, lostLease bool) {
 	rng := rand.New(rand.NewPCG(seed(t), 0xfe))
 	r := &feRun{lostLease: lostLease, std: NewChecker(false, 0), fifo: NewChecker(true, 0), amqp: NewChecker(false, 0), moved: NewChecker(false, 0),
 		exts: map[string]feExt{}, how: map[string]string{}, retrySend: map[string][]string{}}
-	mem := vfs.NewCrashableMem()
+	mem := crashfs.New()
 	b := feStart(t, mem)
 	feSetup(t, b)
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
@@ -29,7 +30,7 @@ type plQueue struct {
 var plQueues = []plQueue{{"pl", "pl-dlq", false}, {"pl.fifo", "pl-dlq.fifo", true}}
 
 // TestPowerLoss runs the engine and the pebble store in process on a
-// filesystem that can simulate power loss (vfs.NewCrashableMem), with
+// filesystem that can simulate power loss (crashfs, pebble's crashable MemFS), with
 // producers and consumers calling the engine API on a standard and a FIFO
 // queue (each with a DLQ, maxReceiveCount 3). At a random moment it takes a
 // crash clone of the filesystem, which keeps only what was synced (in half
@@ -43,7 +44,7 @@ func TestPowerLoss(t *testing.T) {
 	s := seed(t)
 	rng := rand.New(rand.NewPCG(s, 0x9017))
 	ck := NewChecker(false, MaxReceiveCount)
-	mem := vfs.NewCrashableMem()
+	mem := crashfs.New()
 	open := func(fs vfs.FS) (*engine.Engine, func()) {
 		t.Helper()
 		st, err := pebblestore.Open("db", pebblestore.Options{FS: fs, Logger: quiet})

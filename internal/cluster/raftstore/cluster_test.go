@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
@@ -29,7 +30,7 @@ type cluster struct {
 	peers []Peer
 	dirs  []string
 	nodes []*Node      // nil while a node is down
-	fss   []*vfs.MemFS // crashable filesystems (newCrashCluster), else nil
+	fss   []crashfs.FS // crashable filesystems (newCrashCluster), else nil
 	// tune, when set, adjusts node i's configuration at every open.
 	tune func(i int, cfg *Config)
 }
@@ -56,7 +57,7 @@ func startCluster(t *testing.T, n int, crashable bool) *cluster {
 // configuration at every open.
 func startClusterTuned(t *testing.T, n int, crashable bool, tune func(int, *Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, nodes: make([]*Node, n), fss: make([]*vfs.MemFS, n), tune: tune}
+	c := &cluster{t: t, nodes: make([]*Node, n), fss: make([]crashfs.FS, n), tune: tune}
 	lns := make([]net.Listener, n)
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -67,7 +68,7 @@ func startClusterTuned(t *testing.T, n int, crashable bool, tune func(int, *Conf
 		c.peers = append(c.peers, Peer{ID: uint64(i + 1), RaftAddr: ln.Addr().String()})
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint("node", i+1)))
 		if crashable {
-			c.fss[i] = vfs.NewCrashableMem()
+			c.fss[i] = crashfs.New()
 		}
 	}
 	for i := range n {
@@ -94,7 +95,7 @@ func (c *cluster) openWith(i int, ln net.Listener) {
 		ID: uint64(i + 1), Peers: c.peers, Dir: c.dirs[i], Listener: ln,
 		TickInterval: testTick, Logger: quietLogger(),
 	}
-	if c.fss[i] != nil {
+	if c.fss[i].MemFS != nil {
 		cfg.FS = c.fss[i]
 	}
 	if c.tune != nil {

@@ -59,8 +59,8 @@ type Config struct {
 	// once the node has joined (its membership records win).
 	Join bool
 	// FS is the filesystem of the Raft log and the state store; nil means
-	// the operating system's. Tests pass vfs.NewCrashableMem to cut power
-	// (a CrashClone keeps only what was synced).
+	// the operating system's. Tests pass a crashable MemFS (crashfs) to
+	// cut power (a CrashClone keeps only what was synced).
 	FS vfs.FS
 	// Log truncation (see logstore.go): the log is cut once the applied
 	// index is CompactEntries entries, or CompactBytes bytes of applied

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/raft/v3/tracker"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 )
 
@@ -106,7 +107,7 @@ func TestAddedNodeDoesNotCountInQuorum(t *testing.T) {
 	// Node 4 starts (joining), receives the state, and is promoted.
 	c.peers = append(c.peers, Peer{ID: 4, RaftAddr: ln4.Addr().String()})
 	c.dirs = append(c.dirs, filepath.Join(t.TempDir(), "node4"))
-	c.fss = append(c.fss, nil)
+	c.fss = append(c.fss, crashfs.FS{})
 	nd4, err := Open(Config{ID: 4, Peers: slices.Clone(c.peers), Dir: c.dirs[3], Listener: ln4,
 		TickInterval: testTick, Logger: quietLogger(), Join: true})
 	if err != nil {

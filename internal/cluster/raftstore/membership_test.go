@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
@@ -28,7 +29,7 @@ func (c *cluster) addJoiner() int {
 	i := len(c.nodes)
 	c.peers = append(c.peers, Peer{ID: uint64(i + 1), RaftAddr: ln.Addr().String()})
 	c.dirs = append(c.dirs, filepath.Join(c.t.TempDir(), fmt.Sprint("node", i+1)))
-	c.fss = append(c.fss, nil)
+	c.fss = append(c.fss, crashfs.FS{})
 	nd, err := Open(Config{ID: uint64(i + 1), Peers: slices.Clone(c.peers), Dir: c.dirs[i], Listener: ln,
 		TickInterval: testTick, Logger: quietLogger(), Join: true})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
@@ -94,7 +95,7 @@ func sameState(a, b *Node) error {
 func (c *cluster) openLogOf(i int) *raftLog {
 	c.t.Helper()
 	var fs vfs.FS
-	if c.fss[i] != nil {
+	if c.fss[i].MemFS != nil {
 		fs = c.fss[i]
 	}
 	l, err := openRaftLog(filepath.Join(c.dirs[i], "raft"), []uint64{1, 2, 3}, fs, quietLogger())
@@ -322,7 +323,7 @@ type powerCutCluster struct {
 	step   string
 	mu     sync.Mutex
 	target int // the armed node, -1 for none
-	clone  *vfs.MemFS
+	clone  crashfs.FS
 }
 
 func newPowerCutCluster(t *testing.T, step string) *powerCutCluster {
@@ -332,7 +333,7 @@ func newPowerCutCluster(t *testing.T, step string) *powerCutCluster {
 		cfg.crashPoint = func(s string) error {
 			pc.mu.Lock()
 			defer pc.mu.Unlock()
-			if i == pc.target && s == pc.step && pc.clone == nil {
+			if i == pc.target && s == pc.step && pc.clone.MemFS == nil {
 				pc.clone = pc.fss[i].CrashClone(vfs.CrashCloneCfg{})
 				return errors.New("power cut")
 			}
@@ -356,7 +357,7 @@ func (pc *powerCutCluster) awaitCut(t *testing.T, timeout time.Duration, what st
 	poll.CheckFor(t, timeout, func() error {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
-		if pc.clone == nil {
+		if pc.clone.MemFS == nil {
 			return fmt.Errorf("no %s reached step %s", what, pc.step)
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/store"
 )
 
@@ -24,7 +25,7 @@ func TestFaultFS(t *testing.T) {
 		{"write ENOSPC", func(fs *FaultFS) { fs.FailWrites(syscall.ENOSPC) }, syscall.ENOSPC},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := vfs.NewCrashableMem()
+			mem := crashfs.New()
 			fs := NewFaultFS(mem)
 			fs.OnlyWAL(true)
 			s := mustOpen(t, "db", Options{FS: fs})

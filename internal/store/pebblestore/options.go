@@ -65,8 +65,9 @@ const formatMajorVersion = pebble.FormatValueSeparation
 // for a broker: write-mostly, fsync-bound, scanned once at start-up.
 type Options struct {
 	// FS is the filesystem the store lives on. Nil means the operating
-	// system's (vfs.Default). Tests inject vfs.NewCrashableMem to simulate
-	// power loss, or a wrapper that fails syncs to exercise fail-stop.
+	// system's (vfs.Default). Tests inject a crashable MemFS (crashfs) to
+	// simulate power loss, or a wrapper that fails syncs to exercise
+	// fail-stop.
 	FS vfs.FS
 
 	// Logger receives pebble's messages: its informational chatter (flushes,

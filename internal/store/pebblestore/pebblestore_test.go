@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/storetest"
@@ -206,30 +207,10 @@ func TestPowerLoss(t *testing.T) {
 	}
 }
 
-// reuseGuardFS works around a deadlock in pebble v2.1.7's crashable
-// MemFS: ReuseForWrite read-locks its clone lock and then calls Rename,
-// which read-locks it again; a CrashClone that asks for the write lock
-// between the two blocks the second read lock, and both wait forever (a CI
-// run on 2026-12-04 hung in TestPowerLoss for 21 minutes: the stacks were
-// ReuseForWrite → Rename in RLock and CrashClone in Lock). The guard keeps
-// a crash clone out while a WAL file is being reused, and a reuse out while
-// a clone is taken.
-type reuseGuardFS struct {
-	vfs.FS
-	mu *sync.RWMutex
-}
-
-func (g reuseGuardFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.FS.ReuseForWrite(oldname, newname, category)
-}
-
 func powerLossTrial(t *testing.T, rng *rand.Rand, unsyncedPct int) {
-	fs := vfs.NewCrashableMem()
-	var cloning sync.RWMutex // reuseGuardFS
+	fs := crashfs.New()
 	// A small memtable makes the WAL rotate and memtables flush mid-run.
-	opts := Options{FS: reuseGuardFS{FS: fs, mu: &cloning}, MemTableSize: 256 << 10, Logger: quiet}
+	opts := Options{FS: fs, MemTableSize: 256 << 10, Logger: quiet}
 	s := mustOpen(t, "db", opts)
 
 	value := func(i int) []byte {
@@ -298,9 +279,7 @@ func powerLossTrial(t *testing.T, rng *rand.Rand, unsyncedPct int) {
 	target := int64(50 + rng.IntN(1500))
 	poll.CheckFor(t, 30*time.Second, poll.True("acknowledged writes", func() bool { return acked.Load() >= target || len(errc) > 0 }))
 	mustSurvive := acked.Load()
-	cloning.Lock()
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsyncedPct, RNG: rng})
-	cloning.Unlock()
 	halt.Do(func() { close(stop) })
 	wg.Wait()
 	close(errc)
