@@ -403,7 +403,9 @@ func (s *Server) ServeConnThen(nc net.Conn, done func()) {
 	if done == nil {
 		done = func() {}
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := nc.(interface {
+		SetKeepAliveConfig(net.KeepAliveConfig) error
+	}); ok { // a *net.TCPConn, or a cluster's encrypted link between nodes
 		// Reaps half-open peers on connections without heartbeats.
 		// Fails only on a closed socket, which the next read or write reports.
 		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: tcpKeepAliveIdle, Interval: 15 * time.Second, Count: 4})

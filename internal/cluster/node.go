@@ -162,6 +162,9 @@ type Node struct {
 	// refusals.
 	keys    nodeauth.Keys
 	failLog nodeauth.FailureLog
+	// enc carries every connection between nodes in TLS ([cluster]
+	// encrypt); nil: plain TCP.
+	enc *nodeauth.Encryption
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever routing may have changed
@@ -253,6 +256,11 @@ func New(opts Options) (_ *Node, err error) {
 		}
 	}
 	n.keys = nodeauth.With(secret, extra)
+	if o.Cluster.Encrypt {
+		if n.enc, err = nodeauth.NewEncryption(); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
@@ -321,7 +329,7 @@ func New(opts Options) (_ *Node, err error) {
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
-		Secret: secret, ExtraSecret: extra, ProbeAnswer: n.clockAnswer, Now: n.clk.Now, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
+		Secret: secret, ExtraSecret: extra, Encryption: n.enc, ProbeAnswer: n.clockAnswer, Now: n.clk.Now, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
 		o.Cluster.ShardCount(), opts.BalanceInterval)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -571,7 +579,8 @@ func (n *Node) dialInternal(ctx context.Context, d *net.Dialer, surface, addr st
 	if err != nil {
 		return nil, err
 	}
-	if _, err := nodeauth.DialConn(c, n.keys[0], surface, n.opts.Cluster.NodeID, leader); err != nil {
+	sc, _, err := n.enc.DialConn(c, n.keys[0], surface, n.opts.Cluster.NodeID, leader)
+	if err != nil {
 		_ = c.Close() // refused: nothing else was sent
 		if errors.Is(err, nodeauth.ErrAuth) {
 			n.authFailed(surface, c.RemoteAddr(), err)
@@ -580,7 +589,7 @@ func (n *Node) dialInternal(ctx context.Context, d *net.Dialer, surface, addr st
 		}
 		return nil, err
 	}
-	return c, nil
+	return sc, nil
 }
 
 // authFailed counts a connection refused by the node handshake on surface
@@ -699,7 +708,7 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 	}
 	// Only nodes holding the cluster secret reach the internal listeners.
 	o.WrapListener = func(kind string, ln net.Listener) net.Listener {
-		return nodeauth.NewListener(ln, n.keys, kind, o.Cluster.NodeID, func(remote net.Addr, err error) {
+		return nodeauth.NewListener(ln, n.enc, n.keys, kind, o.Cluster.NodeID, func(remote net.Addr, err error) {
 			n.authFailed(kind, remote, err)
 		})
 	}

@@ -77,6 +77,14 @@ type ClusterConfig struct {
 	// keep talking (docs/operations.md, "Cluster secret"). It needs
 	// SecretFile, and obeys the same rules.
 	ExtraSecretFile string `toml:"extra_secret_file"`
+	// Encrypt carries every connection between nodes (Raft traffic and
+	// snapshots, and the requests and AMQP connections a node forwards to
+	// a leader) in TLS 1.3, with the node handshake bound to each TLS
+	// session (internal/cluster/nodeauth). No certificate to provide:
+	// each node makes a throwaway one, and the secret is what
+	// authenticates. Every node must set the same value; a node that
+	// differs cannot join the others, and both log why.
+	Encrypt bool `toml:"encrypt"`
 	// PromoteLagEntries: a node added by `sluice cluster add` joins as a
 	// learner (it receives the log but neither votes nor counts in the
 	// commit quorum), and the leader promotes it to voter, while the

@@ -21,6 +21,7 @@ type Listener struct {
 	surfaces []string
 	multi    bool // NewMultiListener: Accept returns *Conn
 	self     uint64
+	enc      *Encryption // nil: plain TCP
 	// onFail is called for every failed handshake (counting, logging),
 	// but not for a peer that closed before sending a byte (Silent).
 	onFail func(remote net.Addr, err error)
@@ -40,21 +41,22 @@ type Listener struct {
 	closing bool
 }
 
-// NewListener wraps inner; onFail may be nil. It starts accepting at once.
-func NewListener(inner net.Listener, keys Keys, surface string, self uint64, onFail func(net.Addr, error)) *Listener {
-	return newListener(inner, keys, []string{surface}, false, self, onFail)
+// NewListener wraps inner; enc nil means plain TCP (see Encryption), and
+// onFail may be nil. It starts accepting at once.
+func NewListener(inner net.Listener, enc *Encryption, keys Keys, surface string, self uint64, onFail func(net.Addr, error)) *Listener {
+	return newListener(inner, enc, keys, []string{surface}, false, self, onFail)
 }
 
 // NewMultiListener is NewListener for a listener that serves several
 // surfaces on one port (the Raft groups of a node's shards, RaftSurface):
 // its Accept returns a *Conn, naming the authenticated peer and the
 // surface (an index into surfaces) its proof was made for.
-func NewMultiListener(inner net.Listener, keys Keys, surfaces []string, self uint64, onFail func(net.Addr, error)) *Listener {
-	return newListener(inner, keys, surfaces, true, self, onFail)
+func NewMultiListener(inner net.Listener, enc *Encryption, keys Keys, surfaces []string, self uint64, onFail func(net.Addr, error)) *Listener {
+	return newListener(inner, enc, keys, surfaces, true, self, onFail)
 }
 
-func newListener(inner net.Listener, keys Keys, surfaces []string, multi bool, self uint64, onFail func(net.Addr, error)) *Listener {
-	l := &Listener{inner: inner, keys: keys, surfaces: surfaces, multi: multi, self: self, onFail: onFail,
+func newListener(inner net.Listener, enc *Encryption, keys Keys, surfaces []string, multi bool, self uint64, onFail func(net.Addr, error)) *Listener {
+	l := &Listener{inner: inner, enc: enc, keys: keys, surfaces: surfaces, multi: multi, self: self, onFail: onFail,
 		conns: make(chan net.Conn), pending: make(chan struct{}, MaxPendingHandshakes),
 		done: make(chan struct{}), open: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
@@ -105,6 +107,15 @@ func (l *Listener) loop() {
 			continue
 		}
 		l.mu.Lock()
+		if l.closing {
+			// Accepted as Close ran: stop has already closed the
+			// handshakes it knew of, and would not see this one, which
+			// would then hold Close up for a whole Timeout.
+			l.mu.Unlock()
+			_ = c.Close()
+			<-l.pending
+			continue // the next Accept reports the closed listener
+		}
 		l.open[c] = struct{}{}
 		l.mu.Unlock()
 		l.wg.Add(1)
@@ -114,7 +125,7 @@ func (l *Listener) loop() {
 
 func (l *Listener) handshake(c net.Conn) {
 	defer l.wg.Done()
-	peer, surface, err := AcceptConnAny(c, l.keys, l.surfaces, l.self)
+	conn, peer, surface, err := l.enc.AcceptConn(c, l.keys, l.surfaces, l.self)
 	<-l.pending
 	l.mu.Lock()
 	delete(l.open, c)
@@ -127,9 +138,9 @@ func (l *Listener) handshake(c net.Conn) {
 		}
 		return
 	}
-	out := c
+	out := conn
 	if l.multi {
-		out = &Conn{Conn: c, Peer: peer, Surface: surface}
+		out = &Conn{Conn: conn, Peer: peer, Surface: surface}
 	}
 	select {
 	case l.conns <- out:

@@ -35,9 +35,15 @@
 // A listener may accept more than one secret (Keys: a rotation in
 // progress); a dialer always proves one, its own.
 //
-// What this does not give: confidentiality. The traffic after the
-// handshake is plaintext, and an attacker on the path can read it or take
-// over an authenticated TCP connection; TLS between nodes is not built.
+// Confidentiality is optional ([cluster] encrypt, Encryption): without
+// it the traffic after the handshake is plaintext, and an attacker on the
+// path can read it or take over an authenticated TCP connection. With it,
+// every connection is TLS 1.3 first and the handshake runs inside, with
+// the session's exporter value in both MACs (channel binding, as RFC 9266
+// binds SCRAM to a TLS session): the certificates are throwaway
+// self-signed ones that nobody verifies, and what authenticates each end
+// is still the secret — a man in the middle holds two TLS sessions with
+// two exporter values, so the MACs it relays hold on neither.
 package nodeauth
 
 import (
@@ -124,7 +130,11 @@ func With(own Key, extra Key) Keys {
 	return Keys{own, extra}
 }
 
-func (k Key) mac(label, surface string, listener uint64, nL []byte, dialer uint64, nD []byte) []byte {
+// mac is the handshake's MAC. binding is nil on a plain connection; on an
+// encrypted one (Encryption) it is the TLS session's exporter value, so
+// the MAC holds only on the session it was made on. Every field before it
+// has a fixed size, so an input with a binding is never one without.
+func (k Key) mac(label, surface string, listener uint64, nL []byte, dialer uint64, nD, binding []byte) []byte {
 	h := hmac.New(sha256.New, k)
 	h.Write([]byte(label))
 	h.Write([]byte(surface))
@@ -136,6 +146,7 @@ func (k Key) mac(label, surface string, listener uint64, nL []byte, dialer uint6
 	binary.BigEndian.PutUint64(id[:], dialer)
 	h.Write(id[:])
 	h.Write(nD)
+	h.Write(binding)
 	return h.Sum(nil)
 }
 
@@ -205,6 +216,10 @@ func Accept(rw io.ReadWriter, keys Keys, surface string, self uint64) (uint64, e
 // with the dialer's node id. Every surface and key is tried, so the time
 // taken tells neither.
 func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id uint64, surface int, err error) {
+	return acceptAny(rw, keys, surfaces, self, nil)
+}
+
+func acceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64, binding []byte) (id uint64, surface int, err error) {
 	if len(keys) == 0 {
 		keys = Keys{nil}
 	}
@@ -231,6 +246,9 @@ func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id 
 		}
 		return 0, 0, fmt.Errorf("nodeauth: reading the proof: %w", err)
 	}
+	if binding == nil && buf[0] == tlsHandshakeRecord && buf[1] == 3 {
+		return 0, 0, fmt.Errorf("%w: the dialer speaks TLS (%s)", ErrAuth, encryptHint)
+	}
 	p, err := DecodeProof(buf[:])
 	if err != nil {
 		return 0, 0, err
@@ -241,7 +259,7 @@ func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id 
 		for _, k := range keys {
 			// Every pair is tried, so the time taken does not tell which
 			// one matched.
-			if hmac.Equal(p.MAC[:], k.mac(dialerLabel, sf, self, nL[:], p.Dialer, p.Nonce[:])) && !ok {
+			if hmac.Equal(p.MAC[:], k.mac(dialerLabel, sf, self, nL[:], p.Dialer, p.Nonce[:], binding)) && !ok {
 				key, surface, ok = k, i, true
 			}
 		}
@@ -249,7 +267,7 @@ func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id 
 	if !ok {
 		return 0, 0, fmt.Errorf("%w: node %d", ErrAuth, p.Dialer)
 	}
-	if _, err := rw.Write(key.mac(listenerLabel, surfaces[surface], self, nL[:], p.Dialer, p.Nonce[:])); err != nil {
+	if _, err := rw.Write(key.mac(listenerLabel, surfaces[surface], self, nL[:], p.Dialer, p.Nonce[:], binding)); err != nil {
 		return 0, 0, fmt.Errorf("nodeauth: sending the ack: %w", err)
 	}
 	return p.Dialer, surface, nil
@@ -259,8 +277,17 @@ func AcceptAny(rw io.ReadWriter, keys Keys, surfaces []string, self uint64) (id 
 // self, expecting the listener to be node expect (0: any node holding the
 // key). It returns the listener's node id.
 func Dial(rw io.ReadWriter, key Key, surface string, self, expect uint64) (uint64, error) {
+	return dial(rw, key, surface, self, expect, nil)
+}
+
+func dial(rw io.ReadWriter, key Key, surface string, self, expect uint64, binding []byte) (uint64, error) {
 	var buf [HelloSize]byte
-	if _, err := io.ReadFull(rw, buf[:]); err != nil {
+	if n, err := io.ReadFull(rw, buf[:]); err != nil {
+		if n == 0 && binding == nil && (errors.Is(err, io.EOF) || isTimeout(err)) {
+			// A listener that encrypts waits for a TLS hello and says
+			// nothing to a plain dialer.
+			return 0, fmt.Errorf("nodeauth: reading the hello: %w (a node that encrypts sends nothing first: %s)", err, encryptHint)
+		}
 		return 0, fmt.Errorf("nodeauth: reading the hello: %w", err)
 	}
 	h, err := DecodeHello(buf[:])
@@ -275,7 +302,7 @@ func Dial(rw io.ReadWriter, key Key, surface string, self, expect uint64) (uint6
 	proof := make([]byte, 0, ProofSize)
 	proof = binary.BigEndian.AppendUint64(proof, self)
 	proof = append(proof, nD[:]...)
-	proof = append(proof, key.mac(dialerLabel, surface, h.Listener, h.Nonce[:], self, nD[:])...)
+	proof = append(proof, key.mac(dialerLabel, surface, h.Listener, h.Nonce[:], self, nD[:], binding)...)
 	if _, err := rw.Write(proof); err != nil {
 		return 0, fmt.Errorf("nodeauth: sending the proof: %w", err)
 	}
@@ -286,7 +313,7 @@ func Dial(rw io.ReadWriter, key Key, surface string, self, expect uint64) (uint6
 		}
 		return 0, fmt.Errorf("nodeauth: reading the ack: %w", err)
 	}
-	if !hmac.Equal(ack[:], key.mac(listenerLabel, surface, h.Listener, h.Nonce[:], self, nD[:])) {
+	if !hmac.Equal(ack[:], key.mac(listenerLabel, surface, h.Listener, h.Nonce[:], self, nD[:], binding)) {
 		return 0, fmt.Errorf("%w: node %d", ErrAuth, h.Listener)
 	}
 	return h.Listener, nil

@@ -128,7 +128,7 @@ func TestListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fails atomic.Int64
-	l := NewListener(inner, Keys{key}, SurfaceHTTP, 1, func(net.Addr, error) { fails.Add(1) })
+	l := NewListener(inner, nil, Keys{key}, SurfaceHTTP, 1, func(net.Addr, error) { fails.Add(1) })
 	defer func() { _ = l.Close() }()
 	bad, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
@@ -365,7 +365,7 @@ func TestCloseMidHandshakeNotCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fails atomic.Int64
-	l := NewListener(inner, Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
+	l := NewListener(inner, nil, Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
 	c, err := net.Dial("tcp", inner.Addr().String())
 	if err != nil {
 		t.Fatal(err)

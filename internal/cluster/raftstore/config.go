@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
 
@@ -39,6 +40,10 @@ type Config struct {
 	// the nodes that dial it (it dials with Secret): a rotation of the
 	// secret without a full restart (docs/operations.md).
 	ExtraSecret []byte
+	// Encryption, when set, carries every connection of the transport,
+	// the probes and snapshots in TLS (nodeauth.Encryption, [cluster]
+	// encrypt); nil: plain TCP. Every node of a cluster must agree.
+	Encryption *nodeauth.Encryption
 	// OnAuthFailure, when set, is called for every connection refused
 	// because its handshake failed, either way (a metric counts them).
 	OnAuthFailure func()

@@ -50,14 +50,14 @@ type shardListener struct {
 // newMux serves shards groups on ln as node id. It starts accepting at
 // once; a connection for a shard whose listener is not being accepted
 // from waits until it is (or the shard listener closes).
-func newMux(ln net.Listener, id uint64, shards int, keys nodeauth.Keys, onAuth func(), log *slog.Logger) *mux {
+func newMux(ln net.Listener, id uint64, shards int, keys nodeauth.Keys, enc *nodeauth.Encryption, onAuth func(), log *slog.Logger) *mux {
 	m := &mux{onAuth: onAuth, log: log, done: make(chan struct{})}
 	surfaces := make([]string, shards)
 	for k := range shards {
 		surfaces[k] = nodeauth.RaftSurface(k)
 		m.shards = append(m.shards, &shardListener{m: m, conns: make(chan *nodeauth.Conn), done: make(chan struct{})})
 	}
-	m.ln = nodeauth.NewMultiListener(ln, keys, surfaces, id, m.authFailed)
+	m.ln = nodeauth.NewMultiListener(ln, enc, keys, surfaces, id, m.authFailed)
 	go m.dispatch()
 	return m
 }

@@ -391,10 +391,10 @@ func (n *Node) load() error {
 	// one of OpenShards, or this node's own over its listener.
 	ln := n.cfg.Listener
 	if _, ok := ln.(*shardListener); !ok {
-		n.ownMux = newMux(ln, n.cfg.ID, 1, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.log)
+		n.ownMux = newMux(ln, n.cfg.ID, 1, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.Encryption, n.cfg.OnAuthFailure, n.log)
 		ln = n.ownMux.listener(0)
 	}
-	n.tr = newTransport(n.cfg.ID, ln, nodeauth.RaftSurface(n.cfg.Shard), n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
+	n.tr = newTransport(n.cfg.ID, ln, nodeauth.RaftSurface(n.cfg.Shard), n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.Encryption, n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()

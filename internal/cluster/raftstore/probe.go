@@ -96,18 +96,19 @@ func (t *transport) probe(ctx context.Context, addr string, id uint64, frame []b
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl) // a failure shows as the next read's or write's
 	}
-	if _, err := nodeauth.DialConn(c, t.keys[0], t.surface, t.id, id); err != nil {
+	sc, _, err := t.enc.DialConn(c, t.keys[0], t.surface, t.id, id)
+	if err != nil {
 		if errors.Is(err, nodeauth.ErrAuth) {
 			t.authFailed(addr, err)
 		}
 		return nil, time.Time{}, time.Time{}, err
 	}
 	sent = now()
-	if _, err := c.Write(frame); err != nil {
+	if _, err := sc.Write(frame); err != nil {
 		return nil, time.Time{}, time.Time{}, err
 	}
 	var hdr [4]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+	if _, err := io.ReadFull(sc, hdr[:]); err != nil {
 		return nil, time.Time{}, time.Time{}, err
 	}
 	size := binary.BigEndian.Uint32(hdr[:])
@@ -115,7 +116,7 @@ func (t *transport) probe(ctx context.Context, addr string, id uint64, frame []b
 		return nil, time.Time{}, time.Time{}, fmt.Errorf("%w: %d bytes", ErrProbeAnswer, size)
 	}
 	answer = make([]byte, size)
-	if _, err := io.ReadFull(c, answer); err != nil {
+	if _, err := io.ReadFull(sc, answer); err != nil {
 		return nil, time.Time{}, time.Time{}, err
 	}
 	got = now()

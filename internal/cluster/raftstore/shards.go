@@ -81,7 +81,7 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 			return nil, err
 		}
 	}
-	s.mux = newMux(cfg.Listener, cfg.ID, count, nodeauth.With(cfg.Secret, cfg.ExtraSecret), cfg.OnAuthFailure, log.With("node", cfg.ID))
+	s.mux = newMux(cfg.Listener, cfg.ID, count, nodeauth.With(cfg.Secret, cfg.ExtraSecret), cfg.Encryption, cfg.OnAuthFailure, log.With("node", cfg.ID))
 	for k := range count {
 		c := cfg
 		c.Shard, c.Dir, c.Listener, c.sharedLog = k, ShardDir(cfg.Dir, k), s.mux.listener(k), s.logs

@@ -129,6 +129,7 @@ type transport struct {
 	// handshake and every frame from another node than the handshake's;
 	// failLog keeps their logging to one line per peer address per minute.
 	keys    nodeauth.Keys
+	enc     *nodeauth.Encryption // nil: plain TCP (Config.Encryption)
 	onAuth  func()
 	failLog nodeauth.FailureLog
 
@@ -151,13 +152,13 @@ type peerConn struct {
 	stop chan struct{} // closed when the peer is removed
 }
 
-func newTransport(id uint64, ln net.Listener, surface string, peers []Peer, log *slog.Logger, keys nodeauth.Keys, onAuth func(),
+func newTransport(id uint64, ln net.Listener, surface string, peers []Peer, log *slog.Logger, keys nodeauth.Keys, enc *nodeauth.Encryption, onAuth func(),
 	recv func(*pb.Message) []byte, unreachable func(uint64)) *transport {
 	if len(keys) == 0 {
 		keys = nodeauth.Keys{nil}
 	}
 	t := &transport{
-		id: id, ln: ln, surface: surface, log: log, recv: recv, unrch: unreachable, keys: keys, onAuth: onAuth,
+		id: id, ln: ln, surface: surface, log: log, recv: recv, unrch: unreachable, keys: keys, enc: enc, onAuth: onAuth,
 		peers: map[uint64]*peerConn{},
 		conns: map[net.Conn]struct{}{},
 		stop:  make(chan struct{}),
@@ -430,7 +431,8 @@ func (t *transport) dial(addr string, id uint64) (net.Conn, error) {
 	}
 	t.conns[c] = struct{}{}
 	t.mu.Unlock()
-	if _, err := nodeauth.DialConn(c, t.keys[0], t.surface, t.id, id); err != nil {
+	sc, _, err := t.enc.DialConn(c, t.keys[0], t.surface, t.id, id)
+	if err != nil {
 		t.forget(c)
 		if errors.Is(err, nodeauth.ErrAuth) {
 			t.authFailed(addr, err)
@@ -439,7 +441,17 @@ func (t *transport) dial(addr string, id uint64) (net.Conn, error) {
 		}
 		return nil, err
 	}
-	return c, nil
+	if sc != c { // encrypted: the connection to close is the sealed one
+		t.mu.Lock()
+		delete(t.conns, c)
+		t.conns[sc] = struct{}{}
+		closed := t.closed
+		t.mu.Unlock()
+		if closed { // close ran between the two: it closed c, hence sc
+			return nil, net.ErrClosed
+		}
+	}
+	return sc, nil
 }
 
 // authFailed counts a failed handshake and logs it, at most once a

@@ -24,7 +24,7 @@ func TestSendQueueFullDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	var unreachable atomic.Int64
-	tr := newTransport(1, ln, nodeauth.SurfaceRaft, []Peer{{ID: 1}, {ID: 2, RaftAddr: "127.0.0.1:1"}}, quietLogger(), nil, nil,
+	tr := newTransport(1, ln, nodeauth.SurfaceRaft, []Peer{{ID: 1}, {ID: 2, RaftAddr: "127.0.0.1:1"}}, quietLogger(), nil, nil, nil,
 		func(*pb.Message) []byte { return nil }, func(id uint64) {
 			if id == 2 {
 				unreachable.Add(1)

@@ -1,0 +1,181 @@
+package nodeauth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"time"
+)
+
+// Encryption carries a node's connections to other nodes in TLS 1.3
+// ([cluster] encrypt). Each node makes a throwaway self-signed certificate
+// when it starts and nobody verifies it: the node handshake that follows,
+// bound to the TLS session (see the package comment), is what proves each
+// end holds the cluster secret. A nil *Encryption is valid and means plain
+// TCP, so callers hold one and use it either way.
+//
+// Every node of a cluster must agree: a node that encrypts and one that
+// does not cannot complete a handshake, and both say so in the error
+// (encryptHint).
+type Encryption struct {
+	server, client *tls.Config
+}
+
+// exporterLabel is the TLS exporter label of the channel binding.
+const exporterLabel = "EXPORTER-sluice-node-auth"
+
+// tlsHandshakeRecord is the first byte of a TLS connection (a handshake
+// record); a plain listener that reads it where a proof should be knows
+// the dialer encrypts.
+const tlsHandshakeRecord = 0x16
+
+const encryptHint = "does every node set [cluster] encrypt the same?"
+
+// NewEncryption makes the node's certificate (ECDSA P-256, valid for ten
+// years, named after nothing) and the TLS configurations of both sides.
+func NewEncryption() (*Encryption, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("nodeauth: the node's TLS key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("nodeauth: the node's TLS certificate: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "sluice node"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		return nil, fmt.Errorf("nodeauth: the node's TLS certificate: %w", err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
+	return &Encryption{
+		server: &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}},
+		client: &tls.Config{
+			MinVersion: tls.VersionTLS13,
+			// The listener's certificate is not what authenticates it:
+			// its ack, a MAC under the cluster secret bound to this very
+			// session, is (Dial). A certificate check would add nothing
+			// but a CA to run.
+			InsecureSkipVerify: true, //nolint:gosec // see above
+		},
+	}, nil
+}
+
+// DialConn runs the dialer's side on c within Timeout: the TLS handshake
+// when e is not nil, then the node handshake bound to it. It returns the
+// connection to use from then on (c itself when e is nil) and the
+// listener's node id; c's deadline is cleared after.
+func (e *Encryption) DialConn(c net.Conn, key Key, surface string, self, expect uint64) (net.Conn, uint64, error) {
+	if e == nil {
+		id, err := DialConn(c, key, surface, self, expect)
+		return c, id, err
+	}
+	if err := c.SetDeadline(time.Now().Add(Timeout)); err != nil {
+		return nil, 0, err
+	}
+	tc := tls.Client(c, e.client)
+	binding, err := bind(tc)
+	if err != nil {
+		return nil, 0, err
+	}
+	id, err := dial(tc, key, surface, self, expect, binding)
+	if err != nil {
+		return nil, 0, err
+	}
+	return sealed{tc}, id, c.SetDeadline(time.Time{})
+}
+
+// AcceptConn is AcceptConnAny for the listener's side of an encrypted
+// connection when e is not nil: the TLS handshake first, then the node
+// handshake bound to it. It returns the connection to use from then on.
+func (e *Encryption) AcceptConn(c net.Conn, keys Keys, surfaces []string, self uint64) (net.Conn, uint64, int, error) {
+	if e == nil {
+		id, i, err := AcceptConnAny(c, keys, surfaces, self)
+		return c, id, i, err
+	}
+	if err := c.SetDeadline(time.Now().Add(Timeout)); err != nil {
+		return nil, 0, 0, err
+	}
+	tc := tls.Server(c, e.server)
+	binding, err := bind(tc)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	id, i, err := acceptAny(tc, keys, surfaces, self, binding)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return sealed{tc}, id, i, c.SetDeadline(time.Time{})
+}
+
+// sealed is an encrypted connection between nodes, past both handshakes.
+// Its Close closes the TCP connection at once, without TLS's close_notify
+// alert: every protocol between nodes frames its own end, and a Close
+// that wrote could wait (up to five seconds) on a peer that has stopped
+// reading — a paused node — where a transport closing its connections
+// must not. It is not a *tls.Conn, so the leader's HTTP server that it
+// reaches does not take a forwarded request for a client's HTTPS (the
+// forward says X-Forwarded-Proto for that).
+type sealed struct{ *tls.Conn }
+
+// Close closes the TCP connection.
+func (s sealed) Close() error { return s.NetConn().Close() }
+
+// SetKeepAliveConfig sets the TCP connection's keepalive, as on a
+// *net.TCPConn (the AMQP server sets it on the connections it serves).
+func (s sealed) SetKeepAliveConfig(c net.KeepAliveConfig) error {
+	if tc, ok := s.NetConn().(*net.TCPConn); ok {
+		return tc.SetKeepAliveConfig(c)
+	}
+	return nil
+}
+
+// bind completes tc's TLS handshake and returns its exporter value.
+func bind(tc *tls.Conn) ([]byte, error) {
+	if err := tc.Handshake(); err != nil {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && string(rh.RecordHeader[:]) == magic[:5] {
+			// The listener sent a plain hello ("SLUIC…") for a record.
+			return nil, fmt.Errorf("%w: the listener does not encrypt (%s)", ErrAuth, encryptHint)
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, err
+		}
+		if reset(err) {
+			// A port probe, or a peer shutting down (Silent).
+			err = fmt.Errorf("%w (%w)", errPeerGone, err)
+		}
+		if isTimeout(err) {
+			// On the listener's side: a plain dialer waits for the hello
+			// and sends nothing.
+			return nil, fmt.Errorf("nodeauth: TLS handshake: %w (a node that does not encrypt sends nothing first: %s)", err, encryptHint)
+		}
+		return nil, fmt.Errorf("nodeauth: TLS handshake: %w", err)
+	}
+	st := tc.ConnectionState()
+	b, err := st.ExportKeyingMaterial(exporterLabel, nil, 32)
+	if err != nil {
+		return nil, fmt.Errorf("nodeauth: TLS exporter: %w", err)
+	}
+	return b, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,269 @@
+package nodeauth
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+func newEnc(t *testing.T) *Encryption {
+	t.Helper()
+	e, err := NewEncryption()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// tap is a TCP proxy on 127.0.0.1:0 in front of target that records every
+// byte it carries, both ways.
+type tap struct {
+	ln  net.Listener
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func newTap(t *testing.T, target string) *tap {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tap{ln: ln}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			t.Cleanup(func() { _ = c.Close(); _ = u.Close() })
+			go p.pipe(u, c)
+			go p.pipe(c, u)
+		}
+	}()
+	return p
+}
+
+func (p *tap) pipe(dst, src net.Conn) {
+	b := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(b)
+		if n > 0 {
+			p.mu.Lock()
+			p.buf.Write(b[:n])
+			p.mu.Unlock()
+			if _, werr := dst.Write(b[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+func (p *tap) seen() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Clone(p.buf.Bytes())
+}
+
+// exchange dials l through addr with e and key, sends a secret line each
+// way and reports what the dial and the exchange returned.
+func exchange(t *testing.T, l *Listener, addr string, e *Encryption, k Key) error {
+	t.Helper()
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	c, id, err := e.DialConn(raw, k, SurfaceRaft, 2, 1)
+	if err != nil {
+		return err
+	}
+	if id != 1 {
+		t.Fatalf("reached node %d, want 1", id)
+	}
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	if _, ok := s.(*tls.Conn); ok {
+		t.Fatal("the listener returned a *tls.Conn: an http.Server would take it for a client's HTTPS")
+	}
+	out, back := []byte("a message body only the two nodes may read"), []byte("and its acknowledgement, just as private")
+	go func() { _, _ = c.Write(out) }()
+	got := make([]byte, len(out))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, out) {
+		t.Fatalf("listener read %q, %v", got, err)
+	}
+	go func() { _, _ = s.Write(back) }()
+	got = make([]byte, len(back))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, back) {
+		t.Fatalf("dialer read %q, %v", got, err)
+	}
+	return c.Close()
+}
+
+// TestEncryptedConnection: with Encryption on both ends the handshake
+// passes, the bytes after it arrive, and none of them — nor the handshake
+// — cross the wire in the clear; without it, they do (the tap can tell).
+func TestEncryptedConnection(t *testing.T) {
+	for _, encrypt := range []bool{true, false} {
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e *Encryption
+		if encrypt {
+			e = newEnc(t)
+		}
+		var fails atomic.Int64
+		l := NewListener(inner, e, Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
+		p := newTap(t, inner.Addr().String())
+		var de *Encryption
+		if encrypt {
+			de = newEnc(t) // another node's throwaway certificate
+		}
+		if err := exchange(t, l, p.ln.Addr().String(), de, key); err != nil {
+			t.Fatalf("encrypt=%v: %v", encrypt, err)
+		}
+		_ = l.Close()
+		wire := p.seen()
+		for _, clear := range []string{"only the two nodes", "just as private", magic} {
+			if got := bytes.Contains(wire, []byte(clear)); got == encrypt {
+				t.Errorf("encrypt=%v: %q on the wire: %v", encrypt, clear, got)
+			}
+		}
+		if fails.Load() != 0 {
+			t.Errorf("encrypt=%v: %d failed handshakes", encrypt, fails.Load())
+		}
+	}
+}
+
+// TestEncryptedWrongKeyRefused: TLS alone lets anyone in (nobody checks a
+// certificate); the secret still decides.
+func TestEncryptedWrongKeyRefused(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fails atomic.Int64
+	l := NewListener(inner, newEnc(t), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
+	defer func() { _ = l.Close() }()
+	if err := exchange(t, l, inner.Addr().String(), newEnc(t), other); !errors.Is(err, ErrRefused) {
+		t.Fatalf("wrong key: %v, want ErrRefused", err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("the refusal counted", func() bool { return fails.Load() == 1 }))
+}
+
+// mitm terminates TLS on both sides with its own certificate and relays
+// the plaintext between them: it holds no secret, but sees and could
+// rewrite everything if the handshake were not bound to the session.
+func mitm(t *testing.T, target string) string {
+	t.Helper()
+	e := newEnc(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					_ = c.Close()
+					return
+				}
+				tu := tls.Client(u, e.client)
+				tc := tls.Server(c, e.server)
+				t.Cleanup(func() { _ = tu.Close(); _ = tc.Close() })
+				go func() { _, _ = io.Copy(tu, tc); _ = tu.Close() }()
+				_, _ = io.Copy(tc, tu)
+				_ = tc.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestManInTheMiddleRefused: a relay that ends TLS on each side and
+// passes the node handshake's bytes on unchanged cannot get through, as
+// each side's MAC is bound to its own TLS session.
+func TestManInTheMiddleRefused(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fails atomic.Int64
+	l := NewListener(inner, newEnc(t), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
+	defer func() { _ = l.Close() }()
+	err = exchange(t, l, mitm(t, inner.Addr().String()), newEnc(t), key)
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("through a man in the middle: %v, want ErrRefused", err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("the refusal counted", func() bool { return fails.Load() == 1 }))
+}
+
+// TestEncryptionMismatch: a node that encrypts and one that does not
+// refuse each other, and the errors name the setting.
+func TestEncryptionMismatch(t *testing.T) {
+	for _, listenerEncrypts := range []bool{false, true} {
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var le, de *Encryption
+		if listenerEncrypts {
+			le = newEnc(t)
+		} else {
+			de = newEnc(t)
+		}
+		var mu sync.Mutex
+		var lerr error
+		l := NewListener(inner, le, Keys{key}, SurfaceRaft, 1, func(_ net.Addr, err error) {
+			mu.Lock()
+			lerr = err
+			mu.Unlock()
+		})
+		err = exchange(t, l, inner.Addr().String(), de, key)
+		if err == nil || !strings.Contains(err.Error(), "[cluster] encrypt") {
+			t.Errorf("listener encrypts=%v: dial %v, want an error naming [cluster] encrypt", listenerEncrypts, err)
+		}
+		{
+			poll.CheckFor(t, 10*time.Second, poll.True("the listener's refusal", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return lerr != nil
+			}))
+			mu.Lock()
+			if !strings.Contains(lerr.Error(), "[cluster] encrypt") || !listenerEncrypts && !errors.Is(lerr, ErrAuth) {
+				t.Errorf("listener encrypts=%v: %v, want an error naming [cluster] encrypt (ErrAuth on a plain listener)", listenerEncrypts, lerr)
+			}
+			mu.Unlock()
+		}
+		_ = l.Close()
+	}
+}
