@@ -233,7 +233,7 @@ replace_after = "2s"
 // node answers /health (through a leader).
 func startCluster(t testing.TB, ctx context.Context, size int, timeout time.Duration) *testCluster {
 	t.Helper()
-	return startSkewedCluster(t, ctx, size, timeout, nil, 1)
+	return startSkewedCluster(t, ctx, size, timeout, nil, 1, false)
 }
 
 // startSkewedCluster is startCluster with node i's clock offset by skew[i]
@@ -241,8 +241,9 @@ func startCluster(t testing.TB, ctx context.Context, size int, timeout time.Dura
 // each node's internal HTTP listeners are on a block of consecutive
 // ports (shard k on the base plus k), advertised as another block, of
 // Links, in front of them: the requests forwarded between nodes for every
-// shard pass through Links that the faults cut.
-func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int) *testCluster {
+// shard pass through Links that the faults cut. encrypt sets [cluster]
+// encrypt on every node.
+func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int, encrypt bool) *testCluster {
 	t.Helper()
 	bin := crash.Binary(t)
 	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew, shards: shards}
@@ -267,7 +268,7 @@ func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout tim
 	if err := os.WriteFile(secret, []byte(strings.Repeat("fault-harness-secret-", 3)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	config := clusterTOML + fmt.Sprintf("secret_file = %q\nshards = %d\n", secret, shards)
+	config := clusterTOML + fmt.Sprintf("secret_file = %q\nshards = %d\nencrypt = %v\n", secret, shards, encrypt)
 	for i := range size {
 		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
 		var h *Link

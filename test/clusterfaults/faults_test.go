@@ -26,6 +26,7 @@ const (
 	envSkew     = "SLUICE_CLUSTER_FAULTS_SKEW"     // the last node's clock offset (default 20s; 0: none)
 	envShards   = "SLUICE_CLUSTER_FAULTS_SHARDS"   // [cluster] shards (default 1)
 	envKeep     = "SLUICE_CLUSTER_FAULTS_KEEP"     // where a failed run keeps its nodes' logs (default the temp dir)
+	envEncrypt  = "SLUICE_CLUSTER_FAULTS_ENCRYPT"  // 1 or 0: [cluster] encrypt on every node (default: drawn from the seed)
 )
 
 // defaultSkew is the last node's clock offset: far beyond the workload's
@@ -91,6 +92,23 @@ func drawnKinds(t testing.TB) []string {
 }
 
 const defaultDuration = 45 * time.Second
+
+// encryption reports whether the nodes encrypt their links
+// (envEncrypt; without it, every other seed does, so the bounded runs of
+// CI cover both), logged.
+func encryption(t testing.TB, seed uint64) bool {
+	t.Helper()
+	on := seed%2 == 1
+	switch s := os.Getenv(envEncrypt); s {
+	case "":
+	case "0", "1":
+		on = s == "1"
+	default:
+		t.Fatalf("%s=%q: want 0 or 1", envEncrypt, s)
+	}
+	t.Logf("%s=%v", envEncrypt, on)
+	return on
+}
 
 // settings reads the run's duration, size and seed (logged).
 func settings(t testing.TB) (time.Duration, int, uint64) {
@@ -279,12 +297,13 @@ func TestClusterFaults(tt *testing.T) {
 	dur, size, seed := settings(t)
 	shards := shardCount(t)
 	drawn := drawnKinds(t)
-	t.setRerun(fmt.Sprintf("%s=%d %s=%v %s=%d %s=%d %s=%q", envSeed, seed, envDuration, dur, envNodes, size, envShards, shards, envFIFO, os.Getenv(envFIFO)))
+	encrypt := encryption(t, seed)
+	t.setRerun(fmt.Sprintf("%s=%d %s=%v %s=%d %s=%d %s=%q %s=%d", envSeed, seed, envDuration, dur, envNodes, size, envShards, shards, envFIFO, os.Getenv(envFIFO), envEncrypt, map[bool]int{false: 0, true: 1}[encrypt]))
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
 
-	c := startSkewedCluster(t, ctx, size, 8*time.Second, skews(t, size), shards)
+	c := startSkewedCluster(t, ctx, size, 8*time.Second, skews(t, size), shards, encrypt)
 	leader, err := c.awaitStable(ctx, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
