@@ -122,7 +122,7 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	account := fs.String("account-id", opts.AccountID, "12-digit account id used in queue URLs and ARNs")
 	region := fs.String("region", opts.Region, "region used in ARNs")
 	debugListen := fs.String("debug-listen", "", "loopback address serving Go runtime profiles under /debug/pprof/ (heap, goroutines, CPU; no authentication; default off)")
-	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"pid\":n} here once listening")
+	ready := fs.String("ready-file", "", "write {\"sqs\":addr,\"amqp\":addr,\"pid\":n} here once listening (with \"amqps\" and \"debug\" when on)")
 	logLevel := fs.String("log-level", opts.LogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", opts.LogFormat, "text or json")
 	nodeID := fs.Uint64("node-id", 0, "cluster mode: this node's id among --peers (the [cluster] section's node_id)")

@@ -444,7 +444,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.log.Info("sluice cluster node started", started...)
 	if n.opts.ReadyFile != "" {
-		if err := server.WriteReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr(), n.opts.DebugAddr); err != nil {
+		if err := server.WriteReadyFile(n.opts.ReadyFile, n.HTTPAddr(), n.AMQPAddr(), n.AMQPSAddr(), n.opts.DebugAddr); err != nil {
 			n.log.Error("cannot write ready file", "err", err)
 		}
 	}

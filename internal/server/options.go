@@ -145,8 +145,10 @@ type Options struct {
 	AccountID string `toml:"account_id"`
 	Region    string `toml:"region"`
 	// ReadyFile, if set, is written (atomically) once the listeners are
-	// up, with JSON {"sqs":"host:port","pid":N}. Tests and scripts that
-	// start Sluice on port 0 read the address from it.
+	// up, with JSON {"sqs":"host:port","amqp":"host:port","pid":N}, and
+	// "amqps" and "debug" when those listeners are on (WriteReadyFile).
+	// Tests and scripts that start Sluice on port 0 read the addresses
+	// from it.
 	ReadyFile string `toml:"ready_file"`
 	// DebugListen, if set, is the address of a listener serving the Go
 	// runtime's profiles under /debug/pprof/ (DebugServer): heap,

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -162,10 +165,21 @@ func TestNonLoopbackNeedsCredentials(t *testing.T) {
 
 func TestTLSOnHTTPAndAMQP(t *testing.T) {
 	certPath, keyPath, pool := selfsigned.Cert(t)
+	readyFile := filepath.Join(t.TempDir(), "ready.json")
 	s := startWith(t, func(o *Options) {
 		o.TLS = TLSConfig{Cert: certPath, Key: keyPath}
 		o.AMQPListen = ""
 		o.AMQPSListen = "127.0.0.1:0"
+		o.ReadyFile = readyFile
+	})
+	// The ready file names the AMQPS listener as such, and no plain one.
+	poll.CheckFor(t, 10*time.Second, func() error {
+		var ready map[string]any
+		data, err := os.ReadFile(readyFile)
+		if err != nil || json.Unmarshal(data, &ready) != nil || ready["amqps"] != s.AMQPSAddr() || ready["amqp"] != "" || s.AMQPSAddr() == "" {
+			return fmt.Errorf("ready file %s (%v), want amqps %q and amqp \"\"", data, err, s.AMQPSAddr())
+		}
+		return nil
 	})
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	c := sqs.New(sqs.Options{BaseEndpoint: aws.String("https://" + s.SQSAddr()), Region: "us-east-1", HTTPClient: hc,

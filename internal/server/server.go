@@ -84,7 +84,9 @@ type Server struct {
 	httpLn   net.Listener
 	httpSrv  *http.Server
 	amqpLns  []net.Listener // plain, then TLS
-	amqpAddr string
+	amqpAddr string         // the first AMQP listener's (AMQPAddr)
+	// amqpsAddr is the AMQPS listener's.
+	amqpsAddr string
 }
 
 // New validates opts, opens the store and the engine, builds the front-ends
@@ -323,6 +325,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 			s.amqpAddr = aln.Addr().String()
 		}
 		if l.tls {
+			s.amqpsAddr = aln.Addr().String()
 			aln = tls.NewListener(aln, tlsCfg)
 		}
 		s.amqpLns = append(s.amqpLns, aln)
@@ -446,6 +449,18 @@ func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
 // AMQPAddr is the address of the (first) AMQP listener, "" when off.
 func (s *Server) AMQPAddr() string { return s.amqpAddr }
 
+// AMQPSAddr is the AMQPS listener's address ("" without amqps_listen).
+func (s *Server) AMQPSAddr() string { return s.amqpsAddr }
+
+// amqpPlainAddr is the plain AMQP listener's address ("" without
+// amqp_listen).
+func (s *Server) amqpPlainAddr() string {
+	if s.amqpAddr == s.amqpsAddr {
+		return ""
+	}
+	return s.amqpAddr
+}
+
 // ServeAMQPConn serves an AMQP connection accepted elsewhere (a cluster
 // node's public listener, while this server is its leader's) as if its
 // own listener had accepted it, and calls done once the server is
@@ -534,7 +549,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
-		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.AMQPAddr(), s.opts.DebugAddr); err != nil {
+		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.amqpPlainAddr(), s.AMQPSAddr(), s.opts.DebugAddr); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
 		}
 	}
@@ -643,10 +658,15 @@ func (s *Server) MetricsGatherer() prometheus.Gatherer { return s.metrics.Regist
 
 // WriteReadyFile writes, atomically (a temporary file renamed into place),
 // the JSON {"sqs":…,"amqp":…,"pid":…} that tests and scripts read to find a
-// broker started on port 0, with "debug" when there is a debug listener
-// (Options.DebugAddr). Cluster nodes write theirs with it too.
-func WriteReadyFile(path, httpAddr, amqpAddr, debugAddr string) error {
+// broker started on port 0: "amqp" is the plain AMQP listener ("" when
+// off), with "amqps" when there is an AMQPS listener and "debug" when
+// there is a debug listener (Options.DebugAddr). Cluster nodes write
+// theirs with it too.
+func WriteReadyFile(path, httpAddr, amqpAddr, amqpsAddr, debugAddr string) error {
 	m := map[string]any{"sqs": httpAddr, "amqp": amqpAddr, "pid": os.Getpid()}
+	if amqpsAddr != "" {
+		m["amqps"] = amqpsAddr
+	}
 	if debugAddr != "" {
 		m["debug"] = debugAddr
 	}
