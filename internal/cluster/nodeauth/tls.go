@@ -89,7 +89,7 @@ func (e *Encryption) DialConn(c net.Conn, key Key, surface string, self, expect 
 		return nil, 0, err
 	}
 	tc := tls.Client(c, e.client)
-	binding, err := bind(tc)
+	binding, err := bind(tc, false)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -112,7 +112,7 @@ func (e *Encryption) AcceptConn(c net.Conn, keys Keys, surfaces []string, self u
 		return nil, 0, 0, err
 	}
 	tc := tls.Server(c, e.server)
-	binding, err := bind(tc)
+	binding, err := bind(tc, true)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -146,7 +146,9 @@ func (s sealed) SetKeepAliveConfig(c net.KeepAliveConfig) error {
 }
 
 // bind completes tc's TLS handshake and returns its exporter value.
-func bind(tc *tls.Conn) ([]byte, error) {
+// listener says which side this is: the listener's failures name a
+// silent peer (Silent) and a plain dialer.
+func bind(tc *tls.Conn, listener bool) ([]byte, error) {
 	if err := tc.Handshake(); err != nil {
 		var rh tls.RecordHeaderError
 		if errors.As(err, &rh) && string(rh.RecordHeader[:]) == magic[:5] {
@@ -156,13 +158,12 @@ func bind(tc *tls.Conn) ([]byte, error) {
 		if errors.Is(err, net.ErrClosed) {
 			return nil, err
 		}
-		if reset(err) {
+		if listener && reset(err) {
 			// A port probe, or a peer shutting down (Silent).
 			err = fmt.Errorf("%w (%w)", errPeerGone, err)
 		}
-		if isTimeout(err) {
-			// On the listener's side: a plain dialer waits for the hello
-			// and sends nothing.
+		if listener && isTimeout(err) {
+			// A plain dialer waits for the hello and sends nothing.
 			return nil, fmt.Errorf("nodeauth: TLS handshake: %w (a node that does not encrypt sends nothing first: %s)", err, encryptHint)
 		}
 		return nil, fmt.Errorf("nodeauth: TLS handshake: %w", err)
