@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest/crashfs"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
 )
@@ -186,7 +187,27 @@ func newTunedCluster(t *testing.T, n int, crashable bool, tune func(int, *Config
 // log, so it must install a snapshot, after which its state store (data and
 // meta records) equals the leader's.
 func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
-	c := newTunedCluster(t, 3, false, lowThresholds)
+	for _, encrypt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("encrypt=%v", encrypt), func(t *testing.T) { laggingFollowerCatchesUp(t, encrypt) })
+	}
+}
+
+// laggingFollowerCatchesUp is TestLaggingFollowerCatchesUpBySnapshot,
+// with every link in TLS when encrypt is set ([cluster] encrypt; a node
+// makes a new certificate at every open, as a restarted process does).
+func laggingFollowerCatchesUp(t *testing.T, encrypt bool) {
+	tune := lowThresholds
+	if encrypt {
+		tune = func(i int, cfg *Config) {
+			lowThresholds(i, cfg)
+			e, err := nodeauth.NewEncryption()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Secret, cfg.Encryption = []byte(strings.Repeat("s", nodeauth.MinSecretSize)), e
+		}
+	}
+	c := newTunedCluster(t, 3, false, tune)
 	li := c.leader(-1)
 	fi := (li + 1) % 3
 	writeMany(t, c.nodes[li].Store(), "a", 10)
