@@ -285,8 +285,8 @@ func dial(rw io.ReadWriter, key Key, surface string, self, expect uint64, bindin
 	if n, err := io.ReadFull(rw, buf[:]); err != nil {
 		if n == 0 && binding == nil && (errors.Is(err, io.EOF) || isTimeout(err)) {
 			// A listener that encrypts waits for a TLS hello and says
-			// nothing to a plain dialer.
-			return 0, fmt.Errorf("nodeauth: reading the hello: %w (a node that encrypts sends nothing first: %s)", err, encryptHint)
+			// nothing to a plain dialer: a refusal (callers log it).
+			return 0, fmt.Errorf("%w: no hello from the listener (%v; a node that encrypts sends nothing first: %s)", ErrRefused, err, encryptHint)
 		}
 		return 0, fmt.Errorf("nodeauth: reading the hello: %w", err)
 	}
