@@ -131,6 +131,7 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	secretFile := fs.String("cluster-secret-file", "", "cluster mode: file holding the cluster secret (32 bytes or more), the same on every node (the [cluster] section's secret_file)")
 	extraSecretFile := fs.String("cluster-extra-secret-file", "", "cluster mode: a second secret this node also accepts from the nodes that dial it, while rotating the secret (the [cluster] section's extra_secret_file)")
 	encrypt := fs.Bool("cluster-encrypt", false, "cluster mode: carry the traffic between nodes in TLS (the [cluster] section's encrypt), the same on every node")
+	encryptTransition := fs.Bool("cluster-encrypt-transition", false, "cluster mode: accept plain and encrypted links from other nodes while turning --cluster-encrypt on or off in a running cluster (the [cluster] section's encrypt_transition)")
 	replication := fs.Int("replication-factor", 0, "cluster mode: how many members vote (the [cluster] section's replication_factor; default 3); the others are standby learners")
 	shards := fs.Int("shards", 0, "cluster mode: how many Raft groups the SQS queues are spread over, each with its own leader (the [cluster] section's shards; default 1; fixed at the cluster's first start, the same on every node)")
 	replaceAfter := fs.Duration("replace-after", 0, "cluster mode: replace a voter silent this long with a caught-up learner (the [cluster] section's replace_after; default 30s)")
@@ -206,6 +207,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Cluster.ExtraSecretFile = *extraSecretFile
 		case "cluster-encrypt":
 			opts.Cluster.Encrypt = *encrypt
+		case "cluster-encrypt-transition":
+			opts.Cluster.EncryptTransition = *encryptTransition
 		}
 	})
 	if *peers != "" {

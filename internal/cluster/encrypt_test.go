@@ -216,3 +216,57 @@ func plainHandshake(t *testing.T, addr, secret, surface string) error {
 	}
 	return err
 }
+
+// TestEncryptionTransitionCluster: in the middle of each of the first two
+// rounds of turning encryption on (docs/operations.md) — node 1 not yet
+// restarted, nodes 2 and 3 restarted — the cluster serves SQS and AMQP
+// through every node and refuses no handshake between its nodes. Round 1:
+// node 1 plain, the others accepting both and dialing plain; round 2:
+// node 1 so, the others accepting both and dialing TLS.
+func TestEncryptionTransitionCluster(t *testing.T) {
+	for round := 1; round <= 2; round++ {
+		t.Run(fmt.Sprint("round ", round), func(t *testing.T) { transitionRound(t, round) })
+	}
+}
+
+func transitionRound(t *testing.T, round int) {
+	secret := secretFile(t, "0123456789abcdef0123456789abcdef-transition")
+	nodes := threeNodes(t, func(o *server.Options) {
+		o.Cluster.SecretFile = secret
+		restarted := o.Cluster.NodeID != 1
+		// Round r's setting on the restarted nodes, round r-1's on node 1.
+		r := round
+		if !restarted {
+			r--
+		}
+		o.Cluster.EncryptTransition, o.Cluster.Encrypt = r >= 1, r >= 2
+	})
+	ctx := context.Background()
+	for _, n := range nodes {
+		c := sqs.New(sqs.Options{BaseEndpoint: aws.String("http://" + n.HTTPAddr()), Region: "us-east-1", RetryMaxAttempts: 5,
+			Credentials: credentials.NewStaticCredentialsProvider("x", "y", "")})
+		q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("halfway")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("m")}); err != nil {
+			t.Fatalf("send through node %d: %v", n.opts.Cluster.NodeID, err)
+		}
+		got, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 5})
+		if err != nil || len(got.Messages) != 1 {
+			t.Fatalf("receive through node %d: %v, %v", n.opts.Cluster.NodeID, got, err)
+		}
+		if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: got.Messages[0].ReceiptHandle}); err != nil {
+			t.Fatal(err)
+		}
+		amqpGreets(t, n.AMQPAddr())
+	}
+	for _, n := range nodes {
+		vals, _ := scrape(t, n)
+		for _, s := range []string{"raft", "http", "amqp"} {
+			if v := vals[fmt.Sprintf(`sluice_cluster_auth_failures_total{surface=%q}`, s)]; v != 0 {
+				t.Errorf("node %d refused %v %s handshakes", n.opts.Cluster.NodeID, v, s)
+			}
+		}
+	}
+}

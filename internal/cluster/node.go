@@ -163,7 +163,8 @@ type Node struct {
 	keys    nodeauth.Keys
 	failLog nodeauth.FailureLog
 	// enc carries every connection between nodes in TLS ([cluster]
-	// encrypt); nil: plain TCP.
+	// encrypt; with encrypt_transition, its listeners also take plain
+	// dialers); nil: plain TCP.
 	enc *nodeauth.Encryption
 
 	mu      sync.Mutex
@@ -256,9 +257,12 @@ func New(opts Options) (_ *Node, err error) {
 		}
 	}
 	n.keys = nodeauth.With(secret, extra)
-	if o.Cluster.Encrypt {
+	if o.Cluster.Encrypt || o.Cluster.EncryptTransition {
 		if n.enc, err = nodeauth.NewEncryption(); err != nil {
 			return nil, err
+		}
+		if o.Cluster.EncryptTransition {
+			n.enc = n.enc.Transition(o.Cluster.Encrypt)
 		}
 	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {

@@ -85,6 +85,13 @@ type ClusterConfig struct {
 	// authenticates. Every node must set the same value; a node that
 	// differs cannot join the others, and both log why.
 	Encrypt bool `toml:"encrypt"`
+	// EncryptTransition makes this node's listeners between nodes take
+	// plain and encrypted dialers alike, while it dials as Encrypt says:
+	// set during the rolling restarts that turn Encrypt on (or off) in a
+	// running cluster without an outage (docs/operations.md, "Encrypting
+	// the links between nodes"). It delays a plain dialer's handshake by
+	// nodeauth.PlainWait (300 ms).
+	EncryptTransition bool `toml:"encrypt_transition"`
 	// PromoteLagEntries: a node added by `sluice cluster add` joins as a
 	// learner (it receives the log but neither votes nor counts in the
 	// commit quorum), and the leader promotes it to voter, while the

@@ -24,8 +24,31 @@ import (
 // Every node of a cluster must agree: a node that encrypts and one that
 // does not cannot complete a handshake, and both say so in the error
 // (encryptHint).
+//
+// While a running cluster changes over (Transition), a node's listeners
+// take both kinds of dialer, and it dials one way or the other.
 type Encryption struct {
 	server, client *tls.Config
+	dial           bool // dialers use TLS
+	acceptPlain    bool // listeners take plain dialers too (Transition)
+}
+
+// PlainWait is how long a listener in transition waits for a dialer's
+// first byte before it takes the dialer for a plain one and sends the
+// hello: a TLS dialer speaks first (its ClientHello, at once), a plain
+// one waits for the hello. It delays a plain dialer's handshake by as
+// much, during a transition only.
+const PlainWait = 300 * time.Millisecond
+
+// Transition returns a copy of e for a cluster changing over to (or from)
+// encryption without an outage: its listeners accept TLS and plain
+// dialers alike (a dialer's first byte tells which, PlainWait), and it
+// dials in TLS when dial is set. docs/operations.md gives the three
+// rounds of rolling restarts.
+func (e *Encryption) Transition(dial bool) *Encryption {
+	c := *e
+	c.dial, c.acceptPlain = dial, true
+	return &c
 }
 
 // exporterLabel is the TLS exporter label of the channel binding.
@@ -64,6 +87,7 @@ func NewEncryption() (*Encryption, error) {
 	}
 	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
 	return &Encryption{
+		dial:   true,
 		server: &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}},
 		client: &tls.Config{
 			MinVersion: tls.VersionTLS13,
@@ -81,7 +105,7 @@ func NewEncryption() (*Encryption, error) {
 // connection to use from then on (c itself when e is nil) and the
 // listener's node id; c's deadline is cleared after.
 func (e *Encryption) DialConn(c net.Conn, key Key, surface string, self, expect uint64) (net.Conn, uint64, error) {
-	if e == nil {
+	if e == nil || !e.dial {
 		id, err := DialConn(c, key, surface, self, expect)
 		return c, id, err
 	}
@@ -104,6 +128,16 @@ func (e *Encryption) DialConn(c net.Conn, key Key, surface string, self, expect 
 // connection when e is not nil: the TLS handshake first, then the node
 // handshake bound to it. It returns the connection to use from then on.
 func (e *Encryption) AcceptConn(c net.Conn, keys Keys, surfaces []string, self uint64) (net.Conn, uint64, int, error) {
+	if e != nil && e.acceptPlain {
+		sc, tlsFirst, err := sniff(c)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if !tlsFirst {
+			e = nil // a plain dialer: the plain handshake, on c as it was
+		}
+		c = sc
+	}
 	if e == nil {
 		id, i, err := AcceptConnAny(c, keys, surfaces, self)
 		return c, id, i, err
@@ -123,6 +157,62 @@ func (e *Encryption) AcceptConn(c net.Conn, keys Keys, surfaces []string, self u
 	return sealed{tc}, id, i, c.SetDeadline(time.Time{})
 }
 
+// sniff waits up to PlainWait for c's first byte: a TLS record's tells a
+// TLS dialer (the connection returned replays the byte); none tells a
+// plain one (c returned unchanged). Any other first byte is refused: a
+// plain dialer says nothing before the hello.
+func sniff(c net.Conn) (net.Conn, bool, error) {
+	if err := c.SetReadDeadline(time.Now().Add(PlainWait)); err != nil {
+		return nil, false, err
+	}
+	var b [1]byte
+	n, err := c.Read(b[:])
+	if n == 0 && isTimeout(err) {
+		return c, false, c.SetReadDeadline(time.Time{})
+	}
+	if n == 0 {
+		if reset(err) {
+			err = fmt.Errorf("%w (%w)", errPeerGone, err)
+		}
+		return nil, false, fmt.Errorf("nodeauth: reading the dialer's first byte: %w", err)
+	}
+	if b[0] != tlsHandshakeRecord {
+		return nil, false, fmt.Errorf("%w: the dialer spoke before the hello, and not TLS", ErrAuth)
+	}
+	return &replayConn{Conn: c, first: b[0], pending: true}, true, nil
+}
+
+// replayConn is a connection whose first byte was read already: Read
+// returns it first.
+type replayConn struct {
+	net.Conn
+	first   byte
+	pending bool
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if r.pending && len(p) > 0 {
+		r.pending = false
+		p[0] = r.first
+		return 1, nil
+	}
+	return r.Conn.Read(p)
+}
+
+// SetKeepAliveConfig is the TCP connection's (sealed's).
+func (r *replayConn) SetKeepAliveConfig(c net.KeepAliveConfig) error { return keepAlive(r.Conn, c) }
+
+// keepAlive sets c's TCP keepalive when c is a TCP connection or wraps
+// one.
+func keepAlive(c net.Conn, cfg net.KeepAliveConfig) error {
+	if k, ok := c.(interface {
+		SetKeepAliveConfig(net.KeepAliveConfig) error
+	}); ok {
+		return k.SetKeepAliveConfig(cfg)
+	}
+	return nil
+}
+
 // sealed is an encrypted connection between nodes, past both handshakes.
 // Its Close closes the TCP connection at once, without TLS's close_notify
 // alert: every protocol between nodes frames its own end, and a Close
@@ -138,12 +228,7 @@ func (s sealed) Close() error { return s.NetConn().Close() }
 
 // SetKeepAliveConfig sets the TCP connection's keepalive, as on a
 // *net.TCPConn (the AMQP server sets it on the connections it serves).
-func (s sealed) SetKeepAliveConfig(c net.KeepAliveConfig) error {
-	if tc, ok := s.NetConn().(*net.TCPConn); ok {
-		return tc.SetKeepAliveConfig(c)
-	}
-	return nil
-}
+func (s sealed) SetKeepAliveConfig(c net.KeepAliveConfig) error { return keepAlive(s.NetConn(), c) }
 
 // bind completes tc's TLS handshake and returns its exporter value.
 // listener says which side this is: the listener's failures name a

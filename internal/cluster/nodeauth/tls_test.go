@@ -274,3 +274,39 @@ func TestEncryptionMismatch(t *testing.T) {
 		_ = l.Close()
 	}
 }
+
+// TestTransitionListener: a listener in transition takes plain and TLS
+// dialers alike, each the way it came (the tap sees the plain one's bytes
+// and not the TLS one's), and a node in transition dials as its dial
+// flag says.
+func TestTransitionListener(t *testing.T) {
+	for _, dialer := range []string{"plain", "tls", "transition-plain", "transition-tls"} {
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fails atomic.Int64
+		l := NewListener(inner, newEnc(t).Transition(false), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
+		p := newTap(t, inner.Addr().String())
+		var de *Encryption
+		switch dialer {
+		case "tls":
+			de = newEnc(t)
+		case "transition-plain":
+			de = newEnc(t).Transition(false)
+		case "transition-tls":
+			de = newEnc(t).Transition(true)
+		}
+		if err := exchange(t, l, p.ln.Addr().String(), de, key); err != nil {
+			t.Fatalf("%s dialer: %v", dialer, err)
+		}
+		_ = l.Close()
+		encrypted := dialer == "tls" || dialer == "transition-tls"
+		if clear := bytes.Contains(p.seen(), []byte("only the two nodes")); clear == encrypted {
+			t.Errorf("%s dialer: the body in the clear on the wire: %v", dialer, clear)
+		}
+		if fails.Load() != 0 {
+			t.Errorf("%s dialer: %d failed handshakes", dialer, fails.Load())
+		}
+	}
+}

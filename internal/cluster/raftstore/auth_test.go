@@ -213,3 +213,56 @@ func TestSecretRotationRolling(t *testing.T) {
 		}
 	}
 }
+
+// TestEncryptionTransitionRolling turns encryption on in a running group
+// by three rounds of rolling restarts (docs/operations.md): every node's
+// listeners first take both kinds of dialer while it still dials plain,
+// then it dials in TLS, then its listeners take TLS only. Writes
+// replicate at every step and no handshake is refused; then back off the
+// same way.
+func TestEncryptionTransitionRolling(t *testing.T) {
+	mode := []string{"plain", "plain", "plain"}
+	var fails atomic.Int64
+	c := startClusterTuned(t, 3, false, func(i int, conf *Config) {
+		conf.Secret = testSecret
+		conf.OnAuthFailure = func() { fails.Add(1) }
+		if mode[i] == "plain" {
+			conf.Encryption = nil
+			return
+		}
+		e, err := nodeauth.NewEncryption()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch mode[i] {
+		case "accept":
+			e = e.Transition(false)
+		case "dial":
+			e = e.Transition(true)
+		}
+		conf.Encryption = e
+	})
+	write := 0
+	check := func(step string) {
+		t.Helper()
+		li := c.leader(-1)
+		k := fmt.Sprint("k", write)
+		write++
+		poll.CheckFor(t, 15*time.Second, func() error { return writeKV(c.nodes[li].Store(), k, step) })
+		for _, nd := range c.nodes {
+			poll.CheckFor(t, 15*time.Second, func() error { return stateHas(nd, k, step) })
+		}
+		if n := fails.Load(); n != 0 {
+			t.Fatalf("%s: %d handshakes refused", step, n)
+		}
+	}
+	check("start")
+	for _, next := range []string{"accept", "dial", "tls", "dial", "accept", "plain"} {
+		for i := range 3 {
+			c.stop(i)
+			mode[i] = next
+			c.restart(i)
+			check(fmt.Sprintf("%s, node %d", next, i+1))
+		}
+	}
+}
