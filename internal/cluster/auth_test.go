@@ -70,23 +70,8 @@ func TestSecretClusterServesAndRefusesOutsiders(t *testing.T) {
 	}
 
 	// AMQP through the follower: the relay's handshake with the leader
-	// passes, and the broker answers the protocol header with
-	// connection.start (a method frame, type 1).
-	amqpConn, err := net.Dial("tcp", follower.AMQPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = amqpConn.Close() }()
-	if _, err := amqpConn.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
-		t.Fatal(err)
-	}
-	if err := amqpConn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	frame := make([]byte, 1)
-	if _, err := io.ReadFull(amqpConn, frame); err != nil || frame[0] != 1 {
-		t.Fatalf("AMQP through the follower: %v, first byte %v; want connection.start", err, frame)
-	}
+	// passes, and the broker answers the protocol header.
+	amqpGreets(t, follower.AMQPAddr())
 
 	ad, _, ok := leader.target(0)
 	if !ok {

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,72 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/tap"
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/server"
 )
-
-// raftTap is a TCP proxy on 127.0.0.1:0 in front of one node's Raft
-// listener that records what the other nodes send it.
-type raftTap struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	got bytes.Buffer
-}
-
-func newRaftTap(t *testing.T, target string) *raftTap {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &raftTap{ln: ln}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, c, u)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(c, u); _ = c.Close() }()
-			go func() { defer wg.Done(); _, _ = io.Copy(io.MultiWriter(u, p), c); _ = u.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *raftTap) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.got.Write(b)
-}
-
-func (p *raftTap) seen(s string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return bytes.Contains(p.got.Bytes(), []byte(s))
-}
 
 // TestEncryptedCluster: with [cluster] encrypt, a three-node cluster
 // serves SQS and AMQP through a follower (forwarded and relayed to the
@@ -98,11 +35,11 @@ func TestEncryptedCluster(t *testing.T) {
 			const secretText = "0123456789abcdef0123456789abcdef-encrypt"
 			secret := secretFile(t, secretText)
 			real := brokertest.ReservePorts(t, 3)
-			taps := make([]*raftTap, 3)
+			taps := make([]*tap.Tap, 3)
 			peers := make([]server.ClusterPeer, 3)
 			for i := range taps {
-				taps[i] = newRaftTap(t, real[i])
-				peers[i] = server.ClusterPeer{ID: uint64(i + 1), Raft: taps[i].ln.Addr().String()}
+				taps[i] = tap.New(t, real[i])
+				peers[i] = server.ClusterPeer{ID: uint64(i + 1), Raft: taps[i].Addr()}
 			}
 			nodes := threeNodes(t, func(o *server.Options) {
 				o.Cluster.SecretFile, o.Cluster.Encrypt = secret, encrypt
@@ -131,7 +68,7 @@ func TestEncryptedCluster(t *testing.T) {
 			// follower's tap carried the entry.
 			seen := false
 			for _, p := range taps {
-				seen = seen || p.seen(body)
+				seen = seen || p.Seen(body)
 			}
 			if seen == encrypt {
 				t.Fatalf("encrypt=%v: the body seen in the clear on a Raft link: %v", encrypt, seen)

@@ -87,6 +87,8 @@ var allowed = map[string][]string{
 	// A test's own TLS certificate; nothing of Sluice, for the same
 	// reason.
 	"internal/brokertest/selfsigned": {},
+	// A recording TCP proxy for tests; nothing of Sluice either.
+	"internal/brokertest/tap": {},
 	// The power-cut filesystem of tests (pebble's crashable MemFS without
 	// its ReuseForWrite deadlock); nothing of Sluice, for the same reason.
 	"internal/brokertest/crashfs": {},

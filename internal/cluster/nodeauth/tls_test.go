@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/brokertest/tap"
 )
 
 func newEnc(t *testing.T) *Encryption {
@@ -22,66 +23,6 @@ func newEnc(t *testing.T) *Encryption {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// tap is a TCP proxy on 127.0.0.1:0 in front of target that records every
-// byte it carries, both ways.
-type tap struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newTap(t *testing.T, target string) *tap {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tap{ln: ln}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			t.Cleanup(func() { _ = c.Close(); _ = u.Close() })
-			go p.pipe(u, c)
-			go p.pipe(c, u)
-		}
-	}()
-	return p
-}
-
-func (p *tap) pipe(dst, src net.Conn) {
-	b := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(b)
-		if n > 0 {
-			p.mu.Lock()
-			p.buf.Write(b[:n])
-			p.mu.Unlock()
-			if _, werr := dst.Write(b[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			_ = dst.Close()
-			return
-		}
-	}
-}
-
-func (p *tap) seen() []byte {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return bytes.Clone(p.buf.Bytes())
 }
 
 // exchange dials l through addr with e and key, sends a secret line each
@@ -137,18 +78,17 @@ func TestEncryptedConnection(t *testing.T) {
 		}
 		var fails atomic.Int64
 		l := NewListener(inner, e, Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
-		p := newTap(t, inner.Addr().String())
+		p := tap.New(t, inner.Addr().String())
 		var de *Encryption
 		if encrypt {
 			de = newEnc(t) // another node's throwaway certificate
 		}
-		if err := exchange(t, l, p.ln.Addr().String(), de, key); err != nil {
+		if err := exchange(t, l, p.Addr(), de, key); err != nil {
 			t.Fatalf("encrypt=%v: %v", encrypt, err)
 		}
 		_ = l.Close()
-		wire := p.seen()
 		for _, clear := range []string{"only the two nodes", "just as private", magic} {
-			if got := bytes.Contains(wire, []byte(clear)); got == encrypt {
+			if got := p.Seen(clear); got == encrypt {
 				t.Errorf("encrypt=%v: %q on the wire: %v", encrypt, clear, got)
 			}
 		}
@@ -287,7 +227,7 @@ func TestTransitionListener(t *testing.T) {
 		}
 		var fails atomic.Int64
 		l := NewListener(inner, newEnc(t).Transition(false), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
-		p := newTap(t, inner.Addr().String())
+		p := tap.New(t, inner.Addr().String())
 		var de *Encryption
 		switch dialer {
 		case "tls":
@@ -297,12 +237,12 @@ func TestTransitionListener(t *testing.T) {
 		case "transition-tls":
 			de = newEnc(t).Transition(true)
 		}
-		if err := exchange(t, l, p.ln.Addr().String(), de, key); err != nil {
+		if err := exchange(t, l, p.Addr(), de, key); err != nil {
 			t.Fatalf("%s dialer: %v", dialer, err)
 		}
 		_ = l.Close()
 		encrypted := dialer == "tls" || dialer == "transition-tls"
-		if clear := bytes.Contains(p.seen(), []byte("only the two nodes")); clear == encrypted {
+		if clear := p.Seen("only the two nodes"); clear == encrypted {
 			t.Errorf("%s dialer: the body in the clear on the wire: %v", dialer, clear)
 		}
 		if fails.Load() != 0 {

@@ -189,20 +189,7 @@ func TestSecretRotationRolling(t *testing.T) {
 		conf.Secret, conf.ExtraSecret = cfg[i].own, cfg[i].extra
 		conf.OnAuthFailure = func() { fails.Add(1) }
 	})
-	write := 0
-	check := func(step string) {
-		t.Helper()
-		li := c.leader(-1)
-		k := fmt.Sprint("k", write)
-		write++
-		poll.CheckFor(t, 15*time.Second, func() error { return writeKV(c.nodes[li].Store(), k, step) })
-		for _, nd := range c.nodes {
-			poll.CheckFor(t, 15*time.Second, func() error { return stateHas(nd, k, step) })
-		}
-		if n := fails.Load(); n != 0 {
-			t.Fatalf("%s: %d handshakes refused", step, n)
-		}
-	}
+	check := replicates(t, c, &fails)
 	check("start")
 	for phase, next := range []keys{{testSecret, otherSecret}, {otherSecret, testSecret}, {otherSecret, nil}} {
 		for i := range 3 {
@@ -242,8 +229,24 @@ func TestEncryptionTransitionRolling(t *testing.T) {
 		}
 		conf.Encryption = e
 	})
+	check := replicates(t, c, &fails)
+	check("start")
+	for _, next := range []string{"accept", "dial", "tls", "dial", "accept", "plain"} {
+		for i := range 3 {
+			c.stop(i)
+			mode[i] = next
+			c.restart(i)
+			check(fmt.Sprintf("%s, node %d", next, i+1))
+		}
+	}
+}
+
+// replicates returns a check for each step of a rolling change: a new
+// key written through the leader reaches every node, and no handshake
+// was refused (fails counts them).
+func replicates(t *testing.T, c *cluster, fails *atomic.Int64) func(step string) {
 	write := 0
-	check := func(step string) {
+	return func(step string) {
 		t.Helper()
 		li := c.leader(-1)
 		k := fmt.Sprint("k", write)
@@ -254,15 +257,6 @@ func TestEncryptionTransitionRolling(t *testing.T) {
 		}
 		if n := fails.Load(); n != 0 {
 			t.Fatalf("%s: %d handshakes refused", step, n)
-		}
-	}
-	check("start")
-	for _, next := range []string{"accept", "dial", "tls", "dial", "accept", "plain"} {
-		for i := range 3 {
-			c.stop(i)
-			mode[i] = next
-			c.restart(i)
-			check(fmt.Sprintf("%s, node %d", next, i+1))
 		}
 	}
 }
