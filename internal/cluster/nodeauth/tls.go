@@ -100,9 +100,10 @@ func NewEncryption() (*Encryption, error) {
 	}, nil
 }
 
-// DialConn runs the dialer's side on c within Timeout: the TLS handshake
-// when e is not nil, then the node handshake bound to it. It returns the
-// connection to use from then on (c itself when e is nil) and the
+// DialConn runs the dialer's side on c within Timeout: when e dials in
+// TLS (not nil, and not a Transition(false)), the TLS handshake and then
+// the node handshake bound to it; else the plain handshake. It returns
+// the connection to use from then on (c itself when plain) and the
 // listener's node id; c's deadline is cleared after.
 func (e *Encryption) DialConn(c net.Conn, key Key, surface string, self, expect uint64) (net.Conn, uint64, error) {
 	if e == nil || !e.dial {
@@ -124,9 +125,11 @@ func (e *Encryption) DialConn(c net.Conn, key Key, surface string, self, expect 
 	return sealed{tc}, id, c.SetDeadline(time.Time{})
 }
 
-// AcceptConn is AcceptConnAny for the listener's side of an encrypted
-// connection when e is not nil: the TLS handshake first, then the node
-// handshake bound to it. It returns the connection to use from then on.
+// AcceptConn is AcceptConnAny for the listener's side: when e is not nil,
+// the TLS handshake first and then the node handshake bound to it (in a
+// Transition, only for a dialer whose first byte is TLS's; a dialer that
+// sends nothing for PlainWait gets the plain handshake). It returns the
+// connection to use from then on.
 func (e *Encryption) AcceptConn(c net.Conn, keys Keys, surfaces []string, self uint64) (net.Conn, uint64, int, error) {
 	if e != nil && e.acceptPlain {
 		sc, tlsFirst, err := sniff(c)
