@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -119,6 +120,9 @@ type viewMember struct {
 	InSync     bool   `json:"in_sync"`
 	// ReplicationFactor is the member's own setting, as it reported it.
 	ReplicationFactor int `json:"replication_factor,omitempty"`
+	// Links is how the member carries its links to the other nodes
+	// ("plain", "tls", or a switch-over's "accept-both, dial …").
+	Links string `json:"links,omitempty"`
 	// ClockOffsetMs is the member's wall clock minus the cluster's (the
 	// leader's engine clock), as it measured it; nil when it has not.
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
@@ -369,6 +373,7 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			}
 		}
 		if rep.View != nil {
+			printLinks(w, rep.View.Members)
 			for _, m := range rep.View.Members {
 				if m.Stopped && m.ID != n.ID {
 					fmt.Fprintf(w, "warning: node %d is stopped: a write of its Raft log or state store failed, so it takes no part in the cluster (see its /health); after a full disk it restarts itself in place once space is back, after any other failure restart it by hand once the disk is sound\n", m.ID)
@@ -450,4 +455,31 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		return ExitOK
 	})
+}
+
+// printLinks prints how the members carry their links to each other, as
+// they reported it: one word when they agree, each member's while they do
+// not (a switch-over of [cluster] encrypt in progress, or a
+// misconfiguration). Members that never reported are left out.
+func printLinks(w io.Writer, members []viewMember) {
+	var parts []string
+	same := ""
+	for _, m := range members {
+		if m.Links == "" {
+			continue
+		}
+		if len(parts) == 0 {
+			same = m.Links
+		} else if m.Links != same {
+			same = ""
+		}
+		parts = append(parts, fmt.Sprintf("node %d %s", m.ID, m.Links))
+	}
+	switch {
+	case len(parts) == 0:
+	case same != "" && !strings.HasPrefix(same, "accept-both"):
+		fmt.Fprintf(w, "links between nodes: %s\n", same)
+	default:
+		fmt.Fprintf(w, "links between nodes: %s (a switch-over of [cluster] encrypt: finish each round of restarts on every node before the next, docs/operations.md)\n", strings.Join(parts, "; "))
+	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -163,6 +164,37 @@ func TestClusterStatusShards(t *testing.T) {
 	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED +VOTERS +LEARNERS$`, `(?m)^0 +1 +3 +follower +9 +9 +1,2 +-$`, `(?m)^1 +2 +5 +leader +40 +40 +1,2 +4$`, `(?m)^2 +none +7 +candidate +12 +11 +1,2 +-$`, `(?m)^3 +none +2 +stopped +5 +5 +1,2 +-$`, `(?m)^stopped: a write of this node's Raft log`} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("want %s in:\n%s", re, r.stdout)
+		}
+	}
+}
+
+// `cluster status` says how the members carry their links: one word when
+// they agree, each member's during a switch-over of [cluster] encrypt.
+func TestClusterStatusLinks(t *testing.T) {
+	for _, c := range []struct {
+		links [3]string
+		want  string
+	}{
+		{[3]string{"tls", "tls", "tls"}, "links between nodes: tls\n"},
+		{[3]string{"plain", "accept-both, dial plain", ""}, "links between nodes: node 1 plain; node 2 accept-both, dial plain (a switch-over of [cluster] encrypt"},
+		{[3]string{"accept-both, dial tls", "accept-both, dial tls", "accept-both, dial tls"}, "links between nodes: node 1 accept-both, dial tls; node 2 accept-both, dial tls; node 3 accept-both, dial tls (a switch-over"},
+	} {
+		report := fmt.Sprintf(`{"node":{"id":1,"role":"leader","term":3,"leader":1,"commit":9,"applied":9},
+			"public":{"http":"127.0.0.1:1"},
+			"peers":[{"id":1,"raft":"127.0.0.1:11","membership":"voter"},{"id":2,"raft":"127.0.0.1:12","membership":"voter"},{"id":3,"raft":"127.0.0.1:13","membership":"voter"}],
+			"view":{"leader":1,"term":3,"last_index":9,"replication_factor":3,"members":[
+				{"id":1,"membership":"voter","match":9,"in_sync":true,"links":%q},
+				{"id":2,"membership":"voter","match":9,"in_sync":true,"links":%q},
+				{"id":3,"membership":"voter","match":9,"in_sync":true,"links":%q}]}}`, c.links[0], c.links[1], c.links[2])
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(report))
+		}))
+		f := &fixture{t: t, url: srv.URL}
+		r := f.run(Cluster, "", "status")
+		srv.Close()
+		if r.code != ExitOK || !strings.Contains(r.stdout, c.want) {
+			t.Errorf("links %q: exit %d, want %q in:\n%s%s", c.links, r.code, c.want, r.stdout, r.stderr)
 		}
 	}
 }

@@ -87,6 +87,9 @@ type MemberView struct {
 	// that does not report it). One that differs from the view's is a
 	// misconfiguration: the voters would change with the leader.
 	ReplicationFactor int `json:"replication_factor,omitempty"`
+	// Links is how the member carries its links to the other nodes
+	// (NodeStatus.Links), as it last reported (absent when it never did).
+	Links string `json:"links,omitempty"`
 	// ClockOffsetMs is the member's wall clock minus the cluster's (the
 	// leader's engine clock) in milliseconds, as it last measured and
 	// reported it (for the leader, its wall clock minus its engine's;
@@ -139,12 +142,14 @@ func (n *Node) view() (ClusterView, bool) {
 			m.ReportedMsAgo = new(int64)
 			m.DiskLow = n.disk.low
 			m.ReplicationFactor = v.ReplicationFactor
+			m.Links = n.enc.Mode()
 			m.ClockOffsetMs = new(leaderOffset(n.timeline).Seconds() * 1000)
 			m.Stopped = selfStopped
 		case ok:
 			m.Role, m.Term, m.Commit, m.Applied = r.st.Role, r.st.Term, r.st.Commit, r.st.Applied
 			m.DiskLow = r.st.DiskLow
 			m.ReplicationFactor = r.st.ReplicationFactor
+			m.Links = r.st.Links
 			if r.st.Leader == st.ID {
 				m.ClockOffsetMs = r.st.ClockOffsetMs
 			}

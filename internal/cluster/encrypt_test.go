@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluicemq/sluice/internal/brokertest"
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/brokertest/tap"
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/server"
@@ -198,6 +199,25 @@ func transitionRound(t *testing.T, round int) {
 		}
 		amqpGreets(t, n.AMQPAddr())
 	}
+	// The leader's view shows each member's setting (the round it is in).
+	want := map[int]string{1: "plain", 2: "accept-both, dial plain", 3: "accept-both, dial tls"}
+	leader, _ := leaderAndFollower(t, nodes)
+	poll.CheckFor(t, 10*time.Second, func() error {
+		v, ok := leader.view()
+		if !ok {
+			return fmt.Errorf("node %d no longer leads", leader.opts.Cluster.NodeID)
+		}
+		for _, m := range v.Members {
+			r := round
+			if m.ID == 1 {
+				r--
+			}
+			if m.Links != want[r+1] {
+				return fmt.Errorf("member %d's links %q, want %q", m.ID, m.Links, want[r+1])
+			}
+		}
+		return nil
+	})
 	for _, n := range nodes {
 		vals, _ := scrape(t, n)
 		for _, s := range []string{"raft", "http", "amqp"} {

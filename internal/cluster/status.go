@@ -74,6 +74,12 @@ type NodeStatus struct {
 	// Only the leader's applies; a member configured otherwise would
 	// apply its own once it leads, so the leader compares them (MemberView).
 	ReplicationFactor int `json:"replication_factor,omitempty"`
+	// Links is how this node's connections to the other nodes are
+	// carried ([cluster] encrypt and encrypt_transition, nodeauth.Mode):
+	// "plain", "tls", or during a switch-over "accept-both, dial plain" /
+	// "accept-both, dial tls". The leader shows every member's, so an
+	// operator sees which round of the rolling restarts each node is in.
+	Links string `json:"links,omitempty"`
 	// ClockOffsetMs is this node's wall clock minus the cluster's (the
 	// leader's engine clock) in milliseconds (clockskew.go): on the
 	// leader, its wall clock minus its engine's; absent before a first
@@ -119,6 +125,7 @@ func (n *Node) Status() Report {
 	rep.Node.DiskLow = n.disk.low
 	n.mu.Unlock()
 	rep.Node.ReplicationFactor = n.opts.Cluster.Factor()
+	rep.Node.Links = n.enc.Mode()
 	rep.Node.ClockOffsetMs, rep.Node.ClockUncertaintyMs = n.clockOffsetMs(st.Role, st.Leader)
 	if len(st.Match) > 0 {
 		rep.Node.Match = make(map[string]uint64, len(st.Match))

@@ -51,6 +51,21 @@ func (e *Encryption) Transition(dial bool) *Encryption {
 	return &c
 }
 
+// Mode names how e carries a node's links: "plain" (nil), "tls", or in a
+// Transition "accept-both, dial plain" / "accept-both, dial tls".
+func (e *Encryption) Mode() string {
+	switch {
+	case e == nil:
+		return "plain"
+	case !e.acceptPlain:
+		return "tls"
+	case e.dial:
+		return "accept-both, dial tls"
+	default:
+		return "accept-both, dial plain"
+	}
+}
+
 // exporterLabel is the TLS exporter label of the channel binding.
 const exporterLabel = "EXPORTER-sluice-node-auth"
 
