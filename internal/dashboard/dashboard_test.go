@@ -315,6 +315,11 @@ func TestEventsStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { f.d.Run(ctx); close(ran) }()
+	// Run samples once before it parks on its timer: connect after that
+	// sample, or it pushes an event of its own between the first one and
+	// the one this test waits for (a CI run under -race got it with the
+	// send below not in it yet).
+	poll.Parked(t, f.clk, 1)
 	resp, err := http.Get(f.srv.URL + "/sluice/v1/dashboard/events")
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +350,7 @@ func TestEventsStream(t *testing.T) {
 	}
 	// The next sample pushes the next event.
 	f.send("orders", 4)
-	poll.Parked(t, f.clk, 1) // the sampler
-	f.clk.Advance(5 * time.Second)
+	f.clk.Advance(5 * time.Second) // the sampler is parked (above)
 	if ov := next(); f.queue(ov, "orders").Visible != 4 {
 		t.Fatalf("second event: %+v", f.queue(ov, "orders"))
 	}
