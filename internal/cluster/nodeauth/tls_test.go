@@ -6,9 +6,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,22 +63,47 @@ func exchange(t *testing.T, l *Listener, addr string, e *Encryption, k Key) erro
 	return c.Close()
 }
 
+// listen starts a Listener for node 1 holding key on 127.0.0.1:0,
+// encrypted as e says, closed when the test ends. failed returns every
+// handshake it reported as failed so far.
+func listen(t *testing.T, e *Encryption) (l *Listener, addr string, failed func() []error) {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var errs []error
+	l = NewListener(inner, e, Keys{key}, SurfaceRaft, 1, func(_ net.Addr, err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	})
+	t.Cleanup(func() { _ = l.Close() })
+	return l, inner.Addr().String(), func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(errs)
+	}
+}
+
+// refusedOnce waits until failed reports one refused handshake.
+func refusedOnce(t *testing.T, failed func() []error) {
+	t.Helper()
+	poll.CheckFor(t, 10*time.Second, poll.True("the refusal counted", func() bool { return len(failed()) == 1 }))
+}
+
 // TestEncryptedConnection: with Encryption on both ends the handshake
 // passes, the bytes after it arrive, and none of them — nor the handshake
 // — cross the wire in the clear; without it, they do (the tap can tell).
 func TestEncryptedConnection(t *testing.T) {
 	for _, encrypt := range []bool{true, false} {
-		inner, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var e *Encryption
 		if encrypt {
 			e = newEnc(t)
 		}
-		var fails atomic.Int64
-		l := NewListener(inner, e, Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
-		p := tap.New(t, inner.Addr().String())
+		l, addr, failed := listen(t, e)
+		p := tap.New(t, addr)
 		var de *Encryption
 		if encrypt {
 			de = newEnc(t) // another node's throwaway certificate
@@ -92,8 +117,8 @@ func TestEncryptedConnection(t *testing.T) {
 				t.Errorf("encrypt=%v: %q on the wire: %v", encrypt, clear, got)
 			}
 		}
-		if fails.Load() != 0 {
-			t.Errorf("encrypt=%v: %d failed handshakes", encrypt, fails.Load())
+		if f := failed(); len(f) != 0 {
+			t.Errorf("encrypt=%v: failed handshakes %v", encrypt, f)
 		}
 	}
 }
@@ -101,17 +126,11 @@ func TestEncryptedConnection(t *testing.T) {
 // TestEncryptedWrongKeyRefused: TLS alone lets anyone in (nobody checks a
 // certificate); the secret still decides.
 func TestEncryptedWrongKeyRefused(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fails atomic.Int64
-	l := NewListener(inner, newEnc(t), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
-	defer func() { _ = l.Close() }()
-	if err := exchange(t, l, inner.Addr().String(), newEnc(t), other); !errors.Is(err, ErrRefused) {
+	l, addr, failed := listen(t, newEnc(t))
+	if err := exchange(t, l, addr, newEnc(t), other); !errors.Is(err, ErrRefused) {
 		t.Fatalf("wrong key: %v, want ErrRefused", err)
 	}
-	poll.CheckFor(t, 10*time.Second, poll.True("the refusal counted", func() bool { return fails.Load() == 1 }))
+	refusedOnce(t, failed)
 }
 
 // mitm terminates TLS on both sides with its own certificate and relays
@@ -153,42 +172,25 @@ func mitm(t *testing.T, target string) string {
 // passes the node handshake's bytes on unchanged cannot get through, as
 // each side's MAC is bound to its own TLS session.
 func TestManInTheMiddleRefused(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fails atomic.Int64
-	l := NewListener(inner, newEnc(t), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
-	defer func() { _ = l.Close() }()
-	err = exchange(t, l, mitm(t, inner.Addr().String()), newEnc(t), key)
-	if !errors.Is(err, ErrRefused) {
+	l, addr, failed := listen(t, newEnc(t))
+	if err := exchange(t, l, mitm(t, addr), newEnc(t), key); !errors.Is(err, ErrRefused) {
 		t.Fatalf("through a man in the middle: %v, want ErrRefused", err)
 	}
-	poll.CheckFor(t, 10*time.Second, poll.True("the refusal counted", func() bool { return fails.Load() == 1 }))
+	refusedOnce(t, failed)
 }
 
 // TestEncryptionMismatch: a node that encrypts and one that does not
 // refuse each other, and the errors name the setting.
 func TestEncryptionMismatch(t *testing.T) {
 	for _, listenerEncrypts := range []bool{false, true} {
-		inner, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var le, de *Encryption
 		if listenerEncrypts {
 			le = newEnc(t)
 		} else {
 			de = newEnc(t)
 		}
-		var mu sync.Mutex
-		var lerr error
-		l := NewListener(inner, le, Keys{key}, SurfaceRaft, 1, func(_ net.Addr, err error) {
-			mu.Lock()
-			lerr = err
-			mu.Unlock()
-		})
-		err = exchange(t, l, inner.Addr().String(), de, key)
+		l, addr, failed := listen(t, le)
+		err := exchange(t, l, addr, de, key)
 		if err == nil || !strings.Contains(err.Error(), "[cluster] encrypt") {
 			t.Errorf("listener encrypts=%v: dial %v, want an error naming [cluster] encrypt", listenerEncrypts, err)
 		}
@@ -200,16 +202,10 @@ func TestEncryptionMismatch(t *testing.T) {
 		// dialer closes having sent nothing, which is a port probe's
 		// silence. The plain listener always reports the TLS dialer.
 		if !listenerEncrypts {
-			poll.CheckFor(t, 10*time.Second, poll.True("the listener's refusal", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return lerr != nil
-			}))
-			mu.Lock()
-			if !strings.Contains(lerr.Error(), "[cluster] encrypt") || !errors.Is(lerr, ErrAuth) {
+			refusedOnce(t, failed)
+			if lerr := failed()[0]; !strings.Contains(lerr.Error(), "[cluster] encrypt") || !errors.Is(lerr, ErrAuth) {
 				t.Errorf("plain listener: %v, want ErrAuth naming [cluster] encrypt", lerr)
 			}
-			mu.Unlock()
 		}
 		_ = l.Close()
 	}
@@ -221,13 +217,8 @@ func TestEncryptionMismatch(t *testing.T) {
 // flag says.
 func TestTransitionListener(t *testing.T) {
 	for _, dialer := range []string{"plain", "tls", "transition-plain", "transition-tls"} {
-		inner, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fails atomic.Int64
-		l := NewListener(inner, newEnc(t).Transition(false), Keys{key}, SurfaceRaft, 1, func(net.Addr, error) { fails.Add(1) })
-		p := tap.New(t, inner.Addr().String())
+		l, addr, failed := listen(t, newEnc(t).Transition(false))
+		p := tap.New(t, addr)
 		var de *Encryption
 		switch dialer {
 		case "tls":
@@ -245,8 +236,8 @@ func TestTransitionListener(t *testing.T) {
 		if clear := p.Seen("only the two nodes"); clear == encrypted {
 			t.Errorf("%s dialer: the body in the clear on the wire: %v", dialer, clear)
 		}
-		if fails.Load() != 0 {
-			t.Errorf("%s dialer: %d failed handshakes", dialer, fails.Load())
+		if f := failed(); len(f) != 0 {
+			t.Errorf("%s dialer: failed handshakes %v", dialer, f)
 		}
 	}
 }
