@@ -12,6 +12,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -81,12 +82,12 @@ type Server struct {
 	// shutdown begins: GET /ready answers 200 only then.
 	serving atomic.Bool
 
-	httpLn   net.Listener
-	httpSrv  *http.Server
-	amqpLns  []net.Listener // plain, then TLS
-	amqpAddr string         // the first AMQP listener's (AMQPAddr)
-	// amqpsAddr is the AMQPS listener's.
-	amqpsAddr string
+	httpLn  net.Listener
+	httpSrv *http.Server
+	amqpLns []net.Listener // plain, then TLS
+	// amqpPlainAddr and amqpsAddr are the AMQP and AMQPS listeners'
+	// addresses, "" when off.
+	amqpPlainAddr, amqpsAddr string
 }
 
 // New validates opts, opens the store and the engine, builds the front-ends
@@ -321,12 +322,11 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 			aln = opts.WrapListener("amqp", aln)
 		}
 		closers = append(closers, func() { _ = aln.Close() })
-		if s.amqpAddr == "" {
-			s.amqpAddr = aln.Addr().String()
-		}
 		if l.tls {
 			s.amqpsAddr = aln.Addr().String()
 			aln = tls.NewListener(aln, tlsCfg)
+		} else {
+			s.amqpPlainAddr = aln.Addr().String()
 		}
 		s.amqpLns = append(s.amqpLns, aln)
 	}
@@ -447,19 +447,10 @@ func (s *Server) failuresRoute(adminH, guarded http.Handler, budget *httpbody.Bu
 func (s *Server) SQSAddr() string { return s.httpLn.Addr().String() }
 
 // AMQPAddr is the address of the (first) AMQP listener, "" when off.
-func (s *Server) AMQPAddr() string { return s.amqpAddr }
+func (s *Server) AMQPAddr() string { return cmp.Or(s.amqpPlainAddr, s.amqpsAddr) }
 
 // AMQPSAddr is the AMQPS listener's address ("" without amqps_listen).
 func (s *Server) AMQPSAddr() string { return s.amqpsAddr }
-
-// amqpPlainAddr is the plain AMQP listener's address ("" without
-// amqp_listen).
-func (s *Server) amqpPlainAddr() string {
-	if s.amqpAddr == s.amqpsAddr {
-		return ""
-	}
-	return s.amqpAddr
-}
 
 // ServeAMQPConn serves an AMQP connection accepted elsewhere (a cluster
 // node's public listener, while this server is its leader's) as if its
@@ -549,7 +540,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.serving.Store(true)
 	s.log.Info("sluice started", s.startedAttrs()...)
 	if s.opts.ReadyFile != "" {
-		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.amqpPlainAddr(), s.AMQPSAddr(), s.opts.DebugAddr); err != nil {
+		if err := WriteReadyFile(s.opts.ReadyFile, s.SQSAddr(), s.amqpPlainAddr, s.amqpsAddr, s.opts.DebugAddr); err != nil {
 			s.log.Error("cannot write ready file", "err", err)
 		}
 	}
