@@ -174,8 +174,9 @@ func (n *Node) view() (ClusterView, bool) {
 	return v, true
 }
 
-// internalHandler serves /sluice/internal/ on the leader's server: the
-// followers' reports, and the view for followers asked for it.
+// internalHandler serves /sluice/internal/ on shard 0's leader's server:
+// the followers' reports, the view for followers asked for it, and the
+// membership changes they forward (memberInternalRoutes).
 func (n *Node) internalHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+internalStatus, func(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +207,7 @@ func (n *Node) internalHandler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	n.memberInternalRoutes(mux, 0)
 	mux.HandleFunc("GET "+internalMembers, func(w http.ResponseWriter, _ *http.Request) {
 		v, ok := n.view()
 		if !ok {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/auth/httpauth"
@@ -31,9 +32,14 @@ import (
 // its own, once its log has caught up and a voter is needed (fewer than
 // replication_factor, or one silent for replace_after; GET
 // /sluice/v1/cluster shows when; `sluice cluster add --wait` waits for it,
-// or for it to catch up as a standby). A follower forwards the request,
-// as it is, to the leader's public listener (its advertisement's Public);
-// a request that was already forwarded once is not forwarded again. With
+// or for it to catch up as a standby). A follower checks the client's
+// credentials and forwards the request to the leader's internal HTTP
+// listener (memberInternalRoutes), over the node handshake and, with
+// [cluster] encrypt, in TLS, without the client's Authorization and
+// Cookie headers; a leader of a build before 2026-12-05 (its
+// advertisement without Members) gets it, as it is, on its public
+// listener instead (Public), where it checks the credentials itself. A
+// request that was already forwarded once is not forwarded again. With
 // several shards the change is made on every shard (members_shards.go).
 //
 // Errors ({"error": {"code", "message"}}):
@@ -71,20 +77,7 @@ type MembersResponse struct {
 
 // memberRoutes registers the membership endpoints on mux.
 func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			ad, _ := r.In.Context().Value(targetKey{}).(Advertisement)
-			r.Out.URL.Scheme = n.publicScheme()
-			r.Out.URL.Host = ad.Public
-			r.Out.Host = r.In.Host // the leader's guards check the client's Host
-			r.Out.Header.Set(forwardedHeader, "1")
-		},
-		Transport: n.publicTransport,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
-			unavailable(w, r, "the leader could not be reached; retry")
-		},
-	}
+	proxy := n.memberProxy()
 	guard := func(change memberChange) http.Handler {
 		h := n.onLeader(proxy, 0, n.applyChange(0, change))
 		if n.shards.Len() > 1 {
@@ -92,8 +85,83 @@ func (n *Node) memberRoutes(mux *http.ServeMux, ha httpauth.Options) {
 		}
 		return server.BrowserGuard(httpauth.Middleware(h, ha), n.opts.AllowedHosts)
 	}
-	mux.Handle("POST /sluice/v1/cluster/members", guard(addChange))
-	mux.Handle("DELETE /sluice/v1/cluster/members/{id}", guard(removeChange))
+	mux.Handle("POST "+publicMembersPath, guard(addChange))
+	mux.Handle("DELETE "+publicMembersPath+"/{id}", guard(removeChange))
+}
+
+// memberProxy forwards a membership request to the leader whose
+// Advertisement its context holds (targetKey): to its internal listener,
+// without the client's credentials, or to the public one of a leader of
+// an older build.
+func (n *Node) memberProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			ad, _ := r.In.Context().Value(targetKey{}).(Advertisement)
+			if ad.Members {
+				r.Out.URL.Scheme, r.Out.URL.Host = "http", ad.SQS
+				r.Out.URL.Path, r.Out.URL.RawPath = internalMemberPath(r.In.URL.Path), ""
+				r.Out.Header.Del("Authorization") // checked here
+				r.Out.Header.Del("Cookie")
+			} else {
+				r.Out.URL.Scheme = n.publicScheme()
+				r.Out.URL.Host = ad.Public
+				r.Out.Host = r.In.Host // the leader's guards check the client's Host
+			}
+			r.Out.Header.Set(forwardedHeader, "1")
+		},
+		Transport: memberTransport{internal: n.transport, public: n.publicTransport},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
+			unavailable(w, r, "the leader could not be reached; retry")
+		},
+	}
+}
+
+// internalMembersPath is where a leader's internal HTTP listener takes the
+// membership changes its followers forward: POST to add, DELETE
+// internalMembersPath/{id} to remove.
+const internalMembersPath = "/sluice/internal/v1/cluster/members"
+
+// publicMembersPath is the public path of the membership changes.
+const publicMembersPath = "/sluice/v1/cluster/members"
+
+// internalMemberPath maps a public membership path to the internal one.
+func internalMemberPath(public string) string {
+	return internalMembersPath + strings.TrimPrefix(public, publicMembersPath)
+}
+
+// memberTransport sends a forwarded membership request to the leader's
+// internal listener (node handshake) or, for a leader of an older build,
+// to its public one.
+type memberTransport struct{ internal, public http.RoundTripper }
+
+func (t memberTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, internalPrefix) {
+		return t.internal.RoundTrip(r)
+	}
+	return t.public.RoundTrip(r)
+}
+
+// memberInternalRoutes registers on mux, the internal handler of shard
+// k's leader's server, the membership changes other nodes forward: run
+// on this node's member of shard k while it leads it, else 503 (the
+// forwarding node's client retries). They carry no client credentials:
+// the node that forwarded one checked them (its public listener's
+// guards), and the internal listener admits only nodes that hold the
+// cluster secret, which could write into the Raft log directly anyway.
+func (n *Node) memberInternalRoutes(mux *http.ServeMux, k int) {
+	run := func(change memberChange) http.HandlerFunc {
+		apply := n.applyChange(k, change)
+		return func(w http.ResponseWriter, r *http.Request) {
+			if st := n.shards.Shard(k).Status(); st.Leader != st.ID || st.Role != "leader" {
+				unavailable(w, r, "this node no longer leads; retry")
+				return
+			}
+			apply(w, r)
+		}
+	}
+	mux.Handle("POST "+internalMembersPath, run(addChange))
+	mux.Handle("DELETE "+internalMembersPath+"/{id}", run(removeChange))
 }
 
 // memberChange reads a membership request and returns the change it asks
@@ -117,7 +185,7 @@ func (n *Node) applyChange(k int, change memberChange) http.HandlerFunc {
 }
 
 // onLeader runs h when this node leads shard k, and otherwise forwards
-// the request to that shard leader's public listener (once).
+// the request to that shard's leader (once), with proxy.
 func (n *Node) onLeader(proxy http.Handler, k int, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if st := n.shards.Shard(k).Status(); st.Leader == st.ID && st.Role == "leader" {
@@ -131,7 +199,7 @@ func (n *Node) onLeader(proxy http.Handler, k int, h http.HandlerFunc) http.Hand
 		ctx, cancel := context.WithTimeout(r.Context(), n.hold)
 		ad, _, err := n.route(ctx, k)
 		cancel()
-		if err != nil || ad.Public == "" {
+		if err != nil || (!ad.Members && ad.Public == "") {
 			unavailable(w, r, "no cluster leader is serving yet; retry")
 			return
 		}

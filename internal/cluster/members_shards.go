@@ -17,8 +17,8 @@ import (
 // member belongs to every shard, so `sluice cluster add/remove` changes
 // every shard's membership, one shard after the other, each on its own
 // leader: the node asked runs the change on the shards it leads and sends
-// it, naming the shard (?shard=k), to the public listener of each other
-// shard's leader. A change that fails part way leaves the shards before it
+// it to the internal listener of each other shard's leader (to the public
+// one, naming the shard (?shard=k), of a leader of an older build). A change that fails part way leaves the shards before it
 // changed; sending it again finishes it (a shard that already has the
 // node, or no longer has it, counts as done). The answer is shard 0's
 // membership, like a cluster's without shards.
@@ -83,8 +83,8 @@ func (n *Node) shardedChange(proxy http.Handler, change memberChange) http.Handl
 }
 
 // changeShard runs c on shard k: here when this node leads it, else on
-// its leader, through that leader's public listener with the client's
-// credentials.
+// its leader, through that leader's internal listener (or, for a leader
+// of an older build, its public one with the client's credentials).
 func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []byte, c func(context.Context, *raftstore.Node) error) error {
 	rn := n.shards.Shard(k)
 	if st := rn.Status(); st.Leader == st.ID && st.Role == "leader" {
@@ -93,21 +93,28 @@ func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []b
 	rctx, cancel := context.WithTimeout(ctx, n.hold)
 	ad, _, err := n.route(rctx, k)
 	cancel()
-	if err != nil || ad.Public == "" {
+	if err != nil || (!ad.Members && ad.Public == "") {
 		return fmt.Errorf("no leader of shard %d is serving: %w", k, errNoLeader)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, n.publicScheme()+"://"+ad.Public+r.URL.Path+"?shard="+strconv.Itoa(k), bytes.NewReader(body))
+	url, rt, headers := "http://"+ad.SQS+internalMemberPath(r.URL.Path), http.RoundTripper(n.transport), []string{"Content-Type"}
+	if !ad.Members {
+		url, rt = n.publicScheme()+"://"+ad.Public+r.URL.Path+"?shard="+strconv.Itoa(k), n.publicTransport
+		headers = append(headers, "Authorization", "Cookie")
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	for _, h := range []string{"Authorization", "Cookie", "Content-Type"} {
+	for _, h := range headers {
 		if v := r.Header.Values(h); len(v) > 0 {
 			req.Header[h] = v
 		}
 	}
-	req.Host = r.Host // the leader's guards check the client's Host
+	if !ad.Members {
+		req.Host = r.Host // the leader's guards check the client's Host
+	}
 	req.Header.Set(forwardedHeader, "1")
-	resp, err := (&http.Client{Transport: n.publicTransport}).Do(req)
+	resp, err := (&http.Client{Transport: rt}).Do(req)
 	if err != nil {
 		return fmt.Errorf("shard %d's leader: %w", k, err)
 	}

@@ -2,12 +2,18 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/server"
 )
 
@@ -54,6 +60,69 @@ func TestMembershipEndpointsRefuse(t *testing.T) {
 		if got := len(n.raft.Members()); got != 3 {
 			t.Fatalf("node %d: %d members after refused changes", n.raft.Status().ID, got)
 		}
+	}
+}
+
+// noPublicForwards makes n's forwards of membership changes to a leader's
+// public listener fail, counting them in dialled: a leader of this build
+// takes them on its internal listener.
+func noPublicForwards(n *Node, dialled *atomic.Int64) {
+	n.publicTransport.DialContext = func(context.Context, string, string) (net.Conn, error) {
+		dialled.Add(1)
+		return nil, errors.New("test: a membership change was forwarded to a leader's public listener")
+	}
+}
+
+// TestMembershipForwardedInternally: a membership change asked of a
+// follower is checked there (401 without the token) and reaches the leader
+// through its internal listener, the one behind the node handshake (and
+// TLS with [cluster] encrypt), never through the leader's public one; the
+// leader's answers, errors included, come back as they are. A leader
+// whose advertisement does not say it takes them there (an older build)
+// still gets them on its public listener.
+func TestMembershipForwardedInternally(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	var dialled atomic.Int64
+	nodes := threeNodesWith(t, func(o *server.Options) { o.HTTPAuth.Tokens = []string{token} },
+		func(n *Node) { noPublicForwards(n, &dialled) })
+	_, followers := leaderAndFollowers(t, nodes)
+	spare := brokertest.ReservePorts(t, 1)[0]
+	for _, tc := range []struct {
+		via                *Node
+		method, path, body string
+		token              string
+		status             int
+		code               string
+	}{
+		{followers[0], "POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "` + spare + `"}`, "", http.StatusUnauthorized, "Unauthorized"},
+		{followers[0], "POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "` + spare + `"}`, token, http.StatusOK, ""},
+		{followers[1], "POST", "/sluice/v1/cluster/members", `{"id": 4, "raft": "` + spare + `"}`, token, http.StatusConflict, "MemberExists"},
+		{followers[1], "POST", "/sluice/v1/cluster/members", `{"id": 5}`, token, http.StatusBadRequest, "InvalidAddress"},
+		{followers[1], "DELETE", "/sluice/v1/cluster/members/4", "", "", http.StatusUnauthorized, "Unauthorized"},
+		{followers[1], "DELETE", "/sluice/v1/cluster/members/4", "", token, http.StatusOK, ""},
+		{followers[0], "DELETE", "/sluice/v1/cluster/members/4", "", token, http.StatusNotFound, "MemberNotFound"},
+	} {
+		if status, code := memberCall(t, tc.via, tc.method, tc.path, tc.body, tc.token); status != tc.status || code != tc.code {
+			t.Fatalf("%s %s %s through node %d: %d %q, want %d %q", tc.method, tc.path, tc.body, tc.via.opts.Cluster.NodeID, status, code, tc.status, tc.code)
+		}
+	}
+	if n := dialled.Load(); n != 0 {
+		t.Fatalf("%d membership changes went to the leader's public listener", n)
+	}
+
+	// A leader of an older build: its advertisement has no Members, and
+	// the follower goes to its public listener.
+	ad, _, ok := followers[0].target(0)
+	if !ok || !ad.Members || ad.Public == "" {
+		t.Fatalf("the leader's advertisement: %+v, %v", ad, ok)
+	}
+	ad.Members = false
+	req := httptest.NewRequest(http.MethodDelete, "/sluice/v1/cluster/members/9", nil)
+	req = req.WithContext(context.WithValue(req.Context(), targetKey{}, ad))
+	rec := httptest.NewRecorder()
+	followers[0].memberProxy().ServeHTTP(rec, req)
+	if n := dialled.Load(); n != 1 || rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a leader without Members: %d public dials, answered %d", n, rec.Code)
 	}
 }
 

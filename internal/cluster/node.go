@@ -114,9 +114,14 @@ type Advertisement struct {
 	Term uint64 `json:"term"`
 	SQS  string `json:"sqs"`
 	AMQP string `json:"amqp,omitempty"`
-	// Public is the leader's public HTTP listener, where followers forward
-	// the membership admin requests (members.go).
+	// Public is the leader's public HTTP listener, where followers of an
+	// older build forward the membership admin requests (members.go).
 	Public string `json:"public,omitempty"`
+	// Members says that the leader's internal HTTP listener (SQS) takes
+	// the membership changes a follower forwards (members.go); a leader
+	// of a build before 2026-12-05 leaves it out, and followers then
+	// forward them to Public.
+	Members bool `json:"members,omitempty"`
 }
 
 // Node is one running cluster member. New binds its listeners and opens
@@ -148,8 +153,9 @@ type Node struct {
 	// raftAddr is the Raft listener's bound address.
 	raftAddr string
 	// transport carries requests to the leader's internal listener, each
-	// connection opened with the node handshake; publicTransport carries
-	// the membership requests forwarded to the leader's public listener.
+	// connection opened with the node handshake (the membership requests
+	// a follower forwards too); publicTransport carries those forwarded to
+	// the public listener of a leader of an older build (members.go).
 	transport, publicTransport *http.Transport
 	metrics                    nodeMetrics
 	// lowDisk holds, by member id, whether its latest report to this node
@@ -647,6 +653,9 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 			}
 		}
 	} else {
+		mux := http.NewServeMux()
+		n.memberInternalRoutes(mux, k)
+		o.InternalHandler = mux
 		// No AMQP, and the config's AMQP declarations are shard 0's
 		// alone (each shard's server would otherwise make its own copy).
 		o.AMQPListen = ""

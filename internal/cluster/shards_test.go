@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -416,9 +417,20 @@ func TestShardedConfigRefused(t *testing.T) {
 // node adds it to every shard's group (as a learner: it is not running),
 // adding it again is 409 MemberExists, and removing it through another
 // node removes it from every shard; every node's copy of every shard
-// agrees. A bad address is refused as with one shard.
+// agrees. A bad address is refused as with one shard. The changes of the
+// shards another node leads go to its internal listener, never its public
+// one.
 func TestShardedMembership(t *testing.T) {
 	nodes, _ := shardedNodes(t)
+	var dialled atomic.Int64
+	for _, n := range nodes {
+		noPublicForwards(n, &dialled) // before any membership request uses the transport
+	}
+	defer func() {
+		if n := dialled.Load(); n != 0 {
+			t.Errorf("%d membership changes went to a leader's public listener", n)
+		}
+	}()
 	spare := brokertest.ReservePorts(t, 1)[0]
 	do := func(n *Node, method, path, body string) (int, string) {
 		t.Helper()

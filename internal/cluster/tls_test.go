@@ -152,7 +152,7 @@ func checkClusterTLS(t *testing.T, leader, follower *Node, pool *x509.CertPool) 
 	}
 
 	// A membership change asked of the follower is the leader's to
-	// answer, over TLS to its public listener.
+	// answer (over the link between nodes, members.go).
 	req, err := http.NewRequest(http.MethodDelete, "https://"+follower.HTTPAddr()+"/sluice/v1/cluster/members/9", nil)
 	if err != nil {
 		t.Fatal(err)
