@@ -44,7 +44,9 @@ that serves clients and replaces a voter that goes silent for
 replace_after. add returns once the node is a learner; with --wait it
 waits until it is a voter, or a caught-up learner when the cluster already
 has its voters, and fails after --wait-timeout (the node stays a learner
-and is promoted whenever it catches up and is needed). With [cluster]
+and is promoted whenever it catches up and is needed); meanwhile it says
+on stderr where the node stands in the leader's view (not heard from yet,
+entries behind, in sync) when that changes, and every 15s. With [cluster]
 shards above 1, add and remove change every shard, and --wait waits until
 the node is a voter of every shard (a standby: caught up in shard 0 and a
 member of every other). Node ids are never reused.
@@ -128,6 +130,35 @@ type viewMember struct {
 	ClockOffsetMs *float64 `json:"clock_offset_ms,omitempty"`
 	// Stopped: one of the member's Raft nodes stopped on a failed write.
 	Stopped bool `json:"stopped,omitempty"`
+	// ReportedMsAgo is the age of the member's last status report to the
+	// leader; nil when it never reported (not running, or unreachable).
+	ReportedMsAgo *int64 `json:"reported_ms_ago,omitempty"`
+}
+
+// waitProgressEvery is how often `cluster add --wait` repeats where the
+// node stands while that does not change.
+const waitProgressEvery = 15 * time.Second
+
+// waitProgress says where node id stands in the leader's view in rep, for
+// an operator waiting on `cluster add --wait`: its phase ("unheard",
+// "behind", "in sync"; "" when the view does not list it) and what it is
+// or does, to follow "node <id> ".
+func waitProgress(rep clusterReport, id uint64) (phase, what string) {
+	if rep.View == nil {
+		return "", ""
+	}
+	for _, m := range rep.View.Members {
+		switch {
+		case m.ID != id:
+		case m.ReportedMsAgo == nil:
+			return "unheard", "has not reported to the leader yet: is it running with join = true (--join), and can it reach the other members and they its raft address?"
+		case m.InSync:
+			return "in sync", fmt.Sprintf("is a %s in sync with the leader", m.Membership)
+		default:
+			return "behind", fmt.Sprintf("is a %s, %d log entries behind the leader (a new node first receives a snapshot of the leader's state)", m.Membership, m.Lag)
+		}
+	}
+	return "", ""
 }
 
 // clockSkewWarnMs mirrors the cluster's warning threshold (0.5 s).
@@ -248,12 +279,21 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 	defer timer.Stop()
 	seen := "not listed by the node at " + c.endpoint
 	var lastErr error
+	var phase, progress string // the latest in the leader's view (waitProgress)
+	var told time.Time         // when phase was last printed
 	for {
 		var rep clusterReport
 		if err := cl.call(ctx, "GET", "cluster", nil, nil, &rep); err != nil {
 			lastErr = err
 		} else {
 			lastErr = nil
+			if p, what := waitProgress(rep, id); p != "" {
+				if !c.json && (p != phase || time.Since(told) >= waitProgressEvery) {
+					fmt.Fprintf(c.env.Stderr, "node %d %s\n", id, what)
+					told = time.Now()
+				}
+				phase, progress = p, what
+			}
 			seen = "not listed by the node at " + c.endpoint
 			out = membersAnswer{}
 			for _, p := range rep.Peers {
@@ -276,7 +316,11 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 		timer.Reset(c.env.PollInterval)
 		select {
 		case <-ctx.Done():
-			msg := fmt.Sprintf("node %d is still %s after waiting %s: it has not caught up with the leader (is it running with join = true, and can the leader reach its raft address?); see sluice cluster status", id, seen, timeout)
+			why := "it has not caught up with the leader (is it running with join = true, and can the leader reach its raft address?)"
+			if progress != "" {
+				why = "it " + progress
+			}
+			msg := fmt.Sprintf("node %d is still %s after waiting %s: %s; see sluice cluster status", id, seen, timeout, why)
 			if lastErr != nil {
 				msg += fmt.Sprintf(" (last error: %v)", lastErr)
 			}

@@ -68,6 +68,33 @@ func TestStandbyFactor(t *testing.T) {
 	}
 }
 
+// TestWaitProgress: while `cluster add --wait` waits, it tells a node the
+// leader never heard from (not running, or unreachable: the usual mistake)
+// from one catching up and one in sync.
+func TestWaitProgress(t *testing.T) {
+	ago := int64(300)
+	for _, c := range []struct {
+		name  string
+		rep   clusterReport
+		phase string
+		line  string
+	}{
+		{"no view", clusterReport{}, "", ""},
+		{"not in the view", clusterReport{View: &viewReport{Members: []viewMember{{ID: 1, ReportedMsAgo: &ago}}}}, "", ""},
+		{"never reported", clusterReport{View: &viewReport{Members: []viewMember{{ID: 4, Membership: "learner"}}}},
+			"unheard", "has not reported to the leader yet: is it running with join = true"},
+		{"catching up", clusterReport{View: &viewReport{Members: []viewMember{{ID: 4, Membership: "learner", Lag: 1200, ReportedMsAgo: &ago}}}},
+			"behind", "is a learner, 1200 log entries behind the leader"},
+		{"in sync", clusterReport{View: &viewReport{Members: []viewMember{{ID: 4, Membership: "learner", InSync: true, ReportedMsAgo: &ago}}}},
+			"in sync", "is a learner in sync with the leader"},
+	} {
+		phase, line := waitProgress(c.rep, 4)
+		if phase != c.phase || !strings.HasPrefix(line, c.line) {
+			t.Errorf("%s: %q %q, want %q and a line starting %q", c.name, phase, line, c.phase, c.line)
+		}
+	}
+}
+
 // TestShardsLag: with several shards, `cluster add --wait` is done only
 // once the node is a voter of every shard (a standby: a member of every
 // shard), and says which shard it waits for.

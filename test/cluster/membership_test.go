@@ -176,7 +176,8 @@ func replaceANode(t *testing.T, extra ...string) {
 	raft5 := brokertest.ReservePorts(t, 1)[0]
 	code, out, stderr := clusterCLI(ctx, via, "add", "5", raft5, "--wait", "--wait-timeout", "1s")
 	if code != cli.ExitFail || !strings.Contains(stderr, "added node 5 (raft "+raft5+") as a learner") ||
-		!strings.Contains(stderr, "node 5 is still a learner after waiting 1s") {
+		!strings.Contains(stderr, "node 5 is still a learner after waiting 1s") ||
+		!strings.Contains(stderr, "node 5 has not reported to the leader yet") {
 		t.Fatalf("sluice cluster add --wait of a node that never starts: exit %d\n%s%s", code, out, stderr)
 	}
 	for _, n := range nodes {
