@@ -18,10 +18,11 @@ import (
 // every shard's membership, one shard after the other, each on its own
 // leader: the node asked runs the change on the shards it leads and sends
 // it to the internal listener of each other shard's leader (to the public
-// one, naming the shard (?shard=k), of a leader of an older build). A change that fails part way leaves the shards before it
-// changed; sending it again finishes it (a shard that already has the
-// node, or no longer has it, counts as done). The answer is shard 0's
-// membership, like a cluster's without shards.
+// one, naming the shard (?shard=k), of a leader of an older build). A
+// change that fails part way leaves the shards before it changed; sending
+// it again finishes it (a shard that already has the node, or no longer
+// has it, counts as done). The answer is shard 0's membership, like a
+// cluster's without shards.
 
 // shardedChange serves a membership change on a node with several shards:
 // a request naming a shard changes that shard on its leader (forwarded
