@@ -77,8 +77,10 @@ func TestClusterView(t *testing.T) {
 				t.Errorf("node %d's view, member %d: %+v", n.opts.Cluster.NodeID, i+1, m)
 			}
 		}
-		// The node-to-node routes are not on the public listeners.
-		for _, req := range []struct{ method, path string }{{"GET", internalMembers}, {"POST", internalStatus}} {
+		// The node-to-node routes are not on the public listeners: no
+		// membership change without [http_auth] through them either.
+		for _, req := range []struct{ method, path string }{{"GET", internalMembers}, {"POST", internalStatus},
+			{"POST", internalMembersPath}, {"DELETE", internalMembersPath + "/2"}} {
 			r, _ := http.NewRequest(req.method, "http://"+n.HTTPAddr()+req.path, strings.NewReader(`{"id":2,"role":"leader"}`))
 			resp, err := http.DefaultClient.Do(r)
 			if err != nil {
