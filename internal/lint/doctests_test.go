@@ -31,6 +31,7 @@ var peerSuiteTests = map[string]string{
 	"TestConnectionRecoverySkipAndContinueNoInfiniteLoop": "amqp091-go's integration suite",
 	"TestConnection_Close_WhenMemoryAlarmIsActive":        "amqp091-go's integration suite",
 	"TestIntegrationConsumeFlow":                          "amqp091-go's integration suite",
+	"TestNotifyClosesAllChansAfterConnectionClose":        "amqp091-go's unit tests (client only)",
 	"TestIntegrationRecoverNotImplemented":                "amqp091-go's integration suite",
 	"TestRabbitMQQueueNackMultipleRequeue":                "amqp091-go's integration suite",
 	"TestRabbitMQQueueTTLGet":                             "amqp091-go's integration suite",
