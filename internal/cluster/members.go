@@ -109,7 +109,7 @@ func (n *Node) memberProxy() *httputil.ReverseProxy {
 			}
 			r.Out.Header.Set(forwardedHeader, "1")
 		},
-		Transport: memberTransport{internal: n.transport, public: n.publicTransport},
+		Transport: n.memberTransport(),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.log.Debug("forwarding a membership request to the leader failed", "err", err)
 			unavailable(w, r, "the leader could not be reached; retry")
@@ -130,16 +130,27 @@ func internalMemberPath(public string) string {
 	return internalMembersPath + strings.TrimPrefix(public, publicMembersPath)
 }
 
-// memberTransport sends a forwarded membership request to the leader's
-// internal listener (node handshake) or, for a leader of an older build,
-// to its public one.
-type memberTransport struct{ internal, public http.RoundTripper }
+// memberTransport sends a forwarded membership request by its path: to a
+// leader's internal listener (node handshake) or, for a leader of an
+// older build, to its public one.
+func (n *Node) memberTransport() http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.HasPrefix(r.URL.Path, internalPrefix) {
+			return n.transport.RoundTrip(r)
+		}
+		return n.publicTransport.RoundTrip(r)
+	})
+}
 
-func (t memberTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasPrefix(r.URL.Path, internalPrefix) {
-		return t.internal.RoundTrip(r)
-	}
-	return t.public.RoundTrip(r)
+// roundTripFunc is a function as an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// leadsShard reports whether this node's member of shard k leads it now.
+func (n *Node) leadsShard(k int) bool {
+	st := n.shards.Shard(k).Status()
+	return st.Leader == st.ID && st.Role == "leader"
 }
 
 // memberInternalRoutes registers on mux, the internal handler of shard
@@ -153,7 +164,7 @@ func (n *Node) memberInternalRoutes(mux *http.ServeMux, k int) {
 	run := func(change memberChange) http.HandlerFunc {
 		apply := n.applyChange(k, change)
 		return func(w http.ResponseWriter, r *http.Request) {
-			if st := n.shards.Shard(k).Status(); st.Leader != st.ID || st.Role != "leader" {
+			if !n.leadsShard(k) {
 				unavailable(w, r, "this node no longer leads; retry")
 				return
 			}
@@ -188,7 +199,7 @@ func (n *Node) applyChange(k int, change memberChange) http.HandlerFunc {
 // the request to that shard's leader (once), with proxy.
 func (n *Node) onLeader(proxy http.Handler, k int, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if st := n.shards.Shard(k).Status(); st.Leader == st.ID && st.Role == "leader" {
+		if n.leadsShard(k) {
 			h(w, r)
 			return
 		}

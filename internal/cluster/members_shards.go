@@ -87,9 +87,8 @@ func (n *Node) shardedChange(proxy http.Handler, change memberChange) http.Handl
 // its leader, through that leader's internal listener (or, for a leader
 // of an older build, its public one with the client's credentials).
 func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []byte, c func(context.Context, *raftstore.Node) error) error {
-	rn := n.shards.Shard(k)
-	if st := rn.Status(); st.Leader == st.ID && st.Role == "leader" {
-		return c(ctx, rn)
+	if n.leadsShard(k) {
+		return c(ctx, n.shards.Shard(k))
 	}
 	rctx, cancel := context.WithTimeout(ctx, n.hold)
 	ad, _, err := n.route(rctx, k)
@@ -97,9 +96,9 @@ func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []b
 	if err != nil || (!ad.Members && ad.Public == "") {
 		return fmt.Errorf("no leader of shard %d is serving: %w", k, errNoLeader)
 	}
-	url, rt, headers := "http://"+ad.SQS+internalMemberPath(r.URL.Path), http.RoundTripper(n.transport), []string{"Content-Type"}
-	if !ad.Members {
-		url, rt = n.publicScheme()+"://"+ad.Public+r.URL.Path+"?shard="+strconv.Itoa(k), n.publicTransport
+	url, headers := "http://"+ad.SQS+internalMemberPath(r.URL.Path), []string{"Content-Type"}
+	if !ad.Members { // its public listener checks the client's credentials and Host
+		url = n.publicScheme() + "://" + ad.Public + r.URL.Path + "?shard=" + strconv.Itoa(k)
 		headers = append(headers, "Authorization", "Cookie")
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, url, bytes.NewReader(body))
@@ -112,10 +111,10 @@ func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []b
 		}
 	}
 	if !ad.Members {
-		req.Host = r.Host // the leader's guards check the client's Host
+		req.Host = r.Host
 	}
 	req.Header.Set(forwardedHeader, "1")
-	resp, err := (&http.Client{Transport: rt}).Do(req)
+	resp, err := (&http.Client{Transport: n.memberTransport()}).Do(req)
 	if err != nil {
 		return fmt.Errorf("shard %d's leader: %w", k, err)
 	}
