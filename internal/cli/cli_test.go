@@ -25,6 +25,8 @@ type fixture struct {
 	url string
 	// terminal makes commands believe stderr is a terminal.
 	terminal bool
+	// now, when set, is the commands' clock (Env.Now).
+	now func() time.Time
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -109,6 +111,7 @@ func (f *fixture) run(cmd func(context.Context, []string, *Env) int, stdin strin
 		},
 		PollInterval: 5 * time.Millisecond,
 		Terminal:     f.terminal,
+		Now:          f.now,
 	}
 	code := cmd(f.t.Context(), args, env)
 	return result{code, out.String(), errb.String()}

@@ -288,9 +288,9 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 		} else {
 			lastErr = nil
 			if p, what := waitProgress(rep, id); p != "" {
-				if !c.json && (p != phase || time.Since(told) >= waitProgressEvery) {
+				if now := c.env.Now(); !c.json && (p != phase || now.Sub(told) >= waitProgressEvery) {
 					fmt.Fprintf(c.env.Stderr, "node %d %s\n", id, what)
-					told = time.Now()
+					told = now
 				}
 				phase, progress = p, what
 			}

@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The membership commands refuse bad invocations before calling anything,
@@ -92,6 +94,50 @@ func TestWaitProgress(t *testing.T) {
 		if phase != c.phase || !strings.HasPrefix(line, c.line) {
 			t.Errorf("%s: %q %q, want %q and a line starting %q", c.name, phase, line, c.phase, c.line)
 		}
+	}
+}
+
+// TestWaitProgressRepeats: `cluster add --wait` prints where the node
+// stands when that changes and again once waitProgressEvery has passed on
+// its clock, not at every poll.
+func TestWaitProgressRepeats(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.Method + " " + r.URL.Path {
+		case "POST /sluice/v1/cluster/members":
+			_, _ = w.Write([]byte(`{"members":[{"id":1,"raft":"127.0.0.1:11","membership":"voter"},{"id":4,"raft":"127.0.0.1:14","membership":"learner"}]}`))
+		case "GET /sluice/v1/cluster":
+			_, _ = w.Write([]byte(`{"node":{"id":1,"role":"leader","term":2,"leader":1},
+				"peers":[{"id":1,"raft":"127.0.0.1:11","membership":"voter"},{"id":4,"raft":"127.0.0.1:14","membership":"learner"}],
+				"view":{"leader":1,"term":2,"replication_factor":3,"members":[
+					{"id":1,"membership":"voter","in_sync":true,"reported_ms_ago":0},
+					{"id":4,"membership":"learner","lag":9}]}}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	lines := func(now func() time.Time) int {
+		f := &fixture{t: t, url: srv.URL, now: now}
+		r := f.run(Cluster, "", "add", "4", "127.0.0.1:14", "--wait", "--wait-timeout", "300ms")
+		if r.code != ExitFail || !strings.Contains(r.stderr, "node 4 is still a learner after waiting 300ms: it has not reported to the leader yet") {
+			t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+		}
+		return len(regexp.MustCompile(`(?m)^node 4 has not reported to the leader yet`).FindAllString(r.stderr, -1))
+	}
+	fixed := time.Unix(1e9, 0)
+	if n := lines(func() time.Time { return fixed }); n != 1 {
+		t.Errorf("a clock that stands still: the line printed %d times, want once", n)
+	}
+	var mu sync.Mutex
+	clock := fixed
+	if n := lines(func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		clock = clock.Add(waitProgressEvery / 2)
+		return clock
+	}); n < 2 {
+		t.Errorf("a clock that moves %v a poll: the line printed %d times, want it repeated", waitProgressEvery/2, n)
 	}
 }
 
