@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,10 +44,11 @@ func TestEncryptedCluster(t *testing.T) {
 				taps[i] = tap.New(t, real[i])
 				peers[i] = server.ClusterPeer{ID: uint64(i + 1), Raft: taps[i].Addr()}
 			}
-			nodes := threeNodes(t, func(o *server.Options) {
+			var dialled atomic.Int64
+			nodes := threeNodesWith(t, func(o *server.Options) {
 				o.Cluster.SecretFile, o.Cluster.Encrypt = secret, encrypt
 				o.Cluster.Peers, o.Cluster.RaftListen = peers, real[o.Cluster.NodeID-1]
-			})
+			}, func(n *Node) { noPublicForwards(n, &dialled) })
 			leader, follower := leaderAndFollower(t, nodes)
 
 			ctx := context.Background()
@@ -64,6 +67,15 @@ func TestEncryptedCluster(t *testing.T) {
 				t.Fatalf("receive through the follower: %v, %v", got, err)
 			}
 			amqpGreets(t, follower.AMQPAddr())
+			// A membership change asked of the follower reaches the leader
+			// over the internal HTTP listener (TLS-only with encrypt, as
+			// probed below), never its public one.
+			if status, code := memberCall(t, follower, "DELETE", "/sluice/v1/cluster/members/9", "", ""); status != http.StatusNotFound || code != "MemberNotFound" {
+				t.Fatalf("removing member 9 through the follower: %d %q, want 404 MemberNotFound from the leader", status, code)
+			}
+			if n := dialled.Load(); n != 0 {
+				t.Fatalf("%d membership changes went to the leader's public listener", n)
+			}
 
 			// The send is acknowledged once a majority has it: at least one
 			// follower's tap carried the entry.
