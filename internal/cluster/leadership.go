@@ -205,7 +205,7 @@ type serving struct {
 // srv serves (beacon.go).
 func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, tl *timeline, term uint64, log *slog.Logger) {
 	sctx, stop := context.WithCancel(ctx)
-	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers(), Members: true}
+	ad := Advertisement{Term: term, SQS: srv.SQSAddr(), AMQP: srv.AMQPAddr(), Public: n.publicForPeers(), Members: true, EngineWire: true}
 	// Where the others dial, when that is not where the listeners bound
 	// (a port mapping or a proxy in between).
 	ad.SQS = cmp.Or(server.ShardInternalAddr(n.opts.Cluster.InternalHTTPAdvertise, k), ad.SQS)

@@ -113,7 +113,7 @@ func TestMembershipForwardedInternally(t *testing.T) {
 	// A leader of an older build: its advertisement has no Members, and
 	// the follower goes to its public listener.
 	ad, _, ok := followers[0].target(0)
-	if !ok || !ad.Members || ad.Public == "" {
+	if !ok || !ad.Members || !ad.EngineWire || ad.Public == "" {
 		t.Fatalf("the leader's advertisement: %+v, %v", ad, ok)
 	}
 	ad.Members = false

@@ -122,6 +122,11 @@ type Advertisement struct {
 	// of a build before 2026-12-05 leaves it out, and followers then
 	// forward them to Public.
 	Members bool `json:"members,omitempty"`
+	// EngineWire says that the leader's internal HTTP listener reads
+	// engine calls (server.ShardEnginePath) in the binary wire of
+	// 2026-12-05; to a leader of an older build, which leaves it out,
+	// other nodes send them in gob (server.EngineCallAsGob).
+	EngineWire bool `json:"engine_wire,omitempty"`
 }
 
 // Node is one running cluster member. New binds its listeners and opens

@@ -85,6 +85,9 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	if body, err = bodyFor(ad, path, body); err != nil {
+		return nil, err
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -117,6 +120,16 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 		return nil, fmt.Errorf("shard %d's answer is over %d bytes", k, limit)
 	}
 	return reply, nil
+}
+
+// bodyFor returns body as the leader advertising ad reads it at path: an
+// engine call in gob to a leader of a build before the engine calls'
+// binary wire (during a rolling upgrade), which reads gob alone.
+func bodyFor(ad Advertisement, path string, body []byte) ([]byte, error) {
+	if path == server.ShardEnginePath && !ad.EngineWire {
+		return server.EngineCallAsGob(body)
+	}
+	return body, nil
 }
 
 // shardAnswerError is a shard leader's answer other than 200.

@@ -142,11 +142,7 @@ func (r *remoteEngine) newSession(name string) {
 // do runs c on the leader of the shard holding c.Queue. A queue that is
 // not there (any longer) is forgotten.
 func (r *remoteEngine) do(ctx context.Context, c engineCall) (engineReply, error) {
-	body, err := encodeGob(c)
-	if err != nil {
-		return engineReply{}, err
-	}
-	out, err := r.call(ctx, c.Queue, ShardEnginePath, body)
+	out, err := r.call(ctx, c.Queue, ShardEnginePath, encodeEngineCall(&c))
 	if errors.Is(err, ErrNotElsewhere) {
 		err = engine.ErrQueueNotFound
 	}

@@ -37,7 +37,8 @@ var ErrNotElsewhere = errors.New("server: no other shard holds the queue")
 
 // ShardEnginePath is the node-only path (Options.ShardViews) on which a
 // shard's leader runs engine calls for one of its queues: a POST whose
-// body is an engineCall (gob), answered with an engineReply (gob).
+// body is an engineCall, answered with an engineReply, both in the binary
+// wire of enginewire.go (or both in gob, from a caller of an older build).
 const ShardEnginePath = "/sluice/internal/shard/engine"
 
 // Bounds of one ShardEnginePath request: what a caller puts in one send
@@ -81,7 +82,7 @@ const (
 	opHoldDeleted  = "hold-deleted"
 )
 
-// engineCall is one engine call for Queue (gob).
+// engineCall is one engine call for Queue (enginewire.go).
 type engineCall struct {
 	Op      string
 	Queue   string
@@ -103,7 +104,7 @@ type engineCall struct {
 	Shard, Own int
 }
 
-// engineReply is the answer to an engineCall (gob): Err for the whole
+// engineReply is the answer to an engineCall (enginewire.go): Err for the whole
 // call, else what its operation returns.
 type engineReply struct {
 	Err        remoteError
@@ -181,17 +182,28 @@ func encodeGob(v any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// decodeEngineCall reads an engineCall body.
+// decodeEngineCall reads an engineCall body, in the binary wire
+// (enginewire.go) or gob.
 func decodeEngineCall(body []byte) (engineCall, error) {
+	if isEngineWire(body) {
+		return decodeEngineCallWire(body)
+	}
 	var c engineCall
 	err := gob.NewDecoder(bytes.NewReader(body)).Decode(&c)
 	return c, err
 }
 
-// decodeEngineReply reads an engineReply body; its Err as an error.
+// decodeEngineReply reads an engineReply body, in the binary wire or gob;
+// its Err as an error.
 func decodeEngineReply(body []byte) (engineReply, error) {
 	var r engineReply
-	if err := gob.NewDecoder(bytes.NewReader(body)).Decode(&r); err != nil {
+	var err error
+	if isEngineWire(body) {
+		r, err = decodeEngineReplyWire(body)
+	} else {
+		err = gob.NewDecoder(bytes.NewReader(body)).Decode(&r)
+	}
+	if err != nil {
 		return r, fmt.Errorf("another shard's leader: unreadable answer: %w", err)
 	}
 	return r, r.Err.err()
@@ -353,13 +365,26 @@ func (s *Server) serveShardEngine(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply := s.runEngineCall(r.Context(), c)
-	out, err := encodeGob(reply)
+	out, err := encodeReplyLike(body, &reply)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-gob")
+	ctype := "application/x-gob"
+	if isEngineWire(out) {
+		ctype = "application/x-sluice-engine"
+	}
+	w.Header().Set("Content-Type", ctype)
 	_, _ = w.Write(out) // a broken connection fails the caller's request
+}
+
+// encodeReplyLike encodes r in the wire of call, the body it answers: a
+// caller of a build before the binary wire reads gob alone.
+func encodeReplyLike(call []byte, r *engineReply) ([]byte, error) {
+	if isEngineWire(call) {
+		return encodeEngineReply(r)
+	}
+	return encodeGob(*r)
 }
 
 // runEngineCall runs c on this server's engine.
@@ -470,7 +495,7 @@ func (s *Server) returnLeases(queue string, ds []engine.Delivery) {
 // create the caller would send to shard (engine.ReserveName: in a cluster
 // with shards, two creates of one name must meet on one shard).
 func ReserveNameCall(name string, shard, own int) ([]byte, error) {
-	return encodeGob(engineCall{Op: opReserve, Queue: name, Shard: shard, Own: own})
+	return encodeEngineCall(&engineCall{Op: opReserve, Queue: name, Shard: shard, Own: own}), nil
 }
 
 // NameCallReply reads the answer to a ReserveNameCall (the shard the
@@ -501,5 +526,5 @@ var ErrUnknownEngineCall = errors.New("server: the shard's leader does not know 
 // deleted on shard (engine.HoldDeletedName); the answer is read with
 // NameCallReply.
 func HoldDeletedNameCall(name string, shard, own int) ([]byte, error) {
-	return encodeGob(engineCall{Op: opHoldDeleted, Queue: name, Shard: shard, Own: own})
+	return encodeEngineCall(&engineCall{Op: opHoldDeleted, Queue: name, Shard: shard, Own: own}), nil
 }

@@ -241,7 +241,7 @@ func TestRemoteKeepaliveKeepsASession(t *testing.T) {
 		if c.Op == opKeepalive {
 			pings <- struct{}{}
 		}
-		return encodeGob(rep)
+		return encodeReplyLike(body, &rep)
 	}
 	o2 := DefaultOptions()
 	o2.DataDir = t.TempDir()
@@ -471,7 +471,8 @@ func directCaller(t *testing.T, holder *Server) (call func(ctx context.Context, 
 		if err != nil {
 			return nil, err
 		}
-		return encodeGob(holder.runEngineCall(ctx, c))
+		rep := holder.runEngineCall(ctx, c)
+		return encodeReplyLike(body, &rep)
 	}
 	o := DefaultOptions()
 	o.DataDir = t.TempDir()
@@ -554,7 +555,7 @@ func TestRemoteCallsEndWhenTheServerCloses(t *testing.T) {
 			return nil, err
 		}
 		if c.Op == opGetQueue {
-			return encodeGob(engineReply{Info: engine.QueueInfo{Name: c.Queue}})
+			return encodeReplyLike(body, &engineReply{Info: engine.QueueInfo{Name: c.Queue}})
 		}
 		<-ctx.Done() // a leader that does not answer
 		return nil, ctx.Err()

@@ -283,11 +283,7 @@ func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Tr
 // transferCall runs c on the leader of the shard holding c.Queue
 // (ErrNotElsewhere: no other shard holds it).
 func (s *Server) transferCall(ctx context.Context, c engineCall) error {
-	body, err := encodeGob(c)
-	if err != nil {
-		return err
-	}
-	out, err := s.opts.ShardCall(ctx, c.Queue, ShardEnginePath, body)
+	out, err := s.opts.ShardCall(ctx, c.Queue, ShardEnginePath, encodeEngineCall(&c))
 	if err != nil {
 		return err
 	}
