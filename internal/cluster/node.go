@@ -214,6 +214,8 @@ type Node struct {
 	// measurement (clockskew.go).
 	clk   clock.Clock
 	clock clockOffset
+	// found caches where queues were found, for routing (routecache.go).
+	found routeCache
 	// clockGood is the latest measurement certain enough to start a
 	// leadership's clock on; timeline is that clock while this node
 	// leads (timeline.go).

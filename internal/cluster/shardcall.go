@@ -22,9 +22,15 @@ func (n *Node) shardCall(ctx context.Context, own int, name, path string, body [
 	if !server.ValidQueueName(name) {
 		return nil, server.ErrNotElsewhere // AMQP-only names are no SQS queue's
 	}
-	k, ok, err := n.locateQueue(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("cannot tell which shard holds queue %q: %w", name, err)
+	k, ok := n.cachedRoute(name)
+	if !ok {
+		var err error
+		if k, ok, err = n.locateQueue(ctx, name); err != nil {
+			return nil, fmt.Errorf("cannot tell which shard holds queue %q: %w", name, err)
+		}
+		if ok {
+			n.noteRoute(name, k)
+		}
 	}
 	if !ok || k == own {
 		return nil, server.ErrNotElsewhere

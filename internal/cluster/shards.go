@@ -149,7 +149,13 @@ func (n *Node) locateQueue(ctx context.Context, name string) (int, bool, error) 
 // name's hash. A name that is not a queue name goes to shard
 // 0 (whose server answers it), without a catch-up.
 func (n *Node) placeQueue(ctx context.Context, rt server.SQSRoute) int {
-	k, _ := n.placeQueueFound(ctx, rt)
+	if k, ok := n.cachedRoute(rt.Queue); ok {
+		return k
+	}
+	k, found := n.placeQueueFound(ctx, rt)
+	if found {
+		n.noteRoute(rt.Queue, k)
+	}
 	return k
 }
 
