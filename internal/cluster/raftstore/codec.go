@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
@@ -83,6 +84,18 @@ func decodeHeader(data []byte) (kind byte, id proposalID, body []byte, err error
 // anything the caller keeps) an operation kind it does not know and a key
 // the state store reserves, since every node would fail applying it.
 func appendBatch(dst []byte, b *store.Batch) ([]byte, error) {
+	// Grown once to the exact size: a batch of a hundred messages grew
+	// its buffer a dozen times, copying it each time (5 % of a shard
+	// leader's CPU under AMQP publishes, 2026-12-05).
+	size := 1 + uvarintLen(uint64(len(b.Ops)))
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		size += 1 + uvarintLen(uint64(len(op.Key))) + len(op.Key)
+		if hasValue(op.Kind) {
+			size += uvarintLen(uint64(len(op.Value))) + len(op.Value)
+		}
+	}
+	dst = slices.Grow(dst, size)
 	dst = append(dst, batchVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(b.Ops)))
 	for _, op := range b.Ops {
