@@ -20,6 +20,11 @@ import (
 // if it was deleted since, that shard's leader answers that there is no
 // such queue, as it would have. Only queues found are remembered, never
 // their absence: a queue created a moment ago is looked for as before.
+// Nor queues of shard 0: an AMQP queue there is dropped by the AMQP
+// server without that hold (engine.DropQueue; RabbitMQ lets a name be
+// declared again at once), so its name could be made on another shard
+// the next moment. Every other shard's queues are SQS queues, deleted
+// with the hold whatever the front-end (remoteEngine.DropQueue deletes).
 const routeTTL = time.Second
 
 // maxRoutes bounds the cache; past it, it starts again empty.
@@ -48,8 +53,12 @@ func (n *Node) cachedRoute(name string) (int, bool) {
 	return r.shard, true
 }
 
-// noteRoute remembers that queue name was found on shard k.
+// noteRoute remembers that queue name was found on shard k, unless k is
+// shard 0 (routeTTL says why).
 func (n *Node) noteRoute(name string, k int) {
+	if k == 0 {
+		return
+	}
 	now := n.clk.Now()
 	c := &n.found
 	c.mu.Lock()

@@ -10,7 +10,8 @@ import (
 
 // TestRouteCache: a queue's shard, once found, routes for routeTTL by
 // this node's clock and no longer (nor after the clock stepped back);
-// only what was noted is remembered; the cache stays within maxRoutes.
+// only what was noted is remembered, never a queue of shard 0; the cache
+// stays within maxRoutes.
 func TestRouteCache(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	n := &Node{clk: clk}
@@ -33,6 +34,10 @@ func TestRouteCache(t *testing.T) {
 	clk.Advance(-time.Second)
 	if _, ok := n.cachedRoute("orders"); ok {
 		t.Fatal("routed from the cache after the clock stepped back")
+	}
+	n.noteRoute("amqp-queue", 0)
+	if _, ok := n.cachedRoute("amqp-queue"); ok {
+		t.Fatal("a queue of shard 0, which AMQP may drop and declare elsewhere at once, is routed from the cache")
 	}
 	for i := range maxRoutes + 1 {
 		n.noteRoute("q"+strconv.Itoa(i), 1)
