@@ -44,6 +44,12 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 		l := logs[id-1].String()
 		return l[max(0, len(l)-6000):]
 	}
+	// A leadership settled for a second: under a loaded CI machine a node
+	// that missed the first heartbeats can start a second election just
+	// after the first, deposing the leader this test is about to silence
+	// (a run failed so, 2026-12-05: "could not be reached" from the
+	// deposed leader, not the change the test makes).
+	settledLeadership(t, nodes, time.Second)
 	leader, followers := leaderAndFollowers(t, nodes)
 	via, other := followers[0], followers[1]
 	ctx := context.Background()
@@ -133,4 +139,32 @@ func (n *Node) forwardsTo(leader uint64) []*forward {
 		}
 	}
 	return out
+}
+
+// settledLeadership waits until every node reports one leader in one
+// term, unchanged for at least hold.
+func settledLeadership(t *testing.T, nodes []*Node, hold time.Duration) {
+	t.Helper()
+	var leader, term uint64
+	var since time.Time
+	poll.CheckFor(t, 60*time.Second, func() error {
+		st := nodes[0].raft.Status()
+		for _, n := range nodes[1:] {
+			if o := n.raft.Status(); o.Leader != st.Leader || o.Term != st.Term {
+				leader = 0
+				return errors.New("the nodes do not agree on a leader yet")
+			}
+		}
+		if st.Leader == 0 {
+			leader = 0
+			return errors.New("no leader yet")
+		}
+		if st.Leader != leader || st.Term != term {
+			leader, term, since = st.Leader, st.Term, time.Now()
+		}
+		if time.Since(since) < hold {
+			return errors.New("the leadership is not settled yet")
+		}
+		return nil
+	})
 }
