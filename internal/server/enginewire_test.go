@@ -178,12 +178,7 @@ func utc(v reflect.Value) {
 // (a caller of an older build reads gob alone); and a call turned into gob
 // for a leader of an older build is the same call.
 func TestEngineWireTellsGobApart(t *testing.T) {
-	s, stop := run(t, func() Options {
-		o := DefaultOptions()
-		o.DataDir = t.TempDir()
-		o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
-		return o
-	}(), nil)
+	s, stop := startShardLeader(t, nil)
 	defer stop()
 	if _, _, err := s.eng.CreateQueue("q", engine.DefaultQueueConfig(), nil); err != nil {
 		t.Fatal(err)
