@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -375,6 +376,9 @@ func (s *Server) serveShardEngine(w http.ResponseWriter, r *http.Request) {
 		ctype = "application/x-sluice-engine"
 	}
 	w.Header().Set("Content-Type", ctype)
+	// Announced, so that the caller reads the answer into a buffer of its
+	// size (net/http would chunk one over 2 KiB).
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	_, _ = w.Write(out) // a broken connection fails the caller's request
 }
 
