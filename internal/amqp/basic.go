@@ -527,7 +527,7 @@ func (ch *channel) apply(op settleOp) error {
 	if err != nil {
 		return err
 	}
-	return ch.settleTaken(op, us)
+	return ch.settleTaken(op, us, false)
 }
 
 // take removes the deliveries op settles from the channel's unacked set
@@ -563,14 +563,26 @@ func (ch *channel) take(op settleOp) ([]*unacked, error) {
 	return us, nil
 }
 
-// settleTaken applies op to deliveries take removed.
-func (ch *channel) settleTaken(op settleOp, us []*unacked) error {
+// settleTaken applies op to deliveries take removed. unsynced lets acks
+// be written without waiting for their sync (see syncAcks); everything
+// else is durable when it returns.
+func (ch *channel) settleTaken(op settleOp, us []*unacked, unsynced bool) error {
 	sort.Slice(us, func(i, j int) bool { return us[i].tag < us[j].tag })
 	eng := ch.c.s.eng
 	switch {
 	case op.kind == settleAck:
 		for q, hs := range groupHandles(us) {
-			if _, err := ch.c.s.ack(q, hs); err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+			var err error
+			if unsynced {
+				var lazy bool
+				if _, lazy, err = ch.c.s.ackUnsynced(q, hs); lazy {
+					ch.unsynced = true
+					ch.c.unsyncedAcks.Store(true)
+				}
+			} else {
+				_, err = ch.c.s.ack(q, hs)
+			}
+			if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
 				return storageError(err)
 			}
 		}
@@ -592,7 +604,9 @@ func (ch *channel) settleTaken(op settleOp, us []*unacked) error {
 
 // flushAcks applies the basic.ack, nack and rejects that arrived together
 // (one read burst) with one engine call per queue and kind of settlement
-// (delete, return, reject) instead of one durable write per method. They
+// (delete, return, reject) instead of one durable write per method. The
+// acks are written without waiting for their sync where the engine allows
+// it: the channel syncs before it answers anything (syncAcks). They
 // are taken in order up to the first unknown tag, which then raises 406
 // as it would alone; those before it take effect. Each settles different
 // deliveries, so applying the kinds one after the other changes nothing
@@ -631,7 +645,7 @@ func (ch *channel) flushAcks() {
 		if len(g.us) == 0 {
 			continue
 		}
-		if err := ch.settleTaken(g.op, g.us); err != nil && ferr == nil {
+		if err := ch.settleTaken(g.op, g.us, true); err != nil && ferr == nil {
 			ferr, failedMethod = err, settleMethod(g.op.kind)
 		}
 	}
@@ -677,6 +691,53 @@ func (s *Server) ack(queue string, handles []string) ([]error, error) {
 		return d.DeleteLeased(queue, handles)
 	}
 	return s.eng.Delete(queue, handles)
+}
+
+// unsyncedAcker is an engine that can apply acks without waiting for
+// their sync, and sync on demand (engine.Engine's DeleteLeasedUnsynced and
+// Sync). An engine without it applies every ack durably.
+type unsyncedAcker interface {
+	DeleteLeasedUnsynced(queue string, handles []string) ([]error, error)
+	Sync() error
+}
+
+// ackUnsynced is ack without waiting for the deletes' sync where the
+// engine allows it; lazy reports whether it did, and a later syncAcks must
+// then come before anything that proves the acks applied.
+func (s *Server) ackUnsynced(queue string, handles []string) (errs []error, lazy bool, err error) {
+	if a, ok := s.eng.(unsyncedAcker); ok {
+		errs, err = a.DeleteLeasedUnsynced(queue, handles)
+		return errs, true, err
+	}
+	errs, err = s.ack(queue, handles)
+	return errs, false, err
+}
+
+// syncAcks is the sync barrier behind acks written by ackUnsynced: it
+// returns once they are durable (in a cluster, committed).
+func (s *Server) syncAcks() error {
+	if a, ok := s.eng.(unsyncedAcker); ok {
+		return a.Sync()
+	}
+	return nil
+}
+
+// syncAcks makes the acks this channel wrote without a sync durable
+// before it answers anything: basic.ack has no reply, and the reply to a
+// later method of the channel is what proves them applied
+// (docs/guarantees.md). A failure is a hard error: the connection closes
+// and that reply is never sent.
+func (ch *channel) syncAcks() error {
+	if !ch.unsynced {
+		return nil
+	}
+	ch.unsynced = false
+	if err := ch.c.s.syncAcks(); err != nil {
+		e := storageError(err)
+		e.classID, e.methodID = wire.ClassBasic, wire.MethodBasicAck
+		return e
+	}
+	return nil
 }
 
 func groupHandles(us []*unacked) map[string][]string {

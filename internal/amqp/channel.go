@@ -69,6 +69,7 @@ type channel struct {
 	txBytes    int64      // this channel's share of conn.txHeld (limits.go)
 	batch      []*command // validated publishes not yet routed
 	acks       []settleOp // basic.ack/nack/rejects not yet applied (see flushAcks)
+	unsynced   bool       // acks written without a sync since the last syncAcks
 
 	mu               sync.Mutex
 	nextTag          uint64
@@ -189,7 +190,11 @@ func (ch *channel) exec(cmd *command) {
 		// would then take the failed ack for applied.
 		return
 	}
-	if err := ch.handle(cmd); err != nil {
+	err := ch.syncBefore(cmd.m)
+	if err == nil {
+		err = ch.handle(cmd)
+	}
+	if err != nil {
 		ch.flushPublishes() // the publishes before the failing method
 		ch.flushAcks()
 		if ch.c.writesEnded() {
@@ -208,6 +213,20 @@ func (ch *channel) exec(cmd *command) {
 		}
 		ch.raise(ae)
 	}
+}
+
+// syncBefore makes the channel's unsynced acks durable before a method
+// whose reply could prove them applied: every method but basic.publish
+// (whose confirm is about the publish), and basic.ack, nack and reject
+// (which have no reply).
+func (ch *channel) syncBefore(m wire.Method) error {
+	if !ch.unsynced || isSettleMethod(m) {
+		return nil
+	}
+	if _, ok := m.(*wire.BasicPublish); ok {
+		return nil
+	}
+	return ch.syncAcks()
 }
 
 // flushPublishes routes the batched publishes.

@@ -83,6 +83,9 @@ type conn struct {
 	readBusy  atomic.Bool  // the reader is waiting for a channel's inbox
 	lastWrite atomic.Int64
 	blocked   atomic.Bool
+	// unsyncedAcks: a channel wrote acks without a sync (ackUnsynced);
+	// connection.close-ok then waits for a sync barrier.
+	unsyncedAcks atomic.Bool
 	// flowDebt is the queue over its high-water mark that this
 	// connection's last routed publishes reached; the reader pays it
 	// before the next publish (flow.go).
@@ -450,7 +453,18 @@ func (c *conn) channelZero(f wire.Frame) bool {
 		// soon as Close returns finds none of it.
 		c.readBusy.Store(true) // not a silent peer: keepalive must wait
 		c.cleanup()
+		// The acks the channels wrote without a sync are durable before
+		// close-ok proves them; if they cannot be, the socket closes
+		// without it.
+		var syncErr error
+		if c.unsyncedAcks.Load() {
+			syncErr = c.s.syncAcks()
+		}
 		c.readBusy.Store(false)
+		if syncErr != nil {
+			c.s.log.Warn("amqp: acks not durable at connection.close; closing without close-ok", "conn", c.name, "err", syncErr)
+			return false
+		}
 		// Fails only once the writer has failed, and the connection is closing then.
 		_ = c.send(0, &wire.ConnectionCloseOK{})
 		c.closedCleanly = true

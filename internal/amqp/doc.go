@@ -57,7 +57,9 @@
 // auto-delete queues; close-ok is sent only after that, as RabbitMQ does.
 // Consecutive publishes and consecutive acks in an inbox are applied as
 // batches (flushPublishes, flushAcks); anything else in between applies
-// the batch first.
+// the batch first. Acks are written without waiting for their sync; the
+// channel writes a sync barrier before it runs any method whose reply could
+// prove them (syncBefore), and the connection before connection.close-ok.
 //
 // # Locks
 //

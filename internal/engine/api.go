@@ -2,14 +2,17 @@ package engine
 
 import (
 	"strings"
+
+	"github.com/sluicemq/sluice/internal/store"
 )
 
 // The Engine's public methods. Every method is safe for concurrent use.
 //
 // Durability: a method that changes state returns only after the change is
 // durable in the store (group-committed fsync), except Receive, whose
-// receive-count and lease updates are written without waiting for a sync and
-// become durable with the next synced write (see docs/guarantees.md).
+// receive-count and lease updates, and DeleteLeasedUnsynced, whose deletes,
+// are written without waiting for a sync and become durable with the next
+// synced write (see docs/guarantees.md).
 
 // CreateQueue creates the queue, or, when a queue of that name exists,
 // returns it with created=false and changes nothing: the caller decides
@@ -87,4 +90,28 @@ func (e *Engine) DeadLetterSources(dlq string) ([]string, error) {
 // it returns.
 func (e *Engine) DeleteLeased(queue string, handles []string) ([]error, error) {
 	return e.deleteMessagesIf(queue, handles, true)
+}
+
+// DeleteLeasedUnsynced is DeleteLeased without waiting for a sync: the
+// deletes take effect at once and are written to the store, and they
+// become durable with the next synced write of this engine — any
+// acknowledged change, a Sync, or the background sync at the latest
+// DefaultSyncInterval plus one fsync later, as a receive's lease. A crash
+// before then brings the messages back, which at-least-once delivery
+// allows. It is AMQP's basic.ack, which has no reply: the front-end calls
+// Sync before it answers anything that must prove the acks durable.
+func (e *Engine) DeleteLeasedUnsynced(queue string, handles []string) ([]error, error) {
+	return e.deleteLeasedUnsynced(queue, handles)
+}
+
+// Sync is a sync barrier: it returns once everything this engine wrote
+// before it is durable (in a cluster, committed), or with an error
+// wrapping ErrStorage if that cannot be promised, which fails the engine.
+// It shares its fsync with any concurrent durable write.
+func (e *Engine) Sync() error {
+	p, err := e.write(&store.Batch{}, true)
+	if err != nil {
+		return err
+	}
+	return e.wait(p)
 }

@@ -367,3 +367,48 @@ func TestAcknowledgedChangesSurvivePowerCut(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteLeasedUnsynced: AMQP's acks are written without a sync. They
+// take effect at once; a power cut before any sync brings the messages
+// back (at-least-once), and once Sync returned they stay deleted.
+func TestDeleteLeasedUnsynced(t *testing.T) {
+	pf := newPowerFixture(t, time.Hour)
+	pf.create("q", nil)
+	pf.send("q", body("a"), body("b"))
+	d := pf.recv("q", 2, time.Minute)
+	if len(d) != 2 {
+		t.Fatalf("received %d", len(d))
+	}
+	errs, err := pf.e.DeleteLeasedUnsynced("q", []string{d[0].ReceiptHandle, d[1].ReceiptHandle})
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("DeleteLeasedUnsynced: %v %v", errs, err)
+	}
+	if info, _ := pf.e.GetQueue("q"); info.InFlight != 0 || info.Visible != 0 {
+		t.Fatalf("the acks did not take effect at once: %+v", info)
+	}
+	if !pf.ps.pendingSync() {
+		t.Fatal("the acks were synced: nothing is left to lose")
+	}
+	pf.powerCut()
+	if got := pf.recv("q", 10, time.Minute); len(got) != 2 {
+		t.Fatalf("after a power cut before any sync, received %v; want both back", bodies(got))
+	}
+
+	// Now acked again, and synced: they stay deleted.
+	pf.clk.Advance(2 * time.Minute)
+	d = pf.recv("q", 2, time.Minute)
+	if len(d) != 2 {
+		t.Fatalf("received %d again", len(d))
+	}
+	if _, err := pf.e.DeleteLeasedUnsynced("q", []string{d[0].ReceiptHandle, d[1].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pf.e.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	pf.powerCut()
+	pf.clk.Advance(2 * time.Minute)
+	if got := pf.recv("q", 10, time.Minute); len(got) != 0 {
+		t.Fatalf("after Sync and a power cut, received %v; want nothing", bodies(got))
+	}
+}

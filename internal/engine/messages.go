@@ -626,6 +626,28 @@ func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool
 	return errs, nil
 }
 
+// deleteLeasedUnsynced is DeleteLeasedUnsynced: update's path, with the
+// batch written without a sync and not waited for.
+func (e *Engine) deleteLeasedUnsynced(name string, handles []string) ([]error, error) {
+	q, err := e.lockQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	var b store.Batch
+	q.advanceLocked(now, &b)
+	errs := make([]error, len(handles))
+	e.deleteLocked(q, handles, true, errs, now, &b)
+	if _, err := e.write(&b, false); err != nil {
+		e.unlockAndInsertCopies(q)
+		return nil, err
+	}
+	q.cold.settled()
+	e.scheduleLocked(q)
+	e.unlockAndInsertCopies(q) // a dead letter the advance decided waits for a barrier
+	return errs, nil
+}
+
 // deleteLocked deletes by receipt handle, one error per handle in errs.
 func (e *Engine) deleteLocked(q *queue, handles []string, leasedOnly bool, errs []error, now int64, b *store.Batch) {
 	deleted := 0

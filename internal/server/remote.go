@@ -30,9 +30,10 @@ import (
 // is nacked rather than dropped as unroutable.
 //
 // It embeds *engine.Engine, so every method the AMQP server may call on
-// its engine (amqp.Engine, and the optional ones it asserts: DeleteLeased)
-// that names a queue is overridden here; the others are the local
-// engine's.
+// its engine (amqp.Engine, and the optional ones it asserts: DeleteLeased,
+// DeleteLeasedUnsynced) that names a queue is overridden here; the others
+// are the local engine's (Sync among them: a queue elsewhere is never
+// acked without a sync).
 //
 // What does not cross: UpdateQueue (a function), metadata, creates, and
 // Browse, which stay local (the AMQP server neither declares with
@@ -421,6 +422,13 @@ func (r *remoteEngine) Delete(name string, handles []string) ([]error, error) {
 // for a queue elsewhere.
 func (r *remoteEngine) DeleteLeased(name string, handles []string) ([]error, error) {
 	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.DeleteLeased(name, handles) }, opDeleteLeased, nil)
+}
+
+// DeleteLeasedUnsynced is Engine.DeleteLeasedUnsynced for a queue of this
+// server's own, and DeleteLeased (durable when it returns) for a queue
+// elsewhere: Sync, the local engine's, covers only local writes.
+func (r *remoteEngine) DeleteLeasedUnsynced(name string, handles []string) ([]error, error) {
+	return r.settleAt(name, handles, func() ([]error, error) { return r.Engine.DeleteLeasedUnsynced(name, handles) }, opDeleteLeased, nil)
 }
 
 // Requeue is Engine.Requeue, elsewhere for a queue elsewhere.
