@@ -332,3 +332,48 @@ func TestAckSyncedBeforeConnectionCloseOK(t *testing.T) {
 		t.Fatalf("after close-ok: %d in flight, %d visible; want nothing left", info.InFlight, info.Visible)
 	}
 }
+
+// TestUnsyncedAcksBounded: acks are written without a sync, but a channel
+// that has written maxUnsyncedAcks of them waits for a sync before it
+// applies more, with no synchronous method to make it: a consumer cannot
+// run arbitrarily far ahead of what is durable (in a cluster, committed).
+func TestUnsyncedAcksBounded(t *testing.T) {
+	hs := &holdingStore{release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hs.release) }) }
+	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { hs.Store = s; return hs }))
+	_, ch := b.channel()
+	t.Cleanup(release)
+	_, err := ch.QueueDeclare("acks", true, false, false, false, nil)
+	must(t, err)
+	const n = maxUnsyncedAcks/engine.MaxBatch*engine.MaxBatch + 10*engine.MaxBatch
+	for i := 0; i < n; i += engine.MaxBatch {
+		ms := make([]engine.Message, engine.MaxBatch)
+		for j := range ms {
+			ms[j].Body = fmt.Appendf(nil, "m%d", i+j)
+		}
+		_, err = b.eng.Send("acks", ms)
+		must(t, err)
+	}
+	ds, err := ch.Consume("acks", "c", false, false, false, false, nil)
+	must(t, err)
+	hs.hold.Store(true)
+	for i := 0; i < n; i++ {
+		select {
+		case d := <-ds:
+			must(t, d.Ack(false))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d deliveries arrived", i, n)
+		}
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("a sync after maxUnsyncedAcks acks", func() bool { return hs.held.Load() > 0 }))
+	release()
+	poll.CheckFor(t, 10*time.Second, func() error {
+		info, err := b.eng.GetQueue("acks")
+		must(t, err)
+		if info.InFlight != 0 || info.Visible != 0 {
+			return fmt.Errorf("after the acks: %d in flight, %d visible", info.InFlight, info.Visible)
+		}
+		return nil
+	})
+}

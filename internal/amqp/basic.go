@@ -576,7 +576,7 @@ func (ch *channel) settleTaken(op settleOp, us []*unacked, unsynced bool) error 
 			if unsynced {
 				var lazy bool
 				if _, lazy, err = ch.c.s.ackUnsynced(q, hs); lazy {
-					ch.unsynced = true
+					ch.unsynced += len(hs)
 					ch.c.unsyncedAcks.Store(true)
 				}
 			} else {
@@ -648,6 +648,13 @@ func (ch *channel) flushAcks() {
 		if err := ch.settleTaken(g.op, g.us, true); err != nil && ferr == nil {
 			ferr, failedMethod = err, settleMethod(g.op.kind)
 		}
+	}
+	if ferr == nil && ch.unsynced >= maxUnsyncedAcks {
+		// Flow control: a consumer acking faster than the store syncs
+		// (in a cluster, than Raft commits) waits here, so what is
+		// applied in memory stays within this many acks of what is
+		// durable, per channel.
+		ferr, failedMethod = ch.syncAcks(), wire.MethodBasicAck
 	}
 	if ferr == nil {
 		return
@@ -728,10 +735,10 @@ func (s *Server) syncAcks() error {
 // (docs/guarantees.md). A failure is a hard error: the connection closes
 // and that reply is never sent.
 func (ch *channel) syncAcks() error {
-	if !ch.unsynced {
+	if ch.unsynced == 0 {
 		return nil
 	}
-	ch.unsynced = false
+	ch.unsynced = 0
 	if err := ch.c.s.syncAcks(); err != nil {
 		e := storageError(err)
 		e.classID, e.methodID = wire.ClassBasic, wire.MethodBasicAck

@@ -69,7 +69,7 @@ type channel struct {
 	txBytes    int64      // this channel's share of conn.txHeld (limits.go)
 	batch      []*command // validated publishes not yet routed
 	acks       []settleOp // basic.ack/nack/rejects not yet applied (see flushAcks)
-	unsynced   bool       // acks written without a sync since the last syncAcks
+	unsynced   int        // acks written without a sync since the last syncAcks
 
 	mu               sync.Mutex
 	nextTag          uint64
@@ -115,9 +115,12 @@ func (c *conn) freeChannel(ch *channel) {
 
 // maxPublishBatch bounds how many publishes are routed together, and
 // maxAckBatch how many basic.ack, nack and rejects are applied together.
+// maxUnsyncedAcks bounds how many acks a channel writes without a sync
+// before it waits for one (flushAcks).
 const (
 	maxPublishBatch = 256
 	maxAckBatch     = 256
+	maxUnsyncedAcks = 1024
 )
 
 // isSettleMethod: m is basic.ack, basic.nack or basic.reject, which
@@ -220,7 +223,7 @@ func (ch *channel) exec(cmd *command) {
 // (whose confirm is about the publish), and basic.ack, nack and reject
 // (which have no reply).
 func (ch *channel) syncBefore(m wire.Method) error {
-	if !ch.unsynced || isSettleMethod(m) {
+	if ch.unsynced == 0 || isSettleMethod(m) {
 		return nil
 	}
 	if _, ok := m.(*wire.BasicPublish); ok {
