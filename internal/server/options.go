@@ -137,6 +137,12 @@ type Options struct {
 	// reads; 0: 16 rounds of 256 (transfer.go). Tests set a smaller one.
 	// Not settable from a config file.
 	MoverPassTransfers int `toml:"-"`
+	// MoverParked, when set, is called by the mover (transfer.go) with
+	// parked true and the time its timer fires (zero: no timer) just
+	// before it waits, and with parked false when it wakes: tests that
+	// drive it with a fake clock advance the clock only while it waits.
+	// Not settable from a config file.
+	MoverParked func(parked bool, deadline time.Time) `toml:"-"`
 	// SQSListen is the address of the SQS HTTP API, the health endpoint
 	// and (later) the admin API and dashboard. Port 0 picks a free port.
 	SQSListen string `toml:"sqs_listen"`

@@ -105,7 +105,13 @@ func (s *Server) moveTransfers(ctx context.Context) {
 	timer := s.clk.NewTimer(wait)
 	defer timer.Stop()
 	var last time.Time // when the last pass began
+	parked := func(bool, time.Time) {}
+	if s.opts.MoverParked != nil {
+		parked = s.opts.MoverParked
+	}
+	due := s.clk.Now().Add(wait) // when timer fires
 	for {
+		parked(true, due)
 		select {
 		case <-ctx.Done():
 			return
@@ -115,6 +121,7 @@ func (s *Server) moveTransfers(ctx context.Context) {
 			// would start another.
 			if d := moverPoll - s.clk.Now().Sub(last); d > 0 {
 				pause := s.clk.NewTimer(d)
+				parked(true, s.clk.Now().Add(d))
 				select {
 				case <-ctx.Done():
 					pause.Stop()
@@ -124,6 +131,7 @@ func (s *Server) moveTransfers(ctx context.Context) {
 			}
 		case <-timer.C():
 		}
+		parked(false, time.Time{})
 		last = s.clk.Now()
 		p := &movePass{failing: map[string]bool{}, seen: st.cycle}
 		after, end := st.cursor, false
@@ -175,6 +183,7 @@ func (s *Server) moveTransfers(ctx context.Context) {
 			wait = min(2*max(wait, moverPoll), moverBackoff)
 		}
 		timer.Reset(wait)
+		due = s.clk.Now().Add(wait)
 	}
 }
 

@@ -28,6 +28,34 @@ type moverRig struct {
 	answer  map[string]error       // target → what its engine answers (nil: takes them)
 	down    error                  // not nil: no call arrives, the caller gets this
 	far     bool                   // "far" lives on another shard
+
+	// The mover's state (Options.MoverParked): whether it waits, when
+	// its timer fires, and how many times it woke.
+	parked   bool
+	deadline time.Time
+	wakes    int
+}
+
+// moverParked is the rig's Options.MoverParked.
+func (r *moverRig) moverParked(parked bool, deadline time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.parked = parked
+	if parked {
+		r.deadline = deadline
+	} else {
+		r.wakes++
+	}
+}
+
+// waitMover waits until cond, read under the rig's lock, holds.
+func (r *moverRig) waitMover(what string, cond func() bool) {
+	r.t.Helper()
+	poll.CheckFor(r.t, 20*time.Second, poll.True(what, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return cond()
+	}))
 }
 
 // errRefused is a target engine's refusal (ImportTransfers' ErrQueueFull).
@@ -44,6 +72,7 @@ func newMoverRigWith(t *testing.T, edit func(*Options)) (*moverRig, func()) {
 		imports: map[string][]time.Time{}, answer: map[string]error{"far": errRefused}}
 	o := DefaultOptions()
 	edit(&o)
+	o.MoverParked = r.moverParked
 	o.DataDir = t.TempDir()
 	o.SQSListen, o.AMQPListen = "127.0.0.1:0", ""
 	elsewhere := func(name string) bool {
@@ -120,12 +149,22 @@ func (r *moverRig) set(f func()) {
 	f()
 }
 
-// tick advances the fake clock by a second, then waits (at most a
-// second, a pace, not a check) until the goroutines whose timers fired
-// have set theirs again, so that the mover sees each second.
+// tick advances the fake clock by a second while the mover waits, then,
+// if its timer fired, waits until it has made its pass and waits again,
+// so that the mover sees each second however slow a pass is; the other
+// goroutines whose timers fired get at most a second (a pace, not a
+// check) to set theirs again.
 func (r *moverRig) tick() {
+	r.t.Helper()
+	r.waitMover("the mover to wait", func() bool { return r.parked })
+	r.mu.Lock()
+	due, wakes := r.deadline, r.wakes
+	r.mu.Unlock()
 	n := r.clk.Timers()
 	r.clk.Advance(time.Second)
+	if !due.IsZero() && !due.After(r.clk.Now()) {
+		r.waitMover("the mover's pass after its timer fired", func() bool { return r.wakes > wakes && r.parked })
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = r.clk.BlockUntil(ctx, n)
