@@ -89,7 +89,7 @@ func (e *Engine) DeadLetterSources(dlq string) ([]string, error) {
 // it too. Malformed handles fail with ErrReceiptHandleInvalid. Durable when
 // it returns.
 func (e *Engine) DeleteLeased(queue string, handles []string) ([]error, error) {
-	return e.deleteMessagesIf(queue, handles, true)
+	return e.deleteMessagesIf(queue, handles, true, true)
 }
 
 // DeleteLeasedUnsynced is DeleteLeased without waiting for a sync: the
@@ -101,7 +101,7 @@ func (e *Engine) DeleteLeased(queue string, handles []string) ([]error, error) {
 // allows. It is AMQP's basic.ack, which has no reply: the front-end calls
 // Sync before it answers anything that must prove the acks durable.
 func (e *Engine) DeleteLeasedUnsynced(queue string, handles []string) ([]error, error) {
-	return e.deleteLeasedUnsynced(queue, handles)
+	return e.deleteMessagesIf(queue, handles, true, false)
 }
 
 // Sync is a sync barrier: it returns once everything this engine wrote

@@ -381,6 +381,14 @@ func (e *Engine) commitUnlock(q *queue, b *store.Batch) error {
 // what the advance wrote is still written (without a sync) and fn's error
 // is returned; fn must not have changed memory it did not also write.
 func (e *Engine) update(name string, fn func(q *queue, now int64, b *store.Batch) error) error {
+	return e.updateAs(name, true, fn)
+}
+
+// updateAs is update; with durable false the batch is written without a
+// sync and not waited for (DeleteLeasedUnsynced): it becomes durable with
+// the next synced write, and any dead-letter copy the advance decided
+// waits for a sync barrier of its own (unlockAndInsertCopies).
+func (e *Engine) updateAs(name string, durable bool, fn func(q *queue, now int64, b *store.Batch) error) error {
 	q, err := e.lockQueue(name)
 	if err != nil {
 		return err
@@ -390,6 +398,15 @@ func (e *Engine) update(name string, fn func(q *queue, now int64, b *store.Batch
 	q.advanceLocked(now, &b)
 	if err := fn(q, now, &b); err != nil {
 		e.writeUnlock(q, &b)
+		return err
+	}
+	if !durable {
+		_, err := e.write(&b, false)
+		if err == nil {
+			q.cold.settled()
+			e.scheduleLocked(q)
+		}
+		e.unlockAndInsertCopies(q)
 		return err
 	}
 	return e.commitUnlock(q, &b)

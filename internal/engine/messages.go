@@ -609,42 +609,21 @@ func (q *queue) lookupLeaseLocked(handle string) (m *message, current, lost bool
 // handle whose lease has expired fails with ErrReceiptHandleExpired. When
 // Delete returns, successful deletes are durable.
 func (e *Engine) Delete(name string, handles []string) ([]error, error) {
-	return e.deleteMessagesIf(name, handles, false)
+	return e.deleteMessagesIf(name, handles, false, true)
 }
 
 // deleteMessagesIf deletes by receipt handle; leasedOnly restricts it to
-// messages still in flight under that very lease (see DeleteLeased).
-func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly bool) ([]error, error) {
+// messages still in flight under that very lease (see DeleteLeased), and
+// durable false does not wait for the sync (see updateAs).
+func (e *Engine) deleteMessagesIf(name string, handles []string, leasedOnly, durable bool) ([]error, error) {
 	errs := make([]error, len(handles))
-	err := e.update(name, func(q *queue, now int64, b *store.Batch) error {
+	err := e.updateAs(name, durable, func(q *queue, now int64, b *store.Batch) error {
 		e.deleteLocked(q, handles, leasedOnly, errs, now, b)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return errs, nil
-}
-
-// deleteLeasedUnsynced is DeleteLeasedUnsynced: update's path, with the
-// batch written without a sync and not waited for.
-func (e *Engine) deleteLeasedUnsynced(name string, handles []string) ([]error, error) {
-	q, err := e.lockQueue(name)
-	if err != nil {
-		return nil, err
-	}
-	now := e.now()
-	var b store.Batch
-	q.advanceLocked(now, &b)
-	errs := make([]error, len(handles))
-	e.deleteLocked(q, handles, true, errs, now, &b)
-	if _, err := e.write(&b, false); err != nil {
-		e.unlockAndInsertCopies(q)
-		return nil, err
-	}
-	q.cold.settled()
-	e.scheduleLocked(q)
-	e.unlockAndInsertCopies(q) // a dead letter the advance decided waits for a barrier
 	return errs, nil
 }
 
