@@ -109,7 +109,8 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 		f.answered.Store(true)
 	}
 	defer func() { _ = resp.Body.Close() }() // read below
-	reply, err := readReply(resp, limit)
+	// Up to limit+1 bytes: more is refused below.
+	reply, err := server.ReadPeerBody(resp.Body, resp.ContentLength, limit)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
@@ -120,21 +121,6 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 		return nil, fmt.Errorf("shard %d's answer is over %d bytes", k, limit)
 	}
 	return reply, nil
-}
-
-// readReply reads resp's body, up to limit+1 bytes (more is the caller's
-// error to report): into a buffer of its announced length when it has
-// one, rather than one grown from io.ReadAll's 512 bytes — a receive's
-// answer carries a batch of bodies.
-func readReply(resp *http.Response, limit int) ([]byte, error) {
-	if n := resp.ContentLength; n >= 0 && n <= int64(limit) {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(resp.Body, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 }
 
 // bodyFor returns body as the leader advertising ad reads it at path: an

@@ -349,26 +349,30 @@ func (s *Server) expireSessions(ctx context.Context) {
 	}
 }
 
-// readCallBody reads an engine call's body: into one buffer of its
-// announced length when that is within limit (the caller's net/http
-// announces a body it has whole), else growing up to limit+1 bytes, for
-// the caller to refuse what is over. Allocating the announced length
-// before the bytes arrive is acceptable only because the call comes from
-// a node that passed the internal listener's handshake.
-func readCallBody(r *http.Request, limit int) ([]byte, error) {
-	if n := r.ContentLength; n >= 0 && n <= int64(limit) {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
+// ReadPeerBody reads the body of an engine call or of its answer, which
+// another node of the cluster sent, announcing announced bytes (-1: not
+// announced): into one buffer of that length when it is within limit,
+// rather than one grown from io.ReadAll's 512 bytes (a receive's answer
+// carries a batch of bodies), else growing up to limit+1 bytes, for the
+// caller to refuse what is over. A body shorter than announced is an
+// error. Allocating the announced length before the bytes arrive is
+// acceptable only because the peer passed the internal listener's
+// handshake (httpbody's rule for clients is the opposite). The cluster
+// reads leaders' answers with it too.
+func ReadPeerBody(r io.Reader, announced int64, limit int) ([]byte, error) {
+	if announced >= 0 && announced <= int64(limit) {
+		b := make([]byte, announced)
+		if _, err := io.ReadFull(r, b); err != nil {
 			return nil, err
 		}
 		return b, nil
 	}
-	return io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	return io.ReadAll(io.LimitReader(r, int64(limit)+1))
 }
 
 // serveShardEngine runs one engineCall on this server's engine.
 func (s *Server) serveShardEngine(w http.ResponseWriter, r *http.Request) {
-	body, err := readCallBody(r, maxShardEngineBody)
+	body, err := ReadPeerBody(r.Body, r.ContentLength, maxShardEngineBody)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
