@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/sluicemq/sluice/internal/amqp/wire"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/engine"
@@ -64,6 +66,102 @@ func (s *holdingStore) Write(b *store.Batch, durable bool) (store.Pending, error
 	return p, nil
 }
 
+// holdingRig is a broker on a holdingStore, one channel of a connection to
+// it, and a durable queue "acks" holding n messages sent through the
+// engine.
+type holdingRig struct {
+	hs      *holdingStore
+	b       *broker
+	conn    *amqp091.Connection
+	ch      *amqp091.Channel
+	release func() // closes hs.release (once)
+}
+
+func newHoldingRig(t *testing.T, n int) *holdingRig {
+	t.Helper()
+	hs := &holdingStore{release: make(chan struct{})}
+	var once sync.Once
+	r := &holdingRig{hs: hs, release: func() { once.Do(func() { close(hs.release) }) }}
+	r.b = startBroker(t, withStoreWrapper(func(s store.Store) store.Store { hs.Store = s; return hs }))
+	r.conn, r.ch = r.b.channel()
+	// Registered after the broker's and the connection's: runs before
+	// them, so a failed test still closes and shuts down.
+	t.Cleanup(r.release)
+	_, err := r.ch.QueueDeclare("acks", true, false, false, false, nil)
+	must(t, err)
+	for i := 0; i < n; i += engine.MaxBatch {
+		ms := make([]engine.Message, min(engine.MaxBatch, n-i))
+		for j := range ms {
+			ms[j].Body = fmt.Appendf(nil, "m%d", i+j)
+		}
+		_, err = r.b.eng.Send("acks", ms)
+		must(t, err)
+	}
+	return r
+}
+
+// ackAll consumes "acks", sets the store holding, then takes n deliveries
+// and acks each.
+func (r *holdingRig) ackAll(t *testing.T, n int) {
+	t.Helper()
+	ds, err := r.ch.Consume("acks", "c", false, false, false, false, nil)
+	must(t, err)
+	r.hs.hold.Store(true)
+	for i := 0; i < n; i++ {
+		select {
+		case d := <-ds:
+			must(t, d.Ack(false))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d deliveries arrived", i, n)
+		}
+	}
+}
+
+// heldUntilReleased checks that the reply done waits for stands while the
+// sync after the acks' deletes is held: done must not deliver before that
+// sync reaches the store nor while it is held; once released, it delivers
+// without an error.
+func (r *holdingRig) heldUntilReleased(t *testing.T, reply string, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.hs.held.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the acks' sync never reached the store")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s came (%v) before the acks' sync was written", reply, err)
+		case <-time.After(time.Millisecond): // polling the store wrapper
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("%s came (%v) while the acks' sync was held", reply, err)
+	case <-time.After(50 * time.Millisecond):
+		// Not a timing assertion: a reply that came now would be wrong at
+		// any speed; this only gives a wrong one the chance to show.
+	}
+	r.release()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never came after the sync", reply)
+	}
+}
+
+// empty reports an error unless queue "acks" holds nothing.
+func (r *holdingRig) empty() error {
+	info, err := r.b.eng.GetQueue("acks")
+	if err != nil {
+		return err
+	}
+	if info.InFlight != 0 || info.Visible != 0 {
+		return fmt.Errorf("%d in flight, %d visible; want nothing left", info.InFlight, info.Visible)
+	}
+	return nil
+}
+
 // TestAckAppliedBeforeNextReply: basic.ack has no reply, but a channel
 // runs its methods in order, applies the acks before it (one engine write,
 // without waiting for its sync) and syncs them before it answers the next
@@ -73,65 +171,14 @@ func (s *holdingStore) Write(b *store.Batch, durable bool) (store.Pending, error
 // held: basic.qos-ok must not come until it is released, and then the
 // messages are gone.
 func TestAckAppliedBeforeNextReply(t *testing.T) {
-	hs := &holdingStore{release: make(chan struct{})}
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hs.release) }) }
-	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { hs.Store = s; return hs }))
-	_, ch := b.channel()
-	// Registered after the broker's and the connection's: runs before
-	// them, so a failed test still closes and shuts down.
-	t.Cleanup(release)
-	_, err := ch.QueueDeclare("acks", true, false, false, false, nil)
-	must(t, err)
-	ms := make([]engine.Message, engine.MaxBatch)
-	for i := range ms {
-		ms[i].Body = fmt.Appendf(nil, "m%d", i)
-	}
-	_, err = b.eng.Send("acks", ms)
-	must(t, err)
-	must(t, ch.Qos(engine.MaxBatch, 0, false))
-	ds, err := ch.Consume("acks", "c", false, false, false, false, nil)
-	must(t, err)
-	hs.hold.Store(true)
-	for range ms {
-		select {
-		case d := <-ds:
-			must(t, d.Ack(false))
-		case <-time.After(10 * time.Second):
-			t.Fatal("deliveries did not arrive")
-		}
-	}
+	r := newHoldingRig(t, engine.MaxBatch)
+	must(t, r.ch.Qos(engine.MaxBatch, 0, false))
+	r.ackAll(t, engine.MaxBatch)
 	qosDone := make(chan error, 1)
-	go func() { qosDone <- ch.Qos(engine.MaxBatch, 0, false) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for hs.held.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the acks' sync never reached the store")
-		}
-		select {
-		case err := <-qosDone:
-			t.Fatalf("basic.qos answered (%v) before the acks were written", err)
-		case <-time.After(time.Millisecond): // polling the store wrapper
-		}
-	}
-	select {
-	case err := <-qosDone:
-		t.Fatalf("basic.qos answered (%v) while the acks' delete waits for its sync", err)
-	case <-time.After(50 * time.Millisecond):
-		// Not a timing assertion: a reply that came now would be wrong at
-		// any speed; this only gives a wrong one the chance to show.
-	}
-	release()
-	select {
-	case err := <-qosDone:
-		must(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("basic.qos never answered after the sync")
-	}
-	info, err := b.eng.GetQueue("acks")
-	must(t, err)
-	if info.InFlight != 0 || info.Visible != 0 {
-		t.Fatalf("after the qos reply: %d in flight, %d visible; want nothing left", info.InFlight, info.Visible)
+	go func() { qosDone <- r.ch.Qos(engine.MaxBatch, 0, false) }()
+	r.heldUntilReleased(t, "basic.qos-ok", qosDone)
+	if err := r.empty(); err != nil {
+		t.Fatalf("after the qos reply: %v", err)
 	}
 }
 
@@ -288,48 +335,13 @@ func TestFailedAckIsNotProvedByTheNextReply(t *testing.T) {
 // acks for applied. Here the sync after the deletes is held: Close must
 // not return until it is released.
 func TestAckSyncedBeforeConnectionCloseOK(t *testing.T) {
-	hs := &holdingStore{release: make(chan struct{})}
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hs.release) }) }
-	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { hs.Store = s; return hs }))
-	conn, ch := b.channel()
-	t.Cleanup(release)
-	_, err := ch.QueueDeclare("acks", true, false, false, false, nil)
-	must(t, err)
-	_, err = b.eng.Send("acks", []engine.Message{{Body: []byte("a")}, {Body: []byte("b")}})
-	must(t, err)
-	ds, err := ch.Consume("acks", "c", false, false, false, false, nil)
-	must(t, err)
-	hs.hold.Store(true)
-	for range 2 {
-		select {
-		case d := <-ds:
-			must(t, d.Ack(false))
-		case <-time.After(10 * time.Second):
-			t.Fatal("deliveries did not arrive")
-		}
-	}
+	r := newHoldingRig(t, 2)
+	r.ackAll(t, 2)
 	closed := make(chan error, 1)
-	go func() { closed <- conn.Close() }()
-	poll.CheckFor(t, 10*time.Second, poll.True("the sync after the acks", func() bool { return hs.held.Load() > 0 }))
-	select {
-	case err := <-closed:
-		t.Fatalf("connection.close-ok (%v) came while the acks' sync was held", err)
-	case <-time.After(50 * time.Millisecond):
-		// Not a timing assertion: a close-ok now would be wrong at any
-		// speed; this only gives a wrong one the chance to show.
-	}
-	release()
-	select {
-	case err := <-closed:
-		must(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close never returned after the sync")
-	}
-	info, err := b.eng.GetQueue("acks")
-	must(t, err)
-	if info.InFlight != 0 || info.Visible != 0 {
-		t.Fatalf("after close-ok: %d in flight, %d visible; want nothing left", info.InFlight, info.Visible)
+	go func() { closed <- r.conn.Close() }()
+	r.heldUntilReleased(t, "connection.close-ok", closed)
+	if err := r.empty(); err != nil {
+		t.Fatalf("after close-ok: %v", err)
 	}
 }
 
@@ -338,42 +350,10 @@ func TestAckSyncedBeforeConnectionCloseOK(t *testing.T) {
 // applies more, with no synchronous method to make it: a consumer cannot
 // run arbitrarily far ahead of what is durable (in a cluster, committed).
 func TestUnsyncedAcksBounded(t *testing.T) {
-	hs := &holdingStore{release: make(chan struct{})}
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hs.release) }) }
-	b := startBroker(t, withStoreWrapper(func(s store.Store) store.Store { hs.Store = s; return hs }))
-	_, ch := b.channel()
-	t.Cleanup(release)
-	_, err := ch.QueueDeclare("acks", true, false, false, false, nil)
-	must(t, err)
-	const n = maxUnsyncedAcks/engine.MaxBatch*engine.MaxBatch + 10*engine.MaxBatch
-	for i := 0; i < n; i += engine.MaxBatch {
-		ms := make([]engine.Message, engine.MaxBatch)
-		for j := range ms {
-			ms[j].Body = fmt.Appendf(nil, "m%d", i+j)
-		}
-		_, err = b.eng.Send("acks", ms)
-		must(t, err)
-	}
-	ds, err := ch.Consume("acks", "c", false, false, false, false, nil)
-	must(t, err)
-	hs.hold.Store(true)
-	for i := 0; i < n; i++ {
-		select {
-		case d := <-ds:
-			must(t, d.Ack(false))
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d deliveries arrived", i, n)
-		}
-	}
-	poll.CheckFor(t, 10*time.Second, poll.True("a sync after maxUnsyncedAcks acks", func() bool { return hs.held.Load() > 0 }))
-	release()
-	poll.CheckFor(t, 10*time.Second, func() error {
-		info, err := b.eng.GetQueue("acks")
-		must(t, err)
-		if info.InFlight != 0 || info.Visible != 0 {
-			return fmt.Errorf("after the acks: %d in flight, %d visible", info.InFlight, info.Visible)
-		}
-		return nil
-	})
+	const n = maxUnsyncedAcks + 10*engine.MaxBatch
+	r := newHoldingRig(t, n)
+	r.ackAll(t, n)
+	poll.CheckFor(t, 10*time.Second, poll.True("a sync after maxUnsyncedAcks acks", func() bool { return r.hs.held.Load() > 0 }))
+	r.release()
+	poll.CheckFor(t, 10*time.Second, r.empty)
 }
