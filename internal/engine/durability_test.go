@@ -412,3 +412,28 @@ func TestDeleteLeasedUnsynced(t *testing.T) {
 		t.Fatalf("after Sync and a power cut, received %v; want nothing", bodies(got))
 	}
 }
+
+// TestUnsyncedAckSyncedWithinInterval: an ack written without a sync, with
+// nothing written after it, is made durable by the background sync
+// (guarantees.md: at the latest SyncInterval plus one fsync later).
+func TestUnsyncedAckSyncedWithinInterval(t *testing.T) {
+	pf := newPowerFixture(t, 10*time.Millisecond)
+	pf.create("q", nil)
+	pf.send("q", body("a"))
+	d := pf.recv("q", 1, time.Minute)
+	if len(d) != 1 {
+		t.Fatalf("received %d", len(d))
+	}
+	// The receive's lease is synced first: the syncer is idle when the
+	// ack comes, and only the ack's write can wake it.
+	poll.CheckFor(t, 20*time.Second, poll.True("the lease's background sync", func() bool { return !pf.ps.pendingSync() }))
+	if _, err := pf.e.DeleteLeasedUnsynced("q", []string{d[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, poll.True("the ack's background sync", func() bool { return !pf.ps.pendingSync() }))
+	pf.powerCut()
+	pf.clk.Advance(2 * time.Minute)
+	if got := pf.recv("q", 10, time.Minute); len(got) != 0 {
+		t.Fatalf("the ack was lost although the background sync ran: received %v", bodies(got))
+	}
+}
