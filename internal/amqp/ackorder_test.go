@@ -233,8 +233,25 @@ func (s *failingDeleteStore) Write(b *store.Batch, durable bool) (store.Pending,
 // messages come back. A raw client reads every frame the server writes.
 // The one-shard counterpart of internal/cluster's
 // TestShardsAMQPAckAfterTheQueuesLeaderMoved; the cluster fault harness
-// reported this timeline as a resurrection (docs/reliability.md).
+// reported this timeline as a resurrection (docs/reliability.md). The
+// client's own connection.close is such a proof too, and is not answered.
 func TestFailedAckIsNotProvedByTheNextReply(t *testing.T) {
+	t.Run("basic.qos", func(t *testing.T) {
+		failedAckNotProved(t, 1, &wire.BasicQos{PrefetchCount: 2}, &wire.BasicQosOK{})
+	})
+	// connection.close-ok proves the acks before it too
+	// (TestAckSyncedBeforeConnectionCloseOK): when their sync fails, the
+	// socket closes without it.
+	t.Run("connection.close", func(t *testing.T) {
+		failedAckNotProved(t, 0, &wire.ConnectionClose{ReplyCode: 200, ReplyText: "bye"}, &wire.ConnectionCloseOK{})
+	})
+}
+
+// failedAckNotProved acks two deliveries while the store fails their
+// write, sends proof on channel ch (0: the connection), and checks that
+// its reply, of want's type, never comes, and that the messages are back
+// after a restart.
+func failedAckNotProved(t *testing.T, ch uint16, proof, want wire.Method) {
 	fs := &failingDeleteStore{release: make(chan struct{})}
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(fs.release) }) }
@@ -288,13 +305,13 @@ func TestFailedAckIsNotProvedByTheNextReply(t *testing.T) {
 		}
 	}
 	// The acks' deletes are dropped (written without a sync, they fail
-	// nothing yet); the basic.qos after them waits for their sync, which
+	// nothing yet); the proof after them waits for their sync, which
 	// the store fails only on release, as acks and a qos sent while a
 	// leader is losing its term do.
 	fs.fail.Store(true)
 	sendMethod(t, c.w, 1, &wire.BasicAck{DeliveryTag: 1})
 	sendMethod(t, c.w, 1, &wire.BasicAck{DeliveryTag: 2})
-	sendMethod(t, c.w, 1, &wire.BasicQos{PrefetchCount: 2})
+	sendMethod(t, c.w, ch, proof)
 	poll("the sync after the acks", func() bool { return fs.held.Load() > 0 })
 	release()
 	closed := false
@@ -308,15 +325,17 @@ func TestFailedAckIsNotProvedByTheNextReply(t *testing.T) {
 		}
 		m, err := wire.ParseMethod(f.Payload)
 		must(t, err)
-		switch m.(type) {
-		case *wire.BasicQosOK:
-			t.Fatalf("basic.qos answered after acks whose delete failed (after connection.close: %v): the client would hold a proof of acks never applied", closed)
-		case *wire.ConnectionClose:
+		if fmt.Sprintf("%T", m) == fmt.Sprintf("%T", want) {
+			t.Fatalf("%s answered after acks whose delete failed (after connection.close: %v): the client would hold a proof of acks never applied", proof.Name(), closed)
+		}
+		if _, ok := m.(*wire.ConnectionClose); ok {
 			closed = true
 			sendMethod(t, c.w, 0, &wire.ConnectionCloseOK{})
 		}
 	}
-	if !closed {
+	if !closed && ch != 0 {
+		// A channel's method: the server must close the connection.
+		// (The client's own connection.close ends it anyway.)
 		t.Fatal("the connection ended without connection.close")
 	}
 	// Nothing was deleted: the store holds both messages, and the engine
