@@ -5,7 +5,9 @@
 // # Contract
 //
 // Only the leader writes. A Write on the leader encodes the batch, queues it
-// for the Raft loop and returns without touching the network; its Pending's
+// for the Raft loop (a Write without durable is first held back, up to
+// 5 ms, to ride in the next write's entry: view.Write) and returns without
+// touching the network; its Pending's
 // Wait returns nil only once the entry is committed (in the fsynced Raft
 // logs of a majority) and applied to this node's state store. A Write on a
 // follower fails with ErrNotLeader. When the leader loses leadership, every
@@ -151,8 +153,11 @@ type Node struct {
 	compactSync *stateSync
 	snaps       snapshots // snapshots streamed out and received (snapshot.go)
 
-	recvc     chan *pb.Message
-	propc     chan struct{}        // a proposal is queued (buffered 1)
+	recvc chan *pb.Message
+	propc chan struct{} // a proposal is queued (buffered 1)
+	// holders are the views holding writes back (view.Write), which a
+	// leadership transfer proposes first (flushHolders). Under mu.
+	holders   map[*view]struct{}
 	transferc chan transferRequest // a transfer's target, for the loop
 	barrierc  chan struct{}        // a read barrier is waiting (buffered 1)
 	stopc     chan struct{}
@@ -466,6 +471,8 @@ func (n *Node) run() {
 				n.log.Info("raftstore: not handing the leadership to a member that is not in sync; it may be asked again once it is", "to", r.to)
 				break
 			}
+			n.flushHolders()
+			n.proposeQueued() // in the log before the transfer: the target catches up on them
 			n.rn.TransferLeader(r.to)
 		case <-n.barrierc:
 			n.startBarrierRound()
@@ -552,6 +559,8 @@ func (n *Node) step(m *pb.Message) {
 			n.log.Info("raftstore: not handing the leadership to a member that is not in sync; it may be asked again once it is", "to", m.GetFrom())
 			return
 		}
+		n.flushHolders()
+		n.proposeQueued()
 	} else {
 		if n.answered == nil {
 			n.answered = map[uint64]time.Time{}
@@ -561,6 +570,38 @@ func (n *Node) step(m *pb.Message) {
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raftstore: dropped a received message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
 	}
+}
+
+// flushHolders proposes the writes every view of this node holds back
+// (view.Write), so that a leadership handed over carries them: a lease
+// still held when the leadership moved was unknown to the next leader,
+// which delivered the message again at once.
+func (n *Node) flushHolders() {
+	n.mu.Lock()
+	vs := make([]*view, 0, len(n.holders))
+	for v := range n.holders {
+		vs = append(vs, v)
+	}
+	n.mu.Unlock()
+	for _, v := range vs {
+		v.flushHeld()
+	}
+}
+
+// hold and unhold add and remove v from the views holding writes back.
+func (n *Node) hold(v *view) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.holders == nil {
+		n.holders = map[*view]struct{}{}
+	}
+	n.holders[v] = struct{}{}
+}
+
+func (n *Node) unhold(v *view) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.holders, v)
 }
 
 // proposeQueued hands the queued proposals to Raft.

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
@@ -21,6 +22,31 @@ type view struct {
 	mu     sync.Mutex
 	closed bool
 	err    error // the first write error, wrapping store.ErrFailed
+
+	// Writes without durable, held back to be proposed with the next
+	// write (Write): their operations encoded by appendOps, how many,
+	// the slot their Pendings wait on, and the timer that proposes them
+	// alone after unsyncedHold.
+	held      []byte
+	heldN     int
+	heldSlot  *heldSlot
+	heldTimer *time.Timer
+}
+
+// unsyncedHold is how long a write without durable is held back for a
+// later write to carry it (view.Write); unsyncedHoldBytes how much is held
+// at most before it is proposed at once.
+const (
+	unsyncedHold      = 5 * time.Millisecond
+	unsyncedHoldBytes = 1 << 20
+)
+
+// heldSlot is what the Pendings of held writes wait on: closed once the
+// writes are proposed (w their proposal's waiter) or failed (err).
+type heldSlot struct {
+	done chan struct{}
+	w    *waiter
+	err  error
 }
 
 var _ store.Store = (*view)(nil)
@@ -60,10 +86,19 @@ func (v *view) failLocked(err error) error {
 }
 
 // Write proposes b and returns without waiting; the Pending's Wait
-// returns nil once b is committed and applied locally. durable makes no
-// difference: every write is committed by a majority's fsynced logs. On a
-// follower, or after this view's leadership ended, Write fails with an
-// error wrapping ErrNotLeader and store.ErrFailed.
+// returns nil once b is committed and applied locally. Every write is
+// committed by a majority's fsynced logs; durable decides only when it is
+// proposed. A durable write is proposed at once. One without durable (a
+// lease, an AMQP ack: the engine's writes that nothing waits for) is held
+// back up to unsyncedHold and proposed with the next write, in one entry:
+// under a light load every ack was a Raft round of its own (an append,
+// an fsync and a message to each follower, on every node), as many again
+// as the sends it acknowledged. Reads, Sync and Close propose what is
+// held first, so the view still reads its own writes, and so does a
+// leadership transfer (Node.flushHolders), so the next leader knows every
+// lease this one gave. On a follower, or
+// after this view's leadership ended, Write fails with an error wrapping
+// ErrNotLeader and store.ErrFailed.
 func (v *view) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -76,11 +111,127 @@ func (v *view) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	if v.term == 0 {
 		return nil, v.failLocked(ErrNotLeader)
 	}
-	w, err := v.n.propose(entryBatch, v.term, func(dst []byte) ([]byte, error) { return appendBatch(dst, b) })
+	if !durable {
+		return v.holdLocked(b)
+	}
+	if len(v.held)+opsSize(b) > MaxEntrySize/2 {
+		// Too big to carry: the held writes go first, alone.
+		if err := v.flushLocked(); err != nil {
+			return nil, err
+		}
+	}
+	held, n := v.held, v.heldN
+	slot := v.takeHeldLocked()
+	w, err := v.n.propose(entryBatch, v.term, func(dst []byte) ([]byte, error) { return appendJoined(dst, held, n, b) })
+	slot.settle(w, err)
 	if err != nil {
 		return nil, v.failLocked(err)
 	}
 	return &pending{v: v, w: w}, nil
+}
+
+// holdLocked adds b to the held writes (see Write) and returns a Pending
+// that proposes them when waited on.
+func (v *view) holdLocked(b *store.Batch) (store.Pending, error) {
+	if len(b.Ops) == 0 {
+		return store.Done{}, nil
+	}
+	n := len(v.held)
+	held, err := appendOps(v.held, b)
+	if err != nil {
+		v.held = held[:n]
+		return nil, err
+	}
+	v.held, v.heldN = held, v.heldN+len(b.Ops)
+	if v.heldSlot == nil {
+		v.heldSlot = &heldSlot{done: make(chan struct{})}
+		v.heldTimer = time.AfterFunc(unsyncedHold, v.flushHeld)
+		v.n.hold(v)
+	}
+	slot := v.heldSlot
+	if len(v.held) >= unsyncedHoldBytes {
+		if err := v.flushLocked(); err != nil {
+			return nil, err
+		}
+	}
+	return &heldPending{v: v, slot: slot}, nil
+}
+
+// takeHeldLocked empties the held writes and returns their slot (nil when
+// none were held), for the caller to settle with the proposal that
+// carries them.
+func (v *view) takeHeldLocked() *heldSlot {
+	slot := v.heldSlot
+	if slot != nil {
+		v.heldTimer.Stop()
+		v.n.unhold(v)
+	}
+	v.held, v.heldN, v.heldSlot, v.heldTimer = nil, 0, nil, nil
+	return slot
+}
+
+// flushLocked proposes the held writes, alone.
+func (v *view) flushLocked() error {
+	if v.heldSlot == nil {
+		return nil
+	}
+	held, n := v.held, v.heldN
+	slot := v.takeHeldLocked()
+	w, err := v.n.propose(entryBatch, v.term, func(dst []byte) ([]byte, error) { return appendJoined(dst, held, n, &store.Batch{}) })
+	slot.settle(w, err)
+	if err != nil {
+		return v.failLocked(err)
+	}
+	return nil
+}
+
+// flushHeld is the hold's timer: it proposes what is still held.
+func (v *view) flushHeld() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_ = v.flushLocked() // a failure fails the view: its next write reports it
+}
+
+// settle ends the hold of slot's writes: proposed as w, or failed with
+// err. A nil slot (nothing was held) is ignored.
+func (s *heldSlot) settle(w *waiter, err error) {
+	if s == nil {
+		return
+	}
+	s.w, s.err = w, err
+	close(s.done)
+}
+
+// heldPending is the Pending of a held write: Wait proposes the held
+// writes if they still are, then waits for their proposal.
+type heldPending struct {
+	v    *view
+	slot *heldSlot
+}
+
+// Wait returns nil once the write is applied here (see pending.Wait).
+func (p *heldPending) Wait() error {
+	p.v.mu.Lock()
+	var err error
+	if p.v.heldSlot == p.slot {
+		err = p.v.flushLocked()
+	}
+	p.v.mu.Unlock()
+	<-p.slot.done
+	if p.slot.err != nil {
+		return p.v.fail(p.slot.err)
+	}
+	if err != nil {
+		return err
+	}
+	return (&pending{v: p.v, w: p.slot.w}).Wait()
+}
+
+// fail records err as the view's failure and returns it.
+func (v *view) fail(err error) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.failLocked(err)
 }
 
 // pending is a view's Pending: a failed wait fails the view.
@@ -106,6 +257,12 @@ func (p *pending) Wait() error {
 // applied or has failed.
 func (v *view) readable() error {
 	if err := v.usable(); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	err := v.flushLocked()
+	v.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if w := v.n.lastProposal(); w != nil {
@@ -203,14 +360,16 @@ func (v *view) Sync() error {
 	return p.Wait()
 }
 
-// Close closes this view; the node keeps running. Pendings of earlier
-// writes stay valid. A second Close returns store.ErrClosed.
+// Close closes this view, proposing any writes it still holds; the node
+// keeps running. Pendings of earlier writes stay valid. A second Close
+// returns store.ErrClosed.
 func (v *view) Close() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
 		return store.ErrClosed
 	}
+	_ = v.flushLocked() // a failure is the held writes' Pendings' to report
 	v.closed = true
 	return nil
 }
