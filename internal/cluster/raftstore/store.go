@@ -96,9 +96,9 @@ func (v *view) failLocked(err error) error {
 // as the sends it acknowledged. Reads, Sync and Close propose what is
 // held first, so the view still reads its own writes, and so does a
 // leadership transfer (Node.flushHolders), so the next leader knows every
-// lease this one gave. On a follower, or
-// after this view's leadership ended, Write fails with an error wrapping
-// ErrNotLeader and store.ErrFailed.
+// lease this one gave. On a follower, or after this view's leadership
+// ended, Write fails with an error wrapping ErrNotLeader and
+// store.ErrFailed.
 func (v *view) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
