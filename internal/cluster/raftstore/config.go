@@ -105,6 +105,10 @@ type Config struct {
 	// every caught-up learner may be promoted.
 	Promotable func(id uint64) bool
 
+	// unsyncedHold is how long a view holds a write without durable back
+	// (view.Write); 0 means defaultUnsyncedHold. Tests lengthen it.
+	unsyncedHold time.Duration
+
 	// crashPoint, when set, is called at each step of a compaction and of
 	// a snapshot install (tests cut the power there; snapshot.go).
 	crashPoint func(step string) error

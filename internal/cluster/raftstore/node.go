@@ -251,6 +251,7 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.SnapshotChunkSize = cmp.Or(cfg.SnapshotChunkSize, DefaultSnapshotChunkSize)
 	cfg.PromoteLagEntries = min(cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries), cfg.KeepEntries)
 	cfg.ReplaceAfter = cmp.Or(cfg.ReplaceAfter, DefaultReplaceAfter)
+	cfg.unsyncedHold = cmp.Or(cfg.unsyncedHold, defaultUnsyncedHold)
 	if cfg.KeepEntries >= cfg.CompactEntries {
 		// Every Ready would compact (and sync the state store) for nothing.
 		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)

@@ -24,21 +24,22 @@ type view struct {
 	err    error // the first write error, wrapping store.ErrFailed
 
 	// Writes without durable, held back to be proposed with the next
-	// write (Write): their operations encoded by appendOps, how many,
-	// the slot their Pendings wait on, and the timer that proposes them
-	// alone after unsyncedHold.
+	// write (Write): their operations encoded by appendOps and how many;
+	// the slot their Pendings wait on (nil: nothing is held); the timer
+	// that proposes them alone after Config.unsyncedHold, made by the
+	// first hold and reset by each later one.
 	held      []byte
 	heldN     int
 	heldSlot  *heldSlot
 	heldTimer *time.Timer
 }
 
-// unsyncedHold is how long a write without durable is held back for a
-// later write to carry it (view.Write); unsyncedHoldBytes how much is held
-// at most before it is proposed at once.
+// defaultUnsyncedHold is how long a write without durable is held back
+// for a later write to carry it (view.Write); unsyncedHoldBytes how much
+// is held at most before it is proposed at once.
 const (
-	unsyncedHold      = 5 * time.Millisecond
-	unsyncedHoldBytes = 1 << 20
+	defaultUnsyncedHold = 5 * time.Millisecond
+	unsyncedHoldBytes   = 1 << 20
 )
 
 // heldSlot is what the Pendings of held writes wait on: closed once the
@@ -90,7 +91,7 @@ func (v *view) failLocked(err error) error {
 // committed by a majority's fsynced logs; durable decides only when it is
 // proposed. A durable write is proposed at once. One without durable (a
 // lease, an AMQP ack: the engine's writes that nothing waits for) is held
-// back up to unsyncedHold and proposed with the next write, in one entry:
+// back up to 5 ms and proposed with the next write, in one entry:
 // under a light load every ack was a Raft round of its own (an append,
 // an fsync and a message to each follower, on every node), as many again
 // as the sends it acknowledged. Reads, Sync and Close propose what is
@@ -114,7 +115,7 @@ func (v *view) Write(b *store.Batch, durable bool) (store.Pending, error) {
 	if !durable {
 		return v.holdLocked(b)
 	}
-	if len(v.held)+opsSize(b) > MaxEntrySize/2 {
+	if v.heldSlot != nil && len(v.held)+opsSize(b) > MaxEntrySize/2 {
 		// Too big to carry: the held writes go first, alone.
 		if err := v.flushLocked(); err != nil {
 			return nil, err
@@ -145,7 +146,11 @@ func (v *view) holdLocked(b *store.Batch) (store.Pending, error) {
 	v.held, v.heldN = held, v.heldN+len(b.Ops)
 	if v.heldSlot == nil {
 		v.heldSlot = &heldSlot{done: make(chan struct{})}
-		v.heldTimer = time.AfterFunc(unsyncedHold, v.flushHeld)
+		if v.heldTimer == nil {
+			v.heldTimer = time.AfterFunc(v.n.cfg.unsyncedHold, v.flushHeld)
+		} else {
+			v.heldTimer.Reset(v.n.cfg.unsyncedHold)
+		}
 		v.n.hold(v)
 	}
 	slot := v.heldSlot
@@ -166,7 +171,7 @@ func (v *view) takeHeldLocked() *heldSlot {
 		v.heldTimer.Stop()
 		v.n.unhold(v)
 	}
-	v.held, v.heldN, v.heldSlot, v.heldTimer = nil, 0, nil, nil
+	v.held, v.heldN, v.heldSlot = nil, 0, nil
 	return slot
 }
 
@@ -212,17 +217,13 @@ type heldPending struct {
 // Wait returns nil once the write is applied here (see pending.Wait).
 func (p *heldPending) Wait() error {
 	p.v.mu.Lock()
-	var err error
 	if p.v.heldSlot == p.slot {
-		err = p.v.flushLocked()
+		_ = p.v.flushLocked() // its failure settles the slot with it
 	}
 	p.v.mu.Unlock()
 	<-p.slot.done
 	if p.slot.err != nil {
 		return p.v.fail(p.slot.err)
-	}
-	if err != nil {
-		return err
 	}
 	return (&pending{v: p.v, w: p.slot.w}).Wait()
 }
@@ -244,13 +245,10 @@ type pending struct {
 // store.ErrFailed (and ErrNotLeader or ErrNodeClosed) if it can no longer
 // be acknowledged.
 func (p *pending) Wait() error {
-	err := p.w.Wait()
-	if err == nil {
-		return nil
+	if err := p.w.Wait(); err != nil {
+		return p.v.fail(err)
 	}
-	p.v.mu.Lock()
-	defer p.v.mu.Unlock()
-	return p.v.failLocked(err)
+	return nil
 }
 
 // readable waits for read-your-writes: until this node's last proposal is
