@@ -90,7 +90,7 @@ bench: ## Go benchmarks (engine, store)
 bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, as ratios (quiet machine; DURATION, REPEAT, SCENARIOS)
 	scripts/bench-vs-rabbitmq.sh
 
-bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS)
+bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS; SLUICE_BASE for an A/B of two builds)
 	scripts/bench-quorum.sh
 
 priority-vs-rabbitmq: ## the order of N messages of random priorities on a priority queue, Sluice against RabbitMQ (N, MAXP, SEED)

@@ -12,6 +12,11 @@
 #              public AMQP listener (the leader's CPU is the server CPU;
 #              the whole cluster's is reported too),
 #   single     one Sluice node,
+#   clusterbase
+#              the 3-node cluster again with the build SLUICE_BASE names (a
+#              sluice binary built at another commit), for an A/B of a
+#              change: BROKERS="clusterbase cluster" alternates the two
+#              builds run by run and prints this build ÷ the base,
 #   cluster5f3, cluster5f5
 #              a 5-node Sluice cluster with replication_factor 3 (three
 #              voters, two standby learners) or 5 (five voters), through
@@ -26,6 +31,7 @@
 #   scripts/bench-quorum.sh                        # 4P/4C 10 s; 1P/1C at 1,000 msg/s 20 s
 #   DURATION=20s RATE_DURATION=30s REPEAT=3 scripts/bench-quorum.sh
 #   SCENARIOS="4 4 0;16 16 0;1 1 1000" BROKERS="cluster rabbitmq" scripts/bench-quorum.sh
+#   SLUICE_BASE=/tmp/sluice-base BROKERS="clusterbase cluster" SCENARIOS="1 1 1000" REPEAT=3 scripts/bench-quorum.sh
 #
 # SLUICE_CONFIG: a TOML file every Sluice node reads (see sluice_node).
 # SCENARIOS: "producers consumers rate" (rate 0: as fast as confirms allow;
@@ -50,7 +56,9 @@ RMQ_SERVER="${RMQ_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}"
 QUEUE=bench-quorum
 
 for b in $BROKERS; do
-  case $b in rabbitmq|rabbitmq3|cluster|single|cluster5f3|cluster5f5) ;; *) echo "BROKERS: unknown broker $b (rabbitmq, rabbitmq3, cluster, single, cluster5f3, cluster5f5)" >&2; exit 2;; esac
+  case $b in rabbitmq|rabbitmq3|cluster|single|cluster5f3|cluster5f5) ;;
+    clusterbase) [ -x "${SLUICE_BASE:-}" ] || { echo "BROKERS: clusterbase needs SLUICE_BASE, a sluice binary" >&2; exit 2; } ;;
+    *) echo "BROKERS: unknown broker $b (rabbitmq, rabbitmq3, cluster, single, clusterbase, cluster5f3, cluster5f5)" >&2; exit 2;; esac
 done
 if [[ " $BROKERS " == *" rabbitmq "* || " $BROKERS " == *" rabbitmq3 "* ]]; then
   [ -x "$RMQ_SERVER" ] || { echo "no $RMQ_SERVER: apt-get install rabbitmq-server" >&2; exit 2; }
@@ -100,7 +108,7 @@ rmq3_queue_members() {
 sluice_node() {
   local d=$1; shift
   mkdir -p "$d"
-  "$SLUICE" server ${SLUICE_CONFIG:+-config "$SLUICE_CONFIG"} --data-dir "$d/data" --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 \
+  "${NODE_BIN:-$SLUICE}" server ${SLUICE_CONFIG:+-config "$SLUICE_CONFIG"} --data-dir "$d/data" --sqs-listen 127.0.0.1:0 --amqp-listen 127.0.0.1:0 \
     --ready-file "$d/ready.json" --log-level warn "$@" > "$d/server.log" 2>&1 &
   sluice_pids+=("$!")
 }
@@ -157,6 +165,8 @@ start_cluster() {
   URL="amqp://guest:guest@$(jq -r .amqp "$ld/ready.json")/" PID="${sluice_pids[$((LEADER - 1))]}" ALL_PIDS="${sluice_pids[*]}"
   echo "== cluster leader: node $LEADER (pid $PID), $CLUSTER_N nodes, $voters voters" >&2
 }
+# start_clusterbase: start_cluster with the nodes running SLUICE_BASE.
+start_clusterbase() { local NODE_BIN="$SLUICE_BASE"; start_cluster; }
 start_cluster5f3() { start_cluster 5 3; }
 start_cluster5f5() { start_cluster 5 5; }
 
@@ -181,6 +191,7 @@ stop_cluster() {
   # The leader last would be kinder, but the run is over: stop them all.
   stop_single
 }
+stop_clusterbase() { stop_cluster; }
 stop_cluster5f3() { stop_cluster; }
 stop_cluster5f5() { stop_cluster; }
 
@@ -252,9 +263,9 @@ def fig(rs):
         "all servers CPU-s/100k": med([per100k(r, r["all_servers_cpu_s"]) for r in rs]),
     }
 names = {"cluster": "Sluice 3-node", "single": "Sluice 1-node", "rabbitmq": "RabbitMQ quorum 1-node", "rabbitmq3": "RabbitMQ quorum 3-node",
-         "cluster5f3": "Sluice 5-node factor 3", "cluster5f5": "Sluice 5-node factor 5"}
-present = [b for b in ("cluster", "single", "rabbitmq", "rabbitmq3", "cluster5f3", "cluster5f5") if any(k[1] == b for k in by)]
-ratios = [(a, b) for a, b in (("cluster", "rabbitmq3"), ("cluster", "rabbitmq"), ("single", "rabbitmq"), ("cluster", "single"), ("cluster5f3", "cluster5f5"))
+         "clusterbase": "Sluice 3-node, base build", "cluster5f3": "Sluice 5-node factor 3", "cluster5f5": "Sluice 5-node factor 5"}
+present = [b for b in ("cluster", "clusterbase", "single", "rabbitmq", "rabbitmq3", "cluster5f3", "cluster5f5") if any(k[1] == b for k in by)]
+ratios = [(a, b) for a, b in (("cluster", "clusterbase"), ("cluster", "rabbitmq3"), ("cluster", "rabbitmq"), ("single", "rabbitmq"), ("cluster", "single"), ("cluster5f3", "cluster5f5"))
           if a in present and b in present]
 head = [names[b] for b in present] + [f"{names[a]} ÷ {names[b]}" for a, b in ratios]
 print("| scenario | figure | " + " | ".join(head) + " |")
