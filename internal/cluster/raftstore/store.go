@@ -245,10 +245,11 @@ type pending struct {
 // store.ErrFailed (and ErrNotLeader or ErrNodeClosed) if it can no longer
 // be acknowledged.
 func (p *pending) Wait() error {
-	if err := p.w.Wait(); err != nil {
-		return p.v.fail(err)
+	err := p.w.Wait()
+	if err == nil {
+		return nil
 	}
-	return nil
+	return p.v.fail(err) // test/clusterfaults/mutation-check.sh patches this function
 }
 
 // readable waits for read-your-writes: until this node's last proposal is
