@@ -139,3 +139,25 @@ func TestTransferCarriesHeldWrites(t *testing.T) {
 	}
 	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[to-1], "lease", "1") })
 }
+
+// TestForwardedTransferCarriesHeldWrites: a transfer asked on a follower
+// (the balancer's, on a node that does not lead the shard) reaches the
+// leader as a forwarded MsgTransferLeader, and the leader proposes what it
+// holds before Raft starts the transfer, as for one asked on the leader.
+func TestForwardedTransferCarriesHeldWrites(t *testing.T) {
+	c := longHold(t)
+	li := c.leader(-1)
+	hold(t, c.nodes[li].Store(), "lease", "1")
+	asker, to := (li+1)%3, (li+2)%3 // node indexes: neither leads
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.nodes[asker].TransferLeadershipTo(ctx, uint64(to+1)); err != nil {
+		t.Fatalf("transfer asked on node %d: %v", asker+1, err)
+	}
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if st := c.nodes[to].Status(); st.Leader != uint64(to+1) {
+			return fmt.Errorf("node %d leads, want %d", st.Leader, to+1)
+		}
+		return stateHas(c.nodes[to], "lease", "1")
+	})
+}
