@@ -26,8 +26,9 @@ type view struct {
 	// Writes without durable, held back to be proposed with the next
 	// write (Write): their operations encoded by appendOps and how many;
 	// the slot their Pendings wait on (nil: nothing is held); the timer
-	// that proposes them alone after Config.unsyncedHold, made by the
-	// first hold and reset by each later one.
+	// that proposes them alone Config.unsyncedHold after the first write
+	// of a hold (a later write of the same hold does not move it), made
+	// once per view and reset when the next hold starts.
 	held      []byte
 	heldN     int
 	heldSlot  *heldSlot
