@@ -233,6 +233,9 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, tl *ti
 	n.mu.Unlock()
 	log.Info("serving as leader", "internal_http", ad.SQS, "internal_amqp", ad.AMQP)
 	go n.stampEvery(sctx, k, ad, tl, log)
+	if n.shards.Len() > 1 {
+		go n.keepPlacements(sctx, k, srv, log)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for running := true; running; {

@@ -104,6 +104,10 @@ type Options struct {
 	// shards' leaders are, with [cluster] shards above 1 (0:
 	// raftstore.DefaultBalanceInterval).
 	BalanceInterval time.Duration
+	// PlacementInterval is how often a shard's leader compares its
+	// queues with their placements in shard 0, with [cluster] shards
+	// above 1 (0: DefaultPlacementInterval; placements.go).
+	PlacementInterval time.Duration
 }
 
 // Advertisement is what a leader replicates about itself (raftstore's
@@ -143,6 +147,8 @@ type Node struct {
 	hold   time.Duration
 	// stuckStop, when set, replaces stuckStopAfter (tests).
 	stuckStop time.Duration
+	// placeEvery is Options.PlacementInterval (placements.go).
+	placeEvery time.Duration
 	// bodies bounds the SQS request bodies buffered to find the shard of
 	// their queue (shards.go; only with several shards).
 	bodies *server.BodyBudget
@@ -244,7 +250,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), placeEvery: opts.PlacementInterval, changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
 	if n.clk == nil {
 		n.clk = clock.Real{}
 	}

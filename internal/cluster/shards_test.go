@@ -41,8 +41,15 @@ func shardedNodes(t *testing.T) ([]*Node, func(i int) error) {
 // options.
 func shardedNodesWith(t *testing.T, edit func(*server.Options)) ([]*Node, func(i int) error) {
 	t.Helper()
+	return shardedNodesOpts(t, edit, func(*Options) {})
+}
+
+// shardedNodesOpts is shardedNodesWith with opt applied to every node's
+// cluster options too.
+func shardedNodesOpts(t *testing.T, edit func(*server.Options), opt func(*Options)) ([]*Node, func(i int) error) {
+	t.Helper()
 	nodes, stop := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3; edit(o) },
-		func(_ int, o *Options) { o.BalanceInterval = 100 * time.Millisecond }, nil, 3)
+		func(_ int, o *Options) { o.BalanceInterval = 100 * time.Millisecond; opt(o) }, nil, 3)
 	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard, and each node leads one", func() bool {
 		led := map[uint64]int{}
 		for _, n := range nodes {

@@ -195,6 +195,7 @@ type Engine struct {
 	importSwept      int64      // when import records were last swept (under importMu)
 	reserveSwept     int64      // when name reservations were last swept (under adminMu)
 	goneSwept        int64      // when deleted names' records were last swept (under adminMu)
+	placementSwept   int64      // when placements marked gone were last swept (under adminMu)
 
 	adminMu sync.Mutex // serializes queue creation and deletion
 

@@ -81,6 +81,8 @@ const (
 	opImport       = "import"  // transfer.go
 	opReserve      = "reserve" // a new queue's name, on the shard it hashes to (ReserveNameCall)
 	opHoldDeleted  = "hold-deleted"
+	opPlaceHeld    = "place-held" // shard 0's placements of a shard's queues (PlacementsCall)
+	opPlaceGone    = "place-gone"
 )
 
 // engineCall is one engine call for Queue (enginewire.go).
@@ -101,7 +103,8 @@ type engineCall struct {
 	// Dead letters from another shard (transfer.go).
 	Transfers []engine.Transfer
 	// A name reservation (opReserve): the shard the create goes to, and
-	// the shard of the called leader.
+	// the shard of the called leader; a placement update (opPlaceHeld,
+	// opPlaceGone): the shard whose queue names Handles lists.
 	Shard, Own int
 }
 
@@ -494,6 +497,23 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 	case opHoldDeleted:
 		r.Err = toRemoteError(s.eng.HoldDeletedName(c.Queue, c.Shard, c.Own))
 		return r
+	case opPlaceHeld, opPlaceGone:
+		var u engine.PlacementUpdate
+		var err error
+		if c.Op == opPlaceHeld {
+			u, err = s.eng.UpdatePlacements(c.Shard, c.Handles, nil)
+		} else {
+			u, err = s.eng.UpdatePlacements(c.Shard, nil, c.Handles)
+		}
+		if len(u.Elsewhere) > 0 {
+			// A name deleted on one shard and made again on another
+			// shows here until the first shard's leader reports it
+			// gone (its next round); one that stays is a fault.
+			s.log.Info("a shard holds queues whose placements name another shard; left as they are until that shard reports them gone",
+				"shard", c.Shard, "queues", u.Elsewhere[:min(len(u.Elsewhere), 20)], "count", len(u.Elsewhere))
+		}
+		r.N, r.Err = u.Written+u.Gone, toRemoteError(err)
+		return r
 	default:
 		r.Err = remoteError{Text: unknownCall + c.Op}
 	}
@@ -545,6 +565,20 @@ const unknownCall = "unknown engine call "
 // ErrUnknownEngineCall is NameCallReply's answer when the leader does not
 // know the call: a node of an older build.
 var ErrUnknownEngineCall = errors.New("server: the shard's leader does not know this engine call (a node of an older build)")
+
+// PlacementsCall is the body of a ShardEnginePath request to shard 0's
+// leader that updates the placements of shard's queues
+// (engine.UpdatePlacements, ADR 0016): names are queues shard holds, or,
+// with gone, names whose placement names shard but whose queue it does
+// not hold; at most engine.MaxPlacementNames. The answer, read with
+// NameCallReply, is the number of entries changed.
+func PlacementsCall(shard int, names []string, gone bool) []byte {
+	op := opPlaceHeld
+	if gone {
+		op = opPlaceGone
+	}
+	return encodeEngineCall(&engineCall{Op: op, Shard: shard, Handles: names})
+}
 
 // HoldDeletedNameCall is the body of a ShardEnginePath request that tells
 // the leader of own (the shard queue name hashes to) that the queue was

@@ -70,6 +70,21 @@ func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 	return engine.StoredQueueNames(st, prefix)
 }
 
+// QueuePlacement is one queue name's placement in shard 0 (ADR 0016;
+// engine.Placement).
+type QueuePlacement = engine.Placement
+
+// MaxPlacementNames bounds the names of one PlacementsCall
+// (engine.MaxPlacementNames).
+const MaxPlacementNames = engine.MaxPlacementNames
+
+// StoredPlacements returns the queue placements st (a copy of shard 0's
+// store) holds, in name order; shard ≥ 0 keeps only those naming it
+// (engine.StoredPlacements).
+func StoredPlacements(st store.Store, shard int) ([]QueuePlacement, error) {
+	return engine.StoredPlacements(st, shard)
+}
+
 // StoredDeadLetterSources maps every queue named by the RedrivePolicy of a
 // queue st holds to those queues (engine.StoredDeadLetterSources).
 func StoredDeadLetterSources(st store.Store) (map[string][]string, error) {

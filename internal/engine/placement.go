@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/store"
+)
+
+// Queue placements (ADR 0016): in a cluster with shards, shard 0's
+// engine keeps an entry for every queue name of every shard — the shard
+// the name lives on, when the entry was written and, once the queue is
+// gone, when that was seen. An entry says where the name goes, not
+// whether the queue exists: the queue's own shard is the authority for
+// that. It is what a node that holds no copy of a queue's shard will
+// route by (ADR 0016 step 4); until then the entries are written and kept
+// true by each shard's leader (UpdatePlacements, called by its keeper),
+// and read by nothing that routes.
+
+// prefixPlacement keys a placement: "L" name → format byte 1, uvarint
+// shard, varint Unix ns it was written, varint Unix ns the queue was seen
+// gone (0 while it lives).
+const prefixPlacement = 'L'
+
+// PlacementGrace is how long an entry stands, once written, against a
+// shard's leader that does not hold its queue: a create placed a moment
+// ago may not have reached its shard yet, and is not marked gone.
+const PlacementGrace = time.Minute
+
+// placementSweepEvery bounds how often UpdatePlacements sweeps the entries
+// marked gone more than NameReuseDelay ago.
+const placementSweepEvery = time.Minute
+
+// maxPlacementName bounds one name of an UpdatePlacements: an AMQP
+// queue's name (at most 255 bytes) with its vhost's prefix fits.
+const maxPlacementName = 1024
+
+// MaxPlacementNames bounds the names of one UpdatePlacements: a shard's
+// keeper sends more in several calls.
+const MaxPlacementNames = 10_000
+
+// Placement is one queue name's entry (StoredPlacements).
+type Placement struct {
+	Name   string
+	Shard  int
+	Placed time.Time // when the entry was written
+	Gone   time.Time // when its shard's leader reported the queue gone; zero while it lives
+}
+
+func placementKey(name string) []byte { return append([]byte{prefixPlacement}, name...) }
+
+func encodePlacement(shard int, placed, gone int64) []byte {
+	b := []byte{recordV1}
+	b = binary.AppendUvarint(b, uint64(shard))
+	b = binary.AppendVarint(b, placed)
+	return binary.AppendVarint(b, gone)
+}
+
+func decodePlacement(v []byte) (shard int, placed, gone int64, err error) {
+	if len(v) < 1 || v[0] != recordV1 {
+		return 0, 0, 0, errors.New("engine: placement record: unknown format")
+	}
+	v = v[1:]
+	s, n := binary.Uvarint(v)
+	if n <= 0 || s > 1<<16 {
+		return 0, 0, 0, errors.New("engine: placement record: bad shard")
+	}
+	v = v[n:]
+	p, n := binary.Varint(v)
+	if n <= 0 {
+		return 0, 0, 0, errors.New("engine: placement record: bad time")
+	}
+	v = v[n:]
+	g, n := binary.Varint(v)
+	if n <= 0 || n != len(v) {
+		return 0, 0, 0, errors.New("engine: placement record: bad time")
+	}
+	return int(s), p, g, nil
+}
+
+// PlacementUpdate is what one UpdatePlacements changed.
+type PlacementUpdate struct {
+	Written int // entries written or revived for the shard's queues
+	Gone    int // entries marked gone
+	// Elsewhere lists the names the shard holds whose entry names
+	// another shard, where the queue lives as far as the entry knows:
+	// left as they are, and logged by the caller (a name on two shards
+	// would be a fault of placement).
+	Elsewhere []string
+}
+
+// UpdatePlacements is, on shard 0's engine, what the leader of shard
+// found: held are queues it holds (an entry naming another shard that is
+// not gone is left, and reported in Elsewhere; any other is written for
+// shard, unless it already names shard and lives), gone are names whose
+// entry names shard but whose queue it does not hold (such an entry,
+// written at least PlacementGrace before this engine's clock and not
+// marked yet, is marked gone now). Entries marked gone NameReuseDelay
+// ago or more are swept, at most once a minute. The changes are one
+// synced batch; at most MaxPlacementNames names in all.
+func (e *Engine) UpdatePlacements(shard int, held, gone []string) (PlacementUpdate, error) {
+	var u PlacementUpdate
+	if shard < 0 || shard > 1<<16 {
+		return u, &ConfigError{Setting: "Shard", Reason: fmt.Sprintf("%d is not a shard", shard)}
+	}
+	if len(held)+len(gone) > MaxPlacementNames {
+		return u, &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%d names in one update: at most %d", len(held)+len(gone), MaxPlacementNames)}
+	}
+	for _, names := range [][]string{held, gone} {
+		for _, name := range names {
+			if name == "" || len(name) > maxPlacementName {
+				return u, &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%q is not a queue name", name)}
+			}
+		}
+	}
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	if err := e.Failed(); err != nil {
+		return u, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	now := e.now()
+	var b store.Batch
+	for _, name := range held {
+		s, _, g, found, err := e.placementLocked(name)
+		if err != nil {
+			return u, err
+		}
+		switch {
+		case found && s == shard && g == 0:
+			continue
+		case found && s != shard && g == 0:
+			u.Elsewhere = append(u.Elsewhere, name)
+			continue
+		}
+		b.Set(placementKey(name), encodePlacement(shard, now, 0))
+		u.Written++
+	}
+	for _, name := range gone {
+		s, p, g, found, err := e.placementLocked(name)
+		if err != nil {
+			return u, err
+		}
+		if !found || s != shard || g != 0 || now-p < int64(PlacementGrace) {
+			continue
+		}
+		b.Set(placementKey(name), encodePlacement(s, p, now))
+		u.Gone++
+	}
+	err := e.sweepAgedLocked(prefixPlacement, &e.placementSwept, placementSweepEvery, NameReuseDelay, now, &b, func(v []byte) (int64, error) {
+		_, _, g, err := decodePlacement(v)
+		if err == nil && g == 0 {
+			return math.MaxInt64, nil // lives: never aged
+		}
+		return g, err
+	})
+	if err != nil {
+		return u, err
+	}
+	if b.Len() == 0 {
+		return u, nil
+	}
+	return u, e.writeSynced(&b)
+}
+
+// placementLocked reads name's entry (e.adminMu held), settled: every
+// entry was written by a leader that waited for its sync.
+func (e *Engine) placementLocked(name string) (shard int, placed, gone int64, found bool, err error) {
+	v, err := getSettled(e.st, placementKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, 0, false, err
+	}
+	shard, placed, gone, err = decodePlacement(v)
+	return shard, placed, gone, err == nil, err
+}
+
+// StoredPlacements returns the placements st (a copy of shard 0's store)
+// holds, in name order, read settled when st can; shard ≥ 0 keeps only
+// the entries naming it.
+func StoredPlacements(st store.Store, shard int) ([]Placement, error) {
+	var out []Placement
+	fn := func(k, v []byte) error {
+		s, p, g, err := decodePlacement(v)
+		if err != nil {
+			return fmt.Errorf("placement of %q: %w", k[1:], err)
+		}
+		if shard >= 0 && s != shard {
+			return nil
+		}
+		pl := Placement{Name: string(k[1:]), Shard: s, Placed: time.Unix(0, p)}
+		if g != 0 {
+			pl.Gone = time.Unix(0, g)
+		}
+		out = append(out, pl)
+		return nil
+	}
+	start, end := []byte{prefixPlacement}, []byte{prefixPlacement + 1}
+	var err error
+	if sr, ok := st.(store.SettledReader); ok {
+		err = sr.ScanRangeSettled(start, end, fn)
+	} else {
+		err = st.ScanRange(start, end, fn)
+	}
+	return out, err
+}

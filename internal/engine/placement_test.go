@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/clock"
+)
+
+// placements reads the test store's entries as name → "shard/gone".
+func placementsOf(t *testing.T, f *fixture, shard int) map[string]Placement {
+	t.Helper()
+	ps, err := StoredPlacements(f.st, shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Placement{}
+	for _, p := range ps {
+		out[p.Name] = p
+	}
+	return out
+}
+
+// TestUpdatePlacements: a shard's held queues get entries naming it; a
+// name whose live entry names another shard is left and reported; a
+// name reported gone is marked only once its entry is PlacementGrace
+// old; a queue held again revives its entry; a restart keeps them; the
+// entries marked gone NameReuseDelay ago are swept by a later update.
+func TestUpdatePlacements(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	f := &fixture{t: t, st: newTestStore(t), clk: clk}
+	f.open()
+	u, err := f.e.UpdatePlacements(1, []string{"a", "b"}, nil)
+	if err != nil || u.Written != 2 || u.Gone != 0 || len(u.Elsewhere) != 0 {
+		t.Fatalf("first update: %+v, %v", u, err)
+	}
+	u, err = f.e.UpdatePlacements(2, []string{"b", "c"}, nil)
+	if err != nil || u.Written != 1 || !slices.Equal(u.Elsewhere, []string{"b"}) {
+		t.Fatalf("shard 2 claims b, which lives on 1: %+v, %v", u, err)
+	}
+	if u, err = f.e.UpdatePlacements(1, []string{"a", "b"}, nil); err != nil || u.Written != 0 {
+		t.Fatalf("an update that changes nothing: %+v, %v", u, err)
+	}
+	// Gone a moment after its entry was written: a create on its way.
+	if u, err = f.e.UpdatePlacements(1, nil, []string{"a", "c"}); err != nil || u.Gone != 0 {
+		t.Fatalf("gone within the grace: %+v, %v", u, err)
+	}
+	clk.Advance(PlacementGrace)
+	// c names shard 2: shard 1 cannot mark it.
+	if u, err = f.e.UpdatePlacements(1, nil, []string{"a", "c", "zz"}); err != nil || u.Gone != 1 {
+		t.Fatalf("gone after the grace: %+v, %v", u, err)
+	}
+	f.restart()
+	ps := placementsOf(t, f, -1)
+	if len(ps) != 3 || ps["a"].Gone.IsZero() || ps["a"].Shard != 1 || !ps["b"].Gone.IsZero() || ps["c"].Shard != 2 {
+		t.Fatalf("after a restart: %+v", ps)
+	}
+	if got := placementsOf(t, f, 2); len(got) != 1 || got["c"].Shard != 2 {
+		t.Fatalf("shard 2's entries: %+v", got)
+	}
+	// A name gone from shard 1 may be taken by shard 2 (made there once
+	// the name was free) or come back on shard 1.
+	if u, err = f.e.UpdatePlacements(2, []string{"a"}, nil); err != nil || u.Written != 1 {
+		t.Fatalf("shard 2 takes a's gone name: %+v, %v", u, err)
+	}
+	if ps = placementsOf(t, f, -1); ps["a"].Shard != 2 || !ps["a"].Gone.IsZero() {
+		t.Fatalf("a after shard 2 took it: %+v", ps["a"])
+	}
+	clk.Advance(PlacementGrace)
+	if _, err = f.e.UpdatePlacements(2, nil, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	// Swept once NameReuseDelay after the mark, by a later update.
+	clk.Advance(NameReuseDelay)
+	if _, err = f.e.UpdatePlacements(3, []string{"d"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ps = placementsOf(t, f, -1)
+	if _, ok := ps["a"]; ok || len(ps) != 3 {
+		t.Fatalf("after the sweep: %+v; want b, c, d", ps)
+	}
+}
+
+// TestUpdatePlacementsRefusesBadInput: a negative shard, an empty name
+// and too many names are refused with a ConfigError, writing nothing.
+func TestUpdatePlacementsRefusesBadInput(t *testing.T) {
+	f := &fixture{t: t, st: newTestStore(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	f.open()
+	var ce *ConfigError
+	for _, c := range []struct {
+		shard      int
+		held, gone []string
+	}{
+		{-1, []string{"a"}, nil},
+		{1, []string{""}, nil},
+		{1, nil, []string{string(make([]byte, maxPlacementName+1))}},
+		{1, make([]string, MaxPlacementNames+1), nil},
+	} {
+		if _, err := f.e.UpdatePlacements(c.shard, c.held, c.gone); !errors.As(err, &ce) {
+			t.Errorf("shard %d, %d held, %d gone: %v; want a ConfigError", c.shard, len(c.held), len(c.gone), err)
+		}
+	}
+	if ps := placementsOf(t, f, -1); len(ps) != 0 {
+		t.Fatalf("refused updates wrote %+v", ps)
+	}
+}
+
+// FuzzDecodePlacement: any value decodes without panicking, and what one
+// decodes to encodes to a value that decodes to the same (varints may
+// arrive longer than the encoder writes them).
+func FuzzDecodePlacement(f *testing.F) {
+	f.Add(encodePlacement(3, 1_700_000_000_000_000_000, 0))
+	f.Add(encodePlacement(0, -1, 5))
+	f.Add([]byte{recordV1})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		s, p, g, err := decodePlacement(v)
+		if err != nil {
+			return
+		}
+		back := encodePlacement(s, p, g)
+		if s2, p2, g2, err := decodePlacement(back); err != nil || s2 != s || p2 != p || g2 != g {
+			t.Fatalf("%x decodes to (%d, %d, %d), re-encoded %x decodes to (%d, %d, %d), %v", v, s, p, g, back, s2, p2, g2, err)
+		}
+	})
+}
