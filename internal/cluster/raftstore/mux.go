@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
@@ -34,14 +35,21 @@ type mux struct {
 	onAuth  func()
 	log     *slog.Logger
 	failLog nodeauth.FailureLog
-	shards  []*shardListener
 	done    chan struct{}
+
+	mu sync.Mutex
+	// shards holds each shard's listener; nil for a shard whose group
+	// this node does not hold (ADR 0016), whose connections are closed
+	// once their handshake is done.
+	shards []*shardListener
+	closed bool
 }
 
 // shardListener is the listener one shard's transport accepts from: its
 // connections are *nodeauth.Conn, authenticated for that shard.
 type shardListener struct {
 	m     *mux
+	k     int
 	conns chan *nodeauth.Conn
 	once  sync.Once
 	done  chan struct{}
@@ -49,21 +57,52 @@ type shardListener struct {
 
 // newMux serves shards groups on ln as node id. It starts accepting at
 // once; a connection for a shard whose listener is not being accepted
-// from waits until it is (or the shard listener closes).
+// from waits until it is (or the shard listener closes); one for a shard
+// with no listener (none opened yet, or its listener closed) is closed.
 func newMux(ln net.Listener, id uint64, shards int, keys nodeauth.Keys, enc *nodeauth.Encryption, onAuth func(), log *slog.Logger) *mux {
-	m := &mux{onAuth: onAuth, log: log, done: make(chan struct{})}
+	m := &mux{onAuth: onAuth, log: log, done: make(chan struct{}), shards: make([]*shardListener, shards)}
 	surfaces := make([]string, shards)
 	for k := range shards {
 		surfaces[k] = nodeauth.RaftSurface(k)
-		m.shards = append(m.shards, &shardListener{m: m, conns: make(chan *nodeauth.Conn), done: make(chan struct{})})
 	}
 	m.ln = nodeauth.NewMultiListener(ln, enc, keys, surfaces, id, m.authFailed)
 	go m.dispatch()
 	return m
 }
 
-// listener is shard k's listener (Config.Listener of its Node).
-func (m *mux) listener(k int) net.Listener { return m.shards[k] }
+// listener opens shard k's listener (Config.Listener of its Node): a new
+// one unless one is open. Closing it ends this shard's accepts; listener
+// may then open another (a group this node holds again, ADR 0016).
+func (m *mux) listener(k int) net.Listener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sl := m.shards[k]; sl != nil {
+		return sl
+	}
+	sl := &shardListener{m: m, k: k, conns: make(chan *nodeauth.Conn), done: make(chan struct{})}
+	if m.closed {
+		sl.once.Do(func() { close(sl.done) })
+		return sl
+	}
+	m.shards[k] = sl
+	return sl
+}
+
+// current is shard k's open listener, or nil.
+func (m *mux) current(k int) *shardListener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.shards[k]
+}
+
+// forget drops sl as its shard's listener, if it still is.
+func (m *mux) forget(sl *shardListener) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.shards[sl.k] == sl {
+		m.shards[sl.k] = nil
+	}
+}
 
 // dispatch hands every authenticated connection to its shard's listener
 // until the multi-listener closes.
@@ -78,7 +117,11 @@ func (m *mux) dispatch() {
 			return
 		}
 		ac := c.(*nodeauth.Conn) // a multi-listener's
-		sl := m.shards[ac.Surface]
+		sl := m.current(ac.Surface)
+		if sl == nil {
+			_ = c.Close() // a group this node does not hold
+			continue
+		}
 		select {
 		case sl.conns <- ac:
 		case <-sl.done:
@@ -101,8 +144,14 @@ func (m *mux) authFailed(remote net.Addr, err error) {
 // close closes the listener (and the handshakes in progress) and every
 // shard listener, and waits for the dispatcher.
 func (m *mux) close() {
-	for _, sl := range m.shards {
-		_ = sl.Close()
+	m.mu.Lock()
+	m.closed = true
+	open := slices.Clone(m.shards)
+	m.mu.Unlock()
+	for _, sl := range open {
+		if sl != nil {
+			_ = sl.Close()
+		}
 	}
 	_ = m.ln.Close()
 	<-m.done
@@ -122,6 +171,7 @@ func (sl *shardListener) Accept() (net.Conn, error) {
 // others (the mux closes it).
 func (sl *shardListener) Close() error {
 	sl.once.Do(func() { close(sl.done) })
+	sl.m.forget(sl)
 	return nil
 }
 

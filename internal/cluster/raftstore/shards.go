@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
 	"github.com/sluicemq/sluice/internal/store/pebblestore"
@@ -26,6 +29,14 @@ import (
 // calls between nodes for a queue led elsewhere, are the layers above
 // (ADR 0015 steps 3 to 5).
 type Shards struct {
+	cfg   Config // the node's, for the groups opened later (Join)
+	count int
+	// joinMu serializes Join and Leave.
+	joinMu sync.Mutex
+	mu     sync.Mutex
+	// nodes holds this node's member of each shard's group; nil for a
+	// shard whose group this node does not hold (ADR 0016: a shard on a
+	// subset of the nodes).
 	nodes []*Node
 	// logs is the node's shared Raft log store, with several shards
 	// (sharedlog.go; nil with one): closed after every group.
@@ -62,6 +73,27 @@ func ShardDir(dir string, k int) string {
 // DefaultBalanceInterval). Every member of the cluster must open the same
 // count: a shard a peer does not serve refuses this node's handshake.
 func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err error) {
+	return OpenShardsPlan(cfg, count, balance, ShardPlan{})
+}
+
+// ShardPlan says which groups OpenShardsPlan opens, and with which
+// members (ADR 0016); its zero value opens every shard with the members
+// Config.Peers lists.
+type ShardPlan struct {
+	// Held reports whether this node opens shard k's group (shard 0's
+	// always); nil: every shard's.
+	Held func(k int) bool
+	// Peers, when set, lists the members of shard k's group when the
+	// cluster is bootstrapped (its Config.Peers), given all, the node's
+	// Config.Peers; nil: all.
+	Peers func(k int, all []Peer) []Peer
+}
+
+// OpenShardsPlan is OpenShards with plan: a shard it does not hold has
+// no group on this node (Shard answers nil; its connections are closed
+// after their handshake) until Join opens one. A group Leave left and a
+// crash cut short is removed here.
+func OpenShardsPlan(cfg Config, count int, balance time.Duration, plan ShardPlan) (s *Shards, err error) {
 	if cfg.Listener == nil {
 		return nil, errors.New("raftstore: no listener")
 	}
@@ -72,6 +104,7 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 	log := cmp.Or(cfg.Logger, slog.Default())
 	tick := cmp.Or(cfg.TickInterval, DefaultTickInterval)
 	s = &Shards{
+		cfg: cfg, count: count, nodes: make([]*Node, count),
 		log: log, interval: cmp.Or(balance, DefaultBalanceInterval),
 		election: electionTicks * tick, stop: make(chan struct{}),
 	}
@@ -83,10 +116,19 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 	}
 	s.mux = newMux(cfg.Listener, cfg.ID, count, nodeauth.With(cfg.Secret, cfg.ExtraSecret), cfg.Encryption, cfg.OnAuthFailure, log.With("node", cfg.ID))
 	for k := range count {
-		c := cfg
-		c.Shard, c.Dir, c.Listener, c.sharedLog = k, ShardDir(cfg.Dir, k), s.mux.listener(k), s.logs
-		if count > 1 {
-			c.Logger = log.With("shard", k)
+		if k > 0 && s.logs != nil {
+			if err := s.finishLeave(k); err != nil {
+				_ = s.closeNodes()
+				s.mux.close()
+				return nil, fmt.Errorf("raftstore: shard %d: removing the group this node left: %w", k, err)
+			}
+		}
+		if k > 0 && plan.Held != nil && !plan.Held(k) {
+			continue
+		}
+		c := s.groupConfig(k)
+		if plan.Peers != nil {
+			c.Peers = plan.Peers(k, c.Peers)
 		}
 		n, err := Open(c)
 		if err != nil {
@@ -94,7 +136,7 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 			s.mux.close()
 			return nil, fmt.Errorf("raftstore: shard %d: %w", k, err)
 		}
-		s.nodes = append(s.nodes, n)
+		s.nodes[k] = n
 	}
 	if count > 1 {
 		s.wg.Add(1)
@@ -103,20 +145,148 @@ func OpenShards(cfg Config, count int, balance time.Duration) (s *Shards, err er
 	return s, nil
 }
 
-// Len is the number of shards.
-func (s *Shards) Len() int { return len(s.nodes) }
+// groupConfig is the Config of shard k's group on this node.
+func (s *Shards) groupConfig(k int) Config {
+	c := s.cfg
+	c.Shard, c.Dir, c.Listener, c.sharedLog = k, ShardDir(s.cfg.Dir, k), s.mux.listener(k), s.logs
+	if s.count > 1 {
+		c.Logger = s.log.With("shard", k)
+	}
+	return c
+}
 
-// Shard is this node's member of shard k's group.
-func (s *Shards) Shard(k int) *Node { return s.nodes[k] }
+// Len is the number of shards.
+func (s *Shards) Len() int { return s.count }
+
+// Shard is this node's member of shard k's group; nil when this node
+// does not hold the group (OpenShardsPlan, Leave).
+func (s *Shards) Shard(k int) *Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[k]
+}
+
+// Held reports whether this node holds shard k's group.
+func (s *Shards) Held(k int) bool { return s.Shard(k) != nil }
 
 // Leaders lists, for each shard, its leader as this node knows it (0:
-// none known).
+// none known, or a shard whose group this node does not hold).
 func (s *Shards) Leaders() []uint64 {
-	out := make([]uint64, len(s.nodes))
-	for k, n := range s.nodes {
-		out[k] = n.Status().Leader
+	out := make([]uint64, s.count)
+	for k := range s.count {
+		if n := s.Shard(k); n != nil {
+			out[k] = n.Status().Leader
+		}
 	}
 	return out
+}
+
+// ErrShardHeld and ErrShardNotHeld are Join's and Leave's answers for a
+// group this node already holds, or does not; ErrShardZero is Leave's
+// for shard 0, which every node holds.
+var (
+	ErrShardHeld    = errors.New("raftstore: this node already holds the shard's group")
+	ErrShardNotHeld = errors.New("raftstore: this node does not hold the shard's group")
+	ErrShardZero    = errors.New("raftstore: shard 0's group cannot be left")
+)
+
+// Join opens shard k's group on this node, which does not hold it, as a
+// member being added (Config.Join: it never campaigns on its own and
+// learns the group's state from its leader, by a snapshot, once that
+// leader has run AddMember for it); peers lists this node and members it
+// can reach. A group this node left before is opened empty. With a
+// single shard, or no shared log, there is nothing to join.
+func (s *Shards) Join(k int, peers []Peer) (*Node, error) {
+	if k <= 0 || k >= s.count {
+		return nil, fmt.Errorf("raftstore: shard %d: want 1 to %d", k, s.count-1)
+	}
+	s.joinMu.Lock()
+	defer s.joinMu.Unlock()
+	if s.Held(k) {
+		return nil, fmt.Errorf("shard %d: %w", k, ErrShardHeld)
+	}
+	select {
+	case <-s.stop:
+		return nil, ErrNodeClosed
+	default:
+	}
+	c := s.groupConfig(k)
+	c.Join, c.Peers = true, peers
+	n, err := Open(c)
+	if err != nil {
+		_ = s.mux.current(k).Close()
+		return nil, fmt.Errorf("raftstore: shard %d: %w", k, err)
+	}
+	s.mu.Lock()
+	s.nodes[k] = n
+	s.mu.Unlock()
+	s.log.Info("raftstore: joined a shard's group", "shard", k)
+	return n, nil
+}
+
+// Leave closes this node's member of shard k's group and deletes its
+// state: its directory and its keys in the shared log. A member still in
+// the group's membership is simply gone to the others, as a node down;
+// the caller leaves once the group has removed it. A crash part way is
+// finished by the next OpenShardsPlan.
+func (s *Shards) Leave(k int) error {
+	if k == 0 {
+		return ErrShardZero
+	}
+	if k < 0 || k >= s.count {
+		return fmt.Errorf("raftstore: shard %d: want 1 to %d", k, s.count-1)
+	}
+	s.joinMu.Lock()
+	defer s.joinMu.Unlock()
+	s.mu.Lock()
+	n := s.nodes[k]
+	s.nodes[k] = nil
+	s.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("shard %d: %w", k, ErrShardNotHeld)
+	}
+	if err := n.Close(); err != nil && !errors.Is(err, ErrNodeClosed) {
+		s.log.Warn("raftstore: closing the group this node leaves", "shard", k, "err", err)
+	}
+	if sl := s.mux.current(k); sl != nil {
+		_ = sl.Close()
+	}
+	fs := s.cfg.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	dir := ShardDir(s.cfg.Dir, k)
+	if err := renameSynced(fs, dir, dir+leftSuffix, s.cfg.Dir); err != nil {
+		return fmt.Errorf("raftstore: shard %d: %w", k, err)
+	}
+	if err := s.finishLeave(k); err != nil {
+		return fmt.Errorf("raftstore: shard %d: %w", k, err)
+	}
+	s.log.Info("raftstore: left a shard's group; its state is deleted", "shard", k)
+	return nil
+}
+
+// leftSuffix marks the directory of a group being left (Leave).
+const leftSuffix = ".left"
+
+// finishLeave deletes what is left of shard k's group once its directory
+// was renamed by Leave: its keys in the shared log, then the directory.
+// Without the renamed directory it does nothing.
+func (s *Shards) finishLeave(k int) error {
+	fs := s.cfg.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	left := ShardDir(s.cfg.Dir, k) + leftSuffix
+	if _, err := fs.Stat(left); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if err := deleteShardLog(s.logs, k); err != nil {
+		return err
+	}
+	return fs.RemoveAll(left)
 }
 
 // Close stops the balancer and every group, then the listener.
@@ -125,6 +295,8 @@ func (s *Shards) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
+		s.joinMu.Lock() // a Join under way ends first
+		defer s.joinMu.Unlock()
 		err = s.closeNodes()
 		s.mux.close()
 	})
@@ -133,7 +305,13 @@ func (s *Shards) Close() error {
 
 func (s *Shards) closeNodes() error {
 	var errs []error
-	for _, n := range s.nodes {
+	s.mu.Lock()
+	nodes := slices.Clone(s.nodes)
+	s.mu.Unlock()
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
 		if err := n.Close(); err != nil && !errors.Is(err, ErrNodeClosed) {
 			errs = append(errs, err)
 		}
@@ -165,8 +343,9 @@ func (s *Shards) balance() {
 	// leadership is not sent to a dead node (its group would refuse
 	// writes until the transfer is abandoned, an election timeout later).
 	var (
-		term              uint64
-		leaders, eligible []uint64
+		term     uint64
+		leaders  []uint64
+		eligible [][]uint64
 	)
 	for {
 		select {
@@ -174,24 +353,28 @@ func (s *Shards) balance() {
 			return
 		case <-t.C:
 		}
-		st := s.nodes[0].Status()
+		st := s.Shard(0).Status()
 		if st.Role != "leader" || s.hold.Load() {
 			term, leaders, eligible = 0, nil, nil
 			continue
 		}
 		l, e := s.Leaders(), s.eligible(st)
-		stable := st.Term == term && slices.Equal(l, leaders) && slices.Equal(e, eligible)
+		stable := st.Term == term && slices.Equal(l, leaders) && slices.EqualFunc(e, eligible, slices.Equal)
 		term, leaders, eligible = st.Term, l, e
 		if !stable {
 			continue
 		}
-		k, to, ok := balanceMove(l, e)
+		k, to, ok := balanceMoveEach(l, e)
 		if !ok {
 			continue
 		}
+		r := s.Shard(k)
+		if r == nil {
+			continue // left since
+		}
 		leaders = nil // the next round waits for the move to show
-		s.log.Info("raftstore: moving a shard's leadership to spread the leaders", "shard", k, "from", s.nodes[k].Status().Leader, "to", to)
-		s.nodes[k].requestTransfer(to)
+		s.log.Info("raftstore: moving a shard's leadership to spread the leaders", "shard", k, "from", r.Status().Leader, "to", to)
+		r.requestTransfer(to)
 	}
 }
 
@@ -205,10 +388,31 @@ func (s *Shards) balance() {
 // had its writes dropped for two seconds, failing three engines).
 const answeredWithin = 2
 
-// eligible lists the voters of shard 0 that its leader (this node, whose
-// status st is) may move a leadership to (eligibleAt).
-func (s *Shards) eligible(st Status) []uint64 {
-	return eligibleAt(s.nodes[0].Members(), st, time.Now(), s.election)
+// eligible lists, for each shard, the nodes shard 0's leader (this node,
+// whose status st is) may move its leadership to: the voters of shard 0
+// it hears from (eligibleAt) that are voters of that shard too. A shard
+// whose group this node does not hold gets nil: the balancer leaves it
+// alone (ADR 0016; its voters are not known here).
+func (s *Shards) eligible(st Status) [][]uint64 {
+	live := eligibleAt(s.Shard(0).Members(), st, time.Now(), s.election)
+	out := make([][]uint64, s.count)
+	for k := range s.count {
+		r := s.Shard(k)
+		if r == nil {
+			continue
+		}
+		if k == 0 {
+			out[k] = live
+			continue
+		}
+		out[k] = []uint64{} // held: balanced, with whoever may lead it
+		for _, m := range r.Members() {
+			if m.Membership == Voter && slices.Contains(live, m.ID) {
+				out[k] = append(out[k], m.ID)
+			}
+		}
+	}
+	return out
 }
 
 // eligibleAt lists the voters among members that the leader whose status
@@ -237,16 +441,31 @@ func eligibleAt(members []Member, st Status, now time.Time, election time.Durati
 // balancer with it) moves last. No move while a shard has no known
 // leader (an election under way).
 func balanceMove(leaders []uint64, eligible []uint64) (shard int, to uint64, ok bool) {
-	if len(eligible) < 2 {
-		return 0, 0, false
+	each := make([][]uint64, len(leaders))
+	for k := range each {
+		each[k] = eligible
 	}
+	return balanceMoveEach(leaders, each)
+}
+
+// balanceMoveEach is balanceMove with, for each shard, the nodes that may
+// take its leadership (its voters among the eligible, ADR 0016); a shard
+// with nil is left out (neither counted nor moved). The move is from the
+// node leading the most counted shards (lowest id on a tie), of the
+// highest-numbered of its shards that has an eligible node leading two
+// fewer or less, to the one of those leading the fewest (lowest id on a
+// tie). When every shard has the same list it is balanceMove.
+func balanceMoveEach(leaders []uint64, eligible [][]uint64) (shard int, to uint64, ok bool) {
 	count := map[uint64]int{}
-	for _, id := range eligible {
-		count[id] = 0
-	}
-	for _, l := range leaders {
+	for k, l := range leaders {
+		if eligible[k] == nil {
+			continue
+		}
+		for _, id := range eligible[k] {
+			count[id] += 0
+		}
 		if l == 0 {
-			return 0, 0, false
+			return 0, 0, false // an election under way
 		}
 		count[l]++
 	}
@@ -255,22 +474,23 @@ func balanceMove(leaders []uint64, eligible []uint64) (shard int, to uint64, ok 
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	var most, least uint64
+	var most uint64
 	for _, id := range ids {
 		if most == 0 || count[id] > count[most] {
 			most = id
 		}
 	}
-	for _, id := range eligible {
-		if least == 0 || count[id] < count[least] || count[id] == count[least] && id < least {
-			least = id
-		}
-	}
-	if count[most]-count[least] < 2 {
-		return 0, 0, false
-	}
 	for k := len(leaders) - 1; k >= 0; k-- {
-		if leaders[k] == most {
+		if leaders[k] != most || len(eligible[k]) < 2 {
+			continue
+		}
+		var least uint64
+		for _, id := range eligible[k] {
+			if least == 0 || count[id] < count[least] || count[id] == count[least] && id < least {
+				least = id
+			}
+		}
+		if count[most]-count[least] >= 2 {
 			return k, least, true
 		}
 	}

@@ -50,6 +50,7 @@ type shardCluster struct {
 	nodes  []*Shards // nil while down
 	authNo atomic.Int64
 	tune   func(i int, cfg *Config) // nil: none
+	plan   func(i int) ShardPlan    // nil: every node holds every shard
 }
 
 func newShardCluster(t *testing.T, n, count int) *shardCluster {
@@ -59,7 +60,14 @@ func newShardCluster(t *testing.T, n, count int) *shardCluster {
 
 func newTunedShardCluster(t *testing.T, n, count int, tune func(int, *Config)) *shardCluster {
 	t.Helper()
-	c := &shardCluster{t: t, count: count, nodes: make([]*Shards, n), tune: tune}
+	return newPlannedShardCluster(t, n, count, tune, nil)
+}
+
+// newPlannedShardCluster is newTunedShardCluster with each node's shard
+// plan (nil: every shard on every node).
+func newPlannedShardCluster(t *testing.T, n, count int, tune func(int, *Config), plan func(int) ShardPlan) *shardCluster {
+	t.Helper()
+	c := &shardCluster{t: t, count: count, nodes: make([]*Shards, n), tune: tune, plan: plan}
 	lns := make([]net.Listener, n)
 	for i := range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -91,7 +99,11 @@ func (c *shardCluster) open(i int, ln net.Listener) {
 	if c.tune != nil {
 		c.tune(i, &cfg)
 	}
-	s, err := OpenShards(cfg, c.count, 100*time.Millisecond)
+	var plan ShardPlan
+	if c.plan != nil {
+		plan = c.plan(i)
+	}
+	s, err := OpenShardsPlan(cfg, c.count, 100*time.Millisecond, plan)
 	if err != nil {
 		c.t.Fatalf("open node %d: %v", i+1, err)
 	}

@@ -62,6 +62,23 @@ func shardLogKeys(k int) logKeys {
 	return logKeys{prefix: binary.BigEndian.AppendUint32([]byte(sharedLogPrefix), uint32(k))}
 }
 
+// deleteShardLog deletes every key of shard k (k ≥ 1) from the shared log
+// store db, in one synced batch (Shards.Leave).
+func deleteShardLog(db *pebblestore.Store, k int) error {
+	if db == nil || k < 1 {
+		return nil
+	}
+	start := shardLogKeys(k).prefix
+	end := binary.BigEndian.AppendUint32([]byte(sharedLogPrefix), uint32(k+1))
+	var b store.Batch
+	b.DeleteRange(start, end)
+	p, err := db.Write(&b, true)
+	if err != nil {
+		return err
+	}
+	return p.Wait()
+}
+
 // openSharedLog opens the node's shared log store in dir (shard 0's
 // directory).
 func openSharedLog(dir string, fs vfs.FS, log *slog.Logger) (*pebblestore.Store, error) {

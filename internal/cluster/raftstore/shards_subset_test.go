@@ -1,0 +1,236 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/nodeauth"
+)
+
+// TestBalanceMoveEach: with each shard's own list of the nodes that may
+// lead it, a leadership moves only to one of them, and a shard without a
+// list (a group shard 0's leader does not hold) is neither counted nor
+// moved.
+func TestBalanceMoveEach(t *testing.T) {
+	cases := []struct {
+		name     string
+		leaders  []uint64
+		eligible [][]uint64
+		shard    int
+		to       uint64
+		ok       bool
+	}{
+		{"to a member of the shard", []uint64{1, 1, 1}, [][]uint64{{1, 2, 3}, {1, 2}, {1, 3}}, 2, 3, true},
+		{"the highest shard with a member to take it", []uint64{1, 1, 1}, [][]uint64{{1, 2, 3}, {1, 2}, {1}}, 1, 2, true},
+		{"a shard not held is not counted", []uint64{1, 1, 0}, [][]uint64{{1, 2}, {1, 2}, nil}, 1, 2, true},
+		{"nor waited for", []uint64{1, 2, 0}, [][]uint64{{1, 2}, {1, 2}, nil}, 0, 0, false},
+		{"an election under way in a held shard", []uint64{1, 0, 1}, [][]uint64{{1, 2}, {1, 2}, {1, 2}}, 0, 0, false},
+		{"no member may take it", []uint64{1, 1, 1}, [][]uint64{{1}, {1}, {1}}, 0, 0, false},
+	}
+	for _, c := range cases {
+		k, to, ok := balanceMoveEach(c.leaders, c.eligible)
+		if k != c.shard || to != c.to || ok != c.ok {
+			t.Errorf("%s: balanceMoveEach(%v, %v) = %d, %d, %v; want %d, %d, %v", c.name, c.leaders, c.eligible, k, to, ok, c.shard, c.to, c.ok)
+		}
+	}
+}
+
+// subsetLeader waits until the nodes holding shard k (by 1-based id)
+// agree on a leader among them, and returns its 0-based index.
+func (c *shardCluster) subsetLeader(k int, holders []uint64) int {
+	c.t.Helper()
+	var leader uint64
+	poll.CheckFor(c.t, 20*time.Second, func() error {
+		leader = 0
+		for _, id := range holders {
+			s := c.nodes[id-1]
+			if s == nil {
+				continue
+			}
+			r := s.Shard(k)
+			if r == nil {
+				return fmt.Errorf("node %d does not hold shard %d", id, k)
+			}
+			l := r.Status().Leader
+			if l == 0 || leader != 0 && l != leader {
+				return fmt.Errorf("shard %d: node %d sees leader %d, another %d", k, id, l, leader)
+			}
+			leader = l
+		}
+		if !slices.Contains(holders, leader) {
+			return fmt.Errorf("shard %d is led by node %d, not one of %v", k, leader, holders)
+		}
+		return nil
+	})
+	return int(leader - 1)
+}
+
+// shardLogKeyCount counts shard k's keys in node i's shared log store.
+func (c *shardCluster) shardLogKeyCount(i, k int) int {
+	c.t.Helper()
+	keys := shardLogKeys(k)
+	end := append(slices.Clone(keys.prefix[:len(keys.prefix)-1]), keys.prefix[len(keys.prefix)-1]+1)
+	n := 0
+	if err := c.nodes[i].logs.ScanRange(keys.prefix, end, func(_, _ []byte) error { n++; return nil }); err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+// TestShardsOnASubset (ADR 0016 step 2): four nodes, three shards, shard
+// 1 on nodes 1–3 and shard 2 on nodes 2–4. A node opens only its
+// shards' groups; a shard's writes reach its members. Node 4 joins shard
+// 1 (AddMember on its leader, Join on node 4), gets its state by a
+// snapshot and votes; node 1 is removed from it and leaves it, its state
+// deleted (directory and log keys); the shard goes on committing on
+// nodes 2–4, and node 1 restarts holding shard 0 alone. Throughout, no
+// shard is led by a node that is not its member (the balancer moves
+// leaderships within each shard's voters).
+func TestShardsOnASubset(t *testing.T) {
+	members := map[int][]uint64{1: {1, 2, 3}, 2: {2, 3, 4}}
+	holds := func(id uint64, k int) bool { return k == 0 || slices.Contains(members[k], id) }
+	c := newPlannedShardCluster(t, 4, 3, lowThresholds, func(i int) ShardPlan {
+		id := uint64(i + 1)
+		return ShardPlan{
+			Held: func(k int) bool { return holds(id, k) },
+			Peers: func(k int, all []Peer) []Peer {
+				if k == 0 {
+					return all
+				}
+				var out []Peer
+				for _, p := range all {
+					if slices.Contains(members[k], p.ID) {
+						out = append(out, p)
+					}
+				}
+				return out
+			},
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c.subsetLeader(0, []uint64{1, 2, 3, 4})
+	for k := 1; k <= 2; k++ {
+		c.subsetLeader(k, members[k])
+	}
+	for i, s := range c.nodes {
+		for k := range 3 {
+			if got := s.Held(k); got != holds(uint64(i+1), k) {
+				t.Fatalf("node %d holds shard %d: %v", i+1, k, got)
+			}
+		}
+	}
+	if _, err := os.Stat(ShardDir(c.dirs[3], 1)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("node 4 has a directory for shard 1, which it does not hold: %v", err)
+	}
+	// A connection for a shard node 4 does not hold is closed once its
+	// handshake is done, and holds up no other shard's.
+	conn, err := net.Dial("tcp", c.peers[3].RaftAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := nodeauth.DialConn(conn, []byte("a cluster secret of 32 bytes...."), nodeauth.RaftSurface(1), 1, 4); err != nil {
+		t.Fatalf("handshake for shard 1 with node 4: %v", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("a connection for a shard node 4 does not hold: read %v, want EOF", err)
+	}
+
+	l1 := c.subsetLeader(1, members[1])
+	writeMany(t, c.nodes[l1].Shard(1).Store(), "one-", 60)
+	for _, id := range members[1] {
+		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[id-1].Shard(1), "one-59", value(59)) })
+	}
+
+	// Node 4 joins shard 1.
+	if _, err := c.nodes[3].Join(1, c.peers); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nodes[3].Join(1, c.peers); !errors.Is(err, ErrShardHeld) {
+		t.Fatalf("a second join: %v, want ErrShardHeld", err)
+	}
+	l1 = c.subsetLeader(1, members[1])
+	if err := c.nodes[l1].Shard(1).AddMember(ctx, 4, c.peers[3].RaftAddr); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, func() error {
+		r := c.nodes[3].Shard(1)
+		if err := sameState(c.nodes[l1].Shard(1), r); err != nil {
+			return err
+		}
+		for _, m := range r.Members() {
+			if m.ID == 4 && m.Membership == Voter {
+				return nil
+			}
+		}
+		return fmt.Errorf("node 4 is not a voter of shard 1 yet: %+v", r.Members())
+	})
+	if installed(c.nodes[3].Shard(1)) == 0 {
+		t.Fatal("node 4 caught up on shard 1 without a snapshot")
+	}
+
+	// Node 1 is removed from shard 1 and leaves it.
+	members[1] = []uint64{2, 3, 4}
+	if l1 = c.subsetLeader(1, []uint64{1, 2, 3, 4}); l1 == 0 {
+		if err := c.nodes[0].Shard(1).TransferLeadershipTo(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		l1 = c.subsetLeader(1, members[1])
+	}
+	if err := c.nodes[l1].Shard(1).RemoveMember(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("node 1 learns it was removed from shard 1", func() bool {
+		return c.nodes[0].Shard(1).Status().Removed
+	}))
+	if c.shardLogKeyCount(0, 1) == 0 {
+		t.Fatal("node 1 has no log keys of shard 1 before it leaves: the count below proves nothing")
+	}
+	if err := c.nodes[0].Leave(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[0].Leave(1); !errors.Is(err, ErrShardNotHeld) {
+		t.Fatalf("a second leave: %v, want ErrShardNotHeld", err)
+	}
+	if err := c.nodes[0].Leave(0); !errors.Is(err, ErrShardZero) {
+		t.Fatalf("leaving shard 0: %v, want ErrShardZero", err)
+	}
+	if c.nodes[0].Held(1) {
+		t.Fatal("node 1 still holds shard 1")
+	}
+	for _, dir := range []string{ShardDir(c.dirs[0], 1), ShardDir(c.dirs[0], 1) + leftSuffix} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("node 1 left shard 1 but %s is there: %v", dir, err)
+		}
+	}
+	if n := c.shardLogKeyCount(0, 1); n != 0 {
+		t.Fatalf("node 1 left shard 1 but its shared log holds %d of its keys", n)
+	}
+	l1 = c.subsetLeader(1, members[1])
+	writeMany(t, c.nodes[l1].Shard(1).Store(), "two-", 10)
+	for _, id := range members[1] {
+		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[id-1].Shard(1), "two-9", value(9)) })
+	}
+
+	// Node 1 restarts with shard 0 alone; every shard's leader stays
+	// among its members while the balancer runs.
+	c.stop(0)
+	c.restart(0)
+	if c.nodes[0].Held(1) || c.nodes[0].Held(2) || !c.nodes[0].Held(0) {
+		t.Fatal("node 1 restarted with the wrong groups")
+	}
+	c.subsetLeader(0, []uint64{1, 2, 3, 4})
+	for k := 1; k <= 2; k++ {
+		c.subsetLeader(k, members[k])
+	}
+}
