@@ -826,6 +826,9 @@ func (n *Node) localServerFor(k int, ad Advertisement) *server.Server {
 // target is route without waiting.
 func (n *Node) target(k int) (Advertisement, uint64, bool) {
 	r := n.shards.Shard(k)
+	if r == nil {
+		return n.recordedTarget(k) // a shard this node holds no copy of (ADR 0016)
+	}
 	st := r.Status()
 	if st.Leader == 0 {
 		return Advertisement{}, 0, false

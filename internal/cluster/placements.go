@@ -13,6 +13,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,4 +111,67 @@ func placementDiff(held []string, ps []server.QueuePlacement) (add, gone []strin
 		}
 	}
 	return add, gone
+}
+
+// recordLeadership records, on shard 0's leader, that this node leads
+// shard k in term advertising ad (server.ShardLeaderPath), retrying once
+// a second until it is recorded or ctx ends: a node that holds no copy
+// of shard k finds its leader there (recordedTarget). A leader of shard
+// 0 of an older build (404) records nothing; that is left as it is.
+func (n *Node) recordLeadership(ctx context.Context, k int, term uint64, ad Advertisement, log *slog.Logger) {
+	adb, err := json.Marshal(ad)
+	if err != nil {
+		log.Error("cannot encode this leader's advertisement", "err", err)
+		return
+	}
+	body, err := server.LeaderRecordCall(k, term, n.opts.Cluster.NodeID, adb)
+	if err != nil {
+		log.Error("cannot encode this leader's record", "err", err)
+		return
+	}
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-retry.C:
+		}
+		_, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardLeaderPath, body, 1<<10, n.hold)
+		var ae *shardAnswerError
+		switch {
+		case err == nil:
+			return
+		case errors.As(err, &ae) && (ae.status == http.StatusNotFound || ae.status == http.StatusBadRequest):
+			log.Debug("this shard's leadership is not recorded in shard 0", "err", err)
+			return
+		case ctx.Err() == nil:
+			log.Debug("recording this shard's leadership in shard 0; retrying", "err", err)
+		}
+		retry.Reset(time.Second)
+	}
+}
+
+// recordedTarget is target for a shard this node holds no copy of: the
+// leader recorded for shard k in this node's copy of shard 0, if any.
+// The record may be of a leader that has since lost the shard; a request
+// sent there is refused, and retried once a newer record arrives.
+func (n *Node) recordedTarget(k int) (Advertisement, uint64, bool) {
+	st := n.raft.Store()
+	ls, err := server.StoredLeaders(st)
+	_ = st.Close() // a view: closing it ends nothing beneath
+	if err != nil {
+		return Advertisement{}, 0, false
+	}
+	for _, l := range ls {
+		if l.Shard != k {
+			continue
+		}
+		var ad Advertisement
+		if json.Unmarshal(l.Ad, &ad) != nil || ad.Term != l.Term {
+			return Advertisement{}, 0, false
+		}
+		return ad, l.Node, true
+	}
+	return Advertisement{}, 0, false
 }

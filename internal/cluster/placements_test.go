@@ -117,3 +117,42 @@ func TestPlacementDiff(t *testing.T) {
 		t.Fatalf("nothing held, no entries: add %v, gone %v", add, gone)
 	}
 }
+
+// TestLeaderRecordsFollowLeaders (ADR 0016): with three shards, every
+// node's copy of shard 0 comes to record each shard's leader as its own
+// copy of that shard knows it (node, term and advertisement), also after
+// a shard's leader is stopped and another takes over.
+func TestLeaderRecordsFollowLeaders(t *testing.T) {
+	nodes, stop := shardedNodes(t)
+	agree := func(on []*Node) func() error {
+		return func() error {
+			for _, n := range on {
+				for k := range n.shards.Len() {
+					want, wl, ok := n.target(k)
+					if !ok {
+						return fmt.Errorf("node %d: shard %d has no serving leader", n.opts.Cluster.NodeID, k)
+					}
+					got, gl, ok := n.recordedTarget(k)
+					if !ok || gl != wl || got != want {
+						return fmt.Errorf("waiting for node %d's copy of shard 0 to record shard %d's leader %d %+v: it has %d %+v (%v)", n.opts.Cluster.NodeID, k, wl, want, gl, got, ok)
+					}
+				}
+			}
+			return nil
+		}
+	}
+	poll.CheckFor(t, 30*time.Second, agree(nodes))
+	i1 := slices.IndexFunc(nodes, func(n *Node) bool { return n.leadsShard(1) })
+	if i1 < 0 {
+		t.Fatal("no node leads shard 1")
+	}
+	_, before, _ := nodes[i1].target(1)
+	if err := stop(i1); err != nil {
+		t.Fatal(err)
+	}
+	rest := slices.Delete(slices.Clone(nodes), i1, i1+1)
+	poll.CheckFor(t, 30*time.Second, agree(rest))
+	if _, after, _ := rest[0].recordedTarget(1); after == before {
+		t.Fatalf("shard 1's record still names node %d, which was stopped", before)
+	}
+}

@@ -208,3 +208,111 @@ func StoredPlacements(st store.Store, shard int) ([]Placement, error) {
 	}
 	return out, err
 }
+
+// Shard leaders (ADR 0016): in a cluster with shards, shard 0's engine
+// also keeps, for every shard, the last leader that recorded itself —
+// its term, its node and what it advertises (the cluster layer's
+// advertisement, opaque here) — so that a node that holds no copy of a
+// shard can find its leader. A record of an older term never replaces
+// a newer one.
+
+// prefixLeader keys a shard's leader record: "A" shard:u32 → format byte
+// 1, uvarint term, uvarint node id, then the advertisement.
+const prefixLeader = 'A'
+
+// maxLeaderAd bounds a recorded advertisement.
+const maxLeaderAd = 4 << 10
+
+// ShardLeader is a shard's leader as it recorded itself (RecordLeader).
+type ShardLeader struct {
+	Shard int
+	Term  uint64
+	Node  uint64
+	Ad    []byte
+}
+
+func leaderKey(shard int) []byte {
+	return binary.BigEndian.AppendUint32([]byte{prefixLeader}, uint32(shard))
+}
+
+func encodeLeader(term, node uint64, ad []byte) []byte {
+	b := []byte{recordV1}
+	b = binary.AppendUvarint(b, term)
+	b = binary.AppendUvarint(b, node)
+	return append(b, ad...)
+}
+
+func decodeLeader(v []byte) (term, node uint64, ad []byte, err error) {
+	if len(v) < 1 || v[0] != recordV1 {
+		return 0, 0, nil, errors.New("engine: leader record: unknown format")
+	}
+	v = v[1:]
+	t, n := binary.Uvarint(v)
+	if n <= 0 {
+		return 0, 0, nil, errors.New("engine: leader record: bad term")
+	}
+	v = v[n:]
+	id, n := binary.Uvarint(v)
+	if n <= 0 {
+		return 0, 0, nil, errors.New("engine: leader record: bad node")
+	}
+	return t, id, v[n:], nil
+}
+
+// RecordLeader is, on shard 0's engine, node's record that it leads
+// shard in term, advertising ad. It is written, synced, unless the shard
+// has a record of a later term, or of the same term and node with the
+// same advertisement; it reports whether it was written.
+func (e *Engine) RecordLeader(shard int, term, node uint64, ad []byte) (bool, error) {
+	if shard < 0 || shard > 1<<16 || term == 0 || node == 0 || len(ad) > maxLeaderAd {
+		return false, &ConfigError{Setting: "Leader", Reason: fmt.Sprintf("shard %d, term %d, node %d, %d bytes of advertisement", shard, term, node, len(ad))}
+	}
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	if err := e.Failed(); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	v, err := getSettled(e.st, leaderKey(shard))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return false, err
+	default:
+		t, n, a, err := decodeLeader(v)
+		if err == nil && (t > term || t == term && n == node && string(a) == string(ad)) {
+			return false, nil
+		}
+	}
+	var b store.Batch
+	b.Set(leaderKey(shard), encodeLeader(term, node, ad))
+	if err := e.writeSynced(&b); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// StoredLeaders returns the shard leader records st (a copy of shard 0's
+// store) holds, by shard, read settled when st can; a record that cannot
+// be read is an error.
+func StoredLeaders(st store.Store) ([]ShardLeader, error) {
+	var out []ShardLeader
+	fn := func(k, v []byte) error {
+		if len(k) != 5 {
+			return fmt.Errorf("leader record key %x", k)
+		}
+		t, n, a, err := decodeLeader(v)
+		if err != nil {
+			return err
+		}
+		out = append(out, ShardLeader{Shard: int(binary.BigEndian.Uint32(k[1:])), Term: t, Node: n, Ad: append([]byte(nil), a...)})
+		return nil
+	}
+	start, end := []byte{prefixLeader}, []byte{prefixLeader + 1}
+	var err error
+	if sr, ok := st.(store.SettledReader); ok {
+		err = sr.ScanRangeSettled(start, end, fn)
+	} else {
+		err = st.ScanRange(start, end, fn)
+	}
+	return out, err
+}

@@ -125,3 +125,73 @@ func FuzzDecodePlacement(f *testing.F) {
 		}
 	})
 }
+
+// TestRecordLeader: a shard's leader record is replaced by one of a later
+// term (or a new advertisement in the same term), never by an older one,
+// and outlives a restart; records of several shards are read back by
+// shard.
+func TestRecordLeader(t *testing.T) {
+	f := &fixture{t: t, st: newTestStore(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	f.open()
+	steps := []struct {
+		shard      int
+		term, node uint64
+		ad         string
+		written    bool
+	}{
+		{1, 5, 2, "a", true},
+		{1, 5, 2, "a", false}, // the same
+		{1, 5, 2, "b", true},  // the same leader, a new address
+		{1, 4, 3, "c", false}, // an older term
+		{1, 6, 3, "c", true},
+		{2, 1, 1, "d", true},
+	}
+	for _, s := range steps {
+		w, err := f.e.RecordLeader(s.shard, s.term, s.node, []byte(s.ad))
+		if err != nil || w != s.written {
+			t.Fatalf("RecordLeader(%d, %d, %d, %q) = %v, %v; want %v", s.shard, s.term, s.node, s.ad, w, err, s.written)
+		}
+	}
+	f.restart()
+	got, err := StoredLeaders(f.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ShardLeader{{Shard: 1, Term: 6, Node: 3, Ad: []byte("c")}, {Shard: 2, Term: 1, Node: 1, Ad: []byte("d")}}
+	if len(got) != len(want) {
+		t.Fatalf("records %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Shard != want[i].Shard || got[i].Term != want[i].Term || got[i].Node != want[i].Node || string(got[i].Ad) != string(want[i].Ad) {
+			t.Fatalf("record %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	var ce *ConfigError
+	for _, bad := range []func() error{
+		func() error { _, err := f.e.RecordLeader(-1, 1, 1, nil); return err },
+		func() error { _, err := f.e.RecordLeader(1, 0, 1, nil); return err },
+		func() error { _, err := f.e.RecordLeader(1, 1, 0, nil); return err },
+		func() error { _, err := f.e.RecordLeader(1, 9, 1, make([]byte, maxLeaderAd+1)); return err },
+	} {
+		if err := bad(); !errors.As(err, &ce) {
+			t.Errorf("a bad record: %v, want a ConfigError", err)
+		}
+	}
+}
+
+// FuzzDecodeLeader: any value decodes without panicking, and what one
+// decodes to encodes to a value that decodes to the same.
+func FuzzDecodeLeader(f *testing.F) {
+	f.Add(encodeLeader(7, 3, []byte(`{"term":7}`)))
+	f.Add([]byte{recordV1, 0})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		term, node, ad, err := decodeLeader(v)
+		if err != nil {
+			return
+		}
+		t2, n2, a2, err := decodeLeader(encodeLeader(term, node, ad))
+		if err != nil || t2 != term || n2 != node || string(a2) != string(ad) {
+			t.Fatalf("%x: (%d, %d, %q) came back (%d, %d, %q), %v", v, term, node, ad, t2, n2, a2, err)
+		}
+	})
+}

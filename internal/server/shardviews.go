@@ -54,6 +54,7 @@ func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *das
 	mux.Handle("GET "+ShardAlertsPath, al)
 	mux.HandleFunc("GET "+ShardAdvisorPath, dash.ServeLocalAdvisor)
 	mux.HandleFunc("POST "+ShardEnginePath, s.serveShardEngine)
+	mux.HandleFunc("POST "+ShardLeaderPath, s.serveShardLeader)
 }
 
 // otherAdminQueues returns admin.Options.OtherQueues reading the other
