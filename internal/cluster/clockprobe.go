@@ -72,8 +72,10 @@ func (n *Node) clockAnswer(k int) []byte {
 	var term uint64
 	var bound int64
 	if shards != nil && k >= 0 && k < shards.Len() {
-		if at, t, ok := beaconBound(shards.Shard(k).AdvertisedSince(), now); ok {
-			term, bound = t, at.UnixNano()
+		if r := shards.Shard(k); r != nil {
+			if at, t, ok := beaconBound(r.AdvertisedSince(), now); ok {
+				term, bound = t, at.UnixNano()
+			}
 		}
 	}
 	b = binary.BigEndian.AppendUint64(b, term)

@@ -79,7 +79,11 @@ func (n *Node) deposed(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	st := n.shards.Shard(f.shard).Status()
+	r := n.shards.Shard(f.shard)
+	if r == nil {
+		return false // a shard this node does not hold: its leader's changes are not seen here
+	}
+	st := r.Status()
 	return st.Leader != f.leader
 }
 

@@ -100,7 +100,7 @@ func (n *Node) failedOnFullDisk() bool {
 	full := false
 	for k := range n.shards.Len() {
 		r := n.shards.Shard(k)
-		if r.Failure() == nil {
+		if r == nil || r.Failure() == nil {
 			continue
 		}
 		if !r.FailedOnFullDisk() {

@@ -266,7 +266,9 @@ func (n *Node) health() Health {
 				fail("shard_not_serving", "shard "+strconv.Itoa(k)+"'s engine here failed: "+err.Error())
 			}
 		}
-		if st := n.shards.Shard(k).Status(); lag(st.Commit, st.Applied) > maxHealthApplyLag {
+		if r := n.shards.Shard(k); r == nil {
+			continue // a shard this node does not hold (ADR 0016)
+		} else if st := r.Status(); lag(st.Commit, st.Applied) > maxHealthApplyLag {
 			fail("apply_lag", "shard "+strconv.Itoa(k)+": committed entries not yet applied: "+strconv.FormatUint(lag(st.Commit, st.Applied), 10))
 		}
 	}
@@ -274,7 +276,9 @@ func (n *Node) health() Health {
 	// takes no part in its group here until the node restarts (in place,
 	// after a full disk: Supervise).
 	for k := range n.shards.Len() {
-		if err := n.shards.Shard(k).Failure(); err != nil {
+		if r := n.shards.Shard(k); r == nil {
+			continue
+		} else if err := r.Failure(); err != nil {
 			fail("store_failed", "shard "+strconv.Itoa(k)+"'s Raft log or state store here failed: "+err.Error())
 			h.Status = "failed"
 		}

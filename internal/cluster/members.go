@@ -149,7 +149,11 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // leadsShard reports whether this node's member of shard k leads it now.
 func (n *Node) leadsShard(k int) bool {
-	st := n.shards.Shard(k).Status()
+	r := n.shards.Shard(k)
+	if r == nil {
+		return false // a shard this node does not hold (ADR 0016)
+	}
+	st := r.Status()
 	return st.Leader == st.ID && st.Role == "leader"
 }
 
@@ -191,6 +195,10 @@ func (n *Node) applyChange(k int, change memberChange) http.HandlerFunc {
 		ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
 		defer cancel()
 		rn := n.shards.Shard(k)
+		if rn == nil {
+			memberError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "this node does not hold shard "+strconv.Itoa(k)+"; retry")
+			return
+		}
 		n.membershipDone(w, r, rn, c(ctx, rn))
 	}
 }

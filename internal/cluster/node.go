@@ -108,6 +108,14 @@ type Options struct {
 	// queues with their placements in shard 0, with [cluster] shards
 	// above 1 (0: DefaultPlacementInterval; placements.go).
 	PlacementInterval time.Duration
+	// SubsetShards places each shard above 0 on the replication
+	// factor's worth of the configured peers instead of on every node
+	// (ADR 0016, subsetPlan). Experimental and for tests: nothing moves
+	// a shard's members yet (no controller), so a node added later holds
+	// shard 0 alone, and the membership commands change every shard a
+	// node holds. It must be the same on every node, from the first
+	// start.
+	SubsetShards bool
 }
 
 // Advertisement is what a leader replicates about itself (raftstore's
@@ -341,19 +349,25 @@ func New(opts Options) (_ *Node, err error) {
 	n.metrics = newNodeMetrics(func() []raftstore.Status {
 		out := make([]raftstore.Status, n.shards.Len())
 		for k := range out {
-			out[k] = n.shards.Shard(k).Status()
+			if r := n.shards.Shard(k); r != nil { // a shard not held reports nothing (ADR 0016)
+				out[k] = r.Status()
+			}
 		}
 		return out
 	}, o.Cluster.ShardCount() > 1, build)
 	// Shard 0's group is the one Raft group of ADR 0012, in the data
 	// directory as before; the others are in shard-<k>/ (ADR 0015). All
 	// are on the listener's mux (raftstore/mux.go).
-	shards, err := raftstore.OpenShards(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
+	var plan raftstore.ShardPlan
+	if opts.SubsetShards && o.Cluster.ShardCount() > 1 {
+		plan = subsetPlan(o.Cluster.NodeID, peers, o.Cluster.Factor())
+	}
+	shards, err := raftstore.OpenShardsPlan(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
 		Secret: secret, ExtraSecret: extra, Encryption: n.enc, ProbeAnswer: n.clockAnswer, Now: n.clk.Now, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},
-		o.Cluster.ShardCount(), opts.BalanceInterval)
+		o.Cluster.ShardCount(), opts.BalanceInterval, plan)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -482,10 +496,13 @@ func (n *Node) Run(ctx context.Context) error {
 	sctx, stopShards := context.WithCancel(ctx)
 	var shardsWG sync.WaitGroup
 	for _, l := range leaders[1:] {
+		r := n.shards.Shard(l.k)
+		if r == nil {
+			continue // a shard this node does not hold (ADR 0016)
+		}
 		shardsWG.Add(1)
 		go func() {
 			defer shardsWG.Done()
-			r := n.shards.Shard(l.k)
 			l.onStatus(sctx, r.Status())
 			for {
 				select {
@@ -545,8 +562,12 @@ loop:
 	tctx, tcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	var transfers sync.WaitGroup
 	for k := range n.shards.Len() {
+		r := n.shards.Shard(k)
+		if r == nil {
+			continue
+		}
 		transfers.Go(func() {
-			if err := n.shards.Shard(k).TransferLeadership(tctx); err != nil {
+			if err := r.TransferLeadership(tctx); err != nil {
 				n.log.Warn("leadership not handed over before stopping; the others will elect a leader", "shard", k, "err", err)
 			}
 		})
@@ -715,10 +736,11 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 		o.SourcesElsewhere = func() (map[string][]string, error) {
 			all := map[string][]string{}
 			for j := range n.shards.Len() {
-				if j == k {
-					continue
+				r := n.shards.Shard(j)
+				if j == k || r == nil {
+					continue // a shard not held: its sources are not known here yet (ADR 0016)
 				}
-				m, err := server.StoredDeadLetterSources(n.shards.Shard(j).Store())
+				m, err := server.StoredDeadLetterSources(r.Store())
 				if err != nil {
 					return nil, fmt.Errorf("shard %d's copy: %w", j, err)
 				}

@@ -109,9 +109,15 @@ func (n *Node) findQueueErr(name string) (int, bool, error) {
 	count := n.shards.Len()
 	first := hashShard(name, count)
 	var errs []error
+	all := true
 	for i := range count {
 		k := (first + i) % count
-		st := n.shards.Shard(k).Store()
+		r := n.shards.Shard(k)
+		if r == nil {
+			all = false
+			continue
+		}
+		st := r.Store()
 		ok, err := server.StoredQueue(st, name)
 		_ = st.Close() // a view: closing it ends nothing beneath
 		if err != nil {
@@ -122,7 +128,31 @@ func (n *Node) findQueueErr(name string) (int, bool, error) {
 			return k, true, nil
 		}
 	}
+	if !all {
+		// Shards this node holds no copy of (ADR 0016): the queue's
+		// placement in shard 0, if it names one of them.
+		if k, ok, err := n.placedElsewhere(name); err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			return k, true, nil
+		}
+	}
 	return 0, false, errors.Join(errs...)
+}
+
+// placedElsewhere returns the shard that queue name's live placement in
+// this node's copy of shard 0 names, when this node holds no copy of it.
+func (n *Node) placedElsewhere(name string) (int, bool, error) {
+	st := n.raft.Store()
+	p, ok, err := server.StoredPlacement(st, name)
+	_ = st.Close()
+	switch {
+	case err != nil:
+		return 0, false, fmt.Errorf("shard 0's placements: %w", err)
+	case !ok || !p.Gone.IsZero() || p.Shard < 0 || p.Shard >= n.shards.Len() || n.shards.Held(p.Shard):
+		return 0, false, nil
+	}
+	return p.Shard, true, nil
 }
 
 // locateQueue returns the shard holding queue name: where a copy on this
@@ -355,7 +385,11 @@ func deadLetterBase(name string) string {
 func (n *Node) findTask(ctx context.Context, id string) int {
 	find := func() (int, bool) {
 		for k := range n.shards.Len() {
-			st := n.shards.Shard(k).Store()
+			r := n.shards.Shard(k)
+			if r == nil {
+				continue // a shard not held: its tasks are not found here (ADR 0016)
+			}
+			st := r.Store()
 			ok, err := server.StoredTask(st, id)
 			_ = st.Close() // a view: closing it ends nothing beneath
 			if err == nil && ok {
@@ -385,8 +419,12 @@ func (n *Node) catchUp(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n.shards.Len())
 	for k := range n.shards.Len() {
+		r := n.shards.Shard(k)
+		if r == nil {
+			continue
+		}
 		wg.Go(func() {
-			if err := n.shards.Shard(k).ReadBarrier(ctx); err != nil {
+			if err := r.ReadBarrier(ctx); err != nil {
 				n.log.Debug("a shard's copy could not catch up", "shard", k, "err", err)
 				errs[k] = fmt.Errorf("shard %d's copy could not catch up: %w", k, err)
 			}
@@ -560,9 +598,13 @@ func (n *Node) awaitCreated(resp *http.Response) {
 	if !ok || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated) {
 		return
 	}
+	r := n.shards.Shard(c.shard)
+	if r == nil {
+		return // a shard this node holds no copy of: nothing here to catch up
+	}
 	ctx, cancel := context.WithTimeout(resp.Request.Context(), n.hold)
 	defer cancel()
-	if err := n.shards.Shard(c.shard).ReadBarrier(ctx); err != nil {
+	if err := r.ReadBarrier(ctx); err != nil {
 		n.log.Warn("a created queue may not be in this node's copy of its shard yet", "queue", c.queue, "shard", c.shard, "err", err)
 	}
 }
@@ -622,7 +664,16 @@ func (n *Node) otherQueueNames(prefix string) ([]string, error) {
 	var names []string
 	var errs []error
 	for k := 1; k < n.shards.Len(); k++ {
-		st := n.shards.Shard(k).Store()
+		r := n.shards.Shard(k)
+		if r == nil {
+			got, err := n.placedNames(k, prefix)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("shard %d's placements: %w", k, err))
+			}
+			names = append(names, got...)
+			continue
+		}
+		st := r.Store()
 		got, err := server.StoredQueueNames(st, prefix)
 		_ = st.Close()
 		if err != nil {
@@ -632,6 +683,22 @@ func (n *Node) otherQueueNames(prefix string) ([]string, error) {
 		names = append(names, got...)
 	}
 	return names, errors.Join(errs...)
+}
+
+// placedNames lists the SQS queues whose live placement in this node's
+// copy of shard 0 names shard k, a shard it holds no copy of (ADR 0016),
+// and whose name starts with prefix.
+func (n *Node) placedNames(k int, prefix string) ([]string, error) {
+	st := n.raft.Store()
+	ps, err := server.StoredPlacements(st, k)
+	_ = st.Close()
+	var out []string
+	for _, p := range ps {
+		if p.Gone.IsZero() && strings.HasPrefix(p.Name, prefix) && server.ValidQueueName(p.Name) {
+			out = append(out, p.Name)
+		}
+	}
+	return out, err
 }
 
 // applyShardDiskAlarm sets the disk alarm of srv, the server of a shard

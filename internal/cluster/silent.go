@@ -52,7 +52,7 @@ func (n *Node) statusFlags() uint64 {
 		return f
 	}
 	for k := range shards.Len() {
-		if shards.Shard(k).Failure() != nil {
+		if r := shards.Shard(k); r != nil && r.Failure() != nil {
 			f |= statusStopped
 		}
 	}

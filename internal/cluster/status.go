@@ -145,7 +145,11 @@ func (n *Node) Status() Report {
 	}
 	if n.shards.Len() > 1 {
 		for k := range n.shards.Len() {
-			s := n.shards.Shard(k).Status()
+			r := n.shards.Shard(k)
+			if r == nil {
+				continue // a shard this node does not hold (ADR 0016)
+			}
+			s := r.Status()
 			ss := ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied, Stopped: s.Stopped}
 			rep.Node.Stopped = rep.Node.Stopped || s.Stopped
 			for _, m := range s.Members {

@@ -179,6 +179,27 @@ func (e *Engine) placementLocked(name string) (shard int, placed, gone int64, fo
 	return shard, placed, gone, err == nil, err
 }
 
+// StoredPlacement returns name's placement in st (a copy of shard 0's
+// store), read settled when st can, if it has one.
+func StoredPlacement(st store.Store, name string) (Placement, bool, error) {
+	v, err := getSettled(st, placementKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return Placement{}, false, nil
+	}
+	if err != nil {
+		return Placement{}, false, err
+	}
+	s, p, g, err := decodePlacement(v)
+	if err != nil {
+		return Placement{}, false, fmt.Errorf("placement of %q: %w", name, err)
+	}
+	pl := Placement{Name: name, Shard: s, Placed: time.Unix(0, p)}
+	if g != 0 {
+		pl.Gone = time.Unix(0, g)
+	}
+	return pl, true, nil
+}
+
 // StoredPlacements returns the placements st (a copy of shard 0's store)
 // holds, in name order, read settled when st can; shard ≥ 0 keeps only
 // the entries naming it.

@@ -85,6 +85,12 @@ func StoredPlacements(st store.Store, shard int) ([]QueuePlacement, error) {
 	return engine.StoredPlacements(st, shard)
 }
 
+// StoredPlacement returns queue name's placement in st (a copy of shard
+// 0's store), if it has one (engine.StoredPlacement).
+func StoredPlacement(st store.Store, name string) (QueuePlacement, bool, error) {
+	return engine.StoredPlacement(st, name)
+}
+
 // StoredDeadLetterSources maps every queue named by the RedrivePolicy of a
 // queue st holds to those queues (engine.StoredDeadLetterSources).
 func StoredDeadLetterSources(st store.Store) (map[string][]string, error) {

@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// TestSubsetPlan: shard k ≥ 1 on factor of the peers sorted by id, from
+// the (k−1)-th on, wrapping; shard 0 and a factor of all or more on all.
+func TestSubsetPlan(t *testing.T) {
+	peers := []raftstore.Peer{{ID: 3}, {ID: 1}, {ID: 4}, {ID: 2}}
+	ids := func(ps []raftstore.Peer) []uint64 {
+		var out []uint64
+		for _, p := range ps {
+			out = append(out, p.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	plan := subsetPlan(1, peers, 3)
+	for k, want := range [][]uint64{{1, 2, 3, 4}, {1, 2, 3}, {2, 3, 4}, {1, 3, 4}, {1, 2, 4}} {
+		if got := ids(plan.Peers(k, peers)); !slices.Equal(got, want) {
+			t.Errorf("shard %d on %v, want %v", k, got, want)
+		}
+		if held := plan.Held(k); held != slices.Contains(want, 1) {
+			t.Errorf("node 1 holds shard %d: %v", k, held)
+		}
+	}
+	if got := ids(subsetPlan(1, peers, 5).Peers(2, peers)); len(got) != 4 {
+		t.Errorf("a factor above the peers: shard 2 on %v, want every peer", got)
+	}
+}
+
+// TestSubsetShardsServeThroughAnyNode (ADR 0016): three nodes, three
+// shards, replication factor 2, SubsetShards: shard 1 lives on nodes 1
+// and 2 only, shard 2 on nodes 2 and 3. Through every node — also one
+// that holds no copy of the queue's shard — a client creates, sends to,
+// receives from and deletes on queues of every shard, and ListQueues
+// lists them all (the shards not held through shard 0's placements).
+// A node holds no directory for a shard it does not hold.
+func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
+		o.Cluster.Shards = 3
+		o.Cluster.ReplicationFactor = 2
+	}, func(_ int, o *Options) {
+		o.BalanceInterval = 100 * time.Millisecond
+		o.PlacementInterval = 100 * time.Millisecond
+		o.SubsetShards = true
+	}, nil, 3)
+	holds := map[uint64][]int{1: {0, 1}, 2: {0, 1, 2}, 3: {0, 2}}
+	for _, n := range nodes {
+		id := n.opts.Cluster.NodeID
+		for k := range 3 {
+			if got := n.shards.Held(k); got != slices.Contains(holds[id], k) {
+				t.Fatalf("node %d holds shard %d: %v", id, k, got)
+			}
+		}
+	}
+	for _, dir := range []string{raftstore.ShardDir(nodes[0].opts.DataDir, 2), raftstore.ShardDir(nodes[2].opts.DataDir, 1)} {
+		if _, err := os.Stat(dir); err == nil {
+			t.Fatalf("%s exists on a node that does not hold its shard", filepath.Base(dir))
+		}
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
+		for _, n := range nodes {
+			for k := range 3 {
+				if _, _, ok := n.target(k); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	}))
+
+	// A queue on each shard, each created through a node that does not
+	// hold it where there is one.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	clients := []*sqs.Client{shardClient(nodes[0]), shardClient(nodes[1]), shardClient(nodes[2])}
+	through := map[int]int{0: 1, 1: 2, 2: 0} // shard → index of the node that creates its queue
+	var names []string
+	for k := range 3 {
+		var name string
+		for i := 0; ; i++ {
+			if name = fmt.Sprintf("subset-%d-%d", k, i); hashShard(name, 3) == k {
+				break
+			}
+		}
+		if _, err := clients[through[k]].CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
+			t.Fatalf("create %s (shard %d) through node %d: %v", name, k, through[k]+1, err)
+		}
+		names = append(names, name)
+	}
+	for i, c := range clients {
+		for k, name := range names {
+			url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+			if err != nil {
+				t.Fatalf("GetQueueUrl %s (shard %d) through node %d: %v", name, k, i+1, err)
+			}
+			body := fmt.Sprintf("through node %d", i+1)
+			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: aws.String(body)}); err != nil {
+				t.Fatalf("send to %s (shard %d) through node %d: %v", name, k, i+1, err)
+			}
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url.QueueUrl, WaitTimeSeconds: 5, MaxNumberOfMessages: 10})
+			if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != body {
+				t.Fatalf("receive from %s (shard %d) through node %d: %+v, %v", name, k, i+1, out, err)
+			}
+			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: url.QueueUrl, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+				t.Fatalf("delete on %s (shard %d) through node %d: %v", name, k, i+1, err)
+			}
+		}
+	}
+	// The queues live where they hash, on their shard's members alone;
+	// a node that holds no copy finds them by their placement, once the
+	// shard's leader has written it (its keeper's next round).
+	poll.CheckFor(t, 30*time.Second, func() error {
+		for _, n := range nodes {
+			for k, name := range names {
+				if at, ok := n.findQueue(name); !ok || at != k {
+					return fmt.Errorf("node %d finds %s on shard %d (%v), want %d", n.opts.Cluster.NodeID, name, at, ok, k)
+				}
+			}
+		}
+		return nil
+	})
+	// ListQueues is served by shard 0's leader: on node 1, which holds
+	// no copy of shard 2, it lists shard 2's queue from its placement.
+	if !nodes[0].leadsShard(0) {
+		li := slices.IndexFunc(nodes, func(n *Node) bool { return n.leadsShard(0) })
+		if li < 0 {
+			t.Fatal("no node leads shard 0")
+		}
+		if err := nodes[li].raft.TransferLeadershipTo(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if !nodes[0].leadsShard(0) {
+			return fmt.Errorf("waiting for node 1 to lead shard 0")
+		}
+		for i, c := range clients {
+			out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String("subset-")})
+			if err != nil {
+				return err
+			}
+			if len(out.QueueUrls) != len(names) {
+				return fmt.Errorf("ListQueues through node %d: %v, want %d queues", i+1, out.QueueUrls, len(names))
+			}
+		}
+		return nil
+	})
+}
