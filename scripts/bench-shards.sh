@@ -21,7 +21,9 @@
 # Environment: QUEUES (6), PRODUCERS (2), CONSUMERS (2), DURATION (20s),
 # ENTRY ("spread", or "leader": each bench through its queue's leader),
 # REPEAT (1), LAYOUTS ("single cluster1 shards3"; also nNsS: N nodes with S
-# shards, e.g. n5s5, at the default replication factor of 3).
+# shards, e.g. n5s5, at the default replication factor of 3; and nNsSsub,
+# the same with --placement subset, each shard above 0 on three nodes
+# only, ADR 0016).
 set -u
 bin="${SLUICE_BIN:-./sluice}"
 QUEUES="${QUEUES:-6}" PRODUCERS="${PRODUCERS:-2}" CONSUMERS="${CONSUMERS:-2}" DURATION="${DURATION:-20s}"
@@ -36,9 +38,10 @@ cpu() { # total utime+stime ticks of the given pids
   local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 
 run_layout() { # layout
-  local layout=$1 nodes=3 shards=1
+  local layout=$1 nodes=3 shards=1 placement=all
   case $layout in
     single) nodes=1;; cluster1) shards=1;; shards3) shards=3;;
+    n[0-9]*s[0-9]*sub) nodes=${layout#n}; nodes=${nodes%%s*}; shards=${layout#*s}; shards=${shards%sub}; placement=subset;;
     n[0-9]*s[0-9]*) nodes=${layout#n}; nodes=${nodes%%s*}; shards=${layout#*s};; # e.g. n5s5: 5 nodes, 5 shards
     *) echo "unknown layout $layout"; return 1;;
   esac
@@ -50,7 +53,7 @@ run_layout() { # layout
   for i in $(seq 1 $nodes); do peers="$peers${peers:+,}$i=127.0.0.1:${R[$((i-1))]}"; done
   for i in $(seq 1 $nodes); do
     local args=(server --data-dir $W/n$i --sqs-listen 127.0.0.1:${S[$((i-1))]} --amqp-listen 127.0.0.1:${A[$((i-1))]})
-    if [ $nodes -gt 1 ]; then args+=(--node-id $i --peers $peers --shards $shards); fi
+    if [ $nodes -gt 1 ]; then args+=(--node-id $i --peers $peers --shards $shards --placement $placement); fi
     $bin "${args[@]}" > $W/n$i.log 2>&1 &
     pids+=($!)
   done
@@ -58,10 +61,20 @@ run_layout() { # layout
   for _ in $(seq 1 600); do
     local ok=1
     for i in $(seq 1 $nodes); do curl -sf http://127.0.0.1:${S[$((i-1))]}/health > /dev/null || ok=0; done
-    if [ $ok = 1 ] && [ $shards -gt 1 ]; then
+    # (With a subset placement the balancer spreads only the shards shard
+    # 0's leader holds: the others stay where their elections put them.)
+    if [ $ok = 1 ] && [ $shards -gt 1 ] && [ $placement = all ]; then
+      # Every node leads one (with a subset placement a node lists only
+      # its own shards: the union over the nodes).
       local led
-      led=$(curl -s http://127.0.0.1:${S[0]}/sluice/v1/cluster | python3 -c 'import sys,json; d=json.load(sys.stdin); print(len({s["leader"] for s in d.get("shards",[]) if s["leader"]}))')
-      [ "$led" = "$shards" ] || ok=0
+      led=$(for i in $(seq 1 $nodes); do curl -s http://127.0.0.1:${S[$((i-1))]}/sluice/v1/cluster; echo; done | python3 -c 'import sys,json
+l={}
+for line in sys.stdin:
+    if line.strip():
+        for s in json.loads(line).get("shards",[]):
+            if s["leader"]: l[s["shard"]]=s["leader"]
+print(len(set(l.values())) if len(l)>0 else 0)')
+      [ "$led" = "$(( shards < nodes ? shards : nodes ))" ] || ok=0
     fi
     [ $ok = 1 ] && break
     sleep 0.2

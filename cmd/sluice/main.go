@@ -134,6 +134,7 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	encryptTransition := fs.Bool("cluster-encrypt-transition", false, "cluster mode: accept plain and encrypted links from other nodes while turning --cluster-encrypt on or off in a running cluster (the [cluster] section's encrypt_transition)")
 	replication := fs.Int("replication-factor", 0, "cluster mode: how many members vote (the [cluster] section's replication_factor; default 3); the others are standby learners")
 	shards := fs.Int("shards", 0, "cluster mode: how many Raft groups the SQS queues are spread over, each with its own leader (the [cluster] section's shards; default 1; fixed at the cluster's first start, the same on every node)")
+	placement := fs.String("placement", "", `cluster mode, with shards: "all" (every node holds every shard; the default) or "subset" (each shard above 0 on replication-factor nodes; experimental) (the [cluster] section's placement; fixed at the cluster's first start, the same on every node)`)
 	replaceAfter := fs.Duration("replace-after", 0, "cluster mode: replace a voter silent this long with a caught-up learner (the [cluster] section's replace_after; default 30s)")
 	join := fs.Bool("join", false, "cluster mode: this node is being added to a running cluster (the [cluster] section's join); then run `sluice cluster add` for it")
 	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
@@ -201,6 +202,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Cluster.SetReplaceAfter(*replaceAfter)
 		case "shards":
 			opts.Cluster.Shards = *shards
+		case "placement":
+			opts.Cluster.Placement = *placement
 		case "cluster-secret-file":
 			opts.Cluster.SecretFile = *secretFile
 		case "cluster-extra-secret-file":

@@ -14,8 +14,9 @@ import (
 )
 
 // Membership changes with several shards (ADR 0015 decision 9). Every
-// member belongs to every shard, so `sluice cluster add/remove` changes
-// every shard's membership, one shard after the other, each on its own
+// member belongs to every shard (but with [cluster] placement "subset",
+// ADR 0016, where an added node joins shard 0 alone), so `sluice cluster
+// add/remove` changes every shard's membership, one shard after the other, each on its own
 // leader: the node asked runs the change on the shards it leads and sends
 // it to the internal listener of each other shard's leader (to the public
 // one, naming the shard (?shard=k), of a leader of an older build). A
@@ -55,7 +56,14 @@ func (n *Node) shardedChange(proxy http.Handler, change memberChange) http.Handl
 		defer cancel()
 		changed := 0
 		var same error // a shard where the change was already made
-		for k := range n.shards.Len() {
+		count := n.shards.Len()
+		if r.Method == http.MethodPost && n.opts.Cluster.SubsetPlacement() {
+			// With placement "subset" a node is added to shard 0 only:
+			// the shards above 0 keep the members they were placed on
+			// (ADR 0016; nothing moves them yet).
+			count = 1
+		}
+		for k := range count {
 			err := n.changeShard(ctx, k, r, body, c)
 			switch {
 			case err == nil:

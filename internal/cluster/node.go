@@ -108,14 +108,6 @@ type Options struct {
 	// queues with their placements in shard 0, with [cluster] shards
 	// above 1 (0: DefaultPlacementInterval; placements.go).
 	PlacementInterval time.Duration
-	// SubsetShards places each shard above 0 on the replication
-	// factor's worth of the configured peers instead of on every node
-	// (ADR 0016, subsetPlan). Experimental and for tests: nothing moves
-	// a shard's members yet (no controller), so a node added later holds
-	// shard 0 alone, and the membership commands change every shard a
-	// node holds. It must be the same on every node, from the first
-	// start.
-	SubsetShards bool
 }
 
 // Advertisement is what a leader replicates about itself (raftstore's
@@ -295,6 +287,9 @@ func New(opts Options) (_ *Node, err error) {
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
+	if err := checkPlacement(o.DataDir, o.Cluster.SubsetPlacement()); err != nil {
+		return nil, err
+	}
 	if err := checkShardCount(o.DataDir, o.Cluster.ShardCount()); err != nil {
 		return nil, err
 	}
@@ -359,7 +354,7 @@ func New(opts Options) (_ *Node, err error) {
 	// directory as before; the others are in shard-<k>/ (ADR 0015). All
 	// are on the listener's mux (raftstore/mux.go).
 	var plan raftstore.ShardPlan
-	if opts.SubsetShards && o.Cluster.ShardCount() > 1 {
+	if o.Cluster.SubsetPlacement() {
 		plan = subsetPlan(o.Cluster.NodeID, peers, o.Cluster.Factor())
 	}
 	shards, err := raftstore.OpenShardsPlan(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
@@ -939,6 +934,9 @@ func (n *Node) routes() http.Handler {
 			return
 		}
 		if srv := n.localServerFor(k, ad); srv != nil {
+			if c, ok := r.Context().Value(createdKey{}).(created); ok && n.opts.Cluster.SubsetPlacement() {
+				w = &placingWriter{ResponseWriter: w, n: n, ctx: r.Context(), c: c}
+			}
 			srv.Handler().ServeHTTP(w, r) // this node leads: no second HTTP hop
 			return
 		}

@@ -69,11 +69,11 @@ func checkShardCount(dir string, count int) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("cluster: %w", err)
 	}
-	entries, err := os.ReadDir(dir)
+	full, err := holdsState(dir)
 	if err != nil {
-		return fmt.Errorf("data_dir: %w", err)
+		return err
 	}
-	if len(entries) > 0 && count != 1 {
+	if full && count != 1 {
 		return fmt.Errorf("cluster.shards: this node's data_dir holds a node started with 1 shard, not %d; the count is fixed when the cluster is first started", count)
 	}
 	tmp := path + ".tmp"
@@ -84,6 +84,21 @@ func checkShardCount(dir string, count int) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
+}
+
+// holdsState reports whether dir holds anything but the records of the
+// cluster's fixed settings (shardsFile, placementFile): a node's state.
+func holdsState(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("data_dir: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() != shardsFile && e.Name() != placementFile {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // hashShard is the shard a queue name hashes to among count.
@@ -598,16 +613,73 @@ func (n *Node) awaitCreated(resp *http.Response) {
 	if !ok || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated) {
 		return
 	}
-	r := n.shards.Shard(c.shard)
-	if r == nil {
-		return // a shard this node holds no copy of: nothing here to catch up
-	}
 	ctx, cancel := context.WithTimeout(resp.Request.Context(), n.hold)
 	defer cancel()
+	n.placeCreated(ctx, c)
+	r := n.shards.Shard(c.shard)
+	if r == nil {
+		return // a shard this node holds no copy of: nothing more here to catch up
+	}
 	if err := r.ReadBarrier(ctx); err != nil {
 		n.log.Warn("a created queue may not be in this node's copy of its shard yet", "queue", c.queue, "shard", c.shard, "err", err)
 	}
 }
+
+// placeCreated, with [cluster] placement "subset" (ADR 0016), writes the
+// placement of a queue just created on its shard in shard 0 and waits
+// until this node's copy of shard 0 has it, before the create is
+// answered: a node that holds no copy of that shard finds the queue by
+// it (the shard's leader's keeper would write it too, within its round).
+// A failure is logged: the keeper writes it later.
+func (n *Node) placeCreated(ctx context.Context, c created) {
+	if !n.opts.Cluster.SubsetPlacement() {
+		return
+	}
+	out, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath,
+		server.PlacementsCall(c.shard, []string{c.queue}, false), maxShardCallReply, n.hold)
+	if err == nil {
+		_, err = server.NameCallReply(out)
+	}
+	if err == nil {
+		err = n.raft.ReadBarrier(ctx)
+	}
+	if err != nil {
+		n.log.Warn("a created queue's placement is not written yet; nodes without a copy of its shard find it once its leader writes it", "queue", c.queue, "shard", c.shard, "err", err)
+	}
+}
+
+// placingWriter is the ResponseWriter of a create this node's own server
+// answers, with [cluster] placement "subset": before the status goes out,
+// a 200 or 201 writes the queue's placement (placeCreated).
+type placingWriter struct {
+	http.ResponseWriter
+	n    *Node
+	ctx  context.Context
+	c    created
+	done bool
+}
+
+func (w *placingWriter) WriteHeader(status int) {
+	if !w.done {
+		w.done = true
+		if status == http.StatusOK || status == http.StatusCreated {
+			ctx, cancel := context.WithTimeout(w.ctx, w.n.hold)
+			w.n.placeCreated(ctx, w.c)
+			cancel()
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *placingWriter) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *placingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // holdDeleted, for queue name about to be deleted by this node's leader
 // of shard k (server.Options.HoldDeleted, before the delete), tells the

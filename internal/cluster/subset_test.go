@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
@@ -44,7 +45,7 @@ func TestSubsetPlan(t *testing.T) {
 }
 
 // TestSubsetShardsServeThroughAnyNode (ADR 0016): three nodes, three
-// shards, replication factor 2, SubsetShards: shard 1 lives on nodes 1
+// shards, replication factor 2, placement "subset": shard 1 lives on nodes 1
 // and 2 only, shard 2 on nodes 2 and 3. Through every node — also one
 // that holds no copy of the queue's shard — a client creates, sends to,
 // receives from and deletes on queues of every shard, and ListQueues
@@ -54,10 +55,10 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	nodes, _ := startThreeWith(t, func(o *server.Options) {
 		o.Cluster.Shards = 3
 		o.Cluster.ReplicationFactor = 2
+		o.Cluster.Placement = server.PlacementSubset
 	}, func(_ int, o *Options) {
 		o.BalanceInterval = 100 * time.Millisecond
 		o.PlacementInterval = 100 * time.Millisecond
-		o.SubsetShards = true
 	}, nil, 3)
 	holds := map[uint64][]int{1: {0, 1}, 2: {0, 1, 2}, 3: {0, 2}}
 	for _, n := range nodes {
@@ -122,12 +123,52 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 			}
 		}
 	}
+	// A queue created with a dead-letter queue on shard 2 lives there,
+	// whatever its name hashes to; created through any node, it is
+	// found at once through node 1, which holds no copy of shard 2 (its
+	// placement is written before the create is answered).
+	dlqURL, err := clients[2].GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(names[2])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqAttrs, err := clients[2].GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlqURL.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"3"}`, dlqAttrs.Attributes["QueueArn"])
+	l2 := slices.IndexFunc(nodes, func(n *Node) bool { return n.leadsShard(2) })
+	if l2 < 0 {
+		t.Fatal("no node leads shard 2")
+	}
+	// Through shard 2's leader (its own server answers the create) and
+	// through node 1 (forwarded).
+	for i, via := range []int{l2, 0} {
+		var name string
+		for j := 0; ; j++ {
+			if name = fmt.Sprintf("tied-%d-%d", i, j); hashShard(name, 3) != 2 {
+				break
+			}
+		}
+		if _, err := clients[via].CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name),
+			Attributes: map[string]string{"RedrivePolicy": policy}}); err != nil {
+			t.Fatalf("create %s through node %d: %v", name, via+1, err)
+		}
+		if _, err := clients[0].GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)}); err != nil {
+			t.Fatalf("%s, created through node %d with its dead-letter queue on shard 2, through node 1 at once: %v", name, via+1, err)
+		}
+		if at, ok := nodes[1].findQueue(name); !ok || at != 2 {
+			t.Fatalf("%s lives on shard %d (%v), want 2, its dead-letter queue's", name, at, ok)
+		}
+		names = append(names, name)
+	}
+
 	// The queues live where they hash, on their shard's members alone;
 	// a node that holds no copy finds them by their placement, once the
 	// shard's leader has written it (its keeper's next round).
 	poll.CheckFor(t, 30*time.Second, func() error {
 		for _, n := range nodes {
 			for k, name := range names {
+				k = min(k, 2) // the tied queues are on shard 2
 				if at, ok := n.findQueue(name); !ok || at != k {
 					return fmt.Errorf("node %d finds %s on shard %d (%v), want %d", n.opts.Cluster.NodeID, name, at, ok, k)
 				}
@@ -151,7 +192,7 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 			return fmt.Errorf("waiting for node 1 to lead shard 0")
 		}
 		for i, c := range clients {
-			out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String("subset-")})
+			out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
 			if err != nil {
 				return err
 			}
@@ -161,4 +202,40 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCheckPlacement: a new data directory is stamped "subset" (beside the
+// shard count's stamp, in either order); one stamped refuses to start
+// without it; one holding a node's state refuses "subset".
+func TestCheckPlacement(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkPlacement(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkShardCount(dir, 3); err != nil {
+		t.Fatalf("the shard count after the placement's stamp: %v", err)
+	}
+	if err := checkPlacement(dir, true); err != nil {
+		t.Fatalf("started again: %v", err)
+	}
+	if err := checkPlacement(dir, false); err == nil {
+		t.Fatal("a subset data_dir started without the setting")
+	}
+	other := t.TempDir()
+	if err := checkShardCount(other, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlacement(other, true); err != nil {
+		t.Fatalf("the placement after the shard count's stamp: %v", err)
+	}
+	used := t.TempDir()
+	if err := os.WriteFile(filepath.Join(used, "state"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlacement(used, false); err != nil {
+		t.Fatalf("a used data_dir without the setting: %v", err)
+	}
+	if err := checkPlacement(used, true); err == nil {
+		t.Fatal("a used data_dir stamped subset")
+	}
 }

@@ -147,6 +147,27 @@ type ClusterConfig struct {
 	// queues through their leaders; the dashboard's and admin API's lists
 	// cover every shard; a membership change changes every shard.
 	Shards int `toml:"shards"`
+	// Placement is where the shards above 0 live (docs/adr/0016), fixed
+	// like Shards when the cluster is first started: PlacementAll ("" is
+	// the same), every node holds every shard; PlacementSubset
+	// (experimental, with Shards above 1), shard k on ReplicationFactor of
+	// the boot peers, so that a node stores and applies only its shards'
+	// messages. Nothing moves a shard's members yet: a node added later
+	// holds shard 0 alone, and a removed node's shards keep one copy
+	// fewer.
+	Placement string `toml:"placement"`
+}
+
+// Placements ([cluster] placement).
+const (
+	PlacementAll    = "all"
+	PlacementSubset = "subset"
+)
+
+// SubsetPlacement reports whether the shards above 0 live on a subset of
+// the nodes (Placement "subset" with more than one shard).
+func (c ClusterConfig) SubsetPlacement() bool {
+	return c.Placement == PlacementSubset && c.ShardCount() > 1
 }
 
 // MaxShards bounds [cluster] shards.
@@ -314,6 +335,15 @@ func (o *Options) validateCluster() []error {
 	}
 	if c.Shards < 0 || c.Shards > MaxShards {
 		errs = append(errs, fmt.Errorf("cluster.shards: %d is not between 1 and %d (0: the default, 1)", c.Shards, MaxShards))
+	}
+	switch c.Placement {
+	case "", PlacementAll:
+	case PlacementSubset:
+		if c.ShardCount() < 2 {
+			errs = append(errs, errors.New(`cluster.placement: "subset" needs cluster.shards above 1`))
+		}
+	default:
+		errs = append(errs, fmt.Errorf(`cluster.placement: %q is not "all" or "subset"`, c.Placement))
 	}
 	if c.Shards > 1 {
 		for _, kv := range [][3]string{{"http_listen", c.InternalHTTPListen, c.InternalAMQPListen}, {"http_advertise", c.InternalHTTPAdvertise, c.InternalAMQPAdvertise}} {
