@@ -20,6 +20,7 @@
 #
 # Environment: QUEUES (6), PRODUCERS (2), CONSUMERS (2), DURATION (20s),
 # ENTRY ("spread", or "leader": each bench through its queue's leader),
+# KEEP (1: leave the last layout's directory, logs and bench outputs),
 # REPEAT (1), LAYOUTS ("single cluster1 shards3"; also nNsS: N nodes with S
 # shards, e.g. n5s5, at the default replication factor of 3; and nNsSsub,
 # the same with --placement subset, each shard above 0 on three nodes
@@ -57,15 +58,17 @@ run_layout() { # layout
     $bin "${args[@]}" > $W/n$i.log 2>&1 &
     pids+=($!)
   done
-  # Ready: every node answers /health; with shards, every node leads one.
+  # Ready: every node answers /health; with shards, every node leads one
+  # (all), or (subset, where the balancer spreads only the shards shard
+  # 0's leader holds and the others stay where their elections put them)
+  # the shards' leaders have not changed for 25 s: the balancer moves one
+  # leadership every other 10 s round at most. A node lists only its own
+  # shards: the leaders are the union over the nodes.
+  local last="" since=$SECONDS
   for _ in $(seq 1 600); do
     local ok=1
     for i in $(seq 1 $nodes); do curl -sf http://127.0.0.1:${S[$((i-1))]}/health > /dev/null || ok=0; done
-    # (With a subset placement the balancer spreads only the shards shard
-    # 0's leader holds: the others stay where their elections put them.)
-    if [ $ok = 1 ] && [ $shards -gt 1 ] && [ $placement = all ]; then
-      # Every node leads one (with a subset placement a node lists only
-      # its own shards: the union over the nodes).
+    if [ $ok = 1 ] && [ $shards -gt 1 ]; then
       local led
       led=$(for i in $(seq 1 $nodes); do curl -s http://127.0.0.1:${S[$((i-1))]}/sluice/v1/cluster; echo; done | python3 -c 'import sys,json
 l={}
@@ -73,12 +76,18 @@ for line in sys.stdin:
     if line.strip():
         for s in json.loads(line).get("shards",[]):
             if s["leader"]: l[s["shard"]]=s["leader"]
-print(len(set(l.values())) if len(l)>0 else 0)')
-      [ "$led" = "$(( shards < nodes ? shards : nodes ))" ] || ok=0
+print(len(set(l.values())) if len(l)>0 else 0, ",".join("%d:%d" % kv for kv in sorted(l.items())))')
+      if [ $placement = all ]; then
+        [ "${led%% *}" = "$(( shards < nodes ? shards : nodes ))" ] || ok=0
+      else
+        [ "$led" = "$last" ] || { last=$led; since=$SECONDS; }
+        [ $((SECONDS - since)) -ge 25 ] || ok=0
+      fi
     fi
     [ $ok = 1 ] && break
     sleep 0.2
   done
+  if [ $shards -gt 1 ]; then echo "  leaders (shard:node): ${led#* }"; fi
   # Create the queues, and say where each lives (X-Sluice-Shard, X-Sluice-Node).
   local entry=()
   for q in $(seq 0 $((QUEUES-1))); do
@@ -127,7 +136,7 @@ print("%-9s per node: %s CPU-s per 100k; busiest %.2f" % (layout, ", ".join("n%d
 PY
   for p in "${pids[@]}"; do kill -TERM $p 2>/dev/null; done
   wait "${pids[@]}" 2>/dev/null
-  rm -rf $W
+  [ "${KEEP:-}" = 1 ] || rm -rf $W # KEEP=1: the last layout's logs and bench outputs stay in $W
 }
 
 echo "bench-shards: QUEUES=$QUEUES PRODUCERS=$PRODUCERS CONSUMERS=$CONSUMERS DURATION=$DURATION on $(nproc) CPUs, $($bin version 2>/dev/null | head -1)"

@@ -356,6 +356,7 @@ func New(opts Options) (_ *Node, err error) {
 	var plan raftstore.ShardPlan
 	if o.Cluster.SubsetPlacement() {
 		plan = subsetPlan(o.Cluster.NodeID, peers, o.Cluster.Factor())
+		plan.Leader = n.recordedLeader
 	}
 	shards, err := raftstore.OpenShardsPlan(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,

@@ -152,6 +152,23 @@ func (n *Node) recordLeadership(ctx context.Context, k int, term uint64, ad Adve
 	}
 }
 
+// recordedLeader is the leader of shard k recorded in this node's copy of
+// shard 0 (0: none, or the node is not open yet): the balancer's
+// raftstore.ShardPlan.Leader with [cluster] placement "subset".
+func (n *Node) recordedLeader(k int) uint64 {
+	n.mu.Lock()
+	open := n.raft != nil
+	n.mu.Unlock()
+	if !open {
+		return 0
+	}
+	_, id, ok := n.recordedTarget(k)
+	if !ok {
+		return 0
+	}
+	return id
+}
+
 // recordedTarget is target for a shard this node holds no copy of: the
 // leader recorded for shard k in this node's copy of shard 0, if any.
 // The record may be of a leader that has since lost the shard; a request

@@ -108,6 +108,19 @@ func hashShard(name string, count int) int {
 	return int(h.Sum32() % uint32(count))
 }
 
+// nameShard is the shard queue name hashes to, where a queue placed by
+// its name lives and where its name is reserved: among every shard, or,
+// with [cluster] placement "subset", among the shards above 0, since
+// shard 0 is on every node there and a queue on it would cost every node
+// its messages (ADR 0016 decision 1).
+func (n *Node) nameShard(name string) int {
+	count := n.shards.Len()
+	if n.opts.Cluster.SubsetPlacement() && count > 1 {
+		return 1 + hashShard(name, count-1)
+	}
+	return hashShard(name, count)
+}
+
 // findQueue returns the shard whose copy on this node holds queue name.
 // It looks first where the name hashes to, where most queues are (one
 // read for them; it was a read per shard until the queue's, 7 % of a
@@ -122,7 +135,7 @@ func (n *Node) findQueue(name string) (int, bool) {
 // not certain.
 func (n *Node) findQueueErr(name string) (int, bool, error) {
 	count := n.shards.Len()
-	first := hashShard(name, count)
+	first := n.nameShard(name)
 	var errs []error
 	all := true
 	for i := range count {
@@ -232,7 +245,7 @@ func (n *Node) placeQueueFound(ctx context.Context, rt server.SQSRoute) (int, bo
 			}
 		}
 	}
-	return hashShard(rt.Queue, n.shards.Len()), false
+	return n.nameShard(rt.Queue), false
 }
 
 // placeCreate places a create of queue rt.Queue: where the queue is, if a
@@ -254,7 +267,7 @@ func (n *Node) placeCreate(ctx context.Context, rt server.SQSRoute) (int, error)
 	if found || !server.ValidQueueName(rt.Queue) {
 		return k, nil
 	}
-	h := hashShard(rt.Queue, n.shards.Len())
+	h := n.nameShard(rt.Queue)
 	body, err := server.ReserveNameCall(rt.Queue, k, h)
 	to, err := n.nameCall(ctx, h, 0, body, err)
 	switch {
@@ -328,7 +341,7 @@ func (n *Node) placeDeclared(qs []server.QueueDeclaration) []int {
 	groupShard := map[string]int{}
 	for r, names := range members {
 		slices.Sort(names)
-		k := hashShard(r, n.shards.Len())
+		k := n.nameShard(r)
 		for _, name := range names {
 			if at, ok := existing[name]; ok {
 				k = at
@@ -696,7 +709,7 @@ func (n *Node) holdDeleted(k int, name string) error {
 	if !server.ValidQueueName(name) {
 		return nil
 	}
-	h := hashShard(name, n.shards.Len())
+	h := n.nameShard(name)
 	if h == k {
 		return nil // the queue's own engine refuses the name
 	}

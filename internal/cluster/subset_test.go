@@ -46,11 +46,13 @@ func TestSubsetPlan(t *testing.T) {
 
 // TestSubsetShardsServeThroughAnyNode (ADR 0016): three nodes, three
 // shards, replication factor 2, placement "subset": shard 1 lives on nodes 1
-// and 2 only, shard 2 on nodes 2 and 3. Through every node — also one
-// that holds no copy of the queue's shard — a client creates, sends to,
-// receives from and deletes on queues of every shard, and ListQueues
-// lists them all (the shards not held through shard 0's placements).
-// A node holds no directory for a shard it does not hold.
+// and 2 only, shard 2 on nodes 2 and 3, and no queue is placed by its
+// name on shard 0 (every node's). Through every node — also one that
+// holds no copy of the queue's shard — a client creates, sends to,
+// receives from and deletes on queues of shards 1 and 2; a queue created
+// with its dead-letter queue on shard 2 is found through node 1 at once;
+// and ListQueues lists them all (the shards not held through shard 0's
+// placements). A node holds no directory for a shard it does not hold.
 func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	nodes, _ := startThreeWith(t, func(o *server.Options) {
 		o.Cluster.Shards = 3
@@ -85,17 +87,24 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 		return true
 	}))
 
-	// A queue on each shard, each created through a node that does not
-	// hold it where there is one.
+	// Queues placed by their names go to shards 1 and 2, never to shard
+	// 0, which every node holds.
+	for i := range 100 {
+		if k := nodes[0].nameShard(fmt.Sprint("q", i)); k < 1 || k > 2 {
+			t.Fatalf("q%d is placed on shard %d", i, k)
+		}
+	}
+	// A queue on each of shards 1 and 2, each created through a node that
+	// does not hold it.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	clients := []*sqs.Client{shardClient(nodes[0]), shardClient(nodes[1]), shardClient(nodes[2])}
-	through := map[int]int{0: 1, 1: 2, 2: 0} // shard → index of the node that creates its queue
+	through := map[int]int{1: 2, 2: 0} // shard → index of the node that creates its queue
 	var names []string
-	for k := range 3 {
+	for k := 1; k <= 2; k++ {
 		var name string
 		for i := 0; ; i++ {
-			if name = fmt.Sprintf("subset-%d-%d", k, i); hashShard(name, 3) == k {
+			if name = fmt.Sprintf("subset-%d-%d", k, i); nodes[0].nameShard(name) == k {
 				break
 			}
 		}
@@ -105,7 +114,8 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 		names = append(names, name)
 	}
 	for i, c := range clients {
-		for k, name := range names {
+		for j, name := range names {
+			k := j + 1
 			url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 			if err != nil {
 				t.Fatalf("GetQueueUrl %s (shard %d) through node %d: %v", name, k, i+1, err)
@@ -127,7 +137,7 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	// whatever its name hashes to; created through any node, it is
 	// found at once through node 1, which holds no copy of shard 2 (its
 	// placement is written before the create is answered).
-	dlqURL, err := clients[2].GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(names[2])})
+	dlqURL, err := clients[2].GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(names[1])})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +155,7 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	for i, via := range []int{l2, 0} {
 		var name string
 		for j := 0; ; j++ {
-			if name = fmt.Sprintf("tied-%d-%d", i, j); hashShard(name, 3) != 2 {
+			if name = fmt.Sprintf("tied-%d-%d", i, j); nodes[0].nameShard(name) != 2 {
 				break
 			}
 		}
@@ -167,8 +177,8 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	// shard's leader has written it (its keeper's next round).
 	poll.CheckFor(t, 30*time.Second, func() error {
 		for _, n := range nodes {
-			for k, name := range names {
-				k = min(k, 2) // the tied queues are on shard 2
+			for i, name := range names {
+				k := min(i+1, 2) // subset-1-*, then subset-2-* and the tied queues on shard 2
 				if at, ok := n.findQueue(name); !ok || at != k {
 					return fmt.Errorf("node %d finds %s on shard %d (%v), want %d", n.opts.Cluster.NodeID, name, at, ok, k)
 				}

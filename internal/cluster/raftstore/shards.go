@@ -31,6 +31,9 @@ import (
 type Shards struct {
 	cfg   Config // the node's, for the groups opened later (Join)
 	count int
+	// leaderOf is ShardPlan.Leader: set, each shard's leader spreads the
+	// leaderships (balanceOwn).
+	leaderOf func(k int) uint64
 	// joinMu serializes Join and Leave.
 	joinMu sync.Mutex
 	mu     sync.Mutex
@@ -87,6 +90,12 @@ type ShardPlan struct {
 	// cluster is bootstrapped (its Config.Peers), given all, the node's
 	// Config.Peers; nil: all.
 	Peers func(k int, all []Peer) []Peer
+	// Leader, when set, is the leader of shard k, a shard this node does
+	// not hold, as the layer above knows it (0: unknown). With it the
+	// leaderships are spread by each shard's own leader (balanceOwn)
+	// rather than by shard 0's, which knows the voters of the shards it
+	// holds only.
+	Leader func(k int) uint64
 }
 
 // OpenShardsPlan is OpenShards with plan: a shard it does not hold has
@@ -104,7 +113,7 @@ func OpenShardsPlan(cfg Config, count int, balance time.Duration, plan ShardPlan
 	log := cmp.Or(cfg.Logger, slog.Default())
 	tick := cmp.Or(cfg.TickInterval, DefaultTickInterval)
 	s = &Shards{
-		cfg: cfg, count: count, nodes: make([]*Node, count),
+		cfg: cfg, count: count, nodes: make([]*Node, count), leaderOf: plan.Leader,
 		log: log, interval: cmp.Or(balance, DefaultBalanceInterval),
 		election: electionTicks * tick, stop: make(chan struct{}),
 	}
@@ -325,7 +334,9 @@ func (s *Shards) closeNodes() error {
 	return errors.Join(errs...)
 }
 
-// balance runs on every node and acts while this node leads shard 0:
+// balance runs on every node. With ShardPlan.Leader each round is
+// balanceOwn, run by every shard's leader for its own shards; otherwise
+// it acts while this node leads shard 0:
 // once a round, if one node leads at least two shards more than another
 // that shard 0's leader hears from, it asks for one of the first's
 // leaderships to move to the second (Raft's leadership transfer, which a
@@ -353,6 +364,14 @@ func (s *Shards) balance() {
 			return
 		case <-t.C:
 		}
+		if s.leaderOf != nil {
+			if s.hold.Load() {
+				leaders = nil
+			} else {
+				leaders = s.balanceOwn(leaders)
+			}
+			continue
+		}
 		st := s.Shard(0).Status()
 		if st.Role != "leader" || s.hold.Load() {
 			term, leaders, eligible = 0, nil, nil
@@ -376,6 +395,79 @@ func (s *Shards) balance() {
 		s.log.Info("raftstore: moving a shard's leadership to spread the leaders", "shard", k, "from", r.Status().Leader, "to", to)
 		r.requestTransfer(to)
 	}
+}
+
+// allLeaders lists each shard's leader: from its group's status where
+// this node holds it, else from ShardPlan.Leader (0: unknown).
+func (s *Shards) allLeaders() []uint64 {
+	out := make([]uint64, s.count)
+	for k := range s.count {
+		if r := s.Shard(k); r != nil {
+			out[k] = r.Status().Leader
+		} else if s.leaderOf != nil {
+			out[k] = s.leaderOf(k)
+		}
+	}
+	return out
+}
+
+// balanceOwn is one round of the balancer when each shard's leader
+// spreads the leaderships (ShardPlan.Leader): given the leaders the last
+// round saw, it returns this round's (nil after a move, so that the next
+// round waits for it to show). Once two rounds in a row saw the same
+// leaders, every one known, it moves at most one leadership this node
+// holds — of the highest-numbered shard it leads, shard 0 last — to the
+// voter of that shard, live as the shard's own status says (eligibleAt),
+// that leads the fewest shards (lowest id on a tie), when this node leads
+// at least two more (ownMove).
+func (s *Shards) balanceOwn(prev []uint64) []uint64 {
+	l := s.allLeaders()
+	if !slices.Equal(l, prev) || slices.Contains(l, 0) {
+		return l
+	}
+	now := time.Now()
+	for k := s.count - 1; k >= 0; k-- {
+		r := s.Shard(k)
+		if r == nil {
+			continue
+		}
+		st := r.Status()
+		if st.Role != "leader" || st.Leader != st.ID {
+			continue
+		}
+		to, ok := ownMove(l, st.ID, eligibleAt(r.Members(), st, now, s.election))
+		if !ok {
+			continue
+		}
+		s.log.Info("raftstore: moving a shard's leadership to spread the leaders", "shard", k, "from", st.ID, "to", to)
+		r.requestTransfer(to)
+		return nil
+	}
+	return l
+}
+
+// ownMove is where node self, which leads a shard whose eligible voters
+// are eligible, moves it, given every shard's leader: to the eligible
+// voter other than self that leads the fewest shards (lowest id on a
+// tie), when self leads at least two more.
+func ownMove(leaders []uint64, self uint64, eligible []uint64) (uint64, bool) {
+	count := map[uint64]int{}
+	for _, l := range leaders {
+		count[l]++
+	}
+	var least uint64
+	for _, id := range eligible {
+		if id == self {
+			continue
+		}
+		if least == 0 || count[id] < count[least] || count[id] == count[least] && id < least {
+			least = id
+		}
+	}
+	if least == 0 || count[self]-count[least] < 2 {
+		return 0, false
+	}
+	return least, true
 }
 
 // answeredWithin: a voter whose last Raft message to shard 0's leader is

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,4 +234,112 @@ func TestShardsOnASubset(t *testing.T) {
 	for k := 1; k <= 2; k++ {
 		c.subsetLeader(k, members[k])
 	}
+}
+
+// TestOwnMove: a shard's leader moves it to the live voter of that shard
+// leading the fewest shards, only when it leads two more.
+func TestOwnMove(t *testing.T) {
+	cases := []struct {
+		name     string
+		leaders  []uint64
+		self     uint64
+		eligible []uint64
+		to       uint64
+		ok       bool
+	}{
+		{"two more", []uint64{2, 2, 3}, 2, []uint64{1, 2, 3}, 1, true},
+		{"one more is spread enough", []uint64{2, 2, 1, 3}, 2, []uint64{1, 2, 3}, 0, false},
+		{"only to a voter of the shard", []uint64{2, 2, 2}, 2, []uint64{2, 3}, 3, true},
+		{"no other voter", []uint64{2, 2, 2}, 2, []uint64{2}, 0, false},
+		{"the least loaded, lowest id on a tie", []uint64{2, 2, 2, 1, 4}, 2, []uint64{1, 2, 3, 4}, 3, true},
+	}
+	for _, c := range cases {
+		to, ok := ownMove(c.leaders, c.self, c.eligible)
+		if to != c.to || ok != c.ok {
+			t.Errorf("%s: ownMove(%v, %d, %v) = %d, %v; want %d, %v", c.name, c.leaders, c.self, c.eligible, to, ok, c.to, c.ok)
+		}
+	}
+}
+
+// TestShardsOnASubsetSpreadLeaders: four nodes, three shards (shard 1 on
+// nodes 1–3, shard 2 on 2–4), each shard's leader spreading its own
+// leadership (ShardPlan.Leader): all three handed to node 2, which holds
+// them all, they spread until no node leads two more than another that
+// could take one, each shard led by one of its members.
+func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
+	members := map[int][]uint64{1: {1, 2, 3}, 2: {2, 3, 4}}
+	var cp atomic.Pointer[shardCluster] // set once the cluster is made; the balancers ask before
+	leaderOf := func(k int) uint64 {    // as a node without the shard would learn it
+		c := cp.Load()
+		if c == nil {
+			return 0
+		}
+		for _, id := range members[k] {
+			if s := c.nodes[id-1]; s != nil && s.Shard(k) != nil {
+				if l := s.Shard(k).Status().Leader; l != 0 {
+					return l
+				}
+			}
+		}
+		return 0
+	}
+	c := newPlannedShardCluster(t, 4, 3, nil, func(i int) ShardPlan {
+		id := uint64(i + 1)
+		return ShardPlan{
+			Held: func(k int) bool { return k == 0 || slices.Contains(members[k], id) },
+			Peers: func(k int, all []Peer) []Peer {
+				if k == 0 {
+					return all
+				}
+				var out []Peer
+				for _, p := range all {
+					if slices.Contains(members[k], p.ID) {
+						out = append(out, p)
+					}
+				}
+				return out
+			},
+			Leader: leaderOf,
+		}
+	})
+	cp.Store(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for k, holders := range map[int][]uint64{0: {1, 2, 3, 4}, 1: members[1], 2: members[2]} {
+		c.subsetLeader(k, holders)
+	}
+	for _, s := range c.nodes {
+		s.hold.Store(true) // no balancing while the leaderships are gathered
+	}
+	for k := range 3 {
+		holders := []uint64{1, 2, 3, 4}
+		if k > 0 {
+			holders = members[k]
+		}
+		if l := c.subsetLeader(k, holders); l != 1 {
+			if err := c.nodes[l].Shard(k).TransferLeadershipTo(ctx, 2); err != nil {
+				t.Fatalf("shard %d to node 2: %v", k, err)
+			}
+		}
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("node 2 leads shard %d", k), func() bool {
+			return c.nodes[1].Shard(k).Status().Leader == 2
+		}))
+	}
+	for _, s := range c.nodes {
+		s.hold.Store(false)
+	}
+	poll.CheckFor(t, 30*time.Second, func() error {
+		l := []uint64{leaderOf(0), leaderOf(1), leaderOf(2)}
+		if l[0] == 0 {
+			l[0] = c.nodes[0].Shard(0).Status().Leader
+		}
+		count := map[uint64]int{}
+		for _, id := range l {
+			count[id]++
+		}
+		if count[2] > 1 || !slices.Contains(members[1], l[1]) || !slices.Contains(members[2], l[2]) {
+			return fmt.Errorf("leaders by shard %v are not spread", l)
+		}
+		return nil
+	})
 }
