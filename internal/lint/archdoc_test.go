@@ -27,6 +27,7 @@ var archDocNotCode = map[string]bool{
 	"amqps_listen":                        true,
 	"internal_http_listen":                true,
 	"replace_after":                       true,
+	"replication_factor":                  true,
 	"internal_amqp_listen":                true,
 	"body_memory_budget":                  true,
 	"ready_memory_budget":                 true,

@@ -102,6 +102,10 @@ type testCluster struct {
 	skew []time.Duration
 	// shards is the nodes' [cluster] shards.
 	shards int
+	// subset: the nodes run with [cluster] placement = "subset"
+	// (envPlacement): each shard above 0 on three of them, no SQS queue
+	// on shard 0, and a node's status lists only its own shards.
+	subset bool
 }
 
 // clientLinks are node i's inbound client Links.
@@ -246,7 +250,7 @@ func startCluster(t testing.TB, ctx context.Context, size int, timeout time.Dura
 func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout time.Duration, skew []time.Duration, shards int, encrypt bool) *testCluster {
 	t.Helper()
 	bin := crash.Binary(t)
-	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew, shards: shards}
+	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew, shards: shards, subset: subsetPlacement(t) && shards > 1}
 	// A node's real Raft address must be known before the Links and the
 	// peers' flags are made.
 	raft := brokertest.ReservePorts(t, size)
@@ -269,6 +273,9 @@ func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout tim
 		t.Fatal(err)
 	}
 	config := clusterTOML + fmt.Sprintf("secret_file = %q\nshards = %d\nencrypt = %v\n", secret, shards, encrypt)
+	if c.subset {
+		config += "placement = \"subset\"\n"
+	}
 	for i := range size {
 		m := &member{id: uint64(i + 1), dir: t.TempDir(), raft: raft[i]}
 		var h *Link
@@ -574,7 +581,7 @@ func (c *testCluster) stable(ctx context.Context) (uint64, error) {
 			}
 		}
 		if c.shards > 1 {
-			if len(rep.Shards) != c.shards {
+			if len(rep.Shards) != c.shards && !c.subset { // with a subset placement a node lists its own
 				return 0, fmt.Errorf("node %d lists %d shards, not %d", m.id, len(rep.Shards), c.shards)
 			}
 			for _, sh := range rep.Shards {
@@ -588,6 +595,9 @@ func (c *testCluster) stable(ctx context.Context) (uint64, error) {
 				shardLeaders[sh.Shard] = k
 			}
 		}
+	}
+	if c.shards > 1 && len(shardLeaders) != c.shards {
+		return 0, fmt.Errorf("the nodes list a leader for %d shards of %d", len(shardLeaders), c.shards)
 	}
 	return leader, nil
 }
@@ -694,6 +704,48 @@ func (mo *monitor) answeringShards() []uint64 {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// placedOn lists the nodes shard k lives on with a subset placement: the
+// replication factor's worth (3, clusterTOML) of the ids 1…n from the
+// (k−1)-th on, as internal/cluster's subsetPlan places them; every node
+// for shard 0, or without a subset placement.
+func (c *testCluster) placedOn(k int) []uint64 {
+	const factor = 3
+	n := len(c.nodes)
+	var out []uint64
+	if !c.subset || k == 0 || factor >= n {
+		for i := range n {
+			out = append(out, uint64(i+1))
+		}
+		return out
+	}
+	for i := range factor {
+		out = append(out, uint64((k-1+i)%n+1))
+	}
+	return out
+}
+
+// leadersOffPlacement lists every leader of a shard that the nodes'
+// statuses or the SQS answers named and that is not among the nodes the
+// shard lives on (placedOn), and returns how many it judged.
+func (mo *monitor) leadersOffPlacement() (off []string, judged int) {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	all := slices.Clone(mo.headers)
+	for _, obs := range mo.obs {
+		all = append(all, obs...)
+	}
+	for _, o := range all {
+		if o.leader == 0 {
+			continue
+		}
+		judged++
+		if on := mo.c.placedOn(int(o.shard)); !slices.Contains(on, o.leader) {
+			off = append(off, fmt.Sprintf("shard %d led by node %d in term %d, which it does not live on (%v)", o.shard, o.leader, o.term, on))
+		}
+	}
+	return off, judged
 }
 
 // close stops the pollers.

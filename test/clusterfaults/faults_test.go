@@ -17,16 +17,17 @@ import (
 
 // Environment knobs. `make cluster-faults` sets the first two.
 const (
-	envDuration = "SLUICE_CLUSTER_FAULTS_DURATION" // time under load and faults (default 45s)
-	envNodes    = "SLUICE_CLUSTER_FAULTS_NODES"    // cluster size (default 3)
-	envSeed     = "SLUICE_FAULT_SEED"              // reproduce a run's random choices
-	envFIFO     = "SLUICE_CLUSTER_FAULTS_FIFO"     // 1: FIFO queues (default standard)
-	envDrain    = "SLUICE_CLUSTER_FAULTS_DRAIN"    // how long the drain may take (default 2m)
-	envKinds    = "SLUICE_CLUSTER_FAULTS_KINDS"    // comma-separated kinds drawn after the first two faults (default all)
-	envSkew     = "SLUICE_CLUSTER_FAULTS_SKEW"     // the last node's clock offset (default 20s; 0: none)
-	envShards   = "SLUICE_CLUSTER_FAULTS_SHARDS"   // [cluster] shards (default 1)
-	envKeep     = "SLUICE_CLUSTER_FAULTS_KEEP"     // where a failed run keeps its nodes' logs (default the temp dir)
-	envEncrypt  = "SLUICE_CLUSTER_FAULTS_ENCRYPT"  // 1 or 0: [cluster] encrypt on every node (default: drawn from the seed)
+	envDuration  = "SLUICE_CLUSTER_FAULTS_DURATION"  // time under load and faults (default 45s)
+	envNodes     = "SLUICE_CLUSTER_FAULTS_NODES"     // cluster size (default 3)
+	envSeed      = "SLUICE_FAULT_SEED"               // reproduce a run's random choices
+	envFIFO      = "SLUICE_CLUSTER_FAULTS_FIFO"      // 1: FIFO queues (default standard)
+	envDrain     = "SLUICE_CLUSTER_FAULTS_DRAIN"     // how long the drain may take (default 2m)
+	envKinds     = "SLUICE_CLUSTER_FAULTS_KINDS"     // comma-separated kinds drawn after the first two faults (default all)
+	envSkew      = "SLUICE_CLUSTER_FAULTS_SKEW"      // the last node's clock offset (default 20s; 0: none)
+	envShards    = "SLUICE_CLUSTER_FAULTS_SHARDS"    // [cluster] shards (default 1)
+	envPlacement = "SLUICE_CLUSTER_FAULTS_PLACEMENT" // [cluster] placement: "subset", or all (the default)
+	envKeep      = "SLUICE_CLUSTER_FAULTS_KEEP"      // where a failed run keeps its nodes' logs (default the temp dir)
+	envEncrypt   = "SLUICE_CLUSTER_FAULTS_ENCRYPT"   // 1 or 0: [cluster] encrypt on every node (default: drawn from the seed)
 )
 
 // defaultSkew is the last node's clock offset: far beyond the workload's
@@ -71,6 +72,22 @@ func shardCount(t testing.TB) int {
 	}
 	t.Logf("%s=%d", envShards, v)
 	return v
+}
+
+// subsetPlacement reads envPlacement: whether the nodes run with
+// [cluster] placement = "subset".
+func subsetPlacement(t testing.TB) bool {
+	t.Helper()
+	switch p := os.Getenv(envPlacement); p {
+	case "", "all":
+		return false
+	case "subset":
+		t.Logf("%s=subset", envPlacement)
+		return true
+	default:
+		t.Fatalf("%s=%q: want subset or all", envPlacement, p)
+		return false
+	}
 }
 
 // drawnKinds is envKinds as a list, every kind checked, or every kind.
@@ -298,7 +315,7 @@ func TestClusterFaults(tt *testing.T) {
 	shards := shardCount(t)
 	drawn := drawnKinds(t)
 	encrypt := encryption(t, seed)
-	t.setRerun(fmt.Sprintf("%s=%d %s=%v %s=%d %s=%d %s=%q %s=%d", envSeed, seed, envDuration, dur, envNodes, size, envShards, shards, envFIFO, os.Getenv(envFIFO), envEncrypt, map[bool]int{false: 0, true: 1}[encrypt]))
+	t.setRerun(fmt.Sprintf("%s=%d %s=%v %s=%d %s=%d %s=%q %s=%d %s=%q", envSeed, seed, envDuration, dur, envNodes, size, envShards, shards, envFIFO, os.Getenv(envFIFO), envEncrypt, map[bool]int{false: 0, true: 1}[encrypt], envPlacement, os.Getenv(envPlacement)))
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
@@ -441,6 +458,13 @@ func TestClusterFaults(tt *testing.T) {
 		t.Logf("the SQS queues were served by the leaders of shard(s) %v of %d (AMQP: shard 0's, and through its router every shard's)", served, shards)
 		if len(served) < shards {
 			t.Errorf("the SQS workloads reached shard(s) %v of %d: a shard's leader served none of them under the faults", served, shards)
+		}
+	}
+	if c.subset {
+		off, judged := mo.leadersOffPlacement()
+		t.Logf("placement subset: %d leaders named by statuses and answers, %d of them on a node their shard does not live on", judged, len(off))
+		for _, o := range off[:min(len(off), 10)] {
+			t.Errorf("%s", o)
 		}
 	}
 	ra := a.Ck.Report()

@@ -69,7 +69,7 @@ func newRedriveLoad(ctx context.Context, c *testCluster, run string, shards int)
 	w := newWorkload(c, run+"d", false)
 	for k := 1; k < 10000; k++ {
 		w.Main, w.DLQ = fmt.Sprintf("cfd%d", k), fmt.Sprintf("cfd%d-graves", k)
-		if shardOf(w.Main, shards) != shardOf(w.DLQ, shards) {
+		if c.shardOf(w.Main) != c.shardOf(w.DLQ) {
 			break
 		}
 	}
@@ -283,7 +283,7 @@ func (r *redriveLoad) finish(t testing.TB, ctx context.Context, held bool) {
 	deleted := len(r.deleted)
 	r.mu.Unlock()
 	t.Logf("redrive (source %s on shard %d, DLQ %s on shard %d): sends attempted %d, acked %d; receives %d, second receives (redriven copies) %d; bodies deleted %d; move tasks started %d (the last ten moved %d; paused by a safety rule and cancelled %d); acknowledged and not deleted %d (and %d whose unanswered delete may have been applied), unexpected %d; errors: %s",
-		r.w.Main, shardOf(r.w.Main, r.w.c.shards), r.w.DLQ, shardOf(r.w.DLQ, r.w.c.shards), r.attempts.Load(), r.acks.Load(),
+		r.w.Main, r.w.c.shardOf(r.w.Main), r.w.DLQ, r.w.c.shardOf(r.w.DLQ), r.attempts.Load(), r.acks.Load(),
 		r.recvs.Load(), r.returned.Load(), deleted, r.tasks.Load(), moved, r.paused.Load(), owed, ambiguous, len(unknown), r.w.errorSummary())
 	if owed > 0 {
 		r.diagnose(t, ctx) // a failing run only: a passing one's log stays short

@@ -38,6 +38,24 @@ func shardOf(name string, shards int) int {
 	return int(h.Sum32() % uint32(shards))
 }
 
+// shardOf is the package function for this cluster: with a subset
+// placement a queue placed by its name goes to shards 1 and up (shard 0,
+// on every node, holds none), as internal/cluster's nameShard places it.
+func (c *testCluster) shardOf(name string) int {
+	if c.subset {
+		return 1 + shardOf(name, c.shards-1)
+	}
+	return shardOf(name, c.shards)
+}
+
+// sqsShards is how many shards a queue can be placed on by its name.
+func (c *testCluster) sqsShards() int {
+	if c.subset {
+		return c.shards - 1
+	}
+	return c.shards
+}
+
 // spreadWorkloads returns, with more than one shard, one more workload for
 // every shard w's queues are not on (queues cf<k> and cf<k>-dlq, .fifo
 // for a FIFO run), reporting to the same monitor; nil with one shard.
@@ -45,17 +63,17 @@ func spreadWorkloads(c *testCluster, w *workload, shards int) []*workload {
 	if shards <= 1 {
 		return nil
 	}
-	if !w.FIFO && shardOf(w.DLQ, shards) != 0 {
+	if !w.FIFO && c.shardOf(w.DLQ) != 0 {
 		w.pub = &amqpLoad{w: w, Ck: w.Ck, queue: w.Main}
 	}
-	covered := map[int]bool{shardOf(w.DLQ, shards): true}
+	covered := map[int]bool{c.shardOf(w.DLQ): true}
 	var out []*workload
-	for k := 1; len(covered) < shards && k < 10000; k++ {
+	for k := 1; len(covered) < c.sqsShards() && k < 10000; k++ {
 		main, dlq := fmt.Sprintf("cf%d", k), fmt.Sprintf("cf%d-dlq", k)
 		if w.FIFO {
 			main, dlq = main+".fifo", dlq+".fifo"
 		}
-		s := shardOf(dlq, shards)
+		s := c.shardOf(dlq)
 		if covered[s] {
 			continue
 		}
@@ -76,7 +94,7 @@ func spreadWorkloads(c *testCluster, w *workload, shards int) []*workload {
 		if w.FIFO {
 			main, dlq = main+".fifo", dlq+".fifo"
 		}
-		if shardOf(main, shards) == shardOf(dlq, shards) {
+		if c.shardOf(main) == c.shardOf(dlq) {
 			continue
 		}
 		e := newWorkload(c, fmt.Sprintf("%sx", w.Run), w.FIFO)
@@ -129,7 +147,7 @@ func pubSummary(w *workload) string {
 func checkPub(t testing.TB, w *workload) {
 	t.Helper()
 	if w.pub != nil && w.pub.Confirms.Load() == 0 {
-		t.Errorf("%s: no AMQP publish confirmed: AMQP's publishes to shard %d went unchecked", w.Main, shardOf(w.DLQ, w.c.shards))
+		t.Errorf("%s: no AMQP publish confirmed: AMQP's publishes to shard %d went unchecked", w.Main, w.c.shardOf(w.DLQ))
 	}
 }
 
@@ -173,9 +191,9 @@ func finishSpread(t testing.TB, ctx context.Context, extra []*workload) {
 	for _, e := range extra {
 		e.drain(t, ctx, 20*time.Second, nil, nil)
 		r := e.Ck.Report()
-		where := fmt.Sprintf("shard %d's workload", shardOf(e.DLQ, e.c.shards))
+		where := fmt.Sprintf("shard %d's workload", e.c.shardOf(e.DLQ))
 		if e.PolicyLater {
-			where = fmt.Sprintf("source on shard %d, DLQ on shard %d: dead letters cross shards", shardOf(e.Main, e.c.shards), shardOf(e.DLQ, e.c.shards))
+			where = fmt.Sprintf("source on shard %d, DLQ on shard %d: dead letters cross shards", e.c.shardOf(e.Main), e.c.shardOf(e.DLQ))
 		}
 		t.Logf("%s / %s (%s): %s; %s; requests %d (errors %d); acknowledged deletes %d, of which %d answered in their receive's term: %s",
 			e.Main, e.DLQ, where, r, pubSummary(e), e.Ops.Load(), e.nerrs.Load(), e.deletes.Load(), e.sameTerm.Load(), e.errorSummary())
@@ -209,7 +227,7 @@ func remoteAMQPLoads(ctx context.Context, c *testCluster, w *workload, shards in
 	covered := map[int]bool{0: true}
 	for k := 1; len(covered) < shards && k < 10000; k++ {
 		name := fmt.Sprintf("cf-amqp-r%d", k)
-		s := shardOf(name, shards)
+		s := c.shardOf(name)
 		if covered[s] {
 			continue
 		}
@@ -261,7 +279,7 @@ func finishRemote(t testing.TB, remote []*amqpLoad) {
 	t.Helper()
 	for _, r := range remote {
 		rep := r.Ck.Report()
-		t.Logf("remote (shard %d): %s; errors: %s", shardOf(r.queue, r.w.c.shards), r.summary(rep), r.w.errorSummary())
+		t.Logf("remote (shard %d): %s; errors: %s", r.w.c.shardOf(r.queue), r.summary(rep), r.w.errorSummary())
 		if rep.Violations() > 0 {
 			t.Errorf("the checker found violations on %s:\n%s", r.queue, rep.Details(10))
 		}
