@@ -139,3 +139,15 @@ func (n *Node) proxyFullDuplex(proxy http.Handler, w http.ResponseWriter, r *htt
 	defer func() { _ = r.Body.Close() }() // the server's body: its error only repeats a read error the proxy saw
 	proxy.ServeHTTP(w, r)
 }
+
+// advertiserOf is the node whose current advertisement, for any shard,
+// names internal HTTP address addr (0: none does now): a connection
+// dialled there must reach that node.
+func (n *Node) advertiserOf(addr string) uint64 {
+	for k := range n.shards.Len() {
+		if ad, leader, ok := n.target(k); ok && ad.SQS == addr {
+			return leader
+		}
+	}
+	return 0
+}

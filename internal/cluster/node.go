@@ -866,18 +866,6 @@ func (n *Node) target(k int) (Advertisement, uint64, bool) {
 	return ad, st.Leader, true
 }
 
-// advertiserOf is the node whose current advertisement, for any shard,
-// names internal HTTP address addr (0: none does now): a connection
-// dialled there must reach that node.
-func (n *Node) advertiserOf(addr string) uint64 {
-	for k := range n.shards.Len() {
-		if ad, leader, ok := n.target(k); ok && ad.SQS == addr {
-			return leader
-		}
-	}
-	return 0
-}
-
 // routes is the public HTTP surface: GET /sluice/v1/cluster answered here,
 // everything else forwarded to the leader.
 func (n *Node) routes() http.Handler {

@@ -1,14 +1,18 @@
 package cluster
 
-// Queue placements (ADR 0016, docs/adr/0016-shards-on-a-subset.md, step
-// 1): with several shards, shard 0's engine keeps an entry per queue name
-// of every shard (engine.UpdatePlacements, through server.PlacementsCall), which a node that holds no
-// copy of a queue's shard will route by. The leader of each shard keeps
-// the entries of its queues true: soon after it starts serving and then
+// Queue placements and leader records (ADR 0016,
+// docs/adr/0016-shards-on-a-subset.md): with several shards, shard 0's
+// engine keeps an entry per queue name of every shard
+// (engine.UpdatePlacements, through server.PlacementsCall) and a record
+// of every shard's leader (engine.RecordLeader, server.ShardLeaderPath),
+// by which a node that holds no copy of a shard ([cluster] placement
+// "subset") finds its queues and its leader. The leader of each shard
+// keeps its queues' entries true: soon after it starts serving and then
 // once a round, it compares its engine's queues with the entries naming
 // its shard in this node's copy of shard 0, and sends the difference to
-// shard 0's leader. Nothing routes by them yet: every node still holds a
-// copy of every shard (shards.go).
+// shard 0's leader; a create writes its entry before it is answered
+// (shards.go, placeCreated). With every shard on every node both are
+// kept and read by nothing.
 
 import (
 	"cmp"

@@ -34,13 +34,13 @@ type Shards struct {
 	// leaderOf is ShardPlan.Leader: set, each shard's leader spreads the
 	// leaderships (balanceOwn).
 	leaderOf func(k int) uint64
-	// joinMu serializes Join and Leave.
+	// joinMu serializes Join, Leave and Close.
 	joinMu sync.Mutex
-	mu     sync.Mutex
 	// nodes holds this node's member of each shard's group; nil for a
 	// shard whose group this node does not hold (ADR 0016: a shard on a
-	// subset of the nodes).
-	nodes []*Node
+	// subset of the nodes). Read without a lock: Shard is on every
+	// request's path.
+	nodes []atomic.Pointer[Node]
 	// logs is the node's shared Raft log store, with several shards
 	// (sharedlog.go; nil with one): closed after every group.
 	logs     *pebblestore.Store
@@ -113,7 +113,7 @@ func OpenShardsPlan(cfg Config, count int, balance time.Duration, plan ShardPlan
 	log := cmp.Or(cfg.Logger, slog.Default())
 	tick := cmp.Or(cfg.TickInterval, DefaultTickInterval)
 	s = &Shards{
-		cfg: cfg, count: count, nodes: make([]*Node, count), leaderOf: plan.Leader,
+		cfg: cfg, count: count, nodes: make([]atomic.Pointer[Node], count), leaderOf: plan.Leader,
 		log: log, interval: cmp.Or(balance, DefaultBalanceInterval),
 		election: electionTicks * tick, stop: make(chan struct{}),
 	}
@@ -145,7 +145,7 @@ func OpenShardsPlan(cfg Config, count int, balance time.Duration, plan ShardPlan
 			s.mux.close()
 			return nil, fmt.Errorf("raftstore: shard %d: %w", k, err)
 		}
-		s.nodes[k] = n
+		s.nodes[k].Store(n)
 	}
 	if count > 1 {
 		s.wg.Add(1)
@@ -170,9 +170,7 @@ func (s *Shards) Len() int { return s.count }
 // Shard is this node's member of shard k's group; nil when this node
 // does not hold the group (OpenShardsPlan, Leave).
 func (s *Shards) Shard(k int) *Node {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nodes[k]
+	return s.nodes[k].Load()
 }
 
 // Held reports whether this node holds shard k's group.
@@ -226,9 +224,7 @@ func (s *Shards) Join(k int, peers []Peer) (*Node, error) {
 		_ = s.mux.current(k).Close()
 		return nil, fmt.Errorf("raftstore: shard %d: %w", k, err)
 	}
-	s.mu.Lock()
-	s.nodes[k] = n
-	s.mu.Unlock()
+	s.nodes[k].Store(n)
 	s.log.Info("raftstore: joined a shard's group", "shard", k)
 	return n, nil
 }
@@ -247,10 +243,7 @@ func (s *Shards) Leave(k int) error {
 	}
 	s.joinMu.Lock()
 	defer s.joinMu.Unlock()
-	s.mu.Lock()
-	n := s.nodes[k]
-	s.nodes[k] = nil
-	s.mu.Unlock()
+	n := s.nodes[k].Swap(nil)
 	if n == nil {
 		return fmt.Errorf("shard %d: %w", k, ErrShardNotHeld)
 	}
@@ -314,10 +307,8 @@ func (s *Shards) Close() error {
 
 func (s *Shards) closeNodes() error {
 	var errs []error
-	s.mu.Lock()
-	nodes := slices.Clone(s.nodes)
-	s.mu.Unlock()
-	for _, n := range nodes {
+	for k := range s.nodes {
+		n := s.nodes[k].Load()
 		if n == nil {
 			continue
 		}
