@@ -179,20 +179,14 @@ func (n *Node) recordedLeader(k int) uint64 {
 // sent there is refused, and retried once a newer record arrives.
 func (n *Node) recordedTarget(k int) (Advertisement, uint64, bool) {
 	st := n.raft.Store()
-	ls, err := server.StoredLeaders(st)
+	l, ok, err := server.StoredLeader(st, k)
 	_ = st.Close() // a view: closing it ends nothing beneath
-	if err != nil {
+	if err != nil || !ok {
 		return Advertisement{}, 0, false
 	}
-	for _, l := range ls {
-		if l.Shard != k {
-			continue
-		}
-		var ad Advertisement
-		if json.Unmarshal(l.Ad, &ad) != nil || ad.Term != l.Term {
-			return Advertisement{}, 0, false
-		}
-		return ad, l.Node, true
+	var ad Advertisement
+	if json.Unmarshal(l.Ad, &ad) != nil || ad.Term != l.Term {
+		return Advertisement{}, 0, false
 	}
-	return Advertisement{}, 0, false
+	return ad, l.Node, true
 }

@@ -44,6 +44,15 @@ func getSettled(st store.Store, key []byte) ([]byte, error) {
 	return st.Get(key)
 }
 
+// scanSettled is st.ScanRange read settled when st can
+// (store.SettledReader), as getSettled reads a key.
+func scanSettled(st store.Store, start, end []byte, fn func(k, v []byte) error) error {
+	if sr, ok := st.(store.SettledReader); ok {
+		return sr.ScanRangeSettled(start, end, fn)
+	}
+	return st.ScanRange(start, end, fn)
+}
+
 // storedKey reports whether st holds key, read settled when st can.
 func storedKey(st store.Store, key []byte) (bool, error) {
 	_, err := getSettled(st, key)
@@ -70,12 +79,7 @@ func StoredQueueNames(st store.Store, prefix string) ([]string, error) {
 		names = append(names, name)
 		return nil
 	}
-	var err error
-	if sr, ok := st.(store.SettledReader); ok {
-		err = sr.ScanRangeSettled(start, end, fn)
-	} else {
-		err = st.ScanRange(start, end, fn)
-	}
+	err := scanSettled(st, start, end, fn)
 	return names, err
 }
 
@@ -96,11 +100,6 @@ func StoredDeadLetterSources(st store.Store) (map[string][]string, error) {
 		return nil
 	}
 	start, end := []byte{prefixQueue}, []byte{prefixQueue + 1}
-	var err error
-	if sr, ok := st.(store.SettledReader); ok {
-		err = sr.ScanRangeSettled(start, end, fn)
-	} else {
-		err = st.ScanRange(start, end, fn)
-	}
+	err := scanSettled(st, start, end, fn)
 	return out, err
 }

@@ -15,10 +15,10 @@ import (
 // the name lives on, when the entry was written and, once the queue is
 // gone, when that was seen. An entry says where the name goes, not
 // whether the queue exists: the queue's own shard is the authority for
-// that. It is what a node that holds no copy of a queue's shard will
-// route by (ADR 0016 step 4); until then the entries are written and kept
-// true by each shard's leader (UpdatePlacements, called by its keeper),
-// and read by nothing that routes.
+// that. A node that holds no copy of a queue's shard ([cluster]
+// placement "subset") routes by it; a create writes it, and each shard's
+// leader keeps its shard's entries true (UpdatePlacements, called by its
+// keeper).
 
 // prefixPlacement keys a placement: "L" name → format byte 1, uvarint
 // shard, varint Unix ns it was written, varint Unix ns the queue was seen
@@ -221,12 +221,7 @@ func StoredPlacements(st store.Store, shard int) ([]Placement, error) {
 		return nil
 	}
 	start, end := []byte{prefixPlacement}, []byte{prefixPlacement + 1}
-	var err error
-	if sr, ok := st.(store.SettledReader); ok {
-		err = sr.ScanRangeSettled(start, end, fn)
-	} else {
-		err = st.ScanRange(start, end, fn)
-	}
+	err := scanSettled(st, start, end, fn)
 	return out, err
 }
 
@@ -312,28 +307,23 @@ func (e *Engine) RecordLeader(shard int, term, node uint64, ad []byte) (bool, er
 	return true, nil
 }
 
-// StoredLeaders returns the shard leader records st (a copy of shard 0's
-// store) holds, by shard, read settled when st can; a record that cannot
-// be read is an error.
-func StoredLeaders(st store.Store) ([]ShardLeader, error) {
-	var out []ShardLeader
-	fn := func(k, v []byte) error {
-		if len(k) != 5 {
-			return fmt.Errorf("leader record key %x", k)
-		}
-		t, n, a, err := decodeLeader(v)
-		if err != nil {
-			return err
-		}
-		out = append(out, ShardLeader{Shard: int(binary.BigEndian.Uint32(k[1:])), Term: t, Node: n, Ad: append([]byte(nil), a...)})
-		return nil
+// StoredLeader returns shard's leader record in st (a copy of shard 0's
+// store), read settled when st can, if it has one: one key, read on
+// every request a node routes to a shard it holds no copy of.
+func StoredLeader(st store.Store, shard int) (ShardLeader, bool, error) {
+	if shard < 0 || shard > 1<<16 {
+		return ShardLeader{}, false, nil
 	}
-	start, end := []byte{prefixLeader}, []byte{prefixLeader + 1}
-	var err error
-	if sr, ok := st.(store.SettledReader); ok {
-		err = sr.ScanRangeSettled(start, end, fn)
-	} else {
-		err = st.ScanRange(start, end, fn)
+	v, err := getSettled(st, leaderKey(shard))
+	if errors.Is(err, store.ErrNotFound) {
+		return ShardLeader{}, false, nil
 	}
-	return out, err
+	if err != nil {
+		return ShardLeader{}, false, err
+	}
+	t, n, a, err := decodeLeader(v)
+	if err != nil {
+		return ShardLeader{}, false, fmt.Errorf("leader record of shard %d: %w", shard, err)
+	}
+	return ShardLeader{Shard: shard, Term: t, Node: n, Ad: append([]byte(nil), a...)}, true, nil
 }

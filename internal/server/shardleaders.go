@@ -68,6 +68,8 @@ func (s *Server) serveShardLeader(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// StoredLeaders returns the shard leaders recorded in st (a copy of shard
-// 0's store), by shard (engine.StoredLeaders).
-func StoredLeaders(st store.Store) ([]ShardLeader, error) { return engine.StoredLeaders(st) }
+// StoredLeader returns the leader recorded for shard in st (a copy of
+// shard 0's store), if any (engine.StoredLeader).
+func StoredLeader(st store.Store, shard int) (ShardLeader, bool, error) {
+	return engine.StoredLeader(st, shard)
+}
