@@ -76,8 +76,14 @@ func checkShardCount(dir string, count int) error {
 	if full && count != 1 {
 		return fmt.Errorf("cluster.shards: this node's data_dir holds a node started with 1 shard, not %d; the count is fixed when the cluster is first started", count)
 	}
+	return writeStamp(path, strconv.Itoa(count))
+}
+
+// writeStamp records a fixed setting's value (and a newline) in the file
+// at path, whole or not at all (written aside, then renamed).
+func writeStamp(path, value string) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(count)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(value+"\n"), 0o644); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

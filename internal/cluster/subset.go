@@ -50,14 +50,7 @@ func checkPlacement(dir string, subset bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte("subset\n"), 0o644); err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	return nil
+	return writeStamp(path, "subset")
 }
 
 // subsetPlan is the shard plan of node self with [cluster] placement = "subset"
