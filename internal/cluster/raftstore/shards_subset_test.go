@@ -74,6 +74,21 @@ func (c *shardCluster) subsetLeader(k int, holders []uint64) int {
 	return int(leader - 1)
 }
 
+// memberPlan is node id's plan when shard k ≥ 1 lives on members[k] and
+// shard 0 on every node, with leader as ShardPlan.Leader.
+func memberPlan(id uint64, members map[int][]uint64, leader func(int) uint64) ShardPlan {
+	return ShardPlan{
+		Held: func(k int) bool { return k == 0 || slices.Contains(members[k], id) },
+		Peers: func(k int, all []Peer) []Peer {
+			if k == 0 {
+				return all
+			}
+			return slices.DeleteFunc(slices.Clone(all), func(p Peer) bool { return !slices.Contains(members[k], p.ID) })
+		},
+		Leader: leader,
+	}
+}
+
 // shardLogKeyCount counts shard k's keys in node i's shared log store.
 func (c *shardCluster) shardLogKeyCount(i, k int) int {
 	c.t.Helper()
@@ -98,24 +113,7 @@ func (c *shardCluster) shardLogKeyCount(i, k int) int {
 func TestShardsOnASubset(t *testing.T) {
 	members := map[int][]uint64{1: {1, 2, 3}, 2: {2, 3, 4}}
 	holds := func(id uint64, k int) bool { return k == 0 || slices.Contains(members[k], id) }
-	c := newPlannedShardCluster(t, 4, 3, lowThresholds, func(i int) ShardPlan {
-		id := uint64(i + 1)
-		return ShardPlan{
-			Held: func(k int) bool { return holds(id, k) },
-			Peers: func(k int, all []Peer) []Peer {
-				if k == 0 {
-					return all
-				}
-				var out []Peer
-				for _, p := range all {
-					if slices.Contains(members[k], p.ID) {
-						out = append(out, p)
-					}
-				}
-				return out
-			},
-		}
-	})
+	c := newPlannedShardCluster(t, 4, 3, lowThresholds, func(i int) ShardPlan { return memberPlan(uint64(i+1), members, nil) })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.subsetLeader(0, []uint64{1, 2, 3, 4})
@@ -283,25 +281,7 @@ func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
 		}
 		return 0
 	}
-	c := newPlannedShardCluster(t, 4, 3, nil, func(i int) ShardPlan {
-		id := uint64(i + 1)
-		return ShardPlan{
-			Held: func(k int) bool { return k == 0 || slices.Contains(members[k], id) },
-			Peers: func(k int, all []Peer) []Peer {
-				if k == 0 {
-					return all
-				}
-				var out []Peer
-				for _, p := range all {
-					if slices.Contains(members[k], p.ID) {
-						out = append(out, p)
-					}
-				}
-				return out
-			},
-			Leader: leaderOf,
-		}
-	})
+	c := newPlannedShardCluster(t, 4, 3, nil, func(i int) ShardPlan { return memberPlan(uint64(i+1), members, leaderOf) })
 	cp.Store(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -342,4 +322,27 @@ func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestShardsFinishALeaveACrashCut: a Leave cut short after its rename
+// (the crash it allows for) is finished at the next open: the renamed
+// directory is removed and the shard's keys leave the shared log, so the
+// group opened again starts empty rather than replaying its old log.
+func TestShardsFinishALeaveACrashCut(t *testing.T) {
+	c := newShardCluster(t, 1, 2)
+	c.subsetLeader(1, []uint64{1})
+	writeMany(t, c.nodes[0].Shard(1).Store(), "old-", 3)
+	c.stop(0)
+	dir := ShardDir(c.dirs[0], 1)
+	if err := os.Rename(dir, dir+leftSuffix); err != nil {
+		t.Fatal(err)
+	}
+	c.restart(0)
+	if _, err := os.Stat(dir + leftSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the left directory is still there: %v", err)
+	}
+	c.subsetLeader(1, []uint64{1})
+	if err := stateHas(c.nodes[0].Shard(1), "old-2", value(2)); err == nil {
+		t.Fatal("shard 1 opened again holds a write of the group it left: its log was not deleted")
+	}
 }
