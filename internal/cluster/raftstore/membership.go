@@ -364,8 +364,30 @@ func (n *Node) reconcileVoters() {
 		return
 	}
 	voters, learners := n.mem.conf.GetVoters(), n.mem.conf.GetLearners()
+	leaving := n.leavingLocked()
+	for _, id := range learners {
+		if leaving(id) {
+			// A learner holds no vote: removing it leaves the quorum as
+			// it is.
+			n.log.Info("raftstore: removing a learner the placement moves out", "learner", id)
+			n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: new(id)})
+			n.kickLocked()
+			return
+		}
+	}
 	rf := n.cfg.ReplicationFactor
 	if rf > 0 && len(voters) > rf {
+		if id := n.leavingVoterLocked(voters, leaving); id != 0 {
+			n.log.Info("raftstore: demoting a voter the placement moves out", "voter", id, "voters", len(voters), "replication_factor", rf)
+			n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: new(id)})
+			n.kickLocked()
+			return
+		}
+		if leaving(n.cfg.ID) {
+			// This node is the one to go: it stays a voter until it has
+			// handed its leadership over (Retire's caller does).
+			return
+		}
 		if time.Since(n.leadSince) < n.cfg.TickInterval*electionTicks {
 			// Too early in this leadership to tell a silent voter from
 			// one that has not answered yet: wait, rather than demote a
@@ -387,7 +409,7 @@ func (n *Node) reconcileVoters() {
 	if rf > 0 && len(voters) == rf {
 		now := time.Now()
 		for _, id := range voters {
-			if id != n.cfg.ID && now.Sub(n.lastHeard(id)) >= n.cfg.ReplaceAfter {
+			if leaving(id) || id != n.cfg.ID && now.Sub(n.lastHeard(id)) >= n.cfg.ReplaceAfter {
 				silent = id
 				break
 			}
@@ -399,7 +421,7 @@ func (n *Node) reconcileVoters() {
 	commit := n.rn.BasicStatus().GetCommit()
 	var id uint64
 	n.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(learners, pid) && (id == 0 || pid < id) &&
+		if caughtUp(&pr, commit, n.cfg.PromoteLagEntries) && slices.Contains(learners, pid) && (id == 0 || pid < id) && !leaving(pid) &&
 			(n.cfg.Promotable == nil || n.cfg.Promotable(pid)) {
 			id = pid
 		}
@@ -407,13 +429,98 @@ func (n *Node) reconcileVoters() {
 	if id == 0 {
 		return
 	}
-	if silent != 0 {
+	switch {
+	case silent != 0 && leaving(silent):
+		n.log.Info("raftstore: replacing a voter the placement moves out with a caught-up learner", "voter", silent, "learner", id, "commit", commit)
+	case silent != 0:
 		n.log.Warn("raftstore: replacing a silent voter with a caught-up learner", "silent_voter", silent, "since", n.lastHeard(silent), "learner", id, "commit", commit)
-	} else {
+	default:
 		n.log.Info("raftstore: promoting a caught-up learner to voter", "learner", id, "commit", commit)
 	}
 	n.queueChangeLocked(&pb.ConfChange{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: new(id)})
 	n.kickLocked()
+}
+
+// retiring is a member Retire marked: until when, in which leadership.
+type retiring struct {
+	until time.Time
+	term  uint64
+}
+
+// Retire marks ids, members of the group, as moved out of it by a
+// placement controller (ADR 0016), for d or until this node's
+// leadership ends, whichever is first. While this node leads, the
+// group's voters are reconciled around them (reconcileVoters): a marked
+// learner is removed; a marked voter is replaced, as a silent one is, by
+// a caught-up learner that is not marked, then demoted (never this
+// node: the caller hands the leadership over first, TransferCandidates)
+// and removed. A member is never removed while it still votes, so the
+// group keeps Config.ReplicationFactor voters in sync throughout; with
+// no caught-up learner to replace a marked voter, nothing happens until
+// there is one. The controller marks again each round; ids that are not
+// members are ignored. ErrNotLeader on a follower.
+func (n *Node) Retire(ids []uint64, d time.Duration) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return ErrNodeClosed
+	}
+	if n.leaderTerm == 0 {
+		return ErrNotLeader
+	}
+	if n.leaving == nil {
+		n.leaving = map[uint64]retiring{}
+	}
+	until := time.Now().Add(d)
+	for _, id := range ids {
+		n.leaving[id] = retiring{until: until, term: n.leaderTerm}
+	}
+	n.kickLocked()
+	return nil
+}
+
+// Retiring lists the members Retire marked that are still marked in this
+// leadership, sorted.
+func (n *Node) Retiring() []uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	leaving := n.leavingLocked()
+	var out []uint64
+	for id := range n.leaving {
+		if leaving(id) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// leavingLocked drops the marks of Retire that expired or belong to an
+// earlier leadership, and reports which members are still marked. n.mu
+// held.
+func (n *Node) leavingLocked() func(id uint64) bool {
+	now := time.Now()
+	for id, r := range n.leaving {
+		if r.term != n.leaderTerm || !now.Before(r.until) {
+			delete(n.leaving, id)
+		}
+	}
+	return func(id uint64) bool {
+		_, ok := n.leaving[id]
+		return ok && isMember(n.mem.conf, id)
+	}
+}
+
+// leavingVoterLocked is the voter Retire marked to demote when there are
+// too many voters: the lowest id marked, never this node; 0 if none.
+// n.mu held.
+func (n *Node) leavingVoterLocked(voters []uint64, leaving func(uint64) bool) uint64 {
+	for _, id := range slices.Sorted(slices.Values(voters)) {
+		if id != n.cfg.ID && leaving(id) {
+			return id
+		}
+	}
+	return 0
 }
 
 // demotionLocked picks the voter to demote when there are too many: the

@@ -131,6 +131,10 @@ type Node struct {
 	// (Status.Answered); run's only.
 	answered  map[uint64]time.Time
 	leadSince time.Time // when this node's leadership of heardTerm began
+	// leaving are the members a placement controller moves out of the
+	// group while this node leads it (Retire), each until its deadline:
+	// reconcileVoters replaces and then removes them. Under mu.
+	leaving map[uint64]retiring
 	// leaseRounds are the lease rounds awaiting a majority, oldest first,
 	// and leaseSeq the last round's number; run's only (lease.go).
 	leaseRounds []leaseRound

@@ -346,3 +346,98 @@ func TestShardsFinishALeaveACrashCut(t *testing.T) {
 		t.Fatal("shard 1 opened again holds a write of the group it left: its log was not deleted")
 	}
 }
+
+// TestRetireMovesAMemberOut (ADR 0016 step 3): shard 1 on nodes 1 and 2,
+// replication factor 2. Node 3 joins it as a learner; once a voter is
+// marked (Retire) on the shard's leader, the learner is promoted when it
+// has caught up, the marked voter is demoted and then removed, and the group keeps
+// two voters throughout. A leader marked itself stays a voter until it
+// hands its leadership over; its successor, marking it, moves it out. A mark that expired moves nothing.
+func TestRetireMovesAMemberOut(t *testing.T) {
+	members := map[int][]uint64{1: {1, 2}}
+	tune := func(i int, cfg *Config) {
+		lowThresholds(i, cfg)
+		cfg.ReplicationFactor = 2
+		cfg.ReplaceAfter = time.Hour
+	}
+	c := newPlannedShardCluster(t, 3, 2, tune, func(i int) ShardPlan { return memberPlan(uint64(i+1), members, nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, s := range c.nodes {
+		s.hold.Store(true) // the balancer moves no leadership here
+	}
+	l1 := c.subsetLeader(1, members[1])
+	writeMany(t, c.nodes[l1].Shard(1).Store(), "one-", 40)
+	if _, err := c.nodes[2].Join(1, c.peers); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[l1].Shard(1).AddMember(ctx, 3, c.peers[2].RaftAddr); err != nil {
+		t.Fatal(err)
+	}
+	shape := func(r *Node) string {
+		var s []string
+		for _, m := range r.Members() {
+			s = append(s, fmt.Sprint(m.ID, m.Membership[:1]))
+		}
+		return fmt.Sprint(s)
+	}
+	// Caught up, node 3 stays a learner: the factor's two voters are there.
+	poll.CheckFor(t, 20*time.Second, func() error {
+		return sameState(c.nodes[l1].Shard(1), c.nodes[2].Shard(1))
+	})
+	if got := shape(c.nodes[l1].Shard(1)); got != "[1v 2v 3l]" {
+		t.Fatalf("shard 1 before any mark: %s", got)
+	}
+	// The leader marked itself keeps its vote.
+	self := uint64(l1 + 1)
+	if err := c.nodes[l1].Shard(1).Retire([]uint64{self}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if got := shape(c.nodes[l1].Shard(1)); got != "[1v 2v 3v]" {
+			return fmt.Errorf("shard 1 with its leader marked: %s", got)
+		}
+		return nil
+	})
+	// It hands over to the other old voter, which is told to move it out.
+	other := 3 - self
+	if err := c.nodes[l1].Shard(1).TransferLeadershipTo(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True("the leadership moved", func() bool { return c.nodes[other-1].Shard(1).Status().Role == "leader" }))
+	if err := c.nodes[2].Shard(1).Retire([]uint64{self}, time.Minute); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Retire on a follower: %v, want ErrNotLeader", err)
+	}
+	lead := c.nodes[other-1].Shard(1)
+	// The new leader, with a voter too many and no mark, demotes the
+	// highest id, as without a placement.
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if got := shape(lead); got != "[1v 2v 3l]" {
+			return fmt.Errorf("shard 1 under its new leader: %s", got)
+		}
+		return nil
+	})
+	// A mark that expired moves nothing.
+	if err := lead.Retire([]uint64{self}, time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * testTick) // the absence of a change: a bounded wait is the test
+	if got := shape(lead); got != "[1v 2v 3l]" {
+		t.Fatalf("an expired mark changed shard 1: %s", got)
+	}
+	if err := lead.Retire([]uint64{self}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := lead.Retiring(); !slices.Equal(got, []uint64{self}) {
+		t.Fatalf("Retiring = %v, want [%d]", got, self)
+	}
+	want := fmt.Sprintf("[%dv 3v]", other)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if got := shape(lead); got != want {
+			return fmt.Errorf("shard 1 with node %d marked: %s, want %s", self, got, want)
+		}
+		return nil
+	})
+	writeMany(t, lead.Store(), "two-", 10)
+	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[2].Shard(1), "two-9", value(9)) })
+}
