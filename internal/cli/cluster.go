@@ -91,6 +91,8 @@ type clusterReport struct {
 	// Shards mirrors internal/cluster.ShardStatus, with [cluster] shards
 	// above 1.
 	Shards []shardReport `json:"shards,omitempty"`
+	// Placement mirrors internal/cluster.Report.Placement.
+	Placement string `json:"placement,omitempty"`
 }
 
 // shardReport is one shard of clusterReport.Shards.
@@ -104,6 +106,7 @@ type shardReport struct {
 	Voters   []uint64 `json:"voters"`
 	Learners []uint64 `json:"learners"`
 	Stopped  bool     `json:"stopped"`
+	NotHeld  bool     `json:"not_held"`
 }
 
 // viewReport mirrors the leader's view (internal/cluster.ClusterView).
@@ -333,12 +336,15 @@ func waitVoter(ctx context.Context, c *command, id uint64, timeout time.Duration
 // shardsLag, with [cluster] shards above 1 (rep lists the shards), names
 // the first shard of which node id is not yet a voter (or, for a standby,
 // not a member at all) as the asked node has applied it: "a learner in
-// shard 2", say. It is "" when there is no such shard. Shard 0 is the one
+// shard 2", say. It is "" when there is no such shard. With placement
+// "subset" a node is a member of the shards the placement controller
+// gives it, not of every shard: only shard 0 counts. Shard 0 is the one
 // waitVoter reads from rep's peers; a standby's catching up is checked on
 // shard 0 only (the leader's view), the other shards' only by membership.
 func shardsLag(rep clusterReport, id uint64, standby bool) string {
 	for _, sh := range rep.Shards {
 		switch {
+		case rep.Placement == "subset" && sh.Shard > 0:
 		case slices.Contains(sh.Voters, id):
 		case slices.Contains(sh.Learners, id):
 			if !standby {
@@ -493,7 +499,13 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 				if sh.Stopped {
 					role = "stopped"
 				}
-				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), role, strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10), ids(sh.Voters), ids(sh.Learners))
+				commit, applied := strconv.FormatUint(sh.Commit, 10), strconv.FormatUint(sh.Applied, 10)
+				if sh.NotHeld {
+					// No copy here: the leader and members its leader
+					// recorded in shard 0.
+					commit, applied = "-", "-"
+				}
+				t.row(strconv.Itoa(sh.Shard), leader, strconv.FormatUint(sh.Term, 10), role, commit, applied, ids(sh.Voters), ids(sh.Learners))
 			}
 			t.flush()
 		}

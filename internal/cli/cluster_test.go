@@ -143,7 +143,8 @@ func TestWaitProgressRepeats(t *testing.T) {
 
 // TestShardsLag: with several shards, `cluster add --wait` is done only
 // once the node is a voter of every shard (a standby: a member of every
-// shard), and says which shard it waits for.
+// shard), and says which shard it waits for; with placement "subset",
+// of shard 0 (the controller places it in the others).
 func TestShardsLag(t *testing.T) {
 	rep := func(shards ...[2][]uint64) clusterReport {
 		var r clusterReport
@@ -152,6 +153,7 @@ func TestShardsLag(t *testing.T) {
 		}
 		return r
 	}
+	subset := func(r clusterReport) clusterReport { r.Placement = "subset"; return r }
 	vv := [2][]uint64{{1, 2, 4}, nil}
 	vl := [2][]uint64{{1, 2, 3}, {4}}
 	none := [2][]uint64{{1, 2, 3}, nil}
@@ -167,6 +169,8 @@ func TestShardsLag(t *testing.T) {
 		{"not yet added to shard 1", rep(vv, none, vv), false, "not a member of shard 1"},
 		{"a standby: a learner everywhere", rep(vl, vl, vl), true, ""},
 		{"a standby not yet added to shard 2", rep(vl, vl, none), true, "not a member of shard 2"},
+		{"placement subset: shard 0 alone counts", subset(rep(vv, none, vl)), false, ""},
+		{"placement subset: still a learner in shard 0", subset(rep(vl, vv, vv)), false, "a learner in shard 0"},
 	} {
 		if got := shardsLag(c.rep, 4, c.standby); got != c.want {
 			t.Errorf("%s: shardsLag = %q, want %q", c.name, got, c.want)
@@ -215,7 +219,9 @@ func TestClusterStatusClock(t *testing.T) {
 
 // `cluster status` of a node with several shards lists each shard's
 // leader after the members, "stopped" for a shard whose Raft node here
-// stopped on a failed write, and says the node is stopped.
+// stopped on a failed write, "not-held" for one this node holds no copy
+// of (placement "subset": as its leader recorded it), and says the node
+// is stopped.
 func TestClusterStatusShards(t *testing.T) {
 	const report = `{"node":{"id":2,"role":"follower","term":3,"leader":1,"commit":9,"applied":9,"stopped":true},
 		"public":{"http":"127.0.0.1:1"},
@@ -223,7 +229,8 @@ func TestClusterStatusShards(t *testing.T) {
 		"shards":[{"shard":0,"role":"follower","term":3,"leader":1,"commit":9,"applied":9,"voters":[1,2]},
 			{"shard":1,"role":"leader","term":5,"leader":2,"commit":40,"applied":40,"voters":[1,2],"learners":[4]},
 			{"shard":2,"role":"candidate","term":7,"leader":0,"commit":12,"applied":11,"voters":[1,2]},
-			{"shard":3,"role":"follower","term":2,"leader":0,"commit":5,"applied":5,"voters":[1,2],"stopped":true}]}`
+			{"shard":3,"role":"follower","term":2,"leader":0,"commit":5,"applied":5,"voters":[1,2],"stopped":true},
+			{"shard":4,"role":"not-held","term":6,"leader":3,"commit":0,"applied":0,"voters":[1,3],"learners":[5],"not_held":true}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(report))
@@ -234,7 +241,7 @@ func TestClusterStatusShards(t *testing.T) {
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED +VOTERS +LEARNERS$`, `(?m)^0 +1 +3 +follower +9 +9 +1,2 +-$`, `(?m)^1 +2 +5 +leader +40 +40 +1,2 +4$`, `(?m)^2 +none +7 +candidate +12 +11 +1,2 +-$`, `(?m)^3 +none +2 +stopped +5 +5 +1,2 +-$`, `(?m)^stopped: a write of this node's Raft log`} {
+	for _, re := range []string{`(?m)^SHARD +LEADER +TERM +THIS-NODE +COMMIT +APPLIED +VOTERS +LEARNERS$`, `(?m)^0 +1 +3 +follower +9 +9 +1,2 +-$`, `(?m)^1 +2 +5 +leader +40 +40 +1,2 +4$`, `(?m)^2 +none +7 +candidate +12 +11 +1,2 +-$`, `(?m)^3 +none +2 +stopped +5 +5 +1,2 +-$`, `(?m)^4 +3 +6 +not-held +- +- +1,3 +5$`, `(?m)^stopped: a write of this node's Raft log`} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("want %s in:\n%s", re, r.stdout)
 		}

@@ -236,6 +236,9 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, tl *ti
 	if n.shards.Len() > 1 {
 		go n.keepPlacements(sctx, k, srv, log)
 		go n.recordLeadership(sctx, k, term, ad, log)
+		if k == 0 && n.opts.Cluster.SubsetPlacement() {
+			go n.controlPlacement(sctx, log.With("component", "placement"))
+		}
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

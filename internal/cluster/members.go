@@ -177,6 +177,7 @@ func (n *Node) memberInternalRoutes(mux *http.ServeMux, k int) {
 	}
 	mux.Handle("POST "+internalMembersPath, run(addChange))
 	mux.Handle("DELETE "+internalMembersPath+"/{id}", run(removeChange))
+	mux.Handle("POST "+retirePath, n.serveRetire(k))
 }
 
 // memberChange reads a membership request and returns the change it asks

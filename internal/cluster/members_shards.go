@@ -15,7 +15,8 @@ import (
 
 // Membership changes with several shards (ADR 0015 decision 9). Every
 // member belongs to every shard (but with [cluster] placement "subset",
-// ADR 0016, where an added node joins shard 0 alone), so `sluice cluster
+// ADR 0016, where add and remove change shard 0 alone and the placement
+// controller the others), so `sluice cluster
 // add/remove` changes every shard's membership, one shard after the other, each on its own
 // leader: the node asked runs the change on the shards it leads and sends
 // it to the internal listener of each other shard's leader (to the public
@@ -57,10 +58,12 @@ func (n *Node) shardedChange(proxy http.Handler, change memberChange) http.Handl
 		changed := 0
 		var same error // a shard where the change was already made
 		count := n.shards.Len()
-		if r.Method == http.MethodPost && n.opts.Cluster.SubsetPlacement() {
-			// With placement "subset" a node is added to shard 0 only:
-			// the shards above 0 keep the members they were placed on
-			// (ADR 0016; nothing moves them yet).
+		if n.opts.Cluster.SubsetPlacement() {
+			// With placement "subset" a node is added to shard 0 only,
+			// and removed from shard 0 only: the placement controller
+			// (controller.go) then gives it its share of the shards, or
+			// moves it out of each of its shards once another node has
+			// caught up in its place (ADR 0016).
 			count = 1
 		}
 		for k := range count {

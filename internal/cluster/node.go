@@ -149,6 +149,14 @@ type Node struct {
 	stuckStop time.Duration
 	// placeEvery is Options.PlacementInterval (placements.go).
 	placeEvery time.Duration
+	// controlEvery is Options.BalanceInterval: the placement
+	// controller's round (controller.go).
+	controlEvery time.Duration
+	// shardsCtx is the context Run follows the shards above 0 under, and
+	// shardRuns the goroutine following each of those this node holds
+	// (follow.go). Under mu.
+	shardsCtx context.Context
+	shardRuns map[int]*shardRun
 	// bodies bounds the SQS request bodies buffered to find the shard of
 	// their queue (shards.go; only with several shards).
 	bodies *server.BodyBudget
@@ -250,7 +258,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), placeEvery: opts.PlacementInterval, changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), placeEvery: opts.PlacementInterval, controlEvery: opts.BalanceInterval, changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
 	if n.clk == nil {
 		n.clk = clock.Real{}
 	}
@@ -355,7 +363,10 @@ func New(opts Options) (_ *Node, err error) {
 	// are on the listener's mux (raftstore/mux.go).
 	var plan raftstore.ShardPlan
 	if o.Cluster.SubsetPlacement() {
-		plan = subsetPlan(o.Cluster.NodeID, peers, o.Cluster.Factor())
+		var err error
+		if plan, err = openPlan(o.DataDir, o.Cluster.NodeID, peers, o.Cluster.Factor(), o.Cluster.ShardCount(), o.Cluster.Join); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 		plan.Leader = n.recordedLeader
 	}
 	shards, err := raftstore.OpenShardsPlan(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
@@ -483,32 +494,14 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 
 	var runErr error
-	leaders := make([]*leadership, n.shards.Len())
-	for k := range leaders {
-		leaders[k] = &leadership{n: n, k: k}
-	}
-	leaders[0].onStatus(ctx, n.raft.Status())
-	// The other shards' leaderships follow their own groups' changes.
+	lead0 := &leadership{n: n, k: 0}
+	lead0.onStatus(ctx, n.raft.Status())
+	// The other shards' leaderships follow their own groups' changes,
+	// those of the groups this node joins later too (follow.go).
 	sctx, stopShards := context.WithCancel(ctx)
-	var shardsWG sync.WaitGroup
-	for _, l := range leaders[1:] {
-		r := n.shards.Shard(l.k)
-		if r == nil {
-			continue // a shard this node does not hold (ADR 0016)
-		}
-		shardsWG.Add(1)
-		go func() {
-			defer shardsWG.Done()
-			l.onStatus(sctx, r.Status())
-			for {
-				select {
-				case <-sctx.Done():
-					return
-				case st := <-r.Changes():
-					l.onStatus(sctx, st)
-				}
-			}
-		}()
+	n.startShards(sctx)
+	if n.opts.Cluster.SubsetPlacement() && n.shards.Len() > 1 {
+		go n.followPlacement(sctx)
 	}
 	rctx, stopReports := context.WithCancel(ctx)
 	reportsDone := make(chan struct{})
@@ -519,7 +512,7 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case st := <-n.raft.Changes():
-			leaders[0].onStatus(ctx, st)
+			lead0.onStatus(ctx, st)
 		case err := <-errc:
 			if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 				runErr = err
@@ -541,10 +534,8 @@ loop:
 	n.mu.Unlock()
 	n.closeRelays(reasonShutdown, func(uint64) bool { return true })
 	stopShards()
-	shardsWG.Wait()
-	for _, l := range leaders {
-		l.end()
-	}
+	n.stopShards()
+	lead0.end()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := n.httpSrv.Shutdown(sctx); err != nil {

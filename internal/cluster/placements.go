@@ -118,21 +118,19 @@ func placementDiff(held []string, ps []server.QueuePlacement) (add, gone []strin
 }
 
 // recordLeadership records, on shard 0's leader, that this node leads
-// shard k in term advertising ad (server.ShardLeaderPath), retrying once
-// a second until it is recorded or ctx ends: a node that holds no copy
-// of shard k finds its leader there (recordedTarget). A leader of shard
-// 0 of an older build (404) records nothing; that is left as it is.
+// shard k in term advertising ad, with the group's membership
+// (shardRecord; server.ShardLeaderPath): at once, retrying once a second
+// until it is recorded, and again each time the membership changes,
+// until ctx ends. A node that holds no copy of shard k finds its leader
+// there (recordedTarget); a node the placement controller added to the
+// shard, or moved out of it, learns it there (follow.go). A leader of
+// shard 0 of an older build (404) records nothing; that is left as it is.
 func (n *Node) recordLeadership(ctx context.Context, k int, term uint64, ad Advertisement, log *slog.Logger) {
-	adb, err := json.Marshal(ad)
-	if err != nil {
-		log.Error("cannot encode this leader's advertisement", "err", err)
+	r := n.shards.Shard(k)
+	if r == nil {
 		return
 	}
-	body, err := server.LeaderRecordCall(k, term, n.opts.Cluster.NodeID, adb)
-	if err != nil {
-		log.Error("cannot encode this leader's record", "err", err)
-		return
-	}
+	var last string // the membership last recorded
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -141,18 +139,33 @@ func (n *Node) recordLeadership(ctx context.Context, k int, term uint64, ad Adve
 			return
 		case <-retry.C:
 		}
-		_, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardLeaderPath, body, 1<<10, n.hold)
+		retry.Reset(time.Second)
+		rec := recordOfGroup(ad, r)
+		shape := fmt.Sprint(rec.Voters, rec.Learners)
+		if shape == last {
+			continue
+		}
+		adb, err := json.Marshal(rec)
+		if err != nil {
+			log.Error("cannot encode this leader's advertisement", "err", err)
+			return
+		}
+		body, err := server.LeaderRecordCall(k, term, n.opts.Cluster.NodeID, adb)
+		if err != nil {
+			log.Error("cannot encode this leader's record", "err", err)
+			return
+		}
+		_, err = n.shardRequest(ctx, 0, http.MethodPost, server.ShardLeaderPath, body, 1<<10, n.hold)
 		var ae *shardAnswerError
 		switch {
 		case err == nil:
-			return
+			last = shape
 		case errors.As(err, &ae) && (ae.status == http.StatusNotFound || ae.status == http.StatusBadRequest):
 			log.Debug("this shard's leadership is not recorded in shard 0", "err", err)
 			return
 		case ctx.Err() == nil:
 			log.Debug("recording this shard's leadership in shard 0; retrying", "err", err)
 		}
-		retry.Reset(time.Second)
 	}
 }
 

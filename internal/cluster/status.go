@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
 )
 
 // Report is the answer of GET /sluice/v1/cluster on any node's public
@@ -30,6 +31,10 @@ type Report struct {
 	// on this node (Node is shard 0's), the first view of where every
 	// shard's leader is.
 	Shards []ShardStatus `json:"shards,omitempty"`
+	// Placement is "subset" with [cluster] placement "subset" (ADR 0016):
+	// each shard above 0 on some of the nodes; "" when every node holds
+	// every shard.
+	Placement string `json:"placement,omitempty"`
 }
 
 // ShardStatus is one shard's Raft status on a node.
@@ -47,6 +52,11 @@ type ShardStatus struct {
 	// Stopped: this node's Raft node of the shard stopped on a failed
 	// write of its Raft log or state store (raftstore Status.Stopped).
 	Stopped bool `json:"stopped,omitempty"`
+	// NotHeld: this node holds no copy of the shard ([cluster]
+	// placement "subset"); Role is "not-held", Commit and Applied are 0,
+	// and Term, Leader and the membership are those its leader last
+	// recorded in shard 0 (follow.go), none if it recorded nothing.
+	NotHeld bool `json:"not_held,omitempty"`
 }
 
 // NodeStatus is raftstore's Status in JSON.
@@ -143,11 +153,21 @@ func (n *Node) Status() Report {
 		}
 		rep.Peers = append(rep.Peers, pr)
 	}
+	if n.opts.Cluster.SubsetPlacement() {
+		rep.Placement = server.PlacementSubset
+	}
 	if n.shards.Len() > 1 {
 		for k := range n.shards.Len() {
 			r := n.shards.Shard(k)
 			if r == nil {
-				continue // a shard this node does not hold (ADR 0016)
+				// A shard this node does not hold (ADR 0016): as its
+				// leader recorded it.
+				ss := ShardStatus{Shard: k, Role: "not-held", NotHeld: true}
+				if rec, leader, ok := n.shardRecordOf(k); ok {
+					ss.Term, ss.Leader, ss.Voters, ss.Learners = rec.Term, leader, rec.Voters, rec.Learners
+				}
+				rep.Shards = append(rep.Shards, ss)
+				continue
 			}
 			s := r.Status()
 			ss := ShardStatus{Shard: k, Role: s.Role, Term: s.Term, Leader: s.Leader, Commit: s.Commit, Applied: s.Applied, Stopped: s.Stopped}

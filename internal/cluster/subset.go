@@ -81,3 +81,45 @@ func subsetPlan(self uint64, peers []raftstore.Peer, factor int) raftstore.Shard
 		Peers: members,
 	}
 }
+
+// openPlan is the shard plan node self opens its groups with, with
+// [cluster] placement = "subset": at the first start of a boot member,
+// subsetPlan's; at the first start of a node joining a running cluster
+// (join), shard 0 alone (the placement controller adds it to others);
+// at any later start, the groups whose directories are there, since the
+// controller may have moved this node into or out of others meanwhile
+// (follow.go). A group that is not one of subsetPlan's is opened as
+// joined (ShardPlan.Joined).
+func openPlan(dir string, self uint64, peers []raftstore.Peer, factor, count int, join bool) (raftstore.ShardPlan, error) {
+	plan := subsetPlan(self, peers, factor)
+	started, err := holdsState(dir)
+	if err != nil {
+		return raftstore.ShardPlan{}, err
+	}
+	boot := plan.Held
+	switch {
+	case started:
+		held := make([]bool, count)
+		for k := 1; k < count; k++ {
+			_, err := os.Stat(raftstore.ShardDir(dir, k))
+			switch {
+			case err == nil:
+				held[k] = true
+			case !errors.Is(err, os.ErrNotExist):
+				return raftstore.ShardPlan{}, fmt.Errorf("data_dir: %w", err)
+			}
+		}
+		plan.Held = func(k int) bool { return k == 0 || k < len(held) && held[k] }
+	case join:
+		plan.Held = func(k int) bool { return k == 0 }
+	}
+	plan.Joined = func(k int) bool { return !boot(k) }
+	bootPeers := plan.Peers
+	plan.Peers = func(k int, all []raftstore.Peer) []raftstore.Peer {
+		if !boot(k) {
+			return all // addresses only: a joined group's members are in its state
+		}
+		return bootPeers(k, all)
+	}
+	return plan, nil
+}

@@ -96,6 +96,12 @@ type ShardPlan struct {
 	// rather than by shard 0's, which knows the voters of the shards it
 	// holds only.
 	Leader func(k int) uint64
+	// Joined, when set, reports that this node holds shard k's group as a
+	// member added at runtime (Join) rather than one of its boot
+	// members: it is opened as Join opens it (Config.Join), so a group
+	// whose snapshot never arrived waits for one instead of bootstrapping
+	// with Peers.
+	Joined func(k int) bool
 }
 
 // OpenShardsPlan is OpenShards with plan: a shard it does not hold has
@@ -138,6 +144,9 @@ func OpenShardsPlan(cfg Config, count int, balance time.Duration, plan ShardPlan
 		c := s.groupConfig(k)
 		if plan.Peers != nil {
 			c.Peers = plan.Peers(k, c.Peers)
+		}
+		if k > 0 && plan.Joined != nil && plan.Joined(k) {
+			c.Join = true
 		}
 		n, err := Open(c)
 		if err != nil {
