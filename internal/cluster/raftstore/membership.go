@@ -222,8 +222,24 @@ func (n *Node) Members() []Member {
 // ErrNotLeader on a follower, ErrChangePending while another change
 // (a promotion included) is in progress, ErrMemberExists (the id is a
 // learner or a voter already), ErrIDRemoved or ErrBadAddress; with ctx's
-// error if ctx ends first (the change may still apply: read Members).
+// error if ctx ends first (the change may still apply: read Members). A
+// Retire mark on the id is dropped.
 func (n *Node) AddMember(ctx context.Context, id uint64, raftAddr string) error {
+	return n.addMember(ctx, id, raftAddr, false)
+}
+
+// AddMemberAgain is AddMember that also takes an id the group removed
+// before, for a placement controller moving a shard back to a node that
+// left it (ADR 0016): the node comes back as a learner, with the state
+// it deleted when it left (or, should it have kept a copy, with that
+// copy, which the leader's log or snapshot overwrites: a learner neither
+// votes nor campaigns, and is promoted only once it has caught up).
+func (n *Node) AddMemberAgain(ctx context.Context, id uint64, raftAddr string) error {
+	return n.addMember(ctx, id, raftAddr, true)
+}
+
+// addMember is AddMember, and AddMemberAgain with again.
+func (n *Node) addMember(ctx context.Context, id uint64, raftAddr string, again bool) error {
 	if id == 0 {
 		return fmt.Errorf("%w: node ids are 1 or more", ErrUnknownMember)
 	}
@@ -235,9 +251,10 @@ func (n *Node) AddMember(ctx context.Context, id uint64, raftAddr string) error 
 		switch addr, known := n.mem.addrs[id]; {
 		case isMember(n.mem.conf, id):
 			return fmt.Errorf("%w: node %d", ErrMemberExists, id)
-		case known && addr == "":
+		case known && addr == "" && !again:
 			return fmt.Errorf("%w: node %d", ErrIDRemoved, id)
 		}
+		delete(n.leaving, id) // added again: a Retire mark from before no longer holds
 		for _, m := range n.membersLocked() {
 			if m.RaftAddr == raftAddr {
 				return fmt.Errorf("%w: node %d already uses %s", ErrBadAddress, m.ID, raftAddr)

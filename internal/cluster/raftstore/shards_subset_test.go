@@ -352,7 +352,9 @@ func TestShardsFinishALeaveACrashCut(t *testing.T) {
 // marked (Retire) on the shard's leader, the learner is promoted when it
 // has caught up, the marked voter is demoted and then removed, and the group keeps
 // two voters throughout. A leader marked itself stays a voter until it
-// hands its leadership over; its successor, marking it, moves it out. A mark that expired moves nothing.
+// hands its leadership over; its successor, marking it, moves it out.
+// Once it has left, AddMember refuses its id and AddMemberAgain takes it
+// back as a learner that catches up. A mark that expired moves nothing.
 func TestRetireMovesAMemberOut(t *testing.T) {
 	members := map[int][]uint64{1: {1, 2}}
 	tune := func(i int, cfg *Config) {
@@ -440,4 +442,35 @@ func TestRetireMovesAMemberOut(t *testing.T) {
 	})
 	writeMany(t, lead.Store(), "two-", 10)
 	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[2].Shard(1), "two-9", value(9)) })
+
+	// The node moved out leaves, its copy deleted. AddMember refuses its
+	// id; AddMemberAgain takes it back as a learner, which catches up.
+	if err := c.nodes[self-1].Leave(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.AddMember(ctx, self, c.peers[self-1].RaftAddr); !errors.Is(err, ErrIDRemoved) {
+		t.Fatalf("AddMember of a node the group removed: %v, want ErrIDRemoved", err)
+	}
+	if _, err := c.nodes[self-1].Join(1, c.peers); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.AddMemberAgain(ctx, self, c.peers[self-1].RaftAddr); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, func() error {
+		if err := sameState(lead, c.nodes[self-1].Shard(1)); err != nil {
+			return fmt.Errorf("%w: leader %s %+v, node %d %s %+v", err, shape(lead), lead.Status(), self, shape(c.nodes[self-1].Shard(1)), c.nodes[self-1].Shard(1).Status())
+		}
+		return nil
+	})
+	if err := stateHas(c.nodes[self-1].Shard(1), "two-9", value(9)); err != nil {
+		t.Fatalf("the node taken back: %v", err)
+	}
+	want = fmt.Sprintf("[%dv %dl 3v]", other, self)
+	if self < other {
+		want = fmt.Sprintf("[%dl %dv 3v]", self, other)
+	}
+	if got := shape(lead); got != want {
+		t.Fatalf("shard 1 with node %d back: %s, want %s", self, got, want)
+	}
 }
