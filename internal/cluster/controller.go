@@ -229,8 +229,13 @@ func (n *Node) placementView(since time.Time) placementView {
 }
 
 // retirePath is the internal path on a shard's leader that marks members
-// to leave the shard (retireRequest).
-const retirePath = internalMembersPath + "/retire"
+// to leave the shard (retireRequest); placeAddPath the one that adds a
+// node as a learner, also one that left the shard before
+// (raftstore.Node.AddMemberAgain; a MemberRequest).
+const (
+	retirePath   = internalMembersPath + "/retire"
+	placeAddPath = internalMembersPath + "/place"
+)
 
 // retireRequest is the body of a POST to retirePath.
 type retireRequest struct {
@@ -252,7 +257,7 @@ func (n *Node) applyMove(ctx context.Context, m placementMove) error {
 		if addr == "" {
 			return fmt.Errorf("node %d has no Raft address in shard 0", m.add)
 		}
-		path, req = internalMembersPath, MemberRequest{ID: m.add, Raft: addr}
+		path, req = placeAddPath, MemberRequest{ID: m.add, Raft: addr}
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

@@ -2,16 +2,19 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluicemq/sluice/internal/brokertest"
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
@@ -169,4 +172,103 @@ func TestControllerMovesShards(t *testing.T) {
 	placed(1, []uint64{1, 4}, rest)
 	receiveAll(n4, 2)
 	receiveAll(nodes[0], 2)
+}
+
+// TestSubsetDeadLetterSourcesOnAShardNotHeld: with placement "subset", a
+// dead-letter queue whose shard's leader holds no copy of its source's
+// shard still knows that source (from that shard's leader,
+// server.ShardDLSourcesPath): ListDeadLetterSourceQueues lists it and a
+// redrive (StartMessageMoveTask) starts; and the task is found by its id
+// (the admin API) through a node without a copy of its shard. Both
+// mutation-checked.
+func TestSubsetDeadLetterSourcesOnAShardNotHeld(t *testing.T) {
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
+		o.Cluster.Shards = 3
+		o.Cluster.ReplicationFactor = 2
+		o.Cluster.Placement = server.PlacementSubset
+	}, nil, nil, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Shard 1 (nodes 1 and 2) led by node 1, which holds no copy of
+	// shard 2 (nodes 2 and 3).
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if nodes[0].leadsShard(1) {
+			nodes[0].mu.Lock()
+			defer nodes[0].mu.Unlock()
+			if nodes[0].serving[1] == nil {
+				return fmt.Errorf("node 1 leads shard 1 but does not serve it yet")
+			}
+			return nil
+		}
+		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer tcancel()
+		_ = nodes[1].shards.Shard(1).TransferLeadershipTo(tctx, 1) // retried by the poll
+		return fmt.Errorf("node 1 does not lead shard 1 yet")
+	})
+	if nodes[0].shards.Held(2) {
+		t.Fatal("node 1 holds shard 2")
+	}
+	name := func(format string, k int) string {
+		for i := 0; ; i++ {
+			if n := fmt.Sprintf(format, i); nodes[0].nameShard(n) == k {
+				return n
+			}
+		}
+	}
+	src, dlq := name("source-%d", 2), name("graves-%d", 1)
+	c := shardClient(nodes[2])
+	s, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(src)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(dlq)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arn, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: d.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, arn.Attributes["QueueArn"])
+	if _, err := c.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: s.QueueUrl, Attributes: map[string]string{"RedrivePolicy": policy}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		srcs, err := shardClient(n).ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: d.QueueUrl})
+		if err != nil || len(srcs.QueueUrls) != 1 || !strings.HasSuffix(srcs.QueueUrls[0], "/"+src) {
+			t.Fatalf("sources of %s through node %d: %v, %v; want %s", dlq, n.opts.Cluster.NodeID, srcs.QueueUrls, err, src)
+		}
+	}
+	if _, err := c.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(arn.Attributes["QueueArn"])}); err != nil {
+		t.Fatalf("a redrive of %s, whose source is on a shard its leader holds no copy of: %v", dlq, err)
+	}
+	// The task, by its id, through node 3, which holds no copy of
+	// shard 1: found by asking that shard's leader.
+	var list struct {
+		Tasks []struct {
+			ID     string `json:"id"`
+			Source string `json:"source"`
+		} `json:"tasks"`
+	}
+	get := func(path string, out any) int {
+		t.Helper()
+		resp, err := http.Get("http://" + nodes[2].HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if out != nil {
+			_ = json.NewDecoder(resp.Body).Decode(out) // a status other than 200 fails below
+		}
+		return resp.StatusCode
+	}
+	if code := get("/sluice/v1/tasks?source="+dlq, &list); code != http.StatusOK || len(list.Tasks) != 1 {
+		t.Fatalf("tasks of %s: %d, %+v", dlq, code, list)
+	}
+	if nodes[2].shards.Held(1) {
+		t.Fatal("node 3 holds shard 1")
+	}
+	if code := get("/sluice/v1/tasks/"+list.Tasks[0].ID, nil); code != http.StatusOK {
+		t.Fatalf("task %s through node 3, without a copy of its shard: %d", list.Tasks[0].ID, code)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -229,4 +230,46 @@ func (n *Node) stopShards() {
 	for _, run := range runs {
 		<-run.done
 	}
+}
+
+// dlSourcesFresh is how long a shard's dead-letter sources, as its
+// leader answered them, are used again by the engine's periodic readers
+// (every scrape of its DLQ metrics, every alert round).
+const dlSourcesFresh = 5 * time.Second
+
+// dlSourcesAnswer is one shard leader's answer to ShardDLSourcesPath.
+type dlSourcesAnswer struct {
+	at time.Time
+	m  map[string][]string
+}
+
+// remoteDLSources returns the dead-letter sources of shard j, which this
+// node holds no copy of ([cluster] placement "subset"), from its leader:
+// each queue a RedrivePolicy there names, with the queues naming it
+// (server.ShardDLSourcesPath). An answer is used again for
+// dlSourcesFresh, unless fresh.
+func (n *Node) remoteDLSources(j int, fresh bool) (map[string][]string, error) {
+	n.mu.Lock()
+	a, ok := n.dlSources[j]
+	n.mu.Unlock()
+	if ok && !fresh && time.Since(a.at) < dlSourcesFresh {
+		return a.m, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b, err := n.shardRequest(ctx, j, http.MethodGet, server.ShardDLSourcesPath, nil, 4<<20, 0)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string][]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("shard %d's dead-letter sources: %w", j, err)
+	}
+	n.mu.Lock()
+	if n.dlSources == nil {
+		n.dlSources = map[int]dlSourcesAnswer{}
+	}
+	n.dlSources[j] = dlSourcesAnswer{at: time.Now(), m: m}
+	n.mu.Unlock()
+	return m, nil
 }

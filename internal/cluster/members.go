@@ -178,6 +178,7 @@ func (n *Node) memberInternalRoutes(mux *http.ServeMux, k int) {
 	mux.Handle("POST "+internalMembersPath, run(addChange))
 	mux.Handle("DELETE "+internalMembersPath+"/{id}", run(removeChange))
 	mux.Handle("POST "+retirePath, n.serveRetire(k))
+	mux.Handle("POST "+placeAddPath, run(placeAddChange))
 }
 
 // memberChange reads a membership request and returns the change it asks
@@ -235,6 +236,17 @@ func addChange(w http.ResponseWriter, r *http.Request) func(ctx context.Context,
 		return nil
 	}
 	return func(ctx context.Context, rn *raftstore.Node) error { return rn.AddMember(ctx, req.ID, req.Raft) }
+}
+
+// placeAddChange reads a placement controller's add (placeAddPath): a
+// MemberRequest, run with AddMemberAgain.
+func placeAddChange(w http.ResponseWriter, r *http.Request) func(ctx context.Context, rn *raftstore.Node) error {
+	req, err := decodeMemberRequest(r.Body)
+	if err != nil {
+		memberError(w, http.StatusBadRequest, "InvalidRequest", err.Error())
+		return nil
+	}
+	return func(ctx context.Context, rn *raftstore.Node) error { return rn.AddMemberAgain(ctx, req.ID, req.Raft) }
 }
 
 // decodeMemberRequest reads the body of POST /sluice/v1/cluster/members:

@@ -157,6 +157,9 @@ type Node struct {
 	// (follow.go). Under mu.
 	shardsCtx context.Context
 	shardRuns map[int]*shardRun
+	// dlSources are the dead-letter sources of shards this node holds no
+	// copy of, as their leaders last answered (remoteDLSources). Under mu.
+	dlSources map[int]dlSourcesAnswer
 	// bodies bounds the SQS request bodies buffered to find the shard of
 	// their queue (shards.go; only with several shards).
 	bodies *server.BodyBudget
@@ -720,16 +723,21 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 		// front-end deletes it (SQS, the admin API, AMQP), before the
 		// delete.
 		o.HoldDeleted = func(name string) error { return n.holdDeleted(k, name) }
-		o.SourcesElsewhere = func() (map[string][]string, error) {
+		o.SourcesElsewhere = func(fresh bool) (map[string][]string, error) {
 			all := map[string][]string{}
 			for j := range n.shards.Len() {
-				r := n.shards.Shard(j)
-				if j == k || r == nil {
-					continue // a shard not held: its sources are not known here yet (ADR 0016)
+				if j == k {
+					continue
 				}
-				m, err := server.StoredDeadLetterSources(r.Store())
+				var m map[string][]string
+				var err error
+				if r := n.shards.Shard(j); r != nil {
+					m, err = server.StoredDeadLetterSources(r.Store())
+				} else {
+					m, err = n.remoteDLSources(j, fresh) // a shard not held (ADR 0016): its leader's
+				}
 				if err != nil {
-					return nil, fmt.Errorf("shard %d's copy: %w", j, err)
+					return nil, fmt.Errorf("shard %d: %w", j, err)
 				}
 				for dlq, srcs := range m {
 					all[dlq] = append(all[dlq], srcs...)

@@ -436,8 +436,40 @@ func (n *Node) findTask(ctx context.Context, id string) int {
 		return k
 	}
 	_ = n.catchUp(ctx) // best effort: a task not found is answered by shard 0
-	k, _ := find()
-	return k
+	if k, ok := find(); ok {
+		return k
+	}
+	return n.findTaskElsewhere(ctx, id)
+}
+
+// findTaskElsewhere asks the leader of each shard this node holds no
+// copy of ([cluster] placement "subset") for its move tasks, and returns
+// the shard whose leader lists task id, 0 if none does (shard 0 then
+// answers that it is not found).
+func (n *Node) findTaskElsewhere(ctx context.Context, id string) int {
+	for k := 1; k < n.shards.Len(); k++ {
+		if n.shards.Held(k) {
+			continue
+		}
+		b, err := n.shardRequest(ctx, k, http.MethodGet, server.ShardTasksPath, nil, 16<<20, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		var list struct { // api.TaskList, as far as it is read here
+			Tasks []struct {
+				ID string `json:"id"`
+			} `json:"tasks"`
+		}
+		if json.Unmarshal(b, &list) != nil {
+			continue
+		}
+		for _, t := range list.Tasks {
+			if t.ID == id {
+				return k
+			}
+		}
+	}
+	return 0
 }
 
 // catchUpTimeout bounds catchUp: a shard without a leader for longer is

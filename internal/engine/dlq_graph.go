@@ -24,7 +24,7 @@ type DeadLetterTargeter interface {
 // sources live on other shards gets its DLQ alerts, metrics and advice
 // here); when they cannot be read, it is logged and they are left out.
 func (e *Engine) DeadLetterQueues() map[string][]string {
-	out, err := e.deadLetterQueues()
+	out, err := e.deadLetterQueues(false)
 	if err != nil {
 		e.log.Warn("cannot read the dead-letter sources of other shards; listing this shard's alone", "err", err)
 	}
@@ -32,8 +32,9 @@ func (e *Engine) DeadLetterQueues() map[string][]string {
 }
 
 // deadLetterQueues is DeadLetterQueues, with the error of
-// Options.SourcesElsewhere (out then holds this engine's sources alone).
-func (e *Engine) deadLetterQueues() (map[string][]string, error) {
+// Options.SourcesElsewhere (out then holds this engine's sources alone),
+// asked fresh or not.
+func (e *Engine) deadLetterQueues(fresh bool) (map[string][]string, error) {
 	out := make(map[string][]string)
 	var routed []string
 	for _, q := range e.allQueues() {
@@ -60,7 +61,7 @@ func (e *Engine) deadLetterQueues() (map[string][]string, error) {
 	var err error
 	if e.sourcesElsewhere != nil {
 		var other map[string][]string
-		if other, err = e.sourcesElsewhere(); err == nil {
+		if other, err = e.sourcesElsewhere(fresh); err == nil {
 			for dlq, srcs := range other {
 				if q, _ := e.lookup(dlq); q != nil {
 					out[dlq] = append(out[dlq], srcs...)

@@ -86,8 +86,12 @@ type Options struct {
 	// shards), those queues: they count as the sources of this engine's
 	// queues they name (DeadLetterQueues, ListDeadLetterSourceQueues, a
 	// redrive out of such a dead-letter queue, whose messages go back to
-	// them as transfers). It must not call the engine.
-	SourcesElsewhere func() (map[string][]string, error)
+	// them as transfers). fresh asks for an answer that reflects every
+	// change acknowledged before the call (an API call's: the sources
+	// of one dead-letter queue, a redrive's check); without it a recent
+	// answer may do (the periodic readers: metrics, alerts, the
+	// dashboard). It must not call the engine.
+	SourcesElsewhere func(fresh bool) (map[string][]string, error)
 	// HoldDeleted, when set, is called by DeleteQueue for a queue that
 	// exists, before anything of it is removed, outside every engine lock
 	// (not by DropQueue, which does not hold the name): a cluster with
@@ -185,10 +189,10 @@ type Engine struct {
 	taken  func(name string) bool // Options.NameTaken
 
 	// Transfers (transfer.go).
-	elsewhere        func(name string) bool              // Options.QueueHeldElsewhere
-	sourcesElsewhere func() (map[string][]string, error) // Options.SourcesElsewhere
-	holdDeleted      func(name string) error             // Options.HoldDeleted
-	transfers        atomic.Int64                        // transfer records written and not yet ended
+	elsewhere        func(name string) bool                        // Options.QueueHeldElsewhere
+	sourcesElsewhere func(fresh bool) (map[string][]string, error) // Options.SourcesElsewhere
+	holdDeleted      func(name string) error                       // Options.HoldDeleted
+	transfers        atomic.Int64                                  // transfer records written and not yet ended
 	transferPoke     chan struct{}
 	transferMu       sync.Mutex // serializes EndTransfers (its count)
 	importMu         sync.Mutex // serializes ImportTransfers (its dedup check and write)
@@ -836,7 +840,7 @@ func (e *Engine) deadLetterSources(dlq string) ([]string, error) {
 	if _, err := e.lookup(dlq); err != nil {
 		return nil, err
 	}
-	all, err := e.deadLetterQueues()
+	all, err := e.deadLetterQueues(true)
 	if err != nil {
 		return nil, err
 	}

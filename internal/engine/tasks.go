@@ -96,9 +96,20 @@ func (e *Engine) persistTask(tk *task) error {
 	return e.wait(p)
 }
 
-func (e *Engine) isDeadLetterQueue(name string) bool {
-	src, err := e.deadLetterSources(name)
-	return err == nil && len(src) > 0
+// isDeadLetterQueue reports whether some queue's RedrivePolicy names
+// name, here or on another shard (Options.SourcesElsewhere); ErrUnavailable
+// when none here does and the other shards' could not be read.
+func (e *Engine) isDeadLetterQueue(name string) (bool, error) {
+	all, err := e.deadLetterQueues(true)
+	switch {
+	case len(all[name]) > 0:
+		return true, nil
+	case err != nil:
+		// Its sources may be on another shard that did not answer: a
+		// retry may find them, so not ErrNotDeadLetterQueue.
+		return false, fmt.Errorf("%w: the dead-letter sources of other shards could not be read: %v", ErrUnavailable, err)
+	}
+	return false, nil
 }
 
 // coldCandidatesLocked calls fn for each cold message that a task with
@@ -150,7 +161,9 @@ func (e *Engine) checkMoveSpec(spec *MoveTaskSpec) error {
 	if err != nil {
 		return err
 	}
-	if !e.isDeadLetterQueue(spec.Source) {
+	if dlq, err := e.isDeadLetterQueue(spec.Source); err != nil {
+		return err
+	} else if !dlq {
 		return ErrNotDeadLetterQueue
 	}
 	if spec.Destination != "" {

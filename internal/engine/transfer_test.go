@@ -19,7 +19,7 @@ func shardPair(t *testing.T) (src, dst *fixture) {
 	dst = &fixture{t: t, st: newTestStore(t), clk: clk}
 	dst.opts = func(o *Options) {
 		o.QueueHeldElsewhere = func(name string) bool { return name == "q" }
-		o.SourcesElsewhere = func() (map[string][]string, error) {
+		o.SourcesElsewhere = func(bool) (map[string][]string, error) {
 			return map[string][]string{"dlq": {"q"}, "not-here": {"other"}}, nil
 		}
 	}

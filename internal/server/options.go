@@ -118,7 +118,7 @@ type Options struct {
 	// SourcesElsewhere, when set, maps every queue named by the
 	// RedrivePolicy of a queue of the cluster's other shards to those
 	// queues (engine.Options.SourcesElsewhere).
-	SourcesElsewhere func() (map[string][]string, error) `toml:"-"`
+	SourcesElsewhere func(fresh bool) (map[string][]string, error) `toml:"-"`
 	// HoldDeleted, when set, is asked to hold the name of every queue
 	// this server's engine deletes, before the delete
 	// (engine.Options.HoldDeleted): an error fails the delete, 503

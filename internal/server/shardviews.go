@@ -29,6 +29,7 @@ const (
 	ShardAlertsPath      = "/sluice/internal/shard/alerts"      // alerts.Manager.ServeHTTP: alerts.List
 	ShardAdvisorPath     = "/sluice/internal/shard/advisor"     // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
 	ShardDefinitionsPath = "/sluice/internal/shard/definitions" // GET Server.serveLocalDefinitions: Definitions; POST Server.declareLocalQueues
+	ShardDLSourcesPath   = "/sluice/internal/shard/dlsources"   // GET Server.serveLocalDLSources: StoredDeadLetterSources of this shard, as JSON
 )
 
 // Placement is a cluster shard and the node leading it
@@ -47,6 +48,7 @@ type ShardAnswer struct {
 // shardViews mounts the paths of this server's own listings on mux.
 func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard, al *alerts.Manager) {
 	mux.HandleFunc("GET "+ShardDefinitionsPath, s.serveLocalDefinitions)
+	mux.HandleFunc("GET "+ShardDLSourcesPath, s.serveLocalDLSources)
 	mux.HandleFunc("POST "+ShardDefinitionsPath, s.declareLocalQueues)
 	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
@@ -136,4 +138,19 @@ func readShards[L, T any](ctx context.Context, other func(ctx context.Context, p
 		out = append(out, items(l)...)
 	}
 	return out, errs
+}
+
+// serveLocalDLSources answers, as JSON, this shard's dead-letter sources
+// (StoredDeadLetterSources of its store: each queue a RedrivePolicy here
+// names, with the queues naming it), for a node that holds no copy of
+// this shard (Options.SourcesElsewhere, ADR 0016). 503 when the store
+// cannot be read.
+func (s *Server) serveLocalDLSources(w http.ResponseWriter, _ *http.Request) {
+	m, err := StoredDeadLetterSources(s.st)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(m) // a caller gone cannot be told
 }

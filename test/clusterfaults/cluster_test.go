@@ -585,6 +585,9 @@ func (c *testCluster) stable(ctx context.Context) (uint64, error) {
 				return 0, fmt.Errorf("node %d lists %d shards, not %d", m.id, len(rep.Shards), c.shards)
 			}
 			for _, sh := range rep.Shards {
+				if sh.NotHeld {
+					continue // as its leader recorded it, maybe a term behind
+				}
 				if sh.Leader == 0 {
 					return 0, fmt.Errorf("node %d knows no leader of shard %d", m.id, sh.Shard)
 				}
@@ -625,6 +628,7 @@ type observation struct {
 	term       uint64
 	role       string
 	leader     uint64
+	voters     []uint64 // the shard's voters as the node saw them (a status's, shards above 0)
 }
 
 // monitor polls every node's /sluice/v1/cluster and keeps every answer
@@ -679,7 +683,10 @@ func (c *testCluster) startMonitor(ctx context.Context) *monitor {
 					} else {
 						mo.obs[i] = append(mo.obs[i], observation{start: start, end: end, term: rep.Node.Term, role: rep.Node.Role, leader: rep.Node.Leader})
 						for _, sh := range rep.Shards[min(1, len(rep.Shards)):] { // shard 0 is rep.Node
-							mo.obs[i] = append(mo.obs[i], observation{start: start, end: end, shard: uint64(sh.Shard), term: sh.Term, role: sh.Role, leader: sh.Leader})
+							if sh.NotHeld {
+								continue // a copy of shard 0's record, judged through its holders
+							}
+							mo.obs[i] = append(mo.obs[i], observation{start: start, end: end, shard: uint64(sh.Shard), term: sh.Term, role: sh.Role, leader: sh.Leader, voters: sh.Voters})
 						}
 					}
 					mo.mu.Unlock()
@@ -706,46 +713,97 @@ func (mo *monitor) answeringShards() []uint64 {
 	return out
 }
 
-// placedOn lists the nodes shard k lives on with a subset placement: the
-// replication factor's worth (3, clusterTOML) of the ids 1…n from the
-// (k−1)-th on, as internal/cluster's subsetPlan places them; every node
-// for shard 0, or without a subset placement.
-func (c *testCluster) placedOn(k int) []uint64 {
-	const factor = 3
-	n := len(c.nodes)
-	var out []uint64
-	if !c.subset || k == 0 || factor >= n {
-		for i := range n {
-			out = append(out, uint64(i+1))
-		}
-		return out
-	}
-	for i := range factor {
-		out = append(out, uint64((k-1+i)%n+1))
-	}
-	return out
-}
-
-// leadersOffPlacement lists every leader of a shard that the nodes'
-// statuses or the SQS answers named and that is not among the nodes the
-// shard lives on (placedOn), and returns how many it judged.
-func (mo *monitor) leadersOffPlacement() (off []string, judged int) {
+// leadersOffVoters lists every leader of a shard above 0 that a node
+// holding the shard named while not listing it among the shard's voters
+// (with a subset placement the shards' members move, ADR 0016: a leader
+// must still be one of them), and returns how many it judged.
+func (mo *monitor) leadersOffVoters() (off []string, judged int) {
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	all := slices.Clone(mo.headers)
-	for _, obs := range mo.obs {
-		all = append(all, obs...)
-	}
-	for _, o := range all {
-		if o.leader == 0 {
-			continue
-		}
-		judged++
-		if on := mo.c.placedOn(int(o.shard)); !slices.Contains(on, o.leader) {
-			off = append(off, fmt.Sprintf("shard %d led by node %d in term %d, which it does not live on (%v)", o.shard, o.leader, o.term, on))
+	for i, obs := range mo.obs {
+		for _, o := range obs {
+			if o.shard == 0 || o.leader == 0 || len(o.voters) == 0 {
+				continue // a member still joining knows its leader before its membership
+			}
+			judged++
+			if !slices.Contains(o.voters, o.leader) {
+				off = append(off, fmt.Sprintf("node %d: shard %d led by node %d in term %d, not one of its voters %v", i+1, o.shard, o.leader, o.term, o.voters))
+			}
 		}
 	}
 	return off, judged
+}
+
+// placementFactor is clusterTOML's replication_factor.
+const placementFactor = 3
+
+// awaitSettled polls placementSettled until it holds or limit passes, and
+// returns its last error.
+func (c *testCluster) awaitSettled(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := c.placementSettled(ctx, placementFactor)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		faults.SleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+// placementSummary counts, from the nodes' logs, the placement
+// controller's moves (ADR 0016): learners it added, members its marks
+// removed, and the groups nodes joined and left.
+func placementSummary(logs [][]byte) string {
+	var added, removed, joined, left int
+	for _, b := range logs {
+		added += bytes.Count(b, []byte("placement: a node added to a shard as a learner"))
+		removed += bytes.Count(b, []byte("raftstore: removing a learner the placement moves out"))
+		joined += bytes.Count(b, []byte("joined the shard: its leader added this node"))
+		left += bytes.Count(b, []byte("left the shard: its leader moved this node out"))
+	}
+	return fmt.Sprintf("placement moves: learners added %d, members moved out %d; groups joined %d, left %d", added, removed, joined, left)
+}
+
+// placementSettled is, with a subset placement, whether every shard
+// above 0 has come to rest after the faults: factor voters (every node
+// when there are no more) and no learner, as every node's status says,
+// and held by exactly those nodes; it describes what is not so.
+func (c *testCluster) placementSettled(ctx context.Context, factor int) error {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	holders := map[int][]uint64{}
+	members := map[int]string{}
+	for _, m := range c.nodes {
+		srv, _ := m.current()
+		if srv == nil {
+			return fmt.Errorf("node %d is down", m.id)
+		}
+		rep, err := status(ctx, hc, srv.URL())
+		if err != nil {
+			return fmt.Errorf("node %d: %w", m.id, err)
+		}
+		for _, sh := range rep.Shards {
+			if sh.Shard == 0 {
+				continue
+			}
+			if len(sh.Learners) > 0 || len(sh.Voters) != min(factor, len(c.nodes)) {
+				return fmt.Errorf("node %d sees shard %d on voters %v, learners %v", m.id, sh.Shard, sh.Voters, sh.Learners)
+			}
+			v := fmt.Sprint(sh.Voters)
+			if was, ok := members[sh.Shard]; ok && was != v {
+				return fmt.Errorf("shard %d on %s as one node sees it, %s as node %d does", sh.Shard, was, v, m.id)
+			}
+			members[sh.Shard] = v
+			if !sh.NotHeld {
+				holders[sh.Shard] = append(holders[sh.Shard], m.id)
+			}
+		}
+	}
+	for k, v := range members {
+		if fmt.Sprint(holders[k]) != v {
+			return fmt.Errorf("shard %d on %s, held by %v", k, v, holders[k])
+		}
+	}
+	return nil
 }
 
 // close stops the pollers.
