@@ -105,12 +105,12 @@ crash: ## long SIGKILL crash test (CRASH_ITERATIONS kills)
 faults: ## fault-injection tests (SIGKILL, SIGSTOP, power loss, EIO/ENOSPC, WAL bit flips) for FAULTS_BUDGET of load
 	SLUICE_FAULTS_BUDGET=$(FAULTS_BUDGET) $(GO) test -count=1 -timeout 60m -run . -v ./test/faults/
 
-cluster-faults: ## cluster fault harness (partitions, one-way, delay, cut forwards, kill -9 of one, a majority or all, SIGSTOP, graceful handover; one node's clock 20 s ahead): 3 nodes, 3 nodes FIFO, 5 nodes, 5 nodes with 3 shards, 5 nodes with 3 shards placed on subsets, CLUSTER_FAULTS_DURATION each (SLUICE_FAULT_SEED reproduces); then 100 rounds of whole-group power cuts under load
+cluster-faults: ## cluster fault harness (partitions, one-way, delay, cut forwards, kill -9 of one, a majority or all, SIGSTOP, graceful handover; one node's clock 20 s ahead): 3 nodes, 3 nodes FIFO, 5 nodes, 5 nodes with 3 shards, 5 nodes with 5 shards placed on subsets, CLUSTER_FAULTS_DURATION each (SLUICE_FAULT_SEED reproduces); then 100 rounds of whole-group power cuts under load
 	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=3 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=3 SLUICE_CLUSTER_FAULTS_FIFO=1 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 SLUICE_CLUSTER_FAULTS_SHARDS=3 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
-	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 SLUICE_CLUSTER_FAULTS_SHARDS=3 SLUICE_CLUSTER_FAULTS_PLACEMENT=subset $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
+	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 SLUICE_CLUSTER_FAULTS_SHARDS=5 SLUICE_CLUSTER_FAULTS_PLACEMENT=subset $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 	SLUICE_RAFT_POWERCUT_ROUNDS=100 $(GO) test -count=1 -timeout 30m -run TestPowerCutsUnderLoad -v ./internal/cluster/raftstore/
 
 soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DURATION, drain, disk reclamation (writes ~2 GB; SLUICE_SOAK_DIR)

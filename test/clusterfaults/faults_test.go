@@ -160,17 +160,23 @@ func settings(t testing.TB) (time.Duration, int, uint64) {
 
 // fault is one injected fault: apply starts it, heal ends it.
 type fault struct {
-	kind  string // partition, one-way, delay, kill, kill-leader, kill-majority, kill-all, pause, client-cut or handover
+	kind  string // partition, one-way, delay, kill, kill-leader, kill-majority, kill-all, pause, client-cut, handover or kill-long
 	name  string
 	apply func() error
 	heal  func() error
 }
 
+// killLongHold is how long a kill-long fault keeps its node down: more
+// than a placement controller round (10 s) past replace_after (2 s), so
+// that the controller replaces it in its shards (ADR 0016).
+const killLongHold = 14 * time.Second
+
 // nextFault draws the k-th fault (from 0) for a cluster whose every node
 // is up and whose leader is leader (index into c.nodes). The first two are
 // always kill-leader and a partition of the leader, so that every run, even
-// a short one, loses a leader both ways; the rest are drawn from the RNG,
-// of kinds.
+// a short one, loses a leader both ways; with a subset placement the third
+// is kill-long (a node down for killLongHold); the rest are drawn from the
+// RNG, of kinds.
 func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, kinds []string, k, leader int) fault {
 	n := len(c.nodes)
 	i := rng.IntN(n)
@@ -181,11 +187,16 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, kinds []str
 	}
 	healLinks := func() error { c.healLinks(); return nil }
 	kind := kinds[rng.IntN(len(kinds))]
-	switch k {
-	case 0:
+	switch {
+	case k == 0:
 		kind = "kill-leader"
-	case 1:
+	case k == 1:
 		kind = "partition"
+	case k == 2 && c.subset:
+		// With a subset placement, one node down long enough for the
+		// placement controller to move its shards (and back, to move
+		// one off again), in every run, however short.
+		kind = "kill-long"
 	}
 	switch kind {
 	case "partition":
@@ -233,6 +244,9 @@ func (c *testCluster) nextFault(ctx context.Context, rng *rand.Rand, kinds []str
 			i, id = leader, c.nodes[leader].id
 		}
 		return fault{kind, fmt.Sprintf("%s: SIGKILL node %d, restart it", kind, id),
+			func() error { return c.kill(i) }, func() error { return c.start(ctx, i) }}
+	case "kill-long":
+		return fault{kind, fmt.Sprintf("kill-long: SIGKILL node %d, restart it", id),
 			func() error { return c.kill(i) }, func() error { return c.start(ctx, i) }}
 	case "kill-majority":
 		// A majority of the nodes at once, the leader among them: with
@@ -368,6 +382,9 @@ func TestClusterFaults(tt *testing.T) {
 	for time.Now().Before(end) && ctx.Err() == nil {
 		f := c.nextFault(ctx, rng, drawn, len(injected), int(leader-1))
 		hold := time.Duration(1000+rng.IntN(4000)) * time.Millisecond
+		if f.kind == "kill-long" {
+			hold = killLongHold
+		}
 		t.Logf("%s: %s for %v", time.Now().Format("15:04:05.000"), f.name, hold.Round(time.Millisecond))
 		if err := f.apply(); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
