@@ -82,6 +82,9 @@ func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, st := range c.statuses() {
+		if st.ID == 0 {
+			continue // a shard this node holds no copy of (ADR 0016): no series, rather than zeros
+		}
 		c.collect(ch, k, st)
 	}
 }

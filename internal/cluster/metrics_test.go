@@ -187,9 +187,10 @@ func TestRaftMetricsCountLearners(t *testing.T) {
 }
 
 // TestRaftMetricsPerShard: with several shards every sluice_raft_* series
-// carries its shard, each shard's status its own.
+// carries its shard, each shard's status its own; a shard the node holds
+// no copy of (placement "subset": a zero status) has none.
 func TestRaftMetricsPerShard(t *testing.T) {
-	sts := []raftstore.Status{{ID: 2, Role: "follower", Term: 4, Leader: 1}, {ID: 2, Role: "leader", Term: 9, Leader: 2, Match: map[uint64]uint64{1: 5, 2: 7}, LastIndex: 7}}
+	sts := []raftstore.Status{{ID: 2, Role: "follower", Term: 4, Leader: 1}, {ID: 2, Role: "leader", Term: 9, Leader: 2, Match: map[uint64]uint64{1: 5, 2: 7}, LastIndex: 7}, {}}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newRaftCollector(func() []raftstore.Status { return sts }, true))
 	mfs, err := reg.Gather()
@@ -218,5 +219,10 @@ func TestRaftMetricsPerShard(t *testing.T) {
 	}
 	if _, ok := got["sluice_raft_term"]; ok {
 		t.Error("an unlabelled sluice_raft_term next to the sharded ones")
+	}
+	for key := range got {
+		if strings.Contains(key, "shard=2") {
+			t.Errorf("%s: a series for a shard not held", key)
+		}
 	}
 }
