@@ -22,9 +22,11 @@
 # ENTRY ("spread", or "leader": each bench through its queue's leader),
 # KEEP (1: leave the last layout's directory, logs and bench outputs),
 # REPEAT (1), LAYOUTS ("single cluster1 shards3"; also nNsS: N nodes with S
-# shards, e.g. n5s5, at the default replication factor of 3; and nNsSsub,
+# shards, e.g. n5s5, at the default replication factor of 3; nNsSsub,
 # the same with --placement subset, each shard above 0 on three nodes
-# only, ADR 0016).
+# only, ADR 0016; and nNsSsubgM, that cluster grown to M nodes before the
+# load: nodes N+1..M started with --join and added with `sluice cluster
+# add`, and the placement controller's moves waited for).
 set -u
 bin="${SLUICE_BIN:-./sluice}"
 QUEUES="${QUEUES:-6}" PRODUCERS="${PRODUCERS:-2}" CONSUMERS="${CONSUMERS:-2}" DURATION="${DURATION:-20s}"
@@ -39,9 +41,10 @@ cpu() { # total utime+stime ticks of the given pids
   local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 
 run_layout() { # layout
-  local layout=$1 nodes=3 shards=1 placement=all
+  local layout=$1 nodes=3 shards=1 placement=all boot=0
   case $layout in
     single) nodes=1;; cluster1) shards=1;; shards3) shards=3;;
+    n[0-9]*s[0-9]*subg[0-9]*) boot=${layout#n}; boot=${boot%%s*}; shards=${layout#*s}; shards=${shards%sub*}; nodes=${layout##*g}; placement=subset;;
     n[0-9]*s[0-9]*sub) nodes=${layout#n}; nodes=${nodes%%s*}; shards=${layout#*s}; shards=${shards%sub}; placement=subset;;
     n[0-9]*s[0-9]*) nodes=${layout#n}; nodes=${nodes%%s*}; shards=${layout#*s};; # e.g. n5s5: 5 nodes, 5 shards
     *) echo "unknown layout $layout"; return 1;;
@@ -50,14 +53,41 @@ run_layout() { # layout
   local R=() S=() A=() pids=()
   local P=($(ports $((3 * nodes))))
   for i in $(seq 0 $((nodes - 1))); do R+=(${P[$i]}); S+=(${P[$((nodes + i))]}); A+=(${P[$((2 * nodes + i))]}); done
+  [ $boot -gt 0 ] || boot=$nodes
   local peers=""
-  for i in $(seq 1 $nodes); do peers="$peers${peers:+,}$i=127.0.0.1:${R[$((i-1))]}"; done
+  for i in $(seq 1 $boot); do peers="$peers${peers:+,}$i=127.0.0.1:${R[$((i-1))]}"; done
   for i in $(seq 1 $nodes); do
     local args=(server --data-dir $W/n$i --sqs-listen 127.0.0.1:${S[$((i-1))]} --amqp-listen 127.0.0.1:${A[$((i-1))]})
-    if [ $nodes -gt 1 ]; then args+=(--node-id $i --peers $peers --shards $shards --placement $placement); fi
+    if [ $i -gt $boot ]; then
+      args+=(--node-id $i --peers $peers,$i=127.0.0.1:${R[$((i-1))]} --join --shards $shards --placement $placement)
+    elif [ $nodes -gt 1 ]; then
+      args+=(--node-id $i --peers $peers --shards $shards --placement $placement)
+    fi
     $bin "${args[@]}" > $W/n$i.log 2>&1 &
     pids+=($!)
   done
+  if [ $boot -lt $nodes ]; then
+    # Grow: once the boot nodes serve, add the others; then wait until
+    # every shard above 0 is on three voters and no learner, as node 1
+    # reports it, and has stayed so for 25 s (the controller moves one
+    # member per shard per 10 s round).
+    for _ in $(seq 1 300); do curl -sf http://127.0.0.1:${S[0]}/health > /dev/null && break; sleep 0.2; done
+    for i in $(seq $((boot + 1)) $nodes); do
+      $bin cluster add $i 127.0.0.1:${R[$((i-1))]} --endpoint http://127.0.0.1:${S[0]} > /dev/null || echo "  cluster add $i failed"
+    done
+    local shape="" since=$SECONDS
+    for _ in $(seq 1 1500); do
+      local now
+      now=$(curl -s http://127.0.0.1:${S[0]}/sluice/v1/cluster | python3 -c 'import sys,json
+r=json.load(sys.stdin); sh=[s for s in r.get("shards",[]) if s["shard"]>0]
+ok=all(len(s.get("voters") or [])==3 and not s.get("learners") for s in sh)
+print(("ok " if ok else "moving ") + " ".join("%d:%s" % (s["shard"], ",".join(map(str, s.get("voters") or []))) for s in sh))' 2>/dev/null)
+      [ "$now" = "$shape" ] || { shape=$now; since=$SECONDS; }
+      [ "${shape%% *}" = ok ] && [ $((SECONDS - since)) -ge 25 ] && break
+      sleep 0.2
+    done
+    echo "  grown from $boot to $nodes nodes: shards on ${shape#* } (after $SECONDS s of the script)"
+  fi
   # Ready: every node answers /health; with shards, every node leads one
   # (all), or the shards' leaders have not changed for 25 s (subset,
   # always: the balancer moves one leadership every other 10 s round at

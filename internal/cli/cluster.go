@@ -49,7 +49,11 @@ on stderr where the node stands in the leader's view (not heard from yet,
 entries behind, in sync) when that changes, and every 15s. With [cluster]
 shards above 1, add and remove change every shard, and --wait waits until
 the node is a voter of every shard (a standby: caught up in shard 0 and a
-member of every other). Node ids are never reused.
+member of every other); with placement "subset" they change shard 0 only,
+--wait waits for shard 0, and the placement controller then moves shards
+onto an added node and off a removed one (status shows each shard's
+members, also of shards the node asked holds no copy of: not-held).
+Node ids are never reused.
 
 remove takes a member (voter or learner) out of the group (a dead one, or
 one to retire); stop its process afterwards. Both wait until the leader
