@@ -27,6 +27,7 @@ package cluster
 // so a new leader of shard 0 goes on where the last one stopped.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -207,10 +208,7 @@ func (n *Node) controlPlacement(ctx context.Context, log *slog.Logger) {
 func (n *Node) placementView(since time.Time) placementView {
 	v := placementView{factor: n.opts.Cluster.Factor(), live: map[uint64]bool{}, shards: map[int]shardRecord{}}
 	st := n.raft.Status()
-	quiet := time.Duration(n.opts.Cluster.ReplaceAfter)
-	if quiet <= 0 {
-		quiet = 30 * time.Second
-	}
+	quiet := cmp.Or(time.Duration(n.opts.Cluster.ReplaceAfter), raftstore.DefaultReplaceAfter)
 	now := time.Now()
 	for _, m := range st.Members {
 		v.nodes = append(v.nodes, m.ID)
@@ -266,11 +264,7 @@ func (n *Node) applyMove(ctx context.Context, m placementMove) error {
 	_, err = n.shardRequest(ctx, m.shard, http.MethodPost, path, body, 64<<10, MembershipTimeout)
 	var ae *shardAnswerError
 	if errors.As(err, &ae) {
-		var eb struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(ae.body, &eb) // an answer without a code is reported by its status
-		return &remoteMemberError{status: ae.status, code: eb.Error.Code, msg: eb.Error.Message}
+		return memberAnswer(ae.status, bytes.NewReader(ae.body))
 	}
 	return err
 }

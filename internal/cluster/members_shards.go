@@ -134,11 +134,18 @@ func (n *Node) changeShard(ctx context.Context, k int, r *http.Request, body []b
 		_, _ = io.Copy(io.Discard, resp.Body) // a drained body keeps the connection
 		return nil
 	}
+	return memberAnswer(resp.StatusCode, resp.Body)
+}
+
+// memberAnswer is a shard leader's refusal of a membership change, read
+// from its answer's status and error body ({"error": {"code",
+// "message"}}, memberError).
+func memberAnswer(status int, body io.Reader) *remoteMemberError {
 	var eb struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
-	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&eb) // an answer without a code is reported by its status
-	return &remoteMemberError{status: resp.StatusCode, code: eb.Error.Code, msg: eb.Error.Message}
+	_ = json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&eb) // an answer without a code is reported by its status
+	return &remoteMemberError{status: status, code: eb.Error.Code, msg: eb.Error.Message}
 }
 
 // remoteMemberError is a shard leader's refusal of a membership change.

@@ -191,15 +191,6 @@ func (n *Node) recordedLeader(k int) uint64 {
 // The record may be of a leader that has since lost the shard; a request
 // sent there is refused, and retried once a newer record arrives.
 func (n *Node) recordedTarget(k int) (Advertisement, uint64, bool) {
-	st := n.raft.Store()
-	l, ok, err := server.StoredLeader(st, k)
-	_ = st.Close() // a view: closing it ends nothing beneath
-	if err != nil || !ok {
-		return Advertisement{}, 0, false
-	}
-	var ad Advertisement
-	if json.Unmarshal(l.Ad, &ad) != nil || ad.Term != l.Term {
-		return Advertisement{}, 0, false
-	}
-	return ad, l.Node, true
+	rec, leader, ok := n.shardRecordOf(k)
+	return rec.Advertisement, leader, ok
 }
