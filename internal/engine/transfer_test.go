@@ -397,3 +397,38 @@ func TestTransferReadyAfterTheWrite(t *testing.T) {
 		t.Fatalf("%d transfer batches, %d written after the mover was told; want 3, 0", ws.seen, ws.early)
 	}
 }
+
+// TestMoveTaskWhenOtherShardsDoNotAnswer: a redrive out of a queue
+// whose only sources would be on other shards is refused with
+// ErrUnavailable (retryable) when those shards' sources cannot be read,
+// not with ErrNotDeadLetterQueue; one with a source here starts anyway;
+// and the API readers ask for a fresh answer where the periodic ones do
+// not.
+func TestMoveTaskWhenOtherShardsDoNotAnswer(t *testing.T) {
+	var asked []bool
+	f := &fixture{t: t, st: newTestStore(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	f.opts = func(o *Options) {
+		o.SourcesElsewhere = func(fresh bool) (map[string][]string, error) {
+			asked = append(asked, fresh)
+			return nil, errors.New("shard 2's leader did not answer")
+		}
+	}
+	f.open()
+	f.create("graves", nil)
+	f.create("local-dlq", nil)
+	f.create("src", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Target: "local-dlq", MaxReceiveCount: 1} })
+	if _, err := f.e.StartMoveTask(MoveTaskSpec{Source: "graves"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a redrive whose sources are unreadable: %v, want ErrUnavailable", err)
+	}
+	if _, err := f.e.StartMoveTask(MoveTaskSpec{Source: "local-dlq"}); err != nil {
+		t.Fatalf("a redrive with a source on this shard: %v", err)
+	}
+	if !slices.Contains(asked, true) {
+		t.Fatalf("the redrive's check asked %v, want a fresh answer", asked)
+	}
+	asked = nil
+	_ = f.e.DeadLetterQueues()
+	if !slices.Equal(asked, []bool{false}) {
+		t.Fatalf("DeadLetterQueues asked %v, want one answer that need not be fresh", asked)
+	}
+}
