@@ -14,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum priority-vs-rabbitmq fuzz crash faults cluster-faults soak perf perf-fifo perf-many release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum bench-repair priority-vs-rabbitmq fuzz crash faults cluster-faults soak perf perf-fifo perf-many release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -92,6 +92,9 @@ bench-vs-rabbitmq: ## sluice bench amqp against RabbitMQ and Sluice in one run, 
 
 bench-quorum: ## issue 14's comparison: sluice bench amqp against a RabbitMQ quorum queue, a 3-node Sluice cluster's leader and one Sluice node (quiet machine; DURATION, RATE_DURATION, REPEAT, SCENARIOS, BROKERS; SLUICE_BASE for an A/B of two builds)
 	scripts/bench-quorum.sh
+
+bench-repair: ## how long a node added to a 3-node cluster takes to catch up a large backlog by snapshot, and the cost to a steady load meanwhile (quiet machine; MESSAGES, SIZE, SHARDS, RATE; builds ./sluice)
+	$(GO) build -o sluice ./cmd/sluice && scripts/bench-repair.sh
 
 priority-vs-rabbitmq: ## the order of N messages of random priorities on a priority queue, Sluice against RabbitMQ (N, MAXP, SEED)
 	scripts/priority-vs-rabbitmq.sh

@@ -179,3 +179,27 @@ func TestRunSQSReportsErrorCodes(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestRunSQSSendOnly: with -consumers 0 the run sends its messages and
+// leaves them in the queue (a backlog for another test to drain).
+func TestRunSQSSendOnly(t *testing.T) {
+	fake := newFakeSQS()
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	o := DefaultSQSOptions()
+	o.Endpoint, o.Messages, o.Size, o.Producers, o.Consumers = srv.URL, 500, 64, 2, 0
+	var out strings.Builder
+	res, err := RunSQS(context.Background(), o, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	left := len(fake.queue)
+	fake.mu.Unlock()
+	if res.Sent != 500 || res.Received != 0 || res.Deleted != 0 || left != 500 {
+		t.Fatalf("sent/received/deleted = %d/%d/%d, %d left in the queue; want 500/0/0, 500 left", res.Sent, res.Received, res.Deleted, left)
+	}
+	if res.SendRate <= 0 {
+		t.Fatalf("send rate %v", res.SendRate)
+	}
+}

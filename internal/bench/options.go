@@ -95,7 +95,7 @@ func (o *SQSOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Endpoint, "endpoint", o.Endpoint, "broker SQS endpoint URL")
 	fs.StringVar(&o.Queue, "queue", o.Queue, "queue name (created if missing)")
 	fs.IntVar(&o.Producers, "producers", o.Producers, "concurrent senders")
-	fs.IntVar(&o.Consumers, "consumers", o.Consumers, "concurrent receivers")
+	fs.IntVar(&o.Consumers, "consumers", o.Consumers, "concurrent receivers (0: send only, the messages stay in the queue)")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "messages per SendMessageBatch / ReceiveMessage (1-10)")
 	fs.IntVar(&o.Size, "size", o.Size, fmt.Sprintf("message body size in bytes (>= %d)", PrefixLen))
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "send duration (ignored with -messages)")
@@ -120,8 +120,8 @@ func (o *SQSOptions) Validate() error {
 		return fmt.Errorf("bench: -endpoint %q: want http://host:port", o.Endpoint)
 	case o.Queue == "" || len(o.Queue) > 80:
 		return errors.New("bench: -queue must be 1-80 characters")
-	case o.Producers < 1 || o.Consumers < 1:
-		return errors.New("bench: -producers and -consumers must be >= 1")
+	case o.Producers < 1 || o.Consumers < 0:
+		return errors.New("bench: -producers must be >= 1 and -consumers >= 0")
 	case o.Batch < 1 || o.Batch > 10:
 		return fmt.Errorf("bench: -batch %d: must be 1-10", o.Batch)
 	case o.Size < PrefixLen || o.Size > 256*1024:

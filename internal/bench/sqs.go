@@ -222,7 +222,11 @@ func (r *run) do(ctx context.Context) (SQSResult, error) {
 		}
 	}
 	res.Latency, res.SendRTT, res.DeleteRTT = summarize(&h), summarize(&send), summarize(&del)
-	if res.CPUUse, err = cpu.stop(res.Deleted); err != nil {
+	perMessage := res.Deleted
+	if o.Consumers == 0 {
+		perMessage = res.Sent // send only: the CPU per message sent
+	}
+	if res.CPUUse, err = cpu.stop(perMessage); err != nil {
 		return res, err
 	}
 	return res, ctx.Err()
