@@ -179,6 +179,7 @@ func (n *Node) memberInternalRoutes(mux *http.ServeMux, k int) {
 	mux.Handle("DELETE "+internalMembersPath+"/{id}", run(removeChange))
 	mux.Handle("POST "+retirePath, n.serveRetire(k))
 	mux.Handle("POST "+placeAddPath, run(placeAddChange))
+	mux.Handle("GET "+shardViewPath, n.serveShardViewInternal(k))
 }
 
 // memberChange reads a membership request and returns the change it asks

@@ -938,6 +938,9 @@ func (n *Node) routes() http.Handler {
 	// The node's own status is an operator surface: behind [http_auth]
 	// when configured, and the browser defences, like /metrics.
 	mux.Handle("GET /sluice/v1/cluster", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveStatus), ha), n.opts.AllowedHosts))
+	// One shard's leader, members and their lag (shardview.go), behind
+	// the same guards.
+	mux.Handle("GET /sluice/v1/cluster/shards/{shard}", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveShardView), ha), n.opts.AllowedHosts))
 	// Each node's own Raft metrics, with the engine's on the leader
 	// (metrics.go).
 	mux.Handle("GET /metrics", server.BrowserGuard(httpauth.Middleware(http.HandlerFunc(n.serveMetrics), ha), n.opts.AllowedHosts))

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -212,6 +215,71 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Each shard's view (the dashboard's queue page), through every node,
+	// also one that holds no copy of the shard: its leader's, with the
+	// shard's own members and their lag.
+	for _, n := range nodes {
+		for k := range 3 {
+			poll.CheckFor(t, 10*time.Second, func() error {
+				v, code := getShardView(t, n, strconv.Itoa(k))
+				if code != http.StatusOK {
+					return fmt.Errorf("node %d: shard %d's view answered %d", n.opts.Cluster.NodeID, k, code)
+				}
+				var want []uint64
+				for id, held := range holds {
+					if slices.Contains(held, k) {
+						want = append(want, id)
+					}
+				}
+				slices.Sort(want)
+				var got []uint64
+				for _, m := range v.Members {
+					got = append(got, m.ID)
+					// Shard 0 is on every node: two voters (the factor)
+					// and a standby learner.
+					if (m.Membership != "voter" && k > 0) || m.Raft == "" {
+						return fmt.Errorf("node %d: shard %d's member %+v", n.opts.Cluster.NodeID, k, m)
+					}
+					if m.ID == v.Leader && (m.Applied == 0 || m.Role != "leader" || m.Lag != 0) {
+						return fmt.Errorf("node %d: shard %d's leader in its view %+v", n.opts.Cluster.NodeID, k, m)
+					}
+				}
+				leader := -1
+				for i, o := range nodes {
+					if o.leadsShard(k) {
+						leader = i
+					}
+				}
+				if !slices.Equal(got, want) || leader < 0 || v.Leader != nodes[leader].opts.Cluster.NodeID || v.LastIndex == 0 {
+					return fmt.Errorf("node %d: shard %d's view %+v: want members %v, led by node %d", n.opts.Cluster.NodeID, k, v, want, leader+1)
+				}
+				return nil
+			})
+		}
+		for _, bad := range []string{"3", "-1", "x"} {
+			if _, code := getShardView(t, n, bad); code != http.StatusNotFound {
+				t.Fatalf("node %d: the view of shard %q answered %d, want 404", n.opts.Cluster.NodeID, bad, code)
+			}
+		}
+	}
+}
+
+// getShardView reads GET /sluice/v1/cluster/shards/{k} on node n.
+func getShardView(t *testing.T, n *Node, k string) (ClusterView, int) {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/sluice/v1/cluster/shards/" + k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var v ClusterView
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v, resp.StatusCode
 }
 
 // TestCheckPlacement: a new data directory is stamped "subset" (beside the

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -258,6 +260,38 @@ func TestClusterPageShards(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A queue's page shows its own shard's replication: that shard's
+	// leader, not shard 0's (the cluster view's), with the shard's voters
+	// and their lag. A queue of a shard led by another node than shard
+	// 0's tells them apart.
+	shards := nodes[0].Status().Shards
+	var name string
+	for n, k := range shardOf {
+		if shards[k].Leader != shards[0].Leader {
+			name = n
+		}
+	}
+	if name == "" {
+		t.Fatalf("no queue on a shard led by another node than shard 0's: %+v", shards)
+	}
+	k := shardOf[name]
+	do(t, ctx, "open the queue page of "+name, chromedp.Navigate("http://"+nodes[2].HTTPAddr()+"/ui/#/queue/"+name))
+	poll.CheckFor(t, 30*time.Second, func() error {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => { const r = document.getElementById('queue-replication');
+			if (!r || r.hidden || !r.querySelector('.repl-leader')) return [];
+			return ['.repl-shard', '.repl-leader', '.repl-voters', '.repl-lag'].map((c) => (r.querySelector(c) || {}).innerText || ''); })()`))
+		if err != nil {
+			return err
+		}
+		leader := nodes[0].Status().Shards[k].Leader
+		want := []string{fmt.Sprintf("shard %d", k), "node " + itoa(leader), "1, 2, 3 (replication factor 3)"}
+		if len(got) != 4 || !slices.Equal(got[:3], want) || len(regexp.MustCompile(`node \d+: [0-9,]+`).FindAllString(got[3], -1)) != 2 {
+			return fmt.Errorf("%s (shard %d) replication section %q, want %q and two followers' lag", name, k, got, want)
+		}
+		return nil
+	})
+	screenshot(t, ctx, shotDir(t), "queue-shard-replication.png")
 	if errs := cons.errors(false); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

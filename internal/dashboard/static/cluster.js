@@ -60,7 +60,7 @@ export function render(main, _param, ctx) {
   const shardBody = h('tbody', {});
   const shards = h('div', { class: 'table-wrap', hidden: true },
     h('table', { class: 'findings shards', id: 'cluster-shards' },
-      h('caption', {}, 'Every shard, as this node sees it: the members above belong to each; each shard elects its own leader.'),
+      h('caption', {}, 'Every shard, as this node sees it: each elects its own leader among its voters; a queue’s page shows its shard’s members and their lag.'),
       h('thead', {}, h('tr', {}, SHARD_COLUMNS.map(([c, title]) => h('th', { scope: 'col', title }, c)))), shardBody));
   main.append(
     h('div', { class: 'page-head' }, h('h1', {}, 'Cluster')),

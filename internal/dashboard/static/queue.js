@@ -25,12 +25,20 @@ export function render(main, name, ctx) {
   let busy = false;
   let loaded = false;
   // Only in cluster mode (ctx.clustered): a single node answers 404.
-  const loadReplication = async (signal) => {
+  // With shards, the queue's own shard: its leader and members are not
+  // shard 0's (the cluster view's).
+  const loadReplication = async (q, signal) => {
     if (!(await ctx.clustered)) return;
     try {
-      replicationSection(repl, await api(CLUSTER, { signal }));
+      if (q.shard !== undefined && q.shard !== null) {
+        replicationSection(repl, await api(`${CLUSTER}/shards/${q.shard}`, { signal }), q.shard);
+      } else {
+        replicationSection(repl, (await api(CLUSTER, { signal })).view);
+      }
     } catch (e) {
-      if (e.name !== 'AbortError') repl.hidden = true;
+      if (e.name === 'AbortError') return;
+      if (e.status === 503 && q.shard !== undefined) replicationSection(repl, null, q.shard);
+      else repl.hidden = true;
     }
   };
   const load = async () => {
@@ -40,7 +48,7 @@ export function render(main, name, ctx) {
     try {
       const q = await api(`/sluice/v1/dashboard/queues/${enc(name)}`, { signal: ctrl.signal });
       draw(q);
-      await loadReplication(ctrl.signal);
+      await loadReplication(q, ctrl.signal);
       loaded = true;
       notice(status, '');
     } catch (e) {
@@ -109,16 +117,18 @@ export function render(main, name, ctx) {
   };
 }
 
-// replicationSection shows, from the cluster view, where the queue's
-// writes go: every queue is in the one Raft group, so its leader is the
-// group's, a write is acknowledged once a majority of the voters has it,
-// and the standby learners receive it too.
-function replicationSection(el, rep) {
-  const v = rep.view;
+// replicationSection shows where the queue's writes go, from the view of
+// its Raft group: the one group's (the cluster view) without shards, else
+// its shard's. A write is acknowledged once a majority of the voters has
+// it, and the standby learners receive it too.
+function replicationSection(el, v, shard) {
   el.hidden = false;
+  const sharded = shard !== undefined;
   if (!v) {
     replace(el, h('h2', { id: 'repl-h' }, 'Replication'),
-      h('p', { class: 'muted' }, 'No leader serves the cluster view yet (an election, or the leader is unreachable).'));
+      h('p', { class: 'muted' }, sharded
+        ? `No leader of shard ${shard} serves its view yet (an election, or its leader is unreachable).`
+        : 'No leader serves the cluster view yet (an election, or the leader is unreachable).'));
     return;
   }
   const ids = (pred) => v.members.filter(pred).map((m) => m.id);
@@ -126,14 +136,17 @@ function replicationSection(el, rep) {
   const voters = ids((m) => m.membership === 'voter');
   const standby = ids((m) => m.membership !== 'voter');
   replace(el, h('h2', { id: 'repl-h' }, 'Replication'), dl([
+    sharded ? ['Shard', h('span', { class: 'repl-shard' }, `shard ${shard}`)] : null,
     ['Leader', h('span', { class: 'repl-leader' }, `node ${v.leader}`)],
     ['Voters', h('span', { class: 'repl-voters', title: 'A write is acknowledged once a majority of these has it on disk' },
       `${list(voters)} (replication factor ${v.replication_factor || voters.length})`)],
     ['Standby learners', h('span', { class: 'repl-standby', title: 'Receive every write; one replaces a voter that goes silent' }, list(standby))],
     ['Lag (log entries)', h('span', { class: 'repl-lag' }, v.members.filter((m) => m.id !== v.leader)
       .map((m) => `node ${m.id}: ${fmtInt(m.lag)}${m.in_sync ? '' : ' (not in sync)'}`).join(' · ') || '—')],
-  ]), h('p', { class: 'muted' }, 'One Raft group holds every queue: these are the same for all queues. ',
-    h('a', { href: '#/cluster' }, 'Cluster page')));
+  ]), h('p', { class: 'muted' }, sharded
+    ? `Shard ${shard}'s Raft group holds this queue: every queue of the shard shares these. `
+    : 'One Raft group holds every queue: these are the same for all queues. ',
+  h('a', { href: '#/cluster' }, 'Cluster page')));
 }
 
 function tile(label, value, level, extra) {
