@@ -17,7 +17,7 @@ import (
 
 const clusterUsage = `
 Usage:
-  sluice cluster status [--endpoint URL] [--json]
+  sluice cluster status [--shard K] [--endpoint URL] [--json]
   sluice cluster add <node-id> <raft-host:port> [--wait] [--wait-timeout D] [--endpoint URL] [--json]
   sluice cluster remove <node-id> [--endpoint URL] [--json]
 
@@ -30,7 +30,11 @@ holds, LAG, the entries it lacks behind the leader's last index, and
 IN-SYNC, whether the leader could promote it at once; from the leader's
 view) and the internal addresses each node advertised when it
 last led. The members are the replicated membership, not the
-configuration. Ask every node to see the whole cluster.
+configuration. Ask every node to see the whole cluster. With --shard K
+(a cluster with shards) it prints shard K's members instead, with their
+MATCH, LAG and IN-SYNC as that shard's leader sees them (read from it
+through the node asked, which need not hold the shard): how far a node
+moved into a shard has caught up.
 
 add makes a node a member: start it first with join = true (or --join) and
 its own node id, then run add against any member; it receives the leader's
@@ -113,8 +117,11 @@ type shardReport struct {
 	NotHeld  bool     `json:"not_held"`
 }
 
-// viewReport mirrors the leader's view (internal/cluster.ClusterView).
+// viewReport mirrors the leader's view (internal/cluster.ClusterView),
+// also one shard's (GET /sluice/v1/cluster/shards/{shard}).
 type viewReport struct {
+	Leader            uint64       `json:"leader"`
+	Term              uint64       `json:"term"`
 	LastIndex         uint64       `json:"last_index"`
 	ReplicationFactor int          `json:"replication_factor"`
 	Members           []viewMember `json:"members"`
@@ -123,6 +130,7 @@ type viewReport struct {
 // viewMember mirrors internal/cluster.MemberView.
 type viewMember struct {
 	ID         uint64 `json:"id"`
+	Raft       string `json:"raft"`
 	Membership string `json:"membership"`
 	Match      uint64 `json:"match"`
 	Lag        uint64 `json:"lag"`
@@ -386,7 +394,11 @@ func standbyFactor(rep clusterReport, id uint64) int {
 // clusterStatus runs `sluice cluster status`.
 func clusterStatus(ctx context.Context, args []string, env *Env) int {
 	c := newCommand(env, "sluice cluster status", clusterUsage)
+	shard := c.fs.Int("shard", -1, "print this shard's members and their replication progress, from its leader")
 	return c.run(args, 0, 0, func([]string) int {
+		if *shard >= 0 {
+			return shardStatus(ctx, c, *shard)
+		}
 		var raw json.RawMessage
 		if err := c.client().call(ctx, "GET", "cluster", nil, nil, &raw); err != nil {
 			return c.fail(err)
@@ -515,6 +527,36 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		return ExitOK
 	})
+}
+
+// shardStatus prints shard k's view (GET /sluice/v1/cluster/shards/{k}):
+// its leader, and each member's membership and replication progress as
+// its leader sees them.
+func shardStatus(ctx context.Context, c *command, k int) int {
+	var raw json.RawMessage
+	if err := c.client().call(ctx, "GET", "cluster/shards/"+strconv.Itoa(k), nil, nil, &raw); err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	var v viewReport
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return c.fail(fmt.Errorf("unreadable answer from %s: %w", c.endpoint, err))
+	}
+	w := c.env.Stdout
+	fmt.Fprintf(w, "shard %d: leader %d, term %d, last index %d, replication factor %d\n\n", k, v.Leader, v.Term, v.LastIndex, v.ReplicationFactor)
+	t := newTable(w, "ID", "RAFT", "MEMBERSHIP", "LEADER", "MATCH", "LAG", "IN-SYNC")
+	for _, m := range v.Members {
+		leader := "-"
+		if m.ID == v.Leader {
+			leader = "yes"
+		}
+		t.row(strconv.FormatUint(m.ID, 10), m.Raft, dash(m.Membership), leader, strconv.FormatUint(m.Match, 10), strconv.FormatUint(m.Lag, 10),
+			map[bool]string{true: "yes", false: "no"}[m.InSync])
+	}
+	t.flush()
+	return ExitOK
 }
 
 // printLinks prints how the members carry their links to each other, as

@@ -248,6 +248,33 @@ func TestClusterStatusShards(t *testing.T) {
 	}
 }
 
+// `cluster status --shard K` prints shard K's view: its leader and each
+// member's replication progress, read from /sluice/v1/cluster/shards/K.
+func TestClusterStatusOneShard(t *testing.T) {
+	const view = `{"leader":3,"term":6,"last_index":120,"replication_factor":3,"members":[
+		{"id":1,"raft":"127.0.0.1:11","membership":"voter","match":120,"lag":0,"in_sync":true},
+		{"id":3,"raft":"127.0.0.1:13","membership":"voter","match":120,"lag":0,"in_sync":true,"role":"leader"},
+		{"id":5,"raft":"127.0.0.1:15","membership":"learner","match":40,"lag":80,"in_sync":false}]}`
+	var asked string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = r.URL.Path
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(view))
+	}))
+	defer srv.Close()
+	f := &fixture{t: t, url: srv.URL}
+	r := f.run(Cluster, "", "status", "--shard", "4")
+	if r.code != ExitOK || asked != "/sluice/v1/cluster/shards/4" {
+		t.Fatalf("exit %d, asked %q: %s", r.code, asked, r.stderr)
+	}
+	for _, re := range []string{`(?m)^shard 4: leader 3, term 6, last index 120, replication factor 3$`, `(?m)^ID +RAFT +MEMBERSHIP +LEADER +MATCH +LAG +IN-SYNC$`,
+		`(?m)^1 +127.0.0.1:11 +voter +- +120 +0 +yes$`, `(?m)^3 +127.0.0.1:13 +voter +yes +120 +0 +yes$`, `(?m)^5 +127.0.0.1:15 +learner +- +40 +80 +no$`} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("want %s in:\n%s", re, r.stdout)
+		}
+	}
+}
+
 // `cluster status` says how the members carry their links: one word when
 // they agree, each member's during a switch-over of [cluster] encrypt.
 func TestClusterStatusLinks(t *testing.T) {

@@ -134,6 +134,18 @@ func TestSubsetAddANode(t *testing.T) {
 	if code != cli.ExitOK || !regexp.MustCompile(`(?m)^1 +[14] +\d+ +not-held +- +- +1,4 +-$`).MatchString(out) {
 		t.Fatalf("sluice cluster status on node 3 (no copy of shard 1): exit %d\n%s%s", code, out, stderr)
 	}
+	// Shard 1's own members and their progress, from its leader, through
+	// node 3, which holds no copy of it.
+	poll.CheckFor(t, 10*time.Second, func() error {
+		code, one, stderr := clusterCLI(ctx, nodes[2], "status", "--shard", "1")
+		if code != cli.ExitOK || !regexp.MustCompile(`(?m)^shard 1: leader [14], `).MatchString(one) ||
+			!regexp.MustCompile(`(?m)^1 +\S+ +voter +(yes|-) +\d+ +\d+ +yes$`).MatchString(one) ||
+			!regexp.MustCompile(`(?m)^4 +`+regexp.QuoteMeta(raft4)+` +voter +(yes|-) +\d+ +\d+ +yes$`).MatchString(one) ||
+			strings.Count(one, "voter") != 2 {
+			return fmt.Errorf("sluice cluster status --shard 1 on node 3: exit %d\n%s%s", code, one, stderr)
+		}
+		return nil
+	})
 
 	// Every message, through node 4.
 	got := map[string]bool{}
