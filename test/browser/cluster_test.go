@@ -265,16 +265,20 @@ func TestClusterPageShards(t *testing.T) {
 	// leader, not shard 0's (the cluster view's), with the shard's voters
 	// and their lag. A queue of a shard led by another node than shard
 	// 0's tells them apart.
-	shards := nodes[0].Status().Shards
+	// The balancer spreads the leaders one per 10 s round; the queues are
+	// on two shards or more, so one of them comes to be led by another
+	// node than shard 0.
 	var name string
-	for n, k := range shardOf {
-		if shards[k].Leader != shards[0].Leader {
-			name = n
+	poll.CheckFor(t, 60*time.Second, func() error {
+		shards := nodes[0].Status().Shards
+		for n, k := range shardOf {
+			if shards[k].Leader != 0 && shards[0].Leader != 0 && shards[k].Leader != shards[0].Leader {
+				name = n
+				return nil
+			}
 		}
-	}
-	if name == "" {
-		t.Fatalf("no queue on a shard led by another node than shard 0's: %+v", shards)
-	}
+		return fmt.Errorf("no queue on a shard led by another node than shard 0's yet: %+v", shards)
+	})
 	k := shardOf[name]
 	do(t, ctx, "open the queue page of "+name, chromedp.Navigate("http://"+nodes[2].HTTPAddr()+"/ui/#/queue/"+name))
 	poll.CheckFor(t, 30*time.Second, func() error {
