@@ -20,11 +20,8 @@ W="${BENCH_DIR:-/var/tmp/sluice-remote-amqp-bench}"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done; pids=(); }
 trap cleanup EXIT
-ports() { # N distinct free ports
-  python3 -c 'import socket,sys
-ss=[socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1",0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"; }
+# shellcheck source=scripts/lib-ports.sh
+. "$(dirname "$0")/lib-ports.sh"
 ticks() { for p in "$@"; do awk '{printf "%d ", $14+$15}' /proc/$p/stat; done; }
 shard_of() { # sqs-port queue
   curl -s -D - -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.GetQueueAttributes' \

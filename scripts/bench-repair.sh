@@ -24,11 +24,8 @@ set -u
 bin="${SLUICE_BIN:-./sluice}"
 MESSAGES="${MESSAGES:-1000000}" SIZE="${SIZE:-1024}" SHARDS="${SHARDS:-1}" RATE="${RATE:-1000}" BASELINE="${BASELINE:-20s}"
 W="${BENCH_DIR:-/var/tmp/sluice-repair-bench}"
-ports() { # N distinct free ports: every socket stays bound until all are chosen
-  python3 -c 'import socket,sys
-ss=[socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1",0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"; }
+# shellcheck source=scripts/lib-ports.sh
+. "$(dirname "$0")/lib-ports.sh"
 hwm() { awk '/VmHWM/{printf "%.0f MiB", $2/1024}' /proc/$1/status; }
 lat() { # a bench's JSON: its send round trip and end-to-end p50/p99/max
   python3 -c 'import sys,json

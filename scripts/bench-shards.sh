@@ -32,11 +32,8 @@ bin="${SLUICE_BIN:-./sluice}"
 QUEUES="${QUEUES:-6}" PRODUCERS="${PRODUCERS:-2}" CONSUMERS="${CONSUMERS:-2}" DURATION="${DURATION:-20s}"
 REPEAT="${REPEAT:-1}" LAYOUTS="${LAYOUTS:-single cluster1 shards3}"
 W="${BENCH_DIR:-/var/tmp/sluice-shards-bench}"
-ports() { # N distinct free ports: every socket stays bound until all are chosen
-  python3 -c 'import socket,sys
-ss=[socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1",0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"; }
+# shellcheck source=scripts/lib-ports.sh
+. "$(dirname "$0")/lib-ports.sh"
 cpu() { # total utime+stime ticks of the given pids
   local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 

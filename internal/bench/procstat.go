@@ -100,7 +100,7 @@ func parseMachineStat(b []byte) (time.Duration, error) {
 type CPUUse struct {
 	// ServerCPU is the broker's utime+stime during the run (with -pid);
 	// ServerCPUPer100k is that in seconds per 100,000 messages (deleted
-	// for SQS, acked for AMQP).
+	// for SQS, or sent when it has no consumers; acked for AMQP).
 	ServerCPU        time.Duration `json:"server_cpu_ns,omitempty"`
 	ServerCPUPer100k float64       `json:"server_cpu_s_per_100k,omitempty"`
 	// ClientCPU is the load generator's own CPU time, to judge how much of

@@ -54,7 +54,8 @@ type SQSResult struct {
 	Errors map[string]uint64 `json:"errors"`
 
 	// CPU is the broker's (with -pid), this process's and the machine's
-	// CPU time during the run, per 100,000 deleted messages.
+	// CPU time during the run, per 100,000 deleted messages (sent, with
+	// -consumers 0).
 	CPUUse
 }
 
