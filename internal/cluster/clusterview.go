@@ -122,24 +122,38 @@ type reported struct {
 	at time.Time
 }
 
+// progressView is the view of a group this node leads from its Raft
+// status st alone: each member's membership, match, lag and in-sync,
+// and the leader's own role, term and indexes.
+func progressView(st raftstore.Status, factor int) ClusterView {
+	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex, ReplicationFactor: factor}
+	for _, p := range st.Members {
+		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID], InSync: st.InSync[p.ID]}
+		m.Lag = lag(st.LastIndex, m.Match)
+		if p.ID == st.ID {
+			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
+			m.ReportedMsAgo = new(int64)
+		}
+		v.Members = append(v.Members, m)
+	}
+	return v
+}
+
 // view assembles the ClusterView; ok is false unless this node leads.
 func (n *Node) view() (ClusterView, bool) {
 	st := n.raft.Status()
 	if st.Role != "leader" {
 		return ClusterView{}, false
 	}
-	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex, ReplicationFactor: n.opts.Cluster.Factor()}
+	v := progressView(st, n.opts.Cluster.Factor())
 	selfStopped := n.statusFlags()&statusStopped != 0
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, p := range st.Members {
-		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID], InSync: st.InSync[p.ID]}
-		m.Lag = lag(st.LastIndex, m.Match)
-		switch r, ok := n.reports[p.ID]; {
-		case p.ID == st.ID:
-			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
-			m.ReportedMsAgo = new(int64)
+	for i := range v.Members {
+		m := &v.Members[i]
+		switch r, ok := n.reports[m.ID]; {
+		case m.ID == st.ID:
 			m.DiskLow = n.disk.low
 			m.ReplicationFactor = v.ReplicationFactor
 			m.Links = n.enc.Mode()
@@ -155,10 +169,9 @@ func (n *Node) view() (ClusterView, bool) {
 			}
 			m.ReportedMsAgo = new(now.Sub(r.at).Milliseconds())
 		}
-		if p.ID != st.ID {
-			m.Stopped = n.memberStoppedLocked(p.ID, now)
+		if m.ID != st.ID {
+			m.Stopped = n.memberStoppedLocked(m.ID, now)
 		}
-		v.Members = append(v.Members, m)
 	}
 	// Forget the reports of members removed since.
 	for id := range n.reports {

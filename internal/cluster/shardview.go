@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,17 +38,7 @@ func (n *Node) shardView(k int) (ClusterView, bool) {
 	if st.Role != "leader" || st.Leader != st.ID {
 		return ClusterView{}, false
 	}
-	v := ClusterView{Leader: st.ID, Term: st.Term, LastIndex: st.LastIndex, ReplicationFactor: n.opts.Cluster.Factor()}
-	for _, p := range st.Members {
-		m := MemberView{ID: p.ID, Raft: p.RaftAddr, Membership: p.Membership, Match: st.Match[p.ID], InSync: st.InSync[p.ID]}
-		m.Lag = lag(st.LastIndex, m.Match)
-		if p.ID == st.ID {
-			m.Role, m.Term, m.Commit, m.Applied = st.Role, st.Term, st.Commit, st.Applied
-			m.ReportedMsAgo = new(int64)
-		}
-		v.Members = append(v.Members, m)
-	}
-	return v, true
+	return progressView(st, n.opts.Cluster.Factor()), true
 }
 
 // serveShardViewInternal answers shard k's view on its leader's internal
@@ -104,11 +93,7 @@ func (n *Node) serveShardView(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	v, err := n.leaderShardView(ctx, k)
 	if err != nil {
-		if errors.Is(err, errNotServing) || ctx.Err() != nil {
-			unavailable(w, r, "no leader of the shard serves its view yet; retry")
-			return
-		}
-		unavailable(w, r, "the shard's leader did not answer: "+err.Error())
+		unavailable(w, r, "no leader of shard "+strconv.Itoa(k)+" answered with its view; retry: "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -29,15 +29,13 @@ export function render(main, name, ctx) {
   // shard 0's (the cluster view's).
   const loadReplication = async (q, signal) => {
     if (!(await ctx.clustered)) return;
+    const shard = q.shard ?? undefined;
     try {
-      if (q.shard !== undefined && q.shard !== null) {
-        replicationSection(repl, await api(`${CLUSTER}/shards/${q.shard}`, { signal }), q.shard);
-      } else {
-        replicationSection(repl, (await api(CLUSTER, { signal })).view);
-      }
+      const v = shard === undefined ? (await api(CLUSTER, { signal })).view : await api(`${CLUSTER}/shards/${shard}`, { signal });
+      replicationSection(repl, v, shard);
     } catch (e) {
       if (e.name === 'AbortError') return;
-      if (e.status === 503 && q.shard !== undefined) replicationSection(repl, null, q.shard);
+      if (e.status === 503 && shard !== undefined) replicationSection(repl, null, shard);
       else repl.hidden = true;
     }
   };
