@@ -723,6 +723,12 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 		// front-end deletes it (SQS, the admin API, AMQP), before the
 		// delete.
 		o.HoldDeleted = func(name string) error { return n.holdDeleted(k, name) }
+		if n.opts.Cluster.SubsetPlacement() {
+			// Nodes without a copy of shard k list its queues from their
+			// placements: a delete marks its queue's gone before it is
+			// answered.
+			o.Deleted = func(name string, at time.Time) { n.placeDeleted(k, name, at) }
+		}
 		o.SourcesElsewhere = func(fresh bool) (map[string][]string, error) {
 			all := map[string][]string{}
 			for j := range n.shards.Len() {

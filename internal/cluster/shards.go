@@ -699,6 +699,31 @@ func (n *Node) placeCreated(ctx context.Context, c created) {
 	}
 }
 
+// placeDeleted, with [cluster] placement "subset" (ADR 0016), marks the
+// placement of queue name, which this node's leader of shard k deleted
+// at, gone in shard 0 (engine.MarkPlacementDeleted), before the delete is
+// answered: ListQueues, which shard 0's leader answers from the
+// placements of the shards it holds no copy of, then no longer lists it.
+// Before 2026-12-06 only the shard's keeper marked it, once a minute and
+// never within PlacementGrace of the entry's writing, so a deleted queue
+// was listed for up to two minutes. A failure is logged: the keeper marks
+// it later. It waits at most the hold timeout.
+func (n *Node) placeDeleted(k int, name string, at time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.hold)
+	defer cancel()
+	out, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath,
+		server.PlacementDeletedCall(k, name, at), maxShardCallReply, n.hold)
+	if err == nil {
+		_, err = server.NameCallReply(out)
+	}
+	switch {
+	case errors.Is(err, server.ErrUnknownEngineCall):
+		n.log.Debug("a deleted queue's placement is left to its shard's keeper: shard 0's leader is of an older build", "queue", name, "shard", k)
+	case err != nil:
+		n.log.Warn("a deleted queue's placement is not marked gone yet; nodes without a copy of its shard list it until its leader's next round", "queue", name, "shard", k, "err", err)
+	}
+}
+
 // placingWriter is the ResponseWriter of a create this node's own server
 // answers, with [cluster] placement "subset": before the status goes out,
 // a 200 or 201 writes the queue's placement (placeCreated).

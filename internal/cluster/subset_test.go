@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,6 +216,29 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 		}
 		return nil
 	})
+	// A queue of shard 2 deleted (through node 2, which holds a copy) is
+	// gone from ListQueues through every node as soon as the delete is
+	// answered, also though its placement was written a moment ago: the
+	// delete marks it gone in shard 0 before it is answered (the keeper
+	// alone would wait for PlacementGrace, a minute).
+	gone := names[len(names)-1]
+	goneURL, err := clients[1].GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(gone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clients[1].DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: goneURL.QueueUrl}); err != nil {
+		t.Fatal(err)
+	}
+	names = names[:len(names)-1]
+	for i, c := range clients {
+		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.QueueUrls) != len(names) || slices.ContainsFunc(out.QueueUrls, func(u string) bool { return strings.HasSuffix(u, "/"+gone) }) {
+			t.Fatalf("ListQueues through node %d right after %s (shard 2) was deleted: %v", i+1, gone, out.QueueUrls)
+		}
+	}
 
 	// Each shard's view (the dashboard's queue page), through every node,
 	// also one that holds no copy of the shard: its leader's, with the

@@ -62,7 +62,8 @@ func (e *Engine) UpdateQueue(name string, fn func(cfg *QueueConfig) error) error
 // name for NameReuseDelay: AMQP clients redeclare a queue right after
 // deleting it, which RabbitMQ allows.
 func (e *Engine) DropQueue(name string) error {
-	return e.removeQueue(name, false)
+	_, err := e.removeQueue(name, false)
+	return err
 }
 
 // TagQueue adds or replaces tags; more than MaxTags in all fails with

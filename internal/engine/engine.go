@@ -103,6 +103,14 @@ type Options struct {
 	// that then fails only sends that name's creates to this shard for
 	// NameReuseDelay, where the queue still exists.
 	HoldDeleted func(name string) error
+	// Deleted, when set, is called by DeleteQueue once a delete is
+	// committed, with the delete's time by this engine's clock, outside
+	// every engine lock and before DeleteQueue returns (not by DropQueue):
+	// a cluster with shards marks the queue's placement gone in shard 0
+	// (MarkPlacementDeleted there), so that nodes without a copy of this
+	// shard stop listing it. The delete is done whatever it does; it
+	// bounds its own time.
+	Deleted func(name string, at time.Time)
 	// DeadLetterRouter routes dead letters of queues whose
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
@@ -192,6 +200,7 @@ type Engine struct {
 	elsewhere        func(name string) bool                        // Options.QueueHeldElsewhere
 	sourcesElsewhere func(fresh bool) (map[string][]string, error) // Options.SourcesElsewhere
 	holdDeleted      func(name string) error                       // Options.HoldDeleted
+	onDeleted        func(name string, at time.Time)               // Options.Deleted
 	transfers        atomic.Int64                                  // transfer records written and not yet ended
 	transferPoke     chan struct{}
 	transferMu       sync.Mutex // serializes EndTransfers (its count)
@@ -269,6 +278,7 @@ func Open(opts Options) (*Engine, error) {
 		elsewhere:        opts.QueueHeldElsewhere,
 		sourcesElsewhere: opts.SourcesElsewhere,
 		holdDeleted:      opts.HoldDeleted,
+		onDeleted:        opts.Deleted,
 		transferPoke:     make(chan struct{}, 1),
 		queues:           make(map[string]*queue),
 		deleted:          make(map[string]int64),

@@ -165,6 +165,51 @@ func (e *Engine) UpdatePlacements(shard int, held, gone []string) (PlacementUpda
 	return u, e.writeSynced(&b)
 }
 
+// DeletedMarkWindow is how long after a queue's delete its shard's leader
+// may still mark its placement gone with MarkPlacementDeleted: half of
+// NameReuseDelay, within which no shard makes the name again, less any
+// clock difference between that leader and shard 0's. A mark that reaches
+// shard 0 later (a write held back by a partition) is ignored, since the
+// name may live again by then; the keeper marks it in its next round.
+const DeletedMarkWindow = NameReuseDelay / 2
+
+// MarkPlacementDeleted is, on shard 0's engine, what the leader of shard
+// tells it once it has deleted queue name at (its engine's clock): name's
+// entry, if it names shard and lives, is marked gone now, without the
+// PlacementGrace that UpdatePlacements gives a recent entry (that grace
+// guards against a keeper's listing older than a create; a committed
+// delete is not such a listing, and the name cannot be made again on any
+// shard for NameReuseDelay). A mark more than DeletedMarkWindow after at
+// by this engine's clock changes nothing. It reports whether the entry
+// was marked; the change is one synced write.
+func (e *Engine) MarkPlacementDeleted(shard int, name string, at time.Time) (bool, error) {
+	if shard < 0 || shard > 1<<16 {
+		return false, &ConfigError{Setting: "Shard", Reason: fmt.Sprintf("%d is not a shard", shard)}
+	}
+	if name == "" || len(name) > maxPlacementName {
+		return false, &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%q is not a queue name", name)}
+	}
+	e.adminMu.Lock()
+	defer e.adminMu.Unlock()
+	if err := e.Failed(); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrStorage, err)
+	}
+	now := e.now()
+	if now-at.UnixNano() > int64(DeletedMarkWindow) {
+		return false, nil
+	}
+	s, p, g, found, err := e.placementLocked(name)
+	if err != nil || !found || s != shard || g != 0 {
+		return false, err
+	}
+	var b store.Batch
+	b.Set(placementKey(name), encodePlacement(s, p, now))
+	if err := e.writeSynced(&b); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // placementLocked reads name's entry (e.adminMu held), settled: every
 // entry was written by a leader that waited for its sync.
 func (e *Engine) placementLocked(name string) (shard int, placed, gone int64, found bool, err error) {

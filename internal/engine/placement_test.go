@@ -83,6 +83,81 @@ func TestUpdatePlacements(t *testing.T) {
 	}
 }
 
+// TestMarkPlacementDeleted: a shard's leader that deleted a queue marks
+// its entry gone at once, also one written a moment ago (no grace); not
+// an entry naming another shard, one already gone or missing; and not
+// once DeletedMarkWindow has passed since the delete, when the name may
+// live again. DeleteQueue calls Options.Deleted once the delete is
+// committed, with its time; DropQueue and a failed delete do not.
+func TestMarkPlacementDeleted(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	type call struct {
+		name string
+		at   time.Time
+	}
+	var calls []call
+	var f *fixture
+	f = &fixture{t: t, st: newTestStore(t), clk: clk, opts: func(o *Options) {
+		o.Deleted = func(name string, at time.Time) {
+			if _, err := f.e.GetQueue(name); !errors.Is(err, ErrQueueNotFound) {
+				t.Errorf("Deleted(%s) called while the queue is still there: %v", name, err)
+			}
+			calls = append(calls, call{name, at})
+		}
+	}}
+	f.open()
+	if _, err := f.e.UpdatePlacements(1, []string{"a", "b", "c"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.UpdatePlacements(2, []string{"d"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	del := clk.Now()
+	for _, c := range []struct {
+		shard int
+		name  string
+		want  bool
+	}{{1, "a", true}, {1, "a", false}, {1, "d", false}, {1, "zz", false}} {
+		if got, err := f.e.MarkPlacementDeleted(c.shard, c.name, del); err != nil || got != c.want {
+			t.Fatalf("MarkPlacementDeleted(%d, %s): %v, %v; want %v", c.shard, c.name, got, err, c.want)
+		}
+	}
+	clk.Advance(DeletedMarkWindow)
+	if got, err := f.e.MarkPlacementDeleted(1, "b", del); err != nil || !got {
+		t.Fatalf("a mark at the window's end: %v, %v", got, err)
+	}
+	clk.Advance(time.Nanosecond)
+	if got, err := f.e.MarkPlacementDeleted(1, "c", del); err != nil || got {
+		t.Fatalf("a mark past the window: %v, %v", got, err)
+	}
+	ps := placementsOf(t, f, -1)
+	if ps["a"].Gone.IsZero() || ps["b"].Gone.IsZero() || !ps["c"].Gone.IsZero() || !ps["d"].Gone.IsZero() {
+		t.Fatalf("entries after the marks: %+v", ps)
+	}
+	if _, err := f.e.MarkPlacementDeleted(-1, "c", del); err == nil {
+		t.Fatal("a mark for shard -1 was taken")
+	}
+
+	for _, name := range []string{"q1", "q2"} {
+		if _, _, err := f.e.CreateQueue(name, DefaultQueueConfig(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Second)
+	if err := f.e.DeleteQueue("q1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.DropQueue("q2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.DeleteQueue("q3"); !errors.Is(err, ErrQueueNotFound) {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0].name != "q1" || !calls[0].at.Equal(clk.Now()) {
+		t.Fatalf("Deleted calls %+v; want q1 at %v", calls, clk.Now())
+	}
+}
+
 // TestUpdatePlacementsRefusesBadInput: a negative shard, an empty name
 // and too many names are refused with a ConfigError, writing nothing.
 func TestUpdatePlacementsRefusesBadInput(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
 )
@@ -127,18 +128,23 @@ func (e *Engine) DeleteQueue(name string) error {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	return e.removeQueue(name, true)
+	at, err := e.removeQueue(name, true)
+	if err == nil && e.onDeleted != nil {
+		e.onDeleted(name, time.Unix(0, at))
+	}
+	return err
 }
 
 // removeQueue deletes a queue; block keeps its name from being reused for
 // NameReuseDelay (SQS semantics), across a restart (a gone record, in the
-// delete's batch).
-func (e *Engine) removeQueue(name string, block bool) error {
+// delete's batch). It returns the delete's time (Unix ns, this engine's
+// clock).
+func (e *Engine) removeQueue(name string, block bool) (int64, error) {
 	e.adminMu.Lock()
 	defer e.adminMu.Unlock()
 	q, err := e.lookup(name)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var b store.Batch
 	b.Delete(queueKey(name))
@@ -149,7 +155,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	if block {
 		// The name's NameReuseDelay outlives a restart (gone.go).
 		if err := e.sweepGoneLocked(now, &b); err != nil {
-			return err
+			return 0, err
 		}
 		b.Set(goneKey(name), encodeGone(now))
 	}
@@ -158,7 +164,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 		err = e.wait(p)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	e.mu.Lock()
 	delete(e.queues, name)
@@ -171,7 +177,7 @@ func (e *Engine) removeQueue(name string, block bool) error {
 	q.unaccountAllLocked()
 	q.wakeLocked()
 	q.mu.Unlock()
-	return nil
+	return now, nil
 }
 
 // Snapshot is every queue's QueueInfo read in one pass, for the surfaces

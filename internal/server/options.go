@@ -125,6 +125,10 @@ type Options struct {
 	// ServiceUnavailable over SQS, with nothing removed. Not settable from
 	// a config file.
 	HoldDeleted func(name string) error `toml:"-"`
+	// Deleted, when set, is told of every queue this server's engine
+	// deletes, once the delete is committed and before it is answered
+	// (engine.Options.Deleted). Not settable from a config file.
+	Deleted func(name string, at time.Time) `toml:"-"`
 	// NodeShare, when above 1, says this server is one of NodeShare on
 	// its node (a cluster node's shards, each led here possibly at once)
 	// sharing the node's memory: BodyMemoryBudget, ReadyMemoryBudget, MemoryHighWatermark,

@@ -197,6 +197,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		QueueHeldElsewhere: opts.QueueHeldElsewhere,
 		SourcesElsewhere:   opts.SourcesElsewhere,
 		HoldDeleted:        opts.HoldDeleted,
+		Deleted:            opts.Deleted,
 	})
 	debug.SetGCPercent(gc)
 	if err != nil {

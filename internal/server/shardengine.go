@@ -83,6 +83,7 @@ const (
 	opHoldDeleted  = "hold-deleted"
 	opPlaceHeld    = "place-held" // shard 0's placements of a shard's queues (PlacementsCall)
 	opPlaceGone    = "place-gone"
+	opPlaceDeleted = "place-deleted" // a queue its shard's leader deleted (PlacementDeletedCall)
 )
 
 // engineCall is one engine call for Queue (enginewire.go).
@@ -104,7 +105,10 @@ type engineCall struct {
 	Transfers []engine.Transfer
 	// A name reservation (opReserve): the shard the create goes to, and
 	// the shard of the called leader; a placement update (opPlaceHeld,
-	// opPlaceGone): the shard whose queue names Handles lists.
+	// opPlaceGone, opPlaceDeleted): the shard whose queue names Handles
+	// lists. opPlaceDeleted carries the delete's time in Wait, as a
+	// duration since the Unix epoch (the wire has no time field, and one
+	// added would break older nodes' decoding of every call).
 	Shard, Own int
 }
 
@@ -497,6 +501,17 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 	case opHoldDeleted:
 		r.Err = toRemoteError(s.eng.HoldDeletedName(c.Queue, c.Shard, c.Own))
 		return r
+	case opPlaceDeleted:
+		if len(c.Handles) != 1 {
+			r.Err = remoteError{Text: fmt.Sprintf("%s names %d queues, want 1", c.Op, len(c.Handles))}
+			return r
+		}
+		marked, err := s.eng.MarkPlacementDeleted(c.Shard, c.Handles[0], time.Unix(0, int64(c.Wait)))
+		if marked {
+			r.N = 1
+		}
+		r.Err = toRemoteError(err)
+		return r
 	case opPlaceHeld, opPlaceGone:
 		var u engine.PlacementUpdate
 		var err error
@@ -578,6 +593,14 @@ func PlacementsCall(shard int, names []string, gone bool) []byte {
 		op = opPlaceGone
 	}
 	return encodeEngineCall(&engineCall{Op: op, Shard: shard, Handles: names})
+}
+
+// PlacementDeletedCall is the body of a ShardEnginePath request to shard
+// 0's leader from the leader of shard, which deleted queue name at
+// (engine.MarkPlacementDeleted). The answer, read with NameCallReply, is
+// 1 when the entry was marked gone, else 0.
+func PlacementDeletedCall(shard int, name string, at time.Time) []byte {
+	return encodeEngineCall(&engineCall{Op: opPlaceDeleted, Shard: shard, Handles: []string{name}, Wait: time.Duration(at.UnixNano())})
 }
 
 // HoldDeletedNameCall is the body of a ShardEnginePath request that tells
