@@ -64,6 +64,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,7 +201,10 @@ type Node struct {
 	// serving holds, by shard, this node's server and its advertisement
 	// while it leads that shard and serves (nil otherwise).
 	serving []*serving
-	relays  map[*relay]struct{}
+	// ads are the last advertisement of each shard's leader decoded,
+	// recs the last leader record of each shard not held (decodeAd).
+	ads, recs []atomic.Pointer[decodedAd]
+	relays    map[*relay]struct{}
 	// forwards are the HTTP requests being forwarded to a leader's
 	// internal listener (forward.go).
 	forwards map[*forward]struct{}
@@ -261,7 +265,7 @@ func New(opts Options) (_ *Node, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), placeEvery: opts.PlacementInterval, controlEvery: opts.BalanceInterval, changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
+	n := &Node{opts: o, log: log, hold: cmp.Or(opts.HoldTimeout, DefaultHoldTimeout), placeEvery: opts.PlacementInterval, controlEvery: opts.BalanceInterval, changed: make(chan struct{}), serving: make([]*serving, o.Cluster.ShardCount()), ads: make([]atomic.Pointer[decodedAd], o.Cluster.ShardCount()), recs: make([]atomic.Pointer[decodedAd], o.Cluster.ShardCount()), shardClocks: make([]*timeline, o.Cluster.ShardCount()), relays: map[*relay]struct{}{}, forwards: map[*forward]struct{}{}, perIP: map[string]int{}, reports: map[uint64]reported{}, probed: map[uint64]probedMember{}, freeBytes: server.FreeBytes, clk: opts.Clock}
 	if n.clk == nil {
 		n.clk = clock.Real{}
 	}
@@ -852,23 +856,23 @@ func (n *Node) target(k int) (Advertisement, uint64, bool) {
 	if r == nil {
 		return n.recordedTarget(k) // a shard this node holds no copy of (ADR 0016)
 	}
-	st := r.Status()
-	if st.Leader == 0 {
+	self, leader, term, b := r.LeaderAdvertised()
+	if leader == 0 {
 		return Advertisement{}, 0, false
 	}
-	if st.Leader == st.ID {
+	if leader == self {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if s := n.serving[k]; s != nil && s.ad.Term == st.Term {
-			return s.ad, st.Leader, true
+		if s := n.serving[k]; s != nil && s.ad.Term == term {
+			return s.ad, leader, true
 		}
 		return Advertisement{}, 0, false
 	}
-	var ad Advertisement
-	if b := r.Advertised(st.Leader); b == nil || json.Unmarshal(b, &ad) != nil || ad.Term != st.Term {
+	ad, ok := decodeAd(&n.ads[k], b)
+	if !ok || ad.Term != term {
 		return Advertisement{}, 0, false
 	}
-	return ad, st.Leader, true
+	return ad, leader, true
 }
 
 // routes is the public HTTP surface: GET /sluice/v1/cluster answered here,

@@ -191,6 +191,15 @@ func (n *Node) recordedLeader(k int) uint64 {
 // The record may be of a leader that has since lost the shard; a request
 // sent there is refused, and retried once a newer record arrives.
 func (n *Node) recordedTarget(k int) (Advertisement, uint64, bool) {
-	rec, leader, ok := n.shardRecordOf(k)
-	return rec.Advertisement, leader, ok
+	st := n.raft.Store()
+	l, ok, err := server.StoredLeader(st, k)
+	_ = st.Close() // a view: closing it ends nothing beneath
+	if err != nil || !ok {
+		return Advertisement{}, 0, false
+	}
+	ad, ok := decodeAd(&n.recs[k], l.Ad) // as shardRecordOf, without its membership
+	if !ok || ad.Term != l.Term {
+		return Advertisement{}, 0, false
+	}
+	return ad, l.Node, true
 }

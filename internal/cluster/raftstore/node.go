@@ -886,6 +886,17 @@ func (n *Node) Advertise(info []byte) error {
 	return w.Wait()
 }
 
+// LeaderAdvertised returns this node's id, the leader it knows (0: none)
+// and that leader's term, and the latest info the leader advertised (nil:
+// none), without the copies Status and Advertised make: for a request
+// path that asks on every request. The info is shared: read it, never
+// change it (an advertisement applied later replaces it with a new slice).
+func (n *Node) LeaderAdvertised() (self, leader, term uint64, info []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status.ID, n.status.Leader, n.status.Term, n.advertised[n.status.Leader]
+}
+
 // Advertised returns a copy of the latest info node id advertised, or nil.
 // It survives restarts (it is kept in the state store).
 func (n *Node) Advertised(id uint64) []byte {
