@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"log/slog"
@@ -73,6 +74,16 @@ func TestForwardEndsWhenTheLeaderChanges(t *testing.T) {
 	defer func() { _ = stream.Body.Close() }() // the test's own stream
 	if stream.StatusCode != http.StatusOK {
 		t.Fatalf("event stream through the follower: %s", stream.Status)
+	}
+	// Its first event comes through at once: the follower's proxy
+	// flushes an event stream as it goes (the leader writes the first
+	// overview before any sample; a proxy that held it back would keep
+	// it until the stream ends, and this read until ctx does).
+	sc := bufio.NewScanner(stream.Body)
+	for sc.Scan() && sc.Text() != "event: overview" {
+	}
+	if sc.Err() != nil || sc.Text() != "event: overview" {
+		t.Fatalf("event stream through the follower: no first event (%v)", sc.Err())
 	}
 	// The follower now holds connections to the leader through its link;
 	// silence it, and send a long poll that will find no answer.

@@ -902,7 +902,10 @@ func (n *Node) routes() http.Handler {
 			n.awaitCreated(resp)
 			return nil
 		},
-		FlushInterval: -1, // dashboard event streams and long polls pass through at once
+		// 0: event streams and answers of unknown length are flushed at
+		// once by ReverseProxy itself; -1 also flushed every answer's
+		// header in a write of its own, from a timer goroutine.
+		FlushInterval: 0,
 		ErrorLog:      slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			n.metrics.forwardErrors.Inc()
