@@ -103,18 +103,11 @@ type PlacementUpdate struct {
 // synced batch; at most MaxPlacementNames names in all.
 func (e *Engine) UpdatePlacements(shard int, held, gone []string) (PlacementUpdate, error) {
 	var u PlacementUpdate
-	if shard < 0 || shard > 1<<16 {
-		return u, &ConfigError{Setting: "Shard", Reason: fmt.Sprintf("%d is not a shard", shard)}
-	}
 	if len(held)+len(gone) > MaxPlacementNames {
 		return u, &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%d names in one update: at most %d", len(held)+len(gone), MaxPlacementNames)}
 	}
-	for _, names := range [][]string{held, gone} {
-		for _, name := range names {
-			if name == "" || len(name) > maxPlacementName {
-				return u, &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%q is not a queue name", name)}
-			}
-		}
+	if err := checkPlacementArgs(shard, held, gone); err != nil {
+		return u, err
 	}
 	e.adminMu.Lock()
 	defer e.adminMu.Unlock()
@@ -139,15 +132,13 @@ func (e *Engine) UpdatePlacements(shard int, held, gone []string) (PlacementUpda
 		u.Written++
 	}
 	for _, name := range gone {
-		s, p, g, found, err := e.placementLocked(name)
+		marked, err := e.markGoneLocked(&b, shard, name, now, PlacementGrace)
 		if err != nil {
 			return u, err
 		}
-		if !found || s != shard || g != 0 || now-p < int64(PlacementGrace) {
-			continue
+		if marked {
+			u.Gone++
 		}
-		b.Set(placementKey(name), encodePlacement(s, p, now))
-		u.Gone++
 	}
 	err := e.sweepAgedLocked(prefixPlacement, &e.placementSwept, placementSweepEvery, NameReuseDelay, now, &b, func(v []byte) (int64, error) {
 		_, _, g, err := decodePlacement(v)
@@ -183,11 +174,8 @@ const DeletedMarkWindow = NameReuseDelay / 2
 // by this engine's clock changes nothing. It reports whether the entry
 // was marked; the change is one synced write.
 func (e *Engine) MarkPlacementDeleted(shard int, name string, at time.Time) (bool, error) {
-	if shard < 0 || shard > 1<<16 {
-		return false, &ConfigError{Setting: "Shard", Reason: fmt.Sprintf("%d is not a shard", shard)}
-	}
-	if name == "" || len(name) > maxPlacementName {
-		return false, &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%q is not a queue name", name)}
+	if err := checkPlacementArgs(shard, []string{name}); err != nil {
+		return false, err
 	}
 	e.adminMu.Lock()
 	defer e.adminMu.Unlock()
@@ -198,15 +186,42 @@ func (e *Engine) MarkPlacementDeleted(shard int, name string, at time.Time) (boo
 	if now-at.UnixNano() > int64(DeletedMarkWindow) {
 		return false, nil
 	}
-	s, p, g, found, err := e.placementLocked(name)
-	if err != nil || !found || s != shard || g != 0 {
+	var b store.Batch
+	marked, err := e.markGoneLocked(&b, shard, name, now, 0)
+	if err != nil || !marked {
 		return false, err
 	}
-	var b store.Batch
-	b.Set(placementKey(name), encodePlacement(s, p, now))
 	if err := e.writeSynced(&b); err != nil {
 		return false, err
 	}
+	return true, nil
+}
+
+// checkPlacementArgs refuses, with a ConfigError, a shard number no
+// cluster has and a name that no queue has.
+func checkPlacementArgs(shard int, lists ...[]string) error {
+	if shard < 0 || shard > 1<<16 {
+		return &ConfigError{Setting: "Shard", Reason: fmt.Sprintf("%d is not a shard", shard)}
+	}
+	for _, names := range lists {
+		for _, name := range names {
+			if name == "" || len(name) > maxPlacementName {
+				return &ConfigError{Setting: "Names", Reason: fmt.Sprintf("%q is not a queue name", name)}
+			}
+		}
+	}
+	return nil
+}
+
+// markGoneLocked adds to b the mark, at now, of name's entry gone, when
+// the entry names shard, lives, and was written at least grace before
+// now (e.adminMu held); it reports whether it did.
+func (e *Engine) markGoneLocked(b *store.Batch, shard int, name string, now int64, grace time.Duration) (bool, error) {
+	s, p, g, found, err := e.placementLocked(name)
+	if err != nil || !found || s != shard || g != 0 || now-p < int64(grace) {
+		return false, err
+	}
+	b.Set(placementKey(name), encodePlacement(s, p, now))
 	return true, nil
 }
 
