@@ -54,10 +54,8 @@ func (r shardRecord) known() bool { return len(r.Voters) > 0 }
 // shardRecordOf is the record of shard k in this node's copy of shard 0,
 // and the node it names as leader.
 func (n *Node) shardRecordOf(k int) (shardRecord, uint64, bool) {
-	st := n.raft.Store()
-	l, ok, err := server.StoredLeader(st, k)
-	_ = st.Close() // a view: closing it ends nothing beneath
-	if err != nil || !ok {
+	l, ok := n.storedLeader(k)
+	if !ok {
 		return shardRecord{}, 0, false
 	}
 	var rec shardRecord
@@ -65,6 +63,15 @@ func (n *Node) shardRecordOf(k int) (shardRecord, uint64, bool) {
 		return shardRecord{}, 0, false
 	}
 	return rec, l.Node, true
+}
+
+// storedLeader reads shard k's leader record (engine.RecordLeader) in this
+// node's copy of shard 0; false when there is none or it cannot be read.
+func (n *Node) storedLeader(k int) (server.ShardLeader, bool) {
+	st := n.raft.Store()
+	l, ok, err := server.StoredLeader(st, k)
+	_ = st.Close() // a view: closing it ends nothing beneath
+	return l, err == nil && ok
 }
 
 // recordOfGroup is the record of this node's member r of a shard it

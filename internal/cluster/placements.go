@@ -79,12 +79,7 @@ func (n *Node) syncPlacements(ctx context.Context, k int, held []string) (int, e
 		for names := part.names; len(names) > 0; {
 			chunk := names[:min(len(names), server.MaxPlacementNames)]
 			names = names[len(chunk):]
-			out, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath,
-				server.PlacementsCall(k, chunk, part.gone), maxShardCallReply, n.hold)
-			if err != nil {
-				return changed, err
-			}
-			c, err := server.NameCallReply(out)
+			c, err := n.nameCall(ctx, 0, n.hold, server.PlacementsCall(k, chunk, part.gone), nil)
 			if err != nil {
 				return changed, err
 			}
@@ -191,10 +186,8 @@ func (n *Node) recordedLeader(k int) uint64 {
 // The record may be of a leader that has since lost the shard; a request
 // sent there is refused, and retried once a newer record arrives.
 func (n *Node) recordedTarget(k int) (Advertisement, uint64, bool) {
-	st := n.raft.Store()
-	l, ok, err := server.StoredLeader(st, k)
-	_ = st.Close() // a view: closing it ends nothing beneath
-	if err != nil || !ok {
+	l, ok := n.storedLeader(k)
+	if !ok {
 		return Advertisement{}, 0, false
 	}
 	ad, ok := decodeAd(&n.recs[k], l.Ad) // as shardRecordOf, without its membership

@@ -84,9 +84,9 @@ type decodedAd struct {
 // decodeAd decodes the Advertisement in b (a leader's advertisement, or
 // a shardRecord, which embeds one), reusing the one slot last decoded
 // while b is the same: target runs on every request forwarded and every
-// engine call to another shard, and decoding the JSON each time was 3.5 %
-// of shard 0's leader's CPU under an AMQP load on another shard's queue
-// (2026-12-06). A leader stamps its advertisement again every
+// engine call to another shard, and decoding the JSON each time was about
+// 3 % of shard 0's leader's CPU under an AMQP load on another shard's
+// queue (2026-12-06, docs/benchmarks.md). A leader stamps its advertisement again every
 // beaconInterval, so it is decoded about once a second per shard; a
 // record changes with its shard's leader or membership.
 func decodeAd(slot *atomic.Pointer[decodedAd], b []byte) (Advertisement, bool) {

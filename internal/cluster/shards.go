@@ -686,11 +686,7 @@ func (n *Node) placeCreated(ctx context.Context, c created) {
 	if !n.opts.Cluster.SubsetPlacement() {
 		return
 	}
-	out, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath,
-		server.PlacementsCall(c.shard, []string{c.queue}, false), maxShardCallReply, n.hold)
-	if err == nil {
-		_, err = server.NameCallReply(out)
-	}
+	_, err := n.nameCall(ctx, 0, n.hold, server.PlacementsCall(c.shard, []string{c.queue}, false), nil)
 	if err == nil {
 		err = n.raft.ReadBarrier(ctx)
 	}
@@ -711,11 +707,7 @@ func (n *Node) placeCreated(ctx context.Context, c created) {
 func (n *Node) placeDeleted(k int, name string, at time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.hold)
 	defer cancel()
-	out, err := n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath,
-		server.PlacementDeletedCall(k, name, at), maxShardCallReply, n.hold)
-	if err == nil {
-		_, err = server.NameCallReply(out)
-	}
+	_, err := n.nameCall(ctx, 0, n.hold, server.PlacementDeletedCall(k, name, at), nil)
 	switch {
 	case errors.Is(err, server.ErrUnknownEngineCall):
 		n.log.Debug("a deleted queue's placement is left to its shard's keeper: shard 0's leader is of an older build", "queue", name, "shard", k)
@@ -791,10 +783,10 @@ func (n *Node) holdDeleted(k int, name string) error {
 	return fmt.Errorf("the leader of shard %d, which holds the name, did not answer: %w", h, err)
 }
 
-// nameCall runs a name call (server.ReserveNameCall,
-// server.HoldDeletedNameCall: body and its encoding error) on the leader
-// of shard h, the one the name hashes to, and returns its answer
-// (server.NameCallReply).
+// nameCall runs a call answered by server.NameCallReply (a name call,
+// server.ReserveNameCall or server.HoldDeletedNameCall, on the leader of
+// shard h, the one the name hashes to; a placement call on shard 0's:
+// body and its encoding error) and returns its answer.
 func (n *Node) nameCall(ctx context.Context, h int, timeout time.Duration, body []byte, err error) (int, error) {
 	if err != nil {
 		return 0, err
