@@ -136,6 +136,8 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 	shards := fs.Int("shards", 0, "cluster mode: how many Raft groups the SQS queues are spread over, each with its own leader (the [cluster] section's shards; default 1; fixed at the cluster's first start, the same on every node)")
 	placement := fs.String("placement", "", `cluster mode, with shards: "all" (every node holds every shard; the default) or "subset" (each shard above 0 on replication-factor nodes; experimental) (the [cluster] section's placement; fixed at the cluster's first start, the same on every node)`)
 	replaceAfter := fs.Duration("replace-after", 0, "cluster mode: replace a voter silent this long with a caught-up learner (the [cluster] section's replace_after; default 30s)")
+	snapStreams := fs.Int("snapshot-streams", 0, "cluster mode: snapshots this node sends, and receives, at once over all its shards (the [cluster] section's snapshot_streams; default 2; negative: no bound)")
+	snapRate := fs.Int64("snapshot-rate", 0, "cluster mode: bytes a second this node's outgoing snapshots write together (the [cluster] section's snapshot_rate; default 67108864, 64 MiB/s; at least 1048576; negative: no limit)")
 	join := fs.Bool("join", false, "cluster mode: this node is being added to a running cluster (the [cluster] section's join); then run `sluice cluster add` for it")
 	nonLoopback := fs.Bool("allow-non-loopback", false, "allow listening beyond loopback without credentials configured (env "+AllowNonLoopbackEnv+"=1)")
 	if err := fs.Parse(args); err != nil {
@@ -200,6 +202,10 @@ func runServer(args []string, stderr io.Writer, getenv func(string) string) int 
 			opts.Cluster.ReplicationFactor = *replication
 		case "replace-after":
 			opts.Cluster.SetReplaceAfter(*replaceAfter)
+		case "snapshot-streams":
+			opts.Cluster.SnapshotStreams = *snapStreams
+		case "snapshot-rate":
+			opts.Cluster.SnapshotRate = *snapRate
 		case "shards":
 			opts.Cluster.Shards = *shards
 		case "placement":

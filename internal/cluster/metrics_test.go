@@ -108,6 +108,9 @@ func TestRaftMetrics(t *testing.T) {
 			"sluice_raft_learners":           0,
 			"sluice_raft_stopped":            0,
 			"sluice_raft_replication_factor": 3,
+			// Every node caught up from the log: no copy under way.
+			`sluice_raft_snapshots_in_flight{direction="send"}`:    0,
+			`sluice_raft_snapshots_in_flight{direction="receive"}`: 0,
 		}
 		role := "follower"
 		if isLeader {

@@ -378,6 +378,7 @@ func New(opts Options) (_ *Node, err error) {
 	}
 	shards, err := raftstore.OpenShardsPlan(raftstore.Config{ID: o.Cluster.NodeID, Peers: peers, Dir: o.DataDir, FS: o.StoreFS, Listener: rln, Join: o.Cluster.Join,
 		CompactEntries: o.Cluster.LogCompactEntries, KeepEntries: o.Cluster.LogKeepEntries, PromoteLagEntries: o.Cluster.PromoteLagEntries,
+		SnapshotStreams: o.Cluster.SnapshotStreams, SnapshotRate: o.Cluster.SnapshotRate,
 		ReplicationFactor: o.Cluster.Factor(), ReplaceAfter: time.Duration(o.Cluster.ReplaceAfter), Promotable: n.promotable,
 		TickInterval: opts.TickInterval, Logger: log.With("component", "raft"),
 		Secret: secret, ExtraSecret: extra, Encryption: n.enc, ProbeAnswer: n.clockAnswer, Now: n.clk.Now, OnAuthFailure: n.metrics.authFailures.WithLabelValues(nodeauth.SurfaceRaft).Inc},

@@ -612,3 +612,11 @@ func heldBy(t *testing.T, n *Node, name string) []int {
 	}
 	return at
 }
+
+// TestSnapshotRateFloorAgrees: the configuration's floor for [cluster]
+// snapshot_rate is raftstore's, so a rate the server accepts opens.
+func TestSnapshotRateFloorAgrees(t *testing.T) {
+	if server.MinSnapshotRate != raftstore.MinSnapshotRate {
+		t.Fatalf("server.MinSnapshotRate %d, raftstore.MinSnapshotRate %d", server.MinSnapshotRate, raftstore.MinSnapshotRate)
+	}
+}

@@ -62,6 +62,16 @@ type ClusterConfig struct {
 	// LogCompactEntries.
 	LogCompactEntries uint64 `toml:"log_compact_entries"`
 	LogKeepEntries    uint64 `toml:"log_keep_entries"`
+	// SnapshotStreams bounds how many snapshot streams this node sends at
+	// once, and how many it receives at once, over all its shards: the
+	// copies that fill a node added to a shard, or repair one that lost
+	// its data or fell too far behind. 0: the default, 2; negative: no
+	// bound. SnapshotRate bounds the bytes a second this node's outgoing
+	// snapshot streams write together, so that a copy leaves the disks and
+	// the network to the clients' load: 0: the default, 64 MiB/s
+	// (67108864); negative: no limit; at least 1 MiB/s (1048576).
+	SnapshotStreams int   `toml:"snapshot_streams"`
+	SnapshotRate    int64 `toml:"snapshot_rate"`
 	// SecretFile names a file holding the cluster secret (at least
 	// MinClusterSecretSize bytes, a trailing newline not counted), the
 	// same on every node. Every connection between nodes (Raft traffic,
@@ -192,6 +202,10 @@ func (c ClusterConfig) Factor() int {
 	}
 	return c.ReplicationFactor
 }
+
+// MinSnapshotRate is the lowest [cluster] snapshot_rate (1 MiB/s; the
+// same as raftstore's, which the server package does not import).
+const MinSnapshotRate = 1 << 20
 
 // MinClusterSecretSize is the shortest cluster secret a node accepts.
 const MinClusterSecretSize = 32
@@ -329,6 +343,9 @@ func (o *Options) validateCluster() []error {
 	if c.LogCompactEntries != 0 && c.LogKeepEntries >= c.LogCompactEntries {
 		// With defaults on one side, raftstore.Open checks the pair.
 		errs = append(errs, fmt.Errorf("cluster.log_keep_entries: %d must be below cluster.log_compact_entries (%d)", c.LogKeepEntries, c.LogCompactEntries))
+	}
+	if c.SnapshotRate > 0 && c.SnapshotRate < MinSnapshotRate {
+		errs = append(errs, fmt.Errorf("cluster.snapshot_rate: %d bytes a second is below %d (1 MiB/s; negative: no limit)", c.SnapshotRate, MinSnapshotRate))
 	}
 	if c.ReplicationFactor < 0 || c.ReplicationFactor > MaxReplicationFactor {
 		errs = append(errs, fmt.Errorf("cluster.replication_factor: %d is not between 1 and %d (0: the default, %d)", c.ReplicationFactor, MaxReplicationFactor, DefaultReplicationFactor))

@@ -56,6 +56,7 @@ func TestClusterValidate(t *testing.T) {
 		{"memory store", func(o *Options) { o.Store = "memory" }, `store: "memory" is not supported with [cluster]`},
 		{"replication factor too large", func(o *Options) { o.Cluster.ReplicationFactor = 10 }, "cluster.replication_factor: 10 is not between 1 and 9"},
 		{"negative replication factor", func(o *Options) { o.Cluster.ReplicationFactor = -1 }, "cluster.replication_factor: -1 is not between 1 and 9"},
+		{"snapshot rate below 1 MiB/s", func(o *Options) { o.Cluster.SnapshotRate = 1000 }, "cluster.snapshot_rate: 1000 bytes a second is below 1048576"},
 		{"replace_after below a second", func(o *Options) { o.Cluster.SetReplaceAfter(500 * time.Millisecond) }, "cluster.replace_after: 500ms is below 1s"},
 		{"amqps without tls", func(o *Options) { o.AMQPSListen = "127.0.0.1:5671" }, "amqps_listen: needs [tls] cert and key"},
 		{"keep not below compact", func(o *Options) { o.Cluster.LogCompactEntries, o.Cluster.LogKeepEntries = 100, 100 }, "cluster.log_keep_entries: 100 must be below cluster.log_compact_entries (100)"},
@@ -169,6 +170,8 @@ peers = [{id = 1, raft = "127.0.0.1:7101"}, {id = 2, raft = "127.0.0.1:7102"}, {
 promote_lag_entries = 50
 replication_factor = 5
 replace_after = "45s"
+snapshot_streams = 4
+snapshot_rate = 33554432
 internal_http_listen = "127.0.0.1:7201"
 internal_http_advertise = "127.0.0.1:17201"
 `), 0o644); err != nil {
@@ -179,7 +182,7 @@ internal_http_advertise = "127.0.0.1:17201"
 		t.Fatal(err)
 	}
 	want := ClusterConfig{NodeID: 1, RaftListen: "127.0.0.1:7101", Peers: threePeers, PromoteLagEntries: 50,
-		ReplicationFactor: 5, ReplaceAfter: duration(45 * time.Second),
+		ReplicationFactor: 5, ReplaceAfter: duration(45 * time.Second), SnapshotStreams: 4, SnapshotRate: 32 << 20,
 		InternalHTTPListen: "127.0.0.1:7201", InternalHTTPAdvertise: "127.0.0.1:17201"}
 	if !reflect.DeepEqual(o.Cluster, want) || o.Validate() != nil {
 		t.Fatalf("got %+v (%v), want %+v", o.Cluster, o.Validate(), want)

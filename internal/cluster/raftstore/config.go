@@ -79,6 +79,14 @@ type Config struct {
 	// to a lagging follower, at most MaxSnapshotChunkSize; 0 means
 	// DefaultSnapshotChunkSize.
 	SnapshotChunkSize int
+	// SnapshotStreams bounds how many snapshot streams the node sends at
+	// once, and how many it receives at once, across all its shards'
+	// groups (snaplimit.go); SnapshotRate bounds the bytes a second its
+	// outgoing streams write together (at least MinSnapshotRate). 0: the
+	// defaults (DefaultSnapshotStreams, DefaultSnapshotRate); negative: no
+	// bound. OpenShards shares one budget among its groups.
+	SnapshotStreams int
+	SnapshotRate    int64
 	// PromoteLagEntries: the leader promotes a learner (a node just added)
 	// to voter once its log holds every entry up to the commit index minus
 	// this many (membership.go); 0 means DefaultPromoteLagEntries. At most
@@ -117,6 +125,10 @@ type Config struct {
 	// its shard's keys (sharedlog.go); nil: the group's own store in
 	// Dir/raft.
 	sharedLog *pebblestore.Store
+	// snapLimits is the node's snapshot budget (snaplimit.go), shared by
+	// the groups of one OpenShards; nil: Open makes one from
+	// SnapshotStreams and SnapshotRate.
+	snapLimits *snapLimits
 	// ownLogs (tests) makes OpenShards give every shard a log store of
 	// its own, as releases before the shared one did.
 	ownLogs bool
@@ -173,6 +185,9 @@ func (c *Config) validate() error {
 	}
 	if c.SnapshotChunkSize < 0 || c.SnapshotChunkSize > MaxSnapshotChunkSize {
 		return fmt.Errorf("raftstore: snapshot chunk size %d is outside 0..%d", c.SnapshotChunkSize, MaxSnapshotChunkSize)
+	}
+	if c.SnapshotRate > 0 && c.SnapshotRate < MinSnapshotRate {
+		return fmt.Errorf("raftstore: snapshot rate %d bytes/s is below %d (negative: no limit)", c.SnapshotRate, MinSnapshotRate)
 	}
 	seen := map[uint64]bool{}
 	for _, p := range c.Peers {

@@ -130,6 +130,11 @@ type raftLog struct {
 	// joining: a node joining a group has no position yet (last is 0)
 	// until the leader's snapshot arrives (installSnapshot).
 	joining bool
+	// sendFree, when set, reports whether the node may start one more
+	// outgoing snapshot stream now (snapLimits.sendFree): when it may not,
+	// Snapshot answers raft.ErrSnapshotTemporarilyUnavailable and Raft
+	// asks again at the follower's next answer.
+	sendFree func() bool
 
 	tail      []*pb.Entry // entries tailFirst..last, also on disk
 	tailFirst uint64
@@ -389,8 +394,11 @@ func (l *raftLog) FirstIndex() (uint64, error) {
 // compaction point): the data itself is not in it but streamed to the
 // follower by the node (snapshot.go), which checks that the state store's
 // copy is at exactly this index, and takes its ConfState from the copy.
+// It is temporarily unavailable while the node is joining (it has no
+// state to give) and while the node's outgoing snapshot streams are at
+// their bound (sendFree).
 func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
-	if l.joining {
+	if l.joining || (l.sendFree != nil && !l.sendFree()) {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
 	}
 	term, err := l.Term(l.applied)

@@ -256,6 +256,9 @@ func Open(cfg Config) (n *Node, err error) {
 	cfg.PromoteLagEntries = min(cmp.Or(cfg.PromoteLagEntries, DefaultPromoteLagEntries), cfg.KeepEntries)
 	cfg.ReplaceAfter = cmp.Or(cfg.ReplaceAfter, DefaultReplaceAfter)
 	cfg.unsyncedHold = cmp.Or(cfg.unsyncedHold, defaultUnsyncedHold)
+	if cfg.snapLimits == nil {
+		cfg.snapLimits = newSnapLimits(&cfg)
+	}
 	if cfg.KeepEntries >= cfg.CompactEntries {
 		// Every Ready would compact (and sync the state store) for nothing.
 		return nil, fmt.Errorf("raftstore: KeepEntries %d must be below CompactEntries %d", cfg.KeepEntries, cfg.CompactEntries)
@@ -303,6 +306,7 @@ func Open(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.rl.sendFree = cfg.snapLimits.sendFree
 	// The state store is opened after the log: a snapshot install cut
 	// short by a crash is finished first (snapshot.go).
 	if err := n.openState(); err != nil {
@@ -405,6 +409,7 @@ func (n *Node) load() error {
 		ln = n.ownMux.listener(0)
 	}
 	n.tr = newTransport(n.cfg.ID, ln, nodeauth.RaftSurface(n.cfg.Shard), n.transportPeers(), n.log, nodeauth.With(n.cfg.Secret, n.cfg.ExtraSecret), n.cfg.Encryption, n.cfg.OnAuthFailure, n.deliver, n.reportUnreachable)
+	n.tr.limits = n.cfg.snapLimits
 	n.status = Status{ID: n.cfg.ID, Role: "follower", Applied: n.applied, Members: n.membersLocked(), Joining: n.mem.joining, Removed: n.removedLocked()}
 	n.tr.start()
 	go n.run()

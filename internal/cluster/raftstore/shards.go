@@ -118,6 +118,11 @@ func OpenShardsPlan(cfg Config, count int, balance time.Duration, plan ShardPlan
 	}
 	log := cmp.Or(cfg.Logger, slog.Default())
 	tick := cmp.Or(cfg.TickInterval, DefaultTickInterval)
+	if cfg.snapLimits == nil {
+		// One snapshot budget for all the groups (snaplimit.go); Open
+		// validates the settings it is made from.
+		cfg.snapLimits = newSnapLimits(&cfg)
+	}
 	s = &Shards{
 		cfg: cfg, count: count, nodes: make([]atomic.Pointer[Node], count), leaderOf: plan.Leader,
 		log: log, interval: cmp.Or(balance, DefaultBalanceInterval),

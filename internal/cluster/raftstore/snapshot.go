@@ -346,10 +346,22 @@ func (n *Node) compactTo(index uint64) error {
 
 // sendSnapshot streams the state store to m's recipient (loop only, in
 // place of sending the MsgSnap Raft built).
+//
+// It takes one of the node's send slots for the stream (snaplimit.go):
+// Raft asked for the snapshot only with a slot free (raftLog.Snapshot),
+// but another shard's group may have taken it since; the snapshot then
+// fails at once, and Raft asks again later.
 func (n *Node) sendSnapshot(m *pb.Message) {
 	to := m.GetTo()
+	lim := n.cfg.snapLimits
+	if !lim.trySend() {
+		n.log.Debug("raftstore: no free slot to send a snapshot; later", "to", to)
+		n.reportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
 	sn, md, err := n.snapshotState()
 	if err != nil {
+		lim.releaseSend()
 		n.log.Warn("raftstore: cannot take a snapshot for a follower", "to", to, "err", err)
 		n.reportSnapshot(to, raft.SnapshotFailure)
 		return
@@ -366,6 +378,7 @@ func (n *Node) sendSnapshot(m *pb.Message) {
 		})
 	}, func(err error) {
 		_ = sn.Close()
+		lim.releaseSend()
 		st := raft.SnapshotFinish
 		if err != nil {
 			st = raft.SnapshotFailure

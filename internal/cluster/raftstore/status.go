@@ -55,6 +55,10 @@ type Status struct {
 	// past (Failure: a write of its Raft log or state store failed); it
 	// takes no part in its group until it is opened again.
 	Stopped bool
+	// SnapshotsSending and SnapshotsReceiving count this group's snapshot
+	// streams in flight on this node, out and in (the node bounds those of
+	// all its groups together: Config.SnapshotStreams).
+	SnapshotsSending, SnapshotsReceiving int
 }
 
 // updateStatus refreshes the status snapshot and publishes a change of
@@ -120,6 +124,9 @@ func (n *Node) Status() Status {
 	st := n.status
 	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	st.Stopped = n.err != nil
+	if n.tr != nil {
+		st.SnapshotsSending, st.SnapshotsReceiving = int(n.tr.sending.Load()), int(n.tr.receiving.Load())
+	}
 	if st.Match != nil {
 		st.Match, st.Heard, st.InSync = maps.Clone(st.Match), maps.Clone(st.Heard), maps.Clone(st.InSync)
 	}

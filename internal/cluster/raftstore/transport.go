@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -38,9 +39,11 @@ import (
 // node the handshake authenticated: a frame from anyone else closes the
 // connection. A snapshot goes on a connection of its own (stream), which
 // the receiver answers with one byte after the snapshot's last frame: 0
-// taken, 1 refused.
-// The secret authenticates who may speak; it does not encrypt: the
-// traffic is plaintext, for a private network between the nodes.
+// taken, 1 refused; a receiver with no free receive slot (snaplimit.go)
+// closes it instead.
+// The secret authenticates who may speak; it does not encrypt: without
+// Config.Encryption the traffic is plaintext, for a private network
+// between the nodes.
 
 // MaxFrameSize is the largest frame a node sends or accepts (64 MiB). A
 // larger incoming frame closes the connection with ErrFrameTooLarge; a
@@ -132,6 +135,13 @@ type transport struct {
 	enc     *nodeauth.Encryption // nil: plain TCP (Config.Encryption)
 	onAuth  func()
 	failLog nodeauth.FailureLog
+
+	// limits is the node's snapshot budget (snaplimit.go): the streams
+	// this transport receives take its receive slots, the ones it sends
+	// are paced by its rate. sending and receiving count this group's
+	// streams in flight (Status).
+	limits             *snapLimits
+	sending, receiving atomic.Int64
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -371,6 +381,8 @@ func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message
 	if t.isBlocked() {
 		return errBlocked
 	}
+	t.sending.Add(1)
+	defer t.sending.Add(-1)
 	c, err := t.dial(p.addr, p.id)
 	if err != nil {
 		return err
@@ -385,6 +397,9 @@ func (t *transport) writeStream(p *peerConn, produce func(write func(*pb.Message
 		var err error
 		if frame, err = appendFrame(frame[:0], m); err != nil {
 			return err
+		}
+		if !t.limits.pace(len(frame), t.stop) {
+			return net.ErrClosed
 		}
 		if err := c.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
 			return err
@@ -514,7 +529,20 @@ func (t *transport) read(c net.Conn) {
 	from := ac.Peer
 	r := bufio.NewReaderSize(c, 64<<10)
 	var buf []byte
+	stream := false // the connection holds a receive slot
+	defer func() {
+		if stream {
+			t.receiving.Add(-1)
+			t.limits.releaseRecv()
+		}
+	}()
 	for {
+		if stream {
+			// A stream's sender that stops must not keep its slot.
+			if err := c.SetReadDeadline(time.Now().Add(snapRecvIdle)); err != nil {
+				return
+			}
+		}
 		m, b, err := readFrame(r, buf)
 		buf = b
 		if err != nil {
@@ -522,6 +550,17 @@ func (t *transport) read(c net.Conn) {
 				t.log.Warn("raftstore: closing a peer connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
 			return
+		}
+		if m.GetType() == pb.MessageType_MsgSnap && !stream {
+			// The first frame of a snapshot stream (a connection of its
+			// own, transport.stream): it takes a receive slot for as
+			// long as the connection lasts, or is closed.
+			if !t.limits.acquireRecv(snapRecvWait, t.stop) {
+				t.log.Info("raftstore: refusing a snapshot stream: the node receives as many as it may at once", "from", from)
+				return
+			}
+			stream = true
+			t.receiving.Add(1)
 		}
 		// A follower forwards a request to transfer the leadership to its
 		// leader unchanged (etcd raft), so that message names the
