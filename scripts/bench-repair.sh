@@ -19,10 +19,13 @@
 # repair (VmHWM, reset before it), and the new node's data directory.
 #
 # Environment: MESSAGES (1000000), SIZE (1024), SHARDS (1), RATE (1000),
-# BASELINE (20s), KEEP (1: leave the directory and logs).
+# BASELINE (20s), KEEP (1: leave the directory and logs), SERVER_FLAGS
+# (more flags for every node, e.g. "--snapshot-rate -1" to copy without
+# the default 64 MiB/s limit).
 set -u
 bin="${SLUICE_BIN:-./sluice}"
 MESSAGES="${MESSAGES:-1000000}" SIZE="${SIZE:-1024}" SHARDS="${SHARDS:-1}" RATE="${RATE:-1000}" BASELINE="${BASELINE:-20s}"
+read -r -a extra <<< "${SERVER_FLAGS:-}"
 W="${BENCH_DIR:-/var/tmp/sluice-repair-bench}"
 # shellcheck source=scripts/lib-ports.sh
 . "$(dirname "$0")/lib-ports.sh"
@@ -40,14 +43,14 @@ peers="1=127.0.0.1:${R[0]},2=127.0.0.1:${R[1]},3=127.0.0.1:${R[2]}"
 pids=()
 for i in 1 2 3; do
   $bin server --data-dir $W/n$i --sqs-listen 127.0.0.1:${S[$((i-1))]} --amqp-listen 127.0.0.1:${A[$((i-1))]} --node-id $i --shards $SHARDS \
-    --peers $peers > $W/n$i.log 2>&1 &
+    --peers $peers "${extra[@]}" > $W/n$i.log 2>&1 &
   pids+=($!)
 done
 trap 'kill ${pids[*]} 2>/dev/null; wait 2>/dev/null; [ "${KEEP:-}" = 1 ] || rm -rf $W' EXIT
 for i in 0 1 2; do
   for _ in $(seq 1 300); do curl -sf http://127.0.0.1:${S[$i]}/health > /dev/null && break; sleep 0.2; done
 done
-echo "bench-repair: MESSAGES=$MESSAGES SIZE=$SIZE SHARDS=$SHARDS RATE=$RATE on $(nproc) CPUs, $($bin version 2>/dev/null | head -1)"
+echo "bench-repair: MESSAGES=$MESSAGES SIZE=$SIZE SHARDS=$SHARDS RATE=$RATE SERVER_FLAGS='${SERVER_FLAGS:-}' on $(nproc) CPUs, $($bin version 2>/dev/null | head -1)"
 
 $bin bench sqs -endpoint http://127.0.0.1:${S[0]} -queue backlog -producers 8 -consumers 0 -size $SIZE -messages $MESSAGES -json > $W/fill.json 2> $W/fill.err
 python3 -c 'import sys,json
@@ -62,7 +65,7 @@ echo "steady $RATE msg/s, three nodes:      $(lat $W/baseline.json)"
 
 for p in "${pids[@]}"; do echo 5 > /proc/$p/clear_refs; done
 $bin server --data-dir $W/n4 --sqs-listen 127.0.0.1:${S[3]} --amqp-listen 127.0.0.1:${A[3]} --node-id 4 --shards $SHARDS \
-  --peers $peers,4=127.0.0.1:${R[3]} --join > $W/n4.log 2>&1 &
+  --peers $peers,4=127.0.0.1:${R[3]} --join "${extra[@]}" > $W/n4.log 2>&1 &
 pids+=($!)
 $bin bench sqs -endpoint http://127.0.0.1:${S[1]} -queue steady -producers 4 -consumers 8 -batch 1 -size $SIZE -rate $RATE -duration 600s -json > $W/during.json 2> $W/during.json.err &
 spid=$!

@@ -1,11 +1,18 @@
 package cluster
 
+// Routing: where a request or an engine call for shard k goes (route,
+// target), and the caches that keep that cheap.
+
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicemq/sluice/internal/server"
 )
 
 // routeTTL is how long the shard a queue was found on routes the calls
@@ -100,4 +107,67 @@ func decodeAd(slot *atomic.Pointer[decodedAd], b []byte) (Advertisement, bool) {
 	c.ok = json.Unmarshal(b, &c.ad) == nil
 	slot.Store(c)
 	return c.ad, c.ok
+}
+
+// route returns where to send a client of shard k now: the shard leader's
+// advertised addresses (this node's own server when it leads), waiting up
+// to the deadline of ctx while there is no leader or it has not
+// advertised yet.
+func (n *Node) route(ctx context.Context, k int) (Advertisement, uint64, error) {
+	tick := time.NewTicker(20 * time.Millisecond) // advertisements apply without a notification
+	defer tick.Stop()
+	for {
+		n.mu.Lock()
+		changed := n.changed
+		n.mu.Unlock()
+		if ad, leader, ok := n.target(k); ok {
+			return ad, leader, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Advertisement{}, 0, errNoLeader
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+var errNoLeader = errors.New("cluster: no leader serving")
+
+// localServerFor returns this node's own server for shard k when ad is
+// its advertisement (this node leads and serves), else nil: the clients of
+// this node's public listeners then call it directly (its HTTP handler,
+// its AMQP server) rather than through the loopback.
+func (n *Node) localServerFor(k int, ad Advertisement) *server.Server {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.serving[k]; s != nil && s.ad == ad {
+		return s.srv
+	}
+	return nil
+}
+
+// target is route without waiting.
+func (n *Node) target(k int) (Advertisement, uint64, bool) {
+	r := n.shards.Shard(k)
+	if r == nil {
+		return n.recordedTarget(k) // a shard this node holds no copy of (ADR 0016)
+	}
+	self, leader, term, b := r.LeaderAdvertised()
+	if leader == 0 {
+		return Advertisement{}, 0, false
+	}
+	if leader == self {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if s := n.serving[k]; s != nil && s.ad.Term == term {
+			return s.ad, leader, true
+		}
+		return Advertisement{}, 0, false
+	}
+	ad, ok := decodeAd(&n.ads[k], b)
+	if !ok || ad.Term != term {
+		return Advertisement{}, 0, false
+	}
+	return ad, leader, true
 }
