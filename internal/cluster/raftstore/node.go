@@ -155,7 +155,10 @@ type Node struct {
 	// compactSync is the state store sync a compaction waits for, in
 	// flight off the loop (nil: none); loop only (snapshot.go).
 	compactSync *stateSync
-	snaps       snapshots // snapshots streamed out and received (snapshot.go)
+	// snapHolds keep the log after the index of each snapshot being sent
+	// (snaphold.go); loop only.
+	snapHolds map[uint64]snapHold
+	snaps     snapshots // snapshots streamed out and received (snapshot.go)
 
 	recvc chan *pb.Message
 	propc chan struct{} // a proposal is queued (buffered 1)

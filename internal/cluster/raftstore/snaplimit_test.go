@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -211,4 +212,61 @@ func TestSnapshotSendsBounded(t *testing.T) {
 	if floor := 900 * time.Millisecond; took < floor {
 		t.Fatalf("node 3 caught up in %v: faster than node 1's rate allows (at least %v)", took, floor)
 	}
+}
+
+// TestCompactionWaitsForASnapshotInFlight: a leader that goes on taking
+// writes while a slow snapshot streams to a follower keeps its log after
+// the snapshot's index until the follower has taken it, so the follower
+// catches up with that one snapshot. Without the hold the leader's log
+// was cut past the copy's index while it streamed, and the follower
+// needed another copy, and another: under a steady load it never caught
+// up (bench-repair, 2026-12-06).
+func TestCompactionWaitsForASnapshotInFlight(t *testing.T) {
+	c := newTunedCluster(t, 3, false, slowSnapshots(-1))
+	li := c.leader(-1)
+	fi := (li + 1) % 3
+	c.stop(fi)
+	writeMany(t, c.nodes[li].Store(), "a", snapshotBacklog)
+	c.restart(fi)
+	// Writes go on while the copy streams (about half a second at 1 MiB/s),
+	// each a log entry: many times CompactEntries.
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := writeKV(c.nodes[li].Store(), fmt.Sprint("w", i), "x"); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if installed(c.nodes[fi]) == 0 {
+			return errors.New("no snapshot installed yet")
+		}
+		return nil
+	})
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 20*time.Second, func() error { return sameState(c.nodes[li], c.nodes[fi]) })
+	if n := installed(c.nodes[fi]); n != 1 {
+		t.Fatalf("the follower installed %d snapshots, want 1: the leader cut its log past the copy in flight", n)
+	}
+	// The hold ends once the follower has the copy: the log is cut past it
+	// again.
+	past := c.nodes[li].Status().LastIndex
+	writeMany(t, c.nodes[li].Store(), "b", 3*testCompactEntries)
+	poll.CheckFor(t, 10*time.Second, func() error {
+		if first := c.nodes[li].Status().FirstIndex; first <= past {
+			return fmt.Errorf("the leader's log still starts at %d, not past %d", first, past)
+		}
+		return nil
+	})
 }

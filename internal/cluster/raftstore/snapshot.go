@@ -310,6 +310,9 @@ func (n *Node) maybeCompact() error {
 	if l.applied-l.compacted < n.cfg.CompactEntries+keep && n.appliedBytes < n.cfg.CompactBytes {
 		return nil
 	}
+	if limit, held := n.compactLimit(time.Now()); held && limit <= l.compacted {
+		return nil // a snapshot in flight needs every entry left (snaphold.go)
+	}
 	p, err := n.state.Write(&store.Batch{}, true)
 	if err != nil {
 		return fmt.Errorf("raftstore: syncing the state store before compaction: %w", err)
@@ -321,16 +324,24 @@ func (n *Node) maybeCompact() error {
 }
 
 // compactTo cuts the log up to index, less the entries kept, once the
-// state store is durable up to index (maybeCompact).
+// state store is durable up to index (maybeCompact), and never past the
+// index of a snapshot being sent (compactLimit).
 func (n *Node) compactTo(index uint64) error {
 	l, keep := n.rl, n.cfg.KeepEntries
 	if index > l.applied || index <= l.compacted+keep || index > l.last {
 		return nil // a snapshot installed meanwhile moved the log past it
 	}
+	cut := index - keep
+	if limit, held := n.compactLimit(time.Now()); held && limit < cut {
+		cut = limit // a snapshot in flight goes on from the entries after it
+	}
+	if cut <= l.compacted {
+		return nil
+	}
 	if err := n.crashPoint(compactSynced); err != nil {
 		return err
 	}
-	if err := l.compact(index - keep); err != nil {
+	if err := l.compact(cut); err != nil {
 		return err
 	}
 	if err := n.crashPoint(compactDone); err != nil {
@@ -366,6 +377,9 @@ func (n *Node) sendSnapshot(m *pb.Message) {
 		n.reportSnapshot(to, raft.SnapshotFailure)
 		return
 	}
+	// The follower goes on from the log after the copy; Raft, which
+	// built m at its own (perhaps lower) index, may probe from there.
+	n.holdForSnapshot(to, min(md.GetIndex(), m.GetSnapshot().GetMetadata().GetIndex()))
 	m = proto.CloneOf(m)
 	m.Snapshot = &pb.Snapshot{Metadata: md}
 	n.log.Info("raftstore: sending a snapshot", "to", to, "index", md.GetIndex(), "term", md.GetTerm())
@@ -495,7 +509,9 @@ func (n *Node) reportSnapshots() {
 	reports := n.snaps.reports
 	n.snaps.reports = nil
 	n.snaps.mu.Unlock()
+	now := time.Now()
 	for id, st := range reports {
+		n.snapshotEnded(id, st, now)
 		n.rn.ReportSnapshot(id, st)
 	}
 }
