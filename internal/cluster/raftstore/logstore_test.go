@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 func ent(i, term uint64) *pb.Entry {
@@ -53,6 +54,14 @@ func TestRaftLog(t *testing.T) {
 	}
 	term1 := func(i uint64) string { return fmt.Sprintf("e%d.1", i) }
 	checkEntries(t, l, 2, 51, term1) // disk then memory
+	// maxSize ends an answer within the disk's part and within the tail's.
+	size := func(i uint64) uint64 { return uint64(proto.Size(ent(i, 1))) } // the same for 2..9, and for 10..50
+	for _, c := range []struct{ lo, max, want uint64 }{{2, 3 * size(2), 3}, {38, 5 * size(38), 5}, {2, 0, 1}, {40, 0, 1}} {
+		got, err := l.Entries(c.lo, 51, c.max)
+		if err != nil || uint64(len(got)) != c.want || got[0].GetIndex() != c.lo || got[len(got)-1].GetIndex() != c.lo+c.want-1 {
+			t.Fatalf("Entries(%d, 51, %d): %d entries, %v; want %d from %d", c.lo, c.max, len(got), err, c.want, c.lo)
+		}
+	}
 	// A new leader's entries replace 45..50 with 45..47 of term 2, and
 	// also a range below the tail.
 	if err := l.save([]*pb.Entry{ent(45, 2), ent(46, 2), ent(47, 2)}, nil, true); err != nil {
