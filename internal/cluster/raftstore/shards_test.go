@@ -339,18 +339,8 @@ func TestShardsSnapshotReachesItsShard(t *testing.T) {
 			fi = i
 		}
 	}
-	c.stop(fi)
-	for k, l := range leaders {
-		writeMany(t, c.nodes[l-1].Shard(k).Store(), fmt.Sprint("s", k, "-"), 60)
-	}
-	c.restart(fi)
-	for k, l := range leaders {
-		poll.CheckFor(t, 20*time.Second, func() error {
-			if installed(c.nodes[fi].Shard(k)) == 0 {
-				return fmt.Errorf("shard %d: no snapshot installed yet", k)
-			}
-			return sameState(c.nodes[l-1].Shard(k), c.nodes[fi].Shard(k))
-		})
+	catchUpBySnapshots(t, c, fi, leaders, 60)
+	for k := range leaders {
 		if err := stateHas(c.nodes[fi].Shard(k), fmt.Sprint("s", 1-k, "-", 59), value(59)); err == nil {
 			t.Fatalf("shard %d holds shard %d's writes", k, 1-k)
 		}

@@ -105,15 +105,15 @@ func slowSnapshots(streams int) func(int, *Config) {
 	}
 }
 
-// catchUpBySnapshots stops node fi, writes snapshotBacklog values to
-// every shard through its leader (leaders, by shard), restarts fi and
+// catchUpBySnapshots stops node fi, writes values s<k>-0..s<k>-(n-1) to
+// every shard k through its leader (leaders, by shard), restarts fi and
 // waits until it has installed a snapshot of every shard and holds the
 // leaders' state; it returns how long that took from the restart.
-func catchUpBySnapshots(t *testing.T, c *shardCluster, fi int, leaders []uint64) time.Duration {
+func catchUpBySnapshots(t *testing.T, c *shardCluster, fi int, leaders []uint64, n int) time.Duration {
 	t.Helper()
 	c.stop(fi)
 	for k, l := range leaders {
-		writeMany(t, c.nodes[l-1].Shard(k).Store(), fmt.Sprint("s", k, "-"), snapshotBacklog)
+		writeMany(t, c.nodes[l-1].Shard(k).Store(), fmt.Sprint("s", k, "-"), n)
 	}
 	start := time.Now()
 	c.restart(fi)
@@ -166,7 +166,7 @@ func TestSnapshotReceivesBounded(t *testing.T) {
 			return err
 		})
 	}
-	catchUpBySnapshots(t, c, 2, leaders)
+	catchUpBySnapshots(t, c, 2, leaders, snapshotBacklog)
 	if p := c.nodes[2].cfg.snapLimits.peakRecvs.Load(); p != 1 {
 		t.Fatalf("node 3 received %d snapshots at once, want 1", p)
 	}
@@ -202,7 +202,7 @@ func TestSnapshotSendsBounded(t *testing.T) {
 			return fmt.Errorf("shard %d: moving the leadership from node %d to node 1", k, l[k])
 		})
 	}
-	took := catchUpBySnapshots(t, c, 2, []uint64{1, 1})
+	took := catchUpBySnapshots(t, c, 2, []uint64{1, 1}, snapshotBacklog)
 	if p := c.nodes[0].cfg.snapLimits.peakSends.Load(); p != 1 {
 		t.Fatalf("node 1 sent %d snapshots at once, want 1", p)
 	}

@@ -124,9 +124,7 @@ func (n *Node) Status() Status {
 	st := n.status
 	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	st.Stopped = n.err != nil
-	if n.tr != nil {
-		st.SnapshotsSending, st.SnapshotsReceiving = int(n.tr.sending.Load()), int(n.tr.receiving.Load())
-	}
+	st.SnapshotsSending, st.SnapshotsReceiving = int(n.tr.sending.Load()), int(n.tr.receiving.Load()) // n.tr is set before Open returns
 	if st.Match != nil {
 		st.Match, st.Heard, st.InSync = maps.Clone(st.Match), maps.Clone(st.Heard), maps.Clone(st.InSync)
 	}
