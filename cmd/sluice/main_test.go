@@ -28,6 +28,7 @@ func TestBadInvocationsExitWithMessages(t *testing.T) {
 		{[]string{"cluster", "add", "4"}, 2, "missing argument"},
 		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--replication-factor", "12"}, 2, "cluster.replication_factor: 12 is not between 1 and 9"},
 		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--shards", "65"}, 2, "cluster.shards: 65 is not between 1 and 64"},
+		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--snapshot-rate", "1000"}, 2, "cluster.snapshot_rate: 1000 bytes a second is below 1048576"},
 		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--placement", "some"}, 2, `cluster.placement: "some" is not "all" or "subset"`},
 		{[]string{"server", "--node-id", "1", "--peers", "1=127.0.0.1:7101", "--placement", "subset"}, 2, `cluster.placement: "subset" needs cluster.shards above 1`},
 	}

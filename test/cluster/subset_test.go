@@ -35,7 +35,10 @@ func TestSubsetAddANode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	extra := []string{"--shards", "3", "--placement", "subset", "--replication-factor", "2"}
+	// Every node, node 4 too, runs with the tightest snapshot budget
+	// (one copy each way, 1 MiB/s), which the move must live with.
+	extra := []string{"--shards", "3", "--placement", "subset", "--replication-factor", "2",
+		"--snapshot-streams", "1", "--snapshot-rate", "1048576"}
 	nodes := startClusterWith(t, ctx, 3, extra...)
 	awaitLeader(t, ctx, nodes, 0)
 
