@@ -285,7 +285,7 @@ func New(opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range []string{warn, extraWarn} {
+	for _, w := range []string{warn, extraWarn, o.Cluster.FactorWarning()} {
 		if w != "" {
 			log.Warn(w)
 		}

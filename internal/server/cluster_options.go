@@ -203,6 +203,25 @@ func (c ClusterConfig) Factor() int {
 	return c.ReplicationFactor
 }
 
+// FactorWarning is a warning for a replication factor that buys less
+// than it seems to, "" for any other: an even factor keeps a shard
+// writable with as few voters down as the odd one below it (a majority
+// of 2 is 2, of 4 is 3), so 2 keeps a shard writable with none down (a
+// node down stops its writes and its repair), and 4 stores one copy
+// more than 3 for no more failures tolerated. It is a warning, not a
+// refusal: a factor of 2 (or 4) is still a copy more on disk.
+func (c ClusterConfig) FactorWarning() string {
+	f := c.Factor()
+	if f%2 != 0 {
+		return ""
+	}
+	down := (f - 1) / 2
+	if down == 0 {
+		return fmt.Sprintf("cluster.replication_factor %d: a shard needs both of its voters to write; one node down stops its shards' writes and their repair (use 3 to stay writable with one down)", f)
+	}
+	return fmt.Sprintf("cluster.replication_factor %d: a shard stays writable with %d of its voters down, as with %d, for a copy more on disk (use %d, or %d to tolerate %d down)", f, down, f-1, f-1, f+1, down+1)
+}
+
 // MinSnapshotRate is the lowest [cluster] snapshot_rate (1 MiB/s; the
 // same as raftstore's, which the server package does not import).
 const MinSnapshotRate = 1 << 20

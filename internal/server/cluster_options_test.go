@@ -225,3 +225,20 @@ func FuzzParsePeers(f *testing.F) {
 		}
 	})
 }
+
+func TestFactorWarning(t *testing.T) {
+	for _, tc := range []struct {
+		factor int
+		want   string // a part of the warning; "" for none
+	}{
+		{0, ""}, {1, ""}, {3, ""}, {5, ""}, {9, ""},
+		{2, "one node down stops its shards' writes"},
+		{4, "writable with 1 of its voters down, as with 3"},
+		{6, "writable with 2 of its voters down, as with 5"},
+	} {
+		got := ClusterConfig{ReplicationFactor: tc.factor}.FactorWarning()
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("factor %d: warning %q, want one with %q", tc.factor, got, tc.want)
+		}
+	}
+}
