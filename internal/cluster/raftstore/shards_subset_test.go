@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,8 +267,17 @@ func TestOwnMove(t *testing.T) {
 // could take one, each shard led by one of its members.
 func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
 	members := map[int][]uint64{1: {1, 2, 3}, 2: {2, 3, 4}}
-	var cp atomic.Pointer[shardCluster] // set once the cluster is made; the balancers ask before
-	leaderOf := func(k int) uint64 {    // as a node without the shard would learn it
+	// cp is set once the cluster is made (the balancers ask before) and
+	// cleared, under mu, before the cluster's cleanup stops its nodes:
+	// the balancers, which call leaderOf, run until their own node stops,
+	// and must not read c.nodes while the cleanup writes it.
+	var (
+		mu sync.Mutex
+		cp atomic.Pointer[shardCluster]
+	)
+	leaderOf := func(k int) uint64 { // as a node without the shard would learn it
+		mu.Lock()
+		defer mu.Unlock()
 		c := cp.Load()
 		if c == nil {
 			return 0
@@ -283,6 +293,11 @@ func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
 	}
 	c := newPlannedShardCluster(t, 4, 3, nil, func(i int) ShardPlan { return memberPlan(uint64(i+1), members, leaderOf) })
 	cp.Store(c)
+	t.Cleanup(func() { // runs before the cluster's own cleanup (last in, first out)
+		mu.Lock()
+		cp.Store(nil)
+		mu.Unlock()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for k, holders := range map[int][]uint64{0: {1, 2, 3, 4}, 1: members[1], 2: members[2]} {
