@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,17 +267,17 @@ func TestOwnMove(t *testing.T) {
 func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
 	members := map[int][]uint64{1: {1, 2, 3}, 2: {2, 3, 4}}
 	// cp is set once the cluster is made (the balancers ask before) and
-	// cleared, under mu, before the cluster's cleanup stops its nodes:
-	// the balancers, which call leaderOf, run until their own node stops,
-	// and must not read c.nodes while the cleanup writes it.
+	// cleared before the cluster's cleanup stops its nodes, both under
+	// mu: the balancers, which call leaderOf, run until their own node
+	// stops, and must not read c.nodes while the cleanup writes it.
 	var (
 		mu sync.Mutex
-		cp atomic.Pointer[shardCluster]
+		cp *shardCluster
 	)
 	leaderOf := func(k int) uint64 { // as a node without the shard would learn it
 		mu.Lock()
 		defer mu.Unlock()
-		c := cp.Load()
+		c := cp
 		if c == nil {
 			return 0
 		}
@@ -292,10 +291,12 @@ func TestShardsOnASubsetSpreadLeaders(t *testing.T) {
 		return 0
 	}
 	c := newPlannedShardCluster(t, 4, 3, nil, func(i int) ShardPlan { return memberPlan(uint64(i+1), members, leaderOf) })
-	cp.Store(c)
+	mu.Lock()
+	cp = c
+	mu.Unlock()
 	t.Cleanup(func() { // runs before the cluster's own cleanup (last in, first out)
 		mu.Lock()
-		cp.Store(nil)
+		cp = nil
 		mu.Unlock()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
