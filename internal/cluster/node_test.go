@@ -139,6 +139,18 @@ func TestNewNeedsCluster(t *testing.T) {
 	}
 }
 
+// TestEvenFactorWarnsAtStart: a node started with replication_factor 2
+// logs, before it serves, that one node down stops its shards' writes
+// (server.ClusterConfig.FactorWarning's text, tested there for each
+// factor).
+func TestEvenFactorWarnsAtStart(t *testing.T) {
+	logs := &testlog.Buffer{}
+	soloNode(t, logs, func(o *server.Options) { o.Cluster.ReplicationFactor = 2 })
+	if !strings.Contains(logs.String(), "level=WARN msg=\"cluster.replication_factor 2: a shard needs both of its voters") {
+		t.Fatalf("no warning for a factor of 2 in the start's log:\n%s", logs)
+	}
+}
+
 // soloNode starts a one-member cluster (it leads at once) and waits until
 // it serves; stop cancels Run and returns its error.
 func soloNode(t *testing.T, logs io.Writer, edit ...func(*server.Options)) (n *Node, stop func() error) {
