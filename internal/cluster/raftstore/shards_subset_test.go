@@ -44,6 +44,41 @@ func TestBalanceMoveEach(t *testing.T) {
 	}
 }
 
+// onLeader runs f on shard k's leader among holders, again on the next
+// leader while it fails with ErrNotLeader (for up to 30 s): the
+// balancer runs in these tests and may hand the leadership over between
+// the lookup and the call, or while a proposal waits. again tells f the
+// call is a retry, so that a change that may have applied before the
+// old leader answered can be recognised. It returns the leader's 0-based
+// index.
+func (c *shardCluster) onLeader(k int, holders []uint64, f func(r *Node, again bool) error) int {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for again := false; ; again = true {
+		l := c.subsetLeader(k, holders)
+		err := f(c.nodes[l].Shard(k), again)
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, ErrNotLeader) || time.Now().After(deadline) {
+			c.t.Fatalf("shard %d on node %d: %v", k, l+1, err)
+		}
+	}
+}
+
+// writeShard writes n keys prefix0..prefix(n-1) to shard k through its
+// leader among holders, following the leadership when it moves; a key
+// written again on the new leader is harmless, each write setting it to
+// the same value.
+func (c *shardCluster) writeShard(k int, holders []uint64, prefix string, n int) {
+	c.t.Helper()
+	for i := range n {
+		c.onLeader(k, holders, func(r *Node, _ bool) error {
+			return writeKV(r.Store(), fmt.Sprint(prefix, i), value(i))
+		})
+	}
+}
+
 // subsetLeader waits until the nodes holding shard k (by 1-based id)
 // agree on a leader among them, and returns its 0-based index.
 func (c *shardCluster) subsetLeader(k int, holders []uint64) int {
@@ -145,8 +180,7 @@ func TestShardsOnASubset(t *testing.T) {
 		t.Fatalf("a connection for a shard node 4 does not hold: read %v, want EOF", err)
 	}
 
-	l1 := c.subsetLeader(1, members[1])
-	writeMany(t, c.nodes[l1].Shard(1).Store(), "one-", 60)
+	c.writeShard(1, members[1], "one-", 60)
 	for _, id := range members[1] {
 		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[id-1].Shard(1), "one-59", value(59)) })
 	}
@@ -158,10 +192,13 @@ func TestShardsOnASubset(t *testing.T) {
 	if _, err := c.nodes[3].Join(1, c.peers); !errors.Is(err, ErrShardHeld) {
 		t.Fatalf("a second join: %v, want ErrShardHeld", err)
 	}
-	l1 = c.subsetLeader(1, members[1])
-	if err := c.nodes[l1].Shard(1).AddMember(ctx, 4, c.peers[3].RaftAddr); err != nil {
-		t.Fatal(err)
-	}
+	l1 := c.onLeader(1, members[1], func(r *Node, again bool) error {
+		err := r.AddMember(ctx, 4, c.peers[3].RaftAddr)
+		if again && errors.Is(err, ErrMemberExists) {
+			return nil // the first try applied before its leader lost the lead
+		}
+		return err
+	})
 	poll.CheckFor(t, 20*time.Second, func() error {
 		r := c.nodes[3].Shard(1)
 		if err := sameState(c.nodes[l1].Shard(1), r); err != nil {
@@ -180,15 +217,21 @@ func TestShardsOnASubset(t *testing.T) {
 
 	// Node 1 is removed from shard 1 and leaves it.
 	members[1] = []uint64{2, 3, 4}
-	if l1 = c.subsetLeader(1, []uint64{1, 2, 3, 4}); l1 == 0 {
-		if err := c.nodes[0].Shard(1).TransferLeadershipTo(ctx, 2); err != nil {
-			t.Fatal(err)
+	c.onLeader(1, []uint64{1, 2, 3, 4}, func(r *Node, again bool) error {
+		if r == c.nodes[0].Shard(1) {
+			// Node 1 hands over first (the balancer may hand it
+			// back: then this runs again).
+			if err := r.TransferLeadershipTo(ctx, 2); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: node 1 handed shard 1 over", ErrNotLeader)
 		}
-		l1 = c.subsetLeader(1, members[1])
-	}
-	if err := c.nodes[l1].Shard(1).RemoveMember(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+		err := r.RemoveMember(ctx, 1)
+		if again && errors.Is(err, ErrUnknownMember) {
+			return nil // the first try applied before its leader lost the lead
+		}
+		return err
+	})
 	poll.CheckFor(t, 10*time.Second, poll.True("node 1 learns it was removed from shard 1", func() bool {
 		return c.nodes[0].Shard(1).Status().Removed
 	}))
@@ -215,8 +258,7 @@ func TestShardsOnASubset(t *testing.T) {
 	if n := c.shardLogKeyCount(0, 1); n != 0 {
 		t.Fatalf("node 1 left shard 1 but its shared log holds %d of its keys", n)
 	}
-	l1 = c.subsetLeader(1, members[1])
-	writeMany(t, c.nodes[l1].Shard(1).Store(), "two-", 10)
+	c.writeShard(1, members[1], "two-", 10)
 	for _, id := range members[1] {
 		poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[id-1].Shard(1), "two-9", value(9)) })
 	}
