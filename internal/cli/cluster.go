@@ -452,6 +452,9 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 				}
 			}
 		}
+		if warn := twoVotersWarning(rep); warn != "" {
+			fmt.Fprintln(w, warn)
+		}
 		scheme := "http"
 		if rep.Public.TLS {
 			scheme = "https"
@@ -527,6 +530,45 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		return ExitOK
 	})
+}
+
+// twoVotersWarning is `cluster status`'s warning for groups with exactly
+// two voters (shard 0's from the peers; each shard's, with several): a
+// majority of two is two, so either voter down stops the group's writes
+// and its repair. The start-up warning (server.ClusterConfig.FactorWarning)
+// sees only the configured factor; this one sees the members, so it also
+// catches a cluster of two nodes under the default factor of 3. Empty
+// when no group has two voters, and under a factor of 1 (where two are
+// the middle of a move).
+func twoVotersWarning(rep clusterReport) string {
+	if rep.View != nil && rep.View.ReplicationFactor == 1 {
+		return "" // two voters only while a member moves (promoted, then demoted)
+	}
+	var two []string
+	if len(rep.Shards) > 0 {
+		for _, sh := range rep.Shards {
+			if len(sh.Voters) == 2 {
+				two = append(two, strconv.Itoa(sh.Shard))
+			}
+		}
+	} else {
+		voters := 0
+		for _, p := range rep.Peers {
+			if p.Membership == "voter" {
+				voters++
+			}
+		}
+		if voters == 2 {
+			return "warning: the cluster has 2 voters: a majority of 2 is 2, so either node down stops every write and the repair of copies; add a third node (sluice cluster add) to stay writable with one down"
+		}
+	}
+	switch len(two) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("warning: shard %s has 2 voters: a majority of 2 is 2, so either of them down stops its writes and its repair; add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down", two[0])
+	}
+	return fmt.Sprintf("warning: shards %s have 2 voters: a majority of 2 is 2, so either voter of one down stops its writes and its repair; add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down", strings.Join(two, ", "))
 }
 
 // shardStatus prints shard k's view (GET /sluice/v1/cluster/shards/{k}):

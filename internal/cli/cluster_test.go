@@ -305,3 +305,49 @@ func TestClusterStatusLinks(t *testing.T) {
 		}
 	}
 }
+
+// `cluster status` warns of groups with two voters (either one down
+// stops their writes), from the members it sees: shard 0's peers, or
+// each shard's voters with several; not of three, nor under a factor of
+// 1, where two voters are the middle of a move.
+func TestClusterStatusTwoVoters(t *testing.T) {
+	peers := func(ms ...string) string {
+		var s []string
+		for i, m := range ms {
+			s = append(s, fmt.Sprintf(`{"id":%d,"raft":"127.0.0.1:1%d","membership":%q}`, i+1, i+1, m))
+		}
+		return `"peers":[` + strings.Join(s, ",") + `]`
+	}
+	for _, c := range []struct {
+		name, report, want string
+	}{
+		{"two nodes", peers("voter", "voter"), "warning: the cluster has 2 voters: a majority of 2 is 2"},
+		{"two voters and a learner", peers("voter", "voter", "learner"), "warning: the cluster has 2 voters"},
+		{"three nodes", peers("voter", "voter", "voter"), ""},
+		{"one node", peers("voter"), ""},
+		{"factor 1 moving", peers("voter", "voter") + `,"view":{"leader":1,"term":2,"replication_factor":1,"members":[]}`, ""},
+		{"one shard of two voters", peers("voter", "voter", "voter") + `,"shards":[{"shard":0,"voters":[1,2,3]},{"shard":1,"voters":[1,2,3]},{"shard":2,"voters":[2,3],"learners":[1]}]`,
+			"warning: shard 2 has 2 voters: a majority of 2 is 2"},
+		{"shards of two voters", peers("voter", "voter") + `,"shards":[{"shard":0,"voters":[1,2]},{"shard":1,"voters":[1,2]},{"shard":2,"voters":[2,3,4]}]`,
+			"warning: shards 0, 1 have 2 voters: a majority of 2 is 2"},
+		{"shards of three", peers("voter", "voter") + `,"shards":[{"shard":0,"voters":[1,2,3]},{"shard":1,"voters":[2,3,4]}]`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			report := `{"node":{"id":1,"role":"leader","term":2,"leader":1},"public":{"http":"127.0.0.1:1"},` + c.report + `}`
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(report))
+			}))
+			defer srv.Close()
+			f := &fixture{t: t, url: srv.URL}
+			r := f.run(Cluster, "", "status")
+			if r.code != ExitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			got := strings.Contains(r.stdout, "2 voters")
+			if c.want == "" && got || c.want != "" && !strings.Contains(r.stdout, c.want) {
+				t.Errorf("want %q in:\n%s", c.want, r.stdout)
+			}
+		})
+	}
+}

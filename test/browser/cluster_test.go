@@ -202,6 +202,35 @@ func TestClusterFactorMismatchWarned(t *testing.T) {
 	}
 }
 
+// TestClusterTwoVotersWarned: a cluster whose group has two voters
+// (replication_factor 2 on three nodes: the third is a learner) is
+// warned of on the Cluster page and by `sluice cluster status`: either
+// voter down stops its writes.
+func TestClusterTwoVotersWarned(t *testing.T) {
+	ctx, cons := newBrowser(t)
+	nodes := startCluster(t, func(o *server.Options) { o.Cluster.ReplicationFactor = 2 })
+	do(t, ctx, "open the cluster page", chromedp.Navigate("http://"+nodes[1].HTTPAddr()+"/ui/#/cluster"))
+	waitJS(t, ctx, "a warning that the cluster has two voters", `(() => {
+		const n = document.querySelector('main .status-slot .notice-warn');
+		return n !== null && /The cluster has 2 voters: a majority of 2 is 2, so either node down stops every write/.test(n.innerText);
+	})()`, 20*time.Second)
+	var out, errOut bytes.Buffer
+	poll.CheckFor(t, 20*time.Second, func() error {
+		out.Reset()
+		errOut.Reset()
+		if code := cli.Cluster(context.Background(), []string{"status", "--endpoint", "http://" + nodes[2].HTTPAddr()}, &cli.Env{Stdout: &out, Stderr: &errOut}); code != cli.ExitOK {
+			return fmt.Errorf("sluice cluster status: exit %d: %s", code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "warning: the cluster has 2 voters: a majority of 2 is 2") {
+			return fmt.Errorf("sluice cluster status printed no warning for two voters:\n%s", out.String())
+		}
+		return nil
+	})
+	if errs := cons.errors(false); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
 // TestClusterPageShards: with [cluster] shards = 3 the Cluster page also
 // lists every shard with its leader (a node; the leaders spread), the
 // term, this node's role in it, and its voters; a cluster without shards
