@@ -36,7 +36,7 @@ type raftCollector struct {
 	term, commit, applied, applyLag, first, last, leader, role *prometheus.Desc
 	leaderChanges, failedProposals, voters, learners           *prometheus.Desc
 	peerMatch, peerLag, stopped                                *prometheus.Desc
-	snapshots                                                  *prometheus.Desc
+	snapshots, snapshotsDone                                   *prometheus.Desc
 }
 
 // roles are the values of sluice_raft_role's role label, all exported so
@@ -69,6 +69,7 @@ func newRaftCollector(statuses func() []raftstore.Status, sharded bool) *raftCol
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),
 		peerLag:         d("sluice_raft_peer_lag_entries", "On the leader only: entries each member is behind the leader's last log index.", "peer"),
 		snapshots:       d("sluice_raft_snapshots_in_flight", "Snapshot streams of this group under way on this node, by direction: \"send\" (to members that need a copy) and \"receive\" (a copy for this node). The node bounds each direction over all its shards ([cluster] snapshot_streams).", "direction"),
+		snapshotsDone:   d("sluice_raft_snapshots_total", "Snapshots of this group this node completed since it started, by direction: \"sent\" (streams written whole to members that needed a copy) and \"installed\" (copies this node received and installed in place of its state).", "direction"),
 		stopped:         d("sluice_raft_stopped", "1 when this node's Raft node stopped on a failed write of its Raft log or state store (it takes no part in its group until it is opened again; after a full disk that is done in place once space is back), else 0."),
 	}
 }
@@ -76,7 +77,7 @@ func newRaftCollector(statuses func() []raftstore.Status, sharded bool) *raftCol
 // Describe implements prometheus.Collector.
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.term, c.commit, c.applied, c.applyLag, c.first, c.last, c.leader, c.role,
-		c.leaderChanges, c.failedProposals, c.voters, c.learners, c.peerMatch, c.peerLag, c.stopped, c.snapshots} {
+		c.leaderChanges, c.failedProposals, c.voters, c.learners, c.peerMatch, c.peerLag, c.stopped, c.snapshots, c.snapshotsDone} {
 		ch <- d
 	}
 }
@@ -135,6 +136,8 @@ func (c *raftCollector) collect(ch chan<- prometheus.Metric, k int, st raftstore
 	gauge(c.stopped, stopped)
 	gauge(c.snapshots, uint64(st.SnapshotsSending), "send")
 	gauge(c.snapshots, uint64(st.SnapshotsReceiving), "receive")
+	ch <- prometheus.MustNewConstMetric(c.snapshotsDone, prometheus.CounterValue, float64(st.SnapshotsSent), lv("sent")...)
+	ch <- prometheus.MustNewConstMetric(c.snapshotsDone, prometheus.CounterValue, float64(st.SnapshotsInstalled), lv("installed")...)
 	for id, m := range st.Match {
 		peer := strconv.FormatUint(id, 10)
 		gauge(c.peerMatch, m, peer)

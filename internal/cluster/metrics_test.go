@@ -111,6 +111,8 @@ func TestRaftMetrics(t *testing.T) {
 			// Every node caught up from the log: no copy under way.
 			`sluice_raft_snapshots_in_flight{direction="send"}`:    0,
 			`sluice_raft_snapshots_in_flight{direction="receive"}`: 0,
+			`sluice_raft_snapshots_total{direction="sent"}`:        0,
+			`sluice_raft_snapshots_total{direction="installed"}`:   0,
 		}
 		role := "follower"
 		if isLeader {

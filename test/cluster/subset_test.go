@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,7 +38,9 @@ func TestSubsetAddANode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	// Every node, node 4 too, runs with the tightest snapshot budget
-	// (one copy each way, 1 MiB/s), which the move must live with.
+	// (one copy each way, 1 MiB/s), which the move must live with: a node
+	// that joins a shard starts with an empty log, so its copy is a
+	// snapshot.
 	extra := []string{"--shards", "3", "--placement", "subset", "--replication-factor", "2",
 		"--snapshot-streams", "1", "--snapshot-rate", "1048576"}
 	nodes := startClusterWith(t, ctx, 3, extra...)
@@ -133,6 +137,12 @@ func TestSubsetAddANode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(nodes[1].dir, "data", "shard-1")); err == nil {
 		t.Fatal("node 2 was moved out of shard 1 but kept its copy")
 	}
+	// Node 4's copy of shard 1 came as a snapshot, under that budget (its
+	// /metrics count the copies it installed, by shard).
+	metrics := getText(t, ctx, n4.srv.URL()+"/metrics")
+	if m := regexp.MustCompile(`(?m)^sluice_raft_snapshots_total\{direction="installed",shard="1"\} ([0-9]+)$`).FindStringSubmatch(metrics); m == nil || m[1] == "0" {
+		t.Fatalf("node 4 installed no snapshot of shard 1 (%v)", m)
+	}
 	code, out, stderr := clusterCLI(ctx, nodes[2], "status")
 	if code != cli.ExitOK || !regexp.MustCompile(`(?m)^1 +[14] +\d+ +not-held +- +- +1,4 +-$`).MatchString(out) {
 		t.Fatalf("sluice cluster status on node 3 (no copy of shard 1): exit %d\n%s%s", code, out, stderr)
@@ -180,4 +190,23 @@ func TestSubsetAddANode(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d messages of %d queues received through node 4; status on node 3:\n%s", len(got), len(urls), out)
+}
+
+// getText is the body of a GET of url, which must answer 200.
+func getText(t *testing.T, ctx context.Context, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: status %d, %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }

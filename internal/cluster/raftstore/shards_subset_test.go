@@ -214,6 +214,17 @@ func TestShardsOnASubset(t *testing.T) {
 	if installed(c.nodes[3].Shard(1)) == 0 {
 		t.Fatal("node 4 caught up on shard 1 without a snapshot")
 	}
+	// Status counts it (sluice_raft_snapshots_total), and the sender's.
+	if got, want := c.nodes[3].Shard(1).Status().SnapshotsInstalled, installed(c.nodes[3].Shard(1)); got != want {
+		t.Fatalf("node 4's status counts %d snapshots installed, want %d", got, want)
+	}
+	sent := 0
+	for _, id := range members[1] {
+		sent += c.nodes[id-1].Shard(1).Status().SnapshotsSent
+	}
+	if sent == 0 {
+		t.Fatal("no member of shard 1 counts a snapshot sent")
+	}
 
 	// Node 1 is removed from shard 1 and leaves it.
 	members[1] = []uint64{2, 3, 4}

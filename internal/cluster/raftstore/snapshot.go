@@ -203,8 +203,9 @@ func records(b []byte) iter.Seq2[[]byte, []byte] {
 type snapshots struct {
 	mu      sync.Mutex
 	reports map[uint64]raft.SnapshotStatus // by peer, for the loop
-	// installed counts the snapshots installed since Open (tests).
-	installed int
+	// installed counts the snapshots installed since Open; sent, the
+	// streams to members that ended with the whole copy written (Status).
+	installed, sent int
 
 	// recvMu guards recv. It is held while a chunk is written, so it is
 	// not mu: the loop never waits for a receiver's disk.
@@ -397,6 +398,10 @@ func (n *Node) sendSnapshot(m *pb.Message) {
 		if err != nil {
 			st = raft.SnapshotFailure
 			n.log.Warn("raftstore: sending a snapshot failed", "to", to, "err", err)
+		} else {
+			n.snaps.mu.Lock()
+			n.snaps.sent++
+			n.snaps.mu.Unlock()
 		}
 		n.reportSnapshot(to, st)
 	})

@@ -59,6 +59,11 @@ type Status struct {
 	// streams in flight on this node, out and in (the node bounds those of
 	// all its groups together: Config.SnapshotStreams).
 	SnapshotsSending, SnapshotsReceiving int
+	// SnapshotsSent and SnapshotsInstalled count, since this node opened
+	// the group, the snapshot streams it sent whole to members and the
+	// copies it installed (a node added to the group, or one too far
+	// behind for the log, gets its state that way).
+	SnapshotsSent, SnapshotsInstalled int
 }
 
 // updateStatus refreshes the status snapshot and publishes a change of
@@ -119,9 +124,13 @@ func (n *Node) updateStatus() {
 
 // Status returns the node's latest view of the group.
 func (n *Node) Status() Status {
+	n.snaps.mu.Lock() // not under n.mu: no lock order between the two
+	sent, installed := n.snaps.sent, n.snaps.installed
+	n.snaps.mu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.status
+	st.SnapshotsSent, st.SnapshotsInstalled = sent, installed
 	st.LeaderChanges, st.FailedProposals = n.leaderChanges, n.failedProposals
 	st.Stopped = n.err != nil
 	st.SnapshotsSending, st.SnapshotsReceiving = int(n.tr.sending.Load()), int(n.tr.receiving.Load()) // n.tr is set before Open returns
