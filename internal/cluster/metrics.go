@@ -69,7 +69,7 @@ func newRaftCollector(statuses func() []raftstore.Status, sharded bool) *raftCol
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),
 		peerLag:         d("sluice_raft_peer_lag_entries", "On the leader only: entries each member is behind the leader's last log index.", "peer"),
 		snapshots:       d("sluice_raft_snapshots_in_flight", "Snapshot streams of this group under way on this node, by direction: \"send\" (to members that need a copy) and \"receive\" (a copy for this node). The node bounds each direction over all its shards ([cluster] snapshot_streams).", "direction"),
-		snapshotsDone:   d("sluice_raft_snapshots_total", "Snapshots of this group this node completed since it started, by direction: \"sent\" (streams written whole to members that needed a copy) and \"installed\" (copies this node received and installed in place of its state).", "direction"),
+		snapshotsDone:   d("sluice_raft_snapshots_total", "Snapshots of this group this node completed since it opened the group (at its start, or when it joined the shard), by direction: \"sent\" (streams written whole to members that needed a copy) and \"installed\" (copies this node received and installed in place of its state).", "direction"),
 		stopped:         d("sluice_raft_stopped", "1 when this node's Raft node stopped on a failed write of its Raft log or state store (it takes no part in its group until it is opened again; after a full disk that is done in place once space is back), else 0."),
 	}
 }
