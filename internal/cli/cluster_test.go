@@ -231,13 +231,7 @@ func TestClusterStatusShards(t *testing.T) {
 			{"shard":2,"role":"candidate","term":7,"leader":0,"commit":12,"applied":11,"voters":[1,2]},
 			{"shard":3,"role":"follower","term":2,"leader":0,"commit":5,"applied":5,"voters":[1,2],"stopped":true},
 			{"shard":4,"role":"not-held","term":6,"leader":3,"commit":0,"applied":0,"voters":[1,3],"learners":[5],"not_held":true}]}`
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(report))
-	}))
-	defer srv.Close()
-	f := &fixture{t: t, url: srv.URL}
-	r := f.run(Cluster, "", "status")
+	r := statusOf(t, report)
 	if r.code != ExitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -293,13 +287,7 @@ func TestClusterStatusLinks(t *testing.T) {
 				{"id":1,"membership":"voter","match":9,"in_sync":true,"links":%q},
 				{"id":2,"membership":"voter","match":9,"in_sync":true,"links":%q},
 				{"id":3,"membership":"voter","match":9,"in_sync":true,"links":%q}]}}`, c.links[0], c.links[1], c.links[2])
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(report))
-		}))
-		f := &fixture{t: t, url: srv.URL}
-		r := f.run(Cluster, "", "status")
-		srv.Close()
+		r := statusOf(t, report)
 		if r.code != ExitOK || !strings.Contains(r.stdout, c.want) {
 			t.Errorf("links %q: exit %d, want %q in:\n%s%s", c.links, r.code, c.want, r.stdout, r.stderr)
 		}
@@ -334,13 +322,7 @@ func TestClusterStatusTwoVoters(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			report := `{"node":{"id":1,"role":"leader","term":2,"leader":1},"public":{"http":"127.0.0.1:1"},` + c.report + `}`
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(report))
-			}))
-			defer srv.Close()
-			f := &fixture{t: t, url: srv.URL}
-			r := f.run(Cluster, "", "status")
+			r := statusOf(t, report)
 			if r.code != ExitOK {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
@@ -350,4 +332,17 @@ func TestClusterStatusTwoVoters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// statusOf runs `cluster status` against a server that answers report
+// (JSON) to every request.
+func statusOf(t *testing.T, report string) result {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(report))
+	}))
+	defer srv.Close()
+	f := &fixture{t: t, url: srv.URL}
+	return f.run(Cluster, "", "status")
 }

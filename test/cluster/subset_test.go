@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -139,7 +138,10 @@ func TestSubsetAddANode(t *testing.T) {
 	}
 	// Node 4's copy of shard 1 came as a snapshot, under that budget (its
 	// /metrics count the copies it installed, by shard).
-	metrics := getText(t, ctx, n4.srv.URL()+"/metrics")
+	metrics, err := crash.GetText(ctx, http.DefaultClient, n4.srv.URL()+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if m := regexp.MustCompile(`(?m)^sluice_raft_snapshots_total\{direction="installed",shard="1"\} ([0-9]+)$`).FindStringSubmatch(metrics); m == nil || m[1] == "0" {
 		t.Fatalf("node 4 installed no snapshot of shard 1 (%v)", m)
 	}
@@ -190,23 +192,4 @@ func TestSubsetAddANode(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d messages of %d queues received through node 4; status on node 3:\n%s", len(got), len(urls), out)
-}
-
-// getText is the body of a GET of url, which must answer 200.
-func getText(t *testing.T, ctx context.Context, url string) string {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }() // read-only
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: status %d, %v", url, resp.StatusCode, err)
-	}
-	return string(b)
 }

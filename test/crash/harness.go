@@ -171,6 +171,28 @@ func GetJSON(ctx context.Context, hc *http.Client, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
+// GetText returns the body of a GET of url, which must answer 200 (a
+// node's /metrics, say).
+func GetText(ctx context.Context, hc *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }() // read-only
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return string(b), nil
+}
+
 // ShardOf asks the node at endpoint ("http://host:port"), with a bare
 // JSON-protocol GetQueueAttributes, which cluster shard serves the queue
 // at queueURL: the X-Sluice-Shard and X-Sluice-Node headers of the
