@@ -35,7 +35,7 @@ type raftCollector struct {
 
 	term, commit, applied, applyLag, first, last, leader, role *prometheus.Desc
 	leaderChanges, failedProposals, voters, learners           *prometheus.Desc
-	peerMatch, peerLag, stopped                                *prometheus.Desc
+	peerMatch, peerLag, peerInSync, votersInSync, stopped      *prometheus.Desc
 	snapshots, snapshotsDone                                   *prometheus.Desc
 }
 
@@ -68,6 +68,8 @@ func newRaftCollector(statuses func() []raftstore.Status, sharded bool) *raftCol
 		learners:        d("sluice_raft_learners", "Learners in this node's applied membership: members added and not yet promoted to voter, and standby copies beyond the replication factor (the leader promotes one once its log has caught up and a voter is needed)."),
 		peerMatch:       d("sluice_raft_peer_match_index", "On the leader only: the highest log index known replicated on each member.", "peer"),
 		peerLag:         d("sluice_raft_peer_lag_entries", "On the leader only: entries each member is behind the leader's last log index.", "peer"),
+		peerInSync:      d("sluice_raft_peer_in_sync", "On the leader only: 1 for each member the leader replicates to normally (heard from within an election timeout, no snapshot under way, its log within the promotion lag of the commit index), 0 for a member down, cut off or catching up; the leader itself is 1.", "peer"),
+		votersInSync:    d("sluice_raft_voters_in_sync", "On the leader only: voters in sync (sluice_raft_peer_in_sync), the leader included. At or below a majority of sluice_raft_voters, one more voter lost stops the group's writes."),
 		snapshots:       d("sluice_raft_snapshots_in_flight", "Snapshot streams of this group under way on this node, by direction: \"send\" (to members that need a copy) and \"receive\" (a copy for this node). The node bounds each direction over all its shards ([cluster] snapshot_streams).", "direction"),
 		snapshotsDone:   d("sluice_raft_snapshots_total", "Snapshots of this group this node completed since it opened the group (at its start, or when it joined the shard), by direction: \"sent\" (streams written whole to members that needed a copy) and \"installed\" (copies this node received and installed in place of its state).", "direction"),
 		stopped:         d("sluice_raft_stopped", "1 when this node's Raft node stopped on a failed write of its Raft log or state store (it takes no part in its group until it is opened again; after a full disk that is done in place once space is back), else 0."),
@@ -77,7 +79,8 @@ func newRaftCollector(statuses func() []raftstore.Status, sharded bool) *raftCol
 // Describe implements prometheus.Collector.
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.term, c.commit, c.applied, c.applyLag, c.first, c.last, c.leader, c.role,
-		c.leaderChanges, c.failedProposals, c.voters, c.learners, c.peerMatch, c.peerLag, c.stopped, c.snapshots, c.snapshotsDone} {
+		c.leaderChanges, c.failedProposals, c.voters, c.learners, c.peerMatch, c.peerLag, c.peerInSync, c.votersInSync,
+		c.stopped, c.snapshots, c.snapshotsDone} {
 		ch <- d
 	}
 }
@@ -119,16 +122,22 @@ func (c *raftCollector) collect(ch chan<- prometheus.Metric, k int, st raftstore
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges), lv()...)
 	ch <- prometheus.MustNewConstMetric(c.failedProposals, prometheus.CounterValue, float64(st.FailedProposals), lv()...)
-	var voters, learners uint64
+	var voters, learners, votersInSync uint64
 	for _, m := range st.Members {
 		if m.Membership == raftstore.Learner {
 			learners++
 		} else {
 			voters++
+			if st.InSync[m.ID] {
+				votersInSync++
+			}
 		}
 	}
 	gauge(c.voters, voters)
 	gauge(c.learners, learners)
+	if st.Match != nil { // leader only, as the peer series
+		gauge(c.votersInSync, votersInSync)
+	}
 	stopped := uint64(0)
 	if st.Stopped {
 		stopped = 1
@@ -142,6 +151,11 @@ func (c *raftCollector) collect(ch chan<- prometheus.Metric, k int, st raftstore
 		peer := strconv.FormatUint(id, 10)
 		gauge(c.peerMatch, m, peer)
 		gauge(c.peerLag, lag(st.LastIndex, m), peer)
+		inSync := uint64(0)
+		if st.InSync[id] {
+			inSync = 1
+		}
+		gauge(c.peerInSync, inSync, peer)
 	}
 }
 

@@ -58,9 +58,10 @@ func scrape(t *testing.T, n *Node) (map[string]float64, map[string]int) {
 
 // TestRaftMetrics: GET /metrics on each node answers for that node: its
 // Raft term, role, leader, commit and applied index and the log's bounds;
-// the leader adds each member's match index and lag, and the engine's
-// metrics (a queue's series appear there only, once); a follower adds its
-// own process's. No series appears twice in one scrape.
+// the leader adds each member's match index, lag and in-sync flag, the
+// voters in sync, and the engine's metrics (a queue's series appear there
+// only, once); a follower adds its own process's. No series appears twice
+// in one scrape.
 func TestRaftMetrics(t *testing.T) {
 	nodes := threeNodes(t, func(*server.Options) {})
 	var leader *Node
@@ -145,12 +146,19 @@ func TestRaftMetrics(t *testing.T) {
 		for _, id := range []int{1, 2, 3} {
 			match, hasMatch := vals[fmt.Sprintf("sluice_raft_peer_match_index{peer=\"%d\"}", id)]
 			lag, hasLag := vals[fmt.Sprintf("sluice_raft_peer_lag_entries{peer=\"%d\"}", id)]
-			if hasMatch != isLeader || hasLag != isLeader {
-				t.Errorf("node %d (%s): peer %d match/lag present %t/%t", st.ID, role, id, hasMatch, hasLag)
+			inSync, hasInSync := vals[fmt.Sprintf("sluice_raft_peer_in_sync{peer=\"%d\"}", id)]
+			if hasMatch != isLeader || hasLag != isLeader || hasInSync != isLeader {
+				t.Errorf("node %d (%s): peer %d match/lag/in-sync present %t/%t/%t", st.ID, role, id, hasMatch, hasLag, hasInSync)
+			}
+			if isLeader && inSync != 1 {
+				t.Errorf("leader: peer %d in sync %v, want 1 (every node applied the send)", id, inSync)
 			}
 			if isLeader && lag != vals["sluice_raft_log_last_index"]-match {
 				t.Errorf("leader: peer %d lag %v, match %v, last %v", id, lag, match, vals["sluice_raft_log_last_index"])
 			}
+		}
+		if v, ok := vals["sluice_raft_voters_in_sync"]; ok != isLeader || (isLeader && v != 3) {
+			t.Errorf("node %d (%s): sluice_raft_voters_in_sync %v (present %t), want 3 on the leader only", st.ID, role, v, ok)
 		}
 		if queue != isLeader || !goStats {
 			t.Errorf("node %d (%s): the queue's series present %t, go_goroutines present %t", st.ID, role, queue, goStats)

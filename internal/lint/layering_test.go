@@ -92,6 +92,9 @@ var allowed = map[string][]string{
 	// The power-cut filesystem of tests (pebble's crashable MemFS without
 	// its ReuseForWrite deadlock); nothing of Sluice, for the same reason.
 	"internal/brokertest/crashfs": {},
+	// Prometheus's promtool run by the tests of the shipped alerting rules;
+	// nothing of Sluice, so that the metrics package's own tests can use it.
+	"internal/brokertest/promtool": {},
 
 	// The engine and storage.
 	"internal/engine":            {"internal/clock", "internal/store"},

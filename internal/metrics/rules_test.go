@@ -3,6 +3,7 @@ package metrics
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,15 +12,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicemq/sluice/internal/alerts"
+	"github.com/sluicemq/sluice/internal/brokertest/promtool"
 )
 
 // The shipped Prometheus rules (docs/prometheus/sluice-alerts.yml) are
 // checked here without promtool and without a YAML library (none is in
 // go.mod): a small parser for the block-style subset the file uses, a
 // structural check of every rule, and a check that every sluice_ metric an
-// expression names is one this broker exports.
+// expression names is one this broker exports. The cluster group's metrics
+// are exported by cluster nodes only (internal/cluster), whose test checks
+// them against a real cluster's scrape (TestAlertRulesOnARealCluster).
+// TestPrometheusRulesPromtool then has the real promtool check the file and
+// run its unit tests (sluice-alerts.test.yml).
 
 const rulesFile = "../../docs/prometheus/sluice-alerts.yml"
+
+// clusterGroup is the rule group of cluster mode's metrics.
+const clusterGroup = "sluice-cluster"
 
 func TestPrometheusRules(t *testing.T) {
 	src, err := os.ReadFile(rulesFile)
@@ -105,19 +114,38 @@ func TestPrometheusRules(t *testing.T) {
 				t.Errorf("%s: expr %q names no sluice_ metric", where, expr)
 			}
 			for _, n := range names {
-				if !exported[n] {
+				if name != clusterGroup && !exported[n] {
 					t.Errorf("%s: expr names %s, which Sluice does not export", where, n)
 				}
 			}
 		}
 	}
-	// The rules the brief and dlq-practice §8 call for.
-	for _, want := range []string{"SluiceDLQGrowth", "SluiceDLQDepthWarning", "SluiceDLQDepthCritical", "SluiceOldestMessageAge", "SluiceRedeliverySpike", "SluiceStoreSyncSlow"} {
+	// The rules the brief and dlq-practice §8 call for, and cluster mode's
+	// loss of fault tolerance.
+	for _, want := range []string{"SluiceDLQGrowth", "SluiceDLQDepthWarning", "SluiceDLQDepthCritical", "SluiceOldestMessageAge", "SluiceRedeliverySpike", "SluiceStoreSyncSlow",
+		"SluiceClusterNoLeader", "SluiceClusterNoFaultTolerance"} {
 		if !alertNames[want] {
 			t.Errorf("rule %s missing", want)
 		}
 	}
+	if !groupNames[clusterGroup] {
+		t.Errorf("group %s missing", clusterGroup)
+	}
 	t.Logf("%d groups, %d rules", len(groups), nrules)
+}
+
+// TestPrometheusRulesPromtool: Prometheus's own promtool accepts the rules
+// file and passes its unit tests (docs/prometheus/sluice-alerts.test.yml:
+// each cluster rule fires on the series it is meant for, and not on a
+// healthy cluster's).
+func TestPrometheusRulesPromtool(t *testing.T) {
+	dir := filepath.Dir(rulesFile)
+	if out, ok := promtool.Run(t, dir, "check", "rules", filepath.Base(rulesFile)); !ok {
+		t.Fatalf("promtool check rules:\n%s", out)
+	}
+	if out, ok := promtool.Run(t, dir, "test", "rules", "sluice-alerts.test.yml"); !ok {
+		t.Fatalf("promtool test rules:\n%s", out)
+	}
 }
 
 // exportedNames returns every sample name the broker exports: the metrics
