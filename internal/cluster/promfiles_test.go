@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,26 +56,12 @@ func TestAlertRulesOnARealCluster(t *testing.T) {
 	if len(want) < 10 {
 		t.Fatalf("the cluster rules name %d metrics: %v", len(want), want)
 	}
-	// Each node's samples of the cluster's own metrics, by series.
-	scrapeAll := func(nodes []*Node) map[int]map[string]float64 {
-		out := map[int]map[string]float64{}
-		for i, n := range nodes {
-			vals, _ := scrape(t, n)
-			out[i+1] = map[string]float64{}
-			for series, v := range vals {
-				if strings.HasPrefix(series, "sluice_raft_") || strings.HasPrefix(series, "sluice_cluster_") || strings.HasPrefix(series, "sluice_disk_") {
-					out[i+1][series] = v
-				}
-			}
-		}
-		return out
-	}
 	var healthy map[int]map[string]float64
 	poll.CheckFor(t, 20*time.Second, func() error {
-		healthy = scrapeAll(nodes)
+		healthy = clusterSamples(t, nodes)
 		var missing []string
 		for _, name := range want {
-			if !slices.ContainsFunc(flatten(healthy), func(s string) bool { return s == name || strings.HasPrefix(s, name+"{") }) {
+			if !exportedBy(healthy, name) {
 				missing = append(missing, name)
 			}
 		}
@@ -91,7 +78,7 @@ func TestAlertRulesOnARealCluster(t *testing.T) {
 	live := nodes[:2]
 	var down map[int]map[string]float64
 	poll.CheckFor(t, 20*time.Second, func() error {
-		down = scrapeAll(live)
+		down = clusterSamples(t, live)
 		for k := range 3 {
 			key := fmt.Sprintf(`sluice_raft_peer_in_sync{peer="3",shard="%d"}`, k)
 			seen := false
@@ -117,15 +104,80 @@ func TestAlertRulesOnARealCluster(t *testing.T) {
 	evaluate(t, down, "node3down", fire)
 }
 
-// flatten lists the series of every node's samples.
-func flatten(byNode map[int]map[string]float64) []string {
-	var out []string
-	for _, vals := range byNode {
-		for s := range vals {
-			out = append(out, s)
+// clusterSamples scrapes each of nodes (node i+1 at index i) and returns
+// its samples of the cluster's own metrics (sluice_raft_*,
+// sluice_cluster_*, sluice_disk_*), by series.
+func clusterSamples(t *testing.T, nodes []*Node) map[int]map[string]float64 {
+	t.Helper()
+	out := map[int]map[string]float64{}
+	for i, n := range nodes {
+		vals, _ := scrape(t, n)
+		out[i+1] = map[string]float64{}
+		for series, v := range vals {
+			if strings.HasPrefix(series, "sluice_raft_") || strings.HasPrefix(series, "sluice_cluster_") || strings.HasPrefix(series, "sluice_disk_") {
+				out[i+1][series] = v
+			}
 		}
 	}
 	return out
+}
+
+// exportedBy reports whether any node's samples include metric name.
+func exportedBy(byNode map[int]map[string]float64, name string) bool {
+	for _, vals := range byNode {
+		for s := range vals {
+			if s == name || strings.HasPrefix(s, name+"{") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestGrafanaClusterPanels: every metric the shipped Grafana dashboard's
+// cluster panels (titled "Cluster: ") query is exported by the nodes of a
+// real cluster (internal/server TestGrafanaDashboard checks the other
+// panels against a single broker).
+func TestGrafanaClusterPanels(t *testing.T) {
+	data, err := os.ReadFile("../../docs/prometheus/sluice-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string][]string{} // metric -> the panels that query it
+	for _, p := range dash.Panels {
+		if !strings.HasPrefix(p.Title, "Cluster: ") {
+			continue
+		}
+		for _, tg := range p.Targets {
+			for _, n := range regexp.MustCompile(`\bsluice_[a-z0-9_]+`).FindAllString(tg.Expr, -1) {
+				names[n] = append(names[n], p.Title)
+			}
+		}
+	}
+	if len(names) < 8 {
+		t.Fatalf("the cluster panels query %d metrics: %v", len(names), names)
+	}
+	nodes, _ := shardedNodes(t)
+	poll.CheckFor(t, 20*time.Second, func() error {
+		got := clusterSamples(t, nodes)
+		for n, panels := range names {
+			if !exportedBy(got, n) {
+				return fmt.Errorf("no node exports %s (panels %q)", n, panels)
+			}
+		}
+		return nil
+	})
 }
 
 // evaluate has promtool hold each node's samples (instance "nodeN", job
