@@ -455,6 +455,9 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		if warn := twoVotersWarning(rep); warn != "" {
 			fmt.Fprintln(w, warn)
 		}
+		if warn := inSyncWarning(rep); warn != "" {
+			fmt.Fprintln(w, warn)
+		}
 		scheme := "http"
 		if rep.Public.TLS {
 			scheme = "https"
@@ -569,6 +572,45 @@ func twoVotersWarning(rep clusterReport) string {
 		return fmt.Sprintf("warning: shard %s has 2 voters: a majority of 2 is 2, so either of them down stops its writes and its repair; add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down", two[0])
 	}
 	return fmt.Sprintf("warning: shards %s have 2 voters: a majority of 2 is 2, so either voter of one down stops its writes and its repair; add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down", strings.Join(two, ", "))
+}
+
+// inSyncWarning is `cluster status`'s warning for a group of three or
+// more voters of which a bare majority or fewer are in sync with the
+// leader (the leader's view: shard 0's with several shards): one of three
+// down, two of five. One more voter lost would stop the group's writes.
+// The view's in-sync flags are the leader's (sluice_raft_peer_in_sync;
+// the SluiceClusterNoFaultTolerance alert reads the same). Two voters are
+// twoVotersWarning's; a factor of 1 tolerates no failure by choice.
+func inSyncWarning(rep clusterReport) string {
+	if rep.View == nil || rep.View.ReplicationFactor == 1 {
+		return ""
+	}
+	voters, inSync := 0, 0
+	var behind []string
+	for _, m := range rep.View.Members {
+		if m.Membership != "voter" {
+			continue
+		}
+		voters++
+		if m.InSync {
+			inSync++
+		} else {
+			behind = append(behind, strconv.FormatUint(m.ID, 10))
+		}
+	}
+	if voters < 3 || inSync > voters/2+1 {
+		return ""
+	}
+	group, stops := "the cluster's", "every write"
+	if len(rep.Shards) > 0 {
+		group, stops = "shard 0's", "shard 0's writes"
+	}
+	it := "it"
+	if len(behind) > 1 {
+		it = "them"
+	}
+	return fmt.Sprintf("warning: %d of %s %d voters are in sync with the leader (not node %s): one more voter lost stops %s; bring %s back (process, network, disk) or replace %s (sluice cluster add, then remove)",
+		inSync, group, voters, strings.Join(behind, ", node "), stops, it, it)
 }
 
 // shardStatus prints shard k's view (GET /sluice/v1/cluster/shards/{k}):

@@ -346,3 +346,45 @@ func statusOf(t *testing.T, report string) result {
 	f := &fixture{t: t, url: srv.URL}
 	return f.run(Cluster, "", "status")
 }
+
+// `cluster status` warns when a bare majority or fewer of three or more
+// voters are in sync with the leader (its view): one more voter lost
+// stops the writes. Not with every voter in sync, nor four of five, nor
+// for two voters (twoVotersWarning's), nor under a factor of 1.
+func TestClusterStatusInSync(t *testing.T) {
+	view := func(factor int, ms ...string) string {
+		var s []string
+		for i, m := range ms {
+			membership, inSync, _ := strings.Cut(m, " ")
+			s = append(s, fmt.Sprintf(`{"id":%d,"raft":"127.0.0.1:1%d","membership":%q,"in_sync":%t}`, i+1, i+1, membership, inSync == "in-sync"))
+		}
+		return fmt.Sprintf(`"view":{"leader":1,"term":2,"replication_factor":%d,"members":[%s]}`, factor, strings.Join(s, ","))
+	}
+	for _, c := range []struct {
+		name, report, want string
+	}{
+		{"all in sync", view(3, "voter in-sync", "voter in-sync", "voter in-sync"), ""},
+		{"one of three down", view(3, "voter in-sync", "voter in-sync", "voter behind"),
+			"warning: 2 of the cluster's 3 voters are in sync with the leader (not node 3): one more voter lost stops every write; bring it back"},
+		{"a learner behind", view(3, "voter in-sync", "voter in-sync", "voter in-sync", "learner behind"), ""},
+		{"one of five down", view(5, "voter in-sync", "voter behind", "voter in-sync", "voter in-sync", "voter in-sync"), ""},
+		{"two of five down", view(5, "voter in-sync", "voter behind", "voter in-sync", "voter behind", "voter in-sync"),
+			"warning: 3 of the cluster's 5 voters are in sync with the leader (not node 2, node 4): one more voter lost stops every write; bring them back"},
+		{"shard 0", view(3, "voter in-sync", "voter behind", "voter in-sync") + `,"shards":[{"shard":0,"voters":[1,2,3]},{"shard":1,"voters":[1,2,3]}]`,
+			"warning: 2 of shard 0's 3 voters are in sync with the leader (not node 2): one more voter lost stops shard 0's writes"},
+		{"two voters", view(3, "voter in-sync", "voter in-sync"), ""},
+		{"factor 1", view(1, "voter in-sync", "voter behind", "voter behind"), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			report := `{"node":{"id":1,"role":"leader","term":2,"leader":1},"public":{"http":"127.0.0.1:1"},` + c.report + `}`
+			r := statusOf(t, report)
+			if r.code != ExitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			got := strings.Contains(r.stdout, "voters are in sync")
+			if c.want == "" && got || c.want != "" && !strings.Contains(r.stdout, c.want) {
+				t.Errorf("want %q in:\n%s", c.want, r.stdout)
+			}
+		})
+	}
+}

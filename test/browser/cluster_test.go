@@ -112,9 +112,12 @@ func TestClusterPage(t *testing.T) {
 	check("every member is a voter (boot members)", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-membership').innerText.toLowerCase() === 'voter')`)
 	check("the replication factor tile", `document.getElementById('cluster-rf').innerText === '3 voters'`)
-	check("no warning: every node has the same replication factor", `document.querySelector('main .status-slot .notice') === null`)
 	waitJS(t, ctx, "every member in sync", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		r.querySelector('.m-insync').innerText.toLowerCase() === 'yes')`, 20*time.Second)
+	// Once every voter is in sync (right after an election the leader has
+	// not heard from them all yet, and warns that one more loss would stop
+	// the writes).
+	check("no warning: every node has the same replication factor and is in sync", `document.querySelector('main .status-slot .notice') === null`)
 	waitJS(t, ctx, "every member's clock offset from the leader, small on one machine", `[...document.querySelectorAll('#cluster-members tr[data-member]')].every((r) =>
 		/^\+?-?[0-9]+\.[0-9] ms$/.test(r.querySelector('.m-clock').innerText) && Math.abs(parseFloat(r.querySelector('.m-clock').innerText)) < 500)`, 20*time.Second)
 	check("no shards table without [cluster] shards", `document.getElementById('cluster-shards').closest('.table-wrap').hidden`)
@@ -353,7 +356,8 @@ func startClusterClient(t *testing.T, n *cluster.Node) *broker {
 // the disk full stops (it takes no part in the cluster, knows no leader
 // and so sends no reports); the leader learns it from a probe, and the
 // Cluster page marks that member stopped and names it in a warning, as
-// `sluice cluster status` does. Once space is back the member restarts in
+// `sluice cluster status` does, and warns that with it out of sync one
+// more voter lost stops every write. Once space is back the member restarts in
 // place (cluster.Supervise, as `sluice server` runs it) and the page
 // shows it as a follower again.
 func TestClusterPageShowsAStoppedMember(t *testing.T) {
@@ -419,6 +423,12 @@ func TestClusterPageShowsAStoppedMember(t *testing.T) {
 		const n = document.querySelector('main .status-slot .notice-warn');
 		return n !== null && n.innerText.includes('Node `+itoa(vid)+` stopped: a write of its Raft log or state store failed');
 	})()`, 10*time.Second)
+	// The leader no longer has it in sync: two of three voters, one more
+	// loss stops the writes.
+	waitJS(t, ctx, "a warning that one more voter lost stops the writes", `(() => {
+		const n = document.querySelector('main .status-slot .notice-warn');
+		return n !== null && n.innerText.includes('2 of the cluster’s 3 voters are in sync with the leader (not node `+itoa(vid)+`): one more voter lost stops every write');
+	})()`, 10*time.Second)
 	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`[...document.querySelectorAll('#cluster-members tr[data-member]')].filter((r) =>
 		r.querySelector('.m-role').innerText.toLowerCase() === 'stopped').length === 1`))
 	if err != nil || !ok {
@@ -429,8 +439,11 @@ func TestClusterPageShowsAStoppedMember(t *testing.T) {
 	if code := cli.Cluster(context.Background(), []string{"status", "--endpoint", "http://" + leader.HTTPAddr()}, &cli.Env{Stdout: &out, Stderr: &errOut}); code != cli.ExitOK {
 		t.Fatalf("sluice cluster status: exit %d: %s", code, errOut.String())
 	}
-	if want := "warning: node " + itoa(vid) + " is stopped:"; !strings.Contains(out.String(), want) {
-		t.Errorf("sluice cluster status printed no %q:\n%s", want, out.String())
+	for _, want := range []string{"warning: node " + itoa(vid) + " is stopped:",
+		"warning: 2 of the cluster's 3 voters are in sync with the leader (not node " + itoa(vid) + "): one more voter lost stops every write"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("sluice cluster status printed no %q:\n%s", want, out.String())
+		}
 	}
 
 	// Space back: the member restarts in place and reports again.
@@ -438,7 +451,7 @@ func TestClusterPageShowsAStoppedMember(t *testing.T) {
 	waitJS(t, ctx, "the member a follower again", `(() => { const r = `+role+`;
 		return r !== null && r.innerText.toLowerCase() === 'follower'; })()`, 30*time.Second)
 	check := `document.querySelector('main .status-slot .notice-warn')`
-	waitJS(t, ctx, "no warning left", `(() => { const n = `+check+`; return n === null || !n.innerText.includes('stopped'); })()`, 10*time.Second)
+	waitJS(t, ctx, "no warning left", `(() => { const n = `+check+`; return n === null || !n.innerText.includes('stopped') && !n.innerText.includes('voters are in sync'); })()`, 20*time.Second)
 	if errs := cons.errors(false); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -121,6 +121,19 @@ export function render(main, _param, ctx) {
         warnings.push('The cluster has 2 voters: a majority of 2 is 2, so either node down stops every write and the repair of copies. Add a third node (sluice cluster add) to stay writable with one down.');
       }
     }
+    // A bare majority or fewer of three or more voters in sync with the
+    // leader: one more voter lost stops the writes (the CLI's
+    // inSyncWarning; the alert SluiceClusterNoFaultTolerance).
+    if (v.replication_factor !== 1) {
+      const voters = v.members.filter((m) => m.membership === 'voter');
+      const behind = voters.filter((m) => !m.in_sync).map((m) => `node ${m.id}`);
+      const inSync = voters.length - behind.length;
+      if (voters.length >= 3 && inSync <= Math.floor(voters.length / 2) + 1) {
+        const sharded = rep.shards && rep.shards.length;
+        const them = behind.length > 1 ? 'them' : 'it';
+        warnings.push(`${inSync} of ${sharded ? 'shard 0’s' : 'the cluster’s'} ${voters.length} voters are in sync with the leader (not ${behind.join(', ')}): one more voter lost stops ${sharded ? 'shard 0’s writes' : 'every write'}. Bring ${them} back (process, network, disk) or replace ${them} (sluice cluster add, then remove).`);
+      }
+    }
     notice(status, warnings.join(' '), 'warn');
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
