@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -101,6 +100,12 @@ type clusterReport struct {
 	Shards []shardReport `json:"shards,omitempty"`
 	// Placement mirrors internal/cluster.Report.Placement.
 	Placement string `json:"placement,omitempty"`
+	// Warnings mirrors internal/cluster.Report.Warnings.
+	Warnings []struct {
+		Kind    string   `json:"kind"`
+		Nodes   []uint64 `json:"nodes"`
+		Message string   `json:"message"`
+	} `json:"warnings,omitempty"`
 }
 
 // shardReport is one shard of clusterReport.Shards.
@@ -175,9 +180,6 @@ func waitProgress(rep clusterReport, id uint64) (phase, what string) {
 	}
 	return "", ""
 }
-
-// clockSkewWarnMs mirrors the cluster's warning threshold (0.5 s).
-const clockSkewWarnMs = 500
 
 // membersAnswer mirrors the JSON of POST/DELETE /sluice/v1/cluster/members
 // (internal/cluster.MembersResponse).
@@ -430,33 +432,17 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		if rep.View != nil && rep.View.ReplicationFactor > 0 {
 			fmt.Fprintf(w, "replication factor: %d voters\n", rep.View.ReplicationFactor)
-			for _, m := range rep.View.Members {
-				if m.ReplicationFactor == 0 || m.ReplicationFactor == rep.View.ReplicationFactor {
-					continue
-				}
-				fmt.Fprintf(w, "warning: node %d is configured with replication_factor %d, the leader with %d: the leader's applies while it leads, so the voters change with the leader; set the same value on every node\n",
-					m.ID, m.ReplicationFactor, rep.View.ReplicationFactor)
-			}
 		}
 		if rep.View != nil {
 			printLinks(w, rep.View.Members)
-			for _, m := range rep.View.Members {
-				if m.Stopped && m.ID != n.ID {
-					fmt.Fprintf(w, "warning: node %d is stopped: a write of its Raft log or state store failed, so it takes no part in the cluster (see its /health); after a full disk it restarts itself in place once space is back, after any other failure restart it by hand once the disk is sound\n", m.ID)
-				}
-			}
-			for _, m := range rep.View.Members {
-				if m.ClockOffsetMs != nil && math.Abs(*m.ClockOffsetMs) > clockSkewWarnMs {
-					fmt.Fprintf(w, "warning: node %d's clock is %+.0f ms off the cluster's (the leader's engine clock): fix its time sync; the leader steers the cluster's clock toward the median of the voters' clocks at 1 %% a second, so a skewed minority does not move visibility deadlines\n",
-						m.ID, *m.ClockOffsetMs)
-				}
-			}
 		}
-		if warn := twoVotersWarning(rep); warn != "" {
-			fmt.Fprintln(w, warn)
-		}
-		if warn := inSyncWarning(rep); warn != "" {
-			fmt.Fprintln(w, warn)
+		// The node's own warnings (internal/cluster warnings.go); a node of
+		// a release before them sends none. This node stopped is said above.
+		for _, warn := range rep.Warnings {
+			if warn.Kind == "stopped" && n.Stopped && slices.Contains(warn.Nodes, n.ID) {
+				continue
+			}
+			fmt.Fprintf(w, "warning: %s\n", warn.Message)
 		}
 		scheme := "http"
 		if rep.Public.TLS {
@@ -533,84 +519,6 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 		}
 		return ExitOK
 	})
-}
-
-// twoVotersWarning is `cluster status`'s warning for groups with exactly
-// two voters (shard 0's from the peers; each shard's, with several): a
-// majority of two is two, so either voter down stops the group's writes
-// and its repair. The start-up warning (server.ClusterConfig.FactorWarning)
-// sees only the configured factor; this one sees the members, so it also
-// catches a cluster of two nodes under the default factor of 3. Empty
-// when no group has two voters, and under a factor of 1 (where two are
-// the middle of a move).
-func twoVotersWarning(rep clusterReport) string {
-	if rep.View != nil && rep.View.ReplicationFactor == 1 {
-		return "" // two voters only while a member moves (promoted, then demoted)
-	}
-	var two []string
-	if len(rep.Shards) > 0 {
-		for _, sh := range rep.Shards {
-			if len(sh.Voters) == 2 {
-				two = append(two, strconv.Itoa(sh.Shard))
-			}
-		}
-	} else {
-		voters := 0
-		for _, p := range rep.Peers {
-			if p.Membership == "voter" {
-				voters++
-			}
-		}
-		if voters == 2 {
-			return "warning: the cluster has 2 voters: a majority of 2 is 2, so either node down stops every write and the repair of copies; add a third node (sluice cluster add) to stay writable with one down"
-		}
-	}
-	switch len(two) {
-	case 0:
-		return ""
-	case 1:
-		return fmt.Sprintf("warning: shard %s has 2 voters: a majority of 2 is 2, so either of them down stops its writes and its repair; add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down", two[0])
-	}
-	return fmt.Sprintf("warning: shards %s have 2 voters: a majority of 2 is 2, so either voter of one down stops its writes and its repair; add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down", strings.Join(two, ", "))
-}
-
-// inSyncWarning is `cluster status`'s warning for a group of three or
-// more voters of which a bare majority or fewer are in sync with the
-// leader (the leader's view: shard 0's with several shards): one of three
-// down, two of five. One more voter lost would stop the group's writes.
-// The view's in-sync flags are the leader's (sluice_raft_peer_in_sync;
-// the SluiceClusterNoFaultTolerance alert reads the same). Two voters are
-// twoVotersWarning's; a factor of 1 tolerates no failure by choice.
-func inSyncWarning(rep clusterReport) string {
-	if rep.View == nil || rep.View.ReplicationFactor == 1 {
-		return ""
-	}
-	voters, inSync := 0, 0
-	var behind []string
-	for _, m := range rep.View.Members {
-		if m.Membership != "voter" {
-			continue
-		}
-		voters++
-		if m.InSync {
-			inSync++
-		} else {
-			behind = append(behind, strconv.FormatUint(m.ID, 10))
-		}
-	}
-	if voters < 3 || inSync > voters/2+1 {
-		return ""
-	}
-	group, stops := "the cluster's", "every write"
-	if len(rep.Shards) > 0 {
-		group, stops = "shard 0's", "shard 0's writes"
-	}
-	it := "it"
-	if len(behind) > 1 {
-		it = "them"
-	}
-	return fmt.Sprintf("warning: %d of %s %d voters are in sync with the leader (not node %s): one more voter lost stops %s; bring %s back (process, network, disk) or replace %s (sluice cluster add, then remove)",
-		inSync, group, voters, strings.Join(behind, ", node "), stops, it, it)
 }
 
 // shardStatus prints shard k's view (GET /sluice/v1/cluster/shards/{k}):

@@ -35,6 +35,10 @@ type Report struct {
 	// each shard above 0 on some of the nodes; "" when every node holds
 	// every shard.
 	Placement string `json:"placement,omitempty"`
+	// Warnings are what an operator should act on, found in the rest of
+	// the report (warnings.go): members misconfigured, stopped or with a
+	// skewed clock, groups of two voters, and too few voters in sync.
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
 // ShardStatus is one shard's Raft status on a node.
@@ -192,6 +196,7 @@ func (n *Node) serveStatus(w http.ResponseWriter, r *http.Request) {
 		rep.View = &v
 	}
 	cancel()
+	rep.Warnings = rep.warnings()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(rep) // a client gone cannot be told

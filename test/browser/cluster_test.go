@@ -184,8 +184,8 @@ func TestClusterFactorMismatchWarned(t *testing.T) {
 	do(t, ctx, "open the cluster page", chromedp.Navigate("http://"+nodes[0].HTTPAddr()+"/ui/#/cluster"))
 	waitJS(t, ctx, "a warning naming the node configured otherwise than the leader", `(() => {
 		const n = document.querySelector('main .status-slot .notice-warn');
-		return n !== null && (/Node 3 is configured with replication factor 5, the leader with 3\./.test(n.innerText) ||
-			/Node 1 is configured with replication factor 3; Node 2 is configured with replication factor 3, the leader with 5\./.test(n.innerText));
+		return n !== null && (n.innerText.includes('Node 3 is configured with replication_factor 5, the leader with 3:') ||
+			n.innerText.includes('Node 1 is configured with replication_factor 3, the leader with 5:') && n.innerText.includes('Node 2 is configured with replication_factor 3, the leader with 5:'));
 	})()`, 20*time.Second)
 	var out, errOut bytes.Buffer
 	poll.CheckFor(t, 20*time.Second, func() error {
@@ -421,13 +421,13 @@ func TestClusterPageShowsAStoppedMember(t *testing.T) {
 		return r !== null && r.innerText.toLowerCase() === 'stopped'; })()`, 20*time.Second)
 	waitJS(t, ctx, "a warning naming it", `(() => {
 		const n = document.querySelector('main .status-slot .notice-warn');
-		return n !== null && n.innerText.includes('Node `+itoa(vid)+` stopped: a write of its Raft log or state store failed');
+		return n !== null && n.innerText.includes('Node `+itoa(vid)+` is stopped: a write of its Raft log or state store failed');
 	})()`, 10*time.Second)
 	// The leader no longer has it in sync: two of three voters, one more
 	// loss stops the writes.
 	waitJS(t, ctx, "a warning that one more voter lost stops the writes", `(() => {
 		const n = document.querySelector('main .status-slot .notice-warn');
-		return n !== null && n.innerText.includes('2 of the cluster’s 3 voters are in sync with the leader (not node `+itoa(vid)+`): one more voter lost stops every write');
+		return n !== null && n.innerText.includes("2 of the cluster's 3 voters are in sync with the leader (not node `+itoa(vid)+`): one more voter lost stops every write");
 	})()`, 10*time.Second)
 	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`[...document.querySelectorAll('#cluster-members tr[data-member]')].filter((r) =>
 		r.querySelector('.m-role').innerText.toLowerCase() === 'stopped').length === 1`))

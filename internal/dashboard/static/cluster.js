@@ -104,36 +104,10 @@ export function render(main, _param, ctx) {
       replace(tbody);
       return;
     }
-    const odd = v.members.filter((m) => m.replication_factor && m.replication_factor !== v.replication_factor);
-    const skewed = v.members.filter((m) => Math.abs(m.clock_offset_ms || 0) > 500);
-    const stopped = v.members.filter((m) => m.stopped);
-    const warnings = [];
-    if (stopped.length) warnings.push(`${stopped.map((m) => `Node ${m.id}`).join(', ')} stopped: a write of its Raft log or state store failed, so it takes no part in the cluster (its /health says which). After a full disk it restarts itself once space is back; after any other failure, restart it by hand once its disk is sound.`);
-    if (odd.length) warnings.push(`${odd.map((m) => `Node ${m.id} is configured with replication factor ${m.replication_factor}`).join('; ')}, the leader with ${v.replication_factor}. The leader’s setting applies while it leads, so the voters change with the leader: set the same replication_factor on every node.`);
-    if (skewed.length) warnings.push(`${skewed.map((m) => `Node ${m.id}’s clock is ${offset(m.clock_offset_ms)} off the cluster’s`).join('; ')}. Fix its time sync (NTP); the leader steers the cluster’s clock toward the median of the voters’ clocks at 1 %, so a skewed minority does not move visibility deadlines.`);
-    // Two voters: a majority of 2 is 2 (the CLI's twoVotersWarning). Not
-    // under a factor of 1, where two are the middle of a move.
-    if (v.replication_factor !== 1) {
-      const two = (rep.shards || []).filter((sh) => (sh.voters || []).length === 2).map((sh) => sh.shard);
-      if (rep.shards && rep.shards.length) {
-        if (two.length) warnings.push(`${two.length === 1 ? `Shard ${two[0]} has` : `Shards ${two.join(', ')} have`} 2 voters: a majority of 2 is 2, so either voter down stops its writes and its repair. Add a node (sluice cluster add) or set replication_factor 3 to stay writable with one down.`);
-      } else if (v.members.filter((m) => m.membership === 'voter').length === 2) {
-        warnings.push('The cluster has 2 voters: a majority of 2 is 2, so either node down stops every write and the repair of copies. Add a third node (sluice cluster add) to stay writable with one down.');
-      }
-    }
-    // A bare majority or fewer of three or more voters in sync with the
-    // leader: one more voter lost stops the writes (the CLI's
-    // inSyncWarning; the alert SluiceClusterNoFaultTolerance).
-    if (v.replication_factor !== 1) {
-      const voters = v.members.filter((m) => m.membership === 'voter');
-      const behind = voters.filter((m) => !m.in_sync).map((m) => `node ${m.id}`);
-      const inSync = voters.length - behind.length;
-      if (voters.length >= 3 && inSync <= Math.floor(voters.length / 2) + 1) {
-        const sharded = rep.shards && rep.shards.length;
-        const them = behind.length > 1 ? 'them' : 'it';
-        warnings.push(`${inSync} of ${sharded ? 'shard 0’s' : 'the cluster’s'} ${voters.length} voters are in sync with the leader (not ${behind.join(', ')}): one more voter lost stops ${sharded ? 'shard 0’s writes' : 'every write'}. Bring ${them} back (process, network, disk) or replace ${them} (sluice cluster add, then remove).`);
-      }
-    }
+    // The node's warnings (GET /sluice/v1/cluster `warnings`, computed by
+    // the node: internal/cluster warnings.go), each a sentence without its
+    // first capital and full stop, as `sluice cluster status` prints them.
+    const warnings = (rep.warnings || []).map((w) => `${w.message.charAt(0).toUpperCase()}${w.message.slice(1)}.`);
     notice(status, warnings.join(' '), 'warn');
     replace(tbody, v.members.map((m) => h('tr', { 'data-member': m.id, class: m.id === me.id ? 'self' : null },
       h('th', { scope: 'row', 'data-label': 'Node' }, String(m.id), m.id === me.id ? h('span', { class: 'muted' }, ' (this node)') : null),
