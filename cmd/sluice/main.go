@@ -6,7 +6,7 @@
 //	sluice dlq <command>        inspect, export, import and redrive dead-letter queues
 //	sluice repair --data-dir D  drop records that stop the broker from starting (--dry-run first)
 //	sluice definitions …        export and import declared queues, exchanges and bindings
-//	sluice cluster status       a cluster node's Raft status and the leader's addresses
+//	sluice cluster <command>    a cluster's status, members (add, remove), and check-stop
 //	sluice version              print the version
 //
 // main only parses flags and calls into internal packages; no broker logic
@@ -61,6 +61,8 @@ Usage:
                               refuse to start; the broker must be stopped
   sluice cluster status [--endpoint URL]
                               a cluster node's Raft status and where the leader serves
+  sluice cluster add|remove|check-stop …
+                              change the members; may a node be stopped now?
   sluice version              print the version
 `
 

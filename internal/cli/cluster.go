@@ -19,6 +19,7 @@ Usage:
   sluice cluster status [--shard K] [--endpoint URL] [--json]
   sluice cluster add <node-id> <raft-host:port> [--wait] [--wait-timeout D] [--endpoint URL] [--json]
   sluice cluster remove <node-id> [--endpoint URL] [--json]
+  sluice cluster check-stop <node-id> [--wait D] [--endpoint URL] [--json]
 
 status prints what one cluster node (the one at --endpoint, any node's
 public HTTP address) knows: its id, role, Raft term, the leader, its commit
@@ -61,6 +62,10 @@ Node ids are never reused.
 remove takes a member (voter or learner) out of the group (a dead one, or
 one to retire); stop its process afterwards. Both wait until the leader
 has applied the change and print the new membership.
+
+check-stop says whether a node can be stopped now (a rolling restart)
+without stopping the writes of a group it votes in: sluice cluster
+check-stop --help.
 `
 
 // clusterReport mirrors the JSON of GET /sluice/v1/cluster
@@ -197,14 +202,16 @@ type memberAnswer struct {
 // new node to be promoted to voter (or to catch up as a standby).
 const DefaultWaitVoter = 5 * time.Minute
 
-// Cluster runs `sluice cluster status|add|remove`.
+// Cluster runs `sluice cluster status|add|remove|check-stop`.
 func Cluster(ctx context.Context, args []string, env *Env) int {
 	if len(args) == 0 {
-		return newCommand(env, "sluice cluster", clusterUsage).usageError("missing command (status, add or remove)")
+		return newCommand(env, "sluice cluster", clusterUsage).usageError("missing command (status, add, remove or check-stop)")
 	}
 	switch args[0] {
 	case "status":
 		return clusterStatus(ctx, args[1:], env)
+	case "check-stop":
+		return checkStop(ctx, args[1:], env)
 	case "add":
 		c := newCommand(env, "sluice cluster add", clusterUsage)
 		wait := c.fs.Bool("wait", false, "wait until the new node has caught up (and is a voter, unless the cluster already has replication_factor voters)")
