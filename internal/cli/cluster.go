@@ -495,16 +495,6 @@ func clusterStatus(ctx context.Context, args []string, env *Env) int {
 			// as this node knows it.
 			fmt.Fprintln(w)
 			t := newTable(w, "SHARD", "LEADER", "TERM", "THIS-NODE", "COMMIT", "APPLIED", "VOTERS", "LEARNERS")
-			ids := func(v []uint64) string {
-				if len(v) == 0 {
-					return "-"
-				}
-				s := make([]string, len(v))
-				for i, id := range v {
-					s[i] = strconv.FormatUint(id, 10)
-				}
-				return strings.Join(s, ",")
-			}
 			for _, sh := range rep.Shards {
 				leader := "none"
 				if sh.Leader != 0 {
