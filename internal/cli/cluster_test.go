@@ -20,7 +20,7 @@ func TestClusterMembershipArgumentErrors(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{nil, "missing command (status, add or remove)"},
+		{nil, "missing command (status, add, remove or check-stop)"},
 		{[]string{"grow"}, `unknown command "grow"`},
 		{[]string{"add"}, "missing argument"},
 		{[]string{"add", "4"}, "missing argument"},
