@@ -3,6 +3,7 @@ package raftstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -132,12 +133,34 @@ func TestTransferCarriesHeldWrites(t *testing.T) {
 	li := c.leader(-1)
 	hold(t, c.nodes[li].Store(), "lease", "1")
 	to := (li+1)%3 + 1 // a node id, not li's
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.nodes[li].TransferLeadershipTo(ctx, uint64(to)); err != nil {
-		t.Fatalf("transfer to node %d: %v", to, err)
-	}
+	transferUntil(t, c.nodes[li], c.nodes[to-1])
 	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[to-1], "lease", "1") })
+}
+
+// transferUntil asks asker to hand its shard's leadership to node to, and
+// asks again until to leads (30 s at most). Raft abandons a transfer
+// whose target has not caught up within one election timeout, which a
+// slow machine (the race detector on a loaded 2-core runner: one CI run
+// of 2026-12-07 saw the old leader keep leading for the whole 10 s the
+// test then waited) can make it do; the balancer, too, asks again at its
+// next round.
+func transferUntil(t *testing.T, asker, to *Node) {
+	t.Helper()
+	id := to.Status().ID
+	poll.CheckFor(t, 30*time.Second, func() error {
+		if st := to.Status(); st.Leader == id {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := asker.TransferLeadershipTo(ctx, id); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("transfer to node %d asked on node %d: %w", id, asker.Status().ID, err)
+		}
+		if st := to.Status(); st.Leader != id {
+			return fmt.Errorf("node %d leads, want %d", st.Leader, id)
+		}
+		return nil
+	})
 }
 
 // TestForwardedTransferCarriesHeldWrites: a transfer asked on a follower
@@ -149,15 +172,6 @@ func TestForwardedTransferCarriesHeldWrites(t *testing.T) {
 	li := c.leader(-1)
 	hold(t, c.nodes[li].Store(), "lease", "1")
 	asker, to := (li+1)%3, (li+2)%3 // node indexes: neither leads
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.nodes[asker].TransferLeadershipTo(ctx, uint64(to+1)); err != nil {
-		t.Fatalf("transfer asked on node %d: %v", asker+1, err)
-	}
-	poll.CheckFor(t, 10*time.Second, func() error {
-		if st := c.nodes[to].Status(); st.Leader != uint64(to+1) {
-			return fmt.Errorf("node %d leads, want %d", st.Leader, to+1)
-		}
-		return stateHas(c.nodes[to], "lease", "1")
-	})
+	transferUntil(t, c.nodes[asker], c.nodes[to])
+	poll.CheckFor(t, 10*time.Second, func() error { return stateHas(c.nodes[to], "lease", "1") })
 }
