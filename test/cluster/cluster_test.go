@@ -42,8 +42,9 @@ type node struct {
 	id     uint64
 	dir    string
 	srv    *crash.Server
-	amqp   string // public AMQP address
-	secret string // the cluster secret file every node of the test shares
+	amqp   string   // public AMQP address
+	secret string   // the cluster secret file every node of the test shares
+	args   []string // the flags it was started with (restart)
 }
 
 // writeSecret writes a fresh cluster secret file (32 random bytes,
@@ -108,8 +109,9 @@ func startClusterWith(t *testing.T, ctx context.Context, size int, extra ...stri
 			// Start returns once /health answers 200, which a node does
 			// only once it knows a leader that serves: every node must be
 			// starting.
-			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second, append([]string{
-				"--node-id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--cluster-secret-file", secret, "--log-level", "debug"}, extra...)...)
+			nodes[i].args = append([]string{
+				"--node-id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--cluster-secret-file", secret, "--log-level", "debug"}, extra...)
+			nodes[i].srv, errs[i] = crash.Start(ctx, bin, nodes[i].dir, 30*time.Second, nodes[i].args...)
 		}()
 	}
 	wg.Wait()
@@ -131,19 +133,38 @@ func startClusterWith(t *testing.T, ctx context.Context, size int, extra ...stri
 		}
 	}
 	for _, n := range nodes {
-		b, err := os.ReadFile(filepath.Join(n.dir, "ready.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rf struct {
-			AMQP string `json:"amqp"`
-		}
-		if err := json.Unmarshal(b, &rf); err != nil || rf.AMQP == "" {
-			t.Fatalf("node %d ready file %s: %v", n.id, b, err)
-		}
-		n.amqp = rf.AMQP
+		n.readAMQP(t)
 	}
 	return nodes
+}
+
+// readAMQP reads n's public AMQP address from its ready file.
+func (n *node) readAMQP(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.dir, "ready.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		AMQP string `json:"amqp"`
+	}
+	if err := json.Unmarshal(b, &rf); err != nil || rf.AMQP == "" {
+		t.Fatalf("node %d ready file %s: %v", n.id, b, err)
+	}
+	n.amqp = rf.AMQP
+}
+
+// restart starts n's process again on its data directory with the flags
+// it was first started with (its public listeners on new ports), once
+// the previous one has exited.
+func (n *node) restart(t *testing.T, ctx context.Context) {
+	t.Helper()
+	srv, err := crash.Start(ctx, crash.Binary(t), n.dir, 30*time.Second, n.args...)
+	if err != nil {
+		t.Fatalf("restarting node %d: %v", n.id, err)
+	}
+	n.srv = srv
+	n.readAMQP(t)
 }
 
 // awaitLeader polls the nodes' /sluice/v1/cluster until they all name the
