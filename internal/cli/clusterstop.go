@@ -72,10 +72,6 @@ func checkStop(ctx context.Context, args []string, env *Env) int {
 			wctx, cancel = context.WithTimeout(ctx, *wait)
 			defer cancel()
 		}
-		interval := c.env.PollInterval
-		if interval <= 0 {
-			interval = 500 * time.Millisecond
-		}
 		var last stopVerdict
 		lastErr := fmt.Errorf("no answer from %s within --wait %v", c.endpoint, *wait)
 		told := ""
@@ -96,7 +92,7 @@ func checkStop(ctx context.Context, args []string, env *Env) int {
 				fmt.Fprintf(c.env.Stderr, "waiting: %s\n", now)
 				told = now
 			}
-			t := time.NewTimer(interval)
+			t := time.NewTimer(c.env.PollInterval) // 500 ms unless set (newCommand)
 			select {
 			case <-wctx.Done():
 			case <-t.C:
