@@ -56,13 +56,23 @@ func TestRollingRestart(t *testing.T) {
 	// A node restarted comes back on new public ports, so a sender asks
 	// for its client and the queue's URL on it afresh.
 	var nodesMu sync.Mutex
+	type target struct {
+		c   *sqs.Client
+		url string
+	}
+	targets := map[string]target{} // by a process's address: a restart makes a new one
 	endpoint := func(i int) (*sqs.Client, string, error) {
 		nodesMu.Lock()
 		n := nodes[i]
-		c := n.sqs() // its current address: restart replaces n.srv under nodesMu
+		addr := n.srv.Addr // its current address: restart replaces n.srv under nodesMu
+		tg, ok := targets[addr]
+		c := n.sqs()
 		nodesMu.Unlock()
 		if n.id == down.Load() {
 			return nil, "", fmt.Errorf("node %d is down", n.id)
+		}
+		if ok {
+			return tg.c, tg.url, nil
 		}
 		// Bounded, as the send is: a node stopped after the check above
 		// refuses connections, and the SDK would retry for minutes (its
@@ -75,6 +85,9 @@ func TestRollingRestart(t *testing.T) {
 		if err != nil {
 			return nil, "", fmt.Errorf("node %d: GetQueueUrl: %w", n.id, err)
 		}
+		nodesMu.Lock()
+		targets[addr] = target{c, *out.QueueUrl}
+		nodesMu.Unlock()
 		return c, *out.QueueUrl, nil
 	}
 	for p := range 2 {
