@@ -26,7 +26,7 @@ import (
 // one, and the check-by-binding makes even that need two tests to race.
 func ReservePorts(t testing.TB, n int) []string {
 	t.Helper()
-	return ReservePortBlocks(t, n, 1)
+	return NewPorts(t).Reserve(n)
 }
 
 // ReservePortBlocks returns the first addresses of n blocks of size
@@ -36,34 +36,61 @@ func ReservePorts(t testing.TB, n int) []string {
 // number.
 func ReservePortBlocks(t testing.TB, n, size int) []string {
 	t.Helper()
+	return NewPorts(t).Blocks(n, size)
+}
+
+// Ports reserves ports as ReservePorts does, never one it reserved
+// before. A test that reserves in several steps (its nodes' Raft
+// addresses, then blocks of internal ports) takes them all from one
+// Ports: each step checks its ports by binding them, and the ports of an
+// earlier step are closed again by then, so separate calls of
+// ReservePorts and ReservePortBlocks can hand out the same port twice
+// (CI's fault harness once had a node's Raft port inside another node's
+// block of internal ports: "bind: address already in use").
+type Ports struct {
+	t     testing.TB
+	taken map[int]bool
+}
+
+// NewPorts returns a Ports for t with nothing reserved yet.
+func NewPorts(t testing.TB) *Ports { return &Ports{t: t, taken: map[int]bool{}} }
+
+// Reserve is ReservePorts, clear of every port p reserved before.
+func (p *Ports) Reserve(n int) []string {
+	p.t.Helper()
+	return p.Blocks(n, 1)
+}
+
+// Blocks is ReservePortBlocks, clear of every port p reserved before.
+func (p *Ports) Blocks(n, size int) []string {
+	p.t.Helper()
 	lo, hi := reservableRange()
 	out := make([]string, 0, n)
-	taken := map[int]bool{}
 	for tries := 0; len(out) < n; tries++ {
 		if tries > 10000 {
-			t.Fatalf("ReservePortBlocks: no %d free consecutive ports in [%d, %d) after %d tries", size, lo, hi, tries)
+			p.t.Fatalf("ReservePortBlocks: no %d free consecutive ports in [%d, %d) after %d tries", size, lo, hi, tries)
 		}
 		base := lo + rand.IntN(hi-lo-size)
 		free := true
-		for p := base; p < base+size && free; p++ {
-			if taken[p] {
+		for port := base; port < base+size && free; port++ {
+			if p.taken[port] {
 				free = false
 				break
 			}
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 			if err != nil {
 				free = false
 				break
 			}
 			if err := ln.Close(); err != nil {
-				t.Fatal(err)
+				p.t.Fatal(err)
 			}
 		}
 		if !free {
 			continue
 		}
-		for p := base; p < base+size; p++ {
-			taken[p] = true
+		for port := base; port < base+size; port++ {
+			p.taken[port] = true
 		}
 		out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(base)))
 	}

@@ -253,15 +253,16 @@ func startSkewedCluster(t testing.TB, ctx context.Context, size int, timeout tim
 	c := &testCluster{t: t, bin: bin, timeout: timeout, skew: skew, shards: shards, subset: subsetPlacement(t) && shards > 1}
 	// A node's real Raft address must be known before the Links and the
 	// peers' flags are made.
-	raft := brokertest.ReservePorts(t, size)
+	ports := brokertest.NewPorts(t) // one set: no port reserved twice below
+	raft := ports.Reserve(size)
 	// Each node's internal listeners (HTTP, AMQP) on fixed ports, so that
 	// a Link can stand in front of each. With shards, blocks of
 	// consecutive ports: each node's HTTP listeners, and the Links that
 	// it advertises for them (the AMQP listener is shard 0's alone).
-	internal := brokertest.ReservePorts(t, 2*size)
+	internal := ports.Reserve(2 * size)
 	var blocks []string
 	if shards > 1 {
-		blocks = brokertest.ReservePortBlocks(t, 2*size, shards)
+		blocks = ports.Blocks(2*size, shards)
 		for i := range size {
 			internal[2*i] = blocks[i] // shard 0's port, the block's first
 		}
