@@ -50,11 +50,26 @@ var _ Engine = (*engine.Engine)(nil)
 // own store: in a cluster with shards, the SQS queues other shards hold
 // (ADR 0015), which the Engine given to the server reaches on their
 // shards' leaders. The server uses them as it uses an SQS queue of its own
-// (adopted: publishes, consumers, gets, purges, deletes), except that it
-// declares them only without arguments and binds no exchange to them
+// (adopted: publishes, consumers, gets, purges, deletes, bindings),
+// except that it declares them only without arguments
 // (docs/amqp-compat.md).
 type Elsewhere interface {
 	// Holds reports whether queue name lives elsewhere. It may take a
 	// moment (a cluster node catches its copies up first).
 	Holds(name string) bool
+}
+
+// Placer is an Engine that puts some new queues of vhost "/" elsewhere:
+// in a cluster with shards, on the shard the cluster's placement chooses
+// for a queue of that name (ADR 0015, ADR 0016). The server offers it
+// every new durable, non-exclusive, non-auto-delete queue declared
+// without arguments; one it places elsewhere is then used as an Elsewhere
+// queue.
+type Placer interface {
+	// CreateElsewhere creates queue name with cfg where the placement
+	// puts it, when that is not this server's own engine, and reports
+	// whether it did (false, nil: create it here). An error means the
+	// queue was created nowhere, or that it cannot be told whether it
+	// was: a declare that fails.
+	CreateElsewhere(name string, cfg engine.QueueConfig) (bool, error)
 }

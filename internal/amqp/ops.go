@@ -383,6 +383,24 @@ func newQueueName() string {
 	return "amq.gen-" + base64.RawURLEncoding.EncodeToString(b)
 }
 
+// createRefusal is the answer to a declare whose create of queue name
+// was refused with err, here or on another shard (Placer); nil when err is
+// no refusal.
+func createRefusal(err error, vh, name string, maxQueues int) *amqpError {
+	switch {
+	case errors.Is(err, engine.ErrQueueDeletedRecently):
+		// Only an SQS delete gets here (AMQP deletes drop the name at once).
+		return errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
+	case errors.Is(err, engine.ErrQueueElsewhere):
+		// Created on another shard since the look before the create.
+		return errorf(wire.PreconditionFailed, "%s was just created as an SQS queue on another shard of this cluster; declare it again", rs("queue", name, vh))
+	case errors.Is(err, engine.ErrTooManyQueues):
+		// RabbitMQ's words for its max-queues limit.
+		return errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, maxQueues)
+	}
+	return nil
+}
+
 // declareQueue implements queue.declare and returns the queue's name and
 // counts for declare-ok.
 func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, error) {
@@ -436,6 +454,27 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 			// not created here, where it may already be elsewhere.
 			return "", 0, 0, errorf(wire.ResourceError, "cannot tell whether %s exists now: %v", rs("queue", name, vh), err)
 		}
+		if p, ok := s.eng.(Placer); ok && m.Durable && !m.Exclusive && !m.AutoDelete && len(m.Arguments) == 0 {
+			// A new queue that can live on another shard: where the
+			// cluster places it, with what a declare here would give it.
+			st, _ := parseQueueArgs(vh, name, nil)
+			placed, err := p.CreateElsewhere(name, engineConfig(st, s.opts.ConsumerTimeout))
+			if err != nil {
+				if e := createRefusal(err, vh, name, s.eng.MaxQueues()); e != nil {
+					return "", 0, 0, e
+				}
+				// Its shard could not be reached, or did not answer: a
+				// channel error, as for a queue that cannot be told.
+				return "", 0, 0, errorf(wire.ResourceError, "cannot create %s on the shard of this cluster it is placed on now: %v", rs("queue", name, vh), err)
+			}
+			if placed {
+				q, err := s.adopt(vh, name)
+				if err != nil {
+					return "", 0, 0, err
+				}
+				return s.queueCounts(q)
+			}
+		}
 	}
 	if q != nil {
 		if q.exclusive && q.owner != c || m.Exclusive && !q.exclusive {
@@ -466,16 +505,10 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	rec := engine.MetaRecord{Namespace: metaQueues, Key: metaKey(vh, name), Value: queueRecord(q, false)}
 	_, created, err := s.eng.CreateQueueWithMeta(q.engine, cfg, nil, []engine.MetaRecord{rec})
 	switch {
-	case errors.Is(err, engine.ErrQueueDeletedRecently):
-		// Only an SQS delete gets here (AMQP deletes drop the name at once).
-		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was deleted over SQS less than %v ago; declare it again later", rs("queue", name, vh), engine.NameReuseDelay)
-	case errors.Is(err, engine.ErrQueueElsewhere):
-		// Created on another shard since the look above.
-		return "", 0, 0, errorf(wire.PreconditionFailed, "%s was just created as an SQS queue on another shard of this cluster; declare it again", rs("queue", name, vh))
-	case errors.Is(err, engine.ErrTooManyQueues):
-		// RabbitMQ's words for its max-queues limit.
-		return "", 0, 0, errorf(wire.PreconditionFailed, "cannot declare queue '%s': queue limit (%d) is reached", name, s.eng.MaxQueues())
 	case err != nil:
+		if e := createRefusal(err, vh, name, s.eng.MaxQueues()); e != nil {
+			return "", 0, 0, e
+		}
 		return "", 0, 0, storageError(err)
 	case !created:
 		// An SQS client created the engine queue since the lookup

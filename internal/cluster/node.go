@@ -680,6 +680,10 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 			o.DeclareElsewhere = func(ctx context.Context, qs []server.QueueDeclaration) ([]server.QueueDeclaration, error) {
 				return n.declareElsewhere(ctx, 0, qs)
 			}
+			// New AMQP queues are placed as SQS queues are.
+			o.ShardCreate = func(ctx context.Context, name string, body []byte) ([]byte, error) {
+				return n.shardCreate(ctx, 0, name, body)
+			}
 		}
 	} else {
 		mux := http.NewServeMux()

@@ -35,9 +35,10 @@ import (
 // are the local engine's (Sync among them: a queue elsewhere is never
 // acked without a sync).
 //
-// What does not cross: UpdateQueue (a function), metadata, creates, and
-// Browse, which stay local (the AMQP server neither declares with
-// arguments nor binds a queue of another shard, amqp.Elsewhere); a
+// What does not cross: UpdateQueue (a function), metadata, and Browse,
+// which stay local (the AMQP server declares a queue of another shard
+// only without arguments, amqp.Elsewhere); creates cross only as
+// CreateElsewhere (shardcreate.go); a
 // receive's OnTake runs after the call, not under that queue's lock; and
 // VisibleHint answers, for such a queue, the ready count its leader
 // reported with the last answer of any call for it (publisher flow
@@ -45,10 +46,12 @@ import (
 // settlement there, at most a consumer's poll old while one consumes).
 type remoteEngine struct {
 	*engine.Engine
-	call  func(ctx context.Context, name, path string, body []byte) ([]byte, error)
-	holds func(name string) bool
-	log   *slog.Logger
-	base  string // this server's sessions' prefix
+	call func(ctx context.Context, name, path string, body []byte) ([]byte, error)
+	// create is Options.ShardCreate (nil: new queues are made here).
+	create func(ctx context.Context, name string, body []byte) ([]byte, error)
+	holds  func(name string) bool
+	log    *slog.Logger
+	base   string // this server's sessions' prefix
 
 	// ctx is every call's: ended (end) a moment after the server
 	// starts shutting down, so that its AMQP connections' teardown — the
@@ -89,7 +92,7 @@ func newRemoteEngine(eng *engine.Engine, opts Options, log *slog.Logger) (amqp.E
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand does not fail
-	r := &remoteEngine{Engine: eng, call: opts.ShardCall, holds: opts.NameTaken, log: log,
+	r := &remoteEngine{Engine: eng, call: opts.ShardCall, create: opts.ShardCreate, holds: opts.NameTaken, log: log,
 		base: hex.EncodeToString(b), queues: make(map[string]*remoteQueue)}
 	r.ctx, r.end = context.WithCancel(context.Background())
 	return r, r

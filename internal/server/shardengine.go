@@ -84,6 +84,7 @@ const (
 	opPlaceHeld    = "place-held" // shard 0's placements of a shard's queues (PlacementsCall)
 	opPlaceGone    = "place-gone"
 	opPlaceDeleted = "place-deleted" // a queue its shard's leader deleted (PlacementDeletedCall)
+	opCreate       = "create"        // a queue the AMQP server declares, placed on this shard (createCall)
 )
 
 // engineCall is one engine call for Queue (enginewire.go).
@@ -147,7 +148,8 @@ var remoteSentinels = [...]error{engine.ErrQueueNotFound, engine.ErrQueueFull, e
 	engine.ErrMemoryHigh, engine.ErrClosed, engine.ErrStorage, engine.ErrNotLeading,
 	engine.ErrReceiptHandleInvalid, engine.ErrReceiptHandleExpired, engine.ErrMessageNotInflight,
 	engine.ErrMessageNotAvailable, engine.ErrPurgeInProgress, engine.ErrOverLimit,
-	engine.ErrUnavailable} // appended only: a node of another build reads the others by index
+	engine.ErrUnavailable, engine.ErrQueueDeletedRecently, engine.ErrTooManyQueues,
+	engine.ErrQueueElsewhere} // appended only: a node of another build reads the others by index
 
 func toRemoteError(err error) remoteError {
 	if err == nil {
@@ -494,6 +496,13 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		s.sessions.touch(c.Session, now)
 	case opImport:
 		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
+	case opCreate:
+		created, err := s.createCalled(c)
+		if created {
+			r.N = 1
+		}
+		r.Err = toRemoteError(err)
+		return r
 	case opReserve:
 		to, _, err := s.eng.ReserveName(c.Queue, c.Shard, c.Own)
 		r.N, r.Err = to, toRemoteError(err)

@@ -218,7 +218,7 @@ func finishSpread(t testing.TB, ctx context.Context, extra []*workload) {
 // applied twice, a delivery handed to two consumers, or a confirm for a
 // publish the other shard never stored is a violation as on shard 0's
 // queue. The queues are created over SQS through node 1 (an AMQP declare
-// of a new queue makes it on shard 0).
+// without arguments would place them by their names too).
 func remoteAMQPLoads(ctx context.Context, c *testCluster, w *workload, shards int) ([]*amqpLoad, error) {
 	if shards <= 1 {
 		return nil, nil

@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
+)
+
+// TestShardsAMQPDeclaresSpread (ADR 0015 step 4, ADR 0016 decision 6): a
+// new durable queue declared over AMQP without arguments is placed as an
+// SQS CreateQueue is — on the shard its name hashes to — and created
+// there with the settings an AMQP declare gives (no SQS retention of four
+// days), not on shard 0 where the AMQP server runs. Declared through any
+// node, it takes confirmed publishes, a redeclare answers its count, an
+// AMQP consumer consumes it, and queue.delete removes it. Declares that
+// cannot live elsewhere (with arguments, exclusive, a name with a dot)
+// stay on shard 0, and a redeclare of a spread queue with arguments is
+// refused as before.
+func TestShardsAMQPDeclaresSpread(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	held := func(name string) []int { return heldBy(t, nodes[0], name) }
+	ctx := context.Background()
+
+	// Through node 2: one queue whose name hashes to each shard.
+	ch := amqpChannel(t, nodes[1], true)
+	names := []string{nameOnShard("work", 0), nameOnShard("work", 1), nameOnShard("work", 2)}
+	for k, name := range names {
+		dq, err := ch.QueueDeclare(name, true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("declare %s: %v", name, err)
+		}
+		if dq.Messages != 0 || dq.Name != name {
+			t.Fatalf("declare-ok of %s: %+v", name, dq)
+		}
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("%s is on shard %d alone", name, k), func() bool {
+			return slices.Equal(held(name), []int{k})
+		}))
+	}
+	const each = 5
+	for _, name := range names {
+		for j := range each {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, true, false, amqp.Publishing{
+				DeliveryMode: amqp.Persistent, Body: []byte(name + "/" + strconv.Itoa(j))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			ok, err := dc.WaitContext(wctx)
+			cancel()
+			if err != nil || !ok {
+				t.Fatalf("publish to %s: acked %v, %v", name, ok, err)
+			}
+		}
+	}
+
+	// A redeclare through another node answers each queue's own count.
+	ch3 := amqpChannel(t, nodes[2], false)
+	for _, name := range names {
+		dq, err := ch3.QueueDeclare(name, true, false, false, false, nil)
+		if err != nil || dq.Messages != each {
+			t.Fatalf("redeclare of %s: %+v, %v; want %d messages", name, dq, err, each)
+		}
+	}
+
+	// The queues elsewhere got an AMQP declare's settings: the retention
+	// of the queue on shard 0, not SQS's default of four days.
+	client := shardClient(nodes[0])
+	retention := func(name string) string {
+		t.Helper()
+		url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMessageRetentionPeriod}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)]
+	}
+	want := retention(names[0])
+	if want == "345600" {
+		t.Fatalf("the AMQP queue on shard 0 keeps messages for SQS's default %s s", want)
+	}
+	for _, name := range names[1:] {
+		if got := retention(name); got != want {
+			t.Fatalf("%s keeps messages for %s s, the AMQP queue on shard 0 for %s s", name, got, want)
+		}
+	}
+
+	// An AMQP consumer (through node 3) takes a spread queue's messages,
+	// with a nack, a requeue on close and acks.
+	consumeRemote(t, nodes, names[1], each)
+
+	// Declares that stay on shard 0: with arguments, exclusive, or a name
+	// that is no SQS queue's.
+	withArgs := nameOnShard("ttl", 2)
+	if _, err := ch.QueueDeclare(withArgs, true, false, false, false, amqp.Table{"x-message-ttl": int32(60000)}); err != nil {
+		t.Fatal(err)
+	}
+	excl := nameOnShard("mine", 1)
+	if _, err := ch.QueueDeclare(excl, true, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{withArgs, excl} {
+		if at := held(name); !slices.Equal(at, []int{0}) {
+			t.Fatalf("%s is on shards %v, want [0]", name, at)
+		}
+	}
+	if _, err := ch.QueueDeclare("tasks.email", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// A spread queue redeclared with arguments: 406, as RabbitMQ answers
+	// an inequivalent redeclare.
+	_, err := ch3.QueueDeclare(names[2], true, false, false, false, amqp.Table{"x-message-ttl": int32(1000)})
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		t.Fatalf("redeclare of %s with arguments: %v, want 406", names[2], err)
+	}
+
+	// queue.delete of a spread queue deletes it on its shard.
+	n, err := ch.QueueDelete(names[2], false, false, false)
+	if err != nil || n != each {
+		t.Fatalf("delete of %s: %d messages, %v; want %d", names[2], n, err, each)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True(names[2]+" is gone", func() bool { return len(held(names[2])) == 0 }))
+}
+
+// TestSubsetAMQPDeclaresOffShardZero: with [cluster] placement "subset"
+// shard 0 is on every node, so an AMQP queue kept there would cost every
+// node its messages (ADR 0016 decision 6). A queue declared over AMQP
+// without arguments goes to a shard above 0, declared through a node that
+// holds no copy of it; its placement is written before the declare-ok,
+// so that node finds it once its copy of shard 0 has caught up. Its
+// confirmed messages outlive a move of shard 0's leadership (the AMQP
+// server moves with it, and knows the queue only from its shard): a
+// redeclare counts them and basic.get gets them all.
+func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
+		o.Cluster.Shards = 3
+		o.Cluster.ReplicationFactor = 2
+		o.Cluster.Placement = server.PlacementSubset
+	}, func(_ int, o *Options) {
+		o.BalanceInterval = 100 * time.Millisecond
+		o.PlacementInterval = 100 * time.Millisecond
+	}, nil, 3)
+	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
+		for _, n := range nodes {
+			for k := range 3 {
+				if _, _, ok := n.target(k); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	}))
+	// Node 1 holds shards 0 and 1, node 3 shards 0 and 2: a queue of
+	// shard 2 declared through node 1, one of shard 1 through node 3.
+	through := map[int]int{2: 0, 1: 2}
+	ctx := context.Background()
+	const each = 4
+	var names []string
+	for _, k := range []int{2, 1} {
+		var name string
+		for i := 0; ; i++ {
+			if name = fmt.Sprintf("amqp-%d-%d", k, i); nodes[0].nameShard(name) == k {
+				break
+			}
+		}
+		via := nodes[through[k]]
+		if via.shards.Held(k) {
+			t.Fatalf("node %d holds shard %d", via.opts.Cluster.NodeID, k)
+		}
+		ch := amqpChannel(t, via, true)
+		if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+			t.Fatalf("declare %s through node %d: %v", name, via.opts.Cluster.NodeID, err)
+		}
+		if at, ok, err := via.locateQueue(ctx, name); !ok || at != k {
+			t.Fatalf("after its declare-ok node %d finds %s on shard %d (%v, %v), want %d", via.opts.Cluster.NodeID, name, at, ok, err, k)
+		}
+		if at := heldBy(t, nodes[1], name); !slices.Equal(at, []int{k}) {
+			t.Fatalf("%s is on shards %v, want [%d]", name, at, k)
+		}
+		for j := range each {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, true, false, amqp.Publishing{
+				DeliveryMode: amqp.Persistent, Body: []byte(name + "/" + strconv.Itoa(j))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			ok, err := dc.WaitContext(wctx)
+			cancel()
+			if err != nil || !ok {
+				t.Fatalf("publish to %s: acked %v, %v", name, ok, err)
+			}
+		}
+		names = append(names, name)
+	}
+
+	// Shard 0's leadership, and with it the AMQP server, moves to node 1
+	// or node 3 (a transfer, not a stop: with a factor of 2 a stopped
+	// node takes down the shards it is one of two voters of).
+	l0 := slices.IndexFunc(nodes, func(n *Node) bool { return n.leadsShard(0) })
+	if l0 < 0 {
+		t.Fatal("no node leads shard 0")
+	}
+	poll.CheckFor(t, 30*time.Second, poll.True("shard 0's leadership moved", func() bool {
+		if slices.ContainsFunc(nodes, func(n *Node) bool { return n != nodes[l0] && n.leadsShard(0) }) {
+			return true
+		}
+		// A voter of shard 0 other than l0 (a transfer that does not
+		// finish in time, or to a member that is no voter, is tried again).
+		for _, n := range nodes {
+			if n != nodes[l0] {
+				tctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = nodes[l0].raft.TransferLeadershipTo(tctx, n.opts.Cluster.NodeID) // checked by the loop
+				cancel()
+			}
+		}
+		return false
+	}))
+	via := nodes[l0]
+	for _, name := range names {
+		var got map[string]bool
+		poll.CheckFor(t, 60*time.Second, func() (err error) {
+			defer func() {
+				if err != nil {
+					t.Logf("through node %d: %v", via.opts.Cluster.NodeID, err)
+				}
+			}()
+			got = map[string]bool{}
+			conn, err := amqp.Dial("amqp://guest:guest@" + via.AMQPAddr() + "/")
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close() }() // this attempt is over
+			ch, err := conn.Channel()
+			if err != nil {
+				return err
+			}
+			dq, err := ch.QueueDeclare(name, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if dq.Messages != each {
+				return fmt.Errorf("%s: declare-ok counts %d messages, want %d", name, dq.Messages, each)
+			}
+			// Unacknowledged: an attempt that fails midway leaves them
+			// all in the queue (they come back when the connection
+			// closes).
+			for range each {
+				d, ok, err := ch.Get(name, false)
+				if err != nil || !ok {
+					return fmt.Errorf("get from %s: %v, %v", name, ok, err)
+				}
+				got[string(d.Body)] = true
+			}
+			return nil
+		})
+		if len(got) != each {
+			t.Fatalf("%s: got %v", name, got)
+		}
+	}
+}
