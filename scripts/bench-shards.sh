@@ -18,7 +18,12 @@
 # those bounds; the script prints it, a projection, not a measurement of
 # three machines.
 #
-# Environment: QUEUES (6), PRODUCERS (2), CONSUMERS (2), DURATION (20s),
+# PROTO=amqp runs `sluice bench amqp` instead (persistent 1 KiB, confirms,
+# manual acks), each bench declaring its own queue (durable, no arguments)
+# through node (i mod nodes) + 1's AMQP port, which relays to shard 0's
+# leader; where each queue was placed is printed after the run.
+#
+# Environment: PROTO (sqs), QUEUES (6), PRODUCERS (2), CONSUMERS (2), DURATION (20s),
 # ENTRY ("spread", or "leader": each bench through its queue's leader),
 # KEEP (1: leave the last layout's directory, logs and bench outputs),
 # REPEAT (1), LAYOUTS ("single cluster1 shards3"; also nNsS: N nodes with S
@@ -117,13 +122,20 @@ print(len(set(l.values())) if len(l)>0 else 0, ",".join("%d:%d" % kv for kv in s
   if [ $shards -gt 1 ]; then echo "  leaders (shard:node): ${led#* }"; fi
   # Create the queues, and say where each lives (X-Sluice-Shard, X-Sluice-Node).
   local entry=()
+  where_is() { # queue, SQS port: "shard K, leader N"
+    curl -s -D - -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.GetQueueAttributes' \
+      -d "{\"QueueUrl\":\"http://127.0.0.1:$2/000000000000/$1\"}" http://127.0.0.1:$2/ | tr -d '\r' | awk -F': ' 'tolower($1)=="x-sluice-shard"{s=$2} tolower($1)=="x-sluice-node"{n=$2} END{print "shard " (s==""?"-":s) ", leader " (n==""?"-":n)}'
+  }
   for q in $(seq 0 $((QUEUES-1))); do
+    if [ "${PROTO:-sqs}" = amqp ]; then
+      entry+=(${A[$((q % nodes))]}) # the bench declares it
+      continue
+    fi
     local sp=${S[$((q % nodes))]}
     curl -s -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.CreateQueue' \
       -d "{\"QueueName\":\"shq-$q\"}" http://127.0.0.1:$sp/
     local where
-    where=$(curl -s -D - -o /dev/null -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.GetQueueAttributes' \
-      -d "{\"QueueUrl\":\"http://127.0.0.1:$sp/000000000000/shq-$q\"}" http://127.0.0.1:$sp/ | tr -d '\r' | awk -F': ' 'tolower($1)=="x-sluice-shard"{s=$2} tolower($1)=="x-sluice-node"{n=$2} END{print "shard " (s==""?"-":s) ", leader " (n==""?"-":n)}')
+    where=$(where_is shq-$q $sp)
     # ENTRY=leader: each bench through the node leading its queue (no
     # forwards, so each node's CPU is its leading and replicating alone).
     local through=$((q % nodes + 1)) lead=${where##*leader }
@@ -136,12 +148,20 @@ print(len(set(l.values())) if len(l)>0 else 0, ",".join("%d:%d" % kv for kv in s
   local nbefore=(); for p in "${pids[@]}"; do nbefore+=($(cpu $p)); done
   local outs=()
   for q in $(seq 0 $((QUEUES-1))); do
-    $bin bench sqs -endpoint http://127.0.0.1:${entry[$q]} -queue shq-$q -producers $PRODUCERS -consumers $CONSUMERS \
-      -duration $DURATION -json > $W/bench-$q.json 2> $W/bench-$q.err &
+    if [ "${PROTO:-sqs}" = amqp ]; then
+      $bin bench amqp -url amqp://guest:guest@127.0.0.1:${entry[$q]}/ -queue shq-$q -producers $PRODUCERS -consumers $CONSUMERS \
+        -duration $DURATION -json > $W/bench-$q.json 2> $W/bench-$q.err &
+    else
+      $bin bench sqs -endpoint http://127.0.0.1:${entry[$q]} -queue shq-$q -producers $PRODUCERS -consumers $CONSUMERS \
+        -duration $DURATION -json > $W/bench-$q.json 2> $W/bench-$q.err &
+    fi
     outs+=($!)
   done
   wait "${outs[@]}"
   local after; after=$(cpu "${pids[@]}")
+  if [ "${PROTO:-sqs}" = amqp ]; then
+    for q in $(seq 0 $((QUEUES-1))); do echo "  shq-$q through node $((q % nodes + 1)) (AMQP): $(where_is shq-$q ${S[0]})"; done
+  fi
   local nticks=""; local k=0
   for p in "${pids[@]}"; do nticks="$nticks${nticks:+,}$(( $(cpu $p) - ${nbefore[$k]} ))"; k=$((k+1)); done
   python3 - "$layout" "$nodes" "$shards" "$before" "$after" "$(getconf CLK_TCK)" "$nticks" $W/bench-*.json <<'PY'
@@ -154,7 +174,7 @@ for f in sys.argv[8:]:
         d = json.load(open(f))
     except Exception as e:
         print("  %s: unreadable (%s)" % (f, e)); continue
-    rate += d.get("throughput", 0); deleted += d.get("deleted", 0); errors += sum((d.get("errors") or {}).values())
+    rate += d.get("throughput", 0); deleted += d.get("deleted", d.get("acked", 0)); errors += sum((d.get("errors") or {}).values())
 cpu = (after - before) / tck
 print("%-9s nodes %d shards %d: %d benches, end to end %.0f msg/s (sum), deleted %d, errors %d; servers' CPU %.1f s = %.2f CPU-s per 100k" %
       (layout, nodes, shards, len(sys.argv) - 8, rate, deleted, errors, cpu, cpu / max(deleted, 1) * 1e5))

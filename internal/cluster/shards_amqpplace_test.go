@@ -27,7 +27,8 @@ import (
 // AMQP consumer consumes it, and queue.delete removes it. Declares that
 // cannot live elsewhere (with arguments, exclusive, a name with a dot)
 // stay on shard 0, and a redeclare of a spread queue with arguments is
-// refused as before.
+// refused as before. A spread queue bound to a source's dead-letter
+// exchange receives its rejected messages (transfers across shards).
 func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	nodes, _ := shardedNodes(t)
 	held := func(name string) []int { return heldBy(t, nodes[0], name) }
@@ -130,6 +131,59 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
 		t.Fatalf("redeclare of %s with arguments: %v, want 406", names[2], err)
 	}
+
+	// RabbitMQ's dead-letter practice: a source declared with
+	// x-dead-letter-exchange (on shard 0, with its arguments), a
+	// dead-letter queue declared without arguments (placed by its name, on
+	// shard 2) bound to that exchange. Rejected messages arrive there.
+	if err := ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	graves := nameOnShard("graves", 2)
+	if _, err := ch.QueueDeclare(graves, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if at := held(graves); !slices.Equal(at, []int{2}) {
+		t.Fatalf("%s is on shards %v, want [2]", graves, at)
+	}
+	if err := ch.QueueBind(graves, "", "dlx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	jobs := nameOnShard("jobs", 1)
+	if _, err := ch.QueueDeclare(jobs, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "dlx"}); err != nil {
+		t.Fatal(err)
+	}
+	const poison = 3
+	for j := range poison {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", jobs, true, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, Body: []byte("poison/" + strconv.Itoa(j))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			t.Fatalf("publish to %s: acked %v, %v", jobs, ok, err)
+		}
+	}
+	for range poison {
+		d, ok, err := ch.Get(jobs, false)
+		if err != nil || !ok {
+			t.Fatalf("get from %s: %v, %v", jobs, ok, err)
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chk := amqpChannel(t, nodes[2], false)
+	poll.CheckFor(t, 30*time.Second, func() error {
+		dq, err := chk.QueueDeclarePassive(graves, true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if dq.Messages != poison {
+			return fmt.Errorf("%s holds %d dead letters, want %d", graves, dq.Messages, poison)
+		}
+		return nil
+	})
 
 	// queue.delete of a spread queue deletes it on its shard.
 	n, err := ch.QueueDelete(names[2], false, false, false)
