@@ -191,11 +191,12 @@ func TestShardInternalAddr(t *testing.T) {
 // Before, a fixed internal address was refused with shards (every
 // shard's server would have bound the same port).
 func TestShardsOnFixedInternalPorts(t *testing.T) {
-	bases := brokertest.ReservePortBlocks(t, 6, 3) // per node: the shards' HTTP ports; the AMQP port (a block's first)
-	nodes, _ := shardedNodesWith(t, func(o *server.Options) {
+	ports := brokertest.NewPorts(t) // the Raft ports too: none inside these blocks
+	bases := ports.Blocks(6, 3)     // per node: the shards' HTTP ports; the AMQP port (a block's first)
+	nodes, _ := shardedNodesOn(t, ports, func(o *server.Options) {
 		o.Cluster.InternalHTTPListen = bases[o.Cluster.NodeID-1]
 		o.Cluster.InternalAMQPListen = bases[3+o.Cluster.NodeID-1] // shard 0's alone
-	})
+	}, func(*Options) {})
 	for k := range 3 {
 		ad, leader, ok := nodes[0].target(k)
 		if !ok {

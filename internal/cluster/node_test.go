@@ -282,7 +282,15 @@ func startThree(t *testing.T, edit func(*server.Options), prepare func(*Node), r
 // node's Options before New (i: its index).
 func startThreeWith(t *testing.T, edit func(*server.Options), opt func(i int, o *Options), prepare func(*Node), ready int) ([]*Node, func(i int) error) {
 	t.Helper()
-	raft := brokertest.ReservePorts(t, 3)
+	return startThreeOn(t, brokertest.NewPorts(t), edit, opt, prepare, ready)
+}
+
+// startThreeOn is startThreeWith that reserves the Raft ports from ports:
+// a test that reserved fixed ports of its own there, not yet bound, gets
+// Raft ports clear of them.
+func startThreeOn(t *testing.T, ports *brokertest.Ports, edit func(*server.Options), opt func(i int, o *Options), prepare func(*Node), ready int) ([]*Node, func(i int) error) {
+	t.Helper()
+	raft := ports.Reserve(3)
 	peers := []server.ClusterPeer{{ID: 1, Raft: raft[0]}, {ID: 2, Raft: raft[1]}, {ID: 3, Raft: raft[2]}}
 	nodes := make([]*Node, 3)
 	stops := make([]func() error, 3)

@@ -48,7 +48,14 @@ func shardedNodesWith(t *testing.T, edit func(*server.Options)) ([]*Node, func(i
 // cluster options too.
 func shardedNodesOpts(t *testing.T, edit func(*server.Options), opt func(*Options)) ([]*Node, func(i int) error) {
 	t.Helper()
-	nodes, stop := startThreeWith(t, func(o *server.Options) { o.Cluster.Shards = 3; edit(o) },
+	return shardedNodesOn(t, brokertest.NewPorts(t), edit, opt)
+}
+
+// shardedNodesOn is shardedNodesOpts with the Raft ports reserved from
+// ports (startThreeOn).
+func shardedNodesOn(t *testing.T, ports *brokertest.Ports, edit func(*server.Options), opt func(*Options)) ([]*Node, func(i int) error) {
+	t.Helper()
+	nodes, stop := startThreeOn(t, ports, func(o *server.Options) { o.Cluster.Shards = 3; edit(o) },
 		func(_ int, o *Options) { o.BalanceInterval = 100 * time.Millisecond; opt(o) }, nil, 3)
 	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard, and each node leads one", func() bool {
 		led := map[uint64]int{}
