@@ -18,26 +18,83 @@ import (
 	"github.com/sluicemq/sluice/internal/server"
 )
 
-// TestShardsAMQPDeclaresSpread (ADR 0015 step 4, ADR 0016 decision 6): a
-// new durable queue declared over AMQP without arguments is placed as an
-// SQS CreateQueue is — on the shard its name hashes to — and created
-// there with the settings an AMQP declare gives (no SQS retention of four
-// days), not on shard 0 where the AMQP server runs. Declared through any
-// node, it takes confirmed publishes, a redeclare answers its count, an
-// AMQP consumer consumes it, and queue.delete removes it. Declares that
-// cannot live elsewhere (with arguments, exclusive, a name with a dot)
-// stay on shard 0, and a redeclare of a spread queue with arguments is
-// refused as before. A spread queue bound to a source's dead-letter
-// exchange receives its rejected messages (transfers across shards).
+// subsetNodes starts three nodes with three shards placed on subsets of
+// two (node 1 holds shards 0 and 1, node 2 every shard, node 3 shards 0
+// and 2) and waits until every node routes every shard.
+func subsetNodes(t *testing.T) []*Node {
+	t.Helper()
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
+		o.Cluster.Shards = 3
+		o.Cluster.ReplicationFactor = 2
+		o.Cluster.Placement = server.PlacementSubset
+	}, func(_ int, o *Options) {
+		o.BalanceInterval = 100 * time.Millisecond
+		o.PlacementInterval = 100 * time.Millisecond
+	}, nil, 3)
+	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
+		for _, n := range nodes {
+			for k := range 3 {
+				if _, _, ok := n.target(k); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	}))
+	return nodes
+}
+
+// subsetName is prefix-N, the first that n places on shard k by its name.
+func subsetName(n *Node, prefix string, k int) string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf("%s-%d", prefix, i); n.nameShard(name) == k {
+			return name
+		}
+	}
+}
+
+// TestShardsAMQPDeclaresSpread (ADR 0015 step 4, ADR 0016 decision 6):
+// with placement "subset", a new durable queue declared over AMQP without
+// arguments is placed as an SQS CreateQueue is — on the shard above 0 its
+// name hashes to — and created there with the settings an AMQP declare
+// gives (no SQS retention of four days), not on shard 0, every node's,
+// where the AMQP server runs. Declared through any node, it takes
+// confirmed publishes, a redeclare answers its count, an AMQP consumer
+// consumes it, and queue.delete removes it. Declares that cannot live
+// elsewhere (with arguments, exclusive, a name with a dot) stay on shard
+// 0, and a redeclare of a spread queue with arguments is refused as
+// before. A spread queue bound to a source's dead-letter exchange
+// receives its rejected messages (transfers across shards).
 func TestShardsAMQPDeclaresSpread(t *testing.T) {
-	nodes, _ := shardedNodes(t)
-	held := func(name string) []int { return heldBy(t, nodes[0], name) }
+	nodes := subsetNodes(t)
+	held := func(name string) []int { return heldBy(t, nodes[1], name) } // node 2 holds every shard
 	ctx := context.Background()
 
-	// Through node 2: one queue whose name hashes to each shard.
-	ch := amqpChannel(t, nodes[1], true)
-	names := []string{nameOnShard("work", 0), nameOnShard("work", 1), nameOnShard("work", 2)}
-	for k, name := range names {
+	// Through node 1: declares that stay on shard 0 — with arguments,
+	// exclusive, or a name that is no SQS queue's.
+	ch := amqpChannel(t, nodes[0], true)
+	withArgs := subsetName(nodes[0], "ttl", 2)
+	if _, err := ch.QueueDeclare(withArgs, true, false, false, false, amqp.Table{"x-message-ttl": int32(60000)}); err != nil {
+		t.Fatal(err)
+	}
+	excl := subsetName(nodes[0], "mine", 1)
+	if _, err := ch.QueueDeclare(excl, true, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{withArgs, excl} {
+		// Node 2's copy of shard 0 may apply the create a moment after
+		// the declare-ok.
+		poll.CheckFor(t, 10*time.Second, poll.True(name+" is on shard 0 alone", func() bool { return slices.Equal(held(name), []int{0}) }))
+	}
+	if _, err := ch.QueueDeclare("tasks.email", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Through node 1 too: one queue placed by its name on each shard
+	// above 0 (node 1 holds no copy of shard 2).
+	names := []string{subsetName(nodes[0], "work", 1), subsetName(nodes[0], "work", 2)}
+	for i, name := range names {
+		k := i + 1
 		dq, err := ch.QueueDeclare(name, true, false, false, false, nil)
 		if err != nil {
 			t.Fatalf("declare %s: %v", name, err)
@@ -76,8 +133,8 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	}
 
 	// The queues elsewhere got an AMQP declare's settings: the retention
-	// of the queue on shard 0, not SQS's default of four days.
-	client := shardClient(nodes[0])
+	// of an AMQP queue on shard 0, not SQS's default of four days.
+	client := shardClient(nodes[1])
 	retention := func(name string) string {
 		t.Helper()
 		url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
@@ -91,11 +148,11 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		}
 		return out.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)]
 	}
-	want := retention(names[0])
+	want := retention(withArgs)
 	if want == "345600" {
 		t.Fatalf("the AMQP queue on shard 0 keeps messages for SQS's default %s s", want)
 	}
-	for _, name := range names[1:] {
+	for _, name := range names {
 		if got := retention(name); got != want {
 			t.Fatalf("%s keeps messages for %s s, the AMQP queue on shard 0 for %s s", name, got, want)
 		}
@@ -103,33 +160,14 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 
 	// An AMQP consumer (through node 3) takes a spread queue's messages,
 	// with a nack, a requeue on close and acks.
-	consumeRemote(t, nodes, names[1], each)
-
-	// Declares that stay on shard 0: with arguments, exclusive, or a name
-	// that is no SQS queue's.
-	withArgs := nameOnShard("ttl", 2)
-	if _, err := ch.QueueDeclare(withArgs, true, false, false, false, amqp.Table{"x-message-ttl": int32(60000)}); err != nil {
-		t.Fatal(err)
-	}
-	excl := nameOnShard("mine", 1)
-	if _, err := ch.QueueDeclare(excl, true, false, true, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{withArgs, excl} {
-		// Node 1's copy of shard 0 may apply the create a moment after
-		// the declare-ok.
-		poll.CheckFor(t, 10*time.Second, poll.True(name+" is on shard 0 alone", func() bool { return slices.Equal(held(name), []int{0}) }))
-	}
-	if _, err := ch.QueueDeclare("tasks.email", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	consumeRemote(t, nodes, names[0], each)
 
 	// A spread queue redeclared with arguments: 406, as RabbitMQ answers
 	// an inequivalent redeclare.
-	_, err := ch3.QueueDeclare(names[2], true, false, false, false, amqp.Table{"x-message-ttl": int32(1000)})
+	_, err := ch3.QueueDeclare(names[1], true, false, false, false, amqp.Table{"x-message-ttl": int32(1000)})
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
-		t.Fatalf("redeclare of %s with arguments: %v, want 406", names[2], err)
+		t.Fatalf("redeclare of %s with arguments: %v, want 406", names[1], err)
 	}
 
 	// RabbitMQ's dead-letter practice: a source declared with
@@ -139,7 +177,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	if err := ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	graves := nameOnShard("graves", 2)
+	graves := subsetName(nodes[0], "graves", 2)
 	if _, err := ch.QueueDeclare(graves, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +185,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	if err := ch.QueueBind(graves, "", "dlx", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	jobs := nameOnShard("jobs", 1)
+	jobs := "jobs"
 	if _, err := ch.QueueDeclare(jobs, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "dlx"}); err != nil {
 		t.Fatal(err)
 	}
@@ -184,11 +222,11 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	})
 
 	// queue.delete of a spread queue deletes it on its shard.
-	n, err := ch.QueueDelete(names[2], false, false, false)
+	n, err := ch.QueueDelete(names[1], false, false, false)
 	if err != nil || n != each {
-		t.Fatalf("delete of %s: %d messages, %v; want %d", names[2], n, err, each)
+		t.Fatalf("delete of %s: %d messages, %v; want %d", names[1], n, err, each)
 	}
-	poll.CheckFor(t, 10*time.Second, poll.True(names[2]+" is gone", func() bool { return len(held(names[2])) == 0 }))
+	poll.CheckFor(t, 10*time.Second, poll.True(names[1]+" is gone", func() bool { return len(held(names[1])) == 0 }))
 }
 
 // TestSubsetAMQPDeclaresOffShardZero: with [cluster] placement "subset"
@@ -201,24 +239,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 // server moves with it, and knows the queue only from its shard): a
 // redeclare counts them and basic.get gets them all.
 func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
-	nodes, _ := startThreeWith(t, func(o *server.Options) {
-		o.Cluster.Shards = 3
-		o.Cluster.ReplicationFactor = 2
-		o.Cluster.Placement = server.PlacementSubset
-	}, func(_ int, o *Options) {
-		o.BalanceInterval = 100 * time.Millisecond
-		o.PlacementInterval = 100 * time.Millisecond
-	}, nil, 3)
-	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
-		for _, n := range nodes {
-			for k := range 3 {
-				if _, _, ok := n.target(k); !ok {
-					return false
-				}
-			}
-		}
-		return true
-	}))
+	nodes := subsetNodes(t)
 	// Node 1 holds shards 0 and 1, node 3 shards 0 and 2: a queue of
 	// shard 2 declared through node 1, one of shard 1 through node 3.
 	through := map[int]int{2: 0, 1: 2}
@@ -325,5 +346,31 @@ func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 		if len(got) != each {
 			t.Fatalf("%s: got %v", name, got)
 		}
+	}
+}
+
+// TestShardsAMQPDeclaresStayOnShardZero: with every node in every shard
+// (placement "all"), a queue declared over AMQP without arguments stays
+// on shard 0, whatever its name hashes to: spreading it would copy it to
+// no fewer nodes, and while AMQP enters through shard 0's leader each
+// call to another shard's leader costs both ends more than the local
+// engine (docs/benchmarks.md, "AMQP queues placed off shard 0").
+func TestShardsAMQPDeclaresStayOnShardZero(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	ch := amqpChannel(t, nodes[1], true)
+	name := nameOnShard("work", 1)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 10*time.Second, poll.True(name+" is on shard 0 alone", func() bool { return slices.Equal(heldBy(t, nodes[0], name), []int{0}) }))
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", name, true, false, amqp.Publishing{Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(context.Background()); err != nil || !ok {
+		t.Fatalf("publish to %s: acked %v, %v", name, ok, err)
+	}
+	if d, ok, err := ch.Get(name, true); err != nil || !ok || string(d.Body) != "x" {
+		t.Fatalf("get from %s: %q, %v, %v", name, d.Body, ok, err)
 	}
 }
