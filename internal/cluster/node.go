@@ -688,7 +688,7 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 				// call to another shard's leader costs both ends more
 				// than the local engine (docs/benchmarks.md, "AMQP queues
 				// placed off shard 0": 0.6–0.7× the throughput).
-				o.ShardCreate = func(ctx context.Context, name string, body []byte) ([]byte, error) {
+				o.ShardCreate = func(ctx context.Context, name string, body []byte) error {
 					return n.shardCreate(ctx, 0, name, body)
 				}
 			}

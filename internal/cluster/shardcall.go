@@ -44,34 +44,27 @@ func (n *Node) shardCall(ctx context.Context, own int, name, path string, body [
 // hashes to, once that shard reserved the name for it). On shard own it
 // returns server.ErrNotElsewhere: the server creates it itself. Elsewhere
 // it posts body (the create) to that shard's leader and, once the leader
-// answered, writes the queue's placement in shard 0 ([cluster] placement
-// "subset") and waits for this node's copy of the shard to hold the
-// queue, as a forwarded CreateQueue does (awaitCreated), so that the
-// server's next call for it finds it here.
-func (n *Node) shardCreate(ctx context.Context, own int, name string, body []byte) ([]byte, error) {
+// created it, settles it here as a forwarded CreateQueue is
+// (settleCreated), so that the server's next call for it finds it.
+func (n *Node) shardCreate(ctx context.Context, own int, name string, body []byte) error {
 	if !server.ValidQueueName(name) {
-		return nil, server.ErrNotElsewhere // AMQP-only names live on shard 0
+		return server.ErrNotElsewhere // AMQP-only names live on shard 0
 	}
 	k, err := n.placeCreate(ctx, server.SQSRoute{Queue: name, Create: true})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if k == own {
-		return nil, server.ErrNotElsewhere
+		return server.ErrNotElsewhere
 	}
 	out, err := n.shardRequest(ctx, k, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := server.NameCallReply(out); err != nil {
-		return nil, err
+		return err
 	}
-	n.placeCreated(ctx, created{shard: k, queue: name})
-	if r := n.shards.Shard(k); r != nil {
-		if err := r.ReadBarrier(ctx); err != nil {
-			n.log.Warn("a created queue may not be in this node's copy of its shard yet", "queue", name, "shard", k, "err", err)
-		}
-	}
+	n.settleCreated(ctx, created{shard: k, queue: name})
 	n.noteRoute(name, k)
-	return out, nil
+	return nil
 }

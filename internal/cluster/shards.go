@@ -666,6 +666,15 @@ func (n *Node) awaitCreated(resp *http.Response) {
 	}
 	ctx, cancel := context.WithTimeout(resp.Request.Context(), n.hold)
 	defer cancel()
+	n.settleCreated(ctx, c)
+}
+
+// settleCreated, once queue c was created on its shard's leader, writes
+// its placement in shard 0 (placeCreated) and waits until this node's
+// copy of that shard, if it holds one, has applied the create, so that
+// the next request through this node finds the queue without a barrier of
+// its own. A failure is logged: the queue exists either way.
+func (n *Node) settleCreated(ctx context.Context, c created) {
 	n.placeCreated(ctx, c)
 	r := n.shards.Shard(c.shard)
 	if r == nil {

@@ -113,10 +113,11 @@ type Options struct {
 	// "/" that the AMQP server is asked to declare: it posts body (an
 	// engine call creating queue name) to ShardEnginePath on the leader of
 	// the shard where the cluster's placement puts a new queue of that
-	// name, and returns the answer's body; ErrNotElsewhere when that is
-	// this server's own shard (the queue is then created here, as
-	// before). Not settable from a config file.
-	ShardCreate func(ctx context.Context, name string, body []byte) ([]byte, error) `toml:"-"`
+	// name, and returns the leader's error (ErrUnknownEngineCall from a
+	// leader of an older build); ErrNotElsewhere when that is this
+	// server's own shard (the queue is then created here, as before). Not
+	// settable from a config file.
+	ShardCreate func(ctx context.Context, name string, body []byte) error `toml:"-"`
 	// QueueHeldElsewhere, when set with ShardCall, reports from this
 	// node's copies alone whether a queue lives on another shard
 	// (engine.Options.QueueHeldElsewhere): a RedrivePolicy may then name

@@ -48,7 +48,7 @@ type remoteEngine struct {
 	*engine.Engine
 	call func(ctx context.Context, name, path string, body []byte) ([]byte, error)
 	// create is Options.ShardCreate (nil: new queues are made here).
-	create func(ctx context.Context, name string, body []byte) ([]byte, error)
+	create func(ctx context.Context, name string, body []byte) error
 	holds  func(name string) bool
 	log    *slog.Logger
 	base   string // this server's sessions' prefix

@@ -67,8 +67,7 @@ func (r *remoteEngine) CreateElsewhere(name string, cfg engine.QueueConfig) (boo
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
-	_, err = r.create(ctx, name, body) // its answer read by the cluster node (NameCallReply)
-	switch {
+	switch err := r.create(ctx, name, body); {
 	case errors.Is(err, ErrNotElsewhere):
 		return false, nil // placed on this server's shard
 	case errors.Is(err, ErrUnknownEngineCall):
