@@ -459,6 +459,23 @@ func amqpChannel(t *testing.T, n *Node, confirm bool) *amqp.Channel {
 	return ch
 }
 
+// publishConfirmed publishes body to queue through the default exchange
+// on ch (in confirm mode), persistent and mandatory, and fails t unless
+// the broker confirms it within 30 s.
+func publishConfirmed(t *testing.T, ch *amqp.Channel, queue, body string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+		t.Fatalf("publish to %s: acked %v, %v", queue, ok, err)
+	}
+}
+
 // TestShardsAMQPAckAfterTheQueuesLeaderMoved: a delivery from an SQS
 // queue on another shard than AMQP's is a lease in the memory of that
 // shard's leader; when that leadership moves before the consumer acks,

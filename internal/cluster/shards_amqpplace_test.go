@@ -15,43 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
-	"github.com/sluicemq/sluice/internal/server"
 )
-
-// subsetNodes starts three nodes with three shards placed on subsets of
-// two (node 1 holds shards 0 and 1, node 2 every shard, node 3 shards 0
-// and 2) and waits until every node routes every shard.
-func subsetNodes(t *testing.T) []*Node {
-	t.Helper()
-	nodes, _ := startThreeWith(t, func(o *server.Options) {
-		o.Cluster.Shards = 3
-		o.Cluster.ReplicationFactor = 2
-		o.Cluster.Placement = server.PlacementSubset
-	}, func(_ int, o *Options) {
-		o.BalanceInterval = 100 * time.Millisecond
-		o.PlacementInterval = 100 * time.Millisecond
-	}, nil, 3)
-	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
-		for _, n := range nodes {
-			for k := range 3 {
-				if _, _, ok := n.target(k); !ok {
-					return false
-				}
-			}
-		}
-		return true
-	}))
-	return nodes
-}
-
-// subsetName is prefix-N, the first that n places on shard k by its name.
-func subsetName(n *Node, prefix string, k int) string {
-	for i := 0; ; i++ {
-		if name := fmt.Sprintf("%s-%d", prefix, i); n.nameShard(name) == k {
-			return name
-		}
-	}
-}
 
 // TestShardsAMQPDeclaresSpread (ADR 0015 step 4, ADR 0016 decision 6):
 // with placement "subset", a new durable queue declared over AMQP without
@@ -109,17 +73,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	const each = 5
 	for _, name := range names {
 		for j := range each {
-			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, true, false, amqp.Publishing{
-				DeliveryMode: amqp.Persistent, Body: []byte(name + "/" + strconv.Itoa(j))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			ok, err := dc.WaitContext(wctx)
-			cancel()
-			if err != nil || !ok {
-				t.Fatalf("publish to %s: acked %v, %v", name, ok, err)
-			}
+			publishConfirmed(t, ch, name, name+"/"+strconv.Itoa(j))
 		}
 	}
 
@@ -191,14 +145,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	}
 	const poison = 3
 	for j := range poison {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", jobs, true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, Body: []byte("poison/" + strconv.Itoa(j))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			t.Fatalf("publish to %s: acked %v, %v", jobs, ok, err)
-		}
+		publishConfirmed(t, ch, jobs, "poison/"+strconv.Itoa(j))
 	}
 	for range poison {
 		d, ok, err := ch.Get(jobs, false)
@@ -268,17 +215,7 @@ func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 			return slices.Equal(heldBy(t, nodes[1], name), []int{k})
 		}))
 		for j := range each {
-			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, true, false, amqp.Publishing{
-				DeliveryMode: amqp.Persistent, Body: []byte(name + "/" + strconv.Itoa(j))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			ok, err := dc.WaitContext(wctx)
-			cancel()
-			if err != nil || !ok {
-				t.Fatalf("publish to %s: acked %v, %v", name, ok, err)
-			}
+			publishConfirmed(t, ch, name, name+"/"+strconv.Itoa(j))
 		}
 		names = append(names, name)
 	}
@@ -363,13 +300,7 @@ func TestShardsAMQPDeclaresStayOnShardZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.CheckFor(t, 10*time.Second, poll.True(name+" is on shard 0 alone", func() bool { return slices.Equal(heldBy(t, nodes[0], name), []int{0}) }))
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", name, true, false, amqp.Publishing{Body: []byte("x")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := dc.WaitContext(context.Background()); err != nil || !ok {
-		t.Fatalf("publish to %s: acked %v, %v", name, ok, err)
-	}
+	publishConfirmed(t, ch, name, "x")
 	if d, ok, err := ch.Get(name, true); err != nil || !ok || string(d.Body) != "x" {
 		t.Fatalf("get from %s: %q, %v, %v", name, d.Body, ok, err)
 	}

@@ -58,14 +58,7 @@ func TestSubsetPlan(t *testing.T) {
 // and ListQueues lists them all (the shards not held through shard 0's
 // placements). A node holds no directory for a shard it does not hold.
 func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
-	nodes, _ := startThreeWith(t, func(o *server.Options) {
-		o.Cluster.Shards = 3
-		o.Cluster.ReplicationFactor = 2
-		o.Cluster.Placement = server.PlacementSubset
-	}, func(_ int, o *Options) {
-		o.BalanceInterval = 100 * time.Millisecond
-		o.PlacementInterval = 100 * time.Millisecond
-	}, nil, 3)
+	nodes := subsetNodes(t)
 	holds := map[uint64][]int{1: {0, 1}, 2: {0, 1, 2}, 3: {0, 2}}
 	for _, n := range nodes {
 		id := n.opts.Cluster.NodeID
@@ -80,16 +73,6 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 			t.Fatalf("%s exists on a node that does not hold its shard", filepath.Base(dir))
 		}
 	}
-	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
-		for _, n := range nodes {
-			for k := range 3 {
-				if _, _, ok := n.target(k); !ok {
-					return false
-				}
-			}
-		}
-		return true
-	}))
 
 	// Queues placed by their names go to shards 1 and 2, never to shard
 	// 0, which every node holds.
@@ -106,12 +89,7 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	through := map[int]int{1: 2, 2: 0} // shard → index of the node that creates its queue
 	var names []string
 	for k := 1; k <= 2; k++ {
-		var name string
-		for i := 0; ; i++ {
-			if name = fmt.Sprintf("subset-%d-%d", k, i); nodes[0].nameShard(name) == k {
-				break
-			}
-		}
+		name := subsetName(nodes[0], fmt.Sprintf("subset-%d", k), k)
 		if _, err := clients[through[k]].CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
 			t.Fatalf("create %s (shard %d) through node %d: %v", name, k, through[k]+1, err)
 		}
@@ -339,5 +317,40 @@ func TestCheckPlacement(t *testing.T) {
 	}
 	if err := checkPlacement(used, true); err == nil {
 		t.Fatal("a used data_dir stamped subset")
+	}
+}
+
+// subsetNodes starts three nodes with three shards placed on subsets of
+// two (node 1 holds shards 0 and 1, node 2 every shard, node 3 shards 0
+// and 2) and waits until every node routes every shard.
+func subsetNodes(t *testing.T) []*Node {
+	t.Helper()
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
+		o.Cluster.Shards = 3
+		o.Cluster.ReplicationFactor = 2
+		o.Cluster.Placement = server.PlacementSubset
+	}, func(_ int, o *Options) {
+		o.BalanceInterval = 100 * time.Millisecond
+		o.PlacementInterval = 100 * time.Millisecond
+	}, nil, 3)
+	poll.CheckFor(t, 30*time.Second, poll.True("every node routes every shard to a serving leader", func() bool {
+		for _, n := range nodes {
+			for k := range 3 {
+				if _, _, ok := n.target(k); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	}))
+	return nodes
+}
+
+// subsetName is prefix-N, the first that n places on shard k by its name.
+func subsetName(n *Node, prefix string, k int) string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf("%s-%d", prefix, i); n.nameShard(name) == k {
+			return name
+		}
 	}
 }
