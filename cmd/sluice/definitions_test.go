@@ -246,3 +246,90 @@ func TestExampleConfigDeclarations(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An SQS queue that AMQP has only used (a publish through the default
+// exchange, a consume, a passive or argument-less declare) stays an SQS
+// queue in the export, with its attributes: AMQP's use of it is not a
+// declaration, and an export must not depend on whether AMQP touched a
+// queue since the last start.
+func TestDefinitionsKeepAnSQSQueueAMQPUsed(t *testing.T) {
+	dirA := t.TempDir()
+	a, stopA := startConfigured(t, dirA, declaredConfig)
+	defer func() { stopA() }()
+	export := func() map[string]any {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run([]string{"definitions", "export", "--endpoint", "http://" + a.SQSAddr()}, &out, &errb); code != 0 {
+			t.Fatalf("export: %d %s", code, errb.String())
+		}
+		var d map[string]any
+		if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	before := export()
+	ch := amqpChannel(t, a)
+	if _, err := ch.QueueDeclarePassive("orders", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("orders-dlq", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "orders", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	after := export()
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("AMQP's use of SQS queues changed the export:\nbefore: %v\nafter:  %v", before, after)
+	}
+
+	// An SQS queue that a declare gave arguments is listed both ways, and
+	// an import into an empty broker makes the same queue of it.
+	if _, err := sqsClient(a.SQSAddr()).CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("audit"),
+		Attributes: map[string]string{"VisibilityTimeout": "45"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("audit", true, false, false, false, amqp091.Table{"x-max-length": int32(10)}); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "defs.json")
+	var out, errb bytes.Buffer
+	if code := run([]string{"definitions", "export", "--endpoint", "http://" + a.SQSAddr(), "--output", file}, &out, &errb); code != 0 {
+		t.Fatalf("export: %d %s", code, errb.String())
+	}
+	data, _ := os.ReadFile(file)
+	var d server.Definitions
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	inQueues, inAMQP := false, false
+	for _, q := range d.Queues {
+		inQueues = inQueues || q.Name == "audit" && q.Attributes["VisibilityTimeout"] == "45"
+	}
+	for _, q := range d.AMQPQueues {
+		inAMQP = inAMQP || q.Name == "audit" && q.Arguments["x-max-length"] == float64(10)
+	}
+	if !inQueues || !inAMQP {
+		t.Fatalf("audit among the SQS queues %v, among the AMQP queues with its argument %v:\n%s", inQueues, inAMQP, data)
+	}
+	b, stopB := startConfigured(t, t.TempDir(), "")
+	defer stopB()
+	if code := run([]string{"definitions", "import", file, "--endpoint", "http://" + b.SQSAddr()}, &out, &errb); code != 0 {
+		t.Fatalf("import: %d %s", code, errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"definitions", "export", "--endpoint", "http://" + b.SQSAddr()}, &out, &errb); code != 0 {
+		t.Fatalf("export: %d %s", code, errb.String())
+	}
+	var want, got map[string]any
+	if json.Unmarshal(data, &want) != nil || json.Unmarshal(out.Bytes(), &got) != nil || !reflect.DeepEqual(want, got) {
+		t.Fatalf("round trip differs:\nfrom a: %s\nfrom b: %s", data, out.Bytes())
+	}
+	// The same after a restart of a (what tells an SQS queue is stored).
+	stopA()
+	a, stopA = startConfigured(t, dirA, declaredConfig)
+	if again := export(); !reflect.DeepEqual(want, again) {
+		t.Fatalf("the export changed across a restart:\nbefore: %v\nafter:  %v", want, again)
+	}
+}

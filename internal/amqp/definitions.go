@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // Definitions are the durable AMQP topology as data: what the config file
@@ -165,7 +166,10 @@ func (s *Server) Definitions() Definitions {
 			}
 		}
 		for _, q := range v.queues {
-			if q.durable && !q.exclusive && !q.deleted {
+			// An SQS queue is exported as one (by the caller); among
+			// the AMQP queues only when a declare gave it arguments.
+			sqsOnly := q.adopted || q.sqsQueue && len(q.args) == 0
+			if q.durable && !q.exclusive && !q.deleted && !sqsOnly {
 				d.Queues = append(d.Queues, QueueDefinition{Vhost: v.name, Name: q.name, Durable: q.durable,
 					AutoDelete: q.autoDelete, Arguments: jsonTable(q.args)})
 			}
@@ -196,15 +200,28 @@ func (s *Server) Definitions() Definitions {
 	return d
 }
 
-// IsAMQPQueue reports whether engine queue name belongs to an AMQP queue
-// (declared over AMQP, or an SQS queue AMQP adopted), so that a
-// definitions export lists it once, with its AMQP arguments.
+// IsAMQPQueue reports whether engine queue name belongs to a queue that
+// AMQP created (declared over AMQP), so that a definitions export lists
+// it among the AMQP queues only. An SQS queue that AMQP uses or declared
+// is not one: it is exported as an SQS queue, with its attributes (and,
+// when a declare gave it arguments, among the AMQP queues too, so that an
+// import applies them after creating it).
 func (s *Server) IsAMQPQueue(name string) bool {
 	s.topo.mu.RLock()
 	defer s.topo.mu.RUnlock()
-	_, ok := s.topo.byEngine[name]
-	return ok
+	q, ok := s.topo.byEngine[name]
+	return ok && !q.adopted && !q.sqsQueue
 }
+
+// DeclaredExtra is the engine queue attribute (engine.QueueConfig.Extra)
+// that marks a queue declared over AMQP and created on another shard of a
+// cluster (Placer), which has no topology record: a definitions export
+// lists such a queue among the AMQP queues, not as an SQS queue.
+const DeclaredExtra = "sluice:amqp-declared"
+
+// PlacedDeclared reports whether cfg is that of a queue declared over AMQP
+// and placed on another shard (DeclaredExtra).
+func PlacedDeclared(cfg engine.QueueConfig) bool { return cfg.Extra[DeclaredExtra] == "true" }
 
 // wireTable converts arguments decoded from JSON or TOML to an AMQP
 // table: whole numbers become signed 64-bit integers (JSON has only

@@ -366,7 +366,7 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 			continue // a delete started meanwhile: ask again
 		}
 		st, _ := parseQueueArgs(vh, name, nil)
-		q = &queue{vhost: vh, name: name, engine: name, durable: true, settings: st,
+		q = &queue{vhost: vh, name: name, engine: name, durable: true, settings: st, adopted: true,
 			consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
 		v.queues[name] = q
 		t.byEngine[name] = q
@@ -458,7 +458,9 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 			// A new queue that can live on another shard: where the
 			// cluster places it, with what a declare here would give it.
 			st, _ := parseQueueArgs(vh, name, nil)
-			placed, err := p.CreateElsewhere(name, engineConfig(st, s.opts.ConsumerTimeout))
+			cfg := engineConfig(st, s.opts.ConsumerTimeout)
+			cfg.Extra = map[string]string{DeclaredExtra: "true"}
+			placed, err := p.CreateElsewhere(name, cfg)
 			if err != nil {
 				if e := createRefusal(err, vh, name, s.eng.MaxQueues()); e != nil {
 					return "", 0, 0, e
@@ -512,8 +514,9 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		return "", 0, 0, storageError(err)
 	case !created:
 		// An SQS client created the engine queue since the lookup
-		// above: record the AMQP side on its own.
-		if err := s.applyMeta([]metaOp{{rec.Namespace, rec.Key, rec.Value}}); err != nil {
+		// above: record the AMQP side on its own, as of an SQS queue.
+		q.sqsQueue = true
+		if err := s.applyMeta([]metaOp{{rec.Namespace, rec.Key, queueRecord(q, false)}}); err != nil {
 			return "", 0, 0, err
 		}
 	}
@@ -543,7 +546,7 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 		return "", 0, 0, aerr
 	}
 	q := &queue{vhost: "/", name: name, engine: name, durable: m.Durable, autoDelete: m.AutoDelete,
-		args: m.Arguments, settings: st, consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+		args: m.Arguments, settings: st, sqsQueue: true, consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
 	if st.maxPriority > 0 {
 		// The engine orders a queue's messages by priority from its
 		// creation on; an SQS queue has none.

@@ -160,7 +160,8 @@ func (s *Server) load() error {
 			}
 			q := &queue{vhost: r.str("vhost"), name: r.str("name"), engine: r.str("engine"),
 				durable: r.flag("durable"), exclusive: r.flag("exclusive"), autoDelete: r.flag("auto-delete"),
-				args: r.table("arguments"), consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+				args: r.table("arguments"), sqsQueue: r.flag("sqs-queue"),
+				consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
 			if r.flag("retired") || !q.durable || q.exclusive {
 				drop = append(drop, doomed{key, q.engine})
 				return nil
@@ -257,9 +258,12 @@ func (s *Server) load() error {
 			s.log.Warn("amqp: queue declared with x-max-priority before priorities were supported delivers in arrival order; delete it and declare it again to order by priority",
 				"queue", q.name, "vhost", q.vhost, "x-max-priority", q.settings.maxPriority)
 		}
-		if !created && info.Config.MaxMessageSize < engine.MaxStoredMessageSize {
+		if !created && !q.sqsQueue && info.Config.MaxMessageSize < engine.MaxStoredMessageSize {
 			// Declared when the engine capped AMQP queues at 1 MiB: the
-			// front-end's MaxMessageSize is the limit now.
+			// front-end's MaxMessageSize is the limit now. Not an SQS
+			// queue that AMQP declared: its MaximumMessageSize is its
+			// SQS clients' limit (until 2026-12-07 it was raised to
+			// 512 MiB here at every start).
 			if err := s.eng.UpdateQueue(q.engine, func(cfg *engine.QueueConfig) error {
 				cfg.MaxMessageSize = engine.MaxStoredMessageSize
 				return nil

@@ -81,6 +81,12 @@ type queue struct {
 	hadConsumer bool      // for auto-delete: deleted when the last consumer goes
 	lastUsed    time.Time // for x-expires
 	deleted     bool
+	// adopted marks an SQS queue AMQP uses without a declaration of
+	// its own (adopt): kept in memory only, exported as an SQS queue.
+	// sqsQueue marks a recorded AMQP side of an engine queue that SQS
+	// created (a declare of an SQS queue): exported as an SQS queue,
+	// and among the AMQP queues too when the declare gave it arguments.
+	adopted, sqsQueue bool
 
 	// undelivered counts messages its consumers took from the engine and
 	// have not yet queued for writing (nor returned). They count as ready
@@ -241,6 +247,7 @@ func queueRecord(q *queue, retired bool) []byte {
 		{Key: "engine", Value: q.engine}, {Key: "durable", Value: q.durable},
 		{Key: "exclusive", Value: q.exclusive}, {Key: "auto-delete", Value: q.autoDelete},
 		{Key: "arguments", Value: nonNil(q.args)}, {Key: "retired", Value: retired},
+		{Key: "sqs-queue", Value: q.sqsQueue},
 	})
 	return b
 }

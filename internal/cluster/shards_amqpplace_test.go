@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"testing"
@@ -15,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
 )
 
 // TestShardsAMQPDeclaresSpread (ADR 0015 step 4, ADR 0016 decision 6):
@@ -167,6 +172,57 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The definitions export (through a node that holds no copy of shard
+	// 2) lists the spread queues as AMQP queues, declared as they were,
+	// not as SQS queues; the ones on shard 0 with their arguments. An
+	// import of it changes nothing.
+	resp, err := http.Get("http://" + nodes[0].HTTPAddr() + "/sluice/v1/definitions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := io.ReadAll(resp.Body) // checked below
+	_ = resp.Body.Close()
+	var defs server.Definitions
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(doc, &defs) != nil {
+		t.Fatalf("export: %d %s", resp.StatusCode, doc)
+	}
+	for _, q := range defs.Queues {
+		if slices.Contains(names, q.Name) || q.Name == graves {
+			t.Errorf("%s exported as an SQS queue", q.Name)
+		}
+	}
+	declared := map[string]string{}
+	for _, q := range defs.AMQPQueues {
+		args, _ := json.Marshal(q.Arguments)
+		if _, twice := declared[q.Name]; twice {
+			t.Errorf("%s exported twice", q.Name)
+		}
+		declared[q.Name] = fmt.Sprintf("vhost %s durable %v auto-delete %v arguments %s", q.Vhost, q.Durable, q.AutoDelete, args)
+	}
+	for name, want := range map[string]string{names[0]: "null", names[1]: "null", graves: "null",
+		withArgs: `{"x-message-ttl":60000}`, jobs: `{"x-dead-letter-exchange":"dlx"}`} {
+		if got := declared[name]; got != "vhost / durable true auto-delete false arguments "+want {
+			t.Errorf("exported AMQP queue %s: %q, want arguments %s", name, got, want)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("export:\n%s", doc)
+	}
+	resp, err = http.Post("http://"+nodes[2].HTTPAddr()+"/sluice/v1/definitions", "application/json", bytes.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body) // for the failure message
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("import of the export: %d %s", resp.StatusCode, b)
+	}
+	for k, name := range names {
+		if got := held(name); !slices.Equal(got, []int{k + 1}) {
+			t.Fatalf("after the import %s is on shards %v, want [%d]", name, got, k+1)
+		}
+	}
 
 	// queue.delete of a spread queue deletes it on its shard.
 	n, err := ch.QueueDelete(names[1], false, false, false)

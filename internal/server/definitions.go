@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,8 +139,11 @@ func (s *Server) applyDefinitions(d Definitions) error {
 	return s.amqp.Declare(amqp.Definitions{Exchanges: d.Exchanges, Queues: d.AMQPQueues, Bindings: d.Bindings})
 }
 
-// exportDefinitions returns every SQS queue (those AMQP does not own)
+// exportDefinitions returns every SQS queue (those AMQP did not create)
 // with its settable attributes and tags, and the durable AMQP topology.
+// A queue declared over AMQP that a cluster placed on this server's shard
+// (amqp.PlacedDeclared) is listed among the AMQP queues: durable, without
+// arguments, as such a queue is declared.
 func (s *Server) exportDefinitions() Definitions {
 	h := s.declarer()
 	ad := s.amqp.Definitions()
@@ -149,6 +153,10 @@ func (s *Server) exportDefinitions() Definitions {
 	sort.Strings(names)
 	for _, name := range names {
 		if s.amqp.IsAMQPQueue(name) || strings.HasPrefix(name, "amq.") {
+			continue
+		}
+		if cfg, err := s.eng.Config(name); err == nil && amqp.PlacedDeclared(*cfg) {
+			d.AMQPQueues = append(d.AMQPQueues, amqp.QueueDefinition{Vhost: "/", Name: name, Durable: true})
 			continue
 		}
 		attrs, tags, err := h.QueueDefinition(name)
@@ -207,17 +215,24 @@ func (s *Server) definitionsHandler() http.Handler {
 		case http.MethodGet, http.MethodHead:
 			d := s.exportDefinitions()
 			if other := s.opts.OtherShards; other != nil {
-				// A cluster's other shards hold SQS queues only (AMQP
-				// is shard 0's); an export without them would be a
+				// A cluster's other shards hold queues only (the AMQP
+				// topology is shard 0's): SQS queues, and AMQP queues
+				// placed there; an export without them would be a
 				// backup that looks whole and is not.
-				more, err := readAll(r.Context(), other, ShardDefinitionsPath, func(d Definitions) []QueueDeclaration { return d.Queues })
+				more, err := readAll(r.Context(), other, ShardDefinitionsPath, func(d Definitions) []Definitions { return []Definitions{d} })
 				if err != nil {
 					w.Header().Set("Retry-After", "1")
 					writeAdminError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the queues of another shard could not be exported ("+err.Error()+"); retry")
 					return
 				}
-				d.Queues = append(d.Queues, more...)
+				for _, m := range more {
+					d.Queues = append(d.Queues, m.Queues...)
+					d.AMQPQueues = append(d.AMQPQueues, m.AMQPQueues...)
+				}
 				slices.SortFunc(d.Queues, func(a, b QueueDeclaration) int { return strings.Compare(a.Name, b.Name) })
+				slices.SortFunc(d.AMQPQueues, func(a, b amqp.QueueDefinition) int {
+					return cmp.Or(strings.Compare(a.Vhost, b.Vhost), strings.Compare(a.Name, b.Name))
+				})
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Cache-Control", "no-store")
