@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -217,11 +218,58 @@ func (s *Server) IsAMQPQueue(name string) bool {
 // that marks a queue declared over AMQP and created on another shard of a
 // cluster (Placer), which has no topology record: a definitions export
 // lists such a queue among the AMQP queues, not as an SQS queue.
-const DeclaredExtra = "sluice:amqp-declared"
+// ArgumentsExtra holds the declare's arguments, when it had any (an AMQP
+// table, base64): the server of shard 0 that adopts the queue — the one
+// that placed it, or its successor — gives it those settings and compares
+// a redeclare with them.
+const (
+	DeclaredExtra  = "sluice:amqp-declared"
+	ArgumentsExtra = "sluice:amqp-arguments"
+)
 
 // PlacedDeclared reports whether cfg is that of a queue declared over AMQP
 // and placed on another shard (DeclaredExtra).
 func PlacedDeclared(cfg engine.QueueConfig) bool { return cfg.Extra[DeclaredExtra] == "true" }
+
+// PlacedDefinition is the definition of a queue declared over AMQP and
+// placed on another shard, from its engine configuration; false when cfg
+// is not such a queue's (PlacedDeclared).
+func PlacedDefinition(name string, cfg engine.QueueConfig) (QueueDefinition, bool) {
+	if !PlacedDeclared(cfg) {
+		return QueueDefinition{}, false
+	}
+	args, _ := placedArguments(cfg) // unreadable: listed without, as adopt uses it
+	return QueueDefinition{Vhost: "/", Name: name, Durable: true, Arguments: jsonTable(args)}, true
+}
+
+// placedExtra is the Extra of a queue declared with args and placed on
+// another shard.
+func placedExtra(args wire.Table) map[string]string {
+	extra := map[string]string{DeclaredExtra: "true"}
+	if len(args) > 0 {
+		b, _ := wire.AppendTable(nil, args) // a declare's table encodes: it was decoded
+		extra[ArgumentsExtra] = base64.StdEncoding.EncodeToString(b)
+	}
+	return extra
+}
+
+// placedArguments returns the arguments placedExtra stored in cfg (nil
+// when there were none).
+func placedArguments(cfg engine.QueueConfig) (wire.Table, error) {
+	v := cfg.Extra[ArgumentsExtra]
+	if v == "" {
+		return nil, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, err
+	}
+	t, err := wire.ParseTable(b)
+	if len(t) == 0 {
+		t = nil
+	}
+	return t, err
+}
 
 // wireTable converts arguments decoded from JSON or TOML to an AMQP
 // table: whole numbers become signed 64-bit integers (JSON has only

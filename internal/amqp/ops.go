@@ -365,9 +365,9 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 			t.mu.Unlock()
 			continue // a delete started meanwhile: ask again
 		}
-		st, _ := parseQueueArgs(vh, name, nil)
-		q = &queue{vhost: vh, name: name, engine: name, durable: true, settings: st, adopted: true,
+		q = &queue{vhost: vh, name: name, engine: name, durable: true, adopted: true,
 			consumers: make(map[*consumer]struct{}), lastUsed: s.clk.Now()}
+		q.placed, q.args, q.settings = placedSettings(vh, name, cfg, s.log)
 		v.queues[name] = q
 		t.byEngine[name] = q
 		t.mu.Unlock()
@@ -428,17 +428,22 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	q := t.vhosts[vh].queues[name]
 	t.mu.RUnlock()
 	if q == nil && s.elsewhere(vh, name) {
-		// An SQS queue on another shard: used as one of this shard's
-		// would be, but not written here (its record lives there) and
-		// without arguments (they could not be applied there).
-		if !m.Durable || m.Exclusive || m.AutoDelete || len(m.Arguments) > 0 {
-			return "", 0, 0, errElsewhere("declare exclusive, auto-delete, non-durable or with arguments", vh, name)
-		}
-		q, err := s.adopt(vh, name)
+		// A queue on another shard: used as one of this shard's would
+		// be, but not written here (its record lives there). One
+		// declared over AMQP (placed there, below) is compared with its
+		// declare as any queue; an SQS queue takes no arguments (they
+		// could not be applied there).
+		aq, err := s.adopt(vh, name)
 		if err != nil {
 			return "", 0, 0, err
 		}
-		return s.queueCounts(q)
+		if !aq.placed {
+			if !m.Durable || m.Exclusive || m.AutoDelete || len(m.Arguments) > 0 {
+				return "", 0, 0, errElsewhere("declare exclusive, auto-delete, non-durable or with arguments", vh, name)
+			}
+			return s.queueCounts(aq)
+		}
+		q = aq // compared below
 	}
 	if q == nil && vh == "/" {
 		// An SQS queue of that name: adopt it, then compare as usual.
@@ -454,27 +459,32 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 			// not created here, where it may already be elsewhere.
 			return "", 0, 0, errorf(wire.ResourceError, "cannot tell whether %s exists now: %v", rs("queue", name, vh), err)
 		}
-		if p, ok := s.eng.(Placer); ok && m.Durable && !m.Exclusive && !m.AutoDelete && len(m.Arguments) == 0 {
-			// A new queue that can live on another shard: where the
-			// cluster places it, with what a declare here would give it.
-			st, _ := parseQueueArgs(vh, name, nil)
-			cfg := engineConfig(st, s.opts.ConsumerTimeout)
-			cfg.Extra = map[string]string{DeclaredExtra: "true"}
-			placed, err := p.CreateElsewhere(name, cfg)
-			if err != nil {
-				if e := createRefusal(err, vh, name, s.eng.MaxQueues()); e != nil {
-					return "", 0, 0, e
-				}
-				// Its shard could not be reached, or did not answer: a
-				// channel error, as for a queue that cannot be told.
-				return "", 0, 0, errorf(wire.ResourceError, "cannot create %s on the shard of this cluster it is placed on now: %v", rs("queue", name, vh), err)
+		if p, ok := s.eng.(Placer); ok && m.Durable && !m.Exclusive && !m.AutoDelete {
+			st, aerr := parseQueueArgs(vh, name, m.Arguments)
+			if aerr != nil {
+				return "", 0, 0, aerr
 			}
-			if placed {
-				q, err := s.adopt(vh, name)
+			if placeable(st) {
+				// A new queue that can live on another shard: where the
+				// cluster places it, with what a declare here would give it.
+				cfg := engineConfig(st, s.opts.ConsumerTimeout)
+				cfg.Extra = placedExtra(m.Arguments)
+				placed, err := p.CreateElsewhere(name, cfg)
 				if err != nil {
-					return "", 0, 0, err
+					if e := createRefusal(err, vh, name, s.eng.MaxQueues()); e != nil {
+						return "", 0, 0, e
+					}
+					// Its shard could not be reached, or did not answer:
+					// a channel error, as for a queue that cannot be told.
+					return "", 0, 0, errorf(wire.ResourceError, "cannot create %s on the shard of this cluster it is placed on now: %v", rs("queue", name, vh), err)
 				}
-				return s.queueCounts(q)
+				if placed {
+					// Compared below with this declare, as a redeclare
+					// is (another declare may have made it first).
+					if q, err = s.adopt(vh, name); err != nil {
+						return "", 0, 0, err
+					}
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
@@ -372,4 +373,37 @@ func checkExchangeEquivalent(vh string, x *exchange, m *wire.ExchangeDeclare) *a
 		return errorf(wire.PreconditionFailed, "inequivalent arg 'alternate-exchange' for %s: received %s but current is %s", res, fmtArg(got, hasGot), fmtArg(cur, hasCur))
 	}
 	return nil
+}
+
+// placeable reports whether a new queue with settings st can be created
+// on another shard of a cluster (Placer), where no exchange is: not when
+// it names a dead-letter exchange (its dead letters are routed through
+// this server's topology, under the queue's lock, in its engine) nor when
+// it expires (x-expires: this server's sweep deletes queues of its own
+// topology). A delivery limit, TTLs, length limits, priorities and the
+// rest are the engine's there; what a queue without a dead-letter
+// exchange dead-letters is dropped and counted there as here.
+func placeable(st queueSettings) bool { return !st.hasDLX && st.expires == 0 }
+
+// placedSettings returns, for an engine queue of another shard with
+// configuration cfg, whether it was declared over AMQP (PlacedDeclared)
+// and the arguments and settings it was declared with (none and the
+// defaults for an SQS queue, or when the stored arguments cannot be read
+// or are no longer valid, which is logged).
+func placedSettings(vh, name string, cfg *engine.QueueConfig, log *slog.Logger) (bool, wire.Table, queueSettings) {
+	none, _ := parseQueueArgs(vh, name, nil)
+	if !PlacedDeclared(*cfg) {
+		return false, nil, none
+	}
+	args, err := placedArguments(*cfg)
+	if err != nil {
+		log.Warn("amqp: a placed queue's stored arguments cannot be read; using defaults", "queue", name, "err", err)
+		return true, nil, none
+	}
+	st, aerr := parseQueueArgs(vh, name, args)
+	if aerr != nil {
+		log.Warn("amqp: a placed queue's stored arguments are no longer valid; using defaults", "queue", name, "err", aerr.text)
+		return true, nil, none
+	}
+	return true, args, st
 }

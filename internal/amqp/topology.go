@@ -87,6 +87,10 @@ type queue struct {
 	// created (a declare of an SQS queue): exported as an SQS queue,
 	// and among the AMQP queues too when the declare gave it arguments.
 	adopted, sqsQueue bool
+	// placed marks an adopted queue that was declared over AMQP and
+	// created on another shard of a cluster (Placer): its arguments
+	// are the declare's, kept with its engine queue (placedSettings).
+	placed bool
 
 	// undelivered counts messages its consumers took from the engine and
 	// have not yet queued for writing (nor returned). They count as ready

@@ -23,34 +23,35 @@ import (
 )
 
 // TestShardsAMQPDeclaresSpread (ADR 0015 step 4, ADR 0016 decision 6):
-// with placement "subset", a new durable queue declared over AMQP without
-// arguments is placed as an SQS CreateQueue is — on the shard above 0 its
-// name hashes to — and created there with the settings an AMQP declare
-// gives (no SQS retention of four days), not on shard 0, every node's,
-// where the AMQP server runs. Declared through any node, it takes
-// confirmed publishes, a redeclare answers its count, an AMQP consumer
-// consumes it, and queue.delete removes it. Declares that cannot live
-// elsewhere (with arguments, exclusive, a name with a dot) stay on shard
-// 0, and a redeclare of a spread queue with arguments is refused as
-// before. A spread queue bound to a source's dead-letter exchange
-// receives its rejected messages (transfers across shards).
+// with placement "subset", a new durable queue declared over AMQP is
+// placed as an SQS CreateQueue is — on the shard above 0 its name hashes
+// to — and created there with the settings the declare gives (no SQS
+// retention of four days; its arguments' limits, applied by that shard's
+// engine), not on shard 0, every node's, where the AMQP server runs.
+// Declared through any node, it takes confirmed publishes, a redeclare
+// answers its count, an AMQP consumer consumes it, and queue.delete
+// removes it. Declares that cannot live elsewhere (a dead-letter
+// exchange, x-expires, exclusive, a name with a dot) stay on shard 0, and
+// a redeclare of a spread queue with other arguments is refused as
+// RabbitMQ refuses it. A spread queue bound to a source's dead-letter
+// exchange receives its rejected messages (transfers across shards).
 func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	nodes := subsetNodes(t)
 	held := func(name string) []int { return heldBy(t, nodes[1], name) } // node 2 holds every shard
 	ctx := context.Background()
 
-	// Through node 1: declares that stay on shard 0 — with arguments,
+	// Through node 1: declares that stay on shard 0 — expiring,
 	// exclusive, or a name that is no SQS queue's.
 	ch := amqpChannel(t, nodes[0], true)
-	withArgs := subsetName(nodes[0], "ttl", 2)
-	if _, err := ch.QueueDeclare(withArgs, true, false, false, false, amqp.Table{"x-message-ttl": int32(60000)}); err != nil {
+	expiring := subsetName(nodes[0], "exp", 2)
+	if _, err := ch.QueueDeclare(expiring, true, false, false, false, amqp.Table{"x-expires": int32(3600000)}); err != nil {
 		t.Fatal(err)
 	}
 	excl := subsetName(nodes[0], "mine", 1)
 	if _, err := ch.QueueDeclare(excl, true, false, true, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{withArgs, excl} {
+	for _, name := range []string{expiring, excl} {
 		// Node 2's copy of shard 0 may apply the create a moment after
 		// the declare-ok.
 		poll.CheckFor(t, 10*time.Second, poll.True(name+" is on shard 0 alone", func() bool { return slices.Equal(held(name), []int{0}) }))
@@ -107,7 +108,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		}
 		return out.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)]
 	}
-	want := retention(withArgs)
+	want := retention(expiring)
 	if want == "345600" {
 		t.Fatalf("the AMQP queue on shard 0 keeps messages for SQS's default %s s", want)
 	}
@@ -120,6 +121,68 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	// An AMQP consumer (through node 3) takes a spread queue's messages,
 	// with a nack, a requeue on close and acks.
 	consumeRemote(t, nodes, names[0], each)
+
+	// Queues declared with arguments that their shard's engine applies
+	// are spread too: a TTL, a length limit that refuses publishes (a
+	// nack), a delivery limit that drops a message returned once too
+	// often (no dead-letter exchange), as on shard 0.
+	withArgs := subsetName(nodes[0], "ttl", 2)
+	limited := subsetName(nodes[0], "lim", 1)
+	quorum := subsetName(nodes[0], "quorum", 2)
+	declares := map[string]amqp.Table{
+		withArgs: {"x-message-ttl": int32(60000)},
+		limited:  {"x-max-length": int32(1), "x-overflow": "reject-publish"},
+		quorum:   {"x-queue-type": "quorum", "x-delivery-limit": int32(1)},
+	}
+	for name, args := range declares {
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			t.Fatalf("declare %s %v: %v", name, args, err)
+		}
+		k := nodes[0].nameShard(name)
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("%s is on shard %d alone", name, k), func() bool {
+			return slices.Equal(held(name), []int{k})
+		}))
+		// The same declare through another node: its count; other
+		// arguments: 406, the channel closed.
+		if dq, err := amqpChannel(t, nodes[2], false).QueueDeclare(name, true, false, false, false, args); err != nil || dq.Messages != 0 {
+			t.Fatalf("redeclare of %s %v through node 3: %+v, %v", name, args, dq, err)
+		}
+		_, err := amqpChannel(t, nodes[2], false).QueueDeclare(name, true, false, false, false, amqp.Table{"x-max-length": int32(7)})
+		if ae := (*amqp.Error)(nil); !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			t.Fatalf("redeclare of %s with other arguments: %v, want 406", name, err)
+		}
+	}
+	publishConfirmed(t, ch, limited, "first")
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	dc, perr := ch.PublishWithDeferredConfirmWithContext(pctx, "", limited, true, false, amqp.Publishing{Body: []byte("second")})
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if acked, err := dc.WaitContext(pctx); err != nil || acked {
+		t.Fatalf("a publish over %s's x-max-length of 1: acked %v, %v; want a nack", limited, acked, err)
+	}
+	pcancel()
+	publishConfirmed(t, ch, quorum, "poison")
+	for i := range 2 {
+		d, ok, err := ch.Get(quorum, false)
+		if err != nil || !ok {
+			t.Fatalf("get %d from %s: %v, %v", i+1, quorum, ok, err)
+		}
+		if err := d.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cq := amqpChannel(t, nodes[2], false)
+	poll.CheckFor(t, 10*time.Second, func() error {
+		dq, err := cq.QueueDeclarePassive(quorum, true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if dq.Messages != 0 {
+			return fmt.Errorf("%s holds %d messages after two returns with x-delivery-limit 1", quorum, dq.Messages)
+		}
+		return nil
+	})
 
 	// A spread queue redeclared with arguments: 406, as RabbitMQ answers
 	// an inequivalent redeclare.
@@ -201,7 +264,8 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		declared[q.Name] = fmt.Sprintf("vhost %s durable %v auto-delete %v arguments %s", q.Vhost, q.Durable, q.AutoDelete, args)
 	}
 	for name, want := range map[string]string{names[0]: "null", names[1]: "null", graves: "null",
-		withArgs: `{"x-message-ttl":60000}`, jobs: `{"x-dead-letter-exchange":"dlx"}`} {
+		withArgs: `{"x-message-ttl":60000}`, jobs: `{"x-dead-letter-exchange":"dlx"}`, expiring: `{"x-expires":3600000}`,
+		limited: `{"x-max-length":1,"x-overflow":"reject-publish"}`, quorum: `{"x-delivery-limit":1,"x-queue-type":"quorum"}`} {
 		if got := declared[name]; got != "vhost / durable true auto-delete false arguments "+want {
 			t.Errorf("exported AMQP queue %s: %q, want arguments %s", name, got, want)
 		}
@@ -218,9 +282,9 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("import of the export: %d %s", resp.StatusCode, b)
 	}
-	for k, name := range names {
-		if got := held(name); !slices.Equal(got, []int{k + 1}) {
-			t.Fatalf("after the import %s is on shards %v, want [%d]", name, got, k+1)
+	for _, name := range append([]string{withArgs, limited, quorum, jobs}, names...) {
+		if got, want := held(name), []int{nodes[0].nameShard(name)}; name == jobs && !slices.Equal(got, []int{0}) || name != jobs && !slices.Equal(got, want) {
+			t.Fatalf("after the import %s is on shards %v", name, got)
 		}
 	}
 
@@ -235,12 +299,14 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 // TestSubsetAMQPDeclaresOffShardZero: with [cluster] placement "subset"
 // shard 0 is on every node, so an AMQP queue kept there would cost every
 // node its messages (ADR 0016 decision 6). A queue declared over AMQP
-// without arguments goes to a shard above 0, declared through a node that
-// holds no copy of it; its placement is written before the declare-ok,
-// so that node finds it once its copy of shard 0 has caught up. Its
+// (with arguments or without) goes to a shard above 0, declared through
+// a node that holds no copy of it; its placement is written before the
+// declare-ok, so that node finds it once its copy of shard 0 has caught
+// up. Its
 // confirmed messages outlive a move of shard 0's leadership (the AMQP
 // server moves with it, and knows the queue only from its shard): a
-// redeclare counts them and basic.get gets them all.
+// redeclare with its arguments counts them, one without is refused, and
+// basic.get gets them all.
 func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 	nodes := subsetNodes(t)
 	// Node 1 holds shards 0 and 1, node 3 shards 0 and 2: a queue of
@@ -249,6 +315,7 @@ func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 	ctx := context.Background()
 	const each = 4
 	var names []string
+	declared := map[string]amqp.Table{} // the arguments of each declare, none for shard 1's
 	for _, k := range []int{2, 1} {
 		var name string
 		for i := 0; ; i++ {
@@ -261,7 +328,10 @@ func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 			t.Fatalf("node %d holds shard %d", via.opts.Cluster.NodeID, k)
 		}
 		ch := amqpChannel(t, via, true)
-		if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		if k == 2 {
+			declared[name] = amqp.Table{"x-queue-type": "quorum", "x-max-length": int32(100)}
+		}
+		if _, err := ch.QueueDeclare(name, true, false, false, false, declared[name]); err != nil {
 			t.Fatalf("declare %s through node %d: %v", name, via.opts.Cluster.NodeID, err)
 		}
 		if at, ok, err := via.locateQueue(ctx, name); !ok || at != k {
@@ -317,7 +387,7 @@ func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			dq, err := ch.QueueDeclare(name, true, false, false, false, nil)
+			dq, err := ch.QueueDeclare(name, true, false, false, false, declared[name])
 			if err != nil {
 				return err
 			}
@@ -338,6 +408,15 @@ func TestSubsetAMQPDeclaresOffShardZero(t *testing.T) {
 		})
 		if len(got) != each {
 			t.Fatalf("%s: got %v", name, got)
+		}
+		// The new leader's AMQP server compares a redeclare with the
+		// arguments the queue was declared with, which it learnt from the
+		// queue's shard: without them, 406.
+		if declared[name] != nil {
+			_, err := amqpChannel(t, via, false).QueueDeclare(name, true, false, false, false, nil)
+			if ae := (*amqp.Error)(nil); !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+				t.Fatalf("redeclare of %s without its arguments after shard 0's leader moved: %v, want 406", name, err)
+			}
 		}
 	}
 }

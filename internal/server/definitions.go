@@ -142,8 +142,8 @@ func (s *Server) applyDefinitions(d Definitions) error {
 // exportDefinitions returns every SQS queue (those AMQP did not create)
 // with its settable attributes and tags, and the durable AMQP topology.
 // A queue declared over AMQP that a cluster placed on this server's shard
-// (amqp.PlacedDeclared) is listed among the AMQP queues: durable, without
-// arguments, as such a queue is declared.
+// (amqp.PlacedDefinition) is listed among the AMQP queues, as it was
+// declared.
 func (s *Server) exportDefinitions() Definitions {
 	h := s.declarer()
 	ad := s.amqp.Definitions()
@@ -155,9 +155,11 @@ func (s *Server) exportDefinitions() Definitions {
 		if s.amqp.IsAMQPQueue(name) || strings.HasPrefix(name, "amq.") {
 			continue
 		}
-		if cfg, err := s.eng.Config(name); err == nil && amqp.PlacedDeclared(*cfg) {
-			d.AMQPQueues = append(d.AMQPQueues, amqp.QueueDefinition{Vhost: "/", Name: name, Durable: true})
-			continue
+		if cfg, err := s.eng.Config(name); err == nil {
+			if qd, ok := amqp.PlacedDefinition(name, *cfg); ok {
+				d.AMQPQueues = append(d.AMQPQueues, qd)
+				continue
+			}
 		}
 		attrs, tags, err := h.QueueDefinition(name)
 		if err != nil {

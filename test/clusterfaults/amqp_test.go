@@ -91,10 +91,11 @@ func newAMQPLoad(w *workload) *amqpLoad {
 }
 
 // declare declares the durable queue through node 1's AMQP listener,
-// with an argument (x-queue-type classic, which changes nothing else) so
-// that it lives on shard 0 in every layout: a queue declared without
-// arguments is placed by its name (on shard 1 with placement "subset"),
-// and shard 0's own AMQP queues are then covered by no load.
+// with an argument that keeps it on shard 0 in every layout (x-expires,
+// of a day: idle that long, which no run is) — with placement "subset"
+// a queue declared without one (or with others: x-queue-type, limits) is
+// placed by its name, on shard 1, and shard 0's own AMQP queues are then
+// covered by no load.
 func (a *amqpLoad) declare() error {
 	m := a.w.c.nodes[0]
 	m.mu.Lock()
@@ -105,7 +106,7 @@ func (a *amqpLoad) declare() error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := ch.QueueDeclare(amqpQueue, true, false, false, false, amqp.Table{"x-queue-type": "classic"}); err != nil {
+	if _, err := ch.QueueDeclare(amqpQueue, true, false, false, false, amqp.Table{"x-expires": int32(24 * 3600 * 1000)}); err != nil {
 		return fmt.Errorf("declare %s: %w", amqpQueue, err)
 	}
 	return nil
