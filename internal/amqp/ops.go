@@ -427,6 +427,15 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t.mu.RLock()
 	q := t.vhosts[vh].queues[name]
 	t.mu.RUnlock()
+	if q != nil && !q.exclusive {
+		if _, err := s.eng.GetQueue(q.engine); errors.Is(err, engine.ErrQueueNotFound) {
+			// Deleted outside AMQP (SQS DeleteQueue, the admin API):
+			// a declare makes it again, as for a name never declared.
+			// Until 2026-12-07 it answered 404 until the next start.
+			s.forgetDeleted(q)
+			q = nil
+		}
+	}
 	if q == nil && s.elsewhere(vh, name) {
 		// A queue on another shard: used as one of this shard's would
 		// be, but not written here (its record lives there). One
@@ -592,6 +601,34 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 	t.byEngine[name] = q
 	t.mu.Unlock()
 	return s.queueCounts(q)
+}
+
+// forgetDeleted takes q, whose engine queue was deleted outside AMQP, out
+// of the topology, and cancels its consumers (basic.cancel, as for a
+// deleted queue). Its bindings stay, as for an SQS queue deleted over
+// SQS: a queue of that name made again gets them. Its record, if any, is
+// replaced by the next declare's, or removed at the next start. The
+// caller holds adminMu.
+func (s *Server) forgetDeleted(q *queue) {
+	t := s.topo
+	t.mu.Lock()
+	if v := t.vhosts[q.vhost]; v != nil && v.queues[q.name] == q {
+		delete(v.queues, q.name)
+	}
+	if t.byEngine[q.engine] == q {
+		delete(t.byEngine, q.engine)
+	}
+	consumers := make([]*consumer, 0, len(q.consumers))
+	for cs := range q.consumers {
+		consumers = append(consumers, cs)
+	}
+	q.consumers = map[*consumer]struct{}{}
+	q.sacClearLocked()
+	q.exclusiveBy = nil
+	t.mu.Unlock()
+	for _, cs := range consumers {
+		cs.ch.serverCancel(cs)
+	}
 }
 
 // queueCounts returns a queue's name, ready messages and consumers.

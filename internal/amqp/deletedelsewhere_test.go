@@ -1,0 +1,113 @@
+package amqp
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// TestQueueDeletedOverSQSIsDeclaredAgain: a queue declared over AMQP and
+// deleted outside AMQP (SQS DeleteQueue, the admin API: Engine.DeleteQueue)
+// is gone for AMQP too. Once the 60 s the engine holds a deleted name have
+// passed, a declare makes it again — with the new declare's arguments,
+// not compared with the old one's — and the bindings to its name reach
+// it; within them the declare is refused with a 406 that says why. Until
+// 2026-12-07 the declare answered 404 NOT_FOUND until the next start.
+func TestQueueDeletedOverSQSIsDeclaredAgain(t *testing.T) {
+	b := startBroker(t, withFakeClock())
+	_, ch := b.channel()
+	if _, err := ch.QueueDeclare("jobs", true, false, false, false, amqp091.Table{"x-max-length": int32(5)}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, ch.QueueBind("jobs", "k", "amq.direct", false, nil))
+	deliveries, err := ch.Consume("jobs", "c1", false, false, false, false, nil)
+	must(t, err)
+	cancels := ch.NotifyCancel(make(chan string, 1))
+	must(t, b.eng.DeleteQueue("jobs"))
+
+	_, ch2 := b.channel()
+	_, err = ch2.QueueDeclare("jobs", true, false, false, false, nil)
+	if e := amqpErr(t, err); e.Code != amqp091.PreconditionFailed || !strings.Contains(e.Reason, "deleted") {
+		t.Fatalf("declare within the name's hold: %v, want 406 saying it was deleted", err)
+	}
+	// The consumer of the deleted queue is told (basic.cancel).
+	select {
+	case tag := <-cancels:
+		if tag != "c1" {
+			t.Fatalf("cancelled %q, want c1", tag)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the consumer of the deleted queue was not cancelled")
+	}
+	for range deliveries {
+	}
+
+	b.fake.Advance(61 * time.Second)
+	_, ch3 := b.channel()
+	q, err := ch3.QueueDeclare("jobs", true, false, false, false, amqp091.Table{"x-max-length": int32(10)})
+	if err != nil || q.Messages != 0 {
+		t.Fatalf("declare after the hold: %+v, %v", q, err)
+	}
+	publish(t, ch3, "amq.direct", "k", "through the kept binding")
+	poll.CheckFor(t, 5*time.Second, poll.True("the publish in the new queue", func() bool {
+		info, err := b.eng.GetQueue("jobs")
+		return err == nil && info.Visible == 1 && info.Config.MaxLength == 10
+	}))
+
+	// And after a restart: the same queue, its new arguments.
+	b.restart()
+	_, ch4 := b.channel()
+	if q, err := ch4.QueueDeclare("jobs", true, false, false, false, amqp091.Table{"x-max-length": int32(10)}); err != nil || q.Messages != 1 {
+		t.Fatalf("redeclare after a restart: %+v, %v", q, err)
+	}
+}
+
+// TestQueueDeletedOverSQSIsGoneAfterARestart: a queue declared over AMQP,
+// bound, and deleted outside AMQP, then a restart within the 60 s hold of
+// its name: the broker starts, the queue and its bindings are gone (a
+// mandatory publish through the binding is returned), and nothing made
+// it again. Until 2026-12-07 the start failed ("restoring queue …: queue
+// deleted recently"), and after the hold the queue was made again.
+func TestQueueDeletedOverSQSIsGoneAfterARestart(t *testing.T) {
+	b := startBroker(t, withFakeClock())
+	_, ch := b.channel()
+	if _, err := ch.QueueDeclare("jobs", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	must(t, ch.QueueBind("jobs", "k", "amq.direct", false, nil))
+	must(t, b.eng.DeleteQueue("jobs"))
+	b.restart()
+	if _, err := b.eng.GetQueue("jobs"); err == nil {
+		t.Fatal("the queue deleted over SQS was made again at the start")
+	}
+	n := 0
+	if err := b.eng.ScanMeta(metaBindings, func(string, []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	m := 0
+	if err := b.eng.ScanMeta(metaQueues, func(string, []byte) error { m++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || m != 0 {
+		t.Fatalf("%d binding and %d queue records left, want none", n, m)
+	}
+	_, ch2 := b.channel()
+	returns := publishMandatory(t, ch2, "k")
+	select {
+	case r := <-returns:
+		if r.RoutingKey != "k" {
+			t.Fatalf("returned %q", r.RoutingKey)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a mandatory publish through the deleted queue's binding was not returned")
+	}
+	b.fake.Advance(61 * time.Second)
+	b.restart()
+	if _, err := b.eng.GetQueue("jobs"); err == nil {
+		t.Fatal("the queue deleted over SQS was made again at a start after its hold")
+	}
+}
