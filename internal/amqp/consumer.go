@@ -88,6 +88,11 @@ func (cs *consumer) run() {
 		ds, err := s.eng.Receive(rctx, cs.engine, engine.ReceiveRequest{
 			Max: n, Visibility: lease, VisibilitySet: true, Wait: engine.MaxWait, WaitSet: true,
 			OnTake: cs.q.noteTaken, Session: true, Reuse: reuse})
+		// Read before release, which cancels rctx: after it every
+		// failure looked like a preemption, and a consumer of a queue
+		// deleted over SQS asked again at once, forever (until
+		// 2026-12-07: a core spent, no basic.cancel).
+		preempted := rctx.Err() != nil
 		release()
 		cs.unreserve(n - len(ds))
 		s.checkFlow(cs.q) // taking messages may relieve publishers (flow.go)
@@ -95,7 +100,7 @@ func (cs *consumer) run() {
 			if cs.ctx.Err() != nil {
 				return
 			}
-			if rctx.Err() != nil {
+			if preempted {
 				continue // preempted by a higher-priority consumer
 			}
 			if errors.Is(err, engine.ErrQueueNotFound) {

@@ -8,6 +8,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/engine"
 )
 
 // TestQueueDeletedOverSQSIsDeclaredAgain: a queue declared over AMQP and
@@ -109,5 +110,40 @@ func TestQueueDeletedOverSQSIsGoneAfterARestart(t *testing.T) {
 	b.restart()
 	if _, err := b.eng.GetQueue("jobs"); err == nil {
 		t.Fatal("the queue deleted over SQS was made again at a start after its hold")
+	}
+}
+
+// TestConsumerOfAQueueDeletedOverSQSIsCancelled: a consumer of a queue
+// deleted outside AMQP — an SQS queue it consumes, or one declared over
+// AMQP — is told with basic.cancel at once (its deliveries channel
+// closes), as RabbitMQ cancels the consumers of a deleted queue. Until
+// 2026-12-07 every failed receive after the consumer's turn ended looked
+// like a preemption by a higher-priority consumer: the consumer asked the
+// engine again at once, forever — no basic.cancel, a core spent.
+func TestConsumerOfAQueueDeletedOverSQSIsCancelled(t *testing.T) {
+	b := startBroker(t)
+	if _, _, err := b.eng.CreateQueue("sqs-made", engine.DefaultQueueConfig(), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, ch := b.channel()
+	if _, err := ch.QueueDeclare("amqp-made", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	cancels := ch.NotifyCancel(make(chan string, 2))
+	for _, q := range []string{"sqs-made", "amqp-made"} {
+		if _, err := ch.Consume(q, "c-"+q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{"sqs-made", "amqp-made"} {
+		must(t, b.eng.DeleteQueue(q))
+		select {
+		case tag := <-cancels:
+			if tag != "c-"+q {
+				t.Fatalf("cancelled %q, want c-%s", tag, q)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the consumer of %s, deleted over SQS, was not cancelled", q)
+		}
 	}
 }
