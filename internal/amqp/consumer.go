@@ -71,6 +71,7 @@ func (cs *consumer) run() {
 	s := cs.ch.c.s
 	lease := leaseFor(cs.q.settings.timeout(s.opts.ConsumerTimeout))
 	var reuse []engine.Delivery // the last batch's array, cleared, for the next
+	var warned time.Time        // the last failed receive logged
 	for {
 		if !cs.awaitActive() {
 			return
@@ -112,7 +113,12 @@ func (cs *consumer) run() {
 				<-cs.ctx.Done()
 				return
 			}
-			s.log.Warn("amqp: consumer receive failed", "queue", cs.q.name, "err", err)
+			// Retried every 100 ms (a failover of the queue's shard
+			// lasts seconds): logged once every 10 s of failing.
+			if now := time.Now(); now.Sub(warned) >= 10*time.Second {
+				warned = now
+				s.log.Warn("amqp: consumer receive failed; retrying", "queue", cs.q.name, "err", err)
+			}
 			select {
 			case <-cs.ctx.Done():
 				return
