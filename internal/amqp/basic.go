@@ -447,7 +447,17 @@ func (ch *channel) get(m *wire.BasicGet) error {
 	ds, err := s.eng.Receive(context.Background(), q.engine, engine.ReceiveRequest{
 		Max: 1, Visibility: leaseFor(q.settings.timeout(s.opts.ConsumerTimeout)), VisibilitySet: true, Wait: 0, WaitSet: true,
 		Session: true})
-	if err != nil && !errors.Is(err, engine.ErrQueueNotFound) {
+	if errors.Is(err, engine.ErrQueueNotFound) {
+		s.topo.mu.RLock()
+		mine := q.deleted
+		s.topo.mu.RUnlock()
+		if !mine {
+			// Deleted outside AMQP (over SQS): no such queue, as
+			// RabbitMQ answers a get of one (until 2026-12-07 an
+			// endless get-empty). One AMQP is deleting is empty.
+			return errNoQueue(q.vhost, q.name)
+		}
+	} else if err != nil {
 		return storageError(err)
 	}
 	if len(ds) == 0 {
