@@ -39,6 +39,12 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	if err != nil {
 		return err
 	}
+	if _, err := s.eng.GetQueue(q.engine); errors.Is(err, engine.ErrQueueNotFound) {
+		// Deleted outside AMQP (over SQS) and still in the topology:
+		// 404, as RabbitMQ answers a consume of a queue that does not
+		// exist (until 2026-12-07 a consume-ok, then basic.cancel).
+		return errNoQueue(q.vhost, q.name)
+	}
 	tag := m.ConsumerTag
 	if tag == "" {
 		tag = newConsumerTag()

@@ -145,12 +145,18 @@ func TestConsumerOfAQueueDeletedOverSQSIsCancelled(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the consumer of %s, deleted over SQS, was not cancelled", q)
 		}
-		// And a basic.get of it: 404, as of any queue that does not
-		// exist (until 2026-12-07: get-empty, forever).
+		// And a basic.get or a basic.consume of it: 404, as of any
+		// queue that does not exist (until 2026-12-07: get-empty,
+		// forever; a consume-ok, then basic.cancel).
 		_, gch := b.channel()
 		_, _, err := gch.Get(q, false)
 		if e := amqpErr(t, err); e.Code != amqp091.NotFound {
 			t.Fatalf("get from %s, deleted over SQS: %v, want 404", q, err)
+		}
+		_, cch := b.channel()
+		_, err = cch.Consume(q, "", false, false, false, false, nil)
+		if e := amqpErr(t, err); e.Code != amqp091.NotFound {
+			t.Fatalf("consume of %s, deleted over SQS: %v, want 404", q, err)
 		}
 	}
 }
