@@ -227,15 +227,15 @@ const (
 	ArgumentsExtra = "sluice:amqp-arguments"
 )
 
-// PlacedDeclared reports whether cfg is that of a queue declared over AMQP
+// placedDeclared reports whether cfg is that of a queue declared over AMQP
 // and placed on another shard (DeclaredExtra).
-func PlacedDeclared(cfg engine.QueueConfig) bool { return cfg.Extra[DeclaredExtra] == "true" }
+func placedDeclared(cfg engine.QueueConfig) bool { return cfg.Extra[DeclaredExtra] == "true" }
 
 // PlacedDefinition is the definition of a queue declared over AMQP and
 // placed on another shard, from its engine configuration; false when cfg
-// is not such a queue's (PlacedDeclared).
+// is not such a queue's (placedDeclared).
 func PlacedDefinition(name string, cfg engine.QueueConfig) (QueueDefinition, bool) {
-	if !PlacedDeclared(cfg) {
+	if !placedDeclared(cfg) {
 		return QueueDefinition{}, false
 	}
 	args, _ := placedArguments(cfg) // unreadable: listed without, as adopt uses it

@@ -427,13 +427,17 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 	t.mu.RLock()
 	q := t.vhosts[vh].queues[name]
 	t.mu.RUnlock()
+	var read *engine.QueueInfo // q's engine queue, as the check below read it: for the counts
 	if q != nil && !q.exclusive {
-		if _, err := s.eng.GetQueue(q.engine); errors.Is(err, engine.ErrQueueNotFound) {
+		switch info, err := s.eng.GetQueue(q.engine); {
+		case errors.Is(err, engine.ErrQueueNotFound):
 			// Deleted outside AMQP (SQS DeleteQueue, the admin API):
 			// a declare makes it again, as for a name never declared.
 			// Until 2026-12-07 it answered 404 until the next start.
 			s.forgetDeleted(q)
 			q = nil
+		case err == nil:
+			read = &info
 		}
 	}
 	if q == nil && s.elsewhere(vh, name) {
@@ -507,6 +511,9 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 		t.mu.Lock()
 		q.lastUsed = s.clk.Now()
 		t.mu.Unlock()
+		if read != nil {
+			return s.countsFrom(q, *read) // not read again
+		}
 		return s.queueCounts(q)
 	}
 	st, aerr := parseQueueArgs(vh, name, m.Arguments)
@@ -612,6 +619,18 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 func (s *Server) forgetDeleted(q *queue) {
 	t := s.topo
 	t.mu.Lock()
+	consumers := t.detachLocked(q)
+	t.mu.Unlock()
+	for _, cs := range consumers {
+		cs.ch.serverCancel(cs)
+	}
+}
+
+// detachLocked takes q out of the topology's maps and returns its
+// consumers, taken from it (and from its single-active and exclusive
+// lines) for the caller to cancel once Topology.mu is released. Its
+// bindings are the caller's business. t.mu is held.
+func (t *Topology) detachLocked(q *queue) []*consumer {
 	if v := t.vhosts[q.vhost]; v != nil && v.queues[q.name] == q {
 		delete(v.queues, q.name)
 	}
@@ -625,10 +644,7 @@ func (s *Server) forgetDeleted(q *queue) {
 	q.consumers = map[*consumer]struct{}{}
 	q.sacClearLocked()
 	q.exclusiveBy = nil
-	t.mu.Unlock()
-	for _, cs := range consumers {
-		cs.ch.serverCancel(cs)
-	}
+	return consumers
 }
 
 // queueCounts returns a queue's name, ready messages and consumers.
@@ -637,6 +653,11 @@ func (s *Server) queueCounts(q *queue) (string, int, int, error) {
 	if err != nil {
 		return "", 0, 0, errNoQueue(q.vhost, q.name)
 	}
+	return s.countsFrom(q, info)
+}
+
+// countsFrom is queueCounts with q's engine queue as info, just read.
+func (s *Server) countsFrom(q *queue, info engine.QueueInfo) (string, int, int, error) {
 	s.topo.mu.RLock()
 	n := len(q.consumers)
 	s.topo.mu.RUnlock()
@@ -698,12 +719,7 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 		t.mu.Unlock()
 	}()
 	v := t.vhosts[q.vhost]
-	if v.queues[q.name] == q {
-		delete(v.queues, q.name)
-	}
-	if t.byEngine[q.engine] == q {
-		delete(t.byEngine, q.engine)
-	}
+	consumers := t.detachLocked(q)
 	var ops []metaOp
 	var emptied []*exchange
 	removed := v.bindingsToLocked(q.name, true)
@@ -714,13 +730,6 @@ func (s *Server) deleteQueueLocked(q *queue) (int, error) {
 			emptied = append(emptied, src)
 		}
 	}
-	consumers := make([]*consumer, 0, len(q.consumers))
-	for cs := range q.consumers {
-		consumers = append(consumers, cs)
-	}
-	q.consumers = map[*consumer]struct{}{}
-	q.sacClearLocked()
-	q.exclusiveBy = nil
 	t.mu.Unlock()
 	for _, cs := range consumers {
 		cs.ch.serverCancel(cs)

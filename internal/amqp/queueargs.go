@@ -386,13 +386,13 @@ func checkExchangeEquivalent(vh string, x *exchange, m *wire.ExchangeDeclare) *a
 func placeable(st queueSettings) bool { return !st.hasDLX && st.expires == 0 }
 
 // placedSettings returns, for an engine queue of another shard with
-// configuration cfg, whether it was declared over AMQP (PlacedDeclared)
+// configuration cfg, whether it was declared over AMQP (placedDeclared)
 // and the arguments and settings it was declared with (none and the
 // defaults for an SQS queue, or when the stored arguments cannot be read
 // or are no longer valid, which is logged).
 func placedSettings(vh, name string, cfg *engine.QueueConfig, log *slog.Logger) (bool, wire.Table, queueSettings) {
 	none, _ := parseQueueArgs(vh, name, nil)
-	if !PlacedDeclared(*cfg) {
+	if !placedDeclared(*cfg) {
 		return false, nil, none
 	}
 	args, err := placedArguments(*cfg)
