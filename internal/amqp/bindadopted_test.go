@@ -69,11 +69,7 @@ func TestBindingToAnSQSQueueSurvivesARestart(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the publish to the deleted queue's key was not returned")
 	}
-	n := 0
-	if err := b.eng.ScanMeta(metaBindings, func(string, []byte) error { n++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if n != 1 {
+	if n := b.records(metaBindings); n != 1 {
 		t.Fatalf("%d binding records, want 1 (the deleted queue's dropped)", n)
 	}
 }

@@ -85,15 +85,7 @@ func TestQueueDeletedOverSQSIsGoneAfterARestart(t *testing.T) {
 	if _, err := b.eng.GetQueue("jobs"); err == nil {
 		t.Fatal("the queue deleted over SQS was made again at the start")
 	}
-	n := 0
-	if err := b.eng.ScanMeta(metaBindings, func(string, []byte) error { n++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	m := 0
-	if err := b.eng.ScanMeta(metaQueues, func(string, []byte) error { m++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 || m != 0 {
+	if n, m := b.records(metaBindings), b.records(metaQueues); n != 0 || m != 0 {
 		t.Fatalf("%d binding and %d queue records left, want none", n, m)
 	}
 	_, ch2 := b.channel()

@@ -111,6 +111,16 @@ func (b *broker) restart() {
 	b.start()
 }
 
+// records counts the topology records of namespace ns in the store.
+func (b *broker) records(ns string) int {
+	b.t.Helper()
+	n := 0
+	if err := b.eng.ScanMeta(ns, func(string, []byte) error { n++; return nil }); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
 func (b *broker) dial() *amqp091.Connection {
 	b.t.Helper()
 	c, err := amqp091.Dial(b.url)

@@ -459,6 +459,22 @@ func amqpChannel(t *testing.T, n *Node, confirm bool) *amqp.Channel {
 	return ch
 }
 
+// awaitMessages waits up to within until a passive declare of queue
+// through ch counts want messages.
+func awaitMessages(t *testing.T, ch *amqp.Channel, queue string, want int, within time.Duration) {
+	t.Helper()
+	poll.CheckFor(t, within, func() error {
+		dq, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if dq.Messages != want {
+			return fmt.Errorf("%s holds %d messages, want %d", queue, dq.Messages, want)
+		}
+		return nil
+	})
+}
+
 // publishConfirmed publishes body to queue through the default exchange
 // on ch (in confirm mode), persistent and mandatory, and fails t unless
 // the broker confirms it within 30 s.

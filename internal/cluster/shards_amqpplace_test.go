@@ -172,17 +172,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cq := amqpChannel(t, nodes[2], false)
-	poll.CheckFor(t, 10*time.Second, func() error {
-		dq, err := cq.QueueDeclarePassive(quorum, true, false, false, false, nil)
-		if err != nil {
-			return err
-		}
-		if dq.Messages != 0 {
-			return fmt.Errorf("%s holds %d messages after two returns with x-delivery-limit 1", quorum, dq.Messages)
-		}
-		return nil
-	})
+	awaitMessages(t, amqpChannel(t, nodes[2], false), quorum, 0, 10*time.Second) // dropped after two returns (x-delivery-limit 1)
 
 	// A spread queue redeclared with arguments: 406, as RabbitMQ answers
 	// an inequivalent redeclare.
@@ -224,17 +214,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	chk := amqpChannel(t, nodes[2], false)
-	poll.CheckFor(t, 30*time.Second, func() error {
-		dq, err := chk.QueueDeclarePassive(graves, true, false, false, false, nil)
-		if err != nil {
-			return err
-		}
-		if dq.Messages != poison {
-			return fmt.Errorf("%s holds %d dead letters, want %d", graves, dq.Messages, poison)
-		}
-		return nil
-	})
+	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, poison, 30*time.Second)
 
 	// The definitions export (through a node that holds no copy of shard
 	// 2) lists the spread queues as AMQP queues, declared as they were,
