@@ -35,6 +35,12 @@ func TestQueueDeletedOverSQSIsDeclaredAgain(t *testing.T) {
 	if e := amqpErr(t, err); e.Code != amqp091.PreconditionFailed || !strings.Contains(e.Reason, "deleted") {
 		t.Fatalf("declare within the name's hold: %v, want 406 saying it was deleted", err)
 	}
+	// Gone from the topology too: the definitions no longer list it.
+	for _, d := range b.srv.Definitions().Queues {
+		if d.Name == "jobs" {
+			t.Fatal("the queue deleted over SQS is still among the AMQP definitions")
+		}
+	}
 	// The consumer of the deleted queue is told (basic.cancel).
 	select {
 	case tag := <-cancels:

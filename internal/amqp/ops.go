@@ -611,8 +611,10 @@ func (s *Server) adoptDeclared(c *conn, m *wire.QueueDeclare, name string) (stri
 }
 
 // forgetDeleted takes q, whose engine queue was deleted outside AMQP, out
-// of the topology, and cancels its consumers (basic.cancel, as for a
-// deleted queue). Its bindings stay, as for an SQS queue deleted over
+// of the topology (the definitions and the topology view no longer list
+// it, even when a declare cannot make it again yet), and cancels its
+// consumers (basic.cancel, as for a deleted queue; each also cancels
+// itself at its next receive). Its bindings stay, as for an SQS queue deleted over
 // SQS: a queue of that name made again gets them. Its record, if any, is
 // replaced by the next declare's, or removed at the next start. The
 // caller holds adminMu.
