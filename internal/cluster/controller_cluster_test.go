@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -74,7 +73,7 @@ func TestControllerMovesShards(t *testing.T) {
 	o.Cluster = server.ClusterConfig{NodeID: 4, Join: true, Peers: append(slices.Clone(nodes[0].opts.Cluster.Peers), server.ClusterPeer{ID: 4, Raft: raft4})}
 	edit(&o)
 	start4 := func() (*Node, func() error) {
-		no := Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+		no := Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: brokertest.FailureLog(t, "node 4")}
 		fast(3, &no)
 		n, err := New(no)
 		if err != nil {

@@ -301,7 +301,7 @@ func startThreeOn(t *testing.T, ports *brokertest.Ports, edit func(*server.Optio
 		o.AMQPListen = "127.0.0.1:0"
 		o.Cluster = server.ClusterConfig{NodeID: uint64(i + 1), Peers: peers}
 		edit(&o)
-		no := Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+		no := Options{Server: o, TickInterval: 10 * time.Millisecond, Logger: brokertest.FailureLog(t, fmt.Sprintf("node %d", i+1))}
 		if opt != nil {
 			opt(i, &no)
 		}
