@@ -165,6 +165,47 @@ func (r *remoteEngine) do(ctx context.Context, c engineCall) (engineReply, error
 	return rep, err
 }
 
+// Backoff between the tries of a call that a leadership change failed
+// (retryMoved).
+const (
+	movedBackoff    = 20 * time.Millisecond
+	movedBackoffMax = 500 * time.Millisecond
+)
+
+// leaderMoved reports whether err is the failure of a call that a
+// leadership change explains: the shard's leader could not be reached or
+// changed on the way (ErrShardUnreachable), or its engine no longer led
+// when it ran the call (engine.ErrNotLeading).
+func leaderMoved(err error) bool {
+	return errors.Is(err, ErrShardUnreachable) || errors.Is(err, engine.ErrNotLeading)
+}
+
+// retryMoved runs f until it returns anything but a leadership change's
+// failure (leaderMoved) or ctx ends, backing off between tries; it returns
+// f's last error. It is for the calls that may run twice: a create (the
+// second finds the queue made), a read, and a send — a message the first
+// try stored before the leadership moved is then stored twice, as when an
+// SDK retries a SendMessage answered 503, or a publisher republishes after
+// a nack, which is what the AMQP publisher got before (a confirm now waits
+// for the new leader, as RabbitMQ's does for a quorum queue's).
+func retryMoved(ctx context.Context, f func() error) error {
+	wait := movedBackoff
+	for {
+		err := f()
+		if err == nil || !leaderMoved(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, movedBackoffMax)
+	}
+}
+
 // noteHint keeps the ready count rep reports for queue name, when it is a
 // queue found elsewhere.
 func (r *remoteEngine) noteHint(name string, rep engineReply) {
@@ -248,7 +289,11 @@ func (r *remoteEngine) GetQueue(name string) (engine.QueueInfo, error) {
 func (r *remoteEngine) getRemote(name string) (engine.QueueInfo, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
-	rep, err := r.do(ctx, engineCall{Op: opGetQueue, Queue: name})
+	var rep engineReply
+	err := retryMoved(ctx, func() (err error) {
+		rep, err = r.do(ctx, engineCall{Op: opGetQueue, Queue: name})
+		return err
+	})
 	if err != nil {
 		return engine.QueueInfo{}, err
 	}
@@ -298,7 +343,11 @@ func (r *remoteEngine) sendChunk(name string, msgs []engine.Message) ([]engine.S
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
-	rep, err := r.do(ctx, engineCall{Op: opSend, Queue: name, Msgs: msgs})
+	var rep engineReply
+	err := retryMoved(ctx, func() (err error) {
+		rep, err = r.do(ctx, engineCall{Op: opSend, Queue: name, Msgs: msgs})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

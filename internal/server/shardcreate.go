@@ -67,7 +67,7 @@ func (r *remoteEngine) CreateElsewhere(name string, cfg engine.QueueConfig) (boo
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, callTimeout)
 	defer cancel()
-	switch err := r.create(ctx, name, body); {
+	switch err := retryMoved(ctx, func() error { return r.create(ctx, name, body) }); {
 	case errors.Is(err, ErrNotElsewhere):
 		return false, nil // placed on this server's shard
 	case errors.Is(err, ErrUnknownEngineCall):

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,15 @@ import (
 // ErrNotElsewhere is Options.ShardCall's answer when no other shard
 // holds the queue.
 var ErrNotElsewhere = errors.New("server: no other shard holds the queue")
+
+// ErrShardUnreachable is wrapped by Options.ShardCall's and ShardCreate's
+// errors when the called shard's leader could not be reached, or its
+// leadership moved while the call was under way (the call was cut for the
+// new leader, or a node on the way answered 503): the call may or may not
+// have run, and may be tried again on the new leader, as an SDK tries an
+// SQS request again on a 503. (Not when no leader served within the hold
+// timeout: the call has waited for one already.)
+var ErrShardUnreachable = errors.New("server: the shard's leader could not be reached, or changed")
 
 // ShardEnginePath is the node-only path (Options.ShardViews) on which a
 // shard's leader runs engine calls for one of its queues: a POST whose
@@ -156,6 +166,13 @@ func toRemoteError(err error) remoteError {
 		return remoteError{}
 	}
 	e := remoteError{Text: err.Error()}
+	if errors.Is(err, engine.ErrNotLeading) {
+		// Before ErrStorage, which the engine wraps it in: the caller
+		// tells a leadership change (try the new leader) from a store
+		// that failed.
+		e.Sentinel = slices.Index(remoteSentinels[:], engine.ErrNotLeading) + 1
+		return e
+	}
 	for i, s := range remoteSentinels {
 		if errors.Is(err, s) {
 			e.Sentinel = i + 1

@@ -102,8 +102,10 @@ func RaftSurface(shard int) string {
 var ErrAuth = errors.New("nodeauth: the peer failed authentication (does it hold the same cluster secret?)")
 
 // ErrRefused is returned to a dialer whose proof the listener refused: it
-// closed the connection instead of acknowledging.
-var ErrRefused = errors.New("nodeauth: the peer refused this node's handshake (do the nodes hold the same cluster secret?)")
+// closed the connection instead of acknowledging. A listener closing for
+// its own reasons (a leader's internal listener as its leadership ends)
+// looks the same to the dialer, so the text names both.
+var ErrRefused = errors.New("nodeauth: the peer closed the connection instead of accepting this node's handshake (it holds another cluster secret, or was closing: a leadership change)")
 
 // ErrBadHello is returned for a hello that is not this protocol's or not
 // its version.

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+)
+
+// TestShardsAMQPPublishesThroughLeaderMoves: confirmed AMQP publishes to
+// a queue of another shard than AMQP's go on being confirmed while that
+// shard's leadership moves, again and again: a send that met the move (the
+// old leader no longer led, or the call was cut for the new one) is sent
+// again to the new leader, and its confirm waits for it, as RabbitMQ's
+// for a quorum queue whose leader changed. Until then each such publish
+// was nacked (TestShardsAMQPDeclaresSpread failed so in CI, when the
+// balancer moved a leadership under it). Every message is then in the
+// queue — at least once: one the old leader stored before the call was
+// cut is stored again, as after a publisher's own retry of a nack.
+func TestShardsAMQPPublishesThroughLeaderMoves(t *testing.T) {
+	nodes, _ := shardedNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const k = 1
+	name, url := queueOnShard(t, nodes, "publish-through-moves", k)
+	_, amqpLeader, ok := nodes[0].target(0)
+	if !ok {
+		t.Fatal("shard 0 has no route")
+	}
+	// Through the node that leads no shard but 0 — any node would do: the
+	// connection is relayed to shard 0's leader.
+	ch := amqpChannel(t, nodes[amqpLeader-1], true)
+	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu        sync.Mutex
+		published int
+		failed    error
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+			dc, err := ch.PublishWithDeferredConfirmWithContext(pctx, "", name, true, false,
+				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(strconv.Itoa(i))})
+			if err == nil {
+				var acked bool
+				if acked, err = dc.WaitContext(pctx); err == nil && !acked {
+					err = fmt.Errorf("publish %d nacked", i)
+				}
+			}
+			pcancel()
+			mu.Lock()
+			if err != nil {
+				failed = err
+				mu.Unlock()
+				return
+			}
+			published = i + 1
+			mu.Unlock()
+		}
+	}()
+	count := func() (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return published, failed
+	}
+
+	// Move shard k's leadership back and forth between the two nodes that
+	// do not lead shard 0, with publishes under way each time. The
+	// balancer, evening out each move, moves shard k or the third shard
+	// too — never shard 0, whose leader leads one shard throughout.
+	const moves = 6
+	for m := range moves {
+		before, err := count()
+		if err != nil {
+			break
+		}
+		poll.CheckFor(t, 20*time.Second, poll.True("publishes under way", func() bool {
+			n, err := count()
+			return err != nil || n >= before+20
+		}))
+		_, from, ok := nodes[0].target(k)
+		if !ok {
+			t.Fatalf("shard %d has no route", k)
+		}
+		to := uint64(6) - amqpLeader - from // the third node
+		if from == amqpLeader {
+			to = amqpLeader%3 + 1
+		}
+		if err := nodes[from-1].shards.Shard(k).TransferLeadershipTo(ctx, to); err != nil {
+			t.Fatalf("move %d of shard %d from node %d to %d: %v", m, k, from, to, err)
+		}
+		poll.CheckFor(t, 20*time.Second, poll.True("every node routes the shard to its new leader", func() bool {
+			for _, n := range nodes {
+				if _, l, ok := n.target(k); !ok || l == from {
+					return false
+				}
+			}
+			return true
+		}))
+	}
+	after, err := count()
+	if err == nil {
+		poll.CheckFor(t, 20*time.Second, poll.True("publishes after the last move", func() bool {
+			n, err := count()
+			return err != nil || n >= after+20
+		}))
+	}
+	close(stop)
+	<-done
+	n, err := count()
+	if _, l, _ := nodes[0].target(0); l != amqpLeader {
+		// Its AMQP server stopped, and the connection with it.
+		t.Fatalf("shard 0's leadership moved (node %d to %d), against the test's premise; publishing: %v", amqpLeader, l, err)
+	}
+	if err != nil {
+		t.Fatalf("after %d confirmed publishes: %v", n, err)
+	}
+
+	// Every confirmed message is in the queue.
+	seen := make(map[string]bool)
+	client := shardClient(nodes[1])
+	poll.CheckFor(t, 60*time.Second, func() error {
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			return err
+		}
+		for _, m := range out.Messages {
+			seen[aws.ToString(m.Body)] = true
+			if _, err := client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: url, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				return err
+			}
+		}
+		for i := range n {
+			if !seen[strconv.Itoa(i)] {
+				return fmt.Errorf("message %d of %d confirmed is not in the queue (%d distinct seen)", i, n, len(seen))
+			}
+		}
+		return nil
+	})
+	t.Logf("%d publishes confirmed through %d moves of shard %d's leadership", n, moves, k)
+}
