@@ -9,7 +9,7 @@ import (
 )
 
 // failLogLines is how many of a logger's last lines FailureLog keeps.
-const failLogLines = 400
+const failLogLines = 250
 
 // FailureLog returns a logger that keeps the last lines a broker or node
 // logs at Info and above, and prints them, prefixed with name, in t's
