@@ -414,7 +414,13 @@ func New(opts Options) (_ *Node, err error) {
 		}
 	}
 	n.transport = newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, n.advertiserOf(addr))
+		c, err := n.dialInternal(ctx, dialer, nodeauth.SurfaceHTTP, addr, n.advertiserOf(addr))
+		if err != nil {
+			// Nothing of the request was sent: an engine call may be
+			// made again (server.ErrShardUnreachable).
+			return nil, fmt.Errorf("%w (%w)", err, server.ErrShardUnreachable)
+		}
+		return c, nil
 	})
 	n.publicTransport = newTransport(dialer.DialContext)
 	if n.cert != nil {

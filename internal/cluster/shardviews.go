@@ -77,9 +77,6 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 	ad, leader, err := n.route(rctx, k)
 	cancel()
 	if err != nil || ad.SQS == "" {
-		// Not a server.ErrShardUnreachable: route waited the hold
-		// timeout for one already, and a caller that tried again would
-		// wait it again.
 		return nil, fmt.Errorf("no leader of shard %d is serving", k)
 	}
 	ctx, done := n.trackForward(ctx, k, leader, changed)
@@ -104,10 +101,7 @@ func (n *Node) shardRequest(ctx context.Context, k int, method, path string, bod
 		if errors.Is(context.Cause(ctx), errLeaderChanged) {
 			err = errLeaderChanged
 		}
-		if ctx.Err() != nil && !errors.Is(err, errLeaderChanged) {
-			return nil, fmt.Errorf("shard %d's leader: %w", k, err) // the caller's deadline or cancel
-		}
-		return nil, fmt.Errorf("shard %d's leader: %w (%w)", k, err, server.ErrShardUnreachable)
+		return nil, fmt.Errorf("shard %d's leader: %w", k, err)
 	}
 	if f, ok := ctx.Value(forwardKey{}).(*forward); ok {
 		// The answer is produced (a receive's messages are leased to
@@ -147,16 +141,6 @@ type shardAnswerError struct {
 }
 
 func (e *shardAnswerError) Error() string { return e.msg }
-
-// Unwrap makes a 503 — a node on the way found no leader serving, could
-// not reach it, or saw the leadership move (unavailable) — a
-// server.ErrShardUnreachable.
-func (e *shardAnswerError) Unwrap() error {
-	if e.status == http.StatusServiceUnavailable {
-		return server.ErrShardUnreachable
-	}
-	return nil
-}
 
 // declareElsewhere is shard own's server.Options.DeclareElsewhere: it
 // places qs as the config's queues are placed (placeDeclared), posts to

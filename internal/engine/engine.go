@@ -356,7 +356,9 @@ func (e *Engine) now() int64 { return e.clock.Now().UnixNano() }
 // durability point, and fail if that fsync fails.
 func (e *Engine) write(b *store.Batch, durable bool) (store.Pending, error) {
 	if err := e.failed.Load(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStorage, *err)
+		// Refused before anything was written: certain to take no
+		// effect, whatever the first failure was (ErrNotWritten).
+		return nil, fmt.Errorf("%w: %w (%w)", ErrStorage, *err, ErrNotWritten)
 	}
 	if b.Len() == 0 && !durable {
 		return store.Done{}, nil

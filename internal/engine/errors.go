@@ -74,6 +74,12 @@ var (
 	// change): the change may or may not take effect under the new
 	// leader; the client should retry there. It is store.ErrNotLeading.
 	ErrNotLeading = store.ErrNotLeading
+	// ErrNotWritten is wrapped by the errors of changes certain to have
+	// taken no effect: refused by an engine that had failed already, or
+	// by a replicated store before they were proposed or entered its log.
+	// With ErrNotLeading, the change may be made again through the new
+	// leader without being made twice. It is store.ErrNotWritten.
+	ErrNotWritten = store.ErrNotWritten
 )
 
 // MessageTooLargeError is returned for a message whose Size exceeds the

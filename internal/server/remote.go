@@ -173,21 +173,23 @@ const (
 )
 
 // leaderMoved reports whether err is the failure of a call that a
-// leadership change explains: the shard's leader could not be reached or
-// changed on the way (ErrShardUnreachable), or its engine no longer led
-// when it ran the call (engine.ErrNotLeading).
+// leadership change explains and that certainly did nothing: no
+// connection to the shard's leader could be made (ErrShardUnreachable), or
+// its engine no longer led and wrote nothing (engine.ErrNotLeading with
+// engine.ErrNotWritten: refused, or its proposal dropped). A call that
+// may have taken effect — cut on its way, or whose write was in the log
+// when the leadership ended — is not: sent again, a message would be
+// stored twice (the fault harness saw such a second copy delivered after
+// the first was deleted, a resurrection), so its publish is nacked, and
+// the publisher decides.
 func leaderMoved(err error) bool {
-	return errors.Is(err, ErrShardUnreachable) || errors.Is(err, engine.ErrNotLeading)
+	return errors.Is(err, ErrShardUnreachable) || errors.Is(err, engine.ErrNotLeading) && errors.Is(err, engine.ErrNotWritten)
 }
 
 // retryMoved runs f until it returns anything but a leadership change's
 // failure (leaderMoved) or ctx ends, backing off between tries; it returns
-// f's last error. It is for the calls that may run twice: a create (the
-// second finds the queue made), a read, and a send — a message the first
-// try stored before the leadership moved is then stored twice, as when an
-// SDK retries a SendMessage answered 503, or a publisher republishes after
-// a nack, which is what the AMQP publisher got before (a confirm now waits
-// for the new leader, as RabbitMQ's does for a quorum queue's).
+// f's last error. So a confirm waits for the new leader, as RabbitMQ's
+// does for a quorum queue's, where it was a nack.
 func retryMoved(ctx context.Context, f func() error) error {
 	wait := movedBackoff
 	for {

@@ -38,12 +38,12 @@ import (
 var ErrNotElsewhere = errors.New("server: no other shard holds the queue")
 
 // ErrShardUnreachable is wrapped by Options.ShardCall's and ShardCreate's
-// errors when the called shard's leader could not be reached, or its
-// leadership moved while the call was under way (the call was cut for the
-// new leader, or a node on the way answered 503): the call may or may not
-// have run, and may be tried again on the new leader, as an SDK tries an
-// SQS request again on a 503. (Not when no leader served within the hold
-// timeout: the call has waited for one already.)
+// errors when no connection to the called shard's leader could be made
+// (refused, timed out, or its node handshake failed: a leader that
+// stopped, or is stopping as its leadership moves): nothing of the call
+// was sent, and it may be made again to the next leader. A call that
+// failed otherwise (cut for a new leader, answered 503 by a node on the
+// way) may have run, and is not.
 var ErrShardUnreachable = errors.New("server: the shard's leader could not be reached, or changed")
 
 // ShardEnginePath is the node-only path (Options.ShardViews) on which a
@@ -159,7 +159,7 @@ var remoteSentinels = [...]error{engine.ErrQueueNotFound, engine.ErrQueueFull, e
 	engine.ErrReceiptHandleInvalid, engine.ErrReceiptHandleExpired, engine.ErrMessageNotInflight,
 	engine.ErrMessageNotAvailable, engine.ErrPurgeInProgress, engine.ErrOverLimit,
 	engine.ErrUnavailable, engine.ErrQueueDeletedRecently, engine.ErrTooManyQueues,
-	engine.ErrQueueElsewhere} // appended only: a node of another build reads the others by index
+	engine.ErrQueueElsewhere, engine.ErrNotWritten} // appended only: a node of another build reads the others by index
 
 func toRemoteError(err error) remoteError {
 	if err == nil {
@@ -169,12 +169,18 @@ func toRemoteError(err error) remoteError {
 	if errors.Is(err, engine.ErrNotLeading) {
 		// Before ErrStorage, which the engine wraps it in: the caller
 		// tells a leadership change (try the new leader) from a store
-		// that failed.
-		e.Sentinel = slices.Index(remoteSentinels[:], engine.ErrNotLeading) + 1
+		// that failed, and one certain to have written nothing
+		// (ErrNotWritten, which err then carries with ErrNotLeading: it
+		// may be made again there) from one that may have.
+		target := engine.ErrNotLeading
+		if errors.Is(err, engine.ErrNotWritten) {
+			target = engine.ErrNotWritten
+		}
+		e.Sentinel = slices.Index(remoteSentinels[:], target) + 1
 		return e
 	}
 	for i, s := range remoteSentinels {
-		if errors.Is(err, s) {
+		if s != engine.ErrNotWritten && errors.Is(err, s) { // ErrNotWritten: a leadership change's alone (above)
 			e.Sentinel = i + 1
 			break
 		}
@@ -185,6 +191,9 @@ func toRemoteError(err error) remoteError {
 // err is the error e carries: its sentinel wrapped with its text, or nil.
 func (e remoteError) err() error {
 	switch {
+	case e.Sentinel > 0 && e.Sentinel <= len(remoteSentinels) && remoteSentinels[e.Sentinel-1] == engine.ErrNotWritten:
+		// Sent for a leadership change alone (toRemoteError).
+		return fmt.Errorf("%w: %w (another shard's leader: %s)", engine.ErrNotLeading, engine.ErrNotWritten, e.Text)
 	case e.Sentinel > 0 && e.Sentinel <= len(remoteSentinels):
 		return fmt.Errorf("%w (another shard's leader: %s)", remoteSentinels[e.Sentinel-1], e.Text)
 	case e.Text != "" || e.Sentinel != 0:

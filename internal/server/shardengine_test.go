@@ -22,6 +22,9 @@ import (
 // error without a sentinel arrives as its text.
 func TestEngineCallErrorsCross(t *testing.T) {
 	for _, s := range remoteSentinels {
+		if s == engine.ErrNotWritten {
+			continue // with ErrNotLeading alone (TestEngineCallLeadershipChangesCross)
+		}
 		got := toRemoteError(fmt.Errorf("queue q: %w", s)).err()
 		if !errors.Is(got, s) {
 			t.Errorf("%v arrived as %v", s, got)
@@ -33,6 +36,38 @@ func TestEngineCallErrorsCross(t *testing.T) {
 	}
 	if toRemoteError(nil).err() != nil {
 		t.Error("no error arrived as one")
+	}
+}
+
+// TestEngineCallLeadershipChangesCross: a leader's engine that no longer
+// leads answers with engine.ErrNotLeading wrapped in ErrStorage; the
+// caller gets ErrNotLeading (not the store failure it is wrapped in), and
+// tells one certain to have written nothing (ErrNotWritten: refused, or
+// its proposal dropped), which it sends again to the next leader
+// (leaderMoved), from one that may have been written, which it does not.
+func TestEngineCallLeadershipChangesCross(t *testing.T) {
+	dropped := fmt.Errorf("%w: %w", engine.ErrStorage, fmt.Errorf("%w: proposal dropped (%w)", engine.ErrNotLeading, engine.ErrNotWritten))
+	refused := fmt.Errorf("%w: %w (%w)", engine.ErrStorage, errors.New("an earlier failure"), engine.ErrNotWritten)
+	lost := fmt.Errorf("%w: %w: lost leadership of term 3 before the write was applied", engine.ErrStorage, engine.ErrNotLeading)
+	for _, c := range []struct {
+		name          string
+		err           error
+		leading, safe bool
+	}{
+		{"a dropped proposal", dropped, true, true},
+		{"a write that may be in the log", lost, true, false},
+		{"a failed engine's refusal, not a leadership change", refused, false, false},
+		{"a store failure", fmt.Errorf("%w: disk", engine.ErrStorage), false, false},
+		{"an unreachable leader", fmt.Errorf("dial: refused (%w)", ErrShardUnreachable), false, true},
+	} {
+		got := c.err
+		if !errors.Is(c.err, ErrShardUnreachable) {
+			got = toRemoteError(c.err).err()
+		}
+		if errors.Is(got, engine.ErrNotLeading) != c.leading || leaderMoved(got) != c.safe {
+			t.Errorf("%s arrived as %v: not leading %v, sent again %v; want %v, %v",
+				c.name, got, errors.Is(got, engine.ErrNotLeading), leaderMoved(got), c.leading, c.safe)
+		}
 	}
 }
 

@@ -58,6 +58,14 @@ var ErrFailed = errors.New("store: failed")
 // Only stores that replicate return it.
 var ErrNotLeading = errors.New("store: this node does not lead the replicated store")
 
+// ErrNotWritten is wrapped by the errors of a replicated store's writes
+// (and the engine's) that are certain to have taken no effect: the write
+// was refused before it was proposed, or its proposal was dropped before
+// it entered the log. One that also wraps ErrNotLeading, sent again
+// through the next leader, is stored once. A write that failed without
+// it may or may not take effect.
+var ErrNotWritten = errors.New("store: nothing of the write was written")
+
 // FailureReporter is implemented by stores that can fail in work of
 // their own that no Write of the caller's has met yet (pebble's flushes
 // and compactions finding the disk full). Failure returns that failure,

@@ -644,7 +644,7 @@ func (n *Node) proposeQueued() {
 			if p.cc != nil {
 				n.mem.ccID = 0
 			}
-			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w", ErrNotLeader, err))
+			n.failLocked(p.w, fmt.Errorf("%w: proposal dropped: %w (%w)", ErrNotLeader, err, store.ErrNotWritten))
 			n.mu.Unlock()
 		}
 	}
@@ -852,7 +852,7 @@ func (n *Node) propose(kind byte, term uint64, encode func([]byte) ([]byte, erro
 	case n.err != nil:
 		return nil, n.err
 	case n.leaderTerm == 0, term != 0 && term != n.leaderTerm:
-		return nil, ErrNotLeader
+		return nil, fmt.Errorf("%w (%w)", ErrNotLeader, store.ErrNotWritten)
 	}
 	id := proposalID{node: n.cfg.ID, epoch: n.epoch, seq: n.seq + 1}
 	data, err := encode(appendHeader(nil, kind, id))

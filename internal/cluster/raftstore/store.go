@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -80,6 +81,15 @@ func LeaderTerm(s store.Store) uint64 {
 }
 
 // failLocked records err as the view's failure and returns it.
+// unwritten marks err, the error of a write refused before anything of it
+// was proposed, as certain to have taken no effect (store.ErrNotWritten).
+func unwritten(err error) error {
+	if errors.Is(err, store.ErrNotWritten) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, store.ErrNotWritten)
+}
+
 func (v *view) failLocked(err error) error {
 	if v.err == nil {
 		v.err = fmt.Errorf("%w: %w", store.ErrFailed, err)
@@ -108,10 +118,10 @@ func (v *view) Write(b *store.Batch, durable bool) (store.Pending, error) {
 		return nil, store.ErrClosed
 	}
 	if v.err != nil {
-		return nil, v.err
+		return nil, unwritten(v.err)
 	}
 	if v.term == 0 {
-		return nil, v.failLocked(ErrNotLeader)
+		return nil, unwritten(v.failLocked(ErrNotLeader))
 	}
 	if !durable {
 		return v.holdLocked(b)
