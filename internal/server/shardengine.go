@@ -44,7 +44,7 @@ var ErrNotElsewhere = errors.New("server: no other shard holds the queue")
 // was sent, and it may be made again to the next leader. A call that
 // failed otherwise (cut for a new leader, answered 503 by a node on the
 // way) may have run, and is not.
-var ErrShardUnreachable = errors.New("server: the shard's leader could not be reached, or changed")
+var ErrShardUnreachable = errors.New("server: no connection to the shard's leader could be made")
 
 // ShardEnginePath is the node-only path (Options.ShardViews) on which a
 // shard's leader runs engine calls for one of its queues: a POST whose

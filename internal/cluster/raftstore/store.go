@@ -80,7 +80,6 @@ func LeaderTerm(s store.Store) uint64 {
 	return 0
 }
 
-// failLocked records err as the view's failure and returns it.
 // unwritten marks err, the error of a write refused before anything of it
 // was proposed, as certain to have taken no effect (store.ErrNotWritten).
 func unwritten(err error) error {
@@ -90,6 +89,7 @@ func unwritten(err error) error {
 	return fmt.Errorf("%w (%w)", err, store.ErrNotWritten)
 }
 
+// failLocked records err as the view's failure and returns it.
 func (v *view) failLocked(err error) error {
 	if v.err == nil {
 		v.err = fmt.Errorf("%w: %w", store.ErrFailed, err)
