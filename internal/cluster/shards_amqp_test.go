@@ -531,9 +531,7 @@ func TestShardsAMQPAckAfterTheQueuesLeaderMoved(t *testing.T) {
 		t.Fatalf("shard %d has no route", k)
 	}
 	to := from%3 + 1
-	if err := nodes[from-1].shards.Shard(k).TransferLeadershipTo(ctx, to); err != nil {
-		t.Fatal(err)
-	}
+	handOverShard(t, nodes[from-1], k, to)
 	poll.CheckFor(t, 20*time.Second, poll.True("every node routes the shard to a new leader", func() bool {
 		for _, n := range nodes {
 			if _, l, ok := n.target(k); !ok || l == from {
