@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,18 +16,19 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/server"
 )
 
 // TestShardsAMQPPublishesThroughLeaderMoves: confirmed AMQP publishes to
 // a queue of another shard than AMQP's go on being confirmed while that
-// shard's leadership moves, again and again: a send that met the move (the
-// old leader no longer led, or the call was cut for the new one) is sent
-// again to the new leader, and its confirm waits for it, as RabbitMQ's
-// for a quorum queue whose leader changed. Until then each such publish
-// was nacked (TestShardsAMQPDeclaresSpread failed so in CI, when the
-// balancer moved a leadership under it). Every message is then in the
-// queue — at least once: one the old leader stored before the call was
-// cut is stored again, as after a publisher's own retry of a nack.
+// shard's leadership moves, again and again: a send that met the move and
+// certainly stored nothing (the old leader refused it or Raft dropped its
+// proposal) is sent again to the new leader, and its confirm waits for
+// it, as RabbitMQ's for a quorum queue whose leader changed. Until then
+// each such publish was nacked (TestShardsAMQPDeclaresSpread failed so in
+// CI, when the balancer moved a leadership under it). Every confirmed
+// message is then in the queue. And a call that could not connect to a
+// leader is one the remote engine may make again.
 func TestShardsAMQPPublishesThroughLeaderMoves(t *testing.T) {
 	nodes, _ := shardedNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -155,6 +159,20 @@ func TestShardsAMQPPublishesThroughLeaderMoves(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d publishes confirmed through %d moves of shard %d's leadership", n, moves, k)
+
+	// A call to a leader no connection can be made to (one that stopped)
+	// sent nothing: its error says so, and the remote engine makes it
+	// again (server.ErrShardUnreachable).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := l.Addr().String()
+	_ = l.Close() // a port nothing listens on
+	_, err = (&http.Client{Transport: nodes[0].transport}).Post("http://"+gone+server.ShardEnginePath, "application/octet-stream", nil)
+	if !errors.Is(err, server.ErrShardUnreachable) {
+		t.Fatalf("a call to a closed port: %v, want server.ErrShardUnreachable", err)
+	}
 }
 
 // handOverShard has node n, shard k's leader, transfer that leadership to

@@ -557,8 +557,9 @@ func TestStorageFailureStopsWrites(t *testing.T) {
 	if _, err := f.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
 		t.Fatalf("send after failure: %v", err)
 	}
-	if _, err := f.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) {
-		t.Fatalf("second send after failure: %v", err)
+	if _, err := f.e.Send("q", []Message{body("x")}); !errors.Is(err, ErrStorage) || !errors.Is(err, ErrNotWritten) {
+		// Refused before any write: certain to have taken no effect.
+		t.Fatalf("second send after failure: %v, want ErrStorage and ErrNotWritten", err)
 	}
 }
 
