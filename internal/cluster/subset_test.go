@@ -337,40 +337,54 @@ func subsetNodes(t *testing.T) []*Node {
 	// leaderships (shard 0's among them, and AMQP's server with it), and
 	// a test's AMQP consumer would see its acks refused and its
 	// connection closed (TestShardsAMQPAckAfterTheQueuesLeaderMoved).
-	// Not "each node leads one": a node that is a voter of no shard but
-	// 0 may lead nothing for good (raftstore's ownMove, mirrored here).
-	poll.CheckFor(t, 30*time.Second, func() error {
-		leaders := make([]uint64, 3)
-		count := map[uint64]int{}
-		for _, n := range nodes {
-			for k := range 3 {
-				_, leader, ok := n.target(k)
-				if !ok {
-					return fmt.Errorf("node %d has no route to shard %d", n.opts.Cluster.NodeID, k)
-				}
-				if n == nodes[0] {
-					leaders[k] = leader
-					count[leader]++
-				}
-			}
-		}
-		for k, l := range leaders {
-			for _, n := range nodes {
-				r := n.shards.Shard(k)
-				if r == nil {
-					continue
-				}
-				for _, m := range r.Members() {
-					if m.Membership == raftstore.Voter && m.ID != l && count[l]-count[m.ID] >= 2 {
-						return fmt.Errorf("leaders %v: the balancer will move shard %d's to node %d", leaders, k, m.ID)
-					}
-				}
-				break
-			}
-		}
-		return nil
-	})
+	poll.CheckFor(t, 30*time.Second, func() error { return balancerSettled(nodes, 3) })
 	return nodes
+}
+
+// balancerSettled returns nil once every node routes each of the count
+// shards to a leader and no voter of a shard leads two fewer shards than
+// its leader: the rule by which raftstore's balancer moves a leadership
+// (ownMove, mirrored here). Not "each node leads one": with subset
+// placement a node that is a voter of no shard but 0 may lead nothing for
+// good.
+func balancerSettled(nodes []*Node, count int) error {
+	leaders := make([]uint64, count)
+	led := map[uint64]int{}
+	for k := range count {
+		for _, n := range nodes {
+			if _, l, ok := n.target(k); !ok {
+				return fmt.Errorf("node %d has no route to shard %d", n.opts.Cluster.NodeID, k)
+			} else if n == nodes[0] {
+				leaders[k] = l
+				led[l]++
+			}
+		}
+	}
+	for k, l := range leaders {
+		for _, id := range shardVoters(nodes, k) {
+			if id != l && led[l]-led[id] >= 2 {
+				return fmt.Errorf("leaders %v: the balancer will move shard %d's to node %d", leaders, k, id)
+			}
+		}
+	}
+	return nil
+}
+
+// shardVoters lists shard k's voters as the first of nodes holding a copy
+// of it sees them.
+func shardVoters(nodes []*Node, k int) []uint64 {
+	for _, n := range nodes {
+		if r := n.shards.Shard(k); r != nil {
+			var out []uint64
+			for _, m := range r.Members() {
+				if m.Membership == raftstore.Voter {
+					out = append(out, m.ID)
+				}
+			}
+			return out
+		}
+	}
+	return nil
 }
 
 // subsetName is prefix-N, the first that n places on shard k by its name.
