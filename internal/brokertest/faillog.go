@@ -12,8 +12,8 @@ import (
 const failLogLines = 250
 
 // FailureLog returns a logger that keeps the last lines a broker or node
-// logs at Info and above, and prints them, prefixed with name, in t's
-// output only if t failed. A broker's log is otherwise discarded in tests
+// logs at Info and above, and prints them, under a heading that names it
+// name, in t's output only if t failed. A broker's log is otherwise discarded in tests
 // (it would bury the output of passing ones), and then a failure seen
 // once — in CI, say — says what the client saw and nothing of why: a
 // nack with no reason, a refused call. Register it before the broker
