@@ -247,6 +247,7 @@ func encodeQueue(r *queueRecord) []byte {
 	e.uvarint(uint64(c.RetryBudgetPercent))
 	e.str(c.UnknownFailure)
 	e.uvarint(uint64(c.MaxPriority))
+	e.boolean(c.DeadLetter != nil && c.DeadLetter.RoutedElsewhere)
 	return e.b
 }
 
@@ -337,6 +338,11 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	}
 	if len(d.b) > 0 {
 		c.MaxPriority = int(d.uvarint())
+	}
+	if len(d.b) > 0 {
+		if elsewhere := d.boolean(); elsewhere && c.DeadLetter != nil {
+			c.DeadLetter.RoutedElsewhere = true
+		}
 	}
 	return r, d.err
 }

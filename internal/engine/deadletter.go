@@ -118,7 +118,7 @@ func (e *Engine) canDeadLetter(q *queue) bool {
 	case p == nil:
 		return false
 	case p.Routed:
-		return e.router != nil
+		return e.router != nil || p.RoutedElsewhere && e.routeElsewhere
 	default:
 		return e.deadLetterTarget(q, p.Target) != nil || e.heldElsewhere(p.Target)
 	}
@@ -141,6 +141,10 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	var targets []*queue
 	var remote []string // targets held elsewhere (another shard): transfers
 	env := m.envelope()
+	if p := q.cfg.DeadLetter; p != nil && p.Routed && p.RoutedElsewhere && e.routeElsewhere {
+		e.routeTransferLocked(q, m, reason, env, now, b)
+		return nil // its targets are chosen where it is routed
+	}
 	if p := q.cfg.DeadLetter; p != nil {
 		if p.Routed {
 			if e.router != nil {

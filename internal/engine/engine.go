@@ -115,6 +115,13 @@ type Options struct {
 	// DeadLetterPolicy is Routed (AMQP); nil: such messages are dropped
 	// and counted.
 	DeadLetterRouter DeadLetterRouter
+	// RouteElsewhere says that dead letters of Routed queues are routed
+	// outside this engine (in a cluster with shards, by shard 0, which
+	// holds the AMQP topology): such a dead letter is written as a route
+	// transfer (Transfer.Route, routed.go) instead of being given to
+	// DeadLetterRouter, and the routing engine imports it with
+	// ImportRouted.
+	RouteElsewhere bool
 	// BodyMemoryBudget caps the bytes of message bodies kept in memory
 	// (0: DefaultBodyMemoryBudget; negative: no cap). Bodies beyond it
 	// stay only in the store and are read back when a message is
@@ -196,6 +203,8 @@ type Engine struct {
 	router DeadLetterRouter
 	taken  func(name string) bool // Options.NameTaken
 
+	routeElsewhere bool // Options.RouteElsewhere
+
 	// Transfers (transfer.go).
 	elsewhere        func(name string) bool                        // Options.QueueHeldElsewhere
 	sourcesElsewhere func(fresh bool) (map[string][]string, error) // Options.SourcesElsewhere
@@ -274,6 +283,7 @@ func Open(opts Options) (*Engine, error) {
 		log:              opts.Logger,
 		obs:              opts.Observer,
 		router:           opts.DeadLetterRouter,
+		routeElsewhere:   opts.RouteElsewhere,
 		taken:            opts.NameTaken,
 		elsewhere:        opts.QueueHeldElsewhere,
 		sourcesElsewhere: opts.SourcesElsewhere,

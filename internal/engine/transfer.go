@@ -80,6 +80,11 @@ type Transfer struct {
 	// its source or to a destination: its target's RedriveAllowPolicy,
 	// which is about dead letters, does not apply.
 	Redrive bool
+	// Route is set for a route transfer (routed.go): a dead letter of a
+	// queue whose dead letters are routed outside this engine
+	// (Options.RouteElsewhere), with no Target: the routing engine's
+	// ImportRouted chooses its targets.
+	Route bool
 	// Record is the copy the target holds, as a content record of this
 	// engine's format (storage-format.md), opaque to a mover.
 	Record []byte
@@ -96,6 +101,9 @@ func encodeTransfer(t *Transfer) []byte {
 	e.str(t.Reason)
 	e.bytes(t.Record)
 	e.boolean(t.Redrive)
+	if t.Route {
+		e.boolean(true) // absent (false) in records of earlier builds
+	}
 	return e.b
 }
 
@@ -111,6 +119,9 @@ func decodeTransfer(key, v []byte) (Transfer, error) {
 	t.Reason = d.str()
 	t.Record = append([]byte(nil), d.bytes()...)
 	t.Redrive = d.boolean()
+	if len(d.b) > 0 {
+		t.Route = d.boolean()
+	}
 	if d.err != nil {
 		return t, fmt.Errorf("%w: transfer record %x", errCorrupt, key)
 	}

@@ -28,6 +28,12 @@ type DeadLetterPolicy struct {
 	Target          string // name of the dead-letter queue (unless Routed)
 	MaxReceiveCount int    // 0–1000; SQS requires 1–1000
 	Routed          bool
+	// RoutedElsewhere marks a Routed queue whose router is not this
+	// engine's (an AMQP queue with a dead-letter exchange placed on a
+	// cluster shard other than shard 0): with Options.RouteElsewhere its
+	// dead letters are route transfers (routed.go); without, this
+	// engine's router routes them as any Routed queue's.
+	RoutedElsewhere bool
 }
 
 // RedriveAllowPolicy limits which source queues may name this queue as their
