@@ -376,6 +376,22 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 	return nil, errNoQueue(vh, name)
 }
 
+// AdoptSource makes queue name of vhost "/", when it lives elsewhere (a
+// queue declared over AMQP and placed on another shard of a cluster), known
+// to the topology with its declared settings, so that the Topology routes
+// its dead letters (RouteDeadLetter) through its dead-letter exchange: the
+// engine imports them (engine.ImportRouted) after this. A queue that no
+// longer exists is no error (its dead letters are routed nowhere); a
+// queue that cannot be told is.
+func (s *Server) AdoptSource(name string) error {
+	_, err := s.adopt("/", name)
+	var ae *amqpError
+	if errors.As(err, &ae) && ae.code == wire.NotFound {
+		return nil
+	}
+	return err
+}
+
 // newQueueName returns a server-generated queue name.
 func newQueueName() string {
 	b := make([]byte, 16)
@@ -482,6 +498,11 @@ func (s *Server) declareQueue(c *conn, m *wire.QueueDeclare) (string, int, int, 
 				// cluster places it, with what a declare here would give it.
 				cfg := engineConfig(st, s.opts.ConsumerTimeout)
 				cfg.Extra = placedExtra(m.Arguments)
+				if st.hasDLX {
+					// Routed by this server's topology: that shard's
+					// engine sends its dead letters here (AdoptSource).
+					cfg.DeadLetter.RoutedElsewhere = true
+				}
 				placed, err := p.CreateElsewhere(name, cfg)
 				if err != nil {
 					if e := createRefusal(err, vh, name, s.eng.MaxQueues()); e != nil {

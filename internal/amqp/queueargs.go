@@ -377,13 +377,13 @@ func checkExchangeEquivalent(vh string, x *exchange, m *wire.ExchangeDeclare) *a
 
 // placeable reports whether a new queue with settings st can be created
 // on another shard of a cluster (Placer), where no exchange is: not when
-// it names a dead-letter exchange (its dead letters are routed through
-// this server's topology, under the queue's lock, in its engine) nor when
 // it expires (x-expires: this server's sweep deletes queues of its own
 // topology). A delivery limit, TTLs, length limits, priorities and the
-// rest are the engine's there; what a queue without a dead-letter
-// exchange dead-letters is dropped and counted there as here.
-func placeable(st queueSettings) bool { return !st.hasDLX && st.expires == 0 }
+// rest are the engine's there; a dead-letter exchange is this server's:
+// that shard's engine sends each dead letter here to be routed
+// (engine.ImportRouted, after AdoptSource); what a queue without one
+// dead-letters is dropped and counted there as here.
+func placeable(st queueSettings) bool { return st.expires == 0 }
 
 // placedSettings returns, for an engine queue of another shard with
 // configuration cfg, whether it was declared over AMQP (placedDeclared)

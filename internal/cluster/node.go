@@ -742,6 +742,14 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 			at, ok := n.findQueue(name) // this node's copies: no catch-up, no network
 			return ok && at != k
 		}
+		if k != 0 {
+			// Dead letters of AMQP queues with a dead-letter exchange
+			// placed here are routed by shard 0, whose AMQP topology
+			// alone knows the exchange (ADR 0016 decision 6).
+			o.RouteCall = func(ctx context.Context, body []byte) ([]byte, error) {
+				return n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, 0)
+			}
+		}
 		// A deleted name is held on the shard it hashes to, whatever
 		// front-end deletes it (SQS, the admin API, AMQP), before the
 		// delete.

@@ -30,11 +30,12 @@ import (
 // engine), not on shard 0, every node's, where the AMQP server runs.
 // Declared through any node, it takes confirmed publishes, a redeclare
 // answers its count, an AMQP consumer consumes it, and queue.delete
-// removes it. Declares that cannot live elsewhere (a dead-letter
-// exchange, x-expires, exclusive, a name with a dot) stay on shard 0, and
-// a redeclare of a spread queue with other arguments is refused as
-// RabbitMQ refuses it. A spread queue bound to a source's dead-letter
-// exchange receives its rejected messages (transfers across shards).
+// removes it. Declares that cannot live elsewhere (x-expires, exclusive,
+// a name with a dot) stay on shard 0, and a redeclare of a spread queue
+// with other arguments is refused as RabbitMQ refuses it. A spread
+// source with a dead-letter exchange has its rejected messages routed by
+// shard 0 into a spread queue and a queue of shard 0 bound to it (route
+// transfers, then transfers across shards), with x-death.
 func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	nodes := subsetNodes(t)
 	held := func(name string) []int { return heldBy(t, nodes[1], name) } // node 2 holds every shard
@@ -183,9 +184,11 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	}
 
 	// RabbitMQ's dead-letter practice: a source declared with
-	// x-dead-letter-exchange (on shard 0, with its arguments), a
-	// dead-letter queue declared without arguments (placed by its name, on
-	// shard 2) bound to that exchange. Rejected messages arrive there.
+	// x-dead-letter-exchange (placed by its name, on shard 1, with its
+	// arguments), a dead-letter queue declared without arguments (placed
+	// by its name, on shard 2) and the expiring queue (on shard 0) bound
+	// to that exchange. Rejected messages arrive in both, routed by shard
+	// 0's topology, with RabbitMQ's x-death history.
 	if err := ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -194,13 +197,16 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.CheckFor(t, 10*time.Second, poll.True(graves+" is on shard 2 alone", func() bool { return slices.Equal(held(graves), []int{2}) }))
-	if err := ch.QueueBind(graves, "", "dlx", false, nil); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{graves, expiring} {
+		if err := ch.QueueBind(q, "", "dlx", false, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	jobs := "jobs"
+	jobs := subsetName(nodes[0], "jobs", 1)
 	if _, err := ch.QueueDeclare(jobs, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "dlx"}); err != nil {
 		t.Fatal(err)
 	}
+	poll.CheckFor(t, 10*time.Second, poll.True(jobs+" is on shard 1 alone", func() bool { return slices.Equal(held(jobs), []int{1}) }))
 	const poison = 3
 	for j := range poison {
 		publishConfirmed(t, ch, jobs, "poison/"+strconv.Itoa(j))
@@ -215,6 +221,21 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		}
 	}
 	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, poison, 30*time.Second)
+	awaitMessages(t, amqpChannel(t, nodes[2], false), expiring, poison, 30*time.Second)
+	for _, q := range []string{graves, expiring} {
+		d, ok, err := amqpChannel(t, nodes[2], false).Get(q, true)
+		if err != nil || !ok {
+			t.Fatalf("get from %s: %v, %v", q, ok, err)
+		}
+		deaths, _ := d.Headers["x-death"].([]any)
+		if len(deaths) != 1 {
+			t.Fatalf("%s's dead letter has x-death %v (headers %v)", q, d.Headers["x-death"], d.Headers)
+		}
+		death, _ := deaths[0].(amqp.Table)
+		if death["queue"] != jobs || death["reason"] != "rejected" || death["count"] != int64(1) || d.Headers["x-first-death-queue"] != jobs {
+			t.Fatalf("%s's dead letter has x-death %v, headers %v", q, death, d.Headers)
+		}
+	}
 
 	// The definitions export (through a node that holds no copy of shard
 	// 2) lists the spread queues as AMQP queues, declared as they were,
@@ -263,7 +284,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 		t.Fatalf("import of the export: %d %s", resp.StatusCode, b)
 	}
 	for _, name := range append([]string{withArgs, limited, quorum, jobs}, names...) {
-		if got, want := held(name), []int{nodes[0].nameShard(name)}; name == jobs && !slices.Equal(got, []int{0}) || name != jobs && !slices.Equal(got, want) {
+		if got, want := held(name), []int{nodes[0].nameShard(name)}; !slices.Equal(got, want) {
 			t.Fatalf("after the import %s is on shards %v", name, got)
 		}
 	}

@@ -315,7 +315,7 @@ func encodeEngineCall(c *engineCall) []byte {
 		e.str(t.Target)
 		e.str(t.Source)
 		e.str(t.Reason)
-		e.boolean(t.Redrive)
+		e.b = append(e.b, transferFlags(t))
 		e.bytes(t.Record)
 	}
 	e.num(c.Shard)
@@ -369,7 +369,7 @@ func decodeEngineCallWire(body []byte) (engineCall, error) {
 			t := &c.Transfers[i]
 			copy(t.ID[:], d.raw(16))
 			t.Target, t.Source, t.Reason = d.str(), d.str(), d.str()
-			t.Redrive = d.boolean()
+			t.Redrive, t.Route = transferFlagsOf(d)
 			t.Record = d.bytes()
 		}
 	}
@@ -546,4 +546,34 @@ func EngineCallAsGob(body []byte) ([]byte, error) {
 		c.Msgs[i].BodyBorrowed = false // gob does not carry it; an old leader copies what gob decodes anyway
 	}
 	return encodeGob(c)
+}
+
+// A transfer's flags byte: bit 0 Redrive (a build before route transfers
+// reads the byte as that boolean, 0 or 1), bit 1 Route (only opRoute
+// carries route transfers, which such a build refuses as unreadable).
+const (
+	transferRedrive = 1 << iota
+	transferRoute
+)
+
+func transferFlags(t *engine.Transfer) byte {
+	var f byte
+	if t.Redrive {
+		f |= transferRedrive
+	}
+	if t.Route {
+		f |= transferRoute
+	}
+	return f
+}
+
+func transferFlagsOf(d *wdec) (redrive, route bool) {
+	p := d.raw(1)
+	if len(p) != 1 {
+		return false, false
+	}
+	if p[0]&^(transferRedrive|transferRoute) != 0 {
+		d.fail()
+	}
+	return p[0]&transferRedrive != 0, p[0]&transferRoute != 0
 }

@@ -124,6 +124,14 @@ type Options struct {
 	// it, and this server's mover (transfer.go) carries the dead letters
 	// there.
 	QueueHeldElsewhere func(name string) bool `toml:"-"`
+	// RouteCall, when set, posts body (an engine call) to ShardEnginePath
+	// on the leader of the shard that routes this server's AMQP dead
+	// letters (a cluster's shard 0, which holds the AMQP topology) and
+	// returns its answer's body: the engine writes the dead letters of
+	// queues with a dead-letter exchange as route transfers
+	// (engine.Options.RouteElsewhere), and the mover (transfer.go) sends
+	// them there. Not settable from a config file.
+	RouteCall func(ctx context.Context, body []byte) ([]byte, error) `toml:"-"`
 	// SourcesElsewhere, when set, maps every queue named by the
 	// RedrivePolicy of a queue of the cluster's other shards to those
 	// queues (engine.Options.SourcesElsewhere).

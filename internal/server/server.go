@@ -195,6 +195,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		ReadyWindow:        readyWindow,
 		NameTaken:          opts.NameTaken,
 		QueueHeldElsewhere: opts.QueueHeldElsewhere,
+		RouteElsewhere:     opts.RouteCall != nil,
 		SourcesElsewhere:   opts.SourcesElsewhere,
 		HoldDeleted:        opts.HoldDeleted,
 		Deleted:            opts.Deleted,

@@ -89,6 +89,7 @@ const (
 	opDeleteQueue  = "delete-queue"
 	opKeepalive    = "keepalive"
 	opImport       = "import"  // transfer.go
+	opRoute        = "route"   // dead letters to route, to shard 0 (transfer.go)
 	opReserve      = "reserve" // a new queue's name, on the shard it hashes to (ReserveNameCall)
 	opHoldDeleted  = "hold-deleted"
 	opPlaceHeld    = "place-held" // shard 0's placements of a shard's queues (PlacementsCall)
@@ -522,6 +523,8 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		s.sessions.touch(c.Session, now)
 	case opImport:
 		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
+	case opRoute:
+		r.Err = toRemoteError(s.importRouted(c.Transfers))
 	case opCreate:
 		created, err := s.createCalled(c)
 		if created {

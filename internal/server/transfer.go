@@ -257,7 +257,11 @@ func (s *Server) moveRound(ctx context.Context, after *engine.TransferID, batch 
 				}
 				if now := s.clk.Now(); ctx.Err() == nil && now.Sub(st.warned[target]) >= time.Minute {
 					st.warned[target] = now
-					s.log.Warn("messages moving to a queue of another shard wait for it (dead letters, or redriven messages)", "target", target,
+					name := target
+					if name == "" {
+						name = "(dead letters to route on the shard of the AMQP topology)"
+					}
+					s.log.Warn("messages moving to a queue of another shard wait for it (dead letters, or redriven messages)", "target", name,
 						"waiting", s.eng.TransfersPending(), "err", err)
 				}
 				break // this target's others wait for a later pass
@@ -277,7 +281,14 @@ func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Tr
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	err := s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk})
+	var err error
+	if target == "" {
+		// Dead letters to route (engine.Transfer.Route), on the shard
+		// whose AMQP topology routes them.
+		err = s.routeCall(cctx, engineCall{Op: opRoute, Transfers: chunk})
+	} else {
+		err = s.transferCall(cctx, engineCall{Op: opImport, Queue: target, Transfers: chunk})
+	}
 	if errors.Is(err, ErrNotElsewhere) {
 		// The target lives on this shard now (deleted on its shard and
 		// made again here since the transfer was written): imported here.
@@ -303,6 +314,23 @@ func (s *Server) transferCall(ctx context.Context, c engineCall) error {
 	return err // nil, or an unreadable answer
 }
 
+// routeCall runs c on the leader of the shard that routes this server's
+// dead letters (Options.RouteCall).
+func (s *Server) routeCall(ctx context.Context, c engineCall) error {
+	if s.opts.RouteCall == nil {
+		return &refusal{errors.New("dead letters to route, and no shard to route them")}
+	}
+	out, err := s.opts.RouteCall(ctx, encodeEngineCall(&c))
+	if err != nil {
+		return err
+	}
+	rep, err := decodeEngineReply(out)
+	if err != nil && rep.Err != (remoteError{}) {
+		return refused(err)
+	}
+	return err
+}
+
 // transferBytes is the size of the copies ts carry.
 func transferBytes(ts []engine.Transfer) int {
 	n := 0
@@ -310,4 +338,21 @@ func transferBytes(ts []engine.Transfer) int {
 		n += len(t.Record)
 	}
 	return n
+}
+
+// importRouted routes dead letters that another shard's engine sent to be
+// routed here (engine.ImportRouted), this server's AMQP topology knowing
+// their sources first (amqp.Server.AdoptSource).
+func (s *Server) importRouted(ts []engine.Transfer) error {
+	adopted := map[string]bool{}
+	for i := range ts {
+		ts[i].Route = true // the wire does not carry it: opRoute says it
+		if src := ts[i].Source; !adopted[src] {
+			adopted[src] = true
+			if err := s.amqp.AdoptSource(src); err != nil {
+				return err
+			}
+		}
+	}
+	return s.eng.ImportRouted(ts)
 }
