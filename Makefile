@@ -14,7 +14,7 @@ SOAK_MESSAGES ?= 2000000
 # walks packages loops.
 MODULES   := . api worker examples
 
-.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum bench-repair priority-vs-rabbitmq fuzz crash faults cluster-faults soak perf perf-fifo perf-many release-check
+.PHONY: help build run test test-race race errcheck lint bench bench-vs-rabbitmq bench-quorum bench-repair priority-vs-rabbitmq fuzz crash faults cluster-faults cluster-mutation soak perf perf-fifo perf-many release-check
 
 help: ## show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -115,6 +115,9 @@ cluster-faults: ## cluster fault harness (partitions, one-way, delay, cut forwar
 	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 SLUICE_CLUSTER_FAULTS_SHARDS=3 $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 	SLUICE_CLUSTER_FAULTS_DURATION=$(CLUSTER_FAULTS_DURATION) SLUICE_CLUSTER_FAULTS_NODES=5 SLUICE_CLUSTER_FAULTS_SHARDS=5 SLUICE_CLUSTER_FAULTS_PLACEMENT=subset $(GO) test -count=1 -timeout 60m -run TestClusterFaults -v ./test/clusterfaults/
 	SLUICE_RAFT_POWERCUT_ROUNDS=100 $(GO) test -count=1 -timeout 30m -run TestPowerCutsUnderLoad -v ./internal/cluster/raftstore/
+
+cluster-mutation: ## the cluster fault harness must fail on broken builds: ack before commit, own-clock leaders, transfers ended unimported, routed dead letters dropped (CI runs the first three)
+	./test/clusterfaults/mutation-check.sh
 
 soak: ## soak: deep backlog, 2,000 parked long polls, SQS+AMQP load for SOAK_DURATION, drain, disk reclamation (writes ~2 GB; SLUICE_SOAK_DIR)
 	SLUICE_SOAK=1 SLUICE_SOAK_DURATION=$(SOAK_DURATION) SLUICE_SOAK_MESSAGES=$(SOAK_MESSAGES) $(GO) test -count=1 -run TestSoak -v -timeout 120m ./test/soak/

@@ -365,10 +365,17 @@ func TestClusterFaults(tt *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dx, err := newDLXLoad(c, w.Run) // with placement subset: AMQP dead letters routed by shard 0 between two other shards
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.Start(ctx, rng)
 	a.Start(ctx, rng)
 	if rd != nil {
 		rd.Start(ctx, rng)
+	}
+	if dx != nil {
+		dx.Start(ctx, rng)
 	}
 	for _, r := range remote {
 		r.Start(ctx, rng)
@@ -451,7 +458,11 @@ func TestClusterFaults(tt *testing.T) {
 	if rd != nil {
 		rd.StopProducers()
 	}
-	held := w.drain(t, ctx, drainLimit, redriveDrained(rd, spreadDrained(extra, amqpDrained(a, remote))), redriveHeld(rd, spreadHeld(extra, amqpHeld(a, remote))))
+	if dx != nil {
+		dx.StopProducers()
+	}
+	held := w.drain(t, ctx, drainLimit, dlxDrained(dx, redriveDrained(rd, spreadDrained(extra, amqpDrained(a, remote)))),
+		dlxHeld(dx, redriveHeld(rd, spreadHeld(extra, amqpHeld(a, remote)))))
 	if held {
 		a.Ck.DrainIncomplete() // the AMQP queues' part of the same drain
 		for _, r := range remote {
@@ -465,6 +476,10 @@ func TestClusterFaults(tt *testing.T) {
 	if rd != nil {
 		rd.StopConsumers()
 		rd.finish(t, ctx, held)
+	}
+	if dx != nil {
+		dx.StopConsumers()
+		dx.finish(t, held)
 	}
 	finishSpread(t, ctx, extra)
 	finishRemote(t, remote)
