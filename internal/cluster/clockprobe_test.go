@@ -77,9 +77,7 @@ func TestRestartedLeaderStartsOnTheClusterClock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if l := awaitLeader(t, nodes); l == nodes[2] {
-		if err := l.raft.TransferLeadershipTo(ctx, 1); err != nil {
-			t.Fatalf("transfer away from the skewed node: %v", err)
-		}
+		handOver(t, nodes, 0, 1) // away from the skewed node
 	}
 	leader := awaitLeader(t, nodes[:2])
 	other := nodes[1]
@@ -98,11 +96,7 @@ func TestRestartedLeaderStartsOnTheClusterClock(t *testing.T) {
 	restarted := rerun(t, nodes[2], func(o *Options) { opt(2, o) })
 	// The leadership as soon as it has caught up: its first status report
 	// is a second after it starts.
-	poll.CheckFor(t, 10*time.Second, func() error {
-		tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		defer cancel()
-		return leader.raft.TransferLeadershipTo(tctx, 3)
-	})
+	handOver(t, []*Node{nodes[0], nodes[1], restarted}, 0, 3)
 	checkTakeover(ctx, t, directSQS(restarted, 10*time.Second), q, received, 15*time.Second, ahead)
 	mu.Lock()
 	log := logs[2]

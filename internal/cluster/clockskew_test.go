@@ -93,9 +93,7 @@ func TestFailoverKeepsTheClusterClock(t *testing.T) {
 	defer cancel()
 	skewed := nodes[2]
 	if l := awaitLeader(t, nodes); l == skewed {
-		if err := skewed.raft.TransferLeadershipTo(ctx, 1); err != nil {
-			t.Fatalf("transfer away from the skewed node: %v", err)
-		}
+		handOver(t, nodes, 0, 1) // away from the skewed node
 	}
 	leader := awaitLeader(t, nodes[:2])
 	poll.CheckFor(t, 30*time.Second, poll.True("the skewed node measured its clock against the leader's", func() bool {
@@ -106,9 +104,7 @@ func TestFailoverKeepsTheClusterClock(t *testing.T) {
 	}))
 
 	q, received := oneInFlight(ctx, t, directSQS(leader, 10*time.Second), "timeline", 10)
-	if err := leader.raft.TransferLeadershipTo(ctx, skewed.opts.Cluster.NodeID); err != nil {
-		t.Fatalf("transfer to the skewed node: %v", err)
-	}
+	handOver(t, nodes, 0, skewed.opts.Cluster.NodeID)
 	checkTakeover(ctx, t, directSQS(skewed, 10*time.Second), q, received, 10*time.Second, ahead)
 	vals, _ := scrape(t, skewed)
 	if off := vals["sluice_cluster_clock_offset_seconds"]; math.Abs(off-ahead.Seconds()) > 0.5 {

@@ -58,11 +58,7 @@ func TestLeaderServesItsOwnAMQPConnections(t *testing.T) {
 		t.Fatalf("the leader holds %d public AMQP connections and relays %d, want 1 served directly", held, relayed)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := leader.raft.TransferLeadershipTo(ctx, followers[0].opts.Cluster.NodeID); err != nil {
-		t.Fatalf("transfer: %v", err)
-	}
+	handOver(t, nodes, 0, followers[0].opts.Cluster.NodeID)
 	wantForced(t, "a leader change", closed, "shutdown")
 	poll.CheckFor(t, 10*time.Second, func() error {
 		if held, _ := relayCounts(leader); held != 0 {

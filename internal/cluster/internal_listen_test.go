@@ -154,11 +154,7 @@ func TestLeaderThatCannotServeHandsOver(t *testing.T) {
 		}
 	}
 	poll.CheckFor(t, 60*time.Second, serving(3))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := nodes[2].raft.TransferLeadershipTo(ctx, 1); err != nil {
-		t.Fatalf("transfer to node 1: %v", err)
-	}
+	handOver(t, nodes, 0, 1)
 	poll.CheckFor(t, 60*time.Second, serving(3))
 }
 

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"strings"
 	"testing"
@@ -80,11 +79,7 @@ func TestRelayedConnectionsClosedWith320(t *testing.T) {
 
 	// A leader change reaches the connections relayed to the old leader.
 	viaFollower, fClosed := relayedConn(t, followers[1], "q2")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := leader.raft.TransferLeadershipTo(ctx, followers[1].opts.Cluster.NodeID); err != nil {
-		t.Fatalf("transfer: %v", err)
-	}
+	handOver(t, nodes, 0, followers[1].opts.Cluster.NodeID)
 	wantForced(t, "a leader change", fClosed, "")
 	if !viaFollower.IsClosed() {
 		t.Fatal("a connection closed by the broker still reports open")

@@ -531,7 +531,7 @@ func TestShardsAMQPAckAfterTheQueuesLeaderMoved(t *testing.T) {
 		t.Fatalf("shard %d has no route", k)
 	}
 	to := from%3 + 1
-	handOverShard(t, nodes[from-1], k, to)
+	handOver(t, nodes, k, to)
 	poll.CheckFor(t, 20*time.Second, poll.True("every node routes the shard to a new leader", func() bool {
 		for _, n := range nodes {
 			if _, l, ok := n.target(k); !ok || l == from {

@@ -109,7 +109,7 @@ func TestShardsAMQPPublishesThroughLeaderMoves(t *testing.T) {
 		if from == amqpLeader {
 			to = amqpLeader%3 + 1
 		}
-		handOverShard(t, nodes[from-1], k, to)
+		handOver(t, nodes, k, to)
 		poll.CheckFor(t, 20*time.Second, poll.True(fmt.Sprintf("move %d: every node routes the shard to its new leader", m), func() bool {
 			for _, n := range nodes {
 				if _, l, ok := n.target(k); !ok || l == from {
@@ -175,19 +175,36 @@ func TestShardsAMQPPublishesThroughLeaderMoves(t *testing.T) {
 	}
 }
 
-// handOverShard has node n, shard k's leader, transfer that leadership to
-// node to, asking again every 2 s until to leads it, within 30 s: Raft
-// abandons a transfer that its target did not complete within an election
-// timeout, and the leader goes on leading (a loaded CI machine saw a
-// single request never complete).
-func handOverShard(t *testing.T, n *Node, k int, to uint64) {
+// handOver moves shard k's leadership to node to: it has whichever of
+// nodes leads the shard (of the highest term: a stopped node's status
+// may still say it leads) transfer it, and asks again every 2 s until to
+// leads it, within 30 s. Raft abandons a transfer that its target did not
+// complete within an election timeout, and the leader goes on leading (a
+// loaded CI machine saw a single request never complete); a transfer may
+// also end with a third node elected, which is then the one asked.
+func handOver(t *testing.T, nodes []*Node, k int, to uint64) {
 	t.Helper()
-	r := n.shards.Shard(k)
 	poll.CheckFor(t, 30*time.Second, func() error {
+		var leader *Node
+		var term uint64
+		for _, n := range nodes {
+			if n == nil || !n.leadsShard(k) {
+				continue
+			}
+			if st := n.shards.Shard(k).Status(); leader == nil || st.Term > term {
+				leader, term = n, st.Term
+			}
+		}
+		switch {
+		case leader == nil:
+			return fmt.Errorf("no node leads shard %d", k)
+		case leader.opts.Cluster.NodeID == to:
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := r.TransferLeadershipTo(ctx, to)
+		err := leader.shards.Shard(k).TransferLeadershipTo(ctx, to)
 		cancel()
-		if st := r.Status(); err == nil && st.Leader == to {
+		if st := leader.shards.Shard(k).Status(); err == nil && st.Leader == to {
 			return nil
 		}
 		return fmt.Errorf("shard %d's leadership is not on node %d yet (%v)", k, to, err)

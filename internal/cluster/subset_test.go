@@ -170,15 +170,7 @@ func TestSubsetShardsServeThroughAnyNode(t *testing.T) {
 	})
 	// ListQueues is served by shard 0's leader: on node 1, which holds
 	// no copy of shard 2, it lists shard 2's queue from its placement.
-	if !nodes[0].leadsShard(0) {
-		li := slices.IndexFunc(nodes, func(n *Node) bool { return n.leadsShard(0) })
-		if li < 0 {
-			t.Fatal("no node leads shard 0")
-		}
-		if err := nodes[li].raft.TransferLeadershipTo(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handOver(t, nodes, 0, 1)
 	poll.CheckFor(t, 30*time.Second, func() error {
 		if !nodes[0].leadsShard(0) {
 			return fmt.Errorf("waiting for node 1 to lead shard 0")

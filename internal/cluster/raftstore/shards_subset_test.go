@@ -232,10 +232,12 @@ func TestShardsOnASubset(t *testing.T) {
 		if r == c.nodes[0].Shard(1) {
 			// Node 1 hands over first (the balancer may hand it
 			// back: then this runs again).
-			if err := r.TransferLeadershipTo(ctx, 2); err != nil {
-				return err
-			}
-			return fmt.Errorf("%w: node 1 handed shard 1 over", ErrNotLeader)
+			// A short wait: an abandoned transfer would wait out ctx;
+			// onLeader asks again.
+			tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+			err := r.TransferLeadershipTo(tctx, 2)
+			tcancel()
+			return fmt.Errorf("%w: node 1 handed shard 1 over (%v)", ErrNotLeader, err)
 		}
 		err := r.RemoveMember(ctx, 1)
 		if again && errors.Is(err, ErrUnknownMember) {

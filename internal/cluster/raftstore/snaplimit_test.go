@@ -196,10 +196,12 @@ func TestSnapshotSendsBounded(t *testing.T) {
 			if err != nil || l[k] == 1 {
 				return err
 			}
-			if err := c.nodes[l[k]-1].Shard(k).TransferLeadershipTo(ctx, 1); err != nil {
-				return err
-			}
-			return fmt.Errorf("shard %d: moving the leadership from node %d to node 1", k, l[k])
+			// A short wait each: Raft may abandon a transfer, which
+			// then waits out its context; the poll asks again.
+			tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+			err = c.nodes[l[k]-1].Shard(k).TransferLeadershipTo(tctx, 1)
+			tcancel()
+			return fmt.Errorf("shard %d: moving the leadership from node %d to node 1 (%v)", k, l[k], err)
 		})
 	}
 	took := catchUpBySnapshots(t, c, 2, []uint64{1, 1}, snapshotBacklog)
