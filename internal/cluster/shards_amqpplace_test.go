@@ -35,7 +35,8 @@ import (
 // with other arguments is refused as RabbitMQ refuses it. A spread
 // source with a dead-letter exchange has its rejected messages routed by
 // shard 0 into a spread queue and a queue of shard 0 bound to it (route
-// transfers, then transfers across shards), with x-death.
+// transfers, then transfers across shards), with x-death; one routed
+// nowhere is counted as dropped in its source.
 func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	nodes := subsetNodes(t)
 	held := func(name string) []int { return heldBy(t, nodes[1], name) } // node 2 holds every shard
@@ -236,6 +237,33 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 			t.Fatalf("%s's dead letter has x-death %v, headers %v", q, death, d.Headers)
 		}
 	}
+	// A dead letter that its exchange routes nowhere (no binding) is
+	// dropped on shard 0 and counted in its source's dropped count, on
+	// the source's shard, as one routed nowhere on shard 0 is.
+	if err := ch.ExchangeDeclare("void", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	lonely := subsetName(nodes[0], "lonely", 1)
+	if _, err := ch.QueueDeclare(lonely, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "void"}); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, ch, lonely, "nowhere")
+	if d, ok, err := ch.Get(lonely, false); err != nil || !ok {
+		t.Fatalf("get from %s: %v, %v", lonely, ok, err)
+	} else if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	poll.CheckFor(t, 30*time.Second, func() error {
+		sum := 0.0
+		for _, n := range nodes {
+			vals, _ := scrape(t, n)
+			sum += vals[`sluice_dropped_total{queue="`+lonely+`"}`]
+		}
+		if sum != 1 {
+			return fmt.Errorf("%s's dropped count %v over the nodes, want 1", lonely, sum)
+		}
+		return nil
+	})
 
 	// The definitions export (through a node that holds no copy of shard
 	// 2) lists the spread queues as AMQP queues, declared as they were,

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
@@ -25,8 +27,9 @@ import (
 // ImportTransfers. A message is therefore in its source, in one of the
 // two outboxes, or in its targets — never in none — unless the router
 // gives it no target (no such exchange, no binding, a cycle, every target
-// full), when it is dropped and logged, as a dead letter routed nowhere
-// is on a single node.
+// full), when it is dropped and logged, and counted in its source's
+// dropped count by the source's engine once told (CountRoutedNowhere), as
+// a dead letter routed nowhere is on a single node.
 
 // routeTransferLocked writes m's dead letter as a route transfer in b, the
 // batch that takes m out of q (held locked).
@@ -49,19 +52,20 @@ func (e *Engine) routeTransferLocked(q *queue, m *message, reason string, env []
 // copies, the new transfers and an import record of each transfer are one
 // durable write; the copies are receivable once it is on disk. A transfer
 // whose id has an import record is skipped (imported before: a mover
-// retrying). A transfer the router routes nowhere is dropped and logged.
-// The router must know each source (for AMQP, the caller adopts the
-// source into its topology first).
-func (e *Engine) ImportRouted(ts []Transfer) error {
+// retrying). A transfer the router routes nowhere is dropped and logged,
+// and its index in ts returned in nowhere, for the source's engine to
+// count (CountRoutedNowhere). The router must know each source (for
+// AMQP, the caller adopts the source into its topology first).
+func (e *Engine) ImportRouted(ts []Transfer) (nowhere []int, err error) {
 	if e.router == nil {
-		return errors.New("engine: no dead-letter router to route transfers with")
+		return nil, errors.New("engine: no dead-letter router to route transfers with")
 	}
 	e.importMu.Lock()
 	defer e.importMu.Unlock()
 	now := e.now()
 	var b store.Batch
 	if err := e.sweepImportsLocked(now, &b); err != nil {
-		return err
+		return nil, err
 	}
 	var copies []pendingCopy
 	release := func() {
@@ -77,7 +81,7 @@ func (e *Engine) ImportRouted(ts []Transfer) error {
 		x := &ts[i]
 		if !x.Route {
 			release()
-			return fmt.Errorf("engine: transfer %s is not one to route (its target: %q)", x.ID, x.Target)
+			return nil, fmt.Errorf("engine: transfer %s is not one to route (its target: %q)", x.ID, x.Target)
 		}
 		if seen[x.ID] {
 			continue
@@ -87,13 +91,13 @@ func (e *Engine) ImportRouted(ts []Transfer) error {
 			continue
 		} else if !errors.Is(err, store.ErrNotFound) {
 			release()
-			return err
+			return nil, err
 		}
 		m := &message{}
 		g, err := decodeContent(m, x.Record)
 		if err != nil {
 			release()
-			return fmt.Errorf("transfer %s: %w", x.ID, err)
+			return nil, fmt.Errorf("transfer %s: %w", x.ID, err)
 		}
 		at := time.Unix(0, int64(binary.BigEndian.Uint64(x.ID[:8])))
 		if m.ext != nil && m.ext.dead != nil && !m.ext.dead.DeadLetteredAt.IsZero() {
@@ -156,6 +160,7 @@ func (e *Engine) ImportRouted(ts []Transfer) error {
 		}
 		if took == 0 {
 			e.log.Warn("message dropped: its dead letter was routed nowhere", "queue", x.Source, "reason", x.Reason, "message", FormatID(m.id), "receives", m.recvCount)
+			nowhere = append(nowhere, i)
 		}
 		b.Set(importKey(x.ID), binary.AppendVarint(nil, now))
 	}
@@ -168,7 +173,7 @@ func (e *Engine) ImportRouted(ts []Transfer) error {
 	p, err := e.write(&b, true)
 	if err != nil {
 		release()
-		return err
+		return nil, err
 	}
 	if len(copies) == 0 {
 		err = e.wait(p)
@@ -183,5 +188,25 @@ func (e *Engine) ImportRouted(ts []Transfer) error {
 		default:
 		}
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return nowhere, nil
+}
+
+// CountRoutedNowhere counts, in queue source's dropped messages, one whose
+// dead letter its routing engine routed nowhere (ImportRouted's nowhere),
+// as a dead letter routed nowhere here is counted. No such queue (deleted
+// since): nothing.
+func (e *Engine) CountRoutedNowhere(source, reason string) {
+	q, err := e.lookup(source)
+	if err != nil {
+		return
+	}
+	q.stats.dropped.Add(1)
+	lvl := slog.LevelDebug
+	if e.logDrops {
+		lvl = slog.LevelInfo
+	}
+	e.log.Log(context.Background(), lvl, "message dropped: its dead letter was routed nowhere", "queue", source, "reason", reason)
 }

@@ -90,8 +90,8 @@ func TestRoutedElsewhere(t *testing.T) {
 	}
 	// Imported twice (a mover that died before ending it): once.
 	for range 2 {
-		if err := zero.e.ImportRouted(ts); err != nil {
-			t.Fatal(err)
+		if nowhere, err := zero.e.ImportRouted(ts); err != nil || len(nowhere) != 0 {
+			t.Fatal(nowhere, err)
 		}
 	}
 	if err := src.e.EndTransfers([]TransferID{ts[0].ID}); err != nil {
@@ -121,8 +121,8 @@ func TestRoutedElsewhere(t *testing.T) {
 
 // TestRoutedNowhereIsDropped: a route transfer its router routes nowhere
 // is imported as dropped (its import recorded, so a retry adds nothing and
-// the mover can end it); a transfer that is not a route transfer is
-// refused.
+// the mover can end it) and named to the caller, whose source's engine
+// counts it; a transfer that is not a route transfer is refused.
 func TestRoutedNowhereIsDropped(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	src := &fixture{t: t, st: newTestStore(t), clk: clk}
@@ -145,8 +145,15 @@ func TestRoutedNowhereIsDropped(t *testing.T) {
 	if err != nil || len(ts) != 1 || !ts[0].Route {
 		t.Fatalf("route transfers %+v %v", ts, err)
 	}
-	if err := zero.e.ImportRouted(ts); err != nil {
-		t.Fatal(err)
+	if nowhere, err := zero.e.ImportRouted(ts); err != nil || len(nowhere) != 1 || nowhere[0] != 0 {
+		t.Fatalf("routed nowhere: %v, %v; want transfer 0", nowhere, err)
+	}
+	// The source's engine counts it as dropped, as a dead letter routed
+	// nowhere there is.
+	src.e.CountRoutedNowhere("amqp", ts[0].Reason)
+	src.e.CountRoutedNowhere("gone", ts[0].Reason) // no such queue: nothing
+	if info, _ := src.e.GetQueue("amqp"); info.Dropped != 1 {
+		t.Fatalf("source's dropped count %d, want 1", info.Dropped)
 	}
 	if _, err := zero.st.Get(importKey(ts[0].ID)); err != nil {
 		t.Fatalf("no import record for a transfer routed nowhere: %v", err)
@@ -155,7 +162,7 @@ func TestRoutedNowhereIsDropped(t *testing.T) {
 		t.Fatalf("routed nowhere, yet here holds %+v", got)
 	}
 	ts[0].Route = false
-	if err := zero.e.ImportRouted(ts); err == nil {
+	if _, err := zero.e.ImportRouted(ts); err == nil {
 		t.Fatal("a transfer with a target was routed")
 	}
 }

@@ -524,7 +524,14 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 	case opImport:
 		r.Err = toRemoteError(s.eng.ImportTransfers(c.Queue, c.Transfers))
 	case opRoute:
-		r.Err = toRemoteError(s.importRouted(c.Transfers))
+		nowhere, err := s.importRouted(c.Transfers)
+		r.Err = toRemoteError(err)
+		if len(nowhere) > 0 {
+			r.Errs = make([]remoteError, len(c.Transfers))
+			for _, i := range nowhere {
+				r.Errs[i] = remoteError{Text: "routed nowhere"}
+			}
+		}
 	case opCreate:
 		created, err := s.createCalled(c)
 		if created {

@@ -315,7 +315,9 @@ func (s *Server) transferCall(ctx context.Context, c engineCall) error {
 }
 
 // routeCall runs c on the leader of the shard that routes this server's
-// dead letters (Options.RouteCall).
+// dead letters (Options.RouteCall). The transfers that leader routed
+// nowhere (an error in the answer's Errs at their place) are counted as
+// dropped in their sources here (engine.CountRoutedNowhere).
 func (s *Server) routeCall(ctx context.Context, c engineCall) error {
 	if s.opts.RouteCall == nil {
 		return &refusal{errors.New("dead letters to route, and no shard to route them")}
@@ -327,6 +329,13 @@ func (s *Server) routeCall(ctx context.Context, c engineCall) error {
 	rep, err := decodeEngineReply(out)
 	if err != nil && rep.Err != (remoteError{}) {
 		return refused(err)
+	}
+	if err == nil {
+		for i, e := range rep.Errs {
+			if e != (remoteError{}) && i < len(c.Transfers) {
+				s.eng.CountRoutedNowhere(c.Transfers[i].Source, c.Transfers[i].Reason)
+			}
+		}
 	}
 	return err
 }
@@ -342,15 +351,16 @@ func transferBytes(ts []engine.Transfer) int {
 
 // importRouted routes dead letters that another shard's engine sent to be
 // routed here (engine.ImportRouted), this server's AMQP topology knowing
-// their sources first (amqp.Server.AdoptSource).
-func (s *Server) importRouted(ts []engine.Transfer) error {
+// their sources first (amqp.Server.AdoptSource), and returns the indexes
+// of those routed nowhere.
+func (s *Server) importRouted(ts []engine.Transfer) ([]int, error) {
 	adopted := map[string]bool{}
 	for i := range ts {
 		ts[i].Route = true // the wire does not carry it: opRoute says it
 		if src := ts[i].Source; !adopted[src] {
 			adopted[src] = true
 			if err := s.amqp.AdoptSource(src); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
