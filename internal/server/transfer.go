@@ -93,7 +93,8 @@ type hold struct {
 // pass after one that reached the newest starts again from the oldest. A
 // target that fails is not called again in that pass (its transfers
 // wait), and one that refuses is held (refusal). A new transfer starts a
-// pass (at most one a moverPoll); otherwise a pass that moved something
+// pass: at once after a clean pass (every target it met took its
+// transfers, none held), else at most one a moverPoll; otherwise a pass that moved something
 // is followed at once, one that stopped at its bounds or saw a target not
 // answer a moverPoll later, and one that reached the newest with only
 // held targets left waits for the held target due first. A pass that
@@ -105,6 +106,9 @@ func (s *Server) moveTransfers(ctx context.Context) {
 	timer := s.clk.NewTimer(wait)
 	defer timer.Stop()
 	var last time.Time // when the last pass began
+	// clean: the last pass met no target that failed or is held, and
+	// read the outbox: a new transfer then starts a pass at once.
+	clean := true
 	parked := func(bool, time.Time) {}
 	if s.opts.MoverParked != nil {
 		parked = s.opts.MoverParked
@@ -116,10 +120,12 @@ func (s *Server) moveTransfers(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.eng.TransferReady():
-			// A new transfer starts a pass, but not more than one a
-			// moverPoll: while a target fails, every dead letter for it
-			// would start another.
-			if d := moverPoll - s.clk.Now().Sub(last); d > 0 {
+			// A new transfer starts a pass: at once after a clean one
+			// (a trickle of dead letters crosses in milliseconds, not
+			// a second each), else not more than one a moverPoll: while
+			// a target fails, every dead letter for it would start
+			// another.
+			if d := moverPoll - s.clk.Now().Sub(last); d > 0 && !clean {
 				pause := s.clk.NewTimer(d)
 				parked(true, s.clk.Now().Add(d))
 				select {
@@ -152,6 +158,7 @@ func (s *Server) moveTransfers(ctx context.Context) {
 		}
 		now := s.clk.Now()
 		pending := s.eng.TransfersPending()
+		clean = err == nil && !p.unanswered && len(p.failing) == 0 && len(st.held) == 0
 		if err == nil {
 			st.cursor = after
 			if end || pending == 0 {

@@ -268,6 +268,23 @@ func TestMoverHoldsOnlyTheRefusingTarget(t *testing.T) {
 	}
 }
 
+// TestMoverMovesATrickleAtOnce: after a pass that met no failing or held
+// target, a new transfer starts the next pass at once, not a moverPoll
+// after the last began: dead letters that cross shards one at a time
+// each cross in milliseconds (before, about a second each), with the
+// fake clock standing still.
+func TestMoverMovesATrickleAtOnce(t *testing.T) {
+	r, stop := newMoverRig(t)
+	defer stop()
+	r.set(func() { r.answer["far"] = nil })
+	for i := range 3 {
+		r.deadLetter()
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("dead letter %d moved without the clock moving", i+1), func() bool {
+			return r.s.eng.TransfersPending() == 0 && len(r.calls()) == i+1
+		}))
+	}
+}
+
 // TestMoverReadsAPartAPass: while no transfer can move (the target
 // shard has no leader), a pass reads at most Options.MoverPassTransfers of
 // them and the next goes on from there, so the outbox is read a part a
