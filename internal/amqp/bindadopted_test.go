@@ -192,10 +192,21 @@ func TestStartWaitsForSlowBindingRestoresAtMostRestoreWait(t *testing.T) {
 		close(slow.release)
 		t.Fatal("the start waited past restoreWait for a binding's queue")
 	}
-	close(slow.release)
 	if s.err != nil {
+		close(slow.release)
 		t.Fatal(s.err)
 	}
+	// While the binding waits, dead letters of a queue of another shard
+	// are not routed (AdoptSource refuses: its caller keeps them), since
+	// the exchange would route them nowhere and they would be dropped.
+	if err := s.srv.AdoptSource("elsewhere"); err == nil {
+		close(slow.release)
+		t.Fatal("AdoptSource with a binding not restored: nil, want an error")
+	}
+	close(slow.release)
+	poll.CheckFor(t, 10*time.Second, poll.True("AdoptSource once the binding is restored", func() bool {
+		return s.srv.AdoptSource("elsewhere") == nil
+	}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -382,8 +383,15 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 // its dead letters (RouteDeadLetter) through its dead-letter exchange: the
 // engine imports them (engine.ImportRouted) after this. A queue that no
 // longer exists is no error (its dead letters are routed nowhere); a
-// queue that cannot be told is.
+// queue that cannot be told is, and so is a topology whose bindings to
+// queues of other shards are not all restored yet (after a start: see
+// restoreBindings): its exchanges would route such a dead letter nowhere
+// meanwhile, and it would be dropped, so the caller keeps it and asks
+// again later.
 func (s *Server) AdoptSource(name string) error {
+	if n := s.unrestored.Load(); n > 0 {
+		return fmt.Errorf("amqp: %d bindings to queues of other shards are not restored yet; dead letters wait to be routed", n)
+	}
 	_, err := s.adopt("/", name)
 	var ae *amqpError
 	if errors.As(err, &ae) && ae.code == wire.NotFound {

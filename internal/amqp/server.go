@@ -49,6 +49,9 @@ type Server struct {
 	// without a log line and this count).
 	refused atomic.Uint64
 	panics  atomic.Uint64 // contained panics (panics.go)
+	// unrestored counts the stored bindings to queues AMQP did not
+	// declare that restoreBindings has not restored yet (AdoptSource).
+	unrestored atomic.Int64
 	// Publisher flow control (flow.go): reader pauses, those that ended
 	// at FlowMaxWait, the time paused, and the queues throttling now.
 	flowWaits, flowTimeouts atomic.Uint64
@@ -232,6 +235,7 @@ func (s *Server) load() error {
 		// goroutine (not waited for by Close: it may be inside such a
 		// call) goes on retrying those not restored, every second.
 		first := make(chan struct{})
+		s.unrestored.Store(int64(len(adoptLater)))
 		go s.restoreBindings(adoptLater, first)
 		wait := s.clk.NewTimer(restoreWait)
 		select {
@@ -373,6 +377,7 @@ func (s *Server) restoreBindings(list []bindingToAdopt, first chan struct{}) {
 		return rest
 	}
 	list = pass()
+	s.unrestored.Store(int64(len(list)))
 	close(first)
 	if len(list) == 0 {
 		return
@@ -387,6 +392,7 @@ func (s *Server) restoreBindings(list []bindingToAdopt, first chan struct{}) {
 		case <-retry.C():
 		}
 		list = pass()
+		s.unrestored.Store(int64(len(list)))
 		retry.Reset(time.Second)
 	}
 	s.log.Info("amqp: every binding to a queue AMQP did not declare is restored")
