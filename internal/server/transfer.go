@@ -310,15 +310,22 @@ func (s *Server) moveChunk(ctx context.Context, target string, chunk []engine.Tr
 // transferCall runs c on the leader of the shard holding c.Queue
 // (ErrNotElsewhere: no other shard holds it).
 func (s *Server) transferCall(ctx context.Context, c engineCall) error {
-	out, err := s.opts.ShardCall(ctx, c.Queue, ShardEnginePath, encodeEngineCall(&c))
+	_, err := moverReply(s.opts.ShardCall(ctx, c.Queue, ShardEnginePath, encodeEngineCall(&c)))
+	return err
+}
+
+// moverReply reads the answer out (or the call's error err) to one of
+// the mover's engine calls: the engine's own failure marked as a refusal
+// (refused), an unreadable answer or a call that failed as it is.
+func moverReply(out []byte, err error) (engineReply, error) {
 	if err != nil {
-		return err
+		return engineReply{}, err
 	}
 	rep, err := decodeEngineReply(out)
 	if err != nil && rep.Err != (remoteError{}) {
-		return refused(err) // the target's engine answered
+		return rep, refused(err) // the target's engine answered
 	}
-	return err // nil, or an unreadable answer
+	return rep, err // nil, or an unreadable answer
 }
 
 // routeCall runs c on the leader of the shard that routes this server's
@@ -329,14 +336,7 @@ func (s *Server) routeCall(ctx context.Context, c engineCall) error {
 	if s.opts.RouteCall == nil {
 		return &refusal{errors.New("dead letters to route, and no shard to route them")}
 	}
-	out, err := s.opts.RouteCall(ctx, encodeEngineCall(&c))
-	if err != nil {
-		return err
-	}
-	rep, err := decodeEngineReply(out)
-	if err != nil && rep.Err != (remoteError{}) {
-		return refused(err)
-	}
+	rep, err := moverReply(s.opts.RouteCall(ctx, encodeEngineCall(&c)))
 	if err == nil {
 		for i, e := range rep.Errs {
 			if e != (remoteError{}) && i < len(c.Transfers) {
@@ -363,7 +363,6 @@ func transferBytes(ts []engine.Transfer) int {
 func (s *Server) importRouted(ts []engine.Transfer) ([]int, error) {
 	adopted := map[string]bool{}
 	for i := range ts {
-		ts[i].Route = true // the wire does not carry it: opRoute says it
 		if src := ts[i].Source; !adopted[src] {
 			adopted[src] = true
 			if err := s.amqp.AdoptSource(src); err != nil {
