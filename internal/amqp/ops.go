@@ -387,10 +387,10 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 // queues of other shards are not all restored yet (after a start: see
 // restoreBindings): its exchanges would route such a dead letter nowhere
 // meanwhile, and it would be dropped, so the caller keeps it and asks
-// again later.
+// again later (engine.ErrUnavailable: not a refusal to back off from).
 func (s *Server) AdoptSource(name string) error {
 	if n := s.unrestored.Load(); n > 0 {
-		return fmt.Errorf("amqp: %d bindings to queues of other shards are not restored yet; dead letters wait to be routed", n)
+		return fmt.Errorf("%w: amqp: %d bindings to queues of other shards are not restored yet; dead letters wait to be routed", engine.ErrUnavailable, n)
 	}
 	_, err := s.adopt("/", name)
 	var ae *amqpError

@@ -60,9 +60,11 @@ func (r *refusal) Error() string { return r.err.Error() }
 func (r *refusal) Unwrap() error { return r.err }
 
 // refused marks err, the target engine's answer, as a refusal unless it
-// says that engine is not the one to ask (not leading, closing).
+// says that engine is not the one to ask (not leading, closing) or not
+// yet (ErrUnavailable: shard 0 restoring its bindings to other shards'
+// queues before it routes dead letters, amqp.Server.AdoptSource).
 func refused(err error) error {
-	if err == nil || errors.Is(err, engine.ErrNotLeading) || errors.Is(err, engine.ErrClosed) {
+	if err == nil || errors.Is(err, engine.ErrNotLeading) || errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrUnavailable) {
 		return err
 	}
 	return &refusal{err}

@@ -243,6 +243,26 @@ func TestMoverRetriesATargetThatDidNotAnswer(t *testing.T) {
 	r.tickUntil("the transfer ended once the shard answers", 3, func() bool { return r.s.eng.TransfersPending() == 0 })
 }
 
+// TestMoverRetriesATargetNotReadyYet: an engine that answers
+// ErrUnavailable (shard 0 still restoring its bindings before it routes
+// dead letters) is asked again every pass, as one that did not answer,
+// not held with a growing backoff as a refusal is.
+func TestMoverRetriesATargetNotReadyYet(t *testing.T) {
+	r, stop := newMoverRig(t)
+	defer stop()
+	r.set(func() { r.answer["far"] = fmt.Errorf("%w: bindings not restored yet", engine.ErrUnavailable) })
+	r.deadLetter()
+	poll.CheckFor(t, 5*time.Second, poll.True("the first import call", func() bool { return len(r.calls()) == 1 }))
+	for range 10 {
+		r.tick()
+	}
+	if got := r.calls(); len(got) < 8 {
+		t.Fatalf("%d import calls in 10 s of a target not ready yet, want about 10 (not a refusal's backoff): %v", len(got), offsets(got))
+	}
+	r.set(func() { r.answer["far"] = nil })
+	r.tickUntil("the transfer ended once the target takes it", 3, func() bool { return r.s.eng.TransfersPending() == 0 })
+}
+
 // TestMoverHoldsOnlyTheRefusingTarget: a target that errRefused is held
 // alone; a dead letter for another target moves at once.
 func TestMoverHoldsOnlyTheRefusingTarget(t *testing.T) {
