@@ -199,7 +199,7 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	for _, n := range remote {
 		// On another shard: a transfer, moved there by the mover (its
 		// import checks the target's type and room).
-		e.transferDeadLetterLocked(q, m, n, reason, env, now, b)
+		e.transferDeadLetterLocked(q, m, &Transfer{Target: n, Source: q.name, Reason: reason}, env, now, b)
 		names = append(names, n)
 	}
 	for i, t := range targets {

@@ -36,9 +36,7 @@ import (
 func (e *Engine) routeTransferLocked(q *queue, m *message, reason string, env []byte, now int64, b *store.Batch) {
 	q.stats.deadLettered.Add(1)
 	e.noteDeadLetterClass(q, m, reason)
-	n := e.deadLetterCopyLocked(q, m, reason, env, now, q.isFIFO)
-	n.group = &group{id: m.groupID()}
-	e.writeTransferLocked(q, &Transfer{Source: q.name, Reason: reason, Route: true}, n, now, b)
+	e.transferDeadLetterLocked(q, m, &Transfer{Source: q.name, Reason: reason, Route: true}, env, now, b)
 	e.log.Debug("dead letter sent to be routed", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount)
 }
 
@@ -68,12 +66,7 @@ func (e *Engine) ImportRouted(ts []Transfer) (nowhere []int, err error) {
 		return nil, err
 	}
 	var copies []pendingCopy
-	release := func() {
-		for _, c := range copies {
-			c.target.room.release(c.size)
-			c.target.cold.donePending(c.m.seq)
-		}
-	}
+	release := func() { releaseCopies(copies) }
 	highs := map[*queue]uint64{}
 	seen := make(map[TransferID]bool, len(ts))
 	out := 0 // transfers written for targets elsewhere
@@ -144,16 +137,8 @@ func (e *Engine) ImportRouted(ts []Transfer) (nowhere []int, err error) {
 				e.log.Warn("dead letter refused: target queue is full", "queue", x.Source, "target", t.name, "reason", x.Reason, "message", FormatID(n.id))
 				continue
 			}
-			n.seq = t.nextSeq.Add(1) - 1
+			recLen := importCopy(t, n, g, now, &b)
 			highs[t] = max(highs[t], n.seq)
-			n.visibleAt = now
-			n.state = stateVisible
-			if cfg := t.snap.Load(); cfg.HasMessageTTL {
-				n.ttlAt = now + int64(cfg.MessageTTL)
-			}
-			n.group = &group{id: g}  // replaced by the target's group on insert
-			t.cold.addPending(n.seq) // not refilled before insertCopies inserts it
-			recLen := t.writeCopy(n, &b)
 			copies = append(copies, pendingCopy{target: t, m: n, group: g, purges: t.purges.Load(), size: size, recLen: recLen,
 				dead: &deadLetterEvent{source: x.Source, reason: x.Reason, age: age}})
 			took++

@@ -148,13 +148,13 @@ func (e *Engine) heldElsewhere(name string) bool {
 	return e.elsewhere(name)
 }
 
-// transferDeadLetterLocked writes m's dead-letter copy for target, a queue
-// held elsewhere, as a transfer record in b (the batch that takes m out of
-// q, so the two are one atomic write).
-func (e *Engine) transferDeadLetterLocked(q *queue, m *message, target, reason string, env []byte, now int64, b *store.Batch) {
-	n := e.deadLetterCopyLocked(q, m, reason, env, now, q.isFIFO)
+// transferDeadLetterLocked writes m's dead-letter copy as transfer t (for
+// a queue held elsewhere, or a route transfer: routed.go) in b, the batch
+// that takes m out of q, so the two are one atomic write.
+func (e *Engine) transferDeadLetterLocked(q *queue, m *message, t *Transfer, env []byte, now int64, b *store.Batch) {
+	n := e.deadLetterCopyLocked(q, m, t.Reason, env, now, q.isFIFO)
 	n.group = &group{id: m.groupID()}
-	e.writeTransferLocked(q, &Transfer{Target: target, Source: q.name, Reason: reason}, n, now, b)
+	e.writeTransferLocked(q, t, n, now, b)
 }
 
 // writeTransferLocked writes t, carrying n, in b, a batch of q's under its
@@ -298,12 +298,7 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 		return err
 	}
 	var copies []pendingCopy
-	release := func() {
-		for _, c := range copies {
-			t.room.release(c.size)
-			t.cold.donePending(c.m.seq)
-		}
-	}
+	release := func() { releaseCopies(copies) }
 	seen := make(map[TransferID]bool, len(ts))
 	var high uint64
 	for i := range ts {
@@ -344,16 +339,8 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 			release()
 			return fmt.Errorf("%w: dead-letter queue %s", ErrQueueFull, target)
 		}
-		m.seq = t.nextSeq.Add(1) - 1
+		recLen := importCopy(t, m, g, now, &b)
 		high = max(high, m.seq)
-		m.visibleAt = now
-		m.state = stateVisible
-		if cfg := t.snap.Load(); cfg.HasMessageTTL {
-			m.ttlAt = now + int64(cfg.MessageTTL)
-		}
-		m.group = &group{id: g}  // replaced by the target's group on insert
-		t.cold.addPending(m.seq) // not refilled before insertCopies inserts it
-		recLen := t.writeCopy(m, &b)
 		b.Set(importKey(x.ID), binary.AppendVarint(nil, now))
 		var age time.Duration
 		if m.sentAt != 0 {
@@ -381,6 +368,31 @@ func (e *Engine) ImportTransfers(target string, ts []Transfer) error {
 		return err
 	}
 	return e.insertCopies(copies, p)
+}
+
+// importCopy writes m, a copy imported into t (group g; its room
+// reserved), as t's next message, visible now, into b, and returns the
+// length of the content record written. insertCopies inserts it once b is
+// durable.
+func importCopy(t *queue, m *message, g string, now int64, b *store.Batch) int {
+	m.seq = t.nextSeq.Add(1) - 1
+	m.visibleAt = now
+	m.state = stateVisible
+	if cfg := t.snap.Load(); cfg.HasMessageTTL {
+		m.ttlAt = now + int64(cfg.MessageTTL)
+	}
+	m.group = &group{id: g}  // replaced by the target's group on insert
+	t.cold.addPending(m.seq) // not refilled before insertCopies inserts it
+	return t.writeCopy(m, b)
+}
+
+// releaseCopies gives back what copies decided and not written reserved
+// in their targets (room, the cold index's pending mark).
+func releaseCopies(copies []pendingCopy) {
+	for _, c := range copies {
+		c.target.room.release(c.size)
+		c.target.cold.donePending(c.m.seq)
+	}
 }
 
 // sweepImportsLocked deletes, into b, the import records older than
