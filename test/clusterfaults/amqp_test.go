@@ -148,8 +148,13 @@ func amqpDial(url string) (*amqp.Connection, *amqp.Channel, error) {
 
 // pickAMQP returns the AMQP URL of a random node that is not killed.
 func (a *amqpLoad) pickAMQP(ctx context.Context, rng *rand.Rand) (string, error) {
+	return a.w.c.pickAMQP(ctx, rng)
+}
+
+// pickAMQP returns the AMQP URL of a random node of c that is not killed.
+func (c *testCluster) pickAMQP(ctx context.Context, rng *rand.Rand) (string, error) {
 	for ctx.Err() == nil {
-		m := a.w.c.nodes[rng.IntN(len(a.w.c.nodes))]
+		m := c.nodes[rng.IntN(len(c.nodes))]
 		m.mu.Lock()
 		url := m.amqp
 		m.mu.Unlock()

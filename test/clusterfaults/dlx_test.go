@@ -115,27 +115,12 @@ func (d *dlxLoad) StopConsumers() {
 	d.consDone.Wait()
 }
 
-// amqpURL is a random node's AMQP URL, not a killed node's.
-func (d *dlxLoad) amqpURL(ctx context.Context, rng *rand.Rand) (string, error) {
-	for ctx.Err() == nil {
-		m := d.w.c.nodes[rng.IntN(len(d.w.c.nodes))]
-		m.mu.Lock()
-		url := m.amqp
-		m.mu.Unlock()
-		if url != "" {
-			return url, nil
-		}
-		faults.SleepCtx(ctx, time.Millisecond)
-	}
-	return "", ctx.Err()
-}
-
 // produce publishes one persistent body at a time with a confirm, about
 // every 20 ms, through a connection to a random node (a new one after any
 // failure).
 func (d *dlxLoad) produce(ctx context.Context, rng *rand.Rand) {
 	for i := 0; ctx.Err() == nil; {
-		url, err := d.amqpURL(ctx, rng)
+		url, err := d.w.c.pickAMQP(ctx, rng)
 		if err != nil {
 			return
 		}
@@ -189,7 +174,7 @@ func (d *dlxLoad) produce(ctx context.Context, rng *rand.Rand) {
 // A reject lost with its connection is redelivered, and rejected again.
 func (d *dlxLoad) reject(ctx context.Context, rng *rand.Rand) {
 	for ctx.Err() == nil {
-		url, err := d.amqpURL(ctx, rng)
+		url, err := d.w.c.pickAMQP(ctx, rng)
 		if err != nil {
 			return
 		}
@@ -335,28 +320,4 @@ func (d *dlxLoad) finish(t testing.TB, held bool) {
 	}
 }
 
-// dlxDrained is also, and (with a dlx load) its drain.
-func dlxDrained(d *dlxLoad, also func(context.Context, *rand.Rand) (bool, string)) func(context.Context, *rand.Rand) (bool, string) {
-	if d == nil {
-		return also
-	}
-	return func(ctx context.Context, rng *rand.Rand) (bool, string) {
-		if ok, desc := d.drained(ctx, rng); !ok {
-			return false, desc
-		}
-		return also(ctx, rng)
-	}
-}
-
-// dlxHeld is held, or (with a dlx load) its queues not empty.
-func dlxHeld(d *dlxLoad, held func(context.Context, *rand.Rand) bool) func(context.Context, *rand.Rand) bool {
-	if d == nil {
-		return held
-	}
-	return func(ctx context.Context, rng *rand.Rand) bool {
-		if empty, _ := d.w.queuesEmpty(ctx, rng); !empty {
-			return true
-		}
-		return held(ctx, rng)
-	}
-}
+func (d *dlxLoad) pair() *workload { return d.w }

@@ -461,8 +461,15 @@ func TestClusterFaults(tt *testing.T) {
 	if dx != nil {
 		dx.StopProducers()
 	}
-	held := w.drain(t, ctx, drainLimit, dlxDrained(dx, redriveDrained(rd, spreadDrained(extra, amqpDrained(a, remote)))),
-		dlxHeld(dx, redriveHeld(rd, spreadHeld(extra, amqpHeld(a, remote)))))
+	var pairs []pairLoad // the loads that keep their own account
+	if rd != nil {
+		pairs = append(pairs, rd)
+	}
+	if dx != nil {
+		pairs = append(pairs, dx)
+	}
+	held := w.drain(t, ctx, drainLimit, pairsDrained(pairs, spreadDrained(extra, amqpDrained(a, remote))),
+		pairsHeld(pairs, spreadHeld(extra, amqpHeld(a, remote))))
 	if held {
 		a.Ck.DrainIncomplete() // the AMQP queues' part of the same drain
 		for _, r := range remote {

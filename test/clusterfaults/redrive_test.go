@@ -351,27 +351,34 @@ func (r *redriveLoad) diagnose(t testing.TB, ctx context.Context) {
 	}
 }
 
-// redriveDrained is also, and (with a redrive load) its drain.
-func redriveDrained(rd *redriveLoad, also func(context.Context, *rand.Rand) (bool, string)) func(context.Context, *rand.Rand) (bool, string) {
-	if rd == nil {
-		return also
-	}
+// pairLoad is a load with its own account over a queue pair (redriveLoad,
+// dlxLoad): drained reports its drain, pair its queues.
+type pairLoad interface {
+	drained(ctx context.Context, rng *rand.Rand) (bool, string)
+	pair() *workload
+}
+
+func (r *redriveLoad) pair() *workload { return r.w }
+
+// pairsDrained is also, and each of loads drained.
+func pairsDrained(loads []pairLoad, also func(context.Context, *rand.Rand) (bool, string)) func(context.Context, *rand.Rand) (bool, string) {
 	return func(ctx context.Context, rng *rand.Rand) (bool, string) {
-		if ok, desc := rd.drained(ctx, rng); !ok {
-			return false, desc
+		for _, l := range loads {
+			if ok, desc := l.drained(ctx, rng); !ok {
+				return false, desc
+			}
 		}
 		return also(ctx, rng)
 	}
 }
 
-// redriveHeld is held, or (with a redrive load) its queues not empty.
-func redriveHeld(rd *redriveLoad, held func(context.Context, *rand.Rand) bool) func(context.Context, *rand.Rand) bool {
-	if rd == nil {
-		return held
-	}
+// pairsHeld is held, or a queue of one of loads not empty.
+func pairsHeld(loads []pairLoad, held func(context.Context, *rand.Rand) bool) func(context.Context, *rand.Rand) bool {
 	return func(ctx context.Context, rng *rand.Rand) bool {
-		if empty, _ := rd.w.queuesEmpty(ctx, rng); !empty {
-			return true
+		for _, l := range loads {
+			if empty, _ := l.pair().queuesEmpty(ctx, rng); !empty {
+				return true
+			}
 		}
 		return held(ctx, rng)
 	}
