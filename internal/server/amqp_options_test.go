@@ -1,14 +1,62 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
+
+// TestAMQPQueueOverSQSHasSQSMaximumMessageSize: a queue declared over AMQP
+// (whose engine limit is the largest, its publishes bounded by the AMQP
+// front-end) shows SQS clients a MaximumMessageSize SQS can have, 1 MiB —
+// until 2026-12-07 it showed 536870912 — and takes SQS sends up to it,
+// refusing a larger one with SQS's error.
+func TestAMQPQueueOverSQSHasSQSMaximumMessageSize(t *testing.T) {
+	s := startWith(t, func(*Options) {})
+	conn, err := amqp091.Dial("amqp://guest:guest@" + s.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("declared", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := client(s.SQSAddr())
+	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("declared")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl, AttributeNames: []types.QueueAttributeName{"MaximumMessageSize"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := attrs.Attributes["MaximumMessageSize"]; got != "1048576" {
+		t.Fatalf("MaximumMessageSize %q, want 1048576", got)
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: aws.String(strings.Repeat("x", 1<<20))}); err != nil {
+		t.Fatalf("a 1 MiB send: %v", err)
+	}
+	_, err = c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: aws.String(strings.Repeat("x", 1<<20+1))})
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || !strings.Contains(ae.ErrorMessage(), "1048576") {
+		t.Fatalf("a send over 1 MiB: %v, want it refused at 1048576 bytes", err)
+	}
+}
 
 // The AMQP product property and message size limit are settable from the
 // server's configuration (amqp_product, amqp_max_message_size; the flags

@@ -434,7 +434,7 @@ func (h *Handler) configAttributes(cfg *engine.QueueConfig) map[string]string {
 	secs := func(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
 	m := map[string]string{
 		attrDelaySeconds:           secs(cfg.Delay),
-		attrMaximumMessageSize:     strconv.Itoa(cfg.MaxMessageSize),
+		attrMaximumMessageSize:     strconv.Itoa(sqsMaxMessageSize(cfg)),
 		attrMessageRetentionPeriod: secs(min(cfg.Retention, engine.MaxRetention)),
 		attrReceiveWaitTimeSeconds: secs(cfg.ReceiveWait),
 		attrVisibilityTimeout:      secs(cfg.Visibility),

@@ -231,6 +231,15 @@ func validDataType(t string) bool {
 	return true
 }
 
+// sqsMaxMessageSize is the largest message the SQS API takes into a queue
+// and reports as its MaximumMessageSize: the queue's own limit, at most
+// SQS's 1 MiB. A queue declared over AMQP has the engine's largest limit
+// (its AMQP publishes are bounded by the AMQP front-end), which is no SQS
+// value: SQS clients see, and get, 1 MiB.
+func sqsMaxMessageSize(cfg *engine.QueueConfig) int {
+	return min(cfg.MaxMessageSize, engine.MaxMaxMessageSize)
+}
+
 // checkSendEntry validates one message for a queue and builds the engine
 // message. batch selects the batch wording where AWS uses a different code
 // (MessageGroupId). The size check uses the queue's MaximumMessageSize.
@@ -303,7 +312,7 @@ func checkSendEntry(e *sendEntry, cfg *engine.QueueConfig, batch bool, sender st
 		return m, newErr(kindInvalidParameter, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 	}
 
-	if limit := cfg.MaxMessageSize; limit > 0 && m.Size() > limit {
+	if limit := sqsMaxMessageSize(cfg); limit > 0 && m.Size() > limit {
 		if batch {
 			// AWS words the batch entry differently (LocalStack's
 			// AWS-validated test_send_batch_message_size).
