@@ -379,7 +379,8 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 
 // AdoptSource makes queue name of vhost "/", when it lives elsewhere (a
 // queue declared over AMQP and placed on another shard of a cluster), known
-// to the topology with its declared settings, so that the Topology routes
+// to the topology with its declared settings (a queue it knows, of any
+// vhost, is left as it is), so that the Topology routes
 // its dead letters (RouteDeadLetter) through its dead-letter exchange: the
 // engine imports them (engine.ImportRouted) after this. A queue that no
 // longer exists is no error (its dead letters are routed nowhere); a
@@ -389,8 +390,13 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 // meanwhile, and it would be dropped, so the caller keeps it and asks
 // again later (engine.ErrUnavailable: not a refusal to back off from).
 func (s *Server) AdoptSource(name string) error {
-	if n := s.unrestored.Load(); n > 0 {
+	if n := s.topo.unrestored.Load(); n > 0 {
 		return fmt.Errorf("%w: amqp: %d bindings to queues of other shards are not restored yet; dead letters wait to be routed", engine.ErrUnavailable, n)
+	}
+	if s.topo.knows(name) {
+		// A queue of this server's own engine, or one adopted before:
+		// its dead letters were routed later (engine.Options.RouteLater).
+		return nil
 	}
 	_, err := s.adopt("/", name)
 	var ae *amqpError

@@ -49,9 +49,6 @@ type Server struct {
 	// without a log line and this count).
 	refused atomic.Uint64
 	panics  atomic.Uint64 // contained panics (panics.go)
-	// unrestored counts the stored bindings to queues AMQP did not
-	// declare that restoreBindings has not restored yet (AdoptSource).
-	unrestored atomic.Int64
 	// Publisher flow control (flow.go): reader pauses, those that ended
 	// at FlowMaxWait, the time paused, and the queues throttling now.
 	flowWaits, flowTimeouts atomic.Uint64
@@ -215,6 +212,9 @@ func (s *Server) load() error {
 		})
 	}
 	t.mu.Unlock()
+	// Counted before the release, so that the router is not ready
+	// (RouteReady) in between.
+	t.unrestored.Store(int64(len(adoptLater)))
 	t.release()
 	if err != nil {
 		return fmt.Errorf("amqp: loading topology: %w", err)
@@ -235,7 +235,6 @@ func (s *Server) load() error {
 		// goroutine (not waited for by Close: it may be inside such a
 		// call) goes on retrying those not restored, every second.
 		first := make(chan struct{})
-		s.unrestored.Store(int64(len(adoptLater)))
 		go s.restoreBindings(adoptLater, first)
 		wait := s.clk.NewTimer(restoreWait)
 		select {
@@ -377,7 +376,7 @@ func (s *Server) restoreBindings(list []bindingToAdopt, first chan struct{}) {
 		return rest
 	}
 	list = pass()
-	s.unrestored.Store(int64(len(list)))
+	s.topo.unrestored.Store(int64(len(list)))
 	close(first)
 	if len(list) == 0 {
 		return
@@ -392,7 +391,7 @@ func (s *Server) restoreBindings(list []bindingToAdopt, first chan struct{}) {
 		case <-retry.C():
 		}
 		list = pass()
-		s.unrestored.Store(int64(len(list)))
+		s.topo.unrestored.Store(int64(len(list)))
 		retry.Reset(time.Second)
 	}
 	s.log.Info("amqp: every binding to a queue AMQP did not declare is restored")

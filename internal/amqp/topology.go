@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemq/sluice/internal/amqp/wire"
+	"github.com/sluicemq/sluice/internal/engine"
 	"github.com/sluicemq/sluice/internal/flowrule"
 )
 
@@ -38,6 +39,35 @@ type Topology struct {
 	// yet dropped its engine queue; dropGen counts the deletes started.
 	dropping map[string]int
 	dropGen  uint64
+
+	// unrestored counts the stored bindings to queues AMQP did not
+	// declare that the server's restoreBindings has not restored yet
+	// (AdoptSource, RouteReady).
+	unrestored atomic.Int64
+}
+
+var _ engine.RouteWaiter = (*Topology)(nil)
+
+// knows reports whether engine queue name is in the topology.
+func (t *Topology) knows(name string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.byEngine[name] != nil
+}
+
+// RouteReady implements engine.RouteWaiter: the topology is loaded and
+// every stored binding is in it. Until then (in a cluster with shards,
+// while shard 0's AMQP server looks up the queues of other shards its
+// bindings lead to) a dead letter routed through it could go nowhere, or
+// to some of its targets only, and an engine with Options.RouteLater keeps
+// it as a route transfer until it is ready.
+func (t *Topology) RouteReady() bool {
+	select {
+	case <-t.loaded:
+		return t.unrestored.Load() == 0
+	default:
+		return false
+	}
 }
 
 // NewTopology returns an empty topology. Pass it to engine.Open as

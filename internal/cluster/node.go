@@ -749,6 +749,12 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 			o.RouteCall = func(ctx context.Context, body []byte) ([]byte, error) {
 				return n.shardRequest(ctx, 0, http.MethodPost, server.ShardEnginePath, body, maxShardCallReply, 0)
 			}
+		} else {
+			// Shard 0's own dead letters wait, as route transfers, while
+			// its AMQP server restores the bindings to queues of other
+			// shards after a start, rather than being routed through a
+			// topology that lacks them (and dropped).
+			o.RouteLater = true
 		}
 		// A deleted name is held on the shard it hashes to, whatever
 		// front-end deletes it (SQS, the admin API, AMQP), before the

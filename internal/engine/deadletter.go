@@ -17,6 +17,19 @@ type DeadLetterRouter interface {
 	RouteDeadLetter(source string, dl *DeadLetter) (targets []string, envelope []byte)
 }
 
+// RouteWaiter may be implemented by a DeadLetterRouter whose topology can
+// be incomplete for a while: a cluster's shard 0 restoring, after its
+// leader starts, the bindings to queues of other shards, through which it
+// would route a dead letter nowhere (or to some of its targets only) and
+// drop it. While RouteReady is false, an engine opened with
+// Options.RouteLater writes each dead letter of a Routed queue as a route
+// transfer (routed.go), which its own mover routes with ImportRouted once
+// the router is ready, instead of routing it now. RouteReady is called
+// with a queue's lock held: it must be fast and must not call the Engine.
+type RouteWaiter interface {
+	RouteReady() bool
+}
+
 // DeadLetter describes a message being dead-lettered, for a router.
 type DeadLetter struct {
 	MessageID    string
@@ -141,9 +154,9 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	var targets []*queue
 	var remote []string // targets held elsewhere (another shard): transfers
 	env := m.envelope()
-	if p := q.cfg.DeadLetter; p != nil && p.Routed && p.RoutedElsewhere && e.routeElsewhere {
+	if p := q.cfg.DeadLetter; p != nil && p.Routed && (p.RoutedElsewhere && e.routeElsewhere || e.routeLaterLocked()) {
 		e.routeTransferLocked(q, m, reason, env, now, b)
-		return nil // its targets are chosen where it is routed
+		return nil // its targets are chosen where (and when) it is routed
 	}
 	if p := q.cfg.DeadLetter; p != nil {
 		if p.Routed {
@@ -211,6 +224,17 @@ func (e *Engine) routeDeadLetterLocked(q *queue, m *message, reason string, now 
 	}
 	e.log.Debug("dead-lettered", "queue", q.name, "reason", reason, "message", FormatID(m.id), "receives", m.recvCount, "targets", names)
 	return names
+}
+
+// routeLaterLocked reports whether a Routed queue's dead letter waits as a
+// route transfer for the router to be ready (Options.RouteLater,
+// RouteWaiter).
+func (e *Engine) routeLaterLocked() bool {
+	if !e.routeLater || e.router == nil {
+		return false
+	}
+	w, ok := e.router.(RouteWaiter)
+	return ok && !w.RouteReady()
 }
 
 // noteDeadLetterClass tells an ErrorClassObserver that m left q as a dead

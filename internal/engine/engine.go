@@ -122,6 +122,13 @@ type Options struct {
 	// DeadLetterRouter, and the routing engine imports it with
 	// ImportRouted.
 	RouteElsewhere bool
+	// RouteLater says that this engine routes its own route transfers
+	// (ImportRouted, by its server's mover): while its DeadLetterRouter
+	// is a RouteWaiter that is not ready, dead letters of Routed queues
+	// are written as route transfers instead of being routed through an
+	// incomplete topology (in a cluster with shards, shard 0 while its
+	// AMQP server restores bindings to queues of other shards).
+	RouteLater bool
 	// BodyMemoryBudget caps the bytes of message bodies kept in memory
 	// (0: DefaultBodyMemoryBudget; negative: no cap). Bodies beyond it
 	// stay only in the store and are read back when a message is
@@ -204,6 +211,7 @@ type Engine struct {
 	taken  func(name string) bool // Options.NameTaken
 
 	routeElsewhere bool // Options.RouteElsewhere
+	routeLater     bool // Options.RouteLater
 
 	// Transfers (transfer.go).
 	elsewhere        func(name string) bool                        // Options.QueueHeldElsewhere
@@ -284,6 +292,7 @@ func Open(opts Options) (*Engine, error) {
 		obs:              opts.Observer,
 		router:           opts.DeadLetterRouter,
 		routeElsewhere:   opts.RouteElsewhere,
+		routeLater:       opts.RouteLater,
 		taken:            opts.NameTaken,
 		elsewhere:        opts.QueueHeldElsewhere,
 		sourcesElsewhere: opts.SourcesElsewhere,

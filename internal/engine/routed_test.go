@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +165,90 @@ func TestRoutedNowhereIsDropped(t *testing.T) {
 	ts[0].Route = false
 	if _, err := zero.e.ImportRouted(ts); err == nil {
 		t.Fatal("a transfer with a target was routed")
+	}
+}
+
+// waitingRouter is a recordingRouter that is a RouteWaiter, not ready
+// until told.
+type waitingRouter struct {
+	recordingRouter
+	ready atomic.Bool
+}
+
+func (r *waitingRouter) RouteReady() bool { return r.ready.Load() }
+
+// TestRouteLaterWaitsForItsRouter: on an engine that routes its own route
+// transfers (Options.RouteLater: a cluster's shard 0), a dead letter of a
+// Routed queue whose router is not ready (its topology still restoring
+// bindings to queues of other shards) leaves its source as a route
+// transfer, without asking the router; once the router is ready the
+// engine's own ImportRouted gives it its targets, and later dead letters
+// are routed at once. An engine without RouteLater (a single node) asks
+// its router whether or not it says it is ready.
+func TestRouteLaterWaitsForItsRouter(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	router := &waitingRouter{recordingRouter: recordingRouter{routeTo: routeTo{names: []string{"dlq"}, env: []byte("x-death")}}}
+	zero := &fixture{t: t, st: newTestStore(t), clk: clk}
+	zero.opts = func(o *Options) {
+		o.DeadLetterRouter = router
+		o.RouteLater = true
+	}
+	zero.open()
+	zero.create("dlq", nil)
+	zero.create("amqp", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Routed: true} })
+	reject := func(f *fixture, body string) {
+		t.Helper()
+		f.send("amqp", Message{Body: []byte(body), Envelope: []byte("original")})
+		d := f.recv("amqp", 1, 30*time.Second)
+		if len(d) != 1 {
+			t.Fatal("no message")
+		}
+		if _, err := f.e.Reject("amqp", []string{d[0].ReceiptHandle}, Failure{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reject(zero, "early")
+	if n := len(router.asked); n != 0 {
+		t.Fatalf("a router not ready was asked %d times", n)
+	}
+	if got := zero.recv("dlq", 10, -1); len(got) != 0 || zero.e.TransfersPending() != 1 {
+		t.Fatalf("dlq holds %d, %d transfers pending; want 0 and the route transfer", len(got), zero.e.TransfersPending())
+	}
+	if info, _ := zero.e.GetQueue("amqp"); info.Visible+info.InFlight != 0 || info.Dropped != 0 {
+		t.Fatalf("source %+v", info)
+	}
+	zero.restart() // the route transfer is durable
+	ts, err := zero.e.Transfers(nil, 10, 1<<20)
+	if err != nil || len(ts) != 1 || !ts[0].Route || ts[0].Source != "amqp" {
+		t.Fatalf("route transfers %+v %v", ts, err)
+	}
+	router.ready.Store(true)
+	if nowhere, err := zero.e.ImportRouted(ts); err != nil || len(nowhere) != 0 {
+		t.Fatal(nowhere, err)
+	}
+	if err := zero.e.EndTransfers([]TransferID{ts[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	got := zero.recv("dlq", 10, -1)
+	if len(got) != 1 || string(got[0].Body) != "early" || string(got[0].Envelope) != "x-death" || got[0].DeadLetter == nil {
+		t.Fatalf("dlq holds %+v", got)
+	}
+	if len(router.asked) != 1 || string(router.asked[0].Envelope) != "original" {
+		t.Fatalf("the router was asked %+v", router.asked)
+	}
+	reject(zero, "ready")
+	if got := zero.recv("dlq", 10, -1); len(got) != 1 || string(got[0].Body) != "ready" || zero.e.TransfersPending() != 0 {
+		t.Fatalf("a dead letter once ready: dlq holds %+v, %d transfers pending", got, zero.e.TransfersPending())
+	}
+
+	single := &fixture{t: t, st: newTestStore(t), clk: clk}
+	unready := &waitingRouter{recordingRouter: recordingRouter{routeTo: routeTo{names: []string{"dlq"}}}}
+	single.opts = func(o *Options) { o.DeadLetterRouter = unready }
+	single.open()
+	single.create("dlq", nil)
+	single.create("amqp", func(c *QueueConfig) { c.DeadLetter = &DeadLetterPolicy{Routed: true} })
+	reject(single, "single")
+	if got := single.recv("dlq", 10, -1); len(got) != 1 || single.e.TransfersPending() != 0 {
+		t.Fatalf("without RouteLater: dlq holds %d, %d transfers pending; want it routed at once", len(got), single.e.TransfersPending())
 	}
 }

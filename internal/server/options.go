@@ -132,6 +132,13 @@ type Options struct {
 	// (engine.Options.RouteElsewhere), and the mover (transfer.go) sends
 	// them there. Not settable from a config file.
 	RouteCall func(ctx context.Context, body []byte) ([]byte, error) `toml:"-"`
+	// RouteLater, with ShardCall and no RouteCall (a cluster's shard 0),
+	// has the engine keep the dead letters of queues with a dead-letter
+	// exchange as route transfers while the AMQP topology is not ready
+	// (engine.Options.RouteLater: its bindings to queues of other shards
+	// not all restored after a start), and the mover route them here once
+	// it is. Not settable from a config file.
+	RouteLater bool `toml:"-"`
 	// SourcesElsewhere, when set, maps every queue named by the
 	// RedrivePolicy of a queue of the cluster's other shards to those
 	// queues (engine.Options.SourcesElsewhere).

@@ -196,6 +196,7 @@ func New(opts Options, log *slog.Logger, clk clock.Clock) (_ *Server, err error)
 		NameTaken:          opts.NameTaken,
 		QueueHeldElsewhere: opts.QueueHeldElsewhere,
 		RouteElsewhere:     opts.RouteCall != nil,
+		RouteLater:         opts.RouteLater && opts.RouteCall == nil && opts.ShardCall != nil,
 		SourcesElsewhere:   opts.SourcesElsewhere,
 		HoldDeleted:        opts.HoldDeleted,
 		Deleted:            opts.Deleted,

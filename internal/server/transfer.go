@@ -331,14 +331,29 @@ func moverReply(out []byte, err error) (engineReply, error) {
 }
 
 // routeCall runs c on the leader of the shard that routes this server's
-// dead letters (Options.RouteCall). The transfers that leader routed
+// dead letters (Options.RouteCall), or here (Options.RouteLater). The transfers that leader routed
 // nowhere (an error in the answer's Errs at their place) are counted as
 // dropped in their sources here (engine.CountRoutedNowhere).
 func (s *Server) routeCall(ctx context.Context, c engineCall) error {
-	if s.opts.RouteCall == nil {
+	var rep engineReply
+	var err error
+	switch {
+	case s.opts.RouteCall != nil:
+		rep, err = moverReply(s.opts.RouteCall(ctx, encodeEngineCall(&c)))
+	case s.opts.RouteLater:
+		// This server's own dead letters, kept until its topology was
+		// ready (engine.Options.RouteLater): routed here.
+		var nowhere []int
+		nowhere, err = s.importRouted(c.Transfers)
+		if err = refused(err); err == nil && len(nowhere) > 0 {
+			rep.Errs = make([]remoteError, len(c.Transfers))
+			for _, i := range nowhere {
+				rep.Errs[i] = remoteError{Text: "routed nowhere"}
+			}
+		}
+	default:
 		return &refusal{errors.New("dead letters to route, and no shard to route them")}
 	}
-	rep, err := moverReply(s.opts.RouteCall(ctx, encodeEngineCall(&c)))
 	if err == nil {
 		for i, e := range rep.Errs {
 			if e != (remoteError{}) && i < len(c.Transfers) {
