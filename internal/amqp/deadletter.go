@@ -1,6 +1,8 @@
 package amqp
 
 import (
+	"slices"
+
 	"github.com/sluicemq/sluice/internal/amqp/wire"
 	"github.com/sluicemq/sluice/internal/engine"
 )
@@ -190,7 +192,10 @@ func str(t wire.Table, k string) string {
 	return s
 }
 
-var _ engine.DeadLetterTargeter = (*Topology)(nil)
+var (
+	_ engine.DeadLetterTargeter    = (*Topology)(nil)
+	_ engine.DeadLetterRouteLister = (*Topology)(nil)
+)
 
 // DeadLetterTargets implements engine.DeadLetterTargeter: the engine
 // queues that source's dead letters can reach through its
@@ -203,7 +208,35 @@ func (t *Topology) DeadLetterTargets(source string) []string {
 	<-t.loaded
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	q := t.byEngine[source]
+	return t.deadLetterTargetsLocked(t.byEngine[source])
+}
+
+// DeadLetterRoutes maps each engine queue that the dead letters of a queue
+// this topology knows can reach (DeadLetterTargets) to those queues,
+// sorted, a queue never its own: the queues declared here and those of
+// other shards it adopted (a cluster's shard 0, AdoptSource). A cluster
+// gives it to the shards of the targets, whose engines count them as
+// dead-letter queues (engine.Options.SourcesElsewhere).
+func (t *Topology) DeadLetterRoutes() map[string][]string {
+	<-t.loaded
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := map[string][]string{}
+	for name, q := range t.byEngine {
+		for _, dlq := range t.deadLetterTargetsLocked(q) {
+			if dlq != name {
+				out[dlq] = append(out[dlq], name)
+			}
+		}
+	}
+	for _, srcs := range out {
+		slices.Sort(srcs)
+	}
+	return out
+}
+
+// deadLetterTargetsLocked is DeadLetterTargets of q (nil: none).
+func (t *Topology) deadLetterTargetsLocked(q *queue) []string {
 	if q == nil || !q.settings.hasDLX {
 		return nil
 	}

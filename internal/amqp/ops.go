@@ -406,6 +406,16 @@ func (s *Server) AdoptSource(name string) error {
 	return err
 }
 
+// DeadLetterRoutes is the topology's DeadLetterRoutes, and false instead
+// while the topology is not whole (RouteReady: bindings to queues of other
+// shards being restored after a start), when they could lack some.
+func (s *Server) DeadLetterRoutes() (map[string][]string, bool) {
+	if !s.topo.RouteReady() {
+		return nil, false
+	}
+	return s.topo.DeadLetterRoutes(), true
+}
+
 // newQueueName returns a server-generated queue name.
 func newQueueName() string {
 	b := make([]byte, 16)

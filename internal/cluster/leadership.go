@@ -235,6 +235,7 @@ func (n *Node) serveLocal(ctx context.Context, k int, srv *server.Server, tl *ti
 	go n.stampEvery(sctx, k, ad, tl, log)
 	if n.shards.Len() > 1 {
 		go n.keepPlacements(sctx, k, srv, log)
+		go n.keepSourcesAdopted(sctx, k, srv, log)
 		go n.recordLeadership(sctx, k, term, ad, log)
 		if k == 0 && n.opts.Cluster.SubsetPlacement() {
 			go n.controlPlacement(sctx, log.With("component", "placement"))

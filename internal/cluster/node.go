@@ -161,6 +161,11 @@ type Node struct {
 	// dlSources are the dead-letter sources of shards this node holds no
 	// copy of, as their leaders last answered (remoteDLSources). Under mu.
 	dlSources map[int]dlSourcesAnswer
+	// routesAnswer is shard 0's leader's last answer of its AMQP
+	// dead-letter routes (amqpRoutes), routesAnswerOK whether there is
+	// one. Under mu.
+	routesAnswer   dlSourcesAnswer
+	routesAnswerOK bool
 	// bodies bounds the SQS request bodies buffered to find the shard of
 	// their queue (shards.go; only with several shards).
 	bodies *server.BodyBudget
@@ -783,6 +788,13 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 					return nil, fmt.Errorf("shard %d: %w", j, err)
 				}
 				for dlq, srcs := range m {
+					all[dlq] = append(all[dlq], srcs...)
+				}
+			}
+			if k != 0 {
+				// Queues that AMQP dead-letter exchanges route to, with
+				// their sources (shard 0's own routes them itself).
+				for dlq, srcs := range n.amqpRoutes(fresh, n.log) {
 					all[dlq] = append(all[dlq], srcs...)
 				}
 			}

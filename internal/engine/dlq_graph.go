@@ -14,6 +14,18 @@ type DeadLetterTargeter interface {
 	DeadLetterTargets(source string) []string
 }
 
+// DeadLetterRouteLister may be implemented by a DeadLetterRouter that
+// routes the dead letters of queues outside this engine too (a cluster's
+// shard 0, whose AMQP topology routes those of every shard's queues with a
+// dead-letter exchange): DeadLetterRoutes maps each queue their dead
+// letters can reach to those sources. With Options.SourcesElsewhere, the
+// sources it names that are not this engine's count as sources of this
+// engine's queues it names. The engine calls it without any queue lock
+// held.
+type DeadLetterRouteLister interface {
+	DeadLetterRoutes() map[string][]string
+}
+
 // DeadLetterQueues returns every dead-letter queue with its sources,
 // sorted: the queues some queue's DeadLetterPolicy names as Target, and
 // the queues a Routed policy reaches (when the router is a
@@ -59,6 +71,20 @@ func (e *Engine) deadLetterQueues(fresh bool) (map[string][]string, error) {
 		}
 	}
 	var err error
+	if l, ok := e.router.(DeadLetterRouteLister); ok && e.sourcesElsewhere != nil {
+		// A cluster's shard 0: the sources on other shards that its
+		// router routes the dead letters of (to queues of this engine).
+		for dlq, srcs := range l.DeadLetterRoutes() {
+			if q, _ := e.lookup(dlq); q == nil {
+				continue
+			}
+			for _, src := range srcs {
+				if s, _ := e.lookup(src); s == nil {
+					out[dlq] = append(out[dlq], src)
+				}
+			}
+		}
+	}
 	if e.sourcesElsewhere != nil {
 		var other map[string][]string
 		if other, err = e.sourcesElsewhere(fresh); err == nil {

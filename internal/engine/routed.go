@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sluicemq/sluice/internal/store"
@@ -194,4 +195,24 @@ func (e *Engine) CountRoutedNowhere(source, reason string) {
 		lvl = slog.LevelInfo
 	}
 	e.log.Log(context.Background(), lvl, "message dropped: its dead letter was routed nowhere", "queue", source, "reason", reason)
+}
+
+// RoutedElsewhereQueues returns, sorted, this engine's queues whose dead
+// letters are routed elsewhere (a Routed DeadLetterPolicy marked
+// RoutedElsewhere, on an engine with Options.RouteElsewhere): a cluster
+// has the routing shard learn them before their first dead letter.
+func (e *Engine) RoutedElsewhereQueues() []string {
+	if !e.routeElsewhere {
+		return nil
+	}
+	var out []string
+	for _, q := range e.allQueues() {
+		q.mu.Lock()
+		if p := q.cfg.DeadLetter; p != nil && p.Routed && p.RoutedElsewhere && !q.deleted {
+			out = append(out, q.name)
+		}
+		e.unlockAndInsertCopies(q)
+	}
+	slices.Sort(out)
+	return out
 }

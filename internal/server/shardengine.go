@@ -96,6 +96,7 @@ const (
 	opPlaceGone    = "place-gone"
 	opPlaceDeleted = "place-deleted" // a queue its shard's leader deleted (PlacementDeletedCall)
 	opCreate       = "create"        // a queue the AMQP server declares, placed on this shard (createCall)
+	opAdoptSources = "adopt-sources" // queues of a shard whose dead letters shard 0 routes (AdoptSourcesCall)
 )
 
 // engineCall is one engine call for Queue (enginewire.go).
@@ -557,6 +558,14 @@ func (s *Server) runEngineCall(ctx context.Context, c engineCall) engineReply {
 		}
 		r.Err = toRemoteError(err)
 		return r
+	case opAdoptSources:
+		for _, name := range c.Handles {
+			if err := s.amqp.AdoptSource(name); err != nil {
+				r.Err = toRemoteError(err)
+				break
+			}
+		}
+		return r
 	case opPlaceHeld, opPlaceGone:
 		var u engine.PlacementUpdate
 		var err error
@@ -638,6 +647,18 @@ func PlacementsCall(shard int, names []string, gone bool) []byte {
 		op = opPlaceGone
 	}
 	return encodeEngineCall(&engineCall{Op: op, Shard: shard, Handles: names})
+}
+
+// AdoptSourcesCall is the body of a ShardEnginePath request to shard 0's
+// leader naming queues of another shard whose dead letters it routes (AMQP
+// queues with a dead-letter exchange, engine.DeadLetterPolicy's
+// RoutedElsewhere): its AMQP server adopts them (amqp.Server.AdoptSource),
+// so that the queues they dead-letter into count as dead-letter queues
+// with them as sources (ShardAMQPRoutesPath) before their first dead
+// letter. An error (engine.ErrUnavailable while shard 0 restores its
+// bindings) means some were not adopted: the caller sends them again.
+func AdoptSourcesCall(names []string) []byte {
+	return encodeEngineCall(&engineCall{Op: opAdoptSources, Handles: names})
 }
 
 // PlacementDeletedCall is the body of a ShardEnginePath request to shard

@@ -23,13 +23,14 @@ import (
 // Paths of a shard leader's own listings, served (Options.ShardViews) on
 // its internal listener, which takes only nodes.
 const (
-	ShardQueuesPath      = "/sluice/internal/shard/queues"      // admin.Handler.ServeLocalQueues: api.QueueList
-	ShardOverviewPath    = "/sluice/internal/shard/overview"    // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
-	ShardTasksPath       = "/sluice/internal/shard/tasks"       // admin.Handler.ServeLocalTasks: api.TaskList
-	ShardAlertsPath      = "/sluice/internal/shard/alerts"      // alerts.Manager.ServeHTTP: alerts.List
-	ShardAdvisorPath     = "/sluice/internal/shard/advisor"     // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
-	ShardDefinitionsPath = "/sluice/internal/shard/definitions" // GET Server.serveLocalDefinitions: Definitions; POST Server.declareLocalQueues
-	ShardDLSourcesPath   = "/sluice/internal/shard/dlsources"   // GET Server.serveLocalDLSources: StoredDeadLetterSources of this shard, as JSON
+	ShardQueuesPath      = "/sluice/internal/shard/queues"        // admin.Handler.ServeLocalQueues: api.QueueList
+	ShardOverviewPath    = "/sluice/internal/shard/overview"      // dashboard.Dashboard.ServeLocalOverview: dashboard.Overview
+	ShardTasksPath       = "/sluice/internal/shard/tasks"         // admin.Handler.ServeLocalTasks: api.TaskList
+	ShardAlertsPath      = "/sluice/internal/shard/alerts"        // alerts.Manager.ServeHTTP: alerts.List
+	ShardAdvisorPath     = "/sluice/internal/shard/advisor"       // dashboard.Dashboard.ServeLocalAdvisor: dashboard.Advice
+	ShardDefinitionsPath = "/sluice/internal/shard/definitions"   // GET Server.serveLocalDefinitions: Definitions; POST Server.declareLocalQueues
+	ShardDLSourcesPath   = "/sluice/internal/shard/dlsources"     // GET Server.serveLocalDLSources: StoredDeadLetterSources of this shard, as JSON
+	ShardAMQPRoutesPath  = "/sluice/internal/shard/amqp-dlroutes" // GET Server.serveAMQPRoutes: the AMQP topology's DeadLetterRoutes, as JSON
 )
 
 // Placement is a cluster shard and the node leading it
@@ -49,6 +50,7 @@ type ShardAnswer struct {
 func (s *Server) shardViews(mux *http.ServeMux, adminH *admin.Handler, dash *dashboard.Dashboard, al *alerts.Manager) {
 	mux.HandleFunc("GET "+ShardDefinitionsPath, s.serveLocalDefinitions)
 	mux.HandleFunc("GET "+ShardDLSourcesPath, s.serveLocalDLSources)
+	mux.HandleFunc("GET "+ShardAMQPRoutesPath, s.serveAMQPRoutes)
 	mux.HandleFunc("POST "+ShardDefinitionsPath, s.declareLocalQueues)
 	mux.HandleFunc("GET "+ShardQueuesPath, adminH.ServeLocalQueues)
 	mux.HandleFunc("GET "+ShardOverviewPath, dash.ServeLocalOverview)
@@ -145,6 +147,20 @@ func readShards[L, T any](ctx context.Context, other func(ctx context.Context, p
 // names, with the queues naming it), for a node that holds no copy of
 // this shard (Options.SourcesElsewhere, ADR 0016). 503 when the store
 // cannot be read.
+// serveAMQPRoutes answers ShardAMQPRoutesPath on a cluster's shard 0: the
+// queues its AMQP topology routes dead letters to, each with its sources
+// (amqp.Topology.DeadLetterRoutes); 503 while the topology is not whole
+// (its bindings to queues of other shards being restored after a start).
+func (s *Server) serveAMQPRoutes(w http.ResponseWriter, _ *http.Request) {
+	routes, ok := s.amqp.DeadLetterRoutes()
+	if !ok {
+		http.Error(w, "the AMQP topology's bindings to queues of other shards are being restored", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(routes) // a caller gone cannot be told
+}
+
 func (s *Server) serveLocalDLSources(w http.ResponseWriter, _ *http.Request) {
 	m, err := StoredDeadLetterSources(s.st)
 	if err != nil {

@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicemq/sluice/internal/brokertest/poll"
+	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+)
+
+// TestShardsAMQPDeadLetterQueueElsewhere: with placement "subset", a queue
+// that an AMQP source's dead-letter exchange routes to, on another shard
+// than the source and than shard 0 (whose topology routes it), is that
+// source's dead-letter queue where SQS and the operator look: its shard's
+// engine learns the route from shard 0's leader, so
+// ListDeadLetterSourceQueues names the source — also after shard 0's
+// leadership moved, before any dead letter (the source's shard tells the
+// new leader of it) — and a redrive (StartMessageMoveTask without a
+// destination) returns the dead letters to their source. Until
+// 2026-12-07 it was no dead-letter queue there: no sources listed, and
+// the redrive refused.
+func TestShardsAMQPDeadLetterQueueElsewhere(t *testing.T) {
+	nodes := subsetNodes(t)
+	ctx := context.Background()
+	ch := amqpChannel(t, nodes[0], true)
+	if err := ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	graves := subsetName(nodes[0], "graves", 2)
+	if _, err := ch.QueueDeclare(graves, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// And one that stays on shard 0 (x-expires), which shard 0's own
+	// engine counts as a dead-letter queue of the source elsewhere.
+	morgue := subsetName(nodes[0], "morgue", 2)
+	if _, err := ch.QueueDeclare(morgue, true, false, false, false, amqp.Table{"x-expires": int32(3600000)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{graves, morgue} {
+		if err := ch.QueueBind(q, "", "dlx", false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := subsetName(nodes[0], "jobs", 1)
+	if _, err := ch.QueueDeclare(jobs, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "dlx"}); err != nil {
+		t.Fatal(err)
+	}
+	held := func(name string) []int { return heldBy(t, nodes[1], name) } // node 2 holds every shard
+	for name, k := range map[string]int{graves: 2, jobs: 1, morgue: 0} {
+		poll.CheckFor(t, 10*time.Second, poll.True(fmt.Sprintf("%s is on shard %d alone", name, k), func() bool { return slices.Equal(held(name), []int{k}) }))
+	}
+
+	client := shardClient(nodes[2])
+	url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(graves)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	morgueURL, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(morgue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sources := func(what string) {
+		t.Helper()
+		poll.CheckFor(t, 30*time.Second, func() error {
+			for _, n := range nodes {
+				for _, u := range []*string{url.QueueUrl, morgueURL.QueueUrl} {
+					out, err := shardClient(n).ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: u})
+					if err != nil {
+						return err
+					}
+					if len(out.QueueUrls) != 1 || !strings.HasSuffix(out.QueueUrls[0], "/"+jobs) {
+						return fmt.Errorf("%s: sources of %s through node %d: %v, want %s", what, *u, n.opts.Cluster.NodeID, out.QueueUrls, jobs)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	sources("after the declares")
+
+	// Shard 0's leadership to another voter of it: the new leader's
+	// topology knows the placed source only once its shard says so.
+	var from *Node
+	for _, n := range nodes {
+		if n.leadsShard(0) {
+			from = n
+		}
+	}
+	if from == nil {
+		t.Fatal("no node leads shard 0")
+	}
+	var to uint64
+	for _, m := range from.shards.Shard(0).Status().Members {
+		if m.ID != from.opts.Cluster.NodeID && m.Membership == raftstore.Voter {
+			to = m.ID
+		}
+	}
+	if to == 0 {
+		t.Fatal("shard 0 has no other voter")
+	}
+	handOver(t, nodes, 0, to)
+	sources("after shard 0's leadership moved")
+
+	// Dead letters, then a redrive of the dead-letter queue without a
+	// destination: back in their source.
+	ch = amqpChannel(t, nodes[0], true)
+	const poison = 3
+	for j := range poison {
+		publishConfirmed(t, ch, jobs, "poison/"+strconv.Itoa(j))
+	}
+	for range poison {
+		d, ok, err := ch.Get(jobs, false)
+		if err != nil || !ok {
+			t.Fatalf("get from %s: %v, %v", jobs, ok, err)
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, poison, 30*time.Second)
+	arn, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(arn.Attributes["QueueArn"])}); err != nil {
+		t.Fatalf("a redrive of %s, the dead-letter queue of %s through an AMQP dead-letter exchange: %v", graves, jobs, err)
+	}
+	awaitMessages(t, amqpChannel(t, nodes[2], false), jobs, poison, 30*time.Second)
+	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, 0, 30*time.Second)
+}
+
