@@ -127,8 +127,10 @@ func (n *Node) nameShard(name string) int {
 	return hashShard(name, count)
 }
 
-// findQueue returns the shard whose copy on this node holds queue name.
-// It looks first where the name hashes to, where most queues are (one
+// findQueue returns the shard whose copy on this node holds queue name,
+// else the one its placement in this node's copy of shard 0 names (a
+// shard not held here; with subset placement, any: placedElsewhere). It
+// looks first where the name hashes to, where most queues are (one
 // read for them; it was a read per shard until the queue's, 7 % of a
 // node's CPU under an SQS load of several queues).
 func (n *Node) findQueue(name string) (int, bool) {
@@ -162,9 +164,13 @@ func (n *Node) findQueueErr(name string) (int, bool, error) {
 			return k, true, nil
 		}
 	}
-	if !all {
+	if !all || count > 1 && n.opts.Cluster.SubsetPlacement() {
 		// Shards this node holds no copy of (ADR 0016): the queue's
-		// placement in shard 0, if it names one of them.
+		// placement in shard 0, if it names one of them — or, with
+		// subset placement, one whose copy here lacks it: a copy
+		// catching up (a member the placement just added, still
+		// receiving its snapshot), where a dead letter routed to it
+		// would otherwise be dropped as routed nowhere.
 		if k, ok, err := n.placedElsewhere(name); err != nil {
 			errs = append(errs, err)
 		} else if ok {
@@ -175,7 +181,9 @@ func (n *Node) findQueueErr(name string) (int, bool, error) {
 }
 
 // placedElsewhere returns the shard that queue name's live placement in
-// this node's copy of shard 0 names, when this node holds no copy of it.
+// this node's copy of shard 0 names, when this node holds no copy of it
+// or, with subset placement (where a delete marks its placement gone
+// before it is answered), when it does.
 func (n *Node) placedElsewhere(name string) (int, bool, error) {
 	st := n.raft.Store()
 	p, ok, err := server.StoredPlacement(st, name)
@@ -183,7 +191,7 @@ func (n *Node) placedElsewhere(name string) (int, bool, error) {
 	switch {
 	case err != nil:
 		return 0, false, fmt.Errorf("shard 0's placements: %w", err)
-	case !ok || !p.Gone.IsZero() || p.Shard < 0 || p.Shard >= n.shards.Len() || n.shards.Held(p.Shard):
+	case !ok || !p.Gone.IsZero() || p.Shard < 0 || p.Shard >= n.shards.Len() || n.shards.Held(p.Shard) && !n.opts.Cluster.SubsetPlacement():
 		return 0, false, nil
 	}
 	return p.Shard, true, nil

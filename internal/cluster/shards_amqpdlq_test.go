@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicemq/sluice/internal/brokertest/poll"
 	"github.com/sluicemq/sluice/internal/cluster/raftstore"
+	"github.com/sluicemq/sluice/internal/server"
 )
 
 // TestShardsAMQPDeadLetterQueueElsewhere: with placement "subset", a queue
@@ -139,3 +140,45 @@ func TestShardsAMQPDeadLetterQueueElsewhere(t *testing.T) {
 	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, 0, 30*time.Second)
 }
 
+// TestSubsetFindsAQueueItsCopyLacks: with placement "subset", a queue
+// whose placement names a shard this node holds is found there even when
+// this node's copy of that shard lacks it — a copy catching up, as on a
+// member the placement controller just added, still receiving its
+// snapshot. Before, such a node's engines took the queue for one that
+// lives nowhere: a dead letter routed to it by shard 0's leader there was
+// dropped as routed nowhere. Played here with a placement written for a
+// queue no copy holds.
+func TestSubsetFindsAQueueItsCopyLacks(t *testing.T) {
+	nodes, _ := startThreeWith(t, func(o *server.Options) {
+		o.Cluster.Shards = 3
+		o.Cluster.ReplicationFactor = 2
+		o.Cluster.Placement = server.PlacementSubset
+	}, func(_ int, o *Options) {
+		o.BalanceInterval = 100 * time.Millisecond
+		o.PlacementInterval = time.Hour // the keepers leave the played placement alone
+	}, nil, 3)
+	poll.CheckFor(t, 30*time.Second, func() error { return balancerSettled(nodes, 3) })
+	behind := subsetName(nodes[0], "behind", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	poll.CheckFor(t, 30*time.Second, func() error {
+		_, err := nodes[0].nameCall(ctx, 0, 2*time.Second, server.PlacementsCall(1, []string{behind}, false), nil)
+		return err
+	})
+	holders := 0
+	for _, n := range nodes {
+		if !n.shards.Held(1) {
+			continue
+		}
+		holders++
+		poll.CheckFor(t, 10*time.Second, func() error {
+			if k, ok := n.findQueue(behind); !ok || k != 1 {
+				return fmt.Errorf("node %d, which holds shard 1, finds %s at %d, %v; want shard 1 (its placement)", n.opts.Cluster.NodeID, behind, k, ok)
+			}
+			return nil
+		})
+	}
+	if holders == 0 {
+		t.Fatal("no node holds shard 1")
+	}
+}
