@@ -34,9 +34,17 @@ import (
 // once both queues have drained, is lost (unless a delete of it went
 // unanswered: it may have been applied); a body received that no publish
 // carried is unexpected; duplicates are allowed.
+//
+// A second such load (zero) has its source on shard 0 instead (declared
+// with x-expires, which keeps it there, and a TTL of a second, so that
+// messages are dead-lettered as expired too): its dead letters are routed
+// at once by shard 0's topology, or, while a new leader of shard 0 restores
+// its bindings to queues of other shards, kept as route transfers that
+// its own mover routes once it has (engine.Options.RouteLater).
 type dlxLoad struct {
 	w        *workload // pick, note, queuesEmpty, the error summary (Main: the source, DLQ: the dead-letter queue)
 	exchange string
+	zero     bool // the source is on shard 0
 
 	mu      sync.Mutex
 	sent    map[string]bool // body → confirmed (false: attempted only)
@@ -52,23 +60,46 @@ type dlxLoad struct {
 	rejects, recvs     atomic.Int64
 }
 
-// newDLXLoad declares, with placement "subset", the exchange cfx-dlx, the
-// dead-letter queue cfxt<k> bound to it and the source cfxs<k> with it
-// as its dead-letter exchange, through node 1's AMQP listener; nil
-// otherwise (without a subset placement AMQP keeps such queues on shard
-// 0, where other loads cover them).
-func newDLXLoad(c *testCluster, run string) (*dlxLoad, error) {
+// newDLXLoads returns, with placement "subset", the two dlx loads (the
+// source off shard 0, and on it); none otherwise (without a subset
+// placement AMQP keeps such queues on shard 0, where other loads cover
+// them).
+func newDLXLoads(c *testCluster, run string) ([]*dlxLoad, error) {
 	if !c.subset {
 		return nil, nil
 	}
-	w := newWorkload(c, run+"x", false)
+	var out []*dlxLoad
+	for _, zero := range []bool{false, true} {
+		d, err := newDLXLoad(c, run, zero)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// newDLXLoad declares the exchange cfx-dlx, the dead-letter queue
+// cfxt<k> bound to it and the source cfxs<k> with it as its dead-letter
+// exchange, through node 1's AMQP listener; with zero, cfy-dlx, cfyt<k>
+// and cfys<k>, the source declared with x-expires (kept on shard 0).
+func newDLXLoad(c *testCluster, run string, zero bool) (*dlxLoad, error) {
+	letter, args := "x", amqp.Table{}
+	if zero {
+		// A TTL too: the messages that wait out a failover expire and
+		// are dead-lettered as the new leader of shard 0 starts, when
+		// its bindings to other shards may not be restored yet.
+		letter, args = "y", amqp.Table{"x-expires": int32((24 * time.Hour).Milliseconds()), "x-message-ttl": int32(1000)}
+	}
+	w := newWorkload(c, run+letter, false)
 	for k := 1; k < 10000; k++ {
-		w.Main, w.DLQ = fmt.Sprintf("cfxs%d", k), fmt.Sprintf("cfxt%d", k)
-		if c.shards-1 < 2 || c.shardOf(w.Main) != c.shardOf(w.DLQ) {
+		w.Main, w.DLQ = fmt.Sprintf("cf%ss%d", letter, k), fmt.Sprintf("cf%st%d", letter, k)
+		if zero || c.shards-1 < 2 || c.shardOf(w.Main) != c.shardOf(w.DLQ) {
 			break
 		}
 	}
-	d := &dlxLoad{w: w, exchange: "cfx-dlx", sent: map[string]bool{}, deleted: map[string]bool{}, tried: map[string]bool{}, deaths: map[string]bool{}}
+	d := &dlxLoad{w: w, exchange: "cf" + letter + "-dlx", zero: zero, sent: map[string]bool{}, deleted: map[string]bool{}, tried: map[string]bool{}, deaths: map[string]bool{}}
+	args["x-dead-letter-exchange"] = d.exchange
 	m := c.nodes[0]
 	m.mu.Lock()
 	url := m.amqp
@@ -87,7 +118,7 @@ func newDLXLoad(c *testCluster, run string) (*dlxLoad, error) {
 	if err := ch.QueueBind(w.DLQ, "", d.exchange, false, nil); err != nil {
 		return nil, fmt.Errorf("bind %s: %w", w.DLQ, err)
 	}
-	if _, err := ch.QueueDeclare(w.Main, true, false, false, false, amqp.Table{"x-dead-letter-exchange": d.exchange}); err != nil {
+	if _, err := ch.QueueDeclare(w.Main, true, false, false, false, args); err != nil {
 		return nil, fmt.Errorf("declare %s: %w", w.Main, err)
 	}
 	return d, nil
@@ -303,8 +334,12 @@ func (d *dlxLoad) finish(t testing.TB, held bool) {
 	}
 	d.mu.Unlock()
 	slices.Sort(lost)
+	src := d.w.c.shardOf(d.w.Main)
+	if d.zero {
+		src = 0
+	}
 	t.Logf("dlx (source %s on shard %d, rejected into exchange %s, bound %s on shard %d; routed by shard 0): publishes attempted %d, confirmed %d; rejects %d; dead letters received %d (%d bodies with DeadLetterQueueSourceArn %s), bodies deleted %d; confirmed and not deleted %d (and %d whose unanswered delete may have been applied), unexpected %d; errors: %s",
-		d.w.Main, d.w.c.shardOf(d.w.Main), d.exchange, d.w.DLQ, d.w.c.shardOf(d.w.DLQ), d.attempts.Load(), d.confirms.Load(),
+		d.w.Main, src, d.exchange, d.w.DLQ, d.w.c.shardOf(d.w.DLQ), d.attempts.Load(), d.confirms.Load(),
 		d.rejects.Load(), d.recvs.Load(), deaths, d.w.Main, deleted, owed, ambiguous, len(unknown), d.w.errorSummary())
 	switch {
 	case owed > 0 && held:

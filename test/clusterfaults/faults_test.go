@@ -365,7 +365,7 @@ func TestClusterFaults(tt *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dx, err := newDLXLoad(c, w.Run) // with placement subset: AMQP dead letters routed by shard 0 between two other shards
+	dxs, err := newDLXLoads(c, w.Run) // with placement subset: AMQP dead letters routed by shard 0 (between two other shards, and from its own queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestClusterFaults(tt *testing.T) {
 	if rd != nil {
 		rd.Start(ctx, rng)
 	}
-	if dx != nil {
+	for _, dx := range dxs {
 		dx.Start(ctx, rng)
 	}
 	for _, r := range remote {
@@ -458,14 +458,14 @@ func TestClusterFaults(tt *testing.T) {
 	if rd != nil {
 		rd.StopProducers()
 	}
-	if dx != nil {
+	for _, dx := range dxs {
 		dx.StopProducers()
 	}
 	var pairs []pairLoad // the loads that keep their own account
 	if rd != nil {
 		pairs = append(pairs, rd)
 	}
-	if dx != nil {
+	for _, dx := range dxs {
 		pairs = append(pairs, dx)
 	}
 	held := w.drain(t, ctx, drainLimit, pairsDrained(pairs, spreadDrained(extra, amqpDrained(a, remote))),
@@ -484,7 +484,7 @@ func TestClusterFaults(tt *testing.T) {
 		rd.StopConsumers()
 		rd.finish(t, ctx, held)
 	}
-	if dx != nil {
+	for _, dx := range dxs {
 		dx.StopConsumers()
 		dx.finish(t, held)
 	}
