@@ -348,7 +348,7 @@ func (n *Node) queueChangeLocked(cc *pb.ConfChange) *waiter {
 	w := newWaiter()
 	n.waiters[n.seq] = w
 	n.mem.ccID, n.mem.ccSeq = cc.GetId(), n.seq
-	n.props = append(n.props, proposal{cc: cc, term: n.leaderTerm, w: w})
+	n.props = append(n.props, proposal{cc: cc, term: n.leaderTerm, seq: n.seq, w: w})
 	return w
 }
 

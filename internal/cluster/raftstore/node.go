@@ -208,6 +208,7 @@ type proposal struct {
 	data []byte
 	cc   *pb.ConfChange // a membership change instead of data
 	term uint64         // the leadership it was accepted in
+	seq  uint64         // its waiter's key in Node.waiters
 	w    *waiter
 }
 
@@ -650,6 +651,27 @@ func (n *Node) proposeQueued() {
 	}
 }
 
+// failLostLeadershipLocked fails every waiting write of the leadership
+// that ended (n.leaderTerm): those still queued in n.props were never
+// handed to Raft — only the loop goroutine proposes, and it is the one
+// that noticed the loss (checkRole), before it proposes anything — so
+// they are certainly not written (store.ErrNotWritten: a caller may make
+// them again on the next leader); the others are in this node's log and
+// may yet be committed by the next leader, or not: ambiguous. Before
+// 2026-12-07 the queued ones were failed as ambiguous too, which cost a
+// publish its retry on the next leader (a nack) during leadership moves.
+func (n *Node) failLostLeadershipLocked() {
+	n.failedProposals += uint64(len(n.waiters))
+	queued := fmt.Errorf("%w: lost leadership of term %d before the write was proposed (%w)", ErrNotLeader, n.leaderTerm, store.ErrNotWritten)
+	for _, p := range n.props {
+		if w, ok := n.waiters[p.seq]; ok && w == p.w {
+			delete(n.waiters, p.seq)
+			w.finishLocked(queued)
+		}
+	}
+	n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
+}
+
 // failLocked fails one waiter if it still waits.
 func (n *Node) failLocked(w *waiter, err error) {
 	for seq, x := range n.waiters {
@@ -691,8 +713,7 @@ func (n *Node) checkRole() {
 	defer n.mu.Unlock()
 	if n.leaderTerm != 0 && (!isLeader || term != n.leaderTerm) {
 		n.log.Info("raftstore: lost leadership", "term", n.leaderTerm)
-		n.failedProposals += uint64(len(n.waiters))
-		n.failAllLocked(fmt.Errorf("%w: lost leadership of term %d before the write was applied", ErrNotLeader, n.leaderTerm))
+		n.failLostLeadershipLocked()
 		n.leaderTerm, n.ready = 0, false
 		n.mem.ccID = 0 // a next leadership starts not ready: it applies that change first, if committed
 		n.broadcastLocked()
@@ -865,7 +886,7 @@ func (n *Node) propose(kind byte, term uint64, encode func([]byte) ([]byte, erro
 	n.seq++
 	w := newWaiter()
 	n.waiters[id.seq] = w
-	n.props = append(n.props, proposal{data: data, term: n.leaderTerm, w: w})
+	n.props = append(n.props, proposal{data: data, term: n.leaderTerm, seq: id.seq, w: w})
 	n.last = w
 	select {
 	case n.propc <- struct{}{}:
