@@ -13,9 +13,7 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -37,14 +35,7 @@ func (n *Node) keepSourcesAdopted(ctx context.Context, k int, srv *server.Server
 	if k == 0 {
 		return
 	}
-	t := time.NewTimer(placeFirstAfter)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyRound(ctx, func() time.Duration { return adoptSourcesEvery }, func() {
 		names := srv.Engine().RoutedElsewhereQueues()
 		for len(names) > 0 && ctx.Err() == nil {
 			chunk := names[:min(len(names), server.MaxPlacementNames)]
@@ -53,51 +44,25 @@ func (n *Node) keepSourcesAdopted(ctx context.Context, k int, srv *server.Server
 				// An older build (ErrUnknownEngineCall), a shard 0 still
 				// restoring its bindings or electing: the next round.
 				log.Debug("queues with a dead-letter exchange not made known to shard 0; next round retries", "err", err)
-				break
+				return
 			}
 		}
-		t.Reset(adoptSourcesEvery)
-	}
+	})
 }
 
 // amqpRoutes returns the queues shard 0's AMQP topology routes dead letters
 // to, each with its sources (server.ShardAMQPRoutesPath), from shard 0's
-// leader. An answer is used again for dlSourcesFresh, unless fresh; one
-// that cannot be had is the last answer had, with the error logged, or
-// none (a leader of an older build, 404: none, no error).
-func (n *Node) amqpRoutes(fresh bool, log *slog.Logger) map[string][]string {
-	n.mu.Lock()
-	a, ok := n.routesAnswer, n.routesAnswerOK
-	n.mu.Unlock()
-	if ok && !fresh && time.Since(a.at) < dlSourcesFresh {
-		return a.m
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	m, err := n.readAMQPRoutes(ctx)
+// leader (shardMap: used again for dlSourcesFresh, unless fresh). One that
+// cannot be had is the last answer had, with the error logged, or none (a
+// leader of an older build, 404: none, no error).
+func (n *Node) amqpRoutes(fresh bool) map[string][]string {
+	m, err := n.shardMap(0, server.ShardAMQPRoutesPath, fresh)
 	var sa *shardAnswerError
 	switch {
 	case errors.As(err, &sa) && sa.status == http.StatusNotFound:
-		m, err = nil, nil
+		return nil
 	case err != nil:
-		log.Debug("the AMQP dead-letter routes of shard 0 cannot be read; the last ones read are used", "err", err)
-		return a.m
+		n.log.Debug("the AMQP dead-letter routes of shard 0 cannot be read; the last ones read are used", "err", err)
 	}
-	n.mu.Lock()
-	n.routesAnswer, n.routesAnswerOK = dlSourcesAnswer{at: time.Now(), m: m}, true
-	n.mu.Unlock()
 	return m
-}
-
-// readAMQPRoutes asks shard 0's leader for its AMQP dead-letter routes.
-func (n *Node) readAMQPRoutes(ctx context.Context) (map[string][]string, error) {
-	b, err := n.shardRequest(ctx, 0, http.MethodGet, server.ShardAMQPRoutesPath, nil, 4<<20, 0)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string][]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("shard 0's AMQP dead-letter routes: %w", err)
-	}
-	return m, nil
 }

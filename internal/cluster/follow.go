@@ -239,44 +239,54 @@ func (n *Node) stopShards() {
 	}
 }
 
-// dlSourcesFresh is how long a shard's dead-letter sources, as its
-// leader answered them, are used again by the engine's periodic readers
-// (every scrape of its DLQ metrics, every alert round).
+// dlSourcesFresh is how long a shard leader's listing of dead-letter
+// queues (shardMap), as it answered it, is used again by the engine's
+// periodic readers (every scrape of its DLQ metrics, every alert round).
 const dlSourcesFresh = 5 * time.Second
 
-// dlSourcesAnswer is one shard leader's answer to ShardDLSourcesPath.
-type dlSourcesAnswer struct {
+// shardMapKey names one shard leader's listing: the shard and the path.
+type shardMapKey struct {
+	shard int
+	path  string
+}
+
+// shardMapAnswer is one shard leader's answer to a shardMapKey's path.
+type shardMapAnswer struct {
 	at time.Time
 	m  map[string][]string
 }
 
-// remoteDLSources returns the dead-letter sources of shard j, which this
-// node holds no copy of ([cluster] placement "subset"), from its leader:
-// each queue a RedrivePolicy there names, with the queues naming it
-// (server.ShardDLSourcesPath). An answer is used again for
-// dlSourcesFresh, unless fresh.
-func (n *Node) remoteDLSources(j int, fresh bool) (map[string][]string, error) {
+// shardMap returns the map of queue names to queue names that the leader
+// of shard j answers on path (a node-only GET, as JSON): for a shard this
+// node holds no copy of ([cluster] placement "subset"),
+// server.ShardDLSourcesPath, each queue a RedrivePolicy there names with
+// the queues naming it; for shard 0, ShardAMQPRoutesPath (amqpRoutes). An answer is used
+// again for dlSourcesFresh, unless fresh. On an error it also returns the
+// last answer had, if any (the caller chooses whether a stale one will
+// do).
+func (n *Node) shardMap(j int, path string, fresh bool) (map[string][]string, error) {
+	key := shardMapKey{j, path}
 	n.mu.Lock()
-	a, ok := n.dlSources[j]
+	a := n.shardMaps[key]
 	n.mu.Unlock()
-	if ok && !fresh && time.Since(a.at) < dlSourcesFresh {
+	if !a.at.IsZero() && !fresh && time.Since(a.at) < dlSourcesFresh {
 		return a.m, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	b, err := n.shardRequest(ctx, j, http.MethodGet, server.ShardDLSourcesPath, nil, 4<<20, 0)
+	b, err := n.shardRequest(ctx, j, http.MethodGet, path, nil, 4<<20, 0)
 	if err != nil {
-		return nil, err
+		return a.m, err
 	}
 	var m map[string][]string
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("shard %d's dead-letter sources: %w", j, err)
+		return a.m, fmt.Errorf("shard %d's answer to %s: %w", j, path, err)
 	}
 	n.mu.Lock()
-	if n.dlSources == nil {
-		n.dlSources = map[int]dlSourcesAnswer{}
+	if n.shardMaps == nil {
+		n.shardMaps = map[shardMapKey]shardMapAnswer{}
 	}
-	n.dlSources[j] = dlSourcesAnswer{at: time.Now(), m: m}
+	n.shardMaps[key] = shardMapAnswer{at: time.Now(), m: m}
 	n.mu.Unlock()
 	return m, nil
 }

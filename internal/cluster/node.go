@@ -158,14 +158,11 @@ type Node struct {
 	// (follow.go). Under mu.
 	shardsCtx context.Context
 	shardRuns map[int]*shardRun
-	// dlSources are the dead-letter sources of shards this node holds no
-	// copy of, as their leaders last answered (remoteDLSources). Under mu.
-	dlSources map[int]dlSourcesAnswer
-	// routesAnswer is shard 0's leader's last answer of its AMQP
-	// dead-letter routes (amqpRoutes), routesAnswerOK whether there is
-	// one. Under mu.
-	routesAnswer   dlSourcesAnswer
-	routesAnswerOK bool
+	// shardMaps are shard leaders' listings of dead-letter queues as
+	// they last answered them (shardMap): the dead-letter sources of
+	// shards this node holds no copy of, shard 0's AMQP dead-letter
+	// routes. Under mu.
+	shardMaps map[shardMapKey]shardMapAnswer
 	// bodies bounds the SQS request bodies buffered to find the shard of
 	// their queue (shards.go; only with several shards).
 	bodies *server.BodyBudget
@@ -782,7 +779,7 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 				if r := n.shards.Shard(j); r != nil {
 					m, err = server.StoredDeadLetterSources(r.Store())
 				} else {
-					m, err = n.remoteDLSources(j, fresh) // a shard not held (ADR 0016): its leader's
+					m, err = n.shardMap(j, server.ShardDLSourcesPath, fresh) // a shard not held (ADR 0016): its leader's
 				}
 				if err != nil {
 					return nil, fmt.Errorf("shard %d: %w", j, err)
@@ -794,7 +791,7 @@ func (n *Node) internalOptions(k int, term uint64, engine int) server.Options {
 			if k != 0 {
 				// Queues that AMQP dead-letter exchanges route to, with
 				// their sources (shard 0's own routes them itself).
-				for dlq, srcs := range n.amqpRoutes(fresh, n.log) {
+				for dlq, srcs := range n.amqpRoutes(fresh) {
 					all[dlq] = append(all[dlq], srcs...)
 				}
 			}

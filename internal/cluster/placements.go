@@ -38,14 +38,7 @@ const placeFirstAfter = 2 * time.Second
 // keepPlacements runs, while this node serves shard k with srv, the
 // comparisons of srv's queues with their placements, until ctx ends.
 func (n *Node) keepPlacements(ctx context.Context, k int, srv *server.Server, log *slog.Logger) {
-	t := time.NewTimer(placeFirstAfter)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyRound(ctx, func() time.Duration { return cmp.Or(n.placeEvery, DefaultPlacementInterval) }, func() {
 		changed, err := n.syncPlacements(ctx, k, srv.Engine().ListQueues(""))
 		switch {
 		case errors.Is(err, server.ErrUnknownEngineCall):
@@ -56,7 +49,24 @@ func (n *Node) keepPlacements(ctx context.Context, k int, srv *server.Server, lo
 		case changed > 0:
 			log.Debug("placements of this shard's queues updated", "changed", changed)
 		}
-		t.Reset(cmp.Or(n.placeEvery, DefaultPlacementInterval))
+	})
+}
+
+// everyRound runs round placeFirstAfter after a leader starts serving and
+// then every interval() after each round ends, until ctx ends: a shard
+// leader's rounds with shard 0's leader (keepPlacements,
+// keepSourcesAdopted).
+func everyRound(ctx context.Context, interval func() time.Duration, round func()) {
+	t := time.NewTimer(placeFirstAfter)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		round()
+		t.Reset(interval())
 	}
 }
 
