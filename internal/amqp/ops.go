@@ -390,8 +390,8 @@ func (s *Server) adopt(vh, name string) (*queue, error) {
 // meanwhile, and it would be dropped, so the caller keeps it and asks
 // again later (engine.ErrUnavailable: not a refusal to back off from).
 func (s *Server) AdoptSource(name string) error {
-	if n := s.topo.unrestored.Load(); n > 0 {
-		return fmt.Errorf("%w: amqp: %d bindings to queues of other shards are not restored yet; dead letters wait to be routed", engine.ErrUnavailable, n)
+	if !s.topo.RouteReady() {
+		return fmt.Errorf("%w: amqp: %d bindings to queues of other shards are not restored yet; dead letters wait to be routed", engine.ErrUnavailable, s.topo.unrestored.Load())
 	}
 	if s.topo.knows(name) {
 		// A queue of this server's own engine, or one adopted before:

@@ -64,7 +64,8 @@ func (f *farShard) imported() int {
 // would be routed to the exchange's other queue only — or, with no other,
 // dropped. It waits instead, as a route transfer, and once the binding is
 // restored the mover routes it here: to both queues, the one elsewhere
-// through a transfer.
+// through a transfer; one its exchange routes nowhere is then counted as
+// dropped in its source.
 func TestDeadLettersWaitForTheBindingsOfAStart(t *testing.T) {
 	far := &farShard{}
 	o := DefaultOptions()
@@ -99,6 +100,14 @@ func TestDeadLettersWaitForTheBindingsOfAStart(t *testing.T) {
 	if _, err := ch.QueueDeclare("src", true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "dlx"}); err != nil {
 		t.Fatal(err)
 	}
+	// And a source whose exchange has no binding: its dead letter, kept
+	// too, is routed nowhere once the topology is whole, and counted.
+	if err := ch.ExchangeDeclare("void", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("lonely", true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "void"}); err != nil {
+		t.Fatal(err)
+	}
 	conn.Close()
 	stop()
 
@@ -117,32 +126,37 @@ func TestDeadLettersWaitForTheBindingsOfAStart(t *testing.T) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	pc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "src", false, false, amqp091.Publishing{Body: []byte("poison")})
-	if err != nil || !pc.Wait() {
-		t.Fatalf("publish: %v", err)
+	for _, q := range []string{"src", "lonely"} {
+		pc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp091.Publishing{Body: []byte("poison")})
+		if err != nil || !pc.Wait() {
+			t.Fatalf("publish to %s: %v", q, err)
+		}
+		d, ok, err := ch.Get(q, false)
+		if err != nil || !ok {
+			t.Fatalf("get from %s: %v %v", q, ok, err)
+		}
+		if err := d.Nack(false, false); err != nil {
+			t.Fatal(err)
+		}
+		poll.CheckFor(t, 10*time.Second, poll.True("the dead letter out of "+q, func() bool {
+			info, err := s.eng.GetQueue(q)
+			return err == nil && info.Visible+info.InFlight == 0
+		}))
 	}
-	d, ok, err := ch.Get("src", false)
-	if err != nil || !ok {
-		t.Fatalf("get: %v %v", ok, err)
+	if info, _ := s.eng.GetQueue("near"); info.Visible != 0 || s.eng.TransfersPending() != 2 {
+		t.Fatalf("with a binding not restored: near holds %d, %d transfers pending; want 0 and both dead letters waiting", info.Visible, s.eng.TransfersPending())
 	}
-	if err := d.Nack(false, false); err != nil {
-		t.Fatal(err)
-	}
-	poll.CheckFor(t, 10*time.Second, poll.True("the dead letter out of src", func() bool {
-		info, err := s.eng.GetQueue("src")
-		return err == nil && info.Visible+info.InFlight == 0
-	}))
-	if info, _ := s.eng.GetQueue("near"); info.Visible != 0 || s.eng.TransfersPending() != 1 {
-		t.Fatalf("with a binding not restored: near holds %d, %d transfers pending; want 0 and the dead letter waiting", info.Visible, s.eng.TransfersPending())
-	}
-	if info, _ := s.eng.GetQueue("src"); info.Dropped != 0 {
-		t.Fatalf("src dropped %d", info.Dropped)
+	for _, q := range []string{"src", "lonely"} {
+		if info, _ := s.eng.GetQueue(q); info.Dropped != 0 {
+			t.Fatalf("%s dropped %d while its dead letter waits", q, info.Dropped)
+		}
 	}
 
 	far.set(false)
-	poll.CheckFor(t, 20*time.Second, poll.True("the dead letter in near and far", func() bool {
+	poll.CheckFor(t, 20*time.Second, poll.True("the dead letter in near and far, the other dropped", func() bool {
 		info, err := s.eng.GetQueue("near")
-		return err == nil && info.Visible == 1 && far.imported() == 1 && s.eng.TransfersPending() == 0
+		lonely, lerr := s.eng.GetQueue("lonely")
+		return err == nil && lerr == nil && info.Visible == 1 && far.imported() == 1 && lonely.Dropped == 1 && s.eng.TransfersPending() == 0
 	}))
 	got, ok, err := ch.Get("near", true)
 	if err != nil || !ok || string(got.Body) != "poison" {

@@ -331,37 +331,37 @@ func moverReply(out []byte, err error) (engineReply, error) {
 }
 
 // routeCall runs c on the leader of the shard that routes this server's
-// dead letters (Options.RouteCall), or here (Options.RouteLater). The transfers that leader routed
-// nowhere (an error in the answer's Errs at their place) are counted as
-// dropped in their sources here (engine.CountRoutedNowhere).
+// dead letters (Options.RouteCall), or here (Options.RouteLater). The
+// transfers routed nowhere (named in the answer's Errs at their place, or
+// by importRouted) are counted as dropped in their sources here
+// (engine.CountRoutedNowhere).
 func (s *Server) routeCall(ctx context.Context, c engineCall) error {
-	var rep engineReply
-	var err error
+	var nowhere []int
 	switch {
 	case s.opts.RouteCall != nil:
-		rep, err = moverReply(s.opts.RouteCall(ctx, encodeEngineCall(&c)))
+		rep, err := moverReply(s.opts.RouteCall(ctx, encodeEngineCall(&c)))
+		if err != nil {
+			return err
+		}
+		for i, e := range rep.Errs {
+			if e != (remoteError{}) && i < len(c.Transfers) {
+				nowhere = append(nowhere, i)
+			}
+		}
 	case s.opts.RouteLater:
 		// This server's own dead letters, kept until its topology was
 		// ready (engine.Options.RouteLater): routed here.
-		var nowhere []int
-		nowhere, err = s.importRouted(c.Transfers)
-		if err = refused(err); err == nil && len(nowhere) > 0 {
-			rep.Errs = make([]remoteError, len(c.Transfers))
-			for _, i := range nowhere {
-				rep.Errs[i] = remoteError{Text: "routed nowhere"}
-			}
+		var err error
+		if nowhere, err = s.importRouted(c.Transfers); err != nil {
+			return refused(err)
 		}
 	default:
 		return &refusal{errors.New("dead letters to route, and no shard to route them")}
 	}
-	if err == nil {
-		for i, e := range rep.Errs {
-			if e != (remoteError{}) && i < len(c.Transfers) {
-				s.eng.CountRoutedNowhere(c.Transfers[i].Source, c.Transfers[i].Reason)
-			}
-		}
+	for _, i := range nowhere {
+		s.eng.CountRoutedNowhere(c.Transfers[i].Source, c.Transfers[i].Reason)
 	}
-	return err
+	return nil
 }
 
 // transferBytes is the size of the copies ts carry.
