@@ -116,18 +116,7 @@ func TestShardsAMQPDeadLetterQueueElsewhere(t *testing.T) {
 	// destination: back in their source.
 	ch = amqpChannel(t, nodes[0], true)
 	const poison = 3
-	for j := range poison {
-		publishConfirmed(t, ch, jobs, "poison/"+strconv.Itoa(j))
-	}
-	for range poison {
-		d, ok, err := ch.Get(jobs, false)
-		if err != nil || !ok {
-			t.Fatalf("get from %s: %v, %v", jobs, ok, err)
-		}
-		if err := d.Reject(false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rejectPublished(t, ch, jobs, "poison/", poison)
 	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, poison, 30*time.Second)
 	arn, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
 	if err != nil {
@@ -180,5 +169,24 @@ func TestSubsetFindsAQueueItsCopyLacks(t *testing.T) {
 	}
 	if holders == 0 {
 		t.Fatal("no node holds shard 1")
+	}
+}
+
+// rejectPublished publishes n confirmed messages to queue through ch
+// (bodies prefix0, prefix1, …), then gets each and rejects it without
+// requeue: n dead letters of queue.
+func rejectPublished(t *testing.T, ch *amqp.Channel, queue, prefix string, n int) {
+	t.Helper()
+	for j := range n {
+		publishConfirmed(t, ch, queue, prefix+strconv.Itoa(j))
+	}
+	for range n {
+		d, ok, err := ch.Get(queue, false)
+		if err != nil || !ok {
+			t.Fatalf("get from %s: %v, %v", queue, ok, err)
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -209,18 +209,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	}
 	poll.CheckFor(t, 10*time.Second, poll.True(jobs+" is on shard 1 alone", func() bool { return slices.Equal(held(jobs), []int{1}) }))
 	const poison = 3
-	for j := range poison {
-		publishConfirmed(t, ch, jobs, "poison/"+strconv.Itoa(j))
-	}
-	for range poison {
-		d, ok, err := ch.Get(jobs, false)
-		if err != nil || !ok {
-			t.Fatalf("get from %s: %v, %v", jobs, ok, err)
-		}
-		if err := d.Reject(false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rejectPublished(t, ch, jobs, "poison/", poison)
 	awaitMessages(t, amqpChannel(t, nodes[2], false), graves, poison, 30*time.Second)
 	awaitMessages(t, amqpChannel(t, nodes[2], false), expiring, poison, 30*time.Second)
 	for _, q := range []string{graves, expiring} {
@@ -247,12 +236,7 @@ func TestShardsAMQPDeclaresSpread(t *testing.T) {
 	if _, err := ch.QueueDeclare(lonely, true, false, false, false, amqp.Table{"x-dead-letter-exchange": "void"}); err != nil {
 		t.Fatal(err)
 	}
-	publishConfirmed(t, ch, lonely, "nowhere")
-	if d, ok, err := ch.Get(lonely, false); err != nil || !ok {
-		t.Fatalf("get from %s: %v, %v", lonely, ok, err)
-	} else if err := d.Reject(false); err != nil {
-		t.Fatal(err)
-	}
+	rejectPublished(t, ch, lonely, "nowhere/", 1)
 	poll.CheckFor(t, 30*time.Second, func() error {
 		sum := 0.0
 		for _, n := range nodes {
